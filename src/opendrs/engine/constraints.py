@@ -1,0 +1,573 @@
+"""Constraints: hard filters as vectorised (guest, node) masks, soft rules as penalties.
+
+Hard filters, in the order they are reported when a node is rejected:
+
+1. ``offline`` / ``maintenance`` — the node cannot take guests;
+2. ``arch`` — the node's CPU architecture differs from the guest's;
+3. ``node-affinity`` — a strict rule allows only its highest-priority usable nodes (pins too);
+4. ``anti-affinity`` — a hard negative partner runs on (or is moving to) the node;
+5. ``affinity`` — hard positive partners run elsewhere;
+6. ``capacity`` — vCPUs × overcommit, memory, measured use, or a local storage pool would overflow.
+
+Whether a guest may move at all (:func:`movability`) is separate: ignored, locked, local devices,
+local disks, containers without restart migration, stopped guests, minimum uptime.
+
+Soft rules become penalties (:data:`SOFT_PENALTY` each): a non-strict node affinity not met, a
+soft positive partner elsewhere, a soft negative partner on the same node.
+
+Rules that contradict each other are found up front (:func:`check_rules`) and dropped with a
+message naming them, as Proxmox's HA rule checks do.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from opendrs.model.cluster import Cluster, Guest
+from opendrs.model.rules import GuestAffinity, NodeAffinity, Rules
+from opendrs.model.units import format_bytes, format_duration
+
+from .usage import CapacityModel, loaded_nodes, tolerance
+
+Purpose = Literal["balance", "evacuate", "recover", "new"]
+
+#: Penalty added to a placement score for each broken soft rule.
+SOFT_PENALTY = 1.0
+
+
+# --------------------------------------------------------------------------------------------
+# Rule checks
+
+
+@dataclass(frozen=True, slots=True)
+class RuleProblem:
+    """A rule dropped because it contradicts others or cannot be met."""
+
+    rules: tuple[str, ...]
+    reason: str
+
+    def __str__(self) -> str:
+        names = ", ".join(f"'{r}'" for r in self.rules)
+        noun = "rule" if len(self.rules) == 1 else "rules"
+        return f"Drop {noun} {names}, because {self.reason}"
+
+
+def _usable_nodes(cluster: Cluster) -> frozenset[str]:
+    return frozenset(n.name for n in cluster.nodes if n.usable)
+
+
+def _strict_sets(
+    rules: Sequence[NodeAffinity], usable: frozenset[str]
+) -> dict[str, frozenset[str]]:
+    """guest -> nodes its strict node affinity allows (highest priority among usable nodes)."""
+    out: dict[str, frozenset[str]] = {}
+    for rule in rules:
+        if rule.strict:
+            top = rule.top_nodes(usable)
+            for guest in rule.guests:
+                out[guest] = top
+    return out
+
+
+def check_rules(cluster: Cluster) -> tuple[Rules, list[RuleProblem]]:
+    """Drop contradictory rules; return the rules that remain and a problem per dropped rule.
+
+    Mirrors Proxmox's HA rule checks (``PVE::HA::Rules`` and its plugins), on opendrs's rules:
+
+    * a guest in more than one node-affinity rule: all those rules are dropped;
+    * a guest-affinity rule with fewer than two guests;
+    * a hard negative rule with more guests than usable nodes;
+    * a positive and a negative rule that share two or more guests: both dropped;
+    * hard negative members confined by strict node affinity to fewer nodes than members;
+    * a hard positive group whose members' strict node affinities have no node in common.
+    """
+    rules = cluster.rules
+    problems: list[RuleProblem] = []
+    usable = _usable_nodes(cluster)
+
+    by_guest: dict[str, list[str]] = defaultdict(list)
+    for rule in rules.node_affinity:
+        for guest in rule.guests:
+            by_guest[guest].append(rule.name)
+    dropped_node: set[str] = set()
+    for guest, names in sorted(by_guest.items()):
+        if len(names) > 1:
+            fresh = tuple(n for n in names if n not in dropped_node)
+            if fresh:
+                problems.append(
+                    RuleProblem(fresh, f"guest '{guest}' is in more than one node-affinity rule")
+                )
+            dropped_node.update(names)
+    node_rules = tuple(r for r in rules.node_affinity if r.name not in dropped_node)
+
+    dropped_guest: set[str] = set()
+    for rule in rules.guest_affinity:
+        if len(set(rule.guests)) < 2:
+            problems.append(RuleProblem((rule.name,), "it names fewer than two guests"))
+            dropped_guest.add(rule.name)
+        elif not rule.positive and rule.hard and len(set(rule.guests)) > len(usable):
+            problems.append(
+                RuleProblem(
+                    (rule.name,),
+                    f"it keeps {len(set(rule.guests))} guests apart "
+                    f"on only {len(usable)} usable nodes",
+                )
+            )
+            dropped_guest.add(rule.name)
+    positives = [r for r in rules.guest_affinity if r.positive and r.name not in dropped_guest]
+    negatives = [r for r in rules.guest_affinity if not r.positive and r.name not in dropped_guest]
+    for pos in positives:
+        for neg in negatives:
+            shared = sorted(set(pos.guests) & set(neg.guests))
+            if len(shared) >= 2:
+                problems.append(
+                    RuleProblem(
+                        (pos.name, neg.name),
+                        "they keep guests "
+                        + ", ".join(f"'{g}'" for g in shared)
+                        + " both together and apart",
+                    )
+                )
+                dropped_guest.update((pos.name, neg.name))
+
+    strict = _strict_sets(node_rules, usable)
+    for neg in negatives:
+        if neg.name in dropped_guest or not neg.hard:
+            continue
+        members = sorted(set(neg.guests))
+        if all(g in strict for g in members):
+            reachable = frozenset().union(*(strict[g] for g in members))
+            if len(reachable) < len(members):
+                problems.append(
+                    RuleProblem(
+                        (neg.name,),
+                        f"its {len(members)} guests are confined to {len(reachable)} nodes "
+                        "by strict node affinity",
+                    )
+                )
+                dropped_guest.add(neg.name)
+
+    remaining_pos = [r for r in positives if r.name not in dropped_guest and r.hard]
+    for group_rules, members in _positive_components(remaining_pos):
+        confined = [strict[g] for g in sorted(members) if g in strict]
+        if confined and not frozenset.intersection(*confined):
+            problems.append(
+                RuleProblem(
+                    tuple(sorted(r.name for r in group_rules)),
+                    "strict node affinity leaves their guests no common node",
+                )
+            )
+            dropped_guest.update(r.name for r in group_rules)
+
+    kept = Rules(
+        node_affinity=node_rules,
+        guest_affinity=tuple(r for r in rules.guest_affinity if r.name not in dropped_guest),
+        ignored=rules.ignored,
+    )
+    return kept, problems
+
+
+def _positive_components(
+    rules: Sequence[GuestAffinity],
+) -> list[tuple[list[GuestAffinity], set[str]]]:
+    """Connected components of positive rules that share guests (Proxmox merges them)."""
+    parent: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        while parent.setdefault(x, x) != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for rule in rules:
+        first = rule.guests[0]
+        for guest in rule.guests[1:]:
+            ra, rb = find(first), find(guest)
+            if ra != rb:
+                parent[max(ra, rb)] = min(ra, rb)
+    comps: dict[str, tuple[list[GuestAffinity], set[str]]] = {}
+    for rule in rules:
+        root = find(rule.guests[0])
+        entry = comps.setdefault(root, ([], set()))
+        entry[0].append(rule)
+        entry[1].update(rule.guests)
+    return [comps[k] for k in sorted(comps)]
+
+
+# --------------------------------------------------------------------------------------------
+# Movability
+
+
+def movability(guest: Guest, cluster: Cluster, purpose: Purpose = "balance") -> str | None:
+    """Why ``guest`` may not move for ``purpose``, or ``None`` when it may."""
+    settings = cluster.settings
+    if guest.id in cluster.rules.ignored:
+        return "ignored by a rule"
+    if purpose == "recover":
+        if guest.local_disk_bytes and not settings.allow_local_disks:
+            return f"local disks ({format_bytes(guest.local_disk_bytes)})"
+        if guest.devices:
+            return f"local device {guest.devices[0]}"
+        return None
+    if guest.migrating_to is not None:
+        return f"already migrating to {guest.migrating_to}"
+    if guest.lock:
+        return f"locked ({guest.lock})"
+    if guest.devices:
+        return f"local device {guest.devices[0]}"
+    if guest.local_disk_bytes and not settings.allow_local_disks:
+        return f"local disks ({format_bytes(guest.local_disk_bytes)})"
+    node_index = cluster.node_index.get(guest.node)
+    if node_index is not None and not cluster.nodes[node_index].online:
+        return "its node is offline"
+    running = bool(loaded_nodes(guest))
+    if guest.kind == "ct" and running and not settings.allow_restart_migration:
+        return "container: restart migration not allowed"
+    if purpose == "balance":
+        if not running:
+            return "not running"
+        if guest.uptime < settings.min_uptime:
+            return (
+                f"up for {format_duration(guest.uptime)}, "
+                f"less than {format_duration(settings.min_uptime)}"
+            )
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# The constraint set of a cluster
+
+
+@dataclass
+class Constraints:
+    """Hard and soft constraints of one cluster, as arrays, ready to test placements."""
+
+    cluster: Cluster
+    rules: Rules
+    problems: list[RuleProblem]
+    capacity: CapacityModel
+    #: (N,) nodes that may receive guests.
+    usable: np.ndarray
+    #: (G, N) architecture matches.
+    arch_ok: np.ndarray
+    #: (G, N) strict node affinity allows.
+    strict_ok: np.ndarray
+    #: (G, N) non-strict node affinity prefers (True where no preference applies).
+    preferred: np.ndarray
+    #: Per guest: indices of hard negative partners (group members' partners included).
+    hard_neg: list[np.ndarray]
+    #: Per guest: indices of hard positive partners (its merged group, itself excluded).
+    hard_pos: list[np.ndarray]
+    soft_neg: list[np.ndarray]
+    soft_pos: list[np.ndarray]
+    #: Hard positive groups (each a sorted array of guest indices), bundles that move together.
+    groups: list[np.ndarray] = field(default_factory=list)
+    #: guest index -> its group index, or -1.
+    group_of: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.intp))
+
+    @classmethod
+    def build(cls, cluster: Cluster) -> Constraints:
+        rules, problems = check_rules(cluster)
+        cluster_r = replace_rules(cluster, rules)
+        nodes, guests = cluster.nodes, cluster.guests
+        n_nodes, n_guests = len(nodes), len(guests)
+        gidx = cluster.guest_index
+        usable = np.array([n.usable for n in nodes], dtype=bool)
+        node_arch = np.array([n.arch for n in nodes], dtype=object)
+        guest_arch = np.array([cluster.guest_arch(g) for g in guests], dtype=object)
+        arch_ok = (
+            guest_arch[:, None] == node_arch[None, :]
+            if n_guests and n_nodes
+            else np.ones((n_guests, n_nodes), dtype=bool)
+        )
+        arch_ok = np.asarray(arch_ok, dtype=bool)
+        usable_names = _usable_nodes(cluster)
+        strict_ok = np.ones((n_guests, n_nodes), dtype=bool)
+        preferred = np.ones((n_guests, n_nodes), dtype=bool)
+        for rule in rules.node_affinity:
+            top = rule.top_nodes(usable_names)
+            row = np.array([n.name in top for n in nodes], dtype=bool)
+            for guest in rule.guests:
+                j = gidx.get(guest)
+                if j is None:
+                    continue
+                if rule.strict:
+                    strict_ok[j] &= row
+                elif top:
+                    preferred[j] &= row
+
+        def partner_lists(positive: bool, hard: bool) -> list[set[int]]:
+            out: list[set[int]] = [set() for _ in range(n_guests)]
+            for rule in rules.guest_affinity:
+                if rule.positive != positive or rule.hard != hard:
+                    continue
+                members = [gidx[g] for g in rule.guests if g in gidx]
+                for a in members:
+                    out[a].update(b for b in members if b != a)
+            return out
+
+        hard_pos_sets = partner_lists(True, True)
+        groups: list[np.ndarray] = []
+        group_of = np.full(n_guests, -1, dtype=np.intp)
+        for _rules, members in _positive_components(
+            [r for r in rules.guest_affinity if r.positive and r.hard]
+        ):
+            idx = sorted(gidx[g] for g in members if g in gidx)
+            if len(idx) < 2:
+                continue
+            for i in idx:
+                group_of[i] = len(groups)
+                hard_pos_sets[i] = set(idx) - {i}
+            groups.append(np.array(idx, dtype=np.intp))
+        hard_neg_sets = partner_lists(False, True)
+        # Implicit negatives: a group's members share each other's negative partners.
+        for members in groups:
+            union = set().union(*(hard_neg_sets[i] for i in members))
+            for i in members:
+                hard_neg_sets[i] = union - set(members.tolist())
+                for partner in union:
+                    hard_neg_sets[partner].add(int(i))
+
+        def arrays(sets: list[set[int]]) -> list[np.ndarray]:
+            return [np.array(sorted(s), dtype=np.intp) for s in sets]
+
+        return cls(
+            cluster=cluster_r,
+            rules=rules,
+            problems=problems,
+            capacity=CapacityModel.build(cluster),
+            usable=usable,
+            arch_ok=arch_ok,
+            strict_ok=strict_ok,
+            preferred=preferred,
+            hard_neg=arrays(hard_neg_sets),
+            hard_pos=arrays(hard_pos_sets),
+            soft_neg=arrays(partner_lists(False, False)),
+            soft_pos=arrays(partner_lists(True, False)),
+            groups=groups,
+            group_of=group_of,
+        )
+
+    # ----------------------------------------------------------------------------------------
+
+    def static_ok(self) -> np.ndarray:
+        """(G, N): node usable, architecture and strict node affinity — placement-independent."""
+        return self.usable[None, :] & self.arch_ok & self.strict_ok
+
+    def guest_demand(self, j: int) -> np.ndarray:
+        """Capacity demand (D,) guest ``j`` brings to a new node (storage only if not running)."""
+        demand = self.capacity.demand[j].copy()
+        if not loaded_nodes(self.cluster.guests[j]):
+            demand[~self.capacity.storage_cols] = 0.0
+        return demand
+
+    def occupied(self, assign: np.ndarray, guests: np.ndarray) -> np.ndarray:
+        """(N,) bool: nodes where any of ``guests`` sits (under ``assign``) or is migrating to."""
+        out = np.zeros(len(self.cluster.nodes), dtype=bool)
+        if guests.size:
+            where = assign[guests]
+            out[where[where >= 0]] = True
+            for g in guests.tolist():
+                target = self.cluster.guests[g].migrating_to
+                if target is not None and assign[g] == self.cluster.node_index.get(
+                    self.cluster.guests[g].node, -1
+                ):
+                    t = self.cluster.node_index.get(target)
+                    if t is not None:
+                        out[t] = True
+        return out
+
+    def hard_masks(
+        self, j: int, assign: np.ndarray, headroom: np.ndarray, demand: np.ndarray | None = None
+    ) -> list[tuple[str, np.ndarray]]:
+        """The hard filters for guest ``j`` as named (N,) masks, in reporting order.
+
+        ``assign`` places the other guests; ``headroom`` (N, D) is the free capacity with guest
+        ``j`` *not* counted on any node; ``demand`` overrides the guest's demand (bundles).
+        """
+        nodes = self.cluster.nodes
+        online = np.array([n.online for n in nodes], dtype=bool)
+        not_maint = np.array([not n.maintenance for n in nodes], dtype=bool)
+        demand = self.guest_demand(j) if demand is None else demand
+        masks = [
+            ("offline", online),
+            ("maintenance", not_maint),
+            ("arch", self.arch_ok[j]),
+            ("node-affinity", self.strict_ok[j]),
+            ("anti-affinity", ~self.occupied(assign, self.hard_neg[j])),
+        ]
+        pos = self.hard_pos[j]
+        if pos.size:
+            where = assign[pos]
+            where = where[where >= 0]
+            if where.size:
+                counts = np.bincount(where, minlength=len(nodes))
+                masks.append(("affinity", counts == counts.max()))
+        fits = np.all(demand[None, :] <= headroom + tolerance(self.capacity.limit), axis=1)
+        masks.append(("capacity", fits))
+        return masks
+
+    def allowed(
+        self, j: int, assign: np.ndarray, headroom: np.ndarray, demand: np.ndarray | None = None
+    ) -> np.ndarray:
+        """(N,) nodes that pass every hard filter for guest ``j``."""
+        ok = np.ones(len(self.cluster.nodes), dtype=bool)
+        for _name, mask in self.hard_masks(j, assign, headroom, demand):
+            ok &= mask
+        return ok
+
+    def rejection(
+        self,
+        j: int,
+        n: int,
+        assign: np.ndarray,
+        headroom: np.ndarray,
+        demand: np.ndarray | None = None,
+    ) -> str | None:
+        """Why node ``n`` cannot take guest ``j`` (first failing filter, with detail), or None."""
+        demand = self.guest_demand(j) if demand is None else demand
+        for name, mask in self.hard_masks(j, assign, headroom, demand):
+            if not mask[n]:
+                return self.explain(name, j, n, assign, headroom, demand)
+        return None
+
+    def explain(
+        self,
+        name: str,
+        j: int,
+        n: int,
+        assign: np.ndarray,
+        headroom: np.ndarray,
+        demand: np.ndarray,
+    ) -> str:
+        """A sentence for hard filter ``name`` rejecting node ``n`` for guest ``j``."""
+        node = self.cluster.nodes[n]
+        guest = self.cluster.guests[j]
+        if name == "offline":
+            return "node offline"
+        if name == "maintenance":
+            return "node in maintenance"
+        if name == "arch":
+            return f"architecture {node.arch}, guest needs {self.cluster.guest_arch(guest)}"
+        if name == "node-affinity":
+            rules = [r.name for r in self.rules.node_rules_for(guest.id) if r.strict]
+            return f"strict node affinity ({', '.join(rules)})"
+        if name == "anti-affinity":
+            partners = [
+                self.cluster.guests[p].id for p in self.hard_neg[j].tolist() if assign[p] == n
+            ]
+            if not partners:
+                partners = [self.cluster.guests[p].id for p in self.hard_neg[j].tolist()]
+            return "hard anti-affinity with " + ", ".join(partners)
+        if name == "affinity":
+            return "hard affinity: its partners run elsewhere"
+        dims = self.capacity.dims
+        room = headroom[n]
+        over = [
+            d
+            for d in range(len(dims))
+            if demand[d] > room[d] + tolerance(self.capacity.limit)[n, d]
+        ]
+        parts = []
+        for d in over:
+            dim = dims[d]
+            if dim in ("vcpus", "cpu_used"):
+                parts.append(f"{dim} needs {demand[d]:.1f}, free {max(room[d], 0):.1f}")
+            else:
+                parts.append(
+                    f"{dim} needs {format_bytes(demand[d])}, free {format_bytes(max(room[d], 0))}"
+                )
+        return "capacity: " + "; ".join(parts)
+
+    def soft_penalty(self, j: int, assign: np.ndarray) -> np.ndarray:
+        """(N,) penalty of putting guest ``j`` on each node: broken soft rules × SOFT_PENALTY."""
+        penalty = np.where(self.preferred[j], 0.0, SOFT_PENALTY)
+        if self.soft_neg[j].size:
+            penalty = penalty + SOFT_PENALTY * self._count_on(assign, self.soft_neg[j])
+        if self.soft_pos[j].size:
+            counts = self._count_on(assign, self.soft_pos[j])
+            penalty = penalty + SOFT_PENALTY * (self.soft_pos[j].size - counts)
+        return penalty
+
+    def _count_on(self, assign: np.ndarray, guests: np.ndarray) -> np.ndarray:
+        where = assign[guests]
+        where = where[where >= 0]
+        return np.bincount(where, minlength=len(self.cluster.nodes)).astype(np.float64)
+
+    def violations(self, assign: np.ndarray) -> list[str]:
+        """Hard rules broken by a full placement ``assign`` (capacity included), as sentences."""
+        problems: list[str] = []
+        cluster = self.cluster
+        names = [n.name for n in cluster.nodes]
+        static = self.static_ok()
+        for j, guest in enumerate(cluster.guests):
+            n = int(assign[j])
+            if n < 0:
+                problems.append(f"guest {guest.id} has no node")
+                continue
+            moved = n != cluster.node_index.get(guest.node, -1)
+            if moved and not static[j, n]:
+                problems.append(f"guest {guest.id} on {names[n]}: not allowed there")
+            if self.hard_neg[j].size and np.any(assign[self.hard_neg[j]] == n):
+                problems.append(
+                    f"guest {guest.id} shares {names[n]} with a hard anti-affinity partner"
+                )
+            if self.hard_pos[j].size and np.any(assign[self.hard_pos[j]] != n):
+                problems.append(f"guest {guest.id} is apart from a hard affinity partner")
+        committed = committed_for(self, assign)
+        over = self.capacity.over(committed)
+        for n, dim in zip(*np.nonzero(over), strict=True):
+            problems.append(f"node {names[n]} over capacity in {self.capacity.dims[dim]}")
+        return sorted(set(problems))
+
+
+def replace_rules(cluster: Cluster, rules: Rules) -> Cluster:
+    """The cluster with other rules."""
+    return Cluster(cluster.nodes, cluster.guests, rules, cluster.settings, cluster.name)
+
+
+def committed_for(constraints: Constraints, assign: np.ndarray) -> np.ndarray:
+    """Committed capacity (N, D) when every guest sits where ``assign`` says (moves finished)."""
+    cap = constraints.capacity
+    cluster = constraints.cluster
+    n_nodes = len(cluster.nodes)
+    out = cap.base.copy()
+    compute = np.array([bool(loaded_nodes(g)) for g in cluster.guests], dtype=bool)
+    valid = assign >= 0
+    demand_compute = np.where(cap.storage_cols[None, :], 0.0, cap.demand)
+    demand_storage = np.where(cap.storage_cols[None, :], cap.demand, 0.0)
+    idx = np.nonzero(valid & compute)[0]
+    for col in range(len(cap.dims)):
+        if idx.size:
+            out[:, col] += np.bincount(
+                assign[idx], weights=demand_compute[idx, col], minlength=n_nodes
+            )
+    idx = np.nonzero(valid)[0]
+    for col in np.nonzero(cap.storage_cols)[0]:
+        if idx.size:
+            out[:, col] += np.bincount(
+                assign[idx], weights=demand_storage[idx, col], minlength=n_nodes
+            )
+    return out
+
+
+def current_assign(cluster: Cluster) -> np.ndarray:
+    """Node index of every guest (``-1`` for an unknown node)."""
+    return np.array([cluster.node_index.get(g.node, -1) for g in cluster.guests], dtype=np.intp)
+
+
+__all__ = [
+    "SOFT_PENALTY",
+    "Constraints",
+    "Purpose",
+    "RuleProblem",
+    "check_rules",
+    "committed_for",
+    "current_assign",
+    "movability",
+]

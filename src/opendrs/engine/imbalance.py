@@ -1,0 +1,165 @@
+"""Imbalance metrics over node load fractions, vectorised with numpy.
+
+Every function takes node fractions ``f`` of shape (N,) or (N, R) — load divided by capacity —
+and reduces over the node axis (axis 0):
+
+* :func:`cv` — Proxmox's coefficient of variation, population σ / mean (pve-rs 2.0, and the scale
+  of the HA test logs); :func:`cv_normalized` divides it by √(N−1) (proxmox-resource-scheduling
+  2.1.0), which maps the worst case (all load on one node) to 1.
+* :func:`spread` — max − min (ProxLB, Incus).
+* :func:`rms` — root mean square, the "average" criterion of Proxmox's TOPSIS scoring.
+* :func:`combined` — the per-node combined load: the weighted mean of the resource fractions
+  (Proxmox: cpu and memory with equal weights).
+* :func:`weighted_variance` — the capacity-weighted variance of the fractions, the smooth objective
+  the balancer minimises: it is zero exactly when every node has the same fraction.
+
+Metrics are 0 when fewer than two nodes take part or when all loads are 0, as in Proxmox.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def _as2d(f: np.ndarray) -> tuple[np.ndarray, bool]:
+    arr = np.asarray(f, dtype=np.float64)
+    return (arr[:, None], True) if arr.ndim == 1 else (arr, False)
+
+
+def _out(values: np.ndarray, squeeze: bool) -> np.ndarray | float:
+    return float(values[0]) if squeeze else values
+
+
+def cv(f: np.ndarray) -> np.ndarray | float:
+    """Coefficient of variation (population σ / mean) per column; 0 if N < 2 or the mean is 0."""
+    arr, squeeze = _as2d(f)
+    n = arr.shape[0]
+    if n < 2:
+        return _out(np.zeros(arr.shape[1]), squeeze)
+    mean = arr.mean(axis=0)
+    sd = np.sqrt(((arr - mean) ** 2).sum(axis=0) / n)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        res = np.where(mean > 0, sd / np.where(mean > 0, mean, 1.0), 0.0)
+    return _out(res, squeeze)
+
+
+def cv_normalized(f: np.ndarray) -> np.ndarray | float:
+    """CV divided by √(N−1): 1 when all load is on one node (proxmox-resource-scheduling 2.1)."""
+    arr, squeeze = _as2d(f)
+    n = arr.shape[0]
+    if n < 2:
+        return _out(np.zeros(arr.shape[1]), squeeze)
+    return _out(np.asarray(cv(arr)) / np.sqrt(n - 1), squeeze)
+
+
+def spread(f: np.ndarray) -> np.ndarray | float:
+    """max − min per column; 0 for fewer than two nodes."""
+    arr, squeeze = _as2d(f)
+    if arr.shape[0] < 2:
+        return _out(np.zeros(arr.shape[1]), squeeze)
+    return _out(arr.max(axis=0) - arr.min(axis=0), squeeze)
+
+
+def rms(f: np.ndarray) -> np.ndarray | float:
+    """Root mean square per column."""
+    arr, squeeze = _as2d(f)
+    if arr.shape[0] == 0:
+        return _out(np.zeros(arr.shape[1]), squeeze)
+    return _out(np.sqrt((arr**2).mean(axis=0)), squeeze)
+
+
+def normalise_weights(weights: Sequence[float], n: int) -> np.ndarray:
+    """Weights as a vector that sums to 1 (equal weights when they sum to 0)."""
+    w = np.asarray(weights, dtype=np.float64)
+    if w.shape != (n,):
+        raise ValueError(f"expected {n} weights, got {w.shape[0] if w.ndim else 0}")
+    total = w.sum()
+    return np.full(n, 1.0 / n) if total <= 0 else w / total
+
+
+def combined(f: np.ndarray, weights: Sequence[float]) -> np.ndarray:
+    """Per-node combined load (N,): the weighted mean of the resource fractions."""
+    arr = np.asarray(f, dtype=np.float64)
+    return arr @ normalise_weights(weights, arr.shape[1])
+
+
+def weighted_variance(fractions: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+    """Capacity-weighted variance of the fractions per column.
+
+    ``Σ_n C_n (f_n − f̄)² / Σ_n C_n`` with ``f̄ = Σ L / Σ C``: moving load never changes f̄, and the
+    variance is 0 exactly when all fractions are equal, so minimising it balances nodes of any
+    size. Nodes without capacity are left out.
+    """
+    f, _ = _as2d(fractions)
+    c, _ = _as2d(capacity)
+    cap = np.where(np.isfinite(f) & (c > 0), c, 0.0)
+    f = np.where(cap > 0, f, 0.0)
+    total = cap.sum(axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean = np.where(total > 0, (f * cap).sum(axis=0) / np.where(total > 0, total, 1.0), 0.0)
+        var = np.where(
+            total > 0, (cap * (f - mean) ** 2).sum(axis=0) / np.where(total > 0, total, 1.0), 0.0
+        )
+    return var
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceMetrics:
+    """Imbalance figures of one resource (or of the combined load)."""
+
+    mean: float
+    min: float
+    max: float
+    spread: float
+    cv: float
+    cv_normalized: float
+    rms: float
+
+    def as_dict(self) -> dict[str, float]:
+        return {
+            "mean": self.mean,
+            "min": self.min,
+            "max": self.max,
+            "spread": self.spread,
+            "cv": self.cv,
+            "cv_normalized": self.cv_normalized,
+            "rms": self.rms,
+        }
+
+
+def _metrics(col: np.ndarray) -> ResourceMetrics:
+    finite = col[np.isfinite(col)]
+    if finite.size == 0:
+        return ResourceMetrics(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    return ResourceMetrics(
+        mean=float(finite.mean()),
+        min=float(finite.min()),
+        max=float(finite.max()),
+        spread=float(spread(finite)),
+        cv=float(cv(finite)),
+        cv_normalized=float(cv_normalized(finite)),
+        rms=float(rms(finite)),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Imbalance:
+    """Imbalance of a cluster: per resource and combined."""
+
+    resources: Mapping[str, ResourceMetrics]
+    combined: ResourceMetrics
+
+    def as_dict(self) -> dict[str, dict[str, float]]:
+        out = {name: m.as_dict() for name, m in self.resources.items()}
+        out["combined"] = self.combined.as_dict()
+        return out
+
+
+def summarise(fractions: np.ndarray, names: Sequence[str], weights: Sequence[float]) -> Imbalance:
+    """Metrics per resource column of ``fractions`` (N, R) and for the combined load."""
+    arr = np.asarray(fractions, dtype=np.float64).reshape(-1, len(names))
+    per = {name: _metrics(arr[:, i]) for i, name in enumerate(names)}
+    return Imbalance(resources=per, combined=_metrics(combined(arr, weights)))

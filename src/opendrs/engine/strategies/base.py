@@ -1,0 +1,125 @@
+"""The strategy interface: ``propose(cluster, options) -> Proposal``.
+
+A strategy decides a target placement; each move carries its reason (the metric before and after
+it, its cost). A proposal also carries the predicted cluster metrics before and after.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from opendrs.engine.imbalance import Imbalance, summarise
+from opendrs.engine.usage import RESOURCES, LoadModel
+from opendrs.model.cluster import Cluster, Guest, Move
+
+MIB = 1024**2
+
+
+def migration_cost(guest: Guest) -> int:
+    """proxlb-solver's cost: ``max(1, ⌊RAM/256 MiB⌋) + 4·⌊local disk/256 MiB⌋``."""
+    return max(1, guest.memory // (256 * MIB)) + 4 * (guest.local_disk_bytes // (256 * MIB))
+
+
+@dataclass(frozen=True, slots=True)
+class ProposedMove:
+    """One move of a proposal, with why it was chosen."""
+
+    guest: str
+    source: str
+    target: str
+    #: The strategy's metric before and after this move (in proposal order).
+    metric: str
+    before: float
+    after: float
+    cost: int
+    reason: str = ""
+
+    @property
+    def move(self) -> Move:
+        return Move(self.guest, self.source, self.target)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "guest": self.guest,
+            "source": self.source,
+            "target": self.target,
+            "metric": self.metric,
+            "before": self.before,
+            "after": self.after,
+            "cost": self.cost,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A target placement and how it was reached."""
+
+    strategy: str
+    moves: tuple[ProposedMove, ...]
+    before: Imbalance
+    after: Imbalance
+    #: Why the strategy stopped (threshold reached, no move improves enough, move limit, …).
+    stopped: str
+    notes: tuple[str, ...] = ()
+    options: Mapping[str, object] = field(default_factory=dict)
+
+    @property
+    def placement(self) -> dict[str, str]:
+        """Final node of every moved guest."""
+        out: dict[str, str] = {}
+        for m in self.moves:
+            out[m.guest] = m.target
+        return out
+
+    @property
+    def total_cost(self) -> int:
+        return sum(m.cost for m in self.moves)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "strategy": self.strategy,
+            "options": dict(self.options),
+            "moves": [m.as_dict() for m in self.moves],
+            "migrations": len(self.moves),
+            "cost": self.total_cost,
+            "stopped": self.stopped,
+            "notes": list(self.notes),
+            "metrics": {"before": self.before.as_dict(), "after": self.after.as_dict()},
+        }
+
+
+def cluster_imbalance(cluster: Cluster, assign: np.ndarray | None = None) -> Imbalance:
+    """Imbalance figures of the usable nodes, for the current placement or ``assign``."""
+    loads = LoadModel.build(cluster)
+    fractions = loads.fractions(assign)
+    usable = np.array([n.usable for n in cluster.nodes], dtype=bool)
+    settings = cluster.settings
+    return summarise(fractions[usable], RESOURCES, [settings.weight_cpu, settings.weight_memory])
+
+
+@dataclass(frozen=True)
+class StrategyInfo:
+    """A registered strategy."""
+
+    name: str
+    summary: str
+    propose: Callable[..., Proposal]
+
+
+REGISTRY: dict[str, StrategyInfo] = {}
+
+
+def register(
+    name: str, summary: str
+) -> Callable[[Callable[..., Proposal]], Callable[..., Proposal]]:
+    """Decorator: register ``propose`` under ``name``."""
+
+    def wrap(func: Callable[..., Proposal]) -> Callable[..., Proposal]:
+        REGISTRY[name] = StrategyInfo(name, summary, func)
+        return func
+
+    return wrap

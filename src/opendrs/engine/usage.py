@@ -1,0 +1,327 @@
+"""Usage accounting: what load each guest puts on which node.
+
+Two views, both as numpy arrays over (guest, resource) and (node, resource):
+
+* **Balance load** (:class:`LoadModel`) — what the imbalance metrics see, in the three modes of
+  Proxmox CRS: ``basic`` (each guest counts 1), ``static`` (configured vCPUs and memory) and
+  ``dynamic`` (measured cores and bytes, plus the host's own load). Fractions are taken against
+  the node's capacity less its reserves.
+* **Capacity** (:class:`CapacityModel`) — what the hard capacity checks see: configured vCPUs
+  against cores × overcommit, configured memory against memory × overcommit, measured use (in
+  dynamic mode) against the physical capacity, and local disks against each node's storage pools,
+  all net of reserves.
+
+Which nodes a guest loads follows Proxmox (``PVE::HA::Usage::get_used_service_nodes``) for
+HA-managed guests with a known HA state, and the guest state otherwise: a running or paused guest
+loads its node, and a guest being migrated loads both its source and its target.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from opendrs.model.cluster import Cluster, Guest, UsageMode
+
+#: Resources that the balance metrics consider, in column order.
+RESOURCES: tuple[str, ...] = ("cpu", "memory")
+
+# Proxmox HA state -> which nodes it loads ("current", "target").
+_HA_LOADS: dict[str, tuple[str, ...]] = {
+    "stopped": (),
+    "request_start": (),
+    "started": ("current",),
+    "request_stop": ("current",),
+    "fence": ("current",),
+    "freeze": ("current",),
+    "error": ("current",),
+    "recovery": ("current",),
+    "migrate": ("current", "target"),
+    "relocate": ("current", "target"),
+    "request_start_balance": ("target",),
+}
+
+
+def loaded_nodes(guest: Guest) -> tuple[str, ...]:
+    """The nodes a guest puts load on, source first.
+
+    HA-managed guests with a known HA state follow Proxmox's rules: ``stopped`` and
+    ``request_start`` load nothing; ``started``, ``request_stop``, ``fence``, ``freeze``, ``error``
+    and ``recovery`` load the current node; ``migrate`` and ``relocate`` load the current node and
+    the target; ``request_start_balance`` loads only the target. Other guests load their node when
+    running or paused, and the migration target too while a migration is in progress.
+    """
+    if guest.ha and guest.ha_state is not None:
+        which = _HA_LOADS.get(guest.ha_state, ("current",))
+        nodes = []
+        for part in which:
+            if part == "current":
+                nodes.append(guest.node)
+            elif guest.migrating_to is not None:
+                nodes.append(guest.migrating_to)
+        return tuple(dict.fromkeys(nodes))
+    if guest.state == "stopped":
+        return ()
+    if guest.migrating_to is not None and guest.migrating_to != guest.node:
+        return (guest.node, guest.migrating_to)
+    return (guest.node,)
+
+
+def guest_demand(cluster: Cluster, mode: UsageMode | None = None) -> np.ndarray:
+    """Balance load of each guest, shape (guests, len(RESOURCES)), as float64."""
+    mode = mode or cluster.settings.mode
+    guests = cluster.guests
+    if mode == "basic":
+        return np.ones((len(guests), len(RESOURCES)))
+    if mode == "static":
+        return np.array([[g.cpu, float(g.memory)] for g in guests], dtype=np.float64).reshape(
+            len(guests), len(RESOURCES)
+        )
+    return np.array([[g.cpu_load, float(g.memory_load)] for g in guests], dtype=np.float64).reshape(
+        len(guests), len(RESOURCES)
+    )
+
+
+def node_capacity(cluster: Cluster, mode: UsageMode | None = None) -> np.ndarray:
+    """Balance capacity of each node net of reserves, shape (nodes, len(RESOURCES)).
+
+    In basic mode every node has capacity 1, so a node's load is its guest count.
+    """
+    mode = mode or cluster.settings.mode
+    nodes = cluster.nodes
+    if mode == "basic":
+        return np.ones((len(nodes), len(RESOURCES)))
+    cap = np.array(
+        [
+            [
+                max(n.cpu - cluster.reserve_cpu(n), 0.0),
+                float(max(n.memory - cluster.reserve_memory(n), 0)),
+            ]
+            for n in nodes
+        ],
+        dtype=np.float64,
+    ).reshape(len(nodes), len(RESOURCES))
+    return cap
+
+
+def node_base(cluster: Cluster, mode: UsageMode | None = None) -> np.ndarray:
+    """The host's own load (dynamic mode only), shape (nodes, len(RESOURCES))."""
+    mode = mode or cluster.settings.mode
+    if mode != "dynamic":
+        return np.zeros((len(cluster.nodes), len(RESOURCES)))
+    return np.array(
+        [[n.base_cpu, float(n.base_memory)] for n in cluster.nodes], dtype=np.float64
+    ).reshape(len(cluster.nodes), len(RESOURCES))
+
+
+def _load_pairs(cluster: Cluster) -> tuple[np.ndarray, np.ndarray]:
+    """(guest index, node index) for every (guest, node) the guest loads."""
+    gi: list[int] = []
+    ni: list[int] = []
+    index = cluster.node_index
+    for g_idx, guest in enumerate(cluster.guests):
+        for node in loaded_nodes(guest):
+            n_idx = index.get(node)
+            if n_idx is not None:
+                gi.append(g_idx)
+                ni.append(n_idx)
+    return np.array(gi, dtype=np.intp), np.array(ni, dtype=np.intp)
+
+
+def accumulate(
+    demand: np.ndarray, guest_idx: np.ndarray, node_idx: np.ndarray, n_nodes: int
+) -> np.ndarray:
+    """Sum ``demand[guest_idx]`` into rows ``node_idx``: shape (n_nodes, demand.shape[1])."""
+    out = np.zeros((n_nodes, demand.shape[1]), dtype=np.float64)
+    if guest_idx.size:
+        for col in range(demand.shape[1]):
+            out[:, col] = np.bincount(node_idx, weights=demand[guest_idx, col], minlength=n_nodes)
+    return out
+
+
+@dataclass(frozen=True)
+class LoadModel:
+    """Balance load of a cluster as arrays; cheap to re-evaluate for another placement."""
+
+    mode: UsageMode
+    demand: np.ndarray  # (G, R)
+    capacity: np.ndarray  # (N, R), net of reserves
+    base: np.ndarray  # (N, R)
+    #: Node index of each guest (``-1``: its node is unknown).
+    assign: np.ndarray  # (G,)
+    #: Whether each guest puts load on its node (running, paused, or HA state that loads).
+    active: np.ndarray  # (G,) bool
+    #: Extra loads of migrations in progress: (guest index, node index) pairs beyond ``assign``.
+    extra_guest: np.ndarray
+    extra_node: np.ndarray
+
+    @classmethod
+    def build(cls, cluster: Cluster, mode: UsageMode | None = None) -> LoadModel:
+        mode = mode or cluster.settings.mode
+        gi, ni = _load_pairs(cluster)
+        assign = np.array(
+            [cluster.node_index.get(g.node, -1) for g in cluster.guests], dtype=np.intp
+        )
+        active = np.zeros(len(cluster.guests), dtype=bool)
+        on_own = ni == assign[gi] if gi.size else np.zeros(0, dtype=bool)
+        active[gi[on_own]] = True
+        return cls(
+            mode=mode,
+            demand=guest_demand(cluster, mode),
+            capacity=node_capacity(cluster, mode),
+            base=node_base(cluster, mode),
+            assign=assign,
+            active=active,
+            extra_guest=gi[~on_own],
+            extra_node=ni[~on_own],
+        )
+
+    @property
+    def n_nodes(self) -> int:
+        return int(self.capacity.shape[0])
+
+    def loads(self, assign: np.ndarray | None = None) -> np.ndarray:
+        """Node loads (N, R) for ``assign`` (default: the current placement)."""
+        assign = self.assign if assign is None else assign
+        mask = self.active & (assign >= 0)
+        idx = np.nonzero(mask)[0]
+        out = self.base + accumulate(self.demand, idx, assign[idx], self.n_nodes)
+        if self.extra_guest.size:
+            out += accumulate(self.demand, self.extra_guest, self.extra_node, self.n_nodes)
+        return out
+
+    def fractions(self, assign: np.ndarray | None = None) -> np.ndarray:
+        """Node loads as fractions of capacity (N, R); a node without capacity reads 0 or inf."""
+        return safe_divide(self.loads(assign), self.capacity)
+
+
+def safe_divide(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """``num / den`` where a zero denominator gives 0 for a zero numerator and +inf otherwise."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.where(num > 0, np.inf, 0.0))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Capacity
+
+
+@dataclass(frozen=True)
+class CapacityModel:
+    """Hard capacity dimensions: committed amounts vs limits, as (N, D) and (G, D) arrays."""
+
+    dims: tuple[str, ...]
+    limit: np.ndarray  # (N, D)
+    demand: np.ndarray  # (G, D)
+    base: np.ndarray  # (N, D) committed by the host itself
+    #: Which dimensions are storage pools.
+    storage_cols: np.ndarray  # (D,) bool
+    #: (guest, node) pairs that commit cpu and memory in the current state.
+    compute_guest: np.ndarray
+    compute_node: np.ndarray
+    #: (guest, node) pairs that commit local storage in the current state.
+    storage_guest: np.ndarray
+    storage_node: np.ndarray
+
+    @classmethod
+    def build(cls, cluster: Cluster) -> CapacityModel:
+        settings = cluster.settings
+        pools = sorted(
+            {p for n in cluster.nodes for p in n.storage}
+            | {d.pool for g in cluster.guests for d in g.disks if d.local}
+        )
+        dims: list[str] = ["vcpus", "memory"]
+        dynamic = settings.mode == "dynamic"
+        if dynamic:
+            dims += ["cpu_used", "memory_used"]
+        dims += [f"storage:{p}" for p in pools]
+        n_nodes, n_guests, n_dims = len(cluster.nodes), len(cluster.guests), len(dims)
+        limit = np.zeros((n_nodes, n_dims))
+        base = np.zeros((n_nodes, n_dims))
+        for i, node in enumerate(cluster.nodes):
+            cores = max(node.cpu - cluster.reserve_cpu(node), 0.0)
+            mem = float(max(node.memory - cluster.reserve_memory(node), 0))
+            row = [cores * settings.cpu_overcommit, mem * settings.memory_overcommit]
+            if dynamic:
+                row += [cores, mem]
+                base[i, 2:4] = (node.base_cpu, float(node.base_memory))
+            row += [float(node.storage.get(p, 0)) for p in pools]
+            limit[i] = row
+        demand = np.zeros((n_guests, n_dims))
+        pool_col = {p: dims.index(f"storage:{p}") for p in pools}
+        for j, guest in enumerate(cluster.guests):
+            demand[j, 0] = guest.cpu
+            demand[j, 1] = float(guest.memory)
+            if dynamic:
+                demand[j, 2] = guest.cpu_load
+                demand[j, 3] = float(guest.memory_load)
+            for disk in guest.disks:
+                if disk.local:
+                    demand[j, pool_col[disk.pool]] += float(disk.size)
+        compute_g: list[int] = []
+        compute_n: list[int] = []
+        storage_g: list[int] = []
+        storage_n: list[int] = []
+        for j, guest in enumerate(cluster.guests):
+            loaded = loaded_nodes(guest)
+            for node in loaded:
+                idx = cluster.node_index.get(node)
+                if idx is not None:
+                    compute_g.append(j)
+                    compute_n.append(idx)
+            # Local disks occupy their node's pools whatever the guest's state, and the target's
+            # too while a migration copies them.
+            for node in dict.fromkeys((guest.node, *loaded)):
+                idx = cluster.node_index.get(node)
+                if idx is not None:
+                    storage_g.append(j)
+                    storage_n.append(idx)
+        storage_cols = np.array([d.startswith("storage:") for d in dims], dtype=bool)
+        return cls(
+            dims=tuple(dims),
+            limit=limit,
+            demand=demand,
+            base=base,
+            storage_cols=storage_cols,
+            compute_guest=np.array(compute_g, dtype=np.intp),
+            compute_node=np.array(compute_n, dtype=np.intp),
+            storage_guest=np.array(storage_g, dtype=np.intp),
+            storage_node=np.array(storage_n, dtype=np.intp),
+        )
+
+    def committed(self) -> np.ndarray:
+        """Committed amounts (N, D) in the current state."""
+        n_nodes = len(self.limit)
+        compute = np.where(self.storage_cols[None, :], 0.0, self.demand)
+        storage = np.where(self.storage_cols[None, :], self.demand, 0.0)
+        return (
+            self.base
+            + accumulate(compute, self.compute_guest, self.compute_node, n_nodes)
+            + accumulate(storage, self.storage_guest, self.storage_node, n_nodes)
+        )
+
+    def headroom(self) -> np.ndarray:
+        """Limit minus committed, (N, D); negative where a node is already over a limit."""
+        return self.limit - self.committed()
+
+    def fits(self, guest_demand: np.ndarray, headroom: np.ndarray) -> np.ndarray:
+        """For one guest's demand (D,), which nodes (N,) have room for it."""
+        return np.all(guest_demand[None, :] <= headroom + tolerance(self.limit), axis=1)
+
+    def over(self, committed: np.ndarray) -> np.ndarray:
+        """(N, D) boolean: where committed exceeds the limit (beyond rounding)."""
+        return committed > self.limit + tolerance(self.limit)
+
+
+def tolerance(limit: np.ndarray) -> np.ndarray:
+    """Rounding slack for capacity comparisons."""
+    return 1e-9 * np.maximum(np.abs(limit), 1.0)
+
+
+def demand_rows(model: CapacityModel, guest_indices: Sequence[int]) -> np.ndarray:
+    """The capacity demand of some guests, summed (D,)."""
+    if not guest_indices:
+        return np.zeros(len(model.dims))
+    return model.demand[list(guest_indices)].sum(axis=0)

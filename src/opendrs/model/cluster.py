@@ -1,0 +1,234 @@
+"""The cluster model: nodes, guests, rules and settings — immutable values.
+
+Units: CPU in cores (configured vCPUs for guests; measured use in cores, so a guest that keeps two
+vCPUs busy uses 2.0), memory and disks in bytes, durations in seconds, pressure (PSI) in percent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from types import MappingProxyType
+from typing import Literal
+
+from opendrs.model.rules import Rules
+
+GuestKind = Literal["vm", "ct"]
+GuestState = Literal["running", "stopped", "paused"]
+UsageMode = Literal["basic", "static", "dynamic"]
+
+GUEST_KINDS: tuple[str, ...] = ("vm", "ct")
+GUEST_STATES: tuple[str, ...] = ("running", "stopped", "paused")
+USAGE_MODES: tuple[str, ...] = ("basic", "static", "dynamic")
+
+#: Proxmox HA service states (``PVE::HA::Manager``); see :mod:`opendrs.engine.usage`.
+HA_STATES: tuple[str, ...] = (
+    "started",
+    "stopped",
+    "request_start",
+    "request_stop",
+    "migrate",
+    "relocate",
+    "fence",
+    "recovery",
+    "freeze",
+    "error",
+    "request_start_balance",
+)
+
+
+def _frozen(value: Mapping[str, int] | None) -> Mapping[str, int]:
+    return MappingProxyType(dict(value or {}))
+
+
+@dataclass(frozen=True, slots=True)
+class Pressure:
+    """Pressure stall information, ``some`` averages in percent (0–100); ``full`` where known."""
+
+    cpu: float = 0.0
+    memory: float = 0.0
+    io: float = 0.0
+    memory_full: float = 0.0
+    io_full: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Disk:
+    """A guest disk on a storage pool. A disk on a pool that is not shared is local to its node."""
+
+    pool: str
+    size: int
+    shared: bool = False
+
+    @property
+    def local(self) -> bool:
+        return not self.shared
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A hypervisor node."""
+
+    name: str
+    cpu: float
+    memory: int
+    storage: Mapping[str, int] = field(default_factory=dict)
+    arch: str = "x86_64"
+    online: bool = True
+    maintenance: bool = False
+    tags: tuple[str, ...] = ()
+    #: Per-node reserves; ``None`` takes the cluster default from :class:`Settings`.
+    reserve_cpu: float | None = None
+    reserve_memory: int | None = None
+    #: Measured load of the host itself (not of its guests), added in dynamic mode.
+    base_cpu: float = 0.0
+    base_memory: int = 0
+    pressure: Pressure = field(default_factory=Pressure)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "storage", _frozen(self.storage))
+
+    @property
+    def usable(self) -> bool:
+        """Online and not in maintenance: may receive guests."""
+        return self.online and not self.maintenance
+
+
+@dataclass(frozen=True, slots=True)
+class Guest:
+    """A VM or container."""
+
+    id: str
+    node: str
+    kind: GuestKind = "vm"
+    name: str = ""
+    state: GuestState = "running"
+    #: Configured size.
+    cpu: float = 1.0
+    memory: int = 0
+    disks: tuple[Disk, ...] = ()
+    #: Measured use (``None`` when not measured: the configured size stands in).
+    cpu_used: float | None = None
+    memory_used: int | None = None
+    pressure: Pressure = field(default_factory=Pressure)
+    #: Passed-through local devices (``hostpci0``, ``usb1``, …): they pin the guest to its node.
+    devices: tuple[str, ...] = ()
+    uptime: int = 0
+    lock: str | None = None
+    ha: bool = False
+    #: Proxmox HA state when the guest is HA-managed and the state is known.
+    ha_state: str | None = None
+    tags: tuple[str, ...] = ()
+    #: 1 (low) … 3 (high), as in ProxLB: weighs the guest's footprint.
+    priority: int = 2
+    #: Target node of a migration in progress (the guest loads both nodes meanwhile).
+    migrating_to: str | None = None
+    #: CPU architecture the guest needs; ``None``: the architecture of its current node.
+    arch: str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.id} ({self.name})" if self.name and self.name != self.id else self.id
+
+    @property
+    def local_disk_bytes(self) -> int:
+        return sum(d.size for d in self.disks if d.local)
+
+    @property
+    def cpu_load(self) -> float:
+        """Measured CPU use in cores, or the configured vCPUs when not measured."""
+        return self.cpu if self.cpu_used is None else self.cpu_used
+
+    @property
+    def memory_load(self) -> int:
+        """Measured memory in bytes, or the configured memory when not measured."""
+        return self.memory if self.memory_used is None else self.memory_used
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Cluster-wide settings that shape accounting and constraints."""
+
+    #: What load a guest puts on a node: ``basic`` counts guests, ``static`` uses configured
+    #: sizes, ``dynamic`` measured use (the three modes of Proxmox CRS).
+    mode: UsageMode = "dynamic"
+    #: vCPUs a node may carry per core (capacity check on configured vCPUs).
+    cpu_overcommit: float = 4.0
+    #: Configured memory a node may carry per byte of RAM (1.0: no overcommit).
+    memory_overcommit: float = 1.0
+    #: Default per-node reserves (cores, bytes) kept free for the host itself.
+    reserve_cpu: float = 0.0
+    reserve_memory: int = 0
+    #: Containers can only move by stop-and-start; allowed only when this is true.
+    allow_restart_migration: bool = False
+    #: Guests with disks on local storage move only when this is true (the disks are copied).
+    allow_local_disks: bool = False
+    #: Guests up for less than this many seconds are not moved.
+    min_uptime: int = 0
+    #: Weights of the resources in the combined balance objective.
+    weight_cpu: float = 1.0
+    weight_memory: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """One migration of ``guest`` from ``source`` to ``target``."""
+
+    guest: str
+    source: str
+    target: str
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """An immutable snapshot of a cluster."""
+
+    nodes: tuple[Node, ...]
+    guests: tuple[Guest, ...]
+    rules: Rules = field(default_factory=Rules)
+    settings: Settings = field(default_factory=Settings)
+    name: str = "cluster"
+
+    @cached_property
+    def node_index(self) -> Mapping[str, int]:
+        return MappingProxyType({n.name: i for i, n in enumerate(self.nodes)})
+
+    @cached_property
+    def guest_index(self) -> Mapping[str, int]:
+        return MappingProxyType({g.id: i for i, g in enumerate(self.guests)})
+
+    def node(self, name: str) -> Node:
+        return self.nodes[self.node_index[name]]
+
+    def guest(self, guest_id: str) -> Guest:
+        return self.guests[self.guest_index[guest_id]]
+
+    def guests_on(self, node: str) -> tuple[Guest, ...]:
+        return tuple(g for g in self.guests if g.node == node)
+
+    def reserve_cpu(self, node: Node) -> float:
+        return self.settings.reserve_cpu if node.reserve_cpu is None else node.reserve_cpu
+
+    def reserve_memory(self, node: Node) -> int:
+        return self.settings.reserve_memory if node.reserve_memory is None else node.reserve_memory
+
+    def guest_arch(self, guest: Guest) -> str:
+        """The CPU architecture a guest needs: its own, or its current node's."""
+        if guest.arch is not None:
+            return guest.arch
+        index = self.node_index.get(guest.node)
+        return self.nodes[index].arch if index is not None else "x86_64"
+
+    def with_placement(self, placement: Mapping[str, str]) -> Cluster:
+        """A copy with some guests on other nodes (``guest id → node``), migrations finished."""
+        guests = tuple(
+            g
+            if g.id not in placement
+            else replace(g, node=placement[g.id], migrating_to=None, arch=self.guest_arch(g))
+            for g in self.guests
+        )
+        return Cluster(self.nodes, guests, self.rules, self.settings, self.name)
+
+    def apply(self, moves: tuple[Move, ...] | list[Move]) -> Cluster:
+        return self.with_placement({m.guest: m.target for m in moves})

@@ -1,0 +1,71 @@
+"""Placement rules: node affinity (and pins), guest affinity, ignored guests.
+
+The rules follow Proxmox VE 9's HA rules and ProxLB's tags, in one vocabulary:
+
+* :class:`NodeAffinity` — a set of guests prefers (``strict=False``) or must use (``strict=True``)
+  a set of nodes, each with a priority; only the highest-priority nodes that can take the guest are
+  used (Proxmox semantics). A *pin* is a strict node affinity with equal priorities.
+* :class:`GuestAffinity` — guests kept together (``positive``) or apart (``negative``); ``hard``
+  rules are constraints, soft rules are penalties.
+* ``ignored`` — guests that are never moved (they still load their node).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+
+def _frozen_map(value: Mapping[str, int] | None) -> Mapping[str, int]:
+    return MappingProxyType(dict(value or {}))
+
+
+@dataclass(frozen=True, slots=True)
+class NodeAffinity:
+    """Guests ``guests`` should (or, if ``strict``, must) run on ``nodes`` (node → priority)."""
+
+    name: str
+    guests: tuple[str, ...]
+    nodes: Mapping[str, int]
+    strict: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "nodes", _frozen_map(self.nodes))
+
+    def top_nodes(self, usable: set[str] | frozenset[str]) -> frozenset[str]:
+        """The usable nodes of the highest priority present among the usable ones (Proxmox)."""
+        present = {n: p for n, p in self.nodes.items() if n in usable}
+        if not present:
+            return frozenset()
+        best = max(present.values())
+        return frozenset(n for n, p in present.items() if p == best)
+
+
+@dataclass(frozen=True, slots=True)
+class GuestAffinity:
+    """Guests kept together (``positive``) or apart (negative); hard or soft."""
+
+    name: str
+    guests: tuple[str, ...]
+    positive: bool
+    hard: bool = True
+
+    @property
+    def kind(self) -> str:
+        return "positive" if self.positive else "negative"
+
+
+@dataclass(frozen=True, slots=True)
+class Rules:
+    """All placement rules of a cluster."""
+
+    node_affinity: tuple[NodeAffinity, ...] = ()
+    guest_affinity: tuple[GuestAffinity, ...] = ()
+    ignored: frozenset[str] = field(default_factory=frozenset)
+
+    def node_rules_for(self, guest_id: str) -> tuple[NodeAffinity, ...]:
+        return tuple(r for r in self.node_affinity if guest_id in r.guests)
+
+    def guest_rules_for(self, guest_id: str) -> tuple[GuestAffinity, ...]:
+        return tuple(r for r in self.guest_affinity if guest_id in r.guests)

@@ -1,0 +1,127 @@
+"""Parsing and formatting of sizes and durations, as people write them in snapshot files."""
+
+from __future__ import annotations
+
+import math
+import re
+
+_BYTE_UNITS: dict[str, int] = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "t": 1000**4,
+    "tb": 1000**4,
+    "p": 1000**5,
+    "pb": 1000**5,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+    "tib": 1024**4,
+    "pib": 1024**5,
+}
+_SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-zA-Z]*)\s*$")
+
+_DURATION_UNITS: dict[str, int] = {
+    "s": 1,
+    "m": 60,
+    "min": 60,
+    "h": 3600,
+    "d": 86400,
+    "w": 7 * 86400,
+}
+_DURATION_TERM = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*(s|min|m|h|d|w)", re.IGNORECASE)
+
+
+class UnitError(ValueError):
+    """A size or duration that cannot be understood."""
+
+
+def parse_bytes(value: object) -> int:
+    """Return a byte count from an int/float (bytes) or a string such as ``8GiB`` or ``1.5 TB``.
+
+    Binary units (KiB, MiB, GiB, TiB, PiB) are powers of 1024; SI units (kB, MB, GB, TB) powers
+    of 1000. A bare number is bytes. The result is rounded down to a whole byte.
+    """
+    if isinstance(value, bool):
+        raise UnitError("expected a size such as 8GiB or a number of bytes, got a boolean")
+    if isinstance(value, int):
+        if value < 0:
+            raise UnitError(f"size must not be negative, got {value}")
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value) or value < 0:
+            raise UnitError(f"size must be a finite non-negative number, got {value}")
+        return int(value)
+    if isinstance(value, str):
+        match = _SIZE_RE.match(value)
+        if not match:
+            raise UnitError(f"cannot read {value!r} as a size (examples: 512MiB, 8GiB, 2TB)")
+        number, unit = match.groups()
+        factor = _BYTE_UNITS.get(unit.lower())
+        if factor is None:
+            raise UnitError(
+                f"unknown size unit {unit!r} in {value!r} "
+                "(use B, KiB, MiB, GiB, TiB, kB, MB, GB, TB)"
+            )
+        return int(float(number) * factor)
+    raise UnitError(
+        f"expected a size such as 8GiB or a number of bytes, got {type(value).__name__}"
+    )
+
+
+def parse_duration(value: object) -> int:
+    """Return seconds from a number (seconds) or a string: ``300s``, ``5m``, ``6h``, ``1d 6h``."""
+    if isinstance(value, bool):
+        raise UnitError("expected a duration such as 5m or a number of seconds, got a boolean")
+    if isinstance(value, int | float):
+        if not math.isfinite(value) or value < 0:
+            raise UnitError(f"duration must be a finite non-negative number, got {value}")
+        return int(value)
+    if isinstance(value, str):
+        text = value.strip()
+        if re.fullmatch(r"[0-9]+", text):
+            return int(text)
+        pos = 0
+        total = 0.0
+        seen = False
+        for match in _DURATION_TERM.finditer(text):
+            if text[pos : match.start()].strip():
+                break
+            total += float(match.group(1)) * _DURATION_UNITS[match.group(2).lower()]
+            pos = match.end()
+            seen = True
+        if not seen or text[pos:].strip():
+            raise UnitError(f"cannot read {value!r} as a duration (examples: 300s, 5m, 6h, 1d 6h)")
+        return int(total)
+    raise UnitError(
+        f"expected a duration such as 5m or a number of seconds, got {type(value).__name__}"
+    )
+
+
+def format_bytes(value: float) -> str:
+    """Human-readable binary size: ``8.0 GiB``."""
+    size = float(value)
+    units = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+    index = 0
+    while abs(size) >= 1024 and index < len(units) - 1:
+        size /= 1024
+        index += 1
+    return f"{size:.0f} B" if index == 0 else f"{size:.1f} {units[index]}"
+
+
+def format_duration(seconds: float) -> str:
+    """Compact duration: ``1d 6h``, ``5m``, ``42s``."""
+    secs = int(seconds)
+    if secs == 0:
+        return "0s"
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if secs >= size:
+            parts.append(f"{secs // size}{unit}")
+            secs %= size
+    return " ".join(parts)

@@ -1,0 +1,293 @@
+"""Human-readable reports: rich tables and colours on a terminal, plain aligned text otherwise."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from opendrs.engine.constraints import Constraints
+from opendrs.engine.imbalance import Imbalance
+from opendrs.engine.placement import Evacuation, Placement
+from opendrs.engine.strategies.base import Proposal, cluster_imbalance
+from opendrs.engine.usage import RESOURCES, LoadModel
+from opendrs.model.cluster import Cluster
+from opendrs.model.units import format_bytes
+
+BAR_WIDTH = 20
+
+
+class Report:
+    """Writes titled tables and lines to a console, rich or plain."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.rich = console.is_terminal
+
+    def line(self, text: str = "", style: str | None = None) -> None:
+        if self.rich and style:
+            self.console.print(Text(text, style=style))
+        else:
+            self.console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+    def heading(self, text: str) -> None:
+        self.line()
+        self.line(text, "bold")
+
+    def table(
+        self,
+        headers: Sequence[str],
+        rows: Sequence[Sequence[str | Text]],
+        *,
+        right: Sequence[int] = (),
+    ) -> None:
+        if self.rich:
+            table = Table(show_edge=False, header_style="bold", pad_edge=False)
+            for i, head in enumerate(headers):
+                table.add_column(head, justify="right" if i in right else "left")
+            for row in rows:
+                table.add_row(*row)
+            self.console.print(table)
+            return
+        plain = [[c.plain if isinstance(c, Text) else c for c in row] for row in rows]
+        widths = [len(h) for h in headers]
+        for row in plain:
+            for i, cell in enumerate(row):
+                widths[i] = max(widths[i], len(cell))
+
+        def fmt(cells: Sequence[str]) -> str:
+            out = []
+            for i, cell in enumerate(cells):
+                out.append(cell.rjust(widths[i]) if i in right else cell.ljust(widths[i]))
+            return "  ".join(out).rstrip()
+
+        self.console.print(fmt(headers), markup=False, highlight=False, soft_wrap=True)
+        for row in plain:
+            self.console.print(fmt(row), markup=False, highlight=False, soft_wrap=True)
+
+
+def bar(fraction: float, width: int = BAR_WIDTH) -> Text:
+    """A load bar: green below 70 %, yellow below 90 %, red above (plain: ``#`` and ``.``)."""
+    frac = 0.0 if not np.isfinite(fraction) else max(fraction, 0.0)
+    filled = min(round(frac * width), width)
+    style = "green" if frac < 0.7 else "yellow" if frac < 0.9 else "red"
+    text = Text("#" * filled, style=style)
+    text.append("." * (width - filled), style="dim")
+    text.append(f" {frac * 100:5.1f}%")
+    return text
+
+
+def _pct(value: float) -> str:
+    return f"{value * 100:.1f}%"
+
+
+def imbalance_rows(imb: Imbalance) -> list[list[str]]:
+    rows = []
+    for name, m in [*imb.resources.items(), ("combined", imb.combined)]:
+        rows.append(
+            [
+                name,
+                _pct(m.mean),
+                _pct(m.min),
+                _pct(m.max),
+                f"{m.spread * 100:.1f} pp",
+                f"{m.cv:.3f}",
+                f"{m.cv_normalized:.3f}",
+                _pct(m.rms),
+            ]
+        )
+    return rows
+
+
+IMBALANCE_HEADERS = ("resource", "mean", "min", "max", "spread", "CV", "CV/√(N−1)", "RMS")
+
+
+def show_cluster(report: Report, cluster: Cluster, *, guests: bool = True) -> None:
+    """Nodes with load bars per resource, guests per node, and the imbalance figures."""
+    settings = cluster.settings
+    loads = LoadModel.build(cluster)
+    fractions = loads.fractions()
+    cons = Constraints.build(cluster)
+    committed = cons.capacity.committed()
+    limit = cons.capacity.limit
+    report.line(
+        f"Cluster {cluster.name}: {len(cluster.nodes)} nodes, {len(cluster.guests)} guests, "
+        f"{settings.mode} mode",
+        "bold",
+    )
+    rows = []
+    for i, node in enumerate(cluster.nodes):
+        state = "offline" if not node.online else "maintenance" if node.maintenance else "online"
+        on_node = cluster.guests_on(node.name)
+        running = sum(1 for g in on_node if g.state != "stopped")
+        rows.append(
+            [
+                node.name,
+                state,
+                node.arch,
+                f"{node.cpu:g}",
+                format_bytes(node.memory),
+                f"{running}/{len(on_node)}",
+                bar(fractions[i, 0]),
+                bar(fractions[i, 1]),
+                f"{committed[i, 0]:g}/{limit[i, 0]:g}",
+                f"{format_bytes(committed[i, 1])}/{format_bytes(limit[i, 1])}",
+            ]
+        )
+    report.heading(f"Nodes ({settings.mode} load as a share of capacity less reserves)")
+    report.table(
+        (
+            "node",
+            "state",
+            "arch",
+            "cores",
+            "memory",
+            "guests",
+            "cpu",
+            "memory",
+            "vCPUs",
+            "mem committed",
+        ),
+        rows,
+        right=(3, 4, 5, 8, 9),
+    )
+    report.heading("Imbalance (usable nodes)")
+    report.table(IMBALANCE_HEADERS, imbalance_rows(cluster_imbalance(cluster)), right=range(1, 8))
+    if guests:
+        report.heading("Guests")
+        grows = []
+        for node in cluster.nodes:
+            for g in cluster.guests_on(node.name):
+                flags = []
+                if g.ha:
+                    flags.append("ha")
+                if g.id in cluster.rules.ignored:
+                    flags.append("ignored")
+                if g.lock:
+                    flags.append(f"lock:{g.lock}")
+                if g.devices:
+                    flags.append("devices")
+                if g.local_disk_bytes:
+                    flags.append("local-disk")
+                if g.migrating_to:
+                    flags.append(f"->{g.migrating_to}")
+                grows.append(
+                    [
+                        node.name,
+                        g.id,
+                        g.name,
+                        g.kind,
+                        g.state,
+                        f"{g.cpu:g}",
+                        format_bytes(g.memory),
+                        f"{g.cpu_load:.2f}",
+                        format_bytes(g.memory_load),
+                        " ".join(flags),
+                    ]
+                )
+        report.table(
+            (
+                "node",
+                "id",
+                "name",
+                "kind",
+                "state",
+                "vCPUs",
+                "memory",
+                "cpu used",
+                "mem used",
+                "flags",
+            ),
+            grows,
+            right=(5, 6, 7, 8),
+        )
+    if cons.problems:
+        report.heading("Rule problems")
+        for problem in cons.problems:
+            report.line(f"  {problem}", "yellow")
+    over = cons.capacity.over(committed)
+    if over.any():
+        report.heading("Over capacity now")
+        for n, d in zip(*np.nonzero(over), strict=True):
+            report.line(
+                f"  {cluster.nodes[n].name}: {cons.capacity.dims[d]} "
+                f"{committed[n, d]:.4g} > {limit[n, d]:.4g}",
+                "red",
+            )
+
+
+def show_placement(report: Report, result: Placement) -> None:
+    who = (
+        result.guest
+        if len(result.members) == 1
+        else f"{result.guest} (with {', '.join(m for m in result.members if m != result.guest)})"
+    )
+    report.line(f"Placement of {who} ({result.purpose})", "bold")
+    if result.blocked:
+        report.line(f"  cannot move: {result.blocked}", "red")
+        return
+    if not result.ranking:
+        report.line("  no node can take it", "red")
+    else:
+        rows = []
+        for rank, s in enumerate(result.ranking, 1):
+            rows.append(
+                [
+                    str(rank),
+                    s.node + (" (current)" if s.current else ""),
+                    f"{s.score:.4f}",
+                    f"{s.balance * 100:.2f} pp",
+                    f"{s.penalty:g}",
+                    *(_pct(s.fractions[r]) for r in RESOURCES),
+                ]
+            )
+        report.table(
+            (
+                "rank",
+                "node",
+                "score",
+                "balance σ",
+                "soft penalty",
+                *(f"{r} after" for r in RESOURCES),
+            ),
+            rows,
+            right=(0, 2, 3, 4, 5, 6),
+        )
+    if result.rejected:
+        report.heading("Rejected")
+        report.table(("node", "reason"), [[r.node, r.reason] for r in result.rejected])
+
+
+def show_evacuation(report: Report, result: Evacuation) -> None:
+    report.line(f"Evacuation of {result.node}: {len(result.moves)} moves", "bold")
+    if result.moves:
+        report.table(
+            ("guest", "source", "target"),
+            [[m.guest, m.source, m.target] for m in result.moves],
+        )
+    for guest, reason in result.stuck:
+        report.line(f"  {guest} stays: {reason}", "red")
+
+
+def show_proposal(report: Report, proposal: Proposal) -> None:
+    report.line(
+        f"Proposal by {proposal.strategy}: {len(proposal.moves)} migrations, "
+        f"cost {proposal.total_cost}",
+        "bold",
+    )
+    if proposal.moves:
+        rows = [
+            [str(i), m.guest, m.source, m.target, f"{m.cost}", m.reason]
+            for i, m in enumerate(proposal.moves, 1)
+        ]
+        report.table(("#", "guest", "from", "to", "cost", "why"), rows, right=(0, 4))
+    report.line(f"Stopped: {proposal.stopped}")
+    report.heading("Imbalance before")
+    report.table(IMBALANCE_HEADERS, imbalance_rows(proposal.before), right=range(1, 8))
+    report.heading("Imbalance after")
+    report.table(IMBALANCE_HEADERS, imbalance_rows(proposal.after), right=range(1, 8))
+    for note in proposal.notes:
+        report.line(f"note: {note}", "yellow")

@@ -1,0 +1,103 @@
+"""pve-bruteforce on opendrs's model: Proxmox's auto-rebalance choice, applied repeatedly."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from clusters import clusters
+from opendrs.engine.constraints import Constraints, committed_for, current_assign
+from opendrs.engine.strategies import get_strategy
+from opendrs.engine.strategies.pve import propose_bruteforce
+from opendrs.model.cluster import Cluster, Guest, Node, Settings
+from opendrs.model.rules import GuestAffinity, Rules
+
+GiB = 1024**3
+
+
+def _nodes() -> tuple[Node, ...]:
+    return tuple(Node(f"node{i}", 24, 32 * GiB) for i in (1, 2, 3))
+
+
+def _four_on_node1(**kw: object) -> Cluster:
+    guests = tuple(
+        Guest(f"vm:{100 + i}", "node1", cpu=2, memory=4 * GiB, cpu_used=1.0, memory_used=4 * GiB)
+        for i in range(1, 5)
+    )
+    return Cluster(_nodes(), guests, **kw)  # type: ignore[arg-type]
+
+
+def test_four_equal_guests_match_the_proxmox_log() -> None:
+    # test-crs-dynamic-auto-rebalance2: 80 vm:101->node2 1.41->0.94; 160 vm:102->node3 0.94->0.35
+    proposal = propose_bruteforce(_four_on_node1())
+    assert [(m.guest, m.target) for m in proposal.moves] == [
+        ("vm:101", "node2"),
+        ("vm:102", "node3"),
+    ]
+    assert [round(m.before, 2) for m in proposal.moves] == [1.41, 0.94]
+    assert [round(m.after, 2) for m in proposal.moves] == [0.94, 0.35]
+    assert "less than the margin" in proposal.stopped
+    assert proposal.after.combined.cv == pytest.approx(0.3535533905932738)
+
+
+def test_threshold_and_move_limit() -> None:
+    assert propose_bruteforce(_four_on_node1(), threshold=2.0).moves == ()
+    one = propose_bruteforce(_four_on_node1(), max_moves=1)
+    assert len(one.moves) == 1
+    assert one.stopped == "move limit 1 reached"
+
+
+def test_margin_blocks_small_improvements() -> None:
+    # The best first move brings 1.414 to 0.935: 34 % better, less than a 50 % margin.
+    proposal = propose_bruteforce(_four_on_node1(), margin=0.5)
+    assert proposal.moves == ()
+    assert proposal.stopped == (
+        "best move (vm:101 to node2) would bring 1.414 to 0.935, less than the margin 0.5"
+    )
+
+
+def test_capacity_is_respected() -> None:
+    nodes = (Node("node1", 24, 32 * GiB), Node("node2", 24, 3 * GiB), Node("node3", 24, 32 * GiB))
+    cluster = Cluster(nodes, _four_on_node1().guests)
+    proposal = propose_bruteforce(cluster)
+    assert proposal.moves
+    assert all(m.target != "node2" for m in proposal.moves)
+
+
+def test_positive_partners_move_as_one_bundle() -> None:
+    rules = Rules(guest_affinity=(GuestAffinity("pair", ("vm:103", "vm:104"), positive=True),))
+    proposal = propose_bruteforce(_four_on_node1(rules=rules))
+    first = [(m.guest, m.target) for m in proposal.moves[:2]]
+    assert ("vm:103", first[0][1]) in first and ("vm:104", first[0][1]) in first
+
+
+def test_basic_mode_never_rebalances() -> None:
+    proposal = propose_bruteforce(_four_on_node1(settings=Settings(mode="basic")))
+    assert proposal.moves == ()
+    assert "basic mode" in proposal.stopped
+
+
+def test_registry() -> None:
+    assert get_strategy("pve-bruteforce").propose is propose_bruteforce
+    with pytest.raises(KeyError, match="unknown strategy 'nope'"):
+        get_strategy("nope")
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters())
+def test_proposals_are_safe_deterministic_and_never_worse(cluster: Cluster) -> None:
+    proposal = propose_bruteforce(cluster, threshold=0.0, margin=0.0)
+    assert proposal.as_dict() == propose_bruteforce(cluster, threshold=0.0, margin=0.0).as_dict()
+    cons = Constraints.build(cluster)
+    assign = current_assign(cluster)
+    over_before = cons.capacity.over(committed_for(cons, assign)).any(axis=1)
+    for move in proposal.moves:
+        assign[cluster.guest_index[move.guest]] = cluster.node_index[move.target]
+        assert move.after <= move.before
+    over_after = cons.capacity.over(committed_for(cons, assign)).any(axis=1)
+    assert not (over_after & ~over_before).any()
+    for move in proposal.moves:
+        j = cluster.guest_index[move.guest]
+        n = cluster.node_index[move.target]
+        assert cons.static_ok()[j, n]
+        assert not (assign[cons.hard_neg[j]] == n).any()

@@ -1,0 +1,97 @@
+"""Imbalance metrics: Proxmox's golden values and hand-checked figures."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from opendrs.engine.imbalance import (
+    combined,
+    cv,
+    cv_normalized,
+    rms,
+    spread,
+    summarise,
+    weighted_variance,
+)
+
+MiB = 1024**2
+GiB = 1024**3
+
+# proxmox-resource-scheduling tests/scheduler.rs: usage of three nodes.
+USAGE = np.array([[1.7, 12334 * MiB], [15.184, 529 * MiB], [5.2, 9381 * MiB]])
+
+
+def _fractions(caps: list[tuple[float, float]]) -> np.ndarray:
+    return USAGE / np.array(caps, dtype=float)
+
+
+def test_proxmox_homogeneous_imbalance() -> None:
+    loads = combined(_fractions([(16, 64 * GiB)] * 3), [1, 1])
+    assert cv(loads) == pytest.approx(0.4893954724628247, rel=1e-12)
+    assert cv_normalized(loads) == pytest.approx(0.3460548572604576, rel=1e-12)
+
+
+def test_proxmox_heterogeneous_imbalance() -> None:
+    loads = combined(_fractions([(16, 128 * GiB), (32, 96 * GiB), (24, 64 * GiB)]), [1, 1])
+    assert cv(loads) == pytest.approx(0.33026013056867354, rel=1e-12)
+    assert cv_normalized(loads) == pytest.approx(0.23352917788066363, rel=1e-12)
+
+
+def test_four_equal_guests_on_one_of_three_nodes() -> None:
+    loads = np.array([0.4, 0.0, 0.0])
+    assert cv(loads) == pytest.approx(math.sqrt(2))
+    assert cv_normalized(loads) == pytest.approx(1.0)
+    assert spread(loads) == pytest.approx(0.4)
+
+
+def test_degenerate_cases_are_zero() -> None:
+    assert cv(np.array([0.5])) == 0.0
+    assert cv(np.array([0.0, 0.0, 0.0])) == 0.0
+    assert cv(np.array([0.3, 0.3, 0.3])) == 0.0
+    assert cv_normalized(np.array([0.7])) == 0.0
+    assert spread(np.array([0.9])) == 0.0
+
+
+def test_rms_and_per_column() -> None:
+    f = np.array([[0.0, 0.5], [0.6, 0.5]])
+    assert rms(f).tolist() == pytest.approx([math.sqrt(0.18), 0.5])
+    assert spread(f).tolist() == pytest.approx([0.6, 0.0])
+
+
+def test_weighted_variance_is_zero_iff_fractions_equal() -> None:
+    cap = np.array([[16.0], [8.0], [4.0]])
+    equal = np.array([[0.5], [0.5], [0.5]])
+    assert weighted_variance(equal, cap)[0] == pytest.approx(0.0)
+    uneven = np.array([[0.25], [0.5], [1.0]])
+    # mean = (4 + 4 + 4) / 28 = 3/7
+    mean = 12 / 28
+    expected = (16 * (0.25 - mean) ** 2 + 8 * (0.5 - mean) ** 2 + 4 * (1 - mean) ** 2) / 28
+    assert weighted_variance(uneven, cap)[0] == pytest.approx(expected)
+
+
+def test_summary_has_every_resource_and_combined() -> None:
+    summary = summarise(np.array([[0.2, 0.4], [0.6, 0.4]]), ("cpu", "memory"), [1, 1])
+    assert set(summary.as_dict()) == {"cpu", "memory", "combined"}
+    assert summary.resources["cpu"].spread == pytest.approx(0.4)
+    assert summary.combined.mean == pytest.approx(0.4)
+    assert summary.combined.min == pytest.approx(0.3)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.floats(0, 10, allow_nan=False), min_size=2, max_size=30),
+    st.floats(0.01, 100),
+)
+def test_cv_is_scale_invariant_and_non_negative(values: list[float], scale: float) -> None:
+    arr = np.array(values)
+    base = cv(arr)
+    assert base >= 0
+    if arr.sum() > 1e-9:
+        assert cv(arr * scale) == pytest.approx(base, rel=1e-9, abs=1e-12)
+    # The normalised form is at most 1 (all load on one node).
+    assert cv_normalized(arr) <= 1 + 1e-9
