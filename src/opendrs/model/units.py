@@ -4,20 +4,22 @@ from __future__ import annotations
 
 import math
 import re
+from decimal import Decimal, InvalidOperation
 
 _BYTE_UNITS: dict[str, int] = {
     "": 1,
     "b": 1,
-    "k": 1000,
     "kb": 1000,
-    "m": 1000**2,
     "mb": 1000**2,
-    "g": 1000**3,
     "gb": 1000**3,
-    "t": 1000**4,
     "tb": 1000**4,
-    "p": 1000**5,
     "pb": 1000**5,
+    # Single letters are binary, as Proxmox and QEMU write them (``size=32G`` is 32 GiB).
+    "k": 1024,
+    "m": 1024**2,
+    "g": 1024**3,
+    "t": 1024**4,
+    "p": 1024**5,
     "kib": 1024,
     "mib": 1024**2,
     "gib": 1024**3,
@@ -44,8 +46,9 @@ class UnitError(ValueError):
 def parse_bytes(value: object) -> int:
     """Return a byte count from an int/float (bytes) or a string such as ``8GiB`` or ``1.5 TB``.
 
-    Binary units (KiB, MiB, GiB, TiB, PiB) are powers of 1024; SI units (kB, MB, GB, TB) powers
-    of 1000. A bare number is bytes. The result is rounded down to a whole byte.
+    Binary units (KiB, MiB, GiB, TiB, PiB, and the single letters K, M, G, T, P as Proxmox writes
+    them) are powers of 1024; SI units (kB, MB, GB, TB, PB) powers of 1000. A bare number is
+    bytes. The arithmetic is exact (decimal), and the result is rounded down to a whole byte.
     """
     if isinstance(value, bool):
         raise UnitError("expected a size such as 8GiB or a number of bytes, got a boolean")
@@ -66,9 +69,14 @@ def parse_bytes(value: object) -> int:
         if factor is None:
             raise UnitError(
                 f"unknown size unit {unit!r} in {value!r} "
-                "(use B, KiB, MiB, GiB, TiB, kB, MB, GB, TB)"
+                "(use B, KiB, MiB, GiB, TiB or K, M, G, T; kB, MB, GB, TB)"
             )
-        return int(float(number) * factor)
+        if len(number.replace(".", "")) > 30:
+            raise UnitError(f"size too large: {value[:24]!r}…")
+        try:
+            return int(Decimal(number) * factor)
+        except (InvalidOperation, OverflowError, ValueError):
+            raise UnitError(f"cannot read {value!r} as a size") from None
     raise UnitError(
         f"expected a size such as 8GiB or a number of bytes, got {type(value).__name__}"
     )
@@ -84,15 +92,17 @@ def parse_duration(value: object) -> int:
         return int(value)
     if isinstance(value, str):
         text = value.strip()
+        if len(text) > 100:
+            raise UnitError(f"duration too long: {value[:24]!r}…")
         if re.fullmatch(r"[0-9]+", text):
             return int(text)
         pos = 0
-        total = 0.0
+        total = Decimal(0)
         seen = False
         for match in _DURATION_TERM.finditer(text):
             if text[pos : match.start()].strip():
                 break
-            total += float(match.group(1)) * _DURATION_UNITS[match.group(2).lower()]
+            total += Decimal(match.group(1)) * _DURATION_UNITS[match.group(2).lower()]
             pos = match.end()
             seen = True
         if not seen or text[pos:].strip():
