@@ -1,5 +1,360 @@
-"""Command-line interface (placeholder replaced below)."""
+"""The ``opendrs`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+
+from opendrs import __version__
+from opendrs.engine.constraints import Constraints
+from opendrs.engine.placement import evacuate, place_guest, place_new
+from opendrs.engine.strategies import DEFAULT_STRATEGY, REGISTRY, get_strategy
+from opendrs.engine.strategies.base import cluster_imbalance
+from opendrs.engine.usage import LoadModel
+from opendrs.model.cluster import GUEST_KINDS, Cluster, Guest
+from opendrs.model.snapshot import SnapshotError, load, load_demo
+from opendrs.model.units import UnitError, parse_bytes
+from opendrs.report.text import Report, show_cluster, show_evacuation, show_placement, show_proposal
+
+EXIT_OK = 0
+EXIT_PROBLEM = 1
+EXIT_USAGE = 2
 
 
-def main() -> int:
-    return 0
+class UsageError(Exception):
+    """Bad input from the user: reported as one line, exit status 2."""
+
+
+def _dump_json(data: Any) -> None:
+    sys.stdout.write(
+        json.dumps(data, indent=2, sort_keys=True, allow_nan=False, default=str) + "\n"
+    )
+
+
+def _console() -> Console:
+    return Console(highlight=False, soft_wrap=False)
+
+
+def _load(path: str) -> Cluster:
+    if path == "demo":
+        return load_demo()
+    return load(path)
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    cluster = _load(args.snapshot)
+    cons = Constraints.build(cluster)
+    problems = [str(p) for p in cons.problems]
+    if args.format == "json":
+        _dump_json(
+            {
+                "file": args.snapshot,
+                "valid": not problems,
+                "nodes": len(cluster.nodes),
+                "guests": len(cluster.guests),
+                "problems": problems,
+            }
+        )
+    else:
+        for problem in problems:
+            print(f"{args.snapshot}: rules: {problem}", file=sys.stderr)
+        if not problems:
+            n_rules = len(cluster.rules.node_affinity) + len(cluster.rules.guest_affinity)
+            print(
+                f"{args.snapshot}: valid ({len(cluster.nodes)} nodes, "
+                f"{len(cluster.guests)} guests, {n_rules} rules)"
+            )
+    return EXIT_USAGE if problems else EXIT_OK
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    cluster = _load(args.snapshot)
+    if args.format == "json":
+        loads = LoadModel.build(cluster)
+        fractions = loads.fractions()
+        _dump_json(
+            {
+                "name": cluster.name,
+                "mode": cluster.settings.mode,
+                "nodes": [
+                    {
+                        "name": n.name,
+                        "online": n.online,
+                        "maintenance": n.maintenance,
+                        "load": {"cpu": float(fractions[i, 0]), "memory": float(fractions[i, 1])},
+                        "guests": [g.id for g in cluster.guests_on(n.name)],
+                    }
+                    for i, n in enumerate(cluster.nodes)
+                ],
+                "imbalance": cluster_imbalance(cluster).as_dict(),
+                "problems": [str(p) for p in Constraints.build(cluster).problems],
+            }
+        )
+        return EXIT_OK
+    show_cluster(Report(_console()), cluster, guests=not args.no_guests)
+    return EXIT_OK
+
+
+def _parse_new(spec: str) -> Guest:
+    """``cpu=4,memory=8GiB[,kind=ct][,arch=aarch64][,name=web9][,id=900]`` -> Guest."""
+    fields: dict[str, str] = {}
+    for part in spec.split(","):
+        if not part.strip():
+            continue
+        if "=" not in part:
+            raise UsageError(f"--new: {part!r} is not key=value (example: cpu=4,memory=8GiB)")
+        key, value = (s.strip() for s in part.split("=", 1))
+        fields[key] = value
+    allowed = {"cpu", "memory", "kind", "arch", "name", "id", "cpu_used", "memory_used", "priority"}
+    unknown = sorted(set(fields) - allowed)
+    if unknown:
+        raise UsageError(f"--new: unknown key {unknown[0]!r} (known: {', '.join(sorted(allowed))})")
+    if "memory" not in fields:
+        raise UsageError("--new: memory is required (example: cpu=4,memory=8GiB)")
+
+    def number(key: str, default: str) -> float:
+        text = fields.get(key, default)
+        try:
+            value = float(text)
+        except ValueError:
+            raise UsageError(f"--new: {key}: {text!r} is not a number") from None
+        if not 0 <= value < float("inf"):
+            raise UsageError(f"--new: {key}: must be a finite number ≥ 0")
+        return value
+
+    def size(key: str) -> int | None:
+        if key not in fields:
+            return None
+        try:
+            return parse_bytes(fields[key])
+        except UnitError as exc:
+            raise UsageError(f"--new: {key}: {exc}") from None
+
+    cpu = number("cpu", "1")
+    if cpu <= 0:
+        raise UsageError("--new: cpu: must be a positive number of vCPUs")
+    memory = size("memory") or 0
+    if memory <= 0:
+        raise UsageError("--new: memory: must be greater than 0")
+    cpu_used = number("cpu_used", "0") if "cpu_used" in fields else None
+    memory_used = size("memory_used")
+    priority = fields.get("priority", "2")
+    if priority not in ("1", "2", "3"):
+        raise UsageError("--new: priority: must be 1, 2 or 3")
+    kind = fields.get("kind", "vm")
+    if kind not in GUEST_KINDS:
+        raise UsageError(f"--new: kind must be one of {', '.join(GUEST_KINDS)}")
+    return Guest(
+        id=fields.get("id", "new"),
+        node="",
+        kind=kind,  # type: ignore[arg-type]
+        name=fields.get("name", ""),
+        cpu=cpu,
+        memory=memory,
+        cpu_used=cpu_used,
+        memory_used=memory_used,
+        arch=fields.get("arch"),
+        priority=int(priority),
+    )
+
+
+def cmd_place(args: argparse.Namespace) -> int:
+    cluster = _load(args.snapshot)
+    report = Report(_console())
+    if args.evacuate is not None:
+        if args.evacuate not in cluster.node_index:
+            raise UsageError(f"--evacuate: no node {args.evacuate!r} in {args.snapshot}")
+        result = evacuate(cluster, args.evacuate, "recover" if args.failed else "evacuate")
+        if args.format == "json":
+            _dump_json(result.as_dict())
+        else:
+            show_evacuation(report, result)
+        return EXIT_PROBLEM if result.stuck else EXIT_OK
+    if args.guest is not None:
+        if args.guest not in cluster.guest_index:
+            raise UsageError(f"--guest: no guest {args.guest!r} in {args.snapshot}")
+        placement = place_guest(cluster, args.guest, "recover" if args.failed else "balance")
+    else:
+        placement = place_new(cluster, _parse_new(args.new))
+    if args.format == "json":
+        _dump_json(placement.as_dict())
+    else:
+        show_placement(report, placement)
+    return EXIT_OK if placement.ranking else EXIT_PROBLEM
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    cluster = _load(args.snapshot)
+    try:
+        strategy = get_strategy(args.strategy)
+    except KeyError as exc:
+        raise UsageError(f"--strategy: {exc.args[0]}") from None
+    options: dict[str, Any] = {}
+    if args.threshold is not None:
+        options["threshold"] = args.threshold
+    if args.margin is not None:
+        options["margin"] = args.margin
+    if args.max_moves is not None:
+        options["max_moves"] = args.max_moves
+    proposal = strategy.propose(cluster, **options)
+    if args.format == "json":
+        data = proposal.as_dict()
+        data["moves"] = [{**m.as_dict(), "step": i + 1} for i, m in enumerate(proposal.moves)]
+        _dump_json(data)
+    else:
+        show_proposal(Report(_console()), proposal)
+    return EXIT_OK
+
+
+def cmd_strategies(args: argparse.Namespace) -> int:
+    for name in sorted(REGISTRY):
+        print(f"{name:16} {REGISTRY[name].summary}")
+    return EXIT_OK
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    cluster = load_demo()
+    report = Report(_console())
+    show_cluster(report, cluster, guests=False)
+    report.line()
+    proposal = get_strategy(DEFAULT_STRATEGY).propose(cluster)
+    show_proposal(report, proposal)
+    return EXIT_OK
+
+
+def cmd_pve_decide(args: argparse.Namespace) -> int:
+    from opendrs.compat.pve import serve
+
+    return serve(sys.stdin, sys.stdout)
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("must not be negative")
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError("must be a finite number ≥ 0")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="opendrs",
+        description="An open Distributed Resource Scheduler for Proxmox VE and Incus clusters.",
+        epilog="SNAPSHOT is a snapshot file (YAML or JSON; see docs/snapshot-format.md), "
+        "or 'demo' for the built-in example cluster.",
+    )
+    parser.add_argument("--version", action="version", version=f"opendrs {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def with_format(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--format",
+            choices=("text", "json"),
+            default="text",
+            help="output format (default text)",
+        )
+
+    p = sub.add_parser("validate", help="check a snapshot file and its rules")
+    p.add_argument("snapshot", metavar="SNAPSHOT")
+    with_format(p)
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("show", help="nodes with load bars, guests per node, imbalance figures")
+    p.add_argument("snapshot", metavar="SNAPSHOT")
+    p.add_argument("--no-guests", action="store_true", help="leave out the guest table")
+    with_format(p)
+    p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser(
+        "place",
+        help="rank the nodes for a guest, a new guest, or every guest of a node to evacuate",
+    )
+    p.add_argument("snapshot", metavar="SNAPSHOT")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--guest", metavar="ID", help="an existing guest: where should it be?")
+    what.add_argument(
+        "--new",
+        metavar="SPEC",
+        help="a new guest: cpu=N,memory=SIZE[,kind=vm|ct][,arch=A][,name=N][,cpu_used=C]"
+        "[,memory_used=SIZE][,priority=1-3]",
+    )
+    what.add_argument("--evacuate", metavar="NODE", help="place every guest of NODE elsewhere")
+    p.add_argument(
+        "--failed",
+        action="store_true",
+        help="the guest's node (or NODE) has failed: recovery rules (restart elsewhere)",
+    )
+    with_format(p)
+    p.set_defaults(func=cmd_place)
+
+    p = sub.add_parser("plan", help="propose migrations that balance the cluster")
+    p.add_argument("snapshot", metavar="SNAPSHOT")
+    p.add_argument(
+        "--strategy",
+        default=DEFAULT_STRATEGY,
+        help=f"rebalancing strategy (default {DEFAULT_STRATEGY}; see 'opendrs strategies')",
+    )
+    p.add_argument("--threshold", type=_fraction, help="act only above this imbalance")
+    p.add_argument("--margin", type=_fraction, help="minimum relative improvement of a move")
+    p.add_argument("--max-moves", type=_positive_int, help="at most this many migrations")
+    with_format(p)
+    p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("strategies", help="list the rebalancing strategies")
+    p.set_defaults(func=cmd_strategies)
+
+    p = sub.add_parser("demo", help="show the built-in example cluster and a proposal for it")
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("pve", help="Proxmox VE compatibility")
+    pve_sub = p.add_subparsers(dest="pve_command", metavar="COMMAND", required=True)
+    q = pve_sub.add_parser(
+        "decide",
+        help="answer Proxmox CRS decision queries: JSON Lines on stdin, one answer per line",
+    )
+    q.set_defaults(func=cmd_pve_decide)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except SnapshotError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except BrokenPipeError:
+        return EXIT_OK
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -220,11 +220,13 @@ def show_cluster(report: Report, cluster: Cluster, *, guests: bool = True) -> No
 
 
 def show_placement(report: Report, result: Placement) -> None:
-    who = (
-        result.guest
-        if len(result.members) == 1
-        else f"{result.guest} (with {', '.join(m for m in result.members if m != result.guest)})"
-    )
+    if result.purpose == "new":
+        who = "a new guest"
+    elif len(result.members) == 1:
+        who = f"guest {result.guest}"
+    else:
+        partners = ", ".join(m for m in result.members if m != result.guest)
+        who = f"guest {result.guest} (with {partners}, kept together)"
     report.line(f"Placement of {who} ({result.purpose})", "bold")
     if result.blocked:
         report.line(f"  cannot move: {result.blocked}", "red")

@@ -1,0 +1,205 @@
+"""The command line: every command, JSON output, and one-line errors with exit status 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from opendrs.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL = str(ROOT / "examples" / "small.yaml")
+RULES = str(ROOT / "examples" / "rules.yaml")
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_validate_ok(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "validate", SMALL)
+    assert code == 0 and err == ""
+    assert out.startswith(f"{SMALL}: valid (")
+
+
+def test_validate_reports_contradictory_rules(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "version: 1\n"
+        "nodes: {a: {cpu: 4, memory: 8GiB}, b: {cpu: 4, memory: 8GiB}}\n"
+        "guests:\n"
+        "  - {id: 1, node: a, memory: 1GiB}\n"
+        "  - {id: 2, node: b, memory: 1GiB}\n"
+        "rules:\n"
+        "  - {type: affinity, name: together, guests: [1, 2]}\n"
+        "  - {type: anti-affinity, name: apart, guests: [1, 2]}\n"
+    )
+    code, out, err = run(capsys, "validate", str(path))
+    assert code == 2 and out == ""
+    assert err == (
+        f"{path}: rules: Drop rules 'together', 'apart', because they keep guests '1', '2' "
+        "both together and apart\n"
+    )
+    code, out, _ = run(capsys, "validate", str(path), "--format", "json")
+    assert code == 2 and json.loads(out)["valid"] is False
+
+
+def test_show_text_and_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "show", SMALL)
+    assert code == 0
+    assert "Imbalance (usable nodes)" in out and "combined" in out
+    code, out, _ = run(capsys, "show", SMALL, "--format", "json")
+    data = json.loads(out)
+    assert code == 0
+    assert {"name", "mode", "nodes", "imbalance", "problems"} <= set(data)
+    assert all({"cpu", "memory"} == set(n["load"]) for n in data["nodes"])
+
+
+def test_place_guest_new_and_evacuate(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "place", "demo", "--new", "cpu=2,memory=4GiB", "--format", "json")
+    data = json.loads(out)
+    assert code == 0 and data["best"] == data["ranking"][0]["node"]
+    code, out, _ = run(capsys, "place", "demo", "--guest", "101")
+    assert code == 0 and out.startswith("Placement of guest 101 (balance)")
+    code, out, _ = run(capsys, "place", "demo", "--evacuate", "pve4", "--format", "json")
+    data = json.loads(out)
+    assert data["node"] == "pve4"
+    assert all(m["source"] == "pve4" and m["target"] != "pve4" for m in data["moves"])
+    assert code == (1 if data["stuck"] else 0)
+
+
+def test_plan_json_has_moves_with_steps(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "plan", "demo", "--format", "json")
+    data = json.loads(out)
+    assert code == 0
+    assert data["moves"], "the demo cluster is unbalanced"
+    assert [m["step"] for m in data["moves"]] == list(range(1, len(data["moves"]) + 1))
+    assert {"guest", "source", "target", "step"} <= set(data["moves"][0])
+    assert data["metrics"]["after"]["combined"]["cv"] < data["metrics"]["before"]["combined"]["cv"]
+
+
+def test_plan_is_deterministic(capsys: pytest.CaptureFixture[str]) -> None:
+    _, first, _ = run(capsys, "plan", "demo", "--format", "json")
+    _, second, _ = run(capsys, "plan", "demo", "--format", "json")
+    assert first == second
+
+
+def test_strategies_and_demo(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "strategies")
+    assert code == 0 and out.startswith("pve-bruteforce")
+    code, out, _ = run(capsys, "demo")
+    assert code == 0 and "Proposal by pve-bruteforce" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["show", "/nonexistent/x.yaml"], "error: /nonexistent/x.yaml: cannot read the file"),
+        (["place", "demo", "--guest", "nope"], "error: --guest: no guest 'nope' in demo"),
+        (["place", "demo", "--evacuate", "nope"], "error: --evacuate: no node 'nope' in demo"),
+        (["place", "demo", "--new", "cpu=x,memory=1G"], "error: --new: cpu: 'x' is not a number"),
+        (["place", "demo", "--new", "cpu=1"], "error: --new: memory is required"),
+        (["place", "demo", "--new", "gpu=1,memory=1G"], "error: --new: unknown key 'gpu'"),
+        (["plan", "demo", "--strategy", "nope"], "error: --strategy: unknown strategy 'nope'"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    assert err.startswith(message) and err.count("\n") == 1
+
+
+def test_pve_decide_streams_answers(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    query = {
+        "mode": "static",
+        "nodes": {
+            "node1": {"maxcpu": 10, "maxmem": 100_000_000_000, "online": True},
+            "node2": {"maxcpu": 20, "maxmem": 200_000_000_000, "online": True},
+        },
+        "services": {
+            "vm:1": {
+                "node": "node1",
+                "state": "request_start",
+                "maxcpu": 4,
+                "maxmem": 20_000_000_000,
+            }
+        },
+        "rules": None,
+        "groups": None,
+        "query": {"select-node": {"sid": "vm:1", "preference": "best-score"}},
+    }
+    import io
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO("not json\n\n" + json.dumps(query) + "\n"))
+    code, out, _ = run(capsys, "pve", "decide")
+    lines = out.splitlines()
+    assert code == 0 and len(lines) == 2
+    assert "error" in json.loads(lines[0])
+    assert json.loads(lines[1])["node"] == "node2"
+
+
+def test_console_script_runs_as_a_process() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "opendrs.cli", "show", "/nonexistent.yaml"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.binary(max_size=400) | st.text(max_size=400).map(str.encode))
+def test_random_files_give_one_line_and_exit_2(
+    tmp_path_factory: pytest.TempPathFactory, data: bytes
+) -> None:
+    path = tmp_path_factory.mktemp("rand") / "snapshot.yaml"
+    path.write_bytes(data)
+    import contextlib
+    import io
+
+    err = io.StringIO()
+    out = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+        code = main(["show", str(path)])
+    if code != 0:
+        assert code == 2
+        assert err.getvalue().count("\n") == 1 and err.getvalue().startswith("error: ")
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 10_000))
+def test_truncated_snapshots_give_one_line_and_exit_2(cut: int) -> None:
+    import contextlib
+    import io
+    import tempfile
+
+    text = Path(RULES).read_bytes()
+    cut = cut % (len(text) + 1)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "truncated.yaml"
+        path.write_bytes(text[:cut])
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            code = main(["validate", str(path)])
+    assert code in (0, 2)
+    if code == 2:
+        assert err.getvalue().count("\n") >= 1
+        assert all(line.startswith(("error: ", str(path))) for line in err.getvalue().splitlines())
