@@ -149,6 +149,27 @@ class PlacementState:
             assign[j] = -1
         return assign, node_load, committed
 
+    def allowed(self, members: np.ndarray) -> np.ndarray:
+        """(N,) nodes that pass every hard filter for the bundle ``members`` (no explanations)."""
+        cons = self.constraints
+        saved = self.assign[members].copy()
+        committed = self.committed.copy()
+        for j, n in zip(members.tolist(), saved.tolist(), strict=True):
+            if n >= 0:
+                committed[n] -= cons.guest_demand(j)
+        self.assign[members] = -1
+        try:
+            headroom = cons.capacity.limit - committed
+            demand = sum(
+                (cons.guest_demand(j) for j in members.tolist()), np.zeros(len(cons.capacity.dims))
+            )
+            ok = np.ones(len(self.cluster.nodes), dtype=bool)
+            for j in members.tolist():
+                ok &= cons.allowed(j, self.assign, headroom, demand)
+            return ok
+        finally:
+            self.assign[members] = saved
+
     def evaluate(
         self, members: np.ndarray
     ) -> tuple[list[tuple[int, float, float, float]], list[tuple[int, str]]]:

@@ -45,6 +45,31 @@ def _cv(values: np.ndarray) -> float:
     return math.sqrt(float(((values - mean) ** 2).sum()) / n) / mean
 
 
+def _cv_after_moves(
+    combined: np.ndarray, usable: np.ndarray, src: int, targets: np.ndarray, shift: np.ndarray
+) -> np.ndarray:
+    """CV of the usable nodes' combined loads after moving a bundle from ``src`` to each target."""
+    base = np.where(usable, combined, 0.0)
+    n = int(usable.sum())
+    if n < 2:
+        return np.zeros(len(targets))
+    s1 = np.full(len(targets), base.sum())
+    s2 = np.full(len(targets), (base**2).sum())
+    if usable[src]:
+        new_src = max(base[src] - shift[src], 0.0)
+        s1 += new_src - base[src]
+        s2 += new_src**2 - base[src] ** 2
+    tgt_usable = usable[targets]
+    old_t = base[targets]
+    new_t = old_t + shift[targets]
+    s1 = s1 + np.where(tgt_usable, new_t - old_t, 0.0)
+    s2 = s2 + np.where(tgt_usable, new_t**2 - old_t**2, 0.0)
+    mean = s1 / n
+    var = np.maximum(s2 / n - mean**2, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(mean > 0, np.sqrt(var) / np.where(mean > 0, mean, 1.0), 0.0)
+
+
 def _trunc(value: float) -> float:
     return math.trunc(value * 1e15) / 1e15
 
@@ -91,23 +116,21 @@ def propose_bruteforce(
                 continue  # split bundle: Proxmox skips it
             if any(movability(guests[m], cluster, "balance") for m in members.tolist()):
                 continue
-            scored, _rejected = state.evaluate(members)
-            targets = [n for n, *_ in scored if n != src]
-            preferred = [n for n in targets if all(cons.preferred[m, n] for m in members.tolist())]
-            targets = preferred or targets
-            if not targets:
+            allowed = state.allowed(members)
+            allowed[src] = False
+            if not allowed.any():
                 continue
+            # Proxmox's targets are the node-affinity rule's top-priority nodes when any allows.
+            preferred = allowed & np.all(cons.preferred[members], axis=0)
+            targets = np.nonzero(preferred if preferred.any() else allowed)[0]
             demand = state.loads.demand[members[state.running[members]]].sum(axis=0)
             with np.errstate(divide="ignore", invalid="ignore"):
                 shift = np.where(cap > 0, demand[None, :] / np.where(cap > 0, cap, 1.0), 0.0)
             shift = shift.mean(axis=1)  # (N,) combined-load change where the bundle lands
+            values = _cv_after_moves(combined, usable, src, targets, shift)
             leader = min(guests[m].id for m in members.tolist())
-            for t in targets:
-                after = combined.copy()
-                after[src] = max(after[src] - shift[src], 0.0)
-                after[t] += shift[t]
-                value = _trunc(_cv(after[usable]))
-                key = (value, leader, cluster.nodes[src].name, cluster.nodes[t].name)
+            for t, value in zip(targets.tolist(), values.tolist(), strict=True):
+                key = (_trunc(value), leader, cluster.nodes[src].name, cluster.nodes[t].name)
                 if best is None or key < best[:4]:
                     best = (*key, members, t)
         if best is None:

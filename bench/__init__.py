@@ -1,0 +1,1 @@
+"""opendrs benchmarks: ``make bench`` (``python -m bench``)."""
