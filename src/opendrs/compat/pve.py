@@ -1016,7 +1016,23 @@ class BasicUsage(Usage):
         return 0.0, 0
 
 
-class StaticUsage(Usage):
+class _TopsisUsage(Usage):
+    """Static and dynamic usage: start scoring by TOPSIS over ``scoring`` node stats."""
+
+    scoring: dict[str, NodeStats]
+
+    def score_nodes_to_start_service(self, sid: str) -> dict[str, float]:
+        svc = self.cluster.services[sid]
+        nodes = [(n, self.scoring[n]) for n in self.online]
+        try:
+            scores = score_nodes_to_start_service(nodes, svc.maxcpu, svc.maxmem)
+        except McdmError:
+            # Proxmox: a scoring error scores every node 0, so the pick is alphabetical.
+            return dict.fromkeys(self.online, 0.0)
+        return {n: 0.0 - score for n, score in scores.items()}
+
+
+class StaticUsage(_TopsisUsage):
     """``Usage::Static``: each service adds its maxcpu and maxmem on every node it loads."""
 
     mode: Mode = "static"
@@ -1032,15 +1048,7 @@ class StaticUsage(Usage):
             for node in get_used_service_nodes(self.online_set, svc.state, svc.node, svc.target):
                 if node is not None:
                     self.stats[node].add_started(svc.maxcpu, svc.maxmem)
-
-    def score_nodes_to_start_service(self, sid: str) -> dict[str, float]:
-        svc = self.cluster.services[sid]
-        nodes = [(n, self.stats[n]) for n in self.online]
-        try:
-            scores = score_nodes_to_start_service(nodes, svc.maxcpu, svc.maxmem)
-        except McdmError:
-            return dict.fromkeys(self.online, 0.0)
-        return {n: 0.0 - score for n, score in scores.items()}
+        self.scoring = self.stats
 
     def imbalance_stats(self) -> list[NodeStats]:
         return [self.stats[n] for n in self.online]
@@ -1050,7 +1058,7 @@ class StaticUsage(Usage):
         return svc.maxcpu, svc.maxmem
 
 
-class DynamicUsage(Usage):
+class DynamicUsage(_TopsisUsage):
     """``Usage::Dynamic``: measured usage.
 
     Without a node baseline in the query, a node's measured usage is the sum of
@@ -1091,15 +1099,6 @@ class DynamicUsage(Usage):
                     self.scoring[node].add_running(svc.cpu, svc.mem)
                 else:
                     self.scoring[node].add_started(svc.maxcpu, svc.maxmem)
-
-    def score_nodes_to_start_service(self, sid: str) -> dict[str, float]:
-        svc = self.cluster.services[sid]
-        nodes = [(n, self.scoring[n]) for n in self.online]
-        try:
-            scores = score_nodes_to_start_service(nodes, svc.maxcpu, svc.maxmem)
-        except McdmError:
-            return dict.fromkeys(self.online, 0.0)
-        return {n: 0.0 - score for n, score in scores.items()}
 
     def imbalance_stats(self) -> list[NodeStats]:
         return [self.measured[n] for n in self.online]
