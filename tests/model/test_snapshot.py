@@ -1375,3 +1375,26 @@ def test_docs_error_examples_are_real(tmp_path: Path, monkeypatch: pytest.Monkey
                 loads(text, filename=filename)
         produced.append(str(info.value))
     assert produced == documented.group(1).splitlines()
+
+
+def test_migration_settings_round_trip() -> None:
+    text = (
+        "version: 1\n"
+        "settings:\n"
+        "  allow_local_disks: true\n"
+        "  migration: {max_parallel: 8, max_node_inflow: 2, cost_unit: 1GiB, cost_disk_factor: 2}\n"
+        "nodes: {a: {cpu: 4, memory: 8GiB}}\n"
+        "guests: []\n"
+    )
+    cluster = loads(text, filename="m.yaml")
+    settings = cluster.settings
+    assert settings.allow_local_disks is True
+    assert (settings.max_parallel, settings.max_node_inflow) == (8, 2)
+    assert (settings.cost_unit, settings.cost_disk_factor) == (1024**3, 2.0)
+    assert loads(dumps(cluster), filename="m.yaml") == cluster
+    with pytest.raises(SnapshotError) as info:
+        loads(text.replace("max_parallel: 8", "max_paralel: 8"), filename="m.yaml")
+    assert str(info.value).startswith("m.yaml: settings.migration.max_paralel: unknown key")
+    with pytest.raises(SnapshotError) as info:
+        loads(text.replace("max_node_inflow: 2", "max_node_inflow: 0"), filename="m.yaml")
+    assert info.value.path == "settings.migration.max_node_inflow"

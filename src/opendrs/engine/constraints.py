@@ -5,9 +5,10 @@ Hard filters, in the order they are reported when a node is rejected:
 1. ``offline`` / ``maintenance`` — the node cannot take guests;
 2. ``arch`` — the node's CPU architecture differs from the guest's;
 3. ``node-affinity`` — a strict rule allows only its highest-priority usable nodes (pins too);
-4. ``anti-affinity`` — a hard negative partner runs on (or is moving to) the node;
-5. ``affinity`` — hard positive partners run elsewhere;
-6. ``capacity`` — vCPUs × overcommit, memory, measured use, or a local storage pool would overflow.
+4. ``forbidden`` — the placement was ruled out (no safe migration order reaches it);
+5. ``anti-affinity`` — a hard negative partner runs on (or is moving to) the node;
+6. ``affinity`` — hard positive partners run elsewhere;
+7. ``capacity`` — vCPUs × overcommit, memory, measured use, or a local storage pool would overflow.
 
 Whether a guest may move at all (:func:`movability`) is separate: ignored, locked, local devices,
 local disks, containers without restart migration, stopped guests, minimum uptime.
@@ -22,7 +23,7 @@ message naming them, as Proxmox's HA rule checks do.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -259,6 +260,8 @@ class Constraints:
     strict_ok: np.ndarray
     #: (G, N) non-strict node affinity prefers (True where no preference applies).
     preferred: np.ndarray
+    #: (G, N) False where a placement is forbidden (a plan could not be ordered safely with it).
+    permitted: np.ndarray
     #: Per guest: indices of hard negative partners (group members' partners included).
     hard_neg: list[np.ndarray]
     #: Per guest: indices of hard positive partners (its merged group, itself excluded).
@@ -271,7 +274,8 @@ class Constraints:
     group_of: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.intp))
 
     @classmethod
-    def build(cls, cluster: Cluster) -> Constraints:
+    def build(cls, cluster: Cluster, forbidden: Iterable[tuple[str, str]] = ()) -> Constraints:
+        """The constraints of ``cluster``; ``forbidden``: (guest, node) placements to refuse."""
         rules, problems = check_rules(cluster)
         cluster_r = replace_rules(cluster, rules)
         nodes, guests = cluster.nodes, cluster.guests
@@ -300,6 +304,13 @@ class Constraints:
                     strict_ok[j] &= row
                 elif top:
                     preferred[j] &= row
+
+        permitted = np.ones((n_guests, n_nodes), dtype=bool)
+        for guest_id, node_name in forbidden:
+            j = gidx.get(guest_id)
+            n = cluster.node_index.get(node_name)
+            if j is not None and n is not None:
+                permitted[j, n] = False
 
         def partner_lists(positive: bool, hard: bool) -> list[set[int]]:
             out: list[set[int]] = [set() for _ in range(n_guests)]
@@ -345,6 +356,7 @@ class Constraints:
             arch_ok=arch_ok,
             strict_ok=strict_ok,
             preferred=preferred,
+            permitted=permitted,
             hard_neg=arrays(hard_neg_sets),
             hard_pos=arrays(hard_pos_sets),
             soft_neg=arrays(partner_lists(False, False)),
@@ -356,8 +368,8 @@ class Constraints:
     # ----------------------------------------------------------------------------------------
 
     def static_ok(self) -> np.ndarray:
-        """(G, N): node usable, architecture and strict node affinity — placement-independent."""
-        return self.usable[None, :] & self.arch_ok & self.strict_ok
+        """(G, N): usable node, architecture, strict node affinity, not forbidden."""
+        return self.usable[None, :] & self.arch_ok & self.strict_ok & self.permitted
 
     def guest_demand(self, j: int) -> np.ndarray:
         """Capacity demand (D,) guest ``j`` brings to a new node (storage only if not running)."""
@@ -399,6 +411,7 @@ class Constraints:
             ("maintenance", not_maint),
             ("arch", self.arch_ok[j]),
             ("node-affinity", self.strict_ok[j]),
+            ("forbidden", self.permitted[j]),
             ("anti-affinity", ~self.occupied(assign, self.hard_neg[j])),
         ]
         pos = self.hard_pos[j]
@@ -457,6 +470,8 @@ class Constraints:
         if name == "node-affinity":
             rules = [r.name for r in self.rules.node_rules_for(guest.id) if r.strict]
             return f"strict node affinity ({', '.join(rules)})"
+        if name == "forbidden":
+            return "forbidden: no safe migration order reaches it"
         if name == "anti-affinity":
             partners = [
                 self.cluster.guests[p].id for p in self.hard_neg[j].tolist() if assign[p] == n

@@ -13,7 +13,7 @@ breaks. Only usable nodes (online, not in maintenance) take part in the balance 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -107,8 +107,13 @@ class PlacementState:
     counted: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
 
     @classmethod
-    def build(cls, cluster: Cluster, constraints: Constraints | None = None) -> PlacementState:
-        constraints = constraints or Constraints.build(cluster)
+    def build(
+        cls,
+        cluster: Cluster,
+        constraints: Constraints | None = None,
+        forbidden: Iterable[tuple[str, str]] = (),
+    ) -> PlacementState:
+        constraints = constraints or Constraints.build(cluster, forbidden)
         loads = LoadModel.build(cluster)
         assign = current_assign(cluster)
         settings = cluster.settings

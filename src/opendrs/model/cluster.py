@@ -169,6 +169,12 @@ class Settings:
     #: Weights of the resources in the combined balance objective.
     weight_cpu: float = 1.0
     weight_memory: float = 1.0
+    #: Migrations running at once in the cluster, and into any one node.
+    max_parallel: int = 4
+    max_node_inflow: int = 1
+    #: Migration cost: ``max(1, ⌊memory/cost_unit⌋) + cost_disk_factor·⌊local disk/cost_unit⌋``.
+    cost_unit: int = 256 * 1024**2
+    cost_disk_factor: float = 4.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -93,9 +93,12 @@ _SETTINGS_KEYS: Final = (
     "memory_overcommit",
     "reserve",
     "allow_restart_migration",
+    "allow_local_disks",
     "min_uptime",
     "weights",
+    "migration",
 )
+_MIGRATION_KEYS: Final = ("max_parallel", "max_node_inflow", "cost_unit", "cost_disk_factor")
 _NODE_KEYS: Final = (
     "cpu",
     "memory",
@@ -657,9 +660,25 @@ class _Reader:
                 fields["reserve_cpu"] = cpu
             if memory is not None:
                 fields["reserve_memory"] = memory
-        if "allow_restart_migration" in mapping:
-            key = "allow_restart_migration"
-            fields[key] = self.boolean(mapping[key], (*path, key))
+        for key in ("allow_restart_migration", "allow_local_disks"):
+            if key in mapping:
+                fields[key] = self.boolean(mapping[key], (*path, key))
+        if "migration" in mapping:
+            mpath = (*path, "migration")
+            migration = self.mapping(mapping["migration"], mpath)
+            self.check_keys(migration, mpath, _MIGRATION_KEYS)
+            for key in ("max_parallel", "max_node_inflow"):
+                if key in migration:
+                    fields[key] = self.integer(
+                        migration[key], (*mpath, key), minimum=1, maximum=100_000
+                    )
+            if "cost_unit" in migration:
+                fields["cost_unit"] = self.size(
+                    migration["cost_unit"], (*mpath, "cost_unit"), positive=True
+                )
+            if "cost_disk_factor" in migration:
+                key = "cost_disk_factor"
+                fields[key] = self.number(migration[key], (*mpath, key))
         if "min_uptime" in mapping:
             fields["min_uptime"] = self.duration(mapping["min_uptime"], (*path, "min_uptime"))
         if "weights" in mapping:
@@ -1019,8 +1038,9 @@ def _settings_out(settings: Settings) -> dict[str, Any]:
     )
     if reserve:
         out["reserve"] = reserve
-    if settings.allow_restart_migration != default.allow_restart_migration:
-        out["allow_restart_migration"] = settings.allow_restart_migration
+    for key in ("allow_restart_migration", "allow_local_disks"):
+        if getattr(settings, key) != getattr(default, key):
+            out[key] = getattr(settings, key)
     if settings.min_uptime != default.min_uptime:
         out["min_uptime"] = _duration_out(settings.min_uptime)
     weights: dict[str, Any] = {}
@@ -1030,6 +1050,16 @@ def _settings_out(settings: Settings) -> dict[str, Any]:
         weights["memory"] = _num(settings.weight_memory)
     if weights:
         out["weights"] = weights
+    migration: dict[str, Any] = {}
+    for key in ("max_parallel", "max_node_inflow"):
+        if getattr(settings, key) != getattr(default, key):
+            migration[key] = getattr(settings, key)
+    if settings.cost_unit != default.cost_unit:
+        migration["cost_unit"] = _size_out(settings.cost_unit)
+    if settings.cost_disk_factor != default.cost_disk_factor:
+        migration["cost_disk_factor"] = _num(settings.cost_disk_factor)
+    if migration:
+        out["migration"] = migration
     return out
 
 

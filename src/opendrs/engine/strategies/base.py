@@ -13,14 +13,15 @@ import numpy as np
 
 from opendrs.engine.imbalance import Imbalance, summarise
 from opendrs.engine.usage import RESOURCES, LoadModel
-from opendrs.model.cluster import Cluster, Guest, Move
-
-MIB = 1024**2
+from opendrs.model.cluster import Cluster, Guest, Move, Settings
 
 
-def migration_cost(guest: Guest) -> int:
-    """proxlb-solver's cost: ``max(1, ⌊RAM/256 MiB⌋) + 4·⌊local disk/256 MiB⌋``."""
-    return max(1, guest.memory // (256 * MIB)) + 4 * (guest.local_disk_bytes // (256 * MIB))
+def migration_cost(guest: Guest, settings: Settings | None = None) -> int:
+    """``max(1, ⌊RAM/unit⌋) + factor·⌊local disk/unit⌋`` (proxlb-solver: 256 MiB and 4)."""
+    settings = settings or Settings()
+    unit = settings.cost_unit
+    disk = int(settings.cost_disk_factor * (guest.local_disk_bytes // unit))
+    return max(1, guest.memory // unit) + disk
 
 
 @dataclass(frozen=True, slots=True)

@@ -152,7 +152,7 @@ def propose_bruteforce(
                     metric="cv",
                     before=imbalance,
                     after=value,
-                    cost=migration_cost(guests[m]),
+                    cost=migration_cost(guests[m], cluster.settings),
                     reason=(
                         f"imbalance {imbalance:.2f} -> {value:.2f}"
                         + (f" (with {leader})" if guests[m].id != leader else "")
