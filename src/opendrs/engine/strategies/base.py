@@ -70,22 +70,35 @@ class Proposal:
 
     @property
     def placement(self) -> dict[str, str]:
-        """Final node of every moved guest."""
+        """Final node of every guest the proposal moves (its last move wins)."""
         out: dict[str, str] = {}
         for m in self.moves:
             out[m.guest] = m.target
         return out
 
+    def net_moves(self) -> tuple[Move, ...]:
+        """One move per guest that ends elsewhere: from its first source to its last target."""
+        first: dict[str, str] = {}
+        for m in self.moves:
+            first.setdefault(m.guest, m.source)
+        return tuple(
+            Move(guest, first[guest], target)
+            for guest, target in self.placement.items()
+            if target != first[guest]
+        )
+
     @property
     def total_cost(self) -> int:
-        return sum(m.cost for m in self.moves)
+        """Cost of the net moves (a guest moved twice pays once, from where it was)."""
+        last = {m.guest: m.cost for m in self.moves}
+        return sum(last[m.guest] for m in self.net_moves())
 
     def as_dict(self) -> dict[str, object]:
         return {
             "strategy": self.strategy,
             "options": dict(self.options),
             "moves": [m.as_dict() for m in self.moves],
-            "migrations": len(self.moves),
+            "migrations": len(self.net_moves()),
             "cost": self.total_cost,
             "stopped": self.stopped,
             "notes": list(self.notes),
