@@ -96,9 +96,10 @@ def test_plan_is_deterministic(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_strategies_and_demo(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "strategies")
-    assert code == 0 and out.startswith("pve-bruteforce")
+    assert code == 0 and out.startswith("balance ")
+    assert "pve-bruteforce" in out and "optimal" in out
     code, out, _ = run(capsys, "demo")
-    assert code == 0 and "Proposal by pve-bruteforce" in out
+    assert code == 0 and "Proposal by balance" in out
 
 
 @pytest.mark.parametrize(

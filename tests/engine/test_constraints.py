@@ -201,3 +201,20 @@ def test_violations_of_a_full_placement() -> None:
         "guest 2 shares n1 with a hard anti-affinity partner",
         "node n1 over capacity in memory",
     ]
+
+
+def test_negative_rule_inside_a_merged_positive_group_is_dropped() -> None:
+    guests = tuple(Guest(g, "n1", memory=GiB) for g in ("x", "y", "z"))
+    rules = Rules(
+        guest_affinity=(
+            GuestAffinity("xy", ("x", "y"), positive=True),
+            GuestAffinity("yz", ("y", "z"), positive=True),
+            GuestAffinity("x-not-z", ("x", "z"), positive=False),
+        )
+    )
+    kept, problems = check_rules(Cluster(_nodes(), guests, rules))
+    assert [str(p) for p in problems] == [
+        "Drop rules 'xy', 'yz', 'x-not-z', because they keep guests 'x', 'z' both together "
+        "(through shared guests) and apart"
+    ]
+    assert kept.guest_affinity == ()

@@ -83,7 +83,8 @@ def check_rules(cluster: Cluster) -> tuple[Rules, list[RuleProblem]]:
     * a guest in more than one node-affinity rule: all those rules are dropped;
     * a guest-affinity rule with fewer than two guests;
     * a hard negative rule with more guests than usable nodes;
-    * a positive and a negative rule that share two or more guests: both dropped;
+    * a positive and a negative rule that share two or more guests: both dropped; likewise a
+      negative rule with two guests that positive rules join through shared guests;
     * hard negative members confined by strict node affinity to fewer nodes than members;
     * a hard positive group whose members' strict node affinities have no node in common.
     """
@@ -135,6 +136,26 @@ def check_rules(cluster: Cluster) -> tuple[Rules, list[RuleProblem]]:
                     )
                 )
                 dropped_guest.update((pos.name, neg.name))
+
+    # After merging, positive rules that share guests keep a whole component together: a
+    # negative rule with two guests in one component contradicts it (Proxmox's merged rules).
+    hard_pos = [r for r in positives if r.hard and r.name not in dropped_guest]
+    for comp_rules, members in _positive_components(hard_pos):
+        for neg in negatives:
+            if neg.name in dropped_guest or not neg.hard:
+                continue
+            shared = sorted(set(neg.guests) & members)
+            if len(shared) >= 2:
+                names = (*sorted(r.name for r in comp_rules), neg.name)
+                problems.append(
+                    RuleProblem(
+                        names,
+                        "they keep guests "
+                        + ", ".join(f"'{g}'" for g in shared)
+                        + " both together (through shared guests) and apart",
+                    )
+                )
+                dropped_guest.update(names)
 
     strict = _strict_sets(node_rules, usable)
     for neg in negatives:

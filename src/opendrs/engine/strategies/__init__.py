@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from . import pve as _pve  # noqa: F401  (registers its strategies)
+from . import balance as _balance  # noqa: F401  (registers its strategies)
+from . import greedy as _greedy  # noqa: F401
+from . import incus as _incus  # noqa: F401
+from . import optimal as _optimal  # noqa: F401
+from . import pressure as _pressure  # noqa: F401
+from . import pve as _pve  # noqa: F401
 from .base import REGISTRY, Proposal, ProposedMove, StrategyInfo, cluster_imbalance, migration_cost
 
-DEFAULT_STRATEGY = "pve-bruteforce"
+DEFAULT_STRATEGY = "balance"
 
 
 def get_strategy(name: str) -> StrategyInfo:

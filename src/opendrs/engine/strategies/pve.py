@@ -1,24 +1,36 @@
 """Proxmox VE's auto-rebalancer (seed 000), on opendrs's model, applied repeatedly.
 
-Proxmox picks one migration per trigger: among every movable guest (guests kept together by a hard
-positive affinity move as one bundle) and every allowed target, the move whose predicted imbalance
-is lowest (``bruteforce``). The imbalance is the coefficient of variation of the node loads, where
-a node's load is ``(cpu/maxcpu + mem/maxmem) / 2``; it is truncated to 1e-15 and ties go to the
-smallest ``(guest, source, target)``. The move is made only if it improves the imbalance by at least
-``margin`` (relative), and only while the imbalance is above ``threshold``.
+Proxmox picks one migration per trigger among every movable guest (guests kept together by a hard
+positive affinity move as one bundle) and every allowed target. Two selection methods exist
+(``proxmox-resource-scheduling`` ``scheduler.rs``, reference ``proxmox-crs.md`` §4–5):
 
-``pve-bruteforce`` applies that choice repeatedly, re-predicting after each move, up to
-``max_moves``. Unlike Proxmox, every hard constraint of opendrs holds — capacity included — and the
-targets of a non-strict node affinity are its preferred nodes, as Proxmox restricts them.
+* ``bruteforce`` — the move whose predicted imbalance is lowest. The imbalance is the coefficient
+  of variation of the node loads, where a node's load is ``(cpu/maxcpu + mem/maxmem) / 2``; it is
+  truncated to 1e-15 and ties go to the smallest ``(guest, source, target)``.
+* ``topsis`` — each candidate's post-move cluster becomes one TOPSIS alternative
+  ``[1 + RMS cpu, 1 + max cpu, 1 + RMS mem, 1 + max mem]`` over the nodes' load fractions, with
+  weights −1, −2, −5, −10 (all minimised); the best closeness wins and ties keep the candidate
+  order (leaders sorted, then targets sorted).
+
+Either way the move is made only if it improves the imbalance by at least ``margin`` (relative),
+and only while the imbalance is above ``threshold``.
+
+``pve-bruteforce`` and ``pve-topsis`` apply that choice repeatedly, re-predicting after each move,
+up to ``max_moves``. Unlike Proxmox, every hard constraint of opendrs holds — capacity included —
+and the targets of a non-strict node affinity are its preferred nodes, as Proxmox restricts them.
+Only usable nodes (online, not in maintenance, with capacity) take part in the figures.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
+from dataclasses import dataclass
 
 import numpy as np
 
 from opendrs.engine.constraints import movability
+from opendrs.engine.mcdm import topsis_scores
 from opendrs.engine.placement import PlacementState
 from opendrs.model.cluster import Cluster
 
@@ -29,11 +41,13 @@ DEFAULT_THRESHOLD = 0.3
 DEFAULT_MARGIN = 0.1
 DEFAULT_MAX_MOVES = 10
 
+#: Proxmox's TOPSIS criteria weights (``PVE_HA_TOPSIS_CRITERIA``): average (RMS) cpu, highest cpu,
+#: average (RMS) memory, highest memory — all minimised.
+TOPSIS_WEIGHTS: tuple[float, float, float, float] = (-1.0, -2.0, -5.0, -10.0)
+
 
 def _combined(node_load: np.ndarray, cap: np.ndarray) -> np.ndarray:
-    with np.errstate(divide="ignore", invalid="ignore"):
-        frac = np.where(cap > 0, node_load / np.where(cap > 0, cap, 1.0), 0.0)
-    return frac.mean(axis=1)
+    return fractions_of(node_load, cap).mean(axis=1)
 
 
 def _cv(values: np.ndarray) -> float:
@@ -74,10 +88,174 @@ def _trunc(value: float) -> float:
     return math.trunc(value * 1e15) / 1e15
 
 
+def fractions_of(node_load: np.ndarray, cap: np.ndarray) -> np.ndarray:
+    """Node load fractions (N, R); 0 where a node has no capacity."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(cap > 0, node_load / np.where(cap > 0, cap, 1.0), 0.0)
+
+
+def fraction_shift(demand: np.ndarray, cap: np.ndarray) -> np.ndarray:
+    """(N, R): the load fraction ``demand`` (R,) adds on each node (0 without capacity)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(cap > 0, demand[None, :] / np.where(cap > 0, cap, 1.0), 0.0)
+
+
+def topsis_alternatives(
+    fractions: np.ndarray,
+    usable: np.ndarray,
+    src: np.ndarray,
+    tgt: np.ndarray,
+    d_src: np.ndarray,
+    d_tgt: np.ndarray,
+) -> np.ndarray:
+    """Proxmox's TOPSIS alternative for each of K moves, vectorised: shape (K, 4).
+
+    ``fractions`` (N, 2) are the node load fractions (cpu, memory) now; move ``k`` takes the load
+    fraction ``d_src[k]`` (2,) off node ``src[k]`` (floored at 0; ``src[k] = -1``: the load is on no
+    node yet, as for a new guest) and adds ``d_tgt[k]`` on node ``tgt[k]``. Only ``usable`` nodes
+    count. The row is ``[1 + RMS cpu, 1 + max cpu, 1 + RMS mem, 1 + max mem]`` over those nodes
+    (``scheduler.rs`` ``PveTopsisAlternative``; RMS, not mean, and the maximum starts at 0).
+
+    The sums are updated incrementally (O(K) rather than O(K·N)); the maximum over the nodes a move
+    does not touch comes from the three largest fractions per resource.
+    """
+    k = len(tgt)
+    n_res = fractions.shape[1]
+    out = np.zeros((k, 2 * n_res))
+    n = int(usable.sum())
+    if k == 0 or n == 0:
+        out[:] = 1.0
+        return out
+    base = np.where(usable[:, None], fractions, 0.0)
+    squares = (base**2).sum(axis=0)  # (R,)
+    has_src = src >= 0
+    src_i = np.where(has_src, src, 0)
+    src_counts = (has_src & usable[src_i])[:, None]
+    tgt_counts = usable[tgt][:, None]
+    old_src = base[src_i]
+    new_src = np.maximum(old_src - d_src, 0.0)
+    old_tgt = base[tgt]
+    new_tgt = old_tgt + d_tgt
+    s2 = (
+        squares[None, :]
+        + np.where(src_counts, new_src**2 - old_src**2, 0.0)
+        + np.where(tgt_counts, new_tgt**2 - old_tgt**2, 0.0)
+    )
+    rms = np.sqrt(np.maximum(s2, 0.0) / n)
+    # The largest fraction among the usable nodes other than the source and the target.
+    ranked = np.where(usable[:, None], fractions, -np.inf)
+    top = np.argsort(-ranked, axis=0, kind="stable")[:3]  # (≤3, R) node indices
+    top_val = np.take_along_axis(ranked, top, axis=0)
+    others = np.full((k, n_res), -np.inf)
+    for level in range(top.shape[0] - 1, -1, -1):
+        idx = top[level][None, :]
+        free = (idx != np.where(has_src, src, -1)[:, None]) & (idx != tgt[:, None])
+        others = np.where(free & np.isfinite(top_val[level])[None, :], top_val[level], others)
+    highest = np.maximum(others, 0.0)
+    highest = np.maximum(highest, np.where(src_counts, new_src, 0.0))
+    highest = np.maximum(highest, np.where(tgt_counts, new_tgt, 0.0))
+    out[:, 0::2] = 1.0 + rms
+    out[:, 1::2] = 1.0 + highest
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Candidates shared by both methods
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """A movable bundle: its alphabetically first member (the leader), members and source."""
+
+    leader: str
+    members: np.ndarray
+    src: int
+
+
+def movable_bundles(state: PlacementState, cluster: Cluster) -> list[Bundle]:
+    """Movable bundles, leaders sorted (Proxmox keys a bundle by its first member's sid).
+
+    A bundle is skipped when its members are split over several nodes or on no node (Proxmox
+    skips it), or when any member may not move for balancing.
+    """
+    guests = cluster.guests
+    out: list[Bundle] = []
+    seen: set[int] = set()
+    for j in range(len(guests)):
+        if j in seen:
+            continue
+        members = state.bundle(j)
+        seen.update(members.tolist())
+        src = int(state.assign[members[0]])
+        if src < 0 or np.any(state.assign[members] != src):
+            continue
+        if any(movability(guests[m], cluster, "balance") for m in members.tolist()):
+            continue
+        out.append(Bundle(min(guests[m].id for m in members.tolist()), members, src))
+    out.sort(key=lambda b: b.leader)
+    return out
+
+
+def _targets(state: PlacementState, bundle: Bundle) -> np.ndarray:
+    """Allowed targets of a bundle (not its source), sorted by node name.
+
+    Proxmox's targets are the node-affinity rule's top-priority nodes when any of them allows the
+    bundle; the other allowed nodes only otherwise.
+    """
+    allowed = state.allowed(bundle.members)
+    allowed[bundle.src] = False
+    if not allowed.any():
+        return np.zeros(0, dtype=np.intp)
+    preferred = allowed & np.all(state.constraints.preferred[bundle.members], axis=0)
+    targets = np.nonzero(preferred if preferred.any() else allowed)[0]
+    names = [state.cluster.nodes[t].name for t in targets.tolist()]
+    return targets[np.argsort(np.array(names, dtype=object), kind="stable")]
+
+
+def _bundle_demand(state: PlacementState, members: np.ndarray) -> np.ndarray:
+    """Balance load (R,) the bundle's running members carry."""
+    return state.loads.demand[members[state.running[members]]].sum(axis=0)
+
+
+def _moves_for(
+    cluster: Cluster,
+    members: np.ndarray,
+    leader: str,
+    source: str,
+    target: str,
+    before: float,
+    after: float,
+    reason: str,
+) -> list[ProposedMove]:
+    guests = cluster.guests
+    return [
+        ProposedMove(
+            guest=guests[m].id,
+            source=source,
+            target=target,
+            metric="cv",
+            before=before,
+            after=after,
+            cost=migration_cost(guests[m], cluster.settings),
+            reason=reason + (f" (with {leader})" if guests[m].id != leader else ""),
+        )
+        for m in members.tolist()
+    ]
+
+
+def _usable(state: PlacementState) -> np.ndarray:
+    return state.constraints.usable & np.all(state.loads.capacity > 0, axis=1)
+
+
+# --------------------------------------------------------------------------------------------
+# pve-bruteforce
+
+
 @register("pve-bruteforce", "Proxmox auto-rebalance: best single move by imbalance, repeated")
 def propose_bruteforce(
     cluster: Cluster,
     *,
+    forbidden: Iterable[tuple[str, str]] = (),
     threshold: float = DEFAULT_THRESHOLD,
     margin: float = DEFAULT_MARGIN,
     max_moves: int = DEFAULT_MAX_MOVES,
@@ -85,11 +263,10 @@ def propose_bruteforce(
     """Proxmox's bruteforce rebalancing choice, applied up to ``max_moves`` times."""
     options = {"threshold": threshold, "margin": margin, "max_moves": max_moves}
     before = cluster_imbalance(cluster)
-    state = PlacementState.build(cluster)
+    state = PlacementState.build(cluster, forbidden=forbidden)
     cons = state.constraints
-    guests = cluster.guests
     cap = state.loads.capacity
-    usable = cons.usable & np.all(cap > 0, axis=1)
+    usable = _usable(state)
     notes = [str(p) for p in cons.problems]
     moves: list[ProposedMove] = []
     if cluster.settings.mode == "basic":
@@ -105,34 +282,17 @@ def propose_bruteforce(
         if len(moves) >= max_moves:
             break
         best: tuple[float, str, str, str, np.ndarray, int] | None = None
-        seen: set[int] = set()
-        for j in range(len(guests)):
-            if j in seen:
+        for bundle in movable_bundles(state, cluster):
+            targets = _targets(state, bundle)
+            if not targets.size:
                 continue
-            members = state.bundle(j)
-            seen.update(members.tolist())
-            src = int(state.assign[members[0]])
-            if src < 0 or np.any(state.assign[members] != src):
-                continue  # split bundle: Proxmox skips it
-            if any(movability(guests[m], cluster, "balance") for m in members.tolist()):
-                continue
-            allowed = state.allowed(members)
-            allowed[src] = False
-            if not allowed.any():
-                continue
-            # Proxmox's targets are the node-affinity rule's top-priority nodes when any allows.
-            preferred = allowed & np.all(cons.preferred[members], axis=0)
-            targets = np.nonzero(preferred if preferred.any() else allowed)[0]
-            demand = state.loads.demand[members[state.running[members]]].sum(axis=0)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                shift = np.where(cap > 0, demand[None, :] / np.where(cap > 0, cap, 1.0), 0.0)
-            shift = shift.mean(axis=1)  # (N,) combined-load change where the bundle lands
-            values = _cv_after_moves(combined, usable, src, targets, shift)
-            leader = min(guests[m].id for m in members.tolist())
+            shift = fraction_shift(_bundle_demand(state, bundle.members), cap).mean(axis=1)
+            values = _cv_after_moves(combined, usable, bundle.src, targets, shift)
+            source = cluster.nodes[bundle.src].name
             for t, value in zip(targets.tolist(), values.tolist(), strict=True):
-                key = (_trunc(value), leader, cluster.nodes[src].name, cluster.nodes[t].name)
+                key = (_trunc(value), bundle.leader, source, cluster.nodes[t].name)
                 if best is None or key < best[:4]:
-                    best = (*key, members, t)
+                    best = (*key, bundle.members, t)
         if best is None:
             stopped = "no movable guest has an allowed target"
             break
@@ -143,22 +303,103 @@ def propose_bruteforce(
                 f"less than the margin {margin:g}"
             )
             break
-        for m in members.tolist():
-            moves.append(
-                ProposedMove(
-                    guest=guests[m].id,
-                    source=source,
-                    target=target,
-                    metric="cv",
-                    before=imbalance,
-                    after=value,
-                    cost=migration_cost(guests[m], cluster.settings),
-                    reason=(
-                        f"imbalance {imbalance:.2f} -> {value:.2f}"
-                        + (f" (with {leader})" if guests[m].id != leader else "")
-                    ),
-                )
-            )
+        reason = f"imbalance {imbalance:.2f} -> {value:.2f}"
+        moves += _moves_for(cluster, members, leader, source, target, imbalance, value, reason)
         state.commit(members, t)
     after = cluster_imbalance(cluster, state.assign)
     return Proposal("pve-bruteforce", tuple(moves), before, after, stopped, tuple(notes), options)
+
+
+# --------------------------------------------------------------------------------------------
+# pve-topsis
+
+
+@register("pve-topsis", "Proxmox auto-rebalance: best single move by TOPSIS on RMS/max load")
+def propose_topsis(
+    cluster: Cluster,
+    *,
+    forbidden: Iterable[tuple[str, str]] = (),
+    threshold: float = DEFAULT_THRESHOLD,
+    margin: float = DEFAULT_MARGIN,
+    max_moves: int = DEFAULT_MAX_MOVES,
+) -> Proposal:
+    """Proxmox's TOPSIS rebalancing choice, applied up to ``max_moves`` times.
+
+    Per iteration, the candidates are those of ``pve-bruteforce`` (movable bundles × allowed
+    targets, preferred nodes first), in Proxmox's order: leaders sorted, then targets sorted. Each
+    candidate's post-move cluster gives the alternative ``[1+RMS cpu, 1+max cpu, 1+RMS mem,
+    1+max mem]`` over the usable nodes' load fractions (``score_best_balancing_migrations_topsis``),
+    ranked by :func:`~opendrs.engine.mcdm.topsis_scores` with weights −1, −2, −5, −10. The best
+    closeness wins, the first candidate on a tie. As in Proxmox, the winner is committed only if
+    the (untruncated) imbalance — the CV of the combined loads — improves by at least ``margin``.
+    """
+    options = {"threshold": threshold, "margin": margin, "max_moves": max_moves}
+    before = cluster_imbalance(cluster)
+    state = PlacementState.build(cluster, forbidden=forbidden)
+    cons = state.constraints
+    cap = state.loads.capacity
+    usable = _usable(state)
+    notes = [str(p) for p in cons.problems]
+    moves: list[ProposedMove] = []
+    if cluster.settings.mode == "basic":
+        stopped = "basic mode counts guests only: Proxmox never rebalances in it"
+        return Proposal("pve-topsis", (), before, before, stopped, tuple(notes), options)
+    stopped = f"move limit {max_moves} reached"
+    while True:
+        combined = _combined(state.node_load, cap)
+        imbalance = _cv(combined[usable])
+        if imbalance <= threshold:
+            stopped = f"imbalance {imbalance:.3f} at or below threshold {threshold:g}"
+            break
+        if len(moves) >= max_moves:
+            break
+        bundles: list[Bundle] = []
+        cand_bundle: list[int] = []
+        cand_target: list[int] = []
+        shifts: list[np.ndarray] = []
+        for bundle in movable_bundles(state, cluster):
+            targets = _targets(state, bundle)
+            if not targets.size:
+                continue
+            shifts.append(fraction_shift(_bundle_demand(state, bundle.members), cap))
+            cand_bundle += [len(bundles)] * len(targets)
+            cand_target += targets.tolist()
+            bundles.append(bundle)
+        if not bundles:
+            stopped = "no movable guest has an allowed target"
+            break
+        which = np.array(cand_bundle, dtype=np.intp)
+        tgt = np.array(cand_target, dtype=np.intp)
+        src = np.array([bundles[b].src for b in cand_bundle], dtype=np.intp)
+        shift = np.stack(shifts)  # (B, N, R)
+        fractions = fractions_of(state.node_load, cap)
+        matrix = topsis_alternatives(
+            fractions, usable, src, tgt, shift[which, src], shift[which, tgt]
+        )
+        scores = topsis_scores(matrix, TOPSIS_WEIGHTS)
+        k = int(np.argmax(scores))  # the first of equal scores: candidate order breaks ties
+        bundle = bundles[cand_bundle[k]]
+        t = int(tgt[k])
+        source, target = cluster.nodes[bundle.src].name, cluster.nodes[t].name
+        value = float(
+            _cv_after_moves(
+                combined, usable, bundle.src, np.array([t]), shift[cand_bundle[k]].mean(axis=1)
+            )[0]
+        )
+        closeness = float(scores[k])
+        if imbalance <= 0 or (imbalance - value) / imbalance < margin:
+            stopped = (
+                f"best move by TOPSIS ({bundle.leader} to {target}, closeness {closeness:.3f}) "
+                f"would bring {imbalance:.3f} to {value:.3f}, less than the margin {margin:g}"
+            )
+            break
+        reason = (
+            f"TOPSIS closeness {closeness:.3f}, best of {len(scores)}; "
+            f"imbalance {imbalance:.2f} -> {value:.2f}"
+        )
+        moves += _moves_for(
+            cluster, bundle.members, bundle.leader, source, target, imbalance, value, reason
+        )
+        state.commit(bundle.members, t)
+    after = cluster_imbalance(cluster, state.assign)
+    return Proposal("pve-topsis", tuple(moves), before, after, stopped, tuple(notes), options)

@@ -1,0 +1,173 @@
+"""``static-greedy``: the balancer sketched in seed 002, on opendrs's placement scores.
+
+F. Ebner's static-scheduler series (pve-devel, November 2022) closes with an idea for a balancer:
+
+1. sort all services by *badness*;
+2. score the nodes for each service in turn, adding its usage to the chosen node before the next;
+   the current node is kept if its score does not differ too much from the best node's;
+3. migrate the services whose chosen node differs.
+
+opendrs makes each step precise:
+
+* **Badness** of a movable guest (or of a bundle of guests kept together by a hard positive
+  affinity) is its share of its node's *excess*: for each resource, the load fraction the guest
+  puts on its node, capped at how far that node's fraction lies above the cluster's mean fraction
+  (``ΣL / ΣC`` over the usable nodes), weighted by the cluster's resource weights:
+  ``Σ_r w_r · min(d_r / C_r, max(f_r − f̄_r, 0))``. Guests on nodes at or below the mean have
+  badness 0; a guest on a node that may not hold guests (maintenance) counts its whole share. The
+  guests that can relieve an overloaded node the most come first; ties go by guest id.
+* **Scores** are :meth:`~opendrs.engine.placement.PlacementState.evaluate`'s: with the guest taken
+  off its node, each node that passes every hard constraint is scored by the cluster's balance if
+  the guest went there — the capacity-weighted standard deviation σ of the usable nodes' load
+  fractions, resources combined with the cluster's weights — plus
+  :data:`~opendrs.engine.constraints.SOFT_PENALTY` per soft rule broken.
+* **Keep**: the guest stays where it is when its current node is allowed and scores less than
+  ``keep`` above the best node. ``keep`` is in the score's own unit, σ of load fractions: the
+  default 0.005 is half a percentage point of spread, so a move must make the cluster measurably
+  more even to be worth a migration. A current node that is not allowed any more (a broken rule,
+  maintenance, over capacity) is always left.
+* The chosen node's usage is updated before the next guest (:meth:`PlacementState.commit`).
+
+One pass over the guests by default (``passes``); further passes re-sort by the new badness and
+stop early when a pass moves nothing. The order is fixed at the start of each pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from opendrs.engine.imbalance import weighted_variance
+from opendrs.engine.placement import PlacementState
+from opendrs.model.cluster import Cluster
+
+from .base import Proposal, ProposedMove, cluster_imbalance, migration_cost, register
+from .pve import Bundle, fraction_shift, fractions_of, movable_bundles
+
+NAME = "static-greedy"
+DEFAULT_KEEP = 0.005
+DEFAULT_PASSES = 1
+
+
+def _usable(state: PlacementState) -> np.ndarray:
+    return state.constraints.usable & np.all(state.loads.capacity > 0, axis=1)
+
+
+def balance_sigma(state: PlacementState) -> float:
+    """The cluster's balance now: capacity-weighted σ of the usable nodes' fractions, combined.
+
+    The same figure :meth:`PlacementState.evaluate` reports for a node, with nothing moved.
+    """
+    usable = _usable(state)
+    cap = state.loads.capacity
+    if not usable.any():
+        return 0.0
+    var = weighted_variance(fractions_of(state.node_load, cap)[usable], cap[usable])
+    return float(np.sqrt(max(float(np.maximum(var, 0.0) @ state.weights), 0.0)))
+
+
+def badness(state: PlacementState, bundles: list[Bundle]) -> np.ndarray:
+    """Each bundle's share of its node's load above the cluster's mean fraction (see module)."""
+    cap = state.loads.capacity
+    usable = _usable(state)
+    frac = fractions_of(state.node_load, cap)
+    total_c = cap[usable].sum(axis=0)
+    total_l = state.node_load[usable].sum(axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean = np.where(total_c > 0, total_l / np.where(total_c > 0, total_c, 1.0), 0.0)
+    excess = np.where(usable[:, None], np.maximum(frac - mean[None, :], 0.0), frac)
+    out = np.zeros(len(bundles))
+    for i, bundle in enumerate(bundles):
+        members = bundle.members
+        demand = state.loads.demand[members[state.running[members]]].sum(axis=0)
+        share = fraction_shift(demand, cap)[bundle.src]
+        out[i] = float(np.minimum(share, excess[bundle.src]) @ state.weights)
+    return out
+
+
+def _current_score(state: PlacementState, bundle: Bundle) -> float:
+    """Score of the bundle's current node when that node is not allowed any more."""
+    cons = state.constraints
+    assign = state.assign.copy()
+    assign[bundle.members] = -1
+    penalty = sum(float(cons.soft_penalty(j, assign)[bundle.src]) for j in bundle.members.tolist())
+    return balance_sigma(state) + penalty
+
+
+@register(NAME, "Seed 002's balancer: worst guests first, each to its best node unless close")
+def propose_greedy(
+    cluster: Cluster,
+    *,
+    forbidden: Iterable[tuple[str, str]] = (),
+    keep: float = DEFAULT_KEEP,
+    passes: int = DEFAULT_PASSES,
+) -> Proposal:
+    """Place every movable guest, worst first, on its best node (seed 002; see the module).
+
+    Args:
+        forbidden: (guest, node) placements that must not be chosen.
+        keep: a guest stays on its (allowed) node when that node's score is less than this much
+            above the best node's; in units of σ of the load fractions (plus soft penalties).
+        passes: how many times to go over the guests (a pass that moves nothing ends the run).
+    """
+    options = {"keep": keep, "passes": passes}
+    before = cluster_imbalance(cluster)
+    state = PlacementState.build(cluster, forbidden=forbidden)
+    cons = state.constraints
+    notes = tuple(str(p) for p in cons.problems)
+    guests = cluster.guests
+    moves: list[ProposedMove] = []
+    stopped = f"{passes} pass{'es' if passes != 1 else ''} done"
+    if passes < 1:
+        stopped = "no pass requested"
+    for number in range(1, passes + 1):
+        bundles = movable_bundles(state, cluster)
+        if not bundles:
+            stopped = "no movable guest"
+            break
+        bad = badness(state, bundles)
+        order = sorted(range(len(bundles)), key=lambda i: (-round(float(bad[i]), 12), i))
+        moved = 0
+        for i in order:
+            bundle = bundles[i]
+            scored, _rejected = state.evaluate(bundle.members)
+            if not scored:
+                continue  # no node at all can take it, its own included: it stays
+            best_n, best_score, best_balance, best_penalty = scored[0]
+            src = bundle.src
+            if best_n == src:
+                continue
+            current = next((s for s in scored if s[0] == src), None)
+            if current is not None and current[1] - best_score < keep:
+                continue
+            here = current[1] if current is not None else _current_score(state, bundle)
+            source, target = cluster.nodes[src].name, cluster.nodes[best_n].name
+            reason = (
+                f"badness {bad[i]:.4f}; score {here:.4f} on {source} -> {best_score:.4f} on "
+                f"{target} (balance {best_balance:.4f}, penalty {best_penalty:g})"
+                + ("" if current is not None else f"; {source} is not allowed any more")
+            )
+            for m in bundle.members.tolist():
+                moves.append(
+                    ProposedMove(
+                        guest=guests[m].id,
+                        source=source,
+                        target=target,
+                        metric="score",
+                        before=here,
+                        after=best_score,
+                        cost=migration_cost(guests[m], cluster.settings),
+                        reason=reason
+                        + (f" (with {bundle.leader})" if guests[m].id != bundle.leader else ""),
+                    )
+                )
+            state.commit(bundle.members, best_n)
+            moved += 1
+        if moved == 0:
+            stopped = (
+                f"pass {number} moved nothing: every guest is within {keep:g} of its best node"
+            )
+            break
+    after = cluster_imbalance(cluster, state.assign)
+    return Proposal(NAME, tuple(moves), before, after, stopped, notes, dict(options))

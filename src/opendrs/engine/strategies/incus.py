@@ -1,0 +1,232 @@
+"""``incus``: Incus's automatic cluster rebalancing (seed 004), with its bugs fixed.
+
+Incus (``cmd/incusd/api_cluster_rebalance.go``, issue #485; reference ``other-balancers.md`` §1)
+scores every member, groups the members by CPU architecture and, in each group whose busiest and
+least busy members differ enough, live-migrates VMs from the busiest member to less busy ones until
+each target reaches the midpoint between the two. opendrs keeps that shape:
+
+* **Score** of a node: ``(100 · memory fraction + 100 · cpu fraction) / 2`` in the cluster's usage
+  mode (dynamic: measured use, the analogue of Incus's used memory and load average over threads;
+  static: configured sizes, Incus's ``limits.*``). Incus computes it in ``uint8``, so a load above
+  the thread count wraps and the sum of the two parts can pass 255 and wrap again; here it is a
+  float and may exceed 100.
+* **Groups**: the usable nodes (online, not in maintenance, with capacity) per architecture,
+  visited in sorted order — Incus visits them in Go map order, which is random. A group is skipped
+  when it has fewer than two members, when its busiest score is 0, or when the relative gap
+  ``(S_max − S_min) / S_max · 100`` is below ``threshold`` (percent, default 20; Incus truncates it
+  to an integer first, opendrs does not).
+* **Source**: the busiest member of the group (ties by name), recomputed after every move — Incus
+  keeps the score it had at the start of the run.
+* **Candidates**: VMs on the source — containers never, as Incus only live-migrates VMs — that may
+  move (:func:`~opendrs.engine.constraints.movability`: running, which Incus never checks, no local
+  devices or disks, not locked, …), are not in cooldown (``cooldown_until[guest] > now``; Incus's
+  ``volatile.rebalance.last_move`` plus ``cluster.rebalance.cooldown``) and have not moved in this
+  run (a move puts a guest in cooldown, in Incus too). Guests kept together by a hard positive
+  affinity move together, as one candidate. A guest's size is its load in the usage mode.
+* **Target**: for each candidate, the least loaded member of the group that passes every hard
+  constraint for it (ties by name) and scores below the source — Incus's project restrictions and
+  placement scriptlet become opendrs's constraints.
+* **Fit**: a candidate fits when its target's predicted score, with the candidate's cpu *and*
+  memory added where they belong (the Incus code the reference analyses builds that impact as
+  ``ServerUsage{MemoryUsage: cpuUsage, CPUUsage: memUsage}``, the two swapped), stays below the
+  midpoint ``(S_src + S_tgt) / 2`` of the current scores; reaching it is too much (Incus: ``>=``
+  skips). Incus fixes the midpoint with the scores of the run's start and tracks a running score
+  per target; opendrs rescores after each move, which is the same for the first move and never
+  lets a later one overshoot the current state. Of the fitting candidates the one
+  with the largest impact on its target goes first (ties by guest id): the biggest step that does
+  not overshoot — Incus takes them in database order. A candidate without an allowed target or
+  that does not fit is skipped, and so is one that would change no score; nothing aborts the run
+  (in Incus, any error does).
+* **Batch**: at most ``batch`` moves (default 1) per run, across all architectures together, as in
+  Incus (``cluster.rebalance.batch``); a bundle is one move. After each move the group is scored
+  again and the next move is sought in the same architecture until its gap falls below the
+  threshold, no candidate fits, or the batch is spent; then the next architecture.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+
+from opendrs.engine.placement import PlacementState
+from opendrs.model.cluster import Cluster
+
+from .base import Proposal, ProposedMove, cluster_imbalance, migration_cost, register
+from .pve import Bundle, fractions_of, movable_bundles
+
+NAME = "incus"
+DEFAULT_THRESHOLD = 20.0
+DEFAULT_BATCH = 1
+
+
+def server_scores(node_load: np.ndarray, cap: np.ndarray) -> np.ndarray:
+    """(N,) Incus's server score, in float: the mean of the memory and cpu fractions × 100."""
+    frac = fractions_of(node_load, cap)
+    return 100.0 * (frac[:, 0] + frac[:, 1]) / 2.0
+
+
+def relative_gap(scores: np.ndarray) -> float:
+    """``(max − min) / max · 100`` of some scores; 0 when the busiest is idle or no score."""
+    if scores.size == 0:
+        return 0.0
+    top = float(scores.max())
+    return 0.0 if top <= 0 else (top - float(scores.min())) / top * 100.0
+
+
+def _by_name(cluster: Cluster, nodes: np.ndarray) -> np.ndarray:
+    names = np.array([cluster.nodes[n].name for n in nodes.tolist()], dtype=object)
+    return nodes[np.argsort(names, kind="stable")]
+
+
+@register(NAME, "Incus rebalancing: busiest member to the least busy, up to the midpoint, per arch")
+def propose_incus(
+    cluster: Cluster,
+    *,
+    forbidden: Iterable[tuple[str, str]] = (),
+    threshold: float = DEFAULT_THRESHOLD,
+    batch: int = DEFAULT_BATCH,
+    cooldown_until: Mapping[str, float] | None = None,
+    now: float | None = None,
+) -> Proposal:
+    """Incus's rebalancing run, fixed (seed 004; see the module docstring).
+
+    Args:
+        forbidden: (guest, node) placements that must not be chosen.
+        threshold: relative gap in percent between the busiest and the least busy member of an
+            architecture below which that architecture is left alone.
+        batch: moves at most in this run, all architectures together.
+        cooldown_until: per guest id, the time until which it may not move again.
+        now: the current time on the same clock as ``cooldown_until`` (required with it).
+
+    Raises:
+        ValueError: ``cooldown_until`` is given without ``now``.
+    """
+    if cooldown_until and now is None:
+        raise ValueError("incus: cooldown_until needs now (the current time on the same clock)")
+    cooling = sorted(
+        g for g, until in (cooldown_until or {}).items() if now is not None and until > now
+    )
+    options: dict[str, object] = {
+        "threshold": threshold,
+        "batch": batch,
+        "now": now,
+        "in_cooldown": cooling,
+    }
+    before = cluster_imbalance(cluster)
+    state = PlacementState.build(cluster, forbidden=forbidden)
+    cons = state.constraints
+    notes = tuple(str(p) for p in cons.problems)
+    cap = state.loads.capacity
+    usable = cons.usable & np.all(cap > 0, axis=1)
+    guests = cluster.guests
+    blocked = {cluster.guest_index[g] for g in cooling if g in cluster.guest_index}
+    moved: set[int] = set()
+    moves: list[ProposedMove] = []
+    made = 0
+    outcome: list[str] = []
+    archs = sorted({n.arch for i, n in enumerate(cluster.nodes) if usable[i]})
+    for arch in archs:
+        group = _by_name(
+            cluster,
+            np.array(
+                [i for i, n in enumerate(cluster.nodes) if usable[i] and n.arch == arch],
+                dtype=np.intp,
+            ),
+        )
+        if made >= batch:
+            outcome.append(f"{arch}: not visited, batch of {batch} spent")
+            continue
+        if group.size < 2:
+            outcome.append(f"{arch}: fewer than 2 members")
+            continue
+        in_group = np.zeros(len(cluster.nodes), dtype=bool)
+        in_group[group] = True
+        while True:
+            scores = server_scores(state.node_load, cap)
+            src = int(group[np.argmax(scores[group])])  # the first by name among equals
+            top = float(scores[src])
+            gap = relative_gap(scores[group])
+            if top <= 0:
+                outcome.append(f"{arch}: busiest member {cluster.nodes[src].name} is idle")
+                break
+            if gap < threshold:
+                outcome.append(f"{arch}: gap {gap:.1f}% below threshold {threshold:g}%")
+                break
+            if made >= batch:
+                outcome.append(f"{arch}: batch of {batch} spent")
+                break
+            best = _best_candidate(state, cluster, src, scores, in_group, blocked | moved)
+            if best is None:
+                outcome.append(
+                    f"{arch}: no VM on {cluster.nodes[src].name} fits below a target's midpoint"
+                )
+                break
+            bundle, t, midpoint, predicted = best
+            source, target = cluster.nodes[src].name, cluster.nodes[t].name
+            state.commit(bundle.members, t)
+            moved.update(bundle.members.tolist())
+            made += 1
+            after_scores = server_scores(state.node_load, cap)
+            gap_after = relative_gap(after_scores[group])
+            reason = (
+                f"{arch} gap {gap:.1f}%: {source} score {top:.1f} -> {after_scores[src]:.1f}, "
+                f"{target} {scores[t]:.1f} -> {predicted:.1f} (midpoint {midpoint:.1f})"
+            )
+            for m in bundle.members.tolist():
+                moves.append(
+                    ProposedMove(
+                        guest=guests[m].id,
+                        source=source,
+                        target=target,
+                        metric="gap",
+                        before=gap,
+                        after=gap_after,
+                        cost=migration_cost(guests[m], cluster.settings),
+                        reason=reason
+                        + (f" (with {bundle.leader})" if guests[m].id != bundle.leader else ""),
+                    )
+                )
+    if not archs:
+        outcome.append("no usable node")
+    after = cluster_imbalance(cluster, state.assign)
+    return Proposal(NAME, tuple(moves), before, after, "; ".join(outcome), notes, options)
+
+
+def _best_candidate(
+    state: PlacementState,
+    cluster: Cluster,
+    src: int,
+    scores: np.ndarray,
+    in_group: np.ndarray,
+    excluded: set[int],
+) -> tuple[Bundle, int, float, float] | None:
+    """The fitting candidate with the largest impact: (bundle, target, midpoint, predicted)."""
+    guests = cluster.guests
+    cap = state.loads.capacity
+    best: tuple[float, str, Bundle, int, float, float] | None = None
+    for bundle in movable_bundles(state, cluster):
+        if bundle.src != src:
+            continue
+        members = bundle.members.tolist()
+        if any(guests[m].kind != "vm" or m in excluded for m in members):
+            continue
+        allowed = state.allowed(bundle.members) & in_group & (scores < scores[src])
+        allowed[src] = False
+        if not allowed.any():
+            continue
+        candidates = _by_name(cluster, np.nonzero(allowed)[0])
+        t = int(candidates[np.argmin(scores[candidates])])
+        demand = state.loads.demand[bundle.members[state.running[bundle.members]]].sum(axis=0)
+        load = state.node_load[t] + demand
+        predicted = float(server_scores(load[None, :], cap[t][None, :])[0])
+        impact = predicted - float(scores[t])
+        midpoint = (float(scores[src]) + float(scores[t])) / 2.0
+        if impact <= 0 or predicted >= midpoint:
+            continue
+        key = (-round(impact, 12), bundle.leader)
+        if best is None or key < best[:2]:
+            best = (*key, bundle, t, midpoint, predicted)
+    if best is None:
+        return None
+    return best[2], best[3], best[4], best[5]

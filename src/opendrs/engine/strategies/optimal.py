@@ -1,0 +1,1639 @@
+"""``optimal`` — exact placement with CP-SAT (seed 003: proxlb-solver's model, on opendrs's).
+
+**Variables.** One Boolean ``y[b][n]`` per *unit* ``b`` and allowed node ``n``, with
+``Σ_n y[b][n] = 1``. A unit is a guest, or a bundle of guests kept together by hard positive
+affinity (merged transitively): one set of variables per bundle, so its members share a node by
+construction. A movable unit gets a variable for each node that passes the static constraints of
+every member (usable, architecture, strict node affinity and pins, not forbidden); a unit that may
+not move (ignored, locked, local devices, …; see :func:`~opendrs.engine.constraints.movability`) is
+fixed on its node.
+
+**Hard constraints.**
+
+* Capacity, per node and per :class:`~opendrs.engine.usage.CapacityModel` dimension (configured
+  vCPUs against cores × overcommit, configured memory, measured use in dynamic mode, each local
+  storage pool — all net of reserves and of the host's own load). The integers are chosen so that
+  an answer CP-SAT accepts is truly feasible: vCPUs and cores are counted in thousandths, bytes in
+  the largest unit that divides every size of the dimension (exact in practice: sizes are whole
+  MiB); whenever a value is not a whole number of units, a guest's demand is rounded **up** and a
+  node's room **down**. Stopped guests commit only their disks.
+* Hard anti-affinity: at most one member of a rule per node. Implicit negatives (a bundle inherits
+  its members' negative partners) follow from the shared unit variables.
+* Maintenance and offline nodes, pins and strict node affinity: through the variables' domains.
+
+**Objective** (all integers)::
+
+    w_balance · spread + w_stickiness · migration cost + 1,000,000 · broken soft rules
+
+``spread`` is the max − min, over the usable nodes, of each node's load fraction scaled to 10,000
+(100 %) and rounded down, summed over the method's terms with their weights:
+
+* ``balance`` (opendrs's default) — the cpu and memory fractions of the cluster's usage mode
+  (:class:`~opendrs.engine.usage.LoadModel`: basic, static or dynamic, net of reserves, the host's
+  own load included), each scaled by its share of ``Settings.weight_cpu/weight_memory``.
+* proxlb-solver's methods, exactly as its model (reference §2): ``memory`` (configured memory in
+  MiB), ``cpu`` (measured use, or vCPUs with ``usage="assigned"``), ``disk`` (local disks against
+  the node's storage), ``cpu_psi``/``memory_psi``/``io_psi`` (the guests' pressure against 100),
+  ``cpu_smart``/``memory_smart``/``io_smart`` (``w_X_usage · usage + w_X_psi · psi``) and
+  ``global_smart`` (``Σ w_global_R · smart_R``). Each guest's footprint is multiplied by its
+  ``priority`` (1–3), and ``usage="psi"`` makes the single methods use pressure.
+
+The migration cost of a guest is :func:`~opendrs.engine.strategies.base.migration_cost`; a soft
+rule is broken when a soft positive rule's guests use more than one node, when two guests of a soft
+negative rule share one, or (per guest) when a non-strict node affinity is not met.
+
+**Balanciness** 1–5 sets ``(w_balance, w_stickiness, gap threshold)``: 1 (0, 1, 100 %),
+2 (1, 50, 25 %), 3 (10, 10, 15 %), 4 (50, 5, 5 %), 5 (100, 1, 0). ``w_balance`` becomes 0 — only
+forced moves remain — when the initial spread (as proxlb-solver computes it: priority-weighted,
+real-valued) is below the threshold, or when utilisation thresholds are given and no usable node
+exceeds one.
+
+**Warm start and determinism.** The default strategy's answer (run with the same ``forbidden``) is
+given to CP-SAT as a hint, or the current placement when that fails. With one worker (the default)
+the search is deterministic: a fixed seed, and the budget counted in CP-SAT's deterministic time,
+which does not depend on machine load: ``time_limit / 5`` units, which take about 40–80 % of
+``time_limit`` in seconds on one core. ``time_limit`` itself is a hard wall-clock cap; only if it
+strikes first (a slow or busy machine) can two runs differ, and ``options["solver"]
+["deterministic"]`` then says False. With ``workers > 1`` CP-SAT runs its parallel portfolio
+(with large-neighbourhood search) under the wall-clock limit only: better on large clusters, but
+**not** deterministic. Whatever CP-SAT
+returns, the answer is never worse than the hint or the current placement when those are feasible.
+
+**Ties.** Among placements with the same objective, a second CP-SAT pass (run only once the first
+is proven optimal) prefers the least migration effort — the migration cost, then how busy (CPU) the
+moved guests are — and then placing busy guests on nodes that report less pressure.
+
+**Strictness.** By default contradictory rules are dropped with a message (as Proxmox does), and a
+guest that cannot go anywhere allowed, or may not move, stays where it is (with a note). With
+``strict=True`` (proxlb-solver's semantics) each of these makes the problem INFEASIBLE.
+
+The result is reported in ``Proposal.options["solver"]``: status (OPTIMAL, FEASIBLE, INFEASIBLE or
+UNKNOWN), objective, proven bound, gap, wall time and the objective's parts.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from opendrs.engine.constraints import Constraints, movability
+from opendrs.engine.usage import LoadModel
+from opendrs.model.cluster import Cluster
+from opendrs.model.units import format_bytes
+
+from .base import Proposal, ProposedMove, cluster_imbalance, migration_cost, register
+
+#: Balancing methods: opendrs's own, then proxlb-solver's.
+METHODS: tuple[str, ...] = (
+    "balance",
+    "memory",
+    "cpu",
+    "disk",
+    "cpu_psi",
+    "memory_psi",
+    "io_psi",
+    "cpu_smart",
+    "memory_smart",
+    "io_smart",
+    "global_smart",
+)
+#: proxlb-solver's ``balancing.mode``: what the cpu terms count (``psi``: single methods use PSI).
+USAGES: tuple[str, ...] = ("used", "assigned", "psi")
+#: Balanciness level -> (w_balance, w_stickiness, gap threshold as a fraction).
+BALANCINESS: Mapping[int, tuple[int, int, float]] = {
+    1: (0, 1, 1.0),
+    2: (1, 50, 0.25),
+    3: (10, 10, 0.15),
+    4: (50, 5, 0.05),
+    5: (100, 1, 0.0),
+}
+#: 100 % of a node's load fraction in the model's integers.
+LOAD_SCALE = 10_000
+#: Objective penalty of one broken soft rule (proxlb-solver's value).
+SOFT_PENALTY = 1_000_000
+#: Default term weights (proxlb-solver's ``Balancing`` model; its scenario loader differs).
+DEFAULT_WEIGHTS: Mapping[str, float] = {
+    "w_cpu_usage": 1,
+    "w_cpu_psi": 2,
+    "w_mem_usage": 1,
+    "w_mem_psi": 2,
+    "w_io_usage": 1,
+    "w_io_psi": 2,
+    "w_global_mem": 10,
+    "w_global_cpu": 5,
+    "w_global_io": 1,
+}
+DEFAULT_TIME_LIMIT = 10.0
+
+_MIB = 1024**2
+_CPU_DIMS = ("vcpus", "cpu_used")
+#: Largest number of units a capacity dimension may sum to in the model (keeps CP-SAT exact).
+_MAX_UNITS = 2**48
+#: Tolerance, in model units, when turning a real value into whole units.
+_EPS = 1e-9
+_MAX_EXPLAIN = 8
+
+STRATEGY = "optimal"
+
+
+# --------------------------------------------------------------------------------------------
+# Problem data (pure numpy/ints): shared by the CP-SAT model and the exact Python evaluation
+
+
+@dataclass(frozen=True)
+class _Term:
+    """One spread term: ``weight · (max − min)`` over ``nodes`` of ``⌊scale·load/cap⌋``."""
+
+    name: str
+    weight: int
+    coeffs: np.ndarray  # (G,) int64, 0 for guests that put no load
+    base: np.ndarray  # (N,) int64
+    cap: np.ndarray  # (N,) int64, ≥ 1
+    scale: int
+    nodes: np.ndarray  # node indices taking part
+
+    def node_loads(self, assign: np.ndarray) -> np.ndarray:
+        """Scaled, rounded-down loads of the term's nodes under ``assign`` (exact integers)."""
+        total = self.base.copy()
+        ok = assign >= 0
+        np.add.at(total, assign[ok], self.coeffs[ok])
+        return (self.scale * total[self.nodes]) // self.cap[self.nodes]
+
+    def gap(self, assign: np.ndarray) -> int:
+        if self.nodes.size < 2:
+            return 0
+        loads = self.node_loads(assign)
+        return int(loads.max() - loads.min())
+
+
+@dataclass(frozen=True)
+class _Score:
+    """The objective of a placement and its parts."""
+
+    objective: int
+    spread: int
+    cost: int
+    penalty: int
+
+
+@dataclass
+class _Problem:
+    """Everything the model needs, as integers, after the rules have been checked."""
+
+    cluster: Cluster
+    cons: Constraints
+    cur: np.ndarray  # (G,) node index, -1 unknown
+    present: np.ndarray  # (G,) bool: in the model (its node is known)
+    movable: np.ndarray  # (G,) bool
+    held: np.ndarray  # (G,) bool: kept on its node (may not move, or nowhere else to go)
+    why_fixed: list[str | None]
+    units: list[np.ndarray]  # guest indices
+    unit_of: np.ndarray  # (G,) unit index, -1 for absent guests
+    domain: list[np.ndarray]  # per unit: allowed node indices (sorted)
+    dims: tuple[str, ...]
+    dem: np.ndarray  # (G, D) int64 capacity demand in model units
+    cap: np.ndarray  # (N, D) int64 room in model units (after relaxations)
+    units_of_dim: list[float]  # bytes (or cores) per model unit, per dimension
+    neg_rules: list[tuple[str, np.ndarray, frozenset[int]]]  # name, members, relaxed nodes
+    soft_pos: list[tuple[str, np.ndarray]]
+    soft_neg: list[tuple[str, np.ndarray]]
+    not_preferred: np.ndarray  # (G, N) bool: a non-strict node affinity is not met there
+    cost: np.ndarray  # (G,) int64 migration cost (0 for guests that cannot move)
+    terms: list[_Term]
+    #: Whether the spread reads as a percentage (one term, or ``balance``'s normalised ones).
+    percent: bool = True
+    notes: list[str] = field(default_factory=list)
+    infeasible: list[str] = field(default_factory=list)
+
+    # -- exact evaluation ------------------------------------------------------------------
+
+    def hard_ok(self, assign: np.ndarray) -> bool:
+        """Whether ``assign`` satisfies the model's hard constraints (as CP-SAT sees them)."""
+        if np.any(assign[self.present] < 0):
+            return False
+        for u, members in enumerate(self.units):
+            where = assign[members]
+            if np.any(where != where[0]) or not np.isin(where[0], self.domain[u]):
+                return False
+        n_nodes = len(self.cluster.nodes)
+        committed = np.zeros((n_nodes, len(self.dims)), dtype=np.int64)
+        idx = np.nonzero(self.present)[0]
+        np.add.at(committed, assign[idx], self.dem[idx])
+        if np.any(committed > self.cap):
+            return False
+        for _name, members, relaxed in self.neg_rules:
+            counts = np.bincount(assign[members], minlength=n_nodes)
+            for n in np.nonzero(counts > 1)[0].tolist():
+                if n not in relaxed:
+                    return False
+                if np.any(assign[members[~self.held[members]]] == n):
+                    return False
+        return True
+
+    def score(self, assign: np.ndarray, w_balance: int, w_stickiness: int) -> _Score:
+        """The objective of ``assign`` (exactly as the model computes it)."""
+        spread = sum(t.weight * t.gap(assign) for t in self.terms)
+        moved = self.present & (assign != self.cur)
+        cost = int(self.cost[moved].sum())
+        penalty = 0
+        for _name, members in self.soft_pos:
+            penalty += int(len(set(assign[members].tolist())) > 1)
+        for _name, members in self.soft_neg:
+            where = assign[members]
+            penalty += int(len(set(where.tolist())) < len(where))
+        idx = np.nonzero(self.present)[0]
+        penalty += int(self.not_preferred[idx, assign[idx]].sum())
+        objective = w_balance * spread + w_stickiness * cost + SOFT_PENALTY * penalty
+        return _Score(objective, spread, cost, penalty)
+
+
+def _int_weight(value: float) -> int | None:
+    """``value`` as an int when it is integral, else None."""
+    return int(value) if float(value).is_integer() else None
+
+
+def _as_units(dem: np.ndarray, room: np.ndarray, dim: str) -> tuple[np.ndarray, np.ndarray, float]:
+    """Demands (G,) and room (N,) of one capacity dimension in whole model units.
+
+    Returns the integer demands (rounded up), the integer room (rounded down) and how many of the
+    dimension's units (cores, bytes) one model unit is. CPU dimensions are counted in thousandths;
+    byte dimensions in the greatest common divisor of their sizes, coarsened if the sums would be
+    too large for exact arithmetic.
+    """
+    if dim in _CPU_DIMS:
+        per_unit = 1e-3
+        dem_units, room_units = dem * 1000.0, room * 1000.0
+    else:
+        values = np.concatenate([dem, room[room > 0]])
+        integral = values[np.abs(values - np.round(values)) <= _EPS]
+        ints = np.round(integral).astype(np.int64)
+        ints = ints[ints > 0]
+        exact = ints.size and integral.size == values.size
+        per_unit = float(np.gcd.reduce(ints)) if exact else 1.0
+        dem_units, room_units = dem / per_unit, room / per_unit
+    total = float(dem_units.sum() + max(float(room_units.max(initial=0.0)), 0.0))
+    if total > _MAX_UNITS:
+        coarser = total / _MAX_UNITS
+        per_unit *= coarser
+        dem_units, room_units = dem_units / coarser, room_units / coarser
+    # Demands round up, room rounds down: whatever fits in whole units fits for real.
+    dem_int = np.ceil(dem_units - _EPS).astype(np.int64)
+    room_int = np.floor(room_units + _EPS).astype(np.int64)
+    return np.maximum(dem_int, 0), room_int, per_unit
+
+
+def _fmt_amount(dim: str, value: float) -> str:
+    """``30 vCPUs``, ``3.5 cores in use``, ``72.0 GiB of memory``, ``100 GiB of storage local``."""
+    if dim in _CPU_DIMS:
+        number = f"{value:g}" if value == int(value) else f"{value:.2f}"
+        return f"{number} vCPUs" if dim == "vcpus" else f"{number} cores in use"
+    what = {"memory": "memory", "memory_used": "memory in use"}.get(dim, dim.replace(":", " "))
+    return f"{format_bytes(value)} of {what}"
+
+
+# --------------------------------------------------------------------------------------------
+# Balance terms
+
+
+def _priority(cluster: Cluster) -> np.ndarray:
+    return np.array([g.priority for g in cluster.guests], dtype=np.int64)
+
+
+def _term_balance(cluster: Cluster, usable: np.ndarray) -> list[tuple[_Term, float]]:
+    """opendrs's ``balance``: cpu and memory fractions of the cluster's usage mode."""
+    loads = LoadModel.build(cluster)
+    settings = cluster.settings
+    weights = np.array([max(settings.weight_cpu, 0.0), max(settings.weight_memory, 0.0)])
+    if weights.sum() <= 0:
+        weights = np.ones(2)
+    weights = weights / weights.sum()
+    out = []
+    memory_unit = float(_MIB) if settings.mode != "basic" else 1e-3
+    for r, (name, per_unit) in enumerate((("cpu", 1e-3), ("memory", memory_unit))):
+        scale = round(LOAD_SCALE * weights[r])
+        if scale <= 0:
+            continue
+        coeffs = np.where(loads.active, np.round(loads.demand[:, r] / per_unit), 0).astype(np.int64)
+        base = np.round(loads.base[:, r] / per_unit).astype(np.int64)
+        capacity = loads.capacity[:, r]
+        cap = np.maximum(np.round(capacity / per_unit), 1).astype(np.int64)
+        nodes = np.nonzero(usable & (capacity > 0))[0]
+        out.append((_Term(name, 1, coeffs, base, cap, scale, nodes), 1.0))
+    return out
+
+
+def _proxlb_term(
+    cluster: Cluster, kind: str, usage: str, active: np.ndarray, usable: np.ndarray
+) -> _Term:
+    """One of proxlb-solver's load terms (``memory``, ``cpu``, ``disk``, ``*_psi``)."""
+    guests, nodes = cluster.guests, cluster.nodes
+    prio = _priority(cluster)
+    n_nodes = len(nodes)
+    zero = np.zeros(n_nodes, dtype=np.int64)
+    idx = np.nonzero(usable)[0]
+    if kind == "memory":
+        coeffs = np.array([g.memory * int(p) // _MIB for g, p in zip(guests, prio, strict=True)])
+        cap = np.array([max(1, (n.memory - cluster.reserve_memory(n)) // _MIB) for n in nodes])
+        scale = LOAD_SCALE
+    elif kind == "cpu":
+        values = [g.cpu if usage == "assigned" else g.cpu_load for g in guests]
+        room = [n.cpu - cluster.reserve_cpu(n) for n in nodes]
+        if all(float(c).is_integer() for c in room):
+            coeffs = np.array(
+                [int(v * int(p) * LOAD_SCALE) for v, p in zip(values, prio, strict=True)]
+            )
+            cap = np.array([max(1, int(c)) for c in room])
+        else:  # fractional cores: thousandths of a core
+            coeffs = np.array(
+                [int(v * int(p) * LOAD_SCALE * 1000) for v, p in zip(values, prio, strict=True)]
+            )
+            cap = np.array([max(1000, round(c * 1000)) for c in room])
+        scale = 1
+    elif kind == "disk":
+        coeffs = np.array(
+            [g.local_disk_bytes * int(p) // _MIB for g, p in zip(guests, prio, strict=True)]
+        )
+        cap = np.array([max(1, sum(n.storage.values()) // _MIB) for n in nodes])
+        scale = LOAD_SCALE
+    else:  # cpu_psi, memory_psi, io_psi
+        resource = kind.removesuffix("_psi")
+        coeffs = np.array(
+            [
+                int(getattr(g.pressure, resource) * int(p) * LOAD_SCALE)
+                for g, p in zip(guests, prio, strict=True)
+            ]
+        )
+        cap = np.full(n_nodes, 100)
+        scale = 1
+    coeffs = np.where(active, coeffs.reshape(len(guests)), 0).astype(np.int64)
+    return _Term(kind, 1, coeffs, zero, np.asarray(cap, dtype=np.int64), scale, idx)
+
+
+def _method_parts(method: str, usage: str, w: Mapping[str, float]) -> list[tuple[str, float]]:
+    """(term kind, weight) pairs of a proxlb-solver method."""
+    if method in ("memory", "cpu", "disk"):
+        if usage == "psi":
+            return [("io_psi" if method == "disk" else f"{method}_psi", 1.0)]
+        return [(method, 1.0)]
+    if method.endswith("_psi"):
+        return [(method, 1.0)]
+    smart = {
+        "cpu": [("cpu", w["w_cpu_usage"]), ("cpu_psi", w["w_cpu_psi"])],
+        "memory": [("memory", w["w_mem_usage"]), ("memory_psi", w["w_mem_psi"])],
+        "io": [("disk", w["w_io_usage"]), ("io_psi", w["w_io_psi"])],
+    }
+    if method == "global_smart":
+        out = []
+        for resource, key in (
+            ("memory", "w_global_mem"),
+            ("cpu", "w_global_cpu"),
+            ("io", "w_global_io"),
+        ):
+            out += [(kind, w[key] * weight) for kind, weight in smart[resource]]
+        return out
+    return smart[method.removesuffix("_smart")]
+
+
+def _terms(
+    cluster: Cluster, method: str, usage: str, w: Mapping[str, float], usable: np.ndarray
+) -> list[_Term]:
+    """The spread terms of ``method`` with integer weights (fractional weights fold in)."""
+    if method == "balance":
+        pairs = _term_balance(cluster, usable)
+    else:
+        active = LoadModel.build(cluster).active
+        pairs = [
+            (_proxlb_term(cluster, kind, usage, active, usable), weight)
+            for kind, weight in _method_parts(method, usage, w)
+        ]
+    out = []
+    for term, weight in pairs:
+        if weight <= 0:
+            continue
+        as_int = _int_weight(weight)
+        if as_int is not None:
+            out.append(
+                _Term(term.name, as_int, term.coeffs, term.base, term.cap, term.scale, term.nodes)
+            )
+        else:
+            coeffs = np.round(term.coeffs * weight).astype(np.int64)
+            base = np.round(term.base * weight).astype(np.int64)
+            out.append(_Term(term.name, 1, coeffs, base, term.cap, term.scale, term.nodes))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Initial spread and utilisation thresholds (real-valued, as proxlb-solver computes them)
+
+
+def _on_node(cluster: Cluster, values: np.ndarray) -> np.ndarray:
+    """(N,) sum of ``values`` (G,) over the active guests on each node."""
+    loads = LoadModel.build(cluster)
+    out = np.zeros(len(cluster.nodes))
+    ok = loads.active & (loads.assign >= 0)
+    np.add.at(out, loads.assign[ok], values[ok])
+    return out
+
+
+def _real_gap(cluster: Cluster, kind: str, usage: str, usable: np.ndarray) -> float:
+    guests, nodes = cluster.guests, cluster.nodes
+    prio = _priority(cluster).astype(np.float64)
+    if kind == "memory":
+        used = np.array([g.memory for g in guests], dtype=np.float64)
+        cap = np.array([max(1.0, float(n.memory - cluster.reserve_memory(n))) for n in nodes])
+    elif kind == "cpu":
+        used = np.array([g.cpu if usage == "assigned" else g.cpu_load for g in guests], dtype=float)
+        cap = np.array([max(1.0, float(n.cpu - cluster.reserve_cpu(n))) for n in nodes])
+    elif kind == "disk":
+        used = np.array([g.local_disk_bytes for g in guests], dtype=np.float64)
+        cap = np.array([max(1.0, float(sum(n.storage.values()))) for n in nodes])
+    else:
+        resource = kind.removesuffix("_psi")
+        used = np.array([getattr(g.pressure, resource) for g in guests], dtype=np.float64)
+        cap = np.full(len(nodes), 100.0)
+    frac = (_on_node(cluster, used * prio) / cap)[usable]
+    return float(frac.max() - frac.min()) if frac.size else 0.0
+
+
+def initial_spread(
+    cluster: Cluster, method: str, usage: str = "used", weights: Mapping[str, float] | None = None
+) -> float:
+    """The spread the balanciness threshold is compared with (a fraction; proxlb-solver's rule).
+
+    ``balance``: the weighted spread of the cpu and memory fractions (cluster's usage mode).
+    proxlb-solver's methods: the priority-weighted spread of the method's resource; ``X_smart``
+    the weighted mean of its usage and pressure spreads; ``global_smart`` the mean of the three
+    usage spreads weighted by ``w_global_*``. Only usable nodes count.
+    """
+    w = {**DEFAULT_WEIGHTS, **(weights or {})}
+    usable = np.array([n.usable for n in cluster.nodes], dtype=bool)
+    if method == "balance":
+        loads = LoadModel.build(cluster)
+        frac = loads.fractions()
+        settings = cluster.settings
+        ws = np.array([max(settings.weight_cpu, 0.0), max(settings.weight_memory, 0.0)])
+        ws = ws / ws.sum() if ws.sum() > 0 else np.full(2, 0.5)
+        total = 0.0
+        for r in range(2):
+            col = frac[usable & (loads.capacity[:, r] > 0), r]
+            if col.size:
+                total += ws[r] * float(col.max() - col.min())
+        return total
+    if method == "global_smart":
+        parts = [
+            (w["w_global_mem"], _real_gap(cluster, "memory", usage, usable)),
+            (w["w_global_cpu"], _real_gap(cluster, "cpu", usage, usable)),
+            (w["w_global_io"], _real_gap(cluster, "disk", usage, usable)),
+        ]
+        total_w = sum(p[0] for p in parts)
+        return sum(a * b for a, b in parts) / total_w if total_w else parts[0][1]
+    if method.endswith("_smart"):
+        (u_kind, w_u), (p_kind, w_p) = _method_parts(method, usage, w)
+        u_gap = _real_gap(cluster, u_kind, usage, usable)
+        p_gap = _real_gap(cluster, p_kind, usage, usable)
+        return (w_u * u_gap + w_p * p_gap) / (w_u + w_p) if (w_u + w_p) else u_gap
+    ((kind, _),) = _method_parts(method, usage, w)
+    return _real_gap(cluster, kind, usage, usable)
+
+
+def thresholds_exceeded(
+    cluster: Cluster, method: str, thresholds: Mapping[str, float | None]
+) -> tuple[bool, list[str]]:
+    """Whether any usable node's utilisation exceeds its threshold (percent), and which.
+
+    Raw utilisation, without priorities: for proxlb-solver's methods measured CPU over cores,
+    configured memory over memory and local disks over storage, without reserves (its rule); for
+    ``balance`` the cpu and memory fractions of the cluster's usage mode, net of reserves.
+    """
+    usable = np.array([n.usable for n in cluster.nodes], dtype=bool)
+    nodes, guests = cluster.nodes, cluster.guests
+    fractions: dict[str, np.ndarray] = {}
+    if method == "balance":
+        loads = LoadModel.build(cluster)
+        frac = loads.fractions()
+        fractions["cpu"] = np.where(loads.capacity[:, 0] > 0, frac[:, 0], 0.0)
+        fractions["memory"] = np.where(loads.capacity[:, 1] > 0, frac[:, 1], 0.0)
+    else:
+        cpu = _on_node(cluster, np.array([g.cpu_load for g in guests], dtype=float))
+        mem = _on_node(cluster, np.array([g.memory for g in guests], dtype=float))
+        cores = np.array([n.cpu for n in nodes], dtype=float)
+        memory = np.array([n.memory for n in nodes], dtype=float)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            fractions["cpu"] = np.where(cores > 0, cpu / np.where(cores > 0, cores, 1), 0.0)
+            fractions["memory"] = np.where(memory > 0, mem / np.where(memory > 0, memory, 1), 0.0)
+    disk = _on_node(cluster, np.array([g.local_disk_bytes for g in guests], dtype=float))
+    storage = np.array([float(sum(n.storage.values())) or 1.0 for n in nodes])
+    fractions["disk"] = disk / storage
+    over: list[str] = []
+    for resource in ("cpu", "memory", "disk"):
+        limit = thresholds.get(resource)
+        if limit is None:
+            continue
+        pct = fractions[resource] * 100
+        for n in np.nonzero(usable & (pct > limit))[0].tolist():
+            over.append(f"{nodes[n].name} {resource} {pct[n]:.1f}% > {limit:g}%")
+    return bool(over), over
+
+
+# --------------------------------------------------------------------------------------------
+# Building the problem
+
+
+def _negative_conflicts(cons: Constraints) -> list[tuple[str, list[str]]]:
+    """Hard negative rules with two or more guests in one hard-affinity bundle."""
+    gidx = cons.cluster.guest_index
+    out = []
+    for rule in cons.rules.guest_affinity:
+        if rule.positive or not rule.hard:
+            continue
+        groups = [int(cons.group_of[gidx[g]]) for g in rule.guests if g in gidx]
+        seen: dict[int, int] = {}
+        for grp in groups:
+            if grp >= 0:
+                seen[grp] = seen.get(grp, 0) + 1
+        clashing = [grp for grp, count in seen.items() if count > 1]
+        if clashing:
+            members = cons.groups[clashing[0]]
+            names = sorted(
+                cons.cluster.guests[m].id
+                for m in members.tolist()
+                if cons.cluster.guests[m].id in rule.guests
+            )
+            out.append((rule.name, names))
+    return out
+
+
+def _rejection(cons: Constraints, j: int, n: int) -> str:
+    """Why node ``n`` is not allowed for guest ``j`` by the static constraints."""
+    node = cons.cluster.nodes[n]
+    if not node.online:
+        return "offline"
+    if node.maintenance:
+        return "maintenance"
+    if not cons.arch_ok[j, n]:
+        return f"architecture {node.arch}"
+    if not cons.strict_ok[j, n]:
+        names = [r.name for r in cons.rules.node_rules_for(cons.cluster.guests[j].id) if r.strict]
+        return "strict node affinity" + (f" ({', '.join(names)})" if names else "")
+    if not cons.permitted[j, n]:
+        return "forbidden"
+    return "allowed"
+
+
+def _build(
+    cluster: Cluster,
+    forbidden: Iterable[tuple[str, str]],
+    method: str,
+    usage: str,
+    weights: Mapping[str, float],
+    strict: bool,
+) -> _Problem:
+    cons = Constraints.build(cluster, forbidden)
+    guests, nodes = cluster.guests, cluster.nodes
+    n_guests, n_nodes = len(guests), len(nodes)
+    names = [n.name for n in nodes]
+    notes: list[str] = []
+    infeasible: list[str] = []
+
+    for problem in cons.problems:
+        if strict:
+            quoted = ", ".join(f"'{r}'" for r in problem.rules)
+            infeasible.append(
+                f"rule{'s' if len(problem.rules) > 1 else ''} {quoted}: {problem.reason}"
+            )
+        else:
+            notes.append(str(problem))
+    dropped_neg: set[str] = set()
+    for rule_name, members in _negative_conflicts(cons):
+        together = ", ".join(f"'{m}'" for m in members)
+        if strict:
+            infeasible.append(f"rule '{rule_name}' keeps {together} apart, hard affinity together")
+        else:
+            notes.append(
+                f"Drop rule '{rule_name}', because hard affinity keeps {together} together"
+            )
+            dropped_neg.add(rule_name)
+
+    cur = np.array([cluster.node_index.get(g.node, -1) for g in guests], dtype=np.intp)
+    present = cur >= 0
+    for j in np.nonzero(~present)[0].tolist():
+        notes.append(f"guest {guests[j].id} is on unknown node {guests[j].node}: left out")
+    usable = cons.usable
+    why_fixed: list[str | None] = []
+    for j, guest in enumerate(guests):
+        if not present[j]:
+            why_fixed.append("unknown node")
+            continue
+        purpose = "balance" if usable[cur[j]] else "evacuate"
+        why_fixed.append(movability(guest, cluster, purpose))
+    movable = np.array([w is None for w in why_fixed], dtype=bool) & present
+    static = cons.static_ok()
+
+    # Units: hard-affinity bundles (merged) and single guests, with their domains. ``held``
+    # marks guests kept on their node: they may not move, or (relaxed mode) cannot go anywhere.
+    units: list[np.ndarray] = []
+    domain: list[np.ndarray] = []
+    held = np.zeros(n_guests, dtype=bool)
+    in_group = np.zeros(n_guests, dtype=bool)
+
+    def add_unit(members: np.ndarray, dom: np.ndarray) -> None:
+        units.append(members)
+        domain.append(dom)
+
+    def hold(j: int) -> None:
+        held[j] = True
+        add_unit(np.array([j], dtype=np.intp), np.array([cur[j]], dtype=np.intp))
+
+    def single(j: int) -> None:
+        if not movable[j]:
+            if strict and not static[j, cur[j]]:
+                infeasible.append(
+                    f"guest {guests[j].id} may not move ({why_fixed[j]}) but node "
+                    f"{names[cur[j]]} is not allowed for it ({_rejection(cons, j, int(cur[j]))})"
+                )
+            hold(j)
+            return
+        dom = np.nonzero(static[j])[0]
+        if dom.size == 0:
+            reasons = "; ".join(f"{names[n]}: {_rejection(cons, j, n)}" for n in range(n_nodes))
+            text = f"no node can take guest {guests[j].id} ({reasons or 'no nodes'})"
+            if strict:
+                infeasible.append(text)
+            else:
+                notes.append(f"{text}: it stays on {names[cur[j]]}")
+            hold(j)
+            return
+        add_unit(np.array([j], dtype=np.intp), dom)
+
+    def apart(text: str, members: np.ndarray) -> None:
+        (infeasible if strict else notes).append(text if strict else text + ": kept apart")
+        for m in members.tolist():
+            single(m)
+
+    for group in cons.groups:
+        members = group[present[group]]
+        in_group[members] = True
+        if members.size == 0:
+            continue
+        label = ", ".join(guests[m].id for m in members.tolist())
+        fixed = members[~movable[members]]
+        fixed_nodes = sorted(set(cur[fixed].tolist()))
+        ok = np.all(static[members[movable[members]]], axis=0)
+        if len(fixed_nodes) > 1:
+            where = ", ".join(names[n] for n in fixed_nodes)
+            apart(f"hard affinity group {label}: guests that may not move sit on {where}", members)
+        elif fixed_nodes:
+            # Gather on the node of the guests that may not move: those already there stay,
+            # the others join if they may go there.
+            f = fixed_nodes[0]
+            joins = (cur[members] == f) | static[members, f]
+            blocked = members[~joins]
+            if strict and (blocked.size or not np.all(static[members, f])):
+                infeasible.append(
+                    f"hard affinity group {label} cannot gather on {names[f]}, "
+                    "where some of its guests may not move"
+                )
+            if blocked.size:
+                who = ", ".join(guests[m].id for m in blocked.tolist())
+                notes.append(
+                    f"hard affinity group {label}: {who} may not join {names[f]}, where the "
+                    "others may not move: kept apart"
+                )
+            staying = members[joins]
+            held[staying[cur[staying] == f]] = True
+            add_unit(staying, np.array([f], dtype=np.intp))
+            for m in blocked.tolist():
+                single(m)
+        elif np.any(ok):
+            add_unit(members, np.nonzero(ok)[0])
+        else:
+            text = f"no node can take hard affinity group {label} (no node is allowed for all)"
+            if strict:
+                infeasible.append(text)
+            else:
+                notes.append(text + ": its guests stay where they are")
+            for m in members.tolist():
+                hold(m)
+    for j in range(n_guests):
+        if present[j] and not in_group[j]:
+            single(j)
+    unit_of = np.full(n_guests, -1, dtype=np.intp)
+    for u, members in enumerate(units):
+        unit_of[members] = u
+
+    # Capacity in whole model units; in relaxed mode room never below what fixed guests need.
+    capm = cons.capacity
+    dims = capm.dims
+    raw_dem = (
+        np.stack([cons.guest_demand(j) for j in range(n_guests)])
+        if n_guests
+        else np.zeros((0, len(dims)))
+    )
+    raw_room = capm.limit - capm.base
+    dem = np.zeros((n_guests, len(dims)), dtype=np.int64)
+    cap = np.zeros((n_nodes, len(dims)), dtype=np.int64)
+    per_units: list[float] = []
+    for d, dim in enumerate(dims):
+        dem[:, d], cap[:, d], per_unit = _as_units(raw_dem[:, d], raw_room[:, d], dim)
+        per_units.append(per_unit)
+    fixed_load = np.zeros_like(cap)
+    fidx = np.nonzero(held)[0]
+    np.add.at(fixed_load, cur[fidx], dem[fidx])
+    over = fixed_load > cap
+    for n, d in zip(*np.nonzero(over), strict=True):
+        who = [guests[j].id for j in fidx.tolist() if cur[j] == n and dem[j, d] > 0]
+        text = (
+            f"guests that may not move ({', '.join(who)}) need "
+            f"{_fmt_amount(dims[d], fixed_load[n, d] * per_units[d])} on node {names[n]}, "
+            f"which has {_fmt_amount(dims[d], max(cap[n, d], 0) * per_units[d])}"
+        )
+        if strict:
+            infeasible.append(text)
+        else:
+            notes.append(text + ": nothing else may use it there")
+    if not strict:
+        cap = np.maximum(cap, fixed_load)
+
+    # Hard anti-affinity rules; in relaxed mode a node that already holds two fixed members
+    # keeps them but takes no other member.
+    gidx = cluster.guest_index
+    neg_rules: list[tuple[str, np.ndarray, frozenset[int]]] = []
+    for rule in cons.rules.guest_affinity:
+        if rule.positive or not rule.hard or rule.name in dropped_neg:
+            continue
+        members = np.array(sorted({gidx[g] for g in rule.guests if g in gidx}), dtype=np.intp)
+        members = members[present[members]]
+        if members.size < 2:
+            continue
+        fixed_members = members[held[members]]
+        counts = np.bincount(cur[fixed_members], minlength=n_nodes)
+        relaxed = frozenset(np.nonzero(counts > 1)[0].tolist())
+        for n in sorted(relaxed):
+            who = ", ".join(guests[m].id for m in fixed_members.tolist() if cur[m] == n)
+            text = f"hard anti-affinity '{rule.name}': {who} may not move and share node {names[n]}"
+            (infeasible if strict else notes).append(text)
+        neg_rules.append((rule.name, members, relaxed))
+
+    # Implicit negatives (a group member inherits its partners' negatives): automatic for a
+    # group that is one unit; explicit pairs for a group that had to be split.
+    pairs: set[tuple[int, int]] = set()
+    for name, members, _relaxed in list(neg_rules):
+        for r in members.tolist():
+            grp = int(cons.group_of[r])
+            if grp < 0:
+                continue
+            group = cons.groups[grp]
+            if len({int(unit_of[q]) for q in group.tolist() if present[q]}) <= 1:
+                continue
+            for q in group.tolist():
+                for other in members.tolist():
+                    if q != r and other != r and q != other and present[q]:
+                        pair = (min(q, other), max(q, other))
+                        if pair not in pairs:
+                            pairs.add(pair)
+                            both = np.array(pair, dtype=np.intp)
+                            on = cur[both[held[both]]]
+                            shared = (
+                                frozenset(on.tolist())
+                                if on.size == 2 and on[0] == on[1]
+                                else frozenset()
+                            )
+                            neg_rules.append((f"{name} (implicit)", both, shared))
+
+    soft_pos: list[tuple[str, np.ndarray]] = []
+    soft_neg: list[tuple[str, np.ndarray]] = []
+    for rule in cons.rules.guest_affinity:
+        if rule.hard:
+            continue
+        members = np.array(sorted({gidx[g] for g in rule.guests if g in gidx}), dtype=np.intp)
+        members = members[present[members]]
+        if members.size >= 2:
+            (soft_pos if rule.positive else soft_neg).append((rule.name, members))
+
+    cost = np.array(
+        [migration_cost(g, cluster.settings) if movable[j] else 0 for j, g in enumerate(guests)],
+        dtype=np.int64,
+    )
+    terms = _terms(cluster, method, usage, weights, usable)
+    return _Problem(
+        cluster=cluster,
+        cons=cons,
+        cur=cur,
+        present=present,
+        movable=movable,
+        held=held,
+        why_fixed=why_fixed,
+        units=units,
+        unit_of=unit_of,
+        domain=domain,
+        dims=dims,
+        dem=dem,
+        cap=cap,
+        units_of_dim=per_units,
+        neg_rules=neg_rules,
+        soft_pos=soft_pos,
+        soft_neg=soft_neg,
+        not_preferred=~cons.preferred,
+        cost=cost,
+        terms=terms,
+        percent=method == "balance" or (len(terms) == 1 and terms[0].weight == 1),
+        notes=notes,
+        infeasible=infeasible,
+    )
+
+
+def _capacity_shortfall(p: _Problem) -> list[str]:
+    """Dimensions where the guests need more than every allowed node together has."""
+    out = []
+    reachable = np.zeros(len(p.cluster.nodes), dtype=bool)
+    for dom in p.domain:
+        reachable[dom] = True
+    idx = np.nonzero(p.present)[0]
+    for d, dim in enumerate(p.dims):
+        need = int(p.dem[idx, d].sum())
+        have = int(np.maximum(p.cap[reachable, d], 0).sum())
+        if need > have:
+            out.append(
+                f"the guests need {_fmt_amount(dim, need * p.units_of_dim[d])}, "
+                f"the nodes they may use have {_fmt_amount(dim, have * p.units_of_dim[d])}"
+            )
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# The CP-SAT model
+
+
+class _Model:
+    """The CP-SAT model of a problem, with its objective and tie-break expressions."""
+
+    def __init__(self, p: _Problem, w_balance: int, w_stickiness: int) -> None:
+        self.p = p
+        m = cp_model.CpModel()
+        self.model = m
+        n_nodes = len(p.cluster.nodes)
+        self.y: list[dict[int, cp_model.IntVar]] = []
+        for u, dom in enumerate(p.domain):
+            row = {int(n): m.new_bool_var(f"y{u}_{n}") for n in dom.tolist()}
+            m.add_exactly_one(row.values())
+            self.y.append(row)
+        self.on_node: list[list[int]] = [[] for _ in range(n_nodes)]
+        for u, dom in enumerate(p.domain):
+            for n in dom.tolist():
+                self.on_node[n].append(u)
+
+        # Capacity.
+        unit_dem = (
+            np.stack([p.dem[members].sum(axis=0) for members in p.units])
+            if p.units
+            else np.zeros((0, len(p.dims)), dtype=np.int64)
+        )
+        for n in range(n_nodes):
+            here = self.on_node[n]
+            if not here:
+                continue
+            for d in range(len(p.dims)):
+                coeffs = unit_dem[here, d]
+                if int(coeffs.sum()) <= int(p.cap[n, d]):
+                    continue
+                nz = [(u, int(c)) for u, c in zip(here, coeffs.tolist(), strict=True) if c > 0]
+                m.add(
+                    cp_model.LinearExpr.weighted_sum(
+                        [self.y[u][n] for u, _ in nz], [c for _, c in nz]
+                    )
+                    <= int(p.cap[n, d])
+                )
+
+        # Hard anti-affinity.
+        for _name, members, relaxed in p.neg_rules:
+            for n in range(n_nodes):
+                lits = [self.x(int(g), n) for g in members.tolist()]
+                if n in relaxed:
+                    for g in members[~p.held[members]].tolist():
+                        lit = self.x(int(g), n)
+                        if not isinstance(lit, int):
+                            m.add(lit == 0)
+                    continue
+                # Members of one unit share a literal: count it once per member.
+                vars_ = [lit for lit in lits if not isinstance(lit, int)]
+                const = sum(lit for lit in lits if isinstance(lit, int))
+                if len(vars_) + const > 1:
+                    m.add(cp_model.LinearExpr.sum(vars_) + const <= 1)
+
+        # Soft rules.
+        penalties: list[Any] = []
+        self.soft_vars: list[tuple[Any, bool, np.ndarray]] = []  # (var, positive, members)
+        for name, members in p.soft_pos:
+            v = m.new_bool_var(f"soft_pos_{name}")
+            self.soft_vars.append((v, True, members))
+            first = int(members[0])
+            for g in members[1:].tolist():
+                for n in range(n_nodes):
+                    a, b = self.x(first, n), self.x(int(g), n)
+                    if isinstance(a, int) and isinstance(b, int):
+                        if a != b:
+                            m.add(v == 1)
+                        continue
+                    m.add(a - b <= v)
+            penalties.append(v)
+        for name, members in p.soft_neg:
+            v = m.new_bool_var(f"soft_neg_{name}")
+            self.soft_vars.append((v, False, members))
+            k = len(members)
+            for n in range(n_nodes):
+                lits = [self.x(int(g), n) for g in members.tolist()]
+                if sum(1 for lit in lits if not isinstance(lit, int) or lit) > 1:
+                    m.add(sum(lits) <= 1 + (k - 1) * v)
+            penalties.append(v)
+        for g in np.nonzero(p.present & np.any(p.not_preferred, axis=1))[0].tolist():
+            for n in np.nonzero(p.not_preferred[g])[0].tolist():
+                lit = self.x(int(g), n)
+                if not isinstance(lit, int) or lit:
+                    penalties.append(lit)
+
+        # Migration cost.
+        cost_terms: list[Any] = []
+        self.moved: dict[int, Any] = {}
+        for g in np.nonzero(p.movable)[0].tolist():
+            stay = self.x(g, int(p.cur[g]))
+            self.moved[g] = 1 - stay
+            cost_terms.append(int(p.cost[g]) * (1 - stay))
+
+        # Spread.
+        spread_terms: list[Any] = []
+        #: Per term: the term, its (node, load variable) pairs, and its max and min variables.
+        self.load_vars: list[tuple[_Term, list[tuple[int, Any]], Any, Any]] = []
+        if w_balance > 0:
+            for t_i, term in enumerate(p.terms):
+                if term.nodes.size < 2:
+                    continue
+                unit_coef = [int(term.coeffs[members].sum()) for members in p.units]
+                total = sum(unit_coef)
+                loads = []
+                node_vars: list[tuple[int, Any]] = []
+                ub_all = 0
+                for n in term.nodes.tolist():
+                    here = [(u, unit_coef[u]) for u in self.on_node[n] if unit_coef[u]]
+                    base, cap = int(term.base[n]), int(term.cap[n])
+                    ub = term.scale * (base + total) // cap
+                    ub_all = max(ub_all, ub)
+                    if not here:
+                        loads.append(term.scale * base // cap)
+                        continue
+                    lv = m.new_int_var(0, max(ub, 0), f"l{t_i}_{n}")
+                    used = (
+                        cp_model.LinearExpr.weighted_sum(
+                            [self.y[u][n] for u, _ in here], [term.scale * c for _, c in here]
+                        )
+                        + term.scale * base
+                    )
+                    m.add(cap * lv <= used)
+                    m.add(used <= cap * lv + cap - 1)
+                    loads.append(lv)
+                    node_vars.append((n, lv))
+                hi = m.new_int_var(0, max(ub_all, 0), f"max{t_i}")
+                lo = m.new_int_var(0, max(ub_all, 0), f"min{t_i}")
+                for lv in loads:
+                    m.add(hi >= lv)
+                    m.add(lo <= lv)
+                spread_terms.append(term.weight * (hi - lo))
+                self.load_vars.append((term, node_vars, hi, lo))
+        self.objective = (
+            w_balance * cp_model.LinearExpr.sum(spread_terms)
+            + w_stickiness * cp_model.LinearExpr.sum(cost_terms)
+            + SOFT_PENALTY * cp_model.LinearExpr.sum(penalties)
+        )
+        m.minimize(self.objective)
+
+    def x(self, g: int, n: int) -> Any:
+        """The literal "guest ``g`` on node ``n``" (a unit's variable, or the constant 0)."""
+        u = int(self.p.unit_of[g])
+        if u < 0:
+            return 0
+        return self.y[u].get(n, 0)
+
+    def hint(self, assign: np.ndarray) -> None:
+        """Hint a placement: every variable when it is complete (CP-SAT then starts from it at
+        once), else the units whose hinted node is in their domain."""
+        self.model.clear_hints()
+        complete = True
+        for u, members in enumerate(self.p.units):
+            n = int(assign[members[0]])
+            if n in self.y[u]:
+                for node, var in self.y[u].items():
+                    self.model.add_hint(var, 1 if node == n else 0)
+            else:
+                complete = False
+        if not complete:
+            return
+        for term, node_vars, hi, lo in self.load_vars:
+            loads = dict(zip(term.nodes.tolist(), term.node_loads(assign).tolist(), strict=True))
+            for n, lv in node_vars:
+                self.model.add_hint(lv, loads[n])
+            self.model.add_hint(hi, max(loads.values()))
+            self.model.add_hint(lo, min(loads.values()))
+        for var, positive, members in self.soft_vars:
+            where = assign[members].tolist()
+            broken = len(set(where)) > 1 if positive else len(set(where)) < len(where)
+            self.model.add_hint(var, int(broken))
+
+    def read(self, solver: cp_model.CpSolver) -> np.ndarray:
+        assign = self.p.cur.copy()
+        for u, members in enumerate(self.p.units):
+            for n, var in self.y[u].items():
+                if solver.boolean_value(var):
+                    assign[members] = n
+                    break
+        return assign
+
+    def tie_break(self) -> Any:
+        """Migration effort (cost, then CPU activity), then pressure exposure — integers."""
+        p = self.p
+        guests, nodes = p.cluster.guests, p.cluster.nodes
+        busy_raw = np.array([g.cpu_load for g in guests], dtype=float)
+        busy = (
+            np.round(10 * busy_raw / busy_raw.max()).astype(np.int64)
+            if busy_raw.max(initial=0) > 0
+            else np.zeros(len(guests), dtype=np.int64)
+        )
+        effort_terms = []
+        effort_max = 0
+        for g, moved in self.moved.items():
+            coef = 11 * int(p.cost[g]) + int(busy[g])
+            effort_max += coef
+            effort_terms.append(coef * moved)
+        effort = cp_model.LinearExpr.sum(effort_terms)
+        # Exposure: busy guests (cpu, memory, disk) on nodes reporting pressure.
+        loads = LoadModel.build(p.cluster)
+        sizes = np.array(
+            [[g.cpu_load, g.memory, g.local_disk_bytes] for g in guests], dtype=float
+        ).reshape(len(guests), 3)
+        top = sizes.max(axis=0, initial=0)
+        level = np.where(top > 0, np.round(10 * sizes / np.where(top > 0, top, 1)), 0)
+        pressure = np.array(
+            [[n.pressure.cpu, n.pressure.memory, n.pressure.io] for n in nodes], dtype=float
+        ).reshape(len(nodes), 3)
+        plevel = np.round(np.clip(pressure, 0, 100) / 10)
+        exposure = (level * loads.active[:, None]) @ plevel.T  # (G, N)
+        exposure = exposure.astype(np.int64)
+        ex_terms = []
+        ex_max = 0
+        for g in np.nonzero(p.present & p.movable)[0].tolist():
+            row = exposure[g]
+            if not row.any():
+                continue
+            u = int(p.unit_of[g])
+            ex_max += int(row[p.domain[u]].max())
+            for n, var in self.y[u].items():
+                if row[n]:
+                    ex_terms.append(int(row[n]) * var)
+        if not ex_terms or (ex_max + 1) * max(effort_max, 1) > 2**52:
+            return effort
+        return (ex_max + 1) * effort + cp_model.LinearExpr.sum(ex_terms)
+
+
+#: One core does about 0.25–0.5 units of CP-SAT's deterministic time per wall-clock second
+#: (measured on the benchmark clusters): a fifth of the limit normally ends the search first.
+_DETERMINISTIC_SHARE = 0.2
+
+
+def _solver(wall: float, workers: int, seed: int, det: float | None = None) -> cp_model.CpSolver:
+    """A CP-SAT solver: ``wall`` seconds at most; with one worker also ``det`` deterministic units
+    (default ``wall`` × :data:`_DETERMINISTIC_SHARE`), which normally strike first and keep the
+    search repeatable."""
+    solver = cp_model.CpSolver()
+    params = solver.parameters
+    params.num_workers = workers
+    params.random_seed = seed
+    params.log_search_progress = False
+    params.max_time_in_seconds = max(wall, 0.001)
+    if workers == 1:
+        params.max_deterministic_time = max(
+            wall * _DETERMINISTIC_SHARE if det is None else det, 0.001
+        )
+    return solver
+
+
+# --------------------------------------------------------------------------------------------
+# Explaining infeasibility
+
+
+def _explain(p: _Problem, time_limit: float) -> list[str]:
+    """A small set of hard constraints that together admit no placement (CP-SAT assumptions)."""
+    cluster, cons = p.cluster, p.cons
+    guests, nodes = cluster.guests, cluster.nodes
+    n_nodes = len(nodes)
+    m = cp_model.CpModel()
+    labels: dict[int, str] = {}
+    lits: dict[str, Any] = {}
+
+    def lit(label: str) -> Any:
+        if label not in lits:
+            var = m.new_bool_var(f"a{len(lits)}")
+            lits[label] = var
+            labels[var.index] = label
+        return lits[label]
+
+    present = np.nonzero(p.present)[0].tolist()
+    x = {g: [m.new_bool_var(f"x{g}_{n}") for n in range(n_nodes)] for g in present}
+    for g in present:
+        m.add_exactly_one(x[g])
+    for members in p.units:
+        for g in members.tolist():
+            if p.held[g]:
+                why = p.why_fixed[g] or "kept in place"
+                label = f"guest {guests[g].id} stays on {nodes[p.cur[g]].name} ({why})"
+                m.add(x[g][int(p.cur[g])] == 1).only_enforce_if(lit(label))
+                continue
+            for n in range(n_nodes):
+                reason = _rejection(cons, g, n)
+                if reason == "allowed":
+                    continue
+                if reason in ("offline", "maintenance"):
+                    label = f"node {nodes[n].name} is {reason}"
+                elif reason == "forbidden":
+                    label = "forbidden placements (no safe migration order)"
+                else:
+                    label = f"guest {guests[g].id}: {reason}"
+                m.add(x[g][n] == 0).only_enforce_if(lit(label))
+        if len(members) > 1:
+            label = "hard affinity " + ", ".join(guests[g].id for g in members.tolist())
+            first = int(members[0])
+            for g in members[1:].tolist():
+                for n in range(n_nodes):
+                    m.add(x[first][n] == x[g][n]).only_enforce_if(lit(label))
+    for n in range(n_nodes):
+        for d, dim in enumerate(p.dims):
+            coeffs = [(g, int(p.dem[g, d])) for g in present if p.dem[g, d] > 0]
+            if sum(c for _, c in coeffs) <= int(p.cap[n, d]):
+                continue
+            m.add(
+                cp_model.LinearExpr.weighted_sum(
+                    [x[g][n] for g, _ in coeffs], [c for _, c in coeffs]
+                )
+                <= int(p.cap[n, d])
+            ).only_enforce_if(lit(f"{dim} capacity of {nodes[n].name}"))
+    for name, members, relaxed in p.neg_rules:
+        label = f"hard anti-affinity '{name}'"
+        for n in range(n_nodes):
+            if n in relaxed:
+                for g in members[~p.held[members]].tolist():
+                    m.add(x[g][n] == 0).only_enforce_if(lit(label))
+            else:
+                m.add(sum(x[g][n] for g in members.tolist()) <= 1).only_enforce_if(lit(label))
+    m.add_assumptions(list(lits.values()))
+    solver = _solver(min(time_limit, 5.0), 1, 0)
+    status = solver.solve(m)
+    if status != cp_model.INFEASIBLE:
+        return []
+    core = [labels[i] for i in solver.sufficient_assumptions_for_infeasibility() if i in labels]
+    return sorted(set(core))
+
+
+# --------------------------------------------------------------------------------------------
+# The strategy
+
+
+def _hint_assign(
+    cluster: Cluster, forbidden: frozenset[tuple[str, str]], hint: str | None, notes: list[str]
+) -> tuple[np.ndarray, str]:
+    """The warm start: the default (or named) strategy's placement, else the current one."""
+    from opendrs.engine.strategies import DEFAULT_STRATEGY, get_strategy
+
+    cur = np.array([cluster.node_index.get(g.node, -1) for g in cluster.guests], dtype=np.intp)
+    name = DEFAULT_STRATEGY if hint is None else hint
+    if name in ("current", STRATEGY):
+        return cur, "current"
+    try:
+        info = get_strategy(name)
+        params = inspect.signature(info.propose).parameters
+        kwargs = {"forbidden": forbidden} if "forbidden" in params else {}
+        proposal = info.propose(cluster, **kwargs)
+    except Exception as exc:  # a failing warm start is not fatal: start from the current placement
+        notes.append(
+            f"warm start {name} failed ({type(exc).__name__}: {exc}); hint: current placement"
+        )
+        return cur, "current"
+    assign = cur.copy()
+    for guest_id, target in proposal.placement.items():
+        j = cluster.guest_index.get(guest_id)
+        n = cluster.node_index.get(target)
+        if j is not None and n is not None:
+            assign[j] = n
+    return assign, name
+
+
+def _validate(
+    method: str,
+    usage: str,
+    balanciness: int,
+    w_balance: int | None,
+    w_stickiness: int | None,
+    time_limit: float,
+    workers: int,
+    weights: Mapping[str, float],
+    thresholds: Mapping[str, float | None],
+    seed: int,
+    hint: str | None,
+) -> None:
+    if method not in METHODS:
+        raise ValueError(f"method: unknown method {method!r} (known: {', '.join(METHODS)})")
+    if usage not in USAGES:
+        raise ValueError(f"usage: expected one of {', '.join(USAGES)}, got {usage!r}")
+    if isinstance(balanciness, bool) or balanciness not in BALANCINESS:
+        raise ValueError(f"balanciness: expected 1 to 5, got {balanciness!r}")
+    for key, value in (("w_balance", w_balance), ("w_stickiness", w_stickiness)):
+        if value is not None and (
+            isinstance(value, bool) or not float(value).is_integer() or value < 0
+        ):
+            raise ValueError(f"{key}: expected a whole number ≥ 0, got {value!r}")
+    for key, value in weights.items():
+        if isinstance(value, bool) or not math.isfinite(float(value)) or value < 0:
+            raise ValueError(f"{key}: expected a number ≥ 0, got {value!r}")
+    if not time_limit > 0 or not math.isfinite(time_limit):
+        raise ValueError(f"time_limit: expected seconds > 0, got {time_limit!r}")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers: expected a whole number ≥ 1, got {workers!r}")
+    for key, value in thresholds.items():
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0
+        ):
+            raise ValueError(f"{key}_threshold: expected a percentage ≥ 0, got {value!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31:
+        raise ValueError(f"seed: expected a whole number from 0 to 2³¹ − 1, got {seed!r}")
+    if hint is not None:
+        from opendrs.engine.strategies import REGISTRY
+
+        if hint != "current" and hint not in REGISTRY:
+            known = ", ".join(["current", *sorted(REGISTRY)])
+            raise ValueError(f"hint: unknown strategy {hint!r} (known: {known})")
+
+
+def _spread_text(p: _Problem, before: int, after: int) -> str:
+    """``spread 40.0% -> 5.0%`` (a weighted sum of spreads is shown as a plain number)."""
+    if p.percent:
+        return f"spread {before / LOAD_SCALE:.1%} -> {after / LOAD_SCALE:.1%}"
+    return f"weighted spread {before / LOAD_SCALE:.3f} -> {after / LOAD_SCALE:.3f}"
+
+
+def _move_reason(p: _Problem, g: int, current_ok_nodes: set[int]) -> str:
+    """Why guest ``g`` moves: the hard rule its current node breaks, or balance."""
+    cluster, cons = p.cluster, p.cons
+    n = int(p.cur[g])
+    node = cluster.nodes[n]
+    if not node.online:
+        return f"leaves {node.name}: offline"
+    if node.maintenance:
+        return f"leaves {node.name}: maintenance"
+    reason = _rejection(cons, g, n)
+    if reason != "allowed":
+        return f"leaves {node.name}: {reason}"
+    if n not in current_ok_nodes:
+        return f"leaves {node.name}: over capacity"
+    u = int(p.unit_of[g])
+    members = p.units[u]
+    if members.size > 1 and np.any(p.cur[members] != n):
+        return "joins its hard affinity partners"
+    for name, rule_members, _relaxed in p.neg_rules:
+        if g in rule_members and np.sum(p.cur[rule_members] == n) > 1:
+            return f"hard anti-affinity '{name}'"
+    return "better balance"
+
+
+@register(STRATEGY, "Exact placement with CP-SAT: spread, migration cost and soft rules (seed 003)")
+def propose_optimal(
+    cluster: Cluster,
+    *,
+    forbidden: Iterable[tuple[str, str]] = (),
+    method: str = "balance",
+    balanciness: int = 3,
+    w_balance: int | None = None,
+    w_stickiness: int | None = None,
+    cpu_threshold: float | None = None,
+    memory_threshold: float | None = None,
+    disk_threshold: float | None = None,
+    usage: str = "used",
+    w_cpu_usage: float | None = None,
+    w_cpu_psi: float | None = None,
+    w_mem_usage: float | None = None,
+    w_mem_psi: float | None = None,
+    w_io_usage: float | None = None,
+    w_io_psi: float | None = None,
+    w_global_mem: float | None = None,
+    w_global_cpu: float | None = None,
+    w_global_io: float | None = None,
+    time_limit: float = DEFAULT_TIME_LIMIT,
+    workers: int = 1,
+    seed: int = 0,
+    strict: bool = False,
+    hint: str | None = None,
+) -> Proposal:
+    """The placement that minimises the objective (see the module docstring), with CP-SAT.
+
+    Args:
+        forbidden: (guest, node) placements that must not be chosen (no safe order reaches them).
+        method: ``balance`` (default) or one of proxlb-solver's methods (:data:`METHODS`).
+        balanciness: 1 (conservative: only forced moves) to 5 (aggressive).
+        w_balance, w_stickiness: override the level's weights (whole numbers).
+        cpu_threshold, memory_threshold, disk_threshold: utilisation in percent; when any is set,
+            balancing happens only if some usable node exceeds one.
+        usage: proxlb-solver's ``mode``: ``used`` (measured CPU), ``assigned`` (vCPUs) or ``psi``.
+        w_*: term weights of the smart methods (defaults: :data:`DEFAULT_WEIGHTS`).
+        time_limit: CP-SAT's budget in wall-clock seconds (with one worker, a fifth of it in
+            deterministic time normally ends the search first, so that runs repeat).
+        workers: CP-SAT search workers; more than one is faster but not deterministic.
+        seed: CP-SAT's random seed.
+        strict: proxlb-solver's semantics — contradictory rules, guests that cannot be placed
+            anywhere allowed and fixed guests that break a hard rule make the problem infeasible.
+        hint: the strategy whose answer warms the search (default: the default strategy);
+            ``current`` starts from the current placement.
+    """
+    started = time.perf_counter()
+    given = {
+        "w_cpu_usage": w_cpu_usage,
+        "w_cpu_psi": w_cpu_psi,
+        "w_mem_usage": w_mem_usage,
+        "w_mem_psi": w_mem_psi,
+        "w_io_usage": w_io_usage,
+        "w_io_psi": w_io_psi,
+        "w_global_mem": w_global_mem,
+        "w_global_cpu": w_global_cpu,
+        "w_global_io": w_global_io,
+    }
+    weights = {
+        k: float(v)
+        for k, v in {**DEFAULT_WEIGHTS, **{k: v for k, v in given.items() if v is not None}}.items()
+    }
+    thresholds = {"cpu": cpu_threshold, "memory": memory_threshold, "disk": disk_threshold}
+    _validate(
+        method,
+        usage,
+        balanciness,
+        w_balance,
+        w_stickiness,
+        time_limit,
+        workers,
+        weights,
+        thresholds,
+        seed,
+        hint,
+    )
+    forbidden_set = frozenset((str(g), str(n)) for g, n in forbidden)
+    options: dict[str, Any] = {
+        "method": method,
+        "balanciness": balanciness,
+        "w_balance": w_balance,
+        "w_stickiness": w_stickiness,
+        "cpu_threshold": cpu_threshold,
+        "memory_threshold": memory_threshold,
+        "disk_threshold": disk_threshold,
+        "usage": usage,
+        **({k: weights[k] for k in given} if method.endswith("_smart") else {}),
+        "time_limit": time_limit,
+        "workers": workers,
+        "seed": seed,
+        "strict": strict,
+        "hint": hint,
+        "forbidden": len(forbidden_set),
+    }
+    before = cluster_imbalance(cluster)
+
+    # Weights from the balanciness level, the threshold rule and the overrides.
+    level_wb, level_ws, gap_threshold = BALANCINESS[balanciness]
+    wb = int(w_balance) if w_balance is not None else level_wb
+    ws = int(w_stickiness) if w_stickiness is not None else level_ws
+    start_spread = initial_spread(cluster, method, usage, weights)
+    balance_note = None
+    if wb and start_spread < gap_threshold:
+        balance_note = (
+            f"balancing off: initial spread {start_spread:.1%} is below the level-{balanciness} "
+            f"threshold {gap_threshold:.0%}"
+        )
+        wb = 0
+    if wb and any(v is not None for v in thresholds.values()):
+        exceeded, _which = thresholds_exceeded(cluster, method, thresholds)
+        if not exceeded:
+            set_ = ", ".join(f"{k} {v:g}%" for k, v in thresholds.items() if v is not None)
+            balance_note = f"balancing off: no usable node exceeds a threshold ({set_})"
+            wb = 0
+
+    p = _build(cluster, forbidden_set, method, usage, weights, strict)
+    notes = list(p.notes)
+    if balance_note:
+        notes.append(balance_note)
+    solver_info: dict[str, Any] = {
+        "status": "UNKNOWN",
+        "feasible": False,
+        "objective": None,
+        "bound": None,
+        "gap": None,
+        "wall_time": 0.0,
+        "w_balance": wb,
+        "w_stickiness": ws,
+        "initial_spread": start_spread,
+        "guests": int(p.present.sum()),
+        "units": len(p.units),
+        "nodes": len(cluster.nodes),
+    }
+    options["solver"] = solver_info
+
+    def finish(
+        moves: tuple[ProposedMove, ...], after_assign: np.ndarray | None, stopped: str
+    ) -> Proposal:
+        solver_info["wall_time"] = round(time.perf_counter() - started, 6)
+        after = before if after_assign is None else cluster_imbalance(cluster, after_assign)
+        summary = f"CP-SAT {solver_info['status']}"
+        if solver_info["objective"] is not None:
+            summary += f": objective {solver_info['objective']}, bound {solver_info['bound']}"
+            if solver_info["gap"] is not None:
+                summary += f", gap {solver_info['gap']:.2%}"
+        plural = "s" if workers > 1 else ""
+        summary += (
+            f"; {solver_info['wall_time'] * 1000:.0f} ms, {workers} worker{plural}, seed {seed}"
+        )
+        return Proposal(STRATEGY, moves, before, after, stopped, (*notes, summary), options)
+
+    def infeasible(reasons: list[str]) -> Proposal:
+        solver_info["status"] = "INFEASIBLE"
+        shown = reasons[:_MAX_EXPLAIN] + (
+            [f"{len(reasons) - _MAX_EXPLAIN} more"] if len(reasons) > _MAX_EXPLAIN else []
+        )
+        solver_info["reasons"] = reasons
+        return finish(
+            (), None, "infeasible: no placement satisfies the hard constraints: " + "; ".join(shown)
+        )
+
+    if p.infeasible:
+        return infeasible(p.infeasible)
+    shortfall = _capacity_shortfall(p)
+    if shortfall:
+        return infeasible(shortfall)
+
+    # Warm start and the two reference placements (never return worse than them).
+    hint_assign, hint_name = _hint_assign(cluster, forbidden_set, hint, notes)
+    solver_info["hint"] = hint_name
+    cur = p.cur
+    cur_ok = p.hard_ok(cur)
+    cur_score = p.score(cur, wb, ws)
+    hint_ok = p.hard_ok(hint_assign)
+    hint_score = p.score(hint_assign, wb, ws) if hint_ok else None
+    solver_info["current_objective"] = cur_score.objective
+    solver_info["current_feasible"] = cur_ok
+    solver_info["hint_objective"] = hint_score.objective if hint_score else None
+
+    model = _Model(p, wb, ws)
+    if hint_score is not None and (not cur_ok or hint_score.objective <= cur_score.objective):
+        model.hint(hint_assign)
+    else:
+        model.hint(cur if cur_ok else hint_assign)
+    solver = _solver(time_limit, workers, seed)
+    status = solver.solve(model.model)
+    status_name = solver.status_name(status)
+    det_used, wall_used = solver.deterministic_time, solver.wall_time
+    solver_info["phase1_wall_time"] = round(wall_used, 6)
+    solver_info["deterministic_time"] = round(det_used, 6)
+    # Repeatable unless the wall-clock cap, not the deterministic budget, ended the search.
+    solver_info["deterministic"] = workers == 1 and (
+        status in (cp_model.OPTIMAL, cp_model.INFEASIBLE)
+        or det_used >= time_limit * _DETERMINISTIC_SHARE * 0.999
+    )
+
+    if status == cp_model.INFEASIBLE:
+        reasons = _explain(p, time_limit) or ["CP-SAT proved that no placement exists"]
+        return infeasible(reasons)
+    if status == cp_model.MODEL_INVALID:  # a bug, not an input problem
+        raise RuntimeError(f"optimal: CP-SAT rejected the model: {model.model.validate()}")
+
+    candidates: list[tuple[int, int, np.ndarray, str]] = []
+    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        assign = model.read(solver)
+        score = p.score(assign, wb, ws)
+        # The spread's max/min variables may hold slack in a solution not proven optimal, so
+        # the model's value is an upper bound of the exact one; at the optimum they agree.
+        model_value = round(solver.objective_value)
+        if score.objective > model_value or (
+            status == cp_model.OPTIMAL and score.objective != model_value
+        ):
+            raise RuntimeError(
+                f"optimal: model and evaluation disagree ({score.objective} vs {model_value})"
+            )
+        candidates.append((score.objective, 0, assign, "solver"))
+        bound = math.floor(solver.best_objective_bound + 1e-6)
+    else:
+        bound = (
+            math.floor(solver.best_objective_bound + 1e-6)
+            if math.isfinite(solver.best_objective_bound)
+            else None
+        )
+    if hint_score is not None:
+        candidates.append((hint_score.objective, 1, hint_assign, "hint"))
+    if cur_ok:
+        candidates.append((cur_score.objective, 2, cur, "current"))
+    if not candidates:
+        solver_info["status"] = status_name
+        return finish(
+            (), None, f"no feasible placement found within the time limit ({time_limit:g} s)"
+        )
+    best_obj, _rank, final, source = min(candidates, key=lambda c: (c[0], c[1]))
+    proven = status == cp_model.OPTIMAL and source == "solver"
+    if source != "solver":
+        notes.append(f"kept the {source} placement: CP-SAT found nothing better in time")
+
+    # Second pass: among equally good placements, the least migration effort and exposure.
+    if proven:
+        det_left = max(time_limit * _DETERMINISTIC_SHARE - det_used, 0.03 * time_limit)
+        wall_left = max(time_limit - wall_used, 0.1 * time_limit)
+        model.model.add(model.objective <= best_obj)
+        model.model.minimize(model.tie_break())
+        model.hint(final)
+        solver2 = _solver(wall_left, workers, seed, det_left)
+        status2 = solver2.solve(model.model)
+        if status2 in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            assign2 = model.read(solver2)
+            if p.score(assign2, wb, ws).objective == best_obj:
+                final = assign2
+        solver_info["tie_break"] = solver2.status_name(status2)
+
+    final_score = p.score(final, wb, ws)
+    solver_info.update(
+        status="OPTIMAL" if proven else "FEASIBLE",
+        feasible=True,
+        objective=final_score.objective,
+        bound=min(bound, final_score.objective) if bound is not None else None,
+        spread=final_score.spread,
+        migration_cost=final_score.cost,
+        soft_penalties=final_score.penalty,
+        current_spread=cur_score.spread,
+        source=source,
+    )
+    if proven:
+        solver_info["bound"] = final_score.objective
+    b = solver_info["bound"]
+    solver_info["gap"] = (
+        (final_score.objective - b) / max(1, abs(final_score.objective)) if b is not None else None
+    )
+
+    # Moves.
+    moved = np.nonzero(p.present & (final != cur))[0].tolist()
+    committed = np.zeros_like(p.cap)
+    idx = np.nonzero(p.present)[0]
+    np.add.at(committed, cur[idx], p.dem[idx])
+    ok_nodes = set(np.nonzero(np.all(committed <= p.cap, axis=1))[0].tolist())
+    nodes = cluster.nodes
+    moves = []
+    for g in moved:
+        guest = cluster.guests[g]
+        reason = _move_reason(p, g, ok_nodes)
+        if reason == "better balance":
+            parts = []
+            if wb and final_score.spread < cur_score.spread:
+                parts.append(_spread_text(p, cur_score.spread, final_score.spread))
+            if final_score.penalty < cur_score.penalty:
+                parts.append(f"broken soft rules {cur_score.penalty} -> {final_score.penalty}")
+            reason = ", ".join(parts) or reason
+        moves.append(
+            ProposedMove(
+                guest=guest.id,
+                source=nodes[cur[g]].name,
+                target=nodes[final[g]].name,
+                metric="objective",
+                before=float(cur_score.objective),
+                after=float(final_score.objective),
+                cost=migration_cost(guest, cluster.settings),
+                reason=reason,
+            )
+        )
+    quality = "optimal" if proven else "best found in the time limit"
+    if moves:
+        stopped = (
+            f"{quality}: {len(moves)} migration{'s' if len(moves) != 1 else ''}, objective "
+            f"{cur_score.objective} -> {final_score.objective}"
+            + (f", {_spread_text(p, cur_score.spread, final_score.spread)}" if wb else "")
+        )
+    elif balance_note and cur_ok:
+        stopped = balance_note + "; the current placement keeps every hard constraint"
+    else:
+        stopped = f"{quality}: the current placement is best (objective {final_score.objective})"
+    if not proven and b is not None:
+        stopped += f"; bound {b}"
+    return finish(tuple(moves), final, stopped)
+
+
+__all__ = [
+    "BALANCINESS",
+    "DEFAULT_WEIGHTS",
+    "LOAD_SCALE",
+    "METHODS",
+    "SOFT_PENALTY",
+    "USAGES",
+    "initial_spread",
+    "propose_optimal",
+    "thresholds_exceeded",
+]

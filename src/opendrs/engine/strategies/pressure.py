@@ -1,0 +1,451 @@
+"""``drs-pressure``: the DRS-like pressure balancer of the Proxmox RFC (seed 001), fixed and safe.
+
+A. Derumier's never-merged ``[PATCH pve-ha-manager 4/8] add vm loadbalancing`` (2022, reference
+``other-balancers.md`` §2, ``Balancer/Services.pm``) looks at *bad* VMs rather than at the spread
+of the nodes, ranks them with TOPSIS and moves the worst one for which a node exists to the node
+Proxmox would pick to recover it. One move per iteration; the cluster is re-evaluated after each.
+
+**Bad guests** (``get_bad_vms``). A candidate is a VM — containers are skipped, they cannot
+live-migrate — that may move for balancing (:func:`~opendrs.engine.constraints.movability`:
+running, not locked, no local devices or disks, …), has been up for ``min_uptime`` seconds
+(default 300), is not ``last_moved`` (the guest the previous run moved) and has not been moved by
+this proposal already (its measured pressure describes it before the move, not after: the RFC's
+"not the guest moved last" rule, extended to the whole proposal). Guests kept together by a hard
+positive affinity are one candidate (their criteria summed; the highest cpu pressure). It is bad if:
+
+* its **cpu pressure** is above ``cpu_pressure`` (default 0.75). The RFC compares the guest's
+  ``cpu_pressure`` with 0.75 without saying its unit; we read it as a fraction of time stalled
+  (``some`` PSI / 100), so the default means "stalled more than 75 % of the time". opendrs keeps
+  PSI in percent, hence ``guest.pressure.cpu / 100 > cpu_pressure``. Whoever reads the RFC's 0.75
+  as a PSI percentage sets ``cpu_pressure=0.0075``;
+* it sits on a node above its **memory threshold**: 85 % of the node's memory, or 80 % when the
+  node's KSM-shared memory exceeds 20 % of it (``check_pseudo_mem_pressure``). opendrs has no KSM
+  measurement: the ``ksm`` option maps node names to KSM-shared bytes (default: none). Node memory
+  is the node's memory load in the cluster's usage mode (measured in dynamic mode, configured in
+  static mode) against its memory net of reserves, as everywhere in opendrs. Every VM on such a
+  node is bad; its **mem_pseudo_pressure** is ``(node_mem − threshold) / vm_mem`` when removing it
+  alone brings the node below the threshold, 0 otherwise (the RFC's formula);
+* its **affinity** — which the RFC leaves as a stub that always returns 0, so that its 0.67 weight
+  never decides anything — is positive. opendrs defines it as the number of placement rules the
+  guest's current node breaks: strict or non-strict node affinity not met, a soft or hard negative
+  partner on the same node, a soft or hard positive partner elsewhere.
+
+**Ranking.** TOPSIS (:func:`~opendrs.engine.mcdm.topsis_scores`) over the bad guests with the
+criteria ``affinity`` (+), ``cpu_pressure`` (+), ``mem_pseudo_pressure`` (+), ``mem`` (−, small
+guests first) and ``totalcpu`` (−), weighted by the principal eigenvector of the RFC's AHP matrix
+(:data:`AHP_PAIRWISE`, λmax ≈ 5.414, CR ≈ 0.092). The RFC's preference table spells the last
+criterion ``total_cpu`` while its data says ``totalcpu``, so that weight never matched: here every
+criterion has one name. ``mem`` and ``totalcpu`` are the guest's memory and cpu in the node
+accounting (the measured use in dynamic mode, as the RFC's stats). Ties keep the guests' id order.
+
+**Target** (``find_node_target``, "same as for service recovery"). Among the allowed nodes (every
+hard constraint of opendrs, capacity included) other than the guest's own, opendrs keeps those that
+relieve the guest rather than move its trouble — the RFC has no such check, and would happily
+migrate a guest onto another overloaded node:
+
+* the target's memory after the move stays at or below its own memory threshold;
+* for a guest bad by cpu pressure, the target's cpu fraction after the move is below the source's
+  cpu fraction before it;
+* the target breaks no more placement rules than the current node (strictly fewer when breaking
+  rules is the guest's only trouble), and among those, the nodes that break the fewest — Proxmox
+  only considers its node-affinity's highest-priority class.
+
+The survivors are scored as Proxmox scores nodes to (re)start a service
+(``score_nodes_to_start_service``): one TOPSIS alternative per node, the cluster as if the guest
+ran there (taken off its source, it is moving), ``[1+RMS cpu, 1+max cpu, 1+RMS mem, 1+max mem]``
+with weights −1, −2, −5, −10; the best closeness wins, ties by node name. Bad guests are tried best
+ranked first; the first that has a target moves. Basic mode counts guests, not memory or CPU: the
+strategy does not run in it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from opendrs.engine.constraints import Constraints
+from opendrs.engine.mcdm import ahp_weights, topsis_scores
+from opendrs.engine.placement import PlacementState
+from opendrs.model.cluster import Cluster
+
+from .base import Proposal, ProposedMove, cluster_imbalance, migration_cost, register
+from .pve import (
+    TOPSIS_WEIGHTS,
+    Bundle,
+    fraction_shift,
+    fractions_of,
+    movable_bundles,
+    topsis_alternatives,
+)
+
+NAME = "drs-pressure"
+
+DEFAULT_MAX_MOVES = 10
+DEFAULT_MIN_UPTIME = 300
+DEFAULT_CPU_PRESSURE = 0.75
+DEFAULT_MEMORY_THRESHOLD = 0.85
+DEFAULT_MEMORY_THRESHOLD_KSM = 0.80
+#: KSM-shared memory above this fraction of a node's memory lowers its memory threshold.
+KSM_SHARE = 0.2
+
+#: The bad-guest criteria, in the order of :data:`AHP_PAIRWISE` and of the TOPSIS matrix.
+CRITERIA: tuple[str, ...] = ("affinity", "cpu_pressure", "mem_pseudo_pressure", "mem", "totalcpu")
+#: Whether each criterion is maximised (``+``) or minimised (``−``) (``$bestorder`` of the RFC).
+MAXIMISE: tuple[bool, ...] = (True, True, True, False, False)
+
+#: The RFC's pairwise preferences (``compute_ahp_weights``), row vs column, reciprocals below.
+AHP_PAIRWISE: tuple[tuple[float, ...], ...] = (
+    (1.0, 9.0, 9.0, 9.0, 9.0),
+    (1 / 9, 1.0, 3.0, 3.0, 5.0),
+    (1 / 9, 1 / 3, 1.0, 3.0, 3.0),
+    (1 / 9, 1 / 3, 1 / 3, 1.0, 2.0),
+    (1 / 9, 1 / 5, 1 / 3, 1 / 2, 1.0),
+)
+
+#: AHP principal-eigenvector weights of :data:`AHP_PAIRWISE`.
+AHP = ahp_weights(AHP_PAIRWISE, "eigenvector")
+#: Signed TOPSIS weights: positive to maximise, negative to minimise.
+BAD_GUEST_WEIGHTS: tuple[float, ...] = tuple(
+    float(w) if up else -float(w) for w, up in zip(AHP.weights, MAXIMISE, strict=True)
+)
+
+
+@dataclass(frozen=True)
+class BadGuest:
+    """A bad candidate (a guest, or a bundle that moves together) and its TOPSIS criteria."""
+
+    bundle: Bundle
+    affinity: float
+    cpu_pressure: float
+    mem_pseudo_pressure: float
+    mem: float
+    totalcpu: float
+    #: Why it is bad (cpu pressure, node memory, affinity), as phrases.
+    why: tuple[str, ...]
+    cpu_bad: bool
+    affinity_only: bool
+
+    @property
+    def criteria(self) -> tuple[float, float, float, float, float]:
+        return (self.affinity, self.cpu_pressure, self.mem_pseudo_pressure, self.mem, self.totalcpu)
+
+
+def broken_rules(
+    cons: Constraints, j: int, assign: np.ndarray, inside: np.ndarray | None = None
+) -> np.ndarray:
+    """(N,) how many placement rules guest ``j`` breaks on each node, hard and soft alike.
+
+    Counted: a strict node affinity that excludes the node, a non-strict one that does not prefer
+    it, each soft or hard negative partner on the node and each soft or hard positive partner
+    elsewhere. ``assign`` places the partners; partners marked in ``inside`` (G,) move with the
+    guest and count as on every node.
+    """
+    n_nodes = len(cons.cluster.nodes)
+    inside = np.zeros(len(assign), dtype=bool) if inside is None else inside
+
+    def on(partners: np.ndarray) -> np.ndarray:
+        if not partners.size:
+            return np.zeros(n_nodes)
+        inner = inside[partners]
+        where = assign[partners[~inner]]
+        where = where[where >= 0]
+        return np.bincount(where, minlength=n_nodes).astype(np.float64) + float(inner.sum())
+
+    count = (~cons.strict_ok[j]).astype(np.float64) + (~cons.preferred[j]).astype(np.float64)
+    count = count + on(cons.soft_neg[j]) + (cons.soft_pos[j].size - on(cons.soft_pos[j]))
+    count = count + on(cons.hard_neg[j]) + (cons.hard_pos[j].size - on(cons.hard_pos[j]))
+    return count
+
+
+def memory_thresholds(
+    cluster: Cluster,
+    capacity: np.ndarray,
+    ksm: Mapping[str, float] | None,
+    memory_threshold: float,
+    memory_threshold_ksm: float,
+) -> np.ndarray:
+    """(N,) memory each node may use before its guests turn bad (``check_pseudo_mem_pressure``)."""
+    shared = np.array([float((ksm or {}).get(n.name, 0.0)) for n in cluster.nodes])
+    fraction = np.where(shared > KSM_SHARE * capacity, memory_threshold_ksm, memory_threshold)
+    return fraction * capacity
+
+
+class _Pressure:
+    """One drs-pressure run: the evolving placement and what makes guests bad in it."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        state: PlacementState,
+        *,
+        min_uptime: int,
+        cpu_pressure: float,
+        thresholds: np.ndarray,
+        last_moved: str | None,
+    ) -> None:
+        self.cluster = cluster
+        self.state = state
+        self.cons = state.constraints
+        self.cap = state.loads.capacity
+        self.usable = self.cons.usable & np.all(self.cap > 0, axis=1)
+        self.min_uptime = min_uptime
+        self.cpu_pressure = cpu_pressure
+        self.thresholds = thresholds
+        self.last_moved = last_moved
+        self.moved: set[int] = set()
+        #: (G,) guests some placement rule names (the others never break one).
+        cons = self.cons
+        self.ruled = (
+            ~np.all(cons.strict_ok, axis=1)
+            | ~np.all(cons.preferred, axis=1)
+            | np.array(
+                [
+                    bool(cons.soft_neg[j].size or cons.soft_pos[j].size)
+                    or bool(cons.hard_neg[j].size or cons.hard_pos[j].size)
+                    for j in range(len(cluster.guests))
+                ],
+                dtype=bool,
+            )
+        )
+        #: How many candidates the last :meth:`bad_guests` call looked at.
+        self.candidates = 0
+
+    def eligible(self) -> list[Bundle]:
+        """The RFC's candidates: movable VMs, up long enough, not moved last or already."""
+        guests = self.cluster.guests
+        out = []
+        for bundle in movable_bundles(self.state, self.cluster):
+            members = bundle.members.tolist()
+            if any(
+                guests[m].kind != "vm"
+                or guests[m].uptime < self.min_uptime
+                or guests[m].id == self.last_moved
+                or m in self.moved
+                for m in members
+            ):
+                continue
+            out.append(bundle)
+        return out
+
+    def demand(self, members: np.ndarray) -> np.ndarray:
+        """Balance load (R,) of a bundle's running members: cpu, memory."""
+        return self.state.loads.demand[members[self.state.running[members]]].sum(axis=0)
+
+    def affinity(self, members: np.ndarray) -> np.ndarray:
+        """(N,) rules the bundle breaks on each node (its members summed)."""
+        total = np.zeros(len(self.cluster.nodes))
+        ruled = [j for j in members.tolist() if self.ruled[j]]
+        if not ruled:
+            return total
+        inside = np.zeros(len(self.state.assign), dtype=bool)
+        inside[members] = True
+        for j in ruled:
+            total = total + broken_rules(self.cons, j, self.state.assign, inside)
+        return total
+
+    def bad_guests(self) -> list[BadGuest]:
+        """The bad candidates in the current state, leaders sorted."""
+        guests = self.cluster.guests
+        node_mem = self.state.node_load[:, 1]
+        out: list[BadGuest] = []
+        eligible = self.eligible()
+        self.candidates = len(eligible)
+        for bundle in eligible:
+            src = bundle.src
+            members = bundle.members
+            cpu, mem = (float(v) for v in self.demand(members))
+            pressure = max(guests[m].pressure.cpu for m in members.tolist()) / 100.0
+            affinity = float(self.affinity(members)[src])
+            why: list[str] = []
+            cpu_bad = pressure > self.cpu_pressure
+            if cpu_bad:
+                why.append(f"cpu pressure {pressure:.0%} > {self.cpu_pressure:.0%}")
+            pseudo = 0.0
+            limit = float(self.thresholds[src])
+            mem_bad = node_mem[src] > limit and self.cap[src, 1] > 0
+            if mem_bad:
+                if node_mem[src] - mem < limit:
+                    pseudo = (float(node_mem[src]) - limit) / mem
+                why.append(
+                    f"{self.cluster.nodes[src].name} memory {node_mem[src] / self.cap[src, 1]:.0%}"
+                    f" > {limit / self.cap[src, 1]:.0%}"
+                )
+            if affinity > 0:
+                why.append(f"breaks {affinity:g} placement rule{'s' if affinity != 1 else ''}")
+            if not why:
+                continue
+            out.append(
+                BadGuest(
+                    bundle=bundle,
+                    affinity=affinity,
+                    cpu_pressure=pressure,
+                    mem_pseudo_pressure=pseudo,
+                    mem=mem,
+                    totalcpu=cpu,
+                    why=tuple(why),
+                    cpu_bad=cpu_bad,
+                    affinity_only=not cpu_bad and not mem_bad,
+                )
+            )
+        return out
+
+    def ranked(self, bad: list[BadGuest]) -> list[tuple[BadGuest, float]]:
+        """Bad guests best first by TOPSIS with the AHP weights; ties keep their order."""
+        if not bad:
+            return []
+        scores = topsis_scores([b.criteria for b in bad], BAD_GUEST_WEIGHTS)
+        order = sorted(range(len(bad)), key=lambda i: -float(scores[i]))
+        return [(bad[i], float(scores[i])) for i in order]
+
+    def target(self, bad: BadGuest) -> tuple[int, float, int] | None:
+        """The best node for a bad guest: (node, closeness, nodes scored), or None."""
+        state, cap = self.state, self.cap
+        members, src = bad.bundle.members, bad.bundle.src
+        ok = state.allowed(members)
+        ok[src] = False
+        demand = self.demand(members)
+        ok &= state.node_load[:, 1] + demand[1] <= self.thresholds + 1e-9 * np.maximum(cap[:, 1], 1)
+        if bad.cpu_bad:
+            fractions = fractions_of(state.node_load, cap)
+            cpu_after = fraction_shift(demand, cap)[:, 0] + fractions[:, 0]
+            ok &= cpu_after < fractions[src, 0]
+        rules = self.affinity(members)
+        ok &= rules < rules[src] if bad.affinity_only else rules <= rules[src]
+        if not ok.any():
+            return None
+        ok &= rules == rules[ok].min()
+        names = [self.cluster.nodes[n].name for n in np.nonzero(ok)[0].tolist()]
+        targets = np.nonzero(ok)[0][np.argsort(np.array(names, dtype=object), kind="stable")]
+        shift = fraction_shift(demand, cap)
+        matrix = topsis_alternatives(
+            fractions_of(state.node_load, cap),
+            self.usable,
+            np.full(len(targets), src, dtype=np.intp),
+            targets,
+            np.repeat(shift[src][None, :], len(targets), axis=0),
+            shift[targets],
+        )
+        scores = topsis_scores(matrix, TOPSIS_WEIGHTS)
+        best = int(np.argmax(scores))  # the first (by name) of equal scores
+        return int(targets[best]), float(scores[best]), len(targets)
+
+
+def _count(bad: list[BadGuest]) -> int:
+    return sum(len(b.bundle.members) for b in bad)
+
+
+@register(NAME, "DRS-like: move the worst bad VM (cpu pressure, node memory, rules), TOPSIS+AHP")
+def propose_pressure(
+    cluster: Cluster,
+    *,
+    forbidden: Iterable[tuple[str, str]] = (),
+    max_moves: int = DEFAULT_MAX_MOVES,
+    min_uptime: int = DEFAULT_MIN_UPTIME,
+    cpu_pressure: float = DEFAULT_CPU_PRESSURE,
+    memory_threshold: float = DEFAULT_MEMORY_THRESHOLD,
+    memory_threshold_ksm: float = DEFAULT_MEMORY_THRESHOLD_KSM,
+    ksm: Mapping[str, float] | None = None,
+    last_moved: str | None = None,
+) -> Proposal:
+    """Relieve bad VMs one move at a time, worst first (seed 001; see the module docstring).
+
+    Args:
+        forbidden: (guest, node) placements that must not be chosen.
+        max_moves: moves at most (one bundle per iteration).
+        min_uptime: seconds a guest must have run (the RFC's 300 s), on top of the cluster's own
+            ``min_uptime`` setting.
+        cpu_pressure: a guest is bad above this cpu pressure, as a fraction (PSI % / 100).
+        memory_threshold: fraction of a node's memory above which its guests are bad.
+        memory_threshold_ksm: the same for a node whose KSM-shared memory exceeds 20 % of it.
+        ksm: KSM-shared bytes per node name (opendrs does not measure it).
+        last_moved: the guest the previous run moved; it is not moved again now.
+    """
+    options: dict[str, object] = {
+        "max_moves": max_moves,
+        "min_uptime": min_uptime,
+        "cpu_pressure": cpu_pressure,
+        "memory_threshold": memory_threshold,
+        "memory_threshold_ksm": memory_threshold_ksm,
+        "ksm": dict(sorted((ksm or {}).items())),
+        "last_moved": last_moved,
+    }
+    before = cluster_imbalance(cluster)
+    state = PlacementState.build(cluster, forbidden=forbidden)
+    notes = tuple(str(p) for p in state.constraints.problems)
+    if cluster.settings.mode == "basic":
+        stopped = "basic mode counts guests, not memory or CPU: drs-pressure does not run in it"
+        return Proposal(NAME, (), before, before, stopped, notes, options)
+    thresholds = memory_thresholds(
+        cluster, state.loads.capacity[:, 1], ksm, memory_threshold, memory_threshold_ksm
+    )
+    run = _Pressure(
+        cluster,
+        state,
+        min_uptime=min_uptime,
+        cpu_pressure=cpu_pressure,
+        thresholds=thresholds,
+        last_moved=last_moved,
+    )
+    guests = cluster.guests
+    moves: list[ProposedMove] = []
+    bad = run.bad_guests()
+    stopped = f"move limit {max_moves} reached"
+    while True:
+        if not bad and not run.candidates:
+            stopped = (
+                "no candidate: no running VM may move (containers, guests up for less than "
+                f"{min_uptime} s, the last moved guest and guests already moved are skipped)"
+            )
+            break
+        if not bad:
+            stopped = (
+                f"no bad guest: none has cpu pressure above {cpu_pressure:.0%}, sits on a node "
+                "above its memory threshold or breaks a placement rule"
+            )
+            break
+        if len(moves) >= max_moves:
+            break
+        ranked = run.ranked(bad)
+        chosen = None
+        for rank, (candidate, closeness) in enumerate(ranked, start=1):
+            found = run.target(candidate)
+            if found is not None:
+                chosen = (rank, candidate, closeness, *found)
+                break
+        if chosen is None:
+            stopped = (
+                f"no bad guest has a node that relieves it ({_count(bad)} bad: "
+                + ", ".join(b.bundle.leader for b, _ in ranked)
+                + ")"
+            )
+            break
+        rank, candidate, closeness, t, node_closeness, scored = chosen
+        bundle = candidate.bundle
+        source, target = cluster.nodes[bundle.src].name, cluster.nodes[t].name
+        state.commit(bundle.members, t)
+        run.moved.update(bundle.members.tolist())
+        count_before = _count(bad)
+        bad = run.bad_guests()
+        reason = (
+            "; ".join(candidate.why)
+            + f"; rank {rank} of {len(ranked)} bad (closeness {closeness:.3f})"
+            + f"; {target} best of {scored} (closeness {node_closeness:.3f})"
+        )
+        for m in bundle.members.tolist():
+            moves.append(
+                ProposedMove(
+                    guest=guests[m].id,
+                    source=source,
+                    target=target,
+                    metric="bad-guests",
+                    before=float(count_before),
+                    after=float(_count(bad)),
+                    cost=migration_cost(guests[m], cluster.settings),
+                    reason=reason
+                    + (f" (with {bundle.leader})" if guests[m].id != bundle.leader else ""),
+                )
+            )
+    after = cluster_imbalance(cluster, state.assign)
+    return Proposal(NAME, tuple(moves), before, after, stopped, notes, options)

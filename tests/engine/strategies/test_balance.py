@@ -1,0 +1,172 @@
+"""balance: opendrs's own strategy, on hand-checked literal clusters and random ones."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from clusters import clusters
+from opendrs.engine.constraints import Constraints, committed_for, current_assign
+from opendrs.engine.strategies import get_strategy
+from opendrs.engine.strategies.balance import propose_balance
+from opendrs.engine.usage import LoadModel
+from opendrs.model.cluster import Cluster, Guest, Node, Settings
+from opendrs.model.rules import GuestAffinity, NodeAffinity, Rules
+
+GiB = 1024**3
+MEMORY_ONLY = Settings(mode="static", weight_cpu=0.0, weight_memory=1.0, cpu_overcommit=8.0)
+
+
+def _two(*guests: Guest, settings: Settings = MEMORY_ONLY, rules: Rules | None = None) -> Cluster:
+    nodes = (Node("a", 16, 16 * GiB), Node("b", 16, 16 * GiB))
+    return Cluster(nodes, guests, rules or Rules(), settings)
+
+
+def test_fewest_moves_to_equal_memory() -> None:
+    # 4+4+2+2 GiB on a: 12 GiB to split 6/6. The first move's ideal size is 6 GiB, so a 4 GiB
+    # guest goes (a 8, b 4); then the ideal size is 2 GiB: a 2 GiB guest goes (6/6). Two moves.
+    cluster = _two(
+        Guest("1", "a", cpu=1, memory=4 * GiB),
+        Guest("2", "a", cpu=1, memory=4 * GiB),
+        Guest("3", "a", cpu=1, memory=2 * GiB),
+        Guest("4", "a", cpu=1, memory=2 * GiB),
+    )
+    proposal = propose_balance(cluster)
+    assert [(m.guest, m.target) for m in proposal.net_moves()] == [("1", "b"), ("3", "b")]
+    assert proposal.after.resources["memory"].spread == 0.0
+    assert proposal.stopped.startswith("balanced")
+
+
+def test_no_moves_while_balanced() -> None:
+    cluster = _two(Guest("1", "a", memory=4 * GiB), Guest("2", "b", memory=4 * GiB))
+    proposal = propose_balance(cluster)
+    assert proposal.moves == ()
+    assert proposal.stopped.startswith("balanced")
+
+
+def test_no_overshoot_with_one_big_guest() -> None:
+    # Moving the only 8 GiB guest would just swap the roles of a and b: no move.
+    cluster = _two(Guest("1", "a", memory=8 * GiB), Guest("2", "b", memory=2 * GiB))
+    proposal = propose_balance(cluster)
+    assert proposal.moves == ()
+
+
+def test_swap_when_no_single_move_helps() -> None:
+    # a: two (3 cpu, 1 GiB) guests = (6, 2); b: two (1 cpu, 3 GiB) = (2, 6). Any single move
+    # raises Σ dev² from 16 to 20; swapping one of each makes both nodes (4, 4).
+    settings = Settings(mode="static", cpu_overcommit=1.0)
+    nodes = (Node("a", 16, 16 * GiB), Node("b", 16, 16 * GiB))
+    guests = (
+        Guest("c1", "a", cpu=3, memory=GiB),
+        Guest("c2", "a", cpu=3, memory=GiB),
+        Guest("m1", "b", cpu=1, memory=3 * GiB),
+        Guest("m2", "b", cpu=1, memory=3 * GiB),
+    )
+    proposal = propose_balance(Cluster(nodes, guests, Rules(), settings))
+    assert sorted((m.guest, m.target) for m in proposal.net_moves()) == [("c1", "b"), ("m1", "a")]
+    assert all("swap" in m.reason for m in proposal.moves)
+    assert proposal.after.combined.spread == 0.0
+    assert propose_balance(Cluster(nodes, guests, Rules(), settings), swaps=False).moves == ()
+
+
+def test_repairs_before_balancing() -> None:
+    nodes = (
+        Node("a", 16, 16 * GiB),
+        Node("b", 16, 16 * GiB),
+        Node("m", 16, 16 * GiB, maintenance=True),
+    )
+    guests = (
+        Guest("evac", "m", memory=GiB),
+        Guest("x", "a", memory=GiB),
+        Guest("y", "a", memory=GiB),
+        Guest("pinned", "a", memory=GiB),
+    )
+    rules = Rules(
+        node_affinity=(NodeAffinity("pin", ("pinned",), {"b": 0}, strict=True),),
+        guest_affinity=(GuestAffinity("apart", ("x", "y"), positive=False),),
+    )
+    proposal = propose_balance(Cluster(nodes, guests, rules, MEMORY_ONLY))
+    reasons = {m.guest: m.reason for m in proposal.moves}
+    assert reasons["evac"].startswith("repair") and reasons["pinned"].startswith("repair")
+    assert reasons["y"].startswith("repair")  # the larger id of the clashing pair moves
+    final = {g.id: g.node for g in guests} | proposal.placement
+    assert final["pinned"] == "b" and final["evac"] != "m" and final["x"] != final["y"]
+
+
+def test_overloaded_node_is_relieved() -> None:
+    nodes = (Node("a", 16, 8 * GiB), Node("b", 16, 16 * GiB))
+    guests = (Guest("1", "a", memory=6 * GiB), Guest("2", "a", memory=4 * GiB))
+    cluster = Cluster(nodes, guests, Rules(), MEMORY_ONLY)
+    proposal = propose_balance(cluster)
+    cons = Constraints.build(cluster)
+    assign = current_assign(cluster)
+    assert cons.capacity.over(committed_for(cons, assign)).any()
+    for move in proposal.net_moves():
+        assign[cons.cluster.guest_index[move.guest]] = cons.cluster.node_index[move.target]
+    assert not cons.capacity.over(committed_for(cons, assign)).any()
+
+
+def test_forbidden_and_bundles() -> None:
+    nodes = (Node("a", 16, 16 * GiB), Node("b", 16, 16 * GiB), Node("c", 16, 16 * GiB))
+    guests = (
+        Guest("1", "a", memory=4 * GiB),
+        Guest("2", "a", memory=4 * GiB),
+        Guest("3", "a", memory=4 * GiB),
+    )
+    rules = Rules(guest_affinity=(GuestAffinity("pair", ("1", "2"), positive=True),))
+    cluster = Cluster(nodes, guests, rules, MEMORY_ONLY)
+    proposal = propose_balance(cluster)
+    final = {g.id: g.node for g in guests} | proposal.placement
+    assert final["1"] == final["2"]
+    forbidden = propose_balance(cluster, forbidden=[("3", "b")])
+    assert ("3", "b") not in {(m.guest, m.target) for m in forbidden.net_moves()}
+
+
+def test_registered_and_default() -> None:
+    assert get_strategy("balance").propose is propose_balance
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters())
+def test_balance_is_safe_deterministic_and_never_worse(cluster: Cluster) -> None:
+    proposal = propose_balance(cluster)
+    assert proposal.as_dict() == propose_balance(cluster).as_dict()
+    cons = Constraints.build(cluster)
+    assign = current_assign(cluster)
+    over_before = cons.capacity.over(committed_for(cons, assign)).any(axis=1)
+    for move in proposal.net_moves():
+        assign[cluster.guest_index[move.guest]] = cluster.node_index[move.target]
+    over_after = cons.capacity.over(committed_for(cons, assign)).any(axis=1)
+    assert not (over_after & ~over_before).any()
+    for move in proposal.net_moves():
+        j = cluster.guest_index[move.guest]
+        n = cluster.node_index[move.target]
+        assert cons.static_ok()[j, n]
+        assert not (assign[cons.hard_neg[j]] == n).any()
+    # Balancing moves never make the objective worse (repairs may: they are not optional).
+    if proposal.moves and all(m.reason.startswith("balance") for m in proposal.moves):
+        assert _objective(cluster, assign) <= _objective(cluster, current_assign(cluster)) + 1e-12
+
+
+def _objective(cluster: Cluster, assign: np.ndarray) -> float:
+    """The weighted capacity-weighted variance of the usable nodes' fractions."""
+    loads = LoadModel.build(cluster)
+    usable = np.array([n.usable for n in cluster.nodes]) & np.all(loads.capacity > 0, axis=1)
+    f = loads.fractions(assign)[usable]
+    cap = loads.capacity[usable]
+    if cap.size == 0:
+        return 0.0
+    mean = (f * cap).sum(axis=0) / cap.sum(axis=0)
+    var = (cap * (f - mean) ** 2).sum(axis=0) / cap.sum(axis=0)
+    w = np.array([cluster.settings.weight_cpu, cluster.settings.weight_memory])
+    return float(var @ (w / w.sum()))
+
+
+@pytest.mark.parametrize("size", ["S"])
+def test_bench_cluster_reaches_the_target(size: str) -> None:
+    from bench.generate import SIZES, generate
+
+    proposal = propose_balance(generate(SIZES[size]))
+    assert proposal.stopped.startswith("balanced")
+    assert proposal.after.resources["memory"].spread <= 0.01
