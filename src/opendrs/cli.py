@@ -3,23 +3,43 @@
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
 from opendrs import __version__
+from opendrs.compat.proxlb import (
+    Scenario,
+    check_paths,
+    is_proxlb_scenario,
+    junit_xml,
+    scenario_files,
+    scenario_from_dict,
+)
+from opendrs.engine.bounds import migration_lower_bound
 from opendrs.engine.constraints import Constraints
 from opendrs.engine.placement import evacuate, place_guest, place_new
+from opendrs.engine.planner import plan_with_retries
 from opendrs.engine.strategies import DEFAULT_STRATEGY, REGISTRY, get_strategy
-from opendrs.engine.strategies.base import cluster_imbalance
+from opendrs.engine.strategies.base import Proposal, cluster_imbalance
 from opendrs.engine.usage import LoadModel
 from opendrs.model.cluster import GUEST_KINDS, Cluster, Guest
-from opendrs.model.snapshot import SnapshotError, load, load_demo
+from opendrs.model.snapshot import SnapshotError, from_dict, load_demo, parse, read_file
 from opendrs.model.units import UnitError, parse_bytes
-from opendrs.report.text import Report, show_cluster, show_evacuation, show_placement, show_proposal
+from opendrs.report.text import (
+    Report,
+    show_bounds,
+    show_cluster,
+    show_evacuation,
+    show_placement,
+    show_plan,
+    show_proposal,
+)
 
 EXIT_OK = 0
 EXIT_PROBLEM = 1
@@ -40,10 +60,20 @@ def _console() -> Console:
     return Console(highlight=False, soft_wrap=False)
 
 
-def _load(path: str) -> Cluster:
+def _load_any(path: str) -> tuple[Cluster, Scenario | None]:
+    """A snapshot, or a proxlb-solver scenario (detected from its keys), or the demo cluster."""
     if path == "demo":
-        return load_demo()
-    return load(path)
+        return load_demo(), None
+    filename, data = read_file(path)
+    document = parse(data, filename=filename)
+    if is_proxlb_scenario(document):
+        scenario = scenario_from_dict(document, filename=filename)
+        return scenario.cluster, scenario
+    return from_dict(document, filename=filename), None
+
+
+def _load(path: str) -> Cluster:
+    return _load_any(path)[0]
 
 
 # --------------------------------------------------------------------------------------------
@@ -192,26 +222,90 @@ def cmd_place(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    cluster = _load(args.snapshot)
+    cluster, scenario = _load_any(args.snapshot)
     try:
         strategy = get_strategy(args.strategy)
     except KeyError as exc:
         raise UsageError(f"--strategy: {exc.args[0]}") from None
+    params = inspect.signature(strategy.propose).parameters
     options: dict[str, Any] = {}
-    if args.threshold is not None:
-        options["threshold"] = args.threshold
-    if args.margin is not None:
-        options["margin"] = args.margin
-    if args.max_moves is not None:
-        options["max_moves"] = args.max_moves
-    proposal = strategy.propose(cluster, **options)
+    if scenario is not None and strategy.name == "optimal":
+        options.update(scenario.options)
+    for name in ("threshold", "margin", "max_moves", "target_spread", "time_limit"):
+        value = getattr(args, name)
+        if value is None:
+            continue
+        if name not in params:
+            raise UsageError(
+                f"--{name.replace('_', '-')}: strategy {strategy.name} has no such option"
+            )
+        options[name] = value
+
+    def propose(forbidden: frozenset[tuple[str, str]]) -> Proposal:
+        return strategy.propose(cluster, forbidden=forbidden, **options)
+
+    try:
+        proposal, plan = plan_with_retries(
+            cluster, propose, max_parallel=args.max_parallel, max_node_inflow=args.max_node_inflow
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    achieved = {r: m.spread for r, m in proposal.after.resources.items()}
+    bounds = migration_lower_bound(cluster, achieved)
+    infeasible = proposal.options.get("solver", {}).get("status") == "INFEASIBLE"
     if args.format == "json":
         data = proposal.as_dict()
-        data["moves"] = [{**m.as_dict(), "step": i + 1} for i, m in enumerate(proposal.moves)]
+        data["moves"] = [m.as_dict() for m in plan.moves]
+        data["proposed"] = [m.as_dict() for m in proposal.moves]
+        data["plan"] = {
+            "feasible": plan.feasible,
+            "steps": plan.steps,
+            "unreachable": [list(u) for u in plan.unreachable],
+            "problems": list(plan.problems),
+        }
+        data["bounds"] = bounds.as_dict()
         _dump_json(data)
     else:
-        show_proposal(Report(_console()), proposal)
-    return EXIT_OK
+        report = Report(_console())
+        show_proposal(report, proposal)
+        show_plan(report, plan)
+        show_bounds(report, proposal, bounds)
+    if infeasible:
+        return EXIT_PROBLEM
+    return EXIT_OK if plan.feasible else EXIT_PROBLEM
+
+
+def cmd_proxlb_check(args: argparse.Namespace) -> int:
+    try:
+        get_strategy(args.strategy)
+    except KeyError as exc:
+        raise UsageError(f"--strategy: {exc.args[0]}") from None
+    files = scenario_files(args.paths)
+    missing = [str(p) for p in files if not p.exists()]
+    if missing:
+        raise UsageError(f"{missing[0]}: no such file or directory")
+    results = check_paths(files, strategy=args.strategy, time_limit=args.time_limit)
+    if args.junit:
+        try:
+            Path(args.junit).write_text(junit_xml(results), encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"--junit: cannot write {args.junit}: {exc.strerror or exc}") from None
+    if args.format == "json":
+        _dump_json([r.as_dict() for r in results])
+    else:
+        report = Report(_console())
+        for result in results:
+            status = "PASS" if result.passed else "FAIL"
+            report.line(
+                f"{status}  {result.path}  ({result.migrations} migrations, "
+                f"{result.duration * 1000:.0f} ms)",
+                "green" if result.passed else "red",
+            )
+            for check in result.failures:
+                report.line(f"      {check.name}: expected {check.expected}, {check.detail}", "red")
+        passed = sum(r.passed for r in results)
+        report.line(f"{passed} passed, {len(results) - passed} failed")
+    return EXIT_OK if all(r.passed for r in results) else EXIT_PROBLEM
 
 
 def cmd_strategies(args: argparse.Namespace) -> int:
@@ -246,6 +340,13 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
     if value < 0:
         raise argparse.ArgumentTypeError("must not be negative")
+    return value
+
+
+def _at_least_one(text: str) -> int:
+    value = _positive_int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
     return value
 
 
@@ -310,16 +411,38 @@ def build_parser() -> argparse.ArgumentParser:
     with_format(p)
     p.set_defaults(func=cmd_place)
 
-    p = sub.add_parser("plan", help="propose migrations that balance the cluster")
+    p = sub.add_parser(
+        "plan",
+        help="propose migrations that balance the cluster, ordered into safe steps",
+        description="Propose migrations and order them into steps that never overload a node. "
+        "SNAPSHOT may also be a proxlb-solver scenario file (its balancing options then apply "
+        "to --strategy optimal).",
+    )
     p.add_argument("snapshot", metavar="SNAPSHOT")
     p.add_argument(
         "--strategy",
         default=DEFAULT_STRATEGY,
         help=f"rebalancing strategy (default {DEFAULT_STRATEGY}; see 'opendrs strategies')",
     )
-    p.add_argument("--threshold", type=_fraction, help="act only above this imbalance")
-    p.add_argument("--margin", type=_fraction, help="minimum relative improvement of a move")
+    p.add_argument(
+        "--target-spread", type=_fraction, help="balance: stop when every spread is within this"
+    )
+    p.add_argument("--threshold", type=_fraction, help="pve-*: act only above this imbalance (CV)")
+    p.add_argument(
+        "--margin",
+        type=_fraction,
+        help="minimum improvement a move must bring (meaning depends on the strategy)",
+    )
     p.add_argument("--max-moves", type=_positive_int, help="at most this many migrations")
+    p.add_argument("--time-limit", type=_fraction, help="optimal: solver time limit in seconds")
+    p.add_argument(
+        "--max-parallel", type=_at_least_one, help="migrations at once (default: the snapshot's)"
+    )
+    p.add_argument(
+        "--max-node-inflow",
+        type=_at_least_one,
+        help="migrations at once into one node (default: the snapshot's)",
+    )
     with_format(p)
     p.set_defaults(func=cmd_plan)
 
@@ -328,6 +451,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="show the built-in example cluster and a proposal for it")
     p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("proxlb", help="proxlb-solver compatibility")
+    proxlb_sub = p.add_subparsers(dest="proxlb_command", metavar="COMMAND", required=True)
+    q = proxlb_sub.add_parser(
+        "check",
+        help="run proxlb-solver scenario files and check their expect blocks",
+    )
+    q.add_argument("paths", metavar="PATH", nargs="+", help="scenario files or folders of them")
+    q.add_argument("--strategy", default="optimal", help="strategy to run (default optimal)")
+    q.add_argument(
+        "--time-limit", type=_fraction, default=5.0, help="solver time limit per scenario (s)"
+    )
+    q.add_argument("--junit", metavar="FILE", help="also write the results as JUnit XML")
+    with_format(q)
+    q.set_defaults(func=cmd_proxlb_check)
 
     p = sub.add_parser("pve", help="Proxmox VE compatibility")
     pve_sub = p.add_subparsers(dest="pve_command", metavar="COMMAND", required=True)

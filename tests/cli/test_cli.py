@@ -83,8 +83,9 @@ def test_plan_json_has_moves_with_steps(capsys: pytest.CaptureFixture[str]) -> N
     data = json.loads(out)
     assert code == 0
     assert data["moves"], "the demo cluster is unbalanced"
-    assert [m["step"] for m in data["moves"]] == list(range(1, len(data["moves"]) + 1))
-    assert {"guest", "source", "target", "step"} <= set(data["moves"][0])
+    steps = [m["step"] for m in data["moves"]]
+    assert steps == sorted(steps) and steps[0] == 1 and steps[-1] == data["plan"]["steps"]
+    assert {"guest", "source", "target", "step", "parking"} <= set(data["moves"][0])
     assert data["metrics"]["after"]["combined"]["cv"] < data["metrics"]["before"]["combined"]["cv"]
 
 
@@ -204,3 +205,73 @@ def test_truncated_snapshots_give_one_line_and_exit_2(cut: int) -> None:
     if code == 2:
         assert err.getvalue().count("\n") >= 1
         assert all(line.startswith(("error: ", str(path))) for line in err.getvalue().splitlines())
+
+
+COMPAT_SCENARIOS = ROOT.parent / "shared" / "compat" / "proxlb-scenarios"
+
+SCENARIO = """
+name: swap
+balancing: {method: memory, balanciness: 5}
+nodes:
+  node-A: {cpu_total: 16, memory_total_gb: 64}
+  node-B: {cpu_total: 16, memory_total_gb: 64}
+  node-C: {cpu_total: 16, memory_total_gb: 64}
+vms:
+  vm-a: {node: node-A, cpu: 4, memory_gb: 50}
+  vm-b: {node: node-B, cpu: 4, memory_gb: 50}
+constraints:
+  pin:
+    - {vm: vm-a, nodes: [node-B, node-C]}
+    - {vm: vm-b, nodes: [node-A, node-C]}
+expect:
+  placements: {vm-a: node-B, vm-b: node-A}
+"""
+
+
+def test_plan_orders_steps_and_reports_bounds(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "plan", "demo", "--format", "json", "--max-parallel", "2")
+    data = json.loads(out)
+    assert code == 0 and data["plan"]["feasible"]
+    steps: dict[int, int] = {}
+    for move in data["moves"]:
+        steps[move["step"]] = steps.get(move["step"], 0) + 1
+    assert max(steps.values()) <= 2
+    assert data["bounds"]["migrations"] <= data["migrations"]
+
+
+def test_plan_accepts_a_proxlb_scenario(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "swap.yaml"
+    path.write_text(SCENARIO)
+    code, out, _ = run(capsys, "plan", str(path), "--strategy", "optimal", "--format", "json")
+    data = json.loads(out)
+    assert code == 0
+    final = {m["guest"]: m["target"] for m in data["moves"] if not m["parking"]}
+    assert final == {"vm-a": "node-B", "vm-b": "node-A"}
+    assert any(m["parking"] for m in data["moves"])  # the swap needs a temporary move
+
+
+def test_proxlb_check_with_junit(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "swap.yaml"
+    path.write_text(SCENARIO)
+    junit = tmp_path / "out.xml"
+    code, out, _ = run(capsys, "proxlb", "check", str(path), "--junit", str(junit))
+    assert code == 0 and "1 passed, 0 failed" in out
+    import xml.etree.ElementTree as ET
+
+    assert ET.parse(junit).getroot().find(".//testcase") is not None
+    path.write_text(SCENARIO.replace("vm-a: node-B, vm-b: node-A", "vm-a: node-C"))
+    code, out, _ = run(capsys, "proxlb", "check", str(path))
+    assert code == 1 and "FAIL" in out
+
+
+def test_proxlb_check_shared_scenarios(capsys: pytest.CaptureFixture[str]) -> None:
+    if not COMPAT_SCENARIOS.is_dir():
+        pytest.skip(f"{COMPAT_SCENARIOS} not present")
+    code, out, _ = run(capsys, "proxlb", "check", str(COMPAT_SCENARIOS))
+    assert code == 0, out
+    assert out.rstrip().endswith(" 0 failed")
+
+
+def test_plan_option_the_strategy_lacks(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "plan", "demo", "--strategy", "incus", "--target-spread", "0.1")
+    assert code == 2 and err.startswith("error: --target-spread: strategy incus has no such option")

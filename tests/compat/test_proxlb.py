@@ -13,7 +13,6 @@ from opendrs.compat.proxlb import (
     LOADER_WEIGHTS,
     Check,
     Expect,
-    ScenarioResult,
     check_paths,
     check_scenario,
     evaluate_expect,
@@ -47,25 +46,9 @@ nodes:
 # Every shared scenario passes
 
 
-def _blocked_by_strict_parking(result: ScenarioResult) -> bool:
-    """Only the path fails, because no spare node may take a guest outside its pins."""
-    failures = result.failures
-    return (
-        bool(failures)
-        and all(c.name == "path_feasible" for c in failures)
-        and result.plan is not None
-        and any("cannot be broken" in p for p in result.plan.problems)
-    )
-
-
 @pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(SCENARIOS)) for p in FILES] or None)
 def test_shared_scenario(path: Path) -> None:
     result = check_scenario(load_scenario(path), time_limit=5.0)
-    if not result.passed and _blocked_by_strict_parking(result):
-        pytest.xfail(
-            "opendrs's planner parks a guest only on nodes its strict node affinity allows, even "
-            "when the guest already sits outside them; proxlb-solver parks it anyway"
-        )
     assert result.passed, [c for c in result.checks if not c.passed]
     assert result.checks[0].name == "feasible"
 

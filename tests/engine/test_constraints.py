@@ -218,3 +218,27 @@ def test_negative_rule_inside_a_merged_positive_group_is_dropped() -> None:
         "(through shared guests) and apart"
     ]
     assert kept.guest_affinity == ()
+
+
+def test_implicit_negatives_are_symmetric_and_never_self() -> None:
+    # (a, b) together, (c, d) together, b apart from c: every member of one pair is apart from
+    # every member of the other, and no guest is its own partner.
+    guests = tuple(Guest(g, "n1", memory=GiB) for g in ("a", "b", "c", "d", "e"))
+    rules = Rules(
+        guest_affinity=(
+            GuestAffinity("ab", ("a", "b"), positive=True),
+            GuestAffinity("cd", ("c", "d"), positive=True),
+            GuestAffinity("b-not-c", ("b", "c"), positive=False),
+            GuestAffinity("d-not-e", ("d", "e"), positive=False),
+        )
+    )
+    cons = Constraints.build(Cluster(_nodes(), guests, rules))
+    ids = [g.id for g in guests]
+    partners = {ids[j]: sorted(ids[p] for p in cons.hard_neg[j].tolist()) for j in range(5)}
+    assert partners == {
+        "a": ["c", "d"],
+        "b": ["c", "d"],
+        "c": ["a", "b", "e"],
+        "d": ["a", "b", "e"],
+        "e": ["c", "d"],
+    }

@@ -48,12 +48,11 @@ from opendrs.engine.strategies import optimal as _optimal  # registers "optimal"
 from opendrs.model.cluster import Cluster, Disk, Guest, Node, Pressure, Settings
 from opendrs.model.rules import GuestAffinity, NodeAffinity, Rules
 from opendrs.model.snapshot import (
-    MAX_FILE_BYTES,
     SnapshotError,
-    _decode,
     _describe,
-    _parse,
     _render_path,
+    parse,
+    read_file,
 )
 
 __all__ = [
@@ -825,23 +824,12 @@ def scenario_from_dict(
 
 def loads_scenario(text: str | bytes, *, filename: str = "<string>") -> Scenario:
     """Parse a scenario from YAML text."""
-    if isinstance(text, bytes | bytearray):
-        text = _decode(bytes(text), filename)
-    return scenario_from_dict(_parse(text, filename, "yaml"), filename=filename)
+    return scenario_from_dict(parse(text, filename=filename, fmt="yaml"), filename=filename)
 
 
 def load_scenario(path: str | os.PathLike[str]) -> Scenario:
     """Read a proxlb-solver scenario file. Raises :class:`SnapshotError` for any problem."""
-    filename = os.fsdecode(path)
-    try:
-        with open(filename, "rb") as stream:
-            data = stream.read(MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        raise SnapshotError(filename, "", f"cannot read the file: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise SnapshotError(filename, "", f"cannot read the file: {exc}") from None
-    if len(data) > MAX_FILE_BYTES:
-        raise SnapshotError(filename, "", "the file is too large")
+    filename, data = read_file(path)
     return loads_scenario(data, filename=filename)
 
 

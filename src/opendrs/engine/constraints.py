@@ -303,14 +303,11 @@ class Constraints:
         n_nodes, n_guests = len(nodes), len(guests)
         gidx = cluster.guest_index
         usable = np.array([n.usable for n in nodes], dtype=bool)
-        node_arch = np.array([n.arch for n in nodes], dtype=object)
-        guest_arch = np.array([cluster.guest_arch(g) for g in guests], dtype=object)
-        arch_ok = (
-            guest_arch[:, None] == node_arch[None, :]
-            if n_guests and n_nodes
-            else np.ones((n_guests, n_nodes), dtype=bool)
-        )
-        arch_ok = np.asarray(arch_ok, dtype=bool)
+        # Architectures as integer codes: comparing strings over (G, N) is slow at scale.
+        arch_names = [n.arch for n in nodes] + [cluster.guest_arch(g) for g in guests]
+        _names, codes = np.unique(np.array(arch_names, dtype=object), return_inverse=True)
+        node_arch, guest_arch = codes[:n_nodes], codes[n_nodes:]
+        arch_ok = guest_arch[:, None] == node_arch[None, :]
         usable_names = _usable_nodes(cluster)
         strict_ok = np.ones((n_guests, n_nodes), dtype=bool)
         preferred = np.ones((n_guests, n_nodes), dtype=bool)
@@ -357,13 +354,23 @@ class Constraints:
                 hard_pos_sets[i] = set(idx) - {i}
             groups.append(np.array(idx, dtype=np.intp))
         hard_neg_sets = partner_lists(False, True)
-        # Implicit negatives: a group's members share each other's negative partners.
-        for members in groups:
-            union = set().union(*(hard_neg_sets[i] for i in members))
-            for i in members:
-                hard_neg_sets[i] = union - set(members.tolist())
-                for partner in union:
-                    hard_neg_sets[partner].add(int(i))
+        # Implicit negatives: guests kept together share their negative partners. Between
+        # "units" (a group, or a guest alone) a negative pair of members makes the units apart;
+        # every guest is then apart from every member of the units its unit is apart from.
+        unit_members: dict[int, list[int]] = {}
+        unit_of = [
+            int(group_of[i]) if group_of[i] >= 0 else len(groups) + i for i in range(n_guests)
+        ]
+        for i, u in enumerate(unit_of):
+            unit_members.setdefault(u, []).append(i)
+        unit_neg: dict[int, set[int]] = {}
+        for i, partners in enumerate(hard_neg_sets):
+            for p in partners:
+                if unit_of[p] != unit_of[i]:
+                    unit_neg.setdefault(unit_of[i], set()).add(unit_of[p])
+                    unit_neg.setdefault(unit_of[p], set()).add(unit_of[i])
+        for i in range(n_guests):
+            hard_neg_sets[i] = {m for u in unit_neg.get(unit_of[i], ()) for m in unit_members[u]}
 
         def arrays(sets: list[set[int]]) -> list[np.ndarray]:
             return [np.array(sorted(s), dtype=np.intp) for s in sets]

@@ -1170,7 +1170,11 @@ class _Planner:
         demand = self.demand[v]
         ok = self.usable.copy()
         for g in guests:
-            ok &= self.cons.arch_ok[g] & self.cons.strict_ok[g]
+            ok &= self.cons.arch_ok[g]
+            # A guest that already sits outside its strict node affinity (it is moving to
+            # comply) may wait outside it too: that is no worse than now.
+            if self.cons.strict_ok[g, self.orig[g]]:
+                ok &= self.cons.strict_ok[g]
             ok[self.pos[g]] = False
         ok[sorted(cycle_nodes)] = False
         if not oversize:

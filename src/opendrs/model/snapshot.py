@@ -351,12 +351,8 @@ def _format_for(filename: str, fmt: str | None) -> Format:
 # Public API: reading
 
 
-def load(path: str | os.PathLike[str]) -> Cluster:
-    """Read a snapshot file (``.json``: JSON, anything else: YAML) into a :class:`Cluster`.
-
-    The cluster's name is the document's ``name``, or else the file name without its suffix.
-    Raises :class:`SnapshotError` — and nothing else — for any problem with the file.
-    """
+def read_file(path: str | os.PathLike[str]) -> tuple[str, bytes]:
+    """``(filename, content)`` of a file, or :class:`SnapshotError` saying why it can't be read."""
     try:
         filename = os.fsdecode(path)
     except TypeError:
@@ -374,6 +370,30 @@ def load(path: str | os.PathLike[str]) -> Cluster:
         limit = _size_out(MAX_FILE_BYTES)
         shown = limit if isinstance(limit, str) else f"{limit} bytes"
         raise SnapshotError(filename, "", f"the file is larger than {shown}")
+    return filename, data
+
+
+def parse(text: str | bytes, *, filename: str = "<string>", fmt: str | None = None) -> object:
+    """Parse YAML or JSON text (bytes are decoded as UTF-8) into plain Python data.
+
+    ``fmt`` is ``"yaml"`` or ``"json"``; by default it follows ``filename``'s suffix. Raises
+    :class:`SnapshotError` with the line and column of a syntax error, and nothing else.
+    """
+    syntax = _format_for(filename, fmt)
+    if isinstance(text, bytes | bytearray | memoryview):
+        text = _decode(bytes(text), filename)
+    elif not isinstance(text, str):
+        raise SnapshotError(filename, "", f"expected text or bytes, got {_describe(text)}")
+    return _parse(text, filename, syntax)
+
+
+def load(path: str | os.PathLike[str]) -> Cluster:
+    """Read a snapshot file (``.json``: JSON, anything else: YAML) into a :class:`Cluster`.
+
+    The cluster's name is the document's ``name``, or else the file name without its suffix.
+    Raises :class:`SnapshotError` — and nothing else — for any problem with the file.
+    """
+    filename, data = read_file(path)
     return loads(data, filename=filename)
 
 
@@ -383,12 +403,7 @@ def loads(text: str | bytes, *, filename: str = "<string>", fmt: str | None = No
     ``fmt`` is ``"yaml"`` or ``"json"``; by default it follows ``filename``'s suffix. ``filename``
     names the source in error messages and gives the default cluster name.
     """
-    syntax = _format_for(filename, fmt)
-    if isinstance(text, bytes | bytearray | memoryview):
-        text = _decode(bytes(text), filename)
-    elif not isinstance(text, str):
-        raise SnapshotError(filename, "", f"expected text or bytes, got {_describe(text)}")
-    return from_dict(_parse(text, filename, syntax), filename=filename)
+    return from_dict(parse(text, filename=filename, fmt=fmt), filename=filename)
 
 
 def from_dict(data: object, *, filename: str = "<dict>") -> Cluster:

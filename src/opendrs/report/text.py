@@ -9,9 +9,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from opendrs.engine.bounds import LowerBounds
 from opendrs.engine.constraints import Constraints
 from opendrs.engine.imbalance import Imbalance
 from opendrs.engine.placement import Evacuation, Placement
+from opendrs.engine.planner import Plan
 from opendrs.engine.strategies.base import Proposal, cluster_imbalance
 from opendrs.engine.usage import RESOURCES, LoadModel
 from opendrs.model.cluster import Cluster
@@ -293,3 +295,41 @@ def show_proposal(report: Report, proposal: Proposal) -> None:
     report.table(IMBALANCE_HEADERS, imbalance_rows(proposal.after), right=range(1, 8))
     for note in proposal.notes:
         report.line(f"note: {note}", "yellow")
+
+
+def show_plan(report: Report, plan: Plan) -> None:
+    """The ordered steps; parking moves are marked."""
+    report.heading(
+        f"Plan: {len(plan.moves)} migrations in {plan.steps} steps"
+        + ("" if plan.feasible else " (not everything can be reached safely)")
+    )
+    if plan.moves:
+        rows = [
+            [str(m.step), m.guest, m.source, m.target, "parking" if m.parking else ""]
+            for m in plan.moves
+        ]
+        report.table(("step", "guest", "from", "to", ""), rows, right=(0,))
+    for guest, target in plan.unreachable:
+        report.line(f"  {guest} cannot reach {target} safely", "red")
+    for problem in plan.problems:
+        report.line(f"  {problem}", "yellow")
+
+
+def show_bounds(report: Report, proposal: Proposal, bounds: LowerBounds) -> None:
+    """How far the result is from the best possible."""
+    report.heading("Against the lower bounds")
+    migrations = len(proposal.net_moves())
+    ratio = f"{migrations / bounds.migrations:.2f}×" if bounds.migrations else "-"
+    rows = [
+        [
+            r,
+            f"{proposal.after.resources[r].spread * 100:.2f} pp",
+            f"{bounds.spread[r] * 100:.2f} pp",
+        ]
+        for r in RESOURCES
+    ]
+    report.table(("resource", "spread reached", "no placement below"), rows, right=(1, 2))
+    report.line(
+        f"migrations {migrations}; at least {bounds.migrations} are needed to reach this spread "
+        f"(ratio {ratio}); at least {format_bytes(bounds.moved_bytes)} of memory must move"
+    )

@@ -191,7 +191,7 @@ class _State:
 
     def allowed(self, units: np.ndarray, targets: np.ndarray) -> np.ndarray:
         """(len(units), len(targets)) hard-constraint mask for moving each unit to each target."""
-        ok = self.units.static_ok[units][:, targets]
+        ok = self.units.static_ok[np.ix_(units, targets)]
         ok &= self.usable[targets][None, :]
         ok &= self.units.assign[units][:, None] != targets[None, :]
         headroom = (self.limit - self.committed + self.tol)[targets]  # (t, D)
@@ -310,7 +310,12 @@ def _window(
 
 
 def _pick(
-    state: _State, units: np.ndarray, targets: np.ndarray, *, forced: bool
+    state: _State,
+    units: np.ndarray,
+    targets: np.ndarray,
+    *,
+    forced: bool,
+    limit: int = 1 << 30,
 ) -> list[tuple[float, int, int]]:
     """Best disjoint moves of a round: [(gain, unit, target)], each node used at most once."""
     if units.size == 0 or targets.size == 0:
@@ -336,7 +341,7 @@ def _pick(
         rank = np.arange(len(order)) - group_start
         unit_rows = np.sort(unit_rows[order[rank < 8]])
     # Each kept unit's best few targets, so a busy target does not hide the next-best choice.
-    per_unit = min(8, gain.shape[1])
+    per_unit = min(64, gain.shape[1])
     sub = gain[unit_rows]
     top = np.argsort(-sub, axis=1, kind="stable")[:, :per_unit]
     rows = np.repeat(unit_rows, per_unit)
@@ -356,6 +361,7 @@ def _pick(
     used: set[int] = set()
     moved: set[int] = set()
     picks: list[tuple[float, int, int]] = []
+    n_sources = len(np.unique(state.units.assign[units[unit_rows]]))
     for k in order.tolist():
         u = int(units[rows[k]])
         t = int(targets[cols[k]])
@@ -365,6 +371,8 @@ def _pick(
         used.update((s, t))
         moved.add(u)
         picks.append((float(g[k]), u, t))
+        if len(picks) >= min(n_sources, len(targets), limit):
+            break
     return picks
 
 
@@ -462,7 +470,7 @@ def propose_balance(
         while True:
             sources, targets = _window(state, f, usable_idx, window)
             cand = np.nonzero(units.movable & np.isin(units.assign, sources))[0]
-            picks = _pick(state, cand, targets, forced=False)
+            picks = _pick(state, cand, targets, forced=False, limit=max(4, n_nodes // 8))
             if picks or window >= n_nodes:
                 break
             window *= 2
