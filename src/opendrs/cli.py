@@ -6,7 +6,7 @@ import argparse
 import inspect
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -240,6 +240,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
                 f"--{name.replace('_', '-')}: strategy {strategy.name} has no such option"
             )
         options[name] = value
+    for item in args.option:
+        name, value = _strategy_option(item, strategy.name, params)
+        options[name] = value
 
     def propose(forbidden: frozenset[tuple[str, str]]) -> Proposal:
         return strategy.propose(cluster, forbidden=forbidden, **options)
@@ -273,6 +276,25 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if infeasible:
         return EXIT_PROBLEM
     return EXIT_OK if plan.feasible else EXIT_PROBLEM
+
+
+def _strategy_option(
+    item: str, strategy: str, params: Mapping[str, inspect.Parameter]
+) -> tuple[str, Any]:
+    """``NAME=VALUE`` for a strategy option: VALUE read as JSON (number, true/false, list, …),
+    or as plain text when it is not JSON."""
+    if "=" not in item:
+        raise UsageError(f"-o: {item!r} is not NAME=VALUE")
+    name, text = (part.strip() for part in item.split("=", 1))
+    name = name.replace("-", "_")
+    if name in ("cluster", "forbidden") or name not in params:
+        known = ", ".join(sorted(p for p in params if p not in ("cluster", "forbidden")))
+        raise UsageError(f"-o {name}: strategy {strategy} has no such option (options: {known})")
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = text
+    return name, value
 
 
 def cmd_proxlb_check(args: argparse.Namespace) -> int:
@@ -435,6 +457,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--max-moves", type=_positive_int, help="at most this many migrations")
     p.add_argument("--time-limit", type=_fraction, help="optimal: solver time limit in seconds")
+    p.add_argument(
+        "-o",
+        "--option",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="any other strategy option (see docs/strategies.md), e.g. -o balanciness=4",
+    )
     p.add_argument(
         "--max-parallel", type=_at_least_one, help="migrations at once (default: the snapshot's)"
     )

@@ -275,3 +275,15 @@ def test_proxlb_check_shared_scenarios(capsys: pytest.CaptureFixture[str]) -> No
 def test_plan_option_the_strategy_lacks(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "plan", "demo", "--strategy", "incus", "--target-spread", "0.1")
     assert code == 2 and err.startswith("error: --target-spread: strategy incus has no such option")
+
+
+def test_plan_passes_any_strategy_option(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(
+        capsys, "plan", "demo", "--strategy", "incus", "-o", "threshold=95", "--format", "json"
+    )
+    data = json.loads(out)
+    assert code == 0 and data["options"]["threshold"] == 95 and data["moves"] == []
+    code, _, err = run(capsys, "plan", "demo", "-o", "nope=1")
+    assert code == 2 and err.startswith("error: -o nope: strategy balance has no such option")
+    code, _, err = run(capsys, "plan", "demo", "--strategy", "optimal", "-o", "balanciness=9")
+    assert code == 2 and err.count("\n") == 1

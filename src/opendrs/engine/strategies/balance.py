@@ -48,6 +48,8 @@ from .base import Proposal, ProposedMove, cluster_imbalance, migration_cost, reg
 DEFAULT_TARGET_SPREAD = 0.01
 DEFAULT_MARGIN = 0.05
 DEFAULT_WIDE = 64
+#: Most (unit, target) pairs a round looks at when it widens its window on a big cluster.
+PAIR_BUDGET = 4_000_000
 
 
 @dataclass
@@ -471,9 +473,12 @@ def propose_balance(
             sources, targets = _window(state, f, usable_idx, window)
             cand = np.nonzero(units.movable & np.isin(units.assign, sources))[0]
             picks = _pick(state, cand, targets, forced=False, limit=max(4, n_nodes // 8))
-            if picks or window >= n_nodes:
+            # Widen when the window has nothing, within a budget of (unit, target) pairs.
+            wider = 2 * window
+            per_node = len(units.assign) / max(n_nodes, 1)
+            if picks or window >= n_nodes or per_node * wider * wider > PAIR_BUDGET:
                 break
-            window *= 2
+            window = wider
         made = 0
         # Moves chosen in one round see each other only through their disjoint nodes: keep
         # rounds short enough that later picks are not based on a stale picture.
