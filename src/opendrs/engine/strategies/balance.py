@@ -34,6 +34,7 @@ sources and ``wide`` least loaded targets, which keeps a round cheap at 1,000 no
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -44,6 +45,8 @@ from opendrs.engine.usage import RESOURCES, LoadModel, loaded_nodes, tolerance
 from opendrs.model.cluster import Cluster
 
 from .base import Proposal, ProposedMove, cluster_imbalance, migration_cost, register
+
+log = logging.getLogger(__name__)
 
 DEFAULT_TARGET_SPREAD = 0.01
 DEFAULT_MARGIN = 0.05
@@ -294,21 +297,29 @@ class _State:
 def _window(
     state: _State, f: np.ndarray, usable_idx: np.ndarray, wide: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Source and target nodes looked at in a round: all of them on small clusters; else the
-    ``wide`` nodes most above the mean in any weighted resource (plus unusable nodes, which must
-    empty) and the ``wide`` most below it."""
+    """Source and target nodes looked at in a round.
+
+    All nodes on small clusters. On big ones, nodes are ranked by what moving a typical guest
+    there would do: their fractions projected on the mean movable demand, weighted as the objective
+    weighs resources (``Σ_r w_r d̄_r f_nr / Σ_n C_nr``). The ``wide`` highest are sources, the
+    ``wide`` lowest targets; the ``wide / 2`` nodes that contribute most to the objective
+    (``C_n Σ_r w_r (f_nr − f̄_r)²``) join both sides — a node high in one resource and low in
+    another trades both ways — and unusable nodes are sources, which must empty.
+    """
     n_nodes = len(f)
     if n_nodes <= wide:
         return np.arange(n_nodes, dtype=np.intp), usable_idx
+    movable = state.units.demand[state.units.movable]
+    typical = movable.mean(axis=0) if movable.size else np.ones(f.shape[1])
+    projected = (f * (state.wnorm * typical)[None, :]).sum(axis=1)[usable_idx]
     mean = f[usable_idx].mean(axis=0)
-    weighted = state.weights > 0
-    dev = (f - mean)[:, weighted]
-    above = dev.max(axis=1)[usable_idx]
-    below = (-dev).max(axis=1)[usable_idx]
-    sources = usable_idx[np.argsort(-above, kind="stable")[:wide]]
-    targets = usable_idx[np.argsort(-below, kind="stable")[:wide]]
+    contribution = ((state.cap * (f - mean) ** 2) * state.wnorm[None, :]).sum(axis=1)
+    top = usable_idx[np.argsort(-contribution[usable_idx], kind="stable")[: max(wide // 2, 1)]]
+    order = np.argsort(-projected, kind="stable")
+    sources = usable_idx[order[:wide]]
+    targets = usable_idx[order[::-1][:wide]]
     unusable = np.nonzero(~state.usable)[0]
-    return np.union1d(sources, unusable), np.sort(targets)
+    return np.union1d(np.union1d(sources, top), unusable), np.union1d(targets, top)
 
 
 def _pick(
@@ -479,6 +490,14 @@ def propose_balance(
             if picks or window >= n_nodes or per_node * wider * wider > PAIR_BUDGET:
                 break
             window = wider
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "round: %d moves so far, spreads %s, window %d, %d picks",
+                len(history),
+                " ".join(f"{x * 100:.2f}" for x in spreads),
+                window,
+                len(picks),
+            )
         made = 0
         # Moves chosen in one round see each other only through their disjoint nodes: keep
         # rounds short enough that later picks are not based on a stale picture.
