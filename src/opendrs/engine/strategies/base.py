@@ -6,7 +6,7 @@ it, its cost). A proposal also carries the predicted cluster metrics before and 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -53,6 +53,35 @@ class ProposedMove:
             "cost": self.cost,
             "reason": self.reason,
         }
+
+
+def bundle_moves(
+    cluster: Cluster,
+    members: Iterable[int],
+    leader: str,
+    source: str,
+    target: str,
+    *,
+    metric: str,
+    before: float,
+    after: float,
+    reason: str,
+) -> list[ProposedMove]:
+    """One move per member of a bundle (guest indices), each saying who leads it."""
+    guests = cluster.guests
+    return [
+        ProposedMove(
+            guest=guests[m].id,
+            source=source,
+            target=target,
+            metric=metric,
+            before=before,
+            after=after,
+            cost=migration_cost(guests[m], cluster.settings),
+            reason=reason + (f" (with {leader})" if guests[m].id != leader else ""),
+        )
+        for m in members
+    ]
 
 
 @dataclass(frozen=True)

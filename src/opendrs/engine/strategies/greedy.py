@@ -42,7 +42,7 @@ from opendrs.engine.imbalance import weighted_variance
 from opendrs.engine.placement import PlacementState
 from opendrs.model.cluster import Cluster
 
-from .base import Proposal, ProposedMove, cluster_imbalance, migration_cost, register
+from .base import Proposal, ProposedMove, bundle_moves, cluster_imbalance, register
 from .pve import Bundle, fraction_shift, fractions_of, movable_bundles
 
 NAME = "static-greedy"
@@ -116,7 +116,6 @@ def propose_greedy(
     state = PlacementState.build(cluster, forbidden=forbidden)
     cons = state.constraints
     notes = tuple(str(p) for p in cons.problems)
-    guests = cluster.guests
     moves: list[ProposedMove] = []
     stopped = f"{passes} pass{'es' if passes != 1 else ''} done"
     if passes < 1:
@@ -148,20 +147,17 @@ def propose_greedy(
                 f"{target} (balance {best_balance:.4f}, penalty {best_penalty:g})"
                 + ("" if current is not None else f"; {source} is not allowed any more")
             )
-            for m in bundle.members.tolist():
-                moves.append(
-                    ProposedMove(
-                        guest=guests[m].id,
-                        source=source,
-                        target=target,
-                        metric="score",
-                        before=here,
-                        after=best_score,
-                        cost=migration_cost(guests[m], cluster.settings),
-                        reason=reason
-                        + (f" (with {bundle.leader})" if guests[m].id != bundle.leader else ""),
-                    )
-                )
+            moves += bundle_moves(
+                cluster,
+                bundle.members.tolist(),
+                bundle.leader,
+                source,
+                target,
+                metric="score",
+                before=here,
+                after=best_score,
+                reason=reason,
+            )
             state.commit(bundle.members, best_n)
             moved += 1
         if moved == 0:

@@ -52,7 +52,7 @@ import numpy as np
 from opendrs.engine.placement import PlacementState
 from opendrs.model.cluster import Cluster
 
-from .base import Proposal, ProposedMove, cluster_imbalance, migration_cost, register
+from .base import Proposal, ProposedMove, bundle_moves, cluster_imbalance, register
 from .pve import Bundle, fractions_of, movable_bundles
 
 NAME = "incus"
@@ -119,7 +119,6 @@ def propose_incus(
     notes = tuple(str(p) for p in cons.problems)
     cap = state.loads.capacity
     usable = cons.usable & np.all(cap > 0, axis=1)
-    guests = cluster.guests
     blocked = {cluster.guest_index[g] for g in cooling if g in cluster.guest_index}
     moved: set[int] = set()
     moves: list[ProposedMove] = []
@@ -173,20 +172,17 @@ def propose_incus(
                 f"{arch} gap {gap:.1f}%: {source} score {top:.1f} -> {after_scores[src]:.1f}, "
                 f"{target} {scores[t]:.1f} -> {predicted:.1f} (midpoint {midpoint:.1f})"
             )
-            for m in bundle.members.tolist():
-                moves.append(
-                    ProposedMove(
-                        guest=guests[m].id,
-                        source=source,
-                        target=target,
-                        metric="gap",
-                        before=gap,
-                        after=gap_after,
-                        cost=migration_cost(guests[m], cluster.settings),
-                        reason=reason
-                        + (f" (with {bundle.leader})" if guests[m].id != bundle.leader else ""),
-                    )
-                )
+            moves += bundle_moves(
+                cluster,
+                bundle.members.tolist(),
+                bundle.leader,
+                source,
+                target,
+                metric="gap",
+                before=gap,
+                after=gap_after,
+                reason=reason,
+            )
     if not archs:
         outcome.append("no usable node")
     after = cluster_imbalance(cluster, state.assign)

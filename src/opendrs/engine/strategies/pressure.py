@@ -70,7 +70,7 @@ from opendrs.engine.mcdm import ahp_weights, topsis_scores
 from opendrs.engine.placement import PlacementState
 from opendrs.model.cluster import Cluster
 
-from .base import Proposal, ProposedMove, cluster_imbalance, migration_cost, register
+from .base import Proposal, ProposedMove, bundle_moves, cluster_imbalance, register
 from .pve import (
     TOPSIS_WEIGHTS,
     Bundle,
@@ -388,7 +388,6 @@ def propose_pressure(
         thresholds=thresholds,
         last_moved=last_moved,
     )
-    guests = cluster.guests
     moves: list[ProposedMove] = []
     bad = run.bad_guests()
     stopped = f"move limit {max_moves} reached"
@@ -433,19 +432,16 @@ def propose_pressure(
             + f"; rank {rank} of {len(ranked)} bad (closeness {closeness:.3f})"
             + f"; {target} best of {scored} (closeness {node_closeness:.3f})"
         )
-        for m in bundle.members.tolist():
-            moves.append(
-                ProposedMove(
-                    guest=guests[m].id,
-                    source=source,
-                    target=target,
-                    metric="bad-guests",
-                    before=float(count_before),
-                    after=float(_count(bad)),
-                    cost=migration_cost(guests[m], cluster.settings),
-                    reason=reason
-                    + (f" (with {bundle.leader})" if guests[m].id != bundle.leader else ""),
-                )
-            )
+        moves += bundle_moves(
+            cluster,
+            bundle.members.tolist(),
+            bundle.leader,
+            source,
+            target,
+            metric="bad-guests",
+            before=float(count_before),
+            after=float(_count(bad)),
+            reason=reason,
+        )
     after = cluster_imbalance(cluster, state.assign)
     return Proposal(NAME, tuple(moves), before, after, stopped, notes, options)

@@ -34,7 +34,7 @@ from opendrs.engine.mcdm import topsis_scores
 from opendrs.engine.placement import PlacementState
 from opendrs.model.cluster import Cluster
 
-from .base import Proposal, ProposedMove, cluster_imbalance, migration_cost, register
+from .base import Proposal, ProposedMove, bundle_moves, cluster_imbalance, register
 
 #: Proxmox's defaults (test-log scale: the plain coefficient of variation).
 DEFAULT_THRESHOLD = 0.3
@@ -217,32 +217,6 @@ def _bundle_demand(state: PlacementState, members: np.ndarray) -> np.ndarray:
     return state.loads.demand[members[state.running[members]]].sum(axis=0)
 
 
-def _moves_for(
-    cluster: Cluster,
-    members: np.ndarray,
-    leader: str,
-    source: str,
-    target: str,
-    before: float,
-    after: float,
-    reason: str,
-) -> list[ProposedMove]:
-    guests = cluster.guests
-    return [
-        ProposedMove(
-            guest=guests[m].id,
-            source=source,
-            target=target,
-            metric="cv",
-            before=before,
-            after=after,
-            cost=migration_cost(guests[m], cluster.settings),
-            reason=reason + (f" (with {leader})" if guests[m].id != leader else ""),
-        )
-        for m in members.tolist()
-    ]
-
-
 def _usable(state: PlacementState) -> np.ndarray:
     return state.constraints.usable & np.all(state.loads.capacity > 0, axis=1)
 
@@ -304,7 +278,17 @@ def propose_bruteforce(
             )
             break
         reason = f"imbalance {imbalance:.2f} -> {value:.2f}"
-        moves += _moves_for(cluster, members, leader, source, target, imbalance, value, reason)
+        moves += bundle_moves(
+            cluster,
+            members.tolist(),
+            leader,
+            source,
+            target,
+            metric="cv",
+            before=imbalance,
+            after=value,
+            reason=reason,
+        )
         state.commit(members, t)
     after = cluster_imbalance(cluster, state.assign)
     return Proposal("pve-bruteforce", tuple(moves), before, after, stopped, tuple(notes), options)
@@ -397,8 +381,16 @@ def propose_topsis(
             f"TOPSIS closeness {closeness:.3f}, best of {len(scores)}; "
             f"imbalance {imbalance:.2f} -> {value:.2f}"
         )
-        moves += _moves_for(
-            cluster, bundle.members, bundle.leader, source, target, imbalance, value, reason
+        moves += bundle_moves(
+            cluster,
+            bundle.members.tolist(),
+            bundle.leader,
+            source,
+            target,
+            metric="cv",
+            before=imbalance,
+            after=value,
+            reason=reason,
         )
         state.commit(bundle.members, t)
     after = cluster_imbalance(cluster, state.assign)
