@@ -24,8 +24,16 @@ unit: $(STAMP)
 
 test: lint unit
 
-bench: $(STAMP)
-	$(BIN)/python -m bench
+# The benchmark's peers (GPL-3.0, test-only: ProxLB and proxlb-solver) come with the bench extra.
+BENCH_STAMP := $(VENV)/.installed-bench
+BENCH_ARGS  ?=
+
+$(BENCH_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	@touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
+	$(BIN)/python -m bench $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache

@@ -1,69 +1,435 @@
-"""Run the benchmarks: ``python -m bench [--sizes S,M] [--seed N]``.
+"""Benchmark opendrs's strategies against ProxLB's greedy balancer and proxlb-solver, in one run.
 
-Each case runs in this process, one after the other, twice: once timed with ``time.perf_counter``,
-once under ``tracemalloc`` for its peak memory (Python allocations, numpy included) — tracing slows
-allocation-heavy code several times, so the two are never measured in the same run.
+``python -m bench [--sizes S,M,L] [--strategies A,B] [--peers proxlb-greedy,proxlb-solver]
+[--rules both|with|without] [--time-limit S] [--seed N] [--markdown FILE] [--json FILE]``
+
+For every size and rules case the same seeded cluster (:mod:`bench.generate`) goes to every
+runner. Each runner runs once, in a fresh subprocess (:mod:`bench.worker`), which reports its wall
+time and its peak RSS; the placement it returns is evaluated here with opendrs's code
+(:mod:`bench.metrics`), whoever produced it. One table per case goes to stdout, and with
+``--markdown`` into a Markdown file; ratios compare each row with the peers measured in the same
+run (see ``docs/performance.md``).
+
+Default runners: every registered opendrs strategy and both peers, each up to the largest size it
+is fast enough for (:data:`DEFAULT_MAX_SIZE`); a runner named in ``--strategies`` or ``--peers``
+runs at every size asked for.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
+import inspect
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import tempfile
 import time
-import tracemalloc
-from collections.abc import Callable
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 from bench.generate import SIZES, generate
-from opendrs.engine.placement import place_new
-from opendrs.engine.strategies.pve import propose_bruteforce
-from opendrs.model.cluster import Guest
+from bench.metrics import Evaluator
+from bench.peers import PEERS
+from bench.report import Case, Row, section
+from bench.worker import RunnerKind, Spec, peak_rss_bytes
 
-GiB = 1024**3
+ROOT = Path(__file__).resolve().parent.parent
+SIZE_ORDER: tuple[str, ...] = tuple(SIZES)
+
+#: Largest size each runner runs at by default, with why; strategies not listed run at every size.
+DEFAULT_MAX_SIZE: dict[str, tuple[str, str]] = {
+    "proxlb-solver": ("L", "its model has a boolean per guest and node (2.6 M at XL)"),
+    "proxlb-greedy": ("XL", "it is O(guests × nodes) in pydantic objects (10⁸ steps at XXL)"),
+    "pve-bruteforce": ("L", "it re-scores every guest × node per move (~130 s at L, hours at XL)"),
+    "pve-topsis": ("L", "it re-scores every guest × node per move (~75 s at L, hours at XL)"),
+    "optimal": ("M", "an exact model: beyond M it only runs into its time limit"),
+}
+#: Options the benchmark gives strategies, beyond a time limit (``--option`` overrides).
+#: Proxmox's defaults (threshold 0.3, margin 10 %, 10 moves per trigger) stop after a few moves,
+#: or before the first; the benchmark runs its best-move rule until no move improves.
+_CONVERGE = {"threshold": 0.0, "margin": 0.0, "max_moves": 1_000_000}
+STRATEGY_OPTIONS: dict[str, dict[str, Any]] = {
+    "pve-bruteforce": dict(_CONVERGE),
+    "pve-topsis": dict(_CONVERGE),
+}
+#: Keyword names under which a strategy may take a time limit in seconds.
+TIME_LIMIT_PARAMS: tuple[str, ...] = ("time_limit", "time_limit_s")
+#: Time limit (s) per size for proxlb-solver and time-limited strategies (reference baseline).
+TIME_LIMITS: dict[str, float] = {"S": 5.0, "M": 60.0, "L": 180.0}
+#: Time limit for sizes the reference has none for.
+FALLBACK_TIME_LIMIT = 180.0
 
 
-def measure(func: Callable[[], Any]) -> tuple[Any, float, float]:
-    """(result, seconds, peak MiB) of a call: timed untraced, then run again under tracemalloc."""
-    start = time.perf_counter()
-    result = func()
-    seconds = time.perf_counter() - start
-    tracemalloc.start()
+@dataclass(frozen=True)
+class Runner:
+    """A strategy or peer to run, with its options; ``explicit`` when named on the command line
+    (then it runs at every size, skip rules notwithstanding)."""
+
+    kind: RunnerKind
+    name: str
+    options: dict[str, Any] = field(default_factory=dict)
+    explicit: bool = False
+
+    @property
+    def time_limit(self) -> float | None:
+        for key in ("time_limit_s", *TIME_LIMIT_PARAMS):
+            if key in self.options:
+                return float(self.options[key])
+        return None
+
+
+def _split(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _parse_option(text: str) -> tuple[str, str, Any]:
+    """``NAME.KEY=VALUE`` → (name, key, value); the value is JSON when it parses as JSON."""
+    target, sep, raw = text.partition("=")
+    name, dot, key = target.rpartition(".")
+    if not sep or not dot or not name or not key:
+        raise argparse.ArgumentTypeError(f"expected NAME.KEY=VALUE, got {text!r}")
     try:
-        func()
-        _current, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    return result, seconds, peak / 2**20
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        value = raw
+    return name, key, value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="Benchmark opendrs's strategies against ProxLB and proxlb-solver.",
+    )
+    parser.add_argument(
+        "--sizes", default="S,M,L", help=f"comma-separated sizes ({', '.join(SIZES)})"
+    )
+    parser.add_argument(
+        "--strategies",
+        default=None,
+        help="comma-separated opendrs strategies (default: every registered one, "
+        "each up to the largest size it is fast enough for); 'none' for peers only",
+    )
+    parser.add_argument(
+        "--peers",
+        default=None,
+        help=f"comma-separated peers ({', '.join(PEERS)}; default both); 'none' for none",
+    )
+    parser.add_argument("--rules", choices=("both", "with", "without"), default="both")
+    parser.add_argument(
+        "--time-limit",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="cap on the per-size time limits (S 5, M 60, L 180 s) of proxlb-solver "
+        "and of strategies that take one",
+    )
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--solver-balanciness", type=int, default=4, help="proxlb-solver level 1–5 (default 4)"
+    )
+    parser.add_argument(
+        "--greedy-mode",
+        choices=("assigned", "used"),
+        default="assigned",
+        help="ProxLB balancing mode (default: assigned)",
+    )
+    parser.add_argument(
+        "--greedy-balanciness", type=int, default=5, help="ProxLB balanciness in pp (default 5)"
+    )
+    parser.add_argument(
+        "--option",
+        action="append",
+        type=_parse_option,
+        default=[],
+        metavar="NAME.KEY=VALUE",
+        help="extra option for a strategy or peer (JSON value), repeatable",
+    )
+    parser.add_argument(
+        "--case-timeout",
+        type=float,
+        default=1800.0,
+        metavar="SECONDS",
+        help="kill a case after this long (time-limited runs get 2× their limit + 300 s)",
+    )
+    parser.add_argument("--markdown", type=Path, default=None, metavar="FILE")
+    parser.add_argument("--json", type=Path, default=None, metavar="FILE")
+    return parser
+
+
+def time_limit(size: str, cap: float | None) -> float:
+    """The time limit for ``size``: the reference's, capped by ``--time-limit``."""
+    limit = TIME_LIMITS.get(size, FALLBACK_TIME_LIMIT)
+    return limit if cap is None else min(limit, cap)
+
+
+def too_large(name: str, size: str) -> str | None:
+    """Why ``name`` is not run at ``size`` by default, or None."""
+    if name not in DEFAULT_MAX_SIZE:
+        return None
+    largest, why = DEFAULT_MAX_SIZE[name]
+    if SIZE_ORDER.index(size) <= SIZE_ORDER.index(largest):
+        return None
+    return f"{name} (runs up to {largest} by default: {why}; name it to run it)"
+
+
+def peer_missing(name: str) -> str | None:
+    """Why peer ``name`` cannot run here (its package is not installed), or None."""
+    module = importlib.import_module(PEERS[name])
+    package = str(module.ENTRY_MODULE).split(".", 1)[0]
+    if importlib.util.find_spec(package) is None:
+        return f"{name} (not installed: `make bench` installs the bench extra)"
+    return None
+
+
+def strategy_options(name: str, size: str, cap: float | None) -> dict[str, Any]:
+    """Options for strategy ``name`` at ``size``: benchmark defaults plus a time limit."""
+    from opendrs.engine.strategies import get_strategy
+
+    options = dict(STRATEGY_OPTIONS.get(name, {}))
+    params = inspect.signature(get_strategy(name).propose).parameters
+    for key in TIME_LIMIT_PARAMS:
+        if key in params:
+            options[key] = time_limit(size, cap)
+            break
+    return options
+
+
+def peer_options(name: str, size: str, args: argparse.Namespace) -> dict[str, Any]:
+    if name == "proxlb-solver":
+        return {
+            "time_limit_s": time_limit(size, args.time_limit),
+            "balanciness": args.solver_balanciness,
+        }
+    return {"mode": args.greedy_mode, "balanciness": args.greedy_balanciness}
+
+
+def run_worker(spec: Spec, timeout: float) -> dict[str, Any]:
+    """Run one case in a fresh interpreter; its result, or ``{"error": …, "rss_peak": …}``.
+
+    While the worker runs its peak RSS is sampled, so a case killed at its timeout (or one that
+    fails) still reports the peak it reached.
+    """
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    with tempfile.TemporaryDirectory(prefix="opendrs-bench-") as tmp:
+        out = Path(tmp) / "result.json"
+        err = Path(tmp) / "stderr.txt"
+        cmd = [sys.executable, "-m", "bench.worker", spec.to_json(), str(out)]
+        with open(err, "w", encoding="utf-8") as err_file:
+            proc = subprocess.Popen(
+                cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err_file
+            )
+            deadline = time.monotonic() + timeout
+            peak: int | None = None
+            while proc.poll() is None:
+                peak = peak_rss_bytes(proc.pid) or peak
+                if time.monotonic() > deadline:
+                    proc.kill()
+                    proc.wait()
+                    return {"error": f"timeout after {timeout:g} s", "rss_peak": peak}
+                time.sleep(0.05)
+        if proc.returncode != 0 or not out.exists():
+            lines = [ln for ln in err.read_text(encoding="utf-8").splitlines() if ln.strip()]
+            reason = lines[-1] if lines else "no output"
+            return {"error": f"exit {proc.returncode}: {reason}", "rss_peak": peak}
+        result: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
+        return result
+
+
+def _progress(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def run_case(size: str, rules: bool, runners: Sequence[Runner], args: argparse.Namespace) -> Case:
+    """Every runner on one cluster, each in its own worker process."""
+    cluster = generate(size, seed=args.seed, rules=rules)
+    evaluator = Evaluator(cluster)
+    case = Case(
+        size=size,
+        nodes=len(cluster.nodes),
+        guests=len(cluster.guests),
+        rules=rules,
+        before=evaluator.before,
+        lb_spread=evaluator.lb_spread,
+        bounds_available=evaluator.bounds_available,
+    )
+    for runner in runners:
+        reason = None if runner.explicit else too_large(runner.name, size)
+        if runner.kind == "peer":
+            reason = peer_missing(runner.name) or reason
+        if reason:
+            case.skipped.append(reason)
+            continue
+        spec = Spec(size, args.seed, rules, runner.kind, runner.name, runner.options)
+        limit = runner.time_limit
+        timeout = args.case_timeout if limit is None else max(args.case_timeout, 2 * limit + 300)
+        label = f"[{case.title}] {runner.name}" + (f" (limit {limit:g} s)" if limit else "")
+        _progress(f"{label} …")
+        started = time.perf_counter()
+        result = run_worker(spec, timeout)
+        row = Row(runner=runner.name, kind=runner.kind)
+        if "error" in result:
+            row.error = str(result["error"])
+            row.rss_peak = result.get("rss_peak")
+            _progress(f"{label}: {row.error}")
+        else:
+            row.seconds = float(result["seconds"])
+            row.rss_peak = int(result["rss_peak"])
+            row.rss_setup = int(result["rss_setup"])
+            row.info = result.get("info", {})
+            row.notes = tuple(result.get("notes", ()))
+            try:
+                row.evaluation = evaluator.evaluate(result["placement"])
+            except ValueError as exc:
+                row.error = f"bad placement: {exc}"
+            _progress(f"{label}: {row.seconds:.2f} s ({time.perf_counter() - started:.1f} s)")
+        case.rows.append(row)
+    return case
+
+
+def machine() -> str:
+    """One line on the machine and the versions in this run."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    versions = []
+    for dist in ("numpy", "ortools", "proxlb", "proxlb-solver"):
+        try:
+            versions.append(f"{dist} {metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            versions.append(f"{dist} not installed")
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
+    except OSError:
+        commit = ""
+    return (
+        f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}, "
+        + ", ".join(versions)
+        + (f", opendrs at {commit} (plus uncommitted work)" if commit else "")
+    )
+
+
+def _limits_line(cases: Sequence[Case], args: argparse.Namespace) -> str:
+    """The peers' settings in this run, with the solver's time limits as actually used."""
+    limits = {
+        case.size: row.info.get("time_limit_s")
+        for case in cases
+        for row in case.rows
+        if row.runner == "proxlb-solver" and row.info.get("time_limit_s") is not None
+    }
+    solver = (
+        "proxlb-solver time limits: "
+        + ", ".join(f"{size} {limit:g} s" for size, limit in limits.items())
+        + f"; level {args.solver_balanciness}."
+        if limits
+        else "proxlb-solver: not run."
+    )
+    return (
+        f"{solver} ProxLB greedy: mode {args.greedy_mode}, "
+        f"balanciness {args.greedy_balanciness} pp."
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("--sizes", default="S,M", help="comma-separated sizes (S, M, L, XL, XXL)")
-    parser.add_argument("--seed", type=int, default=1)
+    parser = build_parser()
     args = parser.parse_args(argv)
-    names = [s.strip() for s in args.sizes.split(",") if s.strip()]
-    unknown = [n for n in names if n not in SIZES]
+    sizes = _split(args.sizes)
+    unknown = [s for s in sizes if s not in SIZES]
     if unknown:
         parser.error(f"unknown size {unknown[0]!r} (known: {', '.join(SIZES)})")
-    header = f"{'case':28} {'time':>9} {'peak MiB':>9}  result"
-    print(header)
-    print("-" * len(header))
-    for name in names:
-        for rules in (False, True):
-            cluster = generate(SIZES[name], seed=args.seed, rules=rules)
-            label = f"{name}{'+rules' if rules else ''}"
-            placement, secs, peak = measure(
-                lambda c=cluster: place_new(c, Guest("new", "", cpu=4, memory=16 * GiB))
-            )
-            print(f"{label + ' place new':28} {secs:8.3f}s {peak:9.1f}  best {placement.best}")
-            proposal, secs, peak = measure(
-                lambda c=cluster: propose_bruteforce(c, threshold=0.0, margin=0.0, max_moves=10)
-            )
-            before = proposal.before.combined.cv
-            after = proposal.after.combined.cv
-            print(
-                f"{label + ' pve-bruteforce x10':28} {secs:8.3f}s {peak:9.1f}  "
-                f"{len(proposal.moves)} moves, CV {before:.3f} -> {after:.3f}"
-            )
+
+    from opendrs.engine.strategies import REGISTRY
+
+    if args.strategies is None:
+        strategies, strategies_explicit = sorted(REGISTRY), False
+    else:
+        strategies = [] if args.strategies == "none" else _split(args.strategies)
+        strategies_explicit = True
+        bad = [s for s in strategies if s not in REGISTRY]
+        if bad:
+            parser.error(f"unknown strategy {bad[0]!r} (known: {', '.join(sorted(REGISTRY))})")
+    if args.peers is None:
+        peers, peers_explicit = list(PEERS), False
+    else:
+        peers = [] if args.peers == "none" else _split(args.peers)
+        peers_explicit = True
+        bad = [p for p in peers if p not in PEERS]
+        if bad:
+            parser.error(f"unknown peer {bad[0]!r} (known: {', '.join(PEERS)})")
+    extra: dict[str, dict[str, Any]] = {}
+    for name, key, value in args.option:
+        if name not in REGISTRY and name not in PEERS:
+            parser.error(f"--option for unknown strategy or peer {name!r}")
+        extra.setdefault(name, {})[key] = value
+    variants = {"both": (False, True), "with": (True,), "without": (False,)}[args.rules]
+
+    started = datetime.now(UTC)
+    cases: list[Case] = []
+    sections: list[str] = []
+    for size in sizes:
+        runners: list[Runner] = []
+        for name in peers:
+            options = {**peer_options(name, size, args), **extra.get(name, {})}
+            runners.append(Runner("peer", name, options, peers_explicit))
+        for name in strategies:
+            options = {**strategy_options(name, size, args.time_limit), **extra.get(name, {})}
+            runners.append(Runner("strategy", name, options, strategies_explicit))
+        for rules in variants:
+            case = run_case(size, rules, runners, args)
+            cases.append(case)
+            text = section(case)
+            sections.append(text)
+            print(text, flush=True)
+
+    command = "python -m bench " + shlex.join(sys.argv[1:] if argv is None else argv)
+    header = [
+        "## Results",
+        "",
+        f"Run {started:%Y-%m-%d %H:%M} UTC: `{command.strip()}`, seed {args.seed}.",
+        f"Machine: {machine()}.",
+        _limits_line(cases, args),
+        "",
+    ]
+    if cases and not cases[0].bounds_available:
+        header += [
+            "Lower bounds: `opendrs.engine.bounds` is not available in this checkout, "
+            "so the columns against them are left out.",
+            "",
+        ]
+    if args.markdown:
+        args.markdown.write_text("\n".join(header + sections), encoding="utf-8")
+        _progress(f"wrote {args.markdown}")
+    if args.json:
+        payload = [
+            {
+                **{k: v for k, v in asdict(case).items() if k != "rows"},
+                "rows": [asdict(row) for row in case.rows],
+            }
+            for case in cases
+        ]
+        args.json.write_text(json.dumps(payload, indent=1, default=str), encoding="utf-8")
+        _progress(f"wrote {args.json}")
     return 0
 
 

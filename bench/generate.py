@@ -1,9 +1,17 @@
 """A seeded generator of unbalanced clusters, the benchmarks' input.
 
-Shape (as in the peers' measured baseline): nodes alternate between 128 cores / 768 GiB and
-96 cores / 512 GiB; guests fill about 55 % of the memory; a quarter of the nodes hold 60 % of the
-guests. With ``rules=True`` about 5 % of the guests get pins, hard anti-affinity pairs and
-affinity pairs.
+Shape (as in the peers' measured baseline, reference ``proxlb.md`` §3): nodes alternate between
+128 cores / 768 GiB and 96 cores / 512 GiB; guests (1–32 GiB before scaling, in quarter-GiB steps,
+vCPUs ≈ GiB/4 + 0–2) fill about 55 % of the memory; a quarter of the nodes (the first ones) are
+drawn for 60 % of the guests. No node is filled beyond 97 % of its memory or beyond its vCPU
+capacity (cores × 4.0 overcommit): a guest that does not fit its drawn node goes to the least
+filled node it fits. Usage mode is ``static`` (configured sizes), no reserves, no local disks.
+
+With ``rules=True`` about 5 % of the guests get rules that the initial placement satisfies: strict
+pins to two nodes (the current one and a random one), hard anti-affinity pairs (guests on different
+nodes) and hard affinity pairs (guests on the same node).
+
+The same ``(size, seed, rules)`` always gives the same cluster.
 """
 
 from __future__ import annotations
@@ -16,10 +24,14 @@ from opendrs.model.cluster import Cluster, Guest, Node, Settings
 from opendrs.model.rules import GuestAffinity, NodeAffinity, Rules
 
 GiB = 1024**3
+#: vCPUs per core a node may carry (the generated clusters' :class:`Settings`).
+CPU_OVERCOMMIT = 4.0
 
 
 @dataclass(frozen=True)
 class Size:
+    """A benchmark size: its name, node count and guest count."""
+
     name: str
     nodes: int
     guests: int
@@ -40,8 +52,13 @@ _MEMORY_GIB = np.array([1, 2, 4, 8, 16, 32])
 _MEMORY_P = np.array([0.15, 0.25, 0.25, 0.2, 0.1, 0.05])
 
 
-def generate(size: Size, *, seed: int = 1, rules: bool = False) -> Cluster:
-    """An unbalanced cluster of ``size``; the same seed gives the same cluster."""
+def generate(size: Size | str, *, seed: int = 1, rules: bool = False) -> Cluster:
+    """An unbalanced cluster of ``size`` (a :class:`Size` or a name in :data:`SIZES`).
+
+    The same seed gives the same cluster; ``rules`` adds pins and guest (anti-)affinity pairs.
+    """
+    if isinstance(size, str):
+        size = SIZES[size]
     rng = np.random.default_rng(seed)
     nodes = tuple(
         Node(f"pve{i + 1:04d}", 128, 768 * GiB)
@@ -59,15 +76,23 @@ def generate(size: Size, *, seed: int = 1, rules: bool = False) -> Cluster:
     node_idx = np.where(
         on_hot, rng.integers(0, hot, size.guests), rng.integers(hot, size.nodes, size.guests)
     )
-    # Keep every node within its memory: overflow goes to the emptiest node.
+    # Keep every node within 97 % of its memory and within its vCPU capacity (cores × overcommit):
+    # a guest that does not fit its drawn node goes to the node with the lowest memory fraction
+    # among those it fits.
     used = np.zeros(size.nodes)
+    vcpus = np.zeros(size.nodes)
     caps = np.array([n.memory / GiB for n in nodes])
+    cpu_caps = np.array([n.cpu * CPU_OVERCOMMIT for n in nodes])
     for j in range(size.guests):
         n = node_idx[j]
-        if used[n] + memory[j] > caps[n] * 0.97:
-            n = int(np.argmin(used / caps))
+        if used[n] + memory[j] > caps[n] * 0.97 or vcpus[n] + cpu[j] > cpu_caps[n]:
+            fits = (used + memory[j] <= caps * 0.97) & (vcpus + cpu[j] <= cpu_caps)
+            if not fits.any():
+                raise ValueError(f"size {size.name}: guest {j} fits no node")
+            n = int(np.argmin(np.where(fits, used / caps, np.inf)))
             node_idx[j] = n
         used[n] += memory[j]
+        vcpus[n] += cpu[j]
     util = rng.beta(2, 5, size.guests)
     guests = tuple(
         Guest(
@@ -107,5 +132,5 @@ def generate(size: Size, *, seed: int = 1, rules: bool = False) -> Cluster:
             if guests[a].node == guests[b].node
         )
         rule_set = Rules(node_affinity=pins, guest_affinity=apart + together)
-    settings = Settings(mode="static", cpu_overcommit=4.0)
+    settings = Settings(mode="static", cpu_overcommit=CPU_OVERCOMMIT)
     return Cluster(nodes, guests, rule_set, settings, name=f"bench-{size.name}")

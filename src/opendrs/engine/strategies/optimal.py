@@ -78,10 +78,9 @@ import math
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from ortools.sat.python import cp_model
 
 from opendrs.engine.constraints import Constraints, movability
 from opendrs.engine.usage import LoadModel
@@ -89,6 +88,9 @@ from opendrs.model.cluster import Cluster
 from opendrs.model.units import format_bytes
 
 from .base import Proposal, ProposedMove, cluster_imbalance, migration_cost, register
+
+if TYPE_CHECKING:
+    from ortools.sat.python import cp_model
 
 #: Balancing methods: opendrs's own, then proxlb-solver's.
 METHODS: tuple[str, ...] = (
@@ -875,6 +877,8 @@ class _Model:
     """The CP-SAT model of a problem, with its objective and tie-break expressions."""
 
     def __init__(self, p: _Problem, w_balance: int, w_stickiness: int) -> None:
+        from ortools.sat.python import cp_model  # imported when solving: it is large
+
         self.p = p
         m = cp_model.CpModel()
         self.model = m
@@ -1055,6 +1059,8 @@ class _Model:
 
     def tie_break(self) -> Any:
         """Migration effort (cost, then CPU activity), then pressure exposure — integers."""
+        from ortools.sat.python import cp_model  # imported when solving: it is large
+
         p = self.p
         guests, nodes = p.cluster.guests, p.cluster.nodes
         busy_raw = np.array([g.cpu_load for g in guests], dtype=float)
@@ -1108,6 +1114,8 @@ def _solver(wall: float, workers: int, seed: int, det: float | None = None) -> c
     """A CP-SAT solver: ``wall`` seconds at most; with one worker also ``det`` deterministic units
     (default ``wall`` × :data:`_DETERMINISTIC_SHARE`), which normally strike first and keep the
     search repeatable."""
+    from ortools.sat.python import cp_model  # imported when solving: it is large
+
     solver = cp_model.CpSolver()
     params = solver.parameters
     params.num_workers = workers
@@ -1127,6 +1135,8 @@ def _solver(wall: float, workers: int, seed: int, det: float | None = None) -> c
 
 def _explain(p: _Problem, time_limit: float) -> list[str]:
     """A small set of hard constraints that together admit no placement (CP-SAT assumptions)."""
+    from ortools.sat.python import cp_model  # imported when solving: it is large
+
     cluster, cons = p.cluster, p.cons
     guests, nodes = cluster.guests, cluster.nodes
     n_nodes = len(nodes)
@@ -1355,6 +1365,8 @@ def propose_optimal(
         hint: the strategy whose answer warms the search (default: the default strategy);
             ``current`` starts from the current placement.
     """
+    from ortools.sat.python import cp_model  # imported when solving: it is large
+
     started = time.perf_counter()
     given = {
         "w_cpu_usage": w_cpu_usage,

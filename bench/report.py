@@ -1,0 +1,214 @@
+"""Tables of benchmark results: one Markdown table per case, padded so it reads on a terminal."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from bench.metrics import Evaluation, Snapshot
+
+MiB = 1024**2
+GiB = 1024**3
+#: Peers, in column order, with their short column labels.
+PEER_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("proxlb-greedy", "greedy"),
+    ("proxlb-solver", "solver"),
+)
+
+
+@dataclass
+class Row:
+    """One runner's outcome on one case."""
+
+    runner: str
+    kind: str
+    seconds: float | None = None
+    rss_peak: int | None = None
+    rss_setup: int | None = None
+    evaluation: Evaluation | None = None
+    info: Mapping[str, object] = field(default_factory=dict)
+    notes: Sequence[str] = ()
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.evaluation is not None
+
+
+@dataclass
+class Case:
+    """One cluster (size, rules) and every runner's row on it."""
+
+    size: str
+    nodes: int
+    guests: int
+    rules: bool
+    before: Snapshot
+    lb_spread: float | None
+    bounds_available: bool
+    rows: list[Row] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+    @property
+    def title(self) -> str:
+        rules = "with rules" if self.rules else "without rules"
+        return f"{self.size} — {self.nodes} nodes, {self.guests:,} guests, {rules}"
+
+    def row(self, runner: str) -> Row | None:
+        for row in self.rows:
+            if row.runner == runner and row.ok:
+                return row
+        return None
+
+
+def ratio(value: float | None, reference: float | None) -> str:
+    """``value / reference`` as ``1.23×``; a dash when undefined."""
+    if value is None or reference is None or reference <= 0 or not math.isfinite(reference):
+        return "—"
+    r = value / reference
+    return f"{r:.3g}×"
+
+
+def _pp(fraction: float) -> str:
+    return f"{fraction * 100:.1f}"
+
+
+def _mib(n: int | None) -> str:
+    return "—" if n is None else f"{n / MiB:,.0f}"
+
+
+def columns(case: Case) -> list[str]:
+    """Column headers of a case's table."""
+    cols = [
+        "runner",
+        "time s",
+        "peak RSS MiB",
+        "Δ RSS MiB",
+        "mem spread pp",
+        "CPU spread pp",
+        "CV",
+        "migrations",
+        "cost",
+        "moved GiB",
+        "violations",
+    ]
+    for _peer, short in PEER_COLUMNS:
+        cols.append(f"time/{short}")
+    for _peer, short in PEER_COLUMNS:
+        cols.append(f"migr./{short}")
+    if case.bounds_available:
+        cols += ["migr./LB", "moved/LB"]
+    return cols
+
+
+def cells(case: Case, row: Row) -> list[str]:
+    """One row's cells, matching :func:`columns`."""
+    n_cols = len(columns(case))
+    label = row.runner if row.kind == "strategy" else f"{row.runner} (peer)"
+    if not row.ok or row.evaluation is None:
+        failed = [label, f"**{row.error or 'failed'}**", _mib(row.rss_peak)]
+        return failed + [""] * (n_cols - len(failed))
+    ev = row.evaluation
+    peers = [case.row(peer) for peer, _short in PEER_COLUMNS]
+    out = [
+        label,
+        f"{row.seconds:.3g}" if row.seconds is not None else "—",
+        _mib(row.rss_peak),
+        _mib(None if row.rss_peak is None else max(row.rss_peak - (row.rss_setup or 0), 0)),
+        _pp(ev.after.memory_spread),
+        _pp(ev.after.cpu_spread),
+        f"{ev.after.cv:.3f}",
+        f"{ev.migrations:,}",
+        f"{ev.cost:,}",
+        f"{ev.moved_gib:,.0f}",
+        str(len(ev.violations)),
+    ]
+    for peer in peers:
+        out.append(ratio(row.seconds, peer.seconds if peer else None))
+    for peer in peers:
+        ref = peer.evaluation.migrations if peer and peer.evaluation else None
+        out.append(ratio(ev.migrations, ref))
+    if case.bounds_available:
+        out.append(ratio(ev.migrations, ev.lb_migrations))
+        out.append(ratio(ev.moved_bytes, ev.lb_moved_bytes))
+    return out
+
+
+def table(case: Case) -> str:
+    """The case's Markdown table, columns padded to equal width."""
+    header = columns(case)
+    body = [cells(case, row) for row in case.rows]
+    widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
+    right = [i > 0 for i in range(len(header))]
+
+    def line(values: Sequence[str]) -> str:
+        parts = [
+            v.rjust(w) if r else v.ljust(w) for v, w, r in zip(values, widths, right, strict=True)
+        ]
+        return "| " + " | ".join(parts) + " |"
+
+    rule = (
+        "|"
+        + "|".join(
+            ("-" * (w + 1) + ":") if r else "-" * (w + 2)
+            for w, r in zip(widths, right, strict=True)
+        )
+        + "|"
+    )
+    return "\n".join([line(header), rule, *(line(b) for b in body)])
+
+
+def _info_text(row: Row) -> str:
+    info = row.info
+    if row.runner == "proxlb-solver":
+        parts = [
+            f"{info.get('status')} within {info.get('time_limit_s'):g} s",
+            f"level {info.get('balanciness')}",
+            f"its own gap {float(info.get('solver_gap') or 0) * 100:.2f} pp (priority-weighted)",
+            f"plan: {info.get('steps')} steps, {info.get('parking_moves')} parking moves",
+            "path feasible" if info.get("path_feasible") else "**path not feasible**",
+            f"{info.get('attempts')} attempt(s)",
+        ]
+        return "; ".join(parts)
+    if row.runner == "proxlb-greedy":
+        return (
+            f"mode {info.get('mode')}, balanciness {info.get('balanciness')} pp; "
+            f"{info.get('model_moves')} moves in its model"
+        )
+    if "stopped" in info:
+        return f"stopped: {info['stopped']}"
+    return ""
+
+
+def notes(case: Case) -> list[str]:
+    """Bullet lines under a case's table: the before state, bounds, each runner's details."""
+    lines = [
+        f"- before: memory spread {_pp(case.before.memory_spread)} pp, "
+        f"CPU spread {_pp(case.before.cpu_spread)} pp, CV {case.before.cv:.3f}"
+    ]
+    if case.bounds_available and case.lb_spread is not None:
+        lines.append(f"- lower bound on memory spread: {_pp(case.lb_spread)} pp")
+    for row in case.rows:
+        parts = []
+        text = _info_text(row)
+        if text:
+            parts.append(text)
+        if row.evaluation is not None and row.evaluation.violations:
+            vio = row.evaluation.violations
+            shown = "; ".join(vio[:3]) + (f"; … ({len(vio)} in all)" if len(vio) > 3 else "")
+            parts.append(f"violations: {shown}")
+        parts.extend(row.notes)
+        if parts:
+            lines.append(f"- {row.runner}: " + "; ".join(parts))
+    for skipped in case.skipped:
+        lines.append(f"- skipped: {skipped}")
+    return lines
+
+
+def section(case: Case, level: int = 3) -> str:
+    """A case as Markdown: heading, table, notes."""
+    return "\n".join([f"{'#' * level} {case.title}", "", table(case), "", *notes(case), ""])
+
+
+__all__ = ["PEER_COLUMNS", "Case", "Row", "cells", "columns", "notes", "ratio", "section", "table"]
