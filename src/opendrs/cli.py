@@ -8,7 +8,7 @@ import json
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from rich.console import Console
 
@@ -169,8 +169,8 @@ def _parse_new(spec: str) -> Guest:
             raise UsageError(f"--new: {key}: {exc}") from None
 
     cpu = number("cpu", "1")
-    if cpu <= 0:
-        raise UsageError("--new: cpu: must be a positive number of vCPUs")
+    if not 0 < cpu <= 100_000:
+        raise UsageError("--new: cpu: must be a positive number of vCPUs, at most 100000")
     memory = size("memory") or 0
     if memory <= 0:
         raise UsageError("--new: memory: must be greater than 0")
@@ -213,6 +213,8 @@ def cmd_place(args: argparse.Namespace) -> int:
             raise UsageError(f"--guest: no guest {args.guest!r} in {args.snapshot}")
         placement = place_guest(cluster, args.guest, "recover" if args.failed else "balance")
     else:
+        if args.failed:
+            raise UsageError("--failed goes with --guest or --evacuate, not --new")
         placement = place_new(cluster, _parse_new(args.new))
     if args.format == "json":
         _dump_json(placement.as_dict())
@@ -251,7 +253,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         proposal, plan = plan_with_retries(
             cluster, propose, max_parallel=args.max_parallel, max_node_inflow=args.max_node_inflow
         )
-    except ValueError as exc:
+    except (ValueError, TypeError) as exc:
+        # A strategy refusing an option value (the CLI checked the type, the strategy the range).
         raise UsageError(str(exc)) from None
     achieved = {r: m.spread for r, m in proposal.after.resources.items()}
     bounds = migration_lower_bound(cluster, achieved)
@@ -282,7 +285,7 @@ def _strategy_option(
     item: str, strategy: str, params: Mapping[str, inspect.Parameter]
 ) -> tuple[str, Any]:
     """``NAME=VALUE`` for a strategy option: VALUE read as JSON (number, true/false, list, …),
-    or as plain text when it is not JSON."""
+    or as plain text when it is not JSON; checked against the type of the option's default."""
     if "=" not in item:
         raise UsageError(f"-o: {item!r} is not NAME=VALUE")
     name, text = (part.strip() for part in item.split("=", 1))
@@ -290,10 +293,27 @@ def _strategy_option(
     if name in ("cluster", "forbidden") or name not in params:
         known = ", ".join(sorted(p for p in params if p not in ("cluster", "forbidden")))
         raise UsageError(f"-o {name}: strategy {strategy} has no such option (options: {known})")
+
+    def no_constants(constant: str) -> Any:
+        raise UsageError(f"-o {name}: {constant} is not a finite number")
+
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_constant=no_constants)
     except ValueError:
         value = text
+    default = params[name].default
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise UsageError(f"-o {name}: expected true or false, got {text!r}")
+    elif isinstance(default, int):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise UsageError(f"-o {name}: expected a whole number, got {text!r}")
+    elif isinstance(default, float):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise UsageError(f"-o {name}: expected a number, got {text!r}")
+        value = float(value)
+    elif isinstance(default, str) and not isinstance(value, str):
+        raise UsageError(f"-o {name}: expected text, got {text!r}")
     return name, value
 
 
@@ -306,7 +326,12 @@ def cmd_proxlb_check(args: argparse.Namespace) -> int:
     missing = [str(p) for p in files if not p.exists()]
     if missing:
         raise UsageError(f"{missing[0]}: no such file or directory")
-    results = check_paths(files, strategy=args.strategy, time_limit=args.time_limit)
+    if not files:
+        raise UsageError(f"{', '.join(args.paths)}: no scenario files (*.yaml)")
+    try:
+        results = check_paths(files, strategy=args.strategy, time_limit=args.time_limit)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     if args.junit:
         try:
             Path(args.junit).write_text(junit_xml(results), encoding="utf-8")
@@ -372,6 +397,13 @@ def _at_least_one(text: str) -> int:
     return value
 
 
+def _seconds(text: str) -> float:
+    value = _fraction(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError("must be more than 0 seconds")
+    return value
+
+
 def _fraction(text: str) -> float:
     try:
         value = float(text)
@@ -382,8 +414,15 @@ def _fraction(text: str) -> float:
     return value
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with the project's error format: one line on stderr, exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"error: {self.prog}: {message} (see --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="opendrs",
         description="An open Distributed Resource Scheduler for Proxmox VE and Incus clusters.",
         epilog="SNAPSHOT is a snapshot file (YAML or JSON; see docs/snapshot-format.md), "
@@ -456,7 +495,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="minimum improvement a move must bring (meaning depends on the strategy)",
     )
     p.add_argument("--max-moves", type=_positive_int, help="at most this many migrations")
-    p.add_argument("--time-limit", type=_fraction, help="optimal: solver time limit in seconds")
+    p.add_argument("--time-limit", type=_seconds, help="optimal: solver time limit in seconds")
     p.add_argument(
         "-o",
         "--option",
@@ -491,7 +530,7 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("paths", metavar="PATH", nargs="+", help="scenario files or folders of them")
     q.add_argument("--strategy", default="optimal", help="strategy to run (default optimal)")
     q.add_argument(
-        "--time-limit", type=_fraction, default=5.0, help="solver time limit per scenario (s)"
+        "--time-limit", type=_seconds, default=5.0, help="solver time limit per scenario (s)"
     )
     q.add_argument("--junit", metavar="FILE", help="also write the results as JUnit XML")
     with_format(q)

@@ -287,3 +287,34 @@ def test_plan_passes_any_strategy_option(capsys: pytest.CaptureFixture[str]) -> 
     assert code == 2 and err.startswith("error: -o nope: strategy balance has no such option")
     code, _, err = run(capsys, "plan", "demo", "--strategy", "optimal", "-o", "balanciness=9")
     assert code == 2 and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["plan", SMALL, "-o", "wide=0"], "error: wide: expected a whole number ≥ 1"),
+        (["plan", SMALL, "-o", "max_moves=1.5"], "error: max_moves: expected a whole number"),
+        (["plan", SMALL, "-o", "swaps=yes"], "error: -o swaps: expected true or false"),
+        (["plan", SMALL, "-o", "target_spread=abc"], "error: -o target_spread: expected a number"),
+        (["plan", SMALL, "--strategy", "pve-topsis", "-o", "threshold=NaN"], "error: -o threshold"),
+        (["plan", SMALL, "--max-parallel", "0"], "error: opendrs plan: argument --max-parallel"),
+        (["proxlb", "check", SMALL, "--time-limit", "0"], "error: opendrs proxlb check: argument"),
+        (["place", "demo", "--new", "cpu=1e308,memory=1G"], "error: --new: cpu: must be"),
+        (["place", "demo", "--new", "cpu=1,memory=1G", "--failed"], "error: --failed goes with"),
+    ],
+)
+def test_bad_options_are_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse's own errors end the process with the same format
+        code = exc.code
+    _out, err = capsys.readouterr()
+    assert code == 2
+    assert err.startswith(message) and err.count("\n") == 1
+
+
+def test_proxlb_check_empty_folder(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, _, err = run(capsys, "proxlb", "check", str(tmp_path))
+    assert code == 2 and err.startswith(f"error: {tmp_path}: no scenario files")

@@ -16,8 +16,9 @@ guest, or a bundle of guests kept together by hard affinity. In each round every
 its best allowed target; then moves are taken in order of gain, at most one per node, so moves in a
 round touch disjoint nodes and their gains stay exact. The best gain wins; among gains within 1 % of
 each other the cheaper migration wins (fewest first, then smallest). A move is made only if it pays
-for itself — its reduction of the objective, in squared percentage points, is at least ``margin``
-per unit of migration cost — and the search stops as soon as every weighted resource is within
+for itself — the balance σ (the square root of the objective) falls by at least ``margin``
+percentage points per percent of the cluster's total migration cost that the move spends — and
+the search stops as soon as every weighted resource is within
 ``target_spread``: no moves while balanced.
 
 **Repair first.** Guests that break a hard constraint now — on a node in maintenance, on a node
@@ -389,6 +390,29 @@ def _pick(
     return picks
 
 
+def _check_options(
+    target_spread: float, margin: float, max_moves: int | None, wide: int, swaps: bool
+) -> None:
+    """ValueError naming the first bad option."""
+
+    def number(name: str, value: object) -> None:
+        if isinstance(value, bool) or not isinstance(value, int | float) or not np.isfinite(value):
+            raise ValueError(f"{name}: expected a finite number, got {value!r}")
+        if value < 0:
+            raise ValueError(f"{name}: must not be negative, got {value!r}")
+
+    number("target_spread", target_spread)
+    number("margin", margin)
+    if max_moves is not None and (
+        isinstance(max_moves, bool) or not isinstance(max_moves, int) or max_moves < 0
+    ):
+        raise ValueError(f"max_moves: expected a whole number ≥ 0, got {max_moves!r}")
+    if isinstance(wide, bool) or not isinstance(wide, int) or wide < 1:
+        raise ValueError(f"wide: expected a whole number ≥ 1, got {wide!r}")
+    if not isinstance(swaps, bool):
+        raise ValueError(f"swaps: expected true or false, got {swaps!r}")
+
+
 @register("balance", "opendrs: fewest, smallest migrations to a target spread; all rules hard")
 def propose_balance(
     cluster: Cluster,
@@ -402,10 +426,11 @@ def propose_balance(
 ) -> Proposal:
     """Balance the cluster to ``target_spread`` with the fewest and smallest migrations.
 
-    ``margin`` is the least objective reduction, in squared percentage points, a move must bring
-    per unit of migration cost; ``max_moves`` caps the migrations (None: no cap); ``wide`` bounds
-    the sources and targets looked at per round on big clusters.
+    ``margin`` is the least fall of the balance σ, in percentage points, a move must bring per
+    percent of the cluster's total migration cost it spends; ``max_moves`` caps the migrations
+    (None: no cap); ``wide`` bounds the sources and targets looked at per round on big clusters.
     """
+    _check_options(target_spread, margin, max_moves, wide, swaps)
     options = {
         "target_spread": target_spread,
         "margin": margin,
