@@ -24,7 +24,7 @@ Only usable nodes (online, not in maintenance, with capacity) take part in the f
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -225,6 +225,106 @@ def _usable(state: PlacementState) -> np.ndarray:
 # pve-bruteforce
 
 
+@dataclass(frozen=True)
+class _Choice:
+    """The move a Proxmox method picks in one round."""
+
+    members: np.ndarray
+    leader: str
+    src: int
+    target: int
+    #: The imbalance (CV) after the move.
+    value: float
+    #: For the messages: " by TOPSIS" and ", closeness 0.984", or empty.
+    label: str = ""
+    extra: str = ""
+    #: Prefix of the move's reason.
+    why: str = ""
+
+
+def _repeat(
+    cluster: Cluster,
+    name: str,
+    choose: Callable[[PlacementState, np.ndarray, np.ndarray, np.ndarray], _Choice | None],
+    *,
+    forbidden: Iterable[tuple[str, str]],
+    threshold: float,
+    margin: float,
+    max_moves: int,
+) -> Proposal:
+    """Proxmox's auto-rebalance round, repeated: while the imbalance is above ``threshold``, make
+    the move ``choose(state, capacity, usable, combined loads)`` picks if it improves the
+    imbalance by ``margin`` (relative), up to ``max_moves``. Basic mode never rebalances."""
+    options = {"threshold": threshold, "margin": margin, "max_moves": max_moves}
+    before = cluster_imbalance(cluster)
+    state = PlacementState.build(cluster, forbidden=forbidden)
+    cap = state.loads.capacity
+    usable = _usable(state)
+    notes = tuple(str(p) for p in state.constraints.problems)
+    moves: list[ProposedMove] = []
+    if cluster.settings.mode == "basic":
+        stopped = "basic mode counts guests only: Proxmox never rebalances in it"
+        return Proposal(name, (), before, before, stopped, notes, options)
+    stopped = f"move limit {max_moves} reached"
+    while True:
+        combined = _combined(state.node_load, cap)
+        imbalance = _cv(combined[usable])
+        if imbalance <= threshold:
+            stopped = f"imbalance {imbalance:.3f} at or below threshold {threshold:g}"
+            break
+        if len(moves) >= max_moves:
+            break
+        choice = choose(state, cap, usable, combined)
+        if choice is None:
+            stopped = "no movable guest has an allowed target"
+            break
+        source, target = cluster.nodes[choice.src].name, cluster.nodes[choice.target].name
+        value = choice.value
+        if imbalance <= 0 or (imbalance - value) / imbalance < margin:
+            stopped = (
+                f"best move{choice.label} ({choice.leader} to {target}{choice.extra}) would bring "
+                f"{imbalance:.3f} to {value:.3f}, less than the margin {margin:g}"
+            )
+            break
+        moves += bundle_moves(
+            cluster,
+            choice.members.tolist(),
+            choice.leader,
+            source,
+            target,
+            metric="cv",
+            before=imbalance,
+            after=value,
+            reason=f"{choice.why}imbalance {imbalance:.2f} -> {value:.2f}",
+        )
+        state.commit(choice.members, choice.target)
+    after = cluster_imbalance(cluster, state.assign)
+    return Proposal(name, tuple(moves), before, after, stopped, notes, options)
+
+
+def _choose_bruteforce(
+    state: PlacementState, cap: np.ndarray, usable: np.ndarray, combined: np.ndarray
+) -> _Choice | None:
+    """Lowest truncated imbalance after the move; ties to the smallest (leader, source, target)."""
+    cluster = state.cluster
+    best: tuple[float, str, str, str, Bundle, int, float] | None = None
+    for bundle in movable_bundles(state, cluster):
+        targets = _targets(state, bundle)
+        if not targets.size:
+            continue
+        shift = fraction_shift(_bundle_demand(state, bundle.members), cap).mean(axis=1)
+        values = _cv_after_moves(combined, usable, bundle.src, targets, shift)
+        source = cluster.nodes[bundle.src].name
+        for t, value in zip(targets.tolist(), values.tolist(), strict=True):
+            key = (_trunc(value), bundle.leader, source, cluster.nodes[t].name)
+            if best is None or key < best[:4]:
+                best = (*key, bundle, t, _trunc(value))
+    if best is None:
+        return None
+    bundle, t, value = best[4], best[5], best[6]
+    return _Choice(bundle.members, bundle.leader, bundle.src, t, value)
+
+
 @register("pve-bruteforce", "Proxmox auto-rebalance: best single move by imbalance, repeated")
 def propose_bruteforce(
     cluster: Cluster,
@@ -235,67 +335,65 @@ def propose_bruteforce(
     max_moves: int = DEFAULT_MAX_MOVES,
 ) -> Proposal:
     """Proxmox's bruteforce rebalancing choice, applied up to ``max_moves`` times."""
-    options = {"threshold": threshold, "margin": margin, "max_moves": max_moves}
-    before = cluster_imbalance(cluster)
-    state = PlacementState.build(cluster, forbidden=forbidden)
-    cons = state.constraints
-    cap = state.loads.capacity
-    usable = _usable(state)
-    notes = [str(p) for p in cons.problems]
-    moves: list[ProposedMove] = []
-    if cluster.settings.mode == "basic":
-        stopped = "basic mode counts guests only: Proxmox never rebalances in it"
-        return Proposal("pve-bruteforce", (), before, before, stopped, tuple(notes), options)
-    stopped = f"move limit {max_moves} reached"
-    while True:
-        combined = _combined(state.node_load, cap)
-        imbalance = _cv(combined[usable])
-        if imbalance <= threshold:
-            stopped = f"imbalance {imbalance:.3f} at or below threshold {threshold:g}"
-            break
-        if len(moves) >= max_moves:
-            break
-        best: tuple[float, str, str, str, np.ndarray, int] | None = None
-        for bundle in movable_bundles(state, cluster):
-            targets = _targets(state, bundle)
-            if not targets.size:
-                continue
-            shift = fraction_shift(_bundle_demand(state, bundle.members), cap).mean(axis=1)
-            values = _cv_after_moves(combined, usable, bundle.src, targets, shift)
-            source = cluster.nodes[bundle.src].name
-            for t, value in zip(targets.tolist(), values.tolist(), strict=True):
-                key = (_trunc(value), bundle.leader, source, cluster.nodes[t].name)
-                if best is None or key < best[:4]:
-                    best = (*key, bundle.members, t)
-        if best is None:
-            stopped = "no movable guest has an allowed target"
-            break
-        value, leader, source, target, members, t = best
-        if imbalance <= 0 or (imbalance - value) / imbalance < margin:
-            stopped = (
-                f"best move ({leader} to {target}) would bring {imbalance:.3f} to {value:.3f}, "
-                f"less than the margin {margin:g}"
-            )
-            break
-        reason = f"imbalance {imbalance:.2f} -> {value:.2f}"
-        moves += bundle_moves(
-            cluster,
-            members.tolist(),
-            leader,
-            source,
-            target,
-            metric="cv",
-            before=imbalance,
-            after=value,
-            reason=reason,
-        )
-        state.commit(members, t)
-    after = cluster_imbalance(cluster, state.assign)
-    return Proposal("pve-bruteforce", tuple(moves), before, after, stopped, tuple(notes), options)
+    return _repeat(
+        cluster,
+        "pve-bruteforce",
+        _choose_bruteforce,
+        forbidden=forbidden,
+        threshold=threshold,
+        margin=margin,
+        max_moves=max_moves,
+    )
 
 
 # --------------------------------------------------------------------------------------------
 # pve-topsis
+
+
+def _choose_topsis(
+    state: PlacementState, cap: np.ndarray, usable: np.ndarray, combined: np.ndarray
+) -> _Choice | None:
+    """Best TOPSIS closeness of the post-move clusters; the first candidate on a tie."""
+    bundles: list[Bundle] = []
+    cand_bundle: list[int] = []
+    cand_target: list[int] = []
+    shifts: list[np.ndarray] = []
+    for bundle in movable_bundles(state, state.cluster):
+        targets = _targets(state, bundle)
+        if not targets.size:
+            continue
+        shifts.append(fraction_shift(_bundle_demand(state, bundle.members), cap))
+        cand_bundle += [len(bundles)] * len(targets)
+        cand_target += targets.tolist()
+        bundles.append(bundle)
+    if not bundles:
+        return None
+    which = np.array(cand_bundle, dtype=np.intp)
+    tgt = np.array(cand_target, dtype=np.intp)
+    src = np.array([bundles[b].src for b in cand_bundle], dtype=np.intp)
+    shift = np.stack(shifts)  # (B, N, R)
+    fractions = fractions_of(state.node_load, cap)
+    matrix = topsis_alternatives(fractions, usable, src, tgt, shift[which, src], shift[which, tgt])
+    scores = topsis_scores(matrix, TOPSIS_WEIGHTS)
+    k = int(np.argmax(scores))  # the first of equal scores: candidate order breaks ties
+    bundle = bundles[cand_bundle[k]]
+    t = int(tgt[k])
+    value = float(
+        _cv_after_moves(
+            combined, usable, bundle.src, np.array([t]), shift[cand_bundle[k]].mean(axis=1)
+        )[0]
+    )
+    closeness = float(scores[k])
+    return _Choice(
+        bundle.members,
+        bundle.leader,
+        bundle.src,
+        t,
+        value,
+        label=" by TOPSIS",
+        extra=f", closeness {closeness:.3f}",
+        why=f"TOPSIS closeness {closeness:.3f}, best of {len(scores)}; ",
+    )
 
 
 @register("pve-topsis", "Proxmox auto-rebalance: best single move by TOPSIS on RMS/max load")
@@ -317,81 +415,12 @@ def propose_topsis(
     closeness wins, the first candidate on a tie. As in Proxmox, the winner is committed only if
     the (untruncated) imbalance — the CV of the combined loads — improves by at least ``margin``.
     """
-    options = {"threshold": threshold, "margin": margin, "max_moves": max_moves}
-    before = cluster_imbalance(cluster)
-    state = PlacementState.build(cluster, forbidden=forbidden)
-    cons = state.constraints
-    cap = state.loads.capacity
-    usable = _usable(state)
-    notes = [str(p) for p in cons.problems]
-    moves: list[ProposedMove] = []
-    if cluster.settings.mode == "basic":
-        stopped = "basic mode counts guests only: Proxmox never rebalances in it"
-        return Proposal("pve-topsis", (), before, before, stopped, tuple(notes), options)
-    stopped = f"move limit {max_moves} reached"
-    while True:
-        combined = _combined(state.node_load, cap)
-        imbalance = _cv(combined[usable])
-        if imbalance <= threshold:
-            stopped = f"imbalance {imbalance:.3f} at or below threshold {threshold:g}"
-            break
-        if len(moves) >= max_moves:
-            break
-        bundles: list[Bundle] = []
-        cand_bundle: list[int] = []
-        cand_target: list[int] = []
-        shifts: list[np.ndarray] = []
-        for bundle in movable_bundles(state, cluster):
-            targets = _targets(state, bundle)
-            if not targets.size:
-                continue
-            shifts.append(fraction_shift(_bundle_demand(state, bundle.members), cap))
-            cand_bundle += [len(bundles)] * len(targets)
-            cand_target += targets.tolist()
-            bundles.append(bundle)
-        if not bundles:
-            stopped = "no movable guest has an allowed target"
-            break
-        which = np.array(cand_bundle, dtype=np.intp)
-        tgt = np.array(cand_target, dtype=np.intp)
-        src = np.array([bundles[b].src for b in cand_bundle], dtype=np.intp)
-        shift = np.stack(shifts)  # (B, N, R)
-        fractions = fractions_of(state.node_load, cap)
-        matrix = topsis_alternatives(
-            fractions, usable, src, tgt, shift[which, src], shift[which, tgt]
-        )
-        scores = topsis_scores(matrix, TOPSIS_WEIGHTS)
-        k = int(np.argmax(scores))  # the first of equal scores: candidate order breaks ties
-        bundle = bundles[cand_bundle[k]]
-        t = int(tgt[k])
-        source, target = cluster.nodes[bundle.src].name, cluster.nodes[t].name
-        value = float(
-            _cv_after_moves(
-                combined, usable, bundle.src, np.array([t]), shift[cand_bundle[k]].mean(axis=1)
-            )[0]
-        )
-        closeness = float(scores[k])
-        if imbalance <= 0 or (imbalance - value) / imbalance < margin:
-            stopped = (
-                f"best move by TOPSIS ({bundle.leader} to {target}, closeness {closeness:.3f}) "
-                f"would bring {imbalance:.3f} to {value:.3f}, less than the margin {margin:g}"
-            )
-            break
-        reason = (
-            f"TOPSIS closeness {closeness:.3f}, best of {len(scores)}; "
-            f"imbalance {imbalance:.2f} -> {value:.2f}"
-        )
-        moves += bundle_moves(
-            cluster,
-            bundle.members.tolist(),
-            bundle.leader,
-            source,
-            target,
-            metric="cv",
-            before=imbalance,
-            after=value,
-            reason=reason,
-        )
-        state.commit(bundle.members, t)
-    after = cluster_imbalance(cluster, state.assign)
-    return Proposal("pve-topsis", tuple(moves), before, after, stopped, tuple(notes), options)
+    return _repeat(
+        cluster,
+        "pve-topsis",
+        _choose_topsis,
+        forbidden=forbidden,
+        threshold=threshold,
+        margin=margin,
+        max_moves=max_moves,
+    )
