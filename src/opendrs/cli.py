@@ -366,8 +366,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
     report = Report(_console())
     show_cluster(report, cluster, guests=False)
     report.line()
-    proposal = get_strategy(DEFAULT_STRATEGY).propose(cluster)
+    strategy = get_strategy(DEFAULT_STRATEGY)
+
+    def propose(forbidden: frozenset[tuple[str, str]]) -> Proposal:
+        return strategy.propose(cluster, forbidden=forbidden)
+
+    proposal, plan = plan_with_retries(cluster, propose)
+    achieved = {r: m.spread for r, m in proposal.after.resources.items()}
     show_proposal(report, proposal)
+    show_plan(report, plan)
+    show_bounds(report, proposal, migration_lower_bound(cluster, achieved))
     return EXIT_OK
 
 
@@ -518,7 +526,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("strategies", help="list the rebalancing strategies")
     p.set_defaults(func=cmd_strategies)
 
-    p = sub.add_parser("demo", help="show the built-in example cluster and a proposal for it")
+    p = sub.add_parser(
+        "demo", help="show the built-in example cluster and a safe, ordered plan that balances it"
+    )
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("proxlb", help="proxlb-solver compatibility")
