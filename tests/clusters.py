@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+import numpy as np
 from hypothesis import strategies as st
 
-from opendrs.model.cluster import Cluster, Disk, Guest, Node, Settings
+from opendrs.engine.constraints import Constraints, committed_for, current_assign
+from opendrs.engine.strategies.base import ProposedMove
+from opendrs.model.cluster import Cluster, Disk, Guest, Move, Node, Settings
 from opendrs.model.rules import GuestAffinity, NodeAffinity, Rules
 
 GiB = 1024**3
@@ -85,3 +90,26 @@ def clusters(draw: st.DrawFn, max_nodes: int = 6, max_guests: int = 24) -> Clust
         Rules(tuple(node_rules), tuple(guest_rules), ignored),
         settings,
     )
+
+
+def assert_moves_safe(cluster: Cluster, moves: Iterable[Move | ProposedMove]) -> np.ndarray:
+    """Apply ``moves`` in order and check the result; return the final node index per guest.
+
+    No node may end over a capacity limit it was not over before, every target must pass the
+    static constraints (usable node, architecture, strict node affinity), and no guest may share
+    a node with a hard anti-affinity partner.
+    """
+    moves = list(moves)
+    cons = Constraints.build(cluster)
+    assign = current_assign(cluster)
+    over_before = cons.capacity.over(committed_for(cons, assign)).any(axis=1)
+    for move in moves:
+        assign[cluster.guest_index[move.guest]] = cluster.node_index[move.target]
+    over_after = cons.capacity.over(committed_for(cons, assign)).any(axis=1)
+    assert not (over_after & ~over_before).any()
+    for move in moves:
+        j = cluster.guest_index[move.guest]
+        n = cluster.node_index[move.target]
+        assert cons.static_ok()[j, n]
+        assert not (assign[cons.hard_neg[j]] == n).any()
+    return assign

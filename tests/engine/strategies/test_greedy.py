@@ -11,8 +11,7 @@ from dataclasses import replace
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from clusters import clusters
-from opendrs.engine.constraints import Constraints, committed_for, current_assign
+from clusters import assert_moves_safe, clusters
 from opendrs.engine.placement import PlacementState
 from opendrs.engine.strategies import get_strategy
 from opendrs.engine.strategies.greedy import badness, balance_sigma, propose_greedy
@@ -145,15 +144,4 @@ def test_forbidden_and_registry() -> None:
 def test_proposals_are_safe_and_deterministic(cluster: Cluster) -> None:
     proposal = propose_greedy(cluster, passes=2)
     assert proposal.as_dict() == propose_greedy(cluster, passes=2).as_dict()
-    cons = Constraints.build(cluster)
-    assign = current_assign(cluster)
-    over_before = cons.capacity.over(committed_for(cons, assign)).any(axis=1)
-    for move in proposal.moves:
-        assign[cluster.guest_index[move.guest]] = cluster.node_index[move.target]
-    over_after = cons.capacity.over(committed_for(cons, assign)).any(axis=1)
-    assert not (over_after & ~over_before).any()
-    for move in proposal.moves:
-        j = cluster.guest_index[move.guest]
-        n = cluster.node_index[move.target]
-        assert cons.static_ok()[j, n]
-        assert not (assign[cons.hard_neg[j]] == n).any()
+    assert_moves_safe(cluster, proposal.moves)
