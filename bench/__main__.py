@@ -361,22 +361,18 @@ def main(argv: list[str] | None = None) -> int:
 
     from opendrs.engine.strategies import REGISTRY
 
-    if args.strategies is None:
-        strategies, strategies_explicit = sorted(REGISTRY), False
-    else:
-        strategies = [] if args.strategies == "none" else _split(args.strategies)
-        strategies_explicit = True
-        bad = [s for s in strategies if s not in REGISTRY]
+    def chosen(value: str | None, known: list[str], what: str) -> tuple[list[str], bool]:
+        """(names, named explicitly): all known by default, none for 'none'."""
+        if value is None:
+            return known, False
+        names = [] if value == "none" else _split(value)
+        bad = [n for n in names if n not in known]
         if bad:
-            parser.error(f"unknown strategy {bad[0]!r} (known: {', '.join(sorted(REGISTRY))})")
-    if args.peers is None:
-        peers, peers_explicit = list(PEERS), False
-    else:
-        peers = [] if args.peers == "none" else _split(args.peers)
-        peers_explicit = True
-        bad = [p for p in peers if p not in PEERS]
-        if bad:
-            parser.error(f"unknown peer {bad[0]!r} (known: {', '.join(PEERS)})")
+            parser.error(f"unknown {what} {bad[0]!r} (known: {', '.join(known)})")
+        return names, True
+
+    strategies, strategies_explicit = chosen(args.strategies, sorted(REGISTRY), "strategy")
+    peers, peers_explicit = chosen(args.peers, list(PEERS), "peer")
     extra: dict[str, dict[str, Any]] = {}
     for name, key, value in args.option:
         if name not in REGISTRY and name not in PEERS:
