@@ -18,7 +18,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from opendrs.model import snapshot
+from opendrs.model import document, snapshot
 from opendrs.model.cluster import (
     HA_STATES,
     Cluster,
@@ -665,9 +665,9 @@ def test_file_errors(tmp_path: Path) -> None:
 def test_large_files_are_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "big.yaml"
     path.write_text(MINIMAL)
-    monkeypatch.setattr(snapshot, "MAX_FILE_BYTES", 100)
+    monkeypatch.setattr(document, "MAX_FILE_BYTES", 100)
     assert str(_load_error(path)) == f"{path}: the file is larger than 100 bytes"
-    monkeypatch.setattr(snapshot, "MAX_FILE_BYTES", 10 * MIB)
+    monkeypatch.setattr(document, "MAX_FILE_BYTES", 10 * MIB)
     assert load(path).name == "big"
 
 

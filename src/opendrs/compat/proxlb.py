@@ -46,14 +46,9 @@ from opendrs.engine.planner import Plan, plan_with_retries
 from opendrs.engine.strategies import get_strategy
 from opendrs.engine.strategies import optimal as _optimal  # registers "optimal"
 from opendrs.model.cluster import Cluster, Disk, Guest, Node, Pressure, Settings
+from opendrs.model.document import describe, parse, read_file, render_path
 from opendrs.model.rules import GuestAffinity, NodeAffinity, Rules
-from opendrs.model.snapshot import (
-    SnapshotError,
-    _describe,
-    _render_path,
-    parse,
-    read_file,
-)
+from opendrs.model.snapshot import SnapshotError
 
 __all__ = [
     "LOADER_WEIGHTS",
@@ -338,17 +333,17 @@ class _Reader:
         self.notes: list[str] = []
 
     def fail(self, path: PathT, reason: str) -> NoReturn:
-        raise SnapshotError(self.filename, _render_path(path), reason)
+        raise SnapshotError(self.filename, render_path(path), reason)
 
     def mapping(
         self, value: object, path: PathT, allowed: Sequence[str] | None = None
     ) -> Mapping[Any, Any]:
         if not isinstance(value, Mapping):
-            self.fail(path, f"expected a mapping, got {_describe(value)}")
+            self.fail(path, f"expected a mapping, got {describe(value)}")
         if allowed is not None:
             for key in value:
                 if key not in allowed:
-                    where = _render_path((*path, str(key))) or str(key)
+                    where = render_path((*path, str(key))) or str(key)
                     self.notes.append(f"unknown key {where} ignored")
         return value
 
@@ -362,24 +357,24 @@ class _Reader:
 
     def sequence(self, value: object, path: PathT) -> Sequence[Any]:
         if not isinstance(value, list | tuple):
-            self.fail(path, f"expected a list, got {_describe(value)}")
+            self.fail(path, f"expected a list, got {describe(value)}")
         return value
 
     def name(self, value: object, path: PathT) -> str:
         if isinstance(value, bool) or not isinstance(value, str | int) or value == "":
-            self.fail(path, f"expected a name, got {_describe(value)}")
+            self.fail(path, f"expected a name, got {describe(value)}")
         return str(value)
 
     def number(
         self, value: object, path: PathT, *, minimum: float = 0.0, above: bool = False
     ) -> float:
         if isinstance(value, bool) or not isinstance(value, int | float):
-            self.fail(path, f"expected a number, got {_describe(value)}")
+            self.fail(path, f"expected a number, got {describe(value)}")
         if not math.isfinite(value) or abs(value) > 1e15:
-            self.fail(path, f"expected a finite number, got {_describe(value)}")
+            self.fail(path, f"expected a finite number, got {describe(value)}")
         if value < minimum or (above and value == minimum):
             op = ">" if above else "≥"
-            self.fail(path, f"expected a number {op} {minimum:g}, got {_describe(value)}")
+            self.fail(path, f"expected a number {op} {minimum:g}, got {describe(value)}")
         return value
 
     def integer(
@@ -389,15 +384,15 @@ class _Reader:
             if isinstance(value, float) and value.is_integer():
                 value = int(value)
             else:
-                self.fail(path, f"expected a whole number, got {_describe(value)}")
+                self.fail(path, f"expected a whole number, got {describe(value)}")
         if value < minimum or (maximum is not None and value > maximum):
             bounds = f"{minimum} to {maximum}" if maximum is not None else f"≥ {minimum}"
-            self.fail(path, f"expected a whole number {bounds}, got {_describe(value)}")
+            self.fail(path, f"expected a whole number {bounds}, got {describe(value)}")
         return value
 
     def boolean(self, value: object, path: PathT) -> bool:
         if not isinstance(value, bool):
-            self.fail(path, f"expected true or false, got {_describe(value)}")
+            self.fail(path, f"expected true or false, got {describe(value)}")
         return value
 
     def gib(self, value: object, path: PathT) -> int:
@@ -478,7 +473,7 @@ class _Reader:
         for k, v in raw.items():
             where = (*path, "placements", str(k))
             if v is None or isinstance(v, Mapping | list):
-                self.fail(where, f"expected a node or '== other-vm', got {_describe(v)}")
+                self.fail(where, f"expected a node or '== other-vm', got {describe(v)}")
             placements[self.name(k, where)] = str(v)
         return Expect(
             feasible=self.optional(e, "feasible", path, self.boolean, True),

@@ -19,16 +19,14 @@ left out, and ``from_dict(to_dict(c)) == c`` for every cluster that :func:`from_
 
 from __future__ import annotations
 
-import codecs
 import difflib
 import json
-import math
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import PurePath
-from typing import Any, Final, Literal, NoReturn
+from typing import Any, Final
 
 import yaml
 
@@ -44,8 +42,21 @@ from opendrs.model.cluster import (
     Pressure,
     Settings,
 )
+from opendrs.model.document import (
+    MAX_BYTES,
+    MAX_FILE_BYTES,
+    MAX_ID,
+    MAX_NUMBER,
+    DocumentError,
+    Path,
+    Reader,
+    clip,
+    describe,
+    parse,
+    read_file,
+)
 from opendrs.model.rules import GuestAffinity, NodeAffinity, Rules
-from opendrs.model.units import UnitError, format_duration, parse_bytes, parse_duration
+from opendrs.model.units import format_duration
 
 __all__ = [
     "FORMAT_VERSION",
@@ -65,25 +76,9 @@ __all__ = [
 
 #: The version this module reads and writes.
 FORMAT_VERSION: Final = 1
-#: Files larger than this are refused rather than read into memory.
-MAX_FILE_BYTES: Final = 256 * 1024**2
 #: The rule types, in the order :func:`to_dict` writes them.
 RULE_TYPES: Final = ("node-affinity", "pin", "affinity", "anti-affinity", "ignore")
 
-#: Largest size accepted, in bytes (8 PiB): every size is then exact as a float64 as well.
-MAX_BYTES: Final = 2**53
-#: Largest plain number accepted (cores, overcommit ratios, weights, priorities…).
-MAX_NUMBER: Final = 1e15
-#: Longest duration accepted, in seconds (about 285 million years).
-_MAX_SECONDS: Final = 2**53
-#: Largest integer accepted as a guest id or a name.
-_MAX_ID: Final = 2**63 - 1
-
-Format = Literal["yaml", "json"]
-PathPart = str | int
-Path = tuple[PathPart, ...]
-
-_MISSING: Final = object()
 _DEFAULT_NAME: Final = "cluster"
 _PRESSURE_KEYS: Final = ("cpu", "memory", "io", "memory_full", "io_full")
 _TOP_KEYS: Final = ("version", "name", "settings", "storage", "nodes", "guests", "rules")
@@ -141,9 +136,7 @@ _RULE_KEYS: Final[Mapping[str, tuple[str, ...]]] = {
 }
 #: Top-level keys of a proxlb-solver scenario, a different format (see compat/proxlb).
 _PROXLB_KEYS: Final = frozenset({"vms", "balancing", "constraints", "expect", "evacuate_node"})
-_PLAIN_KEY = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")
 _CANONICAL_INT = re.compile(r"0|[1-9][0-9]{0,17}")
-_YAML_LINE_BREAK = re.compile("\r\n|[\n\r\x85\u2028\u2029]")
 _BINARY_UNITS: Final = (
     ("PiB", 1024**5),
     ("TiB", 1024**4),
@@ -157,234 +150,8 @@ _BINARY_UNITS: Final = (
 # Errors
 
 
-class SnapshotError(ValueError):
-    """A snapshot that cannot be read: ``str()`` is one line, ``FILE: PATH: REASON``.
-
-    ``path`` locates the problem inside the document (``guests[3].memory``); it is empty when the
-    problem concerns the whole file, whose reason then often starts with ``line L, column C``.
-    """
-
-    def __init__(self, file: str, path: str, reason: str) -> None:
-        super().__init__(file, path, reason)
-        self.file = file
-        self.path = path
-        self.reason = reason
-
-    def __str__(self) -> str:
-        parts = (self.file, self.path, self.reason) if self.path else (self.file, self.reason)
-        return _one_line(": ".join(parts))
-
-
-def _one_line(text: str) -> str:
-    """``text`` with every non-printable character (newlines included) escaped."""
-    if text.isprintable():
-        return text
-    return "".join(
-        c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text
-    )
-
-
-def _render_path(path: Path) -> str:
-    """``("guests", 3, "memory")`` → ``guests[3].memory``; odd keys are quoted."""
-    out: list[str] = []
-    for part in path:
-        if isinstance(part, int):
-            out.append(f"[{part}]")
-        elif _PLAIN_KEY.fullmatch(part):
-            out.append(f".{part}" if out else part)
-        else:
-            out.append(f"[{json.dumps(_clip(part), ensure_ascii=False)}]")
-    return "".join(out)
-
-
-def _clip(text: str, limit: int = 60) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _describe(value: object) -> str:
-    """A short description of a value for a message: ``'abc'``, ``12``, ``a list``, ``null``."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return repr(value) if abs(value) < 10**30 else "a very large integer"
-    if isinstance(value, float):
-        return repr(value)
-    if isinstance(value, str):
-        return repr(_clip(value))
-    if isinstance(value, Mapping):
-        return "a mapping"
-    if isinstance(value, list | tuple):
-        return "a list"
-    return f"a value of type {type(value).__name__}"
-
-
-def _key_text(key: object) -> PathPart:
-    """A mapping key as a path part (a string)."""
-    return key if isinstance(key, str) else _describe(key)
-
-
-# --------------------------------------------------------------------------------------------
-# Parsing text
-
-
-class _Loader(yaml.SafeLoader):
-    """``yaml.safe_load`` semantics, except that a key written twice in a mapping is an error."""
-
-    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict[Any, Any]:
-        if isinstance(node, yaml.MappingNode):
-            seen: set[Any] = set()
-            for key_node, _ in node.value:
-                if not isinstance(key_node, yaml.ScalarNode) or key_node.tag.endswith(":merge"):
-                    continue
-                key = self.construct_object(key_node)
-                try:
-                    duplicate = key in seen
-                    seen.add(key)
-                except TypeError:  # unhashable: the base class reports it
-                    continue
-                if duplicate:
-                    raise yaml.constructor.ConstructorError(
-                        "while constructing a mapping",
-                        node.start_mark,
-                        f"duplicate key {_describe(key)}",
-                        key_node.start_mark,
-                    )
-        return super().construct_mapping(node, deep=deep)
-
-
-class _JsonObject(dict[str, Any]):
-    """A JSON object that remembers the first key written twice in it (JSON allows it)."""
-
-    __slots__ = ("duplicate",)
-
-    duplicate: str | None
-
-
-def _json_object(pairs: list[tuple[str, Any]]) -> _JsonObject:
-    obj = _JsonObject(pairs)
-    obj.duplicate = None
-    if len(obj) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                obj.duplicate = key
-                break
-            seen.add(key)
-    return obj
-
-
-def _line_col(text: str, position: int) -> tuple[int, int]:
-    """1-based line and column of ``position`` in ``text``, with YAML's line breaks."""
-    lines = _YAML_LINE_BREAK.split(text[:position])
-    return len(lines), len(lines[-1]) + 1
-
-
-def _yaml_problem(exc: yaml.YAMLError, text: str) -> str:
-    """One line from a PyYAML error: ``line L, column C: problem``."""
-    if isinstance(exc, yaml.MarkedYAMLError):
-        mark = exc.problem_mark or exc.context_mark
-        problem = exc.problem or exc.context or "invalid YAML"
-        if exc.problem and exc.context and not exc.context.startswith("while "):
-            # e.g. "expected a single document in the stream, but found another document"
-            problem = f"{exc.context}, {exc.problem}"
-        if mark is None:
-            return f"invalid YAML: {problem}"
-        return f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
-    if isinstance(exc, yaml.reader.ReaderError):
-        line, column = _line_col(text, exc.position)
-        char = exc.character
-        shown = f"#x{char:04x}" if isinstance(char, int) else repr(char)
-        return f"line {line}, column {column}: unacceptable character {shown}: {exc.reason}"
-    first = str(exc).strip().splitlines()
-    return f"invalid YAML: {first[0] if first else type(exc).__name__}"
-
-
-def _decode(data: bytes, filename: str) -> str:
-    """UTF-8 text from bytes (a leading byte-order mark is dropped)."""
-    if data.startswith(codecs.BOM_UTF8):
-        data = data[len(codecs.BOM_UTF8) :]
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        start = data.rfind(b"\n", 0, exc.start) + 1
-        line = data.count(b"\n", 0, exc.start) + 1
-        column = len(data[start : exc.start].decode("utf-8", "replace")) + 1
-        raise SnapshotError(
-            filename,
-            "",
-            f"line {line}, column {column}: not UTF-8 text (byte 0x{data[exc.start]:02x})",
-        ) from None
-
-
-def _parse(text: str, filename: str, fmt: Format) -> object:
-    """The document in ``text`` as plain Python values; syntax errors become SnapshotError."""
-    try:
-        if fmt == "json":
-            return json.loads(text, object_pairs_hook=_json_object)
-        return yaml.load(text, Loader=_Loader)  # a SafeLoader subclass
-    except json.JSONDecodeError as exc:
-        reason = f"line {exc.lineno}, column {exc.colno}: {exc.msg}"
-    except yaml.YAMLError as exc:
-        reason = _yaml_problem(exc, text)
-    except RecursionError:
-        reason = "the document is nested too deeply"
-    except MemoryError:
-        reason = "the document is too large to load"
-    except (ValueError, OverflowError, TypeError, ArithmeticError) as exc:
-        # e.g. an integer literal with more digits than Python converts.
-        lines = str(exc).splitlines()
-        reason = f"cannot read a value: {lines[0] if lines else type(exc).__name__}"
-    raise SnapshotError(filename, "", reason)
-
-
-def _format_for(filename: str, fmt: str | None) -> Format:
-    if fmt is None:
-        return "json" if filename.lower().endswith(".json") else "yaml"
-    if fmt in ("yaml", "json"):
-        return fmt  # type: ignore[return-value]
-    raise SnapshotError(filename, "", f"unknown format {_describe(fmt)} (use 'yaml' or 'json')")
-
-
-# --------------------------------------------------------------------------------------------
-# Public API: reading
-
-
-def read_file(path: str | os.PathLike[str]) -> tuple[str, bytes]:
-    """``(filename, content)`` of a file, or :class:`SnapshotError` saying why it can't be read."""
-    try:
-        filename = os.fsdecode(path)
-    except TypeError:
-        raise SnapshotError(_clip(repr(path)), "", "not a file path") from None
-    try:
-        with open(filename, "rb") as stream:
-            data = stream.read(MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        raise SnapshotError(filename, "", f"cannot read the file: {exc.strerror or exc}") from None
-    except (ValueError, OverflowError) as exc:  # e.g. a NUL character in the path
-        raise SnapshotError(filename, "", f"cannot read the file: {exc}") from None
-    except MemoryError:
-        raise SnapshotError(filename, "", "the file is too large to load") from None
-    if len(data) > MAX_FILE_BYTES:
-        limit = _size_out(MAX_FILE_BYTES)
-        shown = limit if isinstance(limit, str) else f"{limit} bytes"
-        raise SnapshotError(filename, "", f"the file is larger than {shown}")
-    return filename, data
-
-
-def parse(text: str | bytes, *, filename: str = "<string>", fmt: str | None = None) -> object:
-    """Parse YAML or JSON text (bytes are decoded as UTF-8) into plain Python data.
-
-    ``fmt`` is ``"yaml"`` or ``"json"``; by default it follows ``filename``'s suffix. Raises
-    :class:`SnapshotError` with the line and column of a syntax error, and nothing else.
-    """
-    syntax = _format_for(filename, fmt)
-    if isinstance(text, bytes | bytearray | memoryview):
-        text = _decode(bytes(text), filename)
-    elif not isinstance(text, str):
-        raise SnapshotError(filename, "", f"expected text or bytes, got {_describe(text)}")
-    return _parse(text, filename, syntax)
+#: A snapshot that cannot be read: ``str()`` is one line, ``FILE: PATH: REASON``.
+SnapshotError = DocumentError
 
 
 def load(path: str | os.PathLike[str]) -> Cluster:
@@ -443,157 +210,8 @@ def _default_name(filename: str) -> str:
     return stem if stem and stem.isprintable() else _DEFAULT_NAME
 
 
-class _Reader:
-    """Walks a parsed document, checking it field by field and building model objects."""
-
-    def __init__(self, filename: str) -> None:
-        self.filename = filename
-
-    # -- primitives -------------------------------------------------------------------------
-
-    def fail(self, path: Path, reason: str) -> NoReturn:
-        raise SnapshotError(self.filename, _render_path(path), reason)
-
-    def mapping(self, value: object, path: Path) -> Mapping[Any, Any]:
-        if not isinstance(value, Mapping):
-            self.fail(path, f"expected a mapping, got {_describe(value)}")
-        if isinstance(value, _JsonObject) and value.duplicate is not None:
-            self.fail((*path, value.duplicate), "duplicate key")
-        return value
-
-    def sequence(self, value: object, path: Path) -> Sequence[Any]:
-        if not isinstance(value, list | tuple):
-            self.fail(path, f"expected a list, got {_describe(value)}")
-        return value
-
-    def check_keys(
-        self, mapping: Mapping[Any, Any], path: Path, allowed: Sequence[str], hint: str = ""
-    ) -> None:
-        """Fail on the first key that is not in ``allowed``, suggesting the closest one."""
-        for key in mapping:
-            if isinstance(key, str) and key in allowed:
-                continue
-            if isinstance(key, str):
-                close = difflib.get_close_matches(_clip(key, 100), allowed, n=1, cutoff=0.6)
-                if close:
-                    self.fail((*path, key), f"unknown key (did you mean '{close[0]}'?){hint}")
-            self.fail((*path, _key_text(key)), f"unknown key (expected {_one_of(allowed)}){hint}")
-
-    def require(self, mapping: Mapping[Any, Any], key: str, path: Path) -> Any:
-        value = mapping.get(key, _MISSING)
-        if value is _MISSING:
-            self.fail((*path, key), "required key is missing")
-        return value
-
-    def boolean(self, value: object, path: Path) -> bool:
-        if not isinstance(value, bool):
-            self.fail(path, f"expected true or false, got {_describe(value)}")
-        return value
-
-    def number(
-        self,
-        value: object,
-        path: Path,
-        *,
-        minimum: float = 0.0,
-        positive: bool = False,
-        maximum: float = MAX_NUMBER,
-    ) -> float:
-        """A finite number ``>= minimum`` (``> minimum`` when ``positive``) and ``<= maximum``."""
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            self.fail(path, f"expected a number, got {_describe(value)}")
-        if isinstance(value, int) and abs(value) > MAX_NUMBER:
-            self.fail(path, f"number too large (at most {maximum:g})")
-        number = float(value)
-        if not math.isfinite(number):
-            self.fail(path, f"expected a finite number, got {_describe(value)}")
-        if positive and number <= minimum:
-            self.fail(path, f"must be greater than {minimum:g}, got {_describe(value)}")
-        if number < minimum:
-            self.fail(path, f"must not be less than {minimum:g}, got {_describe(value)}")
-        if number > maximum:
-            self.fail(path, f"must not be more than {maximum:g}, got {_describe(value)}")
-        return number
-
-    def integer(self, value: object, path: Path, *, minimum: int, maximum: int) -> int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            self.fail(path, f"expected a whole number, got {_describe(value)}")
-        if not minimum <= value <= maximum:
-            self.fail(path, f"must be between {minimum} and {maximum}, got {_describe(value)}")
-        return value
-
-    def size(self, value: object, path: Path, *, positive: bool = False) -> int:
-        """Bytes from an integer or a string with a unit (``8GiB``)."""
-        try:
-            size = parse_bytes(value)
-        except UnitError as exc:
-            self.fail(path, str(exc))
-        if size > MAX_BYTES:
-            self.fail(path, "size too large (at most 8 PiB)")
-        if positive and size <= 0:
-            self.fail(path, f"must be greater than 0, got {_describe(value)}")
-        return size
-
-    def duration(self, value: object, path: Path) -> int:
-        """Seconds from a number or a string with units (``5m``, ``1d 6h``)."""
-        try:
-            seconds = parse_duration(value)
-        except UnitError as exc:
-            self.fail(path, str(exc))
-        if seconds > _MAX_SECONDS:
-            self.fail(path, "duration too long")
-        return seconds
-
-    def text(self, value: object, path: Path, *, allow_int: bool = False) -> str:
-        """A non-empty printable string (``allow_int``: a non-negative integer becomes one)."""
-        if allow_int and isinstance(value, int) and not isinstance(value, bool):
-            if not 0 <= value <= _MAX_ID:
-                self.fail(path, f"expected a name or a number from 0 to {_MAX_ID}")
-            return str(value)
-        if not isinstance(value, str):
-            expected = "a name or a number" if allow_int else "a string"
-            hint = " (quote it)" if isinstance(value, bool | float) or value is None else ""
-            self.fail(path, f"expected {expected}, got {_describe(value)}{hint}")
-        if not value.strip():
-            self.fail(path, "must not be empty")
-        if not value.isprintable():
-            self.fail(path, f"must contain only printable characters, got {_describe(value)}")
-        return value
-
-    def optional_text(self, value: object, path: Path) -> str | None:
-        return None if value is None else self.text(value, path)
-
-    def choice(self, value: object, path: Path, choices: Sequence[str]) -> str:
-        if isinstance(value, str) and value in choices:
-            return value
-        if isinstance(value, str):
-            close = difflib.get_close_matches(_clip(value, 100), choices, n=1, cutoff=0.6)
-            if close:
-                self.fail(path, f"unknown value {_describe(value)} (did you mean '{close[0]}'?)")
-        self.fail(path, f"expected {_one_of(choices)}, got {_describe(value)}")
-
-    def text_list(self, value: object, path: Path) -> tuple[str, ...]:
-        items = self.sequence(value, path)
-        out: list[str] = []
-        for index, item in enumerate(items):
-            if isinstance(item, str) and item.isprintable() and item.strip():
-                out.append(item)  # the common case, without building a path
-            else:
-                out.append(self.text(item, (*path, index), allow_int=True))
-        return tuple(out)
-
-    def name_map(self, value: object, path: Path, what: str) -> list[tuple[str, Any, Path]]:
-        """``(name, value, path)`` of a mapping keyed by names (node names, pool names)."""
-        mapping = self.mapping(value, path)
-        out: list[tuple[str, Any, Path]] = []
-        seen: set[str] = set()
-        for key, item in mapping.items():
-            name = self.text(key, (*path, _key_text(key)), allow_int=True)
-            if name in seen:
-                self.fail((*path, name), f"duplicate {what} {_describe(name)}")
-            seen.add(name)
-            out.append((name, item, (*path, name)))
-        return out
+class _Reader(Reader):
+    """Walks a snapshot document, checking it field by field and building model objects."""
 
     def pressure(self, value: object, path: Path) -> Pressure:
         mapping = self.mapping(value, path)
@@ -622,7 +240,7 @@ class _Reader:
         if data is None:
             self.fail((), "the snapshot is empty (it needs at least `version: 1` and `nodes`)")
         if not isinstance(data, Mapping):
-            self.fail((), f"expected a mapping at the top level, got {_describe(data)}")
+            self.fail((), f"expected a mapping at the top level, got {describe(data)}")
         doc = self.mapping(data, ())
         if "version" in doc:
             self.version(doc["version"])
@@ -650,11 +268,11 @@ class _Reader:
 
     def version(self, value: object) -> None:
         if isinstance(value, bool) or not isinstance(value, int):
-            self.fail(("version",), f"expected the number {FORMAT_VERSION}, got {_describe(value)}")
+            self.fail(("version",), f"expected the number {FORMAT_VERSION}, got {describe(value)}")
         if value != FORMAT_VERSION:
             self.fail(
                 ("version",),
-                f"unsupported version {_describe(value)} (this opendrs reads version "
+                f"unsupported version {describe(value)} (this opendrs reads version "
                 f"{FORMAT_VERSION})",
             )
 
@@ -758,9 +376,7 @@ class _Reader:
             capacity: dict[str, int] = {}
             for pool, size, spath in self.name_map(mapping["storage"], (*path, "storage"), "pool"):
                 if pool in shared:
-                    self.fail(
-                        spath, f"pool {_describe(pool)} is shared; list only local pools here"
-                    )
+                    self.fail(spath, f"pool {describe(pool)} is shared; list only local pools here")
                 capacity[pool] = self.size(size, spath)
             fields["storage"] = capacity
         if "reserve" in mapping:
@@ -789,7 +405,7 @@ class _Reader:
             if guest.id in first_at:
                 self.fail(
                     ("guests", index, "id"),
-                    f"duplicate guest id {_describe(guest.id)} (also guests[{first_at[guest.id]}])",
+                    f"duplicate guest id {describe(guest.id)} (also guests[{first_at[guest.id]}])",
                 )
             first_at[guest.id] = index
             guests.append(guest)
@@ -798,7 +414,7 @@ class _Reader:
     def node_ref(self, value: object, path: Path, nodes: Mapping[str, Node]) -> str:
         name = self.text(value, path, allow_int=True)
         if name not in nodes:
-            self.fail(path, f"unknown node {_describe(name)}{_suggest(name, nodes)}")
+            self.fail(path, f"unknown node {describe(name)}{_suggest(name, nodes)}")
         return name
 
     def guest(
@@ -855,7 +471,7 @@ class _Reader:
         if has("migrating_to") and mapping["migrating_to"] is not None:
             target = self.node_ref(mapping["migrating_to"], at("migrating_to"), nodes)
             if target == node:
-                self.fail(at("migrating_to"), f"the guest is already on {_describe(node)}")
+                self.fail(at("migrating_to"), f"the guest is already on {describe(node)}")
             fields["migrating_to"] = target
         if has("arch"):
             fields["arch"] = self.optional_text(mapping["arch"], at("arch"))
@@ -927,7 +543,7 @@ class _Reader:
             generated = "" if given is not None else "generated "
             self.fail(
                 where,
-                f"duplicate rule name: {generated}{_describe(name)} is also the name of "
+                f"duplicate rule name: {generated}{describe(name)} is also the name of "
                 f"rules[{names[name]}]" + ("" if given is not None else "; give this rule a name"),
             )
         names[name] = index
@@ -947,9 +563,9 @@ class _Reader:
             ipath = (*gpath, index)
             guest_id = self.text(item, ipath, allow_int=True)
             if guest_id not in guest_ids:
-                self.fail(ipath, f"unknown guest {_describe(guest_id)}")
+                self.fail(ipath, f"unknown guest {describe(guest_id)}")
             if guest_id in seen:
-                self.fail(ipath, f"guest {_describe(guest_id)} is listed twice")
+                self.fail(ipath, f"guest {describe(guest_id)} is listed twice")
             seen.add(guest_id)
             out.append(guest_id)
         return tuple(out)
@@ -962,7 +578,7 @@ class _Reader:
         if isinstance(value, Mapping) and kind == "node-affinity":
             for name, priority, ppath in self.name_map(value, npath, "node"):
                 self.node_ref(name, ppath, nodes)
-                priorities[name] = self.integer(priority, ppath, minimum=0, maximum=_MAX_ID)
+                priorities[name] = self.integer(priority, ppath, minimum=0, maximum=MAX_ID)
         else:
             if isinstance(value, Mapping):
                 self.fail(npath, "expected a list of node names (a pin has no priorities)")
@@ -970,7 +586,7 @@ class _Reader:
             for index, item in enumerate(items):
                 name = self.node_ref(item, (*npath, index), nodes)
                 if name in priorities:
-                    self.fail((*npath, index), f"node {_describe(name)} is listed twice")
+                    self.fail((*npath, index), f"node {describe(name)} is listed twice")
                 priorities[name] = 0
         if not priorities:
             self.fail(npath, "the rule needs at least one node")
@@ -984,16 +600,10 @@ def _generated_name(kind: str, count: int, guests: tuple[str, ...]) -> str:
     return f"{kind}-{count}"
 
 
-def _one_of(choices: Sequence[str]) -> str:
-    if len(choices) == 1:
-        return f"'{choices[0]}'"
-    return "one of " + ", ".join(choices)
-
-
 def _suggest(name: str, known: Mapping[str, Any]) -> str:
     if len(known) > 1000:
         return ""
-    close = difflib.get_close_matches(_clip(name, 100), list(known), n=1, cutoff=0.6)
+    close = difflib.get_close_matches(clip(name, 100), list(known), n=1, cutoff=0.6)
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
