@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from opendrs.engine.imbalance import (
+    balance_spread,
     combined,
     cv,
     cv_normalized,
@@ -96,3 +97,13 @@ def test_cv_is_scale_invariant_and_non_negative(values: list[float], scale: floa
         assert cv(arr * scale) == pytest.approx(base, rel=1e-9, abs=1e-12)
     # The normalised form is at most 1 (all load on one node).
     assert cv_normalized(arr) <= 1 + 1e-9
+
+
+def test_balance_spread_takes_the_worst_weighted_resource() -> None:
+    f = np.array([[0.2, 0.5], [0.6, 0.4], [0.3, 0.45]])
+    assert balance_spread(f, [1.0, 1.0]) == pytest.approx(0.4)
+    assert balance_spread(f, [0.0, 1.0]) == pytest.approx(0.1)
+    assert balance_spread(f, [0.0, 0.0]) == 0.0
+    assert balance_spread(f[:1], [1.0, 1.0]) == 0.0
+    with_inf = np.array([[0.2, 0.1], [np.inf, 0.1], [0.5, 0.1]])
+    assert balance_spread(with_inf, [1.0, 1.0]) == pytest.approx(0.3)

@@ -6,7 +6,8 @@ and reduces over the node axis (axis 0):
 * :func:`cv` — Proxmox's coefficient of variation, population σ / mean (pve-rs 2.0, and the scale
   of the HA test logs); :func:`cv_normalized` divides it by √(N−1) (proxmox-resource-scheduling
   2.1.0), which maps the worst case (all load on one node) to 1.
-* :func:`spread` — max − min (ProxLB, Incus).
+* :func:`spread` — max − min (ProxLB, Incus); :func:`balance_spread` — the largest spread over the
+  weighted resources, the yardstick of ``balance`` and of the controller's threshold.
 * :func:`rms` — root mean square, the "average" criterion of Proxmox's TOPSIS scoring.
 * :func:`combined` — the per-node combined load: the weighted mean of the resource fractions
   (Proxmox: cpu and memory with equal weights).
@@ -69,6 +70,26 @@ def rms(f: np.ndarray) -> np.ndarray | float:
     if arr.shape[0] == 0:
         return _out(np.zeros(arr.shape[1]), squeeze)
     return _out(np.sqrt((arr**2).mean(axis=0)), squeeze)
+
+
+def balance_spread(fractions: np.ndarray, weights: Sequence[float]) -> float:
+    """The largest spread (max − min) over the resources with a positive weight.
+
+    The yardstick of ``balance``'s target and of the controller's threshold: a cluster is balanced
+    to ``x`` when every weighted resource's node fractions lie within ``x`` of each other. Rows
+    are the nodes that take part (usable nodes); columns the resources, in the order of
+    ``weights``. Non-finite fractions (nodes without capacity) are left out.
+    """
+    arr = np.asarray(fractions, dtype=np.float64).reshape(-1, len(weights))
+    best = 0.0
+    for col, weight in enumerate(weights):
+        if weight <= 0:
+            continue
+        values = arr[:, col]
+        values = values[np.isfinite(values)]
+        if values.size >= 2:
+            best = max(best, float(values.max() - values.min()))
+    return best
 
 
 def normalise_weights(weights: Sequence[float], n: int) -> np.ndarray:

@@ -1,0 +1,147 @@
+"""The backend protocol: how the controller sees and changes a cluster.
+
+One controller drives every environment — a snapshot file, the simulator, Proxmox VE — through
+this protocol, the way pve-ha-manager runs one manager against real and simulated hardware:
+
+* :meth:`Backend.observe` returns the cluster as it is now (guests in flight carry
+  ``migrating_to``, so the engine counts them on both nodes);
+* :meth:`Backend.start_migration` starts one live migration and returns a :class:`Handle` at once;
+* :meth:`Backend.poll` tells whether it is still running, done, or failed and why;
+* :meth:`Backend.set_maintenance` puts a node into maintenance or takes it out, where the platform
+  has it.
+
+Time also comes from the backend (:class:`Clock`): the real clock for a real cluster, simulated
+time for the simulator, whose ``sleep`` advances the simulation. The controller never calls
+:mod:`time` itself, so anything it does can be replayed in the simulator in milliseconds.
+
+Every failure is a :class:`BackendError` with a one-line reason; nothing else may escape a backend
+method, so the executor can record it and work around it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Literal, Protocol, runtime_checkable
+
+from opendrs.model.cluster import Cluster, Move
+
+__all__ = [
+    "Backend",
+    "BackendError",
+    "Clock",
+    "Handle",
+    "Progress",
+    "SystemClock",
+]
+
+ProgressState = Literal["running", "done", "failed"]
+
+
+class BackendError(Exception):
+    """An operation on the cluster failed; ``str()`` is one line that says why.
+
+    ``transient`` is true when trying again later may succeed (a timeout, an API error, a node
+    that is busy), false when it will not (bad credentials, a guest that does not exist, a backend
+    that is read-only).
+    """
+
+    def __init__(self, reason: str, *, transient: bool = True) -> None:
+        super().__init__(reason)
+        self.reason = " ".join(reason.split()) or "unknown error"
+        self.transient = transient
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+@dataclass(frozen=True, slots=True)
+class Handle:
+    """A migration the backend has started.
+
+    ``id`` is the backend's own name for it (a Proxmox task UPID, a simulator operation number);
+    together with ``move`` it is enough to poll the migration again after a restart, so the
+    controller stores both in its history.
+    """
+
+    id: str
+    move: Move
+    #: Backend clock (seconds since the epoch, or simulated seconds) when it started.
+    started: float
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """Where a migration stands: ``running``, ``done``, or ``failed`` with a reason."""
+
+    state: ProgressState
+    reason: str | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.state != "running"
+
+
+RUNNING = Progress("running")
+DONE = Progress("done")
+
+
+def failed(reason: str) -> Progress:
+    return Progress("failed", " ".join(reason.split()) or "unknown error")
+
+
+@runtime_checkable
+class Clock(Protocol):
+    """Time as the controller sees it."""
+
+    def now(self) -> float:
+        """Seconds (since the epoch for a real cluster, since the start for the simulator)."""
+        ...
+
+    def sleep(self, seconds: float) -> None:
+        """Wait — in the simulator, advance the simulation by this much."""
+        ...
+
+
+class SystemClock:
+    """The real clock."""
+
+    def now(self) -> float:
+        return time.time()
+
+    def sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            time.sleep(seconds)
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A cluster the controller can observe and act on."""
+
+    #: Short name for logs and reports (``file``, ``sim``, ``proxmox``).
+    name: str
+    #: True when the backend can only observe (``start_migration`` always fails).
+    read_only: bool
+
+    def observe(self) -> Cluster:
+        """The cluster now. Raises :class:`BackendError` when it cannot be observed."""
+        ...
+
+    def start_migration(self, move: Move) -> Handle:
+        """Start migrating ``move.guest`` from ``move.source`` to ``move.target``.
+
+        Returns as soon as the platform accepted it. Raises :class:`BackendError` when it refuses.
+        """
+        ...
+
+    def poll(self, handle: Handle) -> Progress:
+        """Where the migration stands now. Raises :class:`BackendError` when it cannot be asked."""
+        ...
+
+    def set_maintenance(self, node: str, enabled: bool) -> None:
+        """Put ``node`` into maintenance or take it out; :class:`BackendError` if unsupported."""
+        ...
+
+    def close(self) -> None:
+        """Release connections and files."""
+        ...
