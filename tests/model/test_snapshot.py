@@ -1018,7 +1018,7 @@ def test_unexpected_internal_errors_are_converted(monkeypatch: pytest.MonkeyPatc
     def broken(self: Any, value: object, path: Any, shared: Any) -> Any:
         raise KeyError("boom")
 
-    monkeypatch.setattr(snapshot._Reader, "disks", broken)
+    monkeypatch.setattr(snapshot.SnapshotReader, "disks", broken)
     document = _set(_BASE, ("guests", 0, "disks"), [])
     with pytest.raises(
         SnapshotError, match=r"internal error while reading the snapshot \(KeyError"

@@ -179,7 +179,7 @@ def from_dict(data: object, *, filename: str = "<dict>") -> Cluster:
     Raises :class:`SnapshotError` for the first problem found, and no other exception.
     """
     try:
-        return _Reader(filename).cluster(data)
+        return SnapshotReader(filename).cluster(data)
     except SnapshotError:
         raise
     except RecursionError:
@@ -210,7 +210,7 @@ def _default_name(filename: str) -> str:
     return stem if stem and stem.isprintable() else _DEFAULT_NAME
 
 
-class _Reader(Reader):
+class SnapshotReader(Reader):
     """Walks a snapshot document, checking it field by field and building model objects."""
 
     def pressure(self, value: object, path: Path) -> Pressure:

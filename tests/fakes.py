@@ -1,0 +1,128 @@
+"""A small scripted backend and clock for controller tests: exact control over every migration."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from opendrs.backends.base import DONE, RUNNING, BackendError, Handle, Progress, failed
+from opendrs.engine.constraints import Constraints, current_assign
+from opendrs.model.cluster import Cluster, Guest, Move, Node, Settings
+
+GIB = 1024**3
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def now(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.t += max(seconds, 0.0)
+
+
+@dataclass
+class _Op:
+    handle: Handle
+    ends: float
+    fails: str | None
+
+
+@dataclass
+class FakeBackend:
+    """Migrations take ``duration`` seconds (per guest in ``durations``), fail when scripted."""
+
+    cluster: Cluster
+    clock: FakeClock
+    duration: float = 30.0
+    durations: dict[str, float] = field(default_factory=dict)
+    #: (guest, target) → reason: that migration fails at its end.
+    failing: dict[tuple[str, str], str] = field(default_factory=dict)
+    #: guests whose start is refused.
+    refusing: set[str] = field(default_factory=set)
+    observe_errors: int = 0
+    name: str = "fake"
+    read_only: bool = False
+    starts: list[Move] = field(default_factory=list)
+    ops: dict[str, _Op] = field(default_factory=dict)
+    #: Hard-constraint violations seen in any state, with migrations in flight counted.
+    violations: list[str] = field(default_factory=list)
+
+    def _settle(self) -> None:
+        now = self.clock.now()
+        for op in self.ops.values():
+            guest = self.cluster.guest(op.handle.move.guest)
+            if op.ends <= now and guest.migrating_to == op.handle.move.target:
+                node = guest.node if op.fails else op.handle.move.target
+                self._set(replace(guest, node=node, migrating_to=None))
+
+    def _set(self, guest: Guest) -> None:
+        guests = tuple(guest if g.id == guest.id else g for g in self.cluster.guests)
+        self.cluster = replace(self.cluster, guests=guests)
+        cons = Constraints.build(self.cluster)
+        over = cons.capacity.over(cons.capacity.committed())
+        for n in range(len(self.cluster.nodes)):
+            if over[n].any():
+                self.violations.append(f"{self.cluster.nodes[n].name} over capacity")
+        self.violations.extend(cons.violations(current_assign(self.cluster)))
+
+    def observe(self) -> Cluster:
+        if self.observe_errors:
+            self.observe_errors -= 1
+            raise BackendError("fake API error")
+        self._settle()
+        return self.cluster
+
+    def start_migration(self, move: Move) -> Handle:
+        self._settle()
+        if move.guest in self.refusing:
+            raise BackendError(f"{move.guest} is locked", transient=False)
+        guest = self.cluster.guest(move.guest)
+        if guest.node != move.source or guest.migrating_to is not None:
+            raise BackendError(f"{move.guest} is not on {move.source}", transient=False)
+        handle = Handle(f"op-{len(self.starts) + 1}", move, self.clock.now())
+        self.starts.append(move)
+        ends = self.clock.now() + self.durations.get(move.guest, self.duration)
+        self.ops[handle.id] = _Op(handle, ends, self.failing.get((move.guest, move.target)))
+        self._set(replace(guest, migrating_to=move.target))
+        return handle
+
+    def poll(self, handle: Handle) -> Progress:
+        self._settle()
+        op = self.ops.get(handle.id)
+        if op is None:
+            raise BackendError(f"no task {handle.id}", transient=False)
+        if self.clock.now() < op.ends:
+            return RUNNING
+        return failed(op.fails) if op.fails else DONE
+
+    def set_maintenance(self, node: str, enabled: bool) -> None:
+        nodes = tuple(
+            replace(n, maintenance=enabled) if n.name == node else n for n in self.cluster.nodes
+        )
+        self.cluster = replace(self.cluster, nodes=nodes)
+
+    def close(self) -> None:
+        return None
+
+
+def node(name: str, cpu: float = 8, memory_gib: int = 16) -> Node:
+    return Node(name, cpu=cpu, memory=memory_gib * GIB)
+
+
+def guest(gid: str, where: str, memory_gib: float = 2, cpu: float = 1, used: float = 0.5) -> Guest:
+    memory = int(memory_gib * GIB)
+    return Guest(
+        gid,
+        where,
+        cpu=cpu,
+        memory=memory,
+        cpu_used=used * cpu,
+        memory_used=memory,
+        uptime=86400,
+    )
+
+
+def cluster(nodes: list[Node], guests: list[Guest], **settings: object) -> Cluster:
+    return Cluster(tuple(nodes), tuple(guests), settings=Settings(**settings))  # type: ignore[arg-type]
