@@ -21,6 +21,12 @@ from opendrs.compat.proxlb import (
     scenario_files,
     scenario_from_dict,
 )
+from opendrs.controller.commands import (
+    UsageError,
+    add_demo_parser,
+    add_run_parser,
+    add_simulate_parser,
+)
 from opendrs.engine.bounds import migration_lower_bound
 from opendrs.engine.constraints import Constraints
 from opendrs.engine.placement import evacuate, place_guest, place_new
@@ -44,10 +50,6 @@ from opendrs.report.text import (
 EXIT_OK = 0
 EXIT_PROBLEM = 1
 EXIT_USAGE = 2
-
-
-class UsageError(Exception):
-    """Bad input from the user: reported as one line, exit status 2."""
 
 
 def _dump_json(data: Any) -> None:
@@ -361,24 +363,6 @@ def cmd_strategies(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
-    cluster = load_demo()
-    report = Report(_console())
-    show_cluster(report, cluster, guests=False)
-    report.line()
-    strategy = get_strategy(DEFAULT_STRATEGY)
-
-    def propose(forbidden: frozenset[tuple[str, str]]) -> Proposal:
-        return strategy.propose(cluster, forbidden=forbidden)
-
-    proposal, plan = plan_with_retries(cluster, propose)
-    achieved = {r: m.spread for r, m in proposal.after.resources.items()}
-    show_proposal(report, proposal)
-    show_plan(report, plan)
-    show_bounds(report, proposal, migration_lower_bound(cluster, achieved))
-    return EXIT_OK
-
-
 def cmd_pve_decide(args: argparse.Namespace) -> int:
     from opendrs.compat.pve import serve
 
@@ -526,10 +510,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("strategies", help="list the rebalancing strategies")
     p.set_defaults(func=cmd_strategies)
 
-    p = sub.add_parser(
-        "demo", help="show the built-in example cluster and a safe, ordered plan that balances it"
-    )
-    p.set_defaults(func=cmd_demo)
+    add_run_parser(sub)
+    add_simulate_parser(sub)
+    add_demo_parser(sub)
 
     p = sub.add_parser("proxlb", help="proxlb-solver compatibility")
     proxlb_sub = p.add_subparsers(dest="proxlb_command", metavar="COMMAND", required=True)

@@ -99,8 +99,10 @@ def test_strategies_and_demo(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "strategies")
     assert code == 0 and out.startswith("balance ")
     assert "pve-bruteforce" in out and "optimal" in out
-    code, out, _ = run(capsys, "demo")
-    assert code == 0 and "Proposal by balance" in out
+    code, out, _ = run(capsys, "demo", "--fast", "--days", "0.5")
+    assert code == 0 and "opendrs demo:" in out
+    assert "Stability over 0.5 simulated days of builtin:demo" in out
+    assert " done " in out  # migrations as they happen
 
 
 @pytest.mark.parametrize(

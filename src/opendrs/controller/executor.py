@@ -291,6 +291,8 @@ class Executor:
         in_flight = len(seen | set(self._running))
         started: list[PlannedMove] = []
         state: PlacementState | None = None
+        #: Guests started towards each node in this tick (the observation does not show them).
+        arriving: dict[str, list[int]] = {}
         index = 0
         while index < len(self._queue) and in_flight < parallel:
             group = self._bundle_at(index)
@@ -309,7 +311,7 @@ class Executor:
                 continue
             if state is None:
                 state = PlacementState.build(cluster)
-            verdict = self._check(cluster, state, moves)
+            verdict = self._check(cluster, state, moves, arriving)
             if verdict == "wait":
                 index += 1
                 continue
@@ -331,9 +333,14 @@ class Executor:
                 return
             in_flight += len(moves)
             inflow[target] += len(moves)
-            # Count the new migrations on both nodes for the next checks.
-            cluster = _with_migrations(cluster, moves)
-            state = None
+            # Count the new migrations on their targets too for the next checks (they stay on
+            # their sources in ``state``, as they do in reality while they run).
+            assert state is not None
+            n = cluster.node_index[target]
+            for move in moves:
+                j = cluster.guest_index[move.guest]
+                state.committed[n] += state.constraints.guest_demand(j)
+                arriving.setdefault(target, []).append(j)
             self._index_steps()
         if started:
             self._stalls = 0
@@ -380,7 +387,11 @@ class Executor:
         ]
 
     def _check(
-        self, cluster: Cluster, state: PlacementState, moves: list[PlannedMove]
+        self,
+        cluster: Cluster,
+        state: PlacementState,
+        moves: list[PlannedMove],
+        arriving: dict[str, list[int]],
     ) -> str | None:
         """``None`` if ``moves`` may start now, ``"wait"`` if they may later, else why not."""
         index = cluster.guest_index
@@ -408,6 +419,11 @@ class Executor:
         if not target.usable:
             return f"node {target.name} is {'offline' if not target.online else 'in maintenance'}"
         bundle = np.array(sorted(members), dtype=np.intp)
+        coming = arriving.get(target.name, ())
+        if coming and any(
+            p in coming for j in members for p in state.constraints.hard_neg[j].tolist()
+        ):
+            return "wait"  # an anti-affinity partner was just started towards the target
         # Partners of the bundle that are not in this group stay where they are.
         allowed = state.allowed(bundle)
         n = cluster.node_index[target.name]
@@ -507,15 +523,6 @@ class Executor:
             self._queue.append(_Queued(replace(move, step=move.step + offset), decision))
         self._index_steps()
         self._emit("replanned", None, f"{why}: {len(plan.moves)} migration(s) left")
-
-
-def _with_migrations(cluster: Cluster, moves: list[PlannedMove]) -> Cluster:
-    """The cluster with ``moves`` in flight (each guest loading its source and target)."""
-    targets = {m.guest: m.target for m in moves}
-    guests = tuple(
-        replace(g, migrating_to=targets[g.id]) if g.id in targets else g for g in cluster.guests
-    )
-    return Cluster(cluster.nodes, guests, cluster.rules, cluster.settings, cluster.name)
 
 
 def _without(assign: np.ndarray, members: np.ndarray) -> np.ndarray:

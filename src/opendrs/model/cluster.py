@@ -6,8 +6,8 @@ vCPUs busy uses 2.0), memory and disks in bytes, durations in seconds, pressure 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from types import MappingProxyType
 from typing import Literal
@@ -238,3 +238,27 @@ class Cluster:
 
     def apply(self, moves: tuple[Move, ...] | list[Move]) -> Cluster:
         return self.with_placement({m.guest: m.target for m in moves})
+
+
+def updater(cls: type, *changing: str) -> Callable[..., object]:
+    """A fast ``replace`` for a frozen slots dataclass that changes only the fields ``changing``.
+
+    ``updater(Guest, "cpu_used", "memory_used")(guest, 1.5, 2 * GiB)`` equals
+    ``dataclasses.replace(guest, cpu_used=1.5, memory_used=2 * GiB)``, several times faster: it
+    fills the slots of a new object directly (no ``__init__`` or ``__post_init__`` runs, so the
+    class must have no ``__post_init__`` that normalises those fields). Hot loops only — the
+    simulator and the smoothing of measured usage copy hundreds of guests every observation.
+    """
+    names = tuple(f.name for f in fields(cls))
+    unknown = [c for c in changing if c not in names]
+    if unknown:
+        raise ValueError(f"{cls.__name__} has no field {unknown[0]!r}")
+    namespace: dict[str, object] = {"new": object.__new__, "cls": cls}
+    lines = [f"def update(src, {', '.join(changing)}):", "    out = new(cls)"]
+    for index, name in enumerate(names):
+        namespace[f"set{index}"] = vars(cls)[name].__set__
+        value = name if name in changing else f"src.{name}"
+        lines.append(f"    set{index}(out, {value})")
+    lines.append("    return out")
+    exec("\n".join(lines), namespace)  # like the initialisers dataclasses generates
+    return namespace["update"]  # type: ignore[return-value]

@@ -7,6 +7,7 @@ from . import greedy as _greedy  # noqa: F401
 from . import incus as _incus  # noqa: F401
 from . import optimal as _optimal  # noqa: F401
 from . import pressure as _pressure  # noqa: F401
+from . import proxlb_greedy as _proxlb_greedy  # noqa: F401
 from . import pve as _pve  # noqa: F401
 from .base import REGISTRY, Proposal, ProposedMove, StrategyInfo, cluster_imbalance, migration_cost
 

@@ -1,0 +1,1075 @@
+"""The simulated cluster: a :class:`~opendrs.backends.base.Backend` and a
+:class:`~opendrs.backends.base.Clock` in one.
+
+The controller drives the :class:`Simulator` exactly as it drives a real cluster — ``observe``,
+``start_migration``, ``poll``, ``set_maintenance`` — and takes its time from it: ``now()`` is
+simulated seconds since the start and ``sleep(s)`` advances the simulation by ``s`` seconds. A
+scenario (:mod:`opendrs.backends.scenario`) gives the cluster at time 0, each guest's workload, the
+migration speed and the faults.
+
+Time moves in steps of ``scenario.step`` seconds: the usage of every guest is sampled once per step
+(:mod:`opendrs.backends.workload`), and the statistics of the stability report are taken once per
+step, at its start, after the events of that instant (a migration ending, a node failing) and before
+whatever the controller does then. Events themselves happen at their exact time: a migration of
+``b`` bytes takes ``setup + b / bandwidth`` seconds and loads both nodes meanwhile.
+
+Node failures follow an HA manager: after ``recovery_delay`` the HA-managed guests of the failed
+node restart elsewhere, one at a time, each on the node that
+:meth:`opendrs.engine.placement.PlacementState.place` ranks first for ``purpose="recover"`` (with
+each restart seen by the next); guests that fit nowhere are tried again every hour and whenever a
+node comes back or leaves maintenance. Guests that are not HA-managed stay down on the failed node
+and start again when it returns. Maintenance only sets the node's flag: moving guests off is the
+controller's job.
+
+The simulator is deterministic: the same scenario and the same sequence of calls give the same
+results, byte for byte. Randomness comes from numpy generators seeded from the scenario seed —
+one per guest and workload component, one per random fault, one per migration, one for random API
+errors.
+
+Accounting follows :mod:`opendrs.engine.usage` exactly, vectorised over steps: the balance
+statistics use dynamic-mode loads as :class:`~opendrs.engine.usage.LoadModel` computes them
+(the host's base load plus the measured use of the guests that load the node; a migrating guest
+loads both nodes) over the capacity net of reserves; capacity violations follow
+:class:`~opendrs.engine.usage.CapacityModel`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Final, Literal
+
+import numpy as np
+
+from opendrs.engine.placement import PlacementState
+from opendrs.engine.usage import loaded_nodes, safe_divide, tolerance
+from opendrs.model.cluster import Cluster, Guest, Move, Node, updater
+from opendrs.model.units import format_duration
+
+from .base import DONE, RUNNING, BackendError, Handle, Progress, failed
+from .scenario import Fault, Scenario, builtin_scenario, load_scenario
+from .workload import UsageGenerator
+
+__all__ = [
+    "MigrationRecord",
+    "NodeEvent",
+    "NodeFractions",
+    "Scenario",
+    "SimStats",
+    "Simulator",
+    "builtin_scenario",
+    "load_scenario",
+]
+
+Outcome = Literal["running", "done", "failed"]
+Cause = Literal["controller", "recovery", "snapshot"]
+NodeEventKind = Literal["failed", "recovered", "maintenance-on", "maintenance-off"]
+
+#: Pending HA recoveries are tried again at least this often (seconds).
+RECOVERY_RETRY: Final = 3600.0
+#: A migration that fails does so after this share of its duration (drawn uniformly between).
+FAIL_AFTER: Final = (0.1, 0.9)
+#: Steps of usage generated at once (fewer for very large clusters, to bound memory).
+MAX_BLOCK: Final = 1440
+_BLOCK_CELLS: Final = 2_000_000
+
+
+# --------------------------------------------------------------------------------------------
+# Results
+
+
+@dataclass(frozen=True, slots=True)
+class MigrationRecord:
+    """One migration: started by the controller, an HA recovery, or in flight in the snapshot.
+
+    An HA recovery is a restart, not a migration: it starts and ends at the same moment.
+    """
+
+    handle: str
+    guest: str
+    source: str
+    target: str
+    started: float
+    ended: float | None
+    outcome: Outcome
+    reason: str | None
+    cause: Cause
+    #: Bytes copied (measured memory plus local disks) — 0 for a recovery.
+    bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class NodeEvent:
+    """A node failed or came back, or entered or left maintenance."""
+
+    time: float
+    node: str
+    kind: NodeEventKind
+    #: ``fault`` (the scenario) or ``controller`` (``set_maintenance``).
+    cause: Literal["fault", "controller"]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFractions:
+    """Every node's load now, as fractions of its capacity net of reserves (dynamic mode)."""
+
+    names: tuple[str, ...]
+    cpu: tuple[float, ...]
+    memory: tuple[float, ...]
+    online: tuple[bool, ...]
+    maintenance: tuple[bool, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SimStats:
+    """The figures of a run so far, for the stability report."""
+
+    #: Simulated seconds, and steps taken (each step is sampled once).
+    seconds: float
+    steps: int
+    #: The imbalance yardstick (:func:`~opendrs.engine.imbalance.balance_spread`) per step.
+    threshold: float
+    steps_above: int
+    mean_imbalance: float
+    max_imbalance: float
+    last_imbalance: float
+    #: Highest load fraction (cpu or memory) of any online node at any step.
+    max_node_load: float
+    #: (node, step) pairs where some hard capacity dimension was exceeded.
+    capacity_violations: int
+    #: Migrations the controller started, and how they ended so far.
+    migrations: int
+    migrations_done: int
+    migrations_failed: int
+    migrations_running: int
+    #: Bytes copied by the controller's migrations.
+    migrated_bytes: int
+    #: Guests restarted elsewhere by HA after a node failure.
+    recoveries: int
+    node_failures: int
+    #: Calls refused with a simulated API error.
+    api_errors: int
+
+    @property
+    def fraction_above(self) -> float:
+        """Share of the steps whose spread was above the threshold."""
+        return self.steps_above / self.steps if self.steps else 0.0
+
+
+#: Guest fields the simulator changes; the others stay as in the snapshot. ``observe()`` copies
+#: every running guest each time (its use and uptime change every step), with a fast ``replace``.
+_DYNAMIC: Final = (
+    "node",
+    "state",
+    "cpu_used",
+    "memory_used",
+    "uptime",
+    "ha_state",
+    "migrating_to",
+)
+_BUILD_GUEST: Final = updater(Guest, *_DYNAMIC)
+
+
+# --------------------------------------------------------------------------------------------
+# The simulator
+
+
+class _Migration:
+    """A migration in the simulator's books (mutable until it ends)."""
+
+    __slots__ = (
+        "bytes",
+        "cause",
+        "ended",
+        "guest",
+        "handle",
+        "move",
+        "outcome",
+        "reason",
+        "source",
+        "started",
+        "target",
+    )
+
+    def __init__(
+        self,
+        handle: str,
+        move: Move,
+        guest: int,
+        source: int,
+        target: int,
+        started: float,
+        cause: Cause,
+        size: int,
+    ) -> None:
+        self.handle = handle
+        self.move = move
+        self.guest = guest
+        self.source = source
+        self.target = target
+        self.started = started
+        self.cause: Cause = cause
+        self.bytes = size
+        self.ended: float | None = None
+        self.outcome: Outcome = "running"
+        self.reason: str | None = None
+
+    def record(self) -> MigrationRecord:
+        return MigrationRecord(
+            self.handle,
+            self.move.guest,
+            self.move.source,
+            self.move.target,
+            self.started,
+            self.ended,
+            self.outcome,
+            self.reason,
+            self.cause,
+            self.bytes,
+        )
+
+
+class Simulator:
+    """A simulated cluster driven through the :class:`~opendrs.backends.base.Backend` protocol,
+    and the controller's :class:`~opendrs.backends.base.Clock`.
+
+    ``days`` overrides the scenario's duration; ``threshold`` is the balance spread above which a
+    step counts in :attr:`SimStats.steps_above`. :meth:`sleep` never goes past :attr:`end`.
+    """
+
+    name = "sim"
+    read_only = False
+
+    def __init__(
+        self, scenario: Scenario, *, days: float | None = None, threshold: float = 0.15
+    ) -> None:
+        if days is not None and not (days > 0 and math.isfinite(days)):
+            raise ValueError(f"days must be a positive number, got {days!r}")
+        if not (threshold >= 0 and math.isfinite(threshold)):
+            raise ValueError(f"threshold must be a number ≥ 0, got {threshold!r}")
+        self.scenario = scenario
+        self.threshold = float(threshold)
+        cluster = scenario.cluster
+        settings = cluster.settings
+        self._cluster0 = cluster
+        self._step = float(scenario.step)
+        self.end = float(days * 86400.0 if days is not None else scenario.duration)
+        self._now = 0.0
+        self._closed = False
+        self._version = 0
+        self._n_steps = self._count_steps(self.end, inclusive=False)
+
+        # -- nodes ----------------------------------------------------------------------------
+        nodes = cluster.nodes
+        self._nodes: list[Node] = list(nodes)
+        self._node_names = [n.name for n in nodes]
+        self._node_index = dict(cluster.node_index)
+        n_nodes = len(nodes)
+        self._cap = np.array(
+            [
+                [
+                    max(n.cpu - cluster.reserve_cpu(n), 0.0),
+                    float(max(n.memory - cluster.reserve_memory(n), 0)),
+                ]
+                for n in nodes
+            ],
+            dtype=np.float64,
+        ).reshape(n_nodes, 2)
+        self._base = np.array(
+            [[n.base_cpu, float(n.base_memory)] for n in nodes], dtype=np.float64
+        ).reshape(n_nodes, 2)
+        self._online = np.array([n.online for n in nodes], dtype=bool)
+        self._fail_count = np.array([0 if n.online else 1 for n in nodes], dtype=np.int64)
+        self._maint_manual = np.array([n.maintenance for n in nodes], dtype=bool)
+        self._maint_count = np.zeros(n_nodes, dtype=np.int64)
+        self._weights = (float(settings.weight_cpu), float(settings.weight_memory))
+        self._dynamic = settings.mode == "dynamic"
+        pools = sorted(
+            {p for n in nodes for p in n.storage}
+            | {d.pool for g in cluster.guests for d in g.disks if d.local}
+        )
+        self._cfg_limit = self._cap * np.array(
+            [settings.cpu_overcommit, settings.memory_overcommit]
+        )
+        self._disk_limit = np.array(
+            [[float(n.storage.get(p, 0)) for p in pools] for n in nodes], dtype=np.float64
+        ).reshape(n_nodes, len(pools))
+
+        # -- guests ---------------------------------------------------------------------------
+        guests = cluster.guests
+        n_guests = len(guests)
+        self._ids = [g.id for g in guests]
+        self._guest_index = dict(cluster.guest_index)
+        self._static = list(guests)  # templates for the fields that never change
+        self._ha = [g.ha for g in guests]
+        self._ha_state0 = [g.ha_state for g in guests]
+        self._ha_state = list(self._ha_state0)
+        self._state = [g.state for g in guests]
+        self._node = np.array([self._node_index[g.node] for g in guests], dtype=np.int64)
+        self._guest_node_names = [g.node for g in guests]
+        self._target_names: list[str | None] = [None] * n_guests
+        self._migration_of: list[_Migration | None] = [None] * n_guests
+        self._down = np.zeros(n_guests, dtype=bool)
+        self._uptime_offset = np.array([float(g.uptime) for g in guests])
+        self._up = np.zeros(n_guests)
+        #: Nodes each guest loads (``loaded_nodes``), and nodes its local disks occupy.
+        self._load_nodes: list[tuple[int, ...]] = [()] * n_guests
+        self._hold_nodes: list[tuple[int, ...]] = [()] * n_guests
+        self._pairs_version = -1
+        self._load_pairs = _Pairs.build([], n_nodes)
+        self._hold_pairs = _Pairs.build([], n_nodes)
+        self._cfg = np.array([[g.cpu, float(g.memory)] for g in guests], dtype=np.float64).reshape(
+            n_guests, 2
+        )
+        pool_col = {p: i for i, p in enumerate(pools)}
+        self._disks = np.zeros((n_guests, len(pools)))
+        for j, g in enumerate(guests):
+            for d in g.disks:
+                if d.local:
+                    self._disks[j, pool_col[d.pool]] += float(d.size)
+        self._local_bytes = [g.local_disk_bytes for g in guests]
+        self._devices = [g.devices for g in guests]
+        self._kind = [g.kind for g in guests]
+        self._pending: set[int] = set()
+        self._down_at = np.zeros(n_guests)
+        #: Bumped when a guest's state changes; with its use, what decides rebuilding it.
+        self._stamp = np.zeros(n_guests, dtype=np.int64)
+        self._last_built: (
+            tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, tuple[Guest, ...]] | None
+        ) = None
+        for j in range(n_guests):
+            self._refresh(j)
+
+        # -- usage ----------------------------------------------------------------------------
+        block = max(1, min(MAX_BLOCK, _BLOCK_CELLS // max(n_guests, 1)))
+        self._block = block
+        self._usage = UsageGenerator(
+            guests,
+            scenario.patterns(),
+            seed=scenario.seed,
+            step=self._step,
+            block=block,
+            trace=scenario.trace,
+        )
+        self._usage_index = -1
+        self._usage_cpu = np.zeros((n_guests, 0))
+        self._usage_mem = np.zeros((n_guests, 0))
+
+        # -- statistics -------------------------------------------------------------------------
+        self._recorded = 0
+        self._spreads: list[np.ndarray] = []
+        self._violations = 0
+        self._max_load = 0.0
+        self._derived_version = -1
+        self._cfg_over = np.zeros(n_nodes, dtype=bool)
+        self._usable = np.zeros(n_nodes, dtype=bool)
+
+        # -- events -----------------------------------------------------------------------------
+        self._events: list[tuple[float, int, str, tuple[Any, ...]]] = []
+        self._seq = 0
+        self._handles = 0
+        self._migrations: list[_Migration] = []
+        self._by_handle: dict[str, _Migration] = {}
+        self._node_events: list[NodeEvent] = []
+        self._recoveries = 0
+        self._node_failures = 0
+        self._api_errors = 0
+        self._recover_at: set[float] = set()
+        self._armed: list[tuple[float, str | None]] = []  # scheduled migration failures
+        self._windows: list[tuple[float, float]] = []
+        probability = 0.0
+        for index, fault in enumerate(scenario.faults):
+            probability = self._plan_fault(index, fault, probability)
+        self._windows = _merge(self._windows)
+        self._window_starts = [start for start, _ in self._windows]
+        self._api_probability = probability
+        self._api_rng = np.random.Generator(
+            np.random.PCG64(np.random.SeedSequence(scenario.seed, spawn_key=(4,)))
+        )
+        self._observed: tuple[tuple[float, int], Cluster] | None = None
+        self._nodes_tuple: tuple[Node, ...] = tuple(self._nodes)
+        # Guests on a node that is down at the start are down until it returns (HA: recovered).
+        for j in range(n_guests):
+            if not self._online[self._node[j]] and self._state[j] != "stopped":
+                self._take_down(j)
+        if self._pending:
+            self._request_recovery(scenario.recovery_delay)
+        # Migrations in flight in the snapshot go on from time 0 (and succeed).
+        for j, g in enumerate(guests):
+            if g.migrating_to is not None and self._state[j] != "stopped":
+                self._begin(j, self._node_index[g.migrating_to], "snapshot", fail=False)
+        self._advance(0.0)
+
+    # -- Clock ----------------------------------------------------------------------------------
+
+    def now(self) -> float:
+        """Simulated seconds since the start."""
+        return self._now
+
+    def sleep(self, seconds: float) -> None:
+        """Advance the simulation by ``seconds`` (never past :attr:`end`)."""
+        if not seconds > 0:
+            return
+        self._advance(min(self._now + float(seconds), self.end))
+
+    @property
+    def finished(self) -> bool:
+        return self._now >= self.end
+
+    # -- Backend --------------------------------------------------------------------------------
+
+    def observe(self) -> Cluster:
+        """The cluster now: measured usage of this step, guests in flight with ``migrating_to``."""
+        self._api("observe")
+        key = (self._now, self._version)
+        if self._observed is not None and self._observed[0] == key:
+            return self._observed[1]
+        cluster = self._build_cluster()
+        self._observed = (key, cluster)
+        return cluster
+
+    def start_migration(self, move: Move) -> Handle:
+        """Start a live migration; :class:`BackendError` when the cluster refuses it."""
+        self._api("start_migration")
+        j = self._guest_index.get(move.guest)
+        if j is None:
+            raise BackendError(f"guest {move.guest} does not exist", transient=False)
+        target = self._node_index.get(move.target)
+        if target is None:
+            raise BackendError(f"node {move.target} does not exist", transient=False)
+        current = self._guest_node_names[j]
+        if current != move.source:
+            raise BackendError(
+                f"guest {move.guest} is on {current}, not on {move.source}", transient=False
+            )
+        if move.target == move.source:
+            raise BackendError(f"guest {move.guest} is already on {move.target}", transient=False)
+        if self._migration_of[j] is not None:
+            raise BackendError(
+                f"guest {move.guest} is already migrating to {self._target_names[j]}",
+                transient=True,
+            )
+        if self._state[j] == "stopped":
+            why = f" (node {current} is down)" if self._down[j] else ""
+            raise BackendError(f"guest {move.guest} is not running{why}", transient=False)
+        if self._devices[j]:
+            raise BackendError(
+                f"guest {move.guest} cannot be live-migrated: local device {self._devices[j][0]}",
+                transient=False,
+            )
+        if not self._online[target]:
+            raise BackendError(f"node {move.target} is offline", transient=True)
+        if self._maintenance(target):
+            raise BackendError(f"node {move.target} is in maintenance", transient=True)
+        self._flush(self._due())
+        migration = self._begin(j, target, "controller", fail=True)
+        return Handle(migration.handle, move, migration.started)
+
+    def poll(self, handle: Handle) -> Progress:
+        """Where a migration this simulator started stands now."""
+        self._api("poll")
+        migration = self._by_handle.get(handle.id)
+        if migration is None:
+            raise BackendError(f"unknown migration {handle.id}", transient=False)
+        if migration.move != handle.move:
+            raise BackendError(
+                f"migration {handle.id} moves {migration.move.guest} from "
+                f"{migration.move.source} to {migration.move.target}, not "
+                f"{handle.move.guest} from {handle.move.source} to {handle.move.target}",
+                transient=False,
+            )
+        if migration.outcome == "running":
+            return RUNNING
+        if migration.outcome == "done":
+            return DONE
+        return failed(migration.reason or "migration failed")
+
+    def set_maintenance(self, node: str, enabled: bool) -> None:
+        """Put ``node`` into maintenance or take it out (the simulator moves nothing itself)."""
+        self._api("set_maintenance")
+        n = self._node_index.get(node)
+        if n is None:
+            raise BackendError(f"node {node} does not exist", transient=False)
+        if bool(self._maint_manual[n]) == bool(enabled):
+            return
+        self._flush(self._due())
+        before = self._maintenance(n)
+        self._maint_manual[n] = bool(enabled)
+        self._node_changed(n, before, "controller")
+
+    def close(self) -> None:
+        """Refuse further backend calls (the clock keeps working)."""
+        self._closed = True
+
+    # -- results --------------------------------------------------------------------------------
+
+    @property
+    def migrations(self) -> tuple[MigrationRecord, ...]:
+        """Every migration so far, in the order they started (HA recoveries included)."""
+        return tuple(m.record() for m in self._migrations)
+
+    @property
+    def events(self) -> tuple[NodeEvent, ...]:
+        """Node failures, returns, and maintenance changes, in order."""
+        return tuple(self._node_events)
+
+    def stats(self) -> SimStats:
+        """The statistics of the run so far (every step up to now)."""
+        self._flush(self._due())
+        spreads = self.imbalance_series()
+        controller = [m for m in self._migrations if m.cause == "controller"]
+        return SimStats(
+            seconds=self._now,
+            steps=int(spreads.size),
+            threshold=self.threshold,
+            steps_above=int(np.count_nonzero(spreads > self.threshold)),
+            mean_imbalance=float(spreads.mean()) if spreads.size else 0.0,
+            max_imbalance=float(spreads.max()) if spreads.size else 0.0,
+            last_imbalance=float(spreads[-1]) if spreads.size else 0.0,
+            max_node_load=self._max_load,
+            capacity_violations=self._violations,
+            migrations=len(controller),
+            migrations_done=sum(m.outcome == "done" for m in controller),
+            migrations_failed=sum(m.outcome == "failed" for m in controller),
+            migrations_running=sum(m.outcome == "running" for m in controller),
+            migrated_bytes=sum(m.bytes for m in controller),
+            recoveries=self._recoveries,
+            node_failures=self._node_failures,
+            api_errors=self._api_errors,
+        )
+
+    def imbalance_series(self) -> np.ndarray:
+        """The balance spread of every step so far (a copy)."""
+        self._flush(self._due())
+        return np.concatenate(self._spreads) if self._spreads else np.zeros(0)
+
+    def node_fractions(self) -> NodeFractions:
+        """Every node's cpu and memory load fraction now — cheap, for a live display."""
+        cpu, memory = self._fractions_now()
+        maintenance = self._maint_manual | (self._maint_count > 0)
+        return NodeFractions(
+            tuple(self._node_names),
+            tuple(cpu.tolist()),
+            tuple(memory.tolist()),
+            tuple(self._online.tolist()),
+            tuple(maintenance.tolist()),
+        )
+
+    # -- time and steps -------------------------------------------------------------------------
+
+    def _count_steps(self, t: float, *, inclusive: bool) -> int:
+        """How many step starts ``k·step`` are ``≤ t`` (``< t`` unless ``inclusive``), uncapped."""
+        step = self._step
+        if t < 0:
+            return 0
+        k = int(t // step) + 1
+        while k > 0 and ((k - 1) * step > t if inclusive else (k - 1) * step >= t):
+            k -= 1
+        while k * step <= t if inclusive else k * step < t:
+            k += 1
+        return k
+
+    def _due(self) -> int:
+        """Steps whose start has been reached (they are recorded lazily)."""
+        return min(self._count_steps(self._now, inclusive=True), self._n_steps)
+
+    def _advance(self, target: float) -> None:
+        """Process every event up to ``target`` in order, then set the time to ``target``."""
+        events = self._events
+        while events and events[0][0] <= target:
+            when = events[0][0]
+            # Steps before the event see the state before it; a step at the event's instant
+            # sees the state after it.
+            self._flush(min(self._count_steps(when, inclusive=False), self._n_steps))
+            _, _, kind, args = heapq.heappop(events)
+            self._now = max(self._now, when)
+            self._handle(kind, args)
+        self._now = max(self._now, target)
+
+    def _push(self, when: float, kind: str, *args: Any) -> None:
+        self._seq += 1
+        heapq.heappush(self._events, (when, self._seq, kind, args))
+
+    def _columns(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Usage of every guest at step ``k`` (cpu cores, memory bytes)."""
+        b = k // self._block
+        if b != self._usage_index:
+            # The generator keeps one block: record the steps before ``k`` while it still can.
+            self._flush(min(k, self._n_steps))
+            self._load_block(b)
+        col = k - b * self._block
+        return self._usage_cpu[:, col], self._usage_mem[:, col]
+
+    def _load_block(self, b: int) -> None:
+        if b != self._usage_index:
+            self._usage_cpu, self._usage_mem = self._usage.block(b)
+            self._usage_index = b
+
+    def _step_now(self) -> int:
+        return max(self._count_steps(self._now, inclusive=True) - 1, 0)
+
+    # -- statistics -----------------------------------------------------------------------------
+
+    def _derive(self) -> None:
+        """Node masks and configured commitments, when the state changed."""
+        if self._derived_version == self._version:
+            return
+        self._derived_version = self._version
+        maintenance = self._maint_manual | (self._maint_count > 0)
+        self._usable = self._online & ~maintenance
+        committed = self._pairs()[0].sum(self._cfg)
+        over = np.any(committed > self._cfg_limit + tolerance(self._cfg_limit), axis=1)
+        if self._disks.shape[1]:
+            stored = self._pairs()[1].sum(self._disks)
+            over |= np.any(stored > self._disk_limit + tolerance(self._disk_limit), axis=1)
+        self._cfg_over = over
+
+    def _flush(self, limit: int) -> None:
+        """Record the statistics of steps ``[recorded, limit)`` with the current state."""
+        while self._recorded < limit:
+            k0 = self._recorded
+            b = k0 // self._block
+            k1 = min(limit, (b + 1) * self._block)
+            self._load_block(b)
+            self._record(k0 - b * self._block, k1 - b * self._block)
+            self._recorded = k1
+
+    def _record(self, c0: int, c1: int) -> None:
+        self._derive()
+        up = self._up[:, None]
+        loads = self._pairs()[0]
+        cpu = self._base[:, 0:1] + loads.sum(self._usage_cpu[:, c0:c1] * up)
+        mem = self._base[:, 1:2] + loads.sum(self._usage_mem[:, c0:c1] * up)
+        cap_cpu = self._cap[:, 0:1]
+        cap_mem = self._cap[:, 1:2]
+        f_cpu = safe_divide(cpu, cap_cpu)
+        f_mem = safe_divide(mem, cap_mem)
+        spread = np.zeros(c1 - c0)
+        usable = self._usable
+        for fractions, weight in ((f_cpu, self._weights[0]), (f_mem, self._weights[1])):
+            if weight <= 0:
+                continue
+            values = fractions[usable]
+            if values.shape[0] < 2:
+                continue
+            finite = np.isfinite(values)
+            high = np.where(finite, values, -np.inf).max(axis=0)
+            low = np.where(finite, values, np.inf).min(axis=0)
+            spread = np.maximum(spread, np.where(finite.sum(axis=0) >= 2, high - low, 0.0))
+        self._spreads.append(spread)
+        online = self._online
+        if online.any():
+            both = np.concatenate((f_cpu[online], f_mem[online]))
+            both = both[np.isfinite(both)]
+            if both.size:
+                self._max_load = max(self._max_load, float(both.max()))
+        over = np.broadcast_to(self._cfg_over[:, None], cpu.shape)
+        if self._dynamic:
+            over = (
+                over | (cpu > cap_cpu + tolerance(cap_cpu)) | (mem > cap_mem + tolerance(cap_mem))
+            )
+        self._violations += int(np.count_nonzero(over))
+
+    def _fractions_now(self) -> tuple[np.ndarray, np.ndarray]:
+        cpu_use, mem_use = self._columns(self._step_now())
+        loads = self._pairs()[0]
+        cpu = self._base[:, 0] + loads.sum(cpu_use * self._up)
+        mem = self._base[:, 1] + loads.sum(mem_use * self._up)
+        return safe_divide(cpu, self._cap[:, 0]), safe_divide(mem, self._cap[:, 1])
+
+    def _pairs(self) -> tuple[_Pairs, _Pairs]:
+        """The (guest, node) pairs of load and of local storage, rebuilt after changes."""
+        if self._pairs_version != self._version:
+            n_nodes = len(self._node_names)
+            self._load_pairs = _Pairs.build(self._load_nodes, n_nodes)
+            self._hold_pairs = _Pairs.build(self._hold_nodes, n_nodes)
+            self._pairs_version = self._version
+        return self._load_pairs, self._hold_pairs
+
+    # -- guests and nodes -----------------------------------------------------------------------
+
+    def _maintenance(self, n: int) -> bool:
+        return bool(self._maint_manual[n] or self._maint_count[n] > 0)
+
+    def _refresh(self, j: int) -> None:
+        """Recompute which nodes guest ``j`` loads, after its state changed."""
+        status = Guest(
+            self._ids[j],
+            self._guest_node_names[j],
+            state=self._state[j],  # type: ignore[arg-type]
+            ha=self._ha[j],
+            ha_state=self._ha_state[j],
+            migrating_to=self._target_names[j],
+        )
+        loaded = loaded_nodes(status)
+        index = self._node_index
+        self._load_nodes[j] = tuple(index[name] for name in loaded)
+        self._hold_nodes[j] = tuple(index[name] for name in dict.fromkeys((status.node, *loaded)))
+        self._up[j] = 0.0 if self._state[j] == "stopped" else 1.0
+        self._stamp[j] += 1
+        self._version += 1
+
+    def _node_changed(self, n: int, maintenance_before: bool, cause: str) -> None:
+        node = self._nodes[n]
+        maintenance = self._maintenance(n)
+        online = bool(self._online[n])
+        if node.online == online and node.maintenance == maintenance:
+            return
+        if maintenance != maintenance_before:
+            kind = "maintenance-on" if maintenance else "maintenance-off"
+            self._node_events.append(NodeEvent(self._now, node.name, kind, cause))  # type: ignore[arg-type]
+        self._nodes[n] = replace(node, online=online, maintenance=maintenance)
+        usable_before = node.online and not node.maintenance
+        self._nodes_tuple = tuple(self._nodes)
+        self._version += 1
+        if online and not maintenance and not usable_before and self._pending:
+            self._request_recovery(self._now)
+
+    def _take_down(self, j: int) -> None:
+        """Guest ``j`` stops because its node failed."""
+        self._down[j] = True
+        self._down_at[j] = self._now
+        self._state[j] = "stopped"
+        if self._ha[j]:
+            self._pending.add(j)
+            if self._ha_state0[j] is not None:
+                self._ha_state[j] = "fence"
+        self._refresh(j)
+
+    def _restart(self, j: int, n: int) -> None:
+        """Guest ``j`` starts (again) on node ``n``, with uptime 0."""
+        self._down[j] = False
+        self._pending.discard(j)
+        self._state[j] = "running"
+        self._ha_state[j] = self._ha_state0[j]
+        self._node[j] = n
+        self._guest_node_names[j] = self._node_names[n]
+        self._uptime_offset[j] = -self._now
+        self._refresh(j)
+
+    # -- migrations -----------------------------------------------------------------------------
+
+    def _begin(self, j: int, target: int, cause: Cause, *, fail: bool) -> _Migration:
+        self._handles += 1
+        number = self._handles
+        handle = f"sim-{number}"
+        _, memory = self._columns(self._step_now())
+        size = int(memory[j]) + self._local_bytes[j]
+        migration_model = self.scenario.migration
+        duration = migration_model.setup + size / migration_model.bandwidth
+        source = int(self._node[j])
+        move = Move(self._ids[j], self._node_names[source], self._node_names[target])
+        migration = _Migration(handle, move, j, source, target, self._now, cause, size)
+        self._migrations.append(migration)
+        self._by_handle[handle] = migration
+        rng = np.random.Generator(
+            np.random.PCG64(np.random.SeedSequence(self.scenario.seed, spawn_key=(3, number)))
+        )
+        draw, share = rng.random(2)
+        reason: str | None = None
+        if fail:
+            for index, (at, guest) in enumerate(self._armed):
+                if at <= self._now and (guest is None or guest == self._ids[j]):
+                    del self._armed[index]
+                    reason = "simulated migration failure (scheduled)"
+                    break
+            if reason is None and draw < migration_model.failure_rate:
+                reason = "simulated migration failure"
+        if reason is None:
+            self._push(self._now + duration, "migration-end", migration, None)
+        else:
+            after = FAIL_AFTER[0] + (FAIL_AFTER[1] - FAIL_AFTER[0]) * float(share)
+            self._push(self._now + after * duration, "migration-end", migration, reason)
+        self._migration_of[j] = migration
+        self._target_names[j] = self._node_names[target]
+        if self._ha_state0[j] is not None:
+            self._ha_state[j] = "migrate"
+        self._refresh(j)
+        return migration
+
+    def _end(self, migration: _Migration, reason: str | None) -> None:
+        """A migration ends: done (``reason`` is None) or failed."""
+        if migration.outcome != "running":
+            return
+        j = migration.guest
+        migration.ended = self._now
+        migration.outcome = "done" if reason is None else "failed"
+        migration.reason = reason
+        self._migration_of[j] = None
+        self._target_names[j] = None
+        if reason is None:
+            self._node[j] = migration.target
+            self._guest_node_names[j] = self._node_names[migration.target]
+            if self._kind[j] == "ct":
+                self._uptime_offset[j] = -self._now  # a container restarts on its new node
+        if not self._down[j]:
+            self._ha_state[j] = self._ha_state0[j]
+        self._refresh(j)
+
+    # -- faults ---------------------------------------------------------------------------------
+
+    def _plan_fault(self, index: int, fault: Fault, probability: float) -> float:
+        """Schedule one fault entry; returns the combined per-call API error probability."""
+        if fault.probability is not None:  # api-error per call
+            return 1.0 - (1.0 - probability) * (1.0 - fault.probability)
+        if fault.at is not None:
+            times: list[tuple[float, int]] = [(fault.at, -1)]
+        else:
+            candidates = fault.nodes or tuple(self._node_names)
+            rng = np.random.Generator(
+                np.random.PCG64(np.random.SeedSequence(self.scenario.seed, spawn_key=(2, index)))
+            )
+            times = []
+            t = 0.0
+            while True:
+                t += float(rng.exponential(86400.0 / fault.per_day))
+                pick = int(rng.integers(len(candidates)))
+                if t >= self.end:
+                    break
+                times.append((t, self._node_index[candidates[pick]]))
+        for when, pick in times:
+            node = self._node_index[fault.node] if fault.node is not None else pick
+            if fault.type == "node-failure":
+                self._push(when, "node-failure", node, fault.duration)
+            elif fault.type == "maintenance":
+                self._push(when, "maintenance", node, fault.duration)
+            elif fault.type == "api-error":
+                self._windows.append((when, when + (fault.duration or 0.0)))
+            else:  # migration-failure
+                self._armed.append((when, fault.guest))
+        return probability
+
+    def _handle(self, kind: str, args: tuple[Any, ...]) -> None:
+        if kind == "migration-end":
+            self._end(*args)
+        elif kind == "node-failure":
+            self._fail_node(*args)
+        elif kind == "node-return":
+            self._return_node(*args)
+        elif kind == "maintenance":
+            n, duration = args
+            before = self._maintenance(n)
+            self._maint_count[n] += 1
+            self._push(self._now + duration, "maintenance-end", n)
+            self._node_changed(n, before, "fault")
+        elif kind == "maintenance-end":
+            (n,) = args
+            before = self._maintenance(n)
+            self._maint_count[n] -= 1
+            self._node_changed(n, before, "fault")
+        elif kind == "recover":
+            self._recover_at.discard(self._now)
+            self._recover()
+
+    def _fail_node(self, n: int, duration: float | None) -> None:
+        if duration is not None:
+            self._push(self._now + duration, "node-return", n)
+        self._fail_count[n] += 1
+        if self._fail_count[n] > 1:
+            return
+        name = self._node_names[n]
+        self._node_failures += 1
+        self._online[n] = False
+        self._node_events.append(NodeEvent(self._now, name, "failed", "fault"))
+        for migration in self._migrations:
+            if migration.outcome == "running" and n in (migration.source, migration.target):
+                self._end(migration, f"node {name} failed")
+        lost = False
+        for j in np.nonzero(self._node == n)[0].tolist():
+            if self._state[j] != "stopped":
+                self._take_down(j)
+                lost = lost or self._ha[j]
+        before = self._maintenance(n)
+        self._node_changed(n, before, "fault")
+        if lost:
+            self._request_recovery(self._now + self.scenario.recovery_delay)
+
+    def _return_node(self, n: int) -> None:
+        self._fail_count[n] -= 1
+        if self._fail_count[n] > 0:
+            return
+        self._online[n] = True
+        self._node_events.append(NodeEvent(self._now, self._node_names[n], "recovered", "fault"))
+        for j in np.nonzero((self._node == n) & self._down)[0].tolist():
+            self._restart(j, n)
+        before = self._maintenance(n)
+        self._node_changed(n, before, "fault")
+
+    def _request_recovery(self, when: float) -> None:
+        if when not in self._recover_at:
+            self._recover_at.add(when)
+            self._push(when, "recover")
+
+    def _recover(self) -> None:
+        """HA: restart the pending guests of failed nodes elsewhere, one at a time."""
+        # Only guests whose node has been down for the recovery delay (it is being fenced).
+        ready = self._now - self.scenario.recovery_delay
+        pending = [
+            j
+            for j in sorted(self._pending)
+            if not self._online[self._node[j]] and self._down_at[j] <= ready
+        ]
+        if not pending:
+            return
+        cluster = self._build_cluster(recovering=True)
+        state = PlacementState.build(cluster)
+        pending.sort(
+            key=lambda j: (-cluster.guests[j].memory, -cluster.guests[j].cpu, self._ids[j])
+        )
+        ready_set = set(pending)
+        for j in pending:
+            if j not in self._pending:
+                continue
+            placement = state.place(j, "recover")
+            if placement.best is None:
+                if placement.blocked is not None:
+                    # Local disks or devices: it can only start again on its own node.
+                    self._pending.discard(j)
+                if self._ha_state0[j] is not None and self._ha_state[j] != "recovery":
+                    self._ha_state[j] = "recovery"
+                    self._refresh(j)
+                continue
+            target = self._node_index[placement.best]
+            members = [m for m in state.bundle(j).tolist() if m in ready_set and m in self._pending]
+            state.commit(np.array(members, dtype=np.intp), target)
+            for m in members:
+                source = self._guest_node_names[m]
+                self._restart(m, target)
+                self._recoveries += 1
+                move = Move(self._ids[m], source, self._node_names[target])
+                record = _Migration(
+                    f"recovery-{self._recoveries}",
+                    move,
+                    m,
+                    self._node_index[source],
+                    target,
+                    self._now,
+                    "recovery",
+                    0,
+                )
+                record.ended = self._now
+                record.outcome = "done"
+                record.reason = f"HA recovery: node {source} failed"
+                self._migrations.append(record)
+        if self._pending and not any(t > self._now for t in self._recover_at):
+            self._request_recovery(self._now + RECOVERY_RETRY)
+
+    # -- API errors -----------------------------------------------------------------------------
+
+    def _api(self, operation: str) -> None:
+        if self._closed:
+            raise BackendError("the simulator is closed", transient=False)
+        index = bisect.bisect_right(self._window_starts, self._now) - 1
+        if index >= 0 and self._now < self._windows[index][1]:
+            self._api_errors += 1
+            raise BackendError(
+                f"simulated API error: {operation} failed (the API is unavailable until "
+                f"{format_duration(self._windows[index][1])} after the start)",
+                transient=True,
+            )
+        if self._api_probability > 0 and self._api_rng.random() < self._api_probability:
+            self._api_errors += 1
+            raise BackendError(f"simulated API error: {operation} failed", transient=True)
+
+    # -- the observed cluster -------------------------------------------------------------------
+
+    def _build_cluster(self, *, recovering: bool = False) -> Cluster:
+        """The cluster now. Guests whose observed fields did not change since the last call are
+        the same objects; the others are built anew (running guests change every step: their
+        use and their uptime)."""
+        cpu_use, mem_use = self._columns(self._step_now())
+        up = self._up
+        states = self._state
+        ha_states = self._ha_state
+        if recovering:
+            # The guests waiting for HA recovery, as running where they were (with the use they
+            # will have), for the placement engine.
+            up = up.copy()
+            states = list(states)
+            ha_states = list(ha_states)
+            for j in self._pending:
+                up[j] = 1.0
+                states[j] = "running"
+                if ha_states[j] is not None:
+                    ha_states[j] = "recovery"
+        cpu = cpu_use * up
+        memory = (mem_use * up).astype(np.int64)
+        uptime = np.where(
+            up > 0, np.floor(np.maximum(self._now + self._uptime_offset, 0.0)), 0.0
+        ).astype(np.int64)
+        last = None if recovering else self._last_built
+        if last is None:
+            changed = None
+        else:
+            changed = np.flatnonzero(
+                (cpu != last[0])
+                | (memory != last[1])
+                | (uptime != last[2])
+                | (self._stamp != last[3])
+            )
+        columns = (
+            self._guest_node_names,
+            states,
+            cpu.tolist(),
+            memory.tolist(),
+            uptime.tolist(),
+            ha_states,
+            self._target_names,
+        )
+        if last is None or changed is None or changed.size > len(self._static) // 2:
+            guests = tuple(map(_BUILD_GUEST, self._static, *columns))
+        else:
+            built = list(last[4])
+            for j in changed.tolist():
+                built[j] = _BUILD_GUEST(self._static[j], *(column[j] for column in columns))
+            guests = tuple(built)
+        if not recovering:
+            self._last_built = (cpu, memory, uptime, self._stamp.copy(), guests)
+        c0 = self._cluster0
+        return Cluster(self._nodes_tuple, guests, c0.rules, c0.settings, c0.name)
+
+
+@dataclass(frozen=True, slots=True)
+class _Pairs:
+    """(guest, node) pairs, to add per-guest values up per node without a dense matrix."""
+
+    n_nodes: int
+    #: Pairs in guest order (as :func:`opendrs.engine.usage.accumulate` adds them).
+    guest: np.ndarray
+    node: np.ndarray
+    #: The same pairs grouped by node, for :func:`numpy.add.reduceat`.
+    grouped: np.ndarray
+    starts: np.ndarray
+    present: np.ndarray
+
+    @classmethod
+    def build(cls, nodes_of: Sequence[tuple[int, ...]], n_nodes: int) -> _Pairs:
+        guest = np.array([j for j, nodes in enumerate(nodes_of) for _ in nodes], dtype=np.intp)
+        node = np.array([n for nodes in nodes_of for n in nodes], dtype=np.intp)
+        order = np.argsort(node, kind="stable")
+        by_node = node[order]
+        starts = np.flatnonzero(np.r_[True, by_node[1:] != by_node[:-1]]) if node.size else node
+        return cls(n_nodes, guest, node, guest[order], starts, by_node[starts])
+
+    def sum(self, values: np.ndarray) -> np.ndarray:
+        """Per node, the sum of ``values`` (guests first) over the guests paired with it."""
+        if values.ndim == 1:
+            return np.bincount(self.node, weights=values[self.guest], minlength=self.n_nodes)
+        out = np.zeros((self.n_nodes, *values.shape[1:]))
+        if self.guest.size:
+            out[self.present] = np.add.reduceat(values[self.grouped], self.starts, axis=0)
+        return out
+
+
+def _merge(windows: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Sorted, non-overlapping windows."""
+    out: list[tuple[float, float]] = []
+    for start, stop in sorted(windows):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], stop))
+        else:
+            out.append((start, stop))
+    return out

@@ -1,0 +1,487 @@
+"""``opendrs run``: the daemon's command — configuration, lock, history, signals, logging."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from types import FrameType
+
+from rich.console import Console
+from rich.live import Live
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from opendrs.backends.base import BackendError
+from opendrs.backends.sim import Scenario, Simulator, builtin_scenario, load_scenario
+from opendrs.controller.config import BackendConfig, Config, load_config
+from opendrs.controller.executor import Event
+from opendrs.controller.history import History, HistoryError
+from opendrs.controller.loop import Controller, Cycle, InstanceLock, LockError
+from opendrs.controller.simulate import StabilityReport, executor_config, report_from, run_policy
+from opendrs.engine.policy import PRESETS, PolicyConfig, parse_policy
+from opendrs.model.cluster import Cluster
+from opendrs.model.document import DocumentError, Reader, parse, read_file
+from opendrs.report.text import Report, bar
+
+log = logging.getLogger("opendrs")
+
+EXIT_OK = 0
+EXIT_PROBLEM = 1
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    """Bad input from the user: reported as one line, exit status 2."""
+
+
+def setup_logging(level: str) -> None:
+    """Log lines to stderr: time, level, message — never a secret (backends make sure)."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(message)s"))
+    root.addHandler(handler)
+    root.setLevel(getattr(logging, level.upper(), logging.INFO))
+
+
+class _Signals:
+    """SIGTERM/SIGINT ask to stop after the current step; SIGHUP asks to reload."""
+
+    def __init__(self, config_path: str) -> None:
+        self.config_path = config_path
+        self.stop = False
+        self.reload = False
+        self._previous: dict[int, object] = {}
+
+    def install(self) -> None:
+        for sig, handler in (
+            (signal.SIGTERM, self._on_stop),
+            (signal.SIGINT, self._on_stop),
+            (signal.SIGHUP, self._on_hup),
+        ):
+            self._previous[sig] = signal.signal(sig, handler)
+
+    def restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]
+
+    def _on_stop(self, signum: int, frame: FrameType | None) -> None:
+        self.stop = True
+
+    def _on_hup(self, signum: int, frame: FrameType | None) -> None:
+        self.reload = True
+
+    def take_reload(self) -> Config | None:
+        if not self.reload:
+            return None
+        self.reload = False
+        try:
+            config = load_config(self.config_path)
+        except DocumentError as exc:
+            log.error("reload refused, keeping the running configuration: %s", exc)
+            return None
+        setup_logging(config.log_level)
+        return config
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    if args.shadow:
+        config = replace(config, mode="shadow")
+    setup_logging("debug" if args.verbose else config.log_level)
+    signals = _Signals(args.config)
+    try:
+        lock = InstanceLock(config.lock)
+        lock.acquire()
+    except LockError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_PROBLEM
+    try:
+        history = History(config.history)
+    except HistoryError as exc:
+        lock.release()
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_PROBLEM
+    backend = None
+    try:
+        backend, clock = config.make_backend()
+        controller = Controller(config, backend, clock, history)
+        log.info(
+            "opendrs %s: %s backend, %s mode, policy %s (strategy %s)%s",
+            "one cycle" if args.once else "started",
+            backend.name,
+            config.mode,
+            config.policy.name,
+            config.policy.strategy,
+            "" if config.active else " — nothing will be migrated",
+        )
+        signals.install()
+        until = getattr(backend, "end", None) if backend.name == "sim" else None
+        controller.run(
+            once=args.once,
+            until=until,
+            should_stop=lambda: signals.stop,
+            take_reload=signals.take_reload,
+        )
+        if signals.stop:
+            log.info("stopping: state recorded; migrations in flight are followed after restart")
+        return EXIT_OK
+    except (BackendError, HistoryError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_PROBLEM
+    finally:
+        signals.restore()
+        if backend is not None:
+            backend.close()
+        history.close()
+        lock.release()
+
+
+def add_run_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "run",
+        help="the daemon: observe, decide and (in active mode) migrate, every interval",
+        description="Run the controller with a configuration file (see docs/configuration.md). "
+        "Shadow mode, the default, only records and logs what it would do; migrations happen "
+        "only with 'mode: active' in the file. SIGHUP reloads the file, SIGTERM stops cleanly.",
+    )
+    p.add_argument("--config", required=True, metavar="FILE", help="the configuration (YAML)")
+    p.add_argument(
+        "--once",
+        action="store_true",
+        help="one cycle (no hold), then follow its migrations to the end and exit",
+    )
+    p.add_argument("--shadow", action="store_true", help="never migrate, whatever the file says")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    p.set_defaults(func=cmd_run)
+
+
+# --------------------------------------------------------------------------------------------
+# opendrs simulate
+
+
+DEFAULT_POLICIES = "opendrs,proxmox,incus,proxlb"
+
+
+def _policies(spec: Sequence[str]) -> list[PolicyConfig]:
+    """Policies from preset names (comma-separated) or YAML files holding a policy mapping."""
+    out: list[PolicyConfig] = []
+    for item in spec:
+        for name in (p.strip() for p in item.split(",")):
+            if not name:
+                continue
+            if name in PRESETS:
+                out.append(PRESETS[name])
+                continue
+            if not Path(name).exists():
+                known = ", ".join(sorted(PRESETS))
+                raise UsageError(f"--policy: no preset or file {name!r} (presets: {known})")
+            filename, data = read_file(name)
+            document = parse(data, filename=filename)
+            reader = Reader(filename)
+            mapping = reader.mapping(document, ())
+            value = mapping.get("policy", mapping)
+            path: tuple[str, ...] = ("policy",) if "policy" in mapping else ()
+            policy = parse_policy(reader, value, path)
+            if policy.name == PolicyConfig().name and "name" not in reader.mapping(value, path):
+                policy = replace(policy, name=Path(name).stem)
+            out.append(policy)
+    if not out:
+        raise UsageError("--policy: no policy given")
+    return out
+
+
+def _scenario(arg: str | None) -> Scenario:
+    if arg is None:
+        return builtin_scenario("month")
+    if arg.startswith("builtin:"):
+        try:
+            return builtin_scenario(arg.removeprefix("builtin:"))
+        except KeyError as exc:
+            raise UsageError(str(exc.args[0])) from None
+    return load_scenario(arg)
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    scenario = _scenario(args.scenario)
+    policies = _policies(args.policy or [DEFAULT_POLICIES])
+    console = Console(stderr=True)
+    show_progress = not args.no_progress and console.is_terminal
+    reports: list[StabilityReport] = []
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.percentage:>3.0f}%"),
+        TimeElapsedColumn(),
+        console=console,
+        disable=not show_progress,
+        transient=True,
+    ) as progress:
+        for policy in policies:
+            task = progress.add_task(f"{policy.name:10}", total=1.0)
+
+            def update(now: float, end: float, task: TaskID = task) -> None:
+                progress.update(task, completed=now / end if end > 0 else 1.0)
+
+            reports.append(
+                run_policy(
+                    scenario,
+                    policy,
+                    days=args.days,
+                    threshold=args.threshold,
+                    progress=update,
+                )
+            )
+            progress.update(task, completed=1.0)
+    if args.format == "json":
+        sys.stdout.write(json.dumps([r.as_dict() for r in reports], indent=2) + "\n")
+        return EXIT_OK
+    report = Report(Console(highlight=False, soft_wrap=False))
+    show_stability(report, reports, scenario_name(args.scenario))
+    return EXIT_OK
+
+
+def scenario_name(arg: str | None) -> str:
+    return "builtin:month" if arg is None else arg
+
+
+def show_stability(report: Report, reports: Sequence[StabilityReport], name: str) -> None:
+    first = reports[0]
+    report.heading(
+        f"Stability over {first.days:g} simulated days of {name} "
+        f"(threshold: spread above {100 * first.threshold:g} pp)"
+    )
+    rows = [
+        [
+            r.policy,
+            r.strategy,
+            str(r.migrations),
+            f"{r.migrations_per_day:.1f}",
+            str(r.ping_pongs),
+            f"{r.pct_time_above_threshold:.1f} %",
+            f"{100 * r.mean_imbalance:.1f} pp",
+            str(r.capacity_violations),
+            f"{r.failed_migrations} ({r.failures_moved_later} moved later)",
+            f"{100 * r.max_node_load:.0f} %",
+            f"{r.wall_seconds:.1f} s",
+        ]
+        for r in reports
+    ]
+    report.table(
+        [
+            "policy",
+            "strategy",
+            "migrations",
+            "per day",
+            "ping-pongs",
+            "above threshold",
+            "mean spread",
+            "capacity violations",
+            "failed",
+            "max node load",
+            "wall time",
+        ],
+        rows,
+        right=(2, 3, 4, 5, 6, 7, 9, 10),
+    )
+
+
+def add_simulate_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "simulate",
+        help="run the controller against the simulator, one run per policy, side by side",
+        description="Run the controller (active mode, history in memory) against a simulated "
+        "cluster (see docs/scenarios.md), once per policy, and print a stability report. "
+        "Policies are presets (opendrs, proxmox, incus, proxlb: the peers' behaviour emulated) "
+        "or YAML files with a policy section (see docs/configuration.md).",
+    )
+    p.add_argument(
+        "scenario",
+        metavar="SCENARIO",
+        nargs="?",
+        help="a scenario file, or builtin:NAME (default: builtin:month, 16 nodes, 400 guests)",
+    )
+    p.add_argument("--days", type=_days, help="simulated days (default: the scenario's)")
+    p.add_argument(
+        "--policy",
+        action="append",
+        metavar="NAMES|FILE",
+        help=f"policies to compare, comma-separated (default {DEFAULT_POLICIES}); repeatable",
+    )
+    p.add_argument(
+        "--threshold",
+        type=_fraction,
+        default=PolicyConfig().threshold,
+        help="imbalance yardstick of the report: spread as a fraction "
+        f"(default {PolicyConfig().threshold:g})",
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--format", choices=("text", "json"), default="text", help="output format")
+    p.set_defaults(func=cmd_simulate)
+
+
+def _days(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value <= 3660:
+        raise argparse.ArgumentTypeError("must be more than 0 and at most 3660")
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError("must be a fraction from 0 to 1")
+    return value
+
+
+# --------------------------------------------------------------------------------------------
+# opendrs demo
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """The controller in active mode against the built-in demo scenario, live."""
+    scenario = builtin_scenario("demo")
+    policy = PRESETS["opendrs"]
+    console = Console(highlight=False, soft_wrap=False)
+    report = Report(console)
+    sim = Simulator(scenario, days=args.days, threshold=policy.threshold)
+    config = Config(
+        file="<demo>",
+        backend=BackendConfig("sim", builtin="demo", days=args.days),
+        history=":memory:",
+        lock="",
+        mode="active",
+        policy=policy,
+        executor=executor_config(policy),
+    )
+    history = History(":memory:")
+    live = LiveView(report, sim, pace=0.0 if args.fast or not console.is_terminal else 8.0)
+    controller = Controller(config, sim, sim, history, on_event=live.event, on_cycle=live.cycle)
+    report.heading(
+        f"opendrs demo: {len(scenario_cluster(sim).nodes)} nodes, "
+        f"{len(scenario_cluster(sim).guests)} guests, {sim.end / 3600:g} simulated hours, "
+        "active mode against the simulator"
+    )
+    live.start()
+    try:
+        controller.run(until=sim.end)
+    finally:
+        live.stop()
+    decisions = len(history.decisions())
+    history.close()
+    summary = report_from(sim, policy, policy.threshold, decisions, live.elapsed())
+    show_stability(report, [summary], "builtin:demo")
+    return EXIT_OK
+
+
+def scenario_cluster(sim: Simulator) -> Cluster:
+    return sim.observe()
+
+
+class LiveView:
+    """Node loads as bars, refreshed as the simulation runs; migrations printed as they happen."""
+
+    def __init__(self, report: Report, sim: Simulator, *, pace: float) -> None:
+        self.report = report
+        self.sim = sim
+        self.pace = pace
+        self._live: Live | None = None
+        self._started = time.perf_counter()
+        self._last_print = -1.0
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self._started
+
+    def start(self) -> None:
+        self._started = time.perf_counter()
+        if self.report.rich:
+            self._live = Live(self._table(), console=self.report.console, refresh_per_second=8)
+            self._live.start()
+        else:
+            self._print_loads()
+
+    def stop(self) -> None:
+        if self._live is not None:
+            self._live.update(self._table())
+            self._live.stop()
+        else:
+            self._print_loads()
+
+    def _table(self) -> Table:
+        now = self.sim.node_fractions()
+        names, cpu, memory = now.names, now.cpu, now.memory
+        hours = self.sim.now() / 3600
+        table = Table(
+            title=f"simulated time {hours:5.1f} h   spread: cpu "
+            f"{100 * _spread(cpu):.1f} pp, memory {100 * _spread(memory):.1f} pp",
+            show_edge=False,
+            header_style="bold",
+        )
+        table.add_column("node")
+        table.add_column("cpu", justify="left")
+        table.add_column("", justify="right")
+        table.add_column("memory", justify="left")
+        table.add_column("", justify="right")
+        for name, c, m in zip(names, cpu, memory, strict=True):
+            table.add_row(name, bar(c), f"{100 * c:.0f} %", bar(m), f"{100 * m:.0f} %")
+        return table
+
+    def _print_loads(self) -> None:
+        now = self.sim.node_fractions()
+        names, cpu, memory = now.names, now.cpu, now.memory
+        self.report.line(
+            f"t={self.sim.now() / 3600:5.1f} h  spread cpu {100 * _spread(cpu):.1f} pp, "
+            f"memory {100 * _spread(memory):.1f} pp  |  "
+            + "  ".join(f"{n} {100 * m:.0f}%" for n, m in zip(names, memory, strict=True))
+        )
+
+    def cycle(self, cycle: Cycle) -> None:
+        if self._live is not None:
+            self._live.update(self._table())
+            if self.pace > 0:
+                # Spread the run over about ``pace`` seconds so the convergence can be watched.
+                share = self.sim.now() / max(self.sim.end, 1.0)
+                ahead = share * self.pace - self.elapsed()
+                if ahead > 0:
+                    time.sleep(min(ahead, 0.25))
+        elif self.sim.now() - self._last_print >= 3 * 3600:
+            self._last_print = self.sim.now()
+            self._print_loads()
+
+    def event(self, event: Event) -> None:
+        if event.kind in ("started", "replanned"):
+            return
+        stamp = f"{event.at / 3600:5.1f} h"
+        line = f"{stamp}  {event}"
+        if self._live is not None:
+            self._live.console.print(line, markup=False, highlight=False)
+        else:
+            self.report.line(line)
+
+
+def _spread(values: Sequence[float]) -> float:
+    return (max(values) - min(values)) if len(values) > 1 else 0.0
+
+
+def add_demo_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "demo",
+        help="the controller in active mode against a simulated cluster, live (built-in scenario)",
+    )
+    p.add_argument("--days", type=_days, help="simulated days (default: the scenario's)")
+    p.add_argument("--fast", action="store_true", help="do not pace the live view")
+    p.set_defaults(func=cmd_demo)

@@ -1,0 +1,258 @@
+"""The controller's configuration file (YAML), validated with one-line errors.
+
+``docs/configuration.md`` documents every key and default. The shape::
+
+    version: 1
+    cluster: prod                 # name in logs and in the history (default: the backend's)
+    mode: shadow                  # shadow (default: record only) | active (migrate)
+    backend:
+      type: file | sim | proxmox  # and the keys of that backend
+    history: history.sqlite       # relative paths are relative to this file
+    lock: history.sqlite.lock     # default: the history path + ".lock"
+    policy: {...}                 # see opendrs.engine.policy.parse_policy
+    executor: {max_parallel, max_node_inflow, timeout, poll_interval}
+    settings: {...}               # cluster settings, as in a snapshot (replace the backend's)
+    log: {level: info}
+
+Nothing migrates unless ``mode: active`` is written in the file.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path as FsPath
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+from opendrs.controller.executor import ExecutorConfig
+from opendrs.engine.policy import PolicyConfig, parse_policy
+from opendrs.model.cluster import Settings
+from opendrs.model.document import DocumentError, Path, parse, read_file
+from opendrs.model.snapshot import SnapshotReader
+
+if TYPE_CHECKING:
+    from opendrs.backends.base import Backend, Clock
+    from opendrs.backends.proxmox import ProxmoxConfig
+
+__all__ = ["BackendConfig", "Config", "ConfigError", "load_config", "parse_config"]
+
+#: Configuration problems are document problems: one line, ``FILE: PATH: REASON``.
+ConfigError = DocumentError
+
+VERSION: Final = 1
+MODES: Final = ("shadow", "active")
+BACKENDS: Final = ("file", "sim", "proxmox")
+LOG_LEVELS: Final = ("debug", "info", "warning", "error")
+_TOP_KEYS: Final = (
+    "version",
+    "cluster",
+    "mode",
+    "backend",
+    "history",
+    "lock",
+    "policy",
+    "executor",
+    "settings",
+    "log",
+)
+_EXECUTOR_KEYS: Final = (
+    "max_parallel",
+    "max_node_inflow",
+    "timeout",
+    "poll_interval",
+    "avoid_after_failure",
+)
+
+
+@dataclass(frozen=True)
+class BackendConfig:
+    """Which cluster to drive and how to reach it."""
+
+    type: Literal["file", "sim", "proxmox"]
+    #: ``file``: the snapshot file.
+    path: str | None = None
+    #: ``sim``: the scenario file, or ``None`` for the built-in one named by ``builtin``.
+    scenario: str | None = None
+    builtin: str = "month"
+    #: ``sim``: simulated days (``None``: the scenario's duration).
+    days: float | None = None
+    #: ``proxmox``: the connection.
+    proxmox: ProxmoxConfig | None = None
+
+
+@dataclass(frozen=True)
+class Config:
+    """A validated configuration."""
+
+    file: str
+    backend: BackendConfig
+    history: str
+    lock: str
+    cluster: str | None = None
+    mode: Literal["shadow", "active"] = "shadow"
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    executor: ExecutorConfig = field(default_factory=ExecutorConfig)
+    settings: Settings | None = None
+    log_level: str = "info"
+
+    @property
+    def active(self) -> bool:
+        return self.mode == "active"
+
+    def make_backend(self) -> tuple[Backend, Clock]:
+        """The backend this configuration names, and the clock that goes with it."""
+        from opendrs.backends.base import SystemClock
+
+        if self.backend.type == "file":
+            from opendrs.backends.file import FileBackend
+
+            assert self.backend.path is not None
+            return FileBackend(self.backend.path, self.settings), SystemClock()
+        if self.backend.type == "sim":
+            from opendrs.backends.sim import Simulator, builtin_scenario, load_scenario
+
+            scenario = (
+                load_scenario(self.backend.scenario)
+                if self.backend.scenario is not None
+                else builtin_scenario(self.backend.builtin)
+            )
+            sim = Simulator(scenario, days=self.backend.days, threshold=self.policy.threshold)
+            return sim, sim
+        from opendrs.backends.proxmox import ProxmoxBackend
+
+        assert self.backend.proxmox is not None
+        backend = ProxmoxBackend(
+            self.backend.proxmox, self.settings or Settings(), cluster_name=self.cluster
+        )
+        return backend, SystemClock()
+
+
+class _ConfigReader(SnapshotReader):
+    """Reads a configuration document (snapshot settings included)."""
+
+    def __init__(self, filename: str) -> None:
+        super().__init__(filename)
+        self.base = FsPath(filename).parent if not filename.startswith("<") else FsPath(".")
+
+    def local_path(self, value: object, path: Path) -> str:
+        """A file path; relative paths are taken relative to the configuration file."""
+        text = self.text(value, path)
+        expanded = FsPath(os.path.expanduser(text))
+        return str(expanded if expanded.is_absolute() else self.base / expanded)
+
+    def config(self, data: object) -> Config:
+        top = self.mapping(data, ())
+        self.check_keys(top, (), _TOP_KEYS)
+        if "version" in top:
+            version = self.integer(top["version"], ("version",), minimum=1, maximum=10**6)
+            if version != VERSION:
+                self.fail(("version",), f"this opendrs reads version {VERSION}, not {version}")
+        cluster = self.text(top["cluster"], ("cluster",)) if "cluster" in top else None
+        mode = self.choice(top.get("mode", "shadow"), ("mode",), MODES)
+        backend = self.backend(self.require(top, "backend", ()), ("backend",))
+        default_history = "history.sqlite"
+        history = self.local_path(top.get("history", default_history), ("history",))
+        lock = self.local_path(top["lock"], ("lock",)) if "lock" in top else history + ".lock"
+        policy = parse_policy(self, top["policy"], ("policy",)) if "policy" in top else None
+        settings = self.settings(top["settings"], ("settings",)) if "settings" in top else None
+        executor = self.executor(top.get("executor"), ("executor",), policy)
+        level = "info"
+        if "log" in top:
+            log = self.mapping(top["log"], ("log",))
+            self.check_keys(log, ("log",), ("level",))
+            if "level" in log:
+                level = self.choice(log["level"], ("log", "level"), LOG_LEVELS)
+        return Config(
+            file=self.filename,
+            backend=backend,
+            history=history,
+            lock=lock,
+            cluster=cluster,
+            mode=mode,  # type: ignore[arg-type]
+            policy=policy or PolicyConfig(),
+            executor=executor,
+            settings=settings,
+            log_level=level,
+        )
+
+    def backend(self, value: object, path: Path) -> BackendConfig:
+        mapping = self.mapping(value, path)
+        kind = self.choice(self.require(mapping, "type", path), (*path, "type"), BACKENDS)
+        if kind == "file":
+            self.check_keys(mapping, path, ("type", "path"))
+            return BackendConfig(
+                "file", path=self.local_path(self.require(mapping, "path", path), (*path, "path"))
+            )
+        if kind == "sim":
+            self.check_keys(mapping, path, ("type", "scenario", "days"))
+            scenario: str | None = None
+            builtin = "month"
+            if "scenario" in mapping:
+                text = self.text(mapping["scenario"], (*path, "scenario"))
+                if text.startswith("builtin:"):
+                    builtin = text.removeprefix("builtin:")
+                else:
+                    scenario = self.local_path(text, (*path, "scenario"))
+            days = None
+            if "days" in mapping:
+                days = self.number(mapping["days"], (*path, "days"), positive=True, maximum=3660)
+            return BackendConfig("sim", scenario=scenario, builtin=builtin, days=days)
+        from opendrs.backends.proxmox import parse_proxmox
+
+        return BackendConfig("proxmox", proxmox=parse_proxmox(self, mapping, path))
+
+    def executor(self, value: object, path: Path, policy: PolicyConfig | None) -> ExecutorConfig:
+        base = ExecutorConfig()
+        if policy is not None:
+            base = replace(
+                base,
+                max_parallel=policy.max_parallel,
+                max_node_inflow=policy.max_node_inflow,
+                avoid_after_failure=policy.avoid_after_failure,
+                cooldown=policy.cooldown,
+            )
+        if value is None:
+            return base
+        mapping = self.mapping(value, path)
+        self.check_keys(mapping, path, _EXECUTOR_KEYS)
+        fields: dict[str, Any] = {}
+        for key in ("max_parallel", "max_node_inflow"):
+            if key in mapping:
+                fields[key] = self.integer(mapping[key], (*path, key), minimum=1, maximum=100_000)
+        for key in ("timeout", "poll_interval", "avoid_after_failure"):
+            if key in mapping:
+                seconds = self.duration(mapping[key], (*path, key))
+                if seconds <= 0 and key != "avoid_after_failure":
+                    self.fail((*path, key), "must be longer than 0 seconds")
+                fields[key] = seconds
+        return replace(base, **fields)
+
+
+def parse_config(data: object, *, filename: str = "<config>") -> Config:
+    """Validate a parsed configuration document; :class:`ConfigError` for the first problem."""
+    try:
+        return _ConfigReader(filename).config(data)
+    except DocumentError:
+        raise
+    except RecursionError:
+        raise ConfigError(filename, "", "the document is nested too deeply") from None
+
+
+def load_config(path: str | os.PathLike[str]) -> Config:
+    """Read and validate a configuration file."""
+    filename, data = read_file(path)
+    return parse_config(parse(data, filename=filename), filename=filename)
+
+
+def describe_config(config: Config) -> Mapping[str, object]:
+    """A summary of a configuration for logs (never any secret)."""
+    return {
+        "file": config.file,
+        "cluster": config.cluster,
+        "mode": config.mode,
+        "backend": config.backend.type,
+        "history": config.history,
+        "policy": config.policy.name,
+        "strategy": config.policy.strategy,
+    }

@@ -1,0 +1,306 @@
+"""The daemon: observe every interval, apply the policy, plan, execute — for months.
+
+One :class:`Controller` drives any backend (a snapshot file, the simulator, Proxmox VE) on the
+backend's clock, so ``opendrs run`` against a real cluster and ``opendrs simulate`` run the same
+code. Each cycle:
+
+1. observe the cluster (a failed observation is logged and the cycle skipped);
+2. smooth the measured usage over the policy's window;
+3. ask the policy (:func:`opendrs.engine.policy.decide`) whether to act — never while a plan is
+   still executing;
+4. record the decision in the history; in **shadow** mode (the default) log the migrations it
+   would make, in **active** mode hand the plan to the :class:`Executor`.
+
+Between cycles the executor is ticked every ``poll_interval`` while it is busy: migrations start
+as soon as others finish. At start-up the executor reconciles the migrations the history lists as
+in flight, so a restart loses nothing and repeats nothing. :class:`InstanceLock` keeps a second
+instance away from the same history.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import logging
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from opendrs.backends.base import Backend, BackendError, Clock, SystemClock
+from opendrs.controller.config import Config
+from opendrs.controller.executor import Event, Executor
+from opendrs.controller.history import History
+from opendrs.engine.policy import Decision, Memory, PolicyConfig, PolicyState, UsageWindow, decide
+from opendrs.model.cluster import Cluster, Move
+
+log = logging.getLogger(__name__)
+
+#: A decision not to act is recorded when its kind of reason changes, or after this long.
+RECORD_EVERY = 3600.0
+_DIGITS = re.compile(r"[0-9][0-9.,]*")
+
+__all__ = ["Controller", "Cycle", "InstanceLock", "LockError"]
+
+
+class LockError(Exception):
+    """Another instance holds the lock; ``str()`` is one line."""
+
+
+class InstanceLock:
+    """An exclusive ``flock`` on a file next to the history: one instance per cluster."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise LockError(f"{self.path}: cannot open the lock file: {exc.strerror}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            holder = ""
+            with contextlib.suppress(OSError):
+                holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+            os.close(fd)
+            if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                who = f" (pid {holder})" if holder.isdigit() else ""
+                raise LockError(
+                    f"{self.path}: another opendrs instance{who} is running for this cluster"
+                ) from None
+            raise LockError(f"{self.path}: cannot lock: {exc.strerror}") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> InstanceLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+@dataclass(frozen=True)
+class Cycle:
+    """What one cycle saw and decided."""
+
+    at: float
+    cluster: Cluster | None
+    decision: Decision | None
+    decision_id: int | None = None
+    error: str | None = None
+
+
+class Controller:
+    """Observe → policy → plan → execute, on the backend's clock."""
+
+    def __init__(
+        self,
+        config: Config,
+        backend: Backend,
+        clock: Clock,
+        history: History,
+        *,
+        on_event: Callable[[Event], None] | None = None,
+        on_cycle: Callable[[Cycle], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.backend = backend
+        self.clock = clock
+        self.history = history
+        self.on_cycle = on_cycle
+        self.executor = Executor(backend, clock, history, config.executor, on_event=on_event)
+        self.state = PolicyState()
+        self.window = UsageWindow()
+        self.cycles: list[Cycle] = []
+        self._last_none: tuple[str, float] | None = None
+        self._cluster_bound = False
+
+    @property
+    def policy(self) -> PolicyConfig:
+        return self.config.policy
+
+    # -- configuration -------------------------------------------------------------------------
+
+    def reload(self, config: Config) -> None:
+        """Take a new configuration (SIGHUP). The backend stays; the rest follows the file."""
+        if config.backend != self.config.backend:
+            log.warning("the backend section changed: it takes effect at the next restart")
+        self.config = replace(config, backend=self.config.backend)
+        self.executor.config = config.executor
+        log.info(
+            "configuration reloaded from %s: mode %s, policy %s",
+            config.file,
+            config.mode,
+            config.policy.name,
+        )
+
+    # -- one cycle -----------------------------------------------------------------------------
+
+    def memory(self, now: float) -> Memory:
+        """What the history tells the policy: cooldowns, departures, failed targets."""
+        departures = self.history.departures(now - self.policy.no_return)
+        return Memory(
+            cooldown_until=self.history.cooldowns(now),
+            departures={g: tuple(v) for g, v in departures.items()},
+            avoid=self.history.avoided(now),
+        )
+
+    def observe(self) -> Cluster:
+        cluster = self.backend.observe()
+        if self.config.settings is not None and cluster.settings != self.config.settings:
+            cluster = replace(cluster, settings=self.config.settings)
+        if self.config.cluster is not None and cluster.name != self.config.cluster:
+            cluster = replace(cluster, name=self.config.cluster)
+        if not self._cluster_bound:
+            self.history.bind(cluster.name)
+            self._cluster_bound = True
+        return cluster
+
+    def cycle(self, *, policy: PolicyConfig | None = None) -> Cycle:
+        """Observe, decide and (in active mode) hand the plan to the executor."""
+        policy = policy or self.policy
+        now = self.clock.now()
+        try:
+            cluster = self.observe()
+        except BackendError as exc:
+            log.warning("cannot observe the cluster: %s", exc)
+            result = Cycle(now, None, None, error=exc.reason)
+            self._done(result)
+            return result
+        self.window = self.window.add(now, cluster, policy.smoothing)
+        smoothed = self.window.smoothed(cluster)
+        decision = decide(
+            smoothed, now, policy, self.state, self.memory(now), busy=self.executor.busy
+        )
+        self.state = decision.state
+        decision_id = self._record(now, cluster, decision, policy)
+        if decision.act and decision.plan is not None and decision.plan.moves:
+            if self.config.active:
+                self.executor.submit(decision.plan, decision_id)
+                self.executor.tick()
+            else:
+                for move in decision.plan.moves:
+                    log.info(
+                        "shadow: would migrate %s %s → %s (step %d)",
+                        move.guest,
+                        move.source,
+                        move.target,
+                        move.step,
+                    )
+        result = Cycle(now, cluster, decision, decision_id)
+        self._done(result)
+        return result
+
+    def _done(self, cycle: Cycle) -> None:
+        self.cycles.append(cycle)
+        if len(self.cycles) > 1000:
+            del self.cycles[:-500]
+        if self.on_cycle is not None:
+            self.on_cycle(cycle)
+
+    def _record(
+        self, now: float, cluster: Cluster, decision: Decision, policy: PolicyConfig
+    ) -> int | None:
+        """Record every decision to act; one not to act when its kind of reason changes, or
+        hourly (a decision every few minutes saying "balanced" would only bury the others)."""
+        kind = decision.kind if decision.act else "none"
+        category = _DIGITS.sub("#", decision.reason)
+        if not decision.act:
+            last = self._last_none
+            if last is not None and last[0] == category and now - last[1] < RECORD_EVERY:
+                return None
+            self._last_none = (category, now)
+        else:
+            self._last_none = None
+        level = logging.INFO if decision.act else logging.DEBUG
+        log.log(level, "decision (%s): %s", self.config.mode, decision.reason)
+        summary = {
+            "nodes": len(cluster.nodes),
+            "usable_nodes": sum(1 for n in cluster.nodes if n.usable),
+            "guests": len(cluster.guests),
+            "migrating": sum(1 for g in cluster.guests if g.migrating_to is not None),
+            "metric": policy.metric,
+            "strategy": policy.strategy,
+        }
+        plan = decision.plan.as_dict()["moves"] if decision.plan is not None else []
+        return self.history.record_decision(
+            at=now,
+            cluster=cluster.name,
+            mode=self.config.mode,
+            policy=policy.name,
+            action=kind,
+            reason=decision.reason,
+            imbalance=decision.metric,
+            predicted=decision.predicted,
+            summary=summary,
+            plan=plan,  # type: ignore[arg-type]
+        )
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def run(
+        self,
+        *,
+        once: bool = False,
+        until: float | None = None,
+        should_stop: Callable[[], bool] = lambda: False,
+        take_reload: Callable[[], Config | None] = lambda: None,
+    ) -> None:
+        """Run until ``should_stop()``, until the clock reaches ``until``, or one cycle (``once``).
+
+        ``once`` makes one decision with ``hold`` 1 (a single observation cannot be held for
+        several) and, in active mode, follows its plan to the end before returning.
+        """
+        for event in self.executor.reconcile():
+            log.info("reconciled: %s", event)
+        next_cycle = self.clock.now()
+        decided = False
+        while not should_stop():
+            fresh = take_reload()
+            if fresh is not None:
+                self.reload(fresh)
+            now = self.clock.now()
+            if until is not None and now >= until:
+                break
+            if self.executor.busy:
+                self.executor.tick()
+            if now >= next_cycle and not (once and decided):
+                policy = replace(self.policy, hold=min(self.policy.hold, 1)) if once else None
+                self.cycle(policy=policy)
+                decided = True
+                next_cycle = now + self.policy.interval
+            if once and decided and not self.executor.busy:
+                break
+            busy = self.executor.busy
+            wait = self.config.executor.poll_interval if busy or once else next_cycle - now
+            if until is not None:
+                wait = min(wait, until - now)
+            self._sleep(max(wait, 0.0), should_stop)
+
+    def _sleep(self, seconds: float, should_stop: Callable[[], bool]) -> None:
+        """Sleep on the clock; a real clock in slices so that a stop request is seen soon."""
+        if not isinstance(self.clock, SystemClock):
+            self.clock.sleep(seconds)
+            return
+        end = self.clock.now() + seconds
+        while not should_stop():
+            left = end - self.clock.now()
+            if left <= 0:
+                break
+            self.clock.sleep(min(left, 0.5))
+
+    def pending(self) -> tuple[Move, ...]:
+        """Migrations queued or in flight."""
+        return (*self.executor.in_flight, *self.executor.queued)

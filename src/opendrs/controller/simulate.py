@@ -1,0 +1,163 @@
+"""``opendrs simulate``: the controller against the simulator, one run per policy, side by side.
+
+Every policy runs the same controller code (:class:`~opendrs.controller.loop.Controller`, in
+active mode, with a history in memory) against a fresh :class:`~opendrs.backends.sim.Simulator`
+of the same scenario and seed, so the runs differ only by the policy. The peers' behaviour is
+emulated by their presets (:data:`opendrs.engine.policy.PRESETS`).
+
+The stability report of a run:
+
+* ``migrations`` / ``migrations_per_day`` — migrations the controller started (recoveries after a
+  node failure are the simulated HA manager's, not counted);
+* ``ping_pongs`` — migrations that took a guest back to a node it had left, by a finished
+  migration, less than 24 hours before;
+* ``pct_time_above_threshold`` — share of the simulated steps whose imbalance (the largest spread
+  of the weighted resources over the usable nodes, instantaneous measured load) is above the
+  report's threshold — the same yardstick for every policy;
+* ``capacity_violations`` — (node, step) pairs over a hard capacity limit (must be 0);
+* ``failed_migrations`` and how they were handled — ``failures_moved_later`` guests that reached
+  another node afterwards, ``failures_left`` those that stayed;
+* ``max_node_load`` — the highest cpu or memory fraction of any node at any step.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from opendrs.backends.sim import Scenario, Simulator
+from opendrs.controller.config import BackendConfig, Config
+from opendrs.controller.executor import ExecutorConfig
+from opendrs.controller.history import History
+from opendrs.controller.loop import Controller
+from opendrs.engine.policy import PolicyConfig
+
+__all__ = ["StabilityReport", "ping_pongs", "run_policy"]
+
+DAY = 86_400.0
+PING_PONG_WINDOW = DAY
+
+
+@dataclass(frozen=True)
+class StabilityReport:
+    """How one policy behaved over a simulated period."""
+
+    policy: str
+    strategy: str
+    days: float
+    threshold: float
+    migrations: int
+    migrations_per_day: float
+    ping_pongs: int
+    pct_time_above_threshold: float
+    mean_imbalance: float
+    capacity_violations: int
+    failed_migrations: int
+    failures_moved_later: int
+    failures_left: int
+    max_node_load: float
+    recoveries: int
+    decisions: int
+    wall_seconds: float
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        for key, value in out.items():
+            if isinstance(value, float):
+                out[key] = round(value, 6)
+        return out
+
+
+def ping_pongs(records: Iterable[Any], window: float = PING_PONG_WINDOW) -> int:
+    """Finished migrations that took a guest back to a node it left less than ``window`` ago.
+
+    ``records`` need ``guest``, ``source``, ``target``, ``started``, ``ended`` and ``outcome``.
+    """
+    left: dict[str, list[tuple[str, float]]] = {}
+    count = 0
+    done = sorted((r for r in records if r.outcome == "done"), key=lambda r: (r.started, r.guest))
+    for r in done:
+        if any(node == r.target and r.started - at < window for node, at in left.get(r.guest, ())):
+            count += 1
+        left.setdefault(r.guest, []).append((r.source, r.ended))
+    return count
+
+
+def executor_config(policy: PolicyConfig) -> ExecutorConfig:
+    return ExecutorConfig(
+        max_parallel=policy.max_parallel,
+        max_node_inflow=policy.max_node_inflow,
+        avoid_after_failure=policy.avoid_after_failure,
+        cooldown=policy.cooldown,
+    )
+
+
+def run_policy(
+    scenario: Scenario,
+    policy: PolicyConfig,
+    *,
+    days: float | None = None,
+    threshold: float = 0.15,
+    progress: Callable[[float, float], None] | None = None,
+) -> StabilityReport:
+    """Run the controller with ``policy`` over the scenario; the stability report."""
+    started = time.perf_counter()
+    sim = Simulator(scenario, days=days, threshold=threshold)
+    config = Config(
+        file="<simulate>",
+        backend=BackendConfig("sim"),
+        history=":memory:",
+        lock="",
+        mode="active",
+        policy=policy,
+        executor=executor_config(policy),
+    )
+    history = History(":memory:")
+    on_cycle = None
+    if progress is not None:
+
+        def on_cycle(_cycle: object) -> None:
+            progress(sim.now(), sim.end)
+
+    controller = Controller(config, sim, sim, history, on_cycle=on_cycle)
+    try:
+        controller.run(until=sim.end)
+        decisions = len(history.decisions())
+    finally:
+        history.close()
+        sim.close()
+    return report_from(sim, policy, threshold, decisions, time.perf_counter() - started)
+
+
+def report_from(
+    sim: Simulator, policy: PolicyConfig, threshold: float, decisions: int, wall: float
+) -> StabilityReport:
+    stats = sim.stats()
+    ours = [r for r in sim.migrations if r.cause == "controller"]
+    days = max(stats.seconds / DAY, 1e-9)
+    failed = [r for r in ours if r.outcome == "failed"]
+    moved_later = 0
+    for f in failed:
+        if any(r.guest == f.guest and r.outcome == "done" and r.started >= f.started for r in ours):
+            moved_later += 1
+    return StabilityReport(
+        policy=policy.name,
+        strategy=policy.strategy,
+        days=stats.seconds / DAY,
+        threshold=threshold,
+        migrations=len(ours),
+        migrations_per_day=len(ours) / days,
+        ping_pongs=ping_pongs(ours),
+        pct_time_above_threshold=100.0 * stats.steps_above / max(stats.steps, 1),
+        mean_imbalance=stats.mean_imbalance,
+        capacity_violations=stats.capacity_violations,
+        failed_migrations=len(failed),
+        failures_moved_later=moved_later,
+        failures_left=len(failed) - moved_later,
+        max_node_load=stats.max_node_load,
+        recoveries=sum(1 for r in sim.migrations if r.cause == "recovery"),
+        decisions=decisions,
+        wall_seconds=wall,
+    )

@@ -1,0 +1,1118 @@
+"""Policy: *when* to act — turns a stream of observations into decisions, without flapping.
+
+A strategy says where guests should run; the policy says whether to move them now. It is a pure
+function of explicit immutable values: :func:`decide` takes the (smoothed) cluster, the time, a
+:class:`PolicyConfig`, the previous :class:`PolicyState` and what the controller's history knows
+(:class:`Memory`), and returns a :class:`Decision` with the next state. Every guard the peers use
+against flapping is here, each one configurable:
+
+* **Smoothing** (:class:`UsageWindow`) — the measured usage of each guest (and each node's own
+  load) is averaged over the last ``smoothing`` seconds, so that a one-observation spike does not
+  look like an imbalance. The controller adds each observation to the window and decides on
+  :meth:`UsageWindow.smoothed`.
+* **Threshold** — nothing happens while the imbalance ``metric`` is at or below ``threshold``:
+  ``spread`` (opendrs: the largest max − min of the weighted resources' load fractions,
+  :func:`~opendrs.engine.imbalance.balance_spread`), ``cv`` (Proxmox: population σ / mean of the
+  combined load ``(cpu + memory) / 2``), ``memory-spread`` (ProxLB: max − min of the memory
+  fractions) — all on the usable nodes — or ``none`` (the strategy's own trigger decides).
+* **Hold** — the metric must be above the threshold for ``hold`` observations in a row (Proxmox's
+  hold duration). As in Proxmox the count restarts at every attempt, acted on or not, so a plan
+  refused by the margin is not asked for again before ``hold`` more observations.
+* **Margin** — a plan is carried out only if it improves the metric by at least ``margin``,
+  relative: ``(metric − predicted) / metric ≥ margin`` (Proxmox's rule), the prediction being the
+  metric of the cluster after the plan's moves. ``margin`` 0 turns the check off (ProxLB, Incus).
+* **Cooldown** — a guest moved less than ``cooldown`` seconds ago is not moved again (Incus's 6 h);
+  **no return** — a guest never goes back to a node it left less than ``no_return`` seconds ago;
+  **avoid** — after a failed migration, that target is kept off for ``avoid_after_failure``
+  seconds. All three come from :class:`Memory` and become *forbidden placements*, which every
+  strategy honours and the planner's own retries add to.
+* **Minimum uptime** — guests up for less than ``min_uptime`` seconds stay where they are.
+* **Batch** — at most ``batch`` migrations per decision: passed to strategies that take
+  ``max_moves`` (or ``batch``); other proposals are cut to the first ``batch`` migrations in
+  proposal order, hard-affinity bundles whole, and the cut target is planned again.
+* **Busy** — while a plan is executing nothing is decided and the hold count stands still (Proxmox
+  skips its rounds without counting while a service migrates).
+
+**Repairs** come before all of that: a guest that breaks a hard constraint now and may move — on a
+node in maintenance, outside its strict node affinity, with a hard anti-affinity partner on its
+node, split from its hard-affinity bundle, or on a node over a capacity limit — is moved at once,
+bypassing threshold, hold and margin but never a forbidden placement. The repair is opendrs's,
+whatever the strategy: ``balance``'s repair phase, asked for nothing else (the peers rely on their
+own evacuation — Proxmox HA's maintenance mode, ``incus cluster evacuate``). Guests on an offline
+node cannot be migrated; recovering them is the HA stack's job.
+
+**Presets** (:data:`PRESETS`) emulate the peers for the simulator's side-by-side report:
+
+* ``opendrs`` — the defaults: spread above 15 pp for 3 observations, a plan must cut it by 10 %,
+  balanced to 5 pp by ``balance``, at most 10 migrations, 6 h cooldown, 24 h no-return, 10 min
+  minimum uptime, 30 min smoothing, failed targets avoided for 1 h.
+* ``proxmox`` — Proxmox VE's auto-rebalance (``Manager.pm`` ``load_balance``, reference
+  ``proxmox-crs.md`` §5): CV of the combined load above 0.3 for 3 rounds (a 60 s interval stands
+  for its HA rounds), the move must improve it by 10 % relative, one move per trigger by
+  ``pve-bruteforce``, one migration at a time; no cooldown ("there is no per-guest cooldown"), no
+  no-return window, no smoothing, no minimum uptime.
+* ``incus`` — Incus's automatic rebalancing (``cluster.rebalance.*``, ``other-balancers.md`` §1):
+  every 15 minutes the ``incus`` strategy applies its own trigger (a 20 % gap relative to the
+  busiest member), one move per run (``batch`` 1), a 6 h cooldown; no hold, margin or smoothing.
+* ``proxlb`` — ProxLB 2.3.0 (``proxlb.md`` §1): every 12 h (its default schedule), the memory
+  spread above 10 pp (balanciness 10) triggers ``proxlb-greedy``, which moves as many guests as its
+  run decides (no batch), five migrations at a time (``parallel_jobs``) and no inflow limit; no
+  hold, margin, cooldown or smoothing (ProxLB reads the current memory use).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any, Literal
+
+import numpy as np
+
+from opendrs.engine.constraints import Constraints, current_assign, movability
+from opendrs.engine.imbalance import balance_spread, cv
+from opendrs.engine.planner import Plan, plan_moves, plan_with_retries
+from opendrs.engine.strategies import REGISTRY, get_strategy
+from opendrs.engine.strategies.balance import propose_balance
+from opendrs.engine.strategies.base import Proposal, cluster_imbalance
+from opendrs.engine.usage import LoadModel, loaded_nodes
+from opendrs.model.cluster import Cluster, Guest, Node, updater
+from opendrs.model.document import Path, Reader, describe
+
+Metric = Literal["spread", "cv", "memory-spread", "none"]
+DecisionKind = Literal["none", "plan", "repair"]
+METRICS: tuple[str, ...] = ("spread", "cv", "memory-spread", "none")
+#: Strategy parameters the policy itself fills in (never options).
+_RESERVED = ("cluster", "forbidden")
+#: ``target_spread`` that asks ``balance`` for its repairs only.
+_REPAIR_ONLY = 1e6
+
+
+def _frozen(value: Mapping[Any, Any] | None) -> Mapping[Any, Any]:
+    return MappingProxyType(dict(value or {}))
+
+
+# --------------------------------------------------------------------------------------------
+# Configuration
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyConfig:
+    """When to act; see the module docstring for each guard. Durations are in seconds."""
+
+    name: str = "opendrs"
+    #: Seconds between observations and decisions (the controller loop's period).
+    interval: int = 300
+    metric: Metric = "spread"
+    #: Act only when the metric is above this (spreads are fractions: 0.15 = 15 pp).
+    threshold: float = 0.15
+    #: Balance to this spread (passed to strategies that take ``target_spread``).
+    target: float = 0.05
+    #: Observations in a row above the threshold before acting (0 acts like 1).
+    hold: int = 3
+    #: Least relative improvement of the metric a plan must bring; 0: no check.
+    margin: float = 0.10
+    cooldown: int = 6 * 3600
+    no_return: int = 24 * 3600
+    #: Most migrations per decision; 0: no limit.
+    batch: int = 10
+    min_uptime: int = 600
+    #: Moving-average window over measured usage; 0: off.
+    smoothing: int = 1800
+    avoid_after_failure: int = 3600
+    strategy: str = "balance"
+    #: Extra strategy options (they win over what the policy fills in).
+    options: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
+    #: Executor limits this policy implies (None: the cluster's settings).
+    max_parallel: int | None = None
+    max_node_inflow: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "options", _frozen(self.options))
+        if not self.name or not isinstance(self.name, str):
+            raise ValueError(f"policy name: expected a non-empty name, got {self.name!r}")
+        if self.metric not in METRICS:
+            raise ValueError(
+                f"policy metric: expected one of {', '.join(METRICS)}, got {self.metric!r}"
+            )
+        for key in ("threshold", "target", "margin"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError(f"policy {key}: expected a number, got {value!r}")
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(f"policy {key}: expected a finite number ≥ 0, got {value!r}")
+        for key in (
+            "interval",
+            "hold",
+            "cooldown",
+            "no_return",
+            "batch",
+            "min_uptime",
+            "smoothing",
+            "avoid_after_failure",
+        ):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"policy {key}: expected a whole number ≥ 0, got {value!r}")
+        if self.interval < 1:
+            raise ValueError(f"policy interval: must be at least 1 second, got {self.interval}")
+        for key in ("max_parallel", "max_node_inflow"):
+            value = getattr(self, key)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 1
+            ):
+                raise ValueError(
+                    f"policy {key}: expected a whole number ≥ 1 or none, got {value!r}"
+                )
+        if self.strategy not in REGISTRY:
+            raise ValueError(
+                f"policy strategy: unknown strategy {self.strategy!r} "
+                f"(known: {', '.join(sorted(REGISTRY))})"
+            )
+
+
+#: The emulated peers (see the module docstring), and opendrs's own defaults.
+PRESETS: Mapping[str, PolicyConfig] = MappingProxyType(
+    {
+        "opendrs": PolicyConfig(),
+        "proxmox": PolicyConfig(
+            name="proxmox",
+            interval=60,
+            metric="cv",
+            threshold=0.3,
+            hold=3,
+            margin=0.1,
+            cooldown=0,
+            no_return=0,
+            batch=1,
+            min_uptime=0,
+            smoothing=0,
+            avoid_after_failure=0,
+            strategy="pve-bruteforce",
+            max_parallel=1,
+        ),
+        "incus": PolicyConfig(
+            name="incus",
+            interval=15 * 60,
+            metric="none",
+            threshold=0.0,
+            hold=1,
+            margin=0.0,
+            cooldown=6 * 3600,
+            no_return=0,
+            batch=1,
+            min_uptime=0,
+            smoothing=0,
+            avoid_after_failure=0,
+            strategy="incus",
+            max_parallel=1,
+        ),
+        "proxlb": PolicyConfig(
+            name="proxlb",
+            interval=12 * 3600,
+            metric="memory-spread",
+            threshold=0.10,
+            hold=1,
+            margin=0.0,
+            cooldown=0,
+            no_return=0,
+            batch=0,
+            min_uptime=0,
+            smoothing=0,
+            avoid_after_failure=0,
+            strategy="proxlb-greedy",
+            max_parallel=5,
+            max_node_inflow=5,
+        ),
+    }
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Metrics
+
+
+_WITH_USAGE = updater(Guest, "cpu_used", "memory_used")
+
+
+def _usable_fractions(cluster: Cluster, loads: LoadModel | None = None) -> np.ndarray:
+    """Load fractions (N', R) of the usable nodes that have capacity."""
+    loads = loads if loads is not None else LoadModel.build(cluster)
+    usable = np.array([n.usable for n in cluster.nodes], dtype=bool)
+    usable &= np.all(loads.capacity > 0, axis=1)
+    return loads.fractions()[usable]
+
+
+def measure(cluster: Cluster, metric: str, loads: LoadModel | None = None) -> float:
+    """The imbalance ``metric`` of ``cluster`` on its usable nodes (0 for ``none``).
+
+    ``spread``: :func:`~opendrs.engine.imbalance.balance_spread` with the cluster's weights;
+    ``cv``: population σ / mean of ``(cpu + memory) / 2`` (Proxmox, not normalised);
+    ``memory-spread``: max − min of the memory fractions (ProxLB). Raises ValueError for another
+    name. ``loads`` may pass the cluster's :class:`LoadModel` when it is built already.
+    """
+    if metric == "none":
+        return 0.0
+    if metric not in METRICS:
+        raise ValueError(f"unknown metric {metric!r} (known: {', '.join(METRICS)})")
+    f = _usable_fractions(cluster, loads)
+    if metric == "spread":
+        settings = cluster.settings
+        return balance_spread(f, [settings.weight_cpu, settings.weight_memory])
+    if metric == "cv":
+        return float(cv(f.mean(axis=1))) if f.shape[0] else 0.0
+    memory = f[:, 1]
+    return float(memory.max() - memory.min()) if memory.size >= 2 else 0.0
+
+
+def _rules_may_break(cluster: Cluster) -> bool:
+    """Whether a hard or strict rule may be broken now (conservatively)."""
+    rules = cluster.rules
+    guest_index = cluster.guest_index
+    usable = frozenset(n.name for n in cluster.nodes if n.usable)
+    for rule in rules.node_affinity:
+        if not rule.strict:
+            continue
+        allowed = rule.top_nodes(usable)
+        for gid in rule.guests:
+            j = guest_index.get(gid)
+            if j is not None and cluster.guests[j].node not in allowed:
+                return True
+    for affinity in rules.guest_affinity:
+        if not affinity.hard:
+            continue
+        members = [cluster.guests[guest_index[g]] for g in affinity.guests if g in guest_index]
+        places = [{g.node, g.migrating_to} - {None} for g in members]
+        if affinity.positive:
+            if len({g.node for g in members}) > 1:
+                return True
+        else:
+            seen: set[str | None] = set()
+            for where in places:
+                if where & seen:
+                    return True
+                seen |= where
+    return False
+
+
+def may_need_repair(cluster: Cluster, loads: LoadModel | None = None) -> bool:
+    """A cheap, conservative screen for :func:`repairs_needed`: False only when none can be.
+
+    Building the full constraints takes milliseconds per hundred guests, and the controller asks
+    at every observation; this screen looks only at what can break a hard constraint: guests on
+    a node in maintenance, hard or strict rules, guests that need an architecture, local disks,
+    and nodes whose configured (all guests counted, migrating ones on both nodes) or measured
+    load is over a limit.
+    """
+    if _rules_may_break(cluster):
+        return True
+    nodes, guests = cluster.nodes, cluster.guests
+    n_nodes = len(nodes)
+    index = cluster.node_index
+    where = np.empty(len(guests), dtype=np.intp)
+    extra: list[tuple[int, int]] = []
+    for j, g in enumerate(guests):
+        if g.arch is not None or (g.disks and g.local_disk_bytes):
+            return True
+        n = index.get(g.node, -1)
+        where[j] = n
+        if g.migrating_to is not None:
+            t = index.get(g.migrating_to, -1)
+            if t >= 0:
+                extra.append((j, t))
+    placed = where >= 0
+    maintenance = np.array([n.maintenance and n.online for n in nodes], dtype=bool)
+    if np.any(maintenance[where[placed]]):
+        return True
+    settings = cluster.settings
+    cpu = np.array([g.cpu for g in guests], dtype=np.float64)
+    memory = np.array([g.memory for g in guests], dtype=np.float64)
+    idx = np.concatenate([where[placed], np.array([t for _, t in extra], dtype=np.intp)])
+    rows = np.concatenate([np.nonzero(placed)[0], np.array([j for j, _ in extra], dtype=np.intp)])
+    vcpus = np.bincount(idx, weights=cpu[rows], minlength=n_nodes)
+    configured = np.bincount(idx, weights=memory[rows], minlength=n_nodes)
+    cores = np.array([max(n.cpu - cluster.reserve_cpu(n), 0.0) for n in nodes])
+    ram = np.array([float(max(n.memory - cluster.reserve_memory(n), 0)) for n in nodes])
+    slack = 1e-9 * np.maximum(np.maximum(cores, ram), 1.0)
+    if np.any(vcpus > cores * settings.cpu_overcommit + slack):
+        return True
+    if np.any(configured > ram * settings.memory_overcommit + slack):
+        return True
+    if settings.mode == "dynamic":
+        model = loads if loads is not None else LoadModel.build(cluster)
+        if np.any(model.loads() > model.capacity + 1e-9 * np.maximum(model.capacity, 1.0)):
+            return True
+    return False
+
+
+def _label(metric: str) -> str:
+    return {"spread": "spread", "cv": "imbalance (CV)", "memory-spread": "memory spread"}.get(
+        metric, metric
+    )
+
+
+def format_metric(metric: str, value: float) -> str:
+    """A metric value as an operator reads it: ``22.4 pp`` for spreads, ``0.42`` for CV."""
+    if metric in ("spread", "memory-spread"):
+        return f"{value * 100:.1f} pp"
+    return f"{value:.2f}"
+
+
+def _format_threshold(metric: str, value: float) -> str:
+    if metric in ("spread", "memory-spread"):
+        return f"{value * 100:g} pp"
+    return f"{value:g}"
+
+
+# --------------------------------------------------------------------------------------------
+# Smoothing
+
+
+def _measured(values: list[float | int | None]) -> np.ndarray:
+    return np.array([np.nan if v is None else float(v) for v in values], dtype=np.float64)
+
+
+def _reindex(old: np.ndarray, old_keys: tuple[str, ...], keys: tuple[str, ...]) -> np.ndarray:
+    """``old`` (S, K) with its columns rearranged for ``keys``; new keys get NaN."""
+    if old_keys == keys:
+        return old
+    position = {k: i for i, k in enumerate(old_keys)}
+    take = np.array([position.get(k, -1) for k in keys], dtype=np.intp)
+    out = np.full((old.shape[0], len(keys)), np.nan)
+    have = take >= 0
+    out[:, have] = old[:, take[have]]
+    return out
+
+
+def _mean(samples: np.ndarray) -> np.ndarray:
+    """Column means over the known (finite) samples; NaN where none is known."""
+    known = np.isfinite(samples)
+    count = known.sum(axis=0)
+    total = np.where(known, samples, 0.0).sum(axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(count > 0, total / np.where(count > 0, count, 1), np.nan)
+
+
+def _readonly(array: np.ndarray) -> np.ndarray:
+    array.setflags(write=False)
+    return array
+
+
+@dataclass(frozen=True, eq=False)
+class UsageWindow:
+    """Recent observations of measured usage, for a moving average; an immutable value.
+
+    Columns follow :attr:`guest_ids` (and :attr:`node_names`); a guest that was not measured in a
+    sample (absent, or ``cpu_used``/``memory_used`` unknown) has NaN there. The index is rebuilt
+    only when the set (or order) of guests changes. The average is the plain mean of the samples
+    in the window — with a regular interval, the time-weighted mean as well.
+    """
+
+    #: Window length in seconds: samples at least this old are dropped; 0 keeps the last only.
+    smoothing: int = 0
+    guest_ids: tuple[str, ...] = ()
+    node_names: tuple[str, ...] = ()
+    times: np.ndarray = field(default_factory=lambda: _readonly(np.zeros(0)))
+    cpu: np.ndarray = field(default_factory=lambda: _readonly(np.zeros((0, 0))))
+    memory: np.ndarray = field(default_factory=lambda: _readonly(np.zeros((0, 0))))
+    base_cpu: np.ndarray = field(default_factory=lambda: _readonly(np.zeros((0, 0))))
+    base_memory: np.ndarray = field(default_factory=lambda: _readonly(np.zeros((0, 0))))
+
+    def __len__(self) -> int:
+        return int(self.times.size)
+
+    def add(self, now: float, cluster: Cluster, smoothing: int | None = None) -> UsageWindow:
+        """The window with ``cluster``'s measurements at ``now``, samples too old dropped.
+
+        ``smoothing`` (seconds) overrides the window's length (and is kept); a sample is dropped
+        once it is ``smoothing`` seconds old, so the window holds the interval
+        ``(now − smoothing, now]``. A second sample at the same time replaces the first. Raises
+        ValueError when ``now`` is earlier than the last sample.
+        """
+        span = self.smoothing if smoothing is None else smoothing
+        if isinstance(span, bool) or not isinstance(span, int | float) or span < 0:
+            raise ValueError(f"usage window: smoothing must be ≥ 0 seconds, got {span!r}")
+        if self.times.size and now < float(self.times[-1]):
+            raise ValueError(
+                f"usage window: time went back from {float(self.times[-1]):g} to {now:g}"
+            )
+        guests, nodes = cluster.guests, cluster.nodes
+        ids = tuple(g.id for g in guests)
+        names = tuple(n.name for n in nodes)
+        keep = (self.times > now - span) & (self.times < now)
+        old_cpu = _reindex(self.cpu, self.guest_ids, ids)[keep]
+        old_memory = _reindex(self.memory, self.guest_ids, ids)[keep]
+        old_base_cpu = _reindex(self.base_cpu, self.node_names, names)[keep]
+        old_base_memory = _reindex(self.base_memory, self.node_names, names)[keep]
+        return UsageWindow(
+            smoothing=int(span),
+            guest_ids=ids,
+            node_names=names,
+            times=_readonly(np.append(self.times[keep], float(now))),
+            cpu=_readonly(np.vstack([old_cpu, _measured([g.cpu_used for g in guests])[None]])),
+            memory=_readonly(
+                np.vstack([old_memory, _measured([g.memory_used for g in guests])[None]])
+            ),
+            base_cpu=_readonly(
+                np.vstack([old_base_cpu, _measured([n.base_cpu for n in nodes])[None]])
+            ),
+            base_memory=_readonly(
+                np.vstack([old_base_memory, _measured([n.base_memory for n in nodes])[None]])
+            ),
+        )
+
+    def smoothed(self, cluster: Cluster) -> Cluster:
+        """``cluster`` with measured usage replaced by its average over the window.
+
+        Each guest's ``cpu_used`` and ``memory_used`` (when measured now) and each node's
+        ``base_cpu`` and ``base_memory`` become the mean of their samples in the window; guests
+        and nodes the window has not seen keep their values. Memory is rounded to whole bytes.
+        """
+        if not self.times.size:
+            return cluster
+        guests, nodes = cluster.guests, cluster.nodes
+        ids = tuple(g.id for g in guests)
+        names = tuple(n.name for n in nodes)
+        cpu = _mean(_reindex(self.cpu, self.guest_ids, ids))
+        memory = _mean(_reindex(self.memory, self.guest_ids, ids))
+        base_cpu = _mean(_reindex(self.base_cpu, self.node_names, names))
+        base_memory = _mean(_reindex(self.base_memory, self.node_names, names))
+        now_cpu = _measured([g.cpu_used for g in guests])
+        now_memory = _measured([g.memory_used for g in guests])
+        mem_int = np.where(np.isfinite(memory), np.rint(memory), np.nan)
+        change_cpu = np.isfinite(now_cpu) & np.isfinite(cpu) & (cpu != now_cpu)
+        change_mem = np.isfinite(now_memory) & np.isfinite(mem_int) & (mem_int != now_memory)
+        new_guests: tuple[Guest, ...] = guests
+        changed = np.nonzero(change_cpu | change_mem)[0]
+        if changed.size:
+            out = list(guests)
+            for j in changed.tolist():
+                g = guests[j]
+                out[j] = _WITH_USAGE(
+                    g,
+                    float(cpu[j]) if change_cpu[j] else g.cpu_used,
+                    int(mem_int[j]) if change_mem[j] else g.memory_used,
+                )
+            new_guests = tuple(out)
+        new_nodes: tuple[Node, ...] = nodes
+        node_cpu = np.array([n.base_cpu for n in nodes], dtype=np.float64)
+        node_mem = np.array([n.base_memory for n in nodes], dtype=np.float64)
+        base_mem_int = np.where(np.isfinite(base_memory), np.rint(base_memory), np.nan)
+        n_cpu = np.isfinite(base_cpu) & (base_cpu != node_cpu)
+        n_mem = np.isfinite(base_mem_int) & (base_mem_int != node_mem)
+        if (n_cpu | n_mem).any():
+            out_nodes = list(nodes)
+            for i in np.nonzero(n_cpu | n_mem)[0].tolist():
+                node_fields: dict[str, Any] = {}
+                if n_cpu[i]:
+                    node_fields["base_cpu"] = float(base_cpu[i])
+                if n_mem[i]:
+                    node_fields["base_memory"] = int(base_mem_int[i])
+                out_nodes[i] = replace(nodes[i], **node_fields)
+            new_nodes = tuple(out_nodes)
+        if new_guests is guests and new_nodes is nodes:
+            return cluster
+        return Cluster(new_nodes, new_guests, cluster.rules, cluster.settings, cluster.name)
+
+
+# --------------------------------------------------------------------------------------------
+# Memory, state, decision
+
+
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """What the controller's history tells the policy (times on the clock ``decide`` gets)."""
+
+    #: Guest id → the time until which it may not move again.
+    cooldown_until: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    #: Guest id → (node it left, when), any order.
+    departures: Mapping[str, tuple[tuple[str, float], ...]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+    #: (guest id, node) → the time until which that target is avoided (a migration failed).
+    avoid: Mapping[tuple[str, str], float] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cooldown_until", _frozen(self.cooldown_until))
+        object.__setattr__(
+            self,
+            "departures",
+            _frozen({g: tuple(tuple(d) for d in v) for g, v in self.departures.items()}),
+        )
+        object.__setattr__(self, "avoid", _frozen(self.avoid))
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyState:
+    """What the policy carries from one decision to the next; ``PolicyState()`` to start."""
+
+    #: Observations in a row above the threshold since the last attempt.
+    hold: int = 0
+    #: When the strategy was last asked (acted on or not), and when a plan was last carried out.
+    last_attempt: float | None = None
+    last_action: float | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The policy's answer for one observation."""
+
+    act: bool
+    kind: DecisionKind
+    #: One sentence for the operator.
+    reason: str
+    #: The metric now, and predicted after the plan (None when no plan was made).
+    metric: float
+    predicted: float | None
+    proposal: Proposal | None
+    plan: Plan | None
+    #: The (guest, node) placements ruled out (cooldown, no-return, avoid, minimum uptime).
+    forbidden: frozenset[tuple[str, str]]
+    state: PolicyState
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "act": self.act,
+            "kind": self.kind,
+            "reason": self.reason,
+            "metric": self.metric,
+            "predicted": self.predicted,
+            "proposal": self.proposal.as_dict() if self.proposal is not None else None,
+            "plan": self.plan.as_dict() if self.plan is not None else None,
+            "forbidden": [list(p) for p in sorted(self.forbidden)],
+            "state": {
+                "hold": self.state.hold,
+                "last_attempt": self.state.last_attempt,
+                "last_action": self.state.last_action,
+            },
+        }
+
+
+# --------------------------------------------------------------------------------------------
+# Guards
+
+
+def forbidden_placements(
+    cluster: Cluster, now: float, config: PolicyConfig, memory: Memory
+) -> frozenset[tuple[str, str]]:
+    """The (guest, node) placements the guards rule out at ``now``.
+
+    A guest in cooldown (``memory.cooldown_until`` after ``now``) or up for less than
+    ``config.min_uptime`` may go to no node but its own; a guest may not go back to a node it left
+    less than ``config.no_return`` seconds ago; ``memory.avoid`` entries hold until their time.
+    Guests and nodes the cluster does not have are left out.
+    """
+    names = [n.name for n in cluster.nodes]
+    out: set[tuple[str, str]] = set()
+    known = cluster.guest_index
+    node_known = cluster.node_index
+
+    def pin(guest: Guest) -> None:
+        out.update((guest.id, n) for n in names if n != guest.node)
+
+    for guest_id, until in memory.cooldown_until.items():
+        if until > now and guest_id in known:
+            pin(cluster.guests[known[guest_id]])
+    if config.min_uptime > 0:
+        for guest in cluster.guests:
+            if loaded_nodes(guest) and guest.uptime < config.min_uptime:
+                pin(guest)
+    if config.no_return > 0:
+        for guest_id, left in memory.departures.items():
+            if guest_id not in known:
+                continue
+            for node, when in left:
+                if now - when < config.no_return and node in node_known:
+                    out.add((guest_id, node))
+    for (guest_id, node), until in memory.avoid.items():
+        if until > now and guest_id in known and node in node_known:
+            out.add((guest_id, node))
+    return frozenset(out)
+
+
+def repairs_needed(cluster: Cluster, constraints: Constraints | None = None) -> tuple[str, ...]:
+    """What breaks a hard constraint now and can be repaired by migrating, as sentences.
+
+    A guest that may move (:func:`~opendrs.engine.constraints.movability` for balancing) and sits
+    on a node in maintenance, on a node its architecture or strict node affinity excludes, with a
+    hard anti-affinity partner, apart from its hard-affinity partners, or on a node over a
+    capacity limit. Empty when nothing needs repair.
+    """
+    cons = constraints if constraints is not None else Constraints.build(cluster)
+    guests, nodes = cluster.guests, cluster.nodes
+    assign = current_assign(cluster)
+    placed = np.nonzero(assign >= 0)[0]
+    where = assign[placed]
+    why: dict[int, str] = {}
+
+    def flag(j: int, reason: str) -> None:
+        why.setdefault(j, reason)
+
+    maintenance = np.array([n.maintenance and n.online for n in nodes], dtype=bool)
+    for j in placed[maintenance[where]].tolist():
+        flag(j, f"{guests[j].id} is on {nodes[assign[j]].name}, in maintenance")
+    outside = ~cons.arch_ok[placed, where] | ~cons.strict_ok[placed, where]
+    for j in placed[outside].tolist():
+        flag(j, f"{guests[j].id} is on {nodes[assign[j]].name}, which its rules exclude")
+    for j in range(len(guests)):
+        partners = cons.hard_neg[j]
+        if assign[j] >= 0 and partners.size and np.any(assign[partners] == assign[j]):
+            flag(
+                j,
+                f"{guests[j].id} shares {nodes[assign[j]].name} with a hard anti-affinity partner",
+            )
+    for group in cons.groups:
+        if np.unique(assign[group]).size > 1:
+            for j in group.tolist():
+                flag(j, f"{guests[j].id} is apart from its hard-affinity partners")
+    over = cons.capacity.over(cons.capacity.committed())
+    for n in np.nonzero(over.any(axis=1))[0].tolist():
+        dims = ", ".join(cons.capacity.dims[d] for d in np.nonzero(over[n])[0].tolist())
+        for j in placed[where == n].tolist():
+            flag(j, f"{nodes[n].name} is over capacity ({dims})")
+    out = []
+    for j in sorted(why):
+        if movability(guests[j], cluster, "balance") is None:
+            out.append(why[j])
+    return tuple(dict.fromkeys(out))
+
+
+def _strategy_kwargs(
+    config: PolicyConfig, params: Mapping[str, inspect.Parameter], memory: Memory, now: float
+) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {}
+    if "target_spread" in params:
+        kwargs["target_spread"] = config.target
+    if config.batch > 0:
+        if "max_moves" in params:
+            kwargs["max_moves"] = config.batch
+        elif "batch" in params:
+            kwargs["batch"] = config.batch
+    if "cooldown_until" in params and "now" in params:
+        kwargs["cooldown_until"] = dict(memory.cooldown_until)
+        kwargs["now"] = now
+    for name, value in config.options.items():
+        if name in _RESERVED or name not in params:
+            known = ", ".join(sorted(p for p in params if p not in _RESERVED))
+            raise ValueError(
+                f"policy {config.name}: strategy {config.strategy} has no option {name!r} "
+                f"(options: {known})"
+            )
+        kwargs[name] = value
+    return kwargs
+
+
+def truncate(
+    cluster: Cluster, proposal: Proposal, batch: int, constraints: Constraints | None = None
+) -> Proposal:
+    """``proposal`` cut to at most ``batch`` migrations (``batch`` 0: unchanged).
+
+    Migrations are taken in proposal order, one *unit* at a time — a guest, or the members of a
+    hard-affinity bundle that go to the same node, which stay whole; a unit that does not fit in
+    what is left of the batch is skipped. The cut proposal's predicted figures are recomputed.
+    """
+    net = proposal.net_moves()
+    if batch <= 0 or len(net) <= batch:
+        return proposal
+    cons = constraints if constraints is not None else Constraints.build(cluster)
+    order = {m.guest: i for i, m in reversed(list(enumerate(proposal.moves)))}
+    gidx = cluster.guest_index
+    units: dict[tuple[int, str], list[str]] = {}
+    for move in sorted(net, key=lambda m: order[m.guest]):
+        j = gidx[move.guest]
+        group = int(cons.group_of[j])
+        key = (group if group >= 0 else -1 - j, move.target)
+        units.setdefault(key, []).append(move.guest)
+    kept: set[str] = set()
+    for members in units.values():
+        if len(kept) + len(members) <= batch:
+            kept.update(members)
+    moves = tuple(m for m in proposal.moves if m.guest in kept)
+    assign = current_assign(cluster)
+    for m in net:
+        if m.guest in kept:
+            assign[gidx[m.guest]] = cluster.node_index[m.target]
+    stopped = f"{proposal.stopped}; cut to {len(kept)} of {len(net)} migrations (batch {batch})"
+    return replace(proposal, moves=moves, after=cluster_imbalance(cluster, assign), stopped=stopped)
+
+
+def _final_placement(plan: Plan) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for move in plan.moves:
+        out[move.guest] = move.target
+    return out
+
+
+def _plan(
+    cluster: Cluster,
+    propose: Callable[[frozenset[tuple[str, str]]], Proposal],
+    forbidden: frozenset[tuple[str, str]],
+    config: PolicyConfig,
+    cons: Constraints,
+) -> tuple[Proposal, Plan]:
+    """Propose and plan; then keep every planned move (parking included) off ``forbidden``."""
+
+    def ask(more: frozenset[tuple[str, str]]) -> Proposal:
+        return propose(forbidden | more)
+
+    proposal, plan = plan_with_retries(
+        cluster,
+        ask,
+        max_parallel=config.max_parallel,
+        max_node_inflow=config.max_node_inflow,
+        constraints=cons,
+    )
+    dropped: set[str] = set()
+    while True:
+        bad = sorted({m.guest for m in plan.moves if (m.guest, m.target) in forbidden})
+        if not bad:
+            break
+        dropped.update(bad)
+        target = {m.guest: m.target for m in proposal.net_moves() if m.guest not in dropped}
+        plan = plan_moves(
+            cluster,
+            target,
+            max_parallel=config.max_parallel,
+            max_node_inflow=config.max_node_inflow,
+            constraints=cons,
+        )
+    if dropped:
+        note = (
+            "Left out " + ", ".join(sorted(dropped)) + ": their only safe order parks them on a "
+            "node the policy forbids."
+        )
+        plan = replace(plan, feasible=False, problems=(*plan.problems, note))
+    return proposal, plan
+
+
+# --------------------------------------------------------------------------------------------
+# The decision
+
+
+def decide(
+    cluster: Cluster,
+    now: float,
+    config: PolicyConfig,
+    state: PolicyState,
+    memory: Memory,
+    *,
+    busy: bool,
+) -> Decision:
+    """Whether to act on ``cluster`` at ``now``, and with which plan (see the module docstring).
+
+    ``cluster`` is the observation to decide on (smoothed by the caller, see
+    :class:`UsageWindow`); ``busy`` says that a plan is still executing. Pure and deterministic.
+    Raises ValueError for a strategy option the strategy refuses.
+    """
+    loads = LoadModel.build(cluster)
+    metric = measure(cluster, config.metric, loads)
+    label, shown = _label(config.metric), format_metric(config.metric, metric)
+    limit = _format_threshold(config.metric, config.threshold)
+    empty: frozenset[tuple[str, str]] = frozenset()
+
+    def decision(
+        reason: str,
+        new_state: PolicyState,
+        *,
+        act: bool = False,
+        kind: DecisionKind = "none",
+        predicted: float | None = None,
+        proposal: Proposal | None = None,
+        plan: Plan | None = None,
+        forbidden: frozenset[tuple[str, str]] = empty,
+    ) -> Decision:
+        return Decision(act, kind, reason, metric, predicted, proposal, plan, forbidden, new_state)
+
+    if busy:
+        what = "" if config.metric == "none" else f" ({label} {shown})"
+        return decision(f"a plan is still executing: no new decision{what}", state)
+
+    forbidden = forbidden_placements(cluster, now, config, memory)
+    built: list[Constraints] = []
+
+    def constraints() -> Constraints:
+        if not built:
+            built.append(Constraints.build(cluster))
+        return built[0]
+
+    attempted = replace(state, hold=0, last_attempt=now)
+    acted = replace(attempted, last_action=now)
+
+    # 1. Repairs, at once.
+    broken = repairs_needed(cluster, constraints()) if may_need_repair(cluster, loads) else ()
+    repair_note = ""
+    if broken:
+
+        def propose_repair(forb: frozenset[tuple[str, str]]) -> Proposal:
+            found = propose_balance(
+                cluster,
+                forbidden=forb,
+                target_spread=_REPAIR_ONLY,
+                max_moves=config.batch if config.batch > 0 else None,
+            )
+            return truncate(
+                cluster, replace(found, stopped="repairs only"), config.batch, constraints()
+            )
+
+        proposal, plan = _plan(cluster, propose_repair, forbidden, config, constraints())
+        what = broken[0] + (f" (and {len(broken) - 1} more)" if len(broken) > 1 else "")
+        if plan.moves:
+            predicted = measure(cluster.with_placement(_final_placement(plan)), config.metric)
+            n = len(plan.moves)
+            return decision(
+                f"repair: {what}; {n} migration{'s' if n != 1 else ''}, "
+                "bypassing threshold, hold and margin",
+                acted,
+                act=True,
+                kind="repair",
+                predicted=predicted,
+                proposal=proposal,
+                plan=plan,
+                forbidden=forbidden,
+            )
+        repair_note = f"; repair needed ({what}) but no allowed migration reaches it"
+
+    # 2. Threshold and hold.
+    need = max(config.hold, 1)
+    if config.metric != "none" and metric <= config.threshold:
+        return decision(
+            f"{label} {shown} at or below threshold {limit}: nothing to do{repair_note}",
+            replace(state, hold=0),
+            forbidden=forbidden,
+        )
+    count = state.hold + 1
+    if config.metric == "none":
+        trigger = f"no policy metric: strategy {config.strategy}'s own trigger decides"
+    else:
+        trigger = (
+            f"{label} {shown} above threshold {limit} for {min(count, need)} of {need} observations"
+        )
+    if count < need:
+        return decision(
+            f"{trigger}; waiting{repair_note}", replace(state, hold=count), forbidden=forbidden
+        )
+
+    # 3. Ask the strategy.
+    info = get_strategy(config.strategy)
+    params = inspect.signature(info.propose).parameters
+    kwargs = _strategy_kwargs(config, params, memory, now)
+
+    def propose(forb: frozenset[tuple[str, str]]) -> Proposal:
+        found = info.propose(cluster, forbidden=forb, **kwargs)
+        return truncate(cluster, found, config.batch, constraints())
+
+    proposal, plan = _plan(cluster, propose, forbidden, config, constraints())
+    if not proposal.net_moves():
+        return decision(
+            f"{trigger}; strategy {config.strategy} proposes no migration ({proposal.stopped})"
+            + repair_note,
+            attempted,
+            proposal=proposal,
+            plan=plan,
+            forbidden=forbidden,
+        )
+    if not plan.moves:
+        problem = plan.problems[0] if plan.problems else "no safe order"
+        return decision(
+            f"{trigger}; none of the proposed migrations can be ordered safely ({problem})"
+            + repair_note,
+            attempted,
+            proposal=proposal,
+            plan=plan,
+            forbidden=forbidden,
+        )
+    n = len(plan.moves)
+    migrations = f"{n} migration{'s' if n != 1 else ''}"
+    if config.metric == "none":
+        return decision(
+            f"{trigger}; it proposes {migrations} ({proposal.stopped}){repair_note}",
+            acted,
+            act=True,
+            kind="plan",
+            proposal=proposal,
+            plan=plan,
+            forbidden=forbidden,
+        )
+    predicted = measure(cluster.with_placement(_final_placement(plan)), config.metric)
+    after = format_metric(config.metric, predicted)
+    gain = (metric - predicted) / metric if metric > 0 else 0.0
+    if config.margin > 0 and gain < config.margin - 1e-12:
+        return decision(
+            f"{trigger}; the plan would bring it to {after} with {migrations}, "
+            f"{gain * 100:.0f} % better, less than the margin {config.margin * 100:g} %"
+            + repair_note,
+            attempted,
+            predicted=predicted,
+            proposal=proposal,
+            plan=plan,
+            forbidden=forbidden,
+        )
+    return decision(
+        f"{trigger}; plan brings it to {after} with {migrations}{repair_note}",
+        acted,
+        act=True,
+        kind="plan",
+        predicted=predicted,
+        proposal=proposal,
+        plan=plan,
+        forbidden=forbidden,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Reading a policy from a configuration file
+
+
+POLICY_KEYS: tuple[str, ...] = (
+    "preset",
+    "name",
+    "interval",
+    "metric",
+    "threshold",
+    "target",
+    "hold",
+    "margin",
+    "cooldown",
+    "no_return",
+    "batch",
+    "min_uptime",
+    "smoothing",
+    "avoid_after_failure",
+    "strategy",
+    "options",
+    "max_parallel",
+    "max_node_inflow",
+)
+_DURATIONS = ("interval", "cooldown", "no_return", "min_uptime", "smoothing", "avoid_after_failure")
+_FRACTIONS = ("threshold", "target", "margin")
+_MAX_COUNT = 1_000_000
+
+
+def _fraction(reader: Reader, value: object, path: Path) -> float:
+    """A number ≥ 0, or a percentage written ``15%`` (0.15)."""
+    if isinstance(value, str) and value.strip().endswith("%"):
+        text = value.strip()[:-1].strip()
+        try:
+            number = float(text)
+        except ValueError:
+            reader.fail(path, f"cannot read {describe(value)} as a percentage (example: 15%)")
+        if not math.isfinite(number) or number < 0:
+            reader.fail(path, f"must be a finite percentage ≥ 0, got {describe(value)}")
+        return number / 100
+    return reader.number(value, path)
+
+
+def _option_value(reader: Reader, value: object, path: Path, default: object) -> object:
+    """A strategy option checked against the type of its default, as ``opendrs plan -o`` does."""
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            reader.fail(path, f"expected true or false, got {describe(value)}")
+        return value
+    if isinstance(default, int):
+        if isinstance(value, bool) or not isinstance(value, int):
+            reader.fail(path, f"expected a whole number, got {describe(value)}")
+        return value
+    if isinstance(default, float):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            reader.fail(path, f"expected a number, got {describe(value)}")
+        if not math.isfinite(value):
+            reader.fail(path, f"expected a finite number, got {describe(value)}")
+        return float(value)
+    if isinstance(default, str) and not isinstance(value, str):
+        reader.fail(path, f"expected text, got {describe(value)}")
+    if isinstance(value, list):
+        return tuple(value)
+    return value
+
+
+def parse_policy(
+    reader: Reader, value: object, path: Path, base: PolicyConfig | None = None
+) -> PolicyConfig:
+    """A :class:`PolicyConfig` from a configuration mapping (YAML or JSON) at ``path``.
+
+    Keys are the fields of :class:`PolicyConfig`, plus ``preset`` (a name in :data:`PRESETS`) to
+    start from instead of ``base`` (default :class:`PolicyConfig()`). Durations are seconds or
+    strings such as ``5m``, ``6h``, ``1d 6h``; ``threshold``, ``target`` and ``margin`` are
+    fractions (``0.15``) or percentages (``15%``); ``max_parallel`` and ``max_node_inflow`` may
+    be null. ``options`` are checked against the strategy's parameters and their types. A new
+    ``strategy`` without ``options`` starts with none. Errors are :class:`DocumentError` (one line
+    naming the key).
+    """
+    start = base if base is not None else PolicyConfig()
+    mapping = reader.mapping(value, path)
+    reader.check_keys(mapping, path, POLICY_KEYS)
+    if "preset" in mapping:
+        start = PRESETS[reader.choice(mapping["preset"], (*path, "preset"), tuple(PRESETS))]
+    fields: dict[str, Any] = {}
+    if "name" in mapping:
+        fields["name"] = reader.text(mapping["name"], (*path, "name"))
+    for key in _DURATIONS:
+        if key in mapping:
+            fields[key] = reader.duration(mapping[key], (*path, key))
+    if fields.get("interval") == 0:
+        reader.fail((*path, "interval"), "must be at least 1 second")
+    if "metric" in mapping:
+        fields["metric"] = reader.choice(mapping["metric"], (*path, "metric"), METRICS)
+    for key in _FRACTIONS:
+        if key in mapping:
+            fields[key] = _fraction(reader, mapping[key], (*path, key))
+    for key in ("hold", "batch"):
+        if key in mapping:
+            fields[key] = reader.integer(mapping[key], (*path, key), minimum=0, maximum=_MAX_COUNT)
+    for key in ("max_parallel", "max_node_inflow"):
+        if key in mapping:
+            item = mapping[key]
+            fields[key] = (
+                None
+                if item is None
+                else reader.integer(item, (*path, key), minimum=1, maximum=_MAX_COUNT)
+            )
+    strategy = start.strategy
+    if "strategy" in mapping:
+        spath = (*path, "strategy")
+        strategy = reader.text(mapping["strategy"], spath)
+        if strategy not in REGISTRY:
+            known = ", ".join(sorted(REGISTRY))
+            reader.fail(spath, f"unknown strategy {describe(strategy)} (known: {known})")
+        fields["strategy"] = strategy
+    options: Mapping[str, object] = start.options
+    if strategy != start.strategy:
+        options = {}
+    params = inspect.signature(REGISTRY[strategy].propose).parameters
+    known_options = tuple(sorted(p for p in params if p not in _RESERVED))
+    if "options" in mapping:
+        opath = (*path, "options")
+        given = reader.mapping(mapping["options"], opath)
+        reader.check_keys(given, opath, known_options, f" for strategy {strategy}")
+        options = {
+            key: _option_value(reader, item, (*opath, key), params[key].default)
+            for key, item in given.items()
+        }
+    fields["options"] = options
+    try:
+        return replace(start, **fields)
+    except ValueError as exc:
+        reader.fail(path, str(exc))
+
+
+__all__ = [
+    "METRICS",
+    "POLICY_KEYS",
+    "PRESETS",
+    "Decision",
+    "DecisionKind",
+    "Memory",
+    "Metric",
+    "PolicyConfig",
+    "PolicyState",
+    "UsageWindow",
+    "decide",
+    "forbidden_placements",
+    "format_metric",
+    "measure",
+    "parse_policy",
+    "repairs_needed",
+    "truncate",
+]

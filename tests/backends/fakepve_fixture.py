@@ -1,0 +1,504 @@
+"""A fake Proxmox VE cluster for the Proxmox backend's tests, built on fakepve (test-only, AGPL).
+
+:class:`DrsFakePve` extends fakepve's ``FakePve`` with what opendrs reads and does that fakepve
+0.5.0 leaves generic (see ``shared/reference/test-peers.md``):
+
+* per-node capacity (cores, memory, the host's own memory, CPU architecture), and node usage
+  derived from the *running* guests, in ``/nodes`` and ``/cluster/resources``; containers' usage
+  from ``ct.stats``;
+* ``GET /nodes/{node}/status`` with ``cpuinfo``, ``memory`` and ``current-kernel``;
+* RRD data for nodes and guests (points given by the test, else the current values);
+* ``POST /nodes/{node}/qemu/{vmid}/migrate`` really moving the VM with ``FakePve.migrate`` and
+  answering with Proxmox's errors; ``GET`` on it, Proxmox's migration precheck;
+* the HA stack: resources, manager status (services, targets, node maintenance), rules (or
+  legacy groups, as before Proxmox VE 9), and migrate/relocate requests that the "HA manager"
+  carries out a little later, as a ``qmigrate``/``vzmigrate`` task owned by root@pam.
+
+:class:`FakeCluster` serves one on 127.0.0.1 (a port the system picks) over TLS with a
+certificate made by ``fakepve.certs.make_cert``, on its own event loop in a daemon thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Coroutine
+from typing import Any
+
+from aiohttp import web
+from fakepve import FakeCt, FakePve, FakeVm, PveError, TaskError
+from fakepve.certs import make_cert
+from fakepve.server import USER
+
+GiB = 1024**3
+MiB = 1024**2
+HOST = "127.0.0.1"
+
+
+def _true(value: Any) -> bool:
+    """A Proxmox boolean parameter, as the schema check leaves it (1, True, "1", "true")."""
+    return value in (1, True, "1", "true", "on", "yes")
+
+
+class DrsFakePve(FakePve):
+    """FakePve with node capacity, derived usage, RRD, node status, migration and HA."""
+
+    def __init__(self, user: str = "root@pam", password: str = "secret") -> None:
+        super().__init__(user=user, password=password, host=HOST, port=0)
+        #: node -> {cpu, memory, base_memory, base_cpu, arch}
+        self.capacity: dict[str, dict[str, Any]] = {}
+        self._set_capacity("pve1")
+        #: RRD points given by the test: vmid -> points, node -> points.
+        self.guest_rrd: dict[int, list[dict[str, Any]]] = {}
+        self.node_rrd: dict[str, list[dict[str, Any]]] = {}
+        #: (what, timeframe, cf) of every RRD request.
+        self.rrd_requests: list[tuple[str, str, str]] = []
+        #: The parameters of every migration request: (path, params).
+        self.migrations: list[tuple[str, dict[str, Any]]] = []
+        #: PVE seconds a migration takes.
+        self.migrate_secs = 20.0
+        #: HA: requested state, legacy group, and where a service is moving.
+        self.ha_request: dict[int, str] = {}
+        self.ha_group: dict[int, str] = {}
+        self.ha_targets: dict[str, str] = {}
+        self.ha_maintenance: set[str] = set()
+        self.ha_rules: list[dict[str, Any]] = []
+        self.ha_groups: list[dict[str, Any]] = []
+        #: False: the cluster predates Proxmox VE 9 (no /cluster/ha/rules).
+        self.rules_api = True
+        self._background: set[asyncio.Future[None]] = set()
+        #: The HA manager refuses moves (as PVE 9 does with blocking resources).
+        self.ha_blocking: list[dict[str, str]] = []
+
+    # -- nodes ---------------------------------------------------------------------------------
+
+    def _set_capacity(
+        self,
+        name: str,
+        cpu: int = 8,
+        memory: int = 32 * GiB,
+        base_memory: int = 2 * GiB,
+        base_cpu: float = 0.25,
+        arch: str = "x86_64",
+    ) -> None:
+        self.capacity[name] = {
+            "cpu": cpu,
+            "memory": memory,
+            "base_memory": base_memory,
+            "base_cpu": base_cpu,
+            "arch": arch,
+        }
+
+    def add_node(self, name: str, online: bool = True, **capacity: Any) -> None:
+        super().add_node(name, online)
+        self._set_capacity(name, **capacity)
+
+    def add_vm(self, *args: Any, **kwargs: Any) -> FakeVm:
+        vm = super().add_vm(*args, **kwargs)
+        self.capacity.setdefault(vm.node, self.capacity.get("pve1", {}).copy())
+        return vm
+
+    def _guest_cpu_mem(self, guest: Any) -> tuple[float, float, int]:
+        """(cpu fraction, maxcpu, mem bytes) of a running guest."""
+        if isinstance(guest, FakeCt):
+            maxcpu = float(self._cpus(guest))
+            return float(guest.stats.get("cpu", 0.0)), maxcpu, int(guest.stats.get("mem", 0))
+        use = self._vm_usage(guest)
+        return float(use["cpu"]), float(use["maxcpu"]), int(use["mem"])
+
+    def node_usage(self, node: str) -> tuple[float, int]:
+        """(cpu fraction, memory used) of a node: its own load plus its running guests'."""
+        cap = self.capacity[node]
+        cores = cap["base_cpu"]
+        mem = cap["base_memory"]
+        for guest in [*self.vms, *self.cts]:
+            if guest.node == node and guest.status == "running":
+                cpu, maxcpu, used = self._guest_cpu_mem(guest)
+                cores += cpu * maxcpu
+                mem += used
+        return min(1.0, cores / cap["cpu"]), mem
+
+    def _node_fields(self, item: dict[str, Any]) -> None:
+        name = item.get("node")
+        if item.get("status") != "online" or name not in self.capacity:
+            return
+        cap = self.capacity[name]
+        cpu, mem = self.node_usage(name)
+        item.update(cpu=cpu, maxcpu=cap["cpu"], mem=mem, maxmem=cap["memory"])
+
+    @staticmethod
+    def _data(response: web.Response) -> Any:
+        return json.loads(response.text)["data"]
+
+    async def _nodes(self, request: web.Request) -> web.Response:
+        data = self._data(await super()._nodes(request))
+        for item in data:
+            self._node_fields(item)
+        return web.json_response({"data": data})
+
+    async def _resources(self, request: web.Request) -> web.Response:
+        data = self._data(await super()._resources(request))
+        user = request[USER]
+        # As PVE: a storage is listed only to those who may audit it (fakepve lists it to all).
+        data = [
+            item
+            for item in data
+            if item.get("type") != "storage"
+            or self.allowed(user, f"/storage/{item['storage']}", "Datastore.Audit")
+            or self.allowed(user, f"/storage/{item['storage']}", "Datastore.AllocateSpace")
+        ]
+        for item in data:
+            if item.get("type") == "node":
+                self._node_fields(item)
+            elif item.get("type") == "lxc":
+                ct = self.ct(item["vmid"])
+                if ct is not None and ct.status == "running":
+                    item.update((k, v) for k, v in ct.stats.items() if k in ("cpu", "mem"))
+        return web.json_response({"data": data})
+
+    # -- routes --------------------------------------------------------------------------------
+
+    def _routes_drs(self) -> list[tuple[str, str, Any]]:
+        qemu = "/nodes/{node}/qemu/{vmid}"
+        return [
+            ("GET", "/nodes/{node}/status", self._node_status),
+            ("GET", "/nodes/{node}/rrddata", self._node_rrddata),
+            ("GET", qemu + "/rrddata", self._qemu_rrddata),
+            ("GET", "/nodes/{node}/lxc/{vmid}/rrddata", self._lxc_rrddata),
+            ("GET", qemu + "/migrate", self._qemu_migrate_check),
+            ("POST", qemu + "/migrate", self._qemu_migrate),
+            ("GET", "/cluster/ha/resources", self._ha_resources),
+            ("GET", "/cluster/ha/status/manager_status", self._ha_manager_status),
+            ("GET", "/cluster/ha/rules", self._ha_rules_list),
+            ("GET", "/cluster/ha/groups", self._ha_groups_list),
+            ("POST", "/cluster/ha/resources/{sid}/migrate", self._ha_migrate),
+            ("POST", "/cluster/ha/resources/{sid}/relocate", self._ha_relocate),
+        ]
+
+    async def _node_status(self, v: dict[str, Any], user: str) -> dict[str, Any]:
+        node = v["node"]
+        cap = self.capacity[node]
+        cpu, mem = self.node_usage(node)
+        return {
+            "cpu": cpu,
+            "cpuinfo": {
+                "cpus": cap["cpu"],
+                "cores": max(1, cap["cpu"] // 2),
+                "sockets": 1,
+                "model": "Fake CPU @ 3.0GHz",
+            },
+            "memory": {
+                "total": cap["memory"],
+                "used": mem,
+                "free": cap["memory"] - mem,
+                "available": cap["memory"] - mem,
+            },
+            "loadavg": ["0.10", "0.20", "0.30"],
+            "current-kernel": {
+                "sysname": "Linux",
+                "release": "6.14.8-2-pve",
+                "version": "#1 SMP PREEMPT_DYNAMIC PMX 6.14.8-2",
+                "machine": cap["arch"],
+            },
+            "pveversion": "pve-manager/9.0.10/deadbeef",
+            "uptime": 3600,
+        }
+
+    def _record_rrd(self, what: str, v: dict[str, Any]) -> None:
+        self.rrd_requests.append((what, str(v.get("timeframe")), str(v.get("cf"))))
+
+    async def _node_rrddata(self, v: dict[str, Any], user: str) -> list[dict[str, Any]]:
+        node = v["node"]
+        self._record_rrd(f"node/{node}", v)
+        if node in self.node_rrd:
+            return self.node_rrd[node]
+        cap = self.capacity[node]
+        cpu, mem = self.node_usage(node)
+        now = int(time.time())
+        return [
+            {
+                "time": now - 60 * k,
+                "cpu": cpu,
+                "maxcpu": cap["cpu"],
+                "memused": mem,
+                "memtotal": cap["memory"],
+            }
+            for k in range(3)
+        ]
+
+    def _guest_rrd(self, guest: Any, what: str, v: dict[str, Any]) -> list[dict[str, Any]]:
+        self._record_rrd(f"{what}/{guest.vmid}", v)
+        if guest.vmid in self.guest_rrd:
+            return self.guest_rrd[guest.vmid]
+        if guest.status != "running":
+            return [{}]
+        cpu, maxcpu, mem = self._guest_cpu_mem(guest)
+        now = int(time.time())
+        return [{"time": now - 60 * k, "cpu": cpu, "maxcpu": maxcpu, "mem": mem} for k in range(3)]
+
+    async def _qemu_rrddata(self, v: dict[str, Any], user: str) -> list[dict[str, Any]]:
+        return self._guest_rrd(self.find(v["node"], v["vmid"]), "qemu", v)
+
+    async def _lxc_rrddata(self, v: dict[str, Any], user: str) -> list[dict[str, Any]]:
+        return self._guest_rrd(self._find_ct(v["node"], v["vmid"]), "lxc", v)
+
+    # -- migration -----------------------------------------------------------------------------
+
+    def _local_disks(self, vm: FakeVm) -> list[str]:
+        out = []
+        for key in vm.devices():
+            if key.startswith(("net", "usb", "hostpci")):
+                continue
+            volume = str(vm.config[key]).split(",")[0]
+            if "media=cdrom" in str(vm.config[key]):
+                continue
+            storage = volume.split(":")[0]
+            if not self.storages.get(storage, {}).get("shared"):
+                out.append(key)
+        return out
+
+    async def _qemu_migrate_check(self, v: dict[str, Any], user: str) -> dict[str, Any]:
+        vm = self.find(v["node"], v["vmid"])
+        allowed, refused = [], {}
+        storages = {str(vm.config[k]).split(":")[0] for k in self._local_disks(vm)}
+        for node in sorted(self.nodes):
+            if node == vm.node:
+                continue
+            missing = sorted(s for s in storages if not self._storage_enabled(s, node))
+            if missing:
+                refused[node] = {"unavailable_storages": missing}
+            else:
+                allowed.append(node)
+        return {
+            "running": 1 if vm.status == "running" else 0,
+            "allowed_nodes": allowed,
+            "not_allowed_nodes": refused,
+            "local_disks": [{"volid": vm.config[k], "drivename": k} for k in self._local_disks(vm)],
+            "local_resources": sorted(k for k in vm.config if k.startswith("hostpci")),
+        }
+
+    async def _qemu_migrate(self, v: dict[str, Any], user: str) -> str:
+        node, vmid, target = v["node"], int(v["vmid"]), v["target"]
+        self.migrations.append((f"/nodes/{node}/qemu/{vmid}/migrate", dict(v)))
+        if target == node:
+            raise PveError(
+                400, "Parameter verification failed.", {"target": "target is local node."}
+            )
+        self.need_quorum()
+        if target not in self.nodes:
+            raise PveError(500, f"no such cluster node '{target}'")
+        vm = self.find(node, vmid)
+        if vm.lock:
+            raise PveError(500, f"VM is locked ({vm.lock})")
+        online = _true(v.get("online"))
+        if vm.status == "running" and not online:
+            raise PveError(500, "can't migrate running VM without --online")
+        if vm.ha_managed:
+            # PVE hands an HA-managed VM's migration to the HA stack: a short 'hamigrate' task.
+            async def request() -> str:
+                self._ha_later(vm, target, "migrate")
+                return f"Requesting HA migration for VM {vmid} to node {target}"
+
+            return await self.task(node, "hamigrate", vmid, user, request)
+        devices = sorted(k for k in vm.config if k.startswith("hostpci"))
+        if devices:
+            raise PveError(500, f"can't migrate VM which uses local devices: {', '.join(devices)}")
+        local_disks = _true(v.get("with-local-disks"))
+        if online and self._local_disks(vm) and not local_disks:
+            raise PveError(
+                500, "can't live migrate attached local disks without with-local-disks option"
+            )
+        if not self.nodes[target].get("online", True):
+            start = f"starting migration of VM {vmid} to node '{target}' (192.0.2.99)"
+            problem = (
+                "ERROR: migration aborted (duration 00:00:03): Can't connect to destination "
+                "address using public key"
+            )
+
+            async def abort() -> None:
+                raise TaskError("migration aborted")
+
+            return await self.task(node, "qmigrate", vmid, user, abort, vm=vm, log=[start, problem])
+        return await self.migrate(vmid, target, secs=self.migrate_secs, user=user)
+
+    # -- HA ------------------------------------------------------------------------------------
+
+    def _ha_guests(self) -> list[Any]:
+        return [g for g in [*self.vms, *self.cts] if g.ha_managed]
+
+    @staticmethod
+    def _sid(guest: Any) -> str:
+        return f"{'ct' if isinstance(guest, FakeCt) else 'vm'}:{guest.vmid}"
+
+    async def _ha_resources(self, v: dict[str, Any], user: str) -> list[dict[str, Any]]:
+        out = []
+        for guest in self._ha_guests():
+            item = {
+                "sid": self._sid(guest),
+                "type": "ct" if isinstance(guest, FakeCt) else "vm",
+                "state": self.ha_request.get(guest.vmid, "started"),
+                "max_relocate": 1,
+                "max_restart": 1,
+                "digest": "0" * 40,
+            }
+            if guest.vmid in self.ha_group:
+                item["group"] = self.ha_group[guest.vmid]
+            if v.get("type") in (None, item["type"]):
+                out.append(item)
+        return out
+
+    async def _ha_manager_status(self, v: dict[str, Any], user: str) -> dict[str, Any]:
+        now = int(time.time())
+        node_status = {}
+        for name, state in sorted(self.nodes.items()):
+            if name in self.ha_maintenance:
+                node_status[name] = "maintenance"
+            else:
+                node_status[name] = "online" if state.get("online", True) else "unknown"
+        services = {}
+        for guest in self._ha_guests():
+            sid = self._sid(guest)
+            entry = {"node": guest.node, "state": guest.ha_state, "uid": "fake" + sid}
+            if sid in self.ha_targets:
+                entry["target"] = self.ha_targets[sid]
+            services[sid] = entry
+        lrm = {
+            name: {
+                "mode": "maintenance" if name in self.ha_maintenance else "active",
+                "state": "active",
+                "timestamp": now,
+                "results": {},
+            }
+            for name in sorted(self.nodes)
+        }
+        return {
+            "manager_status": {
+                "master_node": sorted(self.nodes)[0],
+                "node_status": node_status,
+                "service_status": services,
+                "timestamp": now,
+            },
+            "lrm_status": lrm,
+            "quorum": {"node": sorted(self.nodes)[0], "quorate": "1"},
+        }
+
+    async def _ha_rules_list(self, v: dict[str, Any], user: str) -> list[dict[str, Any]]:
+        if not self.rules_api:
+            raise PveError(501, "Method 'GET /api2/json/cluster/ha/rules' not implemented")
+        return [r for r in self.ha_rules if v.get("type") in (None, r.get("type"))]
+
+    async def _ha_groups_list(self, v: dict[str, Any], user: str) -> list[dict[str, Any]]:
+        return list(self.ha_groups)
+
+    def _ha_guest(self, sid: str) -> Any:
+        vmid = sid.partition(":")[2]
+        guest = self.guest(int(vmid)) if vmid.isdigit() else None
+        if guest is None or not guest.ha_managed or self._sid(guest) != sid:
+            raise PveError(500, f"service '{sid}' not defined")
+        return guest
+
+    async def _ha_request(self, v: dict[str, Any], action: str) -> dict[str, Any]:
+        sid, target = v["sid"], v["node"]
+        guest = self._ha_guest(sid)
+        if target not in self.nodes:
+            raise PveError(500, f"no such cluster node '{target}'")
+        if self.ha_blocking:
+            return {"sid": sid, "requested-node": target, "blocking-resources": self.ha_blocking}
+        self._ha_later(guest, target, action)
+        return {"sid": sid, "requested-node": target, "comigrated-resources": []}
+
+    async def _ha_migrate(self, v: dict[str, Any], user: str) -> dict[str, Any]:
+        return await self._ha_request(v, "migrate")
+
+    async def _ha_relocate(self, v: dict[str, Any], user: str) -> dict[str, Any]:
+        return await self._ha_request(v, "relocate")
+
+    def _ha_later(self, guest: Any, target: str, action: str) -> None:
+        """The HA manager carries out the request a round later, as root@pam."""
+        task = asyncio.ensure_future(self._ha_move(guest, target, action))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _ha_move(self, guest: Any, target: str, action: str) -> None:
+        await asyncio.sleep(0)  # after the request's answer, as PVE's CRM round
+        await self.pause(self.ha_delay)
+        if guest.node == target:
+            return
+        sid = self._sid(guest)
+        guest.ha_state = action
+        self.ha_targets[sid] = target
+        try:
+            if isinstance(guest, FakeCt):
+                upid = await self._ct_relocate(guest, target)
+            else:
+                upid = await self.migrate(guest.vmid, target, secs=self.migrate_secs)
+            while self.tasks[upid]["status"] == "running":
+                await asyncio.sleep(0.005)
+        finally:
+            self.ha_targets.pop(sid, None)
+            guest.ha_state = "started"
+
+    async def _ct_relocate(self, ct: FakeCt, target: str) -> str:
+        async def move() -> str:
+            ct.lock = "migrate"
+            try:
+                await self.pause(self.migrate_secs)
+                ct.node = target
+            finally:
+                ct.lock = None
+            return "migration finished successfully"
+
+        return await self.task(
+            ct.node,
+            "vzmigrate",
+            ct.vmid,
+            "root@pam",
+            move,
+            vm=ct,
+            log=[f"starting migration of CT {ct.vmid} to node '{target}' (192.0.2.99)"],
+        )
+
+
+class FakeCluster:
+    """A :class:`DrsFakePve` served over TLS on 127.0.0.1 from a daemon thread."""
+
+    def __init__(self, directory: str, *, time_scale: float = 0.0) -> None:
+        self.cafile, keyfile, _ = make_cert(directory, hosts=(HOST,))
+        self.pve = DrsFakePve()
+        self.pve.time_scale = time_scale
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self._run, name="drs-fakepve", daemon=True)
+        self.thread.start()
+        self.run(self.pve.start(self.cafile, keyfile))
+
+    @property
+    def address(self) -> str:
+        return f"{HOST}:{self.pve.port}"
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def run(self, coro: Coroutine[Any, Any, Any], timeout: float = 30) -> Any:
+        """Run a coroutine of the fake (``pve.migrate(…)``, ``pve.backup(…)``) on its loop."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def settle(self) -> None:
+        """Let the fake's background work (HA requests, tasks) run."""
+
+        async def idle() -> None:
+            for _ in range(5):
+                await asyncio.sleep(0)
+
+        self.run(idle())
+
+    def stop(self) -> None:
+        try:
+            self.run(self.pve.stop())
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(10)
+            if not self.thread.is_alive():
+                self.loop.close()

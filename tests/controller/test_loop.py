@@ -1,0 +1,104 @@
+"""The controller loop on the scripted backend: shadow, active, once, reload, outages."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from fakes import FakeBackend, FakeClock, cluster, guest, node
+from opendrs.controller.config import BackendConfig, Config
+from opendrs.controller.history import History
+from opendrs.controller.loop import Controller
+from opendrs.engine.imbalance import balance_spread
+from opendrs.engine.policy import PolicyConfig
+from opendrs.engine.usage import LoadModel
+
+
+def _unbalanced():
+    guests = [guest(f"g{i}", "a", memory_gib=2, used=0.5) for i in range(6)]
+    return cluster([node("a"), node("b"), node("c")], guests, max_parallel=2)
+
+
+def _config(mode: str = "active", **policy: object) -> Config:
+    base = PolicyConfig(interval=60, hold=1, smoothing=0, min_uptime=0)
+    return Config(
+        file="<test>",
+        backend=BackendConfig("file", path="x"),
+        history=":memory:",
+        lock="",
+        mode=mode,  # type: ignore[arg-type]
+        policy=replace(base, **policy),  # type: ignore[arg-type]
+    )
+
+
+def _spread(c) -> float:
+    usable = [n.usable for n in c.nodes]
+    f = LoadModel.build(c).fractions()[usable]
+    return balance_spread(f, [c.settings.weight_cpu, c.settings.weight_memory])
+
+
+def test_shadow_mode_records_the_decision_and_never_migrates() -> None:
+    clock = FakeClock()
+    fake = FakeBackend(_unbalanced(), clock)
+    history = History(":memory:")
+    controller = Controller(_config("shadow"), fake, clock, history)
+    controller.run(until=600)
+    assert fake.starts == []
+    decisions = history.decisions()
+    assert decisions and all(d.mode == "shadow" for d in decisions)
+    assert any(d.action != "none" and d.plan for d in decisions)
+    assert history.migrations() == []
+
+
+def test_active_once_balances_and_follows_its_plan_to_the_end() -> None:
+    clock = FakeClock()
+    fake = FakeBackend(_unbalanced(), clock)
+    history = History(":memory:")
+    before = _spread(fake.cluster)
+    controller = Controller(_config(hold=5), fake, clock, history)
+    controller.run(once=True)
+    assert not controller.executor.busy
+    assert fake.starts, "an unbalanced cluster must be balanced"
+    assert all(r.outcome == "done" for r in history.migrations())
+    assert _spread(fake.cluster) < before
+    assert fake.violations == []
+
+
+def test_hold_waits_for_several_observations_above_threshold() -> None:
+    clock = FakeClock()
+    fake = FakeBackend(_unbalanced(), clock)
+    history = History(":memory:")
+    controller = Controller(_config(hold=3), fake, clock, history)
+    controller.run(until=125)  # observations at 0, 60, 120: the third may act
+    starts = [r.started for r in history.migrations()]
+    assert starts and min(starts) >= 120
+
+
+def test_a_failed_observation_skips_the_cycle_and_the_loop_goes_on() -> None:
+    clock = FakeClock()
+    fake = FakeBackend(_unbalanced(), clock, observe_errors=2)
+    history = History(":memory:")
+    controller = Controller(_config(), fake, clock, history)
+    controller.run(until=1800)
+    assert [c.error for c in controller.cycles[:2]] == ["fake API error"] * 2
+    assert fake.starts
+
+
+def test_once_converges_and_a_second_run_does_nothing_more() -> None:
+    clock = FakeClock()
+    fake = FakeBackend(_unbalanced(), clock)
+    history = History(":memory:")
+    Controller(_config(), fake, clock, history).run(once=True)
+    moved = len(fake.starts)
+    clock.sleep(60)
+    Controller(_config(), fake, clock, history).run(once=True)
+    assert len(fake.starts) == moved  # balanced: no flapping
+
+
+def test_reload_takes_the_new_policy() -> None:
+    clock = FakeClock()
+    fake = FakeBackend(_unbalanced(), clock)
+    history = History(":memory:")
+    controller = Controller(_config("shadow"), fake, clock, history)
+    fresh = [_config("shadow", threshold=0.9)]
+    controller.run(until=60, take_reload=lambda: fresh.pop() if fresh else None)
+    assert controller.policy.threshold == 0.9
