@@ -59,11 +59,17 @@ def simulator(
     *,
     days: float | None = None,
     threshold: float = 0.15,
+    window: float = 0.0,
     cluster_settings: Settings | None = None,
     **scenario: object,
 ) -> Simulator:
     cluster = Cluster(nodes, guests, settings=cluster_settings or Settings())
-    return Simulator(Scenario(cluster, **scenario), days=days, threshold=threshold)  # type: ignore[arg-type]
+    return Simulator(
+        Scenario(cluster, **scenario),  # type: ignore[arg-type]
+        days=days,
+        threshold=threshold,
+        window=window,
+    )
 
 
 def two_nodes(**scenario: object) -> Simulator:
@@ -768,7 +774,7 @@ def test_accounting_matches_load_and_capacity_models(
         ),
         recovery_delay=30.0,
     )
-    sim = Simulator(scenario, threshold=0.1)
+    sim = Simulator(scenario, threshold=0.1, window=0)
     weights = [cluster.settings.weight_cpu, cluster.settings.weight_memory]
     for wait, pick, target in rounds:
         sim.sleep(60 * (wait - 1))
@@ -845,3 +851,17 @@ def test_the_month_fits_when_balanced() -> None:
     assert stats.node_failures == 1 and stats.recoveries > 0
     kinds = [e.kind for e in sim.events]
     assert kinds == ["failed", "recovered", "maintenance-on", "maintenance-off"]
+
+
+def test_the_spread_is_taken_on_loads_averaged_over_the_window() -> None:
+    nodes, guests = (node("a"), node("b")), (guest("1", "a"),)
+    assert simulator(nodes, guests)._window_steps == 1  # window 0: instantaneous
+    windowed = simulator(nodes, guests, window=120)  # two one-minute steps
+    assert windowed._window_steps == 2
+    f_cpu = np.array([[0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
+    f_mem = np.zeros_like(f_cpu)
+    cpu, _ = windowed._averaged(f_cpu[:, :2], f_mem[:, :2])
+    assert cpu[0].tolist() == [0.0, 0.5]  # a one-step spike counts half
+    cpu, _ = windowed._averaged(f_cpu[:, 2:], f_mem[:, 2:])  # the next block continues it
+    assert cpu[0].tolist() == [0.5, 0.0]
+    assert cpu[1].tolist() == [0.0, 0.0]

@@ -237,17 +237,28 @@ class Simulator:
     and the controller's :class:`~opendrs.backends.base.Clock`.
 
     ``days`` overrides the scenario's duration; ``threshold`` is the balance spread above which a
-    step counts in :attr:`SimStats.steps_above`. :meth:`sleep` never goes past :attr:`end`.
+    step counts in :attr:`SimStats.steps_above`. The spread of a step is taken on the node loads
+    averaged over the last ``window`` seconds (rounded to whole steps; one step or less: the
+    instantaneous loads) — the way an operator's dashboard shows load, so that a one-minute spike
+    that no scheduler could or should chase does not count as imbalance. :meth:`sleep` never goes
+    past :attr:`end`.
     """
 
     name = "sim"
     read_only = False
 
     def __init__(
-        self, scenario: Scenario, *, days: float | None = None, threshold: float = 0.15
+        self,
+        scenario: Scenario,
+        *,
+        days: float | None = None,
+        threshold: float = 0.15,
+        window: float = 1800.0,
     ) -> None:
         if days is not None and not (days > 0 and math.isfinite(days)):
             raise ValueError(f"days must be a positive number, got {days!r}")
+        if not (window >= 0 and math.isfinite(window)):
+            raise ValueError(f"window must be a number of seconds ≥ 0, got {window!r}")
         if not (threshold >= 0 and math.isfinite(threshold)):
             raise ValueError(f"threshold must be a number ≥ 0, got {threshold!r}")
         self.scenario = scenario
@@ -361,6 +372,9 @@ class Simulator:
         # -- statistics -------------------------------------------------------------------------
         self._recorded = 0
         self._spreads: list[np.ndarray] = []
+        #: Steps averaged for the spread, and the last ``- 1`` steps' node fractions (cpu, memory).
+        self._window_steps = max(1, round(window / self._step))
+        self._tail: tuple[np.ndarray, np.ndarray] | None = None
         self._violations = 0
         self._max_load = 0.0
         self._derived_version = -1
@@ -649,7 +663,8 @@ class Simulator:
         f_mem = safe_divide(mem, cap_mem)
         spread = np.zeros(c1 - c0)
         usable = self._usable
-        for fractions, weight in ((f_cpu, self._weights[0]), (f_mem, self._weights[1])):
+        averaged = self._averaged(f_cpu, f_mem)
+        for fractions, weight in ((averaged[0], self._weights[0]), (averaged[1], self._weights[1])):
             if weight <= 0:
                 continue
             values = fractions[usable]
@@ -672,6 +687,25 @@ class Simulator:
                 over | (cpu > cap_cpu + tolerance(cap_cpu)) | (mem > cap_mem + tolerance(cap_mem))
             )
         self._violations += int(np.count_nonzero(over))
+
+    def _averaged(self, f_cpu: np.ndarray, f_mem: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Node fractions (N, steps) averaged over the window ending at each step."""
+        w = self._window_steps
+        if w <= 1:
+            return f_cpu, f_mem
+        out: list[np.ndarray] = []
+        tails: list[np.ndarray] = []
+        for k, block in enumerate((f_cpu, f_mem)):
+            tail = self._tail[k] if self._tail is not None else block[:, :0]
+            joined = np.concatenate((tail, block), axis=1)
+            sums = np.cumsum(np.concatenate((np.zeros((joined.shape[0], 1)), joined), axis=1), 1)
+            ends = np.arange(tail.shape[1] + 1, joined.shape[1] + 1)
+            starts = np.maximum(ends - w, 0)
+            with np.errstate(invalid="ignore"):
+                out.append((sums[:, ends] - sums[:, starts]) / (ends - starts))
+            tails.append(joined[:, -(w - 1) :])
+        self._tail = (tails[0], tails[1])
+        return out[0], out[1]
 
     def _fractions_now(self) -> tuple[np.ndarray, np.ndarray]:
         cpu_use, mem_use = self._columns(self._step_now())

@@ -7,13 +7,10 @@ from optimal it is:
   nodes' load fractions) below this. Guests that may not move stay where they are, so a node's
   fraction is at least its immovable load over its capacity, while the smallest fraction can never
   exceed the cluster mean: ``spread ≥ max_n immovable_n / C_n − mean``.
-* :func:`migration_lower_bound` — to reach a given spread, every node above ``mean + spread`` must
-  shed its excess and every node below ``mean − spread`` must receive its deficit. Shedding an
-  amount takes at least as many guests as the largest movable guests on that node need to add up to
-  it; receiving takes at least as many as the largest movable guests of the cluster need. Each
-  migration leaves one node and enters one node, so the bound is the larger of the two sums; the
-  moved-memory bound is the larger of the memory excesses and deficits. Movable guests on nodes in
-  maintenance must all leave.
+* :func:`migration_lower_bound` — the fewest migrations (and the least moved memory) any placement
+  needs to bring every resource's spread to a target. See :func:`migration_lower_bound` for the
+  argument; in one line: every node's net outflow must land in a box, a guest's cpu and memory
+  move together, and each migration leaves one node and enters one.
 
 The bounds are valid for any strategy (they ignore most constraints, which can only make the true
 optimum worse), cheap (vectorised), and tight when guests are small relative to nodes.
@@ -106,12 +103,148 @@ def _cover_count(sizes_desc: np.ndarray, amount: float) -> int:
     return min(k, len(sizes_desc)) if len(sizes_desc) else 0
 
 
+#: Directions the joint migration bound looks at (a multiple of 4, so the axes are among them).
+#: Any set of directions gives a valid bound; more give a tighter one.
+DIRECTIONS = 64
+#: Weights λ tried when the joint bound combines departures and arrivals (0 and 1 included).
+LAMBDAS = 65
+#: Arrivals per node the joint bound tabulates; beyond, it uses a bound that holds for any number.
+MAX_ARRIVALS = 256
+
+
+def _directions(n_resources: int) -> np.ndarray:
+    """(K, R) directions: evenly spaced angles for two resources, else the axes both ways."""
+    if n_resources == 2:
+        angles = np.arange(DIRECTIONS) * (2 * np.pi / DIRECTIONS)
+        u = np.stack([np.cos(angles), np.sin(angles)], axis=1)
+    else:
+        eye = np.eye(n_resources)
+        u = np.vstack([eye, -eye])
+    u[np.abs(u) < 1e-12] = 0.0
+    return u
+
+
+def _joint_migration_bound(
+    demand: np.ndarray,
+    assign: np.ndarray,
+    movable: np.ndarray,
+    usable: np.ndarray,
+    low: np.ndarray,
+    high: np.ndarray,
+) -> float:
+    """The joint (all resources at once) bound of :func:`migration_lower_bound`, before rounding.
+
+    ``demand`` (G, R), ``assign`` (G,), ``movable`` (G,) as in the caller; ``usable`` (N,);
+    ``low``/``high`` (N, R): the least and most net outflow each usable node may have.
+    """
+    guests = np.nonzero(movable & (assign >= 0))[0]
+    n_nodes = len(usable)
+    leaving = np.bincount(assign[guests], minlength=n_nodes)
+    evacuated = float(leaving[~usable].sum())
+    if guests.size == 0:
+        return 0.0
+    # Work in "typical guests" per resource, so the directions weigh resources evenly and one
+    # absolute tolerance fits all.
+    unit = demand[guests].mean(axis=0)
+    unit = np.where(unit > 0, unit, 1.0)
+    d = demand[guests] / unit
+    u = _directions(d.shape[1])
+    proj = d @ u.T  # (g, K)
+    # Arrivals: the i largest positive parts of −u·d over every movable guest, for i = 0..I.
+    arrive = np.sort(np.maximum(-proj, 0.0), axis=0)[::-1]
+    arrive = np.vstack([np.zeros(len(u)), np.cumsum(arrive, axis=0)])
+    n_arrivals = min(len(guests), MAX_ARRIVALS)
+    arrive_i = arrive[: n_arrivals + 1]  # (I+1, K)
+    arrive_all = arrive[-1]  # (K,)
+    with np.errstate(invalid="ignore", over="ignore"):
+        lo = low / unit
+        hi = high / unit
+        terms = np.minimum(u[None, :, :] * lo[:, None, :], u[None, :, :] * hi[:, None, :])
+    support = np.where(u[None, :, :] == 0, 0.0, terms).sum(axis=2)  # (N, K): min over the box
+    order = np.argsort(assign[guests], kind="stable")
+    starts = np.searchsorted(assign[guests][order], np.arange(n_nodes + 1))
+    rows = np.nonzero(usable)[0]
+    table = np.full((len(rows), n_arrivals + 1), np.inf)  # fewest departures, given i arrivals
+    beyond = np.full(len(rows), np.inf)  # fewest departures, whatever the arrivals
+    for k, n in enumerate(rows.tolist()):
+        mine = proj[order[starts[n] : starts[n + 1]]]
+        depart = np.sort(np.maximum(mine, 0.0), axis=0)[::-1]
+        depart = np.vstack([np.zeros(len(u)), np.cumsum(depart, axis=0)])  # (o+1, K)
+        need = support[n][None, :] - np.vstack([arrive_i, arrive_all])  # (I+2, K)
+        need = need - 1e-9 * (1.0 + np.abs(support[n]) + np.vstack([arrive_i, arrive_all]))
+        fewest = _fewest(depart, need)
+        fewest = np.where(fewest < depart.shape[0], fewest, np.inf)
+        table[k] = fewest[:-1]
+        beyond[k] = fewest[-1]
+    count = leaving[rows].astype(float)
+    arrivals = np.arange(n_arrivals + 1, dtype=float)
+    best = 0.0
+    for lam in np.linspace(0.0, 1.0, LAMBDAS):
+        with np.errstate(invalid="ignore"):
+            cost = np.where(np.isfinite(table), lam * table + (1 - lam) * arrivals, np.inf)
+            tail = np.where(
+                np.isfinite(beyond), lam * beyond + (1 - lam) * (n_arrivals + 1), np.inf
+            )
+        per_node = np.minimum(cost.min(axis=1), tail)
+        # A node that cannot reach its box at all makes the target unreachable: count its guests.
+        per_node = np.where(np.isfinite(per_node), per_node, lam * count)
+        best = max(best, float(per_node.sum() + lam * evacuated))
+    return best
+
+
+def _fewest(prefix: np.ndarray, need: np.ndarray) -> np.ndarray:
+    """Per row of ``need`` (M, K): the least o with ``prefix[o, k] ≥ need[m, k]`` for every k.
+
+    ``prefix`` (P, K) is non-decreasing down each column; P means "none": no o reaches it. One
+    search over the columns laid end to end, each shifted above the previous one.
+    """
+    rows, cols = prefix.shape
+    top = float(prefix[-1].max()) if prefix.size else 0.0
+    clipped = np.clip(need, -0.5, prefix[-1][None, :] + 1.0)
+    shift = (top + 4.0) * np.arange(cols)
+    flat = (prefix + shift[None, :]).T.ravel()
+    where = np.searchsorted(flat, (clipped + shift[None, :]), side="left")
+    where = where - (np.arange(cols) * rows)[None, :]
+    return where.max(axis=1)
+
+
 def migration_lower_bound(
     cluster: Cluster,
     target_spread: Mapping[str, float] | Sequence[float] | float,
     loads: LoadModel | None = None,
 ) -> LowerBounds:
-    """Bounds on the migrations and moved memory needed to bring every spread to ``target``."""
+    """Bounds on the migrations and moved memory needed to bring every spread to ``target``.
+
+    **Why it is a lower bound.** Take any placement that reaches the target spreads ``s`` and
+    moves only guests that may move. The usable nodes' fractions then lie in one window
+    ``[α, α + s]`` per resource, and since the capacity-weighted mean ``m`` of the fractions lies
+    between their minimum and maximum, in ``[m − s, m + s]``. So a usable node ``n`` with load
+    ``L`` and capacity ``C`` ends with a net outflow ``b = Σ_out d − Σ_in d`` (the demands of the
+    guests that leave it, less those that arrive) in the box ``[L − (m + s)C, L − (m − s)C]``, per
+    resource. Movable guests on unusable nodes must all leave. Each migration leaves one node and
+    enters one, so with ``o_n`` departures and ``i_n`` arrivals, ``M = Σ o_n = Σ i_n``.
+
+    *Per resource* (the first bound, cheap): ``Σ_out d_r ≥ L_r − (m_r + s_r)C_r``, so ``o_n`` is
+    at least the number of its largest movable guests that add up to that excess; likewise
+    ``i_n`` is at least the number of the cluster's largest movable guests that fill the deficit.
+    ``M`` is at least the larger of the two sums.
+
+    *Jointly* (the second bound): a guest's cpu and memory move together. For any direction ``u``
+    (a weighting of the resources, signs allowed), ``u·b ≥ min over the box of u·x =: h(u)``,
+    while ``u·b ≤ S_out(u, o_n) + S_in(−u, i_n)``, where ``S_out(u, o)`` is the sum of the ``o``
+    largest positive values of ``u·d`` over the node's movable guests and ``S_in(−u, i)`` that of
+    ``−u·d`` over all movable guests (a superset of the possible arrivals, so only weaker). Each
+    such inequality is monotone in ``o_n``, so ``o_n ≥ F_n(i_n)``, the least ``o`` that satisfies
+    all of them for the directions tried (a finite set: fewer conditions, a weaker but valid
+    bound). For any ``λ ∈ [0, 1]``, ``M = λ Σ o_n + (1 − λ) Σ i_n ≥ Σ_n min_i (λ F_n(i) +
+    (1 − λ) i)``, plus ``λ`` per guest that must leave an unusable node. Arrivals beyond a table
+    of ``MAX_ARRIVALS`` use ``F_n(∞)`` (every movable guest arriving), which is smaller. The bound
+    is the largest such sum over the ``λ`` tried, rounded up, and never below the first bound.
+    With one direction per resource and ``λ ∈ {0, 1}`` it is the first bound; mixed directions
+    capture that a node which must shed much cpu but little memory cannot use its biggest guests.
+
+    The moved-memory bound is the larger of the memory excesses and deficits.
+    """
     loads = loads or LoadModel.build(cluster)
     if isinstance(target_spread, Mapping):
         target = np.array([float(target_spread.get(r, 0.0)) for r in RESOURCES])
@@ -149,6 +282,8 @@ def migration_lower_bound(
     in_counts: list[int] = []
     all_movable = demand[movable]
     sorted_all = [np.sort(all_movable[:, r])[::-1] for r in range(len(RESOURCES))]
+    low = np.zeros_like(cap)
+    high = np.zeros_like(cap)
     for n in range(n_nodes):
         on_node = movable & (loads.assign == n)
         if not usable[n]:
@@ -159,6 +294,8 @@ def migration_lower_bound(
             continue
         excess = node_load[n] - (mean + target) * cap[n]
         deficit = (mean - target) * cap[n] - node_load[n]
+        low[n] = excess
+        high[n] = -deficit
         k = 0
         for r in range(len(RESOURCES)):
             if excess[r] > 0:
@@ -175,10 +312,11 @@ def migration_lower_bound(
                 in_need[r] += deficit[r]
         in_counts.append(k_in)
     in_bytes = float(in_need[memory_col]) if loads.mode != "basic" else 0.0
+    joint = _joint_migration_bound(demand, loads.assign, movable, usable, low, high)
     return LowerBounds(
         spread=spread_lb,
         target_spread={r: float(target[i]) for i, r in enumerate(RESOURCES)},
-        migrations=int(max(out_count, sum(in_counts))),
+        migrations=int(max(out_count, sum(in_counts), np.ceil(joint - 1e-6))),
         moved_bytes=int(max(out_bytes, in_bytes)),
     )
 

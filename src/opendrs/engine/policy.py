@@ -109,18 +109,20 @@ class PolicyConfig:
     #: Act only when the metric is above this (spreads are fractions: 0.15 = 15 pp).
     threshold: float = 0.15
     #: Balance to this spread (passed to strategies that take ``target_spread``).
-    target: float = 0.05
+    target: float = 0.08
     #: Observations in a row above the threshold before acting (0 acts like 1).
-    hold: int = 3
+    hold: int = 6
     #: Least relative improvement of the metric a plan must bring; 0: no check.
-    margin: float = 0.10
+    margin: float = 0.25
     cooldown: int = 6 * 3600
     no_return: int = 24 * 3600
     #: Most migrations per decision; 0: no limit.
-    batch: int = 10
+    batch: int = 5
     min_uptime: int = 600
-    #: Moving-average window over measured usage; 0: off.
-    smoothing: int = 1800
+    #: Moving-average window over measured usage; 0: off. Long on purpose: it is each guest's
+    #: demand the plan is made for, and only a lasting imbalance is worth a migration (placement
+    #: changes are seen at once — it is usage that is averaged, not node loads).
+    smoothing: int = 6 * 3600
     avoid_after_failure: int = 3600
     strategy: str = "balance"
     #: Extra strategy options (they win over what the policy fills in).

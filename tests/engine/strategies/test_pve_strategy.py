@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from clusters import assert_moves_safe, clusters
 from opendrs.engine.strategies import get_strategy
@@ -90,3 +92,34 @@ def test_proposals_are_safe_deterministic_and_never_worse(cluster: Cluster) -> N
     for move in proposal.moves:
         assert move.after <= move.before
     assert_moves_safe(cluster, proposal.moves)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(2, 7).flatmap(
+        lambda n: st.tuples(
+            st.lists(st.floats(0, 3, allow_nan=False), min_size=n, max_size=n),
+            st.lists(st.booleans(), min_size=n, max_size=n),
+            st.lists(
+                st.tuples(
+                    st.integers(0, n - 1),
+                    st.lists(st.floats(0, 1, allow_nan=False), min_size=n, max_size=n),
+                ),
+                min_size=1,
+                max_size=5,
+            ),
+        )
+    )
+)
+def test_all_moves_at_once_score_bit_for_bit_like_one_bundle_at_a_time(case) -> None:
+    from opendrs.engine.strategies.pve import _cv_after_all, _cv_after_moves
+
+    combined, usable, bundles = case
+    combined_arr, usable_arr = np.array(combined), np.array(usable)
+    src = np.array([b[0] for b in bundles], dtype=np.intp)
+    shift = np.array([b[1] for b in bundles])
+    together = _cv_after_all(combined_arr, usable_arr, src, shift)
+    targets = np.arange(len(combined))
+    for b in range(len(bundles)):
+        alone = _cv_after_moves(combined_arr, usable_arr, int(src[b]), targets, shift[b])
+        assert together[b].tolist() == alone.tolist()
