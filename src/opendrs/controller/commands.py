@@ -210,7 +210,13 @@ def _scenario(arg: str | None) -> Scenario:
     return load_scenario(arg)
 
 
+def _quiet() -> None:
+    """Simulated faults are expected: their warnings would only drown the report."""
+    logging.getLogger("opendrs").setLevel(logging.ERROR)
+
+
 def cmd_simulate(args: argparse.Namespace) -> int:
+    _quiet()
     scenario = _scenario(args.scenario)
     policies = _policies(args.policy or [DEFAULT_POLICIES])
     console = Console(stderr=True)
@@ -354,6 +360,7 @@ def _fraction(text: str) -> float:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """The controller in active mode against the built-in demo scenario, live."""
+    _quiet()  # the live view prints every migration and failure itself
     scenario = builtin_scenario("demo")
     policy = PRESETS["opendrs"]
     console = Console(highlight=False, soft_wrap=False)

@@ -1,0 +1,133 @@
+"""The controller driven through the simulator: convergence, faults, failures, restarts."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from opendrs.backends.scenario import Fault
+from opendrs.backends.sim import Simulator, builtin_scenario
+from opendrs.controller.config import BackendConfig, Config
+from opendrs.controller.history import History
+from opendrs.controller.loop import Controller
+from opendrs.controller.simulate import executor_config, ping_pongs, report_from
+from opendrs.engine.policy import PRESETS, PolicyConfig
+
+HOUR = 3600.0
+POLICY = PRESETS["opendrs"]
+
+
+def _config(policy: PolicyConfig = POLICY) -> Config:
+    return Config(
+        file="<test>",
+        backend=BackendConfig("sim", builtin="demo"),
+        history=":memory:",
+        lock="",
+        mode="active",
+        policy=policy,
+        executor=executor_config(policy),
+    )
+
+
+def _run(sim: Simulator, history: History | None = None, until: float | None = None) -> History:
+    history = history or History(":memory:")
+    Controller(_config(), sim, sim, history).run(until=sim.end if until is None else until)
+    return history
+
+
+def test_an_unbalanced_cluster_converges_and_stays_balanced_under_noisy_load() -> None:
+    scenario = replace(builtin_scenario("demo"), faults=())
+    sim = Simulator(scenario, days=1, threshold=POLICY.threshold)
+    history = _run(sim)
+    report = report_from(sim, POLICY, POLICY.threshold, len(history.decisions()), 0.0)
+    series = sim.imbalance_series()
+    assert series[:30].min() > 2 * POLICY.threshold  # it starts far above the threshold
+    assert report.migrations > 0 and report.ping_pongs == 0
+    assert report.capacity_violations == 0
+    # Converged within the first hours and stayed there: over the last 12 hours the spread is a
+    # fraction of what it was, and hardly anything moves any more (the load keeps changing).
+    assert series[-12 * 60 :].mean() < 0.4 * series[:30].mean()
+    late = [r for r in sim.migrations if r.cause == "controller" and r.started >= 12 * HOUR]
+    assert len(late) <= 0.5 * report.migrations
+    # No flapping: no guest moved more than twice in the day.
+    moves: dict[str, int] = {}
+    for record in sim.migrations:
+        if record.cause == "controller":
+            moves[record.guest] = moves.get(record.guest, 0) + 1
+    assert max(moves.values()) <= 2
+
+
+def test_a_node_failure_is_recovered_and_the_cluster_rebalanced() -> None:
+    base = builtin_scenario("demo")
+    failing = base.cluster.nodes[0].name
+    scenario = replace(
+        base,
+        faults=(Fault("node-failure", at=6 * HOUR, node=failing, duration=None),),
+        migration=replace(base.migration, failure_rate=0.0),
+    )
+    sim = Simulator(scenario, days=1, threshold=POLICY.threshold)
+    _run(sim)
+    recovered = [r for r in sim.migrations if r.cause == "recovery"]
+    assert recovered, "the failed node's HA guests restart elsewhere"
+    final = sim.observe()
+    assert not any(g.node == failing and g.ha and g.state == "running" for g in final.guests)
+    assert sim.stats().capacity_violations == 0
+    series = sim.imbalance_series()
+    assert series[-6 * 60 :].mean() < 0.5 * series[:30].mean()
+
+
+def test_failing_migrations_are_recorded_and_worked_around() -> None:
+    base = builtin_scenario("demo")
+    scenario = replace(base, faults=(), migration=replace(base.migration, failure_rate=0.3))
+    sim = Simulator(scenario, days=1, threshold=POLICY.threshold)
+    history = _run(sim)
+    failed = [r for r in history.migrations() if r.outcome == "failed"]
+    assert failed, "with a 30 % failure rate some migrations fail"
+    sim_failed = [r for r in sim.migrations if r.cause == "controller" and r.outcome == "failed"]
+    assert len(sim_failed) == len(failed)
+    # Each failure kept the guest off that target afterwards (no retry to the same node at once).
+    for record in failed:
+        later = [
+            r
+            for r in history.migrations(guest=record.guest)
+            if r.started > record.started and r.move.target == record.move.target
+        ]
+        assert all(r.started - record.started >= POLICY.avoid_after_failure for r in later)
+    assert sim.stats().capacity_violations == 0
+    series = sim.imbalance_series()
+    assert series[-6 * 60 :].mean() < 0.5 * series[:30].mean()
+    assert not history.in_flight()
+
+
+def test_a_restart_in_the_middle_of_a_plan_loses_nothing_and_repeats_nothing(
+    tmp_path: Path,
+) -> None:
+    base = builtin_scenario("demo")
+    scenario = replace(base, faults=(), migration=replace(base.migration, failure_rate=0.0))
+    sim = Simulator(scenario, days=0.5, threshold=POLICY.threshold)
+    path = tmp_path / "history.sqlite"
+    first = History(path)
+    controller = Controller(_config(), sim, sim, first)
+    # Run until migrations are in flight, then "crash": the process is gone, the history stays.
+    while not first.in_flight():
+        controller.run(until=sim.now() + 10)
+    in_flight = {r.guest for r in first.in_flight()}
+    assert in_flight
+    first.close()
+    second = History(path)
+    _run(sim, second)
+    records = second.migrations()
+    assert not second.in_flight()
+    # Every migration the simulator saw the controller start is in the history, once.
+    ours = [r for r in sim.migrations if r.cause == "controller"]
+    assert sorted(r.handle for r in ours) == sorted(r.handle for r in records)
+    assert {r.guest for r in records if r.outcome == "done"} >= in_flight
+    # Nothing started twice: no guest had two migrations overlapping in time.
+    by_guest: dict[str, list[tuple[float, float]]] = {}
+    for r in ours:
+        by_guest.setdefault(r.guest, []).append((r.started, r.ended or sim.end))
+    for spans in by_guest.values():
+        spans.sort()
+        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False))
+    assert ping_pongs(ours) == 0
+    assert sim.stats().capacity_violations == 0
