@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 from pathlib import Path
 
@@ -128,6 +129,6 @@ def test_a_restart_in_the_middle_of_a_plan_loses_nothing_and_repeats_nothing(
         by_guest.setdefault(r.guest, []).append((r.started, r.ended or sim.end))
     for spans in by_guest.values():
         spans.sort()
-        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False))
+        assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans))
     assert ping_pongs(ours) == 0
     assert sim.stats().capacity_violations == 0
