@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from clusters import assert_moves_safe, clusters
 from opendrs.engine.strategies import get_strategy
@@ -94,32 +92,42 @@ def test_proposals_are_safe_deterministic_and_never_worse(cluster: Cluster) -> N
     assert_moves_safe(cluster, proposal.moves)
 
 
-@settings(max_examples=200, deadline=None)
-@given(
-    st.integers(2, 7).flatmap(
-        lambda n: st.tuples(
-            st.lists(st.floats(0, 3, allow_nan=False), min_size=n, max_size=n),
-            st.lists(st.booleans(), min_size=n, max_size=n),
-            st.lists(
-                st.tuples(
-                    st.integers(0, n - 1),
-                    st.lists(st.floats(0, 1, allow_nan=False), min_size=n, max_size=n),
-                ),
-                min_size=1,
-                max_size=5,
-            ),
-        )
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters(max_nodes=5, max_guests=12))
+def test_the_best_move_is_the_best_allowed_one(cluster: Cluster) -> None:
+    """Scoring every pair at once picks what checking each bundle's allowed targets first would."""
+    from opendrs.engine.placement import PlacementState
+    from opendrs.engine.strategies.pve import (
+        _bundle_demand,
+        _choose_bruteforce,
+        _combined,
+        _cv_after_moves,
+        _targets,
+        _trunc,
+        _usable,
+        fraction_shift,
+        movable_bundles,
     )
-)
-def test_all_moves_at_once_score_bit_for_bit_like_one_bundle_at_a_time(case) -> None:
-    from opendrs.engine.strategies.pve import _cv_after_all, _cv_after_moves
 
-    combined, usable, bundles = case
-    combined_arr, usable_arr = np.array(combined), np.array(usable)
-    src = np.array([b[0] for b in bundles], dtype=np.intp)
-    shift = np.array([b[1] for b in bundles])
-    together = _cv_after_all(combined_arr, usable_arr, src, shift)
-    targets = np.arange(len(combined))
-    for b in range(len(bundles)):
-        alone = _cv_after_moves(combined_arr, usable_arr, int(src[b]), targets, shift[b])
-        assert together[b].tolist() == alone.tolist()
+    state = PlacementState.build(cluster)
+    cap = state.loads.capacity
+    usable = _usable(state)
+    combined = _combined(state.node_load, cap)
+    best = None
+    for bundle in movable_bundles(state, cluster):
+        targets = _targets(state, bundle)
+        if not targets.size:
+            continue
+        shift = fraction_shift(_bundle_demand(state, bundle.members), cap).mean(axis=1)
+        values = _cv_after_moves(combined, usable, bundle.src, targets, shift)
+        source = cluster.nodes[bundle.src].name
+        for t, value in zip(targets.tolist(), values.tolist(), strict=True):
+            key = (_trunc(value), bundle.leader, source, cluster.nodes[t].name)
+            if best is None or key < best[0]:
+                best = (key, bundle.leader, t)
+    choice = _choose_bruteforce(state, cap, usable, combined)
+    if best is None:
+        assert choice is None
+    else:
+        assert choice is not None
+        assert (choice.leader, choice.target, choice.value) == (best[1], best[2], best[0][0])

@@ -63,25 +63,8 @@ def _cv_after_moves(
     combined: np.ndarray, usable: np.ndarray, src: int, targets: np.ndarray, shift: np.ndarray
 ) -> np.ndarray:
     """CV of the usable nodes' combined loads after moving a bundle from ``src`` to each target."""
-    base = np.where(usable, combined, 0.0)
-    n = int(usable.sum())
-    if n < 2:
-        return np.zeros(len(targets))
-    s1 = np.full(len(targets), base.sum())
-    s2 = np.full(len(targets), (base**2).sum())
-    if usable[src]:
-        new_src = max(base[src] - shift[src], 0.0)
-        s1 += new_src - base[src]
-        s2 += new_src**2 - base[src] ** 2
-    tgt_usable = usable[targets]
-    old_t = base[targets]
-    new_t = old_t + shift[targets]
-    s1 = s1 + np.where(tgt_usable, new_t - old_t, 0.0)
-    s2 = s2 + np.where(tgt_usable, new_t**2 - old_t**2, 0.0)
-    mean = s1 / n
-    var = np.maximum(s2 / n - mean**2, 0.0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(mean > 0, np.sqrt(var) / np.where(mean > 0, mean, 1.0), 0.0)
+    together = _cv_after_all(combined, usable, np.array([src], dtype=np.intp), shift[None, :])
+    return together[0][np.asarray(targets, dtype=np.intp)]
 
 
 def _trunc(value: float) -> float:
@@ -351,11 +334,9 @@ def _choose_bruteforce(
 def _cv_after_all(
     combined: np.ndarray, usable: np.ndarray, src: np.ndarray, shift: np.ndarray
 ) -> np.ndarray:
-    """:func:`_cv_after_moves` for many bundles at once: (B, N), bundle ``b`` leaving ``src[b]``.
-
-    The same floating-point operations in the same order, element by element, so every value is
-    bit for bit the one :func:`_cv_after_moves` gives.
-    """
+    """CV of the usable nodes' combined loads after moving bundle ``b`` from ``src[b]`` to each
+    node: (B, N). ``shift[b]`` is the combined load fraction the bundle adds on each node; the
+    source loses its own share, floored at 0 (Proxmox). The sums are updated incrementally."""
     base = np.where(usable, combined, 0.0)
     n = int(usable.sum())
     n_bundles, n_nodes = shift.shape
