@@ -26,7 +26,6 @@ from opendrs.controller.history import History, HistoryError
 from opendrs.controller.loop import Controller, Cycle, InstanceLock, LockError
 from opendrs.controller.simulate import StabilityReport, executor_config, report_from, run_policy
 from opendrs.engine.policy import PRESETS, PolicyConfig, parse_policy
-from opendrs.model.cluster import Cluster
 from opendrs.model.document import DocumentError, Reader, parse, read_file
 from opendrs.report.text import Report, bar
 
@@ -378,10 +377,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     history = History(":memory:")
     live = LiveView(report, sim, pace=0.0 if args.fast or not console.is_terminal else 8.0)
     controller = Controller(config, sim, sim, history, on_event=live.event, on_cycle=live.cycle)
+    start = scenario.cluster
     report.heading(
-        f"opendrs demo: {len(scenario_cluster(sim).nodes)} nodes, "
-        f"{len(scenario_cluster(sim).guests)} guests, {sim.end / 3600:g} simulated hours, "
-        "active mode against the simulator"
+        f"opendrs demo: {len(start.nodes)} nodes, {len(start.guests)} guests, "
+        f"{sim.end / 3600:g} simulated hours, active mode against the simulator"
     )
     live.start()
     try:
@@ -393,10 +392,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
     summary = report_from(sim, policy, policy.threshold, decisions, live.elapsed())
     show_stability(report, [summary], "builtin:demo")
     return EXIT_OK
-
-
-def scenario_cluster(sim: Simulator) -> Cluster:
-    return sim.observe()
 
 
 class LiveView:

@@ -20,7 +20,6 @@ Nothing migrates unless ``mode: active`` is written in the file.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path as FsPath
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -243,16 +242,3 @@ def load_config(path: str | os.PathLike[str]) -> Config:
     """Read and validate a configuration file."""
     filename, data = read_file(path)
     return parse_config(parse(data, filename=filename), filename=filename)
-
-
-def describe_config(config: Config) -> Mapping[str, object]:
-    """A summary of a configuration for logs (never any secret)."""
-    return {
-        "file": config.file,
-        "cluster": config.cluster,
-        "mode": config.mode,
-        "backend": config.backend.type,
-        "history": config.history,
-        "policy": config.policy.name,
-        "strategy": config.policy.strategy,
-    }

@@ -33,7 +33,7 @@ from opendrs.controller.config import Config
 from opendrs.controller.executor import Event, Executor
 from opendrs.controller.history import History
 from opendrs.engine.policy import Decision, Memory, PolicyConfig, PolicyState, UsageWindow, decide
-from opendrs.model.cluster import Cluster, Move
+from opendrs.model.cluster import Cluster
 
 log = logging.getLogger(__name__)
 
@@ -300,7 +300,3 @@ class Controller:
             if left <= 0:
                 break
             self.clock.sleep(min(left, 0.5))
-
-    def pending(self) -> tuple[Move, ...]:
-        """Migrations queued or in flight."""
-        return (*self.executor.in_flight, *self.executor.queued)
