@@ -312,7 +312,9 @@ def test_missing_and_broken_files(tmp_path: Path) -> None:
     message = fails(tmp_path, "version: 1\n")
     assert message == f"{tmp_path / 'scenario.yaml'}: cluster: required key is missing"
     message = fails(tmp_path, "version: 1\ncluster: nowhere.yaml\n")
-    assert message.startswith(f"{tmp_path / 'nowhere.yaml'}: cannot read the file")
+    assert message.startswith(
+        f"{tmp_path / 'scenario.yaml'}: cluster: {tmp_path / 'nowhere.yaml'}: cannot read the file"
+    )
     (tmp_path / "bad.yaml").write_text("version: 1\nnodes: {pve1: {cpu: lots, memory: 1GiB}}\n")
     message = fails(tmp_path, "version: 1\ncluster: bad.yaml\n")
     assert message.startswith(f"{tmp_path / 'bad.yaml'}: nodes.pve1.cpu: expected a number")

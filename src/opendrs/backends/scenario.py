@@ -33,6 +33,7 @@ from opendrs.model.document import (
     one_of,
     parse,
     read_file,
+    render_path,
 )
 from opendrs.model.units import UnitError, parse_bytes, parse_duration
 
@@ -244,7 +245,11 @@ def _read_relative(filename: str) -> Opener:
     folder = os.path.dirname(filename) if not filename.startswith("<") else ""
 
     def opener(name: str, where: Path) -> tuple[str, bytes]:
-        return read_file(name if os.path.isabs(name) else os.path.join(folder, name))
+        path = name if os.path.isabs(name) else os.path.join(folder, name)
+        try:
+            return read_file(path)
+        except DocumentError as exc:  # the scenario's field names the file: report it there
+            raise DocumentError(filename, render_path(where), f"{path}: {exc.reason}") from None
 
     return opener
 
