@@ -1064,7 +1064,7 @@ def test_secret_file_problems_name_the_file_not_the_content(
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("where", ["examples/config/proxmox.yaml", "docs/proxmox.md"])
+@pytest.mark.parametrize("where", ["examples/proxmox.yaml", "docs/proxmox.md"])
 def test_shipped_backend_sections_parse(where: str, tmp_path: Path, token_file: str) -> None:
     """The example file and the documentation's example keep to the keys parse_proxmox reads."""
     text = (ROOT / where).read_text()

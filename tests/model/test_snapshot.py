@@ -42,7 +42,13 @@ from opendrs.model.snapshot import (
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 DOCS = ROOT / "docs" / "snapshot-format.md"
-EXAMPLE_FILES = sorted(p for p in EXAMPLES.iterdir() if p.suffix in (".yaml", ".yml", ".json"))
+#: Snapshots among the examples (examples/proxmox.yaml is a configuration file, see
+#: tests/backends/test_proxmox.py).
+EXAMPLE_FILES = sorted(
+    p
+    for p in EXAMPLES.iterdir()
+    if p.suffix in (".yaml", ".yml", ".json") and p.name != "proxmox.yaml"
+)
 GIB = 1024**3
 MIB = 1024**2
 
