@@ -10,16 +10,41 @@ when every node has the same fraction, for nodes of any size, and a move's effec
 cheap: moving demand ``d`` from node ``a`` to node ``b`` changes it by
 ``Σ_r w_r (d²(1/C_a + 1/C_b) − 2d(f_a − f_b)) / Σ_n C_nr`` — the ``d²`` term is what prevents
 overshoot: a move that would swap the roles of ``a`` and ``b`` scores worse than a smaller one.
+Every balancing move lowers ``J``.
 
-**Search.** Rounds of greedy moves over a vectorised (unit × node) gain matrix — a *unit* is a
-guest, or a bundle of guests kept together by hard affinity. In each round every candidate unit gets
-its best allowed target; then moves are taken in order of gain, at most one per node, so moves in a
-round touch disjoint nodes and their gains stay exact. The best gain wins; among gains within 1 % of
-each other the cheaper migration wins (fewest first, then smallest). A move is made only if it pays
+**The band.** The target is met once every usable node's fraction lies within ``goal / 2`` of the
+cluster mean, per weighted resource (the *band*; the goal is ``target_spread``, or one guest's
+step on the smallest node where that is coarser). How far a node is from it, counted in typical
+guests (its load outside the band over the mean movable guest's demand, summed over the weighted
+resources), is the *band distance*: it says how much is left to move, and a move that brings a
+node exactly into the band is worth as much as it moves, where the variance would rather halve
+the gap between two nodes and leave both to be fixed again. Moves are therefore *chosen* by how
+much band distance they remove (the variance breaks ties and decides when no move shortens it),
+and *allowed* only when they also lower ``J``.
+
+**Shedding plan.** A node above the band in every weighted resource must shed its excess; the
+fewest guests that do it carry cpu and memory in the proportions of that excess, not the biggest
+ones (which are memory-heavy: they balance memory long before cpu, and the node then takes guests
+back). For each such node the plan sweeps directions in the (cpu, memory) plane: guests in the
+order of their projection on the direction, each taken if it does not overshoot the excess by
+more than half the band, until the excess is covered; the direction needing the fewest guests
+(a shortfall counted as extra guests) wins — a rounding of the linear relaxation behind
+:func:`opendrs.engine.bounds.migration_lower_bound`. Until the planned guests have left (or none
+of them helps any more), the rounds below move only them, each to where it removes the most band
+distance.
+
+**Rounds of moves.** What the plan leaves is finished by rounds of greedy moves over a vectorised
+(unit × node) matrix — a *unit* is a guest, or a bundle of guests kept together by hard affinity.
+In each round every candidate unit gets its best allowed target; then moves are taken in order of
+score, at most one per node, so moves in a round touch disjoint nodes and their gains stay exact.
+Among scores within 1 % of each other the cheaper migration wins. A move is made only if it pays
 for itself — the balance σ (the square root of the objective) falls by at least ``margin``
-percentage points per percent of the cluster's total migration cost that the move spends — and
-the search stops as soon as every weighted resource is within
-``target_spread``: no moves while balanced.
+percentage points per percent of the cluster's total migration cost that the move spends (moving
+a guest that has already moved, or back home, spends nothing) — and the search stops as soon as
+every weighted resource is within its goal: no moves while balanced. When no single move helps,
+units are exchanged between the nodes that deviate most (four, or one in 64 on big clusters) and
+nodes that deviate the other way, on disjoint pairs of nodes, the exchange with the largest gain
+per migration it adds first (one between guests that have both moved already adds none).
 
 **Repair first.** Guests that break a hard constraint now — on a node in maintenance, on a node
 their strict node affinity excludes, sharing a node with a hard anti-affinity partner, split from
@@ -28,6 +53,10 @@ node, whatever the cost.
 
 **Pruning.** Afterwards, every move is tried undone (most expensive first): if the cluster still
 meets the target and the constraints without it, it is dropped.
+
+**A second path.** With few, big guests per node the search above can end short of the target,
+where no move or exchange pays for itself. Then the plain search — no plan, moves chosen by
+objective gain — runs from the start, and its answer is kept if it reaches the target.
 
 On large clusters (more than ``wide`` nodes) each round looks only at the ``wide`` most loaded
 sources and ``wide`` least loaded targets, which keeps a round cheap at 1,000 nodes.
@@ -38,6 +67,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -54,6 +84,16 @@ DEFAULT_MARGIN = 0.05
 DEFAULT_WIDE = 64
 #: Most (unit, target) pairs a round looks at when it widens its window on a big cluster.
 PAIR_BUDGET = 4_000_000
+#: Directions the shedding plan tries, from "memory-light" through "both" to "cpu-light".
+PLAN_DIRECTIONS = 91
+#: A shedding plan that falls short of a node's excess counts each missing typical guest as
+#: this many extra migrations (it will take a few moves to make up later).
+PLAN_SHORTFALL = 4.0
+#: Hot nodes planned at once (bounds the plan's working arrays on big clusters).
+PLAN_CHUNK = 64
+#: A round without single moves looks for exchanges from this many of the most deviating nodes
+#: per this many nodes (at least 4).
+SWAP_NODES_PER = 64
 
 
 @dataclass
@@ -94,6 +134,24 @@ class _State:
         self.weights = w
         self.units = self._build_units()
         self.has_neg = np.array([p.size > 0 for p in self.units.neg], dtype=bool)
+        # Partner lists laid end to end (CSR), for vectorised anti-affinity masks.
+        lengths = np.array([p.size for p in self.units.neg], dtype=np.intp)
+        self.neg_start = np.concatenate([[0], np.cumsum(lengths)]).astype(np.intp)
+        self.neg_flat = (
+            np.concatenate(self.units.neg).astype(np.intp)
+            if lengths.sum()
+            else np.zeros(0, dtype=np.intp)
+        )
+        #: Where each unit started: a unit away from it has already cost its migration.
+        self.origin = self.units.assign.copy()
+        movable = self.units.demand[self.units.movable]
+        #: The mean movable unit's demand.
+        self.mean_demand = movable.mean(axis=0) if movable.size else np.ones(len(RESOURCES))
+        #: A typical movable unit's demand: the band distance is counted in these.
+        self.typical = np.where(self.mean_demand > 0, self.mean_demand, 1.0)
+        #: The band: fractions within ``goal / 2`` of the mean.
+        self.goal = np.zeros(len(RESOURCES))
+        self._objective: float | None = None
 
     # ---------------------------------------------------------------------------------------
 
@@ -159,6 +217,11 @@ class _State:
 
     def objective(self) -> float:
         """Weighted variance of the usable nodes' fractions (Σ_r w_r Var_C(f_r))."""
+        if self._objective is None:
+            self._objective = self._compute_objective()
+        return self._objective
+
+    def _compute_objective(self) -> float:
         f = self.fractions()
         c = np.where(self.usable[:, None], self.cap, 0.0)
         total = c.sum(axis=0)
@@ -169,13 +232,37 @@ class _State:
             )
         return float(var @ self.weights)
 
-    def blocked_by_partners(self, units: np.ndarray) -> np.ndarray:
-        """(len(units), N): nodes holding a hard negative partner of each unit."""
-        out = np.zeros((len(units), len(self.cluster.nodes)), dtype=bool)
+    def units_on(self, nodes: np.ndarray) -> np.ndarray:
+        """The movable units on ``nodes``, in index order."""
+        mask = np.zeros(len(self.cluster.nodes), dtype=bool)
+        mask[nodes] = True
+        return np.nonzero(self.units.movable & mask[self.units.assign])[0]
+
+    def mean(self) -> np.ndarray:
+        """(R,) the capacity-weighted mean fraction of the usable nodes."""
+        total = self.cap[self.usable].sum(axis=0)
+        load = self.node_load[self.usable].sum(axis=0)
+        return np.where(total > 0, load / np.where(total > 0, total, 1.0), 0.0)
+
+    def blocked_by_partners(self, units: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+        """(len(units), len(nodes)): whether each node holds a hard negative partner of each unit.
+
+        ``nodes`` must not repeat.
+        """
+        out = np.zeros((len(units), len(nodes)), dtype=bool)
         rows = np.nonzero(self.has_neg[units])[0]
-        for row in rows.tolist():
-            partners = self.units.neg[int(units[row])]
-            out[row, self.units.assign[partners]] = True
+        if rows.size == 0:
+            return out
+        column = np.full(len(self.cluster.nodes), -1, dtype=np.intp)
+        column[nodes] = np.arange(len(nodes))
+        first = self.neg_start[units[rows]]
+        count = self.neg_start[units[rows] + 1] - first
+        row_of = np.repeat(rows, count)
+        offset = np.repeat(first - np.concatenate([[0], np.cumsum(count)[:-1]]), count)
+        partners = self.neg_flat[offset + np.arange(int(count.sum()))]
+        col = column[self.units.assign[partners]]
+        hit = col >= 0
+        out[row_of[hit], col[hit]] = True
         return out
 
     def gains(self, units: np.ndarray, targets: np.ndarray) -> np.ndarray:
@@ -195,26 +282,56 @@ class _State:
         own = np.where(self.usable[src], own, 0.0)
         return own[:, None] - (2 * d * w) @ f[targets].T - (d**2 * w) @ inv[targets].T
 
+    def band_gains(self, units: np.ndarray, targets: np.ndarray) -> np.ndarray:
+        """(len(units), len(targets)) fall of the band distance if each unit moves to each target.
+
+        The band distance of a node is its load outside ``mean ± goal / 2``, in typical guests,
+        summed over the weighted resources; a unit leaving an unusable node removes all it carries.
+        """
+        d = self.units.demand[units]  # (u, R)
+        src = self.units.assign[units]
+        mean = self.mean()
+        low = (mean - self.goal / 2)[None, :] * self.cap  # (N, R) absolute
+        high = (mean + self.goal / 2)[None, :] * self.cap
+        outside = np.maximum(self.node_load - high, 0.0) + np.maximum(low - self.node_load, 0.0)
+        left = self.node_load[src] - d
+        at_source = outside[src] - (
+            np.maximum(left - high[src], 0.0) + np.maximum(low[src] - left, 0.0)
+        )
+        at_source = np.where(self.usable[src][:, None], at_source, d)
+        scale = (self.weights > 0) / self.typical
+        out = np.zeros((len(units), len(targets)))
+        for r in np.nonzero(scale)[0].tolist():
+            room_up = (high[targets, r] - self.node_load[targets, r])[None, :]
+            room_down = (self.node_load[targets, r] - low[targets, r])[None, :]
+            dr = d[:, r : r + 1]
+            after = np.maximum(dr - room_up, 0.0) + np.maximum(-room_down - dr, 0.0)
+            before = outside[targets, r][None, :]
+            out += scale[r] * (at_source[:, r : r + 1] + before - after)
+        return out
+
     def allowed(self, units: np.ndarray, targets: np.ndarray) -> np.ndarray:
         """(len(units), len(targets)) hard-constraint mask for moving each unit to each target."""
         ok = self.units.static_ok[np.ix_(units, targets)]
         ok &= self.usable[targets][None, :]
         ok &= self.units.assign[units][:, None] != targets[None, :]
-        headroom = (self.limit - self.committed + self.tol)[targets]  # (t, D)
+        headroom = (self.limit[targets] - self.committed[targets]) + self.tol[targets]  # (t, D)
         # Never add to a node already over a limit.
         ok &= np.all(headroom >= self.tol[targets], axis=1)[None, :]
         need = self.units.need[units]  # (u, D)
         for dim in range(need.shape[1]):
             ok &= need[:, dim : dim + 1] <= headroom[None, :, dim]
         if self.has_neg[units].any():
-            ok &= ~self.blocked_by_partners(units)[:, targets]
+            ok &= ~self.blocked_by_partners(units, targets)
         return ok
 
-    def best_swap(self, a: int, candidates: np.ndarray) -> tuple[float, int, int] | None:
+    def best_swap(self, a: int, candidates: np.ndarray) -> tuple[float, float, int, int] | None:
         """The best exchange of a unit on node ``a`` with a unit on another node.
 
-        Returns (gain, unit on a, unit elsewhere) or None. Both units must be movable, allowed on
-        each other's node, fit there once the other has left, and keep hard anti-affinity.
+        Returns (score, gain, unit on a, unit elsewhere) or None. Both units must be movable,
+        allowed on each other's node, fit there once the other has left, and keep hard
+        anti-affinity. The score is the gain per migration the exchange adds (units that have
+        already moved cost nothing more), and four times the gain for one that adds none.
         """
         units = self.units
         on_a = candidates[units.assign[candidates] == a]
@@ -224,25 +341,53 @@ class _State:
         f = self.fractions()
         inv = np.where(self.cap > 0, 1.0 / np.where(self.cap > 0, self.cap, 1.0), 0.0)
         b = units.assign[others]  # (o,)
-        t = units.demand[on_a][:, None, :] - units.demand[others][None, :, :]  # (x, o, R) a -> b
-        diff = (f[a][None, :] - f[b])[None, :, :]
-        delta = t**2 * (inv[a][None, None, :] + inv[b][None, :, :]) - 2 * t * diff
-        gain = -(delta * self.wnorm[None, None, :]).sum(axis=2)  # (x, o)
-        ok = units.static_ok[on_a][:, b] & units.static_ok[others][:, a][None, :]
-        room = self.limit - self.committed + self.tol
-        nt = units.need[on_a][:, None, :] - units.need[others][None, :, :]  # moves a -> b
-        ok &= np.all(nt <= room[b][None, :, :], axis=2)
-        ok &= np.all(-nt <= room[a][None, None, :], axis=2)
-        blocked_x = self.blocked_by_partners(on_a)  # (x, N)
-        blocked_y = self.blocked_by_partners(others)  # (o, N)
-        ok &= ~blocked_x[:, b]
-        ok &= ~blocked_y[:, a][None, :]
-        gain = np.where(ok, gain, -np.inf)
-        flat = int(np.argmax(gain))
-        x, o = divmod(flat, gain.shape[1])
-        if not np.isfinite(gain[x, o]) or gain[x, o] <= 0:
+        # Objective gain of every pair, one resource at a time: t = what moves a -> b.
+        gain = np.zeros((on_a.size, others.size))
+        for r in np.nonzero(self.wnorm)[0].tolist():
+            t = units.demand[on_a, r][:, None] - units.demand[others, r][None, :]
+            gap = (f[a, r] - f[b, r])[None, :]
+            gain -= self.wnorm[r] * (t * t * (inv[a, r] + inv[b, r])[None, :] - 2 * t * gap)
+        xs, os = np.nonzero(gain > 0)
+        if xs.size == 0:
             return None
-        return float(gain[x, o]), int(on_a[x]), int(others[o])
+        pair_gain = gain[xs, os]
+        x_units, o_units, o_nodes = on_a[xs], others[os], b[os]
+        added = self._added_one(x_units, o_nodes) + self._added_one(o_units, np.full_like(xs, a))
+        score = np.where(added > 0, pair_gain / np.maximum(added, 1), 4 * pair_gain)
+        room = self.limit - self.committed + self.tol
+        partners = self.has_neg[on_a].any() or self.has_neg[others].any()
+        if partners:
+            nodes, where = np.unique(b, return_inverse=True)
+            blocked_x = self.blocked_by_partners(on_a, nodes)
+            blocked_o = self.blocked_by_partners(others, np.array([a]))[:, 0]
+        # Constraints for the best-scoring pairs first: the 256 best (with every pair tied with
+        # the last of them), then, only if none of those is allowed, all the others.
+        if score.size > 256:
+            cut = -np.partition(-score, 255)[255]
+            parts = [np.nonzero(score >= cut)[0], np.nonzero(score < cut)[0]]
+        else:
+            parts = [np.arange(score.size)]
+        for part in parts:
+            order = part[np.lexsort((os[part], xs[part], -score[part]))]
+            for begin in range(0, order.size, 256):
+                batch = order[begin : begin + 256]
+                xu, ou, on = x_units[batch], o_units[batch], o_nodes[batch]
+                ok = units.static_ok[xu, on] & units.static_ok[ou, a]
+                shift = units.need[xu] - units.need[ou]  # what moves a -> b
+                ok &= np.all(shift <= room[on], axis=1)
+                ok &= np.all(-shift <= room[a][None, :], axis=1)
+                if partners:
+                    ok &= ~blocked_x[xs[batch], where[os[batch]]] & ~blocked_o[os[batch]]
+                if ok.any():
+                    k = int(batch[int(np.argmax(ok))])
+                    return float(score[k]), float(pair_gain[k]), int(x_units[k]), int(o_units[k])
+        return None
+
+    def _added_one(self, units: np.ndarray, targets: np.ndarray) -> np.ndarray:
+        """Migrations each move (units[k] to targets[k]) adds: 1, 0 (already moved) or −1 (home)."""
+        home = self.origin[units]
+        away = self.units.assign[units] != home
+        return np.where(away, np.where(targets == home, -1, 0), 1)
 
     def move(self, u: int, target: int) -> None:
         src = int(self.units.assign[u])
@@ -251,6 +396,7 @@ class _State:
         self.committed[src] -= self.units.need[u]
         self.committed[target] += self.units.need[u]
         self.units.assign[u] = target
+        self._objective = None
 
     # ---------------------------------------------------------------------------------------
 
@@ -295,6 +441,73 @@ class _State:
         return out
 
 
+def _shed_plan(state: _State) -> np.ndarray:
+    """(U,) units planned to leave the nodes above the band in every weighted resource.
+
+    Per such node, with its excess ``e`` over the mean (per weighted resource) and ``h`` half the
+    band: for each of :data:`PLAN_DIRECTIONS` directions, the node's movable units in the order of
+    their projection (demand / ``e``) on the direction, each taken unless it would push the total
+    beyond ``e + h`` in some resource, until the total reaches ``e − h`` in every one. The
+    direction with the fewest units wins, a shortfall counting :data:`PLAN_SHORTFALL` units per
+    missing typical unit. Vectorised over directions and over :data:`PLAN_CHUNK` nodes at a time.
+    """
+    units = state.units
+    plan = np.zeros(len(units.assign), dtype=bool)
+    counted = state.weights > 0
+    if state.usable.sum() < 2 or not counted.any():
+        return plan
+    excess = (state.node_load - state.mean() * state.cap)[:, counted]  # (N, R')
+    half = (state.goal / 2 * state.cap)[:, counted]
+    hot = np.nonzero(state.usable & np.all(excess > np.maximum(half, 0.0), axis=1))[0]
+    if hot.size == 0:
+        return plan
+    dims = int(counted.sum())
+    if dims == 2:
+        angles = np.linspace(-np.pi / 2, np.pi, PLAN_DIRECTIONS)
+        directions = np.stack([np.cos(angles), np.sin(angles)], axis=1)
+    else:
+        directions = np.ones((1, dims))
+    candidate = units.movable & state.usable[units.assign]
+    typical = state.typical[counted]
+    for chunk in range(0, hot.size, PLAN_CHUNK):
+        nodes = hot[chunk : chunk + PLAN_CHUNK]
+        members = [np.nonzero(candidate & (units.assign == n))[0] for n in nodes.tolist()]
+        width = max((m.size for m in members), default=0)
+        if width == 0:
+            continue
+        index = np.full((len(nodes), width), -1, dtype=np.intp)
+        for k, m in enumerate(members):
+            index[k, : m.size] = m
+        valid = index >= 0
+        e = excess[nodes]  # (H, R')
+        demand = np.where(valid[:, :, None], units.demand[np.maximum(index, 0)][:, :, counted], 0.0)
+        scaled = demand / e[:, None, :]  # (H, M, R')
+        low = 1 - half[nodes] / e
+        high = 1 + half[nodes] / e
+        score = np.where(valid[:, :, None], scaled @ directions.T, -np.inf)  # (H, M, K)
+        order = np.argsort(-score, axis=1, kind="stable").transpose(0, 2, 1)  # (H, K, M)
+        rows = np.arange(len(nodes))[:, None]
+        total = np.zeros((len(nodes), len(directions), dims))
+        taken = np.zeros(order.shape, dtype=bool)
+        active = np.ones((len(nodes), len(directions)), dtype=bool)
+        for p in range(width):
+            item = order[:, :, p]  # (H, K)
+            grown = total + scaled[rows, item]
+            take = active & valid[rows, item] & np.all(grown <= high[:, None, :], axis=2)
+            total = np.where(take[:, :, None], grown, total)
+            taken[:, :, p] = take
+            active &= ~np.all(total >= low[:, None, :], axis=2)
+            if not active.any():
+                break
+        short = (np.maximum(low[:, None, :] - total, 0.0) * (e / typical)[:, None, :]).sum(axis=2)
+        count = taken.sum(axis=2)
+        best = np.argmin(count + PLAN_SHORTFALL * short, axis=1)  # (H,)
+        for k in range(len(nodes)):
+            chosen = order[k, best[k]][taken[k, best[k]]]
+            plan[index[k, chosen]] = True
+    return plan
+
+
 def _window(
     state: _State, f: np.ndarray, usable_idx: np.ndarray, wide: int
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -310,9 +523,7 @@ def _window(
     n_nodes = len(f)
     if n_nodes <= wide:
         return np.arange(n_nodes, dtype=np.intp), usable_idx
-    movable = state.units.demand[state.units.movable]
-    typical = movable.mean(axis=0) if movable.size else np.ones(f.shape[1])
-    projected = (f * (state.wnorm * typical)[None, :]).sum(axis=1)[usable_idx]
+    projected = (f * (state.wnorm * state.mean_demand)[None, :]).sum(axis=1)[usable_idx]
     mean = f[usable_idx].mean(axis=0)
     contribution = ((state.cap * (f - mean) ** 2) * state.wnorm[None, :]).sum(axis=1)
     top = usable_idx[np.argsort(-contribution[usable_idx], kind="stable")[: max(wide // 2, 1)]]
@@ -329,9 +540,16 @@ def _pick(
     targets: np.ndarray,
     *,
     forced: bool,
+    shaped: bool = True,
     limit: int = 1 << 30,
 ) -> list[tuple[float, int, int]]:
-    """Best disjoint moves of a round: [(gain, unit, target)], each node used at most once."""
+    """Best disjoint moves of a round: [(gain, unit, target)], each node used at most once.
+
+    Forced (repair) moves go to the target with the largest objective gain, whatever it is.
+    Balancing moves must lower the objective; among them, when ``shaped``, the band distance they
+    remove decides (the objective gain where no move removes any), else the objective gain; then
+    the cheaper migration.
+    """
     if units.size == 0 or targets.size == 0:
         return []
     gain = state.gains(units, targets)
@@ -339,15 +557,21 @@ def _pick(
     gain = np.where(ok, gain, -np.inf)
     if not forced:
         gain = np.where(gain > 0, gain, -np.inf)
+    score = gain
+    if shaped and not forced:
+        band = state.band_gains(units, targets)
+        band = np.where(np.isfinite(gain) & (band > 1e-9), band, -np.inf)
+        if np.isfinite(band).any():
+            score = band
     # Candidate pairs, best first: at most a few per unit, so a busy target does not hide the
     # unit's next-best choice.
-    best = gain.max(axis=1)
+    best = score.max(axis=1)
     unit_rows = np.nonzero(np.isfinite(best))[0]
     if unit_rows.size == 0:
         return []
     if not forced and unit_rows.size > 8:
         # Only a few units of each source node can be taken in a round: keep each source's
-        # eight best, ordered by their best gain.
+        # eight best, ordered by their best score.
         src = state.units.assign[units[unit_rows]]
         order = np.lexsort((units[unit_rows], -best[unit_rows], src))
         first = np.r_[True, src[order][1:] != src[order][:-1]]
@@ -355,22 +579,22 @@ def _pick(
         rank = np.arange(len(order)) - group_start
         unit_rows = np.sort(unit_rows[order[rank < 8]])
     # Each kept unit's best few targets, so a busy target does not hide the next-best choice.
-    per_unit = min(64, gain.shape[1])
-    sub = gain[unit_rows]
+    per_unit = min(64, score.shape[1])
+    sub = score[unit_rows]
     top = np.argsort(-sub, axis=1, kind="stable")[:, :per_unit]
     rows = np.repeat(unit_rows, per_unit)
     cols = top.ravel()
-    g = gain[rows, cols]
-    keep = np.isfinite(g)
-    rows, cols, g = rows[keep], cols[keep], g[keep]
-    if g.size == 0:
+    s = score[rows, cols]
+    keep = np.isfinite(s)
+    rows, cols, s = rows[keep], cols[keep], s[keep]
+    if s.size == 0:
         return []
     cost = state.units.cost[units[rows]]
     if forced:
-        order = np.lexsort((targets[cols], units[rows], -g))
+        order = np.lexsort((targets[cols], units[rows], -s))
     else:
-        # Fewest moves: biggest gain first; among gains within 1 %, the cheaper migration.
-        bucket = np.floor(np.log(g) / np.log(1.01))
+        # Fewest moves: best score first; among scores within 1 %, the cheaper migration.
+        bucket = np.floor(np.log(s) / np.log(1.01))
         order = np.lexsort((targets[cols], units[rows], cost, -bucket))
     used: set[int] = set()
     moved: set[int] = set()
@@ -379,12 +603,12 @@ def _pick(
     for k in order.tolist():
         u = int(units[rows[k]])
         t = int(targets[cols[k]])
-        s = int(state.units.assign[u])
-        if u in moved or s in used or t in used:
+        src_node = int(state.units.assign[u])
+        if u in moved or src_node in used or t in used:
             continue
-        used.update((s, t))
+        used.update((src_node, t))
         moved.add(u)
-        picks.append((float(g[k]), u, t))
+        picks.append((float(gain[rows[k], cols[k]]), u, t))
         if len(picks) >= min(n_sources, len(targets), limit):
             break
     return picks
@@ -439,10 +663,30 @@ def propose_balance(
         "swaps": swaps,
     }
     cons = Constraints.build(cluster, forbidden)
+    proposal, balanced = _propose(cluster, cons, options, shaped=True)
+    if not balanced:
+        # With few, big guests per node the shaped search can end where no move or exchange
+        # pays for itself; the plain one (no plan, moves chosen by objective gain) takes
+        # another path, and is kept if it reaches the target.
+        plain, plain_balanced = _propose(cluster, cons, options, shaped=False)
+        if plain_balanced:
+            return plain
+    return proposal
+
+
+def _propose(
+    cluster: Cluster, cons: Constraints, options: dict[str, Any], *, shaped: bool
+) -> tuple[Proposal, bool]:
+    """One search; ``shaped``: with the shedding plan and band-ordered moves. Also: balanced?"""
+    target_spread: float = options["target_spread"]
+    margin: float = options["margin"]
+    max_moves: int | None = options["max_moves"]
+    wide: int = options["wide"]
+    swaps: bool = options["swaps"]
     state = _State(cluster, cons)
     units = state.units
     before = cluster_imbalance(cluster)
-    start = units.assign.copy()
+    start = state.origin
     history: list[tuple[int, int, int, float, float, str]] = []  # unit, src, tgt, J0, J1, why
     limit = max_moves if max_moves is not None else 10**9
     weighted = state.weights > 0
@@ -487,6 +731,24 @@ def propose_balance(
     else:
         grain = np.zeros(len(RESOURCES))
     goal = np.maximum(target_spread, grain) + 1e-12
+    state.goal = goal
+
+    def balanced() -> bool:
+        return bool(np.all(state.spreads()[weighted] <= goal[weighted]))
+
+    def pays(u: int, gain: float, objective: float) -> bool:
+        """Whether moving ``u`` for ``gain`` pays for itself (free for a unit already moved)."""
+        if units.assign[u] != start[u]:
+            return gain > 1e-9 * objective
+        drop = np.sqrt(max(objective, 0.0)) - np.sqrt(max(objective - gain, 0.0))
+        return bool(drop * 100 >= margin * 100 * units.cost[u] / total_cost)
+
+    # 2a. The shedding plan of the nodes above the band: its units move first (in the rounds).
+    plan = np.zeros(len(units.assign), dtype=bool)
+    if shaped and not balanced():
+        plan = _shed_plan(state)
+
+    # 2b. Rounds of moves (and exchanges) until balanced.
     while len(history) < limit:
         spreads = state.spreads()
         if np.all(spreads[weighted] <= goal[weighted]):
@@ -503,12 +765,16 @@ def propose_balance(
         f = state.fractions()
         usable_idx = np.nonzero(state.usable)[0]
         objective = state.objective()
-        sigma = np.sqrt(max(objective, 0.0))
         window = wide
         while True:
             sources, targets = _window(state, f, usable_idx, window)
-            cand = np.nonzero(units.movable & np.isin(units.assign, sources))[0]
-            picks = _pick(state, cand, targets, forced=False, limit=max(4, n_nodes // 8))
+            cand = state.units_on(sources)
+            shedding = bool((plan & (units.assign == start)).any())
+            if shedding:
+                cand = cand[plan[cand] & (units.assign[cand] == start[cand])]
+            picks = _pick(
+                state, cand, targets, forced=False, shaped=shaped, limit=max(4, n_nodes // 8)
+            )
             # Widen when the window has nothing, within a budget of (unit, target) pairs.
             wider = 2 * window
             per_node = len(units.assign) / max(n_nodes, 1)
@@ -526,43 +792,67 @@ def propose_balance(
         made = 0
         # Moves chosen in one round see each other only through their disjoint nodes: keep
         # rounds short enough that later picks are not based on a stale picture.
-        picks = picks[: max(4, n_nodes // 8)]
-        for gain, u, t in picks:
+        for gain, u, t in picks[: max(4, n_nodes // 8)]:
             if len(history) >= limit:
                 break
-            # Pays for itself: σ falls by at least margin × the move's share of all costs.
-            drop = sigma - np.sqrt(max(objective - gain, 0.0))
-            if drop * 100 < margin * 100 * units.cost[u] / total_cost:
+            if not pays(u, gain, objective):
                 continue
             record(u, t, "balance")
             made += 1
         if made == 0 and swaps:
-            # A local optimum for single moves: try exchanging two units, from the node that
-            # deviates most, when both migrations pay for themselves.
-            dev = np.abs(f - state.fractions()[state.usable].mean(axis=0)) @ state.weights
+            # A local optimum for single moves: try exchanging two units, from the nodes that
+            # deviate most, when both migrations pay for themselves.
+            mean_f = f[state.usable].mean(axis=0)
+            dev = np.abs(f - mean_f) @ state.weights
             dev = np.where(state.usable, dev, -1.0)
-            mean_f = state.fractions()[state.usable].mean(axis=0)
-            signed = (state.fractions() - mean_f) * state.weights[None, :]
-            for a in np.argsort(-dev, kind="stable")[: min(4, n_nodes)].tolist():
+            signed = (f - mean_f) * state.weights[None, :]
+            # The best exchange from each of the nodes that deviate most, best first; a node
+            # already in an exchange this round is left out (so every gain stays exact), and an
+            # exchange that would touch one is looked for again without it.
+            busy = np.zeros(n_nodes, dtype=bool)
+
+            def exchange(
+                a: int, signed: np.ndarray, busy: np.ndarray
+            ) -> tuple[float, float, int, int] | None:
                 # Partners: the nodes that deviate most the other way.
                 opposite = -(signed @ np.sign(signed[a]))
-                opposite = np.where(state.usable, opposite, -np.inf)
+                opposite = np.where(state.usable & ~busy, opposite, -np.inf)
                 opposite[a] = -np.inf
                 partners = np.argsort(-opposite, kind="stable")[: min(8, n_nodes - 1)]
-                pool = np.nonzero(units.movable & np.isin(units.assign, np.append(partners, a)))[0]
-                found = state.best_swap(int(a), pool)
+                partners = partners[np.isfinite(opposite[partners])]
+                found = state.best_swap(a, state.units_on(np.append(partners, a)))
                 if found is None:
+                    return None
+                _, gain, x, y = found
+                objective = state.objective()
+                fresh = [v for v in (x, y) if units.assign[v] == start[v]]
+                drop = np.sqrt(max(objective, 0.0)) - np.sqrt(max(objective - gain, 0.0))
+                pair_cost = float(units.cost[fresh].sum()) if fresh else 0.0
+                if drop * 100 < margin * 100 * pair_cost / total_cost or gain <= 1e-9 * objective:
+                    return None
+                return found
+
+            heads = np.argsort(-dev, kind="stable")[: max(4, n_nodes // SWAP_NODES_PER)].tolist()
+            offers = [(o, a) for a in heads if (o := exchange(a, signed, busy)) is not None]
+            offers.sort(key=lambda o: (-o[0][0], o[1]))
+            for found, a in offers:
+                if len(history) + 2 > limit or busy[a]:
                     continue
-                gain, x, y = found
-                drop = sigma - np.sqrt(max(objective - gain, 0.0))
-                pair_cost = units.cost[x] + units.cost[y]
-                if drop * 100 < margin * 100 * pair_cost / total_cost or len(history) + 2 > limit:
-                    continue
-                tx, ty = int(units.assign[y]), int(units.assign[x])
-                record(x, tx, "balance (swap)")
-                record(y, ty, "balance (swap)")
-                made = 2
-                break
+                if busy[units.assign[found[3]]]:
+                    again = exchange(a, signed, busy)
+                    if again is None:
+                        continue
+                    found = again
+                _, _, x, y = found
+                b = int(units.assign[y])
+                busy[[a, b]] = True
+                record(x, b, "balance (swap)")
+                record(y, a, "balance (swap)")
+                made += 2
+        if made == 0 and shedding:
+            # What is left of the plan does not help any more: back to every unit.
+            plan[:] = False
+            continue
         if made == 0:
             stopped = (
                 "no allowed move pays for itself (margin "
@@ -631,4 +921,5 @@ def propose_balance(
     notes = [str(p) for p in cons.problems]
     if stuck:
         notes.append("could not repair: " + ", ".join(sorted(set(stuck))))
-    return Proposal("balance", tuple(moves), before, after, stopped, tuple(notes), options)
+    proposal = Proposal("balance", tuple(moves), before, after, stopped, tuple(notes), options)
+    return proposal, stopped.startswith("balanced")
