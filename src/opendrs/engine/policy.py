@@ -117,7 +117,7 @@ class PolicyConfig:
     cooldown: int = 6 * 3600
     no_return: int = 24 * 3600
     #: Most migrations per decision; 0: no limit.
-    batch: int = 5
+    batch: int = 30
     min_uptime: int = 600
     #: Moving-average window over measured usage; 0: off. Long on purpose: it is each guest's
     #: demand the plan is made for, and only a lasting imbalance is worth a migration (placement
