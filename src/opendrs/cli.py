@@ -22,10 +22,14 @@ from opendrs.compat.proxlb import (
     scenario_from_dict,
 )
 from opendrs.controller.commands import (
+    EXIT_OK,
+    EXIT_PROBLEM,
+    EXIT_USAGE,
     UsageError,
     add_demo_parser,
     add_run_parser,
     add_simulate_parser,
+    parse_number,
 )
 from opendrs.engine.bounds import migration_lower_bound
 from opendrs.engine.constraints import Constraints
@@ -46,10 +50,6 @@ from opendrs.report.text import (
     show_plan,
     show_proposal,
 )
-
-EXIT_OK = 0
-EXIT_PROBLEM = 1
-EXIT_USAGE = 2
 
 
 def _dump_json(data: Any) -> None:
@@ -397,10 +397,7 @@ def _seconds(text: str) -> float:
 
 
 def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    value = parse_number(text)
     if not 0 <= value < float("inf"):
         raise argparse.ArgumentTypeError("must be a finite number ≥ 0")
     return value

@@ -24,7 +24,7 @@ from opendrs.controller.config import BackendConfig, Config, load_config
 from opendrs.controller.executor import Event
 from opendrs.controller.history import History, HistoryError
 from opendrs.controller.loop import Controller, Cycle, InstanceLock, LockError
-from opendrs.controller.simulate import StabilityReport, executor_config, report_from, run_policy
+from opendrs.controller.simulate import StabilityReport, report_from, run_policy, simulated_config
 from opendrs.engine.policy import PRESETS, PolicyConfig, parse_policy
 from opendrs.model.document import DocumentError, Reader, parse, read_file
 from opendrs.report.text import Report, bar
@@ -333,21 +333,23 @@ def add_simulate_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     p.set_defaults(func=cmd_simulate)
 
 
-def _days(text: str) -> float:
+def parse_number(text: str) -> float:
+    """An argparse number: a clear message for what is not one."""
     try:
-        value = float(text)
+        return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+
+
+def _days(text: str) -> float:
+    value = parse_number(text)
     if not 0 < value <= 3660:
         raise argparse.ArgumentTypeError("must be more than 0 and at most 3660")
     return value
 
 
 def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    value = parse_number(text)
     if not 0 <= value <= 1:
         raise argparse.ArgumentTypeError("must be a fraction from 0 to 1")
     return value
@@ -365,14 +367,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     console = Console(highlight=False, soft_wrap=False)
     report = Report(console)
     sim = Simulator(scenario, days=args.days, threshold=policy.threshold)
-    config = Config(
-        file="<demo>",
-        backend=BackendConfig("sim", builtin="demo", days=args.days),
-        history=":memory:",
-        lock="",
-        mode="active",
-        policy=policy,
-        executor=executor_config(policy),
+    config = simulated_config(
+        policy, "<demo>", BackendConfig("sim", builtin="demo", days=args.days)
     )
     history = History(":memory:")
     live = LiveView(report, sim, pace=0.0 if args.fast or not console.is_terminal else 8.0)

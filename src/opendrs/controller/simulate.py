@@ -85,6 +85,19 @@ def ping_pongs(records: Iterable[Any], window: float = PING_PONG_WINDOW) -> int:
     return count
 
 
+def simulated_config(policy: PolicyConfig, label: str, backend: BackendConfig) -> Config:
+    """The configuration of a simulated run: active mode, a history in memory, no lock."""
+    return Config(
+        file=label,
+        backend=backend,
+        history=":memory:",
+        lock="",
+        mode="active",
+        policy=policy,
+        executor=executor_config(policy),
+    )
+
+
 def executor_config(policy: PolicyConfig) -> ExecutorConfig:
     return ExecutorConfig(
         max_parallel=policy.max_parallel,
@@ -105,15 +118,7 @@ def run_policy(
     """Run the controller with ``policy`` over the scenario; the stability report."""
     started = time.perf_counter()
     sim = Simulator(scenario, days=days, threshold=threshold)
-    config = Config(
-        file="<simulate>",
-        backend=BackendConfig("sim"),
-        history=":memory:",
-        lock="",
-        mode="active",
-        policy=policy,
-        executor=executor_config(policy),
-    )
+    config = simulated_config(policy, "<simulate>", BackendConfig("sim"))
     history = History(":memory:")
     on_cycle = None
     if progress is not None:
