@@ -77,7 +77,7 @@ from opendrs.engine.planner import Plan, plan_moves, plan_with_retries
 from opendrs.engine.strategies import REGISTRY, get_strategy
 from opendrs.engine.strategies.balance import propose_balance
 from opendrs.engine.strategies.base import Proposal, cluster_imbalance
-from opendrs.engine.usage import LoadModel, loaded_nodes
+from opendrs.engine.usage import LoadModel, loaded_nodes, tolerance
 from opendrs.model.cluster import Cluster, Guest, Node, updater
 from opendrs.model.document import Path, Reader, describe
 
@@ -337,14 +337,15 @@ def may_need_repair(cluster: Cluster, loads: LoadModel | None = None) -> bool:
     configured = np.bincount(idx, weights=memory[rows], minlength=n_nodes)
     cores = np.array([max(n.cpu - cluster.reserve_cpu(n), 0.0) for n in nodes])
     ram = np.array([float(max(n.memory - cluster.reserve_memory(n), 0)) for n in nodes])
-    slack = 1e-9 * np.maximum(np.maximum(cores, ram), 1.0)
-    if np.any(vcpus > cores * settings.cpu_overcommit + slack):
+    cpu_limit = cores * settings.cpu_overcommit
+    ram_limit = ram * settings.memory_overcommit
+    if np.any(vcpus > cpu_limit + tolerance(cpu_limit)):
         return True
-    if np.any(configured > ram * settings.memory_overcommit + slack):
+    if np.any(configured > ram_limit + tolerance(ram_limit)):
         return True
     if settings.mode == "dynamic":
         model = loads if loads is not None else LoadModel.build(cluster)
-        if np.any(model.loads() > model.capacity + 1e-9 * np.maximum(model.capacity, 1.0)):
+        if np.any(model.loads() > model.capacity + tolerance(model.capacity)):
             return True
     return False
 
