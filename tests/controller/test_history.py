@@ -670,3 +670,21 @@ def test_module_docstring_documents_every_column() -> None:
             for column in db.execute(f"PRAGMA table_info({table})"):
                 assert f"``{column[1]}``" in doc, f"{table}.{column[1]}"
         db.close()
+
+
+def test_evacuated_guests_round_trip_and_a_damaged_value_is_one_clear_error(
+    tmp_path: Path,
+) -> None:
+    path = str(tmp_path / "h.sqlite")
+    with History(path) as history:
+        assert history.evacuated() == {}
+        history.set_evacuated({"vm:101": "pve3", "vm:102": "pve3"})
+        history.set_evacuated({"vm:102": "pve3"})
+    with History(path) as history:
+        assert history.evacuated() == {"vm:102": "pve3"}
+    db = sqlite3.connect(path)
+    with db:
+        db.execute("UPDATE state SET value = '[1, 2]' WHERE key = 'evacuated'")
+    db.close()
+    with History(path) as history, pytest.raises(HistoryError, match="evacuated guests"):
+        history.evacuated()

@@ -102,3 +102,29 @@ def test_reload_takes_the_new_policy() -> None:
     fresh = [_config("shadow", threshold=0.9)]
     controller.run(until=60, take_reload=lambda: fresh.pop() if fresh else None)
     assert controller.policy.threshold == 0.9
+
+
+def test_maintenance_return_survives_a_restart() -> None:
+    # Two guests on c; c goes into maintenance and is emptied; the controller restarts; c comes
+    # back and, with maintenance_return, the guests go back to it: the new controller knew.
+    clock = FakeClock()
+    guests = [guest("x", "a", memory_gib=2, used=0.5), guest("y", "b", memory_gib=2, used=0.5)]
+    guests += [guest("m", "c", memory_gib=2, used=0.5), guest("k", "c", memory_gib=2, used=0.5)]
+    fake = FakeBackend(cluster([node("a"), node("b"), node("c")], guests), clock)
+    history = History(":memory:")
+    fake.set_maintenance("c", True)
+    Controller(_config(maintenance_return=True), fake, clock, history).run(once=True)
+    where = {g.id: g.node for g in fake.cluster.guests}
+    assert where["m"] != "c" and where["k"] != "c"
+    assert history.evacuated() == {"m": "c", "k": "c"}
+    fake.set_maintenance("c", False)
+    clock.sleep(60)
+    restarted = Controller(_config(maintenance_return=True), fake, clock, history)
+    assert restarted.state.evacuated == {"m": "c", "k": "c"}
+    restarted.run(once=True)
+    assert {g.id: g.node for g in fake.cluster.guests}["m"] == "c"
+    assert {g.id: g.node for g in fake.cluster.guests}["k"] == "c"
+    clock.sleep(60)
+    restarted.cycle()  # the next observation sees them home: forgotten
+    assert history.evacuated() == {}
+    assert fake.violations == []

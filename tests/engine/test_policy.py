@@ -28,6 +28,7 @@ from opendrs.engine.policy import (
     measure,
     parse_policy,
     repairs_needed,
+    track_evacuations,
     truncate,
 )
 from opendrs.engine.strategies.base import Proposal, ProposedMove, cluster_imbalance
@@ -292,7 +293,9 @@ def test_repair_bypasses_threshold_and_hold() -> None:
         "repair: m is on n3, in maintenance; 1 migration, bypassing threshold, hold and margin"
     )
     assert [(g, s) for g, s, _t in _moved(decision)] == [("m", "n3")]
-    assert decision.state == PolicyState(hold=0, last_attempt=NOW, last_action=NOW)
+    assert decision.state == PolicyState(
+        hold=0, last_attempt=NOW, last_action=NOW, evacuated={"m": "n3"}
+    )
 
 
 def test_repair_honours_forbidden_placements() -> None:
@@ -308,6 +311,57 @@ def test_repair_honours_forbidden_placements() -> None:
     avoid = Memory(avoid={("m", "n1"): NOW + 600})
     decision = _decide(cluster, PolicyConfig(min_uptime=0), memory=avoid)
     assert decision.kind == "repair" and _moved(decision) == [("m", "n3", "n2")]
+
+
+def test_evacuations_are_tracked_until_the_guest_is_back() -> None:
+    in_maintenance = _with_maintenance(_g("a", "n1", 2), _g("m", "n3", 1), _g("k", "n3", 1))
+    assert track_evacuations(in_maintenance, {}) == {"m": "n3", "k": "n3"}
+    # Evacuated twice (m to n1, then n1 into maintenance): it still belongs to n3.
+    nodes = (Node("n1", 10, 100 * GiB, maintenance=True), *_nodes(3)[1:])
+    twice = _cluster(_g("m", "n1", 1), _g("k", "n2", 1), nodes=nodes)
+    assert track_evacuations(twice, {"m": "n3", "k": "n3"}) == {"m": "n3", "k": "n3"}
+    # Back on n3 out of maintenance: m's entry goes; a guest or node that is gone goes too.
+    back = _cluster(_g("m", "n3", 1), _g("k", "n2", 1))
+    assert track_evacuations(back, {"m": "n3", "k": "n3", "z": "n1", "k2": "n9"}) == {"k": "n3"}
+
+
+def test_maintenance_return_brings_guests_back_at_once() -> None:
+    # m and k left n3 for maintenance; n3 is back. With maintenance_return they go back at once,
+    # whatever the threshold, hold, cooldown and no-return (going back is the point) — but not
+    # onto a target a failed migration keeps them off.
+    cluster = _cluster(_g("a", "n1", 2), _g("m", "n1", 1), _g("k", "n2", 1))
+    state = PolicyState(evacuated={"m": "n3", "k": "n3"})
+    memory = Memory(
+        cooldown_until={"m": NOW + 600, "k": NOW + 600},
+        departures={"m": (("n3", NOW - 60),), "k": (("n3", NOW - 60),)},
+    )
+    config = PolicyConfig(maintenance_return=True)
+    decision = _decide(cluster, config, state, memory)
+    assert decision.act and decision.kind == "repair"
+    assert decision.reason.startswith("2 guests back to n3, out of maintenance")
+    assert sorted(_moved(decision)) == [("k", "n2", "n3"), ("m", "n1", "n3")]
+    assert decision.proposal is not None and decision.proposal.strategy == "maintenance-return"
+    avoid = Memory(avoid={("m", "n3"): NOW + 600})
+    assert _moved(_decide(cluster, config, state, avoid)) == [("k", "n2", "n3")]
+    # batch 1: one at a time, in guest order.
+    assert _moved(_decide(cluster, replace(config, batch=1), state)) == [("k", "n2", "n3")]
+    # Off (opendrs's default): the balance decides; here the spread is below the threshold.
+    assert not _decide(cluster, PolicyConfig(), state, memory).act
+    # Not while n3 is still in maintenance: the guests stay where the evacuation put them.
+    held = _with_maintenance(_g("a", "n1", 2), _g("m", "n1", 1), _g("k", "n2", 1))
+    assert not _decide(held, config, state, memory).act
+
+
+def test_maintenance_return_leaves_out_what_does_not_fit() -> None:
+    # n3 came back with a 9-core guest started on it; m (2 cores) no longer fits (10 cores,
+    # overcommit 1 in STATIC): only k (1 core) goes back.
+    cluster = _cluster(_g("m", "n1", 2), _g("k", "n2", 1), _g("big", "n3", 9))
+    decision = _decide(
+        cluster,
+        PolicyConfig(maintenance_return=True),
+        PolicyState(evacuated={"m": "n3", "k": "n3"}),
+    )
+    assert _moved(decision) == [("k", "n2", "n3")]
 
 
 def test_repairs_needed_sees_broken_rules_and_capacity() -> None:

@@ -445,6 +445,34 @@ class History:
                     "use another history file"
                 )
 
+    # ------------------------------------------------------------------ evacuations
+
+    def evacuated(self) -> dict[str, str]:
+        """Guest id → the node it was evacuated from for maintenance (see ``PolicyState``)."""
+        with self._read("read the evacuated guests") as db:
+            row = db.execute("SELECT value FROM state WHERE key = 'evacuated'").fetchone()
+        if row is None:
+            return {}
+        try:
+            value = json.loads(row[0])
+        except ValueError:
+            value = None
+        if not isinstance(value, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+        ):
+            raise HistoryError(f"{self._name}: the evacuated guests are not a JSON object of names")
+        return value
+
+    def set_evacuated(self, evacuated: Mapping[str, str]) -> None:
+        """Remember which guests were evacuated from which node (replacing what was there)."""
+        value = json.dumps({_name("guest", g): _name("node", n) for g, n in evacuated.items()})
+        with self._write("record the evacuated guests") as db:
+            db.execute(
+                "INSERT INTO state (key, value) VALUES ('evacuated', ?) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (value,),
+            )
+
     # ------------------------------------------------------------------ decisions
 
     def record_decision(

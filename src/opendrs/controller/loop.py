@@ -121,7 +121,8 @@ class Controller:
         self.history = history
         self.on_cycle = on_cycle
         self.executor = Executor(backend, clock, history, config.executor, on_event=on_event)
-        self.state = PolicyState()
+        # Guests evacuated for maintenance outlive a restart (``maintenance_return``).
+        self.state = PolicyState(evacuated=history.evacuated())
         self.window = UsageWindow()
         self.cycles: list[Cycle] = []
         self._last_none: tuple[str, float] | None = None
@@ -184,6 +185,8 @@ class Controller:
         decision = decide(
             smoothed, now, policy, self.state, self.memory(now), busy=self.executor.busy
         )
+        if decision.state.evacuated != self.state.evacuated:
+            self.history.set_evacuated(decision.state.evacuated)
         self.state = decision.state
         decision_id = self._record(now, cluster, decision, policy)
         if decision.act and decision.plan is not None and decision.plan.moves:

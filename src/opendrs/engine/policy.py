@@ -41,19 +41,26 @@ whatever the strategy: ``balance``'s repair phase, asked for nothing else (the p
 own evacuation — Proxmox HA's maintenance mode, ``incus cluster evacuate``). Guests on an offline
 node cannot be migrated; recovering them is the HA stack's job.
 
+**Back from maintenance.** The policy remembers which guests left a node in maintenance
+(:class:`PolicyState` ``evacuated``). With ``maintenance_return`` they go back to it at once when it
+leaves maintenance, as Proxmox HA and ``incus cluster restore`` do; off by default: the balance
+decides what the node gets.
+
 **Presets** (:data:`PRESETS`) emulate the peers for the simulator's side-by-side report:
 
-* ``opendrs`` — the defaults: spread above 15 pp for 3 observations, a plan must cut it by 10 %,
-  balanced to 5 pp by ``balance``, at most 10 migrations, 6 h cooldown, 24 h no-return, 10 min
-  minimum uptime, 30 min smoothing, failed targets avoided for 1 h.
+* ``opendrs`` — the defaults: spread above 15 pp for 6 observations, a plan must cut it by 25 %,
+  balanced to 8 pp by ``balance``, at most 30 migrations, 6 h cooldown, 24 h no-return, 10 min
+  minimum uptime, usage averaged over 6 h, failed targets avoided for 1 h.
 * ``proxmox`` — Proxmox VE's auto-rebalance (``Manager.pm`` ``load_balance``, reference
   ``proxmox-crs.md`` §5): CV of the combined load above 0.3 for 3 rounds (a 60 s interval stands
   for its HA rounds), the move must improve it by 10 % relative, one move per trigger by
   ``pve-bruteforce``, one migration at a time; no cooldown ("there is no per-guest cooldown"), no
-  no-return window, no smoothing, no minimum uptime.
+  no-return window, no smoothing, no minimum uptime. Guests evacuated for maintenance go back to
+  their node when it leaves maintenance (HA's ``maintenance_node``, reference §2).
 * ``incus`` — Incus's automatic rebalancing (``cluster.rebalance.*``, ``other-balancers.md`` §1):
   every 15 minutes the ``incus`` strategy applies its own trigger (a 20 % gap relative to the
   busiest member), one move per run (``batch`` 1), a 6 h cooldown; no hold, margin or smoothing.
+  Evacuated guests go back when the member is restored (``incus cluster restore``).
 * ``proxlb`` — ProxLB 2.3.0 (``proxlb.md`` §1): every 12 h (its default schedule), the memory
   spread above 10 pp (balanciness 10) triggers ``proxlb-greedy``, which moves as many guests as its
   run decides (no batch), five migrations at a time (``parallel_jobs``) and no inflow limit; no
@@ -76,7 +83,12 @@ from opendrs.engine.imbalance import balance_spread, cv
 from opendrs.engine.planner import Plan, plan_moves, plan_with_retries
 from opendrs.engine.strategies import REGISTRY, get_strategy
 from opendrs.engine.strategies.balance import propose_balance
-from opendrs.engine.strategies.base import Proposal, cluster_imbalance
+from opendrs.engine.strategies.base import (
+    Proposal,
+    ProposedMove,
+    cluster_imbalance,
+    migration_cost,
+)
 from opendrs.engine.usage import LoadModel, loaded_nodes, tolerance
 from opendrs.model.cluster import Cluster, Guest, Node, updater
 from opendrs.model.document import Path, Reader, describe
@@ -130,9 +142,15 @@ class PolicyConfig:
     #: Executor limits this policy implies (None: the cluster's settings).
     max_parallel: int | None = None
     max_node_inflow: int | None = None
+    #: Move guests evacuated for maintenance back to their node when it leaves maintenance
+    #: (Proxmox HA's ``maintenance_node``, ``incus cluster restore``); off: the balance decides.
+    maintenance_return: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "options", _frozen(self.options))
+        if not isinstance(self.maintenance_return, bool):
+            got = self.maintenance_return
+            raise ValueError(f"policy maintenance_return: expected true or false, got {got!r}")
         if not self.name or not isinstance(self.name, str):
             raise ValueError(f"policy name: expected a non-empty name, got {self.name!r}")
         if self.metric not in METRICS:
@@ -194,6 +212,7 @@ PRESETS: Mapping[str, PolicyConfig] = MappingProxyType(
             avoid_after_failure=0,
             strategy="pve-bruteforce",
             max_parallel=1,
+            maintenance_return=True,
         ),
         "incus": PolicyConfig(
             name="incus",
@@ -210,6 +229,7 @@ PRESETS: Mapping[str, PolicyConfig] = MappingProxyType(
             avoid_after_failure=0,
             strategy="incus",
             max_parallel=1,
+            maintenance_return=True,
         ),
         "proxlb": PolicyConfig(
             name="proxlb",
@@ -556,6 +576,12 @@ class PolicyState:
     #: When the strategy was last asked (acted on or not), and when a plan was last carried out.
     last_attempt: float | None = None
     last_action: float | None = None
+    #: Guest id → the node it was on while that node was in maintenance: where it goes back to
+    #: with ``maintenance_return`` (kept until it is back there, or gone).
+    evacuated: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "evacuated", _frozen(self.evacuated))
 
 
 @dataclass(frozen=True)
@@ -589,6 +615,7 @@ class Decision:
                 "hold": self.state.hold,
                 "last_attempt": self.state.last_attempt,
                 "last_action": self.state.last_action,
+                "evacuated": dict(sorted(self.state.evacuated.items())),
             },
         }
 
@@ -680,6 +707,103 @@ def repairs_needed(cluster: Cluster, constraints: Constraints | None = None) -> 
         if movability(guests[j], cluster, "balance") is None:
             out.append(why[j])
     return tuple(dict.fromkeys(out))
+
+
+def track_evacuations(cluster: Cluster, evacuated: Mapping[str, str]) -> dict[str, str]:
+    """``evacuated`` (guest id → the node it was on in maintenance) brought up to date.
+
+    A guest on an online node in maintenance is added with that node, unless it has an entry
+    already (evacuated twice, it still belongs to the first node); an entry goes when its guest or
+    node is gone, or when the guest is on its node again and the node is out of maintenance.
+    """
+    nodes, node_index, guest_index = cluster.nodes, cluster.node_index, cluster.guest_index
+    out: dict[str, str] = {}
+    for guest_id, name in evacuated.items():
+        j, n = guest_index.get(guest_id), node_index.get(name)
+        if j is None or n is None:
+            continue
+        if cluster.guests[j].node == name and not nodes[n].maintenance:
+            continue
+        out[guest_id] = name
+    held = {n.name for n in nodes if n.maintenance and n.online}
+    if held:
+        for guest in cluster.guests:
+            if guest.node in held and guest.id not in out:
+                out[guest.id] = guest.node
+    return out
+
+
+def _returns(
+    cluster: Cluster,
+    evacuated: Mapping[str, str],
+    now: float,
+    config: PolicyConfig,
+    memory: Memory,
+    cons: Constraints,
+) -> tuple[Proposal, Plan] | None:
+    """The migrations that take evacuated guests back to their nodes out of maintenance.
+
+    A guest goes back when its node is usable, it is elsewhere and not migrating, it may move, its
+    architecture and strict rules allow the node, and no failed migration keeps it off the node
+    (``memory.avoid``); cooldown and no-return do not hold it back (going back is the point).
+    At most ``batch`` of them, in guest order; the planner orders them and leaves out any that
+    would overload a node or break a hard rule. None when nobody goes back.
+    """
+    nodes, node_index, guest_index = cluster.nodes, cluster.node_index, cluster.guest_index
+    targets: dict[str, str] = {}
+    for guest_id, name in sorted(evacuated.items()):
+        j, n = guest_index[guest_id], node_index[name]
+        guest = cluster.guests[j]
+        if (
+            not nodes[n].usable
+            or guest.node == name
+            or guest.migrating_to is not None
+            or movability(guest, cluster, "balance") is not None
+            or not (cons.arch_ok[j, n] and cons.strict_ok[j, n])
+            or memory.avoid.get((guest_id, name), -math.inf) > now
+        ):
+            continue
+        targets[guest_id] = name
+        if 0 < config.batch <= len(targets):
+            break
+    if not targets:
+        return None
+    plan = plan_moves(
+        cluster,
+        targets,
+        max_parallel=config.max_parallel,
+        max_node_inflow=config.max_node_inflow,
+        constraints=cons,
+    )
+    if not plan.moves:
+        return None
+    assign = current_assign(cluster)
+    before = cluster_imbalance(cluster)
+    metric_before = measure(cluster, config.metric)
+    for move in plan.moves:
+        assign[guest_index[move.guest]] = node_index[move.target]
+    metric_after = measure(cluster.with_placement(_final_placement(plan)), config.metric)
+    moves = tuple(
+        ProposedMove(
+            guest=move.guest,
+            source=move.source,
+            target=move.target,
+            metric=config.metric,
+            before=metric_before,
+            after=metric_after,
+            cost=migration_cost(cluster.guests[guest_index[move.guest]], cluster.settings),
+            reason="back from maintenance",
+        )
+        for move in plan.moves
+    )
+    proposal = Proposal(
+        strategy="maintenance-return",
+        moves=moves,
+        before=before,
+        after=cluster_imbalance(cluster, assign),
+        stopped="evacuated guests back on their nodes",
+    )
+    return proposal, plan
 
 
 def _strategy_kwargs(
@@ -828,6 +952,9 @@ def decide(
     ) -> Decision:
         return Decision(act, kind, reason, metric, predicted, proposal, plan, forbidden, new_state)
 
+    tracked = track_evacuations(cluster, state.evacuated)
+    if tracked != state.evacuated:
+        state = replace(state, evacuated=tracked)
     if busy:
         what = "" if config.metric == "none" else f" ({label} {shown})"
         return decision(f"a plan is still executing: no new decision{what}", state)
@@ -876,6 +1003,25 @@ def decide(
                 forbidden=forbidden,
             )
         repair_note = f"; repair needed ({what}) but no allowed migration reaches it"
+
+    # 1b. Guests back from maintenance, at once.
+    if config.maintenance_return and state.evacuated:
+        back = _returns(cluster, state.evacuated, now, config, memory, constraints())
+        if back is not None:
+            proposal, plan = back
+            n = len(plan.moves)
+            nodes = ", ".join(sorted({m.target for m in plan.moves}))
+            return decision(
+                f"{n} guest{'s' if n != 1 else ''} back to {nodes}, out of maintenance, "
+                f"bypassing threshold, hold and margin{repair_note}",
+                acted,
+                act=True,
+                kind="repair",
+                predicted=measure(cluster.with_placement(_final_placement(plan)), config.metric),
+                proposal=proposal,
+                plan=plan,
+                forbidden=forbidden,
+            )
 
     # 2. Threshold and hold.
     need = max(config.hold, 1)
@@ -987,6 +1133,7 @@ POLICY_KEYS: tuple[str, ...] = (
     "options",
     "max_parallel",
     "max_node_inflow",
+    "maintenance_return",
 )
 _DURATIONS = ("interval", "cooldown", "no_return", "min_uptime", "smoothing", "avoid_after_failure")
 _FRACTIONS = ("threshold", "target", "margin")
@@ -1072,6 +1219,10 @@ def parse_policy(
                 if item is None
                 else reader.integer(item, (*path, key), minimum=1, maximum=_MAX_COUNT)
             )
+    if "maintenance_return" in mapping:
+        fields["maintenance_return"] = reader.boolean(
+            mapping["maintenance_return"], (*path, "maintenance_return")
+        )
     strategy = start.strategy
     if "strategy" in mapping:
         spath = (*path, "strategy")
