@@ -293,9 +293,10 @@ def test_repair_bypasses_threshold_and_hold() -> None:
         "repair: m is on n3, in maintenance; 1 migration, bypassing threshold, hold and margin"
     )
     assert [(g, s) for g, s, _t in _moved(decision)] == [("m", "n3")]
-    assert decision.state == PolicyState(
-        hold=0, last_attempt=NOW, last_action=NOW, evacuated={"m": "n3"}
-    )
+    assert decision.state == PolicyState(hold=0, last_attempt=NOW, last_action=NOW)
+    # With maintenance_return, the policy remembers where m came from.
+    remembered = _decide(cluster, PolicyConfig(min_uptime=0, maintenance_return=True))
+    assert remembered.state.evacuated == {"m": "n3"}
 
 
 def test_repair_honours_forbidden_placements() -> None:
@@ -591,6 +592,7 @@ def test_parse_policy_reads_every_key() -> None:
             "options": {"margin": 1, "swaps": False},
             "max_parallel": 2,
             "max_node_inflow": None,
+            "maintenance_return": True,
         }
     )
     assert config == PolicyConfig(
@@ -609,6 +611,7 @@ def test_parse_policy_reads_every_key() -> None:
         avoid_after_failure=7200,
         options={"margin": 1.0, "swaps": False},
         max_parallel=2,
+        maintenance_return=True,
     )
     assert isinstance(config.options["margin"], float)
 
@@ -650,6 +653,7 @@ def test_parse_policy_presets_and_strategy_options() -> None:
             "for strategy balance",
         ),
         ([1], "opendrs.yaml: policy: expected a mapping, got a list"),
+        ({"maintenance_return": "yes"}, "opendrs.yaml: policy.maintenance_return: expected"),
     ],
 )
 def test_parse_policy_errors_are_one_line(value: object, message: str) -> None:

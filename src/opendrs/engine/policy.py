@@ -41,10 +41,10 @@ whatever the strategy: ``balance``'s repair phase, asked for nothing else (the p
 own evacuation — Proxmox HA's maintenance mode, ``incus cluster evacuate``). Guests on an offline
 node cannot be migrated; recovering them is the HA stack's job.
 
-**Back from maintenance.** The policy remembers which guests left a node in maintenance
-(:class:`PolicyState` ``evacuated``). With ``maintenance_return`` they go back to it at once when it
-leaves maintenance, as Proxmox HA and ``incus cluster restore`` do; off by default: the balance
-decides what the node gets.
+**Back from maintenance.** With ``maintenance_return`` the policy remembers which guests left a
+node in maintenance (:class:`PolicyState` ``evacuated``) and moves them back at once when it leaves
+maintenance, as Proxmox HA and ``incus cluster restore`` do. Off by default (nothing is
+remembered): the balance decides what the node gets.
 
 **Presets** (:data:`PRESETS`) emulate the peers for the simulator's side-by-side report:
 
@@ -952,7 +952,7 @@ def decide(
     ) -> Decision:
         return Decision(act, kind, reason, metric, predicted, proposal, plan, forbidden, new_state)
 
-    tracked = track_evacuations(cluster, state.evacuated)
+    tracked = track_evacuations(cluster, state.evacuated) if config.maintenance_return else {}
     if tracked != state.evacuated:
         state = replace(state, evacuated=tracked)
     if busy:
