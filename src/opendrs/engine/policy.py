@@ -740,8 +740,10 @@ def _returns(
     config: PolicyConfig,
     memory: Memory,
     cons: Constraints,
-) -> tuple[Proposal, Plan] | None:
-    """The migrations that take evacuated guests back to their nodes out of maintenance.
+    metric: float,
+) -> tuple[Proposal, Plan, float] | None:
+    """The migrations that take evacuated guests back to their nodes out of maintenance, with
+    the ``config.metric`` predicted after them (``metric``: its value now).
 
     A guest goes back when its node is usable, it is elsewhere and not migrating, it may move, its
     architecture and strict rules allow the node, and no failed migration keeps it off the node
@@ -779,7 +781,6 @@ def _returns(
         return None
     assign = current_assign(cluster)
     before = cluster_imbalance(cluster)
-    metric_before = measure(cluster, config.metric)
     for move in plan.moves:
         assign[guest_index[move.guest]] = node_index[move.target]
     metric_after = measure(cluster.with_placement(_final_placement(plan)), config.metric)
@@ -789,7 +790,7 @@ def _returns(
             source=move.source,
             target=move.target,
             metric=config.metric,
-            before=metric_before,
+            before=metric,
             after=metric_after,
             cost=migration_cost(cluster.guests[guest_index[move.guest]], cluster.settings),
             reason="back from maintenance",
@@ -803,7 +804,7 @@ def _returns(
         after=cluster_imbalance(cluster, assign),
         stopped="evacuated guests back on their nodes",
     )
-    return proposal, plan
+    return proposal, plan, metric_after
 
 
 def _strategy_kwargs(
@@ -1006,9 +1007,9 @@ def decide(
 
     # 1b. Guests back from maintenance, at once.
     if config.maintenance_return and state.evacuated:
-        back = _returns(cluster, state.evacuated, now, config, memory, constraints())
+        back = _returns(cluster, state.evacuated, now, config, memory, constraints(), metric)
         if back is not None:
-            proposal, plan = back
+            proposal, plan, predicted = back
             n = len(plan.moves)
             nodes = ", ".join(sorted({m.target for m in plan.moves}))
             return decision(
@@ -1017,7 +1018,7 @@ def decide(
                 acted,
                 act=True,
                 kind="repair",
-                predicted=measure(cluster.with_placement(_final_placement(plan)), config.metric),
+                predicted=predicted,
                 proposal=proposal,
                 plan=plan,
                 forbidden=forbidden,
