@@ -159,6 +159,38 @@ def test_overloaded_node_is_relieved() -> None:
     assert not cons.capacity.over(committed_for(cons, assign)).any()
 
 
+def test_an_overload_is_repaired_with_the_smallest_guest_that_covers_it() -> None:
+    # a: 6 + 3 + 1 + 1 GiB on 10 GiB, 1 GiB over; b has 9 GiB free, repairs only. The smallest
+    # guest that covers the excess alone is a 1 GiB one: one small migration, not the 6 GiB one.
+    nodes = (Node("a", 16, 10 * GiB), Node("b", 16, 16 * GiB))
+    guests = (
+        Guest("big", "a", memory=6 * GiB),
+        Guest("mid", "a", memory=3 * GiB),
+        Guest("s1", "a", memory=GiB),
+        Guest("s2", "a", memory=GiB),
+        Guest("full", "b", memory=7 * GiB),
+    )
+    cluster = Cluster(nodes, guests, Rules(), MEMORY_ONLY)
+    proposal = propose_balance(cluster, target_spread=1e6)
+    assert [(m.guest, m.target) for m in proposal.net_moves()] == [("s1", "b")]
+    # When the guest that would do it may go nowhere (here: forbidden), the next one is tried,
+    # and nothing is reported stuck.
+    nodes = (Node("a", 16, 8 * GiB), Node("b", 16, 16 * GiB), Node("c", 16, 16 * GiB))
+    guests = (
+        Guest("big", "a", memory=6 * GiB),
+        Guest("mid", "a", memory=3 * GiB),
+        Guest("fill-b", "b", memory=14 * GiB),
+        Guest("fill-c", "c", memory=10 * GiB),
+    )
+    proposal = propose_balance(
+        Cluster(nodes, guests, Rules(), MEMORY_ONLY),
+        target_spread=1e6,
+        forbidden=[("mid", "b"), ("mid", "c")],
+    )
+    assert [(m.guest, m.target) for m in proposal.net_moves()] == [("big", "c")]
+    assert not any(n.startswith("could not repair") for n in proposal.notes)
+
+
 def test_forbidden_and_bundles() -> None:
     nodes = (Node("a", 16, 16 * GiB), Node("b", 16, 16 * GiB), Node("c", 16, 16 * GiB))
     guests = (

@@ -424,20 +424,24 @@ class _State:
         return list(dict.fromkeys(out))
 
     def overloaded_units(self) -> list[int]:
-        """For each node over a capacity limit, the movable units to take off it (smallest fit)."""
+        """For each node over a capacity limit, its movable units in the order to try moving them.
+
+        First the units that cover the excess alone (in every dimension), smallest first — one
+        migration, the cheapest that does it; then the others, largest first (their share of the
+        node's limits). All of them: when one can go nowhere, the next one is tried.
+        """
         out: list[int] = []
         over = self.committed > self.limit + self.tol
         for n in np.nonzero(over.any(axis=1))[0].tolist():
             excess = np.maximum(self.committed[n] - self.limit[n], 0.0)
             on = np.nonzero((self.units.assign == n) & self.units.movable)[0]
-            # Largest first until the excess is covered in every dimension.
-            order = on[np.lexsort((on, -self.units.need[on].max(axis=1)))]
-            freed = np.zeros_like(excess)
-            for u in order.tolist():
-                if np.all(freed >= excess):
-                    break
-                out.append(u)
-                freed += self.units.need[u]
+            need = self.units.need[on]
+            limit = self.limit[n]
+            size = np.where(limit > 0, need / np.where(limit > 0, limit, 1.0), 0.0).max(axis=1)
+            alone = np.all(need >= excess, axis=1)
+            # Keys, last primary: covering ones first, by size up; the rest by size down.
+            order = on[np.lexsort((on, np.where(alone, size, -size), ~alone))]
+            out.extend(order.tolist())
         return out
 
 
@@ -708,14 +712,16 @@ def _propose(
             if not todo or len(history) >= limit:
                 break
             progressed = False
+            failed: list[str] = []
             for u in todo:
                 picks = _pick(state, np.array([u], dtype=np.intp), all_nodes, forced=True)
                 if picks:
                     record(u, picks[0][2], "repair: " + phase)
                     progressed = True
                     break
-                stuck.append(units.label[u])
+                failed.append(units.label[u])
             if not progressed:
+                stuck.extend(failed)
                 break
 
     # 2. Balance.
@@ -920,6 +926,8 @@ def _propose(
     after = cluster_imbalance(cluster, assign)
     notes = [str(p) for p in cons.problems]
     if stuck:
-        notes.append("could not repair: " + ", ".join(sorted(set(stuck))))
+        names = sorted(set(stuck))
+        more = f" (and {len(names) - 10} more)" if len(names) > 10 else ""
+        notes.append("could not repair: " + ", ".join(names[:10]) + more)
     proposal = Proposal("balance", tuple(moves), before, after, stopped, tuple(notes), options)
     return proposal, stopped.startswith("balanced")
