@@ -414,6 +414,82 @@ def test_smoothing_averages_exactly() -> None:
     assert later.smoothed(_measured(1.0, 10 * GiB)).guest("a").cpu_used == (4 + 8 + 1) / 6
 
 
+def test_a_span_lets_a_lasting_rise_count_at_once() -> None:
+    def window_of(*values: float) -> UsageWindow:
+        window = UsageWindow()
+        for k, cpu in enumerate(values):
+            window = window.add(NOW + 300 * k, _measured(cpu, 10 * GiB), 3600)
+        return window
+
+    rising = window_of(1.0, 1.0, 1.0, 4.0, 7.0)
+    now = _measured(7.0, 10 * GiB)
+    assert rising.smoothed(now).guest("a").cpu_used == 14 / 5
+    # The last 600 s, (NOW + 600, NOW + 1200]: the samples at 900 and 1200, higher than the mean.
+    assert rising.smoothed(now, 600).guest("a").cpu_used == 5.5
+    assert rising.smoothed(now, 0).guest("a").cpu_used == 7.0  # at least the last sample
+    assert rising.smoothed(now, 10**6).guest("a").cpu_used == 14 / 5
+    # A fall is seen only as the window forgets the higher samples.
+    falling = window_of(7.0, 7.0, 7.0, 4.0, 1.0)
+    assert falling.smoothed(_measured(1.0, 10 * GiB), 600).guest("a").cpu_used == 26 / 5
+    with pytest.raises(ValueError, match="span must be ≥ 0"):
+        rising.smoothed(now, -1)
+
+
+def _filling(used_a: int, used_c: int = 40 * GiB) -> Cluster:
+    # Dynamic, memory overcommitted 1.5×: n1 holds a (80 GiB configured, used_a used) and b
+    # (30 GiB used), n2 holds c (used_c); 100 GiB each.
+    nodes = _nodes(2)
+    guests = (
+        Guest("a", "n1", cpu=2, memory=80 * GiB, cpu_used=1.0, memory_used=used_a, uptime=DAY),
+        Guest("b", "n1", cpu=2, memory=40 * GiB, cpu_used=1.0, memory_used=30 * GiB, uptime=DAY),
+        Guest("c", "n2", cpu=2, memory=80 * GiB, cpu_used=1.0, memory_used=used_c, uptime=DAY),
+    )
+    return Cluster(nodes, guests, settings=Settings(memory_overcommit=1.5))
+
+
+def _decide_on(cluster: Cluster, recent: Cluster, config: PolicyConfig) -> Decision:
+    return decide(cluster, NOW, config, PolicyState(), Memory(), busy=False, recent=recent)
+
+
+def test_capacity_is_checked_on_the_recent_rise() -> None:
+    config = PolicyConfig(min_uptime=0)
+    averaged = _filling(20 * GiB)  # n1 50 GiB, n2 40 GiB: 10 pp, nothing to do
+    risen = _filling(75 * GiB)  # a's last half hour: n1 105 GiB, over its 100 GiB
+    alone = _decide(averaged, config)
+    assert not alone.act and alone.reason.startswith("spread 10.0 pp at or below")
+    # The overload is repaired before the average shows it; the metric stays the average's.
+    decision = _decide_on(averaged, risen, config)
+    assert decision.act and decision.kind == "repair"
+    assert decision.reason == (
+        "repair: n1 is over capacity (memory_used); 1 migration, "
+        "bypassing threshold, hold and margin"
+    )
+    assert _moved(decision) == [("b", "n1", "n2")]  # a (75 GiB) would overload n2
+    # (on the average: n1 holds a's 20 GiB, n2 70 GiB)
+    assert decision.metric == pytest.approx(0.10) and decision.predicted == pytest.approx(0.50)
+    # Without room anywhere, the policy says what it could not repair.
+    full = _filling(75 * GiB, used_c=75 * GiB)
+    refused = _decide_on(averaged, full, config)
+    assert not refused.act
+    assert refused.reason.endswith(
+        "; repair needed (n1 is over capacity (memory_used)) but no allowed migration reaches it"
+    )
+
+    # Balancing: on the average n2 (70 + 20 GiB) should give d (20 GiB) to n1 (50 GiB): 70 GiB
+    # each. But a has risen to 65 GiB: n1 has no room for d, and no plan is made.
+    def heavy(used_a: int) -> Cluster:
+        cluster = _filling(used_a, used_c=70 * GiB)
+        d = Guest("d", "n2", cpu=2, memory=20 * GiB, cpu_used=1.0, memory_used=20 * GiB, uptime=DAY)
+        return replace(cluster, guests=(*cluster.guests, d))
+
+    eager = replace(EAGER, smoothing=0)
+    assert _moved(_decide(heavy(20 * GiB), eager)) == [("d", "n2", "n1")]
+    kept = _decide_on(heavy(20 * GiB), heavy(65 * GiB), eager)
+    assert not kept.act
+    # (the planner refused d → n1; asked again without it, balance has nothing else)
+    assert "strategy balance proposes no migration" in kept.reason
+
+
 def _spiky(cpu_a: float) -> Cluster:
     # n1: a (cpu_a cores) and c (1 core), n2: b (2 cores); 20 GiB used on each node.
     nodes = _nodes(2)

@@ -5,7 +5,8 @@ backend's clock, so ``opendrs run`` against a real cluster and ``opendrs simulat
 code. Each cycle:
 
 1. observe the cluster (a failed observation is logged and the cycle skipped);
-2. smooth the measured usage over the policy's window;
+2. smooth the measured usage over the policy's window (and, for the capacity checks, let a rise
+   that lasts the hold count at once);
 3. ask the policy (:func:`opendrs.engine.policy.decide`) whether to act — never while a plan is
    still executing;
 4. record the decision in the history; in **shadow** mode (the default) log the migrations it
@@ -32,7 +33,15 @@ from opendrs.backends.base import Backend, BackendError, Clock, SystemClock
 from opendrs.controller.config import Config
 from opendrs.controller.executor import Event, Executor
 from opendrs.controller.history import History
-from opendrs.engine.policy import Decision, Memory, PolicyConfig, PolicyState, UsageWindow, decide
+from opendrs.engine.policy import (
+    Decision,
+    Memory,
+    PolicyConfig,
+    PolicyState,
+    UsageWindow,
+    decide,
+    overload_span,
+)
 from opendrs.model.cluster import Cluster
 
 log = logging.getLogger(__name__)
@@ -182,8 +191,17 @@ class Controller:
             return result
         self.window = self.window.add(now, cluster, policy.smoothing)
         smoothed = self.window.smoothed(cluster)
+        # Capacity is checked on usage that rises after the hold, not after the whole window.
+        span = overload_span(policy)
+        recent = self.window.smoothed(cluster, span) if span < policy.smoothing else None
         decision = decide(
-            smoothed, now, policy, self.state, self.memory(now), busy=self.executor.busy
+            smoothed,
+            now,
+            policy,
+            self.state,
+            self.memory(now),
+            busy=self.executor.busy,
+            recent=recent,
         )
         if decision.state.evacuated != self.state.evacuated:
             self.history.set_evacuated(decision.state.evacuated)

@@ -9,7 +9,10 @@ against flapping is here, each one configurable:
 * **Smoothing** (:class:`UsageWindow`) — the measured usage of each guest (and each node's own
   load) is averaged over the last ``smoothing`` seconds, so that a one-observation spike does not
   look like an imbalance. The controller adds each observation to the window and decides on
-  :meth:`UsageWindow.smoothed`.
+  :meth:`UsageWindow.smoothed`. Capacity is checked on usage that rises faster: each value at
+  the higher of its mean and its mean over the hold (:func:`overload_span`), which the controller
+  passes as ``recent`` — an overload that lasts the hold is repaired, and no plan fills a node
+  the long average still shows half empty.
 * **Threshold** — nothing happens while the imbalance ``metric`` is at or below ``threshold``:
   ``spread`` (opendrs: the largest max − min of the weighted resources' load fractions,
   :func:`~opendrs.engine.imbalance.balance_spread`), ``cv`` (Proxmox: population σ / mean of the
@@ -486,12 +489,16 @@ class UsageWindow:
             ),
         )
 
-    def smoothed(self, cluster: Cluster) -> Cluster:
+    def smoothed(self, cluster: Cluster, span: float | None = None) -> Cluster:
         """``cluster`` with measured usage replaced by its average over the window.
 
         Each guest's ``cpu_used`` and ``memory_used`` (when measured now) and each node's
         ``base_cpu`` and ``base_memory`` become the mean of their samples in the window; guests
         and nodes the window has not seen keep their values. Memory is rounded to whole bytes.
+        With ``span`` (seconds), each value is the higher of that mean and the mean of the
+        samples of the last ``span`` seconds, ``(last − span, last]`` (at least the last sample):
+        a rise that lasts ``span`` shows at once, a fall only as the window forgets it — the
+        usage capacity is checked on (:func:`overload_span`).
         """
         if not self.times.size:
             return cluster
@@ -502,6 +509,20 @@ class UsageWindow:
         memory = _mean(_reindex(self.memory, self.guest_ids, ids))
         base_cpu = _mean(_reindex(self.base_cpu, self.node_names, names))
         base_memory = _mean(_reindex(self.base_memory, self.node_names, names))
+        if span is not None:
+            if isinstance(span, bool) or not isinstance(span, int | float) or not span >= 0:
+                raise ValueError(f"usage window: span must be ≥ 0 seconds, got {span!r}")
+            last = float(self.times[-1])
+            first = int(np.searchsorted(self.times, last - span, side="right"))
+            rows = slice(min(first, self.times.size - 1), None)
+            cpu = np.fmax(cpu, _mean(_reindex(self.cpu[rows], self.guest_ids, ids)))
+            memory = np.fmax(memory, _mean(_reindex(self.memory[rows], self.guest_ids, ids)))
+            base_cpu = np.fmax(
+                base_cpu, _mean(_reindex(self.base_cpu[rows], self.node_names, names))
+            )
+            base_memory = np.fmax(
+                base_memory, _mean(_reindex(self.base_memory[rows], self.node_names, names))
+            )
         now_cpu = _measured([g.cpu_used for g in guests])
         now_memory = _measured([g.memory_used for g in guests])
         mem_int = np.where(np.isfinite(memory), np.rint(memory), np.nan)
@@ -538,6 +559,14 @@ class UsageWindow:
         if new_guests is guests and new_nodes is nodes:
             return cluster
         return Cluster(new_nodes, new_guests, cluster.rules, cluster.settings, cluster.name)
+
+
+def overload_span(config: PolicyConfig) -> int:
+    """Seconds after which a rise in usage counts for capacity: the hold (``hold`` observations,
+    at least one, ``interval`` apart). A spike shorter than that does not; a rise that lasts is
+    checked at once — an overload repaired, a target kept from filling up — while the
+    ``smoothing`` average, which balancing uses, still hides it."""
+    return max(config.hold, 1) * config.interval
 
 
 # --------------------------------------------------------------------------------------------
@@ -927,12 +956,17 @@ def decide(
     memory: Memory,
     *,
     busy: bool,
+    recent: Cluster | None = None,
 ) -> Decision:
     """Whether to act on ``cluster`` at ``now``, and with which plan (see the module docstring).
 
     ``cluster`` is the observation to decide on (smoothed by the caller, see
-    :class:`UsageWindow`); ``busy`` says that a plan is still executing. Pure and deterministic.
-    Raises ValueError for a strategy option the strategy refuses.
+    :class:`UsageWindow`); ``busy`` says that a plan is still executing. ``recent``, when given,
+    is the same observation with the usage capacity is checked on (the controller's: each value
+    the higher of its smoothed mean and its mean over the hold, :func:`overload_span`): repairs
+    are found and made on it, and every plan is ordered against its capacity, while the metric
+    and the strategy see ``cluster``. Pure and deterministic. Raises ValueError for a strategy
+    option the strategy refuses.
     """
     loads = LoadModel.build(cluster)
     metric = measure(cluster, config.metric, loads)
@@ -961,33 +995,37 @@ def decide(
         return decision(f"a plan is still executing: no new decision{what}", state)
 
     forbidden = forbidden_placements(cluster, now, config, memory)
+    checked = recent if recent is not None else cluster
     built: list[Constraints] = []
 
     def constraints() -> Constraints:
+        """The hard constraints, capacity on ``checked``'s usage (placement and rules are the
+        same in both clusters)."""
         if not built:
-            built.append(Constraints.build(cluster))
+            built.append(Constraints.build(checked))
         return built[0]
 
     attempted = replace(state, hold=0, last_attempt=now)
     acted = replace(attempted, last_action=now)
 
-    # 1. Repairs, at once.
-    broken = repairs_needed(cluster, constraints()) if may_need_repair(cluster, loads) else ()
+    # 1. Repairs, at once (capacity judged on the usage it is checked on).
+    screen = may_need_repair(checked, loads if checked is cluster else None)
+    broken = repairs_needed(checked, constraints()) if screen else ()
     repair_note = ""
     if broken:
 
         def propose_repair(forb: frozenset[tuple[str, str]]) -> Proposal:
             found = propose_balance(
-                cluster,
+                checked,
                 forbidden=forb,
                 target_spread=_REPAIR_ONLY,
                 max_moves=config.batch if config.batch > 0 else None,
             )
             return truncate(
-                cluster, replace(found, stopped="repairs only"), config.batch, constraints()
+                checked, replace(found, stopped="repairs only"), config.batch, constraints()
             )
 
-        proposal, plan = _plan(cluster, propose_repair, forbidden, config, constraints())
+        proposal, plan = _plan(checked, propose_repair, forbidden, config, constraints())
         what = broken[0] + (f" (and {len(broken) - 1} more)" if len(broken) > 1 else "")
         if plan.moves:
             predicted = measure(cluster.with_placement(_final_placement(plan)), config.metric)
