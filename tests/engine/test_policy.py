@@ -414,25 +414,33 @@ def test_smoothing_averages_exactly() -> None:
     assert later.smoothed(_measured(1.0, 10 * GiB)).guest("a").cpu_used == (4 + 8 + 1) / 6
 
 
-def test_a_span_lets_a_lasting_rise_count_at_once() -> None:
+def test_recent_usage_lets_a_lasting_rise_count_at_once() -> None:
     def window_of(*values: float) -> UsageWindow:
         window = UsageWindow()
         for k, cpu in enumerate(values):
-            window = window.add(NOW + 300 * k, _measured(cpu, 10 * GiB), 3600)
+            window = window.add(NOW + 300 * k, _measured(cpu, 10 * GiB, base=cpu), 3600)
         return window
 
+    def seen(window: UsageWindow, cluster: Cluster, span: float) -> tuple[float, float]:
+        checked = window.recent(cluster, span).apply(cluster)
+        return checked.guest("a").cpu_used, checked.node("n1").base_cpu  # type: ignore[return-value]
+
     rising = window_of(1.0, 1.0, 1.0, 4.0, 7.0)
-    now = _measured(7.0, 10 * GiB)
+    now = _measured(7.0, 10 * GiB, base=7.0)
     assert rising.smoothed(now).guest("a").cpu_used == 14 / 5
     # The last 600 s, (NOW + 600, NOW + 1200]: the samples at 900 and 1200, higher than the mean.
-    assert rising.smoothed(now, 600).guest("a").cpu_used == 5.5
-    assert rising.smoothed(now, 0).guest("a").cpu_used == 7.0  # at least the last sample
-    assert rising.smoothed(now, 10**6).guest("a").cpu_used == 14 / 5
+    assert seen(rising, now, 600) == (5.5, 5.5)
+    assert seen(rising, now, 0) == (7.0, 7.0)  # at least the last sample
+    assert seen(rising, now, 10**6) == (14 / 5, 14 / 5)
     # A fall is seen only as the window forgets the higher samples.
     falling = window_of(7.0, 7.0, 7.0, 4.0, 1.0)
-    assert falling.smoothed(_measured(1.0, 10 * GiB), 600).guest("a").cpu_used == 26 / 5
+    assert seen(falling, _measured(1.0, 10 * GiB, base=1.0), 600) == (26 / 5, 26 / 5)
     with pytest.raises(ValueError, match="span must be ≥ 0"):
-        rising.smoothed(now, -1)
+        rising.recent(now, -1)
+    with pytest.raises(ValueError, match="another cluster"):
+        rising.recent(now, 600).apply(_spiky(1.0))
+    # An empty window knows nothing: the cluster's own values stand.
+    assert UsageWindow().recent(now, 600).apply(now) is now
 
 
 def _filling(used_a: int, used_c: int = 40 * GiB) -> Cluster:
@@ -447,7 +455,11 @@ def _filling(used_a: int, used_c: int = 40 * GiB) -> Cluster:
     return Cluster(nodes, guests, settings=Settings(memory_overcommit=1.5))
 
 
-def _decide_on(cluster: Cluster, recent: Cluster, config: PolicyConfig) -> Decision:
+def _decide_on(cluster: Cluster, risen: Cluster, config: PolicyConfig) -> Decision:
+    # ``risen``: the same cluster with the usage of the last half hour (higher than the mean).
+    window = UsageWindow().add(NOW - 3600, cluster, 6 * 3600).add(NOW, risen)
+    recent = window.recent(cluster, 1800)
+    assert recent.apply(cluster) == risen
     return decide(cluster, NOW, config, PolicyState(), Memory(), busy=False, recent=recent)
 
 

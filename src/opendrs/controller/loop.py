@@ -193,7 +193,7 @@ class Controller:
         smoothed = self.window.smoothed(cluster)
         # Capacity is checked on usage that rises after the hold, not after the whole window.
         span = overload_span(policy)
-        recent = self.window.smoothed(cluster, span) if span < policy.smoothing else None
+        recent = self.window.recent(cluster, span) if span < policy.smoothing else None
         decision = decide(
             smoothed,
             now,

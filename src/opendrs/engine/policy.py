@@ -489,76 +489,145 @@ class UsageWindow:
             ),
         )
 
-    def smoothed(self, cluster: Cluster, span: float | None = None) -> Cluster:
+    def _means(self, cluster: Cluster, first: int = 0) -> tuple[np.ndarray, ...]:
+        """Means of the samples from index ``first`` on, aligned with ``cluster``: each guest's
+        cpu and memory, each node's own cpu and memory (NaN where the window has none)."""
+        ids = tuple(g.id for g in cluster.guests)
+        names = tuple(n.name for n in cluster.nodes)
+        return (
+            _mean(_reindex(self.cpu[first:], self.guest_ids, ids)),
+            _mean(_reindex(self.memory[first:], self.guest_ids, ids)),
+            _mean(_reindex(self.base_cpu[first:], self.node_names, names)),
+            _mean(_reindex(self.base_memory[first:], self.node_names, names)),
+        )
+
+    def smoothed(self, cluster: Cluster) -> Cluster:
         """``cluster`` with measured usage replaced by its average over the window.
 
         Each guest's ``cpu_used`` and ``memory_used`` (when measured now) and each node's
         ``base_cpu`` and ``base_memory`` become the mean of their samples in the window; guests
         and nodes the window has not seen keep their values. Memory is rounded to whole bytes.
-        With ``span`` (seconds), each value is the higher of that mean and the mean of the
-        samples of the last ``span`` seconds, ``(last − span, last]`` (at least the last sample):
-        a rise that lasts ``span`` shows at once, a fall only as the window forgets it — the
-        usage capacity is checked on (:func:`overload_span`).
         """
         if not self.times.size:
             return cluster
-        guests, nodes = cluster.guests, cluster.nodes
-        ids = tuple(g.id for g in guests)
-        names = tuple(n.name for n in nodes)
-        cpu = _mean(_reindex(self.cpu, self.guest_ids, ids))
-        memory = _mean(_reindex(self.memory, self.guest_ids, ids))
-        base_cpu = _mean(_reindex(self.base_cpu, self.node_names, names))
-        base_memory = _mean(_reindex(self.base_memory, self.node_names, names))
-        if span is not None:
-            if isinstance(span, bool) or not isinstance(span, int | float) or not span >= 0:
-                raise ValueError(f"usage window: span must be ≥ 0 seconds, got {span!r}")
-            last = float(self.times[-1])
-            first = int(np.searchsorted(self.times, last - span, side="right"))
-            rows = slice(min(first, self.times.size - 1), None)
-            cpu = np.fmax(cpu, _mean(_reindex(self.cpu[rows], self.guest_ids, ids)))
-            memory = np.fmax(memory, _mean(_reindex(self.memory[rows], self.guest_ids, ids)))
-            base_cpu = np.fmax(
-                base_cpu, _mean(_reindex(self.base_cpu[rows], self.node_names, names))
+        return _with_usage(cluster, *self._means(cluster))
+
+    def recent(self, cluster: Cluster, span: float) -> RecentUsage:
+        """The usage capacity is checked on (:class:`RecentUsage`): each value of
+        :meth:`smoothed` or, when higher, its mean over the samples of the last ``span`` seconds,
+        ``(last − span, last]`` (at least the last sample)."""
+        if isinstance(span, bool) or not isinstance(span, int | float) or not span >= 0:
+            raise ValueError(f"usage window: span must be ≥ 0 seconds, got {span!r}")
+        ids = tuple(g.id for g in cluster.guests)
+        names = tuple(n.name for n in cluster.nodes)
+        if not self.times.size:
+            nothing = np.full(len(ids), np.nan)
+            none_nodes = np.full(len(names), np.nan)
+            return RecentUsage(ids, names, nothing, nothing, none_nodes, none_nodes)
+        last = float(self.times[-1])
+        first = min(int(np.searchsorted(self.times, last - span, side="right")), len(self) - 1)
+        values = [
+            _readonly(np.fmax(whole, part))
+            for whole, part in zip(self._means(cluster), self._means(cluster, first), strict=True)
+        ]
+        return RecentUsage(ids, names, *values)
+
+
+@dataclass(frozen=True, eq=False)
+class RecentUsage:
+    """Measured usage for the capacity checks, aligned with one cluster's guests and nodes.
+
+    Each value is the higher of the smoothed mean and the mean over a short recent span (the
+    hold): a rise that lasts that long counts at once, a fall only as the smoothing window
+    forgets it. NaN where nothing was measured (the cluster's own value stands).
+    """
+
+    guest_ids: tuple[str, ...]
+    node_names: tuple[str, ...]
+    cpu: np.ndarray
+    memory: np.ndarray
+    base_cpu: np.ndarray
+    base_memory: np.ndarray
+
+    def _check(self, cluster: Cluster) -> None:
+        if (
+            tuple(g.id for g in cluster.guests) != self.guest_ids
+            or tuple(n.name for n in cluster.nodes) != self.node_names
+        ):
+            raise ValueError("recent usage: made for another cluster's guests or nodes")
+
+    def apply(self, cluster: Cluster) -> Cluster:
+        """``cluster`` with this usage (guests measured now, nodes the window has seen)."""
+        self._check(cluster)
+        return _with_usage(cluster, self.cpu, self.memory, self.base_cpu, self.base_memory)
+
+    def overloads(self, cluster: Cluster, loads: LoadModel) -> bool:
+        """Whether, in dynamic mode, a node's load with this usage is over its capacity
+        (``loads``: ``cluster``'s :class:`LoadModel`, whose placement and pairs are reused)."""
+        self._check(cluster)
+        if loads.mode != "dynamic":
+            return False
+        now_cpu = _measured([g.cpu_used for g in cluster.guests])
+        now_memory = _measured([g.memory_used for g in cluster.guests])
+        demand = loads.demand.copy()
+        cpu_known = np.isfinite(now_cpu) & np.isfinite(self.cpu)
+        memory_known = np.isfinite(now_memory) & np.isfinite(self.memory)
+        demand[cpu_known, 0] = self.cpu[cpu_known]
+        demand[memory_known, 1] = np.rint(self.memory[memory_known])
+        base = loads.base.copy()
+        base[np.isfinite(self.base_cpu), 0] = self.base_cpu[np.isfinite(self.base_cpu)]
+        known = np.isfinite(self.base_memory)
+        base[known, 1] = np.rint(self.base_memory[known])
+        total = replace(loads, demand=demand, base=base).loads()
+        return bool(np.any(total > loads.capacity + tolerance(loads.capacity)))
+
+
+def _with_usage(
+    cluster: Cluster,
+    cpu: np.ndarray,
+    memory: np.ndarray,
+    base_cpu: np.ndarray,
+    base_memory: np.ndarray,
+) -> Cluster:
+    """``cluster`` with each guest's measured usage (where measured now and known here) and each
+    node's own load (where known) replaced; memory rounded to whole bytes."""
+    guests, nodes = cluster.guests, cluster.nodes
+    now_cpu = _measured([g.cpu_used for g in guests])
+    now_memory = _measured([g.memory_used for g in guests])
+    mem_int = np.where(np.isfinite(memory), np.rint(memory), np.nan)
+    change_cpu = np.isfinite(now_cpu) & np.isfinite(cpu) & (cpu != now_cpu)
+    change_mem = np.isfinite(now_memory) & np.isfinite(mem_int) & (mem_int != now_memory)
+    new_guests: tuple[Guest, ...] = guests
+    changed = np.nonzero(change_cpu | change_mem)[0]
+    if changed.size:
+        out = list(guests)
+        for j in changed.tolist():
+            g = guests[j]
+            out[j] = _WITH_USAGE(
+                g,
+                float(cpu[j]) if change_cpu[j] else g.cpu_used,
+                int(mem_int[j]) if change_mem[j] else g.memory_used,
             )
-            base_memory = np.fmax(
-                base_memory, _mean(_reindex(self.base_memory[rows], self.node_names, names))
-            )
-        now_cpu = _measured([g.cpu_used for g in guests])
-        now_memory = _measured([g.memory_used for g in guests])
-        mem_int = np.where(np.isfinite(memory), np.rint(memory), np.nan)
-        change_cpu = np.isfinite(now_cpu) & np.isfinite(cpu) & (cpu != now_cpu)
-        change_mem = np.isfinite(now_memory) & np.isfinite(mem_int) & (mem_int != now_memory)
-        new_guests: tuple[Guest, ...] = guests
-        changed = np.nonzero(change_cpu | change_mem)[0]
-        if changed.size:
-            out = list(guests)
-            for j in changed.tolist():
-                g = guests[j]
-                out[j] = _WITH_USAGE(
-                    g,
-                    float(cpu[j]) if change_cpu[j] else g.cpu_used,
-                    int(mem_int[j]) if change_mem[j] else g.memory_used,
-                )
-            new_guests = tuple(out)
-        new_nodes: tuple[Node, ...] = nodes
-        node_cpu = np.array([n.base_cpu for n in nodes], dtype=np.float64)
-        node_mem = np.array([n.base_memory for n in nodes], dtype=np.float64)
-        base_mem_int = np.where(np.isfinite(base_memory), np.rint(base_memory), np.nan)
-        n_cpu = np.isfinite(base_cpu) & (base_cpu != node_cpu)
-        n_mem = np.isfinite(base_mem_int) & (base_mem_int != node_mem)
-        if (n_cpu | n_mem).any():
-            out_nodes = list(nodes)
-            for i in np.nonzero(n_cpu | n_mem)[0].tolist():
-                node_fields: dict[str, Any] = {}
-                if n_cpu[i]:
-                    node_fields["base_cpu"] = float(base_cpu[i])
-                if n_mem[i]:
-                    node_fields["base_memory"] = int(base_mem_int[i])
-                out_nodes[i] = replace(nodes[i], **node_fields)
-            new_nodes = tuple(out_nodes)
-        if new_guests is guests and new_nodes is nodes:
-            return cluster
-        return Cluster(new_nodes, new_guests, cluster.rules, cluster.settings, cluster.name)
+        new_guests = tuple(out)
+    new_nodes: tuple[Node, ...] = nodes
+    node_cpu = np.array([n.base_cpu for n in nodes], dtype=np.float64)
+    node_mem = np.array([n.base_memory for n in nodes], dtype=np.float64)
+    base_mem_int = np.where(np.isfinite(base_memory), np.rint(base_memory), np.nan)
+    n_cpu = np.isfinite(base_cpu) & (base_cpu != node_cpu)
+    n_mem = np.isfinite(base_mem_int) & (base_mem_int != node_mem)
+    if (n_cpu | n_mem).any():
+        out_nodes = list(nodes)
+        for i in np.nonzero(n_cpu | n_mem)[0].tolist():
+            node_fields: dict[str, Any] = {}
+            if n_cpu[i]:
+                node_fields["base_cpu"] = float(base_cpu[i])
+            if n_mem[i]:
+                node_fields["base_memory"] = int(base_mem_int[i])
+            out_nodes[i] = replace(nodes[i], **node_fields)
+        new_nodes = tuple(out_nodes)
+    if new_guests is guests and new_nodes is nodes:
+        return cluster
+    return Cluster(new_nodes, new_guests, cluster.rules, cluster.settings, cluster.name)
 
 
 def overload_span(config: PolicyConfig) -> int:
@@ -956,17 +1025,17 @@ def decide(
     memory: Memory,
     *,
     busy: bool,
-    recent: Cluster | None = None,
+    recent: RecentUsage | None = None,
 ) -> Decision:
     """Whether to act on ``cluster`` at ``now``, and with which plan (see the module docstring).
 
     ``cluster`` is the observation to decide on (smoothed by the caller, see
     :class:`UsageWindow`); ``busy`` says that a plan is still executing. ``recent``, when given,
-    is the same observation with the usage capacity is checked on (the controller's: each value
-    the higher of its smoothed mean and its mean over the hold, :func:`overload_span`): repairs
-    are found and made on it, and every plan is ordered against its capacity, while the metric
-    and the strategy see ``cluster``. Pure and deterministic. Raises ValueError for a strategy
-    option the strategy refuses.
+    is the usage capacity is checked on (:meth:`UsageWindow.recent`, over the hold:
+    :func:`overload_span`): repairs are found and made with it, and every plan is ordered against
+    it, while the metric and the strategy see ``cluster``'s. Pure and deterministic. Raises
+    ValueError for a strategy option the strategy refuses, or a ``recent`` made for another
+    cluster.
     """
     loads = LoadModel.build(cluster)
     metric = measure(cluster, config.metric, loads)
@@ -995,37 +1064,44 @@ def decide(
         return decision(f"a plan is still executing: no new decision{what}", state)
 
     forbidden = forbidden_placements(cluster, now, config, memory)
-    checked = recent if recent is not None else cluster
+    # The cluster capacity is checked on: ``recent``'s usage, built when first needed.
     built: list[Constraints] = []
+    checked_built: list[Cluster] = []
+
+    def checked() -> Cluster:
+        if not checked_built:
+            checked_built.append(recent.apply(cluster) if recent is not None else cluster)
+        return checked_built[0]
 
     def constraints() -> Constraints:
-        """The hard constraints, capacity on ``checked``'s usage (placement and rules are the
-        same in both clusters)."""
+        """The hard constraints, capacity on the usage it is checked on."""
         if not built:
-            built.append(Constraints.build(checked))
+            built.append(Constraints.build(checked()))
         return built[0]
 
     attempted = replace(state, hold=0, last_attempt=now)
     acted = replace(attempted, last_action=now)
 
     # 1. Repairs, at once (capacity judged on the usage it is checked on).
-    screen = may_need_repair(checked, loads if checked is cluster else None)
-    broken = repairs_needed(checked, constraints()) if screen else ()
+    screen = may_need_repair(cluster, loads) or (
+        recent is not None and recent.overloads(cluster, loads)
+    )
+    broken = repairs_needed(checked(), constraints()) if screen else ()
     repair_note = ""
     if broken:
 
         def propose_repair(forb: frozenset[tuple[str, str]]) -> Proposal:
             found = propose_balance(
-                checked,
+                checked(),
                 forbidden=forb,
                 target_spread=_REPAIR_ONLY,
                 max_moves=config.batch if config.batch > 0 else None,
             )
             return truncate(
-                checked, replace(found, stopped="repairs only"), config.batch, constraints()
+                checked(), replace(found, stopped="repairs only"), config.batch, constraints()
             )
 
-        proposal, plan = _plan(checked, propose_repair, forbidden, config, constraints())
+        proposal, plan = _plan(checked(), propose_repair, forbidden, config, constraints())
         what = broken[0] + (f" (and {len(broken) - 1} more)" if len(broken) > 1 else "")
         if plan.moves:
             predicted = measure(cluster.with_placement(_final_placement(plan)), config.metric)
