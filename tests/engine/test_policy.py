@@ -439,6 +439,11 @@ def test_recent_usage_lets_a_lasting_rise_count_at_once() -> None:
         rising.recent(now, -1)
     with pytest.raises(ValueError, match="another cluster"):
         rising.recent(now, 600).apply(_spiky(1.0))
+    # Both views at once, the same as each alone.
+    both = rising.views(now, 600)
+    assert both[0] == rising.smoothed(now) and both[1].apply(now) == rising.recent(now, 600).apply(
+        now
+    )
     # An empty window knows nothing: the cluster's own values stand.
     assert UsageWindow().recent(now, 600).apply(now) is now
 

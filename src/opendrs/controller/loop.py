@@ -38,6 +38,7 @@ from opendrs.engine.policy import (
     Memory,
     PolicyConfig,
     PolicyState,
+    RecentUsage,
     UsageWindow,
     decide,
     overload_span,
@@ -190,10 +191,13 @@ class Controller:
             self._done(result)
             return result
         self.window = self.window.add(now, cluster, policy.smoothing)
-        smoothed = self.window.smoothed(cluster)
         # Capacity is checked on usage that rises after the hold, not after the whole window.
         span = overload_span(policy)
-        recent = self.window.recent(cluster, span) if span < policy.smoothing else None
+        recent: RecentUsage | None = None
+        if span < policy.smoothing:
+            smoothed, recent = self.window.views(cluster, span)
+        else:
+            smoothed = self.window.smoothed(cluster)
         decision = decide(
             smoothed,
             now,

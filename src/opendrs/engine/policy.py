@@ -516,6 +516,10 @@ class UsageWindow:
         """The usage capacity is checked on (:class:`RecentUsage`): each value of
         :meth:`smoothed` or, when higher, its mean over the samples of the last ``span`` seconds,
         ``(last − span, last]`` (at least the last sample)."""
+        return self.views(cluster, span)[1]
+
+    def views(self, cluster: Cluster, span: float) -> tuple[Cluster, RecentUsage]:
+        """:meth:`smoothed` and :meth:`recent` at once (the window's means computed once)."""
         if isinstance(span, bool) or not isinstance(span, int | float) or not span >= 0:
             raise ValueError(f"usage window: span must be ≥ 0 seconds, got {span!r}")
         ids = tuple(g.id for g in cluster.guests)
@@ -523,14 +527,15 @@ class UsageWindow:
         if not self.times.size:
             nothing = np.full(len(ids), np.nan)
             none_nodes = np.full(len(names), np.nan)
-            return RecentUsage(ids, names, nothing, nothing, none_nodes, none_nodes)
+            return cluster, RecentUsage(ids, names, nothing, nothing, none_nodes, none_nodes)
         last = float(self.times[-1])
         first = min(int(np.searchsorted(self.times, last - span, side="right")), len(self) - 1)
+        means = self._means(cluster)
         values = [
             _readonly(np.fmax(whole, part))
-            for whole, part in zip(self._means(cluster), self._means(cluster, first), strict=True)
+            for whole, part in zip(means, self._means(cluster, first), strict=True)
         ]
-        return RecentUsage(ids, names, *values)
+        return _with_usage(cluster, *means), RecentUsage(ids, names, *values)
 
 
 @dataclass(frozen=True, eq=False)
