@@ -11,8 +11,8 @@ against flapping is here, each one configurable:
   look like an imbalance. The controller adds each observation to the window and decides on
   :meth:`UsageWindow.smoothed`. Capacity is checked on usage that rises faster: each value at
   the higher of its mean and its mean over the hold (:func:`overload_span`), which the controller
-  passes as ``recent`` — an overload that lasts the hold is repaired, and no plan fills a node
-  the long average still shows half empty.
+  passes as ``recent`` — an overload that lasts the hold is repaired, and no plan puts more on a
+  node than its recent usage leaves room for, however empty the long average shows it.
 * **Threshold** — nothing happens while the imbalance ``metric`` is at or below ``threshold``:
   ``spread`` (opendrs: the largest max − min of the weighted resources' load fractions,
   :func:`~opendrs.engine.imbalance.balance_spread`), ``cv`` (Proxmox: population σ / mean of the
