@@ -33,6 +33,7 @@ import numpy as np
 
 from opendrs.backends.scenario import BUILTIN_SCENARIOS, Scenario, builtin_scenario
 from opendrs.backends.workload import UsageGenerator
+from opendrs.engine.usage import node_base, node_capacity
 
 DAY_STEPS = 1440
 THRESHOLD = 0.15
@@ -68,16 +69,8 @@ class Month:
         blocks = [generator.block(b) for b in range(math.ceil(steps / BLOCK))]
         cpu = np.concatenate([b[0] for b in blocks], axis=1)[:, :steps]
         memory = np.concatenate([b[1] for b in blocks], axis=1)[:, :steps]
-        capacity = np.array(
-            [
-                [
-                    max(n.cpu - cluster.reserve_cpu(n), 0.0),
-                    float(max(n.memory - cluster.reserve_memory(n), 0)),
-                ]
-                for n in cluster.nodes
-            ]
-        )
-        base = np.array([[n.base_cpu, float(n.base_memory)] for n in cluster.nodes])
+        capacity = node_capacity(cluster, "dynamic")
+        base = node_base(cluster, "dynamic")
         start = np.array([cluster.node_index[g.node] for g in cluster.guests], dtype=np.intp)
         return cls(cpu, memory, capacity, base, start)
 
