@@ -191,6 +191,35 @@ def test_an_overload_is_repaired_with_the_smallest_guest_that_covers_it() -> Non
     assert not any(n.startswith("could not repair") for n in proposal.notes)
 
 
+def test_guests_that_can_go_nowhere_are_not_searched_again_and_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a is 6 GiB over its 64 GiB. 60 one-GiB guests may go nowhere (forbidden on b); six 1 GiB
+    # guests may go to b. Each repair move searches for a target once, for a guest that has one;
+    # the stuck ones are screened together, not searched one by one before every move.
+    from opendrs.engine.strategies import balance
+
+    nodes = (Node("a", 16, 64 * GiB), Node("b", 16, 64 * GiB))
+    stuck = [Guest(f"s{i:02d}", "a", memory=GiB) for i in range(60)]
+    free = [Guest(f"f{i}", "a", memory=GiB) for i in range(10)]
+    cluster = Cluster(nodes, (*stuck, *free), Rules(), MEMORY_ONLY)
+    calls = 0
+    real_pick = balance._pick
+
+    def counting_pick(*args: object, **kwargs: object) -> object:
+        nonlocal calls
+        if kwargs.get("forced"):
+            calls += 1
+        return real_pick(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(balance, "_pick", counting_pick)
+    proposal = propose_balance(cluster, target_spread=1e6, forbidden=[(g.id, "b") for g in stuck])
+    moved = {m.guest for m in proposal.net_moves()}
+    assert len(moved) == 6 and moved <= {g.id for g in free}
+    assert calls == 6
+    assert not any(n.startswith("could not repair") for n in proposal.notes)
+
+
 def test_forbidden_and_bundles() -> None:
     nodes = (Node("a", 16, 16 * GiB), Node("b", 16, 16 * GiB), Node("c", 16, 16 * GiB))
     guests = (

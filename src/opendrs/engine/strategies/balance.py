@@ -708,21 +708,25 @@ def _propose(
     for phase in ("rules", "capacity"):
         for _ in range(len(units.assign) + 1):
             todo = state.violating_units() if phase == "rules" else state.overloaded_units()
-            todo = [u for u in todo if u not in {h[0] for h in history if h[5] != "balance"}]
+            repaired = {h[0] for h in history if h[5] != "balance"}
+            todo = [u for u in todo if u not in repaired]
             if not todo or len(history) >= limit:
                 break
-            progressed = False
-            failed: list[str] = []
-            for u in todo:
+            # The units, in the order given, that have an allowed target at all: one vectorised
+            # check of them all rather than a search per unit, so a node full of units that can
+            # go nowhere costs one pass per repair move, not one search per unit.
+            candidates = np.array(todo, dtype=np.intp)
+            placeable = candidates[state.allowed(candidates, all_nodes).any(axis=1)]
+            move: tuple[int, int] | None = None
+            for u in placeable.tolist():
                 picks = _pick(state, np.array([u], dtype=np.intp), all_nodes, forced=True)
                 if picks:
-                    record(u, picks[0][2], "repair: " + phase)
-                    progressed = True
+                    move = (u, picks[0][2])
                     break
-                failed.append(units.label[u])
-            if not progressed:
-                stuck.extend(failed)
+            if move is None:
+                stuck.extend(units.label[u] for u in todo)
                 break
+            record(move[0], move[1], "repair: " + phase)
 
     # 2. Balance.
     stopped = "move limit reached"
