@@ -40,13 +40,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, NamedTuple, NoReturn
+from typing import Any, NamedTuple
 
 from opendrs.engine.planner import Plan, plan_with_retries
 from opendrs.engine.strategies import get_strategy
 from opendrs.engine.strategies import optimal as _optimal  # registers "optimal"
 from opendrs.model.cluster import Cluster, Disk, Guest, Node, Pressure, Settings
-from opendrs.model.document import describe, parse, read_file, render_path
+from opendrs.model.document import Reader, describe, parse, read_file, render_path
 from opendrs.model.rules import GuestAffinity, NodeAffinity, Rules
 from opendrs.model.snapshot import SnapshotError
 
@@ -325,27 +325,28 @@ def is_proxlb_scenario(data: object) -> bool:
 PathT = tuple[str | int, ...]
 
 
-class _Reader:
-    """Walks a parsed scenario, checking each field; every problem is a one-line SnapshotError."""
+class _Reader(Reader):
+    """Walks a parsed scenario, checking each field; every problem is a one-line SnapshotError.
+
+    proxlb-solver's loader is more lenient than opendrs's documents, and so is this reader:
+    unknown keys are ignored (each noted in :attr:`notes`), a null value counts as missing, a
+    name may be a number, and a whole number may be written as ``4.0``.
+    """
 
     def __init__(self, filename: str) -> None:
-        self.filename = filename
+        super().__init__(filename)
         self.notes: list[str] = []
-
-    def fail(self, path: PathT, reason: str) -> NoReturn:
-        raise SnapshotError(self.filename, render_path(path), reason)
 
     def mapping(
         self, value: object, path: PathT, allowed: Sequence[str] | None = None
     ) -> Mapping[Any, Any]:
-        if not isinstance(value, Mapping):
-            self.fail(path, f"expected a mapping, got {describe(value)}")
+        mapping = super().mapping(value, path)
         if allowed is not None:
-            for key in value:
+            for key in mapping:
                 if key not in allowed:
                     where = render_path((*path, str(key))) or str(key)
                     self.notes.append(f"unknown key {where} ignored")
-        return value
+        return mapping
 
     def optional_mapping(
         self, parent: Mapping[Any, Any], key: str, path: PathT, allowed: Sequence[str] | None = None
@@ -355,31 +356,25 @@ class _Reader:
             return {}
         return self.mapping(value, (*path, key), allowed)
 
-    def sequence(self, value: object, path: PathT) -> Sequence[Any]:
-        if not isinstance(value, list | tuple):
-            self.fail(path, f"expected a list, got {describe(value)}")
-        return value
-
     def name(self, value: object, path: PathT) -> str:
         if isinstance(value, bool) or not isinstance(value, str | int) or value == "":
             self.fail(path, f"expected a name, got {describe(value)}")
         return str(value)
 
-    def number(
-        self, value: object, path: PathT, *, minimum: float = 0.0, above: bool = False
-    ) -> float:
+    def amount(self, value: object, path: PathT, *, above: bool = False) -> float:
+        """A finite number ≥ 0 (> 0 when ``above``)."""
         if isinstance(value, bool) or not isinstance(value, int | float):
             self.fail(path, f"expected a number, got {describe(value)}")
         if not math.isfinite(value) or abs(value) > 1e15:
             self.fail(path, f"expected a finite number, got {describe(value)}")
-        if value < minimum or (above and value == minimum):
-            op = ">" if above else "≥"
-            self.fail(path, f"expected a number {op} {minimum:g}, got {describe(value)}")
+        if value < 0 or (above and value == 0):
+            self.fail(path, f"expected a number {'>' if above else '≥'} 0, got {describe(value)}")
         return value
 
-    def integer(
+    def count(
         self, value: object, path: PathT, *, minimum: int = 0, maximum: int | None = None
     ) -> int:
+        """A whole number (``4.0`` counts) from ``minimum`` to ``maximum``."""
         if isinstance(value, bool) or not isinstance(value, int):
             if isinstance(value, float) and value.is_integer():
                 value = int(value)
@@ -390,14 +385,9 @@ class _Reader:
             self.fail(path, f"expected a whole number {bounds}, got {describe(value)}")
         return value
 
-    def boolean(self, value: object, path: PathT) -> bool:
-        if not isinstance(value, bool):
-            self.fail(path, f"expected true or false, got {describe(value)}")
-        return value
-
     def gib(self, value: object, path: PathT) -> int:
         """GB (meaning GiB, as proxlb-solver reads it) to bytes: ``int(v · 2³⁰)``."""
-        return int(self.number(value, path) * GIB)
+        return int(self.amount(value, path) * GIB)
 
     def gib_map(self, value: object, path: PathT) -> dict[str, int]:
         if value is None:
@@ -416,6 +406,7 @@ class _Reader:
         return read(value, (*path, key))
 
     def require(self, parent: Mapping[Any, Any], key: str, path: PathT) -> Any:
+        """``parent[key]``; a null value counts as missing, as proxlb-solver reads it."""
         value = parent.get(key, _MISSING)
         if value is _MISSING or value is None:
             self.fail((*path, key), "required key is missing")
@@ -437,13 +428,13 @@ class _Reader:
                 (*path, "mode"), f"unknown mode {mode!r} (known: {', '.join(_optimal.USAGES)})"
             )
         balanciness = self.optional(
-            b, "balanciness", path, lambda v, p: self.integer(v, p, minimum=1, maximum=5), 3
+            b, "balanciness", path, lambda v, p: self.count(v, p, minimum=1, maximum=5), 3
         )
         overcommit = self.optional(
-            b, "cpu_overcommit", path, lambda v, p: self.number(v, p, above=True), 2.0
+            b, "cpu_overcommit", path, lambda v, p: self.amount(v, p, above=True), 2.0
         )
         weights = {
-            k: self.optional(b, k, path, self.number, default)
+            k: self.optional(b, k, path, self.amount, default)
             for k, default in LOADER_WEIGHTS.items()
         }
         return Balancing(
@@ -451,17 +442,17 @@ class _Reader:
             mode=mode,
             balanciness=balanciness,
             cpu_overcommit=float(overcommit),
-            cpu_threshold=self.optional(b, "cpu_threshold", path, self.number),
-            memory_threshold=self.optional(b, "memory_threshold", path, self.number),
-            disk_threshold=self.optional(b, "disk_threshold", path, self.number),
-            w_balance=self.optional(b, "w_balance", path, self.integer),
-            w_stickiness=self.optional(b, "w_stickiness", path, self.integer),
+            cpu_threshold=self.optional(b, "cpu_threshold", path, self.amount),
+            memory_threshold=self.optional(b, "memory_threshold", path, self.amount),
+            disk_threshold=self.optional(b, "disk_threshold", path, self.amount),
+            w_balance=self.optional(b, "w_balance", path, self.count),
+            w_stickiness=self.optional(b, "w_stickiness", path, self.count),
             weights=weights,
             max_parallel_migrations=self.optional(
-                b, "max_parallel_migrations", path, lambda v, p: self.integer(v, p, minimum=1)
+                b, "max_parallel_migrations", path, lambda v, p: self.count(v, p, minimum=1)
             ),
             max_node_inflow=self.optional(
-                b, "max_node_inflow", path, lambda v, p: self.integer(v, p, minimum=1), 1
+                b, "max_node_inflow", path, lambda v, p: self.count(v, p, minimum=1), 1
             ),
         )
 
@@ -481,7 +472,7 @@ class _Reader:
                 e, "constraints_satisfied", path, self.boolean, True
             ),
             spread_improved=self.optional(e, "spread_improved", path, self.boolean),
-            max_migrations=self.optional(e, "max_migrations", path, self.integer),
+            max_migrations=self.optional(e, "max_migrations", path, self.count),
             node_empty=self.optional(e, "node_empty", path, self.name),
             placements=placements,
             path_feasible=self.optional(e, "path_feasible", path, self.boolean),
@@ -502,7 +493,7 @@ class _Reader:
             out.append(
                 ProxlbNode(
                     name=name,
-                    cpu_total=self.number(
+                    cpu_total=self.amount(
                         self.require(nd, "cpu_total", path), (*path, "cpu_total")
                     ),
                     memory_total=self.gib(
@@ -515,13 +506,13 @@ class _Reader:
                 )
             )
             extra[name] = {
-                "reserve_cpu": float(self.optional(reserve, "cpu", rpath, self.number, 0)),
+                "reserve_cpu": float(self.optional(reserve, "cpu", rpath, self.amount, 0)),
                 "reserve_memory": self.optional(reserve, "memory_gb", rpath, self.gib, 0),
                 "reserve_storage": self.gib_map(reserve.get("storage_gb"), (*rpath, "storage_gb")),
                 "pressure": Pressure(
-                    cpu=float(self.optional(nd, "cpu_pressure", path, self.number, 0.0)),
-                    memory=float(self.optional(nd, "memory_pressure", path, self.number, 0.0)),
-                    io=float(self.optional(nd, "io_pressure", path, self.number, 0.0)),
+                    cpu=float(self.optional(nd, "cpu_pressure", path, self.amount, 0.0)),
+                    memory=float(self.optional(nd, "memory_pressure", path, self.amount, 0.0)),
+                    io=float(self.optional(nd, "io_pressure", path, self.amount, 0.0)),
                 ),
             }
         return out, extra
@@ -539,7 +530,7 @@ class _Reader:
             node = self.name(self.require(vd, "node", path), (*path, "node"))
             if node not in node_names:
                 self.fail((*path, "node"), f"unknown node {node!r}")
-            cpu = self.number(self.require(vd, "cpu", path), (*path, "cpu"))
+            cpu = self.amount(self.require(vd, "cpu", path), (*path, "cpu"))
             kind = self.optional(vd, "type", path, self.name, "vm")
             if kind not in ("vm", "ct"):
                 self.fail((*path, "type"), f"expected 'vm' or 'ct', got {kind!r}")
@@ -551,14 +542,14 @@ class _Reader:
                     node=node,
                     cpu=cpu,
                     memory=self.gib(self.require(vd, "memory_gb", path), (*path, "memory_gb")),
-                    cpu_usage=float(self.optional(vd, "cpu_usage", path, self.number, float(cpu))),
-                    cpu_pressure=float(self.optional(vd, "cpu_pressure", path, self.number, 0.0)),
+                    cpu_usage=float(self.optional(vd, "cpu_usage", path, self.amount, float(cpu))),
+                    cpu_pressure=float(self.optional(vd, "cpu_pressure", path, self.amount, 0.0)),
                     memory_pressure=float(
-                        self.optional(vd, "memory_pressure", path, self.number, 0.0)
+                        self.optional(vd, "memory_pressure", path, self.amount, 0.0)
                     ),
-                    io_pressure=float(self.optional(vd, "io_pressure", path, self.number, 0.0)),
+                    io_pressure=float(self.optional(vd, "io_pressure", path, self.amount, 0.0)),
                     disks=MappingProxyType(self.gib_map(vd.get("disks"), (*path, "disks"))),
-                    priority=self.optional(vd, "priority", path, self.integer, 2),
+                    priority=self.optional(vd, "priority", path, self.count, 2),
                     type=kind,
                 )
             )
