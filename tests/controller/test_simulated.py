@@ -41,7 +41,7 @@ def test_an_unbalanced_cluster_converges_and_stays_balanced_under_noisy_load() -
     scenario = replace(builtin_scenario("demo"), faults=())
     sim = Simulator(scenario, days=1, threshold=POLICY.threshold)
     history = _run(sim)
-    report = report_from(sim, POLICY, POLICY.threshold, len(history.decisions()), 0.0)
+    report = report_from(sim, POLICY, POLICY.threshold, history, 0.0)
     series = sim.imbalance_series()
     assert series[:30].min() > 2 * POLICY.threshold  # it starts far above the threshold
     assert report.migrations > 0 and report.ping_pongs == 0
@@ -172,3 +172,35 @@ def test_a_lasting_overload_is_repaired_before_the_six_hour_average_shows_it() -
     # capacity, although the 6-hour average still shows guest 100 small for hours.
     over = sim.stats().capacity_violations
     assert 0 < over <= (moved[0].started - 4.4 * HOUR) / 60 + 2
+
+
+def test_the_report_counts_repairs_apart_from_balancing() -> None:
+    # The demo balances for six hours; then pve8 goes into maintenance for two. Its guests are
+    # evacuated by repair decisions; with maintenance_return they come back by repair too.
+    base = builtin_scenario("demo")
+    scenario = replace(
+        base,
+        faults=(Fault("maintenance", at=6 * HOUR, node="pve8", duration=2 * HOUR),),
+        migration=replace(base.migration, failure_rate=0.0),
+    )
+    for policy in (POLICY, replace(POLICY, maintenance_return=True)):
+        sim = Simulator(scenario, days=0.5, threshold=policy.threshold)
+        history = History(":memory:")
+        Controller(_config(policy), sim, sim, history).run(until=sim.end)
+        report = report_from(sim, policy, policy.threshold, history, 0.0)
+        on_pve8 = [r for r in sim.migrations if r.cause == "controller" and r.source == "pve8"]
+        evacuated = [r for r in on_pve8 if 6 * HOUR <= r.started < 8 * HOUR]
+        left = {r.guest for r in evacuated}
+        back = [
+            r
+            for r in sim.migrations
+            if r.target == "pve8" and r.started >= 8 * HOUR and r.guest in left
+        ]
+        assert evacuated
+        if policy.maintenance_return:
+            assert {r.guest for r in back} == left
+            assert report.repair_migrations == len(evacuated) + len(back)
+        else:
+            assert report.repair_migrations == len(evacuated)
+        assert report.balancing_migrations == report.migrations - report.repair_migrations
+        assert report.balancing_migrations > 0

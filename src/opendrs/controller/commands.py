@@ -269,6 +269,7 @@ def show_stability(report: Report, reports: Sequence[StabilityReport], name: str
             r.policy,
             r.strategy,
             str(r.migrations),
+            str(r.repair_migrations),
             f"{r.migrations_per_day:.1f}",
             str(r.ping_pongs),
             f"{r.pct_time_above_threshold:.1f} %",
@@ -285,6 +286,7 @@ def show_stability(report: Report, reports: Sequence[StabilityReport], name: str
             "policy",
             "strategy",
             "migrations",
+            "repairs",
             "per day",
             "ping-pongs",
             "above threshold",
@@ -295,7 +297,7 @@ def show_stability(report: Report, reports: Sequence[StabilityReport], name: str
             "wall time",
         ],
         rows,
-        right=(2, 3, 4, 5, 6, 7, 9, 10),
+        right=(2, 3, 4, 5, 6, 7, 8, 10, 11),
     )
 
 
@@ -383,9 +385,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
         controller.run(until=sim.end)
     finally:
         live.stop()
-    decisions = len(history.decisions())
-    history.close()
-    summary = report_from(sim, policy, policy.threshold, decisions, live.elapsed())
+    try:
+        summary = report_from(sim, policy, policy.threshold, history, live.elapsed())
+    finally:
+        history.close()
     show_stability(report, [summary], "builtin:demo")
     return EXIT_OK
 

@@ -8,12 +8,15 @@ emulated by their presets (:data:`opendrs.engine.policy.PRESETS`).
 The stability report of a run:
 
 * ``migrations`` / ``migrations_per_day`` — migrations the controller started (recoveries after a
-  node failure are the simulated HA manager's, not counted);
+  node failure are the simulated HA manager's, not counted); ``repair_migrations`` of them were
+  started by a repair decision — the evacuation of a node in maintenance, the return of its guests
+  when the policy brings them back, a guest moved off a node over capacity or away from a broken
+  hard rule — and ``balancing_migrations`` by a balancing plan, the policy's own choice;
 * ``ping_pongs`` — migrations that took a guest back to a node it had left, by a finished
   migration, less than 24 hours before;
 * ``pct_time_above_threshold`` — share of the simulated steps whose imbalance (the largest spread
-  of the weighted resources over the usable nodes, instantaneous measured load) is above the
-  report's threshold — the same yardstick for every policy;
+  of the weighted resources over the usable nodes, on node loads averaged over the simulator's
+  window, 30 minutes) is above the report's threshold — the same yardstick for every policy;
 * ``capacity_violations`` — (node, step) pairs over a hard capacity limit (must be 0);
 * ``failed_migrations`` and how they were handled — ``failures_moved_later`` guests that reached
   another node afterwards, ``failures_left`` those that stayed;
@@ -50,6 +53,8 @@ class StabilityReport:
     threshold: float
     migrations: int
     migrations_per_day: float
+    repair_migrations: int
+    balancing_migrations: int
     ping_pongs: int
     pct_time_above_threshold: float
     mean_imbalance: float
@@ -129,18 +134,22 @@ def run_policy(
     controller = Controller(config, sim, sim, history, on_cycle=on_cycle)
     try:
         controller.run(until=sim.end)
-        decisions = len(history.decisions())
+        return report_from(sim, policy, threshold, history, time.perf_counter() - started)
     finally:
         history.close()
         sim.close()
-    return report_from(sim, policy, threshold, decisions, time.perf_counter() - started)
 
 
 def report_from(
-    sim: Simulator, policy: PolicyConfig, threshold: float, decisions: int, wall: float
+    sim: Simulator, policy: PolicyConfig, threshold: float, history: History, wall: float
 ) -> StabilityReport:
+    """The stability report of a finished run: the simulator's record, the run's history."""
     stats = sim.stats()
     ours = [r for r in sim.migrations if r.cause == "controller"]
+    decisions = history.decisions()
+    action = {d.id: d.action for d in decisions}
+    repairs = {m.handle for m in history.migrations() if action.get(m.decision) == "repair"}
+    repaired = sum(1 for r in ours if r.handle in repairs)
     days = max(stats.seconds / DAY, 1e-9)
     failed = [r for r in ours if r.outcome == "failed"]
     moved_later = 0
@@ -154,6 +163,8 @@ def report_from(
         threshold=threshold,
         migrations=len(ours),
         migrations_per_day=len(ours) / days,
+        repair_migrations=repaired,
+        balancing_migrations=len(ours) - repaired,
         ping_pongs=ping_pongs(ours),
         pct_time_above_threshold=100.0 * stats.steps_above / max(stats.steps, 1),
         mean_imbalance=stats.mean_imbalance,
@@ -163,6 +174,6 @@ def report_from(
         failures_left=len(failed) - moved_later,
         max_node_load=stats.max_node_load,
         recoveries=sum(1 for r in sim.migrations if r.cause == "recovery"),
-        decisions=decisions,
+        decisions=len(decisions),
         wall_seconds=wall,
     )
