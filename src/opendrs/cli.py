@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import io
 import json
 import sys
+import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -35,12 +37,23 @@ from opendrs.engine.bounds import migration_lower_bound
 from opendrs.engine.constraints import Constraints
 from opendrs.engine.placement import evacuate, place_guest, place_new
 from opendrs.engine.planner import plan_with_retries
+from opendrs.engine.policy import strategy_problem
 from opendrs.engine.strategies import DEFAULT_STRATEGY, REGISTRY, get_strategy
 from opendrs.engine.strategies.base import Proposal, cluster_imbalance
 from opendrs.engine.usage import LoadModel
 from opendrs.model.cluster import GUEST_KINDS, Cluster, Guest
-from opendrs.model.snapshot import SnapshotError, from_dict, load_demo, parse, read_file
+from opendrs.model.document import one_line
+from opendrs.model.snapshot import (
+    MAX_BYTES,
+    MAX_CORES,
+    SnapshotError,
+    from_dict,
+    load_demo,
+    parse,
+    read_file,
+)
 from opendrs.model.units import UnitError, parse_bytes
+from opendrs.report.data import json_text
 from opendrs.report.text import (
     Report,
     show_bounds,
@@ -53,9 +66,7 @@ from opendrs.report.text import (
 
 
 def _dump_json(data: Any) -> None:
-    sys.stdout.write(
-        json.dumps(data, indent=2, sort_keys=True, allow_nan=False, default=str) + "\n"
-    )
+    sys.stdout.write(json_text(data))
 
 
 def _console() -> Console:
@@ -166,9 +177,12 @@ def _parse_new(spec: str) -> Guest:
         if key not in fields:
             return None
         try:
-            return parse_bytes(fields[key])
+            value = parse_bytes(fields[key])
         except UnitError as exc:
             raise UsageError(f"--new: {key}: {exc}") from None
+        if value > MAX_BYTES:
+            raise UsageError(f"--new: {key}: size too large (at most 8 PiB)")
+        return value
 
     cpu = number("cpu", "1")
     if not 0 < cpu <= 100_000:
@@ -177,6 +191,8 @@ def _parse_new(spec: str) -> Guest:
     if memory <= 0:
         raise UsageError("--new: memory: must be greater than 0")
     cpu_used = number("cpu_used", "0") if "cpu_used" in fields else None
+    if cpu_used is not None and cpu_used > MAX_CORES:
+        raise UsageError(f"--new: cpu_used: must be at most {MAX_CORES} cores")
     memory_used = size("memory_used")
     priority = fields.get("priority", "2")
     if priority not in ("1", "2", "3"):
@@ -247,17 +263,19 @@ def cmd_plan(args: argparse.Namespace) -> int:
     for item in args.option:
         name, value = _strategy_option(item, strategy.name, params)
         options[name] = value
+    if options:
+        # The CLI checked the types, the strategy checks the values: an option it refuses is a
+        # usage error, found before the real run — whose errors are the strategy's own (a bug).
+        refused = strategy_problem(strategy.name, options)
+        if refused is not None:
+            raise UsageError(refused[1])
 
     def propose(forbidden: frozenset[tuple[str, str]]) -> Proposal:
         return strategy.propose(cluster, forbidden=forbidden, **options)
 
-    try:
-        proposal, plan = plan_with_retries(
-            cluster, propose, max_parallel=args.max_parallel, max_node_inflow=args.max_node_inflow
-        )
-    except (ValueError, TypeError) as exc:
-        # A strategy refusing an option value (the CLI checked the type, the strategy the range).
-        raise UsageError(str(exc)) from None
+    proposal, plan = plan_with_retries(
+        cluster, propose, max_parallel=args.max_parallel, max_node_inflow=args.max_node_inflow
+    )
     achieved = {r: m.spread for r, m in proposal.after.resources.items()}
     bounds = migration_lower_bound(cluster, achieved)
     infeasible = proposal.options.get("solver", {}).get("status") == "INFEASIBLE"
@@ -291,6 +309,8 @@ def _strategy_option(
     if "=" not in item:
         raise UsageError(f"-o: {item!r} is not NAME=VALUE")
     name, text = (part.strip() for part in item.split("=", 1))
+    if len(text) > 4000:  # no option needs more; a longer text would fill the error line
+        raise UsageError(f"-o {name}: the value is longer than 4000 characters")
     name = name.replace("-", "_")
     if name in ("cluster", "forbidden") or name not in params:
         known = ", ".join(sorted(p for p in params if p not in ("cluster", "forbidden")))
@@ -316,6 +336,11 @@ def _strategy_option(
         value = float(value)
     elif isinstance(default, str) and not isinstance(value, str):
         raise UsageError(f"-o {name}: expected text, got {text!r}")
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        # As in a policy's options: a number no strategy means, refused before it runs.
+        largest = "2147483647" if isinstance(value, int) else "1e15"
+        if abs(value) > float(largest):
+            raise UsageError(f"-o {name}: must be from -{largest} to {largest}, got {text!r}")
     return name, value
 
 
@@ -330,10 +355,7 @@ def cmd_proxlb_check(args: argparse.Namespace) -> int:
         raise UsageError(f"{missing[0]}: no such file or directory")
     if not files:
         raise UsageError(f"{', '.join(args.paths)}: no scenario files (*.yaml)")
-    try:
-        results = check_paths(files, strategy=args.strategy, time_limit=args.time_limit)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    results = check_paths(files, strategy=args.strategy, time_limit=args.time_limit)
     if args.junit:
         try:
             Path(args.junit).write_text(junit_xml(results), encoding="utf-8")
@@ -366,7 +388,13 @@ def cmd_strategies(args: argparse.Namespace) -> int:
 def cmd_pve_decide(args: argparse.Namespace) -> int:
     from opendrs.compat.pve import serve
 
-    return serve(sys.stdin, sys.stdout)
+    stdin: Any = sys.stdin
+    buffer = getattr(stdin, "buffer", None)
+    if buffer is not None:
+        # Bytes that are not UTF-8 reach serve() as lone surrogates: that line gets an error
+        # answer, instead of a UnicodeDecodeError ending the stream.
+        stdin = io.TextIOWrapper(buffer, encoding="utf-8", errors="surrogateescape")
+    return serve(stdin, sys.stdout)
 
 
 # --------------------------------------------------------------------------------------------
@@ -418,6 +446,11 @@ def build_parser() -> argparse.ArgumentParser:
         "or 'demo' for the built-in example cluster.",
     )
     parser.add_argument("--version", action="version", version=f"opendrs {__version__}")
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="on an internal error (a bug), print its traceback as well",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def with_format(p: argparse.ArgumentParser) -> None:
@@ -551,6 +584,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # not bad input: a bug, said as such (exit 1, not 2)
+        return _internal_error(exc, verbose=args.debug or getattr(args, "verbose", False))
+
+
+def _internal_error(exc: Exception, *, verbose: bool) -> int:
+    """One line for an exception no input explains (``--debug``: its traceback first)."""
+    if verbose:
+        traceback.print_exception(exc, file=sys.stderr)
+    detail = one_line(" ".join(str(exc).split()))
+    what = f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
+    hint = "" if verbose else " (opendrs --debug … shows the traceback)"
+    print(
+        f"error: internal error (a bug in opendrs, please report it): {what}{hint}",
+        file=sys.stderr,
+    )
+    return EXIT_PROBLEM
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -303,6 +304,13 @@ def test_plan_passes_any_strategy_option(capsys: pytest.CaptureFixture[str]) -> 
         (["proxlb", "check", SMALL, "--time-limit", "0"], "error: opendrs proxlb check: argument"),
         (["place", "demo", "--new", "cpu=1e308,memory=1G"], "error: --new: cpu: must be"),
         (["place", "demo", "--new", "cpu=1,memory=1G", "--failed"], "error: --failed goes with"),
+        (["plan", SMALL, "-o", "wide=100000000000"], "error: -o wide: must be from"),
+        (["plan", SMALL, "-o", "target_spread=1e300"], "error: -o target_spread: must be from"),
+        (["place", "demo", "--new", "cpu=1,memory=9PiB"], "error: --new: memory: size too large"),
+        (
+            ["place", "demo", "--new", "cpu=1,memory=1G,cpu_used=1e300"],
+            "error: --new: cpu_used: must be at most 100000",
+        ),
     ],
 )
 def test_bad_options_are_one_line_and_exit_2(
@@ -320,3 +328,266 @@ def test_bad_options_are_one_line_and_exit_2(
 def test_proxlb_check_empty_folder(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     code, _, err = run(capsys, "proxlb", "check", str(tmp_path))
     assert code == 2 and err.startswith(f"error: {tmp_path}: no scenario files")
+
+
+# --------------------------------------------------------------------------------------------
+# Input out of range is refused when read; a strategy's own error is a bug, not bad input.
+
+TWO_NODES = "version: 1\nnodes:\n  a: {cpu: 8, memory: 16GiB}\n  b: {cpu: 8, memory: 16GiB}\n"
+
+
+def _snapshot(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "reason"),
+    [
+        (
+            TWO_NODES.replace("a: {cpu: 8,", "a: {cpu: 8, reserve: {cpu: 8},"),
+            "nodes.a.reserve.cpu",
+            "must be less than the node's cpu (node 'a' has 8 cores), got 8",
+        ),
+        (
+            TWO_NODES.replace("b: {cpu: 8,", "b: {reserve: {memory: 32GiB}, cpu: 8,"),
+            "nodes.b.reserve.memory",
+            "must be less than the node's memory (node 'b' has 16GiB), got 32GiB",
+        ),
+        (
+            TWO_NODES + "settings: {reserve: {cpu: 8}}\n",
+            "settings.reserve.cpu",
+            "must be less than the node's cpu (node 'a' has 8 cores), got 8",
+        ),
+    ],
+)
+@pytest.mark.parametrize("command", [["validate"], ["show", "--format", "json"], ["show"]])
+def test_a_reserve_that_takes_a_whole_node_is_refused(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    text: str,
+    field: str,
+    reason: str,
+    command: list[str],
+) -> None:
+    path = _snapshot(tmp_path, text)
+    code, out, err = run(capsys, command[0], path, *command[1:])
+    assert code == 2 and out == ""
+    assert err == f"error: {path}: {field}: {reason}\n"
+
+
+def test_json_output_never_holds_inf_or_nan(capsys: pytest.CaptureFixture[str]) -> None:
+    from opendrs.cli import _dump_json
+
+    _dump_json({"load": {"cpu": float("inf"), "memory": float("nan")}, "x": [1.5, -float("inf")]})
+    out = capsys.readouterr().out
+    assert json.loads(out) == {"load": {"cpu": None, "memory": None}, "x": [1.5, None]}
+    assert "Infinity" not in out and "NaN" not in out
+
+
+HUGE = (
+    "version: 1\n"
+    "settings: {mode: dynamic}\n"
+    "nodes:\n  a: {cpu: 1.0e+15, memory: 8PiB}\n  b: {cpu: 1.0e+15, memory: 8PiB}\n"
+    "guests:\n"
+    "  - {id: 1, node: a, cpu: 2, memory: 4PiB, usage: {cpu: 1.0e+14, memory: 4PiB}}\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        (HUGE, "nodes.a.cpu"),
+        (HUGE.replace("1.0e+15", "64"), "guests[0].usage.cpu"),
+        (
+            TWO_NODES + "guests:\n  - {id: 1, node: a, cpu: 1.0e+15, memory: 1GiB}\n",
+            "guests[0].cpu",
+        ),
+        (TWO_NODES + "settings: {cpu_overcommit: 1.0e+15}\n", "settings.cpu_overcommit"),
+        (TWO_NODES.replace("cpu: 8", "cpu: 1.0e-300", 1), "nodes.a.cpu"),
+        (
+            TWO_NODES + "guests:\n  - {id: 1, node: a, memory: 1GiB, uptime: 1.0e+300}\n",
+            "guests[0].uptime",
+        ),
+    ],
+)
+@pytest.mark.parametrize("strategy", ["optimal", "balance"])
+def test_numbers_out_of_physical_range_are_refused_when_read(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, text: str, field: str, strategy: str
+) -> None:
+    path = _snapshot(tmp_path, text)
+    code, out, err = run(capsys, "plan", path, "--strategy", strategy, "--format", "json")
+    assert code == 2 and out == ""
+    assert err.startswith(f"error: {path}: {field}: ") and err.count("\n") == 1, err
+
+
+def test_a_proxlb_scenario_out_of_range_is_refused_when_read(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = _snapshot(
+        tmp_path,
+        SCENARIO.replace(
+            "cpu_total: 16, memory_total_gb: 64}", "cpu_total: 1.0e+15, memory_total_gb: 64}", 1
+        ),
+    )
+    code, out, err = run(capsys, "plan", path, "--strategy", "optimal")
+    assert code == 2 and out == ""
+    assert err.startswith(f"error: {path}: nodes.node-A.cpu_total: ") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("error", [ValueError("bad\nthing"), RuntimeError("pybind11"), KeyError(3)])
+def test_a_strategys_internal_error_is_a_bug_not_a_usage_error(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, error: Exception
+) -> None:
+    import functools
+    from dataclasses import replace as dc_replace
+
+    from opendrs.engine.strategies import REGISTRY
+
+    real = REGISTRY["balance"]
+
+    @functools.wraps(real.propose)  # the same options
+    def broken(cluster: object, *, forbidden: object = (), **options: object) -> object:
+        if len(getattr(cluster, "guests", ())) > 2:  # the demo, not a trial of the options
+            raise error
+        return real.propose(cluster, forbidden=forbidden, **options)
+
+    monkeypatch.setitem(REGISTRY, "balance", dc_replace(real, propose=broken))
+    code, out, err = run(capsys, "plan", "demo", "-o", "wide=8")
+    assert code == 1 and out == ""
+    assert err.startswith("error: internal error (a bug in opendrs, please report it): ")
+    assert type(error).__name__ in err and err.count("\n") == 1 and "Traceback" not in err
+    code, out, err = run(capsys, "--debug", "plan", "demo")
+    assert code == 1 and "Traceback (most recent call last)" in err
+    assert err.splitlines()[-1].startswith("error: internal error")
+    # An option the strategy refuses is still a usage error.
+    code, out, err = run(capsys, "plan", "demo", "-o", "wide=0")
+    assert code == 2 and err.startswith("error: wide: expected a whole number ≥ 1")
+
+
+def test_an_internal_error_as_a_process_is_one_line() -> None:
+    code = (
+        "import sys\n"
+        "from opendrs.engine.strategies import REGISTRY\n"
+        "from dataclasses import replace\n"
+        "def broken(cluster, *, forbidden=(), **kw):\n"
+        "    raise RuntimeError('Unable to cast Python instance of type int to C++ type')\n"
+        "REGISTRY['balance'] = replace(REGISTRY['balance'], propose=broken)\n"
+        "from opendrs.cli import main\n"
+        "sys.exit(main(['plan', 'demo']))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.startswith("error: internal error (a bug in opendrs, please report it): ")
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+_EXTREMES = st.sampled_from(
+    [
+        0,
+        -1,
+        1e-300,
+        5e-324,
+        0.5,
+        3,
+        99_999.5,
+        100_000,
+        1e15,
+        1e300,
+        2**53,
+        2**63,
+        10**400,
+        float("inf"),
+        -float("inf"),
+        float("nan"),
+        "8PiB",
+        "9PiB",
+        "1B",
+        "1.0e+15",
+    ]
+)
+_FUZZ_BASE = {
+    "version": 1,
+    "settings": {"mode": "dynamic", "allow_local_disks": True},
+    "nodes": {
+        "a": {"cpu": 8, "memory": "32GiB", "storage": {"lvm": "1TiB"}},
+        "b": {"cpu": 8, "memory": "32GiB", "storage": {"lvm": "1TiB"}},
+        "c": {"cpu": 4, "memory": "16GiB"},
+    },
+    "guests": [
+        {
+            "id": 1,
+            "node": "a",
+            "cpu": 2,
+            "memory": "4GiB",
+            "usage": {"cpu": 1, "memory": "2GiB"},
+            "disks": [{"pool": "lvm", "size": "10GiB"}],
+        },
+        {"id": 2, "node": "a", "cpu": 2, "memory": "4GiB", "usage": {"cpu": 1.5}},
+        {"id": 3, "node": "a", "cpu": 1, "memory": "2GiB", "uptime": 100},
+        {"id": 4, "node": "b", "cpu": 1, "memory": "1GiB"},
+    ],
+}
+_FUZZ_FIELDS = [
+    ("nodes", "a", "cpu"),
+    ("nodes", "a", "memory"),
+    ("nodes", "b", "cpu"),
+    ("nodes", "c", "memory"),
+    ("nodes", "a", "storage", "lvm"),
+    ("guests", 0, "cpu"),
+    ("guests", 0, "memory"),
+    ("guests", 0, "usage", "cpu"),
+    ("guests", 0, "usage", "memory"),
+    ("guests", 1, "usage", "cpu"),
+    ("guests", 0, "disks", 0, "size"),
+    ("guests", 2, "uptime"),
+    ("settings", "cpu_overcommit"),
+    ("settings", "memory_overcommit"),
+    ("settings", "min_uptime"),
+    ("nodes", "a", "usage"),
+    ("nodes", "b", "reserve"),
+    ("settings", "reserve"),
+    ("settings", "weights"),
+    ("settings", "migration"),
+]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.sampled_from(_FUZZ_FIELDS), _EXTREMES), min_size=1, max_size=3))
+def test_extreme_numbers_never_end_in_a_traceback(
+    tmp_path_factory: pytest.TempPathFactory, changes: list[tuple[tuple[Any, ...], Any]]
+) -> None:
+    import contextlib
+    import copy
+    import io
+
+    document: Any = copy.deepcopy(_FUZZ_BASE)
+    for where, value in changes:
+        target = document
+        for part in where[:-1]:
+            target = target[part]
+        key = where[-1]
+        if key in ("usage", "reserve"):
+            value = {"cpu" if not isinstance(value, str) else "memory": value}
+        elif key == "weights":
+            value = {"cpu": value}
+        elif key == "migration":
+            value = {"cost_unit" if isinstance(value, str) else "cost_disk_factor": value}
+        target[key] = value
+    path = tmp_path_factory.mktemp("extreme") / "s.json"
+    path.write_text(json.dumps(document, allow_nan=True))
+    for argv in (
+        ["plan", str(path), "--format", "json"],
+        ["show", str(path), "--format", "json"],
+        ["place", str(path), "--evacuate", "a", "--format", "json"],
+    ):
+        err, out = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+            code = main(argv)
+        assert "internal error" not in err.getvalue(), (argv, err.getvalue())
+        if code == 2:
+            assert err.getvalue().startswith(f"error: {path}: ") and err.getvalue().count("\n") == 1
+            break  # the file is refused: by every command alike
+        assert code in (0, 1)
+        json.loads(out.getvalue())

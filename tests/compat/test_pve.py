@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from opendrs.compat.pve import (
     BasicUsage,
@@ -917,3 +919,155 @@ def test_load_balance_direct_call() -> None:
     answer = load_balance(compile_rules([]), usage, cluster, method="bruteforce")
     assert answer["migration"] == {"sid": "vm:1", "source": "node1", "target": "node2"}
     assert answer["imbalance"]["after"] == 0.0
+
+
+# =============================================================================== hostile input
+
+
+def _serve_lines(*lines: str) -> list[dict[str, Any]]:
+    stdout = io.StringIO()
+    assert serve(io.StringIO("".join(line + "\n" for line in lines)), stdout) == 0
+    return [json.loads(line) for line in stdout.getvalue().splitlines()]
+
+
+def test_serve_survives_an_integer_python_cannot_read() -> None:
+    good = json.dumps(query({"vm:101": {"node": "node1"}}, select("vm:101")))
+    huge = good.replace('"maxcpu": 24', '"maxcpu": ' + "9" * 5000, 1)
+    assert huge != good
+    first, second = _serve_lines(huge, good)
+    assert set(first) == {"error"} and first["error"].startswith("line 1 ")
+    assert "digits" in first["error"] and "\n" not in first["error"]
+    assert second["node"] == "node1"
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field"),
+    [
+        (lambda q: q.update(extra=1), "extra"),
+        (lambda q: q["nodes"]["node1"].update(cores=8), "nodes.node1.cores"),
+        (lambda q: q["services"]["vm:101"].update(memory=1), "services.vm:101.memory"),
+        (lambda q: q["query"]["select-node"].update(prefer="none"), "query.select-node.prefer"),
+        (
+            lambda q: q.update(query={"rebalance": {"treshold": 0.1}}),
+            "query.rebalance.treshold",
+        ),
+        (
+            lambda q: q.update(query={"command": {"sid": "vm:101", "target": "node2", "x": 1}}),
+            "query.command.x",
+        ),
+    ],
+)
+def test_unknown_keys_are_errors(mutate: Any, field: str) -> None:
+    q = query({"vm:101": {"node": "node1"}}, select("vm:101"))
+    mutate(q)
+    with pytest.raises(PveQueryError, match=re.escape(f"field '{field}' is not a known key")):
+        decide(q)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field"),
+    [
+        (lambda q: q["nodes"]["node1"].update(maxcpu=10**400), "nodes.node1.maxcpu"),
+        (lambda q: q["nodes"]["node1"].update(maxmem=1e300), "nodes.node1.maxmem"),
+        (lambda q: q["services"]["vm:101"].update(cpu=2**64), "services.vm:101.cpu"),
+        (lambda q: q["services"]["vm:101"].update(mem=float("nan")), "services.vm:101.mem"),
+        (
+            lambda q: q.update(query={"rebalance": {"threshold": 10**400}}),
+            "query.rebalance.threshold",
+        ),
+    ],
+)
+def test_numbers_out_of_range_are_errors(mutate: Any, field: str) -> None:
+    q = query({"vm:101": {"node": "node1"}}, select("vm:101"), mode="dynamic")
+    mutate(q)
+    with pytest.raises(PveQueryError, match=re.escape(f"field '{field}' must be")):
+        decide(q)
+
+
+def test_every_line_gets_one_answer_through_the_command() -> None:
+    import subprocess
+    import sys
+
+    good = json.dumps(query({"vm:101": {"node": "node1"}}, select("vm:101")))
+    lines = [
+        good.replace('"maxcpu": 24', '"maxcpu": ' + "9" * 5000, 1).encode(),
+        b'{"mode": "basic", "nodes": {"\xff": {}}}',
+        b"[" * 100_000,
+        json.dumps({**json.loads(good), "bogus": True}).encode(),
+        good.encode(),
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-m", "opendrs", "pve", "decide"],
+        input=b"\n".join(lines) + b"\n",
+        capture_output=True,
+        check=False,
+    )
+    assert proc.returncode == 0 and proc.stderr == b""
+    answers = [json.loads(line) for line in proc.stdout.decode().splitlines()]
+    assert len(answers) == len(lines)
+    assert all(set(a) == {"error"} for a in answers[:-1]), answers
+    assert "not UTF-8" in answers[1]["error"]
+    assert "field 'bogus'" in answers[3]["error"]
+    assert answers[-1]["node"] == "node1"
+
+
+_JSON_NUMBERS = (
+    st.integers(min_value=-(10**30), max_value=10**30)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.sampled_from([0, 1, 2**53, 2**63, 10**300, 1e-300, 5e-324, 1e308])
+)
+_JSON_ANY = st.recursive(
+    st.none() | st.booleans() | _JSON_NUMBERS | st.text(max_size=6),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_serve_answers_every_mutated_query(data: st.DataObject) -> None:
+    services = {
+        "vm:101": {"node": "node1", "running": True, "cpu": 1.5, "mem": GIB},
+        "vm:102": {"node": "node1", "running": True, "state": "migrate", "target": "node2"},
+        "ct:103": {"node": "node2", "maxcpu": 2, "maxmem": 2 * GIB},
+    }
+    request = data.draw(
+        st.sampled_from(
+            [
+                select("vm:101", "best-score"),
+                {"rebalance": {"method": "topsis"}},
+                {"rebalance": {}},
+                {"command": {"sid": "vm:101", "target": "node3"}},
+            ]
+        )
+    )
+    q = query(services, request, mode=data.draw(st.sampled_from(["basic", "static", "dynamic"])))
+    for _ in range(data.draw(st.integers(1, 3))):
+        where = data.draw(
+            st.sampled_from(
+                [
+                    ("nodes", "node1", "maxcpu"),
+                    ("nodes", "node2", "maxmem"),
+                    ("nodes", "node3", "online"),
+                    ("services", "vm:101", "cpu"),
+                    ("services", "vm:101", "mem"),
+                    ("services", "vm:102", "maxmem"),
+                    ("services", "ct:103", "maxcpu"),
+                    ("services", "ct:103", "state"),
+                    ("rules",),
+                ]
+            )
+        )
+        target: Any = q
+        for part in where[:-1]:
+            target = target[part]
+        target[where[-1]] = data.draw(_JSON_NUMBERS if where[-1] != "rules" else _JSON_ANY)
+    line = json.dumps(q, allow_nan=True)
+    stdout = io.StringIO()
+    assert serve(io.StringIO(line + "\n" + line + "\n"), stdout) == 0
+    out = stdout.getvalue().splitlines()
+    assert len(out) == 2 and out[0] == out[1].replace('"line 2', '"line 1')  # deterministic
+    answer = json.loads(out[0])  # valid JSON: no NaN or Infinity
+    assert isinstance(answer, dict)
+    if "error" in answer:
+        assert set(answer) == {"error"} and "internal error" not in answer["error"]

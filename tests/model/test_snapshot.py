@@ -13,6 +13,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
@@ -288,7 +289,7 @@ storage:
 nodes:
   b:
     cpu: 12.5
-    memory: 1024
+    memory: 2GiB
     arch: aarch64
     online: false
     maintenance: true
@@ -297,7 +298,7 @@ nodes:
     reserve: {memory: 1GiB}
     usage: {cpu: 0.5}
     pressure: {cpu: 1.5, memory: 2, io: 3, memory_full: 4, io_full: 5}
-  a: {cpu: 1, memory: 1MiB}
+  a: {cpu: 2, memory: 8GiB}
 guests:
   - id: x1
     name: 5
@@ -336,7 +337,7 @@ guests:
         Node(
             "b",
             12.5,
-            1024,
+            2 * GIB,
             storage={"zz": 10**12, "local-zfs": 2 * GIB},
             arch="aarch64",
             online=False,
@@ -348,7 +349,7 @@ guests:
             base_memory=0,
             pressure=Pressure(1.5, 2.0, 3.0, 4.0, 5.0),
         ),
-        Node("a", 1.0, MIB),
+        Node("a", 2.0, 8 * GIB),
     )
     assert list(cluster.nodes[0].storage) == ["zz", "local-zfs"]
     assert cluster.guests == (
@@ -1203,15 +1204,29 @@ def test_loads_is_deterministic(text: str, fmt: str) -> None:
 
 # Random valid clusters round-trip through every form.
 
-NAMES = st.text(
+TEXTS = st.text(
     st.characters(codec="utf-8", categories=["L", "N", "P", "S", "Zs"]), min_size=1, max_size=8
 ).filter(lambda s: s.strip() != "" and s.isprintable())
+#: Names the history keeps (cluster, nodes, guests, pools): no blanks around them.
+NAMES = TEXTS.filter(lambda s: s == s.strip())
 IDS = NAMES | st.integers(min_value=0, max_value=10**6).map(str)
+LABELS = TEXTS | st.integers(min_value=0, max_value=10**6).map(str)
 SIZES = st.integers(min_value=1, max_value=2**53) | st.integers(min_value=1, max_value=4096).map(
     lambda n: n * GIB
 )
-AMOUNTS = st.floats(min_value=0, max_value=1e6, allow_nan=False, allow_infinity=False)
+AMOUNTS = st.floats(min_value=0, max_value=1e5, allow_nan=False, allow_infinity=False)
 CORES = AMOUNTS.filter(lambda x: x > 0)
+NODE_CORES = st.floats(min_value=0.01, max_value=1e5)
+RATIOS = st.floats(min_value=0.01, max_value=1000)
+
+
+def _below(draw: st.DrawFn, limit: float, whole: bool = False) -> float | int:
+    """A reserve that leaves some capacity: from 0 to just under ``limit``."""
+    if whole:
+        return draw(st.integers(0, int(limit) - 1))
+    return draw(st.floats(0, limit, exclude_max=True, allow_nan=False))
+
+
 PERCENT = st.floats(min_value=0, max_value=100, allow_nan=False)
 PRESSURES = st.builds(Pressure, PERCENT, PERCENT, PERCENT, PERCENT, PERCENT)
 
@@ -1222,24 +1237,30 @@ def clusters(draw: st.DrawFn) -> Cluster:
     pools = draw(st.lists(NAMES, max_size=3, unique=True))
     shared = set(draw(st.lists(st.sampled_from(pools), unique=True))) if pools else set()
     local = [p for p in pools if p not in shared]
-    nodes = tuple(
-        Node(
-            name,
-            draw(CORES),
-            draw(SIZES),
-            storage=draw(st.dictionaries(st.sampled_from(local), SIZES)) if local else {},
-            arch=draw(st.sampled_from(["x86_64", "aarch64"])),
-            online=draw(st.booleans()),
-            maintenance=draw(st.booleans()),
-            tags=tuple(draw(st.lists(IDS, max_size=2))),
-            reserve_cpu=draw(st.none() | AMOUNTS),
-            reserve_memory=draw(st.none() | SIZES),
-            base_cpu=draw(AMOUNTS),
-            base_memory=draw(st.integers(0, 2**40)),
-            pressure=draw(PRESSURES),
+    nodes_drawn = []
+    for name in node_names:
+        cpu, memory = draw(NODE_CORES), draw(SIZES)
+        nodes_drawn.append(
+            Node(
+                name,
+                cpu,
+                memory,
+                storage=draw(st.dictionaries(st.sampled_from(local), SIZES)) if local else {},
+                arch=draw(st.sampled_from(["x86_64", "aarch64"])),
+                online=draw(st.booleans()),
+                maintenance=draw(st.booleans()),
+                tags=tuple(draw(st.lists(LABELS, max_size=2))),
+                reserve_cpu=_below(draw, cpu) if draw(st.booleans()) else None,
+                reserve_memory=int(_below(draw, memory, True)) if draw(st.booleans()) else None,
+                base_cpu=draw(AMOUNTS),
+                base_memory=draw(st.integers(0, 2**40)),
+                pressure=draw(PRESSURES),
+            )
         )
-        for name in node_names
-    )
+    nodes = tuple(nodes_drawn)
+    # The cluster's default reserve leaves some capacity on every node that takes it.
+    cpu_room = min((n.cpu for n in nodes if n.reserve_cpu is None), default=1e5)
+    memory_room = min((n.memory for n in nodes if n.reserve_memory is None), default=2**40)
     guest_ids = draw(st.lists(IDS, max_size=4, unique=True))
     guests = []
     for guest_id in guest_ids:
@@ -1251,7 +1272,7 @@ def clusters(draw: st.DrawFn) -> Cluster:
                 id=guest_id,
                 node=node,
                 kind=draw(st.sampled_from(["vm", "ct"])),
-                name=draw(st.just("") | NAMES),
+                name=draw(st.just("") | TEXTS),
                 state=draw(st.sampled_from(["running", "stopped", "paused"])),
                 cpu=draw(CORES),
                 memory=draw(SIZES),
@@ -1264,18 +1285,18 @@ def clusters(draw: st.DrawFn) -> Cluster:
                 cpu_used=draw(st.none() | AMOUNTS),
                 memory_used=draw(st.none() | st.integers(0, 2**53)),
                 pressure=draw(PRESSURES),
-                devices=tuple(draw(st.lists(NAMES, max_size=2))),
+                devices=tuple(draw(st.lists(TEXTS, max_size=2))),
                 uptime=draw(st.integers(0, 10**9)),
-                lock=draw(st.none() | NAMES),
+                lock=draw(st.none() | TEXTS),
                 ha=ha,
                 ha_state=draw(st.none() | st.sampled_from(HA_STATES)) if ha else None,
-                tags=tuple(draw(st.lists(IDS, max_size=2))),
+                tags=tuple(draw(st.lists(LABELS, max_size=2))),
                 priority=draw(st.integers(1, 3)),
                 migrating_to=draw(st.none() | st.sampled_from(others)) if others else None,
                 arch=draw(st.none() | st.sampled_from(["x86_64", "riscv64"])),
             )
         )
-    rule_names = iter(draw(st.lists(NAMES, min_size=12, max_size=12, unique=True)))
+    rule_names = iter(draw(st.lists(TEXTS, min_size=12, max_size=12, unique=True)))
     node_rules = []
     guest_rules = []
     ignored: frozenset[str] = frozenset()
@@ -1296,10 +1317,10 @@ def clusters(draw: st.DrawFn) -> Cluster:
             )
     cluster_settings = Settings(
         mode=draw(st.sampled_from(["basic", "static", "dynamic"])),
-        cpu_overcommit=draw(CORES),
-        memory_overcommit=draw(CORES),
-        reserve_cpu=draw(AMOUNTS),
-        reserve_memory=draw(st.integers(0, 2**40)),
+        cpu_overcommit=draw(RATIOS),
+        memory_overcommit=draw(RATIOS),
+        reserve_cpu=_below(draw, cpu_room),
+        reserve_memory=int(_below(draw, min(memory_room, 2**40), True)),
         allow_restart_migration=draw(st.booleans()),
         min_uptime=draw(st.integers(0, 10**7)),
         weight_cpu=draw(st.sampled_from([0.0, 0.5, 1.0, 3.0])),
@@ -1404,3 +1425,119 @@ def test_migration_settings_round_trip() -> None:
     with pytest.raises(SnapshotError) as info:
         loads(text.replace("max_node_inflow: 2", "max_node_inflow: 0"), filename="m.yaml")
     assert info.value.path == "settings.migration.max_node_inflow"
+
+
+# --------------------------------------------------------------------------------------------
+# Physically sensible ranges: a number a strategy would choke on is refused when read.
+
+RANGE_ERRORS: list[tuple[tuple[Any, ...], Any, str, str]] = [
+    (("nodes", "pve1", "cpu"), 100_001, "nodes.pve1.cpu", "must not be more than 100000"),
+    (("nodes", "pve1", "cpu"), 1e15, "nodes.pve1.cpu", "must not be more than 100000"),
+    (("nodes", "pve1", "cpu"), 1e-300, "nodes.pve1.cpu", "must be at least 0.01 cores"),
+    (("nodes", "pve1", "cpu"), 10**400, "nodes.pve1.cpu", "number too large"),
+    (("nodes", "pve1", "usage"), {"cpu": 1e9}, "nodes.pve1.usage.cpu", "more than 100000"),
+    (("nodes", "pve1", "reserve"), {"cpu": 8}, "nodes.pve1.reserve.cpu", "must be less than"),
+    (
+        ("nodes", "pve1", "reserve"),
+        {"memory": "32GiB"},
+        "nodes.pve1.reserve.memory",
+        "must be less than the node's memory (node 'pve1' has 32GiB), got 32GiB",
+    ),
+    (("guests", 1, "cpu"), 1e15, "guests[1].cpu", "must not be more than 100000"),
+    (("guests", 1, "usage"), {"cpu": 1e15}, "guests[1].usage.cpu", "more than 100000"),
+    (("guests", 1, "usage"), {"cpu": -1e15}, "guests[1].usage.cpu", "less than 0"),
+    (("guests", 1, "usage"), {"cpu": -(10**400)}, "guests[1].usage.cpu", "less than 0"),
+    (("guests", 1, "uptime"), 1e12, "guests[1].uptime", "at most 36500d (100 years)"),
+    (("guests", 1, "uptime"), "200000w", "guests[1].uptime", "at most 36500d (100 years)"),
+    (("settings",), {"reserve": {"cpu": 8}}, "settings.reserve.cpu", "node 'pve1' has 8 cores"),
+    (("settings",), {"reserve": {"memory": "1PiB"}}, "settings.reserve.memory", "less than"),
+    (("settings",), {"cpu_overcommit": 1e6}, "settings.cpu_overcommit", "more than 1000"),
+    (("settings",), {"weights": {"memory": 1e15}}, "settings.weights.memory", "more than 1000"),
+    (("settings",), {"min_uptime": "400d"}, "settings.min_uptime", "must be at most 365d"),
+    (
+        ("settings",),
+        {"migration": {"cost_unit": 1}},
+        "settings.migration.cost_unit",
+        "must be at least 1MiB",
+    ),
+    (
+        ("settings",),
+        {"migration": {"cost_disk_factor": 1e9}},
+        "settings.migration.cost_disk_factor",
+        "more than 1000",
+    ),
+    # Names the history keeps: no blanks around them, not too long.
+    (("name",), "prod ", "name", "must not have surrounding blanks, got 'prod '"),
+    (("name",), "x" * 256, "name", "must be at most 255 characters, got 256"),
+    (("guests", 2, "id"), " 103", "guests[2].id", "must not have surrounding blanks"),
+    (("nodes", "pve3 "), {"cpu": 1, "memory": 1}, 'nodes["pve3 "]', "surrounding blanks"),
+]
+
+
+@pytest.mark.parametrize(
+    ("change", "value", "path", "reason"), RANGE_ERRORS, ids=lambda v: str(v)[:30]
+)
+def test_out_of_range_values_are_refused(
+    change: tuple[Any, ...], value: Any, path: str, reason: str
+) -> None:
+    with pytest.raises(SnapshotError) as info:
+        from_dict(_set(_BASE, change, value), filename="r.yaml")
+    assert info.value.path == path, str(info.value)
+    assert reason in info.value.reason, str(info.value)
+    _assert_one_line(info.value)
+
+
+def test_the_largest_values_in_range_are_read() -> None:
+    document = _set(_BASE, ("nodes", "pve1"), {"cpu": 100_000, "memory": "8PiB"})
+    document = _set(document, ("guests", 0, "cpu"), 100_000)
+    document = _set(document, ("guests", 0, "usage"), {"cpu": 100_000, "memory": "8PiB"})
+    document = _set(document, ("guests", 0, "uptime"), "36500d")
+    document["settings"] = {
+        "cpu_overcommit": 1000,
+        "weights": {"cpu": 1000},
+        "min_uptime": "365d",
+        "reserve": {"cpu": 7.99},
+        "migration": {"cost_unit": "1MiB", "cost_disk_factor": 1000},
+    }
+    cluster = from_dict(document)
+    assert cluster.guests[0].uptime == 36500 * 86400
+    assert from_dict(to_dict(cluster)) == cluster
+
+
+_EXTREME_NUMBERS = (
+    st.sampled_from([0, -1, 1e-300, 5e-324, 100_000, 1e15, 1e300, 2**53, 2**63, 10**400])
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.integers(min_value=-(2**80), max_value=2**80)
+)
+_NUMERIC_FIELDS = [
+    ("nodes", "pve1", "cpu"),
+    ("nodes", "pve2", "memory"),
+    ("guests", 0, "cpu"),
+    ("guests", 1, "memory"),
+    ("guests", 2, "uptime"),
+    ("settings", "cpu_overcommit"),
+    ("settings", "memory_overcommit"),
+    ("settings", "min_uptime"),
+    ("settings", "reserve", "cpu"),
+    ("nodes", "pve2", "reserve", "cpu"),
+]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(_NUMERIC_FIELDS), _EXTREME_NUMBERS), max_size=4))
+def test_extreme_numbers_give_an_error_or_finite_loads(
+    changes: list[tuple[tuple[Any, ...], Any]],
+) -> None:
+    from opendrs.engine.strategies.base import cluster_imbalance
+    from opendrs.engine.usage import LoadModel
+
+    document = copy.deepcopy(_BASE) | {"settings": {"mode": "static", "reserve": {"cpu": 0}}}
+    document["nodes"]["pve2"]["reserve"] = {"cpu": 1}
+    for where, value in changes:
+        document = _set(document, where, value)
+    outcome = _outcome(lambda: from_dict(document, filename="x.yaml"))
+    if isinstance(outcome, str):
+        return
+    fractions = LoadModel.build(outcome).fractions()
+    assert np.isfinite(fractions).all()
+    json.dumps(cluster_imbalance(outcome).as_dict(), allow_nan=False)

@@ -43,12 +43,13 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from opendrs.engine.planner import Plan, plan_with_retries
+from opendrs.engine.policy import strategy_problem
 from opendrs.engine.strategies import get_strategy
 from opendrs.engine.strategies import optimal as _optimal  # registers "optimal"
 from opendrs.model.cluster import Cluster, Disk, Guest, Node, Pressure, Settings
 from opendrs.model.document import Reader, describe, parse, read_file, render_path
 from opendrs.model.rules import GuestAffinity, NodeAffinity, Rules
-from opendrs.model.snapshot import SnapshotError
+from opendrs.model.snapshot import MAX_BYTES, MAX_CORES, MAX_RATIO, MIN_NODE_CORES, SnapshotError
 
 __all__ = [
     "LOADER_WEIGHTS",
@@ -69,6 +70,9 @@ __all__ = [
 ]
 
 GIB = 1024**3
+#: Largest size in GiB (8 PiB, as in snapshots) and largest w_balance / w_stickiness.
+MAX_GIB = MAX_BYTES // GIB
+MAX_WEIGHT = 10**6
 #: The methods proxlb-solver knows (opendrs's ``balance`` is not one of them).
 PROXLB_METHODS: tuple[str, ...] = tuple(m for m in _optimal.METHODS if m != "balance")
 #: Smart-method weights as proxlb-solver's scenario loader defaults them.
@@ -361,15 +365,27 @@ class _Reader(Reader):
             self.fail(path, f"expected a name, got {describe(value)}")
         return str(value)
 
-    def amount(self, value: object, path: PathT, *, above: bool = False) -> float:
-        """A finite number ≥ 0 (> 0 when ``above``)."""
+    def amount(
+        self, value: object, path: PathT, *, above: bool = False, maximum: float = MAX_RATIO
+    ) -> float:
+        """A finite number ≥ 0 (> 0 when ``above``), at most ``maximum`` (physically sensible:
+        :data:`MAX_CORES` for cores, :data:`MAX_GIB` for GiB, 100 for pressures, else 1000)."""
         if isinstance(value, bool) or not isinstance(value, int | float):
             self.fail(path, f"expected a number, got {describe(value)}")
         if not math.isfinite(value) or abs(value) > 1e15:
             self.fail(path, f"expected a finite number, got {describe(value)}")
         if value < 0 or (above and value == 0):
             self.fail(path, f"expected a number {'>' if above else '≥'} 0, got {describe(value)}")
+        if value > maximum:
+            most = int(maximum) if float(maximum).is_integer() else maximum
+            self.fail(path, f"expected a number ≤ {most}, got {describe(value)}")
         return value
+
+    def cores(self, value: object, path: PathT) -> float:
+        return self.amount(value, path, maximum=MAX_CORES)
+
+    def percent(self, value: object, path: PathT) -> float:
+        return self.amount(value, path, maximum=100.0)
 
     def count(
         self, value: object, path: PathT, *, minimum: int = 0, maximum: int | None = None
@@ -387,7 +403,13 @@ class _Reader(Reader):
 
     def gib(self, value: object, path: PathT) -> int:
         """GB (meaning GiB, as proxlb-solver reads it) to bytes: ``int(v · 2³⁰)``."""
-        return int(self.amount(value, path) * GIB)
+        return int(self.amount(value, path, maximum=MAX_GIB) * GIB)
+
+    def parallel(self, value: object, path: PathT) -> int:
+        return self.count(value, path, minimum=1, maximum=100_000)
+
+    def weight(self, value: object, path: PathT) -> int:
+        return self.count(value, path, maximum=MAX_WEIGHT)
 
     def gib_map(self, value: object, path: PathT) -> dict[str, int]:
         if value is None:
@@ -445,15 +467,13 @@ class _Reader(Reader):
             cpu_threshold=self.optional(b, "cpu_threshold", path, self.amount),
             memory_threshold=self.optional(b, "memory_threshold", path, self.amount),
             disk_threshold=self.optional(b, "disk_threshold", path, self.amount),
-            w_balance=self.optional(b, "w_balance", path, self.count),
-            w_stickiness=self.optional(b, "w_stickiness", path, self.count),
+            w_balance=self.optional(b, "w_balance", path, self.weight),
+            w_stickiness=self.optional(b, "w_stickiness", path, self.weight),
             weights=weights,
             max_parallel_migrations=self.optional(
-                b, "max_parallel_migrations", path, lambda v, p: self.count(v, p, minimum=1)
+                b, "max_parallel_migrations", path, self.parallel
             ),
-            max_node_inflow=self.optional(
-                b, "max_node_inflow", path, lambda v, p: self.count(v, p, minimum=1), 1
-            ),
+            max_node_inflow=self.optional(b, "max_node_inflow", path, self.parallel, 1),
         )
 
     def expect(self, data: Mapping[Any, Any]) -> Expect:
@@ -493,9 +513,7 @@ class _Reader(Reader):
             out.append(
                 ProxlbNode(
                     name=name,
-                    cpu_total=self.amount(
-                        self.require(nd, "cpu_total", path), (*path, "cpu_total")
-                    ),
+                    cpu_total=self.cores(self.require(nd, "cpu_total", path), (*path, "cpu_total")),
                     memory_total=self.gib(
                         self.require(nd, "memory_total_gb", path), (*path, "memory_total_gb")
                     ),
@@ -506,15 +524,29 @@ class _Reader(Reader):
                 )
             )
             extra[name] = {
-                "reserve_cpu": float(self.optional(reserve, "cpu", rpath, self.amount, 0)),
+                "reserve_cpu": float(self.optional(reserve, "cpu", rpath, self.cores, 0)),
                 "reserve_memory": self.optional(reserve, "memory_gb", rpath, self.gib, 0),
                 "reserve_storage": self.gib_map(reserve.get("storage_gb"), (*rpath, "storage_gb")),
                 "pressure": Pressure(
-                    cpu=float(self.optional(nd, "cpu_pressure", path, self.amount, 0.0)),
-                    memory=float(self.optional(nd, "memory_pressure", path, self.amount, 0.0)),
-                    io=float(self.optional(nd, "io_pressure", path, self.amount, 0.0)),
+                    cpu=float(self.optional(nd, "cpu_pressure", path, self.percent, 0.0)),
+                    memory=float(self.optional(nd, "memory_pressure", path, self.percent, 0.0)),
+                    io=float(self.optional(nd, "io_pressure", path, self.percent, 0.0)),
                 ),
             }
+            node = out[-1]
+            for key, own, capacity, unit in (
+                ("cpu", extra[name]["reserve_cpu"], node.cpu_total, "cpu_total"),
+                ("memory_gb", extra[name]["reserve_memory"], node.memory_total, "memory_total_gb"),
+            ):
+                if capacity <= 0 or (key == "cpu" and capacity < MIN_NODE_CORES):
+                    least = f"at least {MIN_NODE_CORES:g}" if key == "cpu" else "more than 0"
+                    self.fail((*path, unit), f"a node needs {least}, got {describe(capacity)}")
+                if own >= capacity:
+                    self.fail(
+                        (*rpath, key),
+                        f"a reserve must leave some capacity: less than {unit}, got "
+                        f"{describe(reserve[key])}",
+                    )
         return out, extra
 
     def vms(
@@ -530,7 +562,7 @@ class _Reader(Reader):
             node = self.name(self.require(vd, "node", path), (*path, "node"))
             if node not in node_names:
                 self.fail((*path, "node"), f"unknown node {node!r}")
-            cpu = self.amount(self.require(vd, "cpu", path), (*path, "cpu"))
+            cpu = self.cores(self.require(vd, "cpu", path), (*path, "cpu"))
             kind = self.optional(vd, "type", path, self.name, "vm")
             if kind not in ("vm", "ct"):
                 self.fail((*path, "type"), f"expected 'vm' or 'ct', got {kind!r}")
@@ -542,14 +574,16 @@ class _Reader(Reader):
                     node=node,
                     cpu=cpu,
                     memory=self.gib(self.require(vd, "memory_gb", path), (*path, "memory_gb")),
-                    cpu_usage=float(self.optional(vd, "cpu_usage", path, self.amount, float(cpu))),
-                    cpu_pressure=float(self.optional(vd, "cpu_pressure", path, self.amount, 0.0)),
+                    cpu_usage=float(self.optional(vd, "cpu_usage", path, self.cores, float(cpu))),
+                    cpu_pressure=float(self.optional(vd, "cpu_pressure", path, self.percent, 0.0)),
                     memory_pressure=float(
-                        self.optional(vd, "memory_pressure", path, self.amount, 0.0)
+                        self.optional(vd, "memory_pressure", path, self.percent, 0.0)
                     ),
-                    io_pressure=float(self.optional(vd, "io_pressure", path, self.amount, 0.0)),
+                    io_pressure=float(self.optional(vd, "io_pressure", path, self.percent, 0.0)),
                     disks=MappingProxyType(self.gib_map(vd.get("disks"), (*path, "disks"))),
-                    priority=self.optional(vd, "priority", path, self.count, 2),
+                    priority=self.optional(
+                        vd, "priority", path, lambda v, p: self.count(v, p, maximum=3), 2
+                    ),
                     type=kind,
                 )
             )
@@ -1037,6 +1071,12 @@ def check_scenario(
     kwargs = dict(scenario.options) if info.name == _optimal.STRATEGY else {}
     if "time_limit" in params:
         kwargs["time_limit"] = time_limit
+    refused = strategy_problem(info.name, kwargs) if kwargs else None
+    if refused is not None:  # the scenario's options, not a bug: a failed check of this file
+        check = Check("options", f"options {info.name} takes", False, refused[1])
+        return ScenarioResult(
+            scenario.name, scenario.path, False, (check,), time.perf_counter() - started
+        )
     calls = 0
     last_feasible: Any = None
 

@@ -46,6 +46,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TextIO
@@ -1442,20 +1443,65 @@ def execute_command(
 # =============================================================================== query
 
 
+#: The keys a query, a node, a service and each request may have (as in snapshots, a key that
+#: is not one of them is an error: a misspelt key would otherwise silently take its default).
+_QUERY_KEYS = ("mode", "nodes", "services", "rules", "groups", "query")
+_NODE_KEYS = ("maxcpu", "maxmem", "online")
+_SERVICE_KEYS = (
+    "node",
+    "state",
+    "target",
+    "running",
+    "maxcpu",
+    "maxmem",
+    "cpu",
+    "mem",
+    "failback",
+    "group",
+    "ha",
+)
+_REQUEST_KEYS: Mapping[str, tuple[str, ...]] = {
+    "select-node": ("sid", "preference", "failed_nodes", "maintenance_fallback"),
+    "rebalance": ("method", "threshold", "margin"),
+    "command": ("sid", "task", "target"),
+}
+#: Largest number a query may hold (cores, bytes, threshold, margin): 2⁵³, the largest integer
+#: a float holds exactly — the arithmetic stays finite and exact in its whole numbers.
+MAX_QUERY_NUMBER = 2**53
+
+
 def _err(path: str, message: str) -> PveQueryError:
     return PveQueryError(f"field '{path}' {message}")
 
 
+def _show(value: Any) -> str:
+    """A value for a message: its JSON, shortened (a number of 4,000 digits is not repeated)."""
+    try:
+        text = json.dumps(value, allow_nan=True)
+    except (TypeError, ValueError):
+        text = type(value).__name__
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
+def _known_keys(obj: Mapping[str, Any], path: str, allowed: Sequence[str]) -> None:
+    for key in obj:
+        if key not in allowed:
+            where = f"{path}.{key}" if path else str(key)
+            raise _err(where, f"is not a known key (known: {', '.join(allowed)})")
+
+
 def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return isinstance(value, int) or math.isfinite(value)  # an int of any size is finite
 
 
 def _number(obj: Mapping[str, Any], key: str, path: str, default: float) -> float:
     if key not in obj or obj[key] is None:
         return default
     value = obj[key]
-    if not _is_number(value) or value < 0:
-        raise _err(f"{path}.{key}", f"must be a non-negative number, got {json.dumps(value)}")
+    if not _is_number(value) or not 0 <= value <= MAX_QUERY_NUMBER:
+        raise _err(f"{path}.{key}", f"must be a non-negative number up to 2^53, got {_show(value)}")
     return float(value)
 
 
@@ -1467,7 +1513,7 @@ def _bool(obj: Mapping[str, Any], key: str, path: str, default: bool) -> bool:
         return value
     if isinstance(value, int) and value in (0, 1):
         return bool(value)
-    raise _err(f"{path}.{key}", f"must be a boolean, got {json.dumps(value)}")
+    raise _err(f"{path}.{key}", f"must be a boolean, got {_show(value)}")
 
 
 def _mapping(value: Any, path: str) -> Mapping[str, Any]:
@@ -1496,9 +1542,10 @@ def parse_query(query: Mapping[str, Any]) -> tuple[Cluster, Mapping[str, Any]]:
         PveQueryError: naming the first malformed field.
     """
     query = _mapping(query, "(query line)")
+    _known_keys(query, "", _QUERY_KEYS)
     mode = query.get("mode", "basic")
     if mode not in MODES:
-        raise _err("mode", f"must be one of basic, static, dynamic, got {json.dumps(mode)}")
+        raise _err("mode", f"must be one of basic, static, dynamic, got {_show(mode)}")
     raw_nodes = _mapping(query.get("nodes"), "nodes")
     if not raw_nodes:
         raise _err("nodes", "must name at least one node")
@@ -1506,6 +1553,7 @@ def parse_query(query: Mapping[str, Any]) -> tuple[Cluster, Mapping[str, Any]]:
     for name, spec in raw_nodes.items():
         path = f"nodes.{name}"
         spec = _mapping(spec, path)
+        _known_keys(spec, path, _NODE_KEYS)
         maxcpu = _number(spec, "maxcpu", path, DEFAULT_NODE_MAXCPU)
         maxmem = _number(spec, "maxmem", path, DEFAULT_NODE_MAXMEM)
         nodes[name] = Node(
@@ -1521,17 +1569,16 @@ def parse_query(query: Mapping[str, Any]) -> tuple[Cluster, Mapping[str, Any]]:
         if not _SID_RE.match(sid):
             raise _err(path, "must be named like 'vm:100' or 'ct:100'")
         spec = _mapping(spec, path)
+        _known_keys(spec, path, _SERVICE_KEYS)
         node = spec.get("node")
         if not isinstance(node, str) or node not in nodes:
-            raise _err(f"{path}.node", f"must name a known node, got {json.dumps(node)}")
+            raise _err(f"{path}.node", f"must name a known node, got {_show(node)}")
         state = spec.get("state", "started")
-        if state not in SERVICE_STATES:
-            raise _err(f"{path}.state", f"is not a valid service state: {json.dumps(state)}")
+        if not isinstance(state, str) or state not in SERVICE_STATES:
+            raise _err(f"{path}.state", f"is not a valid service state: {_show(state)}")
         target = spec.get("target")
         if target is not None and (not isinstance(target, str) or target not in nodes):
-            raise _err(
-                f"{path}.target", f"must be null or name a known node, got {json.dumps(target)}"
-            )
+            raise _err(f"{path}.target", f"must be null or name a known node, got {_show(target)}")
         group = spec.get("group")
         if group is not None and not isinstance(group, str):
             raise _err(f"{path}.group", "must be a string or null")
@@ -1576,7 +1623,7 @@ def _prepare_rules(
 def _known_sid(request: Mapping[str, Any], path: str, cluster: Cluster) -> str:
     sid = request.get("sid")
     if not isinstance(sid, str) or sid not in cluster.services:
-        raise _err(f"{path}.sid", f"must name a service of the query, got {json.dumps(sid)}")
+        raise _err(f"{path}.sid", f"must name a service of the query, got {_show(sid)}")
     return sid
 
 
@@ -1593,6 +1640,7 @@ def decide(query: Mapping[str, Any]) -> dict[str, Any]:
     kind, body = next(iter(request.items()))
     path = f"query.{kind}"
     body = _mapping(body, path)
+    _known_keys(body, path, _REQUEST_KEYS[kind])
     answer: dict[str, Any]
     if kind == "select-node":
         sid = _known_sid(body, path, cluster)
@@ -1600,7 +1648,7 @@ def decide(query: Mapping[str, Any]) -> dict[str, Any]:
         if preference not in PREFERENCES:
             raise _err(
                 f"{path}.preference",
-                f"must be none, best-score or try-next, got {json.dumps(preference)}",
+                f"must be none, best-score or try-next, got {_show(preference)}",
             )
         failed = body.get("failed_nodes") or []
         if not isinstance(failed, list) or not all(isinstance(n, str) for n in failed):
@@ -1623,7 +1671,7 @@ def decide(query: Mapping[str, Any]) -> dict[str, Any]:
     elif kind == "rebalance":
         method = body.get("method", "bruteforce")
         if method not in ("bruteforce", "topsis"):
-            raise _err(f"{path}.method", f"must be bruteforce or topsis, got {json.dumps(method)}")
+            raise _err(f"{path}.method", f"must be bruteforce or topsis, got {_show(method)}")
         threshold = _number(body, "threshold", path, 0.3)
         margin = _number(body, "margin", path, 0.1)
         answer = load_balance(
@@ -1633,10 +1681,10 @@ def decide(query: Mapping[str, Any]) -> dict[str, Any]:
         sid = _known_sid(body, path, cluster)
         task = body.get("task", "migrate")
         if task not in ("migrate", "relocate"):
-            raise _err(f"{path}.task", f"must be migrate or relocate, got {json.dumps(task)}")
+            raise _err(f"{path}.task", f"must be migrate or relocate, got {_show(task)}")
         target = body.get("target")
         if not isinstance(target, str):
-            raise _err(f"{path}.target", f"must be a node name, got {json.dumps(target)}")
+            raise _err(f"{path}.target", f"must be a node name, got {_show(target)}")
         answer = execute_command(compiled, cluster, sid, task, target)
     answer["mode"] = usage.mode
     answer["dropped"] = dropped
@@ -1649,31 +1697,58 @@ def _dump(answer: Mapping[str, Any]) -> str:
     return json.dumps(answer, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
+def _read_line(number: int, line: str) -> Any:
+    """The JSON value on ``line``, or PveQueryError saying why there is none (one sentence)."""
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError:  # bytes that are not UTF-8, kept as lone surrogates
+        raise PveQueryError(f"line {number} is not UTF-8 text") from None
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as exc:
+        reason = exc.msg
+    except RecursionError:
+        reason = "it is nested too deeply"
+    except ValueError:  # an integer longer than Python converts
+        reason = f"a number has more than {sys.get_int_max_str_digits()} digits"
+    raise PveQueryError(f"line {number} is not valid JSON: {reason}")
+
+
+def answer_line(number: int, line: str) -> str:
+    """The answer to input line ``number`` (without its newline): never raises.
+
+    An error in the query is ``{"error": "line N: …"}`` naming the field; an error opendrs
+    cannot explain by the query (a bug) is ``{"error": "line N: internal error …"}`` — the
+    stream goes on either way.
+    """
+    try:
+        query = _read_line(number, line)
+    except PveQueryError as exc:
+        return _dump({"error": f"{exc}."})
+    try:
+        if not isinstance(query, dict):
+            raise PveQueryError("the query line must be a JSON object")
+        return _dump(decide(query))
+    except PveQueryError as exc:
+        return _dump({"error": f"line {number}: {exc}."})
+    except Exception as exc:  # the stream must go on; say it is not the query's fault
+        detail = " ".join(str(exc).split())[:200] or type(exc).__name__
+        return _dump(
+            {"error": f"line {number}: internal error (a bug in opendrs): {detail}."},
+        )
+
+
 def serve(stdin: TextIO, stdout: TextIO) -> int:
     """JSON-Lines service: one query per input line, one answer per output line.
 
-    Blank lines are skipped; a malformed line yields ``{"error": "..."}`` and the
-    stream goes on. Output is deterministic (sorted keys, compact separators)
-    and flushed after every answer. Returns 0.
+    Blank lines are skipped; a malformed line — not UTF-8 (when ``stdin`` decodes with
+    ``surrogateescape``), not JSON, an integer Python will not convert, an unknown key, a
+    number out of range — yields ``{"error": "..."}`` and the stream goes on. Output is
+    deterministic (sorted keys, compact separators) and flushed after every answer. Returns 0.
     """
     for number, line in enumerate(stdin, start=1):
         if not line.strip():
             continue
-        try:
-            query = json.loads(line)
-        except json.JSONDecodeError as exc:
-            answer: dict[str, Any] = {"error": f"line {number} is not valid JSON: {exc.msg}."}
-        except RecursionError:
-            answer = {"error": f"line {number} is not valid JSON: it is nested too deeply."}
-        else:
-            try:
-                if not isinstance(query, dict):
-                    raise PveQueryError("the query line must be a JSON object")
-                answer = decide(query)
-            except PveQueryError as exc:
-                answer = {"error": f"line {number}: {exc}."}
-            except Exception as exc:  # pragma: no cover - defensive: the stream must go on
-                answer = {"error": f"line {number}: cannot decide: {exc}."}
-        stdout.write(_dump(answer) + "\n")
+        stdout.write(answer_line(number, line) + "\n")
         stdout.flush()
     return 0

@@ -95,6 +95,7 @@ from opendrs.engine.strategies.base import (
 from opendrs.engine.usage import LoadModel, loaded_nodes, tolerance
 from opendrs.model.cluster import Cluster, Guest, Node, updater
 from opendrs.model.document import Path, Reader, describe
+from opendrs.model.units import format_duration
 
 Metric = Literal["spread", "cv", "memory-spread", "none"]
 DecisionKind = Literal["none", "plan", "repair"]
@@ -1255,13 +1256,34 @@ POLICY_KEYS: tuple[str, ...] = (
     "max_node_inflow",
     "maintenance_return",
 )
-_DURATIONS = ("interval", "cooldown", "no_return", "min_uptime", "smoothing", "avoid_after_failure")
-_FRACTIONS = ("threshold", "target", "margin")
-_MAX_COUNT = 1_000_000
+#: Each duration's range in seconds, (shortest, longest): configuration that validates runs.
+_DURATIONS: Mapping[str, tuple[int, int]] = MappingProxyType(
+    {
+        "interval": (0, 7 * 86400),  # 0 is refused with its own message
+        "cooldown": (0, 365 * 86400),
+        "no_return": (0, 365 * 86400),
+        "min_uptime": (0, 365 * 86400),
+        "smoothing": (0, 30 * 86400),
+        "avoid_after_failure": (0, 365 * 86400),
+    }
+)
+#: Each fraction's largest value: a spread or CV threshold and target (100 = 10000 %), and the
+#: relative improvement a plan must bring (at most all of it).
+_FRACTIONS: Mapping[str, float] = MappingProxyType(
+    {"threshold": 100.0, "target": 100.0, "margin": 1.0}
+)
+_MAX_COUNT = 100_000
+_MAX_HOLD = 10_000
+#: Most observations the smoothing window keeps (``smoothing / interval``): the window is
+#: memory, and it is copied at every observation.
+_MAX_SAMPLES = 10_000
+#: Largest size of a whole number and of a number a strategy option may take.
+_MAX_OPTION_INT = 2**31 - 1
+_MAX_OPTION_NUMBER = 1e15
 
 
-def _fraction(reader: Reader, value: object, path: Path) -> float:
-    """A number ≥ 0, or a percentage written ``15%`` (0.15)."""
+def _fraction(reader: Reader, value: object, path: Path, maximum: float) -> float:
+    """A number from 0 to ``maximum``, or a percentage written ``15%`` (0.15)."""
     if isinstance(value, str) and value.strip().endswith("%"):
         text = value.strip()[:-1].strip()
         try:
@@ -1270,8 +1292,10 @@ def _fraction(reader: Reader, value: object, path: Path) -> float:
             reader.fail(path, f"cannot read {describe(value)} as a percentage (example: 15%)")
         if not math.isfinite(number) or number < 0:
             reader.fail(path, f"must be a finite percentage ≥ 0, got {describe(value)}")
+        if number / 100 > maximum:
+            reader.fail(path, f"must not be more than {maximum * 100:g}%, got {describe(value)}")
         return number / 100
-    return reader.number(value, path)
+    return reader.number(value, path, maximum=maximum)
 
 
 def _option_value(reader: Reader, value: object, path: Path, default: object) -> object:
@@ -1283,12 +1307,22 @@ def _option_value(reader: Reader, value: object, path: Path, default: object) ->
     if isinstance(default, int):
         if isinstance(value, bool) or not isinstance(value, int):
             reader.fail(path, f"expected a whole number, got {describe(value)}")
+        if abs(value) > _MAX_OPTION_INT:
+            reader.fail(
+                path, f"must be from -{_MAX_OPTION_INT} to {_MAX_OPTION_INT}, got {describe(value)}"
+            )
         return value
     if isinstance(default, float):
         if isinstance(value, bool) or not isinstance(value, int | float):
             reader.fail(path, f"expected a number, got {describe(value)}")
         if not math.isfinite(value):
             reader.fail(path, f"expected a finite number, got {describe(value)}")
+        if abs(value) > _MAX_OPTION_NUMBER:
+            reader.fail(
+                path,
+                f"must be from -{_MAX_OPTION_NUMBER:g} to {_MAX_OPTION_NUMBER:g}, "
+                f"got {describe(value)}",
+            )
         return float(value)
     if isinstance(default, str) and not isinstance(value, str):
         reader.fail(path, f"expected text, got {describe(value)}")
@@ -1317,20 +1351,23 @@ def parse_policy(
         start = PRESETS[reader.choice(mapping["preset"], (*path, "preset"), tuple(PRESETS))]
     fields: dict[str, Any] = {}
     if "name" in mapping:
-        fields["name"] = reader.text(mapping["name"], (*path, "name"))
-    for key in _DURATIONS:
+        # The history keeps this name: no blanks around it, no control characters.
+        fields["name"] = reader.plain_name(mapping["name"], (*path, "name"))
+    for key, (shortest, longest) in _DURATIONS.items():
         if key in mapping:
-            fields[key] = reader.duration(mapping[key], (*path, key))
+            fields[key] = reader.duration(
+                mapping[key], (*path, key), minimum=shortest, maximum=longest
+            )
     if fields.get("interval") == 0:
         reader.fail((*path, "interval"), "must be at least 1 second")
     if "metric" in mapping:
         fields["metric"] = reader.choice(mapping["metric"], (*path, "metric"), METRICS)
-    for key in _FRACTIONS:
+    for key, largest in _FRACTIONS.items():
         if key in mapping:
-            fields[key] = _fraction(reader, mapping[key], (*path, key))
-    for key in ("hold", "batch"):
+            fields[key] = _fraction(reader, mapping[key], (*path, key), largest)
+    for key, most in (("hold", _MAX_HOLD), ("batch", _MAX_COUNT)):
         if key in mapping:
-            fields[key] = reader.integer(mapping[key], (*path, key), minimum=0, maximum=_MAX_COUNT)
+            fields[key] = reader.integer(mapping[key], (*path, key), minimum=0, maximum=most)
     for key in ("max_parallel", "max_node_inflow"):
         if key in mapping:
             item = mapping[key]
@@ -1366,9 +1403,72 @@ def parse_policy(
         }
     fields["options"] = options
     try:
-        return replace(start, **fields)
+        config = replace(start, **fields)
     except ValueError as exc:
         reader.fail(path, str(exc))
+    samples = config.smoothing // config.interval
+    if samples > _MAX_SAMPLES:
+        where = next((k for k in ("smoothing", "interval") if k in mapping), None)
+        reader.fail(
+            (*path, where) if where else path,
+            f"a smoothing of {format_duration(config.smoothing)} at an interval of "
+            f"{format_duration(config.interval)} keeps {samples} observations, at most "
+            f"{_MAX_SAMPLES}: shorten the smoothing or lengthen the interval",
+        )
+    if config.options:
+        refused = strategy_problem(config.strategy, _strategy_kwargs_for_check(config))
+        if refused is not None:
+            key, problem = refused
+            where: Path = path
+            if "options" in mapping:
+                where = (*path, "options", key) if key in config.options else (*path, "options")
+            reader.fail(where, f"strategy {config.strategy}: {problem}")
+    return config
+
+
+def _trial_cluster() -> Cluster:
+    """Two nodes, two guests on the first: a cluster every strategy has work to do on."""
+    gib = 1024**3
+    nodes = (Node("a", 8.0, 16 * gib), Node("b", 8.0, 16 * gib))
+    guests = tuple(
+        Guest(str(i), "a", cpu=2.0, memory=2 * gib, cpu_used=1.0, memory_used=gib, uptime=86400)
+        for i in (1, 2)
+    )
+    return Cluster(nodes, guests)
+
+
+def _strategy_kwargs_for_check(config: PolicyConfig) -> dict[str, Any]:
+    params = inspect.signature(REGISTRY[config.strategy].propose).parameters
+    return _strategy_kwargs(config, params, Memory(), 0.0)
+
+
+def strategy_problem(strategy: str, options: Mapping[str, Any]) -> tuple[str, str] | None:
+    """Why ``strategy`` refuses ``options``: ``(option, one line)``, or ``None`` when it takes
+    them. ``option`` is the option refused on its own, or ``""`` when no single one is.
+
+    Strategies check their options when they run; they are tried here on a small cluster, so
+    that a configuration (or a command line) with an option a strategy refuses is refused when
+    it is read, not when the daemon decides. A strategy that fails on that cluster whatever the
+    options is not the options' fault: its error propagates.
+    """
+
+    def refuses(given: Mapping[str, Any]) -> str | None:
+        try:
+            REGISTRY[strategy].propose(_trial_cluster(), forbidden=frozenset(), **given)
+        except Exception as exc:  # the options' fault, if the defaults run (below)
+            return " ".join(str(exc).split()) or type(exc).__name__
+        return None
+
+    problem = refuses(options)
+    if problem is None:
+        return None
+    if options:
+        REGISTRY[strategy].propose(_trial_cluster(), forbidden=frozenset())  # a broken strategy
+    for key, value in options.items():
+        alone = refuses({key: value})
+        if alone is not None:
+            return key, alone
+    return "", problem
 
 
 __all__ = [

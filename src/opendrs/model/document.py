@@ -23,7 +23,7 @@ from typing import Any, Final, Literal, NoReturn
 
 import yaml
 
-from opendrs.model.units import UnitError, parse_bytes, parse_duration
+from opendrs.model.units import UnitError, format_duration, parse_bytes, parse_duration
 
 #: Files larger than this are refused rather than read into memory.
 MAX_FILE_BYTES: Final = 256 * 1024**2
@@ -31,10 +31,14 @@ MAX_FILE_BYTES: Final = 256 * 1024**2
 MAX_BYTES: Final = 2**53
 #: Largest plain number accepted (cores, overcommit ratios, weights, priorities…).
 MAX_NUMBER: Final = 1e15
-#: Longest duration accepted, in seconds (about 285 million years).
-MAX_SECONDS: Final = 2**53
+#: Longest duration accepted anywhere, in seconds: 100 years (36500 days). Every duration is
+#: then a time the platform can wait for (sleeps, socket timeouts) and add to the clock; each
+#: field may bound it further.
+MAX_SECONDS: Final = 36500 * 86400
 #: Largest integer accepted as an id or a name.
 MAX_ID: Final = 2**63 - 1
+#: Longest name (of a cluster, node, guest, pool, policy) accepted, in characters.
+MAX_NAME: Final = 255
 
 Format = Literal["yaml", "json"]
 PathPart = str | int
@@ -338,7 +342,9 @@ class Reader:
         """A finite number ``>= minimum`` (``> minimum`` when ``positive``) and ``<= maximum``."""
         if isinstance(value, bool) or not isinstance(value, int | float):
             self.fail(path, f"expected a number, got {describe(value)}")
-        if isinstance(value, int) and abs(value) > MAX_NUMBER:
+        if isinstance(value, int) and abs(value) > MAX_NUMBER:  # before it becomes a float
+            if value < minimum:
+                self.fail(path, f"must not be less than {minimum:g}, got {describe(value)}")
             self.fail(path, f"number too large (at most {maximum:g})")
         number = float(value)
         if not math.isfinite(number):
@@ -370,14 +376,22 @@ class Reader:
             self.fail(path, f"must be greater than 0, got {describe(value)}")
         return size
 
-    def duration(self, value: object, path: Path) -> int:
-        """Seconds from a number or a string with units (``5m``, ``1d 6h``)."""
+    def duration(
+        self, value: object, path: Path, *, minimum: int = 0, maximum: int = MAX_SECONDS
+    ) -> int:
+        """Seconds from a number or a string with units (``5m``, ``1d 6h``), within
+        ``minimum`` and ``maximum`` (by default at most :data:`MAX_SECONDS`, 100 years)."""
         try:
             seconds = parse_duration(value)
         except UnitError as exc:
             self.fail(path, str(exc))
-        if seconds > MAX_SECONDS:
-            self.fail(path, "duration too long")
+        if seconds > maximum:
+            longest = format_duration(maximum)
+            if maximum == MAX_SECONDS:
+                longest += " (100 years)"
+            self.fail(path, f"must be at most {longest}, got {describe(value)}")
+        if seconds < minimum:
+            self.fail(path, f"must be at least {format_duration(minimum)}, got {describe(value)}")
         return seconds
 
     def text(self, value: object, path: Path, *, allow_int: bool = False) -> str:
@@ -395,6 +409,16 @@ class Reader:
         if not value.isprintable():
             self.fail(path, f"must contain only printable characters, got {describe(value)}")
         return value
+
+    def plain_name(self, value: object, path: Path, *, allow_int: bool = False) -> str:
+        """A name as the history keeps it: :meth:`text`, without blanks around it, at most
+        :data:`MAX_NAME` characters (cluster, node, guest, pool and policy names)."""
+        name = self.text(value, path, allow_int=allow_int)
+        if name != name.strip():
+            self.fail(path, f"must not have surrounding blanks, got {describe(name)}")
+        if len(name) > MAX_NAME:
+            self.fail(path, f"must be at most {MAX_NAME} characters, got {len(name)}")
+        return name
 
     def optional_text(self, value: object, path: Path) -> str | None:
         return None if value is None else self.text(value, path)
@@ -424,7 +448,7 @@ class Reader:
         out: list[tuple[str, Any, Path]] = []
         seen: set[str] = set()
         for key, item in mapping.items():
-            name = self.text(key, (*path, key_text(key)), allow_int=True)
+            name = self.plain_name(key, (*path, key_text(key)), allow_int=True)
             if name in seen:
                 self.fail((*path, name), f"duplicate {what} {describe(name)}")
             seen.add(name)

@@ -61,8 +61,10 @@ from opendrs.model.units import format_duration
 __all__ = [
     "FORMAT_VERSION",
     "MAX_BYTES",
+    "MAX_CORES",
     "MAX_FILE_BYTES",
     "MAX_NUMBER",
+    "MAX_RATIO",
     "RULE_TYPES",
     "SnapshotError",
     "dump",
@@ -78,6 +80,21 @@ __all__ = [
 FORMAT_VERSION: Final = 1
 #: The rule types, in the order :func:`to_dict` writes them.
 RULE_TYPES: Final = ("node-affinity", "pin", "affinity", "anti-affinity", "ignore")
+
+# Physically sensible ranges: a value outside them is a mistake in the file, refused when read,
+# not a number for a strategy to choke on. Sizes are bounded by MAX_BYTES (8 PiB).
+#: Most cores a node has, or a guest is configured with, uses, or a node keeps in reserve.
+MAX_CORES: Final = 100_000
+#: Fewest cores a node has: a load divided by its capacity stays a sensible number.
+MIN_NODE_CORES: Final = 0.01
+#: Largest overcommit ratio, resource weight and migration cost factor.
+MAX_RATIO: Final = 1000
+#: Smallest overcommit ratio (below 1, a node carries less than it has).
+MIN_OVERCOMMIT: Final = 0.01
+#: Longest ``min_uptime``, in seconds (a year).
+MAX_MIN_UPTIME: Final = 365 * 86400
+#: Smallest migration ``cost_unit``, in bytes.
+MIN_COST_UNIT: Final = 1024**2
 
 _DEFAULT_NAME: Final = "cluster"
 _PRESSURE_KEYS: Final = ("cpu", "memory", "io", "memory_full", "io_full")
@@ -230,7 +247,7 @@ class SnapshotReader(Reader):
         cpu = mapping.get("cpu")
         memory = mapping.get("memory")
         return (
-            None if cpu is None else self.number(cpu, (*path, "cpu")),
+            None if cpu is None else self.number(cpu, (*path, "cpu"), maximum=MAX_CORES),
             None if memory is None else self.size(memory, (*path, "memory")),
         )
 
@@ -253,11 +270,12 @@ class SnapshotReader(Reader):
         cluster_name = (
             _default_name(self.filename)
             if name is None
-            else self.text(name, ("name",), allow_int=True)
+            else self.plain_name(name, ("name",), allow_int=True)
         )
         settings = self.settings(doc.get("settings"), ("settings",))
         shared = self.storage(doc.get("storage"), ("storage",))
         nodes = self.nodes(self.require(doc, "nodes", ()), ("nodes",), shared)
+        self.check_reserves(nodes, settings)
         node_names = {node.name: node for node in nodes}
         guests_value = doc.get("guests")
         guests = () if guests_value is None else self.guests(guests_value, node_names, shared)
@@ -286,7 +304,14 @@ class SnapshotReader(Reader):
             fields["mode"] = self.choice(mapping["mode"], (*path, "mode"), USAGE_MODES)
         for key in ("cpu_overcommit", "memory_overcommit"):
             if key in mapping:
-                fields[key] = self.number(mapping[key], (*path, key), positive=True)
+                fields[key] = self.number(
+                    mapping[key], (*path, key), positive=True, maximum=MAX_RATIO
+                )
+                if fields[key] < MIN_OVERCOMMIT:
+                    self.fail(
+                        (*path, key),
+                        f"must be at least {MIN_OVERCOMMIT:g}, got {describe(mapping[key])}",
+                    )
         if "reserve" in mapping:
             cpu, memory = self.cpu_memory(mapping["reserve"], (*path, "reserve"))
             if cpu is not None:
@@ -309,23 +334,30 @@ class SnapshotReader(Reader):
                 fields["cost_unit"] = self.size(
                     migration["cost_unit"], (*mpath, "cost_unit"), positive=True
                 )
+                if fields["cost_unit"] < MIN_COST_UNIT:
+                    self.fail(
+                        (*mpath, "cost_unit"),
+                        f"must be at least 1MiB, got {describe(migration['cost_unit'])}",
+                    )
             if "cost_disk_factor" in migration:
                 key = "cost_disk_factor"
-                fields[key] = self.number(migration[key], (*mpath, key))
+                fields[key] = self.number(migration[key], (*mpath, key), maximum=MAX_RATIO)
         if "min_uptime" in mapping:
-            fields["min_uptime"] = self.duration(mapping["min_uptime"], (*path, "min_uptime"))
+            fields["min_uptime"] = self.duration(
+                mapping["min_uptime"], (*path, "min_uptime"), maximum=MAX_MIN_UPTIME
+            )
         if "weights" in mapping:
             wpath = (*path, "weights")
             weights = self.mapping(mapping["weights"], wpath)
             self.check_keys(weights, wpath, ("cpu", "memory"))
             defaults = Settings()
             cpu_weight = (
-                self.number(weights["cpu"], (*wpath, "cpu"))
+                self.number(weights["cpu"], (*wpath, "cpu"), maximum=MAX_RATIO)
                 if "cpu" in weights
                 else defaults.weight_cpu
             )
             memory_weight = (
-                self.number(weights["memory"], (*wpath, "memory"))
+                self.number(weights["memory"], (*wpath, "memory"), maximum=MAX_RATIO)
                 if "memory" in weights
                 else defaults.weight_memory
             )
@@ -360,11 +392,18 @@ class SnapshotReader(Reader):
         self.check_keys(mapping, path, _NODE_KEYS)
         fields: dict[str, Any] = {
             "name": name,
-            "cpu": self.number(self.require(mapping, "cpu", path), (*path, "cpu"), positive=True),
+            "cpu": self.number(
+                self.require(mapping, "cpu", path), (*path, "cpu"), positive=True, maximum=MAX_CORES
+            ),
             "memory": self.size(
                 self.require(mapping, "memory", path), (*path, "memory"), positive=True
             ),
         }
+        if fields["cpu"] < MIN_NODE_CORES:
+            self.fail(
+                (*path, "cpu"),
+                f"must be at least {MIN_NODE_CORES:g} cores, got {describe(mapping['cpu'])}",
+            )
         if "arch" in mapping:
             fields["arch"] = self.text(mapping["arch"], (*path, "arch"))
         for key in ("online", "maintenance"):
@@ -411,6 +450,34 @@ class SnapshotReader(Reader):
             guests.append(guest)
         return tuple(guests)
 
+    def check_reserves(self, nodes: tuple[Node, ...], settings: Settings) -> None:
+        """Every node's reserve leaves it some capacity: less than its cores and its memory.
+
+        A reserve that takes a whole node would leave a capacity of 0, and every load on it a
+        fraction without a value; it is refused at the node's own ``reserve`` or, when the node
+        takes the cluster default, at ``settings.reserve``.
+        """
+        for node in nodes:
+            for key, own, capacity, default in (
+                ("cpu", node.reserve_cpu, node.cpu, settings.reserve_cpu),
+                ("memory", node.reserve_memory, node.memory, settings.reserve_memory),
+            ):
+                reserve = default if own is None else own
+                if reserve < capacity:
+                    continue
+                where: Path = ("settings", "reserve", key)
+                if own is not None:
+                    where = ("nodes", node.name, "reserve", key)
+                if key == "cpu":
+                    has, kept = f"{_num(capacity)} cores", f"{_num(reserve)}"
+                else:
+                    has, kept = str(_size_out(int(capacity))), str(_size_out(int(reserve)))
+                self.fail(
+                    where,
+                    f"must be less than the node's {key} (node {describe(node.name)} has {has}), "
+                    f"got {kept}",
+                )
+
     def node_ref(self, value: object, path: Path, nodes: Mapping[str, Node]) -> str:
         name = self.text(value, path, allow_int=True)
         if name not in nodes:
@@ -427,7 +494,7 @@ class SnapshotReader(Reader):
         def at(key: str) -> Path:
             return (*path, key)
 
-        guest_id = self.text(self.require(mapping, "id", path), at("id"), allow_int=True)
+        guest_id = self.plain_name(self.require(mapping, "id", path), at("id"), allow_int=True)
         fields: dict[str, Any] = {"id": guest_id}
         if has("name") and mapping["name"] is not None:
             fields["name"] = self.text(mapping["name"], at("name"), allow_int=True)
@@ -438,7 +505,7 @@ class SnapshotReader(Reader):
         if has("state"):
             fields["state"] = self.choice(mapping["state"], at("state"), GUEST_STATES)
         if has("cpu"):
-            fields["cpu"] = self.number(mapping["cpu"], at("cpu"), positive=True)
+            fields["cpu"] = self.number(mapping["cpu"], at("cpu"), positive=True, maximum=MAX_CORES)
         fields["memory"] = self.size(
             self.require(mapping, "memory", path), at("memory"), positive=True
         )
@@ -857,7 +924,9 @@ def dumps(cluster: Cluster, fmt: str = "yaml") -> str:
     """
     document = to_dict(cluster)
     if fmt == "json":
-        return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+        # allow_nan=False: a number that is not finite (which no snapshot reads) is a ValueError,
+        # never an ``Infinity`` that is not JSON.
+        return json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
     if fmt == "yaml":
         return yaml.dump(
             document,

@@ -43,6 +43,14 @@ class UnitError(ValueError):
     """A size or duration that cannot be understood."""
 
 
+def _shown(value: object) -> str:
+    """A value for a message, kept short: a long text is cut, a huge number not written out."""
+    if isinstance(value, int) and abs(value) >= 10**30:
+        return "a very large number"
+    text = repr(value) if isinstance(value, str) else str(value)
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
 def parse_bytes(value: object) -> int:
     """Return a byte count from an int/float (bytes) or a string such as ``8GiB`` or ``1.5 TB``.
 
@@ -54,21 +62,21 @@ def parse_bytes(value: object) -> int:
         raise UnitError("expected a size such as 8GiB or a number of bytes, got a boolean")
     if isinstance(value, int):
         if value < 0:
-            raise UnitError(f"size must not be negative, got {value}")
+            raise UnitError(f"size must not be negative, got {_shown(value)}")
         return value
     if isinstance(value, float):
         if not math.isfinite(value) or value < 0:
-            raise UnitError(f"size must be a finite non-negative number, got {value}")
+            raise UnitError(f"size must be a finite non-negative number, got {_shown(value)}")
         return int(value)
     if isinstance(value, str):
         match = _SIZE_RE.match(value)
         if not match:
-            raise UnitError(f"cannot read {value!r} as a size (examples: 512MiB, 8GiB, 2TB)")
+            raise UnitError(f"cannot read {_shown(value)} as a size (examples: 512MiB, 8GiB, 2TB)")
         number, unit = match.groups()
         factor = _BYTE_UNITS.get(unit.lower())
         if factor is None:
             raise UnitError(
-                f"unknown size unit {unit!r} in {value!r} "
+                f"unknown size unit {_shown(unit)} in {_shown(value)} "
                 "(use B, KiB, MiB, GiB, TiB or K, M, G, T; kB, MB, GB, TB)"
             )
         if len(number.replace(".", "")) > 30:
@@ -76,7 +84,7 @@ def parse_bytes(value: object) -> int:
         try:
             return int(Decimal(number) * factor)
         except (InvalidOperation, OverflowError, ValueError):
-            raise UnitError(f"cannot read {value!r} as a size") from None
+            raise UnitError(f"cannot read {_shown(value)} as a size") from None
     raise UnitError(
         f"expected a size such as 8GiB or a number of bytes, got {type(value).__name__}"
     )
@@ -86,9 +94,13 @@ def parse_duration(value: object) -> int:
     """Return seconds from a number (seconds) or a string: ``300s``, ``5m``, ``6h``, ``1d 6h``."""
     if isinstance(value, bool):
         raise UnitError("expected a duration such as 5m or a number of seconds, got a boolean")
-    if isinstance(value, int | float):
+    if isinstance(value, int):  # of any size: math.isfinite() would overflow on a huge one
+        if value < 0:
+            raise UnitError(f"duration must be a finite non-negative number, got {_shown(value)}")
+        return value
+    if isinstance(value, float):
         if not math.isfinite(value) or value < 0:
-            raise UnitError(f"duration must be a finite non-negative number, got {value}")
+            raise UnitError(f"duration must be a finite non-negative number, got {_shown(value)}")
         return int(value)
     if isinstance(value, str):
         text = value.strip()
@@ -106,7 +118,9 @@ def parse_duration(value: object) -> int:
             pos = match.end()
             seen = True
         if not seen or text[pos:].strip():
-            raise UnitError(f"cannot read {value!r} as a duration (examples: 300s, 5m, 6h, 1d 6h)")
+            raise UnitError(
+                f"cannot read {_shown(value)} as a duration (examples: 300s, 5m, 6h, 1d 6h)"
+            )
         return int(total)
     raise UnitError(
         f"expected a duration such as 5m or a number of seconds, got {type(value).__name__}"
