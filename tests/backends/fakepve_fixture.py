@@ -12,7 +12,12 @@
   answering with Proxmox's errors; ``GET`` on it, Proxmox's migration precheck;
 * the HA stack: resources, manager status (services, targets, node maintenance), rules (or
   legacy groups, as before Proxmox VE 9), and migrate/relocate requests that the "HA manager"
-  carries out a little later, as a ``qmigrate``/``vzmigrate`` task owned by root@pam.
+  carries out a little later, as a ``qmigrate``/``vzmigrate`` task owned by root@pam;
+* ``DELETE /nodes/{node}/tasks/{upid}``, stopping a running task as Proxmox does (its owner may,
+  others need ``Sys.Modify`` on the node): the task ends with the error ``received interrupt``,
+  and a stopped migration leaves the guest on its source;
+* answers withheld after the work is done (:meth:`DrsFakePve.withhold`): the request reaches the
+  server and takes effect, but its answer comes late, or the connection breaks instead.
 
 :class:`FakeCluster` serves one on 127.0.0.1 (a port the system picks) over TLS with a
 certificate made by ``fakepve.certs.make_cert``, on its own event loop in a daemon thread.
@@ -21,6 +26,7 @@ certificate made by ``fakepve.certs.make_cert``, on its own event loop in a daem
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 import time
@@ -30,6 +36,7 @@ from typing import Any
 from aiohttp import web
 from fakepve import FakeCt, FakePve, FakeVm, PveError, TaskError
 from fakepve.certs import make_cert
+from fakepve.routing import param_error
 from fakepve.server import USER
 
 GiB = 1024**3
@@ -71,6 +78,103 @@ class DrsFakePve(FakePve):
         self._background: set[asyncio.Future[None]] = set()
         #: The HA manager refuses moves (as PVE 9 does with blocking resources).
         self.ha_blocking: list[dict[str, str]] = []
+        #: Answers withheld: (method, path suffix) -> seconds of delay, or None to break the
+        #: connection instead of answering.
+        self.withheld: dict[tuple[str, str], float | None] = {}
+        #: Set when the fake stops, to end withheld answers at once (made on the fake's loop).
+        self._stopping: asyncio.Event | None = None
+        #: Stop requests of running tasks: upid -> event.
+        self._task_stops: dict[str, asyncio.Event] = {}
+        #: UPIDs of the tasks stopped through the API.
+        self.stopped_tasks: list[str] = []
+
+    # -- withheld answers ----------------------------------------------------------------------
+
+    def withhold(self, method: str, suffix: str, secs: float | None = None) -> None:
+        """Do what requests ``method`` on a path ending with ``suffix`` ask, then answer only
+        after ``secs`` real seconds — or, with ``secs`` None, break the connection instead."""
+        self.withheld[(method, suffix)] = secs
+
+    def _withheld(self, request: web.Request) -> tuple[bool, float | None]:
+        for (method, suffix), secs in self.withheld.items():
+            if request.method == method and request.path.endswith(suffix):
+                return True, secs
+        return False, None
+
+    @web.middleware
+    async def _middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        response = await super()._middleware(request, handler)
+        withheld, secs = self._withheld(request)
+        if not withheld:
+            return response
+        if secs is None:
+            assert request.transport is not None
+            request.transport.close()
+            raise ConnectionResetError("fakepve: connection broken before the answer")
+        if self._stopping is None:
+            self._stopping = asyncio.Event()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), secs)
+        return response
+
+    async def stop(self) -> None:
+        if self._stopping is not None:
+            self._stopping.set()
+        for event in self._task_stops.values():
+            event.set()
+        await super().stop()
+
+    # -- tasks that can be stopped -------------------------------------------------------------
+
+    async def task(
+        self,
+        node: str,
+        ttype: str,
+        tid: Any,
+        user: str,
+        body: Any,
+        vm: Any = None,
+        lock: bool = True,
+        log: Any = (),
+    ) -> str:
+        """fakepve's task, which ``DELETE /nodes/{node}/tasks/{upid}`` can stop while it runs."""
+        stop = asyncio.Event()
+        started: list[str] = []
+
+        async def stoppable() -> Any:
+            work = asyncio.ensure_future(body())
+            stopped = asyncio.ensure_future(stop.wait())
+            try:
+                await asyncio.wait({work, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stopped.cancel()
+                if started:
+                    self._task_stops.pop(started[0], None)
+            if work.done():
+                return work.result()
+            work.cancel()  # the body's own clean-up runs: a migration leaves the guest where it was
+            with contextlib.suppress(asyncio.CancelledError):
+                await work
+            raise TaskError("received interrupt")
+
+        upid: str = await super().task(node, ttype, tid, user, stoppable, vm=vm, lock=lock, log=log)
+        if self.tasks[upid]["status"] == "running":  # it runs on (time_scale > 0): stoppable
+            started.append(upid)
+            self._task_stops[upid] = stop
+        return upid
+
+    async def _task_stop(self, v: dict[str, Any], user: str) -> None:
+        upid = v["upid"]
+        task = self.tasks.get(upid)
+        if task is None or task["node"] != v["node"]:
+            raise param_error(upid="unable to parse worker upid")
+        if not self._task_owner(user, task):
+            self.require(user, f"/nodes/{task['node']}", "Sys.Modify")
+        stop = self._task_stops.pop(upid, None)
+        if stop is not None and task["status"] == "running":
+            self.stopped_tasks.append(upid)
+            stop.set()
+        return None
 
     # -- nodes ---------------------------------------------------------------------------------
 
@@ -175,6 +279,7 @@ class DrsFakePve(FakePve):
             ("GET", "/cluster/ha/groups", self._ha_groups_list),
             ("POST", "/cluster/ha/resources/{sid}/migrate", self._ha_migrate),
             ("POST", "/cluster/ha/resources/{sid}/relocate", self._ha_relocate),
+            ("DELETE", "/nodes/{node}/tasks/{upid}", self._task_stop),
         ]
 
     async def _node_status(self, v: dict[str, Any], user: str) -> dict[str, Any]:

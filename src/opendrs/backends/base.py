@@ -7,6 +7,7 @@ this protocol, the way pve-ha-manager runs one manager against real and simulate
   ``migrating_to``, so the engine counts them on both nodes);
 * :meth:`Backend.start_migration` starts one live migration and returns a :class:`Handle` at once;
 * :meth:`Backend.poll` tells whether it is still running, done, or failed and why;
+* :meth:`Backend.cancel` asks the platform to stop a migration that is given up on;
 * :meth:`Backend.set_maintenance` puts a node into maintenance or takes it out, where the platform
   has it.
 
@@ -44,12 +45,18 @@ class BackendError(Exception):
     ``transient`` is true when trying again later may succeed (a timeout, an API error, a node
     that is busy), false when it will not (bad credentials, a guest that does not exist, a backend
     that is read-only).
+
+    ``uncertain`` is true when a request that changes the cluster (a migration) may have reached
+    the platform although no answer came back (the connection broke after the request was sent,
+    the call's deadline passed, the daemon was asked to stop meanwhile): the caller must look at
+    the platform to learn what happened, and must not simply send it again.
     """
 
-    def __init__(self, reason: str, *, transient: bool = True) -> None:
+    def __init__(self, reason: str, *, transient: bool = True, uncertain: bool = False) -> None:
         super().__init__(reason)
         self.reason = " ".join(reason.split()) or "unknown error"
         self.transient = transient
+        self.uncertain = uncertain
 
     def __str__(self) -> str:
         return self.reason
@@ -136,6 +143,15 @@ class Backend(Protocol):
 
     def poll(self, handle: Handle) -> Progress:
         """Where the migration stands now. Raises :class:`BackendError` when it cannot be asked."""
+        ...
+
+    def cancel(self, handle: Handle) -> bool:
+        """Ask the platform to stop a migration that is given up on (best effort).
+
+        Returns True when the platform was asked, False when it has no way to stop one. The
+        migration may still end either way: the caller looks at where the guest is afterwards.
+        Raises :class:`BackendError` when the request failed.
+        """
         ...
 
     def set_maintenance(self, node: str, enabled: bool) -> None:

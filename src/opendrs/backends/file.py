@@ -44,6 +44,9 @@ class FileBackend:
             f"no migration {handle.id}: the file backend is read-only", transient=False
         )
 
+    def cancel(self, handle: Handle) -> bool:
+        return False
+
     def set_maintenance(self, node: str, enabled: bool) -> None:
         raise BackendError("the file backend is read-only: no maintenance", transient=False)
 

@@ -4,11 +4,25 @@ Connection (:class:`ProxmoxConfig`, read from the ``backend:`` section by :func:
 an API token (recommended: ``user`` + ``token_name``, the secret in ``token_file`` or in the
 environment variable ``OPENDRS_PROXMOX_TOKEN``) or a password (``password_file`` or
 ``OPENDRS_PROXMOX_PASSWORD``). Secrets never come from the command line and are never logged, not
-even inside an exception's message. TLS verification is on unless ``verify_tls: false`` says
-otherwise (which logs a warning); ``ca_file`` names the cluster's CA
-(``/etc/pve/pve-root-ca.pem``). Every call has a timeout; calls that read are retried a bounded
-number of times with exponential backoff, and the API ``hosts`` are tried in turn while one is
-down. A migration request is never sent twice unless the first surely did not reach the server.
+even inside an exception's message; a secret file others could change (writable by its group or
+by every user, or owned by someone else than the user running opendrs or root) is refused. TLS
+verification is on unless ``verify_tls: false`` says otherwise (which logs a warning); ``ca_file``
+names the cluster's CA (``/etc/pve/pve-root-ca.pem``).
+
+Deadlines: each try of a call — one HTTP request to one host: connect, TLS, send, the whole
+answer — ends within ``timeout``, whatever the server does (it runs on a thread of its own, which
+the caller stops waiting for; the try's sockets are then shut down, so the thread ends too). A
+read is tried again after a timeout, a lost connection or a passing server error, on each host in
+turn, ``retries`` more times with exponential backoff, so one read takes at most
+``(retries + 1) × len(hosts) × timeout`` plus the backoffs (47 s with the defaults and one host).
+A migration request is never sent twice unless the first surely did not reach the server; when it
+may have (no answer in time, the connection broke after sending, a stop request), the
+:class:`~opendrs.backends.base.BackendError` says ``uncertain``. While a call waits (for its
+answer, or between tries), ``should_stop()`` is asked every 0.2 s; once it is true the call is
+given up on and no new one is sent. An observation ends at its first read that fails for good
+(the reads under way are given up on, those not started dropped), and an RRD read that gets no
+answer makes the observation skip the other RRD reads, so an API that stops answering ends an
+observation within about two reads' worst case.
 
 :meth:`ProxmoxBackend.observe` reads, per observation:
 
@@ -36,21 +50,26 @@ HA-managed guests through the HA stack (``/cluster/ha/resources/{sid}/migrate``,
 containers), so the HA manager does not fight the move. The handle's id is the task's UPID (which
 names the node to poll it on); for a request to the HA stack it is
 ``ha:<sid>:<source>:<target>:<since>`` until :meth:`~ProxmoxBackend.poll` finds the task the HA
-manager started.
+manager started. :meth:`~ProxmoxBackend.cancel` stops the migration's task
+(``DELETE /nodes/{node}/tasks/{upid}``); a request to the HA stack can be stopped only once its
+task is known.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 import os
+import pwd
 import re
+import socket
 import stat
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path as FsPath
 from typing import Any, Final, Literal, TypeVar
@@ -70,7 +89,7 @@ from opendrs.model.cluster import (
 )
 from opendrs.model.document import Path, Reader, describe
 from opendrs.model.rules import GuestAffinity, NodeAffinity, Rules
-from opendrs.model.units import format_bytes
+from opendrs.model.units import format_bytes, format_duration
 
 __all__ = [
     "ENV_PASSWORD",
@@ -109,6 +128,12 @@ _SECRET_MAX: Final = 4096
 _WORKERS: Final = 4
 #: Longest wait between two tries of a call, in seconds.
 _BACKOFF_MAX: Final = 30.0
+#: How often a call waiting for its answer (or a backoff) asks whether opendrs is stopping, s.
+_STOP_POLL: Final = 0.2
+#: Threads of tries given up on that may still be ending; beyond, calls fail at once.
+_STRAGGLERS_MAX: Final = 16
+#: The range of ``timeout``, in seconds.
+_TIMEOUT_RANGE: Final = (1, 3600)
 #: HTTP statuses worth asking again (a read only): the server or a proxy had a passing problem.
 _RETRY_STATUS: Final = frozenset({500, 502, 503, 504, 599})
 #: Proxmox's statuses for a node it cannot reach (pveproxy's proxying to another node failed).
@@ -157,7 +182,7 @@ class ProxmoxConfig:
     password_file: str | None = None
     verify_tls: bool = True
     ca_file: str | None = None
-    #: Seconds one API call may take.
+    #: Seconds one try of an API call may take, all told (connect, send, the whole answer).
     timeout: float = 10.0
     #: Extra tries of a failed read (and of a request that surely did not arrive).
     retries: int = 3
@@ -295,9 +320,15 @@ def parse_proxmox(reader: Reader, value: object, path: Path) -> ProxmoxConfig:
 
     timeout = 10.0
     if "timeout" in mapping:
-        timeout = float(reader.duration(mapping["timeout"], (*path, "timeout")))
-        if timeout <= 0:
-            reader.fail((*path, "timeout"), "must be at least 1s")
+        seconds = reader.duration(mapping["timeout"], (*path, "timeout"))
+        shortest, longest = _TIMEOUT_RANGE
+        if not shortest <= seconds <= longest:
+            reader.fail(
+                (*path, "timeout"),
+                f"must be between {format_duration(shortest)} and {format_duration(longest)}, "
+                f"got {describe(mapping['timeout'])}",
+            )
+        timeout = float(seconds)
     retries = 3
     if "retries" in mapping:
         retries = reader.integer(mapping["retries"], (*path, "retries"), minimum=0, maximum=10)
@@ -332,8 +363,37 @@ class _SecretError(Exception):
     """A secret that cannot be had; the message names the file, never the content."""
 
 
+def _user(uid: int) -> str:
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _check_secret_file(file: str, info: os.stat_result) -> None:
+    """Refuse a secret file others could change: one writable by its group or by every user,
+    or one that belongs to neither the user running opendrs nor root."""
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        who = "every user" if mode & stat.S_IWOTH else "its group"
+        raise _SecretError(
+            f"the secret file {file!r} is writable by {who} (mode {mode:04o}): "
+            "chmod 600 (or 640) it"
+        )
+    euid = os.geteuid()
+    if info.st_uid not in (euid, 0):
+        raise _SecretError(
+            f"the secret file {file!r} belongs to {_user(info.st_uid)}, not to the user running "
+            f"opendrs ({_user(euid)}) or root: chown it"
+        )
+
+
 def _read_secret_file(file: str) -> str:
-    """The secret in ``file`` (surrounding white space dropped), or :class:`_SecretError`."""
+    """The secret in ``file`` (surrounding white space dropped), or :class:`_SecretError`.
+
+    A file others could change is refused (:func:`_check_secret_file`); one every user may read
+    is used, with a warning.
+    """
     try:
         info = os.stat(file)
     except OSError as exc:
@@ -342,6 +402,10 @@ def _read_secret_file(file: str) -> str:
         raise _SecretError(f"the secret file {file!r} is not a regular file")
     try:
         with open(file, "rb") as stream:
+            info = os.fstat(stream.fileno())  # the file read, even if it was replaced meanwhile
+            if not stat.S_ISREG(info.st_mode):
+                raise _SecretError(f"the secret file {file!r} is not a regular file")
+            _check_secret_file(file, info)
             data = stream.read(_SECRET_MAX + 1)
     except OSError as exc:
         raise _SecretError(f"cannot read the secret file {file!r}: {exc.strerror}") from None
@@ -513,7 +577,13 @@ def _parse_upid(text: str) -> _Upid | None:
 
 
 # --------------------------------------------------------------------------------------------
-# The API client: hosts in turn, timeouts, bounded retries, errors as BackendError
+# The API client: hosts in turn, a deadline per try, bounded retries, errors as BackendError
+#
+# Each try (one HTTP request to one API host) runs on a thread of its own while the calling thread
+# waits for it, at most ``timeout`` seconds and asking every 0.2 s whether opendrs is stopping.
+# A try given up on (deadline passed, stop requested) has its connections shut down — the
+# transport below tells each try which sockets it uses — so its thread ends soon after, and calls
+# fail at once while too many such threads are still alive: they cannot pile up.
 
 
 class _HttpError(BackendError):
@@ -525,20 +595,208 @@ class _HttpError(BackendError):
         self.message = message
 
 
+class _Expired(BackendError):
+    """A try that did not end within its deadline (``timeout``)."""
+
+
+class _Abandoned(BackendError):
+    """A call given up on: opendrs is stopping, or the observation it served failed."""
+
+
+#: Per thread: the try under way (on a try's thread), the abort flag of an observation's reads.
+_local = threading.local()
+
+
+class _Try:
+    """One HTTP request to one host, on a thread of its own; :meth:`abandon` ends it early."""
+
+    def __init__(self, work: Callable[[], Any]) -> None:
+        self._work = work
+        self.done = threading.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        self._abandoned = False
+
+    def run(self) -> None:
+        _local.current = self
+        try:
+            self.result = self._work()
+        except BaseException as exc:  # handed over to the waiting caller
+            self.error = exc
+        finally:
+            _local.current = None
+            self.done.set()
+
+    def track(self, sock: socket.socket) -> None:
+        """A socket this try uses (shut down at once when the try was given up on)."""
+        with self._lock:
+            if not self._abandoned:
+                self._sockets.append(sock)
+                return
+        _shut(sock)
+
+    def abandon(self) -> None:
+        """Shut the try's connections down: whatever its thread waits for ends with an error."""
+        with self._lock:
+            self._abandoned = True
+            sockets, self._sockets = self._sockets, []
+        for sock in sockets:
+            _shut(sock)
+
+
+def _shut(sock: socket.socket) -> None:
+    # Not SSLSocket.shutdown (which drops its TLS state under a reading thread): the socket's own.
+    with contextlib.suppress(OSError):
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+def _track(sock: socket.socket | None) -> None:
+    current: _Try | None = getattr(_local, "current", None)
+    if current is not None and sock is not None:
+        current.track(sock)
+
+
+@functools.cache
+def _adapter_type() -> type[Any]:
+    """A requests transport adapter whose connections tell the try under way their socket."""
+    from requests.adapters import HTTPAdapter
+    from urllib3.connection import HTTPConnection, HTTPSConnection
+    from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+    from urllib3.poolmanager import ProxyManager
+
+    class Tracked:
+        #: A second descriptor of the connection's socket: shutting it down from another thread
+        #: ends a TLS handshake or a read under way, whatever object wraps the socket by then.
+        _opendrs_handle: socket.socket | None = None
+
+        def _new_conn(self) -> socket.socket:
+            sock: socket.socket = super()._new_conn()  # type: ignore[misc]
+            self._opendrs_drop()
+            with contextlib.suppress(OSError):
+                self._opendrs_handle = sock.dup()
+            _track(self._opendrs_handle)
+            return sock
+
+        def request(self, *args: Any, **kwargs: Any) -> Any:
+            _track(self._opendrs_handle)  # a kept-alive connection, used by another try
+            return super().request(*args, **kwargs)  # type: ignore[misc]
+
+        def close(self) -> None:
+            try:
+                super().close()  # type: ignore[misc]
+            finally:
+                self._opendrs_drop()
+
+        def _opendrs_drop(self) -> None:
+            handle, self._opendrs_handle = self._opendrs_handle, None
+            if handle is not None:
+                handle.close()
+
+    class TrackedHTTPConnection(Tracked, HTTPConnection):
+        pass
+
+    class TrackedHTTPSConnection(Tracked, HTTPSConnection):
+        pass
+
+    class TrackedHTTPPool(HTTPConnectionPool):
+        ConnectionCls = TrackedHTTPConnection
+
+    class TrackedHTTPSPool(HTTPSConnectionPool):
+        ConnectionCls = TrackedHTTPSConnection
+
+    pools = {"http": TrackedHTTPPool, "https": TrackedHTTPSPool}
+
+    class TrackedAdapter(HTTPAdapter):
+        def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+            super().init_poolmanager(*args, **kwargs)
+            self.poolmanager.pool_classes_by_scheme = pools
+
+        def proxy_manager_for(self, proxy: Any, **kwargs: Any) -> Any:
+            manager = super().proxy_manager_for(proxy, **kwargs)
+            if isinstance(manager, ProxyManager):
+                manager.pool_classes_by_scheme = pools
+            return manager
+
+    return TrackedAdapter
+
+
+@functools.cache
+def _ticket_auth_type() -> type[Any]:
+    """proxmoxer's password login, sent through the API session (and so under a try's deadline).
+
+    proxmoxer's own logs in with ``requests.post``, around the session's transport, where a try
+    given up on could not end it.
+    """
+    from proxmoxer import AuthenticationError
+    from proxmoxer.backends.https import ProxmoxHTTPAuth, ProxmoxHTTPAuthBase
+
+    class TicketAuth(ProxmoxHTTPAuth):  # type: ignore[misc]
+        def __init__(
+            self, session: Any, base_url: str, user: str, password: str, **kwargs: Any
+        ) -> None:
+            ProxmoxHTTPAuthBase.__init__(self, **kwargs)  # not ProxmoxHTTPAuth's: no login yet
+            self.base_url = base_url
+            self.username = user
+            self.pve_auth_ticket = ""
+            self.csrf_prevention_token = ""
+            self.birth_time = time.monotonic()
+            self._session = session
+            #: No ticket: for the login request itself.
+            self._plain = ProxmoxHTTPAuthBase(**kwargs)
+            self._get_new_tokens(password=password)
+
+        def _get_new_tokens(
+            self, password: str | None = None, otp: Any = None, otptype: Any = None
+        ) -> None:
+            url = self.base_url + "/access/ticket"
+            data = {"username": self.username, "password": password or self.pve_auth_ticket}
+            response = self._session.request("POST", url, data=data, auth=self._plain)
+            status = response.status_code
+            if status == 200:
+                answer = response.json()["data"]
+                if isinstance(answer, dict) and "ticket" in answer and not answer.get("NeedTFA"):
+                    self.birth_time = time.monotonic()
+                    self.pve_auth_ticket = str(answer["ticket"])
+                    self.csrf_prevention_token = str(answer.get("CSRFPreventionToken", ""))
+                    return
+                status = 401  # a second factor is asked for: not supported
+            raise AuthenticationError(
+                f"Couldn't authenticate user: {self.username} to {url} code: {status}"
+            )
+
+        def __call__(self, request: Any) -> Any:
+            request = super().__call__(request)  # renews the ticket when it is old
+            request.prepare_cookies(self.get_cookies())  # the ticket in force now
+            return request
+
+    return TicketAuth
+
+
 class _Client:
     """Calls the Proxmox API through proxmoxer, one session per API host."""
 
-    def __init__(self, config: ProxmoxConfig, secret: str) -> None:
+    def __init__(
+        self,
+        config: ProxmoxConfig,
+        secret: str,
+        should_stop: Callable[[], bool] = lambda: False,
+    ) -> None:
         self._config = config
         self._secret = secret
+        self._should_stop = should_stop
         self._hosts = [p for p in (_parse_host(h) for h in config.hosts) if p is not None]
         if not self._hosts:
             raise BackendError("no usable API host in the configuration", transient=False)
         self._apis: dict[int, Any] = {}
         self._current = 0
         self._lock = threading.Lock()
-        #: Seconds to wait between rounds of tries (replaceable in tests).
-        self.sleep: Callable[[float], None] = time.sleep
+        #: Threads of tries given up on that have not ended yet.
+        self._stragglers: list[threading.Thread] = []
+        #: Waits between rounds of tries; returns early when opendrs is stopping (replaceable
+        #: in tests).
+        self.sleep: Callable[[float], None] = self._pause
 
     def host_text(self, index: int) -> str:
         return _host_text(*self._hosts[index])
@@ -547,32 +805,57 @@ class _Client:
         """``text`` without the secret, whatever put it there."""
         return text.replace(self._secret, "***") if self._secret else text
 
+    def _connect(self, index: int) -> Any:
+        """A proxmoxer API object for a host, on the tracked transport (logged in, for a
+        password)."""
+        from proxmoxer import ProxmoxAPI
+
+        host, port = self._hosts[index]
+        config = self._config
+        verify: bool | str = (config.ca_file or True) if config.verify_tls else False
+        # With a password, proxmoxer would log in here, around the tracked transport: it gets a
+        # token placeholder instead, and the login happens below through the session.
+        api = ProxmoxAPI(
+            host,
+            port=port,
+            user=config.user,
+            verify_ssl=verify,
+            timeout=config.timeout,
+            service="PVE",
+            token_name=config.token_name or "-",
+            token_value=self._secret if config.token_name else "-",
+        )
+        session = api._store["session"]
+        adapter = _adapter_type()
+        session.mount("https://", adapter())
+        session.mount("http://", adapter())
+        if not config.token_name:
+            try:
+                session.auth = _ticket_auth_type()(
+                    session,
+                    api._backend.get_base_url(),
+                    config.user,
+                    self._secret,
+                    timeout=config.timeout,
+                    service="PVE",
+                    verify_ssl=verify,
+                )
+            except BaseException:
+                _close_api(api)
+                raise
+        return api
+
     def _api(self, index: int) -> Any:
         with self._lock:
             api = self._apis.get(index)
-            if api is not None:
-                return api
-            from proxmoxer import ProxmoxAPI
-
-            host, port = self._hosts[index]
-            config = self._config
-            verify: bool | str = (config.ca_file or True) if config.verify_tls else False
-            auth: dict[str, Any] = (
-                {"token_name": config.token_name, "token_value": self._secret}
-                if config.token_name
-                else {"password": self._secret}
-            )
-            api = ProxmoxAPI(
-                host,
-                port=port,
-                user=config.user,
-                verify_ssl=verify,
-                timeout=config.timeout,
-                service="PVE",
-                **auth,
-            )
-            self._apis[index] = api
+        if api is not None:
             return api
+        api = self._connect(index)  # outside the lock: a password login takes a request
+        with self._lock:
+            existing = self._apis.setdefault(index, api)
+        if existing is not api:
+            _close_api(api)
+        return existing
 
     def _forget(self, index: int) -> None:
         with self._lock:
@@ -592,17 +875,88 @@ class _Client:
     def post(self, path: str, **data: Any) -> Any:
         return self._call("POST", path, data)
 
+    def delete(self, path: str, **params: Any) -> Any:
+        return self._call("DELETE", path, params)
+
+    def _stop_reason(self) -> str | None:
+        """Why calls must end now, if they must."""
+        if self._should_stop():
+            return "opendrs is stopping"
+        abort: threading.Event | None = getattr(_local, "abort", None)
+        if abort is not None and abort.is_set():
+            return "another read of the observation failed"
+        return None
+
+    def _pause(self, seconds: float) -> None:
+        """Sleep, in slices: a stop request ends the wait (and the next try is not sent)."""
+        end = time.monotonic() + seconds
+        while self._stop_reason() is None:
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(left, _STOP_POLL))
+
+    def _try(self, index: int, method: str, path: str, params: dict[str, Any], what: str) -> Any:
+        """One request to one host, given up on at the deadline or when opendrs is stopping."""
+        where = self.host_text(index)
+        reason = self._stop_reason()
+        if reason is not None:
+            raise _Abandoned(f"{what} on {where}: not sent: {reason}")
+        with self._lock:
+            self._stragglers = [t for t in self._stragglers if t.is_alive()]
+            stragglers = len(self._stragglers)
+        if stragglers >= _STRAGGLERS_MAX:
+            raise BackendError(
+                f"{what} on {where}: not sent: {stragglers} calls given up on have not ended yet"
+            )
+
+        def work() -> Any:
+            resource = self._api(index)(path)
+            call = {"GET": resource.get, "POST": resource.post, "DELETE": resource.delete}
+            return call[method](**params)
+
+        attempt = _Try(work)
+        thread = threading.Thread(target=attempt.run, name="opendrs-pve-call", daemon=True)
+        timeout = self._config.timeout
+        deadline = time.monotonic() + timeout
+        thread.start()
+        ended = False
+        try:
+            while not attempt.done.wait(max(0.0, min(_STOP_POLL, deadline - time.monotonic()))):
+                reason = self._stop_reason()
+                if reason is None and time.monotonic() < deadline:
+                    continue
+                # A request that changes the cluster may have arrived and taken effect.
+                uncertain = method == "POST"
+                if reason is not None:
+                    raise _Abandoned(f"{what} on {where}: given up: {reason}", uncertain=uncertain)
+                raise _Expired(
+                    f"{what} on {where}: no answer within {timeout:g}s", uncertain=uncertain
+                )
+            ended = True
+        finally:
+            if not ended:  # given up on (or the waiting thread was interrupted): let it go
+                attempt.abandon()
+                with self._lock:
+                    self._stragglers.append(thread)
+        if attempt.error is not None:
+            raise attempt.error
+        return attempt.result
+
     def _call(self, method: str, path: str, params: dict[str, Any]) -> Any:
         """One API call: each host in turn, then again after a backoff, ``retries`` more times.
 
-        A read is tried again after a timeout, a lost connection or a passing server error; a
-        write only when the request surely did not reach the server (connection refused).
+        Every try has a deadline of ``timeout``. A read (or a ``DELETE``, which stops a task) is
+        tried again after a timeout, a lost connection or a passing server error; a ``POST`` only
+        when it surely did not reach the server (connection refused), else the error says
+        ``uncertain``. A stop request ends the call at once.
         """
         import requests
         from proxmoxer import AuthenticationError, ResourceException
 
         config = self._config
         what = f"{method} /{path}"
+        repeatable = method != "POST"
         last: BackendError | None = None
         for attempt in range(config.retries + 1):
             if attempt:
@@ -615,13 +969,19 @@ class _Client:
             for index in [(start + k) % len(self._hosts) for k in range(len(self._hosts))]:
                 where = self.host_text(index)
                 try:
-                    resource = self._api(index)(path)
-                    call = resource.get if method == "GET" else resource.post
-                    result = call(**params)
+                    result = self._try(index, method, path, params, what)
+                except _Abandoned:
+                    raise
+                except _Expired as error:
+                    if not repeatable:
+                        raise
+                    last = error
+                    self._note(error)
+                    continue
                 except ResourceException as exc:
                     error = self._http_error(exc, what, where)
                     if (
-                        method != "GET"
+                        not repeatable
                         or exc.status_code not in _RETRY_STATUS
                         or not error.transient
                     ):
@@ -647,13 +1007,12 @@ class _Client:
                     if _is_tls(exc):
                         self._forget(index)
                     error, sent = self._network_error(exc, what, where)
-                    if sent and method != "GET":
-                        raise error from None
+                    if sent and not repeatable:
+                        raise BackendError(
+                            error.reason, transient=error.transient, uncertain=True
+                        ) from None
                     last = error
-                    if len(self._hosts) > 1:
-                        log.warning("%s; trying the next API host", error)
-                    else:
-                        log.debug("%s", error)
+                    self._note(error)
                     continue
                 except (ValueError, TypeError, KeyError) as exc:
                     # A malformed answer (not JSON, not the expected shape) from proxmoxer.
@@ -673,6 +1032,12 @@ class _Client:
                 raise _HttpError(reason, last.status, last.message, transient=True)
             raise BackendError(reason, transient=True)
         raise last
+
+    def _note(self, error: BackendError) -> None:
+        if len(self._hosts) > 1:
+            log.warning("%s; trying the next API host", error)
+        else:
+            log.debug("%s", error)
 
     def _http_error(self, exc: Any, what: str, where: str) -> _HttpError:
         status = int(exc.status_code)
@@ -730,9 +1095,15 @@ class _Client:
             found = _ERRNO.search(text)
             reason = found.group(1).strip().lower() if found else "connection lost"
             sent = "NewConnectionError" not in text and "NameResolutionError" not in text
+            if not sent:
+                return BackendError(
+                    self.scrub(f"{what} on {where}: cannot connect: {reason}"), transient=True
+                ), False
+            if "BadStatusLine" in text or "InvalidHeader" in text:
+                reason = "the answer is not HTTP"
             return BackendError(
-                self.scrub(f"{what} on {where}: cannot connect: {reason}"), transient=True
-            ), sent
+                self.scrub(f"{what} on {where}: no answer: {reason}"), transient=True
+            ), True
         return BackendError(
             self.scrub(f"{what} on {where}: request failed ({type(exc).__name__})"),
             transient=True,
@@ -950,8 +1321,11 @@ class ProxmoxBackend:
         *,
         cluster_name: str | None = None,
         environ: Mapping[str, str] | None = None,
+        should_stop: Callable[[], bool] | None = None,
     ) -> None:
         self.config = config
+        #: Asked while a call waits for its answer: once true, the call is abandoned.
+        self.should_stop: Callable[[], bool] = should_stop or (lambda: False)
         self.settings = settings
         self._cluster_name = cluster_name
         if not config.verify_tls:
@@ -960,7 +1334,7 @@ class ProxmoxBackend:
                 "network path can read the credentials; set ca_file instead"
             )
         secret = _load_secret(config, os.environ if environ is None else environ)
-        self._client = _Client(config, secret)
+        self._client = _Client(config, secret, lambda: self.should_stop())
         self._known: dict[str, _Known] = {}
         self._shared: frozenset[str] | None = None
         self._seen_storages: frozenset[str] = frozenset()
@@ -968,6 +1342,8 @@ class ProxmoxBackend:
         self._resolved: dict[str, str] = {}
         self._followed: dict[str, None] = {}
         self._warned: set[str] = set()
+        #: Set when an RRD read of the observation under way failed: the others are skipped.
+        self._rrd_failed = threading.Event()
 
     def __repr__(self) -> str:
         return f"ProxmoxBackend({', '.join(self.config.hosts)} as {self.config.auth_id})"
@@ -984,7 +1360,14 @@ class ProxmoxBackend:
 
     def _rrd(self, path: str) -> list[dict[str, Any]]:
         """RRD points over the usage window; none when the RRD cannot be read (the current
-        values stand in), unless the credentials are the problem."""
+        values stand in), unless the credentials are the problem.
+
+        Once an RRD read of an observation got no answer (after its retries), the observation's
+        other RRD reads are skipped: a node whose RRD hangs costs one call's worst case, not one
+        per guest.
+        """
+        if self._rrd_failed.is_set():
+            return []
         try:
             return _list(
                 self._get(path, timeframe=self.config.usage_window, cf="AVERAGE"), f"/{path}"
@@ -993,8 +1376,16 @@ class ProxmoxBackend:
             if exc.status in (401, 403):
                 raise
             log.debug("no RRD data: %s", exc)
+        except _Abandoned:
+            raise
         except BackendError as exc:
-            log.debug("no RRD data: %s", exc)
+            if not self._rrd_failed.is_set():
+                self._rrd_failed.set()
+                log.info("no RRD data: %s; the current values stand in this time", exc)
+                self._warn_once(
+                    "RRD data cannot be read (no answer): the current values stand in for the "
+                    "measured usage while it cannot"
+                )
         return []
 
     def _remember(self, key: str, upid: str | None = None) -> None:
@@ -1007,12 +1398,36 @@ class ProxmoxBackend:
                 del table[next(iter(table))]
 
     def _gather(self, jobs: Sequence[Callable[[], T]]) -> list[T]:
-        """Run the reads ``jobs`` a few at a time; the first error is raised."""
+        """Run the reads ``jobs`` a few at a time; the first error is raised.
+
+        Once a read failed, the reads not started are dropped and those under way given up on
+        (their calls end within a fraction of a second): a failing API ends an observation after
+        one call's worst case, not one per guest.
+        """
         if len(jobs) <= 1:
             return [job() for job in jobs]
+        abort = threading.Event()
+
+        def run(job: Callable[[], T]) -> T:
+            _local.abort = abort
+            try:
+                return job()
+            finally:
+                _local.abort = None
+
         with ThreadPoolExecutor(max_workers=_WORKERS, thread_name_prefix="opendrs-pve") as pool:
-            futures = [pool.submit(job) for job in jobs]
-            return [f.result() for f in futures]
+            futures = [pool.submit(run, job) for job in jobs]
+            wait(futures, return_when=FIRST_EXCEPTION)
+            if any(f.done() and f.exception() is not None for f in futures):
+                abort.set()
+                for future in futures:
+                    future.cancel()
+        errors = [f.exception() for f in futures if not f.cancelled()]
+        failures = [e for e in errors if e is not None]
+        if failures:
+            # The read that failed first in the list, rather than one given up on because of it.
+            raise next((e for e in failures if not isinstance(e, _Abandoned)), failures[0])
+        return [f.result() for f in futures]
 
     # -- observe -----------------------------------------------------------------------------
 
@@ -1027,6 +1442,7 @@ class ProxmoxBackend:
             ) from None
 
     def _observe(self) -> Cluster:
+        self._rrd_failed = threading.Event()
         resources = _list(self._get("cluster/resources"), "/cluster/resources")
         node_rows = {
             str(r["node"]): r for r in resources if r.get("type") == "node" and r.get("node")
@@ -1797,6 +2213,59 @@ class ProxmoxBackend:
                 f"within {_HA_START_GRACE:g}s (see 'ha-manager status')"
             )
         return RUNNING
+
+    def cancel(self, handle: Handle) -> bool:
+        """Stop the migration's task (``DELETE /nodes/{node}/tasks/{upid}``).
+
+        False when there is no task to stop: a request to the HA stack whose task the HA manager
+        has not started yet (the HA stack has no way to take a request back), or a task the node
+        does not know. The owner of a task may stop it; the HA manager's tasks belong to
+        ``root@pam``, and stopping them takes ``Sys.Modify`` on the node.
+        """
+        try:
+            return self._cancel(handle)
+        except BackendError:
+            raise
+        except Exception as exc:  # nothing but BackendError may escape
+            raise BackendError(
+                self._client.scrub(f"cannot stop {handle.id}: {type(exc).__name__}: {exc}")
+            ) from None
+
+    def _cancel(self, handle: Handle) -> bool:
+        upid = self._resolved.get(handle.id)
+        if upid is None:
+            own = None if handle.id.startswith("ha:") else _parse_upid(handle.id)
+            if own is not None and own.type != "hamigrate":
+                upid = handle.id
+            else:
+                # A request to the HA stack: its migration task, if the HA manager started it.
+                self.poll(handle)
+                upid = self._resolved.get(handle.id)
+                if upid is None:
+                    log.info("%s: no task to stop yet (the HA stack cannot cancel)", handle.id)
+                    return False
+        task = _parse_upid(upid)
+        if task is None:
+            raise BackendError(f"not a Proxmox task id: {upid!r}", transient=False)
+        try:
+            self._client.delete(f"nodes/{task.node}/tasks/{upid}")
+        except _HttpError as exc:
+            lowered = exc.message.lower()
+            if "no such task" in lowered or "unable to parse worker upid" in lowered:
+                log.info("task %s on %s is unknown there: nothing to stop", task.type, task.node)
+                return False
+            raise
+        move = handle.move
+        log.info(
+            "asked %s to stop the %s task of guest %s (%s to %s): %s",
+            task.node,
+            task.type,
+            move.guest,
+            move.source,
+            move.target,
+            upid,
+        )
+        return True
 
     def set_maintenance(self, node: str, enabled: bool) -> None:
         # Proxmox VE (up to 9.0) has no API call for HA node maintenance: only the CLI does it.

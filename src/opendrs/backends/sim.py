@@ -501,6 +501,17 @@ class Simulator:
             return DONE
         return failed(migration.reason or "migration failed")
 
+    def cancel(self, handle: Handle) -> bool:
+        """Stop a running migration this simulator started: it ends failed, the guest stays."""
+        self._api("cancel")
+        migration = self._by_handle.get(handle.id)
+        if migration is None:
+            raise BackendError(f"unknown migration {handle.id}", transient=False)
+        if migration.outcome == "running":
+            self._flush(self._due())
+            self._end(migration, "cancelled by the controller")
+        return True
+
     def set_maintenance(self, node: str, enabled: bool) -> None:
         """Put ``node`` into maintenance or take it out (the simulator moves nothing itself)."""
         self._api("set_maintenance")
