@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from opendrs.backends.base import DONE, RUNNING, BackendError, Handle, Progress, failed
+from opendrs.controller.executor import Executor, ExecutorConfig
+from opendrs.controller.history import History
 from opendrs.engine.constraints import Constraints, current_assign
 from opendrs.model.cluster import Cluster, Guest, Move, Node, Settings
 
@@ -27,6 +29,9 @@ class _Op:
     handle: Handle
     ends: float
     fails: str | None
+    hangs: bool = False
+    #: How it really ended on the platform: ``done`` (the guest moved) or ``failed``.
+    result: str | None = None
 
 
 @dataclass
@@ -41,6 +46,11 @@ class FakeBackend:
     failing: dict[tuple[str, str], str] = field(default_factory=dict)
     #: guests whose start is refused.
     refusing: set[str] = field(default_factory=set)
+    #: guests whose migration starts but whose answer is lost (an uncertain error).
+    losing_answer: set[str] = field(default_factory=set)
+    #: guests whose migrations never end (until cancelled).
+    hanging: set[str] = field(default_factory=set)
+    cancelled: list[str] = field(default_factory=list)
     observe_errors: int = 0
     name: str = "fake"
     read_only: bool = False
@@ -53,8 +63,15 @@ class FakeBackend:
         now = self.clock.now()
         for op in self.ops.values():
             guest = self.cluster.guest(op.handle.move.guest)
-            if op.ends <= now and guest.migrating_to == op.handle.move.target:
+            target = op.handle.move.target
+            if (
+                op.result is None
+                and op.ends <= now
+                and guest.migrating_to == target
+                and not op.hangs
+            ):
                 node = guest.node if op.fails else op.handle.move.target
+                op.result = "failed" if op.fails else "done"
                 self._set(replace(guest, node=node, migrating_to=None))
 
     def _set(self, guest: Guest) -> None:
@@ -84,16 +101,31 @@ class FakeBackend:
         handle = Handle(f"op-{len(self.starts) + 1}", move, self.clock.now())
         self.starts.append(move)
         ends = self.clock.now() + self.durations.get(move.guest, self.duration)
-        self.ops[handle.id] = _Op(handle, ends, self.failing.get((move.guest, move.target)))
+        fails = self.failing.get((move.guest, move.target))
+        self.ops[handle.id] = _Op(handle, ends, fails, move.guest in self.hanging)
         self._set(replace(guest, migrating_to=move.target))
+        if move.guest in self.losing_answer:
+            raise BackendError("no answer within 10s", uncertain=True)
         return handle
+
+    def cancel(self, handle: Handle) -> bool:
+        op = self.ops.get(handle.id)
+        if op is None:
+            raise BackendError(f"no task {handle.id}", transient=False)
+        self.cancelled.append(handle.id)
+        guest = self.cluster.guest(handle.move.guest)
+        if guest.migrating_to == handle.move.target:
+            op.fails, op.hangs, op.ends = "cancelled", False, self.clock.now()
+            op.result = "failed"
+            self._set(replace(guest, migrating_to=None))
+        return True
 
     def poll(self, handle: Handle) -> Progress:
         self._settle()
         op = self.ops.get(handle.id)
         if op is None:
             raise BackendError(f"no task {handle.id}", transient=False)
-        if self.clock.now() < op.ends:
+        if self.clock.now() < op.ends or op.hangs:
             return RUNNING
         return failed(op.fails) if op.fails else DONE
 
@@ -126,3 +158,27 @@ def guest(gid: str, where: str, memory_gib: float = 2, cpu: float = 1, used: flo
 
 def cluster(nodes: list[Node], guests: list[Guest], **settings: object) -> Cluster:
     return Cluster(tuple(nodes), tuple(guests), settings=Settings(**settings))  # type: ignore[arg-type]
+
+
+def run_executor(
+    executor: Executor, clock: FakeClock, step: float = 5.0, limit: int = 2000
+) -> float:
+    """Tick ``executor`` every ``step`` seconds until it is idle; the seconds it took."""
+    begin = clock.now()
+    for _ in range(limit):
+        executor.tick()
+        if not executor.busy:
+            return clock.now() - begin
+        clock.sleep(step)
+    raise AssertionError("the executor never went idle: " + "; ".join(map(str, executor.events)))
+
+
+def setup_executor(
+    c: Cluster, *, config: ExecutorConfig | None = None, **backend: object
+) -> tuple[FakeBackend, FakeClock, History, Executor]:
+    """A fake backend on ``c``, its clock, a history in memory and an executor over them."""
+    clock = FakeClock()
+    fake = FakeBackend(c, clock, **backend)  # type: ignore[arg-type]
+    history = History(":memory:")
+    executor = Executor(fake, clock, history, config or ExecutorConfig(poll_interval=5))
+    return fake, clock, history, executor

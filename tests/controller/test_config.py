@@ -97,3 +97,122 @@ def test_one_instance_per_lock(tmp_path: Path) -> None:
     # Released: it can be taken again.
     with InstanceLock(path):
         pass
+
+
+# --------------------------------------------------------------------------------------------
+# Configuration that validates also runs: every value out of range is refused up front.
+
+_SNAPSHOT = (
+    "version: 1\n"
+    "nodes: {a: {cpu: 8, memory: 16GiB}, b: {cpu: 8, memory: 16GiB}}\n"
+    "guests:\n"
+    "  - {id: 101, node: a, cpu: 2, memory: 2GiB, usage: {cpu: 1, memory: 1GiB}}\n"
+)
+
+OUT_OF_RANGE = [
+    ("cluster: 'prod '", "cluster", "surrounding blanks"),
+    ("cluster: ' prod'", "cluster", "surrounding blanks"),
+    (f"cluster: {'x' * 300}", "cluster", "at most 255 characters"),
+    ("executor: {timeout: 100000000d}", "executor.timeout", "at most 7d"),
+    ("executor: {poll_interval: 100000000d}", "executor.poll_interval", "at most 1h"),
+    ("executor: {poll_interval: 0}", "executor.poll_interval", "at least 1s"),
+    ("executor: {avoid_after_failure: 100000000d}", "executor.avoid_after_failure", "365d"),
+    ("policy: {name: 'mine '}", "policy.name", "surrounding blanks"),
+    ("policy: {interval: 100000000d}", "policy.interval", "at most 7d"),
+    ("policy: {interval: 0}", "policy.interval", "at least 1 second"),
+    ("policy: {cooldown: 100000000d}", "policy.cooldown", "at most 365d"),
+    ("policy: {no_return: 100000000d}", "policy.no_return", "at most 365d"),
+    ("policy: {min_uptime: 100000000d}", "policy.min_uptime", "at most 365d"),
+    ("policy: {smoothing: 100000000d}", "policy.smoothing", "at most 30d"),
+    ("policy: {avoid_after_failure: 100000000d}", "policy.avoid_after_failure", "365d"),
+    ("policy: {interval: 1s, smoothing: 1d}", "policy.smoothing", "observations"),
+    ("policy: {hold: 1000000}", "policy.hold", "between 0 and 10000"),
+    ("policy: {batch: 10000000}", "policy.batch", "between 0 and 100000"),
+    ("policy: {max_parallel: 1000000}", "policy.max_parallel", "between 1 and 100000"),
+    ("policy: {threshold: 1000}", "policy.threshold", "not be more than 100"),
+    ("policy: {threshold: '1e300%'}", "policy.threshold", "not be more than 100"),
+    ("policy: {target: 1.0e+15}", "policy.target", "not be more than 100"),
+    ("policy: {margin: 2}", "policy.margin", "not be more than 1"),
+    ("policy: {options: {wide: 0}}", "policy.options.wide", "wide"),
+    ("policy: {options: {max_moves: -1}}", "policy.options.max_moves", "max_moves"),
+    ("policy: {options: {max_moves: 1, wide: -1}}", "policy.options.wide", "wide"),
+    ("policy: {options: {wide: 100000000000000000000}}", "policy.options.wide", "to 2147483647"),
+    (
+        "policy: {strategy: optimal, options: {w_balance: abc}}",
+        "policy.options.w_balance",
+        "strategy optimal: ",
+    ),
+    (
+        "policy: {strategy: optimal, options: {time_limit: 1.0e+300}}",
+        "policy.options.time_limit",
+        "to 1e+15",
+    ),
+    ("settings: {cpu_overcommit: 1.0e+6}", "settings.cpu_overcommit", "more than 1000"),
+    ("settings: {memory_overcommit: 1.0e+6}", "settings.memory_overcommit", "more than 1000"),
+    ("settings: {weights: {cpu: 1.0e+12}}", "settings.weights.cpu", "more than 1000"),
+    ("settings: {min_uptime: 100000000d}", "settings.min_uptime", "at most 365d"),
+    ("settings: {reserve: {cpu: 1.0e+9}}", "settings.reserve.cpu", "more than 100000"),
+    ("settings: {reserve: {memory: 100PiB}}", "settings.reserve.memory", "8 PiB"),
+    (
+        "settings: {migration: {cost_disk_factor: 1.0e+9}}",
+        "settings.migration.cost_disk_factor",
+        "more than 1000",
+    ),
+    ("settings: {migration: {cost_unit: 1}}", "settings.migration.cost_unit", "at least 1MiB"),
+]
+
+
+def _config(tmp_path: Path, extra: str) -> Path:
+    (tmp_path / "cluster.yaml").write_text(_SNAPSHOT)
+    return _write(tmp_path, f"backend: {{type: file, path: cluster.yaml}}\n{extra}\n")
+
+
+@pytest.mark.parametrize(("extra", "field", "reason"), OUT_OF_RANGE, ids=lambda v: str(v)[:40])
+def test_out_of_range_values_are_refused_by_run_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: str, field: str, reason: str
+) -> None:
+    from opendrs.cli import main
+
+    path = _config(tmp_path, extra)
+    code = main(["run", "--config", str(path), "--once"])
+    _out, err = capsys.readouterr()
+    assert code == 2, err
+    assert err.startswith(f"error: {path}: {field}: ") and err.count("\n") == 1, err
+    assert reason in err
+    assert not (tmp_path / "history.sqlite").exists()
+
+
+def test_in_range_values_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from opendrs.cli import main
+
+    path = _config(
+        tmp_path,
+        "cluster: prod\n"
+        "policy: {interval: 7d, cooldown: 365d, smoothing: 30d, hold: 10000, margin: 1,"
+        " threshold: 100, name: mine}\n"
+        "executor: {timeout: 7d, poll_interval: 1h}\n"
+        "settings: {cpu_overcommit: 1000, min_uptime: 365d, reserve: {cpu: 1}}\n",
+    )
+    code = main(["run", "--config", str(path), "--once"])
+    _out, err = capsys.readouterr()
+    assert code == 0, err
+
+
+def test_out_of_range_values_are_refused_as_a_process(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    for extra, field in (
+        ("executor: {timeout: 100000000d}", "executor.timeout"),
+        ("cluster: 'prod '", "cluster"),
+    ):
+        path = _config(tmp_path, extra)
+        proc = subprocess.run(
+            [sys.executable, "-m", "opendrs", "run", "--config", str(path), "--once"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.startswith(f"error: {path}: {field}: ")
+        assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr

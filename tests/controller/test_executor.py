@@ -5,30 +5,16 @@ from __future__ import annotations
 import itertools
 from dataclasses import replace
 
-from fakes import FakeBackend, FakeClock, cluster, guest, node
+import pytest
+
+from fakes import FakeBackend, FakeClock, cluster, guest, node, run_executor, setup_executor
 from opendrs.controller.executor import Executor, ExecutorConfig
 from opendrs.controller.history import History
 from opendrs.engine.planner import Plan, PlannedMove, plan_moves
 from opendrs.model.cluster import Move
 
-
-def _run(executor: Executor, clock: FakeClock, step: float = 5.0, limit: int = 1000) -> None:
-    for _ in range(limit):
-        executor.tick()
-        if not executor.busy:
-            return
-        clock.sleep(step)
-    raise AssertionError("the executor never finished")
-
-
-def _setup(
-    c, *, config: ExecutorConfig | None = None, **backend: object
-) -> tuple[FakeBackend, FakeClock, History, Executor]:
-    clock = FakeClock()
-    fake = FakeBackend(c, clock, **backend)  # type: ignore[arg-type]
-    history = History(":memory:")
-    executor = Executor(fake, clock, history, config or ExecutorConfig(poll_interval=5))
-    return fake, clock, history, executor
+_run = run_executor
+_setup = setup_executor
 
 
 def test_a_plan_runs_to_the_end_and_records_every_migration() -> None:
@@ -146,8 +132,11 @@ def test_a_restart_follows_migrations_in_flight_and_never_starts_them_again(tmp_
     ]
 
 
-def test_a_migration_unknown_after_a_restart_is_recorded_lost(tmp_path) -> None:
-    c = cluster([node("a"), node("b")], [guest("1", "a")])
+@pytest.mark.parametrize(("where", "outcome"), [("a", "failed"), ("b", "done")])
+def test_a_migration_unknown_after_a_restart_is_settled_by_where_the_guest_is(
+    tmp_path, where: str, outcome: str
+) -> None:
+    c = cluster([node("a"), node("b")], [guest("1", where)])
     path = tmp_path / "history.sqlite"
     clock = FakeClock()
     history = History(path)
@@ -155,8 +144,10 @@ def test_a_migration_unknown_after_a_restart_is_recorded_lost(tmp_path) -> None:
     fake = FakeBackend(c, clock)
     executor = Executor(fake, clock, history, ExecutorConfig())
     executor.reconcile()
+    executor.tick()
     assert not executor.busy
-    assert [(r.guest, r.outcome) for r in history.migrations()] == [("1", "lost")]
+    assert [(r.guest, r.outcome) for r in history.migrations()] == [("1", outcome)]
+    assert ("1" in history.cooldowns(clock.now())) == (outcome == "done")
 
 
 def test_a_migration_that_never_ends_times_out() -> None:

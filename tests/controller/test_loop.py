@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from fakes import FakeBackend, FakeClock, cluster, guest, node
+from fakes import GIB, FakeBackend, FakeClock, cluster, guest, node
 from opendrs.controller.config import BackendConfig, Config
 from opendrs.controller.history import History
 from opendrs.controller.loop import Controller
@@ -128,3 +128,33 @@ def test_maintenance_return_survives_a_restart() -> None:
     restarted.cycle()  # the next observation sees them home: forgotten
     assert history.evacuated() == {}
     assert fake.violations == []
+
+
+def test_a_guest_locked_under_a_plan_does_not_stop_a_later_maintenance_evacuation() -> None:
+    # The plan's guest g3 is locked by a backup while it waits; then node a enters maintenance.
+    # The executor drops the move instead of queueing it again every poll, so the policy decides
+    # again and empties a (but for the locked guest) well within three hours.
+    clock = FakeClock()
+    c = replace(_unbalanced(), settings=replace(_unbalanced().settings, max_parallel=1))
+    fake = FakeBackend(c, clock)
+    controller = Controller(_config(), fake, clock, History(":memory:"))
+    controller.run(until=1)
+    assert controller.executor.busy
+    guests = tuple(replace(g, lock="backup") if g.id == "g3" else g for g in fake.cluster.guests)
+    fake.cluster = replace(fake.cluster, guests=guests)
+    controller.run(until=600)
+    fake.set_maintenance("a", True)
+    controller.run(until=3 * 3600)
+    left = {g.id for g in fake.cluster.guests if g.node == "a"}
+    assert left <= {"g3"}
+    assert "g3" not in {m.guest for m in fake.starts}
+
+
+def test_settings_whose_reserve_leaves_a_node_nothing_are_refused_not_acted_on() -> None:
+    clock = FakeClock()
+    fake = FakeBackend(_unbalanced(), clock)
+    config = replace(_config(), settings=replace(_unbalanced().settings, reserve_memory=16 * GIB))
+    controller = Controller(config, fake, clock, History(":memory:"))
+    cycle = controller.cycle()
+    assert cycle.decision is None and "leaves node a no memory capacity" in (cycle.error or "")
+    assert fake.starts == []

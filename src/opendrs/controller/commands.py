@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import signal
 import sys
@@ -27,13 +26,20 @@ from opendrs.controller.loop import Controller, Cycle, InstanceLock, LockError
 from opendrs.controller.simulate import StabilityReport, report_from, run_policy, simulated_config
 from opendrs.engine.policy import PRESETS, PolicyConfig, parse_policy
 from opendrs.model.document import DocumentError, Reader, parse, read_file
+from opendrs.report.data import json_text
 from opendrs.report.text import Report, bar
 
 log = logging.getLogger("opendrs")
 
 EXIT_OK = 0
+#: A problem that may pass (an API that cannot be reached, another instance running): the
+#: shipped systemd unit restarts the daemon after it.
 EXIT_PROBLEM = 1
+#: Bad input: the command line or the configuration.
 EXIT_USAGE = 2
+#: A problem a restart cannot cure (a corrupt history, a schema newer than this opendrs, a
+#: history of another cluster, a lock path that is a link): the systemd unit does not restart.
+EXIT_LASTING = 3
 
 
 class UsageError(Exception):
@@ -93,8 +99,6 @@ class _Signals:
 
 def cmd_run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
-    if args.shadow:
-        config = replace(config, mode="shadow")
     setup_logging("debug" if args.verbose else config.log_level)
     signals = _Signals(args.config)
     try:
@@ -102,40 +106,58 @@ def cmd_run(args: argparse.Namespace) -> int:
         lock.acquire()
     except LockError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return EXIT_PROBLEM
+        return EXIT_LASTING if exc.lasting else EXIT_PROBLEM
     try:
         history = History(config.history)
     except HistoryError as exc:
         lock.release()
         print(f"error: {exc}", file=sys.stderr)
-        return EXIT_PROBLEM
+        return EXIT_PROBLEM if exc.passing else EXIT_LASTING
     backend = None
+    signals.install()
     try:
-        backend, clock = config.make_backend()
-        controller = Controller(config, backend, clock, history)
+        backend, clock = config.make_backend(should_stop=lambda: signals.stop)
+        controller = Controller(
+            config,
+            backend,
+            clock,
+            history,
+            force_shadow=args.shadow,
+            # Between a signal and its handling nothing starts: the file may say shadow now.
+            hold_starts=lambda: signals.stop or signals.reload,
+        )
         log.info(
             "opendrs %s: %s backend, %s mode, policy %s (strategy %s)%s",
             "one cycle" if args.once else "started",
             backend.name,
-            config.mode,
+            controller.config.mode,
             config.policy.name,
             config.policy.strategy,
-            "" if config.active else " — nothing will be migrated",
+            "" if controller.config.active else " — nothing will be migrated",
         )
-        signals.install()
         until = getattr(backend, "end", None) if backend.name == "sim" else None
         controller.run(
             once=args.once,
             until=until,
             should_stop=lambda: signals.stop,
             take_reload=signals.take_reload,
+            reload_pending=lambda: signals.reload,
         )
         if signals.stop:
             log.info("stopping: state recorded; migrations in flight are followed after restart")
+        elif args.once and controller.cycles and controller.cycles[-1].error is not None:
+            print(
+                f"error: cannot observe the cluster: {controller.cycles[-1].error}",
+                file=sys.stderr,
+            )
+            return EXIT_PROBLEM
         return EXIT_OK
-    except (BackendError, HistoryError) as exc:
+    except BackendError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_PROBLEM
+    except HistoryError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_PROBLEM if exc.passing else EXIT_LASTING
     finally:
         signals.restore()
         if backend is not None:
@@ -150,15 +172,22 @@ def add_run_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         help="the daemon: observe, decide and (in active mode) migrate, every interval",
         description="Run the controller with a configuration file (see docs/configuration.md). "
         "Shadow mode, the default, only records and logs what it would do; migrations happen "
-        "only with 'mode: active' in the file. SIGHUP reloads the file, SIGTERM stops cleanly.",
+        "only with 'mode: active' in the file. SIGHUP reloads the file, SIGTERM stops cleanly. "
+        "Exit status: 0 stopped, 1 a problem that may pass (retry), 2 bad configuration, 3 a "
+        "problem a restart cannot cure (corrupt or foreign history).",
     )
     p.add_argument("--config", required=True, metavar="FILE", help="the configuration (YAML)")
     p.add_argument(
         "--once",
         action="store_true",
-        help="one cycle (no hold), then follow its migrations to the end and exit",
+        help="one cycle (no hold), then follow its migrations to the end and exit; exit status 1 "
+        "when the cluster could not be observed",
     )
-    p.add_argument("--shadow", action="store_true", help="never migrate, whatever the file says")
+    p.add_argument(
+        "--shadow",
+        action="store_true",
+        help="never migrate, whatever the file says, through every reload",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     p.set_defaults(func=cmd_run)
 
@@ -247,7 +276,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             )
             progress.update(task, completed=1.0)
     if args.format == "json":
-        sys.stdout.write(json.dumps([r.as_dict() for r in reports], indent=2) + "\n")
+        sys.stdout.write(json_text([r.as_dict() for r in reports], sort_keys=False))
         return EXIT_OK
     report = Report(Console(highlight=False, soft_wrap=False))
     show_stability(report, reports, scenario_name(args.scenario))

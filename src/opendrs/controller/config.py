@@ -20,6 +20,7 @@ Nothing migrates unless ``mode: active`` is written in the file.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path as FsPath
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -61,7 +62,15 @@ _EXECUTOR_KEYS: Final = (
     "timeout",
     "poll_interval",
     "avoid_after_failure",
+    "stall_timeout",
 )
+#: The range of each executor duration, in seconds: (shortest, longest).
+_EXECUTOR_DURATIONS: Final = {
+    "timeout": (1, 7 * 86400),
+    "poll_interval": (1, 3600),
+    "avoid_after_failure": (0, 365 * 86400),
+    "stall_timeout": (1, 7 * 86400),
+}
 
 
 @dataclass(frozen=True)
@@ -94,13 +103,21 @@ class Config:
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
     settings: Settings | None = None
     log_level: str = "info"
+    #: Failed observations in a row from which each further one is logged at ERROR.
+    failed_observations: int = 3
 
     @property
     def active(self) -> bool:
         return self.mode == "active"
 
-    def make_backend(self) -> tuple[Backend, Clock]:
-        """The backend this configuration names, and the clock that goes with it."""
+    def make_backend(
+        self, *, should_stop: Callable[[], bool] | None = None
+    ) -> tuple[Backend, Clock]:
+        """The backend this configuration names, and the clock that goes with it.
+
+        ``should_stop`` is asked while a call to a real platform waits for its answer: once it
+        says yes, the call is abandoned (the daemon was asked to stop).
+        """
         from opendrs.backends.base import SystemClock
 
         if self.backend.type == "file":
@@ -122,7 +139,10 @@ class Config:
 
         assert self.backend.proxmox is not None
         backend = ProxmoxBackend(
-            self.backend.proxmox, self.settings or Settings(), cluster_name=self.cluster
+            self.backend.proxmox,
+            self.settings or Settings(),
+            cluster_name=self.cluster,
+            should_stop=should_stop,
         )
         return backend, SystemClock()
 
@@ -147,7 +167,8 @@ class _ConfigReader(SnapshotReader):
             version = self.integer(top["version"], ("version",), minimum=1, maximum=10**6)
             if version != VERSION:
                 self.fail(("version",), f"this opendrs reads version {VERSION}, not {version}")
-        cluster = self.text(top["cluster"], ("cluster",)) if "cluster" in top else None
+        # The history keeps this name: no blanks around it, no control characters, not too long.
+        cluster = self.plain_name(top["cluster"], ("cluster",)) if "cluster" in top else None
         mode = self.choice(top.get("mode", "shadow"), ("mode",), MODES)
         backend = self.backend(self.require(top, "backend", ()), ("backend",))
         default_history = "history.sqlite"
@@ -157,11 +178,19 @@ class _ConfigReader(SnapshotReader):
         settings = self.settings(top["settings"], ("settings",)) if "settings" in top else None
         executor = self.executor(top.get("executor"), ("executor",), policy)
         level = "info"
+        failed_observations = 3
         if "log" in top:
             log = self.mapping(top["log"], ("log",))
-            self.check_keys(log, ("log",), ("level",))
+            self.check_keys(log, ("log",), ("level", "failed_observations"))
             if "level" in log:
                 level = self.choice(log["level"], ("log", "level"), LOG_LEVELS)
+            if "failed_observations" in log:
+                failed_observations = self.integer(
+                    log["failed_observations"],
+                    ("log", "failed_observations"),
+                    minimum=1,
+                    maximum=10_000,
+                )
         return Config(
             file=self.filename,
             backend=backend,
@@ -173,6 +202,7 @@ class _ConfigReader(SnapshotReader):
             executor=executor,
             settings=settings,
             log_level=level,
+            failed_observations=failed_observations,
         )
 
     def backend(self, value: object, path: Path) -> BackendConfig:
@@ -219,12 +249,11 @@ class _ConfigReader(SnapshotReader):
         for key in ("max_parallel", "max_node_inflow"):
             if key in mapping:
                 fields[key] = self.integer(mapping[key], (*path, key), minimum=1, maximum=100_000)
-        for key in ("timeout", "poll_interval", "avoid_after_failure"):
+        for key, (shortest, longest) in _EXECUTOR_DURATIONS.items():
             if key in mapping:
-                seconds = self.duration(mapping[key], (*path, key))
-                if seconds <= 0 and key != "avoid_after_failure":
-                    self.fail((*path, key), "must be longer than 0 seconds")
-                fields[key] = seconds
+                fields[key] = self.duration(
+                    mapping[key], (*path, key), minimum=shortest, maximum=longest
+                )
         return replace(base, **fields)
 
 

@@ -17,6 +17,23 @@ Every migration is followed to its end, with a timeout. A failure is recorded in
 guest is kept off that target for a while (``avoid_after_failure``), and the rest of the queue is
 re-planned from the real state. A migration that finished gets its guest a cooldown. Nothing here
 sleeps: the controller calls :meth:`Executor.tick` on its clock.
+
+The history tells what happened to the cluster, not what the executor hoped:
+
+* the intent is recorded *before* the request, so a daemon killed between the request and the
+  answer leaves a row that the next start reconciles;
+* when the answer to a request is lost, the platform cannot be asked about the migration any more,
+  or the migration is given up after ``timeout`` (the platform is asked to stop it first), the
+  migration is *settled* by looking at where the guest is: on its target it is recorded ``done``
+  (with its cooldown and no-return), back on its source ``failed``, gone or elsewhere ``lost``.
+  A guest still migrating after another ``timeout`` is followed in the background: it no longer
+  holds the policy back (which counts it on both nodes meanwhile) and is recorded when it ends.
+
+No plan can hold the executor forever: a move whose guest may no longer move is dropped with its
+reason, a re-plan never brings back a move the preconditions refused, and a queue that starts
+nothing for ``stall_timeout`` while nothing of it is in flight is abandoned, so that the policy
+decides afresh. Nothing starts unless :attr:`Executor.active` (the controller's mode) is true and
+:attr:`Executor.hold` (a reload or stop request pending) is false.
 """
 
 from __future__ import annotations
@@ -25,7 +42,7 @@ import logging
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Final, Literal
 
 import numpy as np
 
@@ -34,12 +51,15 @@ from opendrs.controller.history import History
 from opendrs.engine.constraints import movability
 from opendrs.engine.placement import PlacementState
 from opendrs.engine.planner import Plan, PlannedMove, plan_moves
-from opendrs.model.cluster import Cluster, Move
+from opendrs.model.cluster import Cluster, Guest, Move
 from opendrs.model.units import format_duration
 
 log = logging.getLogger(__name__)
 
-EventKind = Literal["started", "done", "failed", "skipped", "replanned", "lost"]
+EventKind = Literal["started", "done", "failed", "skipped", "replanned", "lost", "watching"]
+
+#: Handle of a migration recorded before its request was answered (or whose answer was lost).
+PENDING: Final = "(pending)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +77,11 @@ class ExecutorConfig:
     avoid_after_failure: int = 3600
     #: After a migration finished, the guest is not moved again for this long.
     cooldown: int = 6 * 3600
+    #: A queue that starts nothing for this long, with none of its migrations in flight, is
+    #: abandoned (the policy then decides afresh).
+    stall_timeout: int = 900
+    #: A migration whose request got no answer may take this long to show on the platform.
+    unseen_grace: int = 120
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +105,15 @@ class _Running:
     step: int
     parking: bool
     poll_errors: int = 0
+    #: Why it is followed by where its guest is instead of by the platform's task (``None``:
+    #: by the task), and since when.
+    watch: str | None = None
+    watch_since: float = 0.0
+    #: The platform said the migration failed, with this reason.
+    reported: str | None = None
+    #: Watched for longer than ``timeout`` and still migrating: it no longer holds the queue
+    #: (the policy decides meanwhile, counting it on both nodes) and is recorded when it ends.
+    background: bool = False
 
 
 @dataclass(slots=True)
@@ -105,24 +139,44 @@ class Executor:
         self.history = history
         self.config = config or ExecutorConfig()
         self._on_event = on_event
+        #: Whether migrations may start at all (the controller's mode is ``active``).
+        self.active = True
+        #: Asked before every start: while true nothing starts (a reload or a stop is pending).
+        self.hold: Callable[[], bool] = lambda: False
         self._queue: list[_Queued] = []
         self._running: dict[str, _Running] = {}  # guest id → migration in flight
         #: Steps of the unfinished moves out of each node: the ordering rule.
         self._leaving: dict[str, Counter[int]] = {}
         #: Ticks in a row in which nothing could start although nothing was in flight.
         self._stalls = 0
+        #: (guest, target) moves the preconditions refused since the queue was last empty.
+        self._refused: set[tuple[str, str]] = set()
+        #: When the queue last made progress (a plan came, a migration started or ended).
+        self._progress = clock.now()
         self.events: list[Event] = []
 
     # -- state -------------------------------------------------------------------------------
 
     @property
     def busy(self) -> bool:
-        """A plan is being carried out: moves queued or in flight."""
-        return bool(self._queue or self._running)
+        """A plan is being carried out: moves queued or in flight (but for those followed in the
+        background, which no longer hold the policy back)."""
+        return bool(self._queue) or any(not r.background for r in self._running.values())
+
+    @property
+    def watching(self) -> bool:
+        """Some migration is followed by where its guest is (see :meth:`settle`)."""
+        return any(r.watch is not None for r in self._running.values())
 
     @property
     def in_flight(self) -> tuple[Move, ...]:
-        return tuple(r.handle.move for r in self._running.values())
+        """Migrations in flight that the plan waits for."""
+        return tuple(r.handle.move for r in self._running.values() if not r.background)
+
+    @property
+    def in_background(self) -> tuple[Move, ...]:
+        """Migrations past their timeout, still running, followed in the background."""
+        return tuple(r.handle.move for r in self._running.values() if r.background)
 
     @property
     def queued(self) -> tuple[PlannedMove, ...]:
@@ -131,7 +185,9 @@ class Executor:
     def _emit(self, kind: EventKind, move: Move | None, detail: str = "") -> Event:
         event = Event(self.clock.now(), kind, move, detail)
         self.events.append(event)
-        level = logging.WARNING if kind in ("failed", "lost", "skipped") else logging.INFO
+        level = (
+            logging.WARNING if kind in ("failed", "lost", "skipped", "watching") else logging.INFO
+        )
         log.log(level, "%s", event)
         if self._on_event is not None:
             self._on_event(event)
@@ -141,8 +197,21 @@ class Executor:
 
     def submit(self, plan: Plan, decision: int | None = None) -> None:
         """Queue the moves of ``plan`` (after what is queued already)."""
+        if not self._queue:
+            self._refused = set()
         for move in plan.moves:
             self._queue.append(_Queued(move, decision))
+        self._progress = self.clock.now()
+        self._index_steps()
+
+    def halt(self, why: str) -> None:
+        """Start nothing more of the queue; migrations in flight are still followed to their end."""
+        if not self._queue:
+            return
+        for q in self._queue:
+            self._emit("skipped", Move(q.move.guest, q.move.source, q.move.target), why)
+        self._queue = []
+        self._stalls = 0
         self._index_steps()
 
     def _index_steps(self) -> None:
@@ -177,29 +246,33 @@ class Executor:
     def reconcile(self) -> list[Event]:
         """Take over the migrations the history says are in flight (after a restart).
 
-        Each is polled: still running → followed from now on; finished → its outcome recorded;
-        unknown to the backend → recorded as ``lost``. None is ever started again.
+        Each is polled: still running → followed from now on; finished → its outcome recorded.
+        One the backend cannot be asked about (its request was never answered, or the platform
+        no longer knows its task) is settled by where its guest is. None is ever started again.
         """
         events: list[Event] = []
+        now = self.clock.now()
         for record in self.history.in_flight():
+            if record.guest in self._running:
+                continue  # followed already
             move = record.move
             handle = record.as_handle()
+            running = _Running(record.id, handle, 0, record.parking)
+            self._running[record.guest] = running
+            if record.handle == PENDING:
+                self._watch(running, "its request was not answered before a restart", now)
+                continue
             try:
                 progress = self.backend.poll(handle)
             except BackendError as exc:
-                if exc.transient:
-                    self._running[record.guest] = _Running(record.id, handle, 0, record.parking)
-                    continue
-                self.history.migration_finished(
-                    record.id, at=self.clock.now(), outcome="lost", error=exc.reason
-                )
-                events.append(self._emit("lost", move, f"after a restart: {exc.reason}"))
+                if not exc.transient:
+                    self._watch(running, f"after a restart: {exc.reason}", now)
                 continue
             if progress.state == "running":
-                self._running[record.guest] = _Running(record.id, handle, 0, record.parking)
                 events.append(self._emit("started", move, "still running after a restart"))
             else:
-                events.extend(self._finish(record.id, handle, progress.state, progress.reason))
+                self._running.pop(record.guest)
+                events.extend(self._finish(running, progress.state, progress.reason))
         self._index_steps()
         return events
 
@@ -208,66 +281,149 @@ class Executor:
     def tick(self) -> list[Event]:
         """Follow the migrations in flight and start the ones that may start now."""
         start = len(self.events)
-        replan = self._poll_running()
-        if self._queue:
-            try:
-                cluster = self.backend.observe()
-            except BackendError as exc:
-                log.warning("cannot observe the cluster, no migration starts now: %s", exc)
-                return self.events[start:]
-            if replan:
-                self._replan(cluster, "a migration failed")
-            else:
-                self._start_ready(cluster)
+        self._poll_running()
+        if self._queue and not self.active:
+            self.halt("the controller is not in active mode")
+        if not (self._queue or self.watching):
+            return self.events[start:]
+        try:
+            cluster = self.backend.observe()
+        except BackendError as exc:
+            log.warning("cannot observe the cluster, no migration starts now: %s", exc)
+            return self.events[start:]
+        replan = self.settle(cluster)
+        if not self._queue or self.hold():
+            return self.events[start:]
+        if self._stalled():
+            self.halt(
+                f"no migration of the plan could start for "
+                f"{format_duration(self.config.stall_timeout)}: the policy decides afresh"
+            )
+        elif replan:
+            self._replan(cluster, "a migration failed")
+        else:
+            self._start_ready(cluster)
         return self.events[start:]
 
-    def _poll_running(self) -> bool:
-        """Poll every migration in flight; True when one failed (the queue is re-planned)."""
-        failed = False
+    def _stalled(self) -> bool:
+        """A queue with nothing of it in flight that has not moved for ``stall_timeout``."""
+        now = self.clock.now()
+        if any(not r.background for r in self._running.values()):
+            self._progress = now  # waiting for a migration in flight is progress, and bounded
+            return False
+        return now - self._progress >= self.config.stall_timeout
+
+    def _poll_running(self) -> None:
+        """Poll every migration in flight; one that ended otherwise than done is watched (its
+        outcome is then read from where its guest is)."""
         now = self.clock.now()
         for guest in list(self._running):
             running = self._running[guest]
+            if running.watch is not None:
+                continue
             try:
                 progress = self.backend.poll(running.handle)
             except BackendError as exc:
                 running.poll_errors += 1
                 if not exc.transient:
-                    self._running.pop(guest)
-                    self.history.migration_finished(
-                        running.record, at=now, outcome="lost", error=exc.reason
-                    )
-                    self._emit("lost", running.handle.move, exc.reason)
-                    failed = True
+                    self._watch(running, f"cannot follow its task: {exc.reason}", now)
                 elif now - running.handle.started > self.config.timeout:
-                    failed |= self._give_up(guest, running, now)
+                    self._give_up(running, now)
                 else:
                     log.warning("cannot poll %s: %s", running.handle.id, exc)
                 continue
-            if progress.state != "running":
+            if progress.state == "done":
                 self._running.pop(guest)
-                self._finish(running.record, running.handle, progress.state, progress.reason)
-                failed |= progress.state == "failed"
+                self._finish(running, "done", None)
+            elif progress.state == "failed":
+                # Where the guest is says more than the task: settled on the next observation.
+                running.reported = progress.reason or "the migration failed"
+                self._watch(running, running.reported, now, quiet=True)
             elif now - running.handle.started > self.config.timeout:
-                failed |= self._give_up(guest, running, now)
+                self._give_up(running, now)
+        self._index_steps()
+
+    def _watch(self, running: _Running, why: str, now: float, *, quiet: bool = False) -> None:
+        """Follow ``running`` by where its guest is from now on."""
+        running.watch = why
+        running.watch_since = now
+        if not quiet:
+            self._emit("watching", running.handle.move, f"{why}: settled by where the guest is")
+
+    def _give_up(self, running: _Running, now: float) -> None:
+        """A migration past its timeout: ask the platform to stop it, then watch the guest."""
+        took = format_duration(int(now - running.handle.started))
+        why = f"timed out after {took}"
+        try:
+            if self.backend.cancel(running.handle):
+                why += ", the platform was asked to stop it"
+        except BackendError as exc:
+            why += f" (could not stop it: {exc.reason})"
+        self._watch(running, why, now)
+
+    def settle(self, cluster: Cluster) -> bool:
+        """Record the watched migrations whose guest is at rest in ``cluster`` (an observation);
+        True when one failed."""
+        failed = False
+        now = self.clock.now()
+        for guest in list(self._running):
+            running = self._running[guest]
+            if running.watch is None:
+                continue
+            outcome = self._where(cluster, running, now)
+            if outcome is None:
+                continue
+            state, reason = outcome
+            self._running.pop(guest)
+            self._finish(running, state, reason)
+            failed |= state != "done"
         self._index_steps()
         return failed
 
-    def _give_up(self, guest: str, running: _Running, now: float) -> bool:
-        self._running.pop(guest)
-        reason = f"timed out after {format_duration(int(now - running.handle.started))}"
-        self._finish(running.record, running.handle, "failed", reason)
-        return True
+    def _where(
+        self, cluster: Cluster, running: _Running, now: float
+    ) -> tuple[Literal["done", "failed", "lost"], str | None] | None:
+        """The outcome a watched migration's guest shows, or ``None`` while it is not at rest."""
+        move = running.handle.move
+        why = running.watch or ""
+        waited = now - running.watch_since
+        if move.guest not in cluster.guest_index:
+            return "lost", f"{why}; the guest is no longer in the cluster"
+        guest = cluster.guest(move.guest)
+        if guest.migrating_to is not None:
+            if waited >= self.config.timeout and not running.background:
+                running.background = True
+                self._emit(
+                    "watching",
+                    move,
+                    f"still migrating after another {format_duration(int(waited))}: followed in "
+                    "the background, the policy decides meanwhile",
+                )
+            return None
+        if guest.node == move.target:
+            return "done", None
+        if guest.node == move.source:
+            if running.reported is not None:
+                return "failed", running.reported
+            if running.handle.id == PENDING and waited < self.config.unseen_grace:
+                return None  # the platform may not show the migration yet
+            return "failed", f"{why}; the guest is still on {move.source}"
+        return "lost", f"{why}; the guest is on {guest.node}"
 
-    def _finish(self, record: int, handle: Handle, state: str, reason: str | None) -> list[Event]:
+    def _finish(self, running: _Running, state: str, reason: str | None) -> list[Event]:
         now = self.clock.now()
-        move = handle.move
+        move = running.handle.move
+        self._progress = now
         if state == "done":
-            self.history.migration_finished(record, at=now, outcome="done")
+            self.history.migration_finished(running.record, at=now, outcome="done")
             self.history.set_cooldown(move.guest, now + self.config.cooldown, "moved")
-            took = format_duration(max(0, int(now - handle.started)))
+            took = format_duration(max(0, int(now - running.handle.started)))
             return [self._emit("done", move, f"in {took}")]
         why = reason or "unknown error"
-        self.history.migration_finished(record, at=now, outcome="failed", error=why)
+        if state == "lost":
+            self.history.migration_finished(running.record, at=now, outcome="lost", error=why)
+            return [self._emit("lost", move, why)]
+        self.history.migration_finished(running.record, at=now, outcome="failed", error=why)
         self.history.avoid(
             move.guest, move.target, now + self.config.avoid_after_failure, f"failed: {why}"
         )
@@ -280,6 +436,9 @@ class Executor:
         parallel = self.config.max_parallel or settings.max_parallel
         inflow = self.config.max_node_inflow or settings.max_node_inflow
         return parallel, inflow
+
+    def _may_start(self) -> bool:
+        return self.active and not self.hold()
 
     def _start_ready(self, cluster: Cluster) -> None:
         parallel, inflow_limit = self._limits(cluster)
@@ -294,7 +453,7 @@ class Executor:
         #: Guests started towards each node in this tick (the observation does not show them).
         arriving: dict[str, list[int]] = {}
         index = 0
-        while index < len(self._queue) and in_flight < parallel:
+        while index < len(self._queue) and in_flight < parallel and self._may_start():
             group = self._bundle_at(index)
             moves = [self._queue[i].move for i in group]
             if any(self._blocked_by_order(m, started) for m in moves):
@@ -316,6 +475,7 @@ class Executor:
                 index += 1
                 continue
             if verdict is not None:
+                self._refused.update((m.guest, m.target) for m in moves)
                 self._replan(cluster, verdict)
                 return
             ok = True
@@ -344,7 +504,7 @@ class Executor:
             self._index_steps()
         if started:
             self._stalls = 0
-        elif not self._running and self._queue and not migrating:
+        elif not self._running and self._queue and not migrating and self._may_start():
             # Nothing in flight can free room or end an order: the queue is stuck as it is.
             self._stalls += 1
             if self._stalls > 1:
@@ -407,12 +567,8 @@ class Executor:
                 return f"node {move.target} is gone"
             if guest.migrating_to is not None:
                 return "wait"
-            purpose = "evacuate" if move.parking else "balance"
-            source = cluster.node(move.source)
-            if not source.usable:
-                purpose = "evacuate"
-            reason = movability(guest, cluster, purpose)
-            if reason is not None and not reason.startswith("up for"):
+            reason = _not_movable(guest, cluster, move.parking)
+            if reason is not None:
                 return f"guest {move.guest} may not move: {reason}"
             members.append(j)
         target = cluster.node(moves[0].target)
@@ -446,33 +602,35 @@ class Executor:
         return f"{moves[0].guest} → {target.name}: {reason or 'not allowed'}"
 
     def _start(self, queued: _Queued) -> bool:
+        """Start one migration: the intent is recorded first, then the request is sent."""
         move = queued.move
         plain = Move(move.guest, move.source, move.target)
+        if not self.active:
+            # The second guard: whatever the caller did, nothing starts outside active mode.
+            self._emit("skipped", plain, "the controller is not in active mode")
+            return False
+        now = self.clock.now()
+        record = self.history.migration_started(
+            decision=queued.decision, move=plain, handle=PENDING, at=now, parking=move.parking
+        )
+        running = _Running(record, Handle(PENDING, plain, now), move.step, move.parking)
+        self._progress = now
         try:
             handle = self.backend.start_migration(plain)
         except BackendError as exc:
-            now = self.clock.now()
+            if exc.uncertain:
+                # The request may have reached the platform: where the guest goes tells.
+                self._running[move.guest] = running
+                self._watch(running, f"no answer to the request: {exc.reason}", now)
+                return True
             self.history.avoid(
                 move.guest, move.target, now + self.config.avoid_after_failure, f"refused: {exc}"
-            )
-            record = self.history.migration_started(
-                decision=queued.decision,
-                move=plain,
-                handle="(refused)",
-                at=now,
-                parking=move.parking,
             )
             self.history.migration_finished(record, at=now, outcome="failed", error=exc.reason)
             self._emit("failed", plain, f"refused: {exc.reason}")
             return False
-        record = self.history.migration_started(
-            decision=queued.decision,
-            move=plain,
-            handle=handle.id,
-            at=handle.started,
-            parking=move.parking,
-        )
-        self._running[move.guest] = _Running(record, handle, move.step, move.parking)
+        self.history.migration_handle(record, handle.id, started=handle.started)
+        self._running[move.guest] = replace(running, handle=handle)
         detail = "parking, to break a cycle" if move.parking else f"step {move.step}"
         self._emit("started", plain, detail)
         return True
@@ -480,29 +638,33 @@ class Executor:
     # -- re-planning ---------------------------------------------------------------------------
 
     def _replan(self, cluster: Cluster, why: str) -> None:
-        """Order the rest of the queue again from the real state (``cluster``)."""
+        """Order the rest of the queue again from the real state (``cluster``).
+
+        Moves whose guest may not move now, moves the preconditions refused, and targets a
+        migration of that guest failed on are dropped with their reason: a re-plan never brings
+        back what was just refused.
+        """
         if not self._queue:
             return
         decision = self._queue[0].decision
         # Where each guest should end: the last move of each guest in the queue.
         final: dict[str, str] = {}
         expected: dict[str, str] = {}
+        parking: set[str] = set()
         for q in self._queue:
             final[q.move.guest] = q.move.target
             expected.setdefault(q.move.guest, q.move.source)
+            if q.move.parking:
+                parking.add(q.move.guest)
         avoided = self.history.avoided(self.clock.now())
         dropped: list[tuple[str, str, str]] = []
         target: dict[str, str] = {}
         for guest, node in final.items():
-            if guest not in cluster.guest_index or node not in cluster.node_index:
-                dropped.append((guest, node, "no longer in the cluster"))
-            elif guest in self._running:
-                dropped.append((guest, node, "already migrating"))
-            elif cluster.guest(guest).node != expected[guest]:
-                where = cluster.guest(guest).node
-                dropped.append((guest, node, f"moved by someone else (now on {where})"))
-            elif (guest, node) in avoided:
-                dropped.append((guest, node, "a migration there failed"))
+            reason = self._drop_reason(cluster, guest, node, expected[guest], guest in parking)
+            if reason is None and (guest, node) in avoided:
+                reason = "a migration there failed"
+            if reason is not None:
+                dropped.append((guest, node, reason))
             else:
                 target[guest] = node
         self._queue = []
@@ -517,12 +679,50 @@ class Executor:
             self._emit("skipped", Move(guest, source, node), reason)
         for guest, node in plan.unreachable:
             self._emit("skipped", Move(guest, cluster.guest(guest).node, node), "unreachable now")
+        if any((m.guest, m.target) in self._refused for m in plan.moves):
+            # The new order needs a move (a parking one) that the preconditions just refused.
+            for move in plan.moves:
+                why = "the new order needs a move the preconditions refused"
+                self._emit("skipped", Move(move.guest, move.source, move.target), why)
+            plan = replace(plan, moves=())
         # Steps continue after those in flight, so the ordering rule keeps them behind.
         offset = max((r.step for r in self._running.values()), default=0)
         for move in plan.moves:
             self._queue.append(_Queued(replace(move, step=move.step + offset), decision))
         self._index_steps()
         self._emit("replanned", None, f"{why}: {len(plan.moves)} migration(s) left")
+
+    def _drop_reason(
+        self, cluster: Cluster, guest: str, node: str, expected: str, parking: bool
+    ) -> str | None:
+        """Why the queued move of ``guest`` to ``node`` cannot be planned again, or ``None``."""
+        if guest not in cluster.guest_index or node not in cluster.node_index:
+            return "no longer in the cluster"
+        if guest in self._running:
+            return "already migrating"
+        current = cluster.guest(guest)
+        if current.node != expected:
+            return f"moved by someone else (now on {current.node})"
+        reason = _not_movable(current, cluster, parking)
+        if reason is not None:
+            return f"may not move: {reason}"
+        if (guest, node) in self._refused:
+            return "refused by the preconditions"
+        return None
+
+
+def _not_movable(guest: Guest, cluster: Cluster, parking: bool) -> str | None:
+    """Why ``guest`` may not start a queued move now (its minimum uptime was the policy's)."""
+    purpose = "evacuate" if parking else "balance"
+    source = (
+        cluster.nodes[cluster.node_index[guest.node]] if guest.node in cluster.node_index else None
+    )
+    if source is not None and not source.usable:
+        purpose = "evacuate"
+    reason = movability(guest, cluster, purpose)
+    if reason is None or reason.startswith("up for"):
+        return None
+    return reason
 
 
 def _without(assign: np.ndarray, members: np.ndarray) -> np.ndarray:

@@ -37,8 +37,10 @@ The version is kept in ``PRAGMA user_version``; ``PRAGMA application_id`` is ``0
     ``source``, ``target`` (TEXT; ``source`` ≠ ``target``); ``parking`` (0/1: a transient move to a
     parking node, part of a longer chain); ``handle`` (TEXT, the backend's own id for the task, e.g.
     a Proxmox UPID — with guest, source and target it is enough to poll the task again after a
-    restart); ``started`` (REAL); ``ended`` (REAL or NULL); ``outcome`` (NULL while in flight,
-    then ``done``, ``failed``, or ``lost``: reconciled after a restart, nothing known about it);
+    restart; ``(pending)`` from the moment the intent is recorded until the platform answers the
+    request, and for good when the answer was lost); ``started`` (REAL); ``ended`` (REAL or
+    NULL); ``outcome`` (NULL while in flight, then ``done``, ``failed``, or ``lost``: the guest
+    disappeared or ended on another node than either end of the migration);
     ``error`` (TEXT or NULL, one line, for ``failed`` and ``lost``). ``ended`` and ``outcome`` are
     NULL together. A partial unique index (``migrations_in_flight``) makes it impossible to hold
     two in-flight rows for one guest.
@@ -186,10 +188,27 @@ _MEMORY = ":memory:"
 
 
 class HistoryError(Exception):
-    """A history file cannot be opened, read or written, or a call was invalid; one line."""
+    """A history file cannot be opened, read or written, or a call was invalid; one line.
 
-    def __init__(self, reason: str) -> None:
+    ``passing`` is true for a problem that may pass by itself (the file is busy or locked by
+    another connection, the disk is full, an I/O error): a restart may cure it. Every other
+    problem (a corrupt or foreign file, a schema newer than this code, a history that belongs
+    to another cluster) lasts until someone acts.
+    """
+
+    def __init__(self, reason: str, *, passing: bool = False) -> None:
         super().__init__(_one_line(reason))
+        self.passing = passing
+
+
+#: SQLite's primary result codes of problems that may pass: BUSY, LOCKED, IOERR, FULL.
+_PASSING_CODES: Final = frozenset({5, 6, 10, 13})
+
+
+def _sqlite_error(prefix: str, exc: sqlite3.Error) -> HistoryError:
+    code = getattr(exc, "sqlite_errorcode", None)
+    passing = isinstance(code, int) and (code & 0xFF) in _PASSING_CODES
+    return HistoryError(f"{prefix}: {exc}", passing=passing)
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,13 +290,13 @@ class History:
             else:
                 db = sqlite3.connect(name, timeout=timeout, isolation_level=None)
         except sqlite3.Error as exc:
-            raise HistoryError(f"{name}: cannot open history: {exc}") from None
+            raise _sqlite_error(f"{name}: cannot open history", exc) from None
         db.row_factory = sqlite3.Row
         try:
             self._open(db, memory)
         except sqlite3.Error as exc:
             db.close()
-            raise HistoryError(f"{name}: cannot open history: {exc}") from None
+            raise _sqlite_error(f"{name}: cannot open history", exc) from None
         except BaseException:
             db.close()
             raise
@@ -408,7 +427,7 @@ class History:
                 if db.in_transaction:
                     db.execute("ROLLBACK")
         except sqlite3.Error as exc:
-            raise HistoryError(f"{self._name}: cannot {what}: {exc}") from None
+            raise _sqlite_error(f"{self._name}: cannot {what}", exc) from None
 
     @contextmanager
     def _read(self, what: str) -> Iterator[sqlite3.Connection]:
@@ -422,7 +441,7 @@ class History:
                 if db.in_transaction:
                     db.execute("COMMIT")
         except sqlite3.Error as exc:
-            raise HistoryError(f"{self._name}: cannot {what}: {exc}") from None
+            raise _sqlite_error(f"{self._name}: cannot {what}", exc) from None
 
     # ------------------------------------------------------------------ cluster binding
 
@@ -608,6 +627,20 @@ class History:
                 (decision, guest, source, target, int(parking), handle, at),
             )
             return int(cursor.lastrowid or 0)
+
+    def migration_handle(self, migration_id: int, handle: str, *, started: float) -> None:
+        """Set the backend's handle of a migration recorded before its request was answered."""
+        if isinstance(migration_id, bool) or not isinstance(migration_id, int):
+            raise HistoryError(f"migration id must be an integer, got {migration_id!r}")
+        handle = _name("migration handle", handle)
+        started = _time("started", started)
+        with self._write("record a migration's handle") as db:
+            changed = db.execute(
+                "UPDATE migrations SET handle = ?, started = ? WHERE id = ? AND outcome IS NULL",
+                (handle, started, migration_id),
+            ).rowcount
+            if not changed:
+                raise HistoryError(f"no migration {migration_id} in flight")
 
     def migration_finished(
         self,

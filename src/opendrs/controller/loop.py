@@ -26,6 +26,7 @@ import fcntl
 import logging
 import os
 import re
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -55,7 +56,15 @@ __all__ = ["Controller", "Cycle", "InstanceLock", "LockError"]
 
 
 class LockError(Exception):
-    """Another instance holds the lock; ``str()`` is one line."""
+    """The lock cannot be had; ``str()`` is one line.
+
+    ``lasting`` is true when waiting will not help (the path is a symbolic link, not a file):
+    a restart cannot cure it. Another instance holding the lock is not lasting.
+    """
+
+    def __init__(self, reason: str, *, lasting: bool = False) -> None:
+        super().__init__(reason)
+        self.lasting = lasting
 
 
 class InstanceLock:
@@ -66,10 +75,20 @@ class InstanceLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
+        # Never through a symbolic link: whoever placed one would have its target truncated.
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(self.path, flags, 0o644)
         except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise LockError(
+                    f"{self.path}: the lock file is a symbolic link: refused (remove it)",
+                    lasting=True,
+                ) from None
             raise LockError(f"{self.path}: cannot open the lock file: {exc.strerror}") from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise LockError(f"{self.path}: the lock path is not a regular file", lasting=True)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -124,13 +143,23 @@ class Controller:
         *,
         on_event: Callable[[Event], None] | None = None,
         on_cycle: Callable[[Cycle], None] | None = None,
+        force_shadow: bool = False,
+        hold_starts: Callable[[], bool] | None = None,
     ) -> None:
+        #: ``opendrs run --shadow``: shadow whatever the file says, through every reload.
+        self.force_shadow = force_shadow
+        config = self._overridden(config)
         self.config = config
         self.backend = backend
         self.clock = clock
         self.history = history
         self.on_cycle = on_cycle
         self.executor = Executor(backend, clock, history, config.executor, on_event=on_event)
+        self.executor.active = config.active
+        if hold_starts is not None:
+            self.executor.hold = hold_starts
+        #: Observations that failed in a row (reported at ERROR from ``log.failed_observations``).
+        self.failed_observations = 0
         # Guests evacuated for maintenance outlive a restart (``maintenance_return``).
         self.state = PolicyState(evacuated=history.evacuated())
         self.window = UsageWindow()
@@ -144,18 +173,32 @@ class Controller:
 
     # -- configuration -------------------------------------------------------------------------
 
+    def _overridden(self, config: Config) -> Config:
+        if self.force_shadow and config.mode != "shadow":
+            log.info("mode %s in %s: kept in shadow mode by --shadow", config.mode, config.file)
+            return replace(config, mode="shadow")
+        return config
+
     def reload(self, config: Config) -> None:
-        """Take a new configuration (SIGHUP). The backend stays; the rest follows the file."""
+        """Take a new configuration (SIGHUP). The backend stays; the rest follows the file.
+
+        Leaving active mode stops starting migrations at once: the queue is dropped, the
+        migrations in flight are followed to their end and recorded.
+        """
         if config.backend != self.config.backend:
             log.warning("the backend section changed: it takes effect at the next restart")
+        config = self._overridden(config)
         self.config = replace(config, backend=self.config.backend)
         self.executor.config = config.executor
+        self.executor.active = config.active
         log.info(
             "configuration reloaded from %s: mode %s, policy %s",
             config.file,
             config.mode,
             config.policy.name,
         )
+        if not config.active:
+            self.executor.halt(f"the configuration changed to {config.mode} mode")
 
     # -- one cycle -----------------------------------------------------------------------------
 
@@ -172,6 +215,9 @@ class Controller:
         cluster = self.backend.observe()
         if self.config.settings is not None and cluster.settings != self.config.settings:
             cluster = replace(cluster, settings=self.config.settings)
+        problem = _reserve_problem(cluster)
+        if problem is not None:
+            raise BackendError(problem, transient=False)
         if self.config.cluster is not None and cluster.name != self.config.cluster:
             cluster = replace(cluster, name=self.config.cluster)
         if not self._cluster_bound:
@@ -186,10 +232,21 @@ class Controller:
         try:
             cluster = self.observe()
         except BackendError as exc:
-            log.warning("cannot observe the cluster: %s", exc)
+            self.failed_observations += 1
+            failures = self.failed_observations
+            level = (
+                logging.ERROR if failures >= self.config.failed_observations else logging.WARNING
+            )
+            count = f" ({failures} in a row)" if failures > 1 else ""
+            log.log(level, "cannot observe the cluster%s: %s", count, exc)
             result = Cycle(now, None, None, error=exc.reason)
             self._done(result)
             return result
+        if self.failed_observations:
+            log.info("observing again after %d failed observations", self.failed_observations)
+            self.failed_observations = 0
+        if self.executor.watching:
+            self.executor.settle(cluster)
         self.window = self.window.add(now, cluster, policy.smoothing)
         # Capacity is checked on usage that rises after the hold, not after the whole window.
         span = overload_span(policy)
@@ -282,6 +339,7 @@ class Controller:
         until: float | None = None,
         should_stop: Callable[[], bool] = lambda: False,
         take_reload: Callable[[], Config | None] = lambda: None,
+        reload_pending: Callable[[], bool] = lambda: False,
     ) -> None:
         """Run until ``should_stop()``, until the clock reaches ``until``, or one cycle (``once``).
 
@@ -312,16 +370,38 @@ class Controller:
             wait = self.config.executor.poll_interval if busy or once else next_cycle - now
             if until is not None:
                 wait = min(wait, until - now)
-            self._sleep(max(wait, 0.0), should_stop)
+            self._sleep(max(wait, 0.0), lambda: should_stop() or reload_pending())
 
-    def _sleep(self, seconds: float, should_stop: Callable[[], bool]) -> None:
-        """Sleep on the clock; a real clock in slices so that a stop request is seen soon."""
+    def _sleep(self, seconds: float, wake: Callable[[], bool]) -> None:
+        """Sleep on the clock; a real clock in slices so that a stop or reload is seen soon."""
         if not isinstance(self.clock, SystemClock):
             self.clock.sleep(seconds)
             return
         end = self.clock.now() + seconds
-        while not should_stop():
+        while not wake():
             left = end - self.clock.now()
             if left <= 0:
                 break
             self.clock.sleep(min(left, 0.5))
+
+
+def _reserve_problem(cluster: Cluster) -> str | None:
+    """Why a node's reserve leaves it no capacity, or ``None``.
+
+    A snapshot file with such a reserve is refused when read; the configuration's ``settings``
+    meet the real nodes only here, so the cycle is refused instead of deciding on a node of
+    capacity 0 (which every guest on it would seem to overload).
+    """
+    settings = cluster.settings
+    for node in cluster.nodes:
+        for what, own, default, capacity, unit in (
+            ("cpu", node.reserve_cpu, settings.reserve_cpu, node.cpu, "cores"),
+            ("memory", node.reserve_memory, settings.reserve_memory, node.memory, "bytes"),
+        ):
+            reserve = default if own is None else own
+            if capacity > 0 and reserve >= capacity:
+                return (
+                    f"the {what} reserve ({reserve:g} {unit}) leaves node {node.name} no {what} "
+                    f"capacity ({capacity:g} {unit}): lower settings.reserve.{what}"
+                )
+    return None

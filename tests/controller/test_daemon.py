@@ -1,0 +1,169 @@
+"""``opendrs run`` driven from outside, as an operator drives it: a subprocess against the fake
+Proxmox API on loopback, with signals and reloads. Migrations take about two seconds each."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip(
+    "fakepve", reason="fakepve (a test-only dev dependency: pip install -e '.[dev]') is missing"
+)
+pytest.importorskip("cryptography", reason="fakepve's certificates need cryptography")
+
+from backends.fakepve_fixture import FakeCluster, GiB
+from daemon import Daemon
+
+SECRET = "9f1c2e7a-5b3d-4c1e-8a6f-0d2b4e6f8a1c"
+TOKEN_ID = "opendrs@pve!drs"
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> Iterator[FakeCluster]:
+    """Three nodes, eight running VMs all on pve1: any balancer plans about five moves."""
+    cluster = FakeCluster(str(tmp_path), time_scale=0.01)
+    pve = cluster.pve
+    pve.apitokens[TOKEN_ID] = SECRET
+    pve.migrate_secs = 200  # two seconds of real time
+    for name in ("pve1", "pve2", "pve3"):
+        pve.add_node(name, cpu=8, memory=32 * GiB, base_memory=1 * GiB)
+    pve.add_ceph_storage("ceph")
+    for i in range(8):
+        vm = pve.add_vm(
+            100 + i,
+            f"vm{i}",
+            node="pve1",
+            status="running",
+            config={"cores": 1, "memory": 3072, "scsi0": f"ceph:vm-{100 + i}-disk-0,size=8G"},
+        )
+        vm.started_at = time.time() - 86400
+        vm.stats.update(cpu=0.3, mem=3 * GiB)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def write_config(
+    tmp_path: Path, fake: FakeCluster, *, mode: str = "active", token: str = SECRET, extra: str = ""
+) -> Path:
+    token_file = tmp_path / "token"
+    token_file.write_text(token + "\n")
+    token_file.chmod(0o600)
+    config = tmp_path / "opendrs.yaml"
+    config.write_text(
+        f"mode: {mode}\n"
+        "backend:\n"
+        "  type: proxmox\n"
+        f"  hosts: ['{fake.address}']\n"
+        f"  user: '{TOKEN_ID}'\n"
+        "  token_file: token\n"
+        f"  ca_file: '{fake.cafile}'\n"
+        "  timeout: 5s\n"
+        "  retries: 1\n"
+        "policy: {interval: 1s, hold: 1, smoothing: 0}\n"
+        "executor: {max_parallel: 1, poll_interval: 1s}\n" + extra
+    )
+    return config
+
+
+def migration_requests(fake: FakeCluster) -> int:
+    return len(fake.pve.migrations)
+
+
+def history_rows(tmp_path: Path) -> list[tuple[str, str | None]]:
+    with sqlite3.connect(tmp_path / "history.sqlite") as db:
+        return db.execute("SELECT guest, outcome FROM migrations ORDER BY id").fetchall()
+
+
+def test_shadow_on_the_command_line_survives_a_reload(tmp_path: Path, fake: FakeCluster) -> None:
+    config = write_config(tmp_path, fake, mode="active")
+    with Daemon(config, "--shadow") as daemon:
+        daemon.wait_for(r"shadow: would migrate")
+        daemon.signal(signal.SIGHUP)
+        mark = daemon.mark
+        daemon.wait_for(r"configuration reloaded .*mode shadow", after=mark)
+        # Cycles after the reload still only say what they would do.
+        daemon.wait_for(r"shadow: would migrate", after=daemon.mark)
+        daemon.wait_for(r"shadow: would migrate", after=daemon.mark)
+        assert daemon.stop() == 0
+    assert migration_requests(fake) == 0
+    assert history_rows(tmp_path) == []
+
+
+def test_a_reload_to_shadow_during_a_plan_starts_nothing_more(
+    tmp_path: Path, fake: FakeCluster
+) -> None:
+    config = write_config(tmp_path, fake, mode="active")
+    with Daemon(config) as daemon:
+        daemon.wait_for(r"started \d+ pve1 → ")
+        write_config(tmp_path, fake, mode="shadow")
+        daemon.signal(signal.SIGHUP)
+        daemon.wait_for(r"configuration reloaded .*mode shadow")
+        started = daemon.count(r"started \d+ pve1 → ")
+        requests = migration_requests(fake)
+        assert requests == started <= 2
+        daemon.wait_for(r"skipped .*changed to shadow mode")
+        # The migration in flight is followed to its end and recorded; nothing else starts.
+        daemon.wait_for(r"done \d+ pve1 → ")
+        daemon.wait_for(r"shadow: would migrate", after=daemon.mark)
+        assert migration_requests(fake) == requests
+        assert daemon.stop() == 0
+    assert [outcome for _, outcome in history_rows(tmp_path)] == ["done"] * requests
+
+
+def test_once_exits_with_status_1_when_it_cannot_observe(tmp_path: Path, fake: FakeCluster) -> None:
+    config = write_config(tmp_path, fake, token="00000000-0000-0000-0000-000000000000")
+    with Daemon(config, "--once") as daemon:
+        status = daemon.wait(60)
+        assert status == 1, daemon.log()
+        errors = [line for line in daemon.lines if line.startswith("error:")]
+        assert len(errors) == 1 and "authentication failed" in errors[0]
+        assert SECRET not in daemon.log()
+
+
+def test_failed_observations_in_a_row_are_reported_at_error(
+    tmp_path: Path, fake: FakeCluster
+) -> None:
+    config = write_config(
+        tmp_path,
+        fake,
+        token="00000000-0000-0000-0000-000000000000",
+        extra="log: {failed_observations: 2}\n",
+    )
+    with Daemon(config) as daemon:
+        daemon.wait_for(r"WARNING +cannot observe the cluster: ")
+        daemon.wait_for(r"ERROR +cannot observe the cluster \(2 in a row\)")
+        assert daemon.stop() == 0
+
+
+def test_a_history_from_a_newer_opendrs_exits_with_the_lasting_status(
+    tmp_path: Path, fake: FakeCluster
+) -> None:
+    config = write_config(tmp_path, fake)
+    with sqlite3.connect(tmp_path / "history.sqlite") as db:
+        db.execute("PRAGMA application_id = 1868853875")
+        db.execute("PRAGMA user_version = 99")
+    with Daemon(config) as daemon:
+        assert daemon.wait(30) == 3
+        assert "newer than this opendrs" in daemon.log()
+    assert migration_requests(fake) == 0
+
+
+def test_a_lock_path_that_is_a_link_is_refused_and_its_target_kept(
+    tmp_path: Path, fake: FakeCluster
+) -> None:
+    config = write_config(tmp_path, fake)
+    precious = tmp_path / "precious"
+    precious.write_text("keep me\n")
+    os.symlink(precious, tmp_path / "history.sqlite.lock")
+    with Daemon(config) as daemon:
+        assert daemon.wait(30) == 3
+        assert "symbolic link" in daemon.log()
+    assert precious.read_text() == "keep me\n"

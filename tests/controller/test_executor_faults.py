@@ -1,0 +1,188 @@
+"""The executor when the world does not keep still: guests that may no longer move, answers that
+are lost, migrations that outlive their timeout, a restart between a request and its record,
+a mode that changes under a plan. Each case is one the executor once got wrong."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+import pytest
+
+from fakes import FakeBackend, FakeClock, cluster, guest, node, run_executor, setup_executor
+from opendrs.backends.base import Handle
+from opendrs.controller.executor import PENDING, Executor, ExecutorConfig
+from opendrs.controller.history import History
+from opendrs.engine.planner import plan_moves
+from opendrs.model.cluster import Cluster, Move
+from opendrs.model.rules import Rules
+
+_run = run_executor
+_setup = setup_executor
+
+
+def _spread_out() -> Cluster:
+    return cluster(
+        [node("a"), node("b"), node("c")],
+        [guest("1", "a"), guest("2", "a"), guest("3", "a"), guest("4", "a")],
+        max_parallel=1,
+    )
+
+
+def _set_guest(fake: FakeBackend, gid: str, **changes: object) -> None:
+    fake.cluster = replace(
+        fake.cluster,
+        guests=tuple(replace(g, **changes) if g.id == gid else g for g in fake.cluster.guests),
+    )
+
+
+def _unmovable(how: str) -> Callable[[FakeBackend], None]:
+    def apply(fake: FakeBackend) -> None:
+        if how == "locked":
+            _set_guest(fake, "3", lock="backup")
+        elif how == "ignored":
+            fake.cluster = replace(fake.cluster, rules=Rules(ignored=frozenset({"3"})))
+        elif how == "shut down":
+            _set_guest(fake, "3", state="stopped", cpu_used=0.0, memory_used=0)
+        elif how == "source offline":
+            nodes = tuple(
+                replace(n, online=False) if n.name == "a" else n for n in fake.cluster.nodes
+            )
+            fake.cluster = replace(fake.cluster, nodes=nodes)
+
+    return apply
+
+
+@pytest.mark.parametrize("how", ["locked", "ignored", "shut down"])
+def test_a_queued_guest_that_may_no_longer_move_is_dropped_not_queued_for_ever(how: str) -> None:
+    c = _spread_out()
+    fake, clock, history, executor = _setup(c)
+    executor.submit(plan_moves(c, {"1": "b", "2": "c", "3": "b", "4": "c"}), None)
+    executor.tick()  # guest 1 starts
+    _unmovable(how)(fake)
+    took = _run(executor, clock)
+    assert took < 600
+    assert "3" not in {m.guest for m in fake.starts}
+    skipped = [e for e in executor.events if e.kind == "skipped" and e.move and e.move.guest == "3"]
+    assert skipped and "may not move" in skipped[0].detail
+    assert {r.guest for r in history.migrations()} == {"1", "2", "4"}
+
+
+def test_a_source_node_going_offline_ends_the_plan() -> None:
+    c = _spread_out()
+    fake, clock, _history, executor = _setup(c)
+    executor.submit(plan_moves(c, {"1": "b", "2": "c", "3": "b", "4": "c"}), None)
+    executor.tick()
+    _unmovable("source offline")(fake)
+    assert _run(executor, clock) < 600
+    assert len(fake.starts) == 1
+
+
+def test_a_queue_that_cannot_start_is_abandoned_after_the_stall_timeout() -> None:
+    # Guest 1 shows a migration someone else started and that never ends: our move waits.
+    c = _spread_out()
+    fake, clock, _history, executor = _setup(c, config=ExecutorConfig(stall_timeout=600))
+    executor.submit(plan_moves(c, {"1": "b"}), None)
+    _set_guest(fake, "1", migrating_to="c")
+    took = _run(executor, clock)
+    assert 600 <= took < 700
+    assert fake.starts == []
+    (event,) = [e for e in executor.events if e.kind == "skipped"]
+    assert "no migration of the plan could start" in event.detail
+
+
+def test_a_migration_whose_answer_was_lost_is_recorded_as_what_happened() -> None:
+    c = _spread_out()
+    fake, clock, history, executor = _setup(c, losing_answer={"1"})
+    executor.submit(plan_moves(c, {"1": "b", "2": "c"}), None)
+    _run(executor, clock)
+    outcome = {r.guest: r.outcome for r in history.migrations()}
+    assert outcome == {"1": "done", "2": "done"}
+    assert len(fake.starts) == 2  # the request whose answer was lost was not sent again
+    assert set(history.cooldowns(clock.now())) == {"1", "2"}
+    assert history.avoided(clock.now()) == {}
+    assert history.departures(0.0)["1"] == [("a", history.migrations()[0].ended)]
+
+
+def test_a_migration_that_outlives_its_timeout_but_completes_is_done() -> None:
+    class Uncancellable(FakeBackend):
+        def cancel(self, handle: Handle) -> bool:
+            return False
+
+    c = _spread_out()
+    clock = FakeClock()
+    fake = Uncancellable(c, clock, durations={"1": 90.0})
+    history = History(":memory:")
+    executor = Executor(fake, clock, history, ExecutorConfig(timeout=60, poll_interval=5))
+    executor.submit(plan_moves(c, {"1": "b"}), None)
+    _run(executor, clock)
+    (record,) = history.migrations()
+    assert record.outcome == "done"
+    assert "1" in history.cooldowns(clock.now())
+    assert history.avoided(clock.now()) == {}
+    assert any(e.kind == "watching" and "timed out" in e.detail for e in executor.events)
+
+
+def test_a_migration_given_up_is_cancelled_on_the_platform() -> None:
+    c = _spread_out()
+    fake, clock, history, executor = _setup(
+        c, config=ExecutorConfig(timeout=60, poll_interval=5), hanging={"1"}
+    )
+    executor.submit(plan_moves(c, {"1": "b"}), None)
+    _run(executor, clock)
+    assert fake.cancelled == ["op-1"]
+    (record,) = history.migrations()
+    assert record.outcome == "failed" and "timed out" in (record.error or "")
+    assert fake.cluster.guest("1").node == "a"
+    assert ("1", "b") in history.avoided(clock.now())
+
+
+@pytest.mark.parametrize(("where", "outcome"), [("b", "done"), ("a", "failed")])
+def test_a_request_recorded_but_never_answered_before_a_restart_is_settled(
+    where: str, outcome: str
+) -> None:
+    # The daemon was killed after recording its intent, before the answer came back.
+    c = replace(_spread_out(), guests=(guest("1", where), guest("2", "a")))
+    fake, clock, history, _ = _setup(c)
+    history.migration_started(decision=None, move=Move("1", "a", "b"), handle=PENDING, at=0.0)
+    clock.sleep(30)
+    executor = Executor(fake, clock, history, ExecutorConfig(poll_interval=5))
+    executor.reconcile()
+    _run(executor, clock)
+    assert [(r.guest, r.outcome) for r in history.migrations()] == [("1", outcome)]
+    assert ("1" in history.cooldowns(clock.now())) == (outcome == "done")
+
+
+def test_the_intent_is_recorded_before_the_request() -> None:
+    c = _spread_out()
+    clock = FakeClock()
+    history = History(":memory:")
+    seen: list[list[str | None]] = []
+
+    class Watching(FakeBackend):
+        def start_migration(self, move: Move) -> Handle:
+            seen.append([r.handle for r in history.in_flight()])
+            return super().start_migration(move)
+
+    fake = Watching(c, clock)
+    executor = Executor(fake, clock, history, ExecutorConfig(poll_interval=5))
+    executor.submit(plan_moves(c, {"1": "b"}), None)
+    executor.tick()
+    assert seen == [[PENDING]]
+    (record,) = history.in_flight()
+    assert record.handle == "op-1"
+
+
+def test_nothing_starts_outside_active_mode_or_while_held() -> None:
+    c = _spread_out()
+    fake, _clock, _history, executor = _setup(c)
+    held = True
+    executor.hold = lambda: held
+    executor.submit(plan_moves(c, {"1": "b", "2": "c"}), None)
+    executor.tick()
+    assert fake.starts == [] and executor.busy  # held: waits
+    held = False
+    executor.active = False
+    executor.tick()
+    assert fake.starts == [] and not executor.busy  # not active: the queue is dropped
+    assert {e.move.guest for e in executor.events if e.kind == "skipped" and e.move} == {"1", "2"}

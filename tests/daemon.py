@@ -1,0 +1,111 @@
+"""``opendrs run`` as an operator runs it: a subprocess, its log read as it goes, signals sent.
+
+:class:`Daemon` starts the command with a configuration file, collects its standard error line by
+line on a thread, and waits for log lines; :meth:`Daemon.stop` ends it (SIGTERM, then SIGKILL)
+whatever the test did, so no process outlives its test.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+__all__ = ["Daemon"]
+
+
+class Daemon:
+    """One ``opendrs run`` process."""
+
+    def __init__(self, config: Path, *args: str, env: dict[str, str] | None = None) -> None:
+        command = [sys.executable, "-m", "opendrs", "run", "--config", str(config), *args]
+        self.lines: list[str] = []
+        self._lock = threading.Lock()
+        self.process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **(env or {})},
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            with self._lock:
+                self.lines.append(line.rstrip("\n"))
+
+    def log(self) -> str:
+        with self._lock:
+            return "\n".join(self.lines)
+
+    def count(self, pattern: str) -> int:
+        with self._lock:
+            return sum(1 for line in self.lines if re.search(pattern, line))
+
+    def wait_for(self, pattern: str, timeout: float = 30.0, *, after: int = 0) -> str:
+        """The first log line (from line ``after`` on) matching ``pattern``; fails after
+        ``timeout`` seconds or when the process ends first."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                for line in self.lines[after:]:
+                    if re.search(pattern, line):
+                        return line
+                seen = len(self.lines)
+            if self.process.poll() is not None:
+                self._reader.join(5)
+                with self._lock:
+                    rest = [ln for ln in self.lines[after:] if re.search(pattern, ln)]
+                if rest:
+                    return rest[0]
+                raise AssertionError(
+                    f"opendrs run exited ({self.process.returncode}) before {pattern!r}:\n"
+                    + self.log()
+                )
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"no {pattern!r} within {timeout:g}s (after {seen} lines):\n" + self.log()
+                )
+            time.sleep(0.05)
+
+    @property
+    def mark(self) -> int:
+        """The number of log lines so far (for ``wait_for(after=…)``)."""
+        with self._lock:
+            return len(self.lines)
+
+    def signal(self, signum: int) -> None:
+        self.process.send_signal(signum)
+
+    def wait(self, timeout: float) -> int:
+        """The exit status, waiting at most ``timeout`` seconds (TimeoutExpired after)."""
+        status = self.process.wait(timeout)
+        self._reader.join(5)
+        return status
+
+    def stop(self) -> int | None:
+        """SIGTERM, then SIGKILL after 15 s; the exit status."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+        self._reader.join(5)
+        return self.process.returncode
+
+    def __enter__(self) -> Daemon:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
