@@ -33,6 +33,7 @@ from opendrs.controller.commands import (
     add_simulate_parser,
     parse_number,
 )
+from opendrs.controller.snapshot_command import add_snapshot_parser
 from opendrs.engine.bounds import migration_lower_bound
 from opendrs.engine.constraints import Constraints
 from opendrs.engine.placement import evacuate, place_guest, place_new
@@ -541,6 +542,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_strategies)
 
     add_run_parser(sub)
+    add_snapshot_parser(sub)
     add_simulate_parser(sub)
     add_demo_parser(sub)
 

@@ -3,10 +3,13 @@
 :class:`DrsFakePve` extends fakepve's ``FakePve`` with what opendrs reads and does that fakepve
 0.5.0 leaves generic (see ``shared/reference/test-peers.md``):
 
-* per-node capacity (cores, memory, the host's own memory, CPU architecture), and node usage
-  derived from the *running* guests, in ``/nodes`` and ``/cluster/resources``; containers' usage
-  from ``ct.stats``;
-* ``GET /nodes/{node}/status`` with ``cpuinfo``, ``memory`` and ``current-kernel``;
+* per-node capacity (cores, memory, the host's own memory, CPU architecture, KSM sharing), and
+  node usage derived from the *running* guests, in ``/nodes`` and ``/cluster/resources``;
+  containers' usage from ``ct.stats``;
+* ``GET /nodes/{node}/status`` with ``cpuinfo``, ``memory``, ``ksm`` and ``current-kernel``;
+* guests that run have been up for a while, as on a real cluster: a running guest added without
+  ``uptime=`` started :data:`DEFAULT_UPTIME` seconds (a day) ago (``uptime=SECONDS`` says
+  otherwise; fakepve alone starts them at the moment they are added);
 * RRD data for nodes and guests (points given by the test, else the current values);
 * ``POST /nodes/{node}/qemu/{vmid}/migrate`` really moving the VM with ``FakePve.migrate`` and
   answering with Proxmox's errors; ``GET`` on it, Proxmox's migration precheck;
@@ -42,6 +45,8 @@ from fakepve.server import USER
 GiB = 1024**3
 MiB = 1024**2
 HOST = "127.0.0.1"
+#: Seconds a running guest has been up when it is added without ``uptime=`` (a day).
+DEFAULT_UPTIME = 86400
 
 
 def _true(value: Any) -> bool:
@@ -54,9 +59,12 @@ class DrsFakePve(FakePve):
 
     def __init__(self, user: str = "root@pam", password: str = "secret") -> None:
         super().__init__(user=user, password=password, host=HOST, port=0)
-        #: node -> {cpu, memory, base_memory, base_cpu, arch}
+        #: node -> {cpu, memory, base_memory, base_cpu, arch, ksm_shared}
         self.capacity: dict[str, dict[str, Any]] = {}
         self._set_capacity("pve1")
+        #: Offline nodes show their size (maxcpu, maxmem) in /cluster/resources, as Proxmox does
+        #: while it has RRD data of the node; False: no size, as when it has none.
+        self.offline_sizes = False
         #: RRD points given by the test: vmid -> points, node -> points.
         self.guest_rrd: dict[int, list[dict[str, Any]]] = {}
         self.node_rrd: dict[str, list[dict[str, Any]]] = {}
@@ -186,23 +194,41 @@ class DrsFakePve(FakePve):
         base_memory: int = 2 * GiB,
         base_cpu: float = 0.25,
         arch: str = "x86_64",
+        ksm_shared: int | None = 0,
     ) -> None:
+        """``ksm_shared``: the bytes KSM shares on the node (``None``: ``/status`` has no
+        ``ksm``, as a node without KSM support)."""
         self.capacity[name] = {
             "cpu": cpu,
             "memory": memory,
             "base_memory": base_memory,
             "base_cpu": base_cpu,
             "arch": arch,
+            "ksm_shared": ksm_shared,
         }
 
     def add_node(self, name: str, online: bool = True, **capacity: Any) -> None:
         super().add_node(name, online)
         self._set_capacity(name, **capacity)
 
-    def add_vm(self, *args: Any, **kwargs: Any) -> FakeVm:
+    def add_vm(self, *args: Any, uptime: float = DEFAULT_UPTIME, **kwargs: Any) -> FakeVm:
+        """fakepve's ``add_vm``; a running VM has been up ``uptime`` seconds (a day)."""
         vm = super().add_vm(*args, **kwargs)
         self.capacity.setdefault(vm.node, self.capacity.get("pve1", {}).copy())
+        self._up_since(vm, uptime)
         return vm
+
+    def add_ct(self, *args: Any, uptime: float = DEFAULT_UPTIME, **kwargs: Any) -> FakeCt:
+        """fakepve's ``add_ct``; a running container has been up ``uptime`` seconds (a day)."""
+        ct = super().add_ct(*args, **kwargs)
+        self.capacity.setdefault(ct.node, self.capacity.get("pve1", {}).copy())
+        self._up_since(ct, uptime)
+        return ct
+
+    @staticmethod
+    def _up_since(guest: Any, uptime: float) -> None:
+        if guest.status == "running":
+            guest.started_at = time.time() - uptime
 
     def _guest_cpu_mem(self, guest: Any) -> tuple[float, float, int]:
         """(cpu fraction, maxcpu, mem bytes) of a running guest."""
@@ -226,9 +252,13 @@ class DrsFakePve(FakePve):
 
     def _node_fields(self, item: dict[str, Any]) -> None:
         name = item.get("node")
-        if item.get("status") != "online" or name not in self.capacity:
+        if name not in self.capacity:
             return
         cap = self.capacity[name]
+        if item.get("status") != "online":
+            if self.offline_sizes:
+                item.update(maxcpu=cap["cpu"], maxmem=cap["memory"])
+            return
         cpu, mem = self.node_usage(name)
         item.update(cpu=cpu, maxcpu=cap["cpu"], mem=mem, maxmem=cap["memory"])
 
@@ -300,6 +330,7 @@ class DrsFakePve(FakePve):
                 "free": cap["memory"] - mem,
                 "available": cap["memory"] - mem,
             },
+            **({} if cap["ksm_shared"] is None else {"ksm": {"shared": cap["ksm_shared"]}}),
             "loadavg": ["0.10", "0.20", "0.30"],
             "current-kernel": {
                 "sysname": "Linux",

@@ -290,6 +290,41 @@ def test_observe_nodes(fake: FakeCluster, token_file: str) -> None:
     assert not any(n.maintenance for n in cluster.nodes)
 
 
+def test_observe_ksm_sharing(fake: FakeCluster, token_file: str) -> None:
+    # /nodes/{node}/status answers ksm: {shared: BYTES}, as Proxmox VE does.
+    populate(fake)
+    fake.pve.capacity["pve1"]["ksm_shared"] = 5 * GiB + 4096
+    fake.pve.capacity["pve2"]["ksm_shared"] = None  # no ksm in the answer: none shared
+    backend = backend_for(fake, token_file)
+    cluster = backend.observe()
+    assert [n.ksm_shared for n in cluster.nodes] == [5 * GiB + 4096, 0, 0]
+    # Nonsense is not a size: it counts as none shared, and the node is still observed.
+    for odd in (-5, "lots", {"x": 1}, float("inf"), True):
+        fake.pve.capacity["pve3"]["ksm_shared"] = odd
+        assert backend.observe().node("pve3").ksm_shared == 0, odd
+    fake.pve.capacity["pve3"]["ksm_shared"] = "123"  # a number as text, as Perl may write it
+    assert backend.observe().node("pve3").ksm_shared == 123
+    # An offline node is not asked: nothing is known to be shared there.
+    fake.pve.set_node_offline("pve1")
+    assert backend.observe().node("pve1").ksm_shared == 0
+
+
+def test_running_guests_have_been_up_a_day_unless_the_test_says_otherwise(
+    fake: FakeCluster, token_file: str
+) -> None:
+    populate(fake)
+    fake.pve.add_vm(110, "fresh", node="pve1", status="running", config={"memory": 512}, uptime=120)
+    fake.pve.add_ct(210, node="pve2", status="running", config={"memory": 256}, uptime=600)
+    cluster = backend_for(fake, token_file).observe()
+    up = {g.id: g.uptime for g in cluster.guests}
+    # Seconds pass between adding and observing: at least the uptime, and not an hour more.
+    for gid in ("100", "101", "102", "200"):
+        assert 86400 <= up[gid] < 86400 + 3600, (gid, up[gid])
+    assert 120 <= up["110"] < 120 + 3600
+    assert 600 <= up["210"] < 600 + 3600
+    assert up["106"] == 0 and up["201"] == 0  # stopped
+
+
 def test_observe_guests(fake: FakeCluster, token_file: str) -> None:
     populate(fake)
     cluster = backend_for(fake, token_file).observe()

@@ -1541,3 +1541,68 @@ def test_extreme_numbers_give_an_error_or_finite_loads(
     fractions = LoadModel.build(outcome).fractions()
     assert np.isfinite(fractions).all()
     json.dumps(cluster_imbalance(outcome).as_dict(), allow_nan=False)
+
+
+# --------------------------------------------------------------------------------------------
+# A node's KSM-shared memory (``ksm``): optional, 0 by default, a size like the others.
+
+
+def test_node_ksm_is_read_and_written() -> None:
+    text = MINIMAL.replace(
+        "pve1: {cpu: 8, memory: 32GiB}", "pve1: {cpu: 8, memory: 32GiB, ksm: 6GiB}"
+    )
+    cluster = loads(text, filename="k.yaml")
+    assert cluster.node("pve1").ksm_shared == 6 * GIB
+    assert cluster.node("pve2").ksm_shared == 0  # left out: none shared
+    document = to_dict(cluster)
+    assert document["nodes"]["pve1"] == {"cpu": 8, "memory": "32GiB", "ksm": "6GiB"}
+    assert document["nodes"]["pve2"] == {"cpu": 8, "memory": "32GiB"}  # 0 is not written
+    for fmt in ("yaml", "json"):
+        assert loads(dumps(cluster, fmt), fmt=fmt, filename="k.yaml") == cluster
+    assert Node("n", 1, 1).ksm_shared == 0
+    # Plain bytes, and the largest size of the format.
+    assert from_dict(_set(_BASE, ("nodes", "pve1", "ksm"), 12345)).node("pve1").ksm_shared == 12345
+    largest = from_dict(_set(_BASE, ("nodes", "pve1", "ksm"), "8PiB"))
+    assert largest.node("pve1").ksm_shared == 8 * 1024**5
+    assert from_dict(to_dict(largest)) == largest
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (-1, "size must not be negative, got -1"),
+        ("lots", "cannot read 'lots' as a size"),
+        ("2XB", "unknown size unit"),
+        (True, "got a boolean"),
+        ([], "got list"),
+        ("9PiB", "size too large (at most 8 PiB)"),
+        (1e30, "size too large"),
+    ],
+)
+def test_node_ksm_errors(value: Any, reason: str) -> None:
+    with pytest.raises(SnapshotError) as info:
+        from_dict(_set(_BASE, ("nodes", "pve1", "ksm"), value), filename="k.yaml")
+    assert info.value.path == "nodes.pve1.ksm", str(info.value)
+    assert reason in info.value.reason, str(info.value)
+    _assert_one_line(info.value)
+
+
+def test_node_ksm_null_is_a_wrong_type_and_typos_are_named() -> None:
+    with pytest.raises(SnapshotError) as info:
+        from_dict(_set(_BASE, ("nodes", "pve1", "ksm"), None), filename="k.yaml")
+    assert info.value.path == "nodes.pve1.ksm"
+    with pytest.raises(SnapshotError) as info:
+        from_dict(_set(_BASE, ("nodes", "pve1", "kms"), "1GiB"), filename="k.yaml")
+    assert "did you mean 'ksm'?" in info.value.reason
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters(), st.lists(st.integers(0, 8 * 1024**5), min_size=3, max_size=3))
+def test_random_clusters_with_ksm_round_trip(cluster: Cluster, shared: list[int]) -> None:
+    nodes = tuple(
+        replace(node, ksm_shared=value) for node, value in zip(cluster.nodes, shared, strict=False)
+    )
+    cluster = replace(cluster, nodes=nodes)
+    assert from_dict(to_dict(cluster)) == cluster
+    for fmt in ("yaml", "json"):
+        assert loads(dumps(cluster, fmt), fmt=fmt) == cluster

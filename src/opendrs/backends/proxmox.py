@@ -33,7 +33,8 @@ observation within about two reads' worst case.
 * ``GET /cluster/ha/rules`` (Proxmox VE 9; ``/cluster/ha/groups`` before it) unless
   ``ha_rules: false``: node affinity and resource affinity, parsed by
   :mod:`opendrs.compat.pve` and dropped where Proxmox drops them;
-* per online node, ``/nodes/{n}/status`` (CPU architecture) and ``/nodes/{n}/rrddata``;
+* per online node, ``/nodes/{n}/status`` (CPU architecture, the memory KSM shares) and
+  ``/nodes/{n}/rrddata``;
 * per guest on an online node, its config (vCPUs, memory, disks, passed-through devices) and, when
   it runs, its ``rrddata`` over ``usage_window`` (averages of CPU, memory and pressure; the current
   values of ``/cluster/resources`` when the RRD has none);
@@ -87,7 +88,7 @@ from opendrs.model.cluster import (
     Pressure,
     Settings,
 )
-from opendrs.model.document import Path, Reader, describe
+from opendrs.model.document import MAX_BYTES, Path, Reader, describe
 from opendrs.model.rules import GuestAffinity, NodeAffinity, Rules
 from opendrs.model.units import format_bytes, format_duration
 
@@ -470,6 +471,17 @@ def _num(value: object, default: float | None = None) -> float | None:
 def _int(value: object, default: int = 0) -> int:
     number = _num(value)
     return default if number is None else int(number)
+
+
+def _ksm_shared(value: object) -> int:
+    """Bytes of ``ksm: {shared: BYTES}`` in a node's status; 0 when missing or not a size."""
+    shared = value.get("shared") if isinstance(value, dict) else None
+    if isinstance(shared, bool):
+        return 0
+    number = _num(shared)
+    if number is None or not 0 <= number <= MAX_BYTES:
+        return 0
+    return int(number)
 
 
 def _flag(value: object) -> bool:
@@ -1306,6 +1318,8 @@ class _NodeRead:
     arch: str | None = None
     rrd: list[dict[str, Any]] = field(default_factory=list)
     reachable: bool = True
+    #: Bytes KSM shares on the node (``ksm.shared`` of its status); 0 when not known.
+    ksm_shared: int = 0
 
 
 class ProxmoxBackend:
@@ -1470,7 +1484,11 @@ class ProxmoxBackend:
             kernel = status.get("current-kernel")
             arch = kernel.get("machine") if isinstance(kernel, dict) else None
             rrd = self._rrd(f"nodes/{name}/rrddata")
-            return _NodeRead(arch if isinstance(arch, str) and arch else None, rrd)
+            return _NodeRead(
+                arch if isinstance(arch, str) and arch else None,
+                rrd,
+                ksm_shared=_ksm_shared(status.get("ksm")),
+            )
 
         def read_guest(row: Mapping[str, Any]) -> _GuestRead:
             node, vmid, kind = row["node"], row["vmid"], row["type"]
@@ -1796,6 +1814,7 @@ class ProxmoxBackend:
                     base_cpu=base_cpu,
                     base_memory=base_memory,
                     pressure=pressure,
+                    ksm_shared=read.ksm_shared if online else 0,
                 )
             )
         return nodes

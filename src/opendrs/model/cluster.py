@@ -85,6 +85,9 @@ class Node:
     base_cpu: float = 0.0
     base_memory: int = 0
     pressure: Pressure = field(default_factory=Pressure)
+    #: Memory KSM (kernel same-page merging) saves on the node by sharing pages, in bytes
+    #: (Proxmox's ``ksm.shared``); 0 when none is shared or it is not known.
+    ksm_shared: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "storage", _frozen(self.storage))

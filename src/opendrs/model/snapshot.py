@@ -122,6 +122,7 @@ _NODE_KEYS: Final = (
     "reserve",
     "usage",
     "pressure",
+    "ksm",
 )
 _GUEST_KEYS: Final = (
     "id",
@@ -428,6 +429,8 @@ class SnapshotReader(Reader):
             fields["base_memory"] = 0 if memory is None else memory
         if "pressure" in mapping:
             fields["pressure"] = self.pressure(mapping["pressure"], (*path, "pressure"))
+        if "ksm" in mapping:
+            fields["ksm_shared"] = self.size(mapping["ksm"], (*path, "ksm"))
         return Node(**fields)
 
     def guests(
@@ -797,6 +800,8 @@ def _node_out(node: Node) -> dict[str, Any]:
     pressure = _pressure_out(node.pressure)
     if pressure:
         out["pressure"] = pressure
+    if node.ksm_shared:
+        out["ksm"] = _size_out(node.ksm_shared)
     return out
 
 

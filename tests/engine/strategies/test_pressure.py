@@ -110,6 +110,53 @@ def test_ksm_lowers_the_memory_threshold() -> None:
     assert proposal.options["ksm"] == {"node1": 25 * GiB}
 
 
+def _ksm_cluster(node1_ksm: int) -> Cluster:
+    """The cluster of the test above, with node1's KSM-shared memory measured."""
+    nodes = tuple(replace(n, ksm_shared=node1_ksm) if n.name == "node1" else n for n in _nodes())
+    guests = (
+        _vm(101, "node1", 40, 2),
+        _vm(102, "node1", 30, 1),
+        _vm(103, "node1", 12, 1),
+        _vm(104, "node2", 50, 4),
+        _vm(105, "node3", 20, 1),
+    )
+    return Cluster(nodes, guests)
+
+
+def test_measured_ksm_lowers_the_memory_threshold() -> None:
+    # As above, but node1 measures its KSM sharing itself (Proxmox's ksm.shared): no option needed.
+    assert propose_pressure(_ksm_cluster(20 * GiB)).moves == ()  # exactly 20 %: no
+    proposal = propose_pressure(_ksm_cluster(25 * GiB))
+    assert [(m.guest, m.target) for m in proposal.moves] == [("vm:103", "node3")]
+    assert proposal.moves[0].reason.startswith("node1 memory 82% > 80%")
+    assert proposal.options["ksm"] == {}  # the option was not given
+
+
+def test_the_ksm_option_overrides_the_measured_sharing_per_node() -> None:
+    measured = _ksm_cluster(25 * GiB)
+    # The option names node1: its value wins over the measured 25 GiB.
+    assert propose_pressure(measured, ksm={"node1": 0}).moves == ()
+    assert propose_pressure(measured, ksm={"node1": "10GiB"}).moves == ()
+    # Nodes the option does not name keep their measured sharing.
+    assert len(propose_pressure(measured, ksm={"node2": 0}).moves) == 1
+    # And the option still works where nothing is measured, sizes with units too.
+    unmeasured = _ksm_cluster(0)
+    proposal = propose_pressure(unmeasured, ksm={"node1": "25GiB"})
+    assert [(m.guest, m.target) for m in proposal.moves] == [("vm:103", "node3")]
+    assert proposal.options["ksm"] == {"node1": "25GiB"}
+
+
+@pytest.mark.parametrize(
+    "ksm",
+    [5, [1], {"node1": "lots"}, {"node1": -1}, {"node1": True}, {"node1": float("nan")}, {1: 0}],
+    ids=str,
+)
+def test_a_bad_ksm_option_is_refused_with_one_line(ksm: object) -> None:
+    with pytest.raises(ValueError, match=r"^ksm: ") as info:
+        propose_pressure(_ksm_cluster(0), ksm=ksm)  # type: ignore[arg-type]
+    assert "\n" not in str(info.value)
+
+
 def _cpu_cluster(pressure: float) -> Cluster:
     guests = (
         _vm(201, "node1", 10, 4, pressure=Pressure(cpu=pressure)),

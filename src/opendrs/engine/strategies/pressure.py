@@ -19,8 +19,10 @@ positive affinity are one candidate (their criteria summed; the highest cpu pres
   PSI in percent, hence ``guest.pressure.cpu / 100 > cpu_pressure``. Whoever reads the RFC's 0.75
   as a PSI percentage sets ``cpu_pressure=0.0075``;
 * it sits on a node above its **memory threshold**: 85 % of the node's memory, or 80 % when the
-  node's KSM-shared memory exceeds 20 % of it (``check_pseudo_mem_pressure``). opendrs has no KSM
-  measurement: the ``ksm`` option maps node names to KSM-shared bytes (default: none). Node memory
+  node's KSM-shared memory exceeds 20 % of it (``check_pseudo_mem_pressure``). A node's KSM-shared
+  memory is :attr:`~opendrs.model.cluster.Node.ksm_shared` (Proxmox's ``ksm.shared``, the
+  snapshot's ``ksm``); the ``ksm`` option maps node names to KSM-shared bytes (a number, or a size
+  such as ``"25GiB"``) and overrides it for the nodes it names. Node memory
   is the node's memory load in the cluster's usage mode (measured in dynamic mode, configured in
   static mode) against its memory net of reserves, as everywhere in opendrs. Every VM on such a
   node is bad; its **mem_pseudo_pressure** is ``(node_mem − threshold) / vm_mem`` when removing it
@@ -69,6 +71,7 @@ from opendrs.engine.constraints import Constraints
 from opendrs.engine.mcdm import ahp_weights, topsis_scores
 from opendrs.engine.placement import PlacementState
 from opendrs.model.cluster import Cluster
+from opendrs.model.units import UnitError, parse_bytes
 
 from .base import Proposal, ProposedMove, bundle_moves, cluster_imbalance, register
 from .pve import (
@@ -159,15 +162,44 @@ def broken_rules(
     return count
 
 
+def ksm_overrides(ksm: object) -> dict[str, int]:
+    """The ``ksm`` option checked: node name -> KSM-shared bytes (a number or a size).
+
+    Raises :class:`ValueError` (one line, ``ksm: …``) for anything else. Node names are not
+    checked against a cluster: an override for a node the cluster lacks is not used.
+    """
+    if ksm is None:
+        return {}
+    if not isinstance(ksm, Mapping):
+        raise ValueError(
+            "ksm: expected a mapping of node name to KSM-shared bytes or a size "
+            f'(e.g. {{"pve1": "25GiB"}}), got {type(ksm).__name__}'
+        )
+    out: dict[str, int] = {}
+    for name, value in ksm.items():
+        if not isinstance(name, str):
+            raise ValueError(f"ksm: node names are text, got {name!r}")
+        try:
+            out[name] = parse_bytes(value)
+        except UnitError as exc:
+            raise ValueError(f"ksm: {name}: {exc}") from None
+    return out
+
+
 def memory_thresholds(
     cluster: Cluster,
     capacity: np.ndarray,
-    ksm: Mapping[str, float] | None,
+    ksm: Mapping[str, float | str] | None,
     memory_threshold: float,
     memory_threshold_ksm: float,
 ) -> np.ndarray:
-    """(N,) memory each node may use before its guests turn bad (``check_pseudo_mem_pressure``)."""
-    shared = np.array([float((ksm or {}).get(n.name, 0.0)) for n in cluster.nodes])
+    """(N,) memory each node may use before its guests turn bad (``check_pseudo_mem_pressure``).
+
+    A node's KSM-shared memory is its measured :attr:`~opendrs.model.cluster.Node.ksm_shared`,
+    unless ``ksm`` names the node (see :func:`ksm_overrides`).
+    """
+    overrides = ksm_overrides(ksm)
+    shared = np.array([float(overrides.get(n.name, n.ksm_shared)) for n in cluster.nodes])
     fraction = np.where(shared > KSM_SHARE * capacity, memory_threshold_ksm, memory_threshold)
     return fraction * capacity
 
@@ -346,7 +378,7 @@ def propose_pressure(
     cpu_pressure: float = DEFAULT_CPU_PRESSURE,
     memory_threshold: float = DEFAULT_MEMORY_THRESHOLD,
     memory_threshold_ksm: float = DEFAULT_MEMORY_THRESHOLD_KSM,
-    ksm: Mapping[str, float] | None = None,
+    ksm: Mapping[str, float | str] | None = None,
     last_moved: str | None = None,
 ) -> Proposal:
     """Relieve bad VMs one move at a time, worst first (seed 001; see the module docstring).
@@ -359,9 +391,11 @@ def propose_pressure(
         cpu_pressure: a guest is bad above this cpu pressure, as a fraction (PSI % / 100).
         memory_threshold: fraction of a node's memory above which its guests are bad.
         memory_threshold_ksm: the same for a node whose KSM-shared memory exceeds 20 % of it.
-        ksm: KSM-shared bytes per node name (opendrs does not measure it).
+        ksm: KSM-shared bytes (or sizes such as ``"25GiB"``) per node name, overriding the
+            nodes' measured ``ksm_shared`` for the nodes it names.
         last_moved: the guest the previous run moved; it is not moved again now.
     """
+    ksm_overrides(ksm)  # a bad option is refused before anything else
     options: dict[str, object] = {
         "max_moves": max_moves,
         "min_uptime": min_uptime,
