@@ -49,7 +49,10 @@ per migration it adds first (one between guests that have both moved already add
 **Repair first.** Guests that break a hard constraint now — on a node in maintenance, on a node
 their strict node affinity excludes, sharing a node with a hard anti-affinity partner, split from
 their hard-affinity partners, or on a node over capacity — are moved first, to their best allowed
-node, whatever the cost.
+node, whatever the cost. A bundle split over several nodes is on all of them until it is gathered
+(on any node, one of its own included, with room there for the members not there yet): no hard
+anti-affinity partner of any member may go to any of them, and a gathered bundle is not split
+again by pruning. Split bundles are gathered by repairs only, not moved by balancing.
 
 **Pruning.** Afterwards, every move is tried undone (most expensive first): if the cluster still
 meets the target and the constraints without it, it is dropped.
@@ -98,7 +101,12 @@ SWAP_NODES_PER = 64
 
 @dataclass
 class _Units:
-    """Movable units (guests or hard-affinity bundles) as arrays."""
+    """Movable units (guests or hard-affinity bundles) as arrays.
+
+    A bundle whose members are on different nodes (*broken*: a hard affinity not met) sits, as a
+    unit, on its first member's node; where each member really is, is
+    :attr:`_State.where`. Moving the unit gathers every member on the target.
+    """
 
     members: list[np.ndarray]
     assign: np.ndarray  # (U,) node index
@@ -107,8 +115,12 @@ class _Units:
     static_ok: np.ndarray  # (U, N)
     movable: np.ndarray  # (U,) bool
     cost: np.ndarray  # (U,) migration cost
-    neg: list[np.ndarray]  # per unit: indices of hard negative partner units
+    #: Per unit: guest indices of every member of its hard negative partner units.
+    neg_guests: list[np.ndarray]
     label: list[str]
+    unit_of: np.ndarray  # (G,) unit index of each guest, or -1
+    guest_demand: np.ndarray  # (G, R) balance load of each guest (running ones only)
+    guest_need: np.ndarray  # (G, D) capacity demand of each guest
 
 
 class _State:
@@ -133,12 +145,22 @@ class _State:
         self.wnorm = np.where(cap_total > 0, w / np.where(cap_total > 0, cap_total, 1.0), 0.0)
         self.weights = w
         self.units = self._build_units()
-        self.has_neg = np.array([p.size > 0 for p in self.units.neg], dtype=bool)
-        # Partner lists laid end to end (CSR), for vectorised anti-affinity masks.
-        lengths = np.array([p.size for p in self.units.neg], dtype=np.intp)
+        #: (G,) the node each guest of a unit is on now (a broken bundle's members differ).
+        self.where = np.array(loads.assign, dtype=np.intp, copy=True)
+        #: (U,) bundles whose members are on different nodes now; moving one gathers it.
+        self.broken = np.array(
+            [np.any(self.where[idx] != self.where[idx[0]]) for idx in self.units.members],
+            dtype=bool,
+        )
+        #: (U,) bundles broken at the start: they have no home to go back to.
+        self.broken_at_start = self.broken.copy()
+        self.has_neg = np.array([p.size > 0 for p in self.units.neg_guests], dtype=bool)
+        # Partner guests laid end to end (CSR), for vectorised anti-affinity masks: a unit may
+        # not go where any member of a partner unit is, a broken partner bundle's included.
+        lengths = np.array([p.size for p in self.units.neg_guests], dtype=np.intp)
         self.neg_start = np.concatenate([[0], np.cumsum(lengths)]).astype(np.intp)
         self.neg_flat = (
-            np.concatenate(self.units.neg).astype(np.intp)
+            np.concatenate(self.units.neg_guests).astype(np.intp)
             if lengths.sum()
             else np.zeros(0, dtype=np.intp)
         )
@@ -147,8 +169,12 @@ class _State:
         movable = self.units.demand[self.units.movable]
         #: The mean movable unit's demand.
         self.mean_demand = movable.mean(axis=0) if movable.size else np.ones(len(RESOURCES))
-        #: A typical movable unit's demand: the band distance is counted in these.
-        self.typical = np.where(self.mean_demand > 0, self.mean_demand, 1.0)
+        #: A typical movable unit's demand: the band distance is counted in these. A demand
+        #: the loads cannot register (below one rounding step of the cluster's capacity, as a
+        #: subnormal use can be) counts as none: distances counted in it would overflow.
+        self.typical = np.where(
+            self.mean_demand > np.finfo(float).eps * cap_total, self.mean_demand, 1.0
+        )
         #: The band: fractions within ``goal / 2`` of the mean.
         self.goal = np.zeros(len(RESOURCES))
         self._objective: float | None = None
@@ -181,13 +207,15 @@ class _State:
         movable = np.ones(n_units, dtype=bool)
         cost = np.zeros(n_units)
         labels: list[str] = []
-        neg: list[np.ndarray] = []
+        neg_guests: list[np.ndarray] = []
         settings = cluster.settings
+        guest_demand = np.where(running[:, None], loads.demand, 0.0)
+        guest_need = np.zeros((len(guests), len(cons.capacity.dims)))
         for u, idx in enumerate(members):
             for j in idx.tolist():
-                if running[j]:
-                    demand[u] += loads.demand[j]
-                need[u] += cons.guest_demand(j)
+                guest_need[j] = cons.guest_demand(j)
+                demand[u] += guest_demand[j]
+                need[u] += guest_need[j]
                 static_ok[u] &= static[j]
                 if movability(guests[j], cluster, "balance") is not None:
                     movable[u] = False
@@ -197,9 +225,27 @@ class _State:
                 partners.update(unit_of[cons.hard_neg[j]].tolist())
             partners.discard(u)
             partners.discard(-1)
-            neg.append(np.array(sorted(partners), dtype=np.intp))
+            # Every member of every partner unit: a broken partner bundle is on several nodes.
+            neg_guests.append(
+                np.concatenate([members[p] for p in sorted(partners)]).astype(np.intp)
+                if partners
+                else np.zeros(0, dtype=np.intp)
+            )
             labels.append(min(guests[j].id for j in idx.tolist()))
-        return _Units(members, assign, demand, need, static_ok, movable, cost, neg, labels)
+        return _Units(
+            members,
+            assign,
+            demand,
+            need,
+            static_ok,
+            movable,
+            cost,
+            neg_guests,
+            labels,
+            unit_of,
+            guest_demand,
+            guest_need,
+        )
 
     # ---------------------------------------------------------------------------------------
 
@@ -233,10 +279,40 @@ class _State:
         return float(var @ self.weights)
 
     def units_on(self, nodes: np.ndarray) -> np.ndarray:
-        """The movable units on ``nodes``, in index order."""
+        """The movable units on ``nodes``, in index order: candidates for balancing moves.
+
+        A broken bundle is not one: gathering it is a repair (:meth:`violating_units`).
+        """
         mask = np.zeros(len(self.cluster.nodes), dtype=bool)
         mask[nodes] = True
-        return np.nonzero(self.units.movable & mask[self.units.assign])[0]
+        return np.nonzero(self.units.movable & ~self.broken & mask[self.units.assign])[0]
+
+    def moved(self) -> np.ndarray:
+        """(U,) units that have moved: away from where they started, or (broken) gathered."""
+        return (self.units.assign != self.origin) | (self.broken_at_start & ~self.broken)
+
+    def is_moved(self, u: int) -> bool:
+        """Whether unit ``u`` has moved (see :meth:`moved`)."""
+        return bool(
+            self.units.assign[u] != self.origin[u]
+            or (self.broken_at_start[u] and not self.broken[u])
+        )
+
+    def scattered(self, u: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Where broken unit ``u``'s members are: (nodes, demand (k, R), need (k, D)) per node."""
+        idx = self.units.members[u]
+        nodes, at = np.unique(self.where[idx], return_inverse=True)
+        demand = np.zeros((len(nodes), self.units.guest_demand.shape[1]))
+        need = np.zeros((len(nodes), self.units.guest_need.shape[1]))
+        np.add.at(demand, at, self.units.guest_demand[idx])
+        np.add.at(need, at, self.units.guest_need[idx])
+        return nodes, demand, need
+
+    def occupied(self, u: int) -> np.ndarray:
+        """The nodes unit ``u``'s members are on (one, unless it is a broken bundle)."""
+        if self.broken[u]:
+            return np.unique(self.where[self.units.members[u]])
+        return self.units.assign[u : u + 1]
 
     def mean(self) -> np.ndarray:
         """(R,) the capacity-weighted mean fraction of the usable nodes."""
@@ -260,7 +336,7 @@ class _State:
         row_of = np.repeat(rows, count)
         offset = np.repeat(first - np.concatenate([[0], np.cumsum(count)[:-1]]), count)
         partners = self.neg_flat[offset + np.arange(int(count.sum()))]
-        col = column[self.units.assign[partners]]
+        col = column[self.where[partners]]
         hit = col >= 0
         out[row_of[hit], col[hit]] = True
         return out
@@ -280,7 +356,23 @@ class _State:
         w = self.wnorm
         own = ((2 * d * f[src] - d**2 * inv[src]) * w).sum(axis=1)
         own = np.where(self.usable[src], own, 0.0)
-        return own[:, None] - (2 * d * w) @ f[targets].T - (d**2 * w) @ inv[targets].T
+        out = own[:, None] - (2 * d * w) @ f[targets].T - (d**2 * w) @ inv[targets].T
+        for row in np.nonzero(self.broken[units])[0].tolist():
+            # A broken bundle leaves each of its members' nodes e_n; on a target b where some
+            # of it already is, the load becomes L_b − e_b + D, which adds 2·D·e_b/C_b.
+            nodes, e, _need = self.scattered(int(units[row]))
+            part = (2 * e * f[nodes] - e**2 * inv[nodes]) * w
+            dr = d[row]
+            out[row] = (
+                float(part[self.usable[nodes]].sum())
+                - (2 * dr * w) @ f[targets].T
+                - (dr**2 * w) @ inv[targets].T
+            )
+            column = {int(t): k for k, t in enumerate(targets.tolist())}
+            for n, e_n in zip(nodes.tolist(), e, strict=True):
+                if n in column:
+                    out[row, column[n]] += float((2 * dr * e_n * inv[n] * w).sum())
+        return out
 
     def band_gains(self, units: np.ndarray, targets: np.ndarray) -> np.ndarray:
         """(len(units), len(targets)) fall of the band distance if each unit moves to each target.
@@ -311,16 +403,32 @@ class _State:
         return out
 
     def allowed(self, units: np.ndarray, targets: np.ndarray) -> np.ndarray:
-        """(len(units), len(targets)) hard-constraint mask for moving each unit to each target."""
+        """(len(units), len(targets)) hard-constraint mask for moving each unit to each target.
+
+        A broken bundle may be gathered on any node, one of its members' included, and needs
+        room there only for the members not there yet. No unit may go where a member of a hard
+        negative partner unit is — every member of a broken partner bundle counts.
+        """
         ok = self.units.static_ok[np.ix_(units, targets)]
         ok &= self.usable[targets][None, :]
-        ok &= self.units.assign[units][:, None] != targets[None, :]
+        broken = self.broken[units]
+        ok &= (self.units.assign[units][:, None] != targets[None, :]) | broken[:, None]
         headroom = (self.limit[targets] - self.committed[targets]) + self.tol[targets]  # (t, D)
         # Never add to a node already over a limit.
         ok &= np.all(headroom >= self.tol[targets], axis=1)[None, :]
         need = self.units.need[units]  # (u, D)
+        fits = np.ones(ok.shape, dtype=bool)
         for dim in range(need.shape[1]):
-            ok &= need[:, dim : dim + 1] <= headroom[None, :, dim]
+            fits &= need[:, dim : dim + 1] <= headroom[None, :, dim]
+        for row in np.nonzero(broken)[0].tolist():
+            nodes, _demand, there = self.scattered(int(units[row]))
+            extra = np.broadcast_to(need[row], headroom.shape).copy()
+            column = {int(t): k for k, t in enumerate(targets.tolist())}
+            for n, need_n in zip(nodes.tolist(), there, strict=True):
+                if n in column:
+                    extra[column[n]] -= need_n
+            fits[row] = np.all(extra <= headroom, axis=1)
+        ok &= fits
         if self.has_neg[units].any():
             ok &= ~self.blocked_by_partners(units, targets)
         return ok
@@ -386,16 +494,26 @@ class _State:
     def _added_one(self, units: np.ndarray, targets: np.ndarray) -> np.ndarray:
         """Migrations each move (units[k] to targets[k]) adds: 1, 0 (already moved) or −1 (home)."""
         home = self.origin[units]
-        away = self.units.assign[units] != home
-        return np.where(away, np.where(targets == home, -1, 0), 1)
+        away = self.moved()[units]
+        back = (targets == home) & ~self.broken_at_start[units]
+        return np.where(away, np.where(back, -1, 0), 1)
 
     def move(self, u: int, target: int) -> None:
-        src = int(self.units.assign[u])
-        self.node_load[src] -= self.units.demand[u]
-        self.node_load[target] += self.units.demand[u]
-        self.committed[src] -= self.units.need[u]
-        self.committed[target] += self.units.need[u]
-        self.units.assign[u] = target
+        """Move unit ``u`` to ``target``: every member of a broken bundle leaves its own node."""
+        units = self.units
+        idx = units.members[u]
+        if self.broken[u]:
+            np.subtract.at(self.node_load, self.where[idx], units.guest_demand[idx])
+            np.subtract.at(self.committed, self.where[idx], units.guest_need[idx])
+            self.broken[u] = False
+        else:
+            src = int(units.assign[u])
+            self.node_load[src] -= units.demand[u]
+            self.committed[src] -= units.need[u]
+        self.node_load[target] += units.demand[u]
+        self.committed[target] += units.need[u]
+        units.assign[u] = target
+        self.where[idx] = target
         self._objective = None
 
     # ---------------------------------------------------------------------------------------
@@ -409,18 +527,16 @@ class _State:
         on_unusable = ~self.cons.usable[assign]
         for u in np.nonzero((~here_ok | on_unusable) & units.movable)[0].tolist():
             out.append(u)
-        # Hard anti-affinity broken: the unit with the larger label moves.
-        for u in range(len(assign)):
-            if units.movable[u] and units.neg[u].size:
-                clash = units.neg[u][assign[units.neg[u]] == assign[u]]
-                if clash.size and any(units.label[u] > units.label[c] for c in clash.tolist()):
-                    out.append(u)
+        # Hard anti-affinity broken (a member of the unit shares a node with a member of a
+        # partner unit): the unit with the larger label moves, or the one that can.
+        for u in np.nonzero(units.movable & self.has_neg)[0].tolist():
+            partners = units.neg_guests[u]
+            shared = np.isin(self.where[partners], self.occupied(u))
+            clash = units.unit_of[partners[shared]]
+            if any(units.label[u] > units.label[c] or not units.movable[c] for c in clash.tolist()):
+                out.append(u)
         # Split hard-affinity bundles are gathered by moving the whole bundle.
-        for u, idx in enumerate(units.members):
-            if units.movable[u] and len(idx) > 1:
-                nodes = self.loads.assign[idx]
-                if np.any(nodes != nodes[0]):
-                    out.append(u)
+        out.extend(np.nonzero(units.movable & self.broken)[0].tolist())
         return list(dict.fromkeys(out))
 
     def overloaded_units(self) -> list[int]:
@@ -432,10 +548,18 @@ class _State:
         """
         out: list[int] = []
         over = self.committed > self.limit + self.tol
+        broken = np.nonzero(self.broken & self.units.movable)[0].tolist()
         for n in np.nonzero(over.any(axis=1))[0].tolist():
             excess = np.maximum(self.committed[n] - self.limit[n], 0.0)
-            on = np.nonzero((self.units.assign == n) & self.units.movable)[0]
-            need = self.units.need[on]
+            here = (self.units.assign == n) & self.units.movable & ~self.broken
+            # A broken bundle with members here relieves the node of those members.
+            for u in broken:
+                here[u] = bool(np.any(self.where[self.units.members[u]] == n))
+            on = np.nonzero(here)[0]
+            need = self.units.need[on].copy()
+            for k in np.nonzero(self.broken[on])[0].tolist():
+                idx = self.units.members[on[k]]
+                need[k] = self.units.guest_need[idx[self.where[idx] == n]].sum(axis=0)
             limit = self.limit[n]
             size = np.where(limit > 0, need / np.where(limit > 0, limit, 1.0), 0.0).max(axis=1)
             alone = np.all(need >= excess, axis=1)
@@ -471,7 +595,7 @@ def _shed_plan(state: _State) -> np.ndarray:
         directions = np.stack([np.cos(angles), np.sin(angles)], axis=1)
     else:
         directions = np.ones((1, dims))
-    candidate = units.movable & state.usable[units.assign]
+    candidate = units.movable & ~state.broken & state.usable[units.assign]
     typical = state.typical[counted]
     for chunk in range(0, hot.size, PLAN_CHUNK):
         nodes = hot[chunk : chunk + PLAN_CHUNK]
@@ -748,7 +872,7 @@ def _propose(
 
     def pays(u: int, gain: float, objective: float) -> bool:
         """Whether moving ``u`` for ``gain`` pays for itself (free for a unit already moved)."""
-        if units.assign[u] != start[u]:
+        if state.is_moved(u):
             return gain > 1e-9 * objective
         drop = np.sqrt(max(objective, 0.0)) - np.sqrt(max(objective - gain, 0.0))
         return bool(drop * 100 >= margin * 100 * units.cost[u] / total_cost)
@@ -779,9 +903,10 @@ def _propose(
         while True:
             sources, targets = _window(state, f, usable_idx, window)
             cand = state.units_on(sources)
-            shedding = bool((plan & (units.assign == start)).any())
+            fresh = ~state.moved()
+            shedding = bool((plan & fresh).any())
             if shedding:
-                cand = cand[plan[cand] & (units.assign[cand] == start[cand])]
+                cand = cand[plan[cand] & fresh[cand]]
             picks = _pick(
                 state, cand, targets, forced=False, shaped=shaped, limit=max(4, n_nodes // 8)
             )
@@ -835,7 +960,7 @@ def _propose(
                     return None
                 _, gain, x, y = found
                 objective = state.objective()
-                fresh = [v for v in (x, y) if units.assign[v] == start[v]]
+                fresh = [v for v in (x, y) if not state.is_moved(v)]
                 drop = np.sqrt(max(objective, 0.0)) - np.sqrt(max(objective - gain, 0.0))
                 pair_cost = float(units.cost[fresh].sum()) if fresh else 0.0
                 if drop * 100 < margin * 100 * pair_cost / total_cost or gain <= 1e-9 * objective:
@@ -870,9 +995,9 @@ def _propose(
             )
             break
 
-    # 3. Prune: undo moves that the target no longer needs (most expensive first).
-    final = units.assign.copy()
-    moved = [u for u in range(len(final)) if final[u] != start[u]]
+    # 3. Prune: undo moves that the target no longer needs (most expensive first). A gathered
+    # bundle stays gathered: undoing that would break its hard affinity again.
+    moved = np.nonzero(state.moved() & ~state.broken_at_start)[0].tolist()
     if np.all(state.spreads()[weighted] <= goal[weighted]):
         for u in sorted(moved, key=lambda u: (-units.cost[u], units.label[u])):
             origin = int(start[u])
@@ -901,9 +1026,8 @@ def _propose(
         j_before.setdefault(u, j0)
         j_after[u] = j1
         why.setdefault(u, reason)
-    for u in sorted(
-        (u for u in range(len(final)) if final[u] != start[u]), key=lambda u: first_seen[u]
-    ):
+    moved_mask = state.moved()
+    for u in sorted(np.nonzero(moved_mask)[0].tolist(), key=lambda u: first_seen[u]):
         tgt = cluster.nodes[int(final[u])].name
         for j in units.members[u].tolist():
             origin = int(state.loads.assign[j])
@@ -925,7 +1049,7 @@ def _propose(
             )
     assign = np.array(state.loads.assign, copy=True)
     for u, idx in enumerate(units.members):
-        if final[u] != start[u]:
+        if moved_mask[u]:
             assign[idx] = final[u]
     after = cluster_imbalance(cluster, assign)
     notes = [str(p) for p in cons.problems]
