@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint unit bench clean
+.PHONY: demo test lint unit properties bench faults clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,14 @@ unit: $(STAMP)
 
 test: lint unit
 
+# The property tests with a large, random budget (tests/conftest.py: the deep profile); hours.
+# HYPOTHESIS_DEEP_EXAMPLES=2500 runs a tenth as many; PROPERTY_ARGS=tests/engine some of them.
+PROPERTY_ARGS ?=
+
+properties: $(STAMP)
+	HYPOTHESIS_PROFILE=deep $(BIN)/python -m pytest -m hypothesis --hypothesis-show-statistics \
+		$(PROPERTY_ARGS)
+
 # The benchmark's peers (GPL-3.0, test-only: ProxLB and proxlb-solver) come with the bench extra.
 BENCH_STAMP := $(VENV)/.installed-bench
 BENCH_ARGS  ?=
@@ -34,6 +42,14 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 
 bench: $(BENCH_STAMP)
 	$(BIN)/python -m bench $(BENCH_ARGS)
+
+# The simulator's fault campaign (bench/faults.py): 1,000 seeded fault mixes over simulated days,
+# the daemon's invariants checked after every event; about an hour on 2 cores.
+# FAULTS_ARGS="--seeds 100" runs fewer; exit status 1 if an invariant broke.
+FAULTS_ARGS ?=
+
+faults: $(STAMP)
+	$(BIN)/python -m bench.faults $(FAULTS_ARGS)
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache

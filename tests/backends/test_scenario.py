@@ -119,6 +119,10 @@ faults:
   - {type: api-error, at: 3h, duration: 10m}
   - {type: api-error, per_day: 2, duration: 1m}
   - {type: api-error, probability: 0.01}
+  - {type: migration-hang, at: 4h, guest: 102}
+  - {type: migration-hang, probability: 0.05}
+  - {type: api-lost-answer, at: 5h}
+  - {type: api-lost-answer, probability: 0.1, guest: 103}
 """
     trace = "time,guest,cpu,memory\n0,103,1.5,8GiB\n1h,103,2.5,9GiB\n30m,102,0.5,1024\n"
     scenario = load_scenario(write(tmp_path, text, trace))
@@ -158,6 +162,10 @@ faults:
         Fault("api-error", at=10800.0, duration=600.0),
         Fault("api-error", per_day=2.0, duration=60.0),
         Fault("api-error", probability=0.01),
+        Fault("migration-hang", at=14400.0, guest="102"),
+        Fault("migration-hang", probability=0.05),
+        Fault("api-lost-answer", at=18000.0),
+        Fault("api-lost-answer", probability=0.1, guest="103"),
     )
 
 
@@ -295,6 +303,27 @@ BAD = [
         "faults[0].duration: a per-call probability has no duration",
     ),
     ("faults: [{type: api-error, probability: 1.5}]", "faults[0].probability: must not be more"),
+    ("faults: [{type: migration-hang}]", "faults[0]: say when: at or probability is required"),
+    (
+        "faults: [{type: migration-hang, per_day: 1}]",
+        "faults[0].per_day: unknown key (expected one of type, at, guest, probability) for a "
+        "migration-hang fault",
+    ),
+    (
+        "faults: [{type: migration-hang, at: 1h, probability: 0.5}]",
+        "faults[0].probability: give only one of at, per_day, probability (also at)",
+    ),
+    ("faults: [{type: migration-hang, probability: 0}]", "faults[0].probability: must be greater"),
+    (
+        "faults: [{type: api-lost-answer, at: 1h, guest: 999}]",
+        "faults[0].guest: unknown guest '999'",
+    ),
+    (
+        "faults: [{type: api-lost-answer, probability: 0.1, duration: 1m}]",
+        "faults[0].duration: unknown key (expected one of type, at, guest, probability) for an "
+        "api-lost-answer fault",
+    ),
+    ("faults: [{type: api-lost-answr, at: 1h}]", "did you mean 'api-lost-answer'?"),
     ("version: 2", "version: unsupported version 2"),
 ]
 

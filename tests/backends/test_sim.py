@@ -439,6 +439,170 @@ def test_api_errors_by_probability_are_deterministic() -> None:
     assert 60 <= first.count(False) <= 140
 
 
+def test_a_hanging_migration_runs_until_it_is_cancelled() -> None:
+    sim = simulator(
+        (node("a"), node("b")),
+        (guest("1", "a"), guest("2", "a")),
+        days=3,
+        faults=(
+            Fault("migration-hang", at=100.0, guest="1"),
+            Fault("migration-failure", at=100.0),
+        ),
+    )
+    sim.sleep(120)
+    hung = sim.start_migration(Move("1", "a", "b"))
+    sim.sleep(DAY)  # it never ends by itself
+    assert sim.poll(hung) == RUNNING
+    observed = sim.observe().guest("1")
+    assert (observed.node, observed.migrating_to) == ("a", "b")
+    fractions = sim.node_fractions()
+    assert fractions.memory[1] > 0  # it loads its target meanwhile
+    # The failure armed for the same moment waits for the next migration.
+    other = sim.start_migration(Move("2", "a", "b"))
+    sim.sleep(60)
+    assert sim.cancel(hung) and sim.cancel(hung)  # twice: nothing more happens
+    progress = sim.poll(hung)
+    assert progress.state == "failed" and progress.reason == "cancelled by the controller"
+    assert sim.observe().guest("1").node == "a"
+    records = {r.handle: r for r in sim.migrations}
+    assert records[other.id].reason == "simulated migration failure (scheduled)"
+    assert sim.stats().hung_migrations == 1 and sim.stats().migrations_failed == 2
+
+
+def test_a_hanging_migration_ends_when_its_node_fails() -> None:
+    sim = simulator(
+        (node("a"), node("b"), node("c")),
+        (guest("1", "a", ha=True),),
+        faults=(
+            Fault("migration-hang", at=0.0),
+            Fault("node-failure", at=HOUR, node="b", duration=HOUR),
+        ),
+    )
+    handle = sim.start_migration(Move("1", "a", "b"))
+    sim.sleep(2 * HOUR)
+    progress = sim.poll(handle)
+    assert progress.state == "failed" and progress.reason == "node b failed"
+    assert sim.observe().guest("1").node == "a"
+
+
+def test_hangs_by_probability_are_deterministic_and_per_guest() -> None:
+    def hung(seed: int) -> list[tuple[str, str]]:
+        sim = simulator(
+            (node("a"), node("b")),
+            (guest("1", "a"), guest("2", "a")),
+            faults=(Fault("migration-hang", probability=0.3, guest="1"),),
+            seed=seed,
+            days=5,
+        )
+        handles: list[Handle] = []
+        for _ in range(100):
+            for gid in ("1", "2"):
+                g = sim.observe().guest(gid)
+                if g.migrating_to is None:
+                    target = "b" if g.node == "a" else "a"
+                    handles.append(sim.start_migration(Move(gid, g.node, target)))
+            sim.sleep(60)
+            for handle in handles:  # what is still running after 10 minutes hangs: stop it
+                if sim.poll(handle) == RUNNING and handle.started < sim.now() - 600:
+                    sim.cancel(handle)
+        return [(r.guest, r.reason or "") for r in sim.migrations]
+
+    first = hung(4)
+    assert first == hung(4) and first != hung(5)
+    cancelled = [g for g, reason in first if reason == "cancelled by the controller"]
+    assert cancelled and set(cancelled) == {"1"}
+    ones = sum(1 for g, _ in first if g == "1")
+    assert 0.15 * ones <= len(cancelled) <= 0.45 * ones
+
+
+def test_a_lost_answer_starts_the_migration_and_says_it_is_uncertain() -> None:
+    sim = simulator(
+        (node("a"), node("b")),
+        (guest("1", "a"), guest("2", "a", devices=("hostpci0",))),
+        faults=(Fault("api-lost-answer", at=60.0),),
+    )
+    sim.sleep(60)
+    with pytest.raises(BackendError, match="cannot be live-migrated"):
+        sim.start_migration(Move("2", "a", "b"))  # refused: the lost answer waits
+    with pytest.raises(BackendError, match="simulated lost answer") as info:
+        sim.start_migration(Move("1", "a", "b"))
+    assert info.value.transient and info.value.uncertain
+    (record,) = sim.migrations
+    assert (record.guest, record.outcome, record.cause) == ("1", "running", "controller")
+    assert sim.observe().guest("1").migrating_to == "b"
+    sim.sleep(60)
+    handle = Handle(record.handle, Move("1", "a", "b"), record.started)
+    assert sim.poll(handle) == DONE and sim.observe().guest("1").node == "b"
+    again = sim.start_migration(Move("1", "b", "a"))  # only once
+    assert again.id == "sim-2"
+    assert sim.stats().lost_answers == 1
+
+
+def test_lost_answers_by_probability_are_deterministic() -> None:
+    def lost(seed: int) -> list[bool]:
+        sim = two_nodes(faults=(Fault("api-lost-answer", probability=0.5),), seed=seed)
+        out = []
+        for _ in range(100):
+            g = sim.observe().guest("1")
+            target = "b" if g.node == "a" else "a"
+            try:
+                sim.start_migration(Move("1", g.node, target))
+                out.append(False)
+            except BackendError as exc:
+                assert exc.uncertain
+                out.append(True)
+            sim.sleep(60)
+        assert len(sim.migrations) == 100 and sim.stats().lost_answers == out.count(True)
+        return out
+
+    first = lost(3)
+    assert first == lost(3) and first != lost(4)
+    assert 30 <= first.count(True) <= 70
+
+
+def test_faults_of_new_kinds_leave_the_old_draws_alone() -> None:
+    # Each migration's failure and its time are drawn as before the hang and lost-answer faults.
+    def outcomes(*faults: Fault) -> list[tuple[str, float | None]]:
+        sim = two_nodes(migration=MigrationModel(failure_rate=0.5), faults=faults, seed=9, days=2)
+        for _ in range(40):
+            g = sim.observe().guest("1")
+            if g.migrating_to is None:
+                target = "b" if g.node == "a" else "a"
+                with contextlib.suppress(BackendError):
+                    sim.start_migration(Move("1", g.node, target))
+            sim.sleep(60)
+        return [(r.outcome, r.ended) for r in sim.migrations]
+
+    assert outcomes() == outcomes(Fault("api-lost-answer", probability=0.5))
+
+
+def test_peek_is_what_observe_sees_without_faults_or_draws() -> None:
+    faults = (Fault("api-error", probability=0.5), Fault("api-error", at=600.0, duration=600.0))
+
+    def run(peek: bool) -> list[object]:
+        sim = two_nodes(faults=faults, seed=3)
+        out: list[object] = []
+        for _ in range(40):
+            if peek:
+                assert dumps(sim.peek()) == dumps(sim.peek())
+            try:
+                cluster = sim.observe()
+                out.append(dumps(cluster))
+                assert sim.peek() is cluster
+            except BackendError as exc:
+                out.append(str(exc))
+            sim.sleep(60)
+        out.append(sim.stats())
+        return out
+
+    assert run(True) == run(False)
+    sim = two_nodes(faults=faults)
+    sim.sleep(700)
+    with pytest.raises(BackendError):
+        sim.observe()
+    assert sim.peek().guest("1").node == "a"
+
+
 def test_random_node_faults_pick_among_their_nodes() -> None:
     nodes = tuple(node(n) for n in ("a", "b", "c", "d"))
     faults = (Fault("node-failure", per_day=2.0, duration=HOUR, nodes=("b", "c")),)

@@ -66,8 +66,25 @@ FORMAT_VERSION: Final = 1
 GiB: Final = 1024**3
 BUILTIN_SCENARIOS: Final = ("month", "demo")
 
-FaultType = Literal["node-failure", "maintenance", "migration-failure", "api-error"]
-FAULT_TYPES: Final = ("node-failure", "maintenance", "migration-failure", "api-error")
+FaultType = Literal[
+    "node-failure",
+    "maintenance",
+    "migration-failure",
+    "api-error",
+    "migration-hang",
+    "api-lost-answer",
+]
+FAULT_TYPES: Final = (
+    "node-failure",
+    "maintenance",
+    "migration-failure",
+    "api-error",
+    "migration-hang",
+    "api-lost-answer",
+)
+#: Faults that strike one migration of the controller's: the next one (``at``) or each one at
+#: random (``probability``; not migration-failure, whose odds are ``migration.failure_rate``).
+_MIGRATION_FAULTS: Final = ("migration-failure", "migration-hang", "api-lost-answer")
 
 _TOP_KEYS: Final = (
     "version",
@@ -97,6 +114,8 @@ _FAULT_KEYS: Final[Mapping[str, tuple[str, ...]]] = {
     "maintenance": ("type", "at", "node", "duration", "per_day", "nodes"),
     "migration-failure": ("type", "at", "guest"),
     "api-error": ("type", "at", "duration", "per_day", "probability"),
+    "migration-hang": ("type", "at", "guest", "probability"),
+    "api-lost-answer": ("type", "at", "guest", "probability"),
 }
 _TRACE_COLUMNS: Final = ("time", "guest", "cpu", "memory")
 #: Largest number of samples read from a trace.
@@ -121,7 +140,8 @@ class Fault:
     """One fault entry: scheduled (``at``) or random (``per_day`` or ``probability``).
 
     ``duration`` is ``None`` for a permanent node failure. ``nodes`` restricts random node faults
-    to some nodes (empty: any node).
+    to some nodes (empty: any node). ``guest`` restricts a migration fault (``migration-failure``,
+    ``migration-hang``, ``api-lost-answer``) to that guest's migrations.
     """
 
     type: FaultType
@@ -697,7 +717,7 @@ class _ScenarioReader(Reader):
                             self.fail((*npath, index), f"node {describe(name)} is listed twice")
                         names.append(name)
                     fields["nodes"] = tuple(names)
-        if kind == "migration-failure" and mapping.get("guest") is not None:
+        if kind in _MIGRATION_FAULTS and mapping.get("guest") is not None:
             fields["guest"] = self.guest_ref(mapping["guest"], (*path, "guest"), cluster)
         return Fault(**fields)
 

@@ -19,12 +19,14 @@ node restart elsewhere, one at a time, each on the node that
 each restart seen by the next); guests that fit nowhere are tried again every hour and whenever a
 node comes back or leaves maintenance. Guests that are not HA-managed stay down on the failed node
 and start again when it returns. Maintenance only sets the node's flag: moving guests off is the
-controller's job.
+controller's job. A migration of the controller's may fail part-way, **hang** (it ends only when
+:meth:`Simulator.cancel` stops it or one of its nodes fails) or lose its answer (it starts, but
+``start_migration`` raises an ``uncertain`` :class:`~opendrs.backends.base.BackendError`).
 
 The simulator is deterministic: the same scenario and the same sequence of calls give the same
 results, byte for byte. Randomness comes from numpy generators seeded from the scenario seed —
-one per guest and workload component, one per random fault, one per migration, one for random API
-errors.
+one per guest and workload component, one per random fault, one per migration (whether it fails,
+when, whether it hangs or loses its answer), one for random API errors.
 
 Accounting follows :mod:`opendrs.engine.usage` exactly, vectorised over steps: the balance
 statistics use dynamic-mode loads as :class:`~opendrs.engine.usage.LoadModel` computes them
@@ -152,6 +154,10 @@ class SimStats:
     node_failures: int
     #: Calls refused with a simulated API error.
     api_errors: int
+    #: The controller's migrations that hung (``migration-hang``), and requests whose answer was
+    #: lost although the migration started (``api-lost-answer``).
+    hung_migrations: int = 0
+    lost_answers: int = 0
 
     @property
     def fraction_above(self) -> float:
@@ -186,6 +192,8 @@ class _Migration:
         "ended",
         "guest",
         "handle",
+        "hangs",
+        "lost_answer",
         "move",
         "outcome",
         "reason",
@@ -216,6 +224,10 @@ class _Migration:
         self.ended: float | None = None
         self.outcome: Outcome = "running"
         self.reason: str | None = None
+        #: It hangs: it ends only when cancelled or when one of its nodes fails.
+        self.hangs = False
+        #: The request's answer is lost: ``start_migration`` raises although it started.
+        self.lost_answer = False
 
     def record(self) -> MigrationRecord:
         return MigrationRecord(
@@ -393,6 +405,14 @@ class Simulator:
         self._api_errors = 0
         self._recover_at: set[float] = set()
         self._armed: list[tuple[float, str | None]] = []  # scheduled migration failures
+        #: Scheduled hangs and lost answers (``at``, guest), and their per-migration odds
+        #: (probability, guest) — a guest of ``None``: any guest.
+        self._armed_hangs: list[tuple[float, str | None]] = []
+        self._armed_lost: list[tuple[float, str | None]] = []
+        self._hang_odds: list[tuple[float, str | None]] = []
+        self._lost_odds: list[tuple[float, str | None]] = []
+        self._hung = 0
+        self._lost_answers = 0
         self._windows: list[tuple[float, float]] = []
         probability = 0.0
         for index, fault in enumerate(scenario.faults):
@@ -438,6 +458,12 @@ class Simulator:
     def observe(self) -> Cluster:
         """The cluster now: measured usage of this step, guests in flight with ``migrating_to``."""
         self._api("observe")
+        return self.peek()
+
+    def peek(self) -> Cluster:
+        """The cluster now, as :meth:`observe` returns it, but never refused by a simulated API
+        error and without a random draw: the truth an invariant checker (``bench/faults.py``) or a
+        live display looks at. Calling it changes nothing in the run."""
         key = (self._now, self._version)
         if self._observed is not None and self._observed[0] == key:
             return self._observed[1]
@@ -480,6 +506,14 @@ class Simulator:
             raise BackendError(f"node {move.target} is in maintenance", transient=True)
         self._flush(self._due())
         migration = self._begin(j, target, "controller", fail=True)
+        if migration.lost_answer:
+            self._lost_answers += 1
+            raise BackendError(
+                f"simulated lost answer: start_migration of {move.guest} to {move.target} got no "
+                "answer (the migration may have started)",
+                transient=True,
+                uncertain=True,
+            )
         return Handle(migration.handle, move, migration.started)
 
     def poll(self, handle: Handle) -> Progress:
@@ -564,6 +598,8 @@ class Simulator:
             recoveries=self._recoveries,
             node_failures=self._node_failures,
             api_errors=self._api_errors,
+            hung_migrations=self._hung,
+            lost_answers=self._lost_answers,
         )
 
     def imbalance_series(self) -> np.ndarray:
@@ -813,17 +849,22 @@ class Simulator:
         rng = np.random.Generator(
             np.random.PCG64(np.random.SeedSequence(self.scenario.seed, spawn_key=(3, number)))
         )
-        draw, share = rng.random(2)
+        # Two draws more than before the hang and lost-answer faults: the first two are the same.
+        draw, share, hang_draw, lost_draw = rng.random(4)
         reason: str | None = None
+        gid = self._ids[j]
         if fail:
-            for index, (at, guest) in enumerate(self._armed):
-                if at <= self._now and (guest is None or guest == self._ids[j]):
-                    del self._armed[index]
+            # A hanging migration has no end of its own: a failure armed for it waits for the next.
+            migration.hangs = self._strikes(self._armed_hangs, self._hang_odds, gid, hang_draw)
+            if not migration.hangs:
+                if self._disarm(self._armed, gid):
                     reason = "simulated migration failure (scheduled)"
-                    break
-            if reason is None and draw < migration_model.failure_rate:
-                reason = "simulated migration failure"
-        if reason is None:
+                elif draw < migration_model.failure_rate:
+                    reason = "simulated migration failure"
+            migration.lost_answer = self._strikes(self._armed_lost, self._lost_odds, gid, lost_draw)
+        if migration.hangs:
+            self._hung += 1
+        elif reason is None:
             self._push(self._now + duration, "migration-end", migration, None)
         else:
             after = FAIL_AFTER[0] + (FAIL_AFTER[1] - FAIL_AFTER[0]) * float(share)
@@ -834,6 +875,31 @@ class Simulator:
             self._ha_state[j] = "migrate"
         self._refresh(j)
         return migration
+
+    def _disarm(self, armed: list[tuple[float, str | None]], gid: str) -> bool:
+        """Whether a scheduled fault is due for a migration of ``gid`` now (it is used up)."""
+        for index, (at, guest) in enumerate(armed):
+            if at <= self._now and (guest is None or guest == gid):
+                del armed[index]
+                return True
+        return False
+
+    def _strikes(
+        self,
+        armed: list[tuple[float, str | None]],
+        odds: list[tuple[float, str | None]],
+        gid: str,
+        draw: float,
+    ) -> bool:
+        """Whether a hang (or a lost answer) strikes a migration of ``gid`` starting now: a
+        scheduled one is due, or ``draw`` falls under the combined odds of the entries for it."""
+        if self._disarm(armed, gid):
+            return True
+        miss = 1.0
+        for probability, guest in odds:
+            if guest is None or guest == gid:
+                miss *= 1.0 - probability
+        return draw < 1.0 - miss
 
     def _end(self, migration: _Migration, reason: str | None) -> None:
         """A migration ends: done (``reason`` is None) or failed."""
@@ -858,6 +924,14 @@ class Simulator:
 
     def _plan_fault(self, index: int, fault: Fault, probability: float) -> float:
         """Schedule one fault entry; returns the combined per-call API error probability."""
+        if fault.type in ("migration-hang", "api-lost-answer"):
+            armed = self._armed_hangs if fault.type == "migration-hang" else self._armed_lost
+            odds = self._hang_odds if fault.type == "migration-hang" else self._lost_odds
+            if fault.probability is not None:
+                odds.append((fault.probability, fault.guest))
+            elif fault.at is not None:
+                armed.append((fault.at, fault.guest))
+            return probability
         if fault.probability is not None:  # api-error per call
             return 1.0 - (1.0 - probability) * (1.0 - fault.probability)
         if fault.at is not None:
