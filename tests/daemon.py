@@ -16,7 +16,7 @@ import threading
 import time
 from pathlib import Path
 
-__all__ = ["Daemon"]
+__all__ = ["Daemon", "write_proxmox_config"]
 
 
 class Daemon:
@@ -109,3 +109,37 @@ class Daemon:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def write_proxmox_config(
+    directory: Path,
+    address: str,
+    cafile: str,
+    *,
+    user: str,
+    token: str,
+    mode: str,
+    executor: str = "{max_parallel: 1, poll_interval: 1s}",
+    extra: str = "",
+) -> Path:
+    """``directory/opendrs.yaml`` for a Proxmox API at ``address`` (trusting ``cafile``), its
+    token secret in ``directory/token`` (mode 600); a policy that acts at the first observation,
+    every second. ``extra`` is appended as it is (more top-level keys)."""
+    token_file = directory / "token"
+    token_file.write_text(token + "\n")
+    token_file.chmod(0o600)
+    config = directory / "opendrs.yaml"
+    config.write_text(
+        f"mode: {mode}\n"
+        "backend:\n"
+        "  type: proxmox\n"
+        f"  hosts: ['{address}']\n"
+        f"  user: '{user}'\n"
+        "  token_file: token\n"
+        f"  ca_file: '{cafile}'\n"
+        "  timeout: 5s\n"
+        "  retries: 1\n"
+        "policy: {interval: 1s, hold: 1, smoothing: 0}\n"
+        f"executor: {executor}\n" + extra
+    )
+    return config

@@ -18,7 +18,7 @@ pytest.importorskip(
 pytest.importorskip("cryptography", reason="fakepve's certificates need cryptography")
 
 from backends.fakepve_fixture import FakeCluster, GiB
-from daemon import Daemon
+from daemon import Daemon, write_proxmox_config
 
 SECRET = "9f1c2e7a-5b3d-4c1e-8a6f-0d2b4e6f8a1c"
 TOKEN_ID = "opendrs@pve!drs"
@@ -53,24 +53,9 @@ def fake(tmp_path: Path) -> Iterator[FakeCluster]:
 def write_config(
     tmp_path: Path, fake: FakeCluster, *, mode: str = "active", token: str = SECRET, extra: str = ""
 ) -> Path:
-    token_file = tmp_path / "token"
-    token_file.write_text(token + "\n")
-    token_file.chmod(0o600)
-    config = tmp_path / "opendrs.yaml"
-    config.write_text(
-        f"mode: {mode}\n"
-        "backend:\n"
-        "  type: proxmox\n"
-        f"  hosts: ['{fake.address}']\n"
-        f"  user: '{TOKEN_ID}'\n"
-        "  token_file: token\n"
-        f"  ca_file: '{fake.cafile}'\n"
-        "  timeout: 5s\n"
-        "  retries: 1\n"
-        "policy: {interval: 1s, hold: 1, smoothing: 0}\n"
-        "executor: {max_parallel: 1, poll_interval: 1s}\n" + extra
+    return write_proxmox_config(
+        tmp_path, fake.address, fake.cafile, user=TOKEN_ID, token=token, mode=mode, extra=extra
     )
-    return config
 
 
 def migration_requests(fake: FakeCluster) -> int:

@@ -31,7 +31,7 @@ pytest.importorskip(
 pytest.importorskip("cryptography", reason="fakepve's certificates need cryptography")
 
 from backends.fakepve_fixture import DEFAULT_UPTIME, FakeCluster, GiB
-from daemon import Daemon
+from daemon import Daemon, write_proxmox_config
 from opendrs.model import snapshot
 from opendrs.model.cluster import Cluster
 
@@ -78,25 +78,16 @@ def fake(tmp_path: Path) -> Iterator[FakeCluster]:
 def write_config(
     tmp_path: Path, fake: FakeCluster, *, mode: str, token: str = SECRET, extra: str = ""
 ) -> Path:
-    token_file = tmp_path / "token"
-    token_file.write_text(token + "\n")
-    token_file.chmod(0o600)
-    config = tmp_path / "opendrs.yaml"
-    config.write_text(
-        f"mode: {mode}\n"
-        "backend:\n"
-        "  type: proxmox\n"
-        f"  hosts: ['{fake.address}']\n"
-        f"  user: '{TOKEN_ID}'\n"
-        "  token_file: token\n"
-        f"  ca_file: '{fake.cafile}'\n"
-        "  timeout: 5s\n"
-        "  retries: 1\n"
-        "policy: {interval: 1s, hold: 1, smoothing: 0}\n"
-        "executor: {max_parallel: 2, poll_interval: 1s}\n"
-        "log: {level: debug}\n" + extra
+    return write_proxmox_config(
+        tmp_path,
+        fake.address,
+        fake.cafile,
+        user=TOKEN_ID,
+        token=token,
+        mode=mode,
+        executor="{max_parallel: 2, poll_interval: 1s}",
+        extra="log: {level: debug}\n" + extra,
     )
-    return config
 
 
 def opendrs(*args: str) -> subprocess.CompletedProcess[str]:

@@ -52,7 +52,7 @@ log = logging.getLogger(__name__)
 RECORD_EVERY = 3600.0
 _DIGITS = re.compile(r"[0-9][0-9.,]*")
 
-__all__ = ["Controller", "Cycle", "InstanceLock", "LockError"]
+__all__ = ["Controller", "Cycle", "InstanceLock", "LockError", "observe_as_configured"]
 
 
 class LockError(Exception):
@@ -212,14 +212,7 @@ class Controller:
         )
 
     def observe(self) -> Cluster:
-        cluster = self.backend.observe()
-        if self.config.settings is not None and cluster.settings != self.config.settings:
-            cluster = replace(cluster, settings=self.config.settings)
-        problem = _reserve_problem(cluster)
-        if problem is not None:
-            raise BackendError(problem, transient=False)
-        if self.config.cluster is not None and cluster.name != self.config.cluster:
-            cluster = replace(cluster, name=self.config.cluster)
+        cluster = observe_as_configured(self.backend, self.config)
         if not self._cluster_bound:
             self.history.bind(cluster.name)
             self._cluster_bound = True
@@ -383,6 +376,24 @@ class Controller:
             if left <= 0:
                 break
             self.clock.sleep(min(left, 0.5))
+
+
+def observe_as_configured(backend: Backend, config: Config) -> Cluster:
+    """The cluster ``backend`` observes, with the configuration's ``settings`` and ``cluster``
+    name applied, as every stage of the daemon sees it.
+
+    Raises :class:`BackendError` when it cannot be observed, or when the settings' reserve
+    leaves a node no capacity.
+    """
+    cluster = backend.observe()
+    if config.settings is not None and cluster.settings != config.settings:
+        cluster = replace(cluster, settings=config.settings)
+    problem = _reserve_problem(cluster)
+    if problem is not None:
+        raise BackendError(problem, transient=False)
+    if config.cluster is not None and cluster.name != config.cluster:
+        cluster = replace(cluster, name=config.cluster)
+    return cluster
 
 
 def _reserve_problem(cluster: Cluster) -> str | None:

@@ -1,7 +1,7 @@
 """``opendrs snapshot --config FILE``: the live cluster, as the daemon observes it, as a snapshot.
 
 The configured backend is observed once, through the daemon's own code
-(:meth:`opendrs.controller.loop.Controller.observe`, with a history in memory): the
+(:func:`opendrs.controller.loop.observe_as_configured`, which the daemon observes with): the
 configuration's ``settings`` replace the backend's, its ``cluster`` names the cluster, and a
 reserve that leaves a node no capacity is refused. The usage is what the daemon's smoothing makes
 of one observation — the observation itself. The result is written in the snapshot format
@@ -37,8 +37,8 @@ from typing import Any
 from opendrs.backends.base import BackendError
 from opendrs.controller.commands import EXIT_OK, EXIT_PROBLEM, UsageError, setup_logging
 from opendrs.controller.config import Config, load_config
-from opendrs.controller.history import History
-from opendrs.controller.loop import Controller
+from opendrs.controller.loop import observe_as_configured
+from opendrs.engine.policy import UsageWindow
 from opendrs.model import snapshot
 from opendrs.model.cluster import Cluster
 from opendrs.model.document import one_line
@@ -59,15 +59,12 @@ def observe_once(config: Config, *, should_stop: Any = None) -> Cluster:
     node no capacity).
     """
     backend, clock = config.make_backend(should_stop=should_stop)
-    history = History(":memory:")
     try:
-        controller = Controller(config, backend, clock, history)
-        cluster = controller.observe()
+        cluster = observe_as_configured(backend, config)
         # What the daemon's smoothing makes of it (for one observation, the observation).
-        window = controller.window.add(clock.now(), cluster, config.policy.smoothing)
+        window = UsageWindow().add(clock.now(), cluster, config.policy.smoothing)
         return window.smoothed(cluster)
     finally:
-        history.close()
         backend.close()
 
 
