@@ -69,7 +69,7 @@ import socket
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path as FsPath
@@ -1359,6 +1359,17 @@ class ProxmoxBackend:
         #: Set when an RRD read of the observation under way failed: the others are skipped.
         self._rrd_failed = threading.Event()
 
+    @contextlib.contextmanager
+    def _only_backend_errors(self, what: str) -> Iterator[None]:
+        """Nothing but :class:`BackendError` may escape a backend method: anything else becomes
+        one, ``what`` first, without the secret."""
+        try:
+            yield
+        except BackendError:
+            raise
+        except Exception as exc:
+            raise BackendError(self._client.scrub(f"{what}: {type(exc).__name__}: {exc}")) from None
+
     def __repr__(self) -> str:
         return f"ProxmoxBackend({', '.join(self.config.hosts)} as {self.config.auth_id})"
 
@@ -1446,14 +1457,8 @@ class ProxmoxBackend:
     # -- observe -----------------------------------------------------------------------------
 
     def observe(self) -> Cluster:
-        try:
+        with self._only_backend_errors("cannot read the cluster"):
             return self._observe()
-        except BackendError:
-            raise
-        except Exception as exc:  # nothing but BackendError may escape
-            raise BackendError(
-                self._client.scrub(f"cannot read the cluster: {type(exc).__name__}: {exc}")
-            ) from None
 
     def _observe(self) -> Cluster:
         self._rrd_failed = threading.Event()
@@ -1957,14 +1962,8 @@ class ProxmoxBackend:
     # -- migrations ----------------------------------------------------------------------------
 
     def start_migration(self, move: Move) -> Handle:
-        try:
+        with self._only_backend_errors(f"cannot migrate {move.guest}"):
             return self._start(move)
-        except BackendError:
-            raise
-        except Exception as exc:  # nothing but BackendError may escape
-            raise BackendError(
-                self._client.scrub(f"cannot migrate {move.guest}: {type(exc).__name__}: {exc}")
-            ) from None
 
     def _locate(self, vmid: str) -> _Known:
         """Where a guest is and what it is: from the last observation, else the API."""
@@ -2114,16 +2113,10 @@ class ProxmoxBackend:
         return Handle(f"ha:{sid}:{move.source}:{target}:{since}", move, time.time())
 
     def poll(self, handle: Handle) -> Progress:
-        try:
+        with self._only_backend_errors(f"cannot follow {handle.id}"):
             if handle.id.startswith("ha:"):
                 return self._poll_ha(handle.id, handle.id)
             return self._poll_task(self._resolved.get(handle.id, handle.id), handle)
-        except BackendError:
-            raise
-        except Exception as exc:  # nothing but BackendError may escape
-            raise BackendError(
-                self._client.scrub(f"cannot follow {handle.id}: {type(exc).__name__}: {exc}")
-            ) from None
 
     def _poll_task(self, upid: str, handle: Handle | None) -> Progress:
         task = _parse_upid(upid)
@@ -2241,14 +2234,8 @@ class ProxmoxBackend:
         does not know. The owner of a task may stop it; the HA manager's tasks belong to
         ``root@pam``, and stopping them takes ``Sys.Modify`` on the node.
         """
-        try:
+        with self._only_backend_errors(f"cannot stop {handle.id}"):
             return self._cancel(handle)
-        except BackendError:
-            raise
-        except Exception as exc:  # nothing but BackendError may escape
-            raise BackendError(
-                self._client.scrub(f"cannot stop {handle.id}: {type(exc).__name__}: {exc}")
-            ) from None
 
     def _cancel(self, handle: Handle) -> bool:
         upid = self._resolved.get(handle.id)
