@@ -174,11 +174,6 @@ class Executor:
         return tuple(r.handle.move for r in self._running.values() if not r.background)
 
     @property
-    def in_background(self) -> tuple[Move, ...]:
-        """Migrations past their timeout, still running, followed in the background."""
-        return tuple(r.handle.move for r in self._running.values() if r.background)
-
-    @property
     def queued(self) -> tuple[PlannedMove, ...]:
         return tuple(q.move for q in self._queue)
 
