@@ -536,6 +536,9 @@ class _Platform:
     def poll(self, handle: Handle) -> Progress:
         return self.sim.poll(handle)
 
+    def find_migration(self, move: Move, since: float) -> Handle | None:
+        return self.sim.find_migration(move, since)
+
     def cancel(self, handle: Handle) -> bool:
         return self.sim.cancel(handle)
 

@@ -51,6 +51,8 @@ class FakeBackend:
     #: guests whose migrations never end (until cancelled).
     hanging: set[str] = field(default_factory=set)
     cancelled: list[str] = field(default_factory=list)
+    #: Whether a migration whose answer was lost can be found (``find_migration``).
+    findable: bool = True
     observe_errors: int = 0
     name: str = "fake"
     read_only: bool = False
@@ -107,6 +109,14 @@ class FakeBackend:
         if move.guest in self.losing_answer:
             raise BackendError("no answer within 10s", uncertain=True)
         return handle
+
+    def find_migration(self, move: Move, since: float) -> Handle | None:
+        if not self.findable:
+            return None
+        for op in self.ops.values():
+            if op.handle.move == move and op.handle.started >= since:
+                return op.handle
+        return None
 
     def cancel(self, handle: Handle) -> bool:
         op = self.ops.get(handle.id)

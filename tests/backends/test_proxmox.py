@@ -732,6 +732,29 @@ def test_cancel_stops_the_migration_task(fake: FakeCluster, token_file: str) -> 
     assert backend.cancel(handle) is True
 
 
+def test_a_migration_whose_answer_was_lost_is_found_by_its_task(
+    fake: FakeCluster, token_file: str
+) -> None:
+    populate(fake)
+    fake.pve.time_scale = 1.0  # the migration takes 20 s: still running when looked for
+    since = time.time()
+    started = backend_for(fake, token_file).start_migration(Move("100", "pve1", "pve2"))
+    # Another backend (the daemon after a restart, or whose answer was lost) finds that task.
+    backend = backend_for(fake, token_file)
+    # A task names no target: the guest's migration from its source since then is the one.
+    assert backend.find_migration(Move("100", "pve1", "pve3"), since) is not None
+    backend = backend_for(fake, token_file)
+    found = backend.find_migration(Move("100", "pve1", "pve2"), since)
+    assert found is not None and found.id == started.id
+    assert abs(found.started - since) < 5
+    assert backend.poll(found) == Progress("running")
+    assert backend.cancel(found) is True and fake.pve.stopped_tasks == [started.id]
+    # Followed now: a second request of the same guest would not be taken for it.
+    assert backend.find_migration(Move("100", "pve1", "pve2"), since) is None
+    assert backend.find_migration(Move("101", "pve1", "pve2"), since) is None
+    assert backend.find_migration(Move("100", "pve1", "pve2"), since + 600) is None
+
+
 def test_cancel_of_an_unknown_task(fake: FakeCluster, token_file: str) -> None:
     populate(fake)
     backend = backend_for(fake, token_file)

@@ -186,3 +186,58 @@ def test_nothing_starts_outside_active_mode_or_while_held() -> None:
     executor.tick()
     assert fake.starts == [] and not executor.busy  # not active: the queue is dropped
     assert {e.move.guest for e in executor.events if e.kind == "skipped" and e.move} == {"1", "2"}
+
+
+@pytest.mark.parametrize("seen_offline", [True, False])
+def test_a_guest_restarted_on_the_target_after_its_source_failed_was_not_migrated(
+    seen_offline: bool,
+) -> None:
+    # The answer is lost (and the platform cannot show the migration) and the migration hangs;
+    # its source fails while the executor follows it, and HA starts the guest again on the
+    # target. Seen offline with the guest not yet on the target, the migration cannot have
+    # finished: failed. Never seen so (the guest arrived first), it is done.
+    c = _spread_out()
+    fake, clock, history, executor = _setup(
+        c,
+        config=ExecutorConfig(timeout=60, poll_interval=5),
+        losing_answer={"1"},
+        hanging={"1"},
+        findable=False,
+    )
+    executor.submit(plan_moves(c, {"1": "b"}), None)
+    executor.tick()
+    assert executor.watching
+    clock.sleep(5)
+    down = tuple(replace(n, online=n.name != "a") for n in fake.cluster.nodes)
+    if seen_offline:
+        fake.cluster = replace(fake.cluster, nodes=down)
+        _set_guest(fake, "1", migrating_to=None, state="stopped")
+        executor.tick()
+    _set_guest(fake, "1", node="b", migrating_to=None, state="running")
+    fake.cluster = replace(fake.cluster, nodes=down)
+    clock.sleep(5)
+    executor.tick()
+    (record,) = history.migrations()
+    if seen_offline:
+        assert record.outcome == "failed"
+        assert "a went offline before the guest reached b" in (record.error or "")
+        assert "1" not in history.cooldowns(clock.now())
+        assert history.avoided(clock.now()) == {}  # it runs there
+    else:
+        assert record.outcome == "done"
+
+
+def test_a_hanging_migration_whose_answer_was_lost_is_found_and_stopped() -> None:
+    c = _spread_out()
+    fake, clock, history, executor = _setup(
+        c, config=ExecutorConfig(timeout=60, poll_interval=5), losing_answer={"1"}, hanging={"1"}
+    )
+    executor.submit(plan_moves(c, {"1": "b"}), None)
+    _run(executor, clock)
+    assert fake.cancelled == ["op-1"]  # found by its move, then stopped after its timeout
+    (record,) = history.migrations()
+    assert record.handle == "op-1" and record.outcome == "failed"
+    assert fake.cluster.guest("1").node == "a"
+    assert any(
+        e.kind == "watching" and "found its migration op-1" in e.detail for e in executor.events
+    )

@@ -145,6 +145,15 @@ class Backend(Protocol):
         """Where the migration stands now. Raises :class:`BackendError` when it cannot be asked."""
         ...
 
+    def find_migration(self, move: Move, since: float) -> Handle | None:
+        """The platform's migration of ``move`` that started at ``since`` or later, if it shows one.
+
+        For a request whose answer was lost: the handle lets the caller follow (and stop) the
+        migration it started. ``None`` when the platform shows none, or cannot tell. Raises
+        :class:`BackendError` when the platform cannot be asked.
+        """
+        ...
+
     def cancel(self, handle: Handle) -> bool:
         """Ask the platform to stop a migration that is given up on (best effort).
 

@@ -44,6 +44,9 @@ class FileBackend:
             f"no migration {handle.id}: the file backend is read-only", transient=False
         )
 
+    def find_migration(self, move: Move, since: float) -> Handle | None:
+        return None
+
     def cancel(self, handle: Handle) -> bool:
         return False
 

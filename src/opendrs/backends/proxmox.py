@@ -2175,32 +2175,9 @@ class ProxmoxBackend:
         _, kind, vmid, source, target, since_text = parts
         sid = f"{kind}:{vmid}"
         since = _int(since_text)
-        task_type = "qmigrate" if kind == "vm" else "vzmigrate"
-        tasks = _list(
-            self._get(
-                f"nodes/{source}/tasks",
-                vmid=vmid,
-                typefilter=task_type,
-                source="all",
-                since=max(0, since - _CLOCK_SLACK),
-                limit=50,
-            ),
-            f"/nodes/{source}/tasks",
-        )
-        found = sorted(
-            (
-                t
-                for t in tasks
-                if t.get("type") == task_type
-                and str(t.get("id")) == vmid
-                and isinstance(t.get("upid"), str)
-                and _int(t.get("starttime")) >= since - _CLOCK_SLACK
-                and t["upid"] not in self._followed
-            ),
-            key=lambda t: _int(t.get("starttime")),
-        )
-        if found:
-            upid = found[0]["upid"]
+        task = self._migration_task(source, vmid, "qemu" if kind == "vm" else "lxc", since)
+        if task is not None:
+            upid = task[0]
             self._remember(key, upid)
             log.info("%s: the HA manager's migration task is %s", sid, upid)
             return self._poll_task(upid, None)
@@ -2225,6 +2202,52 @@ class ProxmoxBackend:
                 f"within {_HA_START_GRACE:g}s (see 'ha-manager status')"
             )
         return RUNNING
+
+    def _migration_task(
+        self, source: str, vmid: str, kind: Literal["qemu", "lxc"], since: float
+    ) -> tuple[str, int] | None:
+        """The first migration task of ``vmid`` on ``source`` started at ``since`` or later (with
+        some clock slack) that nothing follows yet: its UPID and start time."""
+        task_type = "qmigrate" if kind == "qemu" else "vzmigrate"
+        tasks = _list(
+            self._get(
+                f"nodes/{source}/tasks",
+                vmid=vmid,
+                typefilter=task_type,
+                source="all",
+                since=max(0, int(since) - _CLOCK_SLACK),
+                limit=50,
+            ),
+            f"/nodes/{source}/tasks",
+        )
+        found = sorted(
+            (
+                (t["upid"], _int(t.get("starttime")))
+                for t in tasks
+                if t.get("type") == task_type
+                and str(t.get("id")) == vmid
+                and isinstance(t.get("upid"), str)
+                and _int(t.get("starttime")) >= int(since) - _CLOCK_SLACK
+                and t["upid"] not in self._followed
+            ),
+            key=lambda found: found[1],
+        )
+        return found[0] if found else None
+
+    def find_migration(self, move: Move, since: float) -> Handle | None:
+        """The migration task of ``move`` on its source node started at ``since`` or later (a
+        request whose answer was lost; for an HA-managed guest, the HA manager's task)."""
+        with self._only_backend_errors(f"cannot look for the migration of {move.guest}"):
+            if not move.guest.isdigit():
+                return None
+            known = self._locate(move.guest)
+            task = self._migration_task(move.source, move.guest, known.kind, since)
+            if task is None:
+                return None
+            upid, started = task
+            self._remember(upid)
+            log.info("the migration of guest %s to %s is task %s", move.guest, move.target, upid)
+            return Handle(upid, move, float(started))
 
     def cancel(self, handle: Handle) -> bool:
         """Stop the migration's task (``DELETE /nodes/{node}/tasks/{upid}``).

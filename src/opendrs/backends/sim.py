@@ -535,6 +535,18 @@ class Simulator:
             return DONE
         return failed(migration.reason or "migration failed")
 
+    def find_migration(self, move: Move, since: float) -> Handle | None:
+        """The controller's migration of ``move`` started at ``since`` or later (the first)."""
+        self._api("find_migration")
+        for migration in self._migrations:
+            if (
+                migration.cause == "controller"
+                and migration.move == move
+                and migration.started >= since
+            ):
+                return Handle(migration.handle, move, migration.started)
+        return None
+
     def cancel(self, handle: Handle) -> bool:
         """Stop a running migration this simulator started: it ends failed, the guest stays."""
         self._api("cancel")

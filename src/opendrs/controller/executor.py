@@ -26,8 +26,13 @@ The history tells what happened to the cluster, not what the executor hoped:
   or the migration is given up after ``timeout`` (the platform is asked to stop it first), the
   migration is *settled* by looking at where the guest is: on its target it is recorded ``done``
   (with its cooldown and no-return), back on its source ``failed``, gone or elsewhere ``lost``.
-  A guest still migrating after another ``timeout`` is followed in the background: it no longer
-  holds the policy back (which counts it on both nodes meanwhile) and is recorded when it ends.
+  A guest on its target whose source was seen offline before it got there was started again
+  by HA, not migrated: ``failed``. A request whose answer was lost is looked for on the platform
+  (:meth:`Backend.find_migration`) while it is watched: once found, it is followed (and stopped
+  when given up on) by its task. A guest still migrating after another ``timeout`` is followed in
+  the background: it no longer holds the policy back (which counts it on both nodes meanwhile)
+  and is recorded when it ends; the controller ticks the executor every ``poll_interval`` while
+  anything is watched or in the background.
 
 No plan can hold the executor forever: a move whose guest may no longer move is dropped with its
 reason, a re-plan never brings back a move the preconditions refused, and a queue that starts
@@ -114,6 +119,9 @@ class _Running:
     #: Watched for longer than ``timeout`` and still migrating: it no longer holds the queue
     #: (the policy decides meanwhile, counting it on both nodes) and is recorded when it ends.
     background: bool = False
+    #: Its source node was seen offline while the guest had not reached the target: the live
+    #: migration cannot have finished, whatever node the guest is restarted on afterwards.
+    source_lost: bool = False
 
 
 @dataclass(slots=True)
@@ -165,8 +173,9 @@ class Executor:
 
     @property
     def watching(self) -> bool:
-        """Some migration is followed by where its guest is (see :meth:`settle`)."""
-        return any(r.watch is not None for r in self._running.values())
+        """Some migration is followed outside the plan: by where its guest is (see
+        :meth:`settle`) or in the background."""
+        return any(r.watch is not None or r.background for r in self._running.values())
 
     @property
     def in_flight(self) -> tuple[Move, ...]:
@@ -314,7 +323,7 @@ class Executor:
         now = self.clock.now()
         for guest in list(self._running):
             running = self._running[guest]
-            if running.watch is not None:
+            if running.watch is not None and not self._found(running):
                 continue
             try:
                 progress = self.backend.poll(running.handle)
@@ -337,6 +346,25 @@ class Executor:
             elif now - running.handle.started > self.config.timeout:
                 self._give_up(running, now)
         self._index_steps()
+
+    def _found(self, running: _Running) -> bool:
+        """For a request whose answer was lost: whether the platform now shows the migration it
+        started, which is then followed (and stopped, if given up on) by its task."""
+        if running.handle.id != PENDING:
+            return False
+        move = running.handle.move
+        try:
+            handle = self.backend.find_migration(move, running.handle.started)
+        except BackendError as exc:
+            log.debug("cannot look for the migration of %s: %s", move.guest, exc)
+            return False
+        if handle is None:
+            return False
+        self.history.migration_handle(running.record, handle.id, started=handle.started)
+        running.handle = handle
+        running.watch = None
+        self._emit("watching", move, f"found its migration {handle.id}: followed by its task")
+        return True
 
     def _watch(self, running: _Running, why: str, now: float, *, quiet: bool = False) -> None:
         """Follow ``running`` by where its guest is from now on."""
@@ -370,7 +398,11 @@ class Executor:
                 continue
             state, reason = outcome
             self._running.pop(guest)
-            self._finish(running, state, reason)
+            # No reason to keep a guest off the node it runs on (HA started it there).
+            arrived = guest in cluster.guest_index and cluster.guest(guest).node == (
+                running.handle.move.target
+            )
+            self._finish(running, state, reason, avoid=not arrived)
             failed |= state != "done"
         self._index_steps()
         return failed
@@ -385,6 +417,8 @@ class Executor:
         if move.guest not in cluster.guest_index:
             return "lost", f"{why}; the guest is no longer in the cluster"
         guest = cluster.guest(move.guest)
+        if guest.node != move.target and not _online(cluster, move.source):
+            running.source_lost = True
         if guest.migrating_to is not None:
             if waited >= self.config.timeout and not running.background:
                 running.background = True
@@ -396,6 +430,11 @@ class Executor:
                 )
             return None
         if guest.node == move.target:
+            if running.source_lost:
+                return "failed", (
+                    f"{why}; {move.source} went offline before the guest reached {move.target}, "
+                    "where it was started again"
+                )
             return "done", None
         if guest.node == move.source:
             if running.reported is not None:
@@ -405,7 +444,9 @@ class Executor:
             return "failed", f"{why}; the guest is still on {move.source}"
         return "lost", f"{why}; the guest is on {guest.node}"
 
-    def _finish(self, running: _Running, state: str, reason: str | None) -> list[Event]:
+    def _finish(
+        self, running: _Running, state: str, reason: str | None, *, avoid: bool = True
+    ) -> list[Event]:
         now = self.clock.now()
         move = running.handle.move
         self._progress = now
@@ -419,9 +460,10 @@ class Executor:
             self.history.migration_finished(running.record, at=now, outcome="lost", error=why)
             return [self._emit("lost", move, why)]
         self.history.migration_finished(running.record, at=now, outcome="failed", error=why)
-        self.history.avoid(
-            move.guest, move.target, now + self.config.avoid_after_failure, f"failed: {why}"
-        )
+        if avoid:
+            self.history.avoid(
+                move.guest, move.target, now + self.config.avoid_after_failure, f"failed: {why}"
+            )
         return [self._emit("failed", move, why)]
 
     # -- starting ------------------------------------------------------------------------------
@@ -704,6 +746,12 @@ class Executor:
         if (guest, node) in self._refused:
             return "refused by the preconditions"
         return None
+
+
+def _online(cluster: Cluster, node: str) -> bool:
+    """Whether ``node`` is in ``cluster`` and online (in maintenance or not)."""
+    index = cluster.node_index.get(node)
+    return index is not None and cluster.nodes[index].online
 
 
 def _not_movable(guest: Guest, cluster: Cluster, parking: bool) -> str | None:

@@ -12,8 +12,9 @@ code. Each cycle:
 4. record the decision in the history; in **shadow** mode (the default) log the migrations it
    would make, in **active** mode hand the plan to the :class:`Executor`.
 
-Between cycles the executor is ticked every ``poll_interval`` while it is busy: migrations start
-as soon as others finish. At start-up the executor reconciles the migrations the history lists as
+Between cycles the executor is ticked every ``poll_interval`` while it is busy or follows a
+migration by where its guest is (in the background too): migrations start as soon as others finish,
+and a watched migration is settled by what the next observation shows. At start-up the executor reconciles the migrations the history lists as
 in flight, so a restart loses nothing and repeats nothing. :class:`InstanceLock` keeps a second
 instance away from the same history.
 """
@@ -350,7 +351,7 @@ class Controller:
             now = self.clock.now()
             if until is not None and now >= until:
                 break
-            if self.executor.busy:
+            if self.executor.busy or self.executor.watching:
                 self.executor.tick()
             if now >= next_cycle and not (once and decided):
                 policy = replace(self.policy, hold=min(self.policy.hold, 1)) if once else None
@@ -359,8 +360,8 @@ class Controller:
                 next_cycle = now + self.policy.interval
             if once and decided and not self.executor.busy:
                 break
-            busy = self.executor.busy
-            wait = self.config.executor.poll_interval if busy or once else next_cycle - now
+            follow = self.executor.busy or self.executor.watching
+            wait = self.config.executor.poll_interval if follow or once else next_cycle - now
             if until is not None:
                 wait = min(wait, until - now)
             self._sleep(max(wait, 0.0), lambda: should_stop() or reload_pending())
