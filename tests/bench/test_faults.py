@@ -291,11 +291,6 @@ def test_a_daemon_that_dies_is_caught_and_started_again() -> None:
 # Found by the campaign (seeds 113; 689 and 998), reported: see docs/performance.md
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the engine drops a hard anti-affinity rule with more guests than usable nodes "
-    "(Proxmox counts every node), so an evacuation co-locates its guests",
-)
 def test_maintenance_on_a_small_cluster_keeps_hard_anti_affinity() -> None:
     nodes = tuple(Node(n, cpu=16, memory=64 * GiB) for n in ("a", "b", "c"))
     guests = tuple(
@@ -312,11 +307,6 @@ def test_maintenance_on_a_small_cluster_keeps_hard_anti_affinity() -> None:
     assert invariants_broken(run) == set()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a migration followed in the background is settled by where its guest is at the next "
-    "cycle: a failed one whose guest HA restarted on the target meanwhile is recorded done",
-)
 def test_a_failed_migration_is_not_recorded_done_when_ha_restarts_its_guest_there() -> None:
     nodes = (Node("a", cpu=16, memory=64 * GiB), Node("b", cpu=16, memory=64 * GiB))
     guests = tuple(

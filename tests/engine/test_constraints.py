@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from opendrs.engine.constraints import Constraints, check_rules, current_assign, movability
@@ -167,12 +169,30 @@ def test_contradictory_rules_are_dropped_by_name() -> None:
     messages = [str(p) for p in problems]
     assert messages == [
         "Drop rules 'pin-a', 'pin-b', because guest '1' is in more than one node-affinity rule",
-        "Drop rule 'crowd', because it keeps 4 guests apart on only 3 usable nodes",
+        "Drop rule 'crowd', because it keeps 4 guests apart on only 3 nodes",
         "Drop rules 'with', 'without', because they keep guests '2', '3' both together and apart",
         "Drop rule 'split', because its 2 guests are confined to 1 nodes by strict node affinity",
     ]
     assert [r.name for r in kept.node_affinity] == ["only-n1"]
     assert kept.guest_affinity == ()
+
+
+def test_a_node_out_of_use_keeps_a_hard_anti_affinity_rule() -> None:
+    # Three replicas on three nodes, one in maintenance and one offline: Proxmox counts the
+    # configured nodes, so the rule stays and the replicas stay apart where they can.
+    nodes = _nodes()[:3]
+    nodes = (nodes[0], replace(nodes[1], maintenance=True), replace(nodes[2], online=False))
+    guests = tuple(Guest(str(i), f"n{i}", memory=GiB) for i in range(1, 4))
+    rules = Rules(guest_affinity=(GuestAffinity("apart", ("1", "2", "3"), positive=False),))
+    kept, problems = check_rules(Cluster(nodes, guests, rules))
+    assert problems == [] and kept.guest_affinity == rules.guest_affinity
+    # Confinement counts every node a strict rule names, whatever its priority or state.
+    pinned = Rules(
+        node_affinity=(NodeAffinity("two", ("1", "2"), {"n1": 2, "n2": 1}, strict=True),),
+        guest_affinity=(GuestAffinity("apart", ("1", "2"), positive=False),),
+    )
+    kept, problems = check_rules(Cluster(nodes, guests, pinned))
+    assert problems == [] and kept.guest_affinity == pinned.guest_affinity
 
 
 def test_positive_group_without_common_node_is_dropped() -> None:

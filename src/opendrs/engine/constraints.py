@@ -4,14 +4,16 @@ Hard filters, in the order they are reported when a node is rejected:
 
 1. ``offline`` / ``maintenance`` — the node cannot take guests;
 2. ``arch`` — the node's CPU architecture differs from the guest's;
-3. ``node-affinity`` — a strict rule allows only its highest-priority usable nodes (pins too);
+3. ``node-affinity`` — a strict rule allows only its nodes of the highest priority that can take
+   the guest: usable, of its architecture, with room for it (pins too; :func:`_affinity_tiers`);
 4. ``forbidden`` — the placement was ruled out (no safe migration order reaches it);
 5. ``anti-affinity`` — a hard negative partner runs on (or is moving to) the node;
 6. ``affinity`` — hard positive partners run elsewhere;
 7. ``capacity`` — vCPUs × overcommit, memory, measured use, or a local storage pool would overflow.
 
-Whether a guest may move at all (:func:`movability`) is separate: ignored, locked, local devices,
-local disks, containers without restart migration, stopped guests, minimum uptime.
+Whether a guest may move at all (:func:`movability`) is separate: ignored, HA states the HA manager
+or an operator handles (:data:`HA_HELD`), locked, local devices, local disks, containers without
+restart migration, stopped guests, minimum uptime.
 
 Soft rules become penalties (:data:`SOFT_PENALTY` each): a non-strict node affinity not met, a
 soft positive partner elsewhere, a soft negative partner on the same node.
@@ -62,17 +64,116 @@ def _usable_nodes(cluster: Cluster) -> frozenset[str]:
     return frozenset(n.name for n in cluster.nodes if n.usable)
 
 
-def _strict_sets(
-    rules: Sequence[NodeAffinity], usable: frozenset[str]
+def _allowed_sets(
+    rules: Sequence[NodeAffinity], configured: frozenset[str]
 ) -> dict[str, frozenset[str]]:
-    """guest -> nodes its strict node affinity allows (highest priority among usable nodes)."""
+    """guest -> every configured node its strict node affinity names, whatever the priority
+    (a lower priority is used when the higher ones are unavailable)."""
     out: dict[str, frozenset[str]] = {}
     for rule in rules:
         if rule.strict:
-            top = rule.top_nodes(usable)
+            nodes = frozenset(rule.nodes) & configured
             for guest in rule.guests:
-                out[guest] = top
+                out[guest] = nodes
     return out
+
+
+def _affinity_tiers(
+    cluster: Cluster, rules: Rules, capacity: CapacityModel, arch_ok: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(G,) the node-affinity priority each guest uses (-1: no rule, or no usable node in it),
+    and (G,) the node each claims (-1: none).
+
+    Priorities are tiers: a guest uses the highest tier with a node that can take it — usable,
+    of its architecture, with room for it (its own node counts its own room as free), and not
+    claimed by a hard anti-affinity partner. The guests of a rule claim a node in turn, those on
+    the rule's higher-priority nodes first, then by id, so two guests never count on the same
+    free room. When no tier can take it, the highest usable tier applies (and the filters say
+    why the guest cannot go there). HA-managed guests always use the highest usable tier:
+    Proxmox's HA manager moves them back there, whatever the load.
+    """
+    usable = _usable_nodes(cluster)
+    tier = np.full(len(cluster.guests), -1, dtype=np.int64)
+    headroom = capacity.limit - capacity.committed()
+    gidx = cluster.guest_index
+    apart: dict[int, set[int]] = defaultdict(set)
+    for neg in rules.guest_affinity:
+        if not neg.positive and neg.hard:
+            members = {gidx[g] for g in neg.guests if g in gidx}
+            for j in members:
+                apart[j] |= members - {j}
+    claimed = np.full(len(cluster.guests), -1, dtype=np.intp)
+    for rule in rules.node_affinity:
+        tiers = rule.tiers(usable)
+        if not tiers:
+            continue
+        members = [gidx[g] for g in rule.guests if g in gidx]
+        members.sort(
+            key=lambda j: (
+                -_priority_on(rule, cluster.guests[j].node, usable),
+                cluster.guests[j].id,
+            )
+        )
+        for j in members:
+            taken = {int(claimed[p]) for p in apart.get(j, ())}
+            tier[j], claimed[j] = _claim_tier(
+                cluster, j, tiers, capacity, headroom, arch_ok[j], taken
+            )
+    return tier, claimed
+
+
+def _priority_on(rule: NodeAffinity, node: str, usable: frozenset[str]) -> int:
+    return rule.nodes.get(node, -1) if node in usable else -1
+
+
+def _claim_tier(
+    cluster: Cluster,
+    j: int,
+    tiers: list[tuple[int, frozenset[str]]],
+    capacity: CapacityModel,
+    headroom: np.ndarray,
+    arch_ok: np.ndarray,
+    taken: set[int],
+) -> tuple[int, int]:
+    """The priority guest ``j`` uses and the node it claims (-1: none); its demand is taken off
+    ``headroom`` there. ``taken``: nodes its hard anti-affinity partners claimed."""
+    guest = cluster.guests[j]
+    here = cluster.node_index.get(guest.node, -1)
+    if guest.ha:
+        return tiers[0][0], here if guest.node in tiers[0][1] else -1
+    need = _demand(capacity, j, guest)
+
+    def room(n: int) -> np.ndarray:
+        return headroom[n] + need if n == here else headroom[n]
+
+    for priority, names in tiers:
+        fits = [
+            n
+            for n in sorted(cluster.node_index[name] for name in names)
+            if arch_ok[n]
+            and n not in taken
+            and np.all(need <= room(n) + tolerance(capacity.limit[n]))
+        ]
+        if fits:
+            # Where it stays, or the node of the tier with the most free memory.
+            target = (
+                here
+                if here in fits
+                else min(fits, key=lambda n: (-room(n)[1], cluster.nodes[n].name))
+            )
+            if here >= 0:
+                headroom[here] += need
+            headroom[target] -= need
+            return priority, target
+    return tiers[0][0], -1
+
+
+def _demand(capacity: CapacityModel, j: int, guest: Guest) -> np.ndarray:
+    """Capacity demand (D,) guest ``j`` brings to a new node (storage only if not running)."""
+    demand = capacity.demand[j].copy()
+    if not loaded_nodes(guest):
+        demand[~capacity.storage_cols] = 0.0
+    return demand
 
 
 def check_rules(cluster: Cluster) -> tuple[Rules, list[RuleProblem]]:
@@ -82,15 +183,19 @@ def check_rules(cluster: Cluster) -> tuple[Rules, list[RuleProblem]]:
 
     * a guest in more than one node-affinity rule: all those rules are dropped;
     * a guest-affinity rule with fewer than two guests;
-    * a hard negative rule with more guests than usable nodes;
-    * a positive and a negative rule that share two or more guests: both dropped; likewise a
-      negative rule with two guests that positive rules join through shared guests;
+    * a hard negative rule with more guests than the cluster has nodes — usable or not: a node in
+      maintenance or offline keeps the rule, whose guests stay apart where they can (Proxmox
+      counts the configured nodes);
+    * a positive and a negative rule that share two or more guests: both dropped when both are
+      hard or both soft; a soft rule never makes a hard one go: only the soft one is dropped.
+      Likewise a hard negative rule with two guests that hard positive rules join through shared
+      guests;
     * hard negative members confined by strict node affinity to fewer nodes than members;
     * a hard positive group whose members' strict node affinities have no node in common.
     """
     rules = cluster.rules
     problems: list[RuleProblem] = []
-    usable = _usable_nodes(cluster)
+    configured = frozenset(n.name for n in cluster.nodes)
 
     by_guest: dict[str, list[str]] = defaultdict(list)
     for rule in rules.node_affinity:
@@ -112,12 +217,12 @@ def check_rules(cluster: Cluster) -> tuple[Rules, list[RuleProblem]]:
         if len(set(rule.guests)) < 2:
             problems.append(RuleProblem((rule.name,), "it names fewer than two guests"))
             dropped_guest.add(rule.name)
-        elif not rule.positive and rule.hard and len(set(rule.guests)) > len(usable):
+        elif not rule.positive and rule.hard and len(set(rule.guests)) > len(configured):
             problems.append(
                 RuleProblem(
                     (rule.name,),
                     f"it keeps {len(set(rule.guests))} guests apart "
-                    f"on only {len(usable)} usable nodes",
+                    f"on only {len(configured)} nodes",
                 )
             )
             dropped_guest.add(rule.name)
@@ -127,15 +232,8 @@ def check_rules(cluster: Cluster) -> tuple[Rules, list[RuleProblem]]:
         for neg in negatives:
             shared = sorted(set(pos.guests) & set(neg.guests))
             if len(shared) >= 2:
-                problems.append(
-                    RuleProblem(
-                        (pos.name, neg.name),
-                        "they keep guests "
-                        + ", ".join(f"'{g}'" for g in shared)
-                        + " both together and apart",
-                    )
-                )
-                dropped_guest.update((pos.name, neg.name))
+                problems.append(_contradiction(pos, neg, shared))
+                dropped_guest.update(problems[-1].rules)
 
     # After merging, positive rules that share guests keep a whole component together: a
     # negative rule with two guests in one component contradicts it (Proxmox's merged rules).
@@ -157,7 +255,7 @@ def check_rules(cluster: Cluster) -> tuple[Rules, list[RuleProblem]]:
                 )
                 dropped_guest.update(names)
 
-    strict = _strict_sets(node_rules, usable)
+    strict = _allowed_sets(node_rules, configured)
     for neg in negatives:
         if neg.name in dropped_guest or not neg.hard:
             continue
@@ -194,6 +292,18 @@ def check_rules(cluster: Cluster) -> tuple[Rules, list[RuleProblem]]:
     return kept, problems
 
 
+def _contradiction(pos: GuestAffinity, neg: GuestAffinity, shared: list[str]) -> RuleProblem:
+    """A positive and a negative rule sharing ``shared``: the soft one goes, or both if alike."""
+    guests = ", ".join(f"'{g}'" for g in shared)
+    if pos.hard == neg.hard:
+        return RuleProblem(
+            (pos.name, neg.name), f"they keep guests {guests} both together and apart"
+        )
+    soft, hard = (neg, pos) if pos.hard else (pos, neg)
+    verb = "together" if hard.positive else "apart"
+    return RuleProblem((soft.name,), f"hard rule '{hard.name}' keeps guests {guests} {verb}")
+
+
 def _positive_components(
     rules: Sequence[GuestAffinity],
 ) -> list[tuple[list[GuestAffinity], set[str]]]:
@@ -225,11 +335,22 @@ def _positive_components(
 # Movability
 
 
+#: HA states in which a plan never migrates an HA-managed guest: the HA manager is handling it
+#: (fencing, recovery, a node shutting down), an operator must (error), or it is not to run.
+HA_HELD: frozenset[str] = frozenset({"error", "freeze", "fence", "recovery", "ignored", "stopped"})
+
+
 def movability(guest: Guest, cluster: Cluster, purpose: Purpose = "balance") -> str | None:
-    """Why ``guest`` may not move for ``purpose``, or ``None`` when it may."""
+    """Why ``guest`` may not move for ``purpose``, or ``None`` when it may.
+
+    A plan (``balance``, ``evacuate``) never moves an HA-managed guest in a state of
+    :data:`HA_HELD`; recovery is what the HA manager does for a guest fenced on a failed node.
+    """
     settings = cluster.settings
     if guest.id in cluster.rules.ignored:
         return "ignored by a rule"
+    if purpose in ("balance", "evacuate") and guest.ha and guest.ha_state in HA_HELD:
+        return f"HA state {guest.ha_state}"
     if purpose == "recover":
         if guest.local_disk_bytes and not settings.allow_local_disks:
             return f"local disks ({format_bytes(guest.local_disk_bytes)})"
@@ -293,6 +414,10 @@ class Constraints:
     groups: list[np.ndarray] = field(default_factory=list)
     #: guest index -> its group index, or -1.
     group_of: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.intp))
+    #: (G,) the node-affinity priority each guest uses (see :func:`_affinity_tiers`), or -1.
+    tier: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    #: (G,) the node each guest claimed when its tier was chosen, or -1.
+    claimed: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.intp))
 
     @classmethod
     def build(cls, cluster: Cluster, forbidden: Iterable[tuple[str, str]] = ()) -> Constraints:
@@ -309,19 +434,26 @@ class Constraints:
         node_arch, guest_arch = codes[:n_nodes], codes[n_nodes:]
         arch_ok = guest_arch[:, None] == node_arch[None, :]
         usable_names = _usable_nodes(cluster)
+        capacity = CapacityModel.build(cluster)
+        tier, claimed = _affinity_tiers(cluster, rules, capacity, arch_ok)
         strict_ok = np.ones((n_guests, n_nodes), dtype=bool)
         preferred = np.ones((n_guests, n_nodes), dtype=bool)
         for rule in rules.node_affinity:
-            top = rule.top_nodes(usable_names)
-            row = np.array([n.name in top for n in nodes], dtype=bool)
+            rows: dict[int, np.ndarray] = {}
             for guest in rule.guests:
                 j = gidx.get(guest)
-                if j is None:
+                if j is None or (not rule.strict and tier[j] < 0):
                     continue
+                p = int(tier[j])
+                if p not in rows:
+                    rows[p] = np.array(
+                        [n.name in usable_names and rule.nodes.get(n.name) == p for n in nodes],
+                        dtype=bool,
+                    )
                 if rule.strict:
-                    strict_ok[j] &= row
-                elif top:
-                    preferred[j] &= row
+                    strict_ok[j] &= rows[p]
+                else:
+                    preferred[j] &= rows[p]
 
         permitted = np.ones((n_guests, n_nodes), dtype=bool)
         for guest_id, node_name in forbidden:
@@ -379,7 +511,7 @@ class Constraints:
             cluster=cluster_r,
             rules=rules,
             problems=problems,
-            capacity=CapacityModel.build(cluster),
+            capacity=capacity,
             usable=usable,
             arch_ok=arch_ok,
             strict_ok=strict_ok,
@@ -391,6 +523,8 @@ class Constraints:
             soft_pos=arrays(partner_lists(True, False)),
             groups=groups,
             group_of=group_of,
+            tier=tier,
+            claimed=claimed,
         )
 
     # ----------------------------------------------------------------------------------------
@@ -401,10 +535,7 @@ class Constraints:
 
     def guest_demand(self, j: int) -> np.ndarray:
         """Capacity demand (D,) guest ``j`` brings to a new node (storage only if not running)."""
-        demand = self.capacity.demand[j].copy()
-        if not loaded_nodes(self.cluster.guests[j]):
-            demand[~self.capacity.storage_cols] = 0.0
-        return demand
+        return _demand(self.capacity, j, self.cluster.guests[j])
 
     def occupied(self, assign: np.ndarray, guests: np.ndarray) -> np.ndarray:
         """(N,) bool: nodes where any of ``guests`` sits (under ``assign``) or is migrating to."""
@@ -496,8 +627,7 @@ class Constraints:
         if name == "arch":
             return f"architecture {node.arch}, guest needs {self.cluster.guest_arch(guest)}"
         if name == "node-affinity":
-            rules = [r.name for r in self.rules.node_rules_for(guest.id) if r.strict]
-            return f"strict node affinity ({', '.join(rules)})"
+            return self._explain_node_affinity(j, n)
         if name == "forbidden":
             return "forbidden: no safe migration order reaches it"
         if name == "anti-affinity":
@@ -526,6 +656,28 @@ class Constraints:
                     f"{dim} needs {format_bytes(demand[d])}, free {format_bytes(max(room[d], 0))}"
                 )
         return "capacity: " + "; ".join(parts)
+
+    def _explain_node_affinity(self, j: int, n: int) -> str:
+        """Why guest ``j``'s strict node affinity rules out node ``n`` (a usable node)."""
+        rules = [r for r in self.rules.node_rules_for(self.cluster.guests[j].id) if r.strict]
+        head = f"strict node affinity ({', '.join(r.name for r in rules)})"
+        node = self.cluster.nodes[n].name
+        priority = rules[0].nodes.get(node) if len(rules) == 1 else None
+        tier = int(self.tier[j]) if len(self.tier) else -1
+        if priority is None:
+            return head
+        if tier < 0:
+            return f"{head}: none of its nodes is usable"
+        if priority < tier:
+            return f"{head}: priority {priority}, while priority {tier} can take it"
+        partners = [
+            self.cluster.guests[p].id for p in self.hard_neg[j].tolist() if self.claimed[p] == n
+        ]
+        if partners:
+            why = f"holds its hard anti-affinity partner {', '.join(partners)}"
+        else:
+            why = "has no room for it"
+        return f"{head}: priority {priority} {why}, priority {tier} is used"
 
     def soft_penalty(self, j: int, assign: np.ndarray) -> np.ndarray:
         """(N,) penalty of putting guest ``j`` on each node: broken soft rules × SOFT_PENALTY."""
@@ -605,6 +757,7 @@ def current_assign(cluster: Cluster) -> np.ndarray:
 
 
 __all__ = [
+    "HA_HELD",
     "SOFT_PENALTY",
     "Constraints",
     "Purpose",

@@ -301,11 +301,20 @@ class PlacementState:
 
 
 def place_guest(cluster: Cluster, guest_id: str, purpose: Purpose = "balance") -> Placement:
-    """Where should existing guest ``guest_id`` be? Its current node is ranked too."""
+    """Where should existing guest ``guest_id`` be? Its current node is ranked too, unless
+    ``purpose="recover"``: its node has failed, so it is offline and never ranked."""
     if guest_id not in cluster.guest_index:
         raise KeyError(f"no guest {guest_id!r} in the cluster")
+    if purpose == "recover":
+        cluster = _failed(cluster, cluster.guests[cluster.guest_index[guest_id]].node)
     state = PlacementState.build(cluster)
     return state.place(cluster.guest_index[guest_id], purpose)
+
+
+def _failed(cluster: Cluster, node: str) -> Cluster:
+    """The cluster with ``node`` failed: offline (and so out of every ranking)."""
+    nodes = tuple(replace(n, online=False) if n.name == node else n for n in cluster.nodes)
+    return Cluster(nodes, cluster.guests, cluster.rules, cluster.settings, cluster.name)
 
 
 NEW_GUEST_ID = "new"

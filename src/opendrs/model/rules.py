@@ -3,8 +3,9 @@
 The rules follow Proxmox VE 9's HA rules and ProxLB's tags, in one vocabulary:
 
 * :class:`NodeAffinity` — a set of guests prefers (``strict=False``) or must use (``strict=True``)
-  a set of nodes, each with a priority; only the highest-priority nodes that can take the guest are
-  used (Proxmox semantics). A *pin* is a strict node affinity with equal priorities.
+  a set of nodes, each with a priority: the priorities are tiers, and a guest uses the highest tier
+  that can take it (:mod:`opendrs.engine.constraints` decides which). A *pin* is a strict node
+  affinity with equal priorities.
 * :class:`GuestAffinity` — guests kept together (``positive``) or apart (``negative``); ``hard``
   rules are constraints, soft rules are penalties.
 * ``ignored`` — guests that are never moved (they still load their node).
@@ -35,11 +36,16 @@ class NodeAffinity:
 
     def top_nodes(self, usable: set[str] | frozenset[str]) -> frozenset[str]:
         """The usable nodes of the highest priority present among the usable ones (Proxmox)."""
-        present = {n: p for n, p in self.nodes.items() if n in usable}
-        if not present:
-            return frozenset()
-        best = max(present.values())
-        return frozenset(n for n, p in present.items() if p == best)
+        tiers = self.tiers(usable)
+        return tiers[0][1] if tiers else frozenset()
+
+    def tiers(self, usable: set[str] | frozenset[str]) -> list[tuple[int, frozenset[str]]]:
+        """The usable nodes grouped by priority, highest priority first."""
+        by_priority: dict[int, set[str]] = {}
+        for node, priority in self.nodes.items():
+            if node in usable:
+                by_priority.setdefault(priority, set()).add(node)
+        return [(p, frozenset(by_priority[p])) for p in sorted(by_priority, reverse=True)]
 
 
 @dataclass(frozen=True, slots=True)
