@@ -14,9 +14,9 @@ code. Each cycle:
 
 Between cycles the executor is ticked every ``poll_interval`` while it is busy or follows a
 migration by where its guest is (in the background too): migrations start as soon as others finish,
-and a watched migration is settled by what the next observation shows. At start-up the executor reconciles the migrations the history lists as
-in flight, so a restart loses nothing and repeats nothing. :class:`InstanceLock` keeps a second
-instance away from the same history.
+and a watched migration is settled by what the next observation shows. At start-up the executor
+reconciles the migrations the history lists as in flight, so a restart loses nothing and repeats
+nothing. :class:`InstanceLock` keeps a second instance away from the same history.
 """
 
 from __future__ import annotations
