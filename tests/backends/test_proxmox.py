@@ -32,6 +32,7 @@ from opendrs.backends.proxmox import (
     ProxmoxConfig,
     parse_proxmox,
 )
+from opendrs.engine.constraints import movability
 from opendrs.model.cluster import Cluster, Move, Settings
 from opendrs.model.document import DocumentError, Reader
 
@@ -615,6 +616,14 @@ def test_ha_managed_guest_moves_through_the_ha_stack(fake: FakeCluster, token_fi
     cluster = backend.observe()
     assert cluster.guest("105").node == "pve1"
     assert cluster.guest("105").ha_state == "started"
+
+
+def test_an_ha_resource_set_to_ignored_is_left_alone(fake: FakeCluster, token_file: str) -> None:
+    populate(fake)
+    fake.pve.ha_request[105] = "ignored"
+    cluster = backend_for(fake, token_file).observe()
+    assert "105" in cluster.rules.ignored and not cluster.guest("105").ha
+    assert movability(cluster.guest("105"), cluster) == "ignored by a rule"
 
 
 def test_ha_manager_refusal(fake: FakeCluster, token_file: str) -> None:

@@ -1837,6 +1837,11 @@ class ProxmoxBackend:
             tag_nodes, tag_guests, ignored = self._tag_rules(guests, nodes)
             node_rules += tag_nodes
             guest_rules += tag_guests
+        # An HA resource an operator set to ``ignored`` is theirs to handle: opendrs moves it
+        # no more than the HA manager does.
+        ignored |= {
+            vmid for vmid, s in ha.services.items() if s.request == "ignored" and vmid in ids
+        }
         return Rules(tuple(node_rules), tuple(guest_rules), frozenset(ignored))
 
     def _ha_rules(
