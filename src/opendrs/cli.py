@@ -35,6 +35,7 @@ from opendrs.controller.commands import (
 )
 from opendrs.controller.snapshot_command import add_snapshot_parser
 from opendrs.engine.bounds import migration_lower_bound
+from opendrs.engine.breaks import rule_breaks
 from opendrs.engine.constraints import Constraints
 from opendrs.engine.placement import evacuate, place_guest, place_new
 from opendrs.engine.planner import plan_with_retries
@@ -140,6 +141,7 @@ def cmd_show(args: argparse.Namespace) -> int:
                 ],
                 "imbalance": cluster_imbalance(cluster).as_dict(),
                 "problems": [str(p) for p in Constraints.build(cluster).problems],
+                "rule_breaks": [b.as_dict() for b in rule_breaks(cluster)],
             }
         )
         return EXIT_OK

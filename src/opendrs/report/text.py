@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from opendrs.engine.bounds import LowerBounds
+from opendrs.engine.breaks import rule_breaks
 from opendrs.engine.constraints import Constraints
 from opendrs.engine.imbalance import Imbalance
 from opendrs.engine.placement import Evacuation, Placement
@@ -210,6 +211,11 @@ def show_cluster(report: Report, cluster: Cluster, *, guests: bool = True) -> No
         report.heading("Rule problems")
         for problem in cons.problems:
             report.line(f"  {problem}", "yellow")
+    breaks = rule_breaks(cluster)
+    if breaks:
+        report.heading("Rules broken now")
+        for broken in breaks:
+            report.line(f"  {broken}", "red" if broken.hard else "yellow")
     over = cons.capacity.over(committed)
     if over.any():
         report.heading("Over capacity now")
