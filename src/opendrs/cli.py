@@ -9,6 +9,7 @@ import json
 import sys
 import traceback
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -36,14 +37,20 @@ from opendrs.controller.commands import (
 from opendrs.controller.snapshot_command import add_snapshot_parser
 from opendrs.engine.bounds import migration_lower_bound
 from opendrs.engine.breaks import rule_breaks
-from opendrs.engine.constraints import Constraints
-from opendrs.engine.placement import evacuate, place_guest, place_new
-from opendrs.engine.planner import plan_with_retries
-from opendrs.engine.policy import strategy_problem
+from opendrs.engine.constraints import Constraints, movability
+from opendrs.engine.placement import Evacuation, evacuate, place_guest, place_new
+from opendrs.engine.planner import Plan, plan_with_retries
+from opendrs.engine.policy import (
+    may_need_repair,
+    repair,
+    strategy_problem,
+    stuck_after,
+    warn_stuck,
+)
 from opendrs.engine.strategies import DEFAULT_STRATEGY, REGISTRY, get_strategy
 from opendrs.engine.strategies.base import Proposal, cluster_imbalance
 from opendrs.engine.usage import LoadModel
-from opendrs.model.cluster import GUEST_KINDS, Cluster, Guest
+from opendrs.model.cluster import GUEST_KINDS, Cluster, Guest, Move
 from opendrs.model.document import one_line
 from opendrs.model.snapshot import (
     MAX_BYTES,
@@ -224,10 +231,18 @@ def cmd_place(args: argparse.Namespace) -> int:
         if args.evacuate not in cluster.node_index:
             raise UsageError(f"--evacuate: no node {args.evacuate!r} in {args.snapshot}")
         result = evacuate(cluster, args.evacuate, "recover" if args.failed else "evacuate")
+        plan = None
+        if result.stuck and not args.failed:
+            result, plan = _evacuation_repair(cluster, result)
         if args.format == "json":
-            _dump_json(result.as_dict())
+            data = result.as_dict()
+            if plan is not None:
+                data["plan"] = plan.as_dict()
+            _dump_json(data)
         else:
             show_evacuation(report, result)
+            if plan is not None:
+                show_plan(report, plan)
         return EXIT_PROBLEM if result.stuck else EXIT_OK
     if args.guest is not None:
         if args.guest not in cluster.guest_index:
@@ -242,6 +257,31 @@ def cmd_place(args: argparse.Namespace) -> int:
     else:
         show_placement(report, placement)
     return EXIT_OK if placement.ranking else EXIT_PROBLEM
+
+
+def _evacuation_repair(cluster: Cluster, greedy: Evacuation) -> tuple[Evacuation, Plan | None]:
+    """When placing the guests one by one leaves some behind: the daemon's repair of the
+    cluster with the node in maintenance — other guests moved to make room (the exact model),
+    ordered in steps with parking moves. Kept when it leaves fewer guests on the node."""
+    node = greedy.node
+    nodes = tuple(replace(n, maintenance=True) if n.name == node else n for n in cluster.nodes)
+    drained = replace(cluster, nodes=nodes)
+    fixed = repair(drained)
+    on_node = [g for g in drained.guests if g.node == node]
+    stuck = dict(fixed.stuck)
+    warn_stuck(tuple((g.id, stuck[g.id]) for g in on_node if g.id in stuck))
+    if fixed.plan is None:
+        return greedy, None
+    final = {m.guest: m.target for m in fixed.plan.moves}
+    left = [g for g in on_node if final.get(g.id, node) == node]
+    if len(left) >= len(greedy.stuck):
+        return greedy, None
+    reasons = tuple(
+        (g.id, stuck.get(g.id) or movability(g, drained, "balance") or "the repair leaves it")
+        for g in left
+    )
+    moves = tuple(Move(m.guest, m.source, m.target) for m in fixed.plan.moves)
+    return Evacuation(node, moves, reasons), fixed.plan
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -276,9 +316,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
     def propose(forbidden: frozenset[tuple[str, str]]) -> Proposal:
         return strategy.propose(cluster, forbidden=forbidden, **options)
 
+    cons = Constraints.build(cluster)
     proposal, plan = plan_with_retries(
-        cluster, propose, max_parallel=args.max_parallel, max_node_inflow=args.max_node_inflow
+        cluster,
+        propose,
+        max_parallel=args.max_parallel,
+        max_node_inflow=args.max_node_inflow,
+        constraints=cons,
     )
+    # What the plan leaves breaking a hard rule (the same check as the daemon's repairs).
+    stuck = stuck_after(cluster, cons, proposal, plan) if may_need_repair(cluster) else ()
+    warn_stuck(stuck)
     achieved = {r: m.spread for r, m in proposal.after.resources.items()}
     bounds = migration_lower_bound(cluster, achieved)
     infeasible = proposal.options.get("solver", {}).get("status") == "INFEASIBLE"
@@ -293,13 +341,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
             "problems": list(plan.problems),
         }
         data["bounds"] = bounds.as_dict()
+        data["stuck"] = [{"guest": g, "reason": r} for g, r in stuck]
         _dump_json(data)
     else:
         report = Report(_console())
         show_proposal(report, proposal)
         show_plan(report, plan)
+        for _guest, reason in stuck:
+            report.line(f"Repair stuck: {reason}", "red")
         show_bounds(report, proposal, bounds)
-    if infeasible:
+    if infeasible or stuck:
         return EXIT_PROBLEM
     return EXIT_OK if plan.feasible else EXIT_PROBLEM
 

@@ -40,9 +40,13 @@ against flapping is here, each one configurable:
 node in maintenance, outside its strict node affinity, with a hard anti-affinity partner on its
 node, split from its hard-affinity bundle, or on a node over a capacity limit — is moved at once,
 bypassing threshold, hold and margin but never a forbidden placement. The repair is opendrs's,
-whatever the strategy: ``balance``'s repair phase, asked for nothing else (the peers rely on their
-own evacuation — Proxmox HA's maintenance mode, ``incus cluster evacuate``). Guests on an offline
-node cannot be migrated; recovering them is the HA stack's job.
+whatever the strategy (the peers rely on their own evacuation — Proxmox HA's maintenance mode,
+``incus cluster evacuate``): :func:`repair`, which ``opendrs plan`` and ``opendrs place
+--evacuate`` use as well — ``balance``'s repair phase, asked for nothing else, greedy first and
+then the exact model where a guest can go nowhere, ordered by the planner with parking moves; an
+exact repair longer than ``batch`` is carried out a few steps per decision. A guest no repair can
+move is logged at WARNING at every decision, naming what stops it (:attr:`Decision.stuck`).
+Guests on an offline node cannot be migrated; recovering them is the HA stack's job.
 
 **Back from maintenance.** With ``maintenance_return`` the policy remembers which guests left a
 node in maintenance (:class:`PolicyState` ``evacuated``) and moves them back at once when it leaves
@@ -73,17 +77,18 @@ remembered): the balance decides what the node gets.
 from __future__ import annotations
 
 import inspect
+import logging
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
-from opendrs.engine.constraints import Constraints, current_assign, movability
+from opendrs.engine.constraints import Constraints, committed_for, current_assign, movability
 from opendrs.engine.imbalance import balance_spread, cv
-from opendrs.engine.planner import Plan, plan_moves, plan_with_retries
+from opendrs.engine.planner import Plan, PlannedMove, plan_moves, plan_with_retries
 from opendrs.engine.strategies import REGISTRY, get_strategy
 from opendrs.engine.strategies.balance import propose_balance
 from opendrs.engine.strategies.base import (
@@ -92,6 +97,7 @@ from opendrs.engine.strategies.base import (
     cluster_imbalance,
     migration_cost,
 )
+from opendrs.engine.strategies.optimal import REPAIR_TIME_LIMIT
 from opendrs.engine.usage import LoadModel, loaded_nodes, tolerance
 from opendrs.model.cluster import Cluster, Guest, Node, updater
 from opendrs.model.document import Path, Reader, describe
@@ -104,6 +110,8 @@ METRICS: tuple[str, ...] = ("spread", "cv", "memory-spread", "none")
 _RESERVED = ("cluster", "forbidden")
 #: ``target_spread`` that asks ``balance`` for its repairs only.
 _REPAIR_ONLY = 1e6
+
+log = logging.getLogger(__name__)
 
 
 def _frozen(value: Mapping[Any, Any] | None) -> Mapping[Any, Any]:
@@ -704,6 +712,9 @@ class Decision:
     #: The (guest, node) placements ruled out (cooldown, no-return, avoid, minimum uptime).
     forbidden: frozenset[tuple[str, str]]
     state: PolicyState
+    #: Guests a repair leaves breaking a hard constraint, each with what stops it (logged at
+    #: WARNING when decided; see :func:`repair`).
+    stuck: tuple[tuple[str, str], ...] = ()
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -715,6 +726,7 @@ class Decision:
             "proposal": self.proposal.as_dict() if self.proposal is not None else None,
             "plan": self.plan.as_dict() if self.plan is not None else None,
             "forbidden": [list(p) for p in sorted(self.forbidden)],
+            "stuck": [list(s) for s in self.stuck],
             "state": {
                 "hold": self.state.hold,
                 "last_attempt": self.state.last_attempt,
@@ -775,8 +787,16 @@ def repairs_needed(cluster: Cluster, constraints: Constraints | None = None) -> 
     capacity limit. Empty when nothing needs repair.
     """
     cons = constraints if constraints is not None else Constraints.build(cluster)
+    why = _broken(cluster, cons, current_assign(cluster), cons.capacity.committed())
+    return tuple(dict.fromkeys(why[j] for j in sorted(why)))
+
+
+def _broken(
+    cluster: Cluster, cons: Constraints, assign: np.ndarray, committed: np.ndarray
+) -> dict[int, str]:
+    """Guest index → why it breaks a hard constraint with the guests placed as ``assign``
+    (``committed``: the capacity that placement commits), for the guests that may move."""
     guests, nodes = cluster.guests, cluster.nodes
-    assign = current_assign(cluster)
     placed = np.nonzero(assign >= 0)[0]
     where = assign[placed]
     why: dict[int, str] = {}
@@ -801,16 +821,12 @@ def repairs_needed(cluster: Cluster, constraints: Constraints | None = None) -> 
         if np.unique(assign[group]).size > 1:
             for j in group.tolist():
                 flag(j, f"{guests[j].id} is apart from its hard-affinity partners")
-    over = cons.capacity.over(cons.capacity.committed())
+    over = cons.capacity.over(committed)
     for n in np.nonzero(over.any(axis=1))[0].tolist():
         dims = ", ".join(cons.capacity.dims[d] for d in np.nonzero(over[n])[0].tolist())
         for j in placed[where == n].tolist():
             flag(j, f"{nodes[n].name} is over capacity ({dims})")
-    out = []
-    for j in sorted(why):
-        if movability(guests[j], cluster, "balance") is None:
-            out.append(why[j])
-    return tuple(dict.fromkeys(out))
+    return {j: text for j, text in why.items() if movability(guests[j], cluster, "balance") is None}
 
 
 def track_evacuations(cluster: Cluster, evacuated: Mapping[str, str]) -> dict[str, str]:
@@ -977,11 +993,18 @@ def _final_placement(plan: Plan) -> dict[str, str]:
     return out
 
 
+class _Limits(NamedTuple):
+    """The executor limits a plan is made for (None: the cluster's settings)."""
+
+    max_parallel: int | None
+    max_node_inflow: int | None
+
+
 def _plan(
     cluster: Cluster,
     propose: Callable[[frozenset[tuple[str, str]]], Proposal],
     forbidden: frozenset[tuple[str, str]],
-    config: PolicyConfig,
+    config: PolicyConfig | _Limits,
     cons: Constraints,
 ) -> tuple[Proposal, Plan]:
     """Propose and plan; then keep every planned move (parking included) off ``forbidden``."""
@@ -1017,6 +1040,226 @@ def _plan(
         )
         plan = replace(plan, feasible=False, problems=(*plan.problems, note))
     return proposal, plan
+
+
+# --------------------------------------------------------------------------------------------
+# Repairs: one entry point for ``opendrs plan``, ``opendrs place --evacuate`` and the daemon
+
+#: At most this many stuck guests are named one by one in the log.
+STUCK_SHOWN = 10
+
+
+@dataclass(frozen=True)
+class Repair:
+    """A repair: what breaks a hard constraint, the plan that repairs it, and what it leaves.
+
+    ``stuck`` holds, per guest the plan leaves breaking a hard constraint, its id and one
+    sentence naming it: what it breaks, and what stops it on every other node.
+    """
+
+    needed: tuple[str, ...]
+    proposal: Proposal | None = None
+    plan: Plan | None = None
+    stuck: tuple[tuple[str, str], ...] = ()
+
+
+def repair(
+    cluster: Cluster,
+    *,
+    forbidden: frozenset[tuple[str, str]] = frozenset(),
+    constraints: Constraints | None = None,
+    batch: int = 0,
+    max_parallel: int | None = None,
+    max_node_inflow: int | None = None,
+) -> Repair:
+    """Repair what breaks a hard constraint in ``cluster``, never onto a ``forbidden`` placement.
+
+    ``balance``'s repair: each guest that must move goes to its best allowed node; when one can
+    go nowhere, the exact model moves other guests to make room (bounded in time, repeatable),
+    and the planner orders it all, parking a guest on a spare node where a cycle needs it. At most
+    ``batch`` migrations (0: no limit): the greedy repair asks for no more, an exact repair is
+    planned whole and its first steps kept. ``stuck`` names what even the whole plan leaves.
+    """
+    cons = constraints if constraints is not None else Constraints.build(cluster)
+    needed = repairs_needed(cluster, cons)
+    if not needed:
+        return Repair(())
+
+    limit = [batch or None]
+
+    def propose(forb: frozenset[tuple[str, str]]) -> Proposal:
+        found = propose_balance(
+            cluster, forbidden=forb, target_spread=_REPAIR_ONLY, max_moves=limit[0]
+        )
+        found = replace(found, stopped="repairs only")
+        return found if "repair" in found.options else truncate(cluster, found, batch, cons)
+
+    limits = _Limits(max_parallel, max_node_inflow)
+    proposal, plan = _plan(cluster, propose, forbidden, limits, cons)
+    if "needs" in proposal.options.get("repair", {}):  # an exact repair longer than the batch
+        limit[0] = None
+        proposal, plan = _plan(cluster, propose, forbidden, limits, cons)
+    exact = "repair" in proposal.options
+    stuck: tuple[tuple[str, str], ...] = ()
+    if exact or not batch or len(proposal.net_moves()) < batch:
+        stuck = stuck_after(cluster, cons, proposal, plan, forbidden)
+    if exact:
+        plan = first_moves(plan, batch, cluster, cons)
+    return Repair(needed, proposal, plan, stuck)
+
+
+def first_moves(plan: Plan, batch: int, cluster: Cluster, cons: Constraints) -> Plan:
+    """``plan`` cut to at most ``batch`` migrations (0: whole): its first steps, whole; when the
+    first step alone has more, its first guests (hard-affinity bundles whole, at least one)."""
+    if batch <= 0 or len(plan.moves) <= batch:
+        return plan
+    kept: list[PlannedMove] = []
+    for step in plan.by_step():
+        if len(kept) + len(step) > batch:
+            if not kept:
+                kept = _first_units(step, batch, cluster, cons)
+            break
+        kept.extend(step)
+    note = f"Cut to the first {len(kept)} of {len(plan.moves)} migrations (batch {batch})."
+    return replace(plan, moves=tuple(kept), problems=(*plan.problems, note))
+
+
+def _first_units(
+    step: tuple[PlannedMove, ...], batch: int, cluster: Cluster, cons: Constraints
+) -> list[PlannedMove]:
+    """The moves of one step, a guest (or a bundle going to one node) at a time, up to
+    ``batch`` migrations and at least one unit."""
+    units: dict[tuple[int, str], list[PlannedMove]] = {}
+    for move in step:
+        j = cluster.guest_index[move.guest]
+        group = int(cons.group_of[j])
+        units.setdefault((group if group >= 0 else -1 - j, move.target), []).append(move)
+    kept: list[PlannedMove] = []
+    for moves in units.values():
+        if kept and len(kept) + len(moves) > batch:
+            break
+        kept.extend(moves)
+    return kept
+
+
+def stuck_after(
+    cluster: Cluster,
+    cons: Constraints,
+    proposal: Proposal | None,
+    plan: Plan,
+    forbidden: frozenset[tuple[str, str]] = frozenset(),
+) -> tuple[tuple[str, str], ...]:
+    """The guests that still break a hard constraint once ``plan`` has run, each with one
+    sentence: where it is, what it breaks, what stops it on each other node, and — when the
+    proposal says — what the exact repair found."""
+    assign = current_assign(cluster)
+    for move in plan.moves:
+        assign[cluster.guest_index[move.guest]] = cluster.node_index[move.target]
+    committed = committed_for(cons, assign)
+    broken = _broken(cluster, cons, assign, committed)
+    if not broken:
+        return ()
+    verdict = _verdict(proposal.options.get("repair") if proposal is not None else None)
+    unreachable = {g for g, _t in plan.unreachable}
+    room = cons.capacity.limit - committed
+    out = []
+    for j in sorted(broken):
+        guest = cluster.guests[j]
+        headroom = room.copy()  # without the guest itself
+        headroom[int(assign[j])] += cons.guest_demand(j)
+        said = broken[j] if broken[j].startswith(f"{guest.id} ") else f"{guest.id}: {broken[j]}"
+        text = f"{said}; elsewhere: " + _rejections(cons, j, assign, headroom, forbidden)
+        if guest.id in unreachable:
+            text += "; no safe migration order reaches its target"
+        out.append((guest.id, text + verdict))
+    return tuple(out)
+
+
+def _rejections(
+    cons: Constraints,
+    j: int,
+    assign: np.ndarray,
+    headroom: np.ndarray,
+    forbidden: frozenset[tuple[str, str]],
+) -> str:
+    """What stops guest ``j`` on each other node (the first hard filter that fails there),
+    nodes with the same reason together; capacity with the numbers of the closest node."""
+    nodes = cons.cluster.nodes
+    guest = cons.cluster.guests[j].id
+    demand = cons.guest_demand(j)
+    left = np.ones(len(nodes), dtype=bool)
+    left[int(assign[j])] = False
+    groups: dict[str, list[int]] = {}
+    kept = np.array([(guest, n.name) in forbidden for n in nodes], dtype=bool) & left
+    if kept.any():
+        policy = "kept off by the policy (cooldown, no return, minimum uptime or a failed move)"
+        groups[policy] = np.nonzero(kept)[0].tolist()
+        left &= ~kept
+    for name, mask in cons.hard_masks(j, assign, headroom, demand):
+        failing = np.nonzero(left & ~mask)[0]
+        left &= mask
+        if failing.size == 0:
+            continue
+        if name == "capacity":
+            closest = int(failing[np.argmax(_room_share(headroom[failing], demand))])
+            why = cons.explain(name, j, closest, assign, headroom, demand)
+            if failing.size > 1:
+                why += f" on {nodes[closest].name}, the closest"
+            groups.setdefault(why, []).extend(failing.tolist())
+            continue
+        for n in failing.tolist():
+            why = cons.explain(name, j, n, assign, headroom, demand)
+            groups.setdefault(why, []).append(n)
+    if left.any():
+        groups["allowed, but the repair puts nothing there"] = np.nonzero(left)[0].tolist()
+    if not groups:
+        return "no other node"
+    return "; ".join(f"{_names(cons, where)}: {why}" for why, where in groups.items())
+
+
+def _room_share(headroom: np.ndarray, demand: np.ndarray) -> np.ndarray:
+    """How much of ``demand`` the least roomy dimension of each row of ``headroom`` holds."""
+    need = np.where(demand > 0, demand, 1.0)
+    share = np.where(demand[None, :] > 0, np.maximum(headroom, 0.0) / need[None, :], np.inf)
+    return share.min(axis=1)
+
+
+def _names(cons: Constraints, nodes: list[int], shown: int = 6) -> str:
+    """``a, b, c`` — at most ``shown`` node names, then how many more."""
+    names = [cons.cluster.nodes[n].name for n in nodes]
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
+
+
+def _verdict(info: object) -> str:
+    """What the exact repair says about a guest it leaves (empty when it did not run)."""
+    if not isinstance(info, Mapping):
+        return ""
+    status = info.get("exact")
+    if "needs" in info:
+        return (
+            f" — the exact repair takes {info['needs']} migrations, more than max_moves "
+            f"{info['max_moves']}"
+        )
+    if status == "INFEASIBLE" and info.get("complete"):
+        return " — no placement repairs it, even moving other guests"
+    if status == "INFEASIBLE":
+        return (
+            f" — no repair moving the guests of the {info.get('nodes')} nodes the exact "
+            "repair looked at"
+        )
+    if status in ("UNKNOWN", "MODEL_INVALID"):
+        return f" — the exact repair found none within {REPAIR_TIME_LIMIT:g} s"
+    return ""
+
+
+def warn_stuck(stuck: tuple[tuple[str, str], ...], logger: logging.Logger | None = None) -> None:
+    """Each stuck guest at WARNING (the first :data:`STUCK_SHOWN`, then how many more)."""
+    out = logger if logger is not None else log
+    for _guest, why in stuck[:STUCK_SHOWN]:
+        out.warning("repair stuck: %s", why)
+    if len(stuck) > STUCK_SHOWN:
+        out.warning("repair stuck: %d more guests", len(stuck) - STUCK_SHOWN)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1060,8 +1303,11 @@ def decide(
         plan: Plan | None = None,
         forbidden: frozenset[tuple[str, str]] = empty,
     ) -> Decision:
-        return Decision(act, kind, reason, metric, predicted, proposal, plan, forbidden, new_state)
+        return Decision(
+            act, kind, reason, metric, predicted, proposal, plan, forbidden, new_state, fixed.stuck
+        )
 
+    fixed = Repair(())  # the repair, once made (decisions name what it leaves stuck)
     tracked = track_evacuations(cluster, state.evacuated) if config.maintenance_return else {}
     if tracked != state.evacuated:
         state = replace(state, evacuated=tracked)
@@ -1092,22 +1338,20 @@ def decide(
     screen = may_need_repair(cluster, loads) or (
         recent is not None and recent.overloads(cluster, loads)
     )
-    broken = repairs_needed(checked(), constraints()) if screen else ()
+    if screen:
+        fixed = repair(
+            checked(),
+            forbidden=forbidden,
+            constraints=constraints(),
+            batch=config.batch,
+            max_parallel=config.max_parallel,
+            max_node_inflow=config.max_node_inflow,
+        )
+        warn_stuck(fixed.stuck)
+    broken = fixed.needed
     repair_note = ""
-    if broken:
-
-        def propose_repair(forb: frozenset[tuple[str, str]]) -> Proposal:
-            found = propose_balance(
-                checked(),
-                forbidden=forb,
-                target_spread=_REPAIR_ONLY,
-                max_moves=config.batch if config.batch > 0 else None,
-            )
-            return truncate(
-                checked(), replace(found, stopped="repairs only"), config.batch, constraints()
-            )
-
-        proposal, plan = _plan(checked(), propose_repair, forbidden, config, constraints())
+    if broken and fixed.proposal is not None and fixed.plan is not None:
+        proposal, plan = fixed.proposal, fixed.plan
         what = broken[0] + (f" (and {len(broken) - 1} more)" if len(broken) > 1 else "")
         if plan.moves:
             predicted = measure(cluster.with_placement(_final_placement(plan)), config.metric)
@@ -1481,12 +1725,17 @@ __all__ = [
     "Metric",
     "PolicyConfig",
     "PolicyState",
+    "Repair",
     "UsageWindow",
     "decide",
+    "first_moves",
     "forbidden_placements",
     "format_metric",
     "measure",
     "parse_policy",
+    "repair",
     "repairs_needed",
+    "stuck_after",
     "truncate",
+    "warn_stuck",
 ]
