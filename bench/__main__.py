@@ -1,7 +1,8 @@
 """Benchmark opendrs's strategies against ProxLB's greedy balancer and proxlb-solver, in one run.
 
 ``python -m bench [--sizes S,M,L] [--strategies A,B] [--peers proxlb-greedy,proxlb-solver]
-[--rules both|with|without] [--time-limit S] [--seed N] [--markdown FILE] [--json FILE]``
+[--rules both|with|without] [--time-limit S] [--seed N] [--methods memory] [--method-seeds 1,2,3]
+[--markdown FILE] [--json FILE]``
 
 For every size and rules case the same seeded cluster (:mod:`bench.generate`) goes to every
 runner. Each runner runs once, in a fresh subprocess (:mod:`bench.worker`), which reports its wall
@@ -13,6 +14,13 @@ run (see ``docs/performance.md``).
 Default runners: every registered opendrs strategy and both peers, each up to the largest size it
 is fast enough for (:data:`DEFAULT_MAX_SIZE`); a runner named in ``--strategies`` or ``--peers``
 runs at every size asked for.
+
+Then the **method cases**: for every size, rules variant, ``--methods`` entry (default ``memory``)
+and ``--method-seeds`` seed (default 1, 2, 3), the generated cluster is written as a proxlb-solver
+scenario with that ``balancing.method`` and imported as ``opendrs plan scenario.yaml`` imports it
+(:mod:`bench.scenario`); the default strategy (``--method-strategies``) runs on it, and its result
+is measured against the lower bound for the method's resource alone (issue 12 §6: at L, memory
+spread ≤ 1 pp with migrations ≤ 1.25× the memory-only bound).
 """
 
 from __future__ import annotations
@@ -39,11 +47,13 @@ from typing import Any
 from bench.generate import SIZES, generate
 from bench.metrics import Evaluator
 from bench.peers import PEERS
-from bench.report import Case, Row, section
+from bench.report import Case, MethodCase, Row, method_section, section
 from bench.worker import RunnerKind, Spec, peak_rss_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
 SIZE_ORDER: tuple[str, ...] = tuple(SIZES)
+#: Balancing methods the method cases run (those opendrs's strategies balance exactly).
+METHODS: tuple[str, ...] = ("memory", "cpu")
 
 #: Largest size each runner runs at by default, with why; strategies not listed run at every size.
 DEFAULT_MAX_SIZE: dict[str, tuple[str, str]] = {
@@ -159,6 +169,23 @@ def build_parser() -> argparse.ArgumentParser:
         default=1800.0,
         metavar="SECONDS",
         help="kill a case after this long (time-limited runs get 2× their limit + 300 s)",
+    )
+    parser.add_argument(
+        "--methods",
+        default="memory",
+        help=f"proxlb-solver balancing methods to run as scenarios ({', '.join(METHODS)}; "
+        "default memory); 'none' for none",
+    )
+    parser.add_argument(
+        "--method-seeds",
+        default="1,2,3",
+        metavar="N,N,…",
+        help="generator seeds of the method cases (default 1,2,3)",
+    )
+    parser.add_argument(
+        "--method-strategies",
+        default=None,
+        help="opendrs strategies run on the method cases (default: the default strategy)",
     )
     parser.add_argument("--markdown", type=Path, default=None, metavar="FILE")
     parser.add_argument("--json", type=Path, default=None, metavar="FILE")
@@ -296,6 +323,49 @@ def run_case(size: str, rules: bool, runners: Sequence[Runner], args: argparse.N
     return case
 
 
+def run_method_case(
+    size: str, rules: bool, method: str, seed: int, runners: Sequence[Runner], timeout: float
+) -> MethodCase:
+    """The default strategy (or ``runners``) on the generated cluster imported as a ``method``
+    scenario, each in its own worker process."""
+    from bench.scenario import scenario_cluster
+
+    cluster = scenario_cluster(size, seed=seed, rules=rules, method=method)
+    evaluator = Evaluator(cluster)
+    case = MethodCase(
+        size=size,
+        nodes=len(cluster.nodes),
+        guests=len(cluster.guests),
+        rules=rules,
+        method=method,
+        seed=seed,
+        before=evaluator.before,
+    )
+    for runner in runners:
+        spec = Spec(size, seed, rules, runner.kind, runner.name, runner.options, method=method)
+        rules_text = "with rules" if rules else "without rules"
+        label = f"[{size} {rules_text}, method {method}, seed {seed}] {runner.name}"
+        _progress(f"{label} …")
+        result = run_worker(spec, timeout)
+        row = Row(runner=runner.name, kind=runner.kind)
+        if "error" in result:
+            row.error = str(result["error"])
+            row.rss_peak = result.get("rss_peak")
+        else:
+            row.seconds = float(result["seconds"])
+            row.rss_peak = int(result["rss_peak"])
+            row.rss_setup = int(result["rss_setup"])
+            row.info = result.get("info", {})
+            row.notes = tuple(result.get("notes", ()))
+            try:
+                row.evaluation = evaluator.evaluate(result["placement"])
+            except ValueError as exc:
+                row.error = f"bad placement: {exc}"
+        _progress(f"{label}: {row.error or f'{row.seconds:.2f} s'}")
+        case.rows.append(row)
+    return case
+
+
 def machine() -> str:
     """One line on the machine and the versions in this run."""
     cpu = platform.processor() or platform.machine()
@@ -379,6 +449,21 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--option for unknown strategy or peer {name!r}")
         extra.setdefault(name, {})[key] = value
     variants = {"both": (False, True), "with": (True,), "without": (False,)}[args.rules]
+    methods = [] if args.methods == "none" else _split(args.methods)
+    bad_method = [m for m in methods if m not in METHODS]
+    if bad_method:
+        parser.error(f"unknown method {bad_method[0]!r} (known: {', '.join(METHODS)})")
+    try:
+        method_seeds = [int(s) for s in _split(args.method_seeds)]
+    except ValueError:
+        parser.error(f"--method-seeds: expected whole numbers, got {args.method_seeds!r}")
+    from opendrs.engine.strategies import DEFAULT_STRATEGY
+
+    method_names, _explicit = chosen(
+        args.method_strategies or DEFAULT_STRATEGY, sorted(REGISTRY), "strategy"
+    )
+    if not method_names or not method_seeds:
+        methods = []
 
     started = datetime.now(UTC)
     cases: list[Case] = []
@@ -398,11 +483,36 @@ def main(argv: list[str] | None = None) -> int:
             sections.append(text)
             print(text, flush=True)
 
+    method_cases: list[MethodCase] = []
+    for method in methods:
+        by_method: list[MethodCase] = []
+        for size in sizes:
+            runners = [
+                Runner(
+                    "strategy",
+                    name,
+                    {**strategy_options(name, size, args.time_limit), **extra.get(name, {})},
+                    True,
+                )
+                for name in method_names
+            ]
+            for rules in variants:
+                for seed in method_seeds:
+                    by_method.append(
+                        run_method_case(size, rules, method, seed, runners, args.case_timeout)
+                    )
+        method_cases += by_method
+        text = method_section(by_method)
+        if text:
+            sections.append(text)
+            print(text, flush=True)
+
     command = "python -m bench " + shlex.join(sys.argv[1:] if argv is None else argv)
+    seeds_text = f", method cases seeds {', '.join(map(str, method_seeds))}" if method_cases else ""
     header = [
         "## Results",
         "",
-        f"Run {started:%Y-%m-%d %H:%M} UTC: `{command.strip()}`, seed {args.seed}.",
+        f"Run {started:%Y-%m-%d %H:%M} UTC: `{command.strip()}`, seed {args.seed}{seeds_text}.",
         f"Machine: {machine()}.",
         _limits_line(cases, args),
         "",
@@ -422,7 +532,7 @@ def main(argv: list[str] | None = None) -> int:
                 **{k: v for k, v in asdict(case).items() if k != "rows"},
                 "rows": [asdict(row) for row in case.rows],
             }
-            for case in cases
+            for case in [*cases, *method_cases]
         ]
         args.json.write_text(json.dumps(payload, indent=1, default=str), encoding="utf-8")
         _progress(f"wrote {args.json}")

@@ -10,6 +10,10 @@ from bench.metrics import Evaluation, Snapshot
 
 MiB = 1024**2
 GiB = 1024**3
+#: The targets of a method case (issue 12 §6): the method's spread at most 1 pp with at most
+#: 1.25× the migrations of the lower bound for the method's resource alone.
+TARGET_SPREAD = 0.01
+TARGET_RATIO = 1.25
 #: Peers, in column order, with their short column labels.
 PEER_COLUMNS: tuple[tuple[str, str], ...] = (
     ("proxlb-greedy", "greedy"),
@@ -60,6 +64,40 @@ class Case:
             if row.runner == runner and row.ok:
                 return row
         return None
+
+
+@dataclass
+class MethodCase:
+    """A generated cluster imported as a proxlb-solver scenario balancing ``method``, and the
+    rows of the strategies run on it."""
+
+    size: str
+    nodes: int
+    guests: int
+    rules: bool
+    method: str
+    seed: int
+    before: Snapshot
+    rows: list[Row] = field(default_factory=list)
+
+    def spread(self, snapshot: Snapshot) -> float:
+        """The spread of the method's resource (memory, or cpu for ``method: cpu``)."""
+        return snapshot.cpu_spread if self.method == "cpu" else snapshot.memory_spread
+
+    def other(self, snapshot: Snapshot) -> float:
+        return snapshot.memory_spread if self.method == "cpu" else snapshot.cpu_spread
+
+
+def method_target(case: MethodCase, row: Row) -> bool | None:
+    """Whether a row meets the targets (spread and migrations against the bound); None when it
+    failed or there is no bound."""
+    ev = row.evaluation
+    if not row.ok or ev is None or ev.lb_migrations is None:
+        return None
+    spread_ok = case.spread(ev.after) <= TARGET_SPREAD + 1e-12
+    if ev.lb_migrations == 0:
+        return spread_ok and ev.migrations == 0
+    return spread_ok and ev.migrations <= TARGET_RATIO * ev.lb_migrations
 
 
 def ratio(value: float | None, reference: float | None) -> str:
@@ -206,9 +244,109 @@ def notes(case: Case) -> list[str]:
     return lines
 
 
+def _padded(header: Sequence[str], body: Sequence[Sequence[str]], left: int = 1) -> str:
+    """A Markdown table with padded columns; the first ``left`` columns align left."""
+    widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
+    right = [i >= left for i in range(len(header))]
+
+    def line(values: Sequence[str]) -> str:
+        parts = [
+            v.rjust(w) if r else v.ljust(w) for v, w, r in zip(values, widths, right, strict=True)
+        ]
+        return "| " + " | ".join(parts) + " |"
+
+    rule = (
+        "|"
+        + "|".join(
+            ("-" * (w + 1) + ":") if r else "-" * (w + 2)
+            for w, r in zip(widths, right, strict=True)
+        )
+        + "|"
+    )
+    return "\n".join([line(header), rule, *(line(b) for b in body)])
+
+
+def method_section(cases: Sequence[MethodCase], level: int = 3) -> str:
+    """Method cases as Markdown: one table (a row per case and runner), then the targets."""
+    if not cases:
+        return ""
+    method = cases[0].method
+    other = "memory" if method == "cpu" else "CPU"
+    header = [
+        "size",
+        "rules",
+        "seed",
+        "runner",
+        "time s",
+        "peak RSS MiB",
+        f"{method} spread before pp",
+        f"{method} spread pp",
+        f"{other} spread pp",
+        "migrations",
+        f"LB ({method} only)",
+        "migr./LB",
+        "target",
+    ]
+    body: list[list[str]] = []
+    met: list[bool] = []
+    for case in cases:
+        for row in case.rows:
+            lead = [case.size, "with" if case.rules else "without", str(case.seed), row.runner]
+            ev = row.evaluation
+            if not row.ok or ev is None:
+                failed = [*lead, f"**{row.error or 'failed'}**", _mib(row.rss_peak)]
+                body.append(failed + [""] * (len(header) - len(failed)))
+                continue
+            target = method_target(case, row)
+            if target is not None:
+                met.append(target)
+            body.append(
+                [
+                    *lead,
+                    f"{row.seconds:.3g}" if row.seconds is not None else "—",
+                    _mib(row.rss_peak),
+                    f"{case.spread(case.before) * 100:.2f}",
+                    f"{case.spread(ev.after) * 100:.2f}",
+                    f"{case.other(ev.after) * 100:.1f}",
+                    f"{ev.migrations:,}",
+                    "—" if ev.lb_migrations is None else f"{ev.lb_migrations:,}",
+                    ratio(ev.migrations, ev.lb_migrations),
+                    "—" if target is None else ("met" if target else "**missed**"),
+                ]
+            )
+    lines = [
+        f"{'#' * level} proxlb-solver scenarios, `method: {method}`",
+        "",
+        _padded(header, body, left=4),
+        "",
+        f"- the generated clusters written as proxlb-solver scenarios with `method: {method}` and "
+        "imported as `opendrs plan scenario.yaml` imports them (bench/scenario.py); the lower "
+        f"bound holds the {method} spread alone to the spread each row reaches",
+        f"- target: {method} spread ≤ {TARGET_SPREAD * 100:g} pp with migrations ≤ "
+        f"{TARGET_RATIO:g}× that bound: met in {sum(met)} of {len(met)} rows",
+        "",
+    ]
+    return "\n".join(lines)
+
+
 def section(case: Case, level: int = 3) -> str:
     """A case as Markdown: heading, table, notes."""
     return "\n".join([f"{'#' * level} {case.title}", "", table(case), "", *notes(case), ""])
 
 
-__all__ = ["PEER_COLUMNS", "Case", "Row", "cells", "columns", "notes", "ratio", "section", "table"]
+__all__ = [
+    "PEER_COLUMNS",
+    "TARGET_RATIO",
+    "TARGET_SPREAD",
+    "Case",
+    "MethodCase",
+    "Row",
+    "cells",
+    "columns",
+    "method_section",
+    "method_target",
+    "notes",
+    "ratio",
+    "section",
+    "table",
+]

@@ -38,6 +38,9 @@ class Spec:
     kind: RunnerKind
     name: str
     options: dict[str, Any] = field(default_factory=dict)
+    #: A proxlb-solver balancing method: the cluster is then the generated one written as a
+    #: scenario with that method and imported (:mod:`bench.scenario`).
+    method: str | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -107,10 +110,19 @@ def _prepare(spec: Spec) -> Callable[[Cluster], dict[str, Any]]:
     return run_peer
 
 
+def case_cluster(spec: Spec) -> Cluster:
+    """The cluster of a case: generated, or generated and imported as a scenario."""
+    if spec.method is not None:
+        from bench.scenario import scenario_cluster
+
+        return scenario_cluster(spec.size, seed=spec.seed, rules=spec.rules, method=spec.method)
+    return generate(spec.size, seed=spec.seed, rules=spec.rules)
+
+
 def run_case(spec: Spec) -> dict[str, Any]:
     """Run ``spec`` once; the result with ``rss_setup`` and ``rss_peak`` in bytes."""
     runner = _prepare(spec)
-    cluster = generate(spec.size, seed=spec.seed, rules=spec.rules)
+    cluster = case_cluster(spec)
     setup = peak_rss_bytes()
     result = runner(cluster)
     result["rss_setup"] = setup

@@ -15,12 +15,14 @@ entry restricts its guest further (the allowed nodes are the intersection); ``af
 ``anti_affinity`` rules are hard unless ``hard: false``; ``ignore`` keeps a guest where it is.
 Unknown keys are ignored, as proxlb-solver does (each is listed in :attr:`Scenario.notes`).
 
-The opendrs cluster uses static mode (configured vCPUs and memory), ``cpu_usage`` as the measured
-CPU use, containers may move by restart and local disks may be copied. ``evacuate_node`` puts that
-node in maintenance. Node reserves become node reserves. **Storage**: proxlb-solver takes a node's
-*free* space as its capacity, so guests that already sit on a pool count twice and a valid state
-turns infeasible (three 40 GB containers on a node with 50 GB free). opendrs's capacity of a pool
-is what it really is: ``storage_free`` plus what the node's own guests use there, less the
+The opendrs cluster's usage mode and resource weights are the scenario's ``balancing.method``
+(:func:`balance_metric`: ``memory`` balances configured memory alone, ``cpu`` measured CPU use or
+vCPUs alone, …), so every strategy balances what the scenario asks for; ``cpu_usage`` is the
+measured CPU use, containers may move by restart and local disks may be copied. ``evacuate_node``
+puts that node in maintenance. Node reserves become node reserves. **Storage**: proxlb-solver takes
+a node's *free* space as its capacity, so guests that already sit on a pool count twice and a valid
+state turns infeasible (three 40 GB containers on a node with 50 GB free). opendrs's capacity of a
+pool is what it really is: ``storage_free`` plus what the node's own guests use there, less the
 reserve.
 
 **Checking** (:func:`check_scenario`) runs a strategy (``optimal`` by default, with the scenario's
@@ -46,18 +48,20 @@ from opendrs.engine.planner import Plan, plan_with_retries
 from opendrs.engine.policy import strategy_problem
 from opendrs.engine.strategies import get_strategy
 from opendrs.engine.strategies import optimal as _optimal  # registers "optimal"
-from opendrs.model.cluster import Cluster, Disk, Guest, Node, Pressure, Settings
+from opendrs.model.cluster import Cluster, Disk, Guest, Node, Pressure, Settings, UsageMode
 from opendrs.model.document import Reader, describe, parse, read_file, render_path
 from opendrs.model.rules import GuestAffinity, NodeAffinity, Rules
 from opendrs.model.snapshot import MAX_BYTES, MAX_CORES, MAX_RATIO, MIN_NODE_CORES, SnapshotError
 
 __all__ = [
     "LOADER_WEIGHTS",
+    "BalanceMetric",
     "Balancing",
     "Check",
     "Expect",
     "Scenario",
     "ScenarioResult",
+    "balance_metric",
     "check_paths",
     "check_scenario",
     "evaluate_expect",
@@ -91,6 +95,8 @@ LOADER_WEIGHTS: Mapping[str, float] = MappingProxyType(
 )
 #: CP-SAT budget per scenario when checking (they are tiny: a few milliseconds each).
 DEFAULT_CHECK_TIME_LIMIT = 5.0
+#: A single method read in ``mode: psi`` is the pressure of its resource (as ``optimal`` reads it).
+_PSI_OF = {"memory": "memory_psi", "cpu": "cpu_psi", "disk": "io_psi"}
 
 _TOP_KEYS = (
     "name",
@@ -298,6 +304,87 @@ class ScenarioResult:
             "solver": dict(self.solver),
             "plan": self.plan.as_dict() if self.plan is not None else None,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class BalanceMetric:
+    """What the imported cluster's :class:`Settings` balance for a scenario's method.
+
+    ``mode`` is the usage mode and ``weight_cpu``/``weight_memory`` the resource weights every
+    opendrs strategy reads (:func:`balance_metric`); ``note`` says where that only approximates
+    proxlb-solver's spread (``None``: it is the same up to guest priorities).
+    """
+
+    mode: UsageMode
+    weight_cpu: float
+    weight_memory: float
+    note: str | None = None
+
+
+def balance_metric(balancing: Balancing) -> BalanceMetric:
+    """The scenario's ``balancing.method`` (and ``mode``) as the cluster's balance settings.
+
+    Every opendrs strategy balances the cpu and memory load fractions of the cluster's usage mode,
+    weighted by ``Settings.weight_cpu/weight_memory``; the method picks them:
+
+    * ``memory``: configured memory alone (static mode, weights 0 / 1) — proxlb-solver's spread.
+    * ``cpu``: the cpu fraction alone (weights 1 / 0) — measured use (``cpu_usage``, dynamic mode)
+      in ``used`` mode, vCPUs (static mode) in ``assigned`` mode, as proxlb-solver counts it.
+    * ``cpu_psi``, ``memory_psi`` (and ``cpu``/``memory`` in ``mode: psi``), ``cpu_smart``,
+      ``memory_smart``: the resource the pressure is about — measured CPU use, configured memory.
+      An approximation: opendrs's load model has no pressure column, so only ``optimal`` balances
+      the pressure itself (Σ pressure · priority / 100, proxlb-solver's footprint model).
+    * ``global_smart``: cpu and memory weighted ``w_global_cpu · (w_cpu_usage + w_cpu_psi)`` and
+      ``w_global_mem · (w_mem_usage + w_mem_psi)``; its io part is left out.
+    * ``disk``, ``io_psi``, ``io_smart`` (and ``disk`` in ``mode: psi``): opendrs's strategies
+      have no disk or io balance; they keep opendrs's own (configured vCPUs and memory, equal
+      weights). Only ``optimal`` balances them.
+
+    Guest priorities (1–3) weigh footprints in ``optimal`` only; with every guest at the same
+    priority (the usual case) the balanced placements are the same.
+    """
+    method, mode, w = balancing.method, balancing.mode, balancing.weights
+    if mode == "psi" and method in _PSI_OF:
+        method = _PSI_OF[method]
+    cpu_mode: UsageMode = "static" if mode == "assigned" else "dynamic"
+    if method == "memory":
+        return BalanceMetric("static", 0.0, 1.0)
+    if method == "cpu":
+        return BalanceMetric(cpu_mode, 1.0, 0.0)
+    only = "only optimal balances the pressure itself"
+    if method in ("cpu_psi", "cpu_smart"):
+        approx = method == "cpu_psi" or w["w_cpu_psi"] > 0
+        note = f"opendrs's own strategies balance measured CPU use; {only}" if approx else None
+        return BalanceMetric(cpu_mode, 1.0, 0.0, note)
+    if method in ("memory_psi", "memory_smart"):
+        approx = method == "memory_psi" or w["w_mem_psi"] > 0
+        note = f"opendrs's own strategies balance configured memory; {only}" if approx else None
+        return BalanceMetric("static", 0.0, 1.0, note)
+    if method == "global_smart":
+        cpu = w["w_global_cpu"] * (w["w_cpu_usage"] + w["w_cpu_psi"])
+        memory = w["w_global_mem"] * (w["w_mem_usage"] + w["w_mem_psi"])
+        parts = []
+        if w["w_cpu_psi"] > 0 or w["w_mem_psi"] > 0:
+            parts.append("pressure as the CPU use and memory it is about")
+        if w["w_global_io"] > 0:
+            parts.append("no io part")
+        note = (
+            f"opendrs's own strategies balance cpu and memory weighted {cpu:g} / {memory:g} "
+            f"({', '.join(parts)}); only optimal balances the whole method"
+            if parts
+            else None
+        )
+        if cpu <= 0 and memory <= 0:
+            return BalanceMetric("static", 1.0, 1.0, note)
+        return BalanceMetric(cpu_mode if cpu > 0 else "static", float(cpu), float(memory), note)
+    # disk, io_psi, io_smart
+    return BalanceMetric(
+        "static",
+        1.0,
+        1.0,
+        "opendrs's own strategies have no disk or io balance: they balance configured vCPUs "
+        "and memory; only optimal balances local disks and io pressure",
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -811,8 +898,13 @@ class _Reader(Reader):
             NodeAffinity(f"pin {vm}", (vm,), {n: 0 for n in sorted(nodes_)}, strict=True)
             for vm, nodes_ in sorted(allowed.items())
         )
+        metric = balance_metric(balancing)
+        if metric.note is not None:
+            self.notes.append(f"balancing.method {balancing.method}: {metric.note}")
         settings = Settings(
-            mode="static",
+            mode=metric.mode,
+            weight_cpu=metric.weight_cpu,
+            weight_memory=metric.weight_memory,
             cpu_overcommit=balancing.cpu_overcommit,
             memory_overcommit=1.0,
             allow_restart_migration=True,
@@ -1060,7 +1152,8 @@ def check_scenario(
     """Run ``strategy`` on the scenario (planning its moves), then evaluate its ``expect``.
 
     ``optimal`` gets the scenario's balancing options, ``strict=True`` and ``time_limit``; other
-    strategies run with their defaults (and ``time_limit`` when they take one). A proposal whose
+    strategies run with their defaults (and ``time_limit`` when they take one) on the cluster,
+    whose settings carry the balancing method (:func:`balance_metric`). A proposal whose
     moves cannot be ordered safely is re-proposed with those placements forbidden
     (:func:`~opendrs.engine.planner.plan_with_retries`); once a re-proposal is infeasible, the last
     feasible one stands, with its unreachable plan (proxlb-solver's ``solve_reachable``).

@@ -10,7 +10,10 @@ from optimal it is:
 * :func:`migration_lower_bound` — the fewest migrations (and the least moved memory) any placement
   needs to bring every resource's spread to a target. See :func:`migration_lower_bound` for the
   argument; in one line: every node's net outflow must land in a box, a guest's cpu and memory
-  move together, and each migration leaves one node and enters one.
+  move together, and each migration leaves one node and enters one. Only the resources the
+  cluster balances (weight above 0) are held to a target unless ``resources`` says otherwise: on a
+  cluster that balances memory alone (a proxlb-solver scenario with ``method: memory``) it is the
+  memory-only bound.
 
 The bounds are valid for any strategy (they ignore most constraints, which can only make the true
 optimum worse), cheap (vectorised), and tight when guests are small relative to nodes.
@@ -41,14 +44,26 @@ class LowerBounds:
     migrations: int
     #: At least this many bytes of memory must move to reach ``target_spread``.
     moved_bytes: int
+    #: The resources held to ``target_spread`` by the migration bounds (the others may end
+    #: anywhere).
+    resources: tuple[str, ...] = RESOURCES
 
     def as_dict(self) -> dict[str, object]:
         return {
             "spread": dict(self.spread),
             "target_spread": dict(self.target_spread),
+            "resources": list(self.resources),
             "migrations": self.migrations,
             "moved_bytes": self.moved_bytes,
         }
+
+
+def balanced_resources(cluster: Cluster) -> tuple[str, ...]:
+    """The resources the cluster balances: those with a weight above 0 (all when none is)."""
+    settings = cluster.settings
+    weights = {"cpu": settings.weight_cpu, "memory": settings.weight_memory}
+    chosen = tuple(r for r in RESOURCES if weights.get(r, 1.0) > 0)
+    return chosen or RESOURCES
 
 
 def _movable(cluster: Cluster) -> np.ndarray:
@@ -212,8 +227,13 @@ def migration_lower_bound(
     cluster: Cluster,
     target_spread: Mapping[str, float] | Sequence[float] | float,
     loads: LoadModel | None = None,
+    resources: Sequence[str] | None = None,
 ) -> LowerBounds:
     """Bounds on the migrations and moved memory needed to bring every spread to ``target``.
+
+    ``resources`` are the resources held to their target (default: those the cluster balances,
+    :func:`balanced_resources`); any other may end with any spread. A placement that meets the
+    target in more resources meets it in these, so every such bound is also a bound for them all.
 
     **Why it is a lower bound.** Take any placement that reaches the target spreads ``s`` and
     moves only guests that may move. The usable nodes' fractions then lie in one window
@@ -246,6 +266,12 @@ def migration_lower_bound(
     The moved-memory bound is the larger of the memory excesses and deficits.
     """
     loads = loads or LoadModel.build(cluster)
+    chosen = tuple(resources) if resources is not None else balanced_resources(cluster)
+    unknown = [r for r in chosen if r not in RESOURCES]
+    if unknown or not chosen:
+        raise ValueError(f"resources: expected some of {', '.join(RESOURCES)}, got {chosen!r}")
+    cols = [r for r in range(len(RESOURCES)) if RESOURCES[r] in chosen]
+    chosen = tuple(RESOURCES[r] for r in cols)
     if isinstance(target_spread, Mapping):
         target = np.array([float(target_spread.get(r, 0.0)) for r in RESOURCES])
     elif isinstance(target_spread, int | float):
@@ -269,6 +295,7 @@ def migration_lower_bound(
             target_spread={r: float(target[i]) for i, r in enumerate(RESOURCES)},
             migrations=int(leaving.sum()),
             moved_bytes=int(memory) if loads.mode != "basic" else 0,
+            resources=chosen,
         )
     total = _redistributable_total(loads, usable, movable)
     usable_cap = cap[usable].sum(axis=0)
@@ -297,33 +324,41 @@ def migration_lower_bound(
         low[n] = excess
         high[n] = -deficit
         k = 0
-        for r in range(len(RESOURCES)):
+        for r in cols:
             if excess[r] > 0:
                 sizes = np.sort(demand[on_node, r])[::-1]
                 need = _cover_count(sizes, excess[r])
                 k = max(k, need if need else int(on_node.sum()))
         out_count += k
-        if excess[memory_col] > 0 and loads.mode != "basic":
+        if memory_col in cols and excess[memory_col] > 0 and loads.mode != "basic":
             out_bytes += float(excess[memory_col])
         k_in = 0
-        for r in range(len(RESOURCES)):
+        for r in cols:
             if deficit[r] > 0:
                 k_in = max(k_in, _cover_count(sorted_all[r], deficit[r]))
                 in_need[r] += deficit[r]
         in_counts.append(k_in)
     in_bytes = float(in_need[memory_col]) if loads.mode != "basic" else 0.0
-    joint = _joint_migration_bound(demand, loads.assign, movable, usable, low, high)
+    joint = _joint_migration_bound(
+        demand[:, cols], loads.assign, movable, usable, low[:, cols], high[:, cols]
+    )
     return LowerBounds(
         spread=spread_lb,
         target_spread={r: float(target[i]) for i, r in enumerate(RESOURCES)},
         migrations=int(max(out_count, sum(in_counts), np.ceil(joint - 1e-6))),
         moved_bytes=int(max(out_bytes, in_bytes)),
+        resources=chosen,
     )
 
 
-def lower_bounds(cluster: Cluster, target_spread: Mapping[str, float] | None = None) -> LowerBounds:
-    """Both bounds; the migration bound for ``target_spread`` (default: the spread bound)."""
+def lower_bounds(
+    cluster: Cluster,
+    target_spread: Mapping[str, float] | None = None,
+    resources: Sequence[str] | None = None,
+) -> LowerBounds:
+    """Both bounds; the migration bound for ``target_spread`` (default: the spread bound) in
+    ``resources`` (default: those the cluster balances)."""
     loads = LoadModel.build(cluster)
     if target_spread is None:
         target_spread = spread_lower_bound(cluster, loads)
-    return migration_lower_bound(cluster, target_spread, loads)
+    return migration_lower_bound(cluster, target_spread, loads, resources)

@@ -9,7 +9,10 @@ each target reaches the midpoint between the two. opendrs keeps that shape:
   mode (dynamic: measured use, the analogue of Incus's used memory and load average over threads;
   static: configured sizes, Incus's ``limits.*``). Incus computes it in ``uint8``, so a load above
   the thread count wraps and the sum of the two parts can pass 255 and wrap again; here it is a
-  float and may exceed 100.
+  float and may exceed 100. A cluster whose resource weights differ (``Settings.weight_cpu`` /
+  ``weight_memory``; a proxlb-solver scenario with ``method: memory`` weighs memory alone) scores
+  ``100 · (w_cpu · cpu fraction + w_mem · memory fraction)`` with the weights summing to 1; equal
+  weights give Incus's mean.
 * **Groups**: the usable nodes (online, not in maintenance, with capacity) per architecture,
   visited in sorted order — Incus visits them in Go map order, which is random. A group is skipped
   when it has fewer than two members, when its busiest score is 0, or when the relative gap
@@ -53,16 +56,21 @@ from opendrs.engine.placement import PlacementState
 from opendrs.model.cluster import Cluster
 
 from .base import Proposal, ProposedMove, bundle_moves, cluster_imbalance, register
-from .pve import Bundle, fractions_of, movable_bundles
+from .pve import Bundle, fractions_of, movable_bundles, resource_weights
 
 NAME = "incus"
 DEFAULT_THRESHOLD = 20.0
 DEFAULT_BATCH = 1
 
 
-def server_scores(node_load: np.ndarray, cap: np.ndarray) -> np.ndarray:
-    """(N,) Incus's server score, in float: the mean of the memory and cpu fractions × 100."""
+def server_scores(
+    node_load: np.ndarray, cap: np.ndarray, weights: np.ndarray | None = None
+) -> np.ndarray:
+    """(N,) Incus's server score, in float: the mean of the memory and cpu fractions × 100, or
+    their mean weighted by ``weights`` (cpu, memory; summing to 1)."""
     frac = fractions_of(node_load, cap)
+    if weights is not None:
+        return 100.0 * (weights[0] * frac[:, 0] + weights[1] * frac[:, 1])
     return 100.0 * (frac[:, 0] + frac[:, 1]) / 2.0
 
 
@@ -125,6 +133,7 @@ def propose_incus(
     made = 0
     outcome: list[str] = []
     archs = sorted({n.arch for i, n in enumerate(cluster.nodes) if usable[i]})
+    weights = resource_weights(cluster)
     for arch in archs:
         group = _by_name(
             cluster,
@@ -142,7 +151,7 @@ def propose_incus(
         in_group = np.zeros(len(cluster.nodes), dtype=bool)
         in_group[group] = True
         while True:
-            scores = server_scores(state.node_load, cap)
+            scores = server_scores(state.node_load, cap, weights)
             src = int(group[np.argmax(scores[group])])  # the first by name among equals
             top = float(scores[src])
             gap = relative_gap(scores[group])
@@ -166,7 +175,7 @@ def propose_incus(
             state.commit(bundle.members, t)
             moved.update(bundle.members.tolist())
             made += 1
-            after_scores = server_scores(state.node_load, cap)
+            after_scores = server_scores(state.node_load, cap, weights)
             gap_after = relative_gap(after_scores[group])
             reason = (
                 f"{arch} gap {gap:.1f}%: {source} score {top:.1f} -> {after_scores[src]:.1f}, "
@@ -200,6 +209,7 @@ def _best_candidate(
     """The fitting candidate with the largest impact: (bundle, target, midpoint, predicted)."""
     guests = cluster.guests
     cap = state.loads.capacity
+    weights = resource_weights(cluster)
     best: tuple[float, str, Bundle, int, float, float] | None = None
     for bundle in movable_bundles(state, cluster):
         if bundle.src != src:
@@ -215,7 +225,7 @@ def _best_candidate(
         t = int(candidates[np.argmin(scores[candidates])])
         demand = state.loads.demand[bundle.members[state.running[bundle.members]]].sum(axis=0)
         load = state.node_load[t] + demand
-        predicted = float(server_scores(load[None, :], cap[t][None, :])[0])
+        predicted = float(server_scores(load[None, :], cap[t][None, :], weights)[0])
         impact = predicted - float(scores[t])
         midpoint = (float(scores[src]) + float(scores[t])) / 2.0
         if impact <= 0 or predicted >= midpoint:

@@ -55,7 +55,9 @@ migrate a guest onto another overloaded node:
 The survivors are scored as Proxmox scores nodes to (re)start a service
 (``score_nodes_to_start_service``): one TOPSIS alternative per node, the cluster as if the guest
 ran there (taken off its source, it is moving), ``[1+RMS cpu, 1+max cpu, 1+RMS mem, 1+max mem]``
-with weights −1, −2, −5, −10; the best closeness wins, ties by node name. Bad guests are tried best
+with weights −1, −2, −5, −10 (scaled by the cluster's resource weights as in ``pve-topsis``: a
+proxlb-solver scenario with ``method: memory`` scores memory alone); the best closeness wins, ties
+by node name. Bad guests are tried best
 ranked first; the first that has a target moves. Basic mode counts guests, not memory or CPU: the
 strategy does not run in it.
 """
@@ -75,12 +77,13 @@ from opendrs.model.units import UnitError, parse_bytes
 
 from .base import Proposal, ProposedMove, bundle_moves, cluster_imbalance, register
 from .pve import (
-    TOPSIS_WEIGHTS,
     Bundle,
     fraction_shift,
     fractions_of,
     movable_bundles,
+    resource_weights,
     topsis_alternatives,
+    topsis_weights,
 )
 
 NAME = "drs-pressure"
@@ -359,7 +362,7 @@ class _Pressure:
             np.repeat(shift[src][None, :], len(targets), axis=0),
             shift[targets],
         )
-        scores = topsis_scores(matrix, TOPSIS_WEIGHTS)
+        scores = topsis_scores(matrix, topsis_weights(resource_weights(self.cluster)))
         best = int(np.argmax(scores))  # the first (by name) of equal scores
         return int(targets[best]), float(scores[best]), len(targets)
 

@@ -2,7 +2,10 @@
 
 ProxLB (``models/calculations.py``; reference ``proxlb.md`` §1) balances on **one** resource,
 ``method`` (``memory``, ``cpu`` or ``disk``), read in one ``mode``: ``used`` (measured use) or
-``assigned`` (configured sizes). Its figures are percentages of each node's total, over the nodes
+``assigned`` (configured sizes). By default the method is the one the cluster balances: ``cpu``
+when its settings weigh cpu alone (``weight_memory`` 0, as a proxlb-solver scenario with
+``method: cpu`` is imported), read ``assigned`` in static mode; otherwise ``memory`` (ProxLB's
+default), read ``used``. Its figures are percentages of each node's total, over the nodes
 ProxLB sees — every online node, those in maintenance included. One run:
 
 1. **Maintenance first** — every running guest on a node in maintenance goes, in guest order, to
@@ -477,8 +480,8 @@ def propose_proxlb_greedy(
     cluster: Cluster,
     *,
     forbidden: Iterable[tuple[str, str]] = (),
-    method: str = "memory",
-    mode: str = "used",
+    method: str | None = None,
+    mode: str | None = None,
     balanciness: float = DEFAULT_BALANCINESS,
     larger_first: bool = False,
     max_moves: int | None = None,
@@ -487,8 +490,10 @@ def propose_proxlb_greedy(
 
     Args:
         forbidden: (guest, node) placements that must not be chosen.
-        method: the one resource ProxLB balances: ``memory``, ``cpu`` or ``disk``.
-        mode: ``used`` (measured use) or ``assigned`` (configured sizes).
+        method: the one resource ProxLB balances: ``memory``, ``cpu`` or ``disk`` (default: the
+            cluster's, see the module docstring).
+        mode: ``used`` (measured use) or ``assigned`` (configured sizes) (default: ``used``, or
+            ``assigned`` for a cluster that weighs configured vCPUs alone).
         balanciness: balance only while the spread of the method's percentages is above this many
             percentage points (ProxLB's default 10).
         larger_first: visit the groups with the most memory first (``balance_larger_guests_first``).
@@ -497,6 +502,13 @@ def propose_proxlb_greedy(
     Raises:
         ValueError: an option out of range (one line naming it).
     """
+    if method is None:
+        settings = cluster.settings
+        cpu_alone = settings.weight_memory <= 0 < settings.weight_cpu
+        method = "cpu" if cpu_alone else "memory"
+        if mode is None:
+            mode = "assigned" if cpu_alone and settings.mode == "static" else "used"
+    mode = "used" if mode is None else mode
     _check_options(method, mode, balanciness, larger_first, max_moves)
     options: dict[str, object] = {
         "method": method,

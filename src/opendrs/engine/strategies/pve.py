@@ -15,6 +15,12 @@ positive affinity move as one bundle) and every allowed target. Two selection me
 Either way the move is made only if it improves the imbalance by at least ``margin`` (relative),
 and only while the imbalance is above ``threshold``.
 
+**Resource weights.** Proxmox weighs cpu and memory equally. A cluster whose
+``Settings.weight_cpu/weight_memory`` differ (a proxlb-solver scenario with ``method: memory``
+weighs memory alone) gets the weighted mean ``w_cpu · cpu + w_mem · mem`` (weights summing to 1)
+as a node's load, and TOPSIS criteria weights scaled by ``2 · w`` per resource: ``(−1, −2)·2w_cpu``
+and ``(−5, −10)·2w_mem``. With equal weights both are Proxmox's, bit for bit.
+
 ``pve-bruteforce`` and ``pve-topsis`` apply that choice repeatedly, re-predicting after each move,
 up to ``max_moves``. Unlike Proxmox, every hard constraint of opendrs holds — capacity included —
 and the targets of a non-strict node affinity are its preferred nodes, as Proxmox restricts them.
@@ -46,8 +52,36 @@ DEFAULT_MAX_MOVES = 10
 TOPSIS_WEIGHTS: tuple[float, float, float, float] = (-1.0, -2.0, -5.0, -10.0)
 
 
-def _combined(node_load: np.ndarray, cap: np.ndarray) -> np.ndarray:
-    return fractions_of(node_load, cap).mean(axis=1)
+def resource_weights(cluster: Cluster) -> np.ndarray | None:
+    """The cluster's (cpu, memory) weights summing to 1, or None when they are equal — then
+    the plain mean is used, bit for bit as Proxmox computes it."""
+    settings = cluster.settings
+    w = np.array([max(settings.weight_cpu, 0.0), max(settings.weight_memory, 0.0)])
+    if w[0] == w[1] or w.sum() <= 0:
+        return None
+    return w / w.sum()
+
+
+def combine(values: np.ndarray, weights: np.ndarray | None) -> np.ndarray:
+    """The (cpu, memory) values along the last axis combined: their mean, or weighted mean."""
+    if weights is None:
+        return values.mean(axis=-1)
+    return (values * weights).sum(axis=-1)
+
+
+def topsis_weights(weights: np.ndarray | None) -> tuple[float, ...]:
+    """:data:`TOPSIS_WEIGHTS` with the cpu and memory criteria scaled by ``2 · w``."""
+    if weights is None:
+        return TOPSIS_WEIGHTS
+    cpu, memory = (2.0 * float(w) for w in weights)
+    rms_cpu, max_cpu, rms_mem, max_mem = TOPSIS_WEIGHTS
+    return (rms_cpu * cpu, max_cpu * cpu, rms_mem * memory, max_mem * memory)
+
+
+def _combined(
+    node_load: np.ndarray, cap: np.ndarray, weights: np.ndarray | None = None
+) -> np.ndarray:
+    return combine(fractions_of(node_load, cap), weights)
 
 
 def _cv(values: np.ndarray) -> float:
@@ -249,8 +283,9 @@ def _repeat(
         stopped = "basic mode counts guests only: Proxmox never rebalances in it"
         return Proposal(name, (), before, before, stopped, notes, options)
     stopped = f"move limit {max_moves} reached"
+    weights = resource_weights(cluster)
     while True:
-        combined = _combined(state.node_load, cap)
+        combined = _combined(state.node_load, cap, weights)
         imbalance = _cv(combined[usable])
         if imbalance <= threshold:
             stopped = f"imbalance {imbalance:.3f} at or below threshold {threshold:g}"
@@ -302,7 +337,7 @@ def _choose_bruteforce(
     demand = np.array([_bundle_demand(state, b.members) for b in bundles]).reshape(len(bundles), -1)
     with np.errstate(divide="ignore", invalid="ignore"):
         per = np.where(cap[None, :, :] > 0, demand[:, None, :] / np.where(cap > 0, cap, 1.0), 0.0)
-    shift = per.mean(axis=2)  # (B, N)
+    shift = combine(per, resource_weights(cluster))  # (B, N)
     src = np.array([b.src for b in bundles], dtype=np.intp)
     values = _cv_after_all(combined, usable, src, shift)  # (B, N)
     values[np.arange(len(bundles)), src] = np.inf  # a move stays off its own node
@@ -409,13 +444,14 @@ def _choose_topsis(
     shift = np.stack(shifts)  # (B, N, R)
     fractions = fractions_of(state.node_load, cap)
     matrix = topsis_alternatives(fractions, usable, src, tgt, shift[which, src], shift[which, tgt])
-    scores = topsis_scores(matrix, TOPSIS_WEIGHTS)
+    weights = resource_weights(state.cluster)
+    scores = topsis_scores(matrix, topsis_weights(weights))
     k = int(np.argmax(scores))  # the first of equal scores: candidate order breaks ties
     bundle = bundles[cand_bundle[k]]
     t = int(tgt[k])
     value = float(
         _cv_after_moves(
-            combined, usable, bundle.src, np.array([t]), shift[cand_bundle[k]].mean(axis=1)
+            combined, usable, bundle.src, np.array([t]), combine(shift[cand_bundle[k]], weights)
         )[0]
     )
     closeness = float(scores[k])
