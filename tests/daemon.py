@@ -143,3 +143,14 @@ def write_proxmox_config(
         f"executor: {executor}\n" + extra
     )
     return config
+
+
+def run_once(config: Path) -> subprocess.CompletedProcess[str]:
+    """``opendrs run --once --config CONFIG`` in a subprocess, to its end (at most 2 minutes)."""
+    return subprocess.run(
+        [sys.executable, "-m", "opendrs", "run", "--once", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )

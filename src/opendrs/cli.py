@@ -48,8 +48,13 @@ from opendrs.engine.policy import (
     warn_stuck,
 )
 from opendrs.engine.strategies import DEFAULT_STRATEGY, REGISTRY, get_strategy
-from opendrs.engine.strategies.base import Proposal, cluster_imbalance
-from opendrs.engine.usage import LoadModel
+from opendrs.engine.strategies.base import (
+    Proposal,
+    cluster_imbalance,
+    imbalance_by_arch,
+    worst_spreads,
+)
+from opendrs.engine.usage import RESOURCES, LoadModel
 from opendrs.model.cluster import GUEST_KINDS, Cluster, Guest, Move
 from opendrs.model.document import one_line
 from opendrs.model.snapshot import (
@@ -147,6 +152,10 @@ def cmd_show(args: argparse.Namespace) -> int:
                     for i, n in enumerate(cluster.nodes)
                 ],
                 "imbalance": cluster_imbalance(cluster).as_dict(),
+                "imbalance_by_arch": {
+                    arch: imbalance.as_dict()
+                    for arch, imbalance in imbalance_by_arch(cluster).items()
+                },
                 "problems": [str(p) for p in Constraints.build(cluster).problems],
                 "rule_breaks": [b.as_dict() for b in rule_breaks(cluster)],
             }
@@ -327,7 +336,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     # What the plan leaves breaking a hard rule (the same check as the daemon's repairs).
     stuck = stuck_after(cluster, cons, proposal, plan) if may_need_repair(cluster) else ()
     warn_stuck(stuck)
-    achieved = {r: m.spread for r, m in proposal.after.resources.items()}
+    placed = cluster.with_placement(proposal.placement)
+    by_arch = (imbalance_by_arch(cluster), imbalance_by_arch(placed))
+    worst = worst_spreads(proposal.after, by_arch[1])
+    achieved = {r: worst[r] for r in RESOURCES}
     bounds = migration_lower_bound(cluster, achieved)
     infeasible = proposal.options.get("solver", {}).get("status") == "INFEASIBLE"
     if args.format == "json":
@@ -341,15 +353,20 @@ def cmd_plan(args: argparse.Namespace) -> int:
             "problems": list(plan.problems),
         }
         data["bounds"] = bounds.as_dict()
+        if by_arch[0]:
+            data["metrics"]["by_arch"] = {
+                arch: {"before": before.as_dict(), "after": by_arch[1][arch].as_dict()}
+                for arch, before in by_arch[0].items()
+            }
         data["stuck"] = [{"guest": g, "reason": r} for g, r in stuck]
         _dump_json(data)
     else:
         report = Report(_console())
-        show_proposal(report, proposal)
+        show_proposal(report, proposal, by_arch)
         show_plan(report, plan)
         for _guest, reason in stuck:
             report.line(f"Repair stuck: {reason}", "red")
-        show_bounds(report, proposal, bounds)
+        show_bounds(report, proposal, bounds, achieved)
     if infeasible or stuck:
         return EXIT_PROBLEM
     return EXIT_OK if plan.feasible else EXIT_PROBLEM

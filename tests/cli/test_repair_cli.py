@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import json
 import logging
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from daemon import run_once
 from opendrs.cli import main
 from repairs import write, write_config
 
@@ -107,16 +106,6 @@ def test_evacuate_without_a_repair_warns_and_exits_1(
 # opendrs run --once (file backend, shadow mode)
 
 
-def _run_once(config: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "opendrs", "run", "--once", "--config", str(config)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
 def _would_migrate(stderr: str) -> list[str]:
     return [
         line.split("shadow: would migrate ")[1] for line in stderr.splitlines() if "would" in line
@@ -134,14 +123,14 @@ def _would_migrate(stderr: str) -> list[str]:
 def test_the_daemon_repairs_in_steps(
     tmp_path: Path, name: str, policy: str, moves: list[str]
 ) -> None:
-    done = _run_once(write_config(tmp_path, name, policy))
+    done = run_once(write_config(tmp_path, name, policy))
     assert done.returncode == 0, done.stderr
     assert "INFO    decision (shadow): repair: " in done.stderr
     assert _would_migrate(done.stderr) == moves
 
 
 def test_the_daemon_warns_of_a_repair_without_solution(tmp_path: Path) -> None:
-    done = _run_once(write_config(tmp_path, "hopeless"))
+    done = run_once(write_config(tmp_path, "hopeless"))
     assert done.returncode == 0, done.stderr
     assert f"WARNING {STUCK}" in done.stderr
     assert _would_migrate(done.stderr) == []

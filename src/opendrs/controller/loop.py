@@ -290,7 +290,12 @@ class Controller:
         self, now: float, cluster: Cluster, decision: Decision, policy: PolicyConfig
     ) -> int | None:
         """Record every decision to act; one not to act when its kind of reason changes, or
-        hourly (a decision every few minutes saying "balanced" would only bury the others)."""
+        hourly (a decision every few minutes saying "balanced" would only bury the others).
+
+        Each recorded decision is logged at INFO with the reason it is recorded with — a
+        decision not to act says why (which filter stopped it, with counts). Stuck repairs are
+        logged at WARNING by :func:`decide` itself, once per decision, never here.
+        """
         kind = decision.kind if decision.act else "none"
         category = _DIGITS.sub("#", decision.reason)
         if not decision.act:
@@ -300,8 +305,7 @@ class Controller:
             self._last_none = (category, now)
         else:
             self._last_none = None
-        level = logging.INFO if decision.act else logging.DEBUG
-        log.log(level, "decision (%s): %s", self.config.mode, decision.reason)
+        log.info("decision (%s): %s", self.config.mode, decision.reason)
         summary = {
             "nodes": len(cluster.nodes),
             "usable_nodes": sum(1 for n in cluster.nodes if n.usable),

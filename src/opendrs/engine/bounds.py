@@ -22,11 +22,12 @@ optimum worse), cheap (vectorised), and tight when guests are small relative to 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from opendrs.model.cluster import Cluster
+from opendrs.model.rules import Rules
 
 from .constraints import Constraints, movability
 from .usage import RESOURCES, LoadModel
@@ -80,8 +81,48 @@ def _movable(cluster: Cluster) -> np.ndarray:
     return movable
 
 
+def arch_parts(cluster: Cluster) -> list[Cluster]:
+    """The cluster cut by CPU architecture: each part holds the nodes of one architecture, the
+    guests on them and the rules among those guests (guests cannot move between parts). The
+    cluster itself when its nodes share one architecture."""
+    arches = sorted({n.arch for n in cluster.nodes})
+    if len(arches) < 2:
+        return [cluster]
+    parts = []
+    for arch in arches:
+        nodes = tuple(n for n in cluster.nodes if n.arch == arch)
+        names = {n.name for n in nodes}
+        guests = tuple(g for g in cluster.guests if g.node in names)
+        ids = {g.id for g in guests}
+        rules = cluster.rules
+        kept = Rules(
+            node_affinity=tuple(
+                replace(r, guests=tuple(g for g in r.guests if g in ids))
+                for r in rules.node_affinity
+                if ids.intersection(r.guests)
+            ),
+            guest_affinity=tuple(
+                replace(r, guests=tuple(g for g in r.guests if g in ids))
+                for r in rules.guest_affinity
+                if len(ids.intersection(r.guests)) >= 2
+            ),
+            ignored=frozenset(rules.ignored & ids),
+        )
+        parts.append(replace(cluster, nodes=nodes, guests=guests, rules=kept))
+    return parts
+
+
 def spread_lower_bound(cluster: Cluster, loads: LoadModel | None = None) -> dict[str, float]:
-    """Per resource, a spread no placement can beat."""
+    """Per resource, a spread no placement can beat (of the worst CPU architecture, where the
+    nodes have several: each is balanced on its own)."""
+    parts = arch_parts(cluster)
+    if len(parts) > 1:
+        each = [_spread_lower_bound(part) for part in parts]
+        return {r: max(bound[r] for bound in each) for r in RESOURCES}
+    return _spread_lower_bound(cluster, loads)
+
+
+def _spread_lower_bound(cluster: Cluster, loads: LoadModel | None = None) -> dict[str, float]:
     loads = loads or LoadModel.build(cluster)
     usable = np.array([n.usable for n in cluster.nodes], dtype=bool) & np.all(
         loads.capacity > 0, axis=1
@@ -235,6 +276,9 @@ def migration_lower_bound(
     :func:`balanced_resources`); any other may end with any spread. A placement that meets the
     target in more resources meets it in these, so every such bound is also a bound for them all.
 
+    Where the nodes have several CPU architectures, the target holds for each one's nodes (no
+    guest moves between them), and the bounds of the parts add up (:func:`arch_parts`).
+
     **Why it is a lower bound.** Take any placement that reaches the target spreads ``s`` and
     moves only guests that may move. The usable nodes' fractions then lie in one window
     ``[α, α + s]`` per resource, and since the capacity-weighted mean ``m`` of the fractions lies
@@ -265,6 +309,16 @@ def migration_lower_bound(
 
     The moved-memory bound is the larger of the memory excesses and deficits.
     """
+    parts = arch_parts(cluster)
+    if len(parts) > 1:
+        each = [migration_lower_bound(part, target_spread, None, resources) for part in parts]
+        return LowerBounds(
+            spread={r: max(b.spread[r] for b in each) for r in RESOURCES},
+            target_spread=each[0].target_spread,
+            migrations=sum(b.migrations for b in each),
+            moved_bytes=sum(b.moved_bytes for b in each),
+            resources=each[0].resources,
+        )
     loads = loads or LoadModel.build(cluster)
     chosen = tuple(resources) if resources is not None else balanced_resources(cluster)
     unknown = [r for r in chosen if r not in RESOURCES]

@@ -98,7 +98,7 @@ from opendrs.engine.strategies.base import (
     migration_cost,
 )
 from opendrs.engine.strategies.optimal import REPAIR_TIME_LIMIT
-from opendrs.engine.usage import LoadModel, loaded_nodes, tolerance
+from opendrs.engine.usage import LoadModel, arch_groups, demand_rows, loaded_nodes, tolerance
 from opendrs.model.cluster import Cluster, Guest, Node, updater
 from opendrs.model.document import Path, Reader, describe
 from opendrs.model.units import format_duration
@@ -271,27 +271,42 @@ PRESETS: Mapping[str, PolicyConfig] = MappingProxyType(
 _WITH_USAGE = updater(Guest, "cpu_used", "memory_used")
 
 
-def _usable_fractions(cluster: Cluster, loads: LoadModel | None = None) -> np.ndarray:
-    """Load fractions (N', R) of the usable nodes that have capacity."""
+def _usable_fractions(cluster: Cluster, loads: LoadModel | None = None) -> dict[str, np.ndarray]:
+    """Load fractions (N', R) of the usable nodes that have capacity, per CPU architecture."""
     loads = loads if loads is not None else LoadModel.build(cluster)
     usable = np.array([n.usable for n in cluster.nodes], dtype=bool)
     usable &= np.all(loads.capacity > 0, axis=1)
-    return loads.fractions()[usable]
+    arches, group = arch_groups(cluster, usable)
+    fractions = loads.fractions()
+    return {arch: fractions[group == g] for g, arch in enumerate(arches)}
 
 
 def measure(cluster: Cluster, metric: str, loads: LoadModel | None = None) -> float:
-    """The imbalance ``metric`` of ``cluster`` on its usable nodes (0 for ``none``).
+    """The imbalance ``metric`` of ``cluster`` on its usable nodes (0 for ``none``): of the worst
+    CPU architecture where the nodes have several (guests cannot move between them).
 
     ``spread``: :func:`~opendrs.engine.imbalance.balance_spread` with the cluster's weights;
     ``cv``: population σ / mean of ``(cpu + memory) / 2`` (Proxmox, not normalised);
     ``memory-spread``: max − min of the memory fractions (ProxLB). Raises ValueError for another
     name. ``loads`` may pass the cluster's :class:`LoadModel` when it is built already.
     """
+    return max(measure_by_arch(cluster, metric, loads).values(), default=0.0)
+
+
+def measure_by_arch(
+    cluster: Cluster, metric: str, loads: LoadModel | None = None
+) -> dict[str, float]:
+    """The imbalance ``metric`` of each CPU architecture's usable nodes (see :func:`measure`)."""
+    if metric not in METRICS and metric != "none":
+        raise ValueError(f"unknown metric {metric!r} (known: {', '.join(METRICS)})")
+    groups = _usable_fractions(cluster, loads)
+    return {arch: _metric_of(cluster, metric, f) for arch, f in groups.items()}
+
+
+def _metric_of(cluster: Cluster, metric: str, f: np.ndarray) -> float:
+    """``metric`` of the fractions ``f`` (N', R) of one group of nodes."""
     if metric == "none":
         return 0.0
-    if metric not in METRICS:
-        raise ValueError(f"unknown metric {metric!r} (known: {', '.join(METRICS)})")
-    f = _usable_fractions(cluster, loads)
     if metric == "spread":
         settings = cluster.settings
         return balance_spread(f, [settings.weight_cpu, settings.weight_memory])
@@ -393,6 +408,17 @@ def format_metric(metric: str, value: float) -> str:
     if metric in ("spread", "memory-spread"):
         return f"{value * 100:.1f} pp"
     return f"{value:.2f}"
+
+
+def format_by_arch(metric: str, by_arch: Mapping[str, float]) -> str:
+    """The metric's value; where the nodes have several CPU architectures, the worst one's,
+    naming it, then each: ``12.0 pp on x86_64 (aarch64 3.0 pp, x86_64 12.0 pp)``."""
+    worst = max(by_arch.values(), default=0.0)
+    if len(by_arch) < 2:
+        return format_metric(metric, worst)
+    arch = min(a for a, v in by_arch.items() if v == worst)
+    each = ", ".join(f"{a} {format_metric(metric, v)}" for a, v in by_arch.items())
+    return f"{format_metric(metric, worst)} on {arch} ({each})"
 
 
 def _format_threshold(metric: str, value: float) -> str:
@@ -1263,6 +1289,233 @@ def warn_stuck(stuck: tuple[tuple[str, str], ...], logger: logging.Logger | None
 
 
 # --------------------------------------------------------------------------------------------
+# Why not: what keeps the candidates where they are, when a decision moves nothing
+
+#: :func:`~opendrs.engine.constraints.movability` reasons as group labels (prefix → label;
+#: ``{}`` is the reason itself), per-guest details left out.
+_HELD_LABELS: tuple[tuple[str, str], ...] = (
+    ("HA state ", "in {}"),
+    ("local device ", "with local devices"),
+    ("local disks", "with local disks"),
+    ("already migrating", "already migrating"),
+    ("container", "containers (restart migration not allowed)"),
+)
+#: Guests whose exclusion is checked for room in one array (guests × nodes × dimensions).
+_WHY_CHUNK = 512
+#: How many of the roomiest nodes are tried first for every guest that may move.
+_WHY_ROOMIEST = 16
+
+
+class WhyNot(NamedTuple):
+    """The candidates of a decision that moves nothing: how many, how many may move, and the
+    others grouped by what excludes them (label, count), the largest group first."""
+
+    candidates: int
+    movable: int
+    excluded: tuple[tuple[str, int], ...]
+
+    def __str__(self) -> str:
+        groups = ", ".join(f"{count} {label}" for label, count in self.excluded)
+        n = self.candidates
+        if n == 0:
+            return "no candidates (no running guest on a usable node)"
+        head = f"{n} candidate{'s' if n != 1 else ''}"
+        if self.movable == 0:
+            return f"{head}, all excluded: {groups}"
+        if not groups:
+            return f"{head}, all may move"
+        return f"{head}: {self.movable} may move; {groups}"
+
+
+def _uptime_label(seconds: float) -> str:
+    return f"up for less than min_uptime {format_duration(seconds)}"
+
+
+def _held_label(reason: str, cluster: Cluster) -> str:
+    """A :func:`movability` reason as a group label."""
+    if reason.startswith("up for "):
+        return _uptime_label(cluster.settings.min_uptime)
+    for prefix, label in _HELD_LABELS:
+        if reason.startswith(prefix):
+            return label.format(reason)
+    return reason
+
+
+def _guard_label(guest: Guest, now: float, config: PolicyConfig, memory: Memory) -> str | None:
+    """The policy guard that keeps ``guest`` on its node (as :func:`forbidden_placements`)."""
+    if memory.cooldown_until.get(guest.id, -math.inf) > now:
+        return "in cooldown"
+    if config.min_uptime > 0 and guest.uptime < config.min_uptime and loaded_nodes(guest):
+        return _uptime_label(config.min_uptime)
+    return None
+
+
+def why_not(
+    cluster: Cluster, now: float, config: PolicyConfig, memory: Memory, cons: Constraints
+) -> WhyNot:
+    """Why the candidates — running guests on usable nodes — stay where they are.
+
+    Each is counted under the first thing that excludes it: :func:`movability`, then the
+    policy's cooldown and minimum uptime, then, node by node, no-return and failed migrations
+    (``memory``), the hard rules and room (``cons``: the capacity the decision checks). A guest
+    with a node left to go to may move. Deterministic; pure.
+    """
+    usable = {n.name for n in cluster.nodes if n.usable}
+    labels: dict[str, int] = {}
+    free: list[int] = []
+    for j, guest in enumerate(cluster.guests):
+        if guest.node not in usable or guest.state == "stopped":
+            continue
+        label = movability(guest, cluster, "balance")
+        held = _held_label(label, cluster) if label is not None else None
+        held = held or _guard_label(guest, now, config, memory)
+        if held is None:
+            free.append(j)
+        else:
+            labels[held] = labels.get(held, 0) + 1
+    candidates = len(free) + sum(labels.values())
+    movable = 0
+    for label in _targets_left(cluster, now, config, memory, cons, free):
+        if label is None:
+            movable += 1
+        else:
+            labels[label] = labels.get(label, 0) + 1
+    excluded = tuple(sorted(labels.items(), key=lambda item: (-item[1], item[0])))
+    return WhyNot(candidates, movable, excluded)
+
+
+def _policy_off(
+    cluster: Cluster, now: float, config: PolicyConfig, memory: Memory, guests: set[str]
+) -> dict[str, dict[int, str]]:
+    """Guest id → node index → which guard keeps the guest off that node: ``no_return`` or a
+    failed migration (``memory.avoid``), for ``guests``."""
+    node_index = cluster.node_index
+    off: dict[str, dict[int, str]] = {}
+    if config.no_return > 0:
+        gone = f"no_return {format_duration(config.no_return)}"
+        for guest_id, left in memory.departures.items():
+            for node, when in left:
+                if guest_id in guests and now - when < config.no_return and node in node_index:
+                    off.setdefault(guest_id, {})[node_index[node]] = gone
+    for (guest_id, node), until in memory.avoid.items():
+        if until > now and guest_id in guests and node in node_index:
+            off.setdefault(guest_id, {}).setdefault(
+                node_index[node], "avoided after a failed migration"
+            )
+    return off
+
+
+def _targets_left(
+    cluster: Cluster,
+    now: float,
+    config: PolicyConfig,
+    memory: Memory,
+    cons: Constraints,
+    free: list[int],
+) -> list[str | None]:
+    """For each guest of ``free`` (indices of guests that may move), None when some other
+    usable node takes it, else why none does."""
+    if not free:
+        return []
+    off = _policy_off(cluster, now, config, memory, {cluster.guests[j].id for j in free})
+    assign = current_assign(cluster)
+    cap = cons.capacity
+    room = cap.limit - cap.committed() + tolerance(cap.limit)
+    left = _TargetCheck(cons, assign, off, room, frozenset(free))
+    found: dict[int, str | None] = {}
+    every = np.array(free, dtype=np.intp)
+    # Most guests fit on one of the roomiest nodes: try those first, then every node.
+    share = np.where(cap.limit > 0, room / np.where(cap.limit > 0, cap.limit, 1.0), np.inf)
+    roomiest = np.argsort(-share.min(axis=1), kind="stable")[:_WHY_ROOMIEST]
+    for j in every[_somewhere(cons, assign, room, every, roomiest)].tolist():
+        if left.alone(j):
+            found[j] = None
+    rest = np.array([j for j in free if j not in found], dtype=np.intp)
+    for start in range(0, len(rest), _WHY_CHUNK):
+        chunk = rest[start : start + _WHY_CHUNK]
+        other = np.repeat(cons.usable[None, :], len(chunk), axis=0)
+        other[np.arange(len(chunk)), assign[chunk]] = False
+        rules = cons.arch_ok[chunk] & cons.strict_ok[chunk]
+        fits = np.all(cap.demand[chunk][:, None, :] <= room[None, :, :], axis=2)
+        for row, j in enumerate(chunk.tolist()):
+            found[j] = left(j, other[row], rules[row], fits[row])
+    return [found[j] for j in free]
+
+
+def _somewhere(
+    cons: Constraints, assign: np.ndarray, room: np.ndarray, guests: np.ndarray, nodes: np.ndarray
+) -> np.ndarray:
+    """(G',) whether one of ``nodes`` other than its own is usable, allowed by architecture and
+    strict node affinity, and has room, for each of ``guests``."""
+    pick = np.ix_(guests, nodes)
+    ok = cons.arch_ok[pick] & cons.strict_ok[pick] & cons.usable[nodes][None, :]
+    ok &= assign[guests][:, None] != nodes[None, :]
+    ok &= np.all(cons.capacity.demand[guests][:, None, :] <= room[nodes][None, :, :], axis=2)
+    return np.any(ok, axis=1)
+
+
+#: What keeps a guest off another node, in reporting order, and the label when it is the only
+#: thing (None: named in a list).
+_NODE_GUARDS: tuple[tuple[str, str | None], ...] = (
+    ("no_return", None),
+    ("avoided", None),
+    ("rules", "with no node their rules allow"),
+    ("room", "with no node that has room"),
+)
+
+
+class _TargetCheck(NamedTuple):
+    """Whether a guest that may move has another usable node to go to."""
+
+    cons: Constraints
+    assign: np.ndarray
+    #: Guest id → node index → the policy guard that keeps it off the node.
+    off: Mapping[str, Mapping[int, str]]
+    #: (N, D) free capacity, rounding slack included.
+    room: np.ndarray
+    free: frozenset[int]
+
+    def alone(self, j: int) -> bool:
+        """Whether guest ``j`` is free of bundles, hard anti-affinity and node guards."""
+        cons = self.cons
+        guest_id = cons.cluster.guests[j].id
+        return cons.group_of[j] < 0 and not cons.hard_neg[j].size and guest_id not in self.off
+
+    def __call__(
+        self, j: int, other: np.ndarray, rules: np.ndarray, fits: np.ndarray
+    ) -> str | None:
+        """None when guest ``j`` (or its hard-affinity bundle) may go to one of the ``other``
+        nodes (``rules``, ``fits``: the nodes the rules allow, with room), else why not."""
+        cons, assign = self.cons, self.assign
+        group = int(cons.group_of[j])
+        if group >= 0:  # the bundle moves whole: its demand, its members' anti-affinity
+            members = cons.groups[group]
+            if not self.free.issuperset(members.tolist()):
+                return "with hard-affinity partners that may not move"
+            assign = assign.copy()
+            assign[members] = -1
+            fits = np.all(demand_rows(cons.capacity, members.tolist()) <= self.room, axis=1)
+        if cons.hard_neg[j].size:
+            rules = rules & ~cons.occupied(assign, cons.hard_neg[j])
+        if not other.any():
+            return "with no other usable node"
+        guards = self.off.get(cons.cluster.guests[j].id, {})
+        kept = np.zeros_like(other)
+        kept[list(guards)] = True
+        if np.any(other & ~kept & rules & fits):
+            return None
+        kinds = {why.split()[0]: why for n, why in guards.items() if other[n]}
+        if np.any(other & ~kept & ~rules):
+            kinds["rules"] = "rules"
+        if np.any(other & ~kept & rules & ~fits):
+            kinds["room"] = "no room"
+        named = [(kinds[key], alone) for key, alone in _NODE_GUARDS if key in kinds]
+        if len(named) == 1 and named[0][1] is not None:
+            return named[0][1]
+        return "with no node to go to (" + ", ".join(text for text, _alone in named) + ")"
+
+
+# --------------------------------------------------------------------------------------------
 # The decision
 
 
@@ -1287,8 +1540,9 @@ def decide(
     cluster.
     """
     loads = LoadModel.build(cluster)
-    metric = measure(cluster, config.metric, loads)
-    label, shown = _label(config.metric), format_metric(config.metric, metric)
+    by_arch = measure_by_arch(cluster, config.metric, loads)
+    metric = max(by_arch.values(), default=0.0)
+    label, shown = _label(config.metric), format_by_arch(config.metric, by_arch)
     limit = _format_threshold(config.metric, config.threshold)
     empty: frozenset[tuple[str, str]] = frozenset()
 
@@ -1419,8 +1673,11 @@ def decide(
 
     proposal, plan = _plan(cluster, propose, forbidden, config, constraints())
     if not proposal.net_moves():
+        why = why_not(cluster, now, config, memory, constraints())
+        # All excluded: that is the reason, whatever the strategy says.
+        stopped = f" ({proposal.stopped})" if why.movable or not why.candidates else ""
         return decision(
-            f"{trigger}; strategy {config.strategy} proposes no migration ({proposal.stopped})"
+            f"{trigger}; strategy {config.strategy} proposes no migration{stopped}; {why}"
             + repair_note,
             attempted,
             proposal=proposal,
@@ -1727,6 +1984,7 @@ __all__ = [
     "PolicyState",
     "Repair",
     "UsageWindow",
+    "WhyNot",
     "decide",
     "first_moves",
     "forbidden_placements",
@@ -1738,4 +1996,5 @@ __all__ = [
     "stuck_after",
     "truncate",
     "warn_stuck",
+    "why_not",
 ]

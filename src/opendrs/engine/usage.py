@@ -28,6 +28,24 @@ from opendrs.model.cluster import Cluster, Guest, UsageMode
 #: Resources that the balance metrics consider, in column order.
 RESOURCES: tuple[str, ...] = ("cpu", "memory")
 
+
+def arch_groups(cluster: Cluster, mask: np.ndarray) -> tuple[tuple[str, ...], np.ndarray]:
+    """The CPU architectures of the nodes in ``mask`` (sorted), and (N,) each node's index among
+    them (-1 outside ``mask``).
+
+    Guests cannot move between architectures, so each architecture's nodes are balanced — and
+    their imbalance measured — on their own, as Incus does.
+    """
+    nodes = cluster.nodes
+    arches = tuple(sorted({n.arch for n, keep in zip(nodes, mask, strict=True) if keep}))
+    index = {arch: i for i, arch in enumerate(arches)}
+    group = np.array(
+        [index[n.arch] if keep else -1 for n, keep in zip(nodes, mask, strict=True)],
+        dtype=np.intp,
+    )
+    return arches, group
+
+
 # Proxmox HA state -> which nodes it loads ("current", "target").
 _HA_LOADS: dict[str, tuple[str, ...]] = {
     "stopped": (),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from rich.console import Console
@@ -15,7 +15,7 @@ from opendrs.engine.constraints import Constraints
 from opendrs.engine.imbalance import Imbalance
 from opendrs.engine.placement import Evacuation, Placement
 from opendrs.engine.planner import Plan
-from opendrs.engine.strategies.base import Proposal, cluster_imbalance
+from opendrs.engine.strategies.base import Proposal, cluster_imbalance, imbalance_by_arch
 from opendrs.engine.usage import RESOURCES, LoadModel
 from opendrs.model.cluster import Cluster
 from opendrs.model.units import format_bytes
@@ -157,8 +157,14 @@ def show_cluster(report: Report, cluster: Cluster, *, guests: bool = True) -> No
         rows,
         right=(3, 4, 5, 8, 9),
     )
-    report.heading("Imbalance (usable nodes)")
-    report.table(IMBALANCE_HEADERS, imbalance_rows(cluster_imbalance(cluster)), right=range(1, 8))
+    by_arch = imbalance_by_arch(cluster)
+    if by_arch:
+        show_by_arch(report, "Imbalance", by_arch)
+    else:
+        report.heading("Imbalance (usable nodes)")
+        report.table(
+            IMBALANCE_HEADERS, imbalance_rows(cluster_imbalance(cluster)), right=range(1, 8)
+        )
     if guests:
         report.heading("Guests")
         grows = []
@@ -227,6 +233,14 @@ def show_cluster(report: Report, cluster: Cluster, *, guests: bool = True) -> No
             )
 
 
+def show_by_arch(report: Report, title: str, by_arch: Mapping[str, Imbalance]) -> None:
+    """One imbalance table per CPU architecture: guests cannot move between them, so each is
+    balanced (and its spread judged) on its own."""
+    for arch, imbalance in by_arch.items():
+        report.heading(f"{title}: {arch} nodes (balanced on their own)")
+        report.table(IMBALANCE_HEADERS, imbalance_rows(imbalance), right=range(1, 8))
+
+
 def show_placement(report: Report, result: Placement) -> None:
     if result.purpose == "new":
         who = "a new guest"
@@ -282,7 +296,13 @@ def show_evacuation(report: Report, result: Evacuation) -> None:
         report.line(f"  {guest} stays: {reason}", "red")
 
 
-def show_proposal(report: Report, proposal: Proposal) -> None:
+def show_proposal(
+    report: Report,
+    proposal: Proposal,
+    by_arch: tuple[Mapping[str, Imbalance], Mapping[str, Imbalance]] = ({}, {}),
+) -> None:
+    """The strategy's moves and the imbalance before and after (``by_arch``: before and after
+    per CPU architecture, where the nodes have several)."""
     report.line(
         f"Proposal by {proposal.strategy}: {len(proposal.moves)} migrations, "
         f"cost {proposal.total_cost}",
@@ -295,10 +315,14 @@ def show_proposal(report: Report, proposal: Proposal) -> None:
         ]
         report.table(("#", "guest", "from", "to", "cost", "why"), rows, right=(0, 4))
     report.line(f"Stopped: {proposal.stopped}")
-    report.heading("Imbalance before")
-    report.table(IMBALANCE_HEADERS, imbalance_rows(proposal.before), right=range(1, 8))
-    report.heading("Imbalance after")
-    report.table(IMBALANCE_HEADERS, imbalance_rows(proposal.after), right=range(1, 8))
+    if by_arch[0]:
+        show_by_arch(report, "Imbalance before", by_arch[0])
+        show_by_arch(report, "Imbalance after", by_arch[1])
+    else:
+        report.heading("Imbalance before")
+        report.table(IMBALANCE_HEADERS, imbalance_rows(proposal.before), right=range(1, 8))
+        report.heading("Imbalance after")
+        report.table(IMBALANCE_HEADERS, imbalance_rows(proposal.after), right=range(1, 8))
     for note in proposal.notes:
         report.line(f"note: {note}", "yellow")
 
@@ -321,15 +345,18 @@ def show_plan(report: Report, plan: Plan) -> None:
         report.line(f"  {problem}", "yellow")
 
 
-def show_bounds(report: Report, proposal: Proposal, bounds: LowerBounds) -> None:
-    """How far the result is from the best possible."""
+def show_bounds(
+    report: Report, proposal: Proposal, bounds: LowerBounds, achieved: Mapping[str, float]
+) -> None:
+    """How far the result is from the best possible (``achieved``: the spread reached per
+    resource, of the worst CPU architecture where there are several)."""
     report.heading("Against the lower bounds")
     migrations = len(proposal.net_moves())
     ratio = f"{migrations / bounds.migrations:.2f}×" if bounds.migrations else "-"
     rows = [
         [
             r,
-            f"{proposal.after.resources[r].spread * 100:.2f} pp",
+            f"{achieved[r] * 100:.2f} pp",
             f"{bounds.spread[r] * 100:.2f} pp",
         ]
         for r in RESOURCES

@@ -112,7 +112,8 @@ def _subnormal_demand() -> Cluster:
 def test_band_gains_are_the_band_distance_removed(cluster: Cluster, goal: float) -> None:
     state = _State(cluster, Constraints.build(cluster))
     state.goal = np.full(len(RESOURCES), goal)
-    # Moves between usable nodes (which keep the mean, and so the band, where it is).
+    # Moves between usable nodes of one architecture (which keep its mean, and so the band,
+    # where it is).
     units = state.units_on(np.nonzero(state.usable)[0])[:6]
     nodes = np.arange(len(cluster.nodes))
     gains = state.band_gains(units, nodes)
@@ -128,7 +129,7 @@ def test_band_gains_are_the_band_distance_removed(cluster: Cluster, goal: float)
     for row, u in enumerate(units.tolist()):
         home = int(state.units.assign[u])
         for n in nodes.tolist():
-            if n == home or not state.usable[n]:
+            if n == home or not state.usable[n] or state.group[n] != state.group[home]:
                 continue
             before = distance()
             state.move(u, n)

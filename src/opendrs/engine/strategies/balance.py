@@ -84,7 +84,7 @@ from typing import Any
 import numpy as np
 
 from opendrs.engine.constraints import Constraints, movability
-from opendrs.engine.usage import RESOURCES, LoadModel, loaded_nodes, tolerance
+from opendrs.engine.usage import RESOURCES, LoadModel, arch_groups, loaded_nodes, tolerance
 from opendrs.model.cluster import Cluster
 
 from .base import Proposal, ProposedMove, cluster_imbalance, migration_cost, register
@@ -155,6 +155,9 @@ class _State:
         self.committed = cons.capacity.committed()
         self.tol = tolerance(self.limit)
         self.usable = cons.usable & np.all(self.cap > 0, axis=1)
+        #: (N,) each usable node's CPU architecture group (-1: not usable): guests cannot move
+        #: between architectures, so each group has its own mean, band and spread.
+        self.group = arch_groups(cluster, self.usable)[1]
         settings = cluster.settings
         w = np.array([settings.weight_cpu, settings.weight_memory], dtype=float)
         w = w / w.sum() if w.sum() > 0 else np.full(len(RESOURCES), 1 / len(RESOURCES))
@@ -274,10 +277,14 @@ class _State:
             )
 
     def spreads(self) -> np.ndarray:
-        f = self.fractions()[self.usable]
-        if f.shape[0] < 2:
-            return np.zeros(len(RESOURCES))
-        return f.max(axis=0) - f.min(axis=0)
+        """(R,) the largest spread of any architecture group's usable nodes, per resource."""
+        f = self.fractions()
+        out = np.zeros(len(RESOURCES))
+        for g in range(int(self.group.max(initial=-1)) + 1):
+            members = f[self.group == g]
+            if members.shape[0] >= 2:
+                out = np.maximum(out, members.max(axis=0) - members.min(axis=0))
+        return out
 
     def objective(self) -> float:
         """Weighted variance of the usable nodes' fractions (Σ_r w_r Var_C(f_r))."""
@@ -286,13 +293,16 @@ class _State:
         return self._objective
 
     def _compute_objective(self) -> float:
+        """Σ_r w_r Σ_n C_nr (f_nr − f̄_{g(n)r})² / Σ_n C_nr — each node against the mean of its
+        architecture group (one group: the weighted variance; a move changes it the same way)."""
         f = self.fractions()
         c = np.where(self.usable[:, None], self.cap, 0.0)
         total = c.sum(axis=0)
         with np.errstate(divide="ignore", invalid="ignore"):
-            mean = np.where(total > 0, (f * c).sum(axis=0) / np.where(total > 0, total, 1.0), 0.0)
             var = np.where(
-                total > 0, (c * (f - mean) ** 2).sum(axis=0) / np.where(total > 0, total, 1.0), 0.0
+                total > 0,
+                (c * (f - self.mean()) ** 2).sum(axis=0) / np.where(total > 0, total, 1.0),
+                0.0,
             )
         return float(var @ self.weights)
 
@@ -333,10 +343,15 @@ class _State:
         return self.units.assign[u : u + 1]
 
     def mean(self) -> np.ndarray:
-        """(R,) the capacity-weighted mean fraction of the usable nodes."""
-        total = self.cap[self.usable].sum(axis=0)
-        load = self.node_load[self.usable].sum(axis=0)
-        return np.where(total > 0, load / np.where(total > 0, total, 1.0), 0.0)
+        """(N, R) per node, the capacity-weighted mean fraction of its architecture group's usable
+        nodes (0 for a node that is not usable)."""
+        out = np.zeros(self.cap.shape)
+        for g in range(int(self.group.max(initial=-1)) + 1):
+            members = self.group == g
+            total = self.cap[members].sum(axis=0)
+            load = self.node_load[members].sum(axis=0)
+            out[members] = np.where(total > 0, load / np.where(total > 0, total, 1.0), 0.0)
+        return out
 
     def blocked_by_partners(self, units: np.ndarray, nodes: np.ndarray) -> np.ndarray:
         """(len(units), len(nodes)): whether each node holds a hard negative partner of each unit.
@@ -401,8 +416,8 @@ class _State:
         d = self.units.demand[units]  # (u, R)
         src = self.units.assign[units]
         mean = self.mean()
-        low = (mean - self.goal / 2)[None, :] * self.cap  # (N, R) absolute
-        high = (mean + self.goal / 2)[None, :] * self.cap
+        low = (mean - self.goal / 2) * self.cap  # (N, R) absolute
+        high = (mean + self.goal / 2) * self.cap
         outside = np.maximum(self.node_load - high, 0.0) + np.maximum(low - self.node_load, 0.0)
         left = self.node_load[src] - d
         at_source = outside[src] - (

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from opendrs.engine.imbalance import Imbalance, summarise
-from opendrs.engine.usage import RESOURCES, LoadModel
+from opendrs.engine.usage import RESOURCES, LoadModel, arch_groups
 from opendrs.model.cluster import Cluster, Guest, Move, Settings
 
 
@@ -142,6 +142,29 @@ def cluster_imbalance(cluster: Cluster, assign: np.ndarray | None = None) -> Imb
     usable = np.array([n.usable for n in cluster.nodes], dtype=bool)
     settings = cluster.settings
     return summarise(fractions[usable], RESOURCES, [settings.weight_cpu, settings.weight_memory])
+
+
+def imbalance_by_arch(cluster: Cluster, assign: np.ndarray | None = None) -> dict[str, Imbalance]:
+    """Imbalance figures of each CPU architecture's usable nodes — empty when the usable nodes
+    share one: guests cannot move between architectures, so each is balanced on its own."""
+    usable = np.array([n.usable for n in cluster.nodes], dtype=bool)
+    arches, group = arch_groups(cluster, usable)
+    if len(arches) < 2:
+        return {}
+    fractions = LoadModel.build(cluster).fractions(assign)
+    weights = [cluster.settings.weight_cpu, cluster.settings.weight_memory]
+    return {
+        arch: summarise(fractions[group == g], RESOURCES, weights) for g, arch in enumerate(arches)
+    }
+
+
+def worst_spreads(overall: Imbalance, by_arch: Mapping[str, Imbalance]) -> dict[str, float]:
+    """Per resource (and ``combined``), the largest spread of any architecture group — the
+    overall spread when the usable nodes share one architecture."""
+    groups = list(by_arch.values()) or [overall]
+    out = {r: max(g.resources[r].spread for g in groups) for r in overall.resources}
+    out["combined"] = max(g.combined.spread for g in groups)
+    return out
 
 
 @dataclass(frozen=True)
