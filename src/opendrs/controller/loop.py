@@ -44,6 +44,7 @@ from opendrs.engine.policy import (
     UsageWindow,
     decide,
     overload_span,
+    warn_stuck,
 )
 from opendrs.model.cluster import Cluster
 
@@ -261,6 +262,7 @@ class Controller:
         if decision.state.evacuated != self.state.evacuated:
             self.history.set_evacuated(decision.state.evacuated)
         self.state = decision.state
+        warn_stuck(decision.stuck, log)
         decision_id = self._record(now, cluster, decision, policy)
         if decision.act and decision.plan is not None and decision.plan.moves:
             if self.config.active:
@@ -294,7 +296,7 @@ class Controller:
 
         Each recorded decision is logged at INFO with the reason it is recorded with — a
         decision not to act says why (which filter stopped it, with counts). Stuck repairs are
-        logged at WARNING by :func:`decide` itself, once per decision, never here.
+        logged at WARNING by :meth:`cycle`, once per decision (``decide`` stays pure), never here.
         """
         kind = decision.kind if decision.act else "none"
         category = _DIGITS.sub("#", decision.reason)

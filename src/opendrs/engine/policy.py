@@ -1601,7 +1601,6 @@ def decide(
             max_parallel=config.max_parallel,
             max_node_inflow=config.max_node_inflow,
         )
-        warn_stuck(fixed.stuck)
     broken = fixed.needed
     repair_note = ""
     if broken and fixed.proposal is not None and fixed.plan is not None:
