@@ -617,26 +617,15 @@ class Executor:
             p in coming for j in members for p in state.constraints.hard_neg[j].tolist()
         ):
             return "wait"  # an anti-affinity partner was just started towards the target
-        # Partners of the bundle that are not in this group stay where they are.
-        allowed = state.allowed(bundle)
         n = cluster.node_index[target.name]
-        if allowed[n]:
+        refusal = _refusal(state, bundle, n)
+        if refusal is None:
             return None
-        reason = state.constraints.rejection(
-            int(bundle[0]),
-            n,
-            _without(state.assign, bundle),
-            state.constraints.capacity.limit - _committed_without(state, bundle),
-            sum(
-                (state.constraints.guest_demand(j) for j in bundle.tolist()),
-                np.zeros(len(state.constraints.capacity.dims)),
-            ),
-        )
         # Room and anti-affinity can come free as migrations in flight end: wait for them.
         in_flight = self._running or any(g.migrating_to for g in cluster.guests)
-        if in_flight and (reason is None or reason.startswith(("capacity", "hard anti-affinity"))):
+        if in_flight and refusal[0] in ("capacity", "anti-affinity"):
             return "wait"
-        return f"{moves[0].guest} → {target.name}: {reason or 'not allowed'}"
+        return f"{moves[0].guest} → {target.name}: {refusal[1]}"
 
     def _start(self, queued: _Queued) -> bool:
         """Start one migration: the intent is recorded first, then the request is sent."""
@@ -719,8 +708,11 @@ class Executor:
         if any((m.guest, m.target) in self._refused for m in plan.moves):
             # The new order needs a move (a parking one) that the preconditions just refused.
             for move in plan.moves:
-                why = "the new order needs a move the preconditions refused"
-                self._emit("skipped", Move(move.guest, move.source, move.target), why)
+                self._emit(
+                    "skipped",
+                    Move(move.guest, move.source, move.target),
+                    "the new order needs a move the preconditions refused",
+                )
             plan = replace(plan, moves=())
         # Steps continue after those in flight, so the ordering rule keeps them behind.
         offset = max((r.step for r in self._running.values()), default=0)
@@ -746,6 +738,32 @@ class Executor:
         if (guest, node) in self._refused:
             return "refused by the preconditions"
         return None
+
+
+def _refusal(state: PlacementState, bundle: np.ndarray, n: int) -> tuple[str, str] | None:
+    """The first hard filter that refuses moving ``bundle`` to node ``n`` now, with its sentence;
+    ``None`` when the move may start.
+
+    As in the planner's model of the states in between, hard affinity refuses a move only when
+    it would part a guest from partners it is with now: a guest already apart from them (a
+    repair parks it, or brings it to them in steps) may go where the plan sends it.
+    """
+    cons = state.constraints
+    assign = _without(state.assign, bundle)
+    headroom = cons.capacity.limit - _committed_without(state, bundle)
+    demand = sum((cons.guest_demand(j) for j in bundle.tolist()), np.zeros(len(cons.capacity.dims)))
+    for j in bundle.tolist():
+        for name, mask in cons.hard_masks(j, assign, headroom, demand):
+            if mask[n] or (name == "affinity" and not _with_partners(state, j, bundle)):
+                continue
+            return name, cons.explain(name, j, n, assign, headroom, demand)
+    return None
+
+
+def _with_partners(state: PlacementState, j: int, bundle: np.ndarray) -> bool:
+    """Whether guest ``j`` shares its node with a hard-affinity partner outside ``bundle``."""
+    partners = np.setdiff1d(state.constraints.hard_pos[j], bundle)
+    return bool(np.any(state.assign[partners] == state.assign[j]))
 
 
 def _online(cluster: Cluster, node: str) -> bool:
