@@ -141,6 +141,7 @@ def cmd_show(args: argparse.Namespace) -> int:
             {
                 "name": cluster.name,
                 "mode": cluster.settings.mode,
+                "balance_source": cluster.settings.balance_source,
                 "nodes": [
                     {
                         "name": n.name,

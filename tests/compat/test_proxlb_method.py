@@ -1,8 +1,8 @@
 """A proxlb-solver scenario's ``balancing.method`` is what every strategy balances.
 
-The method becomes the imported cluster's :class:`~opendrs.model.cluster.Settings` (usage mode and
-resource weights, :func:`~opendrs.compat.proxlb.balance_metric`); every strategy reads those, and
-the lower bounds hold only the balanced resources to a target.
+The method becomes the imported cluster's :class:`~opendrs.model.cluster.Settings` (usage mode,
+balance source and resource weights, :func:`~opendrs.compat.proxlb.balance_metric`); every strategy
+reads those, and the lower bounds hold only the balanced resources to a target.
 """
 
 from __future__ import annotations
@@ -62,27 +62,30 @@ STRATEGIES = (
 @pytest.mark.parametrize(
     ("method", "mode", "expected", "approximate"),
     [
-        ("memory", "used", ("static", 0.0, 1.0), False),
-        ("memory", "assigned", ("static", 0.0, 1.0), False),
-        ("cpu", "used", ("dynamic", 1.0, 0.0), False),
-        ("cpu", "assigned", ("static", 1.0, 0.0), False),
-        ("cpu_psi", "used", ("dynamic", 1.0, 0.0), True),
-        ("cpu", "psi", ("dynamic", 1.0, 0.0), True),
-        ("memory_psi", "used", ("static", 0.0, 1.0), True),
-        ("memory", "psi", ("static", 0.0, 1.0), True),
-        ("cpu_smart", "assigned", ("static", 1.0, 0.0), True),
-        ("memory_smart", "used", ("static", 0.0, 1.0), True),
-        ("global_smart", "used", ("dynamic", 20.0, 20.0), True),
-        ("disk", "used", ("static", 1.0, 1.0), True),
-        ("io_psi", "used", ("static", 1.0, 1.0), True),
-        ("io_smart", "used", ("static", 1.0, 1.0), True),
+        ("memory", "used", ("static", 0.0, 1.0, "usage"), False),
+        ("memory", "assigned", ("static", 0.0, 1.0, "usage"), False),
+        ("cpu", "used", ("dynamic", 1.0, 0.0, "usage"), False),
+        ("cpu", "assigned", ("static", 1.0, 0.0, "usage"), False),
+        ("cpu_psi", "used", ("static", 1.0, 0.0, "pressure"), False),
+        ("cpu_psi", "assigned", ("static", 1.0, 0.0, "pressure"), False),
+        ("cpu", "psi", ("static", 1.0, 0.0, "pressure"), False),
+        ("memory_psi", "used", ("static", 0.0, 1.0, "pressure"), False),
+        ("memory", "psi", ("static", 0.0, 1.0, "pressure"), False),
+        # The loader's smart weights are 1 / 1: pressure on the tie, noted.
+        ("cpu_smart", "assigned", ("static", 1.0, 0.0, "pressure"), True),
+        ("memory_smart", "used", ("static", 0.0, 1.0, "pressure"), True),
+        ("global_smart", "used", ("static", 20.0, 20.0, "pressure"), True),
+        ("disk", "used", ("static", 1.0, 1.0, "usage"), True),
+        ("disk", "psi", ("static", 1.0, 1.0, "usage"), True),
+        ("io_psi", "used", ("static", 1.0, 1.0, "usage"), True),
+        ("io_smart", "used", ("static", 1.0, 1.0, "usage"), True),
     ],
 )
 def test_each_method_becomes_the_clusters_balance(
-    method: str, mode: str, expected: tuple[str, float, float], approximate: bool
+    method: str, mode: str, expected: tuple[str, float, float, str], approximate: bool
 ) -> None:
     metric = balance_metric(Balancing(method=method, mode=mode))
-    assert (metric.mode, metric.weight_cpu, metric.weight_memory) == expected
+    assert (metric.mode, metric.weight_cpu, metric.weight_memory, metric.source) == expected
     assert (metric.note is not None) == approximate
 
 
@@ -95,22 +98,75 @@ def test_smart_weights_without_pressure_are_exact() -> None:
         0.0,
         None,
     )
+    assert metric.source == "usage"
     weights["w_global_cpu"] = 5
     metric = balance_metric(Balancing(method="global_smart", weights=weights))
     assert (metric.weight_cpu, metric.weight_memory, metric.note) == (5.0, 10.0, None)
+    assert metric.source == "usage"
+
+
+@pytest.mark.parametrize(
+    ("method", "weights", "has_pressure", "expected", "approximate"),
+    [
+        # One part constant: the other alone, exactly.
+        ("cpu_smart", {"w_cpu_usage": 0}, None, ("static", 1.0, 0.0, "pressure"), False),
+        ("cpu_smart", {}, {"cpu": False}, ("dynamic", 1.0, 0.0, "usage"), False),
+        ("memory_smart", {}, {"memory": False}, ("static", 0.0, 1.0, "usage"), False),
+        ("memory_smart", {"w_mem_usage": 0}, None, ("static", 0.0, 1.0, "pressure"), False),
+        # Both parts: the heavier one, noted.
+        ("cpu_smart", {"w_cpu_usage": 2}, None, ("dynamic", 1.0, 0.0, "usage"), True),
+        ("memory_smart", {"w_mem_psi": 2}, None, ("static", 0.0, 1.0, "pressure"), True),
+        # global_smart: usage parts 10·1 + 10·1 against pressure parts 10·1 (cpu) + 0 (memory).
+        ("global_smart", {}, {"memory": False}, ("dynamic", 20.0, 10.0, "usage"), True),
+        (
+            "global_smart",
+            {"w_cpu_usage": 0, "w_mem_usage": 0, "w_global_io": 0},
+            None,
+            ("static", 10.0, 10.0, "pressure"),
+            False,
+        ),
+    ],
+)
+def test_smart_methods_balance_one_source(
+    method: str,
+    weights: dict[str, float],
+    has_pressure: dict[str, bool] | None,
+    expected: tuple[str, float, float, str],
+    approximate: bool,
+) -> None:
+    balancing = Balancing(method=method, weights={**Balancing().weights, **weights})
+    metric = balance_metric(balancing, has_pressure)
+    assert (metric.mode, metric.weight_cpu, metric.weight_memory, metric.source) == expected
+    assert (metric.note is not None) == approximate
 
 
 def test_the_imported_cluster_carries_the_method_and_notes_approximations() -> None:
     memory = scenario(MEMORY_EVEN.replace("METHOD", "memory"))
     settings = memory.cluster.settings
     assert (settings.mode, settings.weight_cpu, settings.weight_memory) == ("static", 0.0, 1.0)
+    assert settings.balance_source == "usage"
     assert not any("balancing.method" in n for n in memory.notes)
     psi = scenario(MEMORY_EVEN.replace("METHOD", "cpu_psi"))
     settings = psi.cluster.settings
-    assert (settings.mode, settings.weight_cpu, settings.weight_memory) == ("dynamic", 1.0, 0.0)
-    assert any(n.startswith("balancing.method cpu_psi:") and "only optimal" in n for n in psi.notes)
+    assert (settings.mode, settings.weight_cpu, settings.weight_memory) == ("static", 1.0, 0.0)
+    assert settings.balance_source == "pressure"
+    assert not any("balancing.method" in n for n in psi.notes)
     # optimal still gets the method itself, exactly.
     assert psi.options["method"] == "cpu_psi"
+    # cpu_smart with no guest's CPU pressure: its pressure part is constant, usage is exact.
+    smart = scenario(MEMORY_EVEN.replace("METHOD", "cpu_smart"))
+    assert smart.cluster.settings.balance_source == "usage"
+    assert not any("balancing.method" in n for n in smart.notes)
+    stalling = scenario(
+        MEMORY_EVEN.replace("METHOD", "cpu_smart").replace(
+            "memory_gb: 8}", "memory_gb: 8, cpu_pressure: 3}", 1
+        )
+    )
+    assert stalling.cluster.settings.balance_source == "pressure"
+    assert any(
+        n.startswith("balancing.method cpu_smart:") and "only optimal balances both" in n
+        for n in stalling.notes
+    )
 
 
 # --------------------------------------------------------------------------------------------

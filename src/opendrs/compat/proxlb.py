@@ -15,9 +15,10 @@ entry restricts its guest further (the allowed nodes are the intersection); ``af
 ``anti_affinity`` rules are hard unless ``hard: false``; ``ignore`` keeps a guest where it is.
 Unknown keys are ignored, as proxlb-solver does (each is listed in :attr:`Scenario.notes`).
 
-The opendrs cluster's usage mode and resource weights are the scenario's ``balancing.method``
-(:func:`balance_metric`: ``memory`` balances configured memory alone, ``cpu`` measured CPU use or
-vCPUs alone, …), so every strategy balances what the scenario asks for; ``cpu_usage`` is the
+The opendrs cluster's usage mode, balance source and resource weights are the scenario's
+``balancing.method`` (:func:`balance_metric`: ``memory`` balances configured memory alone, ``cpu``
+measured CPU use or vCPUs alone, ``cpu_psi`` the guests' CPU pressure alone, …), so every strategy
+balances what the scenario asks for; ``cpu_usage`` is the
 measured CPU use, containers may move by restart and local disks may be copied. ``evacuate_node``
 puts that node in maintenance. Node reserves become node reserves. **Storage**: proxlb-solver takes
 a node's *free* space as its capacity, so guests that already sit on a pool count twice and a valid
@@ -48,7 +49,16 @@ from opendrs.engine.planner import Plan, plan_with_retries
 from opendrs.engine.policy import strategy_problem
 from opendrs.engine.strategies import get_strategy
 from opendrs.engine.strategies import optimal as _optimal  # registers "optimal"
-from opendrs.model.cluster import Cluster, Disk, Guest, Node, Pressure, Settings, UsageMode
+from opendrs.model.cluster import (
+    BalanceSource,
+    Cluster,
+    Disk,
+    Guest,
+    Node,
+    Pressure,
+    Settings,
+    UsageMode,
+)
 from opendrs.model.document import Reader, describe, parse, read_file, render_path
 from opendrs.model.rules import GuestAffinity, NodeAffinity, Rules
 from opendrs.model.snapshot import MAX_BYTES, MAX_CORES, MAX_RATIO, MIN_NODE_CORES, SnapshotError
@@ -310,72 +320,116 @@ class ScenarioResult:
 class BalanceMetric:
     """What the imported cluster's :class:`Settings` balance for a scenario's method.
 
-    ``mode`` is the usage mode and ``weight_cpu``/``weight_memory`` the resource weights every
-    opendrs strategy reads (:func:`balance_metric`); ``note`` says where that only approximates
-    proxlb-solver's spread (``None``: it is the same up to guest priorities).
+    ``mode`` is the usage mode, ``weight_cpu``/``weight_memory`` the resource weights and
+    ``source`` the balance source (``usage`` or ``pressure``) every opendrs strategy reads
+    (:func:`balance_metric`); ``note`` says where that only approximates proxlb-solver's
+    objective (``None``: it is the same up to a constant factor).
     """
 
     mode: UsageMode
     weight_cpu: float
     weight_memory: float
     note: str | None = None
+    source: BalanceSource = "usage"
 
 
-def balance_metric(balancing: Balancing) -> BalanceMetric:
+def balance_metric(
+    balancing: Balancing, has_pressure: Mapping[str, bool] | None = None
+) -> BalanceMetric:
     """The scenario's ``balancing.method`` (and ``mode``) as the cluster's balance settings.
 
-    Every opendrs strategy balances the cpu and memory load fractions of the cluster's usage mode,
-    weighted by ``Settings.weight_cpu/weight_memory``; the method picks them:
+    Every opendrs strategy balances the cpu and memory columns of the cluster's
+    :class:`~opendrs.engine.usage.LoadModel` — the usage mode's load, or with ``balance_source:
+    pressure`` each guest's pressure × priority / 2 against 100 per node — weighted by
+    ``Settings.weight_cpu/weight_memory``; the method picks them:
 
     * ``memory``: configured memory alone (static mode, weights 0 / 1) — proxlb-solver's spread.
     * ``cpu``: the cpu fraction alone (weights 1 / 0) — measured use (``cpu_usage``, dynamic mode)
       in ``used`` mode, vCPUs (static mode) in ``assigned`` mode, as proxlb-solver counts it.
-    * ``cpu_psi``, ``memory_psi`` (and ``cpu``/``memory`` in ``mode: psi``), ``cpu_smart``,
-      ``memory_smart``: the resource the pressure is about — measured CPU use, configured memory.
-      An approximation: opendrs's load model has no pressure column, so only ``optimal`` balances
-      the pressure itself (Σ pressure · priority / 100, proxlb-solver's footprint model).
+    * ``cpu_psi``, ``memory_psi`` (and ``cpu``/``memory`` in ``mode: psi``): that pressure alone
+      (``pressure``, weights 1 / 0 or 0 / 1) — proxlb-solver's footprint Σ pressure · priority /
+      100, halved (the same placements balance). Static mode: the hard capacity checks are
+      configured vCPUs × overcommit and configured memory, proxlb-solver's.
+    * ``cpu_smart``, ``memory_smart``: proxlb-solver adds two spreads, ``w_X_usage`` · the usage
+      spread + ``w_X_psi`` · the pressure spread; a cluster balances one source. Exact when one
+      part is constant — its weight is 0, or no guest has that pressure (``has_pressure``, by
+      resource: ``None`` means every resource has some): then the other alone. Otherwise the part
+      with the larger weight (pressure on a tie), with a note: the other part is left out.
     * ``global_smart``: cpu and memory weighted ``w_global_cpu · (w_cpu_usage + w_cpu_psi)`` and
-      ``w_global_mem · (w_mem_usage + w_mem_psi)``; its io part is left out.
+      ``w_global_mem · (w_mem_usage + w_mem_psi)`` (a psi weight counts only where a guest has
+      that pressure); pressure is balanced when its weighted parts weigh at least as much as the
+      usage parts (``w_global_R · w_R_psi`` against ``w_global_R · w_R_usage``), usage otherwise.
+      Exact when the other source's parts all weigh 0 and there is no io part.
     * ``disk``, ``io_psi``, ``io_smart`` (and ``disk`` in ``mode: psi``): opendrs's strategies
       have no disk or io balance; they keep opendrs's own (configured vCPUs and memory, equal
       weights). Only ``optimal`` balances them.
 
-    Guest priorities (1–3) weigh footprints in ``optimal`` only; with every guest at the same
-    priority (the usual case) the balanced placements are the same.
+    ``optimal`` itself always gets the method and models it exactly, priorities included.
     """
     method, mode, w = balancing.method, balancing.mode, balancing.weights
     if mode == "psi" and method in _PSI_OF:
         method = _PSI_OF[method]
+    present = {"cpu": True, "memory": True, "io": True, **(has_pressure or {})}
     cpu_mode: UsageMode = "static" if mode == "assigned" else "dynamic"
     if method == "memory":
         return BalanceMetric("static", 0.0, 1.0)
     if method == "cpu":
         return BalanceMetric(cpu_mode, 1.0, 0.0)
-    only = "only optimal balances the pressure itself"
-    if method in ("cpu_psi", "cpu_smart"):
-        approx = method == "cpu_psi" or w["w_cpu_psi"] > 0
-        note = f"opendrs's own strategies balance measured CPU use; {only}" if approx else None
-        return BalanceMetric(cpu_mode, 1.0, 0.0, note)
-    if method in ("memory_psi", "memory_smart"):
-        approx = method == "memory_psi" or w["w_mem_psi"] > 0
-        note = f"opendrs's own strategies balance configured memory; {only}" if approx else None
-        return BalanceMetric("static", 0.0, 1.0, note)
+    if method == "cpu_psi":
+        return BalanceMetric("static", 1.0, 0.0, source="pressure")
+    if method == "memory_psi":
+        return BalanceMetric("static", 0.0, 1.0, source="pressure")
+    if method in ("cpu_smart", "memory_smart"):
+        resource = method.removesuffix("_smart")
+        key = "mem" if resource == "memory" else "cpu"
+        w_usage, w_psi = w[f"w_{key}_usage"], w[f"w_{key}_psi"]
+        cols = (1.0, 0.0) if resource == "cpu" else (0.0, 1.0)
+        usage_mode: UsageMode = cpu_mode if resource == "cpu" else "static"
+        used = "measured CPU use" if cpu_mode == "dynamic" else "vCPUs"
+        what = used if resource == "cpu" else "configured memory"
+        if w_psi <= 0 or not present[resource]:
+            return BalanceMetric(usage_mode, *cols)
+        if w_usage <= 0:
+            return BalanceMetric("static", *cols, source="pressure")
+        if w_psi >= w_usage:
+            note = (
+                f"opendrs's own strategies balance {resource} pressure alone (w_{key}_psi "
+                f"{w_psi:g} ≥ w_{key}_usage {w_usage:g}), leaving out the {what} spread; only "
+                "optimal balances both"
+            )
+            return BalanceMetric("static", *cols, note, "pressure")
+        note = (
+            f"opendrs's own strategies balance {what} alone (w_{key}_usage {w_usage:g} > "
+            f"w_{key}_psi {w_psi:g}), leaving out the {resource} pressure spread; only optimal "
+            "balances both"
+        )
+        return BalanceMetric(usage_mode, *cols, note)
     if method == "global_smart":
-        cpu = w["w_global_cpu"] * (w["w_cpu_usage"] + w["w_cpu_psi"])
-        memory = w["w_global_mem"] * (w["w_mem_usage"] + w["w_mem_psi"])
+        psi_cpu = w["w_cpu_psi"] if present["cpu"] else 0.0
+        psi_mem = w["w_mem_psi"] if present["memory"] else 0.0
+        usage_part = w["w_global_cpu"] * w["w_cpu_usage"] + w["w_global_mem"] * w["w_mem_usage"]
+        psi_part = w["w_global_cpu"] * psi_cpu + w["w_global_mem"] * psi_mem
+        cpu = w["w_global_cpu"] * (w["w_cpu_usage"] + psi_cpu)
+        memory = w["w_global_mem"] * (w["w_mem_usage"] + psi_mem)
+        pressure = psi_part > 0 and psi_part >= usage_part
         parts = []
-        if w["w_cpu_psi"] > 0 or w["w_mem_psi"] > 0:
-            parts.append("pressure as the CPU use and memory it is about")
+        if pressure and usage_part > 0:
+            parts.append("pressure standing in for the usage parts")
+        elif not pressure and psi_part > 0:
+            parts.append("the usage standing in for the pressure parts")
         if w["w_global_io"] > 0:
             parts.append("no io part")
+        source = "pressure" if pressure else "usage"
         note = (
-            f"opendrs's own strategies balance cpu and memory weighted {cpu:g} / {memory:g} "
-            f"({', '.join(parts)}); only optimal balances the whole method"
+            f"opendrs's own strategies balance cpu and memory {source} weighted "
+            f"{cpu:g} / {memory:g} ({', '.join(parts)}); only optimal balances the whole method"
             if parts
             else None
         )
         if cpu <= 0 and memory <= 0:
             return BalanceMetric("static", 1.0, 1.0, note)
+        if pressure:
+            return BalanceMetric("static", float(cpu), float(memory), note, "pressure")
         return BalanceMetric(cpu_mode if cpu > 0 else "static", float(cpu), float(memory), note)
     # disk, io_psi, io_smart
     return BalanceMetric(
@@ -898,13 +952,18 @@ class _Reader(Reader):
             NodeAffinity(f"pin {vm}", (vm,), {n: 0 for n in sorted(nodes_)}, strict=True)
             for vm, nodes_ in sorted(allowed.items())
         )
-        metric = balance_metric(balancing)
+        has_pressure = {
+            resource: any(getattr(vm, f"{resource}_pressure") * vm.priority > 0 for vm in vms)
+            for resource in ("cpu", "memory", "io")
+        }
+        metric = balance_metric(balancing, has_pressure)
         if metric.note is not None:
             self.notes.append(f"balancing.method {balancing.method}: {metric.note}")
         settings = Settings(
             mode=metric.mode,
             weight_cpu=metric.weight_cpu,
             weight_memory=metric.weight_memory,
+            balance_source=metric.source,
             cpu_overcommit=balancing.cpu_overcommit,
             memory_overcommit=1.0,
             allow_restart_migration=True,

@@ -307,7 +307,9 @@ def migration_lower_bound(
     With one direction per resource and ``λ ∈ {0, 1}`` it is the first bound; mixed directions
     capture that a node which must shed much cpu but little memory cannot use its biggest guests.
 
-    The moved-memory bound is the larger of the memory excesses and deficits.
+    The moved-memory bound is the larger of the memory excesses and deficits; it is 0 when the
+    memory column does not count bytes (basic mode counts guests, ``balance_source: pressure``
+    balances pressure).
     """
     parts = arch_parts(cluster)
     if len(parts) > 1:
@@ -348,7 +350,7 @@ def migration_lower_bound(
             spread=spread_lb,
             target_spread={r: float(target[i]) for i, r in enumerate(RESOURCES)},
             migrations=int(leaving.sum()),
-            moved_bytes=int(memory) if loads.mode != "basic" else 0,
+            moved_bytes=int(memory) if loads.memory_is_bytes else 0,
             resources=chosen,
         )
     total = _redistributable_total(loads, usable, movable)
@@ -371,7 +373,7 @@ def migration_lower_bound(
             # Everything movable on an unusable node must leave.
             count = int(on_node.sum())
             out_count += count
-            out_bytes += float(demand[on_node, memory_col].sum()) if loads.mode != "basic" else 0.0
+            out_bytes += float(demand[on_node, memory_col].sum()) if loads.memory_is_bytes else 0.0
             continue
         excess = node_load[n] - (mean + target) * cap[n]
         deficit = (mean - target) * cap[n] - node_load[n]
@@ -384,7 +386,7 @@ def migration_lower_bound(
                 need = _cover_count(sizes, excess[r])
                 k = max(k, need if need else int(on_node.sum()))
         out_count += k
-        if memory_col in cols and excess[memory_col] > 0 and loads.mode != "basic":
+        if memory_col in cols and excess[memory_col] > 0 and loads.memory_is_bytes:
             out_bytes += float(excess[memory_col])
         k_in = 0
         for r in cols:
@@ -392,7 +394,7 @@ def migration_lower_bound(
                 k_in = max(k_in, _cover_count(sorted_all[r], deficit[r]))
                 in_need[r] += deficit[r]
         in_counts.append(k_in)
-    in_bytes = float(in_need[memory_col]) if loads.mode != "basic" else 0.0
+    in_bytes = float(in_need[memory_col]) if loads.memory_is_bytes else 0.0
     joint = _joint_migration_bound(
         demand[:, cols], loads.assign, movable, usable, low[:, cols], high[:, cols]
     )

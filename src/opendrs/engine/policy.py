@@ -391,10 +391,18 @@ def may_need_repair(cluster: Cluster, loads: LoadModel | None = None) -> bool:
     if np.any(configured > ram_limit + tolerance(ram_limit)):
         return True
     if settings.mode == "dynamic":
-        model = loads if loads is not None else LoadModel.build(cluster)
+        model = _usage_loads(cluster, loads)
         if np.any(model.loads() > model.capacity + tolerance(model.capacity)):
             return True
     return False
+
+
+def _usage_loads(cluster: Cluster, loads: LoadModel | None) -> LoadModel:
+    """``loads`` when it counts measured usage, else the cluster's usage :class:`LoadModel`: the
+    capacity checks read usage, even where pressure is what is balanced."""
+    if loads is not None and loads.source == "usage":
+        return loads
+    return LoadModel.build(cluster, source="usage")
 
 
 def _label(metric: str) -> str:
@@ -607,6 +615,7 @@ class RecentUsage:
         self._check(cluster)
         if loads.mode != "dynamic":
             return False
+        loads = _usage_loads(cluster, loads)
         now_cpu = _measured([g.cpu_used for g in cluster.guests])
         now_memory = _measured([g.memory_used for g in cluster.guests])
         demand = loads.demand.copy()

@@ -5,7 +5,10 @@ Two views, both as numpy arrays over (guest, resource) and (node, resource):
 * **Balance load** (:class:`LoadModel`) — what the imbalance metrics see, in the three modes of
   Proxmox CRS: ``basic`` (each guest counts 1), ``static`` (configured vCPUs and memory) and
   ``dynamic`` (measured cores and bytes, plus the host's own load). Fractions are taken against
-  the node's capacity less its reserves.
+  the node's capacity less its reserves. With ``Settings.balance_source = "pressure"`` the load
+  is pressure instead, whatever the mode: each guest's cpu and memory PSI (percent) weighted by
+  its ``priority / 2``, against 100 on every node, with no host load (proxlb-solver's PSI
+  footprint, up to the constant factor 2: its priority 2, the default, counts a pressure as it is).
 * **Capacity** (:class:`CapacityModel`) — what the hard capacity checks see: configured vCPUs
   against cores × overcommit, configured memory against memory × overcommit, measured use (in
   dynamic mode) against the physical capacity, and local disks against each node's storage pools,
@@ -23,10 +26,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from opendrs.model.cluster import Cluster, Guest, UsageMode
+from opendrs.model.cluster import BalanceSource, Cluster, Guest, UsageMode
 
 #: Resources that the balance metrics consider, in column order.
 RESOURCES: tuple[str, ...] = ("cpu", "memory")
+#: A node's balance capacity when pressure is balanced: pressure is a percentage.
+PRESSURE_CAPACITY = 100.0
+#: The priority at which a guest's pressure counts as it is (proxlb-solver's default priority).
+PRESSURE_PRIORITY = 2
 
 
 def arch_groups(cluster: Cluster, mask: np.ndarray) -> tuple[tuple[str, ...], np.ndarray]:
@@ -87,10 +94,25 @@ def loaded_nodes(guest: Guest) -> tuple[str, ...]:
     return (guest.node,)
 
 
-def guest_demand(cluster: Cluster, mode: UsageMode | None = None) -> np.ndarray:
-    """Balance load of each guest, shape (guests, len(RESOURCES)), as float64."""
+def guest_demand(
+    cluster: Cluster, mode: UsageMode | None = None, source: BalanceSource | None = None
+) -> np.ndarray:
+    """Balance load of each guest, shape (guests, len(RESOURCES)), as float64.
+
+    With ``source`` (default: the cluster's ``balance_source``) ``pressure``: each guest's cpu
+    and memory pressure times ``priority / 2``, whatever the mode.
+    """
     mode = mode or cluster.settings.mode
+    source = source or cluster.settings.balance_source
     guests = cluster.guests
+    if source == "pressure":
+        return (
+            np.array(
+                [[g.pressure.cpu * g.priority, g.pressure.memory * g.priority] for g in guests],
+                dtype=np.float64,
+            ).reshape(len(guests), len(RESOURCES))
+            / PRESSURE_PRIORITY
+        )
     if mode == "basic":
         return np.ones((len(guests), len(RESOURCES)))
     if mode == "static":
@@ -102,13 +124,19 @@ def guest_demand(cluster: Cluster, mode: UsageMode | None = None) -> np.ndarray:
     )
 
 
-def node_capacity(cluster: Cluster, mode: UsageMode | None = None) -> np.ndarray:
+def node_capacity(
+    cluster: Cluster, mode: UsageMode | None = None, source: BalanceSource | None = None
+) -> np.ndarray:
     """Balance capacity of each node net of reserves, shape (nodes, len(RESOURCES)).
 
-    In basic mode every node has capacity 1, so a node's load is its guest count.
+    In basic mode every node has capacity 1, so a node's load is its guest count. When pressure
+    is balanced (``source``, default the cluster's), every node has 100 (percent).
     """
     mode = mode or cluster.settings.mode
+    source = source or cluster.settings.balance_source
     nodes = cluster.nodes
+    if source == "pressure":
+        return np.full((len(nodes), len(RESOURCES)), PRESSURE_CAPACITY)
     if mode == "basic":
         return np.ones((len(nodes), len(RESOURCES)))
     cap = np.array(
@@ -124,10 +152,14 @@ def node_capacity(cluster: Cluster, mode: UsageMode | None = None) -> np.ndarray
     return cap
 
 
-def node_base(cluster: Cluster, mode: UsageMode | None = None) -> np.ndarray:
-    """The host's own load (dynamic mode only), shape (nodes, len(RESOURCES))."""
+def node_base(
+    cluster: Cluster, mode: UsageMode | None = None, source: BalanceSource | None = None
+) -> np.ndarray:
+    """The host's own load (dynamic mode only, never when pressure is balanced), shape
+    (nodes, len(RESOURCES))."""
     mode = mode or cluster.settings.mode
-    if mode != "dynamic":
+    source = source or cluster.settings.balance_source
+    if mode != "dynamic" or source == "pressure":
         return np.zeros((len(cluster.nodes), len(RESOURCES)))
     return np.array(
         [[n.base_cpu, float(n.base_memory)] for n in cluster.nodes], dtype=np.float64
@@ -161,7 +193,12 @@ def accumulate(
 
 @dataclass(frozen=True)
 class LoadModel:
-    """Balance load of a cluster as arrays; cheap to re-evaluate for another placement."""
+    """Balance load of a cluster as arrays; cheap to re-evaluate for another placement.
+
+    ``source`` says what the load is: ``usage`` (the ``mode``'s cores and bytes, or guest counts)
+    or ``pressure`` (PSI percent × priority / 2 against 100 per node; ``mode`` then only names
+    the cluster's usage mode). The hard capacity checks never read it: :class:`CapacityModel`.
+    """
 
     mode: UsageMode
     demand: np.ndarray  # (G, R)
@@ -174,10 +211,17 @@ class LoadModel:
     #: Extra loads of migrations in progress: (guest index, node index) pairs beyond ``assign``.
     extra_guest: np.ndarray
     extra_node: np.ndarray
+    #: What the load is: ``usage`` or ``pressure`` (see the class docstring).
+    source: BalanceSource = "usage"
 
     @classmethod
-    def build(cls, cluster: Cluster, mode: UsageMode | None = None) -> LoadModel:
+    def build(
+        cls, cluster: Cluster, mode: UsageMode | None = None, source: BalanceSource | None = None
+    ) -> LoadModel:
+        """The balance load of ``cluster`` in ``mode`` and from ``source`` (default: the
+        cluster's settings)."""
         mode = mode or cluster.settings.mode
+        source = source or cluster.settings.balance_source
         gi, ni = _load_pairs(cluster)
         assign = np.array(
             [cluster.node_index.get(g.node, -1) for g in cluster.guests], dtype=np.intp
@@ -187,18 +231,24 @@ class LoadModel:
         active[gi[on_own]] = True
         return cls(
             mode=mode,
-            demand=guest_demand(cluster, mode),
-            capacity=node_capacity(cluster, mode),
-            base=node_base(cluster, mode),
+            demand=guest_demand(cluster, mode, source),
+            capacity=node_capacity(cluster, mode, source),
+            base=node_base(cluster, mode, source),
             assign=assign,
             active=active,
             extra_guest=gi[~on_own],
             extra_node=ni[~on_own],
+            source=source,
         )
 
     @property
     def n_nodes(self) -> int:
         return int(self.capacity.shape[0])
+
+    @property
+    def memory_is_bytes(self) -> bool:
+        """Whether the memory column counts bytes (not guests, not pressure)."""
+        return self.source == "usage" and self.mode != "basic"
 
     def loads(self, assign: np.ndarray | None = None) -> np.ndarray:
         """Node loads (N, R) for ``assign`` (default: the current placement)."""

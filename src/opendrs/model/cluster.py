@@ -17,10 +17,13 @@ from opendrs.model.rules import Rules
 GuestKind = Literal["vm", "ct"]
 GuestState = Literal["running", "stopped", "paused"]
 UsageMode = Literal["basic", "static", "dynamic"]
+BalanceSource = Literal["usage", "pressure"]
 
 GUEST_KINDS: tuple[str, ...] = ("vm", "ct")
 GUEST_STATES: tuple[str, ...] = ("running", "stopped", "paused")
 USAGE_MODES: tuple[str, ...] = ("basic", "static", "dynamic")
+#: What the balance objective evens out: the usage mode's load, or pressure (PSI).
+BALANCE_SOURCES: tuple[str, ...] = ("usage", "pressure")
 
 #: Proxmox HA service states (``PVE::HA::Manager``); see :mod:`opendrs.engine.usage`.
 HA_STATES: tuple[str, ...] = (
@@ -172,12 +175,24 @@ class Settings:
     #: Weights of the resources in the combined balance objective.
     weight_cpu: float = 1.0
     weight_memory: float = 1.0
+    #: What is balanced: ``usage`` — the load of ``mode`` — or ``pressure`` — each guest's cpu and
+    #: memory pressure (PSI, percent) weighted by ``priority / 2``, against 100 per node, whatever
+    #: the mode (see :class:`~opendrs.engine.usage.LoadModel`). The hard capacity checks follow
+    #: ``mode`` either way.
+    balance_source: BalanceSource = "usage"
     #: Migrations running at once in the cluster, and into any one node.
     max_parallel: int = 4
     max_node_inflow: int = 1
     #: Migration cost: ``max(1, ⌊memory/cost_unit⌋) + cost_disk_factor·⌊local disk/cost_unit⌋``.
     cost_unit: int = 256 * 1024**2
     cost_disk_factor: float = 4.0
+
+    def __post_init__(self) -> None:
+        if self.balance_source not in BALANCE_SOURCES:
+            raise ValueError(
+                f"balance_source: expected one of {', '.join(BALANCE_SOURCES)}, "
+                f"got {self.balance_source!r}"
+            )
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,7 @@ from typing import Any, Final
 import yaml
 
 from opendrs.model.cluster import (
+    BALANCE_SOURCES,
     GUEST_KINDS,
     GUEST_STATES,
     HA_STATES,
@@ -101,6 +102,7 @@ _PRESSURE_KEYS: Final = ("cpu", "memory", "io", "memory_full", "io_full")
 _TOP_KEYS: Final = ("version", "name", "settings", "storage", "nodes", "guests", "rules")
 _SETTINGS_KEYS: Final = (
     "mode",
+    "balance_source",
     "cpu_overcommit",
     "memory_overcommit",
     "reserve",
@@ -303,6 +305,10 @@ class SnapshotReader(Reader):
         fields: dict[str, Any] = {}
         if "mode" in mapping:
             fields["mode"] = self.choice(mapping["mode"], (*path, "mode"), USAGE_MODES)
+        if "balance_source" in mapping:
+            fields["balance_source"] = self.choice(
+                mapping["balance_source"], (*path, "balance_source"), BALANCE_SOURCES
+            )
         for key in ("cpu_overcommit", "memory_overcommit"):
             if key in mapping:
                 fields[key] = self.number(
@@ -724,6 +730,8 @@ def _settings_out(settings: Settings) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if settings.mode != default.mode:
         out["mode"] = settings.mode
+    if settings.balance_source != default.balance_source:
+        out["balance_source"] = settings.balance_source
     for key in ("cpu_overcommit", "memory_overcommit"):
         if getattr(settings, key) != getattr(default, key):
             out[key] = _num(getattr(settings, key))

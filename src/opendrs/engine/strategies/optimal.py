@@ -30,7 +30,8 @@ fixed on its node.
 
 * ``balance`` (opendrs's default) — the cpu and memory fractions of the cluster's usage mode
   (:class:`~opendrs.engine.usage.LoadModel`: basic, static or dynamic, net of reserves, the host's
-  own load included), each scaled by its share of ``Settings.weight_cpu/weight_memory``.
+  own load included), or of its guests' pressure with ``Settings.balance_source = "pressure"``,
+  each scaled by its share of ``Settings.weight_cpu/weight_memory``.
 * proxlb-solver's methods, exactly as its model (reference §2): ``memory`` (configured memory in
   MiB), ``cpu`` (measured use, or vCPUs with ``usage="assigned"``), ``disk`` (local disks against
   the node's storage), ``cpu_psi``/``memory_psi``/``io_psi`` (the guests' pressure against 100),
@@ -309,7 +310,9 @@ def _priority(cluster: Cluster) -> np.ndarray:
 
 
 def _term_balance(cluster: Cluster, usable: np.ndarray) -> list[tuple[_Term, float]]:
-    """opendrs's ``balance``: cpu and memory fractions of the cluster's usage mode."""
+    """opendrs's ``balance``: cpu and memory fractions of the cluster's usage mode — or of its
+    guests' pressure (``Settings.balance_source``), counted in thousandths of a percent (only
+    bytes are counted in MiB)."""
     loads = LoadModel.build(cluster)
     settings = cluster.settings
     weights = np.array([max(settings.weight_cpu, 0.0), max(settings.weight_memory, 0.0)])
@@ -317,7 +320,7 @@ def _term_balance(cluster: Cluster, usable: np.ndarray) -> list[tuple[_Term, flo
         weights = np.ones(2)
     weights = weights / weights.sum()
     out = []
-    memory_unit = float(_MIB) if settings.mode != "basic" else 1e-3
+    memory_unit = float(_MIB) if loads.memory_is_bytes else 1e-3
     for r, (name, per_unit) in enumerate((("cpu", 1e-3), ("memory", memory_unit))):
         scale = round(LOAD_SCALE * weights[r])
         if scale <= 0:

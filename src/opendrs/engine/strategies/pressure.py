@@ -65,7 +65,7 @@ strategy does not run in it.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -408,9 +408,18 @@ def propose_pressure(
         "ksm": dict(sorted((ksm or {}).items())),
         "last_moved": last_moved,
     }
+    source = cluster.settings.balance_source
+    if source != "usage":
+        # Its own signals are the nodes' memory use and the guests' CPU pressure, read here.
+        cluster = replace(cluster, settings=replace(cluster.settings, balance_source="usage"))
     before = cluster_imbalance(cluster)
     state = PlacementState.build(cluster, forbidden=forbidden)
     notes = tuple(str(p) for p in state.constraints.problems)
+    if source != "usage":
+        notes += (
+            f"drs-pressure reads memory use and CPU pressure itself: balance_source {source} "
+            "does not change what it does",
+        )
     if cluster.settings.mode == "basic":
         stopped = "basic mode counts guests, not memory or CPU: drs-pressure does not run in it"
         return Proposal(NAME, (), before, before, stopped, notes, options)
