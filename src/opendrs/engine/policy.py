@@ -1143,6 +1143,47 @@ def repair(
     return Repair(needed, proposal, plan, stuck)
 
 
+def _failed_targets(cluster: Cluster, now: float, memory: Memory) -> frozenset[tuple[str, str]]:
+    """The placements only a failed migration rules out (``memory.avoid``), at ``now``."""
+    known, nodes = cluster.guest_index, cluster.node_index
+    return frozenset(
+        (guest, node)
+        for (guest, node), until in memory.avoid.items()
+        if until > now and guest in known and node in nodes
+    )
+
+
+def _repair_within_guards(
+    cluster: Cluster,
+    cons: Constraints,
+    config: PolicyConfig,
+    guarded: frozenset[tuple[str, str]],
+    failed: frozenset[tuple[str, str]],
+) -> tuple[Repair, frozenset[tuple[str, str]]]:
+    """The repair within the policy's guards (``guarded``: cooldown, minimum uptime, no-return
+    and failed targets); when that leaves guests stuck, the repair kept off only the ``failed``
+    targets, if it leaves fewer — a guest must leave a node in maintenance or a broken rule
+    whatever its cooldown. Also the placements the repair kept off."""
+
+    def attempt(forbidden: frozenset[tuple[str, str]]) -> Repair:
+        return repair(
+            cluster,
+            forbidden=forbidden,
+            constraints=cons,
+            batch=config.batch,
+            max_parallel=config.max_parallel,
+            max_node_inflow=config.max_node_inflow,
+        )
+
+    fixed = attempt(guarded)
+    if not fixed.stuck or guarded == failed:
+        return fixed, guarded
+    relaxed = attempt(failed)
+    if len(relaxed.stuck) >= len(fixed.stuck):
+        return fixed, guarded
+    return relaxed, failed
+
+
 def first_moves(plan: Plan, batch: int, cluster: Cluster, cons: Constraints) -> Plan:
     """``plan`` cut to at most ``batch`` migrations (0: whole): its first steps, whole; when the
     first step alone has more, its first guests (hard-affinity bundles whole, at least one)."""
@@ -1601,15 +1642,16 @@ def decide(
     screen = may_need_repair(cluster, loads) or (
         recent is not None and recent.overloads(cluster, loads)
     )
+    kept_off = forbidden
     if screen:
-        fixed = repair(
-            checked(),
-            forbidden=forbidden,
-            constraints=constraints(),
-            batch=config.batch,
-            max_parallel=config.max_parallel,
-            max_node_inflow=config.max_node_inflow,
+        fixed, kept_off = _repair_within_guards(
+            checked(), constraints(), config, forbidden, _failed_targets(cluster, now, memory)
         )
+    overridden = (
+        ""
+        if kept_off == forbidden
+        else " and the cooldown, minimum uptime and no-return it could not keep"
+    )
     broken = fixed.needed
     repair_note = ""
     if broken and fixed.proposal is not None and fixed.plan is not None:
@@ -1620,14 +1662,14 @@ def decide(
             n = len(plan.moves)
             return decision(
                 f"repair: {what}; {n} migration{'s' if n != 1 else ''}, "
-                "bypassing threshold, hold and margin",
+                f"bypassing threshold, hold and margin{overridden}",
                 acted,
                 act=True,
                 kind="repair",
                 predicted=predicted,
                 proposal=proposal,
                 plan=plan,
-                forbidden=forbidden,
+                forbidden=kept_off,
             )
         repair_note = f"; repair needed ({what}) but no allowed migration reaches it"
 
