@@ -19,7 +19,7 @@ Then the **method cases**: for every size, rules variant, ``--methods`` entry (d
 and ``--method-seeds`` seed (default 1, 2, 3), the generated cluster is written as a proxlb-solver
 scenario with that ``balancing.method`` and imported as ``opendrs plan scenario.yaml`` imports it
 (:mod:`bench.scenario`); the default strategy (``--method-strategies``) runs on it, and its result
-is measured against the lower bound for the method's resource alone (issue 12 §6: at L, memory
+is measured against the lower bound for the method's resource alone (the target: at L, memory
 spread ≤ 1 pp with migrations ≤ 1.25× the memory-only bound).
 """
 

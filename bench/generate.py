@@ -1,6 +1,6 @@
 """A seeded generator of unbalanced clusters, the benchmarks' input.
 
-Shape (as in the peers' measured baseline, reference ``proxlb.md`` §3): nodes alternate between
+Shape (as in the peers' measured baseline): nodes alternate between
 128 cores / 768 GiB and 96 cores / 512 GiB; guests (1–32 GiB before scaling, in quarter-GiB steps,
 vCPUs ≈ GiB/4 + 0–2) fill about 55 % of the memory; a quarter of the nodes (the first ones) are
 drawn for 60 % of the guests. No node is filled beyond 97 % of its memory or beyond its vCPU

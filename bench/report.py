@@ -10,7 +10,7 @@ from bench.metrics import Evaluation, Snapshot
 
 MiB = 1024**2
 GiB = 1024**3
-#: The targets of a method case (issue 12 §6): the method's spread at most 1 pp with at most
+#: The targets of a method case: the method's spread at most 1 pp with at most
 #: 1.25× the migrations of the lower bound for the method's resource alone.
 TARGET_SPREAD = 0.01
 TARGET_RATIO = 1.25

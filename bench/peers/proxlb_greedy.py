@@ -1,8 +1,8 @@
 """ProxLB 2.3.0 (gyptazy/credativ, GPL-3.0): its greedy balancer, run offline on our clusters.
 
-ProxLB's ``Calculations`` are static and pure over its pydantic ``ProxLbData`` (reference
-``proxlb.md`` §1, "Running offline"); only data collection and ``Balancing.balance`` touch the
-Proxmox API. :func:`run` builds ``ProxLbData`` in memory, runs steps 1–6 of ProxLB's main loop —
+ProxLB's ``Calculations`` are static and pure over its pydantic ``ProxLbData``; only data
+collection and ``Balancing.balance`` touch the Proxmox API. :func:`run` builds ``ProxLbData`` in
+memory, runs steps 1–6 of ProxLB's main loop —
 ``Groups.get_groups``, ``set_node_assignments``, ``set_node_hot``, ``set_guest_hot``,
 ``get_most_free_node`` (never with ``return_node=True``: that prints and calls ``sys.exit``),
 ``validate_affinity_map``, ``relocate_guests_on_maintenance_nodes``, ``get_balanciness``,
@@ -30,7 +30,7 @@ see the cluster on Proxmox:
 measures (``static`` mode) and the reference baseline reports (its spread is the raw *configured*
 RAM spread), while ``used`` balances measured memory, which the generated clusters draw at
 50–100 % of the configured size. Either way ProxLB's break rule and capacity check use ``used``
-memory (reference §1, weak points).
+memory (one of ProxLB's known weak points).
 """
 
 from __future__ import annotations

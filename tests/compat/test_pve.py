@@ -1,4 +1,4 @@
-"""Proxmox CRS compatibility: golden values (reference §7), the shared decision lines,
+"""Proxmox CRS compatibility: golden values (upstream's tests), the shared decision lines,
 rules/groups parsing and the JSON-Lines service."""
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from opendrs.engine.mcdm import (
 )
 
 # --------------------------------------------------------------------------- TOPSIS goldens
-# proxmox-resource-scheduling tests/topsis.rs, as listed in reference §7.
+# proxmox-resource-scheduling tests/topsis.rs, upstream's own cases.
 # "+" maximises a criterion (weight 1), "-" minimises it (weight -1).
 
 SIGN = {"+": 1.0, "-": -1.0}
@@ -134,7 +134,7 @@ def test_topsis_scores_known_values() -> None:
 
 
 # --------------------------------------------------------------------------- AHP
-# The Proxmox RFC "add vm loadbalancing" preferences (other-balancers.md §2).
+# The Proxmox RFC "add vm loadbalancing" preferences.
 
 AHP_MATRIX = [
     [1, 9, 9, 9, 9],

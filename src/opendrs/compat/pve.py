@@ -1266,7 +1266,7 @@ def select_best_migration_bruteforce(
 def select_best_migration_topsis(
     nodes: Sequence[tuple[str, NodeStats]], candidates: Sequence[MigrationCandidate]
 ) -> tuple[MigrationCandidate, float, list[float]] | None:
-    """TOPSIS over the post-move clusters' §4 vectors; ties keep the candidate order.
+    """TOPSIS over the post-move clusters' load vectors; ties keep the candidate order.
 
     Returns the best candidate, its (untruncated) imbalance after the move and
     the closeness of every candidate.

@@ -58,17 +58,17 @@ remembered): the balance decides what the node gets.
 * ``opendrs`` — the defaults: spread above 15 pp for 6 observations, a plan must cut it by 25 %,
   balanced to 8 pp by ``balance``, at most 30 migrations, 6 h cooldown, 24 h no-return, 10 min
   minimum uptime, usage averaged over 6 h, failed targets avoided for 1 h.
-* ``proxmox`` — Proxmox VE's auto-rebalance (``Manager.pm`` ``load_balance``, reference
-  ``proxmox-crs.md`` §5): CV of the combined load above 0.3 for 3 rounds (a 60 s interval stands
-  for its HA rounds), the move must improve it by 10 % relative, one move per trigger by
-  ``pve-bruteforce``, one migration at a time; no cooldown ("there is no per-guest cooldown"), no
-  no-return window, no smoothing, no minimum uptime. Guests evacuated for maintenance go back to
-  their node when it leaves maintenance (HA's ``maintenance_node``, reference §2).
-* ``incus`` — Incus's automatic rebalancing (``cluster.rebalance.*``, ``other-balancers.md`` §1):
+* ``proxmox`` — Proxmox VE's auto-rebalance (``Manager.pm`` ``load_balance``): CV of the combined
+  load above 0.3 for 3 rounds (a 60 s interval stands for its HA rounds), the move must improve it
+  by 10 % relative, one move per trigger by ``pve-bruteforce``, one migration at a time; no cooldown
+  ("there is no per-guest cooldown"), no no-return window, no smoothing, no minimum uptime. Guests
+  evacuated for maintenance go back to their node when it leaves maintenance (HA's
+  ``maintenance_node``).
+* ``incus`` — Incus's automatic rebalancing (``cluster.rebalance.*``):
   every 15 minutes the ``incus`` strategy applies its own trigger (a 20 % gap relative to the
   busiest member), one move per run (``batch`` 1), a 6 h cooldown; no hold, margin or smoothing.
   Evacuated guests go back when the member is restored (``incus cluster restore``).
-* ``proxlb`` — ProxLB 2.3.0 (``proxlb.md`` §1): every 12 h (its default schedule), the memory
+* ``proxlb`` — ProxLB 2.3.0: every 12 h (its default schedule), the memory
   spread above 10 pp (balanciness 10) triggers ``proxlb-greedy``, which moves as many guests as its
   run decides (no batch), five migrations at a time (``parallel_jobs``) and no inflow limit; no
   hold, margin, cooldown or smoothing (ProxLB reads the current memory use).

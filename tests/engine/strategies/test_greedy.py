@@ -1,4 +1,4 @@
-"""static-greedy: seed 002's balancer idea on opendrs's placement scores.
+"""static-greedy: the static-usage scheduler series' balancer idea on opendrs's placement scores.
 
 Hand-checked cases (static mode, cpu and memory in proportion so that both resources read alike;
 the arithmetic is in the comments), the keep tolerance, edge cases and properties.

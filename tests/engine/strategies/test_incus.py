@@ -1,4 +1,4 @@
-"""incus: Incus's automatic cluster rebalancing (seed 004), with its bugs fixed.
+"""incus: Incus's automatic cluster rebalancing (its feature request), with its bugs fixed.
 
 Hand-checked cases (static mode: sizes are the configured ``limits``, as in Incus; nodes of 10 cores
 and 1000 MiB, so a guest of c cores and 100·c MiB adds 10·c to its node's score), the fixed bugs,

@@ -1,4 +1,4 @@
-"""drs-pressure: the DRS-like pressure balancer of the Proxmox RFC (seed 001), fixed.
+"""drs-pressure: the DRS-like pressure balancer of the Proxmox RFC ("add vm loadbalancing"), fixed.
 
 Hand-checked cases (the arithmetic is in the comments), the AHP weights, edge cases and properties.
 """
@@ -46,7 +46,7 @@ def _vm(vmid: int, node: str, mem_gib: int, cpu: float, **kw: object) -> Guest:
 
 
 def test_ahp_weights_of_the_rfc_matrix() -> None:
-    # Reference §2: principal eigenvector, λmax = 5.41397, CI = 0.1035, CR = 0.0924 < 0.1.
+    # Hand-checked: principal eigenvector, λmax = 5.41397, CI = 0.1035, CR = 0.0924 < 0.1.
     assert CRITERIA == ("affinity", "cpu_pressure", "mem_pseudo_pressure", "mem", "totalcpu")
     assert AHP.weights == pytest.approx([0.67094, 0.15300, 0.08817, 0.05156, 0.03632], abs=5e-6)
     assert AHP.lambda_max == pytest.approx(5.41397, abs=5e-6)

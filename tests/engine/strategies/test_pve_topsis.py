@@ -1,6 +1,6 @@
 """pve-topsis: Proxmox's TOPSIS rebalancing choice on opendrs's model, applied repeatedly.
 
-Hand-checked cases, Proxmox's golden values (reference ``proxmox-crs.md`` §7), the shared Proxmox
+Hand-checked cases, Proxmox's golden values (its own tests), the shared Proxmox
 decision snapshots (``../shared/compat/pve-decisions``, skipped when absent) and properties.
 """
 
@@ -94,7 +94,7 @@ def _homogeneous() -> Cluster:
 
 
 def test_topsis_and_bruteforce_disagree_on_the_scheduler_golden_case() -> None:
-    # Reference §7 "Migrating vm:101 off n1": imbalance 0.4893954724628247 (raw CV); bruteforce
+    # Upstream case "Migrating vm:101 off n1": imbalance 0.4893954724628247 (raw CV); bruteforce
     # prefers n3 (normalised I' 0.42234601743186395, raw ×√2 = 0.597), TOPSIS prefers n2
     # (closeness 0.9586 vs 0.0414; raw I' 0.5119331961609072 × √2 = 0.724). n1 is the least
     # loaded node, so both moves make the cluster worse: neither passes the margin.

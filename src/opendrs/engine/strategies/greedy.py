@@ -1,4 +1,4 @@
-"""``static-greedy``: the balancer sketched in seed 002, on opendrs's placement scores.
+"""``static-greedy``: a balancer sketched for Proxmox's HA manager, on opendrs's scores.
 
 F. Ebner's static-scheduler series (pve-devel, November 2022) closes with an idea for a balancer:
 
@@ -103,7 +103,7 @@ def propose_greedy(
     keep: float = DEFAULT_KEEP,
     passes: int = DEFAULT_PASSES,
 ) -> Proposal:
-    """Place every movable guest, worst first, on its best node (seed 002; see the module).
+    """Place every movable guest, worst first, on its best node (see the module).
 
     Args:
         forbidden: (guest, node) placements that must not be chosen.

@@ -1,6 +1,6 @@
-"""``incus``: Incus's automatic cluster rebalancing (seed 004), with its bugs fixed.
+"""``incus``: Incus's automatic cluster rebalancing with its bugs fixed.
 
-Incus (``cmd/incusd/api_cluster_rebalance.go``, issue #485; reference ``other-balancers.md`` §1)
+Incus (``cmd/incusd/api_cluster_rebalance.go``, issue #485)
 scores every member, groups the members by CPU architecture and, in each group whose busiest and
 least busy members differ enough, live-migrates VMs from the busiest member to less busy ones until
 each target reaches the midpoint between the two. opendrs keeps that shape:
@@ -97,7 +97,7 @@ def propose_incus(
     cooldown_until: Mapping[str, float] | None = None,
     now: float | None = None,
 ) -> Proposal:
-    """Incus's rebalancing run, fixed (seed 004; see the module docstring).
+    """Incus's rebalancing run, fixed (see the module docstring).
 
     Args:
         forbidden: (guest, node) placements that must not be chosen.

@@ -1,4 +1,4 @@
-"""``optimal`` — exact placement with CP-SAT (seed 003: proxlb-solver's model, on opendrs's).
+"""``optimal`` — exact placement with CP-SAT (proxlb-solver's model, on opendrs's).
 
 **Variables.** One Boolean ``y[b][n]`` per *unit* ``b`` and allowed node ``n``, with
 ``Σ_n y[b][n] = 1``. A unit is a guest, or a bundle of guests kept together by hard positive
@@ -32,7 +32,7 @@ fixed on its node.
   (:class:`~opendrs.engine.usage.LoadModel`: basic, static or dynamic, net of reserves, the host's
   own load included), or of its guests' pressure with ``Settings.balance_source = "pressure"``,
   each scaled by its share of ``Settings.weight_cpu/weight_memory``.
-* proxlb-solver's methods, exactly as its model (reference §2): ``memory`` (configured memory in
+* proxlb-solver's methods, exactly as its model: ``memory`` (configured memory in
   MiB), ``cpu`` (measured use, or vCPUs with ``usage="assigned"``), ``disk`` (local disks against
   the node's storage), ``cpu_psi``/``memory_psi``/``io_psi`` (the guests' pressure against 100),
   ``cpu_smart``/``memory_smart``/``io_smart`` (``w_X_usage · usage + w_X_psi · psi``) and
@@ -1320,7 +1320,10 @@ def _move_reason(p: _Problem, g: int, current_ok_nodes: set[int]) -> str:
     return "better balance"
 
 
-@register(STRATEGY, "Exact placement with CP-SAT: spread, migration cost and soft rules (seed 003)")
+@register(
+    STRATEGY,
+    "Exact placement with CP-SAT: spread, migration cost and soft rules (proxlb-solver's model)",
+)
 def propose_optimal(
     cluster: Cluster,
     *,

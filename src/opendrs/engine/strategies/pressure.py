@@ -1,7 +1,7 @@
-"""``drs-pressure``: the DRS-like pressure balancer of the Proxmox RFC (seed 001), fixed and safe.
+"""``drs-pressure``: the DRS-like pressure balancer proposed for Proxmox, fixed and safe.
 
-A. Derumier's never-merged ``[PATCH pve-ha-manager 4/8] add vm loadbalancing`` (2022, reference
-``other-balancers.md`` §2, ``Balancer/Services.pm``) looks at *bad* VMs rather than at the spread
+A. Derumier's never-merged ``[PATCH pve-ha-manager 4/8] add vm loadbalancing`` (2022,
+``Balancer/Services.pm``) looks at *bad* VMs rather than at the spread
 of the nodes, ranks them with TOPSIS and moves the worst one for which a node exists to the node
 Proxmox would pick to recover it. One move per iteration; the cluster is re-evaluated after each.
 
@@ -384,7 +384,7 @@ def propose_pressure(
     ksm: Mapping[str, float | str] | None = None,
     last_moved: str | None = None,
 ) -> Proposal:
-    """Relieve bad VMs one move at a time, worst first (seed 001; see the module docstring).
+    """Relieve bad VMs one move at a time, worst first (see the module docstring).
 
     Args:
         forbidden: (guest, node) placements that must not be chosen.

@@ -1,6 +1,6 @@
 """``proxlb-greedy``: ProxLB 2.3.0's own greedy balancer, on opendrs's model and constraints.
 
-ProxLB (``models/calculations.py``; reference ``proxlb.md`` §1) balances on **one** resource,
+ProxLB (``models/calculations.py``) balances on **one** resource,
 ``method`` (``memory``, ``cpu`` or ``disk``), read in one ``mode``: ``used`` (measured use) or
 ``assigned`` (configured sizes). By default the method is the one the cluster balances: ``cpu``
 when its settings weigh cpu alone (``weight_memory`` 0, as a proxlb-solver scenario with

@@ -1,8 +1,8 @@
-"""Proxmox VE's auto-rebalancer (seed 000), on opendrs's model, applied repeatedly.
+"""Proxmox VE's auto-rebalancer (its RFC), on opendrs's model, applied repeatedly.
 
 Proxmox picks one migration per trigger among every movable guest (guests kept together by a hard
 positive affinity move as one bundle) and every allowed target. Two selection methods exist
-(``proxmox-resource-scheduling`` ``scheduler.rs``, reference ``proxmox-crs.md`` §4–5):
+(``proxmox-resource-scheduling`` ``scheduler.rs``):
 
 * ``bruteforce`` — the move whose predicted imbalance is lowest. The imbalance is the coefficient
   of variation of the node loads, where a node's load is ``(cpu/maxcpu + mem/maxmem) / 2``; it is
