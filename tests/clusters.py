@@ -96,8 +96,8 @@ def assert_moves_safe(cluster: Cluster, moves: Iterable[Move | ProposedMove]) ->
     """Apply ``moves`` in order and check the result; return the final node index per guest.
 
     No node may end over a capacity limit it was not over before, every target must pass the
-    static constraints (usable node, architecture, strict node affinity), and no guest may share
-    a node with a hard anti-affinity partner.
+    static constraints (usable node, architecture, strict node affinity), and no guest may end on
+    a node with a hard anti-affinity partner (a guest moved twice is judged where it ends).
     """
     moves = list(moves)
     cons = Constraints.build(cluster)
@@ -108,8 +108,9 @@ def assert_moves_safe(cluster: Cluster, moves: Iterable[Move | ProposedMove]) ->
     over_after = cons.capacity.over(committed_for(cons, assign)).any(axis=1)
     assert not (over_after & ~over_before).any()
     for move in moves:
-        j = cluster.guest_index[move.guest]
-        n = cluster.node_index[move.target]
-        assert cons.static_ok()[j, n]
+        assert cons.static_ok()[cluster.guest_index[move.guest], cluster.node_index[move.target]]
+    final = {move.guest: move.target for move in moves}  # a guest moved twice ends at its last
+    for guest, target in final.items():
+        j, n = cluster.guest_index[guest], cluster.node_index[target]
         assert not (assign[cons.hard_neg[j]] == n).any()
     return assign
