@@ -6,7 +6,7 @@ import itertools
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from clusters import clusters
@@ -14,7 +14,7 @@ from opendrs.engine.bounds import lower_bounds, migration_lower_bound, spread_lo
 from opendrs.engine.strategies.balance import propose_balance
 from opendrs.engine.usage import RESOURCES, LoadModel
 from opendrs.model.cluster import Cluster, Guest, Node, Settings
-from opendrs.model.rules import Rules
+from opendrs.model.rules import GuestAffinity, Rules
 
 GiB = 1024**3
 STATIC = Settings(mode="static", cpu_overcommit=8.0)
@@ -47,8 +47,28 @@ def test_maintenance_nodes_must_empty() -> None:
     assert bound.migrations == 2
 
 
+def _bundle_across_architectures() -> Cluster:
+    """Found by the deep profile: a hard-affinity bundle with a member on an (offline) aarch64
+    node may not move; cut by architecture, its x86_64 members must not count as free to go."""
+    nodes = (
+        Node("n0", 2, 4 * GiB, maintenance=True),
+        Node("n1", 2, 4 * GiB),
+        Node("n2", 2, 4 * GiB),
+        Node("n3", 2, 4 * GiB, online=False),
+        Node("n4", 2, 4 * GiB, arch="aarch64", online=False),
+    )
+    where = {"107": "n4", "108": "n3", "109": "n3"}
+    guests = tuple(
+        Guest(str(i), where.get(str(i), "n0"), cpu=1, memory=GiB, uptime=3600)
+        for i in range(100, 112)
+    )
+    rules = Rules(guest_affinity=(GuestAffinity("g0", ("100", "101", "102", "107"), positive=True),))
+    return Cluster(nodes, guests, rules, Settings(mode="basic"))
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(clusters())
+@example(_bundle_across_architectures())
 def test_bounds_never_exceed_what_balance_achieves(cluster: Cluster) -> None:
     proposal = propose_balance(cluster)
     after = {r: m.spread for r, m in proposal.after.resources.items()}

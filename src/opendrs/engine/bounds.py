@@ -83,11 +83,15 @@ def _movable(cluster: Cluster) -> np.ndarray:
 
 def arch_parts(cluster: Cluster) -> list[Cluster]:
     """The cluster cut by CPU architecture: each part holds the nodes of one architecture, the
-    guests on them and the rules among those guests (guests cannot move between parts). The
+    guests on them and the rules among those guests (guests cannot move between parts). A guest
+    that may not move in the whole cluster (a member of a hard-affinity bundle split across
+    architectures, say) is ignored in its part, so that it may not move there either. The
     cluster itself when its nodes share one architecture."""
     arches = sorted({n.arch for n in cluster.nodes})
     if len(arches) < 2:
         return [cluster]
+    movable = _movable(cluster)
+    held = {g.id for g, free in zip(cluster.guests, movable, strict=True) if not free}
     parts = []
     for arch in arches:
         nodes = tuple(n for n in cluster.nodes if n.arch == arch)
@@ -106,7 +110,7 @@ def arch_parts(cluster: Cluster) -> list[Cluster]:
                 for r in rules.guest_affinity
                 if len(ids.intersection(r.guests)) >= 2
             ),
-            ignored=frozenset(rules.ignored & ids),
+            ignored=frozenset((rules.ignored | held) & ids),
         )
         parts.append(replace(cluster, nodes=nodes, guests=guests, rules=kept))
     return parts
