@@ -62,7 +62,9 @@ def _bundle_across_architectures() -> Cluster:
         Guest(str(i), where.get(str(i), "n0"), cpu=1, memory=GiB, uptime=3600)
         for i in range(100, 112)
     )
-    rules = Rules(guest_affinity=(GuestAffinity("g0", ("100", "101", "102", "107"), positive=True),))
+    rules = Rules(
+        guest_affinity=(GuestAffinity("g0", ("100", "101", "102", "107"), positive=True),)
+    )
     return Cluster(nodes, guests, rules, Settings(mode="basic"))
 
 
