@@ -302,25 +302,32 @@ def run_case(size: str, rules: bool, runners: Sequence[Runner], args: argparse.N
         label = f"[{case.title}] {runner.name}" + (f" (limit {limit:g} s)" if limit else "")
         _progress(f"{label} …")
         started = time.perf_counter()
-        result = run_worker(spec, timeout)
-        row = Row(runner=runner.name, kind=runner.kind)
-        if "error" in result:
-            row.error = str(result["error"])
-            row.rss_peak = result.get("rss_peak")
+        row = _row(runner, run_worker(spec, timeout), evaluator)
+        if row.seconds is None:
             _progress(f"{label}: {row.error}")
         else:
-            row.seconds = float(result["seconds"])
-            row.rss_peak = int(result["rss_peak"])
-            row.rss_setup = int(result["rss_setup"])
-            row.info = result.get("info", {})
-            row.notes = tuple(result.get("notes", ()))
-            try:
-                row.evaluation = evaluator.evaluate(result["placement"])
-            except ValueError as exc:
-                row.error = f"bad placement: {exc}"
             _progress(f"{label}: {row.seconds:.2f} s ({time.perf_counter() - started:.1f} s)")
         case.rows.append(row)
     return case
+
+
+def _row(runner: Runner, result: dict[str, Any], evaluator: Evaluator) -> Row:
+    """One runner's row from its worker's ``result``, its placement evaluated."""
+    row = Row(runner=runner.name, kind=runner.kind)
+    if "error" in result:
+        row.error = str(result["error"])
+        row.rss_peak = result.get("rss_peak")
+        return row
+    row.seconds = float(result["seconds"])
+    row.rss_peak = int(result["rss_peak"])
+    row.rss_setup = int(result["rss_setup"])
+    row.info = result.get("info", {})
+    row.notes = tuple(result.get("notes", ()))
+    try:
+        row.evaluation = evaluator.evaluate(result["placement"])
+    except ValueError as exc:
+        row.error = f"bad placement: {exc}"
+    return row
 
 
 def run_method_case(
@@ -346,21 +353,7 @@ def run_method_case(
         rules_text = "with rules" if rules else "without rules"
         label = f"[{size} {rules_text}, method {method}, seed {seed}] {runner.name}"
         _progress(f"{label} …")
-        result = run_worker(spec, timeout)
-        row = Row(runner=runner.name, kind=runner.kind)
-        if "error" in result:
-            row.error = str(result["error"])
-            row.rss_peak = result.get("rss_peak")
-        else:
-            row.seconds = float(result["seconds"])
-            row.rss_peak = int(result["rss_peak"])
-            row.rss_setup = int(result["rss_setup"])
-            row.info = result.get("info", {})
-            row.notes = tuple(result.get("notes", ()))
-            try:
-                row.evaluation = evaluator.evaluate(result["placement"])
-            except ValueError as exc:
-                row.error = f"bad placement: {exc}"
+        row = _row(runner, run_worker(spec, timeout), evaluator)
         _progress(f"{label}: {row.error or f'{row.seconds:.2f} s'}")
         case.rows.append(row)
     return case

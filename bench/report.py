@@ -175,26 +175,7 @@ def cells(case: Case, row: Row) -> list[str]:
 
 def table(case: Case) -> str:
     """The case's Markdown table, columns padded to equal width."""
-    header = columns(case)
-    body = [cells(case, row) for row in case.rows]
-    widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
-    right = [i > 0 for i in range(len(header))]
-
-    def line(values: Sequence[str]) -> str:
-        parts = [
-            v.rjust(w) if r else v.ljust(w) for v, w, r in zip(values, widths, right, strict=True)
-        ]
-        return "| " + " | ".join(parts) + " |"
-
-    rule = (
-        "|"
-        + "|".join(
-            ("-" * (w + 1) + ":") if r else "-" * (w + 2)
-            for w, r in zip(widths, right, strict=True)
-        )
-        + "|"
-    )
-    return "\n".join([line(header), rule, *(line(b) for b in body)])
+    return _padded(columns(case), [cells(case, row) for row in case.rows])
 
 
 def _info_text(row: Row) -> str:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import PurePath
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, get_args
 
 from opendrs.model import snapshot
 from opendrs.model.cluster import Cluster, Guest
@@ -74,14 +74,7 @@ FaultType = Literal[
     "migration-hang",
     "api-lost-answer",
 ]
-FAULT_TYPES: Final = (
-    "node-failure",
-    "maintenance",
-    "migration-failure",
-    "api-error",
-    "migration-hang",
-    "api-lost-answer",
-)
+FAULT_TYPES: Final[tuple[str, ...]] = get_args(FaultType)
 #: Faults that strike one migration of the controller's: the next one (``at``) or each one at
 #: random (``probability``; not migration-failure, whose odds are ``migration.failure_rate``).
 _MIGRATION_FAULTS: Final = ("migration-failure", "migration-hang", "api-lost-answer")

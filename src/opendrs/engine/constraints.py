@@ -593,21 +593,6 @@ class Constraints:
             ok &= mask
         return ok
 
-    def rejection(
-        self,
-        j: int,
-        n: int,
-        assign: np.ndarray,
-        headroom: np.ndarray,
-        demand: np.ndarray | None = None,
-    ) -> str | None:
-        """Why node ``n`` cannot take guest ``j`` (first failing filter, with detail), or None."""
-        demand = self.guest_demand(j) if demand is None else demand
-        for name, mask in self.hard_masks(j, assign, headroom, demand):
-            if not mask[n]:
-                return self.explain(name, j, n, assign, headroom, demand)
-        return None
-
     def explain(
         self,
         name: str,

@@ -807,10 +807,7 @@ def forbidden_placements(
             for node, when in left:
                 if now - when < config.no_return and node in node_known:
                     out.add((guest_id, node))
-    for (guest_id, node), until in memory.avoid.items():
-        if until > now and guest_id in known and node in node_known:
-            out.add((guest_id, node))
-    return frozenset(out)
+    return frozenset(out) | _failed_targets(cluster, now, memory)
 
 
 def repairs_needed(cluster: Cluster, constraints: Constraints | None = None) -> tuple[str, ...]:
