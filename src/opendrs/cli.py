@@ -538,7 +538,10 @@ def build_parser() -> argparse.ArgumentParser:
     with_format(p)
     p.set_defaults(func=cmd_validate)
 
-    p = sub.add_parser("show", help="nodes with load bars, guests per node, imbalance figures")
+    p = sub.add_parser(
+        "show",
+        help="nodes with load bars, guests per node, imbalance figures, rules broken now",
+    )
     p.add_argument("snapshot", metavar="SNAPSHOT")
     p.add_argument("--no-guests", action="store_true", help="leave out the guest table")
     with_format(p)
@@ -569,9 +572,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "plan",
         help="propose migrations that balance the cluster, ordered into safe steps",
-        description="Propose migrations and order them into steps that never overload a node. "
-        "SNAPSHOT may also be a proxlb-solver scenario file (its balancing options then apply "
-        "to --strategy optimal).",
+        description="Propose migrations and order them into steps that never overload a node; "
+        "guests that break a hard constraint are repaired first, whatever it costs. SNAPSHOT may "
+        "also be a proxlb-solver scenario file (its balancing.method is what every strategy "
+        "balances; its other options apply to --strategy optimal). Exit status: 0 done, 1 the "
+        "plan cannot reach everything safely, the strategy found no feasible placement, or a "
+        "repair has no solution; 2 bad input.",
     )
     p.add_argument("snapshot", metavar="SNAPSHOT")
     p.add_argument(
