@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 
 from opendrs.compat.pve import (
     BasicUsage,
-    Cluster,
+    ManagerStatus,
     MigrationCandidate,
-    Node,
+    NodeInfo,
     NodeStats,
     PveQueryError,
     Service,
@@ -274,10 +274,10 @@ def test_failover1_sequence() -> None:
 
     def test(expected: str, try_next: bool = False) -> None:
         nonlocal current
-        nodes = {n: Node(n, online=up) for n, up in online.items()}
+        nodes = {n: NodeInfo(n, online=up) for n, up in online.items()}
         # the service puts no load anywhere, like the bare $ss of the Perl test
         svc = Service("vm:111", node=current, state="request_start", failback=True)
-        cluster = Cluster("basic", nodes, {"vm:111": svc})
+        cluster = ManagerStatus("basic", nodes, {"vm:111": svc})
         usage = BasicUsage(cluster, cluster.online_nodes)
         node, _ = select_service_node(
             compiled, usage, cluster, "vm:111", "try-next" if try_next else "none"
@@ -391,9 +391,9 @@ def test_dynamic_auto_rebalance3_scores() -> None:
         if json.loads(raw)["time"] == 160 and json.loads(raw)["kind"] == "rebalance"
     )
     q = line["query"]
-    cluster = Cluster(
+    cluster = ManagerStatus(
         "dynamic",
-        {n: Node(n, v["maxcpu"], v["maxmem"], v["online"]) for n, v in q["nodes"].items()},
+        {n: NodeInfo(n, v["maxcpu"], v["maxmem"], v["online"]) for n, v in q["nodes"].items()},
         {
             sid: Service(
                 sid, v["node"], v["state"], v["target"], v["running"], cpu=v["cpu"], mem=v["mem"]
@@ -910,9 +910,9 @@ def test_serve_output_is_deterministic() -> None:
 
 
 def test_load_balance_direct_call() -> None:
-    cluster = Cluster(
+    cluster = ManagerStatus(
         "static",
-        {n: Node(n, 16, 64 * GIB) for n in ("node1", "node2")},
+        {n: NodeInfo(n, 16, 64 * GIB) for n in ("node1", "node2")},
         {f"vm:{i}": Service(f"vm:{i}", "node1", running=True) for i in (1, 2)},
     )
     usage, _ = make_usage(cluster)

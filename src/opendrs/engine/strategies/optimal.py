@@ -32,7 +32,8 @@ fixed on its node.
   (:class:`~opendrs.engine.usage.LoadModel`: basic, static or dynamic, net of reserves, the host's
   own load included), or of its guests' pressure with ``Settings.balance_source = "pressure"``,
   each scaled by its share of ``Settings.weight_cpu/weight_memory``.
-* proxlb-solver's methods, exactly as its model: ``memory`` (configured memory in
+* proxlb-solver's methods, exactly as its model (their terms, weights and levels are
+  :mod:`opendrs.compat.proxlb.objective`): ``memory`` (configured memory in
   MiB), ``cpu`` (measured use, or vCPUs with ``usage="assigned"``), ``disk`` (local disks against
   the node's storage), ``cpu_psi``/``memory_psi``/``io_psi`` (the guests' pressure against 100),
   ``cpu_smart``/``memory_smart``/``io_smart`` (``w_X_usage · usage + w_X_psi · psi``) and
@@ -83,6 +84,19 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from opendrs.compat.proxlb.objective import (
+    BALANCINESS,
+    DEFAULT_WEIGHTS,
+    LOAD_SCALE,
+    PROXLB_METHODS,
+    SOFT_PENALTY,
+    USAGES,
+    load_term,
+    method_parts,
+    over_thresholds,
+    utilisation,
+)
+from opendrs.compat.proxlb.objective import initial_spread as proxlb_initial_spread
 from opendrs.engine.constraints import Constraints, movability
 from opendrs.engine.usage import LoadModel
 from opendrs.model.cluster import Cluster
@@ -94,45 +108,7 @@ if TYPE_CHECKING:
     from ortools.sat.python import cp_model
 
 #: Balancing methods: opendrs's own, then proxlb-solver's.
-METHODS: tuple[str, ...] = (
-    "balance",
-    "memory",
-    "cpu",
-    "disk",
-    "cpu_psi",
-    "memory_psi",
-    "io_psi",
-    "cpu_smart",
-    "memory_smart",
-    "io_smart",
-    "global_smart",
-)
-#: proxlb-solver's ``balancing.mode``: what the cpu terms count (``psi``: single methods use PSI).
-USAGES: tuple[str, ...] = ("used", "assigned", "psi")
-#: Balanciness level -> (w_balance, w_stickiness, gap threshold as a fraction).
-BALANCINESS: Mapping[int, tuple[int, int, float]] = {
-    1: (0, 1, 1.0),
-    2: (1, 50, 0.25),
-    3: (10, 10, 0.15),
-    4: (50, 5, 0.05),
-    5: (100, 1, 0.0),
-}
-#: 100 % of a node's load fraction in the model's integers.
-LOAD_SCALE = 10_000
-#: Objective penalty of one broken soft rule (proxlb-solver's value).
-SOFT_PENALTY = 1_000_000
-#: Default term weights (proxlb-solver's ``Balancing`` model; its scenario loader differs).
-DEFAULT_WEIGHTS: Mapping[str, float] = {
-    "w_cpu_usage": 1,
-    "w_cpu_psi": 2,
-    "w_mem_usage": 1,
-    "w_mem_psi": 2,
-    "w_io_usage": 1,
-    "w_io_psi": 2,
-    "w_global_mem": 10,
-    "w_global_cpu": 5,
-    "w_global_io": 1,
-}
+METHODS: tuple[str, ...] = ("balance", *PROXLB_METHODS)
 DEFAULT_TIME_LIMIT = 10.0
 
 _MIB = 1024**2
@@ -305,10 +281,6 @@ def _fmt_amount(dim: str, value: float) -> str:
 # Balance terms
 
 
-def _priority(cluster: Cluster) -> np.ndarray:
-    return np.array([g.priority for g in cluster.guests], dtype=np.int64)
-
-
 def _term_balance(cluster: Cluster, usable: np.ndarray) -> list[tuple[_Term, float]]:
     """opendrs's ``balance``: cpu and memory fractions of the cluster's usage mode — or of its
     guests' pressure (``Settings.balance_source``), counted in thousandths of a percent (only
@@ -334,90 +306,20 @@ def _term_balance(cluster: Cluster, usable: np.ndarray) -> list[tuple[_Term, flo
     return out
 
 
-def _proxlb_term(
-    cluster: Cluster, kind: str, usage: str, active: np.ndarray, usable: np.ndarray
-) -> _Term:
-    """One of proxlb-solver's load terms (``memory``, ``cpu``, ``disk``, ``*_psi``)."""
-    guests, nodes = cluster.guests, cluster.nodes
-    prio = _priority(cluster)
-    n_nodes = len(nodes)
-    zero = np.zeros(n_nodes, dtype=np.int64)
-    idx = np.nonzero(usable)[0]
-    if kind == "memory":
-        coeffs = np.array([g.memory * int(p) // _MIB for g, p in zip(guests, prio, strict=True)])
-        cap = np.array([max(1, (n.memory - cluster.reserve_memory(n)) // _MIB) for n in nodes])
-        scale = LOAD_SCALE
-    elif kind == "cpu":
-        values = [g.cpu if usage == "assigned" else g.cpu_load for g in guests]
-        room = [n.cpu - cluster.reserve_cpu(n) for n in nodes]
-        if all(float(c).is_integer() for c in room):
-            coeffs = np.array(
-                [int(v * int(p) * LOAD_SCALE) for v, p in zip(values, prio, strict=True)]
-            )
-            cap = np.array([max(1, int(c)) for c in room])
-        else:  # fractional cores: thousandths of a core
-            coeffs = np.array(
-                [int(v * int(p) * LOAD_SCALE * 1000) for v, p in zip(values, prio, strict=True)]
-            )
-            cap = np.array([max(1000, round(c * 1000)) for c in room])
-        scale = 1
-    elif kind == "disk":
-        coeffs = np.array(
-            [g.local_disk_bytes * int(p) // _MIB for g, p in zip(guests, prio, strict=True)]
-        )
-        cap = np.array([max(1, sum(n.storage.values()) // _MIB) for n in nodes])
-        scale = LOAD_SCALE
-    else:  # cpu_psi, memory_psi, io_psi
-        resource = kind.removesuffix("_psi")
-        coeffs = np.array(
-            [
-                int(getattr(g.pressure, resource) * int(p) * LOAD_SCALE)
-                for g, p in zip(guests, prio, strict=True)
-            ]
-        )
-        cap = np.full(n_nodes, 100)
-        scale = 1
-    coeffs = np.where(active, coeffs.reshape(len(guests)), 0).astype(np.int64)
-    return _Term(kind, 1, coeffs, zero, np.asarray(cap, dtype=np.int64), scale, idx)
-
-
-def _method_parts(method: str, usage: str, w: Mapping[str, float]) -> list[tuple[str, float]]:
-    """(term kind, weight) pairs of a proxlb-solver method."""
-    if method in ("memory", "cpu", "disk"):
-        if usage == "psi":
-            return [("io_psi" if method == "disk" else f"{method}_psi", 1.0)]
-        return [(method, 1.0)]
-    if method.endswith("_psi"):
-        return [(method, 1.0)]
-    smart = {
-        "cpu": [("cpu", w["w_cpu_usage"]), ("cpu_psi", w["w_cpu_psi"])],
-        "memory": [("memory", w["w_mem_usage"]), ("memory_psi", w["w_mem_psi"])],
-        "io": [("disk", w["w_io_usage"]), ("io_psi", w["w_io_psi"])],
-    }
-    if method == "global_smart":
-        out = []
-        for resource, key in (
-            ("memory", "w_global_mem"),
-            ("cpu", "w_global_cpu"),
-            ("io", "w_global_io"),
-        ):
-            out += [(kind, w[key] * weight) for kind, weight in smart[resource]]
-        return out
-    return smart[method.removesuffix("_smart")]
-
-
 def _terms(
     cluster: Cluster, method: str, usage: str, w: Mapping[str, float], usable: np.ndarray
 ) -> list[_Term]:
     """The spread terms of ``method`` with integer weights (fractional weights fold in)."""
     if method == "balance":
         pairs = _term_balance(cluster, usable)
-    else:
+    else:  # proxlb-solver's terms, on the usable nodes
         active = LoadModel.build(cluster).active
-        pairs = [
-            (_proxlb_term(cluster, kind, usage, active, usable), weight)
-            for kind, weight in _method_parts(method, usage, w)
-        ]
+        nodes = np.nonzero(usable)[0]
+        pairs = []
+        for kind, weight in method_parts(method, usage, w):
+            coeffs, cap, scale = load_term(cluster, kind, usage, active)
+            zero = np.zeros(len(cluster.nodes), dtype=np.int64)
+            pairs.append((_Term(kind, 1, coeffs, zero, cap, scale, nodes), weight))
     out = []
     for term, weight in pairs:
         if weight <= 0:
@@ -435,36 +337,7 @@ def _terms(
 
 
 # --------------------------------------------------------------------------------------------
-# Initial spread and utilisation thresholds (real-valued, as proxlb-solver computes them)
-
-
-def _on_node(cluster: Cluster, values: np.ndarray) -> np.ndarray:
-    """(N,) sum of ``values`` (G,) over the active guests on each node."""
-    loads = LoadModel.build(cluster)
-    out = np.zeros(len(cluster.nodes))
-    ok = loads.active & (loads.assign >= 0)
-    np.add.at(out, loads.assign[ok], values[ok])
-    return out
-
-
-def _real_gap(cluster: Cluster, kind: str, usage: str, usable: np.ndarray) -> float:
-    guests, nodes = cluster.guests, cluster.nodes
-    prio = _priority(cluster).astype(np.float64)
-    if kind == "memory":
-        used = np.array([g.memory for g in guests], dtype=np.float64)
-        cap = np.array([max(1.0, float(n.memory - cluster.reserve_memory(n))) for n in nodes])
-    elif kind == "cpu":
-        used = np.array([g.cpu if usage == "assigned" else g.cpu_load for g in guests], dtype=float)
-        cap = np.array([max(1.0, float(n.cpu - cluster.reserve_cpu(n))) for n in nodes])
-    elif kind == "disk":
-        used = np.array([g.local_disk_bytes for g in guests], dtype=np.float64)
-        cap = np.array([max(1.0, float(sum(n.storage.values()))) for n in nodes])
-    else:
-        resource = kind.removesuffix("_psi")
-        used = np.array([getattr(g.pressure, resource) for g in guests], dtype=np.float64)
-        cap = np.full(len(nodes), 100.0)
-    frac = (_on_node(cluster, used * prio) / cap)[usable]
-    return float(frac.max() - frac.min()) if frac.size else 0.0
+# Initial spread and utilisation thresholds (real-valued)
 
 
 def initial_spread(
@@ -473,39 +346,25 @@ def initial_spread(
     """The spread the balanciness threshold is compared with (a fraction; proxlb-solver's rule).
 
     ``balance``: the weighted spread of the cpu and memory fractions (cluster's usage mode).
-    proxlb-solver's methods: the priority-weighted spread of the method's resource; ``X_smart``
-    the weighted mean of its usage and pressure spreads; ``global_smart`` the mean of the three
-    usage spreads weighted by ``w_global_*``. Only usable nodes count.
+    proxlb-solver's methods (:func:`opendrs.compat.proxlb.objective.initial_spread`): the
+    priority-weighted spread of the method's resource; ``X_smart`` the weighted mean of its usage
+    and pressure spreads; ``global_smart`` the mean of the three usage spreads weighted by
+    ``w_global_*``. Only usable nodes count.
     """
-    w = {**DEFAULT_WEIGHTS, **(weights or {})}
+    if method != "balance":
+        return proxlb_initial_spread(cluster, method, usage, weights)
     usable = np.array([n.usable for n in cluster.nodes], dtype=bool)
-    if method == "balance":
-        loads = LoadModel.build(cluster)
-        frac = loads.fractions()
-        settings = cluster.settings
-        ws = np.array([max(settings.weight_cpu, 0.0), max(settings.weight_memory, 0.0)])
-        ws = ws / ws.sum() if ws.sum() > 0 else np.full(2, 0.5)
-        total = 0.0
-        for r in range(2):
-            col = frac[usable & (loads.capacity[:, r] > 0), r]
-            if col.size:
-                total += ws[r] * float(col.max() - col.min())
-        return total
-    if method == "global_smart":
-        parts = [
-            (w["w_global_mem"], _real_gap(cluster, "memory", usage, usable)),
-            (w["w_global_cpu"], _real_gap(cluster, "cpu", usage, usable)),
-            (w["w_global_io"], _real_gap(cluster, "disk", usage, usable)),
-        ]
-        total_w = sum(p[0] for p in parts)
-        return sum(a * b for a, b in parts) / total_w if total_w else parts[0][1]
-    if method.endswith("_smart"):
-        (u_kind, w_u), (p_kind, w_p) = _method_parts(method, usage, w)
-        u_gap = _real_gap(cluster, u_kind, usage, usable)
-        p_gap = _real_gap(cluster, p_kind, usage, usable)
-        return (w_u * u_gap + w_p * p_gap) / (w_u + w_p) if (w_u + w_p) else u_gap
-    ((kind, _),) = _method_parts(method, usage, w)
-    return _real_gap(cluster, kind, usage, usable)
+    loads = LoadModel.build(cluster)
+    frac = loads.fractions()
+    settings = cluster.settings
+    ws = np.array([max(settings.weight_cpu, 0.0), max(settings.weight_memory, 0.0)])
+    ws = ws / ws.sum() if ws.sum() > 0 else np.full(2, 0.5)
+    total = 0.0
+    for r in range(2):
+        col = frac[usable & (loads.capacity[:, r] > 0), r]
+        if col.size:
+            total += ws[r] * float(col.max() - col.min())
+    return total
 
 
 def thresholds_exceeded(
@@ -514,37 +373,17 @@ def thresholds_exceeded(
     """Whether any usable node's utilisation exceeds its threshold (percent), and which.
 
     Raw utilisation, without priorities: for proxlb-solver's methods measured CPU over cores,
-    configured memory over memory and local disks over storage, without reserves (its rule); for
-    ``balance`` the cpu and memory fractions of the cluster's usage mode, net of reserves.
+    configured memory over memory and local disks over storage, without reserves (its rule,
+    :func:`opendrs.compat.proxlb.objective.utilisation`); for ``balance`` the cpu and memory
+    fractions of the cluster's usage mode, net of reserves.
     """
-    usable = np.array([n.usable for n in cluster.nodes], dtype=bool)
-    nodes, guests = cluster.nodes, cluster.guests
-    fractions: dict[str, np.ndarray] = {}
+    fractions = utilisation(cluster)
     if method == "balance":
         loads = LoadModel.build(cluster)
         frac = loads.fractions()
         fractions["cpu"] = np.where(loads.capacity[:, 0] > 0, frac[:, 0], 0.0)
         fractions["memory"] = np.where(loads.capacity[:, 1] > 0, frac[:, 1], 0.0)
-    else:
-        cpu = _on_node(cluster, np.array([g.cpu_load for g in guests], dtype=float))
-        mem = _on_node(cluster, np.array([g.memory for g in guests], dtype=float))
-        cores = np.array([n.cpu for n in nodes], dtype=float)
-        memory = np.array([n.memory for n in nodes], dtype=float)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            fractions["cpu"] = np.where(cores > 0, cpu / np.where(cores > 0, cores, 1), 0.0)
-            fractions["memory"] = np.where(memory > 0, mem / np.where(memory > 0, memory, 1), 0.0)
-    disk = _on_node(cluster, np.array([g.local_disk_bytes for g in guests], dtype=float))
-    storage = np.array([float(sum(n.storage.values())) or 1.0 for n in nodes])
-    fractions["disk"] = disk / storage
-    over: list[str] = []
-    for resource in ("cpu", "memory", "disk"):
-        limit = thresholds.get(resource)
-        if limit is None:
-            continue
-        pct = fractions[resource] * 100
-        for n in np.nonzero(usable & (pct > limit))[0].tolist():
-            over.append(f"{nodes[n].name} {resource} {pct[n]:.1f}% > {limit:g}%")
-    return bool(over), over
+    return over_thresholds(cluster, fractions, thresholds)
 
 
 # --------------------------------------------------------------------------------------------
