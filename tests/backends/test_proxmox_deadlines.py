@@ -38,9 +38,8 @@ from backends.test_proxmox import (
     requests_to,
 )
 from hostile import HostileServer, Mode
-from opendrs.backends import proxmox
 from opendrs.backends.base import BackendError
-from opendrs.backends.proxmox import ProxmoxBackend, ProxmoxConfig
+from opendrs.backends.proxmox import ProxmoxBackend, ProxmoxConfig, transport
 from opendrs.model.cluster import Move, Settings
 
 #: What a drip server answers /cluster/resources with: long enough to take minutes at 0.5 s a byte.
@@ -237,7 +236,7 @@ def test_calls_fail_at_once_while_too_many_given_up_on_still_run(
     certs: tuple[str, str], token_file: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # As if the tries were stuck where a shut-down socket does not reach (a DNS lookup).
-    monkeypatch.setattr(proxmox._Try, "abandon", lambda self: None)
+    monkeypatch.setattr(transport.Try, "abandon", lambda self: None)
     before = threading.active_count()
     with hostile("drip", certs, interval=0.2) as server:
         backend = backend_at(server, certs, token_file, timeout=0.3)

@@ -1,0 +1,76 @@
+""":class:`ProxmoxBackend`: the :class:`~opendrs.backends.base.Backend` protocol for a Proxmox VE
+cluster, made of the API client, the observer and the migrator."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Mapping
+
+from opendrs.backends.base import Handle, Progress
+from opendrs.backends.proxmox.client import Client
+from opendrs.backends.proxmox.config import ProxmoxConfig
+from opendrs.backends.proxmox.migration import Migrator
+from opendrs.backends.proxmox.observe import Observer
+from opendrs.backends.proxmox.secret import load_secret
+from opendrs.model.cluster import Cluster, Move, Settings
+
+log = logging.getLogger(__name__)
+
+
+class ProxmoxBackend:
+    """A Proxmox VE cluster, through its API (see :mod:`opendrs.backends.proxmox`)."""
+
+    name = "proxmox"
+    read_only = False
+
+    def __init__(
+        self,
+        config: ProxmoxConfig,
+        settings: Settings,
+        *,
+        cluster_name: str | None = None,
+        environ: Mapping[str, str] | None = None,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> None:
+        self.config = config
+        #: Asked while a call waits for its answer: once true, the call is abandoned.
+        self.should_stop: Callable[[], bool] = should_stop or (lambda: False)
+        self.settings = settings
+        if not config.verify_tls:
+            log.warning(
+                "TLS verification of the Proxmox API is off (verify_tls: false): anyone on the "
+                "network path can read the credentials; set ca_file instead"
+            )
+        secret = load_secret(config, os.environ if environ is None else environ)
+        self._client = Client(config, secret, lambda: self.should_stop())
+        self._observer = Observer(self._client, config, settings, cluster_name)
+        self._migrator = Migrator(self._client, settings, self._observer)
+
+    def __repr__(self) -> str:
+        return f"ProxmoxBackend({', '.join(self.config.hosts)} as {self.config.auth_id})"
+
+    def observe(self) -> Cluster:
+        return self._observer.observe()
+
+    def start_migration(self, move: Move) -> Handle:
+        return self._migrator.start(move)
+
+    def poll(self, handle: Handle) -> Progress:
+        return self._migrator.poll(handle)
+
+    def find_migration(self, move: Move, since: float) -> Handle | None:
+        """The migration task of ``move`` on its source node started at ``since`` or later (a
+        request whose answer was lost; for an HA-managed guest, the HA manager's task)."""
+        return self._migrator.find(move, since)
+
+    def cancel(self, handle: Handle) -> bool:
+        """Stop the migration's task; false when there is none to stop (see
+        :meth:`Migrator.cancel <opendrs.backends.proxmox.migration.Migrator.cancel>`)."""
+        return self._migrator.cancel(handle)
+
+    def set_maintenance(self, node: str, enabled: bool) -> None:
+        self._migrator.set_maintenance(node, enabled)
+
+    def close(self) -> None:
+        self._client.close()

@@ -1,0 +1,444 @@
+"""Calls to the Proxmox API: hosts in turn, a deadline per try, bounded retries, errors as
+:class:`~opendrs.backends.base.BackendError` s that never hold the secret.
+
+Deadlines: each try of a call — one HTTP request to one host: connect, TLS, send, the whole
+answer — ends within ``timeout``, whatever the server does (it runs on a thread of its own, which
+the caller stops waiting for; the try's sockets are then shut down, so the thread ends too, see
+:mod:`opendrs.backends.proxmox.transport`). Calls fail at once while too many tries given up on
+are still ending: they cannot pile up. A read is tried again after a timeout, a lost connection
+or a passing server error, on each host in turn, ``retries`` more times with exponential backoff,
+so one read takes at most ``(retries + 1) × len(hosts) × timeout`` plus the backoffs (47 s with
+the defaults and one host). A migration request is never sent twice unless the first surely did
+not reach the server; when it may have (no answer in time, the connection broke after sending, a
+stop request), the :class:`~opendrs.backends.base.BackendError` says ``uncertain``. While a call
+waits (for its answer, or between tries), ``should_stop()`` is asked every 0.2 s; once it is true
+the call is given up on and no new one is sent.
+
+Reads made together (:func:`gather`) end together: once one fails for good, those under way are
+given up on and those not started dropped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from typing import Any, Final, TypeVar
+
+from opendrs.backends.base import BackendError
+from opendrs.backends.proxmox.config import ProxmoxConfig, host_text, parse_host
+from opendrs.backends.proxmox.transport import Try, close_api, connect
+from opendrs.backends.proxmox.values import clip
+
+log = logging.getLogger(__name__)
+
+#: Calls made at once by :func:`gather` (per-node and per-guest reads).
+_WORKERS: Final = 4
+#: Longest wait between two tries of a call, in seconds.
+_BACKOFF_MAX: Final = 30.0
+#: How often a call waiting for its answer (or a backoff) asks whether opendrs is stopping, s.
+_STOP_POLL: Final = 0.2
+#: Threads of tries given up on that may still be ending; beyond, calls fail at once.
+_STRAGGLERS_MAX: Final = 16
+#: HTTP statuses worth asking again (a read only): the server or a proxy had a passing problem.
+_RETRY_STATUS: Final = frozenset({500, 502, 503, 504, 599})
+_ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\"()\]]+)")
+_SSL_REASON = re.compile(r"certificate verify failed: ([^'\"()\]]+)")
+#: Server errors that asking again will not mend.
+_PERMANENT = (
+    "does not exist",
+    "no such cluster node",
+    "no such task",
+    "unable to parse worker upid",
+    "not implemented",
+    "is local node",
+    "can't migrate",
+    "not defined",
+    "rrd error",
+)
+
+T = TypeVar("T")
+
+
+class HttpError(BackendError):
+    """An HTTP error answer of the API."""
+
+    def __init__(self, reason: str, status: int, message: str, *, transient: bool) -> None:
+        super().__init__(reason, transient=transient)
+        self.status = status
+        self.message = message
+
+
+class _Expired(BackendError):
+    """A try that did not end within its deadline (``timeout``)."""
+
+
+class Abandoned(BackendError):
+    """A call given up on: opendrs is stopping, or the observation it served failed."""
+
+
+#: Per thread: the abort flag of the reads :func:`gather` runs together.
+_local = threading.local()
+
+
+class Client:
+    """Calls the Proxmox API through proxmoxer, one session per API host."""
+
+    def __init__(
+        self,
+        config: ProxmoxConfig,
+        secret: str,
+        should_stop: Callable[[], bool] = lambda: False,
+    ) -> None:
+        self._config = config
+        self._secret = secret
+        self._should_stop = should_stop
+        self._hosts = [p for p in (parse_host(h) for h in config.hosts) if p is not None]
+        if not self._hosts:
+            raise BackendError("no usable API host in the configuration", transient=False)
+        self._apis: dict[int, Any] = {}
+        self._current = 0
+        self._lock = threading.Lock()
+        #: Threads of tries given up on that have not ended yet.
+        self._stragglers: list[threading.Thread] = []
+        #: Waits between rounds of tries; returns early when opendrs is stopping (replaceable
+        #: in tests).
+        self.sleep: Callable[[float], None] = self._pause
+
+    def host_text(self, index: int) -> str:
+        return host_text(*self._hosts[index])
+
+    def scrub(self, text: str) -> str:
+        """``text`` without the secret, whatever put it there."""
+        return text.replace(self._secret, "***") if self._secret else text
+
+    @contextlib.contextmanager
+    def only_backend_errors(self, what: str) -> Iterator[None]:
+        """Nothing but :class:`BackendError` may escape a backend method: anything else becomes
+        one, ``what`` first, without the secret."""
+        try:
+            yield
+        except BackendError:
+            raise
+        except Exception as exc:
+            raise BackendError(self.scrub(f"{what}: {type(exc).__name__}: {exc}")) from None
+
+    def get(self, path: str, **params: Any) -> Any:
+        return self._call("GET", path, params)
+
+    def post(self, path: str, **data: Any) -> Any:
+        return self._call("POST", path, data)
+
+    def delete(self, path: str, **params: Any) -> Any:
+        return self._call("DELETE", path, params)
+
+    def close(self) -> None:
+        with self._lock:
+            apis, self._apis = list(self._apis.values()), {}
+        for api in apis:
+            close_api(api)
+
+    def _api(self, index: int) -> Any:
+        with self._lock:
+            api = self._apis.get(index)
+        if api is not None:
+            return api
+        # Outside the lock: a password login takes a request.
+        api = connect(self._config, *self._hosts[index], self._secret)
+        with self._lock:
+            existing = self._apis.setdefault(index, api)
+        if existing is not api:
+            close_api(api)
+        return existing
+
+    def _forget(self, index: int) -> None:
+        with self._lock:
+            api = self._apis.pop(index, None)
+        if api is not None:
+            close_api(api)
+
+    def _stop_reason(self) -> str | None:
+        """Why calls must end now, if they must."""
+        if self._should_stop():
+            return "opendrs is stopping"
+        abort: threading.Event | None = getattr(_local, "abort", None)
+        if abort is not None and abort.is_set():
+            return "another read of the observation failed"
+        return None
+
+    def _pause(self, seconds: float) -> None:
+        """Sleep, in slices: a stop request ends the wait (and the next try is not sent)."""
+        end = time.monotonic() + seconds
+        while self._stop_reason() is None:
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(left, _STOP_POLL))
+
+    def _call(self, method: str, path: str, params: dict[str, Any]) -> Any:
+        """One API call: each host in turn, then again after a backoff, ``retries`` more times.
+
+        Every try has a deadline of ``timeout``. A read (or a ``DELETE``, which stops a task) is
+        tried again after a timeout, a lost connection or a passing server error; a ``POST`` only
+        when it surely did not reach the server (connection refused), else the error says
+        ``uncertain``. A stop request ends the call at once.
+        """
+        config = self._config
+        what = f"{method} /{path}"
+        last: BackendError | None = None
+        for attempt in range(config.retries + 1):
+            if attempt:
+                if last is not None and not last.transient:
+                    break
+                delay = min(config.backoff * 2 ** (attempt - 1), _BACKOFF_MAX)
+                log.debug("%s: try %d of %d in %.2fs", what, attempt + 1, config.retries + 1, delay)
+                self.sleep(delay)
+            start = self._current
+            for index in [(start + k) % len(self._hosts) for k in range(len(self._hosts))]:
+                result, error = self._call_host(index, method, path, params, what)
+                if error is None:
+                    return result
+                last = error
+        assert last is not None
+        if config.retries and last.transient:
+            reason = f"{last.reason} (after {config.retries + 1} tries)"
+            if isinstance(last, HttpError):
+                raise HttpError(reason, last.status, last.message, transient=True)
+            raise BackendError(reason, transient=True)
+        raise last
+
+    def _call_host(
+        self, index: int, method: str, path: str, params: dict[str, Any], what: str
+    ) -> tuple[Any, BackendError | None]:
+        """One try on one host: ``(answer, None)``, or ``(None, error)`` when the next host (or
+        round) may be tried; an error that ends the call is raised."""
+        import requests
+        from proxmoxer import AuthenticationError, ResourceException
+
+        where = self.host_text(index)
+        repeatable = method != "POST"
+        try:
+            result = self._try(index, method, path, params, what)
+        except Abandoned:
+            raise
+        except _Expired as error:
+            if not repeatable:
+                raise
+            self._note(error)
+            return None, error
+        except ResourceException as exc:
+            error = self._http_error(exc, what, where)
+            if not repeatable or exc.status_code not in _RETRY_STATUS or not error.transient:
+                raise error from None
+            log.debug("%s", error)
+            return None, error
+        except AuthenticationError as exc:
+            return None, self._login_error(exc, index, what, where)
+        except requests.exceptions.RequestException as exc:
+            if _is_tls(exc):
+                self._forget(index)
+            error, sent = self._network_error(exc, what, where)
+            if sent and not repeatable:
+                raise BackendError(
+                    error.reason, transient=error.transient, uncertain=True
+                ) from None
+            self._note(error)
+            return None, error
+        except (ValueError, TypeError, KeyError) as exc:
+            # A malformed answer (not JSON, not the expected shape) from proxmoxer.
+            raise BackendError(
+                self.scrub(f"{what} on {where}: unexpected answer ({type(exc).__name__})")
+            ) from None
+        if index != self._current:
+            log.info("using the Proxmox API on %s", where)
+            self._current = index
+        if isinstance(result, dict) and set(result) == {"errors"}:
+            raise BackendError(f"{what} on {where}: the answer is not JSON")
+        return result, None
+
+    def _try(self, index: int, method: str, path: str, params: dict[str, Any], what: str) -> Any:
+        """One request to one host, given up on at the deadline or when opendrs is stopping."""
+        where = self.host_text(index)
+        reason = self._stop_reason()
+        if reason is not None:
+            raise Abandoned(f"{what} on {where}: not sent: {reason}")
+        with self._lock:
+            self._stragglers = [t for t in self._stragglers if t.is_alive()]
+            stragglers = len(self._stragglers)
+        if stragglers >= _STRAGGLERS_MAX:
+            raise BackendError(
+                f"{what} on {where}: not sent: {stragglers} calls given up on have not ended yet"
+            )
+
+        def work() -> Any:
+            resource = self._api(index)(path)
+            call = {"GET": resource.get, "POST": resource.post, "DELETE": resource.delete}
+            return call[method](**params)
+
+        attempt = Try(work)
+        thread = threading.Thread(target=attempt.run, name="opendrs-pve-call", daemon=True)
+        timeout = self._config.timeout
+        deadline = time.monotonic() + timeout
+        thread.start()
+        ended = False
+        try:
+            while not attempt.done.wait(max(0.0, min(_STOP_POLL, deadline - time.monotonic()))):
+                reason = self._stop_reason()
+                if reason is None and time.monotonic() < deadline:
+                    continue
+                # A request that changes the cluster may have arrived and taken effect.
+                uncertain = method == "POST"
+                if reason is not None:
+                    raise Abandoned(f"{what} on {where}: given up: {reason}", uncertain=uncertain)
+                raise _Expired(
+                    f"{what} on {where}: no answer within {timeout:g}s", uncertain=uncertain
+                )
+            ended = True
+        finally:
+            if not ended:  # given up on (or the waiting thread was interrupted): let it go
+                attempt.abandon()
+                with self._lock:
+                    self._stragglers.append(thread)
+        if attempt.error is not None:
+            raise attempt.error
+        return attempt.result
+
+    def _note(self, error: BackendError) -> None:
+        if len(self._hosts) > 1:
+            log.warning("%s; trying the next API host", error)
+        else:
+            log.debug("%s", error)
+
+    def _login_error(self, exc: Exception, index: int, what: str, where: str) -> BackendError:
+        """A password login that failed: raised when the password is wrong, else the error that
+        lets the next host be tried."""
+        self._forget(index)
+        code = re.search(r"code: (\d+)", str(exc))
+        status = int(code.group(1)) if code else 401
+        if status in (401, 403):
+            raise BackendError(
+                f"authentication failed at {where} for {self._config.auth_id}: check the password",
+                transient=False,
+            ) from None
+        # The login itself did not get through (a server or proxy error).
+        error = BackendError(f"{what} on {where}: login failed: HTTP {status}")
+        log.debug("%s", error)
+        return error
+
+    def _http_error(self, exc: Any, what: str, where: str) -> HttpError:
+        status = int(exc.status_code)
+        message = str(exc.content or exc.status_message or "").strip()
+        errors = exc.errors
+        if isinstance(errors, dict) and errors:
+            detail = "; ".join(f"{k}: {str(v).strip()}" for k, v in sorted(errors.items()))
+            message = f"{message} ({detail})" if message else detail
+        message = self.scrub(clip(message or "no reason given", 240))
+        if status == 401:
+            hint = "the API token" if self._config.token_name else "the password"
+            return HttpError(
+                f"authentication failed at {where} for {self._config.auth_id}: check {hint} "
+                f"({status} {message})",
+                status,
+                message,
+                transient=False,
+            )
+        if status == 403:
+            return HttpError(
+                f"{what} on {where}: permission denied for {self._config.auth_id}: {message}",
+                status,
+                message,
+                transient=False,
+            )
+        transient = status >= 500 and not _permanent(message)
+        return HttpError(
+            f"{what} on {where}: HTTP {status}: {message}", status, message, transient=transient
+        )
+
+    def _network_error(self, exc: Exception, what: str, where: str) -> tuple[BackendError, bool]:
+        """The error and whether the request may have reached the server."""
+        import requests
+
+        text = str(exc)
+        timeout = self._config.timeout
+        if _is_tls(exc):
+            found = _SSL_REASON.search(text)
+            reason = found.group(1).strip() if found else "handshake failed"
+            hint = " (set ca_file to the cluster's CA)" if self._config.verify_tls else ""
+            error = BackendError(
+                self.scrub(f"{what} on {where}: TLS verification failed: {reason}{hint}"),
+                transient=False,
+            )
+            return error, False
+        if isinstance(exc, requests.exceptions.ConnectTimeout):
+            return BackendError(
+                f"{what} on {where}: no connection within {timeout:g}s", transient=True
+            ), False
+        if isinstance(exc, requests.exceptions.Timeout):
+            return BackendError(
+                f"{what} on {where}: no answer within {timeout:g}s", transient=True
+            ), True
+        if isinstance(exc, requests.exceptions.ConnectionError):
+            found = _ERRNO.search(text)
+            reason = found.group(1).strip().lower() if found else "connection lost"
+            sent = "NewConnectionError" not in text and "NameResolutionError" not in text
+            if not sent:
+                return BackendError(
+                    self.scrub(f"{what} on {where}: cannot connect: {reason}"), transient=True
+                ), False
+            if "BadStatusLine" in text or "InvalidHeader" in text:
+                reason = "the answer is not HTTP"
+            return BackendError(
+                self.scrub(f"{what} on {where}: no answer: {reason}"), transient=True
+            ), True
+        return BackendError(
+            self.scrub(f"{what} on {where}: request failed ({type(exc).__name__})"),
+            transient=True,
+        ), True
+
+
+def gather(jobs: Sequence[Callable[[], T]]) -> list[T]:
+    """Run the reads ``jobs`` a few at a time; the first error is raised.
+
+    Once a read failed, the reads not started are dropped and those under way given up on
+    (their calls end within a fraction of a second): a failing API ends an observation after
+    one call's worst case, not one per guest.
+    """
+    if len(jobs) <= 1:
+        return [job() for job in jobs]
+    abort = threading.Event()
+
+    def run(job: Callable[[], T]) -> T:
+        _local.abort = abort
+        try:
+            return job()
+        finally:
+            _local.abort = None
+
+    with ThreadPoolExecutor(max_workers=_WORKERS, thread_name_prefix="opendrs-pve") as pool:
+        futures = [pool.submit(run, job) for job in jobs]
+        wait(futures, return_when=FIRST_EXCEPTION)
+        if any(f.done() and f.exception() is not None for f in futures):
+            abort.set()
+            for future in futures:
+                future.cancel()
+    errors = [f.exception() for f in futures if not f.cancelled()]
+    failures = [e for e in errors if e is not None]
+    if failures:
+        # The read that failed first in the list, rather than one given up on because of it.
+        raise next((e for e in failures if not isinstance(e, Abandoned)), failures[0])
+    return [f.result() for f in futures]
+
+
+def _is_tls(exc: Exception) -> bool:
+    import requests
+
+    return isinstance(exc, requests.exceptions.SSLError)
+
+
+def _permanent(message: str) -> bool:
+    lowered = message.lower()
+    return any(p in lowered for p in _PERMANENT)
