@@ -14,7 +14,7 @@ import pytest
 
 from opendrs.cli import main
 from opendrs.engine.bounds import lower_bounds
-from opendrs.engine.policy import Memory, PolicyConfig, PolicyState, decide, measure
+from opendrs.engine.policy import PastMigrations, PolicyConfig, PolicyState, decide, measure
 from opendrs.engine.strategies.balance import propose_balance
 from opendrs.model.snapshot import load
 
@@ -57,7 +57,7 @@ def test_each_architecture_balanced_is_a_balanced_cluster(
     cluster = load(balanced)
     assert measure(cluster, "spread") == pytest.approx(0.0)
     assert measure(cluster, "memory-spread") == pytest.approx(0.0)
-    decision = decide(cluster, 0.0, EAGER, PolicyState(), Memory(), busy=False)
+    decision = decide(cluster, 0.0, EAGER, PolicyState(), PastMigrations(), busy=False)
     assert not decision.act and "at or below threshold" in decision.reason
     assert lower_bounds(cluster).spread["memory"] == pytest.approx(0.0)
     code, out = _json(capsys, "show", str(balanced))
@@ -83,7 +83,7 @@ def test_the_unbalanced_architecture_is_named_and_balanced_alone(
     cluster = load(path)
     # x1 holds 48 GiB of guests on 64 GiB (static mode, memory only): 75 % against 0 %.
     assert measure(cluster, "memory-spread") == pytest.approx(0.75)
-    decision = decide(cluster, 0.0, EAGER, PolicyState(), Memory(), busy=False)
+    decision = decide(cluster, 0.0, EAGER, PolicyState(), PastMigrations(), busy=False)
     assert "75.0 pp on x86_64 (aarch64 0.0 pp, x86_64 75.0 pp)" in decision.reason
     proposal = propose_balance(cluster)
     assert {m.source for m in proposal.moves} == {"x1"}

@@ -18,7 +18,7 @@ from clusters import assert_moves_safe, clusters
 from opendrs.engine.policy import (
     PRESETS,
     Decision,
-    Memory,
+    PastMigrations,
     PolicyConfig,
     PolicyState,
     UsageWindow,
@@ -69,12 +69,14 @@ def _decide(
     cluster: Cluster,
     config: PolicyConfig = EAGER,
     state: PolicyState | None = None,
-    memory: Memory | None = None,
+    memory: PastMigrations | None = None,
     *,
     busy: bool = False,
     now: float = NOW,
 ) -> Decision:
-    return decide(cluster, now, config, state or PolicyState(), memory or Memory(), busy=busy)
+    return decide(
+        cluster, now, config, state or PolicyState(), memory or PastMigrations(), busy=busy
+    )
 
 
 def _moved(decision: Decision) -> list[tuple[str, str, str]]:
@@ -197,7 +199,7 @@ def test_no_migration_proposed() -> None:
 
 def test_cooldown_no_return_and_avoid_are_honoured() -> None:
     cluster = _skewed()
-    memory = Memory(
+    memory = PastMigrations(
         cooldown_until={"a": NOW + 60, "b": NOW - 1},  # b's cooldown is over
         departures={"c": (("n2", NOW - 3600),), "d": (("n3", NOW - 2 * DAY),)},
         avoid={("d", "n2"): NOW + 10, ("b", "n3"): NOW - 10},
@@ -222,7 +224,7 @@ def test_minimum_uptime() -> None:
         _g("stopped", "n1", 1, uptime=0, state="stopped"),
     )
     config = replace(EAGER, min_uptime=600)
-    forbidden = forbidden_placements(cluster, NOW, config, Memory())
+    forbidden = forbidden_placements(cluster, NOW, config, PastMigrations())
     assert forbidden == {("young", "n2"), ("young", "n3")}
     decision = _decide(cluster, config)
     assert decision.act
@@ -304,8 +306,8 @@ def test_repair_honours_forbidden_placements() -> None:
     # m in cooldown (or just started): the guards would keep it on n3, in maintenance; a repair
     # is made whatever it costs, so it overrides them — and says so.
     for memory, config in (
-        (Memory(cooldown_until={"m": NOW + 600}), PolicyConfig(min_uptime=0)),
-        (Memory(), PolicyConfig(min_uptime=10**9)),
+        (PastMigrations(cooldown_until={"m": NOW + 600}), PolicyConfig(min_uptime=0)),
+        (PastMigrations(), PolicyConfig(min_uptime=10**9)),
     ):
         decision = _decide(cluster, config, memory=memory)
         assert decision.kind == "repair" and [g for g, _s, _t in _moved(decision)] == ["m"]
@@ -314,11 +316,11 @@ def test_repair_honours_forbidden_placements() -> None:
             "it could not keep"
         )
     # Where the guards leave a way, they hold: a no-return to n1 sends m to n2.
-    departed = Memory(departures={"m": (("n1", NOW - 60),)})
+    departed = PastMigrations(departures={"m": (("n1", NOW - 60),)})
     decision = _decide(cluster, PolicyConfig(min_uptime=0), memory=departed)
     assert _moved(decision) == [("m", "n3", "n2")] and "could not keep" not in decision.reason
     # m may not go to n1: it goes to n2.
-    avoid = Memory(avoid={("m", "n1"): NOW + 600})
+    avoid = PastMigrations(avoid={("m", "n1"): NOW + 600})
     decision = _decide(cluster, PolicyConfig(min_uptime=0), memory=avoid)
     assert decision.kind == "repair" and _moved(decision) == [("m", "n3", "n2")]
 
@@ -341,7 +343,7 @@ def test_maintenance_return_brings_guests_back_at_once() -> None:
     # onto a target a failed migration keeps them off.
     cluster = _cluster(_g("a", "n1", 2), _g("m", "n1", 1), _g("k", "n2", 1))
     state = PolicyState(evacuated={"m": "n3", "k": "n3"})
-    memory = Memory(
+    memory = PastMigrations(
         cooldown_until={"m": NOW + 600, "k": NOW + 600},
         departures={"m": (("n3", NOW - 60),), "k": (("n3", NOW - 60),)},
     )
@@ -351,7 +353,7 @@ def test_maintenance_return_brings_guests_back_at_once() -> None:
     assert decision.reason.startswith("2 guests back to n3, out of maintenance")
     assert sorted(_moved(decision)) == [("k", "n2", "n3"), ("m", "n1", "n3")]
     assert decision.proposal is not None and decision.proposal.strategy == "maintenance-return"
-    avoid = Memory(avoid={("m", "n3"): NOW + 600})
+    avoid = PastMigrations(avoid={("m", "n3"): NOW + 600})
     assert _moved(_decide(cluster, config, state, avoid)) == [("k", "n2", "n3")]
     # batch 1: one at a time, in guest order.
     assert _moved(_decide(cluster, replace(config, batch=1), state)) == [("k", "n2", "n3")]
@@ -474,7 +476,7 @@ def _decide_on(cluster: Cluster, risen: Cluster, config: PolicyConfig) -> Decisi
     window = UsageWindow().add(NOW - 3600, cluster, 6 * 3600).add(NOW, risen)
     recent = window.recent(cluster, 1800)
     assert recent.apply(cluster) == risen
-    return decide(cluster, NOW, config, PolicyState(), Memory(), busy=False, recent=recent)
+    return decide(cluster, NOW, config, PolicyState(), PastMigrations(), busy=False, recent=recent)
 
 
 def test_capacity_is_checked_on_the_recent_rise() -> None:
@@ -633,14 +635,16 @@ def test_presets_are_faithful_and_runnable() -> None:
 
 
 def test_incus_preset_passes_cooldowns_to_its_strategy() -> None:
-    decision = _decide(_skewed(), PRESETS["incus"], memory=Memory(cooldown_until={"a": NOW + 1}))
+    decision = _decide(
+        _skewed(), PRESETS["incus"], memory=PastMigrations(cooldown_until={"a": NOW + 1})
+    )
     assert decision.act and decision.proposal is not None
     assert decision.proposal.options["in_cooldown"] == ["a"]
     assert decision.reason.startswith("no policy metric: strategy incus's own trigger decides;")
 
 
 def test_deterministic() -> None:
-    memory = Memory(cooldown_until={"b": NOW + 5})
+    memory = PastMigrations(cooldown_until={"b": NOW + 5})
     first = _decide(_skewed(), memory=memory)
     second = _decide(_skewed(), memory=memory)
     assert first.reason == second.reason and first.plan == second.plan
@@ -778,7 +782,7 @@ def test_property_decisions_respect_the_guards(cluster: Cluster, data: st.DataOb
     ids = [g.id for g in cluster.guests]
     names = [n.name for n in cluster.nodes]
     times = st.floats(NOW - 2 * DAY, NOW + DAY)
-    memory = Memory(
+    memory = PastMigrations(
         cooldown_until=data.draw(st.dictionaries(st.sampled_from(ids), times, max_size=4)),
         departures=data.draw(
             st.dictionaries(

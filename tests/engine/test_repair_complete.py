@@ -15,7 +15,7 @@ import pytest
 from opendrs.engine.planner import plan_with_retries
 from opendrs.engine.policy import (
     Decision,
-    Memory,
+    PastMigrations,
     PolicyConfig,
     PolicyState,
     decide,
@@ -37,7 +37,7 @@ def _steps(cluster: Cluster, **kw: object) -> list[tuple[int, str, str, str, boo
 
 
 def _decide(cluster: Cluster, config: PolicyConfig) -> Decision:
-    return decide(cluster, NOW, config, PolicyState(), Memory(), busy=False)
+    return decide(cluster, NOW, config, PolicyState(), PastMigrations(), busy=False)
 
 
 # --------------------------------------------------------------------------------------------

@@ -10,7 +10,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 from opendrs.engine.constraints import Constraints
-from opendrs.engine.policy import Decision, Memory, PolicyConfig, PolicyState, decide, why_not
+from opendrs.engine.policy import (
+    Decision,
+    PastMigrations,
+    PolicyConfig,
+    PolicyState,
+    decide,
+    why_not,
+)
 from opendrs.model.cluster import Cluster, Guest, Node, Settings
 from opendrs.model.rules import GuestAffinity, NodeAffinity, Rules
 
@@ -39,7 +46,7 @@ def _four(**kw: object) -> list[Guest]:
 def _decide(
     guests: list[Guest],
     config: PolicyConfig = EAGER,
-    memory: Memory | None = None,
+    memory: PastMigrations | None = None,
     *,
     nodes: tuple[Node, ...] | None = None,
     settings: Settings | None = None,
@@ -51,7 +58,7 @@ def _decide(
         rules or Rules(),
         settings or Settings(mode="static"),
     )
-    decision = decide(cluster, NOW, config, PolicyState(), memory or Memory(), busy=False)
+    decision = decide(cluster, NOW, config, PolicyState(), memory or PastMigrations(), busy=False)
     assert not decision.act and decision.plan is not None
     return decision
 
@@ -74,7 +81,7 @@ def test_the_clusters_min_uptime_reads_alike_and_groups_with_the_policys() -> No
 
 
 def test_cooldown() -> None:
-    memory = Memory(cooldown_until={gid: NOW + 600 for gid in "abcd"})
+    memory = PastMigrations(cooldown_until={gid: NOW + 600 for gid in "abcd"})
     assert _decide(_four(), memory=memory).reason == (
         NOTHING + "4 candidates, all excluded: 4 in cooldown"
     )
@@ -82,7 +89,7 @@ def test_cooldown() -> None:
 
 def test_no_return() -> None:
     # Two nodes: each guest left n2 an hour ago and may not go back there for a day.
-    memory = Memory(departures={gid: (("n2", NOW - 3600),) for gid in "abcd"})
+    memory = PastMigrations(departures={gid: (("n2", NOW - 3600),) for gid in "abcd"})
     decision = _decide(_four(), replace(EAGER, no_return=DAY), memory, nodes=_nodes(2))
     assert decision.reason == (
         NOTHING + "4 candidates, all excluded: 4 with no node to go to (no_return 1d)"
@@ -93,7 +100,7 @@ def test_no_return_and_no_room_together() -> None:
     # n2 is barred by no-return, the small n3 has no room: both named, in that order.
     nodes = (*_nodes(2), Node("n3", 10, 20 * GiB))
     locked = _g("z", "n3", 1, memory=18 * GiB, lock="backup")
-    memory = Memory(departures={gid: (("n2", NOW - 3600),) for gid in "abcd"})
+    memory = PastMigrations(departures={gid: (("n2", NOW - 3600),) for gid in "abcd"})
     decision = _decide([*_four(), locked], replace(EAGER, no_return=DAY), memory, nodes=nodes)
     assert decision.reason.endswith(
         "5 candidates, all excluded: 4 with no node to go to (no_return 1d, no room), "
@@ -102,7 +109,7 @@ def test_no_return_and_no_room_together() -> None:
 
 
 def test_a_failed_migration() -> None:
-    memory = Memory(avoid={(gid, "n2"): NOW + 60 for gid in "abcd"})
+    memory = PastMigrations(avoid={(gid, "n2"): NOW + 60 for gid in "abcd"})
     decision = _decide(_four(), memory=memory, nodes=_nodes(2))
     assert decision.reason.endswith(
         "all excluded: 4 with no node to go to (avoided after a failed migration)"
@@ -111,7 +118,7 @@ def test_a_failed_migration() -> None:
 
 def test_locks() -> None:
     guests = [_g("a", lock="backup"), _g("b", lock="backup"), _g("c", lock="migrate"), _g("d")]
-    decision = _decide(guests, memory=Memory(cooldown_until={"d": NOW + 1}))
+    decision = _decide(guests, memory=PastMigrations(cooldown_until={"d": NOW + 1}))
     assert decision.reason == (
         NOTHING + "4 candidates, all excluded: 2 locked (backup), 1 in cooldown, 1 locked (migrate)"
     )
@@ -132,7 +139,7 @@ def test_ignored() -> None:
 
 def test_local_devices_and_disks_are_grouped_whatever_the_device() -> None:
     guests = [_g("a", devices=("hostpci0",)), _g("b", devices=("usb1",)), *_four()[2:]]
-    decision = _decide(guests, memory=Memory(cooldown_until={"c": NOW + 1, "d": NOW + 1}))
+    decision = _decide(guests, memory=PastMigrations(cooldown_until={"c": NOW + 1, "d": NOW + 1}))
     assert decision.reason.endswith("all excluded: 2 in cooldown, 2 with local devices")
 
 
@@ -204,7 +211,7 @@ def test_groups_by_count_then_text_and_repeatable() -> None:
         _g("d", uptime=60),
         _g("e", cores=1),
     ]
-    memory = Memory(cooldown_until={"c": NOW + 1, "e": NOW + 1})
+    memory = PastMigrations(cooldown_until={"c": NOW + 1, "e": NOW + 1})
     config = replace(EAGER, min_uptime=600)
     cluster = Cluster(_nodes(), tuple(guests), settings=Settings(mode="static"))
     first = why_not(cluster, NOW, config, memory, Constraints.build(cluster))

@@ -37,7 +37,7 @@ from opendrs.controller.executor import Event, Executor
 from opendrs.controller.history import History
 from opendrs.engine.policy import (
     Decision,
-    Memory,
+    PastMigrations,
     PolicyConfig,
     PolicyState,
     RecentUsage,
@@ -204,10 +204,10 @@ class Controller:
 
     # -- one cycle -----------------------------------------------------------------------------
 
-    def memory(self, now: float) -> Memory:
+    def past_migrations(self, now: float) -> PastMigrations:
         """What the history tells the policy: cooldowns, departures, failed targets."""
         departures = self.history.departures(now - self.policy.no_return)
-        return Memory(
+        return PastMigrations(
             cooldown_until=self.history.cooldowns(now),
             departures={g: tuple(v) for g, v in departures.items()},
             avoid=self.history.avoided(now),
@@ -255,7 +255,7 @@ class Controller:
             now,
             policy,
             self.state,
-            self.memory(now),
+            self.past_migrations(now),
             busy=self.executor.busy,
             recent=recent,
         )

@@ -1,0 +1,136 @@
+"""Policy: *when* to act — turns a stream of observations into decisions, without flapping.
+
+A strategy says where guests should run; the policy says whether to move them now. It is a pure
+function of explicit immutable values: :func:`decide` takes the (smoothed) cluster, the time, a
+:class:`PolicyConfig`, the previous :class:`PolicyState` and what the controller's history knows
+(:class:`PastMigrations`), and returns a :class:`Decision` with the next state. Every guard the
+peers use against flapping is here, each one configurable:
+
+* **Smoothing** (:class:`UsageWindow`) — the measured usage of each guest (and each node's own
+  load) is averaged over the last ``smoothing`` seconds, so that a one-observation spike does not
+  look like an imbalance. The controller adds each observation to the window and decides on
+  :meth:`UsageWindow.smoothed`. Capacity is checked on usage that rises faster: each value at
+  the higher of its mean and its mean over the hold (:func:`overload_span`), which the controller
+  passes as ``recent`` — an overload that lasts the hold is repaired, and no plan puts more on a
+  node than its recent usage leaves room for, however empty the long average shows it.
+* **Threshold** — nothing happens while the imbalance ``metric`` is at or below ``threshold``:
+  ``spread`` (opendrs: the largest max − min of the weighted resources' load fractions,
+  :func:`~opendrs.engine.imbalance.balance_spread`), ``cv`` (Proxmox: population σ / mean of the
+  combined load ``(cpu + memory) / 2``), ``memory-spread`` (ProxLB: max − min of the memory
+  fractions) — all on the usable nodes — or ``none`` (the strategy's own trigger decides).
+* **Hold** — the metric must be above the threshold for ``hold`` observations in a row (Proxmox's
+  hold duration). As in Proxmox the count restarts at every attempt, acted on or not, so a plan
+  refused by the margin is not asked for again before ``hold`` more observations.
+* **Margin** — a plan is carried out only if it improves the metric by at least ``margin``,
+  relative: ``(metric − predicted) / metric ≥ margin`` (Proxmox's rule), the prediction being the
+  metric of the cluster after the plan's moves. ``margin`` 0 turns the check off (ProxLB, Incus).
+* **Cooldown** — a guest moved less than ``cooldown`` seconds ago is not moved again (Incus's 6 h);
+  **no return** — a guest never goes back to a node it left less than ``no_return`` seconds ago;
+  **avoid** — after a failed migration, that target is kept off for ``avoid_after_failure``
+  seconds. All three come from :class:`PastMigrations` and become *forbidden placements*, which
+  every strategy honours and the planner's own retries add to.
+* **Minimum uptime** — guests up for less than ``min_uptime`` seconds stay where they are.
+* **Batch** — at most ``batch`` migrations per decision: passed to strategies that take
+  ``max_moves`` (or ``batch``); other proposals are cut to the first ``batch`` migrations in
+  proposal order, hard-affinity bundles whole, and the cut target is planned again.
+* **Busy** — while a plan is executing nothing is decided and the hold count stands still (Proxmox
+  skips its rounds without counting while a service migrates).
+
+**Repairs** come before all of that: a guest that breaks a hard constraint now and may move — on a
+node in maintenance, outside its strict node affinity, with a hard anti-affinity partner on its
+node, split from its hard-affinity bundle, or on a node over a capacity limit — is moved at once,
+bypassing threshold, hold and margin but never a forbidden placement. The repair is opendrs's,
+whatever the strategy (the peers rely on their own evacuation — Proxmox HA's maintenance mode,
+``incus cluster evacuate``): :func:`repair`, which ``opendrs plan`` and ``opendrs place
+--evacuate`` use as well — ``balance``'s repair phase, asked for nothing else, greedy first and
+then the exact model where a guest can go nowhere, ordered by the planner with parking moves; an
+exact repair longer than ``batch`` is carried out a few steps per decision. A guest no repair can
+move is logged at WARNING at every decision, naming what stops it (:attr:`Decision.stuck`).
+Guests on an offline node cannot be migrated; recovering them is the HA stack's job.
+
+**Back from maintenance.** With ``maintenance_return`` the policy remembers which guests left a
+node in maintenance (:class:`PolicyState` ``evacuated``) and moves them back at once when it leaves
+maintenance, as Proxmox HA and ``incus cluster restore`` do. Off by default (nothing is
+remembered): the balance decides what the node gets.
+
+**Presets** (:data:`PRESETS`) emulate the peers for the simulator's side-by-side report:
+
+* ``opendrs`` — the defaults: spread above 15 pp for 6 observations, a plan must cut it by 25 %,
+  balanced to 8 pp by ``balance``, at most 30 migrations, 6 h cooldown, 24 h no-return, 10 min
+  minimum uptime, usage averaged over 6 h, failed targets avoided for 1 h.
+* ``proxmox`` — Proxmox VE's auto-rebalance (``Manager.pm`` ``load_balance``): CV of the combined
+  load above 0.3 for 3 rounds (a 60 s interval stands for its HA rounds), the move must improve it
+  by 10 % relative, one move per trigger by ``pve-bruteforce``, one migration at a time; no cooldown
+  ("there is no per-guest cooldown"), no no-return window, no smoothing, no minimum uptime. Guests
+  evacuated for maintenance go back to their node when it leaves maintenance (HA's
+  ``maintenance_node``).
+* ``incus`` — Incus's automatic rebalancing (``cluster.rebalance.*``):
+  every 15 minutes the ``incus`` strategy applies its own trigger (a 20 % gap relative to the
+  busiest member), one move per run (``batch`` 1), a 6 h cooldown; no hold, margin or smoothing.
+  Evacuated guests go back when the member is restored (``incus cluster restore``).
+* ``proxlb`` — ProxLB 2.3.0: every 12 h (its default schedule), the memory
+  spread above 10 pp (balanciness 10) triggers ``proxlb-greedy``, which moves as many guests as its
+  run decides (no batch), five migrations at a time (``parallel_jobs``) and no inflow limit; no
+  hold, margin, cooldown or smoothing (ProxLB reads the current memory use).
+"""
+
+from opendrs.engine.policy.config import (
+    METRICS,
+    POLICY_KEYS,
+    PRESETS,
+    Metric,
+    PolicyConfig,
+    parse_policy,
+    strategy_problem,
+)
+from opendrs.engine.policy.decide import Decision, DecisionKind, decide
+from opendrs.engine.policy.guards import forbidden_placements
+from opendrs.engine.policy.maintenance import track_evacuations
+from opendrs.engine.policy.metrics import format_by_arch, format_metric, measure, measure_by_arch
+from opendrs.engine.policy.planning import truncate
+from opendrs.engine.policy.repair import (
+    Repair,
+    first_moves,
+    may_need_repair,
+    repair,
+    repairs_needed,
+    stuck_after,
+    warn_stuck,
+)
+from opendrs.engine.policy.smoothing import RecentUsage, UsageWindow, overload_span
+from opendrs.engine.policy.state import PastMigrations, PolicyState
+from opendrs.engine.policy.why import WhyNot, why_not
+
+__all__ = [
+    "METRICS",
+    "POLICY_KEYS",
+    "PRESETS",
+    "Decision",
+    "DecisionKind",
+    "Metric",
+    "PastMigrations",
+    "PolicyConfig",
+    "PolicyState",
+    "RecentUsage",
+    "Repair",
+    "UsageWindow",
+    "WhyNot",
+    "decide",
+    "first_moves",
+    "forbidden_placements",
+    "format_by_arch",
+    "format_metric",
+    "may_need_repair",
+    "measure",
+    "measure_by_arch",
+    "overload_span",
+    "parse_policy",
+    "repair",
+    "repairs_needed",
+    "strategy_problem",
+    "stuck_after",
+    "track_evacuations",
+    "truncate",
+    "warn_stuck",
+    "why_not",
+]

@@ -1,0 +1,445 @@
+"""The policy configuration: :class:`PolicyConfig`, the peers' presets, reading a policy section
+of a configuration file (one-line errors), and a strategy's options checked when they are read."""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any, Literal
+
+from opendrs.engine.policy.state import PastMigrations, frozen_mapping
+from opendrs.engine.strategies import REGISTRY
+from opendrs.model.cluster import Cluster, Guest, Node
+from opendrs.model.document import Path, Reader, describe
+from opendrs.model.units import format_duration
+
+Metric = Literal["spread", "cv", "memory-spread", "none"]
+
+METRICS: tuple[str, ...] = ("spread", "cv", "memory-spread", "none")
+
+
+#: Strategy parameters the policy itself fills in (never options).
+_RESERVED = ("cluster", "forbidden")
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyConfig:
+    """When to act; see the module docstring for each guard. Durations are in seconds."""
+
+    name: str = "opendrs"
+    #: Seconds between observations and decisions (the controller loop's period).
+    interval: int = 300
+    metric: Metric = "spread"
+    #: Act only when the metric is above this (spreads are fractions: 0.15 = 15 pp).
+    threshold: float = 0.15
+    #: Balance to this spread (passed to strategies that take ``target_spread``).
+    target: float = 0.08
+    #: Observations in a row above the threshold before acting (0 acts like 1).
+    hold: int = 6
+    #: Least relative improvement of the metric a plan must bring; 0: no check.
+    margin: float = 0.25
+    cooldown: int = 6 * 3600
+    no_return: int = 24 * 3600
+    #: Most migrations per decision; 0: no limit.
+    batch: int = 30
+    min_uptime: int = 600
+    #: Moving-average window over measured usage; 0: off. Long on purpose: it is each guest's
+    #: demand the plan is made for, and only a lasting imbalance is worth a migration (placement
+    #: changes are seen at once — it is usage that is averaged, not node loads).
+    smoothing: int = 6 * 3600
+    avoid_after_failure: int = 3600
+    strategy: str = "balance"
+    #: Extra strategy options (they win over what the policy fills in).
+    options: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
+    #: Executor limits this policy implies (None: the cluster's settings).
+    max_parallel: int | None = None
+    max_node_inflow: int | None = None
+    #: Move guests evacuated for maintenance back to their node when it leaves maintenance
+    #: (Proxmox HA's ``maintenance_node``, ``incus cluster restore``); off: the balance decides.
+    maintenance_return: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "options", frozen_mapping(self.options))
+        if not isinstance(self.maintenance_return, bool):
+            got = self.maintenance_return
+            raise ValueError(f"policy maintenance_return: expected true or false, got {got!r}")
+        if not self.name or not isinstance(self.name, str):
+            raise ValueError(f"policy name: expected a non-empty name, got {self.name!r}")
+        if self.metric not in METRICS:
+            raise ValueError(
+                f"policy metric: expected one of {', '.join(METRICS)}, got {self.metric!r}"
+            )
+        for key in ("threshold", "target", "margin"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError(f"policy {key}: expected a number, got {value!r}")
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(f"policy {key}: expected a finite number ≥ 0, got {value!r}")
+        for key in (
+            "interval",
+            "hold",
+            "cooldown",
+            "no_return",
+            "batch",
+            "min_uptime",
+            "smoothing",
+            "avoid_after_failure",
+        ):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"policy {key}: expected a whole number ≥ 0, got {value!r}")
+        if self.interval < 1:
+            raise ValueError(f"policy interval: must be at least 1 second, got {self.interval}")
+        for key in ("max_parallel", "max_node_inflow"):
+            value = getattr(self, key)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 1
+            ):
+                raise ValueError(
+                    f"policy {key}: expected a whole number ≥ 1 or none, got {value!r}"
+                )
+        if self.strategy not in REGISTRY:
+            raise ValueError(
+                f"policy strategy: unknown strategy {self.strategy!r} "
+                f"(known: {', '.join(sorted(REGISTRY))})"
+            )
+
+
+#: The emulated peers (see the module docstring), and opendrs's own defaults.
+PRESETS: Mapping[str, PolicyConfig] = MappingProxyType(
+    {
+        "opendrs": PolicyConfig(),
+        "proxmox": PolicyConfig(
+            name="proxmox",
+            interval=60,
+            metric="cv",
+            threshold=0.3,
+            hold=3,
+            margin=0.1,
+            cooldown=0,
+            no_return=0,
+            batch=1,
+            min_uptime=0,
+            smoothing=0,
+            avoid_after_failure=0,
+            strategy="pve-bruteforce",
+            max_parallel=1,
+            maintenance_return=True,
+        ),
+        "incus": PolicyConfig(
+            name="incus",
+            interval=15 * 60,
+            metric="none",
+            threshold=0.0,
+            hold=1,
+            margin=0.0,
+            cooldown=6 * 3600,
+            no_return=0,
+            batch=1,
+            min_uptime=0,
+            smoothing=0,
+            avoid_after_failure=0,
+            strategy="incus",
+            max_parallel=1,
+            maintenance_return=True,
+        ),
+        "proxlb": PolicyConfig(
+            name="proxlb",
+            interval=12 * 3600,
+            metric="memory-spread",
+            threshold=0.10,
+            hold=1,
+            margin=0.0,
+            cooldown=0,
+            no_return=0,
+            batch=0,
+            min_uptime=0,
+            smoothing=0,
+            avoid_after_failure=0,
+            strategy="proxlb-greedy",
+            max_parallel=5,
+            max_node_inflow=5,
+        ),
+    }
+)
+
+
+def strategy_arguments(
+    config: PolicyConfig,
+    params: Mapping[str, inspect.Parameter],
+    memory: PastMigrations,
+    now: float,
+) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {}
+    if "target_spread" in params:
+        kwargs["target_spread"] = config.target
+    if config.batch > 0:
+        if "max_moves" in params:
+            kwargs["max_moves"] = config.batch
+        elif "batch" in params:
+            kwargs["batch"] = config.batch
+    if "cooldown_until" in params and "now" in params:
+        kwargs["cooldown_until"] = dict(memory.cooldown_until)
+        kwargs["now"] = now
+    for name, value in config.options.items():
+        if name in _RESERVED or name not in params:
+            known = ", ".join(sorted(p for p in params if p not in _RESERVED))
+            raise ValueError(
+                f"policy {config.name}: strategy {config.strategy} has no option {name!r} "
+                f"(options: {known})"
+            )
+        kwargs[name] = value
+    return kwargs
+
+
+POLICY_KEYS: tuple[str, ...] = (
+    "preset",
+    "name",
+    "interval",
+    "metric",
+    "threshold",
+    "target",
+    "hold",
+    "margin",
+    "cooldown",
+    "no_return",
+    "batch",
+    "min_uptime",
+    "smoothing",
+    "avoid_after_failure",
+    "strategy",
+    "options",
+    "max_parallel",
+    "max_node_inflow",
+    "maintenance_return",
+)
+
+
+#: Each duration's range in seconds, (shortest, longest): configuration that validates runs.
+_DURATIONS: Mapping[str, tuple[int, int]] = MappingProxyType(
+    {
+        "interval": (0, 7 * 86400),  # 0 is refused with its own message
+        "cooldown": (0, 365 * 86400),
+        "no_return": (0, 365 * 86400),
+        "min_uptime": (0, 365 * 86400),
+        "smoothing": (0, 30 * 86400),
+        "avoid_after_failure": (0, 365 * 86400),
+    }
+)
+
+
+#: Each fraction's largest value: a spread or CV threshold and target (100 = 10000 %), and the
+#: relative improvement a plan must bring (at most all of it).
+_FRACTIONS: Mapping[str, float] = MappingProxyType(
+    {"threshold": 100.0, "target": 100.0, "margin": 1.0}
+)
+
+
+_MAX_COUNT = 100_000
+
+
+_MAX_HOLD = 10_000
+
+
+#: Most observations the smoothing window keeps (``smoothing / interval``): the window is
+#: memory, and it is copied at every observation.
+_MAX_SAMPLES = 10_000
+
+
+#: Largest size of a whole number and of a number a strategy option may take.
+_MAX_OPTION_INT = 2**31 - 1
+
+
+_MAX_OPTION_NUMBER = 1e15
+
+
+def _fraction(reader: Reader, value: object, path: Path, maximum: float) -> float:
+    """A number from 0 to ``maximum``, or a percentage written ``15%`` (0.15)."""
+    if isinstance(value, str) and value.strip().endswith("%"):
+        text = value.strip()[:-1].strip()
+        try:
+            number = float(text)
+        except ValueError:
+            reader.fail(path, f"cannot read {describe(value)} as a percentage (example: 15%)")
+        if not math.isfinite(number) or number < 0:
+            reader.fail(path, f"must be a finite percentage ≥ 0, got {describe(value)}")
+        if number / 100 > maximum:
+            reader.fail(path, f"must not be more than {maximum * 100:g}%, got {describe(value)}")
+        return number / 100
+    return reader.number(value, path, maximum=maximum)
+
+
+def _option_value(reader: Reader, value: object, path: Path, default: object) -> object:
+    """A strategy option checked against the type of its default, as ``opendrs plan -o`` does."""
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            reader.fail(path, f"expected true or false, got {describe(value)}")
+        return value
+    if isinstance(default, int):
+        if isinstance(value, bool) or not isinstance(value, int):
+            reader.fail(path, f"expected a whole number, got {describe(value)}")
+        if abs(value) > _MAX_OPTION_INT:
+            reader.fail(
+                path, f"must be from -{_MAX_OPTION_INT} to {_MAX_OPTION_INT}, got {describe(value)}"
+            )
+        return value
+    if isinstance(default, float):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            reader.fail(path, f"expected a number, got {describe(value)}")
+        if not math.isfinite(value):
+            reader.fail(path, f"expected a finite number, got {describe(value)}")
+        if abs(value) > _MAX_OPTION_NUMBER:
+            reader.fail(
+                path,
+                f"must be from -{_MAX_OPTION_NUMBER:g} to {_MAX_OPTION_NUMBER:g}, "
+                f"got {describe(value)}",
+            )
+        return float(value)
+    if isinstance(default, str) and not isinstance(value, str):
+        reader.fail(path, f"expected text, got {describe(value)}")
+    if isinstance(value, list):
+        return tuple(value)
+    return value
+
+
+def parse_policy(
+    reader: Reader, value: object, path: Path, base: PolicyConfig | None = None
+) -> PolicyConfig:
+    """A :class:`PolicyConfig` from a configuration mapping (YAML or JSON) at ``path``.
+
+    Keys are the fields of :class:`PolicyConfig`, plus ``preset`` (a name in :data:`PRESETS`) to
+    start from instead of ``base`` (default :class:`PolicyConfig()`). Durations are seconds or
+    strings such as ``5m``, ``6h``, ``1d 6h``; ``threshold``, ``target`` and ``margin`` are
+    fractions (``0.15``) or percentages (``15%``); ``max_parallel`` and ``max_node_inflow`` may
+    be null. ``options`` are checked against the strategy's parameters and their types. A new
+    ``strategy`` without ``options`` starts with none. Errors are :class:`DocumentError` (one line
+    naming the key).
+    """
+    start = base if base is not None else PolicyConfig()
+    mapping = reader.mapping(value, path)
+    reader.check_keys(mapping, path, POLICY_KEYS)
+    if "preset" in mapping:
+        start = PRESETS[reader.choice(mapping["preset"], (*path, "preset"), tuple(PRESETS))]
+    fields: dict[str, Any] = {}
+    if "name" in mapping:
+        # The history keeps this name: no blanks around it, no control characters.
+        fields["name"] = reader.plain_name(mapping["name"], (*path, "name"))
+    for key, (shortest, longest) in _DURATIONS.items():
+        if key in mapping:
+            fields[key] = reader.duration(
+                mapping[key], (*path, key), minimum=shortest, maximum=longest
+            )
+    if fields.get("interval") == 0:
+        reader.fail((*path, "interval"), "must be at least 1 second")
+    if "metric" in mapping:
+        fields["metric"] = reader.choice(mapping["metric"], (*path, "metric"), METRICS)
+    for key, largest in _FRACTIONS.items():
+        if key in mapping:
+            fields[key] = _fraction(reader, mapping[key], (*path, key), largest)
+    for key, most in (("hold", _MAX_HOLD), ("batch", _MAX_COUNT)):
+        if key in mapping:
+            fields[key] = reader.integer(mapping[key], (*path, key), minimum=0, maximum=most)
+    for key in ("max_parallel", "max_node_inflow"):
+        if key in mapping:
+            item = mapping[key]
+            fields[key] = (
+                None
+                if item is None
+                else reader.integer(item, (*path, key), minimum=1, maximum=_MAX_COUNT)
+            )
+    if "maintenance_return" in mapping:
+        fields["maintenance_return"] = reader.boolean(
+            mapping["maintenance_return"], (*path, "maintenance_return")
+        )
+    strategy = start.strategy
+    if "strategy" in mapping:
+        spath = (*path, "strategy")
+        strategy = reader.text(mapping["strategy"], spath)
+        if strategy not in REGISTRY:
+            known = ", ".join(sorted(REGISTRY))
+            reader.fail(spath, f"unknown strategy {describe(strategy)} (known: {known})")
+        fields["strategy"] = strategy
+    options: Mapping[str, object] = start.options
+    if strategy != start.strategy:
+        options = {}
+    params = inspect.signature(REGISTRY[strategy].propose).parameters
+    known_options = tuple(sorted(p for p in params if p not in _RESERVED))
+    if "options" in mapping:
+        opath = (*path, "options")
+        given = reader.mapping(mapping["options"], opath)
+        reader.check_keys(given, opath, known_options, f" for strategy {strategy}")
+        options = {
+            key: _option_value(reader, item, (*opath, key), params[key].default)
+            for key, item in given.items()
+        }
+    fields["options"] = options
+    try:
+        config = replace(start, **fields)
+    except ValueError as exc:
+        reader.fail(path, str(exc))
+    samples = config.smoothing // config.interval
+    if samples > _MAX_SAMPLES:
+        where = next((k for k in ("smoothing", "interval") if k in mapping), None)
+        reader.fail(
+            (*path, where) if where else path,
+            f"a smoothing of {format_duration(config.smoothing)} at an interval of "
+            f"{format_duration(config.interval)} keeps {samples} observations, at most "
+            f"{_MAX_SAMPLES}: shorten the smoothing or lengthen the interval",
+        )
+    if config.options:
+        refused = strategy_problem(config.strategy, _arguments_for_check(config))
+        if refused is not None:
+            key, problem = refused
+            where: Path = path
+            if "options" in mapping:
+                where = (*path, "options", key) if key in config.options else (*path, "options")
+            reader.fail(where, f"strategy {config.strategy}: {problem}")
+    return config
+
+
+def _trial_cluster() -> Cluster:
+    """Two nodes, two guests on the first: a cluster every strategy has work to do on."""
+    gib = 1024**3
+    nodes = (Node("a", 8.0, 16 * gib), Node("b", 8.0, 16 * gib))
+    guests = tuple(
+        Guest(str(i), "a", cpu=2.0, memory=2 * gib, cpu_used=1.0, memory_used=gib, uptime=86400)
+        for i in (1, 2)
+    )
+    return Cluster(nodes, guests)
+
+
+def _arguments_for_check(config: PolicyConfig) -> dict[str, Any]:
+    params = inspect.signature(REGISTRY[config.strategy].propose).parameters
+    return strategy_arguments(config, params, PastMigrations(), 0.0)
+
+
+def strategy_problem(strategy: str, options: Mapping[str, Any]) -> tuple[str, str] | None:
+    """Why ``strategy`` refuses ``options``: ``(option, one line)``, or ``None`` when it takes
+    them. ``option`` is the option refused on its own, or ``""`` when no single one is.
+
+    Strategies check their options when they run; they are tried here on a small cluster, so
+    that a configuration (or a command line) with an option a strategy refuses is refused when
+    it is read, not when the daemon decides. A strategy that fails on that cluster whatever the
+    options is not the options' fault: its error propagates.
+    """
+
+    def refuses(given: Mapping[str, Any]) -> str | None:
+        try:
+            REGISTRY[strategy].propose(_trial_cluster(), forbidden=frozenset(), **given)
+        except Exception as exc:  # the options' fault, if the defaults run (below)
+            return " ".join(str(exc).split()) or type(exc).__name__
+        return None
+
+    problem = refuses(options)
+    if problem is None:
+        return None
+    if options:
+        REGISTRY[strategy].propose(_trial_cluster(), forbidden=frozenset())  # a broken strategy
+    for key, value in options.items():
+        alone = refuses({key: value})
+        if alone is not None:
+            return key, alone
+    return "", problem

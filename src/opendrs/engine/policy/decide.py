@@ -1,0 +1,368 @@
+""":func:`decide`: whether to act on one observation, as a short sequence of guards — busy,
+repair, back from maintenance, threshold, hold, then the strategy's plan and the margin — each
+returning a :class:`Decision` or passing to the next."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from opendrs.engine.planner import Plan
+from opendrs.engine.policy.config import PolicyConfig, strategy_arguments
+from opendrs.engine.policy.guards import failed_targets, forbidden_placements
+from opendrs.engine.policy.maintenance import returns_from_maintenance, track_evacuations
+from opendrs.engine.policy.metrics import (
+    format_by_arch,
+    format_metric,
+    format_threshold,
+    measure,
+    measure_by_arch,
+    metric_label,
+)
+from opendrs.engine.policy.planning import final_placement, plan_within, truncate
+from opendrs.engine.policy.repair import Repair, may_need_repair, repair_within_guards
+from opendrs.engine.policy.smoothing import RecentUsage
+from opendrs.engine.policy.state import PastMigrations, PolicyState
+from opendrs.engine.policy.why import why_not
+from opendrs.engine.strategies import get_strategy
+from opendrs.engine.strategies.base import Proposal
+from opendrs.engine.view import CycleView
+from opendrs.model.cluster import Cluster
+
+DecisionKind = Literal["none", "plan", "repair"]
+#: What a decision is, for code (the reason is for the operator):
+#:
+#: * ``busy`` — a plan is still executing; nothing decided;
+#: * ``repair`` — a plan that repairs a broken hard constraint (acts);
+#: * ``return`` — evacuated guests back to their node out of maintenance (acts);
+#: * ``balanced`` — the metric at or below the threshold;
+#: * ``holding`` — above the threshold for fewer observations than the hold;
+#: * ``no-proposal`` — the strategy proposes no migration;
+#: * ``unordered`` — no proposed migration can be ordered safely;
+#: * ``below-margin`` — the plan improves the metric by less than the margin;
+#: * ``plan`` — a balancing plan (acts).
+DecisionCode = Literal[
+    "busy",
+    "repair",
+    "return",
+    "balanced",
+    "holding",
+    "no-proposal",
+    "unordered",
+    "below-margin",
+    "plan",
+]
+_ACTING: frozenset[str] = frozenset({"repair", "return", "plan"})
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The policy's answer for one observation."""
+
+    act: bool
+    kind: DecisionKind
+    #: One sentence for the operator.
+    reason: str
+    #: The metric now, and predicted after the plan (None when no plan was made).
+    metric: float
+    predicted: float | None
+    proposal: Proposal | None
+    plan: Plan | None
+    #: The (guest, node) placements ruled out (cooldown, no-return, avoid, minimum uptime).
+    forbidden: frozenset[tuple[str, str]]
+    state: PolicyState
+    #: Guests a repair leaves breaking a hard constraint, each with what stops it (logged at
+    #: WARNING when decided; see :func:`repair`).
+    stuck: tuple[tuple[str, str], ...] = ()
+    #: What the decision is (:data:`DecisionCode`).
+    code: DecisionCode = "balanced"
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "act": self.act,
+            "kind": self.kind,
+            "code": self.code,
+            "reason": self.reason,
+            "metric": self.metric,
+            "predicted": self.predicted,
+            "proposal": self.proposal.as_dict() if self.proposal is not None else None,
+            "plan": self.plan.as_dict() if self.plan is not None else None,
+            "forbidden": [list(p) for p in sorted(self.forbidden)],
+            "stuck": [list(s) for s in self.stuck],
+            "state": {
+                "hold": self.state.hold,
+                "last_attempt": self.state.last_attempt,
+                "last_action": self.state.last_action,
+                "evacuated": dict(sorted(self.state.evacuated.items())),
+            },
+        }
+
+
+def decide(
+    cluster: Cluster,
+    now: float,
+    config: PolicyConfig,
+    state: PolicyState,
+    past: PastMigrations,
+    *,
+    busy: bool,
+    recent: RecentUsage | None = None,
+) -> Decision:
+    """Whether to act on ``cluster`` at ``now``, and with which plan (see the package docstring).
+
+    ``cluster`` is the observation to decide on (smoothed by the caller, see
+    :class:`UsageWindow`); ``busy`` says that a plan is still executing. ``recent``, when given,
+    is the usage capacity is checked on (:meth:`UsageWindow.recent`, over the hold:
+    :func:`overload_span`): repairs are found and made with it, and every plan is ordered against
+    it, while the metric and the strategy see ``cluster``'s. Pure and deterministic. Raises
+    ValueError for a strategy option the strategy refuses, or a ``recent`` made for another
+    cluster.
+    """
+    round_ = _Round(cluster, now, config, state, past, recent, busy)
+    for guard in (_busy, _repair, _back_from_maintenance, _balanced, _holding):
+        decision = guard(round_)
+        if decision is not None:
+            return decision
+    return _balance(round_)
+
+
+class _Round:
+    """One decision in the making: its inputs, the cycle's view, what earlier guards found."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        now: float,
+        config: PolicyConfig,
+        state: PolicyState,
+        past: PastMigrations,
+        recent: RecentUsage | None,
+        busy: bool,
+    ) -> None:
+        self.now, self.config, self.past, self.recent, self.busy = now, config, past, recent, busy
+        self.view = CycleView(cluster)
+        by_arch = measure_by_arch(cluster, config.metric, self.view.loads)
+        self.metric = max(by_arch.values(), default=0.0)
+        self.label = metric_label(config.metric)
+        self.shown = format_by_arch(config.metric, by_arch)
+        self.limit = format_threshold(config.metric, config.threshold)
+        tracked = track_evacuations(cluster, state.evacuated) if config.maintenance_return else {}
+        self.state = state if tracked == state.evacuated else replace(state, evacuated=tracked)
+        #: The repair, once made: every later decision names what it leaves stuck.
+        self.repair = Repair(())
+        #: What a repair that could not be made adds to every later decision's reason.
+        self.repair_note = ""
+        #: Where the threshold and the hold stand, as the reason's first words.
+        self.trigger = ""
+
+    @property
+    def cluster(self) -> Cluster:
+        return self.view.cluster
+
+    def guard(self) -> None:
+        """From here on the decision may plan: the guards' forbidden placements, and capacity
+        checked on the recent usage."""
+        forbidden = forbidden_placements(self.cluster, self.now, self.config, self.past)
+        self.view = self.view.guarding(self.recent, forbidden)
+
+    def attempted(self) -> PolicyState:
+        return replace(self.state, hold=0, last_attempt=self.now)
+
+    def acted(self) -> PolicyState:
+        return replace(self.attempted(), last_action=self.now)
+
+    def predicted(self, plan: Plan) -> float:
+        """The metric once ``plan`` has run (its guests are not migrating now: they may move)."""
+        assign = self.view.assign.copy()
+        guests, nodes = self.cluster.guest_index, self.cluster.node_index
+        for guest, target in final_placement(plan).items():
+            assign[guests[guest]] = nodes[target]
+        return measure(self.cluster, self.config.metric, self.view.loads, assign)
+
+    def decision(
+        self,
+        code: DecisionCode,
+        reason: str,
+        state: PolicyState,
+        *,
+        predicted: float | None = None,
+        proposal: Proposal | None = None,
+        plan: Plan | None = None,
+        forbidden: frozenset[tuple[str, str]] | None = None,
+    ) -> Decision:
+        act = code in _ACTING
+        kind: DecisionKind = "plan" if code == "plan" else "repair" if act else "none"
+        if forbidden is None:
+            forbidden = self.view.forbidden
+        return Decision(
+            act,
+            kind,
+            reason,
+            self.metric,
+            predicted,
+            proposal,
+            plan,
+            forbidden,
+            state,
+            self.repair.stuck,
+            code,
+        )
+
+
+def _migrations(n: int) -> str:
+    return f"{n} migration{'s' if n != 1 else ''}"
+
+
+def _busy(r: _Round) -> Decision | None:
+    """While a plan executes nothing is decided, and the hold count stands still."""
+    if not r.busy:
+        r.guard()
+        return None
+    what = "" if r.config.metric == "none" else f" ({r.label} {r.shown})"
+    return r.decision("busy", f"a plan is still executing: no new decision{what}", r.state)
+
+
+def _repair(r: _Round) -> Decision | None:
+    """What breaks a hard constraint is repaired at once, bypassing threshold, hold and margin;
+    a repair that cannot be made is noted on every later decision."""
+    view, config = r.view, r.config
+    screen = may_need_repair(r.cluster, view.loads) or (
+        r.recent is not None and r.recent.overloads(r.cluster, view.loads)
+    )
+    if not screen:
+        return None
+    failed = failed_targets(r.cluster, r.now, r.past)
+    r.repair, kept_off = repair_within_guards(
+        view.checked, view.constraints, config, view.forbidden, failed
+    )
+    needed = r.repair.needed
+    if not needed or r.repair.proposal is None or r.repair.plan is None:
+        return None
+    what = needed[0] + (f" (and {len(needed) - 1} more)" if len(needed) > 1 else "")
+    plan = r.repair.plan
+    if not plan.moves:
+        r.repair_note = f"; repair needed ({what}) but no allowed migration reaches it"
+        return None
+    overridden = (
+        ""
+        if kept_off == view.forbidden
+        else " and the cooldown, minimum uptime and no-return it could not keep"
+    )
+    return r.decision(
+        "repair",
+        f"repair: {what}; {_migrations(len(plan.moves))}, "
+        f"bypassing threshold, hold and margin{overridden}",
+        r.acted(),
+        predicted=r.predicted(plan),
+        proposal=r.repair.proposal,
+        plan=plan,
+        forbidden=kept_off,
+    )
+
+
+def _back_from_maintenance(r: _Round) -> Decision | None:
+    """Guests evacuated for maintenance go back at once when their node leaves it."""
+    if not (r.config.maintenance_return and r.state.evacuated):
+        return None
+    back = returns_from_maintenance(
+        r.cluster, r.state.evacuated, r.now, r.config, r.past, r.view.constraints, r.metric
+    )
+    if back is None:
+        return None
+    proposal, plan, predicted = back
+    nodes = ", ".join(sorted({m.target for m in plan.moves}))
+    n = len(plan.moves)
+    return r.decision(
+        "return",
+        f"{n} guest{'s' if n != 1 else ''} back to {nodes}, out of maintenance, "
+        f"bypassing threshold, hold and margin{r.repair_note}",
+        r.acted(),
+        predicted=predicted,
+        proposal=proposal,
+        plan=plan,
+    )
+
+
+def _balanced(r: _Round) -> Decision | None:
+    """Nothing happens while the metric is at or below the threshold."""
+    config = r.config
+    if config.metric == "none" or r.metric > config.threshold:
+        return None
+    return r.decision(
+        "balanced",
+        f"{r.label} {r.shown} at or below threshold {r.limit}: nothing to do{r.repair_note}",
+        replace(r.state, hold=0),
+    )
+
+
+def _holding(r: _Round) -> Decision | None:
+    """The metric must stay above the threshold for the hold before the strategy is asked."""
+    config = r.config
+    need = max(config.hold, 1)
+    count = r.state.hold + 1
+    if config.metric == "none":
+        r.trigger = f"no policy metric: strategy {config.strategy}'s own trigger decides"
+    else:
+        r.trigger = (
+            f"{r.label} {r.shown} above threshold {r.limit} for {min(count, need)} of {need} "
+            "observations"
+        )
+    if count >= need:
+        return None
+    return r.decision(
+        "holding", f"{r.trigger}; waiting{r.repair_note}", replace(r.state, hold=count)
+    )
+
+
+def _balance(r: _Round) -> Decision:
+    """Ask the strategy, order its proposal, and act if the plan clears the margin."""
+    config, view, note = r.config, r.view, r.repair_note
+    proposal, plan = plan_within(r.cluster, _proposer(r), view.forbidden, config, view.constraints)
+    if not proposal.net_moves():
+        why = why_not(r.cluster, r.now, config, r.past, view.constraints)
+        # All excluded: that is the reason, whatever the strategy says.
+        stopped = f" ({proposal.stopped})" if why.movable or not why.candidates else ""
+        reason = f"{r.trigger}; strategy {config.strategy} proposes no migration{stopped}; {why}"
+        return r.decision("no-proposal", reason + note, r.attempted(), proposal=proposal, plan=plan)
+    if not plan.moves:
+        problem = plan.problems[0] if plan.problems else "no safe order"
+        reason = f"{r.trigger}; none of the proposed migrations can be ordered safely ({problem})"
+        return r.decision("unordered", reason + note, r.attempted(), proposal=proposal, plan=plan)
+    migrations = _migrations(len(plan.moves))
+    if config.metric == "none":
+        reason = f"{r.trigger}; it proposes {migrations} ({proposal.stopped}){note}"
+        return r.decision("plan", reason, r.acted(), proposal=proposal, plan=plan)
+    predicted = r.predicted(plan)
+    after = format_metric(config.metric, predicted)
+    gain = (r.metric - predicted) / r.metric if r.metric > 0 else 0.0
+    if config.margin > 0 and gain < config.margin - 1e-12:
+        reason = (
+            f"{r.trigger}; the plan would bring it to {after} with {migrations}, "
+            f"{gain * 100:.0f} % better, less than the margin {config.margin * 100:g} %"
+        )
+        return r.decision(
+            "below-margin",
+            reason + note,
+            r.attempted(),
+            predicted=predicted,
+            proposal=proposal,
+            plan=plan,
+        )
+    reason = f"{r.trigger}; plan brings it to {after} with {migrations}{note}"
+    return r.decision("plan", reason, r.acted(), predicted=predicted, proposal=proposal, plan=plan)
+
+
+def _proposer(r: _Round) -> Callable[[frozenset[tuple[str, str]]], Proposal]:
+    """The strategy, asked with the policy's arguments, its proposal cut to the batch."""
+    config, view = r.config, r.view
+    info = get_strategy(config.strategy)
+    params = inspect.signature(info.propose).parameters
+    kwargs = strategy_arguments(config, params, r.past, r.now)
+
+    def propose(forbidden: frozenset[tuple[str, str]]) -> Proposal:
+        found = info.propose(r.cluster, forbidden=forbidden, **kwargs)
+        return truncate(r.cluster, found, config.batch, view.constraints)
+
+    return propose

@@ -1,0 +1,119 @@
+"""Guests evacuated for maintenance: who left which node, and the migrations that take them back
+when it leaves maintenance (``maintenance_return``)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from opendrs.engine.constraints import Constraints, current_assign, movability
+from opendrs.engine.planner import Plan, plan_moves
+from opendrs.engine.policy.config import PolicyConfig
+from opendrs.engine.policy.metrics import measure
+from opendrs.engine.policy.planning import final_placement
+from opendrs.engine.policy.state import PastMigrations
+from opendrs.engine.strategies.base import (
+    Proposal,
+    ProposedMove,
+    cluster_imbalance,
+    migration_cost,
+)
+from opendrs.model.cluster import Cluster
+
+
+def track_evacuations(cluster: Cluster, evacuated: Mapping[str, str]) -> dict[str, str]:
+    """``evacuated`` (guest id → the node it was on in maintenance) brought up to date.
+
+    A guest on an online node in maintenance is added with that node, unless it has an entry
+    already (evacuated twice, it still belongs to the first node); an entry goes when its guest or
+    node is gone, or when the guest is on its node again and the node is out of maintenance.
+    """
+    nodes, node_index, guest_index = cluster.nodes, cluster.node_index, cluster.guest_index
+    out: dict[str, str] = {}
+    for guest_id, name in evacuated.items():
+        j, n = guest_index.get(guest_id), node_index.get(name)
+        if j is None or n is None:
+            continue
+        if cluster.guests[j].node == name and not nodes[n].maintenance:
+            continue
+        out[guest_id] = name
+    held = {n.name for n in nodes if n.maintenance and n.online}
+    if held:
+        for guest in cluster.guests:
+            if guest.node in held and guest.id not in out:
+                out[guest.id] = guest.node
+    return out
+
+
+def returns_from_maintenance(
+    cluster: Cluster,
+    evacuated: Mapping[str, str],
+    now: float,
+    config: PolicyConfig,
+    memory: PastMigrations,
+    cons: Constraints,
+    metric: float,
+) -> tuple[Proposal, Plan, float] | None:
+    """The migrations that take evacuated guests back to their nodes out of maintenance, with
+    the ``config.metric`` predicted after them (``metric``: its value now).
+
+    A guest goes back when its node is usable, it is elsewhere and not migrating, it may move, its
+    architecture and strict rules allow the node, and no failed migration keeps it off the node
+    (``memory.avoid``); cooldown and no-return do not hold it back (going back is the point).
+    At most ``batch`` of them, in guest order; the planner orders them and leaves out any that
+    would overload a node or break a hard rule. None when nobody goes back.
+    """
+    nodes, node_index, guest_index = cluster.nodes, cluster.node_index, cluster.guest_index
+    targets: dict[str, str] = {}
+    for guest_id, name in sorted(evacuated.items()):
+        j, n = guest_index[guest_id], node_index[name]
+        guest = cluster.guests[j]
+        if (
+            not nodes[n].usable
+            or guest.node == name
+            or guest.migrating_to is not None
+            or movability(guest, cluster, "balance") is not None
+            or not (cons.arch_ok[j, n] and cons.strict_ok[j, n])
+            or memory.avoid.get((guest_id, name), -math.inf) > now
+        ):
+            continue
+        targets[guest_id] = name
+        if 0 < config.batch <= len(targets):
+            break
+    if not targets:
+        return None
+    plan = plan_moves(
+        cluster,
+        targets,
+        max_parallel=config.max_parallel,
+        max_node_inflow=config.max_node_inflow,
+        constraints=cons,
+    )
+    if not plan.moves:
+        return None
+    assign = current_assign(cluster)
+    before = cluster_imbalance(cluster)
+    for move in plan.moves:
+        assign[guest_index[move.guest]] = node_index[move.target]
+    metric_after = measure(cluster.with_placement(final_placement(plan)), config.metric)
+    moves = tuple(
+        ProposedMove(
+            guest=move.guest,
+            source=move.source,
+            target=move.target,
+            metric=config.metric,
+            before=metric,
+            after=metric_after,
+            cost=migration_cost(cluster.guests[guest_index[move.guest]], cluster.settings),
+            reason="back from maintenance",
+        )
+        for move in plan.moves
+    )
+    proposal = Proposal(
+        strategy="maintenance-return",
+        moves=moves,
+        before=before,
+        after=cluster_imbalance(cluster, assign),
+        stopped="evacuated guests back on their nodes",
+    )
+    return proposal, plan, metric_after

@@ -1,0 +1,409 @@
+"""Repairs: what breaks a hard constraint now, the one :func:`repair` of ``opendrs plan``,
+``opendrs place --evacuate`` and the daemon (greedy, then the exact model and parking), and
+what a repair leaves stuck, with why."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from opendrs.engine.constraints import Constraints, committed_for, current_assign, movability
+from opendrs.engine.planner import Plan, PlannedMove
+from opendrs.engine.policy.config import PolicyConfig
+from opendrs.engine.policy.metrics import usage_loads
+from opendrs.engine.policy.planning import Limits, plan_within, truncate
+from opendrs.engine.strategies.balance import propose_balance
+from opendrs.engine.strategies.base import (
+    Proposal,
+)
+from opendrs.engine.strategies.optimal import REPAIR_TIME_LIMIT
+from opendrs.engine.usage import LoadModel, tolerance
+from opendrs.model.cluster import Cluster
+
+#: ``target_spread`` that asks ``balance`` for its repairs only.
+_REPAIR_ONLY = 1e6
+
+log = logging.getLogger(__name__)
+
+
+def _rules_may_break(cluster: Cluster) -> bool:
+    """Whether a hard or strict rule may be broken now (conservatively)."""
+    rules = cluster.rules
+    guest_index = cluster.guest_index
+    usable = frozenset(n.name for n in cluster.nodes if n.usable)
+    for rule in rules.node_affinity:
+        if not rule.strict:
+            continue
+        allowed = rule.top_nodes(usable)
+        for gid in rule.guests:
+            j = guest_index.get(gid)
+            if j is not None and cluster.guests[j].node not in allowed:
+                return True
+    for affinity in rules.guest_affinity:
+        if not affinity.hard:
+            continue
+        members = [cluster.guests[guest_index[g]] for g in affinity.guests if g in guest_index]
+        places = [{g.node, g.migrating_to} - {None} for g in members]
+        if affinity.positive:
+            if len({g.node for g in members}) > 1:
+                return True
+        else:
+            seen: set[str | None] = set()
+            for where in places:
+                if where & seen:
+                    return True
+                seen |= where
+    return False
+
+
+def may_need_repair(cluster: Cluster, loads: LoadModel | None = None) -> bool:
+    """A cheap, conservative screen for :func:`repairs_needed`: False only when none can be.
+
+    Building the full constraints takes milliseconds per hundred guests, and the controller asks
+    at every observation; this screen looks only at what can break a hard constraint: guests on
+    a node in maintenance, hard or strict rules, guests that need an architecture, local disks,
+    and nodes whose configured (all guests counted, migrating ones on both nodes) or measured
+    load is over a limit.
+    """
+    if _rules_may_break(cluster):
+        return True
+    nodes, guests = cluster.nodes, cluster.guests
+    n_nodes = len(nodes)
+    index = cluster.node_index
+    where = np.empty(len(guests), dtype=np.intp)
+    extra: list[tuple[int, int]] = []
+    for j, g in enumerate(guests):
+        if g.arch is not None or (g.disks and g.local_disk_bytes):
+            return True
+        n = index.get(g.node, -1)
+        where[j] = n
+        if g.migrating_to is not None:
+            t = index.get(g.migrating_to, -1)
+            if t >= 0:
+                extra.append((j, t))
+    placed = where >= 0
+    maintenance = np.array([n.maintenance and n.online for n in nodes], dtype=bool)
+    if np.any(maintenance[where[placed]]):
+        return True
+    settings = cluster.settings
+    cpu = np.array([g.cpu for g in guests], dtype=np.float64)
+    memory = np.array([g.memory for g in guests], dtype=np.float64)
+    idx = np.concatenate([where[placed], np.array([t for _, t in extra], dtype=np.intp)])
+    rows = np.concatenate([np.nonzero(placed)[0], np.array([j for j, _ in extra], dtype=np.intp)])
+    vcpus = np.bincount(idx, weights=cpu[rows], minlength=n_nodes)
+    configured = np.bincount(idx, weights=memory[rows], minlength=n_nodes)
+    cores = np.array([max(n.cpu - cluster.reserve_cpu(n), 0.0) for n in nodes])
+    ram = np.array([float(max(n.memory - cluster.reserve_memory(n), 0)) for n in nodes])
+    cpu_limit = cores * settings.cpu_overcommit
+    ram_limit = ram * settings.memory_overcommit
+    if np.any(vcpus > cpu_limit + tolerance(cpu_limit)):
+        return True
+    if np.any(configured > ram_limit + tolerance(ram_limit)):
+        return True
+    if settings.mode == "dynamic":
+        model = usage_loads(cluster, loads)
+        if np.any(model.loads() > model.capacity + tolerance(model.capacity)):
+            return True
+    return False
+
+
+def repairs_needed(cluster: Cluster, constraints: Constraints | None = None) -> tuple[str, ...]:
+    """What breaks a hard constraint now and can be repaired by migrating, as sentences.
+
+    A guest that may move (:func:`~opendrs.engine.constraints.movability` for balancing) and sits
+    on a node in maintenance, on a node its architecture or strict node affinity excludes, with a
+    hard anti-affinity partner, apart from its hard-affinity partners, or on a node over a
+    capacity limit. Empty when nothing needs repair.
+    """
+    cons = constraints if constraints is not None else Constraints.build(cluster)
+    why = _broken(cluster, cons, current_assign(cluster), cons.capacity.committed())
+    return tuple(dict.fromkeys(why[j] for j in sorted(why)))
+
+
+def _broken(
+    cluster: Cluster, cons: Constraints, assign: np.ndarray, committed: np.ndarray
+) -> dict[int, str]:
+    """Guest index → why it breaks a hard constraint with the guests placed as ``assign``
+    (``committed``: the capacity that placement commits), for the guests that may move."""
+    guests, nodes = cluster.guests, cluster.nodes
+    placed = np.nonzero(assign >= 0)[0]
+    where = assign[placed]
+    why: dict[int, str] = {}
+
+    def flag(j: int, reason: str) -> None:
+        why.setdefault(j, reason)
+
+    maintenance = np.array([n.maintenance and n.online for n in nodes], dtype=bool)
+    for j in placed[maintenance[where]].tolist():
+        flag(j, f"{guests[j].id} is on {nodes[assign[j]].name}, in maintenance")
+    outside = ~cons.arch_ok[placed, where] | ~cons.strict_ok[placed, where]
+    for j in placed[outside].tolist():
+        flag(j, f"{guests[j].id} is on {nodes[assign[j]].name}, which its rules exclude")
+    for j in range(len(guests)):
+        partners = cons.hard_neg[j]
+        if assign[j] >= 0 and partners.size and np.any(assign[partners] == assign[j]):
+            flag(
+                j,
+                f"{guests[j].id} shares {nodes[assign[j]].name} with a hard anti-affinity partner",
+            )
+    for group in cons.groups:
+        if np.unique(assign[group]).size > 1:
+            for j in group.tolist():
+                flag(j, f"{guests[j].id} is apart from its hard-affinity partners")
+    over = cons.capacity.over(committed)
+    for n in np.nonzero(over.any(axis=1))[0].tolist():
+        dims = ", ".join(cons.capacity.dims[d] for d in np.nonzero(over[n])[0].tolist())
+        for j in placed[where == n].tolist():
+            flag(j, f"{nodes[n].name} is over capacity ({dims})")
+    return {j: text for j, text in why.items() if movability(guests[j], cluster, "balance") is None}
+
+
+#: At most this many stuck guests are named one by one in the log.
+STUCK_SHOWN = 10
+
+
+@dataclass(frozen=True)
+class Repair:
+    """A repair: what breaks a hard constraint, the plan that repairs it, and what it leaves.
+
+    ``stuck`` holds, per guest the plan leaves breaking a hard constraint, its id and one
+    sentence naming it: what it breaks, and what stops it on every other node.
+    """
+
+    needed: tuple[str, ...]
+    proposal: Proposal | None = None
+    plan: Plan | None = None
+    stuck: tuple[tuple[str, str], ...] = ()
+
+
+def repair(
+    cluster: Cluster,
+    *,
+    forbidden: frozenset[tuple[str, str]] = frozenset(),
+    constraints: Constraints | None = None,
+    batch: int = 0,
+    max_parallel: int | None = None,
+    max_node_inflow: int | None = None,
+) -> Repair:
+    """Repair what breaks a hard constraint in ``cluster``, never onto a ``forbidden`` placement.
+
+    ``balance``'s repair: each guest that must move goes to its best allowed node; when one can
+    go nowhere, the exact model moves other guests to make room (bounded in time, repeatable),
+    and the planner orders it all, parking a guest on a spare node where a cycle needs it. At most
+    ``batch`` migrations (0: no limit): the greedy repair asks for no more, an exact repair is
+    planned whole and its first steps kept. ``stuck`` names what even the whole plan leaves.
+    """
+    cons = constraints if constraints is not None else Constraints.build(cluster)
+    needed = repairs_needed(cluster, cons)
+    if not needed:
+        return Repair(())
+
+    limit = [batch or None]
+
+    def propose(forb: frozenset[tuple[str, str]]) -> Proposal:
+        found = propose_balance(
+            cluster, forbidden=forb, target_spread=_REPAIR_ONLY, max_moves=limit[0]
+        )
+        found = replace(found, stopped="repairs only")
+        return found if "repair" in found.options else truncate(cluster, found, batch, cons)
+
+    limits = Limits(max_parallel, max_node_inflow)
+    proposal, plan = plan_within(cluster, propose, forbidden, limits, cons)
+    if "needs" in proposal.options.get("repair", {}):  # an exact repair longer than the batch
+        limit[0] = None
+        proposal, plan = plan_within(cluster, propose, forbidden, limits, cons)
+    exact = "repair" in proposal.options
+    stuck: tuple[tuple[str, str], ...] = ()
+    if exact or not batch or len(proposal.net_moves()) < batch:
+        stuck = stuck_after(cluster, cons, proposal, plan, forbidden)
+    if exact:
+        plan = first_moves(plan, batch, cluster, cons)
+    return Repair(needed, proposal, plan, stuck)
+
+
+def repair_within_guards(
+    cluster: Cluster,
+    cons: Constraints,
+    config: PolicyConfig,
+    guarded: frozenset[tuple[str, str]],
+    failed: frozenset[tuple[str, str]],
+) -> tuple[Repair, frozenset[tuple[str, str]]]:
+    """The repair within the policy's guards (``guarded``: cooldown, minimum uptime, no-return
+    and failed targets); when that leaves guests stuck, the repair kept off only the ``failed``
+    targets, if it leaves fewer — a guest must leave a node in maintenance or a broken rule
+    whatever its cooldown. Also the placements the repair kept off."""
+
+    def attempt(forbidden: frozenset[tuple[str, str]]) -> Repair:
+        return repair(
+            cluster,
+            forbidden=forbidden,
+            constraints=cons,
+            batch=config.batch,
+            max_parallel=config.max_parallel,
+            max_node_inflow=config.max_node_inflow,
+        )
+
+    fixed = attempt(guarded)
+    if not fixed.stuck or guarded == failed:
+        return fixed, guarded
+    relaxed = attempt(failed)
+    if len(relaxed.stuck) >= len(fixed.stuck):
+        return fixed, guarded
+    return relaxed, failed
+
+
+def first_moves(plan: Plan, batch: int, cluster: Cluster, cons: Constraints) -> Plan:
+    """``plan`` cut to at most ``batch`` migrations (0: whole): its first steps, whole; when the
+    first step alone has more, its first guests (hard-affinity bundles whole, at least one)."""
+    if batch <= 0 or len(plan.moves) <= batch:
+        return plan
+    kept: list[PlannedMove] = []
+    for step in plan.by_step():
+        if len(kept) + len(step) > batch:
+            if not kept:
+                kept = _first_units(step, batch, cluster, cons)
+            break
+        kept.extend(step)
+    note = f"Cut to the first {len(kept)} of {len(plan.moves)} migrations (batch {batch})."
+    return replace(plan, moves=tuple(kept), problems=(*plan.problems, note))
+
+
+def _first_units(
+    step: tuple[PlannedMove, ...], batch: int, cluster: Cluster, cons: Constraints
+) -> list[PlannedMove]:
+    """The moves of one step, a guest (or a bundle going to one node) at a time, up to
+    ``batch`` migrations and at least one unit."""
+    units: dict[tuple[int, str], list[PlannedMove]] = {}
+    for move in step:
+        j = cluster.guest_index[move.guest]
+        group = int(cons.group_of[j])
+        units.setdefault((group if group >= 0 else -1 - j, move.target), []).append(move)
+    kept: list[PlannedMove] = []
+    for moves in units.values():
+        if kept and len(kept) + len(moves) > batch:
+            break
+        kept.extend(moves)
+    return kept
+
+
+def stuck_after(
+    cluster: Cluster,
+    cons: Constraints,
+    proposal: Proposal | None,
+    plan: Plan,
+    forbidden: frozenset[tuple[str, str]] = frozenset(),
+) -> tuple[tuple[str, str], ...]:
+    """The guests that still break a hard constraint once ``plan`` has run, each with one
+    sentence: where it is, what it breaks, what stops it on each other node, and — when the
+    proposal says — what the exact repair found."""
+    assign = current_assign(cluster)
+    for move in plan.moves:
+        assign[cluster.guest_index[move.guest]] = cluster.node_index[move.target]
+    committed = committed_for(cons, assign)
+    broken = _broken(cluster, cons, assign, committed)
+    if not broken:
+        return ()
+    verdict = _verdict(proposal.options.get("repair") if proposal is not None else None)
+    unreachable = {g for g, _t in plan.unreachable}
+    room = cons.capacity.limit - committed
+    out = []
+    for j in sorted(broken):
+        guest = cluster.guests[j]
+        headroom = room.copy()  # without the guest itself
+        headroom[int(assign[j])] += cons.guest_demand(j)
+        said = broken[j] if broken[j].startswith(f"{guest.id} ") else f"{guest.id}: {broken[j]}"
+        text = f"{said}; elsewhere: " + _rejections(cons, j, assign, headroom, forbidden)
+        if guest.id in unreachable:
+            text += "; no safe migration order reaches its target"
+        out.append((guest.id, text + verdict))
+    return tuple(out)
+
+
+def _rejections(
+    cons: Constraints,
+    j: int,
+    assign: np.ndarray,
+    headroom: np.ndarray,
+    forbidden: frozenset[tuple[str, str]],
+) -> str:
+    """What stops guest ``j`` on each other node (the first hard filter that fails there),
+    nodes with the same reason together; capacity with the numbers of the closest node."""
+    nodes = cons.cluster.nodes
+    guest = cons.cluster.guests[j].id
+    demand = cons.guest_demand(j)
+    left = np.ones(len(nodes), dtype=bool)
+    left[int(assign[j])] = False
+    groups: dict[str, list[int]] = {}
+    kept = np.array([(guest, n.name) in forbidden for n in nodes], dtype=bool) & left
+    if kept.any():
+        policy = "kept off by the policy (cooldown, no return, minimum uptime or a failed move)"
+        groups[policy] = np.nonzero(kept)[0].tolist()
+        left &= ~kept
+    for name, mask in cons.hard_masks(j, assign, headroom, demand):
+        failing = np.nonzero(left & ~mask)[0]
+        left &= mask
+        if failing.size == 0:
+            continue
+        if name == "capacity":
+            closest = int(failing[np.argmax(_room_share(headroom[failing], demand))])
+            why = cons.explain(name, j, closest, assign, headroom, demand)
+            if failing.size > 1:
+                why += f" on {nodes[closest].name}, the closest"
+            groups.setdefault(why, []).extend(failing.tolist())
+            continue
+        for n in failing.tolist():
+            why = cons.explain(name, j, n, assign, headroom, demand)
+            groups.setdefault(why, []).append(n)
+    if left.any():
+        groups["allowed, but the repair puts nothing there"] = np.nonzero(left)[0].tolist()
+    if not groups:
+        return "no other node"
+    return "; ".join(f"{_names(cons, where)}: {why}" for why, where in groups.items())
+
+
+def _room_share(headroom: np.ndarray, demand: np.ndarray) -> np.ndarray:
+    """How much of ``demand`` the least roomy dimension of each row of ``headroom`` holds."""
+    need = np.where(demand > 0, demand, 1.0)
+    share = np.where(demand[None, :] > 0, np.maximum(headroom, 0.0) / need[None, :], np.inf)
+    return share.min(axis=1)
+
+
+def _names(cons: Constraints, nodes: list[int], shown: int = 6) -> str:
+    """``a, b, c`` — at most ``shown`` node names, then how many more."""
+    names = [cons.cluster.nodes[n].name for n in nodes]
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
+
+
+def _verdict(info: object) -> str:
+    """What the exact repair says about a guest it leaves (empty when it did not run)."""
+    if not isinstance(info, Mapping):
+        return ""
+    status = info.get("exact")
+    if "needs" in info:
+        return (
+            f" — the exact repair takes {info['needs']} migrations, more than max_moves "
+            f"{info['max_moves']}"
+        )
+    if status == "INFEASIBLE" and info.get("complete"):
+        return " — no placement repairs it, even moving other guests"
+    if status == "INFEASIBLE":
+        return (
+            f" — no repair moving the guests of the {info.get('nodes')} nodes the exact "
+            "repair looked at"
+        )
+    if status in ("UNKNOWN", "MODEL_INVALID"):
+        return f" — the exact repair found none within {REPAIR_TIME_LIMIT:g} s"
+    return ""
+
+
+def warn_stuck(stuck: tuple[tuple[str, str], ...], logger: logging.Logger | None = None) -> None:
+    """Each stuck guest at WARNING (the first :data:`STUCK_SHOWN`, then how many more)."""
+    out = logger if logger is not None else log
+    for _guest, why in stuck[:STUCK_SHOWN]:
+        out.warning("repair stuck: %s", why)
+    if len(stuck) > STUCK_SHOWN:
+        out.warning("repair stuck: %d more guests", len(stuck) - STUCK_SHOWN)

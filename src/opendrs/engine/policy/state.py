@@ -1,0 +1,53 @@
+"""What the policy carries from one decision to the next (:class:`PolicyState`) and what the
+controller's history tells it (:class:`PastMigrations`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+
+def frozen_mapping(value: Mapping[Any, Any] | None) -> Mapping[Any, Any]:
+    return MappingProxyType(dict(value or {}))
+
+
+@dataclass(frozen=True, slots=True)
+class PastMigrations:
+    """What the controller's history tells the policy (times on the clock ``decide`` gets)."""
+
+    #: Guest id → the time until which it may not move again.
+    cooldown_until: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    #: Guest id → (node it left, when), any order.
+    departures: Mapping[str, tuple[tuple[str, float], ...]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+    #: (guest id, node) → the time until which that target is avoided (a migration failed).
+    avoid: Mapping[tuple[str, str], float] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cooldown_until", frozen_mapping(self.cooldown_until))
+        object.__setattr__(
+            self,
+            "departures",
+            frozen_mapping({g: tuple(tuple(d) for d in v) for g, v in self.departures.items()}),
+        )
+        object.__setattr__(self, "avoid", frozen_mapping(self.avoid))
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyState:
+    """What the policy carries from one decision to the next; ``PolicyState()`` to start."""
+
+    #: Observations in a row above the threshold since the last attempt.
+    hold: int = 0
+    #: When the strategy was last asked (acted on or not), and when a plan was last carried out.
+    last_attempt: float | None = None
+    last_action: float | None = None
+    #: Guest id → the node it was on while that node was in maintenance: where it goes back to
+    #: with ``maintenance_return`` (kept until it is back there, or gone).
+    evacuated: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "evacuated", frozen_mapping(self.evacuated))
