@@ -287,7 +287,7 @@ def _evacuation_repair(cluster: Cluster, greedy: Evacuation) -> tuple[Evacuation
     if len(left) >= len(greedy.stuck):
         return greedy, None
     reasons = tuple(
-        (g.id, stuck.get(g.id) or movability(g, drained, "balance") or "the repair leaves it")
+        (g.id, stuck.get(g.id) or str(movability(g, drained, "balance") or "the repair leaves it"))
         for g in left
     )
     moves = tuple(Move(m.guest, m.source, m.target) for m in fixed.plan.moves)

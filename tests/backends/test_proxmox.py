@@ -623,7 +623,7 @@ def test_an_ha_resource_set_to_ignored_is_left_alone(fake: FakeCluster, token_fi
     fake.pve.ha_request[105] = "ignored"
     cluster = backend_for(fake, token_file).observe()
     assert "105" in cluster.rules.ignored and not cluster.guest("105").ha
-    assert movability(cluster.guest("105"), cluster) == "ignored by a rule"
+    assert str(movability(cluster.guest("105"), cluster)) == "ignored by a rule"
 
 
 def test_ha_manager_refusal(fake: FakeCluster, token_file: str) -> None:

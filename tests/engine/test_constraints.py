@@ -134,8 +134,10 @@ def test_movability_reasons() -> None:
         Rules(ignored=frozenset({"ign"})),
         settings,
     )
-    reasons = {g.id: movability(g, cluster, "balance") for g in cluster.guests}
-    assert reasons["ok"] is None
+    held = {g.id: movability(g, cluster, "balance") for g in cluster.guests}
+    assert held["ok"] is None
+    assert held["young"] is not None and held["young"].code == "uptime"
+    reasons = {g: str(h) for g, h in held.items()}
     assert reasons["young"] == "up for 1m, less than 10m"
     assert reasons["locked"] == "locked (backup)"
     assert reasons["dev"] == "local device hostpci0"

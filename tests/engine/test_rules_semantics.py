@@ -204,8 +204,8 @@ def test_tiers_are_deterministic_under_node_order() -> None:
 def test_ha_states_in_hand_hold_the_guest(state: str) -> None:
     guest = Guest("1", "a", memory=GiB, uptime=86400, ha=True, ha_state=state)
     cluster = _static(_nodes("a", "b"), (guest,), Rules())
-    assert movability(guest, cluster, "balance") == f"HA state {state}"
-    assert movability(guest, cluster, "evacuate") == f"HA state {state}"
+    assert str(movability(guest, cluster, "balance")) == f"HA state {state}"
+    assert str(movability(guest, cluster, "evacuate")) == f"HA state {state}"
     # Recovery is the HA manager's own business for a guest on a failed node: ranked as before.
     assert movability(guest, cluster, "recover") is None
 

@@ -780,10 +780,10 @@ def _not_movable(guest: Guest, cluster: Cluster, parking: bool) -> str | None:
     )
     if source is not None and not source.usable:
         purpose = "evacuate"
-    reason = movability(guest, cluster, purpose)
-    if reason is None or reason.startswith("up for"):
+    held = movability(guest, cluster, purpose)
+    if held is None or held.code == "uptime":
         return None
-    return reason
+    return str(held)
 
 
 def _without(assign: np.ndarray, members: np.ndarray) -> np.ndarray:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import numpy as np
@@ -340,7 +340,33 @@ def _positive_components(
 HA_HELD: frozenset[str] = frozenset({"error", "freeze", "fence", "recovery", "ignored", "stopped"})
 
 
-def movability(guest: Guest, cluster: Cluster, purpose: Purpose = "balance") -> str | None:
+HeldCode = Literal[
+    "ignored",
+    "ha-state",
+    "local-disks",
+    "local-device",
+    "migrating",
+    "locked",
+    "node-offline",
+    "container",
+    "not-running",
+    "uptime",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """Why a guest may not move: a :data:`HeldCode` for code, and the detail an operator reads
+    (``str()``: ``HA state fence``, ``local disks (32 GiB)``, …)."""
+
+    code: HeldCode
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def movability(guest: Guest, cluster: Cluster, purpose: Purpose = "balance") -> Held | None:
     """Why ``guest`` may not move for ``purpose``, or ``None`` when it may.
 
     A plan (``balance``, ``evacuate``) never moves an HA-managed guest in a state of
@@ -348,38 +374,45 @@ def movability(guest: Guest, cluster: Cluster, purpose: Purpose = "balance") -> 
     """
     settings = cluster.settings
     if guest.id in cluster.rules.ignored:
-        return "ignored by a rule"
+        return Held("ignored", "ignored by a rule")
     if purpose in ("balance", "evacuate") and guest.ha and guest.ha_state in HA_HELD:
-        return f"HA state {guest.ha_state}"
+        return Held("ha-state", f"HA state {guest.ha_state}")
     if purpose == "recover":
-        if guest.local_disk_bytes and not settings.allow_local_disks:
-            return f"local disks ({format_bytes(guest.local_disk_bytes)})"
-        if guest.devices:
-            return f"local device {guest.devices[0]}"
-        return None
+        return _local_only(guest, settings.allow_local_disks, devices_first=False)
     if guest.migrating_to is not None:
-        return f"already migrating to {guest.migrating_to}"
+        return Held("migrating", f"already migrating to {guest.migrating_to}")
     if guest.lock:
-        return f"locked ({guest.lock})"
-    if guest.devices:
-        return f"local device {guest.devices[0]}"
-    if guest.local_disk_bytes and not settings.allow_local_disks:
-        return f"local disks ({format_bytes(guest.local_disk_bytes)})"
+        return Held("locked", f"locked ({guest.lock})")
+    local = _local_only(guest, settings.allow_local_disks, devices_first=True)
+    if local is not None:
+        return local
     node_index = cluster.node_index.get(guest.node)
     if node_index is not None and not cluster.nodes[node_index].online:
-        return "its node is offline"
+        return Held("node-offline", "its node is offline")
     running = bool(loaded_nodes(guest))
     if guest.kind == "ct" and running and not settings.allow_restart_migration:
-        return "container: restart migration not allowed"
+        return Held("container", "container: restart migration not allowed")
     if purpose == "balance":
         if not running:
-            return "not running"
+            return Held("not-running", "not running")
         if guest.uptime < settings.min_uptime:
-            return (
+            return Held(
+                "uptime",
                 f"up for {format_duration(guest.uptime)}, "
-                f"less than {format_duration(settings.min_uptime)}"
+                f"less than {format_duration(settings.min_uptime)}",
             )
     return None
+
+
+def _local_only(guest: Guest, allow_local_disks: bool, *, devices_first: bool) -> Held | None:
+    """A guest tied to its node by local disks (unless allowed) or a local device."""
+    disks = (
+        Held("local-disks", f"local disks ({format_bytes(guest.local_disk_bytes)})")
+        if guest.local_disk_bytes and not allow_local_disks
+        else None
+    )
+    device = Held("local-device", f"local device {guest.devices[0]}") if guest.devices else None
+    return (device or disks) if devices_first else (disks or device)
 
 
 # --------------------------------------------------------------------------------------------
@@ -526,6 +559,19 @@ class Constraints:
             tier=tier,
             claimed=claimed,
         )
+
+    def forbidding(self, forbidden: Iterable[tuple[str, str]]) -> Constraints:
+        """These constraints with the (guest, node) placements ``forbidden`` refused as well:
+        what :meth:`build` with ``forbidden`` gives, without building the rest again."""
+        gidx, nidx = self.cluster.guest_index, self.cluster.node_index
+        pairs = [(gidx.get(g), nidx.get(n)) for g, n in forbidden]
+        known = [(j, n) for j, n in pairs if j is not None and n is not None]
+        if not known:
+            return self
+        permitted = self.permitted.copy()
+        rows, cols = zip(*known, strict=True)
+        permitted[list(rows), list(cols)] = False
+        return replace(self, permitted=permitted)
 
     # ----------------------------------------------------------------------------------------
 

@@ -271,7 +271,7 @@ class PlacementState:
             reason = movability(cluster.guests[m], cluster, purpose)
             if reason is not None:
                 who = "" if m == j else f"partner {cluster.guests[m].id}: "
-                return Placement(guest.id, member_ids, purpose, (), (), who + reason, current)
+                return Placement(guest.id, member_ids, purpose, (), (), who + str(reason), current)
         scored, rejected = self.evaluate(members)
         ranking = tuple(
             NodeScore(

@@ -476,7 +476,8 @@ def _build(
             why_fixed.append("unknown node")
             continue
         purpose = "balance" if usable[cur[j]] else "evacuate"
-        why_fixed.append(movability(guest, cluster, purpose))
+        held = movability(guest, cluster, purpose)
+        why_fixed.append(None if held is None else str(held))
     movable = np.array([w is None for w in why_fixed], dtype=bool) & present
     static = cons.static_ok()
 
