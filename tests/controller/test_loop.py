@@ -46,6 +46,9 @@ def test_shadow_mode_records_the_decision_and_never_migrates() -> None:
     decisions = history.decisions()
     assert decisions and all(d.mode == "shadow" for d in decisions)
     assert any(d.action != "none" and d.plan for d in decisions)
+    # Each recorded decision keeps its code beside the sentence.
+    codes = [d.summary["code"] for d in decisions]  # type: ignore[index]
+    assert "plan" in codes and set(codes) <= {"plan", "holding", "busy", "balanced"}
     assert history.migrations() == []
 
 

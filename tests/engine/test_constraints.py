@@ -96,14 +96,18 @@ def test_capacity_with_overcommit_and_reserves() -> None:
     cons = Constraints.build(Cluster(nodes, guests, settings=settings))
     # n2: 10 vCPUs allowed, 4 used -> 6 fit; memory 6 GiB allowed, 4 used -> 8 GiB does not.
     assert _masks(cons, 0)["capacity"] == [True, False]
+    room = cons.capacity.limit - cons.capacity.committed()
+    where = current_assign(cons.cluster)
     assert "memory needs 8.0 GiB, free 2.0 GiB" in cons.explain(
-        "capacity",
-        0,
-        1,
-        current_assign(cons.cluster),
-        cons.capacity.limit - cons.capacity.committed(),
-        cons.guest_demand(0),
+        "capacity", 0, 1, where, room, cons.guest_demand(0)
     )
+    # The same rejection as a value: the filter, the node and each dimension short, in numbers.
+    rejection = cons.rejection("capacity", 0, 1, where, room, cons.guest_demand(0))
+    assert (rejection.filter, rejection.node) == ("capacity", "n2")
+    assert [(s.resource, s.need, s.free) for s in rejection.shortfalls] == [
+        ("memory", 8 * GiB, 2 * GiB)
+    ]
+    assert str(rejection) == "capacity: memory needs 8.0 GiB, free 2.0 GiB"
 
 
 def test_local_storage_pool_capacity() -> None:

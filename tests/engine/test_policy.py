@@ -125,13 +125,13 @@ def test_threshold_and_hold_counting_with_reset() -> None:
     skewed, even = _skewed(), _cluster(_g("a", "n1", 2), _g("b", "n2", 2), _g("c", "n3", 2))
     state = PolicyState()
     first = _decide(skewed, config, state)
-    assert not first.act and first.state.hold == 1
+    assert not first.act and first.state.hold == 1 and first.code == "holding"
     assert first.reason == ("spread 80.0 pp above threshold 15 pp for 1 of 3 observations; waiting")
     second = _decide(skewed, config, first.state)
     assert not second.act and second.state.hold == 2
     # Balanced in between: the count starts again.
     reset = _decide(even, config, second.state)
-    assert not reset.act and reset.state.hold == 0
+    assert not reset.act and reset.state.hold == 0 and reset.code == "balanced"
     assert reset.reason == "spread 0.0 pp at or below threshold 15 pp: nothing to do"
     state = reset.state
     for expected in (1, 2):
@@ -139,7 +139,7 @@ def test_threshold_and_hold_counting_with_reset() -> None:
         assert not decision.act and decision.state.hold == expected
         state = decision.state
     third = _decide(skewed, config, state, now=NOW + 5)
-    assert third.act and third.kind == "plan"
+    assert third.act and third.kind == "plan" and third.code == "plan"
     assert third.reason.startswith("spread 80.0 pp above threshold 15 pp for 3 of 3 observations;")
     assert third.state == PolicyState(hold=0, last_attempt=NOW + 5, last_action=NOW + 5)
 
@@ -158,7 +158,7 @@ def test_margin_refusal_and_acceptance() -> None:
     nodes = _nodes(2)
     cluster = _cluster(_g("a", "n1", 3), _g("b", "n1", 3), _g("c", "n2", 1), nodes=nodes)
     refused = _decide(cluster, replace(EAGER, margin=0.9))
-    assert not refused.act and refused.kind == "none"
+    assert not refused.act and refused.kind == "none" and refused.code == "below-margin"
     assert refused.predicted == pytest.approx(0.1)
     assert refused.reason.endswith(
         "the plan would bring it to 10.0 pp with 1 migration, 80 % better, "
@@ -176,6 +176,7 @@ def test_busy_decides_nothing_and_does_not_count() -> None:
     state = PolicyState(hold=2, last_attempt=5.0)
     decision = _decide(_skewed(), replace(EAGER, hold=3), state, busy=True)
     assert not decision.act and decision.plan is None and decision.state == state
+    assert decision.code == "busy"
     assert decision.reason == "a plan is still executing: no new decision (spread 80.0 pp)"
     # Even a repair waits for the running plan.
     cluster = _cluster(
@@ -290,7 +291,7 @@ def test_repair_bypasses_threshold_and_hold() -> None:
     assert repairs_needed(cluster) == ("m is on n3, in maintenance",)
     config = PolicyConfig(min_uptime=0)
     decision = _decide(cluster, config)
-    assert decision.act and decision.kind == "repair"
+    assert decision.act and decision.kind == "repair" and decision.code == "repair"
     assert decision.reason == (
         "repair: m is on n3, in maintenance; 1 migration, bypassing threshold, hold and margin"
     )
@@ -350,6 +351,7 @@ def test_maintenance_return_brings_guests_back_at_once() -> None:
     config = PolicyConfig(maintenance_return=True)
     decision = _decide(cluster, config, state, memory)
     assert decision.act and decision.kind == "repair"
+    assert decision.code == "return"
     assert decision.reason.startswith("2 guests back to n3, out of maintenance")
     assert sorted(_moved(decision)) == [("k", "n2", "n3"), ("m", "n1", "n3")]
     assert decision.proposal is not None and decision.proposal.strategy == "maintenance-return"

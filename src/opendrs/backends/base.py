@@ -131,7 +131,14 @@ class Backend(Protocol):
     read_only: bool
 
     def observe(self) -> Cluster:
-        """The cluster now. Raises :class:`BackendError` when it cannot be observed."""
+        """The cluster now. Raises :class:`BackendError` when it cannot be observed.
+
+        Measured usage (each guest's ``cpu_used`` and ``memory_used``, each node's own load) is
+        the backend's average over a window it documents — Proxmox: the RRD averages over its
+        ``usage_window``, the last hour by default; the simulator: the current step; a snapshot
+        file: what the file says. The policy smooths on top of that (``policy.smoothing``), and
+        its documentation says how the two windows combine (docs/configuration.md).
+        """
         ...
 
     def start_migration(self, move: Move) -> Handle:

@@ -53,7 +53,7 @@ import numpy as np
 
 from opendrs.backends.base import Backend, BackendError, Clock, Handle
 from opendrs.controller.history import History
-from opendrs.engine.constraints import movability
+from opendrs.engine.constraints import Rejection, movability
 from opendrs.engine.placement import PlacementState
 from opendrs.engine.planner import Plan, PlannedMove, plan_moves
 from opendrs.model.cluster import Cluster, Guest, Move
@@ -101,6 +101,25 @@ class Event:
     def __str__(self) -> str:
         what = f"{self.move.guest} {self.move.source} → {self.move.target}" if self.move else ""
         return " ".join(p for p in (self.kind, what, self.detail) if p)
+
+
+PreconditionCode = Literal["wait", "gone", "moved", "held", "target-unusable", "refused"]
+
+
+@dataclass(frozen=True, slots=True)
+class Precondition:
+    """A precondition a queued move fails when it is about to start: ``wait`` (it may start
+    later: a migration in flight holds the room or the partner it needs) or why it never will as
+    planned — its guest or target is gone (``gone``), someone else moved the guest (``moved``),
+    the guest may not move (``held``), the target is offline or in maintenance
+    (``target-unusable``), a hard filter refuses it (``refused``, with the ``rejection``)."""
+
+    code: PreconditionCode
+    text: str = ""
+    rejection: Rejection | None = None
+
+
+_WAIT = Precondition("wait")
 
 
 @dataclass(slots=True)
@@ -508,12 +527,12 @@ class Executor:
             if state is None:
                 state = PlacementState.build(cluster)
             verdict = self._check(cluster, state, moves, arriving)
-            if verdict == "wait":
+            if verdict is not None and verdict.code == "wait":
                 index += 1
                 continue
             if verdict is not None:
                 self._refused.update((m.guest, m.target) for m in moves)
-                self._replan(cluster, verdict)
+                self._replan(cluster, verdict.text)
                 return
             ok = True
             for i in group:
@@ -589,43 +608,47 @@ class Executor:
         state: PlacementState,
         moves: list[PlannedMove],
         arriving: dict[str, list[int]],
-    ) -> str | None:
-        """``None`` if ``moves`` may start now, ``"wait"`` if they may later, else why not."""
+    ) -> Precondition | None:
+        """``None`` if ``moves`` may start now, else the precondition that fails (``wait``: they
+        may start later)."""
         index = cluster.guest_index
         members: list[int] = []
         for move in moves:
             j = index.get(move.guest)
             if j is None:
-                return f"guest {move.guest} is gone"
+                return Precondition("gone", f"guest {move.guest} is gone")
             guest = cluster.guests[j]
             if guest.node != move.source:
-                return f"guest {move.guest} is on {guest.node}, not {move.source}"
+                return Precondition(
+                    "moved", f"guest {move.guest} is on {guest.node}, not {move.source}"
+                )
             if move.target not in cluster.node_index:
-                return f"node {move.target} is gone"
+                return Precondition("gone", f"node {move.target} is gone")
             if guest.migrating_to is not None:
-                return "wait"
+                return _WAIT
             reason = _not_movable(guest, cluster, move.parking)
             if reason is not None:
-                return f"guest {move.guest} may not move: {reason}"
+                return Precondition("held", f"guest {move.guest} may not move: {reason}")
             members.append(j)
         target = cluster.node(moves[0].target)
         if not target.usable:
-            return f"node {target.name} is {'offline' if not target.online else 'in maintenance'}"
+            state_name = "offline" if not target.online else "in maintenance"
+            return Precondition("target-unusable", f"node {target.name} is {state_name}")
         bundle = np.array(sorted(members), dtype=np.intp)
         coming = arriving.get(target.name, ())
         if coming and any(
             p in coming for j in members for p in state.constraints.hard_neg[j].tolist()
         ):
-            return "wait"  # an anti-affinity partner was just started towards the target
+            return _WAIT  # an anti-affinity partner was just started towards the target
         n = cluster.node_index[target.name]
         refusal = _refusal(state, bundle, n)
         if refusal is None:
             return None
         # Room and anti-affinity can come free as migrations in flight end: wait for them.
         in_flight = self._running or any(g.migrating_to for g in cluster.guests)
-        if in_flight and refusal[0] in ("capacity", "anti-affinity"):
-            return "wait"
-        return f"{moves[0].guest} → {target.name}: {refusal[1]}"
+        if in_flight and refusal.filter in ("capacity", "anti-affinity"):
+            return _WAIT
+        return Precondition("refused", f"{moves[0].guest} → {target.name}: {refusal}", refusal)
 
     def _start(self, queued: _Queued) -> bool:
         """Start one migration: the intent is recorded first, then the request is sent."""
@@ -740,8 +763,8 @@ class Executor:
         return None
 
 
-def _refusal(state: PlacementState, bundle: np.ndarray, n: int) -> tuple[str, str] | None:
-    """The first hard filter that refuses moving ``bundle`` to node ``n`` now, with its sentence;
+def _refusal(state: PlacementState, bundle: np.ndarray, n: int) -> Rejection | None:
+    """The first hard filter that refuses moving ``bundle`` to node ``n`` now, with its details;
     ``None`` when the move may start.
 
     As in the planner's model of the states in between, hard affinity refuses a move only when
@@ -756,7 +779,7 @@ def _refusal(state: PlacementState, bundle: np.ndarray, n: int) -> tuple[str, st
         for name, mask in cons.hard_masks(j, assign, headroom, demand):
             if mask[n] or (name == "affinity" and not _with_partners(state, j, bundle)):
                 continue
-            return name, cons.explain(name, j, n, assign, headroom, demand)
+            return cons.rejection(name, j, n, assign, headroom, demand)
     return None
 
 

@@ -299,7 +299,9 @@ class Controller:
         logged at WARNING by :meth:`cycle`, once per decision (``decide`` stays pure), never here.
         """
         kind = decision.kind if decision.act else "none"
-        category = _DIGITS.sub("#", decision.reason)
+        # The kind of reason: the decision's code, and its sentence with the numbers left out
+        # (the same code can stop at different filters).
+        category = f"{decision.code}: {_DIGITS.sub('#', decision.reason)}"
         if not decision.act:
             last = self._last_none
             if last is not None and last[0] == category and now - last[1] < RECORD_EVERY:
@@ -309,6 +311,7 @@ class Controller:
             self._last_none = None
         log.info("decision (%s): %s", self.config.mode, decision.reason)
         summary = {
+            "code": decision.code,
             "nodes": len(cluster.nodes),
             "usable_nodes": sum(1 for n in cluster.nodes if n.usable),
             "guests": len(cluster.guests),

@@ -25,8 +25,9 @@ message naming them, as Proxmox's HA rule checks do.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Literal
 
 import numpy as np
@@ -419,6 +420,58 @@ def _local_only(guest: Guest, allow_local_disks: bool, *, devices_first: bool) -
 # The constraint set of a cluster
 
 
+FilterName = Literal[
+    "offline",
+    "maintenance",
+    "arch",
+    "node-affinity",
+    "forbidden",
+    "anti-affinity",
+    "affinity",
+    "capacity",
+]
+#: The sentence of each hard filter whose rejection needs no detail.
+_FILTER_TEXT: Mapping[str, str] = MappingProxyType(
+    {
+        "offline": "node offline",
+        "maintenance": "node in maintenance",
+        "forbidden": "forbidden: no safe migration order reaches it",
+        "affinity": "hard affinity: its partners run elsewhere",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Shortfall:
+    """One capacity dimension a guest does not fit in on a node: what it needs, what is free."""
+
+    resource: str
+    need: float
+    free: float
+
+    def __str__(self) -> str:
+        if self.resource in ("vcpus", "cpu_used"):
+            return f"{self.resource} needs {self.need:.1f}, free {self.free:.1f}"
+        return f"{self.resource} needs {format_bytes(self.need)}, free {format_bytes(self.free)}"
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """A hard filter refusing a node: the filter's name, the node, and its details (``str()``
+    is the sentence an operator reads)."""
+
+    filter: FilterName
+    node: str
+    detail: str = ""
+    #: For ``capacity``: each dimension short, with the numbers.
+    shortfalls: tuple[Shortfall, ...] = ()
+
+    def __str__(self) -> str:
+        if self.filter == "capacity":
+            return "capacity: " + "; ".join(str(s) for s in self.shortfalls)
+        return self.detail
+
+
 @dataclass
 class Constraints:
     """Hard and soft constraints of one cluster, as arrays, ready to test placements."""
@@ -649,44 +702,43 @@ class Constraints:
         demand: np.ndarray,
     ) -> str:
         """A sentence for hard filter ``name`` rejecting node ``n`` for guest ``j``."""
+        return str(self.rejection(name, j, n, assign, headroom, demand))
+
+    def rejection(
+        self,
+        name: str,
+        j: int,
+        n: int,
+        assign: np.ndarray,
+        headroom: np.ndarray,
+        demand: np.ndarray,
+    ) -> Rejection:
+        """Hard filter ``name`` rejecting node ``n`` for guest ``j``, with its details."""
         node = self.cluster.nodes[n]
         guest = self.cluster.guests[j]
-        if name == "offline":
-            return "node offline"
-        if name == "maintenance":
-            return "node in maintenance"
+        if name == "capacity":
+            limit = tolerance(self.capacity.limit)[n]
+            room = headroom[n]
+            short = tuple(
+                Shortfall(dim, float(demand[d]), float(max(room[d], 0)))
+                for d, dim in enumerate(self.capacity.dims)
+                if demand[d] > room[d] + limit[d]
+            )
+            return Rejection("capacity", node.name, shortfalls=short)
         if name == "arch":
-            return f"architecture {node.arch}, guest needs {self.cluster.guest_arch(guest)}"
-        if name == "node-affinity":
-            return self._explain_node_affinity(j, n)
-        if name == "forbidden":
-            return "forbidden: no safe migration order reaches it"
-        if name == "anti-affinity":
+            detail = f"architecture {node.arch}, guest needs {self.cluster.guest_arch(guest)}"
+        elif name == "node-affinity":
+            detail = self._explain_node_affinity(j, n)
+        elif name == "anti-affinity":
             partners = [
                 self.cluster.guests[p].id for p in self.hard_neg[j].tolist() if assign[p] == n
             ]
             if not partners:
                 partners = [self.cluster.guests[p].id for p in self.hard_neg[j].tolist()]
-            return "hard anti-affinity with " + ", ".join(partners)
-        if name == "affinity":
-            return "hard affinity: its partners run elsewhere"
-        dims = self.capacity.dims
-        room = headroom[n]
-        over = [
-            d
-            for d in range(len(dims))
-            if demand[d] > room[d] + tolerance(self.capacity.limit)[n, d]
-        ]
-        parts = []
-        for d in over:
-            dim = dims[d]
-            if dim in ("vcpus", "cpu_used"):
-                parts.append(f"{dim} needs {demand[d]:.1f}, free {max(room[d], 0):.1f}")
-            else:
-                parts.append(
-                    f"{dim} needs {format_bytes(demand[d])}, free {format_bytes(max(room[d], 0))}"
-                )
-        return "capacity: " + "; ".join(parts)
+            detail = "hard anti-affinity with " + ", ".join(partners)
+        else:
+            detail = _FILTER_TEXT[name]
+        return Rejection(name, node.name, detail)  # type: ignore[arg-type]
 
     def _explain_node_affinity(self, j: int, n: int) -> str:
         """Why guest ``j``'s strict node affinity rules out node ``n`` (a usable node)."""
