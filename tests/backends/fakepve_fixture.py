@@ -1,7 +1,7 @@
 """A fake Proxmox VE cluster for the Proxmox backend's tests, built on fakepve (test-only, AGPL).
 
 :class:`DrsFakePve` extends fakepve's ``FakePve`` with what opendrs reads and does that fakepve
-0.5.0 leaves generic (see ``shared/reference/test-peers.md``):
+0.5.0 leaves generic:
 
 * per-node capacity (cores, memory, the host's own memory, CPU architecture, KSM sharing), and
   node usage derived from the *running* guests, in ``/nodes`` and ``/cluster/resources``;

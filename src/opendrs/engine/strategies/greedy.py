@@ -95,7 +95,7 @@ def _current_score(state: PlacementState, bundle: Bundle) -> float:
     return balance_sigma(state) + penalty
 
 
-@register(NAME, "Seed 002's balancer: worst guests first, each to its best node unless close")
+@register(NAME, "Proxmox's sketched balancer: worst guests first, to their best node unless close")
 def propose_greedy(
     cluster: Cluster,
     *,
