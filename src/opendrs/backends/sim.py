@@ -292,13 +292,7 @@ class Simulator:
         self._node_index = dict(cluster.node_index)
         n_nodes = len(nodes)
         self._cap = np.array(
-            [
-                [
-                    max(n.cpu - cluster.reserve_cpu(n), 0.0),
-                    float(max(n.memory - cluster.reserve_memory(n), 0)),
-                ]
-                for n in nodes
-            ],
+            [[cluster.net_cpu(n), float(cluster.net_memory(n))] for n in nodes],
             dtype=np.float64,
         ).reshape(n_nodes, 2)
         self._base = np.array(

@@ -139,17 +139,17 @@ def node_capacity(
         return np.full((len(nodes), len(RESOURCES)), PRESSURE_CAPACITY)
     if mode == "basic":
         return np.ones((len(nodes), len(RESOURCES)))
-    cap = np.array(
-        [
-            [
-                max(n.cpu - cluster.reserve_cpu(n), 0.0),
-                float(max(n.memory - cluster.reserve_memory(n), 0)),
-            ]
-            for n in nodes
-        ],
+    return net_capacity(cluster)
+
+
+def net_capacity(cluster: Cluster) -> np.ndarray:
+    """Each node's cores and memory left to guests, net of reserves, shape (nodes, 2): the one
+    derivation of capacity net of reserves (:meth:`Cluster.net_cpu`, :meth:`Cluster.net_memory`)
+    that the balance loads, the capacity checks and the simulator share."""
+    return np.array(
+        [[cluster.net_cpu(n), float(cluster.net_memory(n))] for n in cluster.nodes],
         dtype=np.float64,
-    ).reshape(len(nodes), len(RESOURCES))
-    return cap
+    ).reshape(len(cluster.nodes), 2)
 
 
 def node_base(
@@ -308,9 +308,9 @@ class CapacityModel:
         n_nodes, n_guests, n_dims = len(cluster.nodes), len(cluster.guests), len(dims)
         limit = np.zeros((n_nodes, n_dims))
         base = np.zeros((n_nodes, n_dims))
+        net = net_capacity(cluster)
         for i, node in enumerate(cluster.nodes):
-            cores = max(node.cpu - cluster.reserve_cpu(node), 0.0)
-            mem = float(max(node.memory - cluster.reserve_memory(node), 0))
+            cores, mem = float(net[i, 0]), float(net[i, 1])
             row = [cores * settings.cpu_overcommit, mem * settings.memory_overcommit]
             if dynamic:
                 row += [cores, mem]

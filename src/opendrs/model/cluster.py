@@ -237,6 +237,14 @@ class Cluster:
     def reserve_memory(self, node: Node) -> int:
         return self.settings.reserve_memory if node.reserve_memory is None else node.reserve_memory
 
+    def net_cpu(self, node: Node) -> float:
+        """The cores of ``node`` left to guests: its cores less its reserve, never below 0."""
+        return max(node.cpu - self.reserve_cpu(node), 0.0)
+
+    def net_memory(self, node: Node) -> int:
+        """The memory of ``node`` left to guests: its memory less its reserve, never below 0."""
+        return max(node.memory - self.reserve_memory(node), 0)
+
     def guest_arch(self, guest: Guest) -> str:
         """The CPU architecture a guest needs: its own, or its current node's."""
         if guest.arch is not None:

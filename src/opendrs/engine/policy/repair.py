@@ -20,7 +20,7 @@ from opendrs.engine.strategies.base import (
     Proposal,
 )
 from opendrs.engine.strategies.optimal import REPAIR_TIME_LIMIT
-from opendrs.engine.usage import LoadModel, tolerance
+from opendrs.engine.usage import LoadModel, net_capacity, tolerance
 from opendrs.model.cluster import Cluster
 
 #: ``target_spread`` that asks ``balance`` for its repairs only.
@@ -95,10 +95,9 @@ def may_need_repair(cluster: Cluster, loads: LoadModel | None = None) -> bool:
     rows = np.concatenate([np.nonzero(placed)[0], np.array([j for j, _ in extra], dtype=np.intp)])
     vcpus = np.bincount(idx, weights=cpu[rows], minlength=n_nodes)
     configured = np.bincount(idx, weights=memory[rows], minlength=n_nodes)
-    cores = np.array([max(n.cpu - cluster.reserve_cpu(n), 0.0) for n in nodes])
-    ram = np.array([float(max(n.memory - cluster.reserve_memory(n), 0)) for n in nodes])
-    cpu_limit = cores * settings.cpu_overcommit
-    ram_limit = ram * settings.memory_overcommit
+    net = net_capacity(cluster)
+    cpu_limit = net[:, 0] * settings.cpu_overcommit
+    ram_limit = net[:, 1] * settings.memory_overcommit
     if np.any(vcpus > cpu_limit + tolerance(cpu_limit)):
         return True
     if np.any(configured > ram_limit + tolerance(ram_limit)):

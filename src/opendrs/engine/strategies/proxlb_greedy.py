@@ -107,11 +107,7 @@ def _figures(cluster: Cluster, proxlb_guest: np.ndarray, assign: np.ndarray) -> 
     nodes, guests = cluster.nodes, cluster.guests
     total = np.array(
         [
-            [
-                max(n.cpu - cluster.reserve_cpu(n), 0.0),
-                float(max(n.memory - cluster.reserve_memory(n), 0)),
-                float(sum(n.storage.values())),
-            ]
+            [cluster.net_cpu(n), float(cluster.net_memory(n)), float(sum(n.storage.values()))]
             for n in nodes
         ],
         dtype=np.float64,
