@@ -9,6 +9,7 @@ and reduces over the node axis (axis 0):
 * :func:`spread` — max − min (ProxLB, Incus); :func:`balance_spread` — the largest spread over the
   weighted resources, the yardstick of ``balance`` and of the controller's threshold.
 * :func:`rms` — root mean square, the "average" criterion of Proxmox's TOPSIS scoring.
+* :func:`resource_weights` — the cluster's resource weights normalised to sum 1, for every measure.
 * :func:`combined` — the per-node combined load: the weighted mean of the resource fractions
   (Proxmox: cpu and memory with equal weights).
 * :func:`weighted_variance` — the capacity-weighted variance of the fractions, the smooth objective
@@ -23,6 +24,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from opendrs.model.cluster import Settings
 
 
 def _as2d(f: np.ndarray) -> tuple[np.ndarray, bool]:
@@ -99,6 +102,12 @@ def normalise_weights(weights: Sequence[float], n: int) -> np.ndarray:
         raise ValueError(f"expected {n} weights, got {w.shape[0] if w.ndim else 0}")
     total = w.sum()
     return np.full(n, 1.0 / n) if total <= 0 else w / total
+
+
+def resource_weights(settings: Settings) -> np.ndarray:
+    """The cluster's (cpu, memory) weights as a vector that sums to 1 (negative ones count as 0;
+    equal weights when both are 0): the one normalisation every balance measure uses."""
+    return normalise_weights([max(settings.weight_cpu, 0.0), max(settings.weight_memory, 0.0)], 2)
 
 
 def combined(f: np.ndarray, weights: Sequence[float]) -> np.ndarray:

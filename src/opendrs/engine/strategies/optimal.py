@@ -98,6 +98,7 @@ from opendrs.compat.proxlb.objective import (
 )
 from opendrs.compat.proxlb.objective import initial_spread as proxlb_initial_spread
 from opendrs.engine.constraints import Constraints, movability
+from opendrs.engine.imbalance import resource_weights
 from opendrs.engine.usage import LoadModel
 from opendrs.model.cluster import Cluster
 from opendrs.model.units import format_bytes
@@ -287,10 +288,7 @@ def _term_balance(cluster: Cluster, usable: np.ndarray) -> list[tuple[_Term, flo
     bytes are counted in MiB)."""
     loads = LoadModel.build(cluster)
     settings = cluster.settings
-    weights = np.array([max(settings.weight_cpu, 0.0), max(settings.weight_memory, 0.0)])
-    if weights.sum() <= 0:
-        weights = np.ones(2)
-    weights = weights / weights.sum()
+    weights = resource_weights(settings)
     out = []
     memory_unit = float(_MIB) if loads.memory_is_bytes else 1e-3
     for r, (name, per_unit) in enumerate((("cpu", 1e-3), ("memory", memory_unit))):
