@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
-import inspect
 import json
 import os
 import platform
@@ -222,9 +221,9 @@ def strategy_options(name: str, size: str, cap: float | None) -> dict[str, Any]:
     from opendrs.engine.strategies import get_strategy
 
     options = dict(STRATEGY_OPTIONS.get(name, {}))
-    params = inspect.signature(get_strategy(name).propose).parameters
+    names = get_strategy(name).options.names()
     for key in TIME_LIMIT_PARAMS:
-        if key in params:
+        if key in names:
             options[key] = time_limit(size, cap)
             break
     return options

@@ -80,7 +80,7 @@ def _prepare(spec: Spec) -> Callable[[Cluster], dict[str, Any]]:
 
         def run_strategy(cluster: Cluster) -> dict[str, Any]:
             start = time.perf_counter()
-            proposal = strategy.propose(cluster, **spec.options)
+            proposal = strategy.propose(cluster, options=spec.options)
             seconds = time.perf_counter() - start
             return {
                 "placement": {m.guest: m.target for m in proposal.net_moves()},

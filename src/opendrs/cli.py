@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import inspect
 import io
 import json
 import sys
@@ -50,6 +49,7 @@ from opendrs.engine.policy import (
 from opendrs.engine.strategies import DEFAULT_STRATEGY, REGISTRY, get_strategy
 from opendrs.engine.strategies.base import (
     Proposal,
+    Request,
     cluster_imbalance,
     imbalance_by_arch,
     worst_spreads,
@@ -300,7 +300,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         strategy = get_strategy(args.strategy)
     except KeyError as exc:
         raise UsageError(f"--strategy: {exc.args[0]}") from None
-    params = inspect.signature(strategy.propose).parameters
+    defaults = strategy.options.defaults()
     options: dict[str, Any] = {}
     if scenario is not None and strategy.name == "optimal":
         options.update(scenario.options)
@@ -308,13 +308,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if value is None:
             continue
-        if name not in params:
+        if name not in defaults:
             raise UsageError(
                 f"--{name.replace('_', '-')}: strategy {strategy.name} has no such option"
             )
         options[name] = value
     for item in args.option:
-        name, value = _strategy_option(item, strategy.name, params)
+        name, value = _strategy_option(item, strategy.name, defaults)
         options[name] = value
     if options:
         # The CLI checked the types, the strategy checks the values: an option it refuses is a
@@ -322,9 +322,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
         refused = strategy_problem(strategy.name, options)
         if refused is not None:
             raise UsageError(refused[1])
+    typed = strategy.options.parse(strategy.name, options)
 
     def propose(forbidden: frozenset[tuple[str, str]]) -> Proposal:
-        return strategy.propose(cluster, forbidden=forbidden, **options)
+        return strategy.propose(cluster, Request(forbidden=forbidden), typed)
 
     cons = Constraints.build(cluster)
     proposal, plan = plan_with_retries(
@@ -373,9 +374,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return EXIT_OK if plan.feasible else EXIT_PROBLEM
 
 
-def _strategy_option(
-    item: str, strategy: str, params: Mapping[str, inspect.Parameter]
-) -> tuple[str, Any]:
+def _strategy_option(item: str, strategy: str, defaults: Mapping[str, object]) -> tuple[str, Any]:
     """``NAME=VALUE`` for a strategy option: VALUE read as JSON (number, true/false, list, …),
     or as plain text when it is not JSON; checked against the type of the option's default."""
     if "=" not in item:
@@ -384,8 +383,8 @@ def _strategy_option(
     if len(text) > 4000:  # no option needs more; a longer text would fill the error line
         raise UsageError(f"-o {name}: the value is longer than 4000 characters")
     name = name.replace("-", "_")
-    if name in ("cluster", "forbidden") or name not in params:
-        known = ", ".join(sorted(p for p in params if p not in ("cluster", "forbidden")))
+    if name not in defaults:
+        known = ", ".join(sorted(defaults))
         raise UsageError(f"-o {name}: strategy {strategy} has no such option (options: {known})")
 
     def no_constants(constant: str) -> Any:
@@ -395,7 +394,7 @@ def _strategy_option(
         value = json.loads(text, parse_constant=no_constants)
     except ValueError:
         value = text
-    default = params[name].default
+    default = defaults[name]
     if isinstance(default, bool):
         if not isinstance(value, bool):
             raise UsageError(f"-o {name}: expected true or false, got {text!r}")

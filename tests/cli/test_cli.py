@@ -447,13 +447,13 @@ def test_a_strategys_internal_error_is_a_bug_not_a_usage_error(
 
     real = REGISTRY["balance"]
 
-    @functools.wraps(real.propose)  # the same options
-    def broken(cluster: object, *, forbidden: object = (), **options: object) -> object:
-        if len(getattr(cluster, "guests", ())) > 2:  # the demo, not a trial of the options
+    @functools.wraps(real.run)  # the same options
+    def broken(view: Any, request: Any, options: Any) -> object:
+        if len(view.cluster.guests) > 2:  # the demo, not a trial of the options
             raise error
-        return real.propose(cluster, forbidden=forbidden, **options)
+        return real.run(view, request, options)
 
-    monkeypatch.setitem(REGISTRY, "balance", dc_replace(real, propose=broken))
+    monkeypatch.setitem(REGISTRY, "balance", dc_replace(real, run=broken))
     code, out, err = run(capsys, "plan", "demo", "-o", "wide=8")
     assert code == 1 and out == ""
     assert err.startswith("error: internal error (a bug in opendrs, please report it): ")
@@ -471,9 +471,9 @@ def test_an_internal_error_as_a_process_is_one_line() -> None:
         "import sys\n"
         "from opendrs.engine.strategies import REGISTRY\n"
         "from dataclasses import replace\n"
-        "def broken(cluster, *, forbidden=(), **kw):\n"
+        "def broken(view, request, options):\n"
         "    raise RuntimeError('Unable to cast Python instance of type int to C++ type')\n"
-        "REGISTRY['balance'] = replace(REGISTRY['balance'], propose=broken)\n"
+        "REGISTRY['balance'] = replace(REGISTRY['balance'], run=broken)\n"
         "from opendrs.cli import main\n"
         "sys.exit(main(['plan', 'demo']))\n"
     )

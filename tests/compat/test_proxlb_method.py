@@ -220,7 +220,7 @@ def test_cpu_method_balances_measured_use() -> None:
         """
     s = scenario(text)
     for strategy in ("balance", "pve-bruteforce", "proxlb-greedy"):
-        proposal = get_strategy(strategy).propose(s.cluster, max_moves=10)
+        proposal = get_strategy(strategy).propose(s.cluster, options={"max_moves": 10})
         before = cluster_imbalance(s.cluster).resources["cpu"].spread
         assert proposal.net_moves(), strategy
         assert proposal.after.resources["cpu"].spread < before, strategy
@@ -247,7 +247,9 @@ def test_drs_pressure_scores_targets_on_the_method() -> None:
           vm-c: {node: node-C, cpu: 2, memory_gb: 40}
         """
     )
-    proposal = get_strategy("drs-pressure").propose(s.cluster, min_uptime=0, max_moves=1)
+    proposal = get_strategy("drs-pressure").propose(
+        s.cluster, options={"min_uptime": 0, "max_moves": 1}
+    )
     assert [(m.guest, m.target) for m in proposal.net_moves()] == [("vm-hot", "node-C")]
 
 

@@ -654,9 +654,8 @@ def test_deterministic() -> None:
 
 
 def test_unknown_option_is_one_line() -> None:
-    config = replace(EAGER, options={"nope": 1})
     with pytest.raises(ValueError, match=r"strategy balance has no option 'nope' \(options: "):
-        _decide(_skewed(), config)
+        replace(EAGER, options={"nope": 1})
 
 
 def test_config_is_checked() -> None:

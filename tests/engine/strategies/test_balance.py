@@ -17,9 +17,11 @@ from opendrs.engine.bounds import migration_lower_bound
 from opendrs.engine.constraints import Constraints, committed_for, current_assign
 from opendrs.engine.strategies import get_strategy
 from opendrs.engine.strategies.balance import _State, propose_balance
+from opendrs.engine.strategies.base import Request
 from opendrs.engine.usage import RESOURCES, LoadModel
 from opendrs.model.cluster import Cluster, Guest, Node, Settings
 from opendrs.model.rules import GuestAffinity, NodeAffinity, Rules
+from opendrs.model.snapshot import load_demo
 
 GiB = 1024**3
 MEMORY_ONLY = Settings(mode="static", weight_cpu=0.0, weight_memory=1.0, cpu_overcommit=8.0)
@@ -405,7 +407,17 @@ def test_moves_keep_the_state_exact(cluster: Cluster) -> None:
 
 
 def test_registered_and_default() -> None:
-    assert get_strategy("balance").propose is propose_balance
+    info = get_strategy("balance")
+    assert info.options.names() == ("target_spread", "margin", "max_moves", "wide", "swaps")
+    cluster = load_demo()
+    assert info.propose(cluster).as_dict() == propose_balance(cluster).as_dict()
+    # What the policy asks (its target, its batch) yields to an option set explicitly.
+    asked = Request(target_spread=0.5, max_moves=1)
+    assert info.propose(cluster, asked).as_dict() == (
+        propose_balance(cluster, target_spread=0.5, max_moves=1).as_dict()
+    )
+    mixed = info.propose(cluster, asked, {"max_moves": 2})
+    assert mixed.as_dict() == propose_balance(cluster, target_spread=0.5, max_moves=2).as_dict()
 
 
 def _broken_bundle() -> Cluster:

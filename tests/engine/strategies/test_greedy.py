@@ -13,7 +13,6 @@ from hypothesis import HealthCheck, example, given, settings
 
 from clusters import assert_moves_safe, clusters
 from opendrs.engine.placement import PlacementState
-from opendrs.engine.strategies import get_strategy
 from opendrs.engine.strategies.greedy import badness, balance_sigma, propose_greedy
 from opendrs.engine.strategies.pve import movable_bundles
 from opendrs.model.cluster import Cluster, Guest, Node, Settings
@@ -138,7 +137,6 @@ def test_bundles_move_together_and_edge_cases() -> None:
 def test_forbidden_and_registry() -> None:
     proposal = propose_greedy(_abc(), forbidden=[("A", "node3")])
     assert all(not (m.guest == "A" and m.target == "node3") for m in proposal.moves)
-    assert get_strategy("static-greedy").propose is propose_greedy
 
 
 def _moved_twice() -> Cluster:

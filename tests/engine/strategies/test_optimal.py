@@ -63,7 +63,7 @@ def solver(proposal) -> dict:
 
 
 def test_registered() -> None:
-    assert get_strategy("optimal").propose is propose_optimal
+    assert get_strategy("optimal").options.defaults()["time_limit"] == 10.0
 
 
 def test_three_nodes_six_guests_memory() -> None:

@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 
 from clusters import assert_moves_safe, clusters
 from opendrs.engine.constraints import Constraints, current_assign
-from opendrs.engine.strategies import get_strategy
 from opendrs.engine.strategies.pressure import (
     AHP,
     BAD_GUEST_WEIGHTS,
@@ -293,7 +292,6 @@ def test_move_limit_nothing_movable_and_basic_mode() -> None:
 def test_forbidden_and_registry() -> None:
     proposal = propose_pressure(_memory_cluster(), forbidden=[("vm:103", "node3")])
     assert [(m.guest, m.target) for m in proposal.moves] == [("vm:103", "node2")]
-    assert get_strategy("drs-pressure").propose is propose_pressure
 
 
 @st.composite

@@ -18,7 +18,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clusters import assert_moves_safe, clusters
-from opendrs.engine.strategies import get_strategy
 from opendrs.engine.strategies.proxlb_greedy import propose_proxlb_greedy
 from opendrs.model.cluster import Cluster, Guest, Node, Settings
 from opendrs.model.rules import GuestAffinity, NodeAffinity, Rules
@@ -50,10 +49,6 @@ def _abcde(**kw: object) -> Cluster:
 
 def _moves(proposal: object) -> list[tuple[str, str, str]]:
     return [(m.guest, m.source, m.target) for m in proposal.moves]  # type: ignore[attr-defined]
-
-
-def test_registered() -> None:
-    assert get_strategy("proxlb-greedy").propose is propose_proxlb_greedy
 
 
 def test_smaller_groups_first_and_the_break_rule() -> None:

@@ -77,7 +77,6 @@ def test_basic_mode_never_rebalances() -> None:
 
 
 def test_registry() -> None:
-    assert get_strategy("pve-bruteforce").propose is propose_bruteforce
     with pytest.raises(KeyError, match="unknown strategy 'nope'"):
         get_strategy("nope")
 

@@ -9,7 +9,6 @@ paths, and :func:`junit_xml` reports the results.
 
 from __future__ import annotations
 
-import inspect
 import os
 import time
 import xml.etree.ElementTree as ET
@@ -97,13 +96,13 @@ def check_scenario(
     # Imported here: the strategies (``optimal``) import this package's objective terms.
     from opendrs.engine.policy import strategy_problem
     from opendrs.engine.strategies import get_strategy
+    from opendrs.engine.strategies.base import Request
     from opendrs.engine.strategies.optimal import STRATEGY as OPTIMAL
 
     started = time.perf_counter()
     info = get_strategy(strategy)
-    params = inspect.signature(info.propose).parameters
     kwargs = dict(scenario.options) if info.name == OPTIMAL else {}
-    if "time_limit" in params:
+    if "time_limit" in info.options.names():
         kwargs["time_limit"] = time_limit
     refused = strategy_problem(info.name, kwargs) if kwargs else None
     if refused is not None:  # the scenario's options, not a bug: a failed check of this file
@@ -119,8 +118,7 @@ def check_scenario(
         # placements forbidden) is infeasible, the last feasible proposal stands, unreachable.
         nonlocal calls, last_feasible
         calls += 1
-        extra = {"forbidden": forbidden} if "forbidden" in params else {}
-        proposal = info.propose(scenario.cluster, **kwargs, **extra)
+        proposal = info.propose(scenario.cluster, Request(forbidden=forbidden), kwargs)
         if _feasible(proposal):
             last_feasible = proposal
         elif last_feasible is not None:

@@ -3,7 +3,6 @@ of a configuration file (one-line errors), and a strategy's options checked when
 
 from __future__ import annotations
 
-import inspect
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -12,6 +11,7 @@ from typing import Any, Literal
 
 from opendrs.engine.policy.state import PastMigrations, frozen_mapping
 from opendrs.engine.strategies import REGISTRY
+from opendrs.engine.strategies.base import Request, StrategyOptions
 from opendrs.model.cluster import Cluster, Guest, Node
 from opendrs.model.document import Path, Reader, describe
 from opendrs.model.units import format_duration
@@ -22,7 +22,6 @@ METRICS: tuple[str, ...] = ("spread", "cv", "memory-spread", "none")
 
 
 #: Strategy parameters the policy itself fills in (never options).
-_RESERVED = ("cluster", "forbidden")
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +105,15 @@ class PolicyConfig:
                 f"policy strategy: unknown strategy {self.strategy!r} "
                 f"(known: {', '.join(sorted(REGISTRY))})"
             )
+        try:
+            self.strategy_options  # noqa: B018  (parsed here to refuse bad options at once)
+        except ValueError as exc:
+            raise ValueError(f"policy {self.name} options: {exc}") from None
+
+    @property
+    def strategy_options(self) -> StrategyOptions:
+        """``options`` as the strategy's typed options (ValueError when it refuses them)."""
+        return REGISTRY[self.strategy].options.parse(self.strategy, self.options)
 
 
 #: The emulated peers (see the module docstring), and opendrs's own defaults.
@@ -167,32 +175,22 @@ PRESETS: Mapping[str, PolicyConfig] = MappingProxyType(
 )
 
 
-def strategy_arguments(
+def strategy_request(
     config: PolicyConfig,
-    params: Mapping[str, inspect.Parameter],
-    memory: PastMigrations,
+    past: PastMigrations,
     now: float,
-) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {}
-    if "target_spread" in params:
-        kwargs["target_spread"] = config.target
-    if config.batch > 0:
-        if "max_moves" in params:
-            kwargs["max_moves"] = config.batch
-        elif "batch" in params:
-            kwargs["batch"] = config.batch
-    if "cooldown_until" in params and "now" in params:
-        kwargs["cooldown_until"] = dict(memory.cooldown_until)
-        kwargs["now"] = now
-    for name, value in config.options.items():
-        if name in _RESERVED or name not in params:
-            known = ", ".join(sorted(p for p in params if p not in _RESERVED))
-            raise ValueError(
-                f"policy {config.name}: strategy {config.strategy} has no option {name!r} "
-                f"(options: {known})"
-            )
-        kwargs[name] = value
-    return kwargs
+    forbidden: frozenset[tuple[str, str]] = frozenset(),
+) -> Request:
+    """What the policy asks of its strategy: the placements it forbids, its batch as the most
+    migrations (none with ``batch`` 0), its target spread, and the cooldowns at ``now``. The
+    strategy's options, set explicitly, win over it (:meth:`StrategyOptions.pick`)."""
+    return Request(
+        forbidden=forbidden,
+        max_moves=config.batch if config.batch > 0 else None,
+        target_spread=config.target,
+        now=now,
+        cooldown_until=dict(past.cooldown_until),
+    )
 
 
 POLICY_KEYS: tuple[str, ...] = (
@@ -365,19 +363,18 @@ def parse_policy(
     options: Mapping[str, object] = start.options
     if strategy != start.strategy:
         options = {}
-    params = inspect.signature(REGISTRY[strategy].propose).parameters
-    known_options = tuple(sorted(p for p in params if p not in _RESERVED))
+    kind = REGISTRY[strategy].options
+    defaults = kind.defaults()
     if "options" in mapping:
         opath = (*path, "options")
         given = reader.mapping(mapping["options"], opath)
-        reader.check_keys(given, opath, known_options, f" for strategy {strategy}")
+        reader.check_keys(given, opath, tuple(sorted(defaults)), f" for strategy {strategy}")
         options = {
-            key: _option_value(reader, item, (*opath, key), params[key].default)
+            key: _option_value(reader, item, (*opath, key), defaults[key])
             for key, item in given.items()
         }
-    fields["options"] = options
-    try:
-        config = replace(start, **fields)
+    try:  # the options are checked below, where a refusal can name the option
+        config = replace(start, **fields, options={})
     except ValueError as exc:
         reader.fail(path, str(exc))
     samples = config.smoothing // config.interval
@@ -389,15 +386,16 @@ def parse_policy(
             f"{format_duration(config.interval)} keeps {samples} observations, at most "
             f"{_MAX_SAMPLES}: shorten the smoothing or lengthen the interval",
         )
-    if config.options:
-        refused = strategy_problem(config.strategy, _arguments_for_check(config))
+    if options:
+        request = strategy_request(config, PastMigrations(), 0.0)
+        refused = strategy_problem(config.strategy, options, request)
         if refused is not None:
             key, problem = refused
             where: Path = path
             if "options" in mapping:
-                where = (*path, "options", key) if key in config.options else (*path, "options")
+                where = (*path, "options", key) if key in options else (*path, "options")
             reader.fail(where, f"strategy {config.strategy}: {problem}")
-    return config
+    return replace(config, options=options)
 
 
 def _trial_cluster() -> Cluster:
@@ -411,35 +409,42 @@ def _trial_cluster() -> Cluster:
     return Cluster(nodes, guests)
 
 
-def _arguments_for_check(config: PolicyConfig) -> dict[str, Any]:
-    params = inspect.signature(REGISTRY[config.strategy].propose).parameters
-    return strategy_arguments(config, params, PastMigrations(), 0.0)
+def strategy_problem(
+    strategy: str, options: Mapping[str, Any], request: Request | None = None
+) -> tuple[str, str] | None:
+    """Why ``strategy`` refuses ``options`` (asked with ``request``): ``(option, one line)``, or
+    ``None`` when it takes them. ``option`` is the option refused on its own, or ``""`` when no
+    single one is.
 
-
-def strategy_problem(strategy: str, options: Mapping[str, Any]) -> tuple[str, str] | None:
-    """Why ``strategy`` refuses ``options``: ``(option, one line)``, or ``None`` when it takes
-    them. ``option`` is the option refused on its own, or ``""`` when no single one is.
-
-    Strategies check their options when they run; they are tried here on a small cluster, so
-    that a configuration (or a command line) with an option a strategy refuses is refused when
-    it is read, not when the daemon decides. A strategy that fails on that cluster whatever the
-    options is not the options' fault: its error propagates.
+    The options are parsed (:meth:`StrategyOptions.parse`: names, types, the strategy's own
+    checks), then the strategy is tried on a small cluster, so that a configuration (or a command
+    line) with options a strategy refuses together is refused when it is read, not when the
+    daemon decides. A strategy that fails on that cluster whatever the options is not the
+    options' fault: its error propagates.
     """
+    info = REGISTRY[strategy]
+    asked = request or Request()
 
     def refuses(given: Mapping[str, Any]) -> str | None:
         try:
-            REGISTRY[strategy].propose(_trial_cluster(), forbidden=frozenset(), **given)
+            info.propose(_trial_cluster(), asked, info.options.parse(strategy, given))
         except Exception as exc:  # the options' fault, if the defaults run (below)
-            return " ".join(str(exc).split()) or type(exc).__name__
+            return _without_prefix(" ".join(str(exc).split()), strategy) or type(exc).__name__
         return None
 
     problem = refuses(options)
     if problem is None:
         return None
     if options:
-        REGISTRY[strategy].propose(_trial_cluster(), forbidden=frozenset())  # a broken strategy
+        info.propose(_trial_cluster(), asked)  # a broken strategy
     for key, value in options.items():
         alone = refuses({key: value})
         if alone is not None:
             return key, alone
     return "", problem
+
+
+def _without_prefix(text: str, strategy: str) -> str:
+    """A strategy's message without the ``strategy NAME:`` its option checks put first (the
+    callers name the strategy themselves)."""
+    return text.removeprefix(f"strategy {strategy}: ")

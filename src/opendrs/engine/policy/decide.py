@@ -4,13 +4,12 @@ returning a :class:`Decision` or passing to the next."""
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Literal
 
 from opendrs.engine.planner import Plan
-from opendrs.engine.policy.config import PolicyConfig, strategy_arguments
+from opendrs.engine.policy.config import PolicyConfig, strategy_request
 from opendrs.engine.policy.guards import failed_targets, forbidden_placements
 from opendrs.engine.policy.maintenance import returns_from_maintenance, track_evacuations
 from opendrs.engine.policy.metrics import (
@@ -355,14 +354,15 @@ def _balance(r: _Round) -> Decision:
 
 
 def _proposer(r: _Round) -> Callable[[frozenset[tuple[str, str]]], Proposal]:
-    """The strategy, asked with the policy's arguments, its proposal cut to the batch."""
+    """The strategy, asked what the policy asks and with its options, its proposal cut to the
+    batch."""
     config, view = r.config, r.view
     info = get_strategy(config.strategy)
-    params = inspect.signature(info.propose).parameters
-    kwargs = strategy_arguments(config, params, r.past, r.now)
+    options = config.strategy_options
 
     def propose(forbidden: frozenset[tuple[str, str]]) -> Proposal:
-        found = info.propose(r.cluster, forbidden=forbidden, **kwargs)
+        request = strategy_request(config, r.past, r.now, forbidden)
+        found = info.propose(view, request, options)
         return truncate(r.cluster, found, config.batch, view.constraints)
 
     return propose

@@ -85,9 +85,18 @@ import numpy as np
 
 from opendrs.engine.constraints import Constraints, movability
 from opendrs.engine.usage import RESOURCES, LoadModel, arch_groups, loaded_nodes, tolerance
+from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster
 
-from .base import Proposal, ProposedMove, cluster_imbalance, migration_cost, register
+from .base import (
+    Proposal,
+    ProposedMove,
+    Request,
+    StrategyOptions,
+    cluster_imbalance,
+    migration_cost,
+    register,
+)
 from .optimal import REPAIR_TIME_LIMIT, solve_repair
 
 log = logging.getLogger(__name__)
@@ -966,7 +975,6 @@ def _check_options(
         raise ValueError(f"swaps: expected true or false, got {swaps!r}")
 
 
-@register("balance", "opendrs: fewest, smallest migrations to a target spread; all rules hard")
 def propose_balance(
     cluster: Cluster,
     *,
@@ -1287,3 +1295,34 @@ def _propose(
         notes.append("could not repair: " + ", ".join(names[:10]) + more)
     proposal = Proposal("balance", tuple(moves), before, after, stopped, tuple(notes), options)
     return proposal, stopped.startswith("balanced")
+
+
+@dataclass(frozen=True)
+class BalanceOptions(StrategyOptions):
+    """``balance``'s options (see :func:`propose_balance`)."""
+
+    target_spread: float = DEFAULT_TARGET_SPREAD
+    margin: float = DEFAULT_MARGIN
+    max_moves: int | None = None
+    wide: int = DEFAULT_WIDE
+    swaps: bool = True
+
+    def check(self) -> None:
+        _check_options(self.target_spread, self.margin, self.max_moves, self.wide, self.swaps)
+
+
+@register(
+    "balance",
+    "opendrs: fewest, smallest migrations to a target spread; all rules hard",
+    BalanceOptions,
+)
+def _run(view: CycleView, request: Request, options: BalanceOptions) -> Proposal:
+    return propose_balance(
+        view.cluster,
+        forbidden=request.forbidden,
+        target_spread=options.pick("target_spread", request.target_spread),
+        margin=options.margin,
+        max_moves=options.pick("max_moves", request.max_moves),
+        wide=options.wide,
+        swaps=options.swaps,
+    )

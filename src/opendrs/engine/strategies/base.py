@@ -1,18 +1,24 @@
-"""The strategy interface: ``propose(cluster, options) -> Proposal``.
+"""The strategy interface: ``propose(view, request, options) -> Proposal``.
 
-A strategy decides a target placement; each move carries its reason (the metric before and after
-it, its cost). A proposal also carries the predicted cluster metrics before and after.
+A strategy decides a target placement for the cluster of a :class:`~opendrs.engine.view.CycleView`
+(the decision's view: the cluster, its loads and constraints, built once), asked by a
+:class:`Request` (forbidden placements, the policy's batch and target) and configured by its own
+typed :class:`StrategyOptions`, validated when a configuration or a command line is read. Each
+move carries its reason (the metric before and after it, its cost); a proposal also carries the
+predicted cluster metrics before and after.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any, Self
 
 import numpy as np
 
 from opendrs.engine.imbalance import Imbalance, summarise
 from opendrs.engine.usage import RESOURCES, LoadModel, arch_groups
+from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster, Guest, Move, Settings
 
 
@@ -168,24 +174,133 @@ def worst_spreads(overall: Imbalance, by_arch: Mapping[str, Imbalance]) -> dict[
 
 
 @dataclass(frozen=True)
+class Request:
+    """What the caller asks of a strategy for one decision, beside its options.
+
+    ``forbidden``: (guest, node) placements that must not be chosen; ``max_moves``: most
+    migrations (the policy's batch; None: the strategy's own limit); ``target_spread``: the spread
+    to balance to (the policy's target; None: the strategy's own); ``now`` and
+    ``cooldown_until``: the time and each guest's cooldown end, for a strategy that keeps its own
+    cooldown. A strategy reads what it means and ignores the rest.
+    """
+
+    forbidden: frozenset[tuple[str, str]] = frozenset()
+    max_moves: int | None = None
+    target_spread: float | None = None
+    now: float | None = None
+    cooldown_until: Mapping[str, float] | None = None
+
+
+_NO_OPTIONS: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class StrategyOptions:
+    """A strategy's options: a frozen dataclass whose fields, with their defaults, are the
+    options (``opendrs plan -o NAME=VALUE``, a policy's ``options``).
+
+    :meth:`parse` reads them from a mapping — names, types and the strategy's own checks
+    (:meth:`check`) — with one-line errors naming the strategy and the option. ``given`` lists
+    the options set explicitly: they win over what the :class:`Request` asks for.
+    """
+
+    given: frozenset[str] = field(default=_NO_OPTIONS, repr=False, compare=False)
+
+    def check(self) -> None:
+        """Raise ValueError (``"NAME: …"``) for a value the strategy refuses."""
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        """The options, in their declared order."""
+        return tuple(f.name for f in fields(cls) if f.name != "given")
+
+    @classmethod
+    def defaults(cls) -> dict[str, object]:
+        """Each option's default value."""
+        return {f.name: getattr(cls(), f.name) for f in fields(cls) if f.name != "given"}
+
+    @classmethod
+    def parse(cls, strategy: str, given: Mapping[str, object]) -> Self:
+        """The options in ``given`` (the others at their defaults); ValueError naming the
+        strategy and the option for an unknown name, a value of the wrong type, or one the
+        strategy refuses."""
+        known = cls.names()
+        defaults = cls.defaults()
+        values: dict[str, object] = {}
+        for name, value in given.items():
+            if name not in known:
+                raise ValueError(
+                    f"strategy {strategy} has no option {name!r} (options: {', '.join(known)})"
+                )
+            values[name] = _typed(strategy, name, value, defaults[name])
+        options = cls(given=frozenset(values), **values)
+        try:
+            options.check()
+        except ValueError as exc:
+            raise ValueError(f"strategy {strategy}: {exc}") from None
+        return options
+
+    def pick(self, name: str, asked: object) -> Any:
+        """Option ``name`` when set explicitly, else ``asked`` (the request's), when given."""
+        if name in self.given or asked is None:
+            return getattr(self, name)
+        return asked
+
+
+def _typed(strategy: str, name: str, value: object, default: object) -> object:
+    """``value`` checked against the type of the option's ``default`` (a number for a number)."""
+    where = f"strategy {strategy} option {name}"
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise ValueError(f"{where}: expected true or false, got {value!r}")
+    elif isinstance(default, int):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{where}: expected a whole number, got {value!r}")
+    elif isinstance(default, float):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"{where}: expected a number, got {value!r}")
+        return float(value)
+    elif isinstance(default, str) and not isinstance(value, str):
+        raise ValueError(f"{where}: expected text, got {value!r}")
+    return value
+
+
+#: How a registered strategy runs: the decision's view, the request and its typed options.
+Runner = Callable[[CycleView, Request, Any], Proposal]
+
+
+@dataclass(frozen=True)
 class StrategyInfo:
-    """A registered strategy."""
+    """A registered strategy: its name, one line about it, its options class and its runner."""
 
     name: str
     summary: str
-    propose: Callable[..., Proposal]
+    options: type[StrategyOptions]
+    run: Runner
+
+    def propose(
+        self,
+        view: CycleView | Cluster,
+        request: Request | None = None,
+        options: StrategyOptions | Mapping[str, object] | None = None,
+    ) -> Proposal:
+        """Ask the strategy about ``view`` (a bare cluster makes its own view): ``options``
+        typed, or a mapping parsed first (ValueError naming the strategy and the option)."""
+        if isinstance(view, Cluster):
+            view = CycleView(view)
+        if options is None or isinstance(options, Mapping):
+            options = self.options.parse(self.name, options or {})
+        return self.run(view, request or Request(), options)
 
 
 REGISTRY: dict[str, StrategyInfo] = {}
 
 
-def register(
-    name: str, summary: str
-) -> Callable[[Callable[..., Proposal]], Callable[..., Proposal]]:
-    """Decorator: register ``propose`` under ``name``."""
+def register(name: str, summary: str, options: type[StrategyOptions]) -> Callable[[Runner], Runner]:
+    """Decorator: register a runner ``(cluster, request, options) -> Proposal`` under ``name``."""
 
-    def wrap(func: Callable[..., Proposal]) -> Callable[..., Proposal]:
-        REGISTRY[name] = StrategyInfo(name, summary, func)
-        return func
+    def wrap(run: Runner) -> Runner:
+        REGISTRY[name] = StrategyInfo(name, summary, options, run)
+        return run
 
     return wrap

@@ -35,14 +35,24 @@ stop early when a pass moves nothing. The order is fixed at the start of each pa
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import numpy as np
 
 from opendrs.engine.imbalance import weighted_variance
 from opendrs.engine.placement import PlacementState
+from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster
 
-from .base import Proposal, ProposedMove, bundle_moves, cluster_imbalance, register
+from .base import (
+    Proposal,
+    ProposedMove,
+    Request,
+    StrategyOptions,
+    bundle_moves,
+    cluster_imbalance,
+    register,
+)
 from .pve import Bundle, fraction_shift, fractions_of, movable_bundles
 
 NAME = "static-greedy"
@@ -95,7 +105,6 @@ def _current_score(state: PlacementState, bundle: Bundle) -> float:
     return balance_sigma(state) + penalty
 
 
-@register(NAME, "Proxmox's sketched balancer: worst guests first, to their best node unless close")
 def propose_greedy(
     cluster: Cluster,
     *,
@@ -167,3 +176,22 @@ def propose_greedy(
             break
     after = cluster_imbalance(cluster, state.assign)
     return Proposal(NAME, tuple(moves), before, after, stopped, notes, dict(options))
+
+
+@dataclass(frozen=True)
+class GreedyOptions(StrategyOptions):
+    """``static-greedy``'s options (see :func:`propose_greedy`)."""
+
+    keep: float = DEFAULT_KEEP
+    passes: int = DEFAULT_PASSES
+
+
+@register(
+    NAME,
+    "Proxmox's sketched balancer: worst guests first, to their best node unless close",
+    GreedyOptions,
+)
+def _run(view: CycleView, request: Request, options: GreedyOptions) -> Proposal:
+    return propose_greedy(
+        view.cluster, forbidden=request.forbidden, keep=options.keep, passes=options.passes
+    )

@@ -40,8 +40,8 @@ each target reaches the midpoint between the two. opendrs keeps that shape:
   not overshoot — Incus takes them in database order. A candidate without an allowed target or
   that does not fit is skipped, and so is one that would change no score; nothing aborts the run
   (in Incus, any error does).
-* **Batch**: at most ``batch`` moves (default 1) per run, across all architectures together, as in
-  Incus (``cluster.rebalance.batch``); a bundle is one move. After each move the group is scored
+* **Batch**: at most ``max_moves`` moves (default 1) per run, across all architectures together,
+  as Incus's ``cluster.rebalance.batch``; a bundle is one move. After each move the group is scored
   again and the next move is sought in the same architecture until its gap falls below the
   threshold, no candidate fits, or the batch is spent; then the next architecture.
 """
@@ -49,18 +49,28 @@ each target reaches the midpoint between the two. opendrs keeps that shape:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
 from opendrs.engine.placement import PlacementState
+from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster
 
-from .base import Proposal, ProposedMove, bundle_moves, cluster_imbalance, register
+from .base import (
+    Proposal,
+    ProposedMove,
+    Request,
+    StrategyOptions,
+    bundle_moves,
+    cluster_imbalance,
+    register,
+)
 from .pve import Bundle, fractions_of, movable_bundles, resource_weights
 
 NAME = "incus"
 DEFAULT_THRESHOLD = 20.0
-DEFAULT_BATCH = 1
+DEFAULT_MAX_MOVES = 1
 
 
 def server_scores(
@@ -87,13 +97,12 @@ def _by_name(cluster: Cluster, nodes: np.ndarray) -> np.ndarray:
     return nodes[np.argsort(names, kind="stable")]
 
 
-@register(NAME, "Incus rebalancing: busiest member to the least busy, up to the midpoint, per arch")
 def propose_incus(
     cluster: Cluster,
     *,
     forbidden: Iterable[tuple[str, str]] = (),
     threshold: float = DEFAULT_THRESHOLD,
-    batch: int = DEFAULT_BATCH,
+    max_moves: int = DEFAULT_MAX_MOVES,
     cooldown_until: Mapping[str, float] | None = None,
     now: float | None = None,
 ) -> Proposal:
@@ -103,7 +112,7 @@ def propose_incus(
         forbidden: (guest, node) placements that must not be chosen.
         threshold: relative gap in percent between the busiest and the least busy member of an
             architecture below which that architecture is left alone.
-        batch: moves at most in this run, all architectures together.
+        max_moves: moves at most in this run, all architectures together.
         cooldown_until: per guest id, the time until which it may not move again.
         now: the current time on the same clock as ``cooldown_until`` (required with it).
 
@@ -117,7 +126,7 @@ def propose_incus(
     )
     options: dict[str, object] = {
         "threshold": threshold,
-        "batch": batch,
+        "max_moves": max_moves,
         "now": now,
         "in_cooldown": cooling,
     }
@@ -142,8 +151,8 @@ def propose_incus(
                 dtype=np.intp,
             ),
         )
-        if made >= batch:
-            outcome.append(f"{arch}: not visited, batch of {batch} spent")
+        if made >= max_moves:
+            outcome.append(f"{arch}: not visited, batch of {max_moves} spent")
             continue
         if group.size < 2:
             outcome.append(f"{arch}: fewer than 2 members")
@@ -161,8 +170,8 @@ def propose_incus(
             if gap < threshold:
                 outcome.append(f"{arch}: gap {gap:.1f}% below threshold {threshold:g}%")
                 break
-            if made >= batch:
-                outcome.append(f"{arch}: batch of {batch} spent")
+            if made >= max_moves:
+                outcome.append(f"{arch}: batch of {max_moves} spent")
                 break
             best = _best_candidate(state, cluster, src, scores, in_group, blocked | moved)
             if best is None:
@@ -236,3 +245,27 @@ def _best_candidate(
     if best is None:
         return None
     return best[2], best[3], best[4], best[5]
+
+
+@dataclass(frozen=True)
+class IncusOptions(StrategyOptions):
+    """``incus``'s options (see :func:`propose_incus`)."""
+
+    threshold: float = DEFAULT_THRESHOLD
+    max_moves: int = DEFAULT_MAX_MOVES
+
+
+@register(
+    NAME,
+    "Incus rebalancing: busiest member to the least busy, up to the midpoint, per arch",
+    IncusOptions,
+)
+def _run(view: CycleView, request: Request, options: IncusOptions) -> Proposal:
+    return propose_incus(
+        view.cluster,
+        forbidden=request.forbidden,
+        threshold=options.threshold,
+        max_moves=options.pick("max_moves", request.max_moves),
+        cooldown_until=request.cooldown_until,
+        now=request.now,
+    )

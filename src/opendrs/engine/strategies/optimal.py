@@ -75,7 +75,6 @@ UNKNOWN), objective, proven bound, gap, wall time and the objective's parts.
 
 from __future__ import annotations
 
-import inspect
 import math
 import time
 from collections.abc import Iterable, Mapping
@@ -100,10 +99,19 @@ from opendrs.compat.proxlb.objective import initial_spread as proxlb_initial_spr
 from opendrs.engine.constraints import Constraints, movability
 from opendrs.engine.imbalance import resource_weights
 from opendrs.engine.usage import LoadModel
+from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster
 from opendrs.model.units import format_bytes
 
-from .base import Proposal, ProposedMove, cluster_imbalance, migration_cost, register
+from .base import (
+    Proposal,
+    ProposedMove,
+    Request,
+    StrategyOptions,
+    cluster_imbalance,
+    migration_cost,
+    register,
+)
 
 if TYPE_CHECKING:
     from ortools.sat.python import cp_model
@@ -1063,10 +1071,7 @@ def _hint_assign(
     if name in ("current", STRATEGY):
         return cur, "current"
     try:
-        info = get_strategy(name)
-        params = inspect.signature(info.propose).parameters
-        kwargs = {"forbidden": forbidden} if "forbidden" in params else {}
-        proposal = info.propose(cluster, **kwargs)
+        proposal = get_strategy(name).propose(cluster, Request(forbidden=forbidden))
     except Exception as exc:  # a failing warm start is not fatal: start from the current placement
         notes.append(
             f"warm start {name} failed ({type(exc).__name__}: {exc}); hint: current placement"
@@ -1079,6 +1084,12 @@ def _hint_assign(
         if j is not None and n is not None:
             assign[j] = n
     return assign, name
+
+
+def _term_weights(given: Mapping[str, float | None]) -> dict[str, float]:
+    """The smart methods' term weights: the defaults, overridden where ``given``."""
+    chosen = {**DEFAULT_WEIGHTS, **{k: v for k, v in given.items() if v is not None}}
+    return {k: float(v) for k, v in chosen.items()}
 
 
 def _validate(
@@ -1158,10 +1169,6 @@ def _move_reason(p: _Problem, g: int, current_ok_nodes: set[int]) -> str:
     return "better balance"
 
 
-@register(
-    STRATEGY,
-    "Exact placement with CP-SAT: spread, migration cost and soft rules (proxlb-solver's model)",
-)
 def propose_optimal(
     cluster: Cluster,
     *,
@@ -1223,10 +1230,7 @@ def propose_optimal(
         "w_global_cpu": w_global_cpu,
         "w_global_io": w_global_io,
     }
-    weights = {
-        k: float(v)
-        for k, v in {**DEFAULT_WEIGHTS, **{k: v for k, v in given.items() if v is not None}}.items()
-    }
+    weights = _term_weights(given)
     thresholds = {"cpu": cpu_threshold, "memory": memory_threshold, "disk": disk_threshold}
     _validate(
         method,
@@ -1594,6 +1598,86 @@ def _repair_capacity(
                     cp_model.LinearExpr.weighted_sum([v for v, _ in terms], [c for _, c in terms])
                     <= int(cap[n])
                 )
+
+
+_TERM_WEIGHTS: tuple[str, ...] = (
+    "w_cpu_usage",
+    "w_cpu_psi",
+    "w_mem_usage",
+    "w_mem_psi",
+    "w_io_usage",
+    "w_io_psi",
+    "w_global_mem",
+    "w_global_cpu",
+    "w_global_io",
+)
+
+
+@dataclass(frozen=True)
+class OptimalOptions(StrategyOptions):
+    """``optimal``'s options (see :func:`propose_optimal`)."""
+
+    method: str = "balance"
+    balanciness: int = 3
+    w_balance: int | None = None
+    w_stickiness: int | None = None
+    cpu_threshold: float | None = None
+    memory_threshold: float | None = None
+    disk_threshold: float | None = None
+    usage: str = "used"
+    w_cpu_usage: float | None = None
+    w_cpu_psi: float | None = None
+    w_mem_usage: float | None = None
+    w_mem_psi: float | None = None
+    w_io_usage: float | None = None
+    w_io_psi: float | None = None
+    w_global_mem: float | None = None
+    w_global_cpu: float | None = None
+    w_global_io: float | None = None
+    time_limit: float = DEFAULT_TIME_LIMIT
+    workers: int = 1
+    seed: int = 0
+    strict: bool = False
+    hint: str | None = None
+
+    def check(self) -> None:
+        try:
+            weights = _term_weights({k: getattr(self, k) for k in _TERM_WEIGHTS})
+        except (TypeError, ValueError):
+            bad = next(k for k in _TERM_WEIGHTS if not _is_number(getattr(self, k)))
+            raise ValueError(f"{bad}: expected a number ≥ 0, got {getattr(self, bad)!r}") from None
+        thresholds = {
+            "cpu": self.cpu_threshold,
+            "memory": self.memory_threshold,
+            "disk": self.disk_threshold,
+        }
+        _validate(
+            self.method,
+            self.usage,
+            self.balanciness,
+            self.w_balance,
+            self.w_stickiness,
+            self.time_limit,
+            self.workers,
+            weights,
+            thresholds,
+            self.seed,
+            self.hint,
+        )
+
+
+def _is_number(value: object) -> bool:
+    return value is None or (not isinstance(value, bool) and isinstance(value, int | float))
+
+
+@register(
+    STRATEGY,
+    "Exact placement with CP-SAT: spread, migration cost and soft rules (proxlb-solver's model)",
+    OptimalOptions,
+)
+def _run(view: CycleView, request: Request, options: OptimalOptions) -> Proposal:
+    values = {name: getattr(options, name) for name in OptimalOptions.names()}
+    return propose_optimal(view.cluster, forbidden=request.forbidden, **values)
 
 
 __all__ = [

@@ -72,10 +72,19 @@ import numpy as np
 from opendrs.engine.constraints import Constraints
 from opendrs.engine.mcdm import ahp_weights, topsis_scores
 from opendrs.engine.placement import PlacementState
+from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster
 from opendrs.model.units import UnitError, parse_bytes
 
-from .base import Proposal, ProposedMove, bundle_moves, cluster_imbalance, register
+from .base import (
+    Proposal,
+    ProposedMove,
+    Request,
+    StrategyOptions,
+    bundle_moves,
+    cluster_imbalance,
+    register,
+)
 from .pve import (
     Bundle,
     fraction_shift,
@@ -371,7 +380,6 @@ def _count(bad: list[BadGuest]) -> int:
     return sum(len(b.bundle.members) for b in bad)
 
 
-@register(NAME, "DRS-like: move the worst bad VM (cpu pressure, node memory, rules), TOPSIS+AHP")
 def propose_pressure(
     cluster: Cluster,
     *,
@@ -491,3 +499,40 @@ def propose_pressure(
         )
     after = cluster_imbalance(cluster, state.assign)
     return Proposal(NAME, tuple(moves), before, after, stopped, notes, options)
+
+
+@dataclass(frozen=True)
+class PressureOptions(StrategyOptions):
+    """``drs-pressure``'s options (see :func:`propose_pressure`)."""
+
+    max_moves: int = DEFAULT_MAX_MOVES
+    min_uptime: int = DEFAULT_MIN_UPTIME
+    cpu_pressure: float = DEFAULT_CPU_PRESSURE
+    memory_threshold: float = DEFAULT_MEMORY_THRESHOLD
+    memory_threshold_ksm: float = DEFAULT_MEMORY_THRESHOLD_KSM
+    ksm: Mapping[str, float | str] | None = None
+    last_moved: str | None = None
+
+    def check(self) -> None:
+        ksm_overrides(self.ksm)
+        if self.last_moved is not None and not isinstance(self.last_moved, str):
+            raise ValueError(f"last_moved: expected a guest id, got {self.last_moved!r}")
+
+
+@register(
+    NAME,
+    "DRS-like: move the worst bad VM (cpu pressure, node memory, rules), TOPSIS+AHP",
+    PressureOptions,
+)
+def _run(view: CycleView, request: Request, options: PressureOptions) -> Proposal:
+    return propose_pressure(
+        view.cluster,
+        forbidden=request.forbidden,
+        max_moves=options.pick("max_moves", request.max_moves),
+        min_uptime=options.min_uptime,
+        cpu_pressure=options.cpu_pressure,
+        memory_threshold=options.memory_threshold,
+        memory_threshold_ksm=options.memory_threshold_ksm,
+        ksm=options.ksm,
+        last_moved=options.last_moved,
+    )

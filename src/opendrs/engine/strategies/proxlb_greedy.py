@@ -64,10 +64,19 @@ import numpy as np
 
 from opendrs.engine.constraints import movability
 from opendrs.engine.placement import PlacementState
+from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster
 from opendrs.model.rules import GuestAffinity, NodeAffinity
 
-from .base import Proposal, ProposedMove, bundle_moves, cluster_imbalance, register
+from .base import (
+    Proposal,
+    ProposedMove,
+    Request,
+    StrategyOptions,
+    bundle_moves,
+    cluster_imbalance,
+    register,
+)
 
 NAME = "proxlb-greedy"
 METHODS: tuple[str, ...] = ("memory", "cpu", "disk")
@@ -471,7 +480,6 @@ class _Run:
         return chosen, why
 
 
-@register(NAME, "ProxLB 2.3's greedy balancer: busiest node's guests to the most free node")
 def propose_proxlb_greedy(
     cluster: Cluster,
     *,
@@ -533,3 +541,40 @@ def propose_proxlb_greedy(
     if run.untold:
         run.notes.append(f"… and {run.untold} more guests that stay")
     return Proposal(NAME, tuple(run.moves), before, after, stopped, (*notes, *run.notes), options)
+
+
+@dataclass(frozen=True)
+class ProxlbGreedyOptions(StrategyOptions):
+    """``proxlb-greedy``'s options (see :func:`propose_proxlb_greedy`)."""
+
+    method: str | None = None
+    mode: str | None = None
+    balanciness: float = DEFAULT_BALANCINESS
+    larger_first: bool = False
+    max_moves: int | None = None
+
+    def check(self) -> None:
+        _check_options(
+            METHODS[0] if self.method is None else self.method,
+            MODES[0] if self.mode is None else self.mode,
+            self.balanciness,
+            self.larger_first,
+            self.max_moves,
+        )
+
+
+@register(
+    NAME,
+    "ProxLB 2.3's greedy balancer: busiest node's guests to the most free node",
+    ProxlbGreedyOptions,
+)
+def _run(view: CycleView, request: Request, options: ProxlbGreedyOptions) -> Proposal:
+    return propose_proxlb_greedy(
+        view.cluster,
+        forbidden=request.forbidden,
+        method=options.method,
+        mode=options.mode,
+        balanciness=options.balanciness,
+        larger_first=options.larger_first,
+        max_moves=options.pick("max_moves", request.max_moves),
+    )

@@ -38,9 +38,19 @@ import numpy as np
 from opendrs.engine.constraints import movability
 from opendrs.engine.mcdm import topsis_scores
 from opendrs.engine.placement import PlacementState
+from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster
 
-from .base import Proposal, ProposedMove, bundle_moves, cluster_imbalance, register
+from .base import (
+    Proposal,
+    ProposedMove,
+    Request,
+    Runner,
+    StrategyOptions,
+    bundle_moves,
+    cluster_imbalance,
+    register,
+)
 
 #: Proxmox's defaults (test-log scale: the plain coefficient of variation).
 DEFAULT_THRESHOLD = 0.3
@@ -395,7 +405,6 @@ def _cv_after_all(
         return np.where(mean > 0, np.sqrt(var) / np.where(mean > 0, mean, 1.0), 0.0)
 
 
-@register("pve-bruteforce", "Proxmox auto-rebalance: best single move by imbalance, repeated")
 def propose_bruteforce(
     cluster: Cluster,
     *,
@@ -467,7 +476,6 @@ def _choose_topsis(
     )
 
 
-@register("pve-topsis", "Proxmox auto-rebalance: best single move by TOPSIS on RMS/max load")
 def propose_topsis(
     cluster: Cluster,
     *,
@@ -495,3 +503,35 @@ def propose_topsis(
         margin=margin,
         max_moves=max_moves,
     )
+
+
+@dataclass(frozen=True)
+class PveOptions(StrategyOptions):
+    """The options of ``pve-bruteforce`` and ``pve-topsis`` (Proxmox's own defaults)."""
+
+    threshold: float = DEFAULT_THRESHOLD
+    margin: float = DEFAULT_MARGIN
+    max_moves: int = DEFAULT_MAX_MOVES
+
+
+def _runner(propose: Callable[..., Proposal]) -> Runner:
+    def run(view: CycleView, request: Request, options: PveOptions) -> Proposal:
+        return propose(
+            view.cluster,
+            forbidden=request.forbidden,
+            threshold=options.threshold,
+            margin=options.margin,
+            max_moves=options.pick("max_moves", request.max_moves),
+        )
+
+    return run
+
+
+register(
+    "pve-bruteforce",
+    "Proxmox auto-rebalance: best single move by imbalance, repeated",
+    PveOptions,
+)(_runner(propose_bruteforce))
+register(
+    "pve-topsis", "Proxmox auto-rebalance: best single move by TOPSIS on RMS/max load", PveOptions
+)(_runner(propose_topsis))

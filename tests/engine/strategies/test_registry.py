@@ -1,0 +1,82 @@
+"""The registry: each strategy's typed options and runner, against its library function."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from opendrs.engine.strategies import REGISTRY, get_strategy
+from opendrs.engine.strategies.balance import propose_balance
+from opendrs.engine.strategies.base import Request
+from opendrs.engine.strategies.greedy import propose_greedy
+from opendrs.engine.strategies.incus import propose_incus
+from opendrs.engine.strategies.optimal import propose_optimal
+from opendrs.engine.strategies.pressure import propose_pressure
+from opendrs.engine.strategies.proxlb_greedy import propose_proxlb_greedy
+from opendrs.engine.strategies.pve import propose_bruteforce, propose_topsis
+from opendrs.model.cluster import Cluster, Guest, Node
+
+GiB = 1024**3
+FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "balance": propose_balance,
+    "static-greedy": propose_greedy,
+    "incus": propose_incus,
+    "optimal": propose_optimal,
+    "drs-pressure": propose_pressure,
+    "proxlb-greedy": propose_proxlb_greedy,
+    "pve-bruteforce": propose_bruteforce,
+    "pve-topsis": propose_topsis,
+}
+
+
+def _skewed() -> Cluster:
+    nodes = tuple(Node(f"n{i}", 16, 64 * GiB) for i in range(1, 4))
+    guests = tuple(
+        Guest(f"g{j}", "n1", cpu=2, memory=4 * GiB, cpu_used=1.5, memory_used=3 * GiB)
+        for j in range(8)
+    )
+    return Cluster(nodes, guests)
+
+
+def test_every_registered_strategy_has_a_function_here() -> None:
+    assert set(REGISTRY) == set(FUNCTIONS)
+
+
+@pytest.mark.parametrize("name", sorted(FUNCTIONS))
+def test_the_runner_answers_as_the_function(name: str) -> None:
+    info, function = get_strategy(name), FUNCTIONS[name]
+    cluster = _skewed()
+    forbidden = frozenset({("g0", "n2")})
+    assert info.propose(cluster, Request(forbidden=forbidden)).moves == (
+        function(cluster, forbidden=forbidden).moves
+    )
+
+
+@pytest.mark.parametrize("name", sorted(FUNCTIONS))
+def test_options_are_the_function_keywords(name: str) -> None:
+    """Every option is a keyword of the function, with the same default."""
+    import inspect
+
+    params = inspect.signature(FUNCTIONS[name]).parameters
+    for option, default in get_strategy(name).options.defaults().items():
+        assert option in params, option
+        assert params[option].default == default, option
+
+
+def test_options_are_checked_when_parsed_with_one_line_naming_strategy_and_option() -> None:
+    with pytest.raises(ValueError, match=r"^strategy balance: wide: expected a whole number ≥ 1"):
+        get_strategy("balance").options.parse("balance", {"wide": 0})
+    with pytest.raises(ValueError, match=r"^strategy incus has no option 'batch' \(options: "):
+        get_strategy("incus").options.parse("incus", {"batch": 2})
+    with pytest.raises(ValueError, match=r"^strategy optimal option workers: expected a whole"):
+        get_strategy("optimal").options.parse("optimal", {"workers": "two"})
+
+
+def test_the_request_yields_to_an_option_set_explicitly() -> None:
+    incus = get_strategy("incus")
+    asked = Request(max_moves=3)
+    assert incus.propose(_skewed(), asked).options["max_moves"] == 3
+    assert incus.propose(_skewed(), asked, {"max_moves": 1}).options["max_moves"] == 1
+    assert incus.propose(_skewed()).options["max_moves"] == 1  # its own default
