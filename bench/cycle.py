@@ -12,6 +12,10 @@
     (:mod:`bench.generate`, the benchmark's clusters) with the default policy deciding on one
     observation (hold 1, as ``opendrs run --once``), in a fresh subprocess: its wall time
     (observe, decide and the whole cycle) and the subprocess's peak RSS (the cluster included).
+
+The builders are named by where they live; the list keeps the names of earlier layouts too, so
+that the same script counts the code before and after a move (names the code does not have are
+listed as absent).
     The cluster's usage mode is ``static`` (the generator's), so the cycle balances configured
     sizes; the simulator observes the generated placement as it is.
 """
@@ -47,6 +51,7 @@ BUILDERS: dict[str, tuple[str, ...]] = {
     "units": (
         "opendrs.engine.strategies.balance:_State._build_units",
         "opendrs.engine.planner:_Planner._build_units",
+        "opendrs.engine.planner.scheduler:Planner._build_units",
         "opendrs.engine.policy.repair:_first_units",
     ),
     "cycle views": ("opendrs.engine.view:CycleView.__init__",),
@@ -76,6 +81,7 @@ def counting(builders: dict[str, tuple[str, ...]]) -> Iterator[tuple[Counter[str
     counts: Counter[str] = Counter()
     absent: list[str] = []
     patched: list[tuple[object, str, Any]] = []
+    seen: set[tuple[int, str]] = set()
     for category, targets in builders.items():
         counts[category] = 0
         for target in targets:
@@ -84,6 +90,9 @@ def counting(builders: dict[str, tuple[str, ...]]) -> Iterator[tuple[Counter[str
                 absent.append(target)
                 continue
             owner, name = found
+            if (id(owner), name) in seen:  # the same function under another name
+                continue
+            seen.add((id(owner), name))
             original = vars(owner)[name]
             patched.append((owner, name, original))
             setattr(owner, name, _counted(original, category, counts))

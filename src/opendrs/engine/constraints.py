@@ -613,6 +613,17 @@ class Constraints:
             claimed=claimed,
         )
 
+    def unit_of(self, j: int) -> int:
+        """The unit guest ``j`` moves in: its hard-affinity bundle's index (≥ 0), or ``-1 - j``
+        for a guest that moves alone. The one definition of a unit every stage groups by."""
+        group = int(self.group_of[j]) if len(self.group_of) else -1
+        return group if group >= 0 else -1 - j
+
+    def unit_members(self, j: int) -> np.ndarray:
+        """Guest ``j`` and its hard-affinity partners: the guests that move together."""
+        unit = self.unit_of(j)
+        return self.groups[unit] if unit >= 0 else np.array([j], dtype=np.intp)
+
     def forbidding(self, forbidden: Iterable[tuple[str, str]]) -> Constraints:
         """These constraints with the (guest, node) placements ``forbidden`` refused as well:
         what :meth:`build` with ``forbidden`` gives, without building the rest again."""

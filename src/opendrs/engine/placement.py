@@ -136,8 +136,7 @@ class PlacementState:
 
     def bundle(self, j: int) -> np.ndarray:
         """Guest ``j`` and its hard positive partners: the set that moves together."""
-        g = int(self.constraints.group_of[j])
-        return self.constraints.groups[g] if g >= 0 else np.array([j], dtype=np.intp)
+        return self.constraints.unit_members(j)
 
     def _without(self, members: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """assign, balance loads and committed capacity with ``members`` taken off their nodes."""

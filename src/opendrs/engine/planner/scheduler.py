@@ -154,7 +154,7 @@ class Planner:
 
     def _bundles(self, requests: list[tuple[int, int]]) -> dict[tuple[int, int], list[int]]:
         """The guests to move, grouped by (hard-positive bundle or guest, target)."""
-        cluster, group_of = self.cluster, self.constraints.group_of
+        cluster = self.cluster
         position = self.occupancy.position
         bundles: dict[tuple[int, int], list[int]] = {}
         for j, t in requests:
@@ -173,9 +173,7 @@ class Planner:
                     "it is not moved again"
                 )
                 continue
-            group = int(group_of[j]) if len(group_of) else -1
-            key = (group, t) if group >= 0 else (-1 - j, t)
-            bundles.setdefault(key, []).append(j)
+            bundles.setdefault((self.constraints.unit_of(j), t), []).append(j)
         return bundles
 
     def _statically_reachable(self, bundles: dict[tuple[int, int], list[int]]) -> list[_Request]:

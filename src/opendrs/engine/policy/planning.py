@@ -35,8 +35,7 @@ def truncate(
     units: dict[tuple[int, str], list[str]] = {}
     for move in sorted(net, key=lambda m: order[m.guest]):
         j = gidx[move.guest]
-        group = int(cons.group_of[j])
-        key = (group if group >= 0 else -1 - j, move.target)
+        key = (cons.unit_of(j), move.target)
         units.setdefault(key, []).append(move.guest)
     kept: set[str] = set()
     for members in units.values():

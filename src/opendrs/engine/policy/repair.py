@@ -277,9 +277,8 @@ def _first_units(
     ``batch`` migrations and at least one unit."""
     units: dict[tuple[int, str], list[PlannedMove]] = {}
     for move in step:
-        j = cluster.guest_index[move.guest]
-        group = int(cons.group_of[j])
-        units.setdefault((group if group >= 0 else -1 - j, move.target), []).append(move)
+        unit = cons.unit_of(cluster.guest_index[move.guest])
+        units.setdefault((unit, move.target), []).append(move)
     kept: list[PlannedMove] = []
     for moves in units.values():
         if kept and len(kept) + len(moves) > batch:
