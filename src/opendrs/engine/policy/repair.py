@@ -5,7 +5,7 @@ what a repair leaves stuck, with why."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -200,20 +200,22 @@ def repair(
     if not needed:
         return Repair(())
 
-    limit = [batch or None]
+    def proposer(most: int | None) -> Callable[[frozenset[tuple[str, str]]], Proposal]:
+        """``balance``'s repairs only, at most ``most`` migrations (None: all it needs)."""
 
-    def propose(forb: frozenset[tuple[str, str]]) -> Proposal:
-        found = propose_balance(
-            cluster, forbidden=forb, target_spread=_REPAIR_ONLY, max_moves=limit[0]
-        )
-        found = replace(found, stopped="repairs only")
-        return found if "repair" in found.options else truncate(cluster, found, batch, cons)
+        def propose(forb: frozenset[tuple[str, str]]) -> Proposal:
+            found = propose_balance(
+                cluster, forbidden=forb, target_spread=_REPAIR_ONLY, max_moves=most
+            )
+            found = replace(found, stopped="repairs only")
+            return found if "repair" in found.options else truncate(cluster, found, batch, cons)
+
+        return propose
 
     limits = Limits(max_parallel, max_node_inflow)
-    proposal, plan = plan_within(cluster, propose, forbidden, limits, cons)
+    proposal, plan = plan_within(cluster, proposer(batch or None), forbidden, limits, cons)
     if "needs" in proposal.options.get("repair", {}):  # an exact repair longer than the batch
-        limit[0] = None
-        proposal, plan = plan_within(cluster, propose, forbidden, limits, cons)
+        proposal, plan = plan_within(cluster, proposer(None), forbidden, limits, cons)
     exact = "repair" in proposal.options
     stuck: tuple[tuple[str, str], ...] = ()
     if exact or not batch or len(proposal.net_moves()) < batch:
