@@ -85,17 +85,15 @@ import numpy as np
 
 from opendrs.engine.constraints import Constraints, movability
 from opendrs.engine.usage import RESOURCES, LoadModel, arch_groups, loaded_nodes, tolerance
-from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster
 
 from .base import (
     Proposal,
     ProposedMove,
-    Request,
     StrategyOptions,
     cluster_imbalance,
     migration_cost,
-    register,
+    register_function,
 )
 from .optimal import REPAIR_TIME_LIMIT, solve_repair
 
@@ -1311,18 +1309,10 @@ class BalanceOptions(StrategyOptions):
         _check_options(self.target_spread, self.margin, self.max_moves, self.wide, self.swaps)
 
 
-@register(
+register_function(
     "balance",
     "opendrs: fewest, smallest migrations to a target spread; all rules hard",
     BalanceOptions,
+    propose_balance,
+    asks=("target_spread", "max_moves"),
 )
-def _run(view: CycleView, request: Request, options: BalanceOptions) -> Proposal:
-    return propose_balance(
-        view.cluster,
-        forbidden=request.forbidden,
-        target_spread=options.pick("target_spread", request.target_spread),
-        margin=options.margin,
-        max_moves=options.pick("max_moves", request.max_moves),
-        wide=options.wide,
-        swaps=options.swaps,
-    )

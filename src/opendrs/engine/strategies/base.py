@@ -240,6 +240,10 @@ class StrategyOptions:
             raise ValueError(f"strategy {strategy}: {exc}") from None
         return options
 
+    def values(self) -> dict[str, object]:
+        """Each option's value, by name."""
+        return {name: getattr(self, name) for name in self.names()}
+
     def pick(self, name: str, asked: object) -> Any:
         """Option ``name`` when set explicitly, else ``asked`` (the request's), when given."""
         if name in self.given or asked is None:
@@ -304,3 +308,26 @@ def register(name: str, summary: str, options: type[StrategyOptions]) -> Callabl
         return run
 
     return wrap
+
+
+def register_function(
+    name: str,
+    summary: str,
+    options: type[StrategyOptions],
+    function: Callable[..., Proposal],
+    *,
+    asks: tuple[str, ...] = (),
+) -> None:
+    """Register ``function(cluster, *, forbidden, **options)`` as strategy ``name``: each option
+    is passed by its name, and each :class:`Request` field in ``asks`` too — the request's value
+    unless an option of that name is set explicitly (:meth:`StrategyOptions.pick`)."""
+    own = set(options.names())
+
+    def run(view: CycleView, request: Request, chosen: StrategyOptions) -> Proposal:
+        values = chosen.values()
+        for key in asks:
+            asked = getattr(request, key)
+            values[key] = chosen.pick(key, asked) if key in own else asked
+        return function(view.cluster, forbidden=request.forbidden, **values)
+
+    register(name, summary, options)(run)

@@ -41,17 +41,15 @@ import numpy as np
 
 from opendrs.engine.imbalance import weighted_variance
 from opendrs.engine.placement import PlacementState
-from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster
 
 from .base import (
     Proposal,
     ProposedMove,
-    Request,
     StrategyOptions,
     bundle_moves,
     cluster_imbalance,
-    register,
+    register_function,
 )
 from .pve import Bundle, fraction_shift, fractions_of, movable_bundles
 
@@ -186,12 +184,9 @@ class GreedyOptions(StrategyOptions):
     passes: int = DEFAULT_PASSES
 
 
-@register(
+register_function(
     NAME,
     "Proxmox's sketched balancer: worst guests first, to their best node unless close",
     GreedyOptions,
+    propose_greedy,
 )
-def _run(view: CycleView, request: Request, options: GreedyOptions) -> Proposal:
-    return propose_greedy(
-        view.cluster, forbidden=request.forbidden, keep=options.keep, passes=options.passes
-    )

@@ -54,17 +54,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from opendrs.engine.placement import PlacementState
-from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster
 
 from .base import (
     Proposal,
     ProposedMove,
-    Request,
     StrategyOptions,
     bundle_moves,
     cluster_imbalance,
-    register,
+    register_function,
 )
 from .pve import Bundle, fractions_of, movable_bundles, resource_weights
 
@@ -255,17 +253,10 @@ class IncusOptions(StrategyOptions):
     max_moves: int = DEFAULT_MAX_MOVES
 
 
-@register(
+register_function(
     NAME,
     "Incus rebalancing: busiest member to the least busy, up to the midpoint, per arch",
     IncusOptions,
+    propose_incus,
+    asks=("max_moves", "cooldown_until", "now"),
 )
-def _run(view: CycleView, request: Request, options: IncusOptions) -> Proposal:
-    return propose_incus(
-        view.cluster,
-        forbidden=request.forbidden,
-        threshold=options.threshold,
-        max_moves=options.pick("max_moves", request.max_moves),
-        cooldown_until=request.cooldown_until,
-        now=request.now,
-    )

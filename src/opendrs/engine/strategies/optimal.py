@@ -99,7 +99,6 @@ from opendrs.compat.proxlb.objective import initial_spread as proxlb_initial_spr
 from opendrs.engine.constraints import Constraints, movability
 from opendrs.engine.imbalance import resource_weights
 from opendrs.engine.usage import LoadModel
-from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster
 from opendrs.model.units import format_bytes
 
@@ -110,7 +109,7 @@ from .base import (
     StrategyOptions,
     cluster_imbalance,
     migration_cost,
-    register,
+    register_function,
 )
 
 if TYPE_CHECKING:
@@ -1670,14 +1669,12 @@ def _is_number(value: object) -> bool:
     return value is None or (not isinstance(value, bool) and isinstance(value, int | float))
 
 
-@register(
+register_function(
     STRATEGY,
     "Exact placement with CP-SAT: spread, migration cost and soft rules (proxlb-solver's model)",
     OptimalOptions,
+    propose_optimal,
 )
-def _run(view: CycleView, request: Request, options: OptimalOptions) -> Proposal:
-    values = {name: getattr(options, name) for name in OptimalOptions.names()}
-    return propose_optimal(view.cluster, forbidden=request.forbidden, **values)
 
 
 __all__ = [

@@ -72,18 +72,16 @@ import numpy as np
 from opendrs.engine.constraints import Constraints
 from opendrs.engine.mcdm import ahp_weights, topsis_scores
 from opendrs.engine.placement import PlacementState
-from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster
 from opendrs.model.units import UnitError, parse_bytes
 
 from .base import (
     Proposal,
     ProposedMove,
-    Request,
     StrategyOptions,
     bundle_moves,
     cluster_imbalance,
-    register,
+    register_function,
 )
 from .pve import (
     Bundle,
@@ -519,20 +517,10 @@ class PressureOptions(StrategyOptions):
             raise ValueError(f"last_moved: expected a guest id, got {self.last_moved!r}")
 
 
-@register(
+register_function(
     NAME,
     "DRS-like: move the worst bad VM (cpu pressure, node memory, rules), TOPSIS+AHP",
     PressureOptions,
+    propose_pressure,
+    asks=("max_moves",),
 )
-def _run(view: CycleView, request: Request, options: PressureOptions) -> Proposal:
-    return propose_pressure(
-        view.cluster,
-        forbidden=request.forbidden,
-        max_moves=options.pick("max_moves", request.max_moves),
-        min_uptime=options.min_uptime,
-        cpu_pressure=options.cpu_pressure,
-        memory_threshold=options.memory_threshold,
-        memory_threshold_ksm=options.memory_threshold_ksm,
-        ksm=options.ksm,
-        last_moved=options.last_moved,
-    )

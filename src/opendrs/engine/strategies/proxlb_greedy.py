@@ -64,18 +64,16 @@ import numpy as np
 
 from opendrs.engine.constraints import movability
 from opendrs.engine.placement import PlacementState
-from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster
 from opendrs.model.rules import GuestAffinity, NodeAffinity
 
 from .base import (
     Proposal,
     ProposedMove,
-    Request,
     StrategyOptions,
     bundle_moves,
     cluster_imbalance,
-    register,
+    register_function,
 )
 
 NAME = "proxlb-greedy"
@@ -563,18 +561,10 @@ class ProxlbGreedyOptions(StrategyOptions):
         )
 
 
-@register(
+register_function(
     NAME,
     "ProxLB 2.3's greedy balancer: busiest node's guests to the most free node",
     ProxlbGreedyOptions,
+    propose_proxlb_greedy,
+    asks=("max_moves",),
 )
-def _run(view: CycleView, request: Request, options: ProxlbGreedyOptions) -> Proposal:
-    return propose_proxlb_greedy(
-        view.cluster,
-        forbidden=request.forbidden,
-        method=options.method,
-        mode=options.mode,
-        balanciness=options.balanciness,
-        larger_first=options.larger_first,
-        max_moves=options.pick("max_moves", request.max_moves),
-    )

@@ -38,18 +38,15 @@ import numpy as np
 from opendrs.engine.constraints import movability
 from opendrs.engine.mcdm import topsis_scores
 from opendrs.engine.placement import PlacementState
-from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster
 
 from .base import (
     Proposal,
     ProposedMove,
-    Request,
-    Runner,
     StrategyOptions,
     bundle_moves,
     cluster_imbalance,
-    register,
+    register_function,
 )
 
 #: Proxmox's defaults (test-log scale: the plain coefficient of variation).
@@ -514,24 +511,17 @@ class PveOptions(StrategyOptions):
     max_moves: int = DEFAULT_MAX_MOVES
 
 
-def _runner(propose: Callable[..., Proposal]) -> Runner:
-    def run(view: CycleView, request: Request, options: PveOptions) -> Proposal:
-        return propose(
-            view.cluster,
-            forbidden=request.forbidden,
-            threshold=options.threshold,
-            margin=options.margin,
-            max_moves=options.pick("max_moves", request.max_moves),
-        )
-
-    return run
-
-
-register(
+register_function(
     "pve-bruteforce",
     "Proxmox auto-rebalance: best single move by imbalance, repeated",
     PveOptions,
-)(_runner(propose_bruteforce))
-register(
-    "pve-topsis", "Proxmox auto-rebalance: best single move by TOPSIS on RMS/max load", PveOptions
-)(_runner(propose_topsis))
+    propose_bruteforce,
+    asks=("max_moves",),
+)
+register_function(
+    "pve-topsis",
+    "Proxmox auto-rebalance: best single move by TOPSIS on RMS/max load",
+    PveOptions,
+    propose_topsis,
+    asks=("max_moves",),
+)
