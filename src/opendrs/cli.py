@@ -52,6 +52,7 @@ from opendrs.engine.strategies.base import (
     Request,
     cluster_imbalance,
     imbalance_by_arch,
+    typed_option,
     worst_spreads,
 )
 from opendrs.engine.usage import RESOURCES, LoadModel
@@ -394,25 +395,10 @@ def _strategy_option(item: str, strategy: str, defaults: Mapping[str, object]) -
         value = json.loads(text, parse_constant=no_constants)
     except ValueError:
         value = text
-    default = defaults[name]
-    if isinstance(default, bool):
-        if not isinstance(value, bool):
-            raise UsageError(f"-o {name}: expected true or false, got {text!r}")
-    elif isinstance(default, int):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise UsageError(f"-o {name}: expected a whole number, got {text!r}")
-    elif isinstance(default, float):
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise UsageError(f"-o {name}: expected a number, got {text!r}")
-        value = float(value)
-    elif isinstance(default, str) and not isinstance(value, str):
-        raise UsageError(f"-o {name}: expected text, got {text!r}")
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        # As in a policy's options: a number no strategy means, refused before it runs.
-        largest = "2147483647" if isinstance(value, int) else "1e15"
-        if abs(value) > float(largest):
-            raise UsageError(f"-o {name}: must be from -{largest} to {largest}, got {text!r}")
-    return name, value
+    try:  # as in a policy's options: the type of the default, a number no strategy means
+        return name, typed_option(value, defaults[name], repr(text))
+    except ValueError as exc:
+        raise UsageError(f"-o {name}: {exc}") from None
 
 
 def cmd_proxlb_check(args: argparse.Namespace) -> int:

@@ -47,7 +47,7 @@ from typing import Any, Final, Literal
 import numpy as np
 
 from opendrs.engine.placement import PlacementState
-from opendrs.engine.usage import loaded_nodes, safe_divide, tolerance
+from opendrs.engine.usage import loaded_nodes, net_capacity, safe_divide, tolerance
 from opendrs.model.cluster import Cluster, Guest, Move, Node, updater
 from opendrs.model.units import format_duration
 
@@ -291,10 +291,7 @@ class Simulator:
         self._node_names = [n.name for n in nodes]
         self._node_index = dict(cluster.node_index)
         n_nodes = len(nodes)
-        self._cap = np.array(
-            [[cluster.net_cpu(n), float(cluster.net_memory(n))] for n in nodes],
-            dtype=np.float64,
-        ).reshape(n_nodes, 2)
+        self._cap = net_capacity(cluster)
         self._base = np.array(
             [[n.base_cpu, float(n.base_memory)] for n in nodes], dtype=np.float64
         ).reshape(n_nodes, 2)

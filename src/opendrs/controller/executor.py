@@ -112,11 +112,10 @@ class Precondition:
     later: a migration in flight holds the room or the partner it needs) or why it never will as
     planned — its guest or target is gone (``gone``), someone else moved the guest (``moved``),
     the guest may not move (``held``), the target is offline or in maintenance
-    (``target-unusable``), a hard filter refuses it (``refused``, with the ``rejection``)."""
+    (``target-unusable``), a hard filter refuses it (``refused``)."""
 
     code: PreconditionCode
     text: str = ""
-    rejection: Rejection | None = None
 
 
 _WAIT = Precondition("wait")
@@ -648,7 +647,7 @@ class Executor:
         in_flight = self._running or any(g.migrating_to for g in cluster.guests)
         if in_flight and refusal.filter in ("capacity", "anti-affinity"):
             return _WAIT
-        return Precondition("refused", f"{moves[0].guest} → {target.name}: {refusal}", refusal)
+        return Precondition("refused", f"{moves[0].guest} → {target.name}: {refusal}")
 
     def _start(self, queued: _Queued) -> bool:
         """Start one migration: the intent is recorded first, then the request is sent."""

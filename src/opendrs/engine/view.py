@@ -3,17 +3,20 @@
 The policy builds a :class:`CycleView` for each decision, the way a scheduler's cycle state
 carries what one stage computed to the next: the observation balancing decides on, the usage the
 capacity checks read, the balance loads, the hard constraints (masks with their reasons) and the
-units (a guest, or a bundle kept together by hard affinity). The repair, the maintenance return,
-the strategy, the batch cut, the planner, the margin check and the explanation of a decision that
-moves nothing read them here instead of rebuilding them from a :class:`Cluster`.
+units (a guest, or a bundle kept together by hard affinity). The repair screen and the repair, the
+maintenance return, the batch cut, the planner, the margin check and the explanation of a decision
+that moves nothing read them here instead of rebuilding them from a :class:`Cluster`. Strategies
+get the view too (``propose(view, request, options)``); the registered ones still build their own
+models from its ``cluster``, so their capacity checks read the smoothed usage — the planner then
+holds every plan to the recent usage.
 
 Two usages meet in one view, on purpose, and only two:
 
 * ``cluster`` — measured usage averaged over the policy's smoothing window: what balancing sees,
   so that only a lasting imbalance is worth a migration;
 * ``checked`` — the same guests and placement, each measured value at the higher of that average
-  and its mean over the hold: what every hard capacity check sees (repairs found and made, plans
-  ordered), so that a rise that lasts the hold counts at once.
+  and its mean over the hold: what the policy's hard capacity checks see (repairs found and made,
+  plans ordered), so that a rise that lasts the hold counts at once.
 
 Without smoothing (or without a recent usage) both are the same cluster.
 """
@@ -75,11 +78,6 @@ class CycleView:
     def constraints(self) -> Constraints:
         """The hard and soft constraints, capacity on ``checked``, nothing forbidden."""
         return Constraints.build(self.checked)
-
-    @cached_property
-    def guarded(self) -> Constraints:
-        """:attr:`constraints` with the :attr:`forbidden` placements refused."""
-        return self.constraints.forbidding(self.forbidden)
 
     @cached_property
     def assign(self) -> np.ndarray:

@@ -107,6 +107,8 @@ def load_term(cluster: Cluster, kind: str, usage: str, active: np.ndarray) -> Lo
     guests, nodes = cluster.guests, cluster.nodes
     prio = priorities(cluster)
     n_nodes = len(nodes)
+    # proxlb-solver's own arithmetic, on purpose: capacity is memory (or cores) less the reserve,
+    # unclamped and floored at one unit, not opendrs's Cluster.net_memory / net_cpu.
     if kind == "memory":
         coeffs = np.array([g.memory * int(p) // _MIB for g, p in zip(guests, prio, strict=True)])
         cap = np.array([max(1, (n.memory - cluster.reserve_memory(n)) // _MIB) for n in nodes])
@@ -187,6 +189,7 @@ def real_gap(cluster: Cluster, kind: str, usage: str, usable: np.ndarray) -> flo
     """The spread, over the ``usable`` nodes, of one term's real-valued load fractions."""
     guests, nodes = cluster.guests, cluster.nodes
     prio = priorities(cluster).astype(np.float64)
+    # As in load_term: proxlb-solver's capacity less the reserve, unclamped, at least 1.
     if kind == "memory":
         used = np.array([g.memory for g in guests], dtype=np.float64)
         cap = np.array([max(1.0, float(n.memory - cluster.reserve_memory(n))) for n in nodes])

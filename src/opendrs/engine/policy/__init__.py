@@ -30,8 +30,8 @@ peers use against flapping is here, each one configurable:
   seconds. All three come from :class:`PastMigrations` and become *forbidden placements*, which
   every strategy honours and the planner's own retries add to.
 * **Minimum uptime** — guests up for less than ``min_uptime`` seconds stay where they are.
-* **Batch** — at most ``batch`` migrations per decision: passed to strategies that take
-  ``max_moves`` (or ``batch``); other proposals are cut to the first ``batch`` migrations in
+* **Batch** — at most ``batch`` migrations per decision: asked of the strategy as ``max_moves``
+  (strategies that take it); every proposal is then cut to the first ``batch`` migrations in
   proposal order, hard-affinity bundles whole, and the cut target is planned again.
 * **Busy** — while a plan is executing nothing is decided and the hold count stands still (Proxmox
   skips its rounds without counting while a service migrates).

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from opendrs.engine.policy.state import PastMigrations, frozen_mapping
 from opendrs.engine.strategies import REGISTRY
-from opendrs.engine.strategies.base import Request, StrategyOptions
+from opendrs.engine.strategies.base import Request, StrategyOptions, typed_option
 from opendrs.model.cluster import Cluster, Guest, Node
 from opendrs.model.document import Path, Reader, describe
 from opendrs.model.units import format_duration
@@ -21,12 +21,9 @@ Metric = Literal["spread", "cv", "memory-spread", "none"]
 METRICS: tuple[str, ...] = ("spread", "cv", "memory-spread", "none")
 
 
-#: Strategy parameters the policy itself fills in (never options).
-
-
 @dataclass(frozen=True, slots=True)
 class PolicyConfig:
-    """When to act; see the module docstring for each guard. Durations are in seconds."""
+    """When to act; see the package docstring for each guard. Durations are in seconds."""
 
     name: str = "opendrs"
     #: Seconds between observations and decisions (the controller loop's period).
@@ -34,7 +31,7 @@ class PolicyConfig:
     metric: Metric = "spread"
     #: Act only when the metric is above this (spreads are fractions: 0.15 = 15 pp).
     threshold: float = 0.15
-    #: Balance to this spread (passed to strategies that take ``target_spread``).
+    #: Balance to this spread (asked of the strategy as ``target_spread``; ``balance`` reads it).
     target: float = 0.08
     #: Observations in a row above the threshold before acting (0 acts like 1).
     hold: int = 6
@@ -108,7 +105,7 @@ class PolicyConfig:
         try:
             self.strategy_options  # noqa: B018  (parsed here to refuse bad options at once)
         except ValueError as exc:
-            raise ValueError(f"policy {self.name} options: {exc}") from None
+            raise ValueError(f"policy {self.name}: {exc}") from None
 
     @property
     def strategy_options(self) -> StrategyOptions:
@@ -116,7 +113,7 @@ class PolicyConfig:
         return REGISTRY[self.strategy].options.parse(self.strategy, self.options)
 
 
-#: The emulated peers (see the module docstring), and opendrs's own defaults.
+#: The emulated peers (see the package docstring), and opendrs's own defaults.
 PRESETS: Mapping[str, PolicyConfig] = MappingProxyType(
     {
         "opendrs": PolicyConfig(),
@@ -247,13 +244,6 @@ _MAX_HOLD = 10_000
 _MAX_SAMPLES = 10_000
 
 
-#: Largest size of a whole number and of a number a strategy option may take.
-_MAX_OPTION_INT = 2**31 - 1
-
-
-_MAX_OPTION_NUMBER = 1e15
-
-
 def _fraction(reader: Reader, value: object, path: Path, maximum: float) -> float:
     """A number from 0 to ``maximum``, or a percentage written ``15%`` (0.15)."""
     if isinstance(value, str) and value.strip().endswith("%"):
@@ -272,35 +262,11 @@ def _fraction(reader: Reader, value: object, path: Path, maximum: float) -> floa
 
 def _option_value(reader: Reader, value: object, path: Path, default: object) -> object:
     """A strategy option checked against the type of its default, as ``opendrs plan -o`` does."""
-    if isinstance(default, bool):
-        if not isinstance(value, bool):
-            reader.fail(path, f"expected true or false, got {describe(value)}")
-        return value
-    if isinstance(default, int):
-        if isinstance(value, bool) or not isinstance(value, int):
-            reader.fail(path, f"expected a whole number, got {describe(value)}")
-        if abs(value) > _MAX_OPTION_INT:
-            reader.fail(
-                path, f"must be from -{_MAX_OPTION_INT} to {_MAX_OPTION_INT}, got {describe(value)}"
-            )
-        return value
-    if isinstance(default, float):
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            reader.fail(path, f"expected a number, got {describe(value)}")
-        if not math.isfinite(value):
-            reader.fail(path, f"expected a finite number, got {describe(value)}")
-        if abs(value) > _MAX_OPTION_NUMBER:
-            reader.fail(
-                path,
-                f"must be from -{_MAX_OPTION_NUMBER:g} to {_MAX_OPTION_NUMBER:g}, "
-                f"got {describe(value)}",
-            )
-        return float(value)
-    if isinstance(default, str) and not isinstance(value, str):
-        reader.fail(path, f"expected text, got {describe(value)}")
-    if isinstance(value, list):
-        return tuple(value)
-    return value
+    try:
+        value = typed_option(value, default, describe(value))
+    except ValueError as exc:
+        reader.fail(path, str(exc))
+    return tuple(value) if isinstance(value, list) else value
 
 
 def parse_policy(
@@ -312,7 +278,8 @@ def parse_policy(
     start from instead of ``base`` (default :class:`PolicyConfig()`). Durations are seconds or
     strings such as ``5m``, ``6h``, ``1d 6h``; ``threshold``, ``target`` and ``margin`` are
     fractions (``0.15``) or percentages (``15%``); ``max_parallel`` and ``max_node_inflow`` may
-    be null. ``options`` are checked against the strategy's parameters and their types. A new
+    be null. ``options`` are checked against the strategy's options class (names, types, the
+    strategy's own checks) and tried on a small cluster (:func:`strategy_problem`). A new
     ``strategy`` without ``options`` starts with none. Errors are :class:`DocumentError` (one line
     naming the key).
     """

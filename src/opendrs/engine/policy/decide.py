@@ -116,8 +116,8 @@ def decide(
     is the usage capacity is checked on (:meth:`UsageWindow.recent`, over the hold:
     :func:`overload_span`): repairs are found and made with it, and every plan is ordered against
     it, while the metric and the strategy see ``cluster``'s. Pure and deterministic. Raises
-    ValueError for a strategy option the strategy refuses, or a ``recent`` made for another
-    cluster.
+    ValueError for a ``recent`` made for another cluster (the strategy's options were checked
+    when ``config`` was made).
     """
     round_ = _Round(cluster, now, config, state, past, recent, busy)
     for guard in (_busy, _repair, _back_from_maintenance, _balanced, _holding):
@@ -227,8 +227,8 @@ def _repair(r: _Round) -> Decision | None:
     """What breaks a hard constraint is repaired at once, bypassing threshold, hold and margin;
     a repair that cannot be made is noted on every later decision."""
     view, config = r.view, r.config
-    screen = may_need_repair(r.cluster, view.loads) or (
-        r.recent is not None and r.recent.overloads(r.cluster, view.loads)
+    screen = may_need_repair(r.cluster, view.usage_loads) or (
+        r.recent is not None and r.recent.overloads(r.cluster, view.usage_loads)
     )
     if not screen:
         return None

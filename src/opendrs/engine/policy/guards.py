@@ -10,13 +10,13 @@ from opendrs.model.cluster import Cluster, Guest
 
 
 def forbidden_placements(
-    cluster: Cluster, now: float, config: PolicyConfig, memory: PastMigrations
+    cluster: Cluster, now: float, config: PolicyConfig, past: PastMigrations
 ) -> frozenset[tuple[str, str]]:
     """The (guest, node) placements the guards rule out at ``now``.
 
-    A guest in cooldown (``memory.cooldown_until`` after ``now``) or up for less than
+    A guest in cooldown (``past.cooldown_until`` after ``now``) or up for less than
     ``config.min_uptime`` may go to no node but its own; a guest may not go back to a node it left
-    less than ``config.no_return`` seconds ago; ``memory.avoid`` entries hold until their time.
+    less than ``config.no_return`` seconds ago; ``past.avoid`` entries hold until their time.
     Guests and nodes the cluster does not have are left out.
     """
     names = [n.name for n in cluster.nodes]
@@ -27,7 +27,7 @@ def forbidden_placements(
     def pin(guest: Guest) -> None:
         out.update((guest.id, n) for n in names if n != guest.node)
 
-    for guest_id, until in memory.cooldown_until.items():
+    for guest_id, until in past.cooldown_until.items():
         if until > now and guest_id in known:
             pin(cluster.guests[known[guest_id]])
     if config.min_uptime > 0:
@@ -35,22 +35,22 @@ def forbidden_placements(
             if loaded_nodes(guest) and guest.uptime < config.min_uptime:
                 pin(guest)
     if config.no_return > 0:
-        for guest_id, left in memory.departures.items():
+        for guest_id, left in past.departures.items():
             if guest_id not in known:
                 continue
             for node, when in left:
                 if now - when < config.no_return and node in node_known:
                     out.add((guest_id, node))
-    return frozenset(out) | failed_targets(cluster, now, memory)
+    return frozenset(out) | failed_targets(cluster, now, past)
 
 
 def failed_targets(
-    cluster: Cluster, now: float, memory: PastMigrations
+    cluster: Cluster, now: float, past: PastMigrations
 ) -> frozenset[tuple[str, str]]:
-    """The placements only a failed migration rules out (``memory.avoid``), at ``now``."""
+    """The placements only a failed migration rules out (``past.avoid``), at ``now``."""
     known, nodes = cluster.guest_index, cluster.node_index
     return frozenset(
         (guest, node)
-        for (guest, node), until in memory.avoid.items()
+        for (guest, node), until in past.avoid.items()
         if until > now and guest in known and node in nodes
     )

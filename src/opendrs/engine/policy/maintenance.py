@@ -50,7 +50,7 @@ def returns_from_maintenance(
     evacuated: Mapping[str, str],
     now: float,
     config: PolicyConfig,
-    memory: PastMigrations,
+    past: PastMigrations,
     cons: Constraints,
     metric: float,
 ) -> tuple[Proposal, Plan, float] | None:
@@ -59,7 +59,7 @@ def returns_from_maintenance(
 
     A guest goes back when its node is usable, it is elsewhere and not migrating, it may move, its
     architecture and strict rules allow the node, and no failed migration keeps it off the node
-    (``memory.avoid``); cooldown and no-return do not hold it back (going back is the point).
+    (``past.avoid``); cooldown and no-return do not hold it back (going back is the point).
     At most ``batch`` of them, in guest order; the planner orders them and leaves out any that
     would overload a node or break a hard rule. None when nobody goes back.
     """
@@ -74,7 +74,7 @@ def returns_from_maintenance(
             or guest.migrating_to is not None
             or movability(guest, cluster, "balance") is not None
             or not (cons.arch_ok[j, n] and cons.strict_ok[j, n])
-            or memory.avoid.get((guest_id, name), -math.inf) > now
+            or past.avoid.get((guest_id, name), -math.inf) > now
         ):
             continue
         targets[guest_id] = name

@@ -69,10 +69,10 @@ def _held_label(held: Held, cluster: Cluster) -> str:
 
 
 def _guard_label(
-    guest: Guest, now: float, config: PolicyConfig, memory: PastMigrations
+    guest: Guest, now: float, config: PolicyConfig, past: PastMigrations
 ) -> str | None:
     """The policy guard that keeps ``guest`` on its node (as :func:`forbidden_placements`)."""
-    if memory.cooldown_until.get(guest.id, -math.inf) > now:
+    if past.cooldown_until.get(guest.id, -math.inf) > now:
         return "in cooldown"
     if config.min_uptime > 0 and guest.uptime < config.min_uptime and loaded_nodes(guest):
         return _uptime_label(config.min_uptime)
@@ -80,13 +80,13 @@ def _guard_label(
 
 
 def why_not(
-    cluster: Cluster, now: float, config: PolicyConfig, memory: PastMigrations, cons: Constraints
+    cluster: Cluster, now: float, config: PolicyConfig, past: PastMigrations, cons: Constraints
 ) -> WhyNot:
     """Why the candidates — running guests on usable nodes — stay where they are.
 
     Each is counted under the first thing that excludes it: :func:`movability`, then the
     policy's cooldown and minimum uptime, then, node by node, no-return and failed migrations
-    (``memory``), the hard rules and room (``cons``: the capacity the decision checks). A guest
+    (``past``), the hard rules and room (``cons``: the capacity the decision checks). A guest
     with a node left to go to may move. Deterministic; pure.
     """
     usable = {n.name for n in cluster.nodes if n.usable}
@@ -97,14 +97,14 @@ def why_not(
             continue
         verdict = movability(guest, cluster, "balance")
         held = _held_label(verdict, cluster) if verdict is not None else None
-        held = held or _guard_label(guest, now, config, memory)
+        held = held or _guard_label(guest, now, config, past)
         if held is None:
             free.append(j)
         else:
             labels[held] = labels.get(held, 0) + 1
     candidates = len(free) + sum(labels.values())
     movable = 0
-    for label in _targets_left(cluster, now, config, memory, cons, free):
+    for label in _targets_left(cluster, now, config, past, cons, free):
         if label is None:
             movable += 1
         else:
@@ -114,19 +114,19 @@ def why_not(
 
 
 def _policy_off(
-    cluster: Cluster, now: float, config: PolicyConfig, memory: PastMigrations, guests: set[str]
+    cluster: Cluster, now: float, config: PolicyConfig, past: PastMigrations, guests: set[str]
 ) -> dict[str, dict[int, str]]:
     """Guest id → node index → which guard keeps the guest off that node: ``no_return`` or a
-    failed migration (``memory.avoid``), for ``guests``."""
+    failed migration (``past.avoid``), for ``guests``."""
     node_index = cluster.node_index
     off: dict[str, dict[int, str]] = {}
     if config.no_return > 0:
         gone = f"no_return {format_duration(config.no_return)}"
-        for guest_id, left in memory.departures.items():
+        for guest_id, left in past.departures.items():
             for node, when in left:
                 if guest_id in guests and now - when < config.no_return and node in node_index:
                     off.setdefault(guest_id, {})[node_index[node]] = gone
-    for (guest_id, node), until in memory.avoid.items():
+    for (guest_id, node), until in past.avoid.items():
         if until > now and guest_id in guests and node in node_index:
             off.setdefault(guest_id, {}).setdefault(
                 node_index[node], "avoided after a failed migration"
@@ -138,7 +138,7 @@ def _targets_left(
     cluster: Cluster,
     now: float,
     config: PolicyConfig,
-    memory: PastMigrations,
+    past: PastMigrations,
     cons: Constraints,
     free: list[int],
 ) -> list[str | None]:
@@ -146,7 +146,7 @@ def _targets_left(
     usable node takes it, else why none does."""
     if not free:
         return []
-    off = _policy_off(cluster, now, config, memory, {cluster.guests[j].id for j in free})
+    off = _policy_off(cluster, now, config, past, {cluster.guests[j].id for j in free})
     assign = current_assign(cluster)
     cap = cons.capacity
     room = cap.limit - cap.committed() + tolerance(cap.limit)

@@ -1,7 +1,7 @@
 """The strategy interface: ``propose(view, request, options) -> Proposal``.
 
 A strategy decides a target placement for the cluster of a :class:`~opendrs.engine.view.CycleView`
-(the decision's view: the cluster, its loads and constraints, built once), asked by a
+(the decision's view of the cluster), asked by a
 :class:`Request` (forbidden placements, the policy's batch and target) and configured by its own
 typed :class:`StrategyOptions`, validated when a configuration or a command line is read. Each
 move carries its reason (the metric before and after it, its cost); a proposal also carries the
@@ -10,6 +10,7 @@ predicted cluster metrics before and after.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Self
@@ -224,14 +225,12 @@ class StrategyOptions:
         """The options in ``given`` (the others at their defaults); ValueError naming the
         strategy and the option for an unknown name, a value of the wrong type, or one the
         strategy refuses."""
-        known = cls.names()
         defaults = cls.defaults()
         values: dict[str, object] = {}
         for name, value in given.items():
-            if name not in known:
-                raise ValueError(
-                    f"strategy {strategy} has no option {name!r} (options: {', '.join(known)})"
-                )
+            if name not in defaults:
+                known = ", ".join(sorted(defaults))
+                raise ValueError(f"strategy {strategy} has no option {name!r} (options: {known})")
             values[name] = _typed(strategy, name, value, defaults[name])
         options = cls(given=frozenset(values), **values)
         try:
@@ -251,22 +250,44 @@ class StrategyOptions:
         return asked
 
 
-def _typed(strategy: str, name: str, value: object, default: object) -> object:
-    """``value`` checked against the type of the option's ``default`` (a number for a number)."""
-    where = f"strategy {strategy} option {name}"
+#: The largest whole number and the largest number a strategy option may take.
+MAX_OPTION_INT = 2**31 - 1
+MAX_OPTION_NUMBER = 1e15
+
+
+def typed_option(value: object, default: object, shown: str | None = None) -> object:
+    """``value`` checked against the type of the option's ``default`` — true or false, a whole
+    number, a number (returned as a float), text — and any number against the largest an option
+    may take. ValueError with the reason, the value written as ``shown`` (default: its repr).
+    The one check behind a policy's ``options``, ``opendrs plan -o`` and
+    :meth:`StrategyOptions.parse`."""
+    got = repr(value) if shown is None else shown
     if isinstance(default, bool):
         if not isinstance(value, bool):
-            raise ValueError(f"{where}: expected true or false, got {value!r}")
+            raise ValueError(f"expected true or false, got {got}")
     elif isinstance(default, int):
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"{where}: expected a whole number, got {value!r}")
+            raise ValueError(f"expected a whole number, got {got}")
     elif isinstance(default, float):
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ValueError(f"{where}: expected a number, got {value!r}")
-        return float(value)
+            raise ValueError(f"expected a number, got {got}")
+        value = float(value)
     elif isinstance(default, str) and not isinstance(value, str):
-        raise ValueError(f"{where}: expected text, got {value!r}")
+        raise ValueError(f"expected text, got {got}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"expected a finite number, got {got}")
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        largest = str(MAX_OPTION_INT) if isinstance(value, int) else f"{MAX_OPTION_NUMBER:g}"
+        if abs(value) > float(largest):
+            raise ValueError(f"must be from -{largest} to {largest}, got {got}")
     return value
+
+
+def _typed(strategy: str, name: str, value: object, default: object) -> object:
+    try:
+        return typed_option(value, default)
+    except ValueError as exc:
+        raise ValueError(f"strategy {strategy} option {name}: {exc}") from None
 
 
 #: How a registered strategy runs: the decision's view, the request and its typed options.
@@ -301,7 +322,7 @@ REGISTRY: dict[str, StrategyInfo] = {}
 
 
 def register(name: str, summary: str, options: type[StrategyOptions]) -> Callable[[Runner], Runner]:
-    """Decorator: register a runner ``(cluster, request, options) -> Proposal`` under ``name``."""
+    """Decorator: register a runner ``(view, request, options) -> Proposal`` under ``name``."""
 
     def wrap(run: Runner) -> Runner:
         REGISTRY[name] = StrategyInfo(name, summary, options, run)

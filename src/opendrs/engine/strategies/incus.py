@@ -30,7 +30,7 @@ each target reaches the midpoint between the two. opendrs keeps that shape:
   constraint for it (ties by name) and scores below the source — Incus's project restrictions and
   placement scriptlet become opendrs's constraints.
 * **Fit**: a candidate fits when its target's predicted score, with the candidate's cpu *and*
-  memory added where they belong (the Incus code the reference analyses builds that impact as
+  memory added where they belong (Incus's rebalancing code builds that impact as
   ``ServerUsage{MemoryUsage: cpuUsage, CPUUsage: memUsage}``, the two swapped), stays below the
   midpoint ``(S_src + S_tgt) / 2`` of the current scores; reaching it is too much (Incus: ``>=``
   skips). Incus fixes the midpoint with the scores of the run's start and tracks a running score
@@ -64,7 +64,7 @@ from .base import (
     cluster_imbalance,
     register_function,
 )
-from .pve import Bundle, fractions_of, movable_bundles, resource_weights
+from .pve import Bundle, fractions_of, movable_bundles, pve_weights
 
 NAME = "incus"
 DEFAULT_THRESHOLD = 20.0
@@ -140,7 +140,7 @@ def propose_incus(
     made = 0
     outcome: list[str] = []
     archs = sorted({n.arch for i, n in enumerate(cluster.nodes) if usable[i]})
-    weights = resource_weights(cluster)
+    weights = pve_weights(cluster)
     for arch in archs:
         group = _by_name(
             cluster,
@@ -216,7 +216,7 @@ def _best_candidate(
     """The fitting candidate with the largest impact: (bundle, target, midpoint, predicted)."""
     guests = cluster.guests
     cap = state.loads.capacity
-    weights = resource_weights(cluster)
+    weights = pve_weights(cluster)
     best: tuple[float, str, Bundle, int, float, float] | None = None
     for bundle in movable_bundles(state, cluster):
         if bundle.src != src:

@@ -361,9 +361,7 @@ def initial_spread(
     usable = np.array([n.usable for n in cluster.nodes], dtype=bool)
     loads = LoadModel.build(cluster)
     frac = loads.fractions()
-    settings = cluster.settings
-    ws = np.array([max(settings.weight_cpu, 0.0), max(settings.weight_memory, 0.0)])
-    ws = ws / ws.sum() if ws.sum() > 0 else np.full(2, 0.5)
+    ws = resource_weights(cluster.settings)
     total = 0.0
     for r in range(2):
         col = frac[usable & (loads.capacity[:, r] > 0), r]

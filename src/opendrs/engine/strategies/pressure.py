@@ -88,7 +88,7 @@ from .pve import (
     fraction_shift,
     fractions_of,
     movable_bundles,
-    resource_weights,
+    pve_weights,
     topsis_alternatives,
     topsis_weights,
 )
@@ -369,7 +369,7 @@ class _Pressure:
             np.repeat(shift[src][None, :], len(targets), axis=0),
             shift[targets],
         )
-        scores = topsis_scores(matrix, topsis_weights(resource_weights(self.cluster)))
+        scores = topsis_scores(matrix, topsis_weights(pve_weights(self.cluster)))
         best = int(np.argmax(scores))  # the first (by name) of equal scores
         return int(targets[best]), float(scores[best]), len(targets)
 

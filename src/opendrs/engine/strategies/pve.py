@@ -59,7 +59,7 @@ DEFAULT_MAX_MOVES = 10
 TOPSIS_WEIGHTS: tuple[float, float, float, float] = (-1.0, -2.0, -5.0, -10.0)
 
 
-def resource_weights(cluster: Cluster) -> np.ndarray | None:
+def pve_weights(cluster: Cluster) -> np.ndarray | None:
     """The cluster's (cpu, memory) weights summing to 1, or None when they are equal — then
     the plain mean is used, bit for bit as Proxmox computes it."""
     settings = cluster.settings
@@ -290,7 +290,7 @@ def _repeat(
         stopped = "basic mode counts guests only: Proxmox never rebalances in it"
         return Proposal(name, (), before, before, stopped, notes, options)
     stopped = f"move limit {max_moves} reached"
-    weights = resource_weights(cluster)
+    weights = pve_weights(cluster)
     while True:
         combined = _combined(state.node_load, cap, weights)
         imbalance = _cv(combined[usable])
@@ -344,7 +344,7 @@ def _choose_bruteforce(
     demand = np.array([_bundle_demand(state, b.members) for b in bundles]).reshape(len(bundles), -1)
     with np.errstate(divide="ignore", invalid="ignore"):
         per = np.where(cap[None, :, :] > 0, demand[:, None, :] / np.where(cap > 0, cap, 1.0), 0.0)
-    shift = combine(per, resource_weights(cluster))  # (B, N)
+    shift = combine(per, pve_weights(cluster))  # (B, N)
     src = np.array([b.src for b in bundles], dtype=np.intp)
     values = _cv_after_all(combined, usable, src, shift)  # (B, N)
     values[np.arange(len(bundles)), src] = np.inf  # a move stays off its own node
@@ -450,7 +450,7 @@ def _choose_topsis(
     shift = np.stack(shifts)  # (B, N, R)
     fractions = fractions_of(state.node_load, cap)
     matrix = topsis_alternatives(fractions, usable, src, tgt, shift[which, src], shift[which, tgt])
-    weights = resource_weights(state.cluster)
+    weights = pve_weights(state.cluster)
     scores = topsis_scores(matrix, topsis_weights(weights))
     k = int(np.argmax(scores))  # the first of equal scores: candidate order breaks ties
     bundle = bundles[cand_bundle[k]]
