@@ -363,6 +363,6 @@ def _proposer(r: _Round) -> Callable[[frozenset[tuple[str, str]]], Proposal]:
     def propose(forbidden: frozenset[tuple[str, str]]) -> Proposal:
         request = strategy_request(config, r.past, r.now, forbidden)
         found = info.propose(view, request, options)
-        return truncate(r.cluster, found, config.batch, view.constraints)
+        return truncate(r.cluster, found, config.batch, view.constraints, view.loads)
 
     return propose

@@ -14,17 +14,23 @@ from opendrs.engine.strategies.base import (
     Proposal,
     cluster_imbalance,
 )
+from opendrs.engine.usage import LoadModel
 from opendrs.model.cluster import Cluster
 
 
 def truncate(
-    cluster: Cluster, proposal: Proposal, batch: int, constraints: Constraints | None = None
+    cluster: Cluster,
+    proposal: Proposal,
+    batch: int,
+    constraints: Constraints | None = None,
+    loads: LoadModel | None = None,
 ) -> Proposal:
     """``proposal`` cut to at most ``batch`` migrations (``batch`` 0: unchanged).
 
     Migrations are taken in proposal order, one *unit* at a time — a guest, or the members of a
     hard-affinity bundle that go to the same node, which stay whole; a unit that does not fit in
-    what is left of the batch is skipped. The cut proposal's predicted figures are recomputed.
+    what is left of the batch is skipped. The cut proposal's predicted figures are recomputed
+    (on ``loads``, the cluster's :class:`LoadModel`, when it is built already).
     """
     net = proposal.net_moves()
     if batch <= 0 or len(net) <= batch:
@@ -47,7 +53,8 @@ def truncate(
         if m.guest in kept:
             assign[gidx[m.guest]] = cluster.node_index[m.target]
     stopped = f"{proposal.stopped}; cut to {len(kept)} of {len(net)} migrations (batch {batch})"
-    return replace(proposal, moves=moves, after=cluster_imbalance(cluster, assign), stopped=stopped)
+    after = cluster_imbalance(cluster, assign, loads)
+    return replace(proposal, moves=moves, after=after, stopped=stopped)
 
 
 def final_placement(plan: Plan) -> dict[str, str]:

@@ -142,9 +142,12 @@ class Proposal:
         }
 
 
-def cluster_imbalance(cluster: Cluster, assign: np.ndarray | None = None) -> Imbalance:
-    """Imbalance figures of the usable nodes, for the current placement or ``assign``."""
-    loads = LoadModel.build(cluster)
+def cluster_imbalance(
+    cluster: Cluster, assign: np.ndarray | None = None, loads: LoadModel | None = None
+) -> Imbalance:
+    """Imbalance figures of the usable nodes, for the current placement or ``assign``
+    (``loads``: the cluster's :class:`LoadModel`, when it is built already)."""
+    loads = loads if loads is not None else LoadModel.build(cluster)
     fractions = loads.fractions(assign)
     usable = np.array([n.usable for n in cluster.nodes], dtype=bool)
     settings = cluster.settings
