@@ -77,13 +77,14 @@ sources and ``wide`` least loaded targets, which keeps a round cheap at 1,000 no
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from opendrs.engine.constraints import Constraints, movability
+from opendrs.engine.imbalance import Imbalance, summarise
 from opendrs.engine.usage import RESOURCES, LoadModel, arch_groups, loaded_nodes, tolerance
 from opendrs.model.cluster import Cluster
 
@@ -91,7 +92,6 @@ from .base import (
     Proposal,
     ProposedMove,
     StrategyOptions,
-    cluster_imbalance,
     migration_cost,
     register_function,
 )
@@ -104,6 +104,11 @@ DEFAULT_MARGIN = 0.05
 DEFAULT_WIDE = 64
 #: Most (unit, target) pairs a round looks at when it widens its window on a big cluster.
 PAIR_BUDGET = 4_000_000
+#: Candidate moves a round's greedy pass first screens at once for the next one it can take
+#: (then twice as many each time).
+PICK_BLOCK = 16
+#: Node loads (moves × nodes × resources) whose objectives are computed at once.
+MOVES_AT_ONCE = 1 << 18
 #: Directions the shedding plan tries, from "memory-light" through "both" to "cpu-light".
 PLAN_DIRECTIONS = 91
 #: A shedding plan that falls short of a node's excess counts each missing typical guest as
@@ -176,16 +181,16 @@ class _State:
         #: (G,) the node each guest of a unit is on now (a broken bundle's members differ).
         self.where = np.array(loads.assign, dtype=np.intp, copy=True)
         #: (U,) bundles whose members are on different nodes now; moving one gathers it.
-        self.broken = np.array(
-            [np.any(self.where[idx] != self.where[idx[0]]) for idx in self.units.members],
-            dtype=bool,
-        )
+        self.broken = np.zeros(len(self.units.members), dtype=bool)
+        for u, idx in enumerate(self.units.members):
+            if idx.size > 1:
+                self.broken[u] = np.any(self.where[idx] != self.where[idx[0]])
         #: (U,) bundles broken at the start: they have no home to go back to.
         self.broken_at_start = self.broken.copy()
-        self.has_neg = np.array([p.size > 0 for p in self.units.neg_guests], dtype=bool)
         # Partner guests laid end to end (CSR), for vectorised anti-affinity masks: a unit may
         # not go where any member of a partner unit is, a broken partner bundle's included.
         lengths = np.array([p.size for p in self.units.neg_guests], dtype=np.intp)
+        self.has_neg = lengths > 0
         self.neg_start = np.concatenate([[0], np.cumsum(lengths)]).astype(np.intp)
         self.neg_flat = (
             np.concatenate(self.units.neg_guests).astype(np.intp)
@@ -206,69 +211,82 @@ class _State:
         #: The band: fractions within ``goal / 2`` of the mean.
         self.goal = np.zeros(len(RESOURCES))
         self._objective: float | None = None
+        #: Each architecture group's nodes (every node: a slice, no copy), and their capacity.
+        groups = [
+            np.nonzero(self.group == g)[0] for g in range(int(self.group.max(initial=-1)) + 1)
+        ]
+        self._group_size = [idx.size for idx in groups]
+        self._groups: list[np.ndarray | slice] = [
+            slice(None) if idx.size == len(self.group) else idx for idx in groups
+        ]
+        self._group_cap = [self.cap[idx].sum(axis=0) for idx in self._groups]
+        self._usable_cap = np.where(self.usable[:, None], self.cap, 0.0)
+        self._usable_total = self._usable_cap.sum(axis=0)
+        self._usable_den = np.where(self._usable_total > 0, self._usable_total, 1.0)
+        self._cap_pos = self.cap > 0
+        #: The resources the objective weighs.
+        self._weighted = np.nonzero(self.wnorm)[0].tolist()
+        self._cap_den = np.where(self._cap_pos, self.cap, 1.0)
+        self._inv_cap = np.where(self._cap_pos, 1.0 / self._cap_den, 0.0)
+        self._f: np.ndarray | None = None
+        #: Nodes whose loads changed since the fractions were last brought up to date.
+        self._touched: list[int] = []
+        self._means: np.ndarray | None = None
+        #: The units on each node (by :attr:`_Units.assign`), and the kinds of the movable ones
+        #: on the nodes no move has touched since (see :meth:`_node_kinds`).
+        self._units_at: list[set[int]] = [set() for _ in range(len(self.cap))]
+        for u, n in enumerate(self.units.assign.tolist()):
+            self._units_at[n].add(u)
+        self._kinds_on: dict[int, _Kinds] = {}
+        self._joined: dict[tuple[int, ...], tuple[list[_Kinds], _Kinds]] = {}
+        self._unit_kinds: tuple[np.ndarray, int] | None = None
 
     # ---------------------------------------------------------------------------------------
 
     def _build_units(self) -> _Units:
         cluster, cons, loads = self.cluster, self.cons, self.loads
-        guests = cluster.guests
-        seen: set[int] = set()
-        members: list[np.ndarray] = []
-        for j in range(len(guests)):
-            if j in seen or loads.assign[j] < 0:
-                continue
-            group = int(cons.group_of[j])
-            idx = cons.groups[group] if group >= 0 else np.array([j], dtype=np.intp)
-            idx = idx[loads.assign[idx] >= 0]
-            seen.update(idx.tolist())
-            members.append(idx)
+        guests, capacity = cluster.guests, cons.capacity
+        members, unit_of, bundles = _unit_members(cons, loads.assign)
+        heads = np.array([int(m[0]) for m in members], dtype=np.intp)
         n_units = len(members)
-        unit_of = np.full(len(guests), -1, dtype=np.intp)
-        for u, idx in enumerate(members):
-            unit_of[idx] = u
-        static = cons.static_ok()
         running = np.array([bool(loaded_nodes(g)) for g in guests], dtype=bool)
-        assign = np.array([int(loads.assign[idx[0]]) for idx in members], dtype=np.intp)
-        demand = np.zeros((n_units, len(RESOURCES)))
-        need = np.zeros((n_units, len(cons.capacity.dims)))
-        static_ok = np.ones((n_units, len(cluster.nodes)), dtype=bool)
-        movable = np.ones(n_units, dtype=bool)
-        cost = np.zeros(n_units)
-        labels: list[str] = []
-        neg_guests: list[np.ndarray] = []
-        settings = cluster.settings
         guest_demand = np.where(running[:, None], loads.demand, 0.0)
-        guest_need = np.zeros((len(guests), len(cons.capacity.dims)))
-        for u, idx in enumerate(members):
+        # As Constraints.guest_demand: a guest that is not running needs only its storage.
+        need = np.where(running[:, None] | capacity.storage_cols[None, :], capacity.demand, 0.0)
+        guest_need = np.where((unit_of >= 0)[:, None], need, 0.0)
+        free = np.zeros(len(guests), dtype=bool)
+        guest_cost = np.zeros(len(guests))
+        for j in np.nonzero(unit_of >= 0)[0].tolist():
+            free[j] = movability(guests[j], cluster, "balance") is None
+            guest_cost[j] = migration_cost(guests[j], cluster.settings)
+        # A unit of one guest has its guest's figures (added to zeros, as a bundle's are).
+        demand = np.zeros((n_units, len(RESOURCES))) + guest_demand[heads]
+        unit_need = np.zeros((n_units, len(capacity.dims))) + guest_need[heads]
+        cost = np.zeros(n_units) + guest_cost[heads]
+        movable = free[heads]
+        static = cons.static_ok()
+        whole = n_units == len(guests) and not bundles.size
+        static_ok = static if whole else static[heads]
+        labels = [guests[j].id for j in heads.tolist()]
+        for u in bundles.tolist():
+            idx = members[u]
+            demand[u], unit_need[u], cost[u] = 0.0, 0.0, 0.0
             for j in idx.tolist():
-                guest_need[j] = cons.guest_demand(j)
                 demand[u] += guest_demand[j]
-                need[u] += guest_need[j]
-                static_ok[u] &= static[j]
-                if movability(guests[j], cluster, "balance") is not None:
-                    movable[u] = False
-                cost[u] += migration_cost(guests[j], settings)
-            partners = set()
-            for j in idx.tolist():
-                partners.update(unit_of[cons.hard_neg[j]].tolist())
-            partners.discard(u)
-            partners.discard(-1)
-            # Every member of every partner unit: a broken partner bundle is on several nodes.
-            neg_guests.append(
-                np.concatenate([members[p] for p in sorted(partners)]).astype(np.intp)
-                if partners
-                else np.zeros(0, dtype=np.intp)
-            )
-            labels.append(min(guests[j].id for j in idx.tolist()))
+                unit_need[u] += guest_need[j]
+                cost[u] += guest_cost[j]
+            static_ok[u] = np.logical_and.reduce(static[idx], axis=0)
+            movable[u] = bool(free[idx].all())
+            labels[u] = min(guests[j].id for j in idx.tolist())
         return _Units(
             members,
-            assign,
+            loads.assign[heads].astype(np.intp),
             demand,
-            need,
+            unit_need,
             static_ok,
             movable,
             cost,
-            neg_guests,
+            _neg_guests(cons, members, unit_of),
             labels,
             unit_of,
             guest_demand,
@@ -278,19 +296,31 @@ class _State:
     # ---------------------------------------------------------------------------------------
 
     def fractions(self) -> np.ndarray:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return np.where(
-                self.cap > 0, self.node_load / np.where(self.cap > 0, self.cap, 1.0), 0.0
-            )
+        """(N, R) each node's load over its capacity (0 where it has none)."""
+        return self._fractions().copy()
+
+    def _fractions(self) -> np.ndarray:
+        """:meth:`fractions`, kept: only the rows of the nodes moves touched are recomputed."""
+        if self._f is None:
+            self._f = _fraction_rows(self.node_load, self.cap)
+        elif self._touched:
+            # As _fraction_rows (the denominators are positive: nothing to warn about).
+            rows = np.array(self._touched, dtype=np.intp)
+            load = self.node_load[rows] / self._cap_den[rows]
+            self._f[rows] = np.where(self._cap_pos[rows], load, 0.0)
+        self._touched.clear()
+        return self._f
 
     def spreads(self) -> np.ndarray:
         """(R,) the largest spread of any architecture group's usable nodes, per resource."""
-        f = self.fractions()
+        f = self._fractions()
         out = np.zeros(len(RESOURCES))
-        for g in range(int(self.group.max(initial=-1)) + 1):
-            members = f[self.group == g]
-            if members.shape[0] >= 2:
-                out = np.maximum(out, members.max(axis=0) - members.min(axis=0))
+        for idx, size in zip(self._groups, self._group_size, strict=True):
+            if size >= 2:
+                members = f[idx]
+                # Column by column: a reduction along the long axis is the fast one.
+                spread = [members[:, r].max() - members[:, r].min() for r in range(len(out))]
+                out = np.maximum(out, spread)
         return out
 
     def objective(self) -> float:
@@ -302,13 +332,12 @@ class _State:
     def _compute_objective(self) -> float:
         """Σ_r w_r Σ_n C_nr (f_nr − f̄_{g(n)r})² / Σ_n C_nr — each node against the mean of its
         architecture group (one group: the weighted variance; a move changes it the same way)."""
-        f = self.fractions()
-        c = np.where(self.usable[:, None], self.cap, 0.0)
-        total = c.sum(axis=0)
+        f = self._fractions()
+        total = self._usable_total
         with np.errstate(divide="ignore", invalid="ignore"):
             var = np.where(
                 total > 0,
-                (c * (f - self.mean()) ** 2).sum(axis=0) / np.where(total > 0, total, 1.0),
+                (self._usable_cap * (f - self._mean()) ** 2).sum(axis=0) / self._usable_den,
                 0.0,
             )
         return float(var @ self.weights)
@@ -325,6 +354,12 @@ class _State:
     def moved(self) -> np.ndarray:
         """(U,) units that have moved: away from where they started, or (broken) gathered."""
         return (self.units.assign != self.origin) | (self.broken_at_start & ~self.broken)
+
+    def _moved(self, units: np.ndarray) -> np.ndarray:
+        """:meth:`moved` of ``units`` only."""
+        return (self.units.assign[units] != self.origin[units]) | (
+            self.broken_at_start[units] & ~self.broken[units]
+        )
 
     def is_moved(self, u: int) -> bool:
         """Whether unit ``u`` has moved (see :meth:`moved`)."""
@@ -352,13 +387,21 @@ class _State:
     def mean(self) -> np.ndarray:
         """(N, R) per node, the capacity-weighted mean fraction of its architecture group's usable
         nodes (0 for a node that is not usable)."""
-        out = np.zeros(self.cap.shape)
-        for g in range(int(self.group.max(initial=-1)) + 1):
-            members = self.group == g
-            total = self.cap[members].sum(axis=0)
-            load = self.node_load[members].sum(axis=0)
-            out[members] = np.where(total > 0, load / np.where(total > 0, total, 1.0), 0.0)
-        return out
+        return self._mean().copy()
+
+    def _mean(self) -> np.ndarray:
+        """:meth:`mean`, kept until the next move."""
+        if self._means is None:
+            out = np.zeros(self.cap.shape)
+            for idx, total in zip(self._groups, self._group_cap, strict=True):
+                load = self.node_load[idx].sum(axis=0)
+                mean = np.where(total > 0, load / np.where(total > 0, total, 1.0), 0.0)
+                if isinstance(idx, slice):  # one group of every node: no copies
+                    out = np.broadcast_to(mean, self.cap.shape)
+                else:
+                    out[idx] = mean
+            self._means = out
+        return self._means
 
     def blocked_by_partners(self, units: np.ndarray, nodes: np.ndarray) -> np.ndarray:
         """(len(units), len(nodes)): whether each node holds a hard negative partner of each unit.
@@ -381,6 +424,19 @@ class _State:
         out[row_of[hit], col[hit]] = True
         return out
 
+    def blocked_at(self, units: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+        """(k,): whether ``nodes[k]`` holds a hard negative partner of ``units[k]``."""
+        out = np.zeros(len(units), dtype=bool)
+        rows = np.nonzero(self.has_neg[units])[0]
+        if rows.size:
+            first = self.neg_start[units[rows]]
+            count = self.neg_start[units[rows] + 1] - first
+            row_of = np.repeat(rows, count)
+            offset = np.repeat(first - np.concatenate([[0], np.cumsum(count)[:-1]]), count)
+            partners = self.neg_flat[offset + np.arange(int(count.sum()))]
+            out[row_of[self.where[partners] == nodes[row_of]]] = True
+        return out
+
     def gains(self, units: np.ndarray, targets: np.ndarray) -> np.ndarray:
         """(len(units), len(targets)) objective reduction of moving each unit to each target.
 
@@ -391,7 +447,7 @@ class _State:
         """
         d = self.units.demand[units]  # (u, R)
         src = self.units.assign[units]
-        f = self.fractions()
+        f = self._fractions()
         inv = np.where(self.cap > 0, 1.0 / np.where(self.cap > 0, self.cap, 1.0), 0.0)
         w = self.wnorm
         own = ((2 * d * f[src] - d**2 * inv[src]) * w).sum(axis=1)
@@ -414,6 +470,30 @@ class _State:
                     out[row, column[n]] += float((2 * dr * e_n * inv[n] * w).sum())
         return out
 
+    def unit_kinds(self) -> tuple[np.ndarray, int]:
+        """(U,) each unit's kind, and how many there are: units of a kind have the same demand,
+        capacity demand and allowed nodes (:attr:`_Units.static_ok`), so on one node the same
+        gains and hard constraints. A bundle broken at the start, or a unit kept apart from
+        others, is a kind of its own."""
+        if self._unit_kinds is None:
+            u = self.units
+            packed = np.packbits(u.static_ok, axis=1)
+            static = np.zeros(len(packed), dtype=np.intp)
+            if packed.shape[1]:
+                rows = packed.view(f"V{packed.shape[1]}").ravel()  # one row, one value
+                static = np.unique(rows, return_inverse=True)[1]
+            alone = self.broken_at_start | self.has_neg
+            column = [
+                u.demand.view(np.int64),
+                u.need.view(np.int64),
+                static,
+                np.where(alone, np.arange(len(alone)), -1),
+            ]
+            key = np.hstack([c.astype(np.int64).reshape(len(alone), -1) for c in column])
+            first, kind = _distinct_rows(key)
+            self._unit_kinds = (kind, first.size)
+        return self._unit_kinds
+
     def band_gains(self, units: np.ndarray, targets: np.ndarray) -> np.ndarray:
         """(len(units), len(targets)) fall of the band distance if each unit moves to each target.
 
@@ -422,7 +502,7 @@ class _State:
         """
         d = self.units.demand[units]  # (u, R)
         src = self.units.assign[units]
-        mean = self.mean()
+        mean = self._mean()
         low = (mean - self.goal / 2) * self.cap  # (N, R) absolute
         high = (mean + self.goal / 2) * self.cap
         outside = np.maximum(self.node_load - high, 0.0) + np.maximum(low - self.node_load, 0.0)
@@ -449,7 +529,7 @@ class _State:
         room there only for the members not there yet. No unit may go where a member of a hard
         negative partner unit is — every member of a broken partner bundle counts.
         """
-        ok = self.units.static_ok[np.ix_(units, targets)]
+        ok = np.take(self.units.static_ok[units], targets, axis=1)
         ok &= self.usable[targets][None, :]
         broken = self.broken[units]
         ok &= (self.units.assign[units][:, None] != targets[None, :]) | broken[:, None]
@@ -473,70 +553,192 @@ class _State:
             ok &= ~self.blocked_by_partners(units, targets)
         return ok
 
-    def best_swap(self, a: int, candidates: np.ndarray) -> tuple[float, float, int, int] | None:
-        """The best exchange of a unit on node ``a`` with a unit on another node.
+    def allowed_one(self, u: int, t: int) -> bool:
+        """:meth:`allowed` for one unit and one target."""
+        if self.broken[u]:
+            return bool(self.allowed(np.array([u]), np.array([t]))[0, 0])
+        if not (self.units.static_ok[u, t] and self.usable[t]) or self.units.assign[u] == t:
+            return False
+        headroom = (self.limit[t] - self.committed[t]) + self.tol[t]
+        if not (np.all(headroom >= self.tol[t]) and np.all(self.units.need[u] <= headroom)):
+            return False
+        return not (
+            self.has_neg[u] and self.blocked_by_partners(np.array([u]), np.array([t])).any()
+        )
+
+    def best_swap(self, a: int, partners: np.ndarray) -> tuple[float, float, int, int] | None:
+        """The best exchange of a unit on node ``a`` with a unit on one of the ``partners`` nodes.
 
         Returns (score, gain, unit on a, unit elsewhere) or None. Both units must be movable,
         allowed on each other's node, fit there once the other has left, and keep hard
         anti-affinity. The score is the gain per migration the exchange adds (units that have
-        already moved cost nothing more), and four times the gain for one that adds none.
+        already moved cost nothing more), and four times the gain for one that adds none. Among
+        equal scores the units with the lower indices win.
         """
+        nodes = [int(n) for n in partners.tolist() if n != a and self.usable[n]]
+        if not self.usable[a] or not nodes:
+            return None
+        x = self._node_kinds(a)
+        o = self._nodes_kinds(nodes)
+        if x.units.size == 0 or o.units.size == 0:
+            return None
+        # Units alike (same demand and node, not moved yet) pair alike: gains and scores are
+        # computed per kind, and pairs of units only for the best of them.
+        gain, score = self._swap_scores(a, x.first, o.first)
+        check = self._swap_check(a, x.units, o.units)
+        # Most often a pair of the best-scoring kinds is allowed.
+        score = np.where(gain > 0, score, -np.inf)
+        best = score.max(initial=-np.inf)
+        if best == -np.inf:
+            return None
+        xk, ok = np.nonzero(score == best)
+        xs, os, kinds = _unit_pairs(x, o, xk, ok)
+        order = np.lexsort((o.units[os], x.units[xs]))
+        allowed = check(xs[order], os[order])
+        if allowed.any():
+            pair = order[int(np.argmax(allowed))]
+            k = int(kinds[pair])
+            return (
+                float(best),
+                float(gain[xk[k], ok[k]]),
+                int(x.units[xs[pair]]),
+                int(o.units[os[pair]]),
+            )
+        xk, ok = np.nonzero(score > -np.inf)
+        values = score[xk, ok]
+        rank = np.argsort(-values, kind="stable")
+        xk, ok, values = xk[rank], ok[rank], values[rank]
+        # Pairs of units best first, by unit index among equal scores; their constraints checked
+        # 256 (and every pair tied with the last of them) at a time.
+        ties = np.flatnonzero(np.append(values[1:] != values[:-1], True)) + 1
+        for begin, end in _runs(np.cumsum(x.count[xk] * o.count[ok]), ties, 256):
+            xs, os, kinds = _unit_pairs(x, o, xk[begin:end], ok[begin:end])
+            order = np.lexsort((o.units[os], x.units[xs], -values[begin:end][kinds]))
+            xs, os, kinds = xs[order], os[order], kinds[order]
+            for at in range(0, xs.size, 256):
+                allowed = check(xs[at : at + 256], os[at : at + 256])
+                if allowed.any():
+                    pair = at + int(np.argmax(allowed))
+                    k = begin + int(kinds[pair])
+                    return (
+                        float(values[k]),
+                        float(gain[xk[k], ok[k]]),
+                        int(x.units[xs[pair]]),
+                        int(o.units[os[pair]]),
+                    )
+        return None
+
+    def _swap_check(
+        self, a: int, on_a: np.ndarray, others: np.ndarray
+    ) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+        """Whether exchanging on_a[xs[k]] with others[os[k]] is allowed, for each k."""
         units = self.units
-        on_a = candidates[units.assign[candidates] == a]
-        others = candidates[(units.assign[candidates] != a) & self.usable[units.assign[candidates]]]
-        if on_a.size == 0 or others.size == 0 or not self.usable[a]:
-            return None
-        f = self.fractions()
-        inv = np.where(self.cap > 0, 1.0 / np.where(self.cap > 0, self.cap, 1.0), 0.0)
         b = units.assign[others]  # (o,)
-        # Objective gain of every pair, one resource at a time: t = what moves a -> b.
-        gain = np.zeros((on_a.size, others.size))
-        for r in np.nonzero(self.wnorm)[0].tolist():
-            t = units.demand[on_a, r][:, None] - units.demand[others, r][None, :]
-            gap = (f[a, r] - f[b, r])[None, :]
-            gain -= self.wnorm[r] * (t * t * (inv[a, r] + inv[b, r])[None, :] - 2 * t * gap)
-        xs, os = np.nonzero(gain > 0)
-        if xs.size == 0:
-            return None
-        pair_gain = gain[xs, os]
-        x_units, o_units, o_nodes = on_a[xs], others[os], b[os]
-        added = self._added_one(x_units, o_nodes) + self._added_one(o_units, np.full_like(xs, a))
-        score = np.where(added > 0, pair_gain / np.maximum(added, 1), 4 * pair_gain)
         room = self.limit - self.committed + self.tol
         partners = self.has_neg[on_a].any() or self.has_neg[others].any()
-        if partners:
-            nodes, where = np.unique(b, return_inverse=True)
-            blocked_x = self.blocked_by_partners(on_a, nodes)
-            blocked_o = self.blocked_by_partners(others, np.array([a]))[:, 0]
-        # Constraints for the best-scoring pairs first: the 256 best (with every pair tied with
-        # the last of them), then, only if none of those is allowed, all the others.
-        if score.size > 256:
-            cut = -np.partition(-score, 255)[255]
-            parts = [np.nonzero(score >= cut)[0], np.nonzero(score < cut)[0]]
-        else:
-            parts = [np.arange(score.size)]
-        for part in parts:
-            order = part[np.lexsort((os[part], xs[part], -score[part]))]
-            for begin in range(0, order.size, 256):
-                batch = order[begin : begin + 256]
-                xu, ou, on = x_units[batch], o_units[batch], o_nodes[batch]
-                ok = units.static_ok[xu, on] & units.static_ok[ou, a]
-                shift = units.need[xu] - units.need[ou]  # what moves a -> b
-                ok &= np.all(shift <= room[on], axis=1)
-                ok &= np.all(-shift <= room[a][None, :], axis=1)
-                if partners:
-                    ok &= ~blocked_x[xs[batch], where[os[batch]]] & ~blocked_o[os[batch]]
-                if ok.any():
-                    k = int(batch[int(np.argmax(ok))])
-                    return float(score[k]), float(pair_gain[k]), int(x_units[k]), int(o_units[k])
-        return None
+
+        def check(xs: np.ndarray, os: np.ndarray) -> np.ndarray:
+            xu, ou, on = on_a[xs], others[os], b[os]
+            ok = units.static_ok[xu, on] & units.static_ok[ou, a]
+            shift = units.need[xu] - units.need[ou]  # what moves a -> b
+            ok &= _every(shift <= room[on])
+            ok &= _every(-shift <= room[a][None, :])
+            if partners:
+                ok &= ~self.blocked_at(xu, on) & ~self.blocked_at(ou, np.full_like(ou, a))
+            return ok
+
+        return check
+
+    def _nodes_kinds(self, nodes: list[int]) -> _Kinds:
+        """:meth:`_node_kinds` of ``nodes``, one node after the other; the last ones kept."""
+        parts = [self._node_kinds(n) for n in nodes]
+        key = tuple(nodes)
+        kept = self._joined.get(key)
+        if kept is None or any(p is not q for p, q in zip(parts, kept[0], strict=True)):
+            kept = self._joined[key] = (parts, _Kinds.join(parts))
+            if len(self._joined) > 64:
+                self._joined.pop(next(iter(self._joined)))
+        return kept[1]
+
+    def _node_kinds(self, n: int) -> _Kinds:
+        """The movable, whole units on node ``n`` by kind (:meth:`unit_kinds`), not moved yet (a
+        unit that has moved is a kind of its own: its way home is free). Kept until a move
+        touches the node."""
+        kinds = self._kinds_on.get(n)
+        if kinds is None:
+            on = np.array(sorted(self._units_at[n]), dtype=np.intp)
+            on = on[self.units.movable[on] & ~self.broken[on]]
+            kind, n_kinds = self.unit_kinds()
+            code = np.where(self._moved(on), n_kinds + on, kind[on])
+            _, first, of = np.unique(code, return_index=True, return_inverse=True)
+            kinds = self._kinds_on[n] = _Kinds.of(on, first, of)
+        return kinds
+
+    def _swap_scores(self, a: int, xs: np.ndarray, os: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(len(xs), len(os)) the objective gain of exchanging each unit ``xs`` on node ``a``
+        with each unit ``os`` elsewhere, and its score (the gain per migration it adds, four
+        times the gain for none)."""
+        units = self.units
+        f = self._fractions()
+        inv = self._inv_cap
+        b = units.assign[os]  # (o,)
+        dx, do, fb, inv_b = units.demand[xs], units.demand[os], f[b], inv[b]
+        # Objective gain of every pair, one resource at a time: t = what moves a -> b.
+        gain = np.zeros((xs.size, os.size))
+        for r in self._weighted:
+            t = dx[:, r : r + 1] - do[:, r]
+            gap = f[a, r] - fb[:, r]
+            gain -= self.wnorm[r] * (t * t * (inv[a, r] + inv_b[:, r]) - 2 * t * gap)
+        # Migrations added (see _added_one): a unit that has moved adds none, or −1 going home.
+        home = np.where(self.broken_at_start[xs], -1, self.origin[xs])
+        added_x = np.where(self._moved(xs)[:, None], np.where(b == home[:, None], -1, 0), 1)
+        added = added_x + self._added_one(os, np.full_like(os, a))[None, :]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            score = np.where(added > 0, gain / np.maximum(added, 1), 4 * gain)
+        return gain, score
 
     def _added_one(self, units: np.ndarray, targets: np.ndarray) -> np.ndarray:
         """Migrations each move (units[k] to targets[k]) adds: 1, 0 (already moved) or −1 (home)."""
         home = self.origin[units]
-        away = self.moved()[units]
+        away = self._moved(units)
         back = (targets == home) & ~self.broken_at_start[units]
         return np.where(away, np.where(back, -1, 0), 1)
+
+    def move_all(self, moves: list[tuple[int, int]]) -> list[tuple[int, float]]:
+        """Make ``moves`` (unit, target) in order; for each, where the unit was and the objective
+        after it — as :meth:`objective` gives, for many moves at once."""
+        out: list[tuple[int, float]] = []
+        step = max(1, MOVES_AT_ONCE // self.node_load.size)
+        for begin in range(0, len(moves), step):
+            start = self.node_load.copy()
+            touched: list[tuple[np.ndarray, np.ndarray]] = []
+            for u, t in moves[begin : begin + step]:
+                nodes = np.unique(np.append(self.where[self.units.members[u]], t))
+                out.append((int(self.units.assign[u]), 0.0))
+                self.move(u, t)
+                touched.append((nodes, self.node_load[nodes]))
+            loads = np.repeat(start[None], len(touched), axis=0)  # (k, N, R): after each move
+            for k, (nodes, rows) in enumerate(touched):
+                loads[k:, nodes] = rows
+            found = self._objectives(loads)
+            out[begin:] = [(src, j) for (src, _), j in zip(out[begin:], found, strict=True)]
+            self._objective = found[-1]
+        return out
+
+    def _objectives(self, loads: np.ndarray) -> list[float]:
+        """:meth:`_compute_objective` of each node load of ``loads`` (k, N, R), with the same
+        operations (numpy sums an (N, R) array over its nodes in order, as a running sum)."""
+        f = np.where(self._cap_pos, loads / self._cap_den, 0.0)
+        mean = np.zeros(loads.shape)
+        for idx, total in zip(self._groups, self._group_cap, strict=True):
+            load = np.cumsum(loads[:, idx], axis=1)[:, -1]
+            m = np.where(total > 0, load / np.where(total > 0, total, 1.0), 0.0)
+            mean[:, idx] = m[:, None, :]
+        total = self._usable_total
+        var = np.cumsum(self._usable_cap * (f - mean) ** 2, axis=1)[:, -1]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            var = np.where(total > 0, var / self._usable_den, 0.0)
+        return [float(v @ self.weights) for v in var]
 
     def move(self, u: int, target: int) -> None:
         """Move unit ``u`` to ``target``: every member of a broken bundle leaves its own node."""
@@ -552,9 +754,16 @@ class _State:
             self.committed[src] -= units.need[u]
         self.node_load[target] += units.demand[u]
         self.committed[target] += units.need[u]
+        self._touched.extend(self.where[idx].tolist())
+        self._touched.append(target)
+        for n in (int(units.assign[u]), target):
+            self._kinds_on.pop(n, None)
+        self._units_at[int(units.assign[u])].discard(u)
+        self._units_at[target].add(u)
         units.assign[u] = target
         self.where[idx] = target
         self._objective = None
+        self._means = None
 
     # ---------------------------------------------------------------------------------------
 
@@ -609,6 +818,134 @@ class _State:
         return out
 
 
+@dataclass
+class _Kinds:
+    """Units by kind: ``units`` (by index); per kind, one unit (``first``) and how many there are
+    (``count``); the units' positions kind after kind (``by_kind``), and where each kind's start
+    there (``start``)."""
+
+    units: np.ndarray
+    first: np.ndarray
+    count: np.ndarray
+    by_kind: np.ndarray
+    start: np.ndarray
+
+    @classmethod
+    def of(cls, units: np.ndarray, first: np.ndarray, kind: np.ndarray) -> _Kinds:
+        """``units`` of the kinds ``kind`` (each one's), ``first``: one position of each."""
+        count = np.bincount(kind, minlength=first.size)
+        by_kind = np.argsort(kind, kind="stable")
+        return cls(units, units[first], count, by_kind, np.cumsum(count) - count)
+
+    @classmethod
+    def join(cls, parts: list[_Kinds]) -> _Kinds:
+        """The units of ``parts`` one part after the other, each part's kinds its own."""
+        at = np.cumsum([0] + [p.units.size for p in parts]).tolist()
+        return cls(
+            np.concatenate([p.units for p in parts]),
+            np.concatenate([p.first for p in parts]),
+            np.concatenate([p.count for p in parts]),
+            np.concatenate([p.by_kind + k for p, k in zip(parts, at, strict=False)]),
+            np.concatenate([p.start + k for p, k in zip(parts, at, strict=False)]),
+        )
+
+
+def _runs(reach: np.ndarray, ends: np.ndarray, least: int) -> Iterable[tuple[int, int]]:
+    """Runs [begin, end) of kind pairs, each of whole tie groups (``ends``: where each ends) and
+    of at least ``least`` pairs of units but the last (``reach``: how many up to each)."""
+    begin = 0
+    while begin < reach.size:
+        done = int(reach[begin - 1]) if begin else 0
+        j = int(np.searchsorted(reach[ends - 1], done + least))
+        end = int(ends[j]) if j < ends.size else reach.size
+        yield begin, end
+        begin = end
+
+
+def _unit_pairs(
+    x: _Kinds, o: _Kinds, xk: np.ndarray, ok: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every pair of units of the kind pairs (``xk[i]``, ``ok[i]``): the positions of the units
+    in ``x`` and ``o``, and the kind pair (i) each pair of units is of."""
+    sizes = x.count[xk] * o.count[ok]
+    kinds = np.repeat(np.arange(xk.size), sizes)
+    offset = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    width = o.count[ok[kinds]]
+    xs = x.by_kind[x.start[xk[kinds]] + offset // width]
+    os = o.by_kind[o.start[ok[kinds]] + offset % width]
+    return xs, os, kinds
+
+
+def _fraction_rows(load: np.ndarray, cap: np.ndarray) -> np.ndarray:
+    """``load / cap``, 0 where the capacity is not positive."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(cap > 0, load / np.where(cap > 0, cap, 1.0), 0.0)
+
+
+def _distinct_rows(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For the rows of ``key`` (n, k): one index of each distinct row, and for each row which of
+    those it equals."""
+    order = np.lexsort(key.T[::-1])
+    ranked = key[order]
+    new = np.ones(len(key), dtype=bool)
+    new[1:] = np.any(ranked[1:] != ranked[:-1], axis=1)
+    inverse = np.empty(len(key), dtype=np.intp)
+    inverse[order] = np.cumsum(new) - 1
+    return order[new], inverse
+
+
+def _unit_members(
+    cons: Constraints, assign: np.ndarray
+) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+    """The units: each hard-affinity bundle's placed members, and each other placed guest alone,
+    in the order of their first guest. Also the unit of each guest (-1: not placed) and the
+    units that are bundles."""
+    n_guests = len(assign)
+    placed = assign >= 0
+    first = np.arange(n_guests, dtype=np.intp)
+    bundle: dict[int, np.ndarray] = {}
+    for group in cons.groups:
+        idx = group[placed[group]]
+        if idx.size:
+            first[idx] = idx[0]
+            bundle[int(idx[0])] = idx
+    heads = np.nonzero(placed & (first == np.arange(n_guests)))[0]
+    unit_of = np.full(n_guests, -1, dtype=np.intp)
+    unit_of[placed] = np.searchsorted(heads, first[placed])
+    alone = np.arange(n_guests, dtype=np.intp)[:, None]
+    members = [bundle[h] if h in bundle else alone[h] for h in heads.tolist()]
+    bundles = np.searchsorted(heads, np.array(sorted(bundle), dtype=np.intp))
+    return members, unit_of, bundles
+
+
+def _neg_guests(
+    cons: Constraints, members: list[np.ndarray], unit_of: np.ndarray
+) -> list[np.ndarray]:
+    """Per unit: the guest indices of every member of its hard negative partner units (every
+    member: a broken partner bundle is on several nodes)."""
+    none = np.zeros(0, dtype=np.intp)
+    none.flags.writeable = False
+    out = [none] * len(members)
+    apart = np.array([p.size > 0 for p in cons.hard_neg], dtype=bool)
+    for u in np.unique(unit_of[apart & (unit_of >= 0)]).tolist():
+        partners: set[int] = set()
+        for j in members[u].tolist():
+            partners.update(unit_of[cons.hard_neg[j]].tolist())
+        partners.discard(u)
+        partners.discard(-1)
+        if partners:
+            out[u] = np.concatenate([members[p] for p in sorted(partners)]).astype(np.intp)
+    return out
+
+
+def _imbalance(cluster: Cluster, loads: LoadModel, assign: np.ndarray | None = None) -> Imbalance:
+    """:func:`~opendrs.engine.strategies.base.cluster_imbalance`, from the cluster's load model
+    already built."""
+    usable = np.array([n.usable for n in cluster.nodes], dtype=bool)
+    weights = [cluster.settings.weight_cpu, cluster.settings.weight_memory]
+    return summarise(loads.fractions(assign)[usable], RESOURCES, weights)
+
+
 def _shed_plan(state: _State) -> np.ndarray:
     """(U,) units planned to leave the nodes above the band in every weighted resource.
 
@@ -661,10 +998,10 @@ def _shed_plan(state: _State) -> np.ndarray:
         for p in range(width):
             item = order[:, :, p]  # (H, K)
             grown = total + scaled[rows, item]
-            take = active & valid[rows, item] & np.all(grown <= high[:, None, :], axis=2)
+            take = active & valid[rows, item] & _every(grown <= high[:, None, :])
             total = np.where(take[:, :, None], grown, total)
             taken[:, :, p] = take
-            active &= ~np.all(total >= low[:, None, :], axis=2)
+            active &= ~_every(total >= low[:, None, :])
             if not active.any():
                 break
         short = (np.maximum(low[:, None, :] - total, 0.0) * (e / typical)[:, None, :]).sum(axis=2)
@@ -674,6 +1011,14 @@ def _shed_plan(state: _State) -> np.ndarray:
             chosen = order[k, best[k]][taken[k, best[k]]]
             plan[index[k, chosen]] = True
     return plan
+
+
+def _every(mask: np.ndarray) -> np.ndarray:
+    """``mask.all(axis=-1)``, one column at a time (a reduction over a short last axis is slow)."""
+    out = mask[..., 0].copy()
+    for k in range(1, mask.shape[-1]):
+        out &= mask[..., k]
+    return out
 
 
 def _window(
@@ -720,23 +1065,81 @@ def _pick(
     """
     if units.size == 0 or targets.size == 0:
         return []
-    gain = state.gains(units, targets)
-    ok = state.allowed(units, targets)
-    gain = np.where(ok, gain, -np.inf)
-    if not forced:
-        gain = np.where(gain > 0, gain, -np.inf)
-    score = gain
-    if shaped and not forced:
-        band = state.band_gains(units, targets)
-        band = np.where(np.isfinite(gain) & (band > 1e-9), band, -np.inf)
+    # Units alike score alike: one row per kind of unit (``kind``: each unit's row).
+    kinds, kind = (np.arange(units.size),) * 2 if forced else _kinds(state, units)
+    gain, score = _scores(state, units, kinds, targets, forced, shaped)
+    rows, cols, n_sources = _candidates(state, units, kind, score, forced)
+    if rows.size == 0:
+        return []
+    s = score[kind[rows], cols]
+    cost = state.units.cost[units[rows]]
+    if forced:
+        order = np.lexsort((targets[cols], units[rows], -s))
+    else:
+        # Fewest moves: best score first; among scores within 1 %, the cheaper migration.
+        bucket = np.floor(np.log(s) / np.log(1.01))
+        order = np.lexsort((targets[cols], units[rows], cost, -bucket))
+    rows, cols = rows[order], cols[order]
+    taken = _disjoint(
+        state.units.assign[units[rows]],
+        targets[cols],
+        min(n_sources, len(targets), limit),
+        len(state.cluster.nodes),
+    )
+    return [
+        (float(gain[kind[rows[k]], cols[k]]), int(units[rows[k]]), int(targets[cols[k]]))
+        for k in taken
+    ]
+
+
+def _kinds(state: _State, units: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One unit (its position) of each kind, and each unit's kind: units of a kind
+    (:meth:`_State.unit_kinds`) on the same node score alike."""
+    kind, n_kinds = state.unit_kinds()
+    code = state.units.assign[units].astype(np.int64) * n_kinds + kind[units]
+    _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+    return first, inverse
+
+
+def _scores(
+    state: _State,
+    units: np.ndarray,
+    kinds: np.ndarray,
+    targets: np.ndarray,
+    forced: bool,
+    shaped: bool,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(len(kinds), len(targets)) the objective gain of moving one unit of each kind (``kinds``:
+    positions in ``units``) to each target, and what the move is chosen by, -inf where it may not
+    be made: the objective gain (forced: any; else a positive one), or when ``shaped`` the band
+    distance removed by a move that lowers the objective, if any move removes some."""
+    rows = units[kinds]
+    # The gains' matrix product rounds as it does for every unit only with two rows or more (a
+    # single row takes numpy's vector path): a lone kind of several units is computed twice.
+    twice = rows.size == 1 and units.size > 1
+    gain = state.gains(np.repeat(rows, 2) if twice else rows, targets)[: rows.size]
+    ok = state.allowed(rows, targets)
+    if forced:
+        return gain, np.where(ok, gain, -np.inf)
+    score = np.where(ok & (gain > 0), gain, -np.inf)
+    if shaped:
+        band = state.band_gains(rows, targets)
+        band = np.where(np.isfinite(score) & (band > 1e-9), band, -np.inf)
         if np.isfinite(band).any():
-            score = band
-    # Candidate pairs, best first: at most a few per unit, so a busy target does not hide the
-    # unit's next-best choice.
-    best = score.max(axis=1)
+            return gain, band
+    return gain, score
+
+
+def _candidates(
+    state: _State, units: np.ndarray, kind: np.ndarray, score: np.ndarray, forced: bool
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """The candidate moves (unit position, target position) of a round, best first: at most a few
+    per unit, so a busy target does not hide the unit's next-best choice; and the number of
+    source nodes they leave. ``score``: one row per kind, ``kind`` each unit's."""
+    best = score.max(axis=1)[kind]
     unit_rows = np.nonzero(np.isfinite(best))[0]
     if unit_rows.size == 0:
-        return []
+        return unit_rows, unit_rows, 0
     if not forced and unit_rows.size > 8:
         # Only a few units of each source node can be taken in a round: keep each source's
         # eight best, ordered by their best score.
@@ -748,38 +1151,33 @@ def _pick(
         unit_rows = np.sort(unit_rows[order[rank < 8]])
     # Each kept unit's best few targets, so a busy target does not hide the next-best choice.
     per_unit = min(64, score.shape[1])
-    sub = score[unit_rows]
-    top = np.argsort(-sub, axis=1, kind="stable")[:, :per_unit]
+    kept, of_kept = np.unique(kind[unit_rows], return_inverse=True)
+    top = np.argsort(-score[kept], axis=1, kind="stable")[:, :per_unit][of_kept]
     rows = np.repeat(unit_rows, per_unit)
     cols = top.ravel()
-    s = score[rows, cols]
-    keep = np.isfinite(s)
-    rows, cols, s = rows[keep], cols[keep], s[keep]
-    if s.size == 0:
-        return []
-    cost = state.units.cost[units[rows]]
-    if forced:
-        order = np.lexsort((targets[cols], units[rows], -s))
-    else:
-        # Fewest moves: best score first; among scores within 1 %, the cheaper migration.
-        bucket = np.floor(np.log(s) / np.log(1.01))
-        order = np.lexsort((targets[cols], units[rows], cost, -bucket))
-    used: set[int] = set()
-    moved: set[int] = set()
-    picks: list[tuple[float, int, int]] = []
+    keep = np.isfinite(score[kind[rows], cols])
     n_sources = len(np.unique(state.units.assign[units[unit_rows]]))
-    for k in order.tolist():
-        u = int(units[rows[k]])
-        t = int(targets[cols[k]])
-        src_node = int(state.units.assign[u])
-        if u in moved or src_node in used or t in used:
+    return rows[keep], cols[keep], n_sources
+
+
+def _disjoint(sources: np.ndarray, targets: np.ndarray, most: int, n_nodes: int) -> list[int]:
+    """The moves (source, target) a greedy pass in the order given takes: each one whose nodes
+    no move taken before it uses, up to ``most`` moves. (A unit's second move would leave a
+    node used already.) The next one is looked for a block at a time, twice as long each time."""
+    used = np.zeros(n_nodes, dtype=bool)
+    taken: list[int] = []
+    begin, block = 0, PICK_BLOCK
+    while begin < sources.size and len(taken) < most:
+        src, tgt = sources[begin : begin + block], targets[begin : begin + block]
+        free = ~(used[src] | used[tgt])
+        k = int(np.argmax(free))
+        if not free[k]:
+            begin, block = begin + block, 2 * block
             continue
-        used.update((src_node, t))
-        moved.add(u)
-        picks.append((float(gain[rows[k], cols[k]]), u, t))
-        if len(picks) >= min(n_sources, len(targets), limit):
-            break
-    return picks
+        used[src[k]] = used[tgt[k]] = True
+        taken.append(begin + k)
+        begin, block = begin + k + 1, PICK_BLOCK
+    return taken
 
 
 def _exact_repair(
@@ -1029,7 +1427,7 @@ def _propose(
     swaps: bool = options["swaps"]
     state = _State(cluster, cons)
     units = state.units
-    before = cluster_imbalance(cluster)
+    before = _imbalance(cluster, state.loads)
     start = state.origin
     history: list[tuple[int, int, int, float, float, str]] = []  # unit, src, tgt, J0, J1, why
     limit = max_moves if max_moves is not None else 10**9
@@ -1155,16 +1553,19 @@ def _propose(
                 window,
                 len(picks),
             )
-        made = 0
         # Moves chosen in one round see each other only through their disjoint nodes: keep
         # rounds short enough that later picks are not based on a stale picture.
+        chosen: list[tuple[int, int]] = []
         for gain, u, t in picks[: max(4, n_nodes // 8)]:
-            if len(history) >= limit:
+            if len(history) + len(chosen) >= limit:
                 break
-            if not pays(u, gain, objective):
-                continue
-            record(u, t, "balance")
-            made += 1
+            if pays(u, gain, objective):
+                chosen.append((u, t))
+        j0 = state.objective()
+        for (u, t), (src, j1) in zip(chosen, state.move_all(chosen), strict=True):
+            history.append((u, src, t, j0, j1, "balance"))
+            j0 = j1
+        made = len(chosen)
         if made == 0 and swaps:
             # A local optimum for single moves: try exchanging two units, from the nodes that
             # deviate most, when both migrations pay for themselves.
@@ -1186,7 +1587,7 @@ def _propose(
                 opposite[a] = -np.inf
                 partners = np.argsort(-opposite, kind="stable")[: min(8, n_nodes - 1)]
                 partners = partners[np.isfinite(opposite[partners])]
-                found = state.best_swap(a, state.units_on(np.append(partners, a)))
+                found = state.best_swap(a, partners)
                 if found is None:
                     return None
                 _, gain, x, y = found
@@ -1232,7 +1633,7 @@ def _propose(
     if np.all(state.spreads()[weighted] <= goal[weighted]):
         for u in sorted(moved, key=lambda u: (-units.cost[u], units.label[u])):
             origin = int(start[u])
-            back = state.allowed(np.array([u]), np.array([origin]))[0, 0]
+            back = state.allowed_one(u, origin)
             here_ok = units.static_ok[u, origin] and cons.usable[origin]
             if not (back and here_ok):
                 continue
@@ -1282,7 +1683,7 @@ def _propose(
     for u, idx in enumerate(units.members):
         if moved_mask[u]:
             assign[idx] = final[u]
-    after = cluster_imbalance(cluster, assign)
+    after = _imbalance(cluster, state.loads, assign)
     notes = [str(p) for p in cons.problems]
     if exact is not None:
         notes.append(_exact_note(exact))
