@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from typing import Literal, NamedTuple
 
 import numpy as np
 
@@ -119,45 +120,53 @@ def repairs_needed(cluster: Cluster, constraints: Constraints | None = None) -> 
     """
     cons = constraints if constraints is not None else Constraints.build(cluster)
     why = _broken(cluster, cons, current_assign(cluster), cons.capacity.committed())
-    return tuple(dict.fromkeys(why[j] for j in sorted(why)))
+    return tuple(dict.fromkeys(why[j].text for j in sorted(why)))
+
+
+class Broken(NamedTuple):
+    """What a guest breaks: ``maintenance``, ``rules`` (architecture or strict node affinity),
+    ``anti-affinity``, ``affinity`` or ``capacity`` (its node's, not its own: the sentence then
+    names the node), and the sentence."""
+
+    kind: Literal["maintenance", "rules", "anti-affinity", "affinity", "capacity"]
+    text: str
 
 
 def _broken(
     cluster: Cluster, cons: Constraints, assign: np.ndarray, committed: np.ndarray
-) -> dict[int, str]:
-    """Guest index → why it breaks a hard constraint with the guests placed as ``assign``
-    (``committed``: the capacity that placement commits), for the guests that may move."""
+) -> dict[int, Broken]:
+    """Guest index → what it breaks with the guests placed as ``assign`` (``committed``: the
+    capacity that placement commits), for the guests that may move; the first thing found."""
     guests, nodes = cluster.guests, cluster.nodes
     placed = np.nonzero(assign >= 0)[0]
     where = assign[placed]
-    why: dict[int, str] = {}
-
-    def flag(j: int, reason: str) -> None:
-        why.setdefault(j, reason)
-
+    why: dict[int, Broken] = {}
     maintenance = np.array([n.maintenance and n.online for n in nodes], dtype=bool)
     for j in placed[maintenance[where]].tolist():
-        flag(j, f"{guests[j].id} is on {nodes[assign[j]].name}, in maintenance")
+        text = f"{guests[j].id} is on {nodes[assign[j]].name}, in maintenance"
+        why.setdefault(j, Broken("maintenance", text))
     outside = ~cons.arch_ok[placed, where] | ~cons.strict_ok[placed, where]
     for j in placed[outside].tolist():
-        flag(j, f"{guests[j].id} is on {nodes[assign[j]].name}, which its rules exclude")
+        text = f"{guests[j].id} is on {nodes[assign[j]].name}, which its rules exclude"
+        why.setdefault(j, Broken("rules", text))
     for j in range(len(guests)):
         partners = cons.hard_neg[j]
         if assign[j] >= 0 and partners.size and np.any(assign[partners] == assign[j]):
-            flag(
-                j,
-                f"{guests[j].id} shares {nodes[assign[j]].name} with a hard anti-affinity partner",
+            text = (
+                f"{guests[j].id} shares {nodes[assign[j]].name} with a hard anti-affinity partner"
             )
+            why.setdefault(j, Broken("anti-affinity", text))
     for group in cons.groups:
         if np.unique(assign[group]).size > 1:
             for j in group.tolist():
-                flag(j, f"{guests[j].id} is apart from its hard-affinity partners")
+                text = f"{guests[j].id} is apart from its hard-affinity partners"
+                why.setdefault(j, Broken("affinity", text))
     over = cons.capacity.over(committed)
     for n in np.nonzero(over.any(axis=1))[0].tolist():
         dims = ", ".join(cons.capacity.dims[d] for d in np.nonzero(over[n])[0].tolist())
         for j in placed[where == n].tolist():
-            flag(j, f"{nodes[n].name} is over capacity ({dims})")
-    return {j: text for j, text in why.items() if movability(guests[j], cluster, "balance") is None}
+            why.setdefault(j, Broken("capacity", f"{nodes[n].name} is over capacity ({dims})"))
+    return {j: b for j, b in why.items() if movability(guests[j], cluster, "balance") is None}
 
 
 #: At most this many stuck guests are named one by one in the log.
@@ -314,7 +323,8 @@ def stuck_after(
         guest = cluster.guests[j]
         headroom = room.copy()  # without the guest itself
         headroom[int(assign[j])] += cons.guest_demand(j)
-        said = broken[j] if broken[j].startswith(f"{guest.id} ") else f"{guest.id}: {broken[j]}"
+        what = broken[j]
+        said = f"{guest.id}: {what.text}" if what.kind == "capacity" else what.text
         text = f"{said}; elsewhere: " + _rejections(cons, j, assign, headroom, forbidden)
         if guest.id in unreachable:
             text += "; no safe migration order reaches its target"
