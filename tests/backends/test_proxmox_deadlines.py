@@ -238,7 +238,9 @@ def test_calls_fail_at_once_while_too_many_given_up_on_still_run(
     # As if the tries were stuck where a shut-down socket does not reach (a DNS lookup).
     monkeypatch.setattr(transport.Try, "abandon", lambda self: None)
     before = threading.active_count()
-    with hostile("drip", certs, interval=0.2) as server:
+    # A byte every 0.05 s: far inside the 0.3 s socket timeout even on a loaded machine (a gap
+    # beyond it ends a try, and frees its place), and the answer still takes ~25 s to drip.
+    with hostile("drip", certs, interval=0.05) as server:
         backend = backend_at(server, certs, token_file, timeout=0.3)
         try:
             for _ in range(16):
