@@ -1483,6 +1483,7 @@ def _propose(
 
     # 2. Balance.
     stopped = "move limit reached"
+    reached_goal = False
     scale = 1e4  # objective in squared percentage points
     total_cost = max(float(units.cost.sum()), 1.0)
     # A spread finer than the smallest movable step on the smallest node cannot be asked for.
@@ -1524,6 +1525,7 @@ def _propose(
                 )
                 + ")"
             )
+            reached_goal = True
             break
         f = state.fractions()
         usable_idx = np.nonzero(state.usable)[0]
@@ -1693,7 +1695,7 @@ def _propose(
         more = f" (and {len(names) - 10} more)" if len(names) > 10 else ""
         notes.append("could not repair: " + ", ".join(names[:10]) + more)
     proposal = Proposal("balance", tuple(moves), before, after, stopped, tuple(notes), options)
-    return proposal, stopped.startswith("balanced")
+    return proposal, reached_goal
 
 
 @dataclass(frozen=True)
