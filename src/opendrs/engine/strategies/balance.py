@@ -109,6 +109,8 @@ PAIR_BUDGET = 4_000_000
 PICK_BLOCK = 16
 #: Node loads (moves × nodes × resources) whose objectives are computed at once.
 MOVES_AT_ONCE = 1 << 18
+#: Parts of exchange tables kept (see :meth:`_State._swap_table`).
+SWAP_BLOCKS = 1024
 #: Directions the shedding plan tries, from "memory-light" through "both" to "cpu-light".
 PLAN_DIRECTIONS = 91
 #: A shedding plan that falls short of a node's excess counts each missing typical guest as
@@ -239,6 +241,7 @@ class _State:
             self._units_at[n].add(u)
         self._kinds_on: dict[int, _Kinds] = {}
         self._joined: dict[tuple[int, ...], tuple[list[_Kinds], _Kinds]] = {}
+        self._swap_blocks: dict[tuple[int, int], tuple[_Kinds, _Kinds, np.ndarray, np.ndarray]] = {}
         self._unit_kinds: tuple[np.ndarray, int] | None = None
 
     # ---------------------------------------------------------------------------------------
@@ -584,7 +587,7 @@ class _State:
             return None
         # Units alike (same demand and node, not moved yet) pair alike: gains and scores are
         # computed per kind, and pairs of units only for the best of them.
-        gain, score = self._swap_scores(a, x.first, o.first)
+        gain, score = self._swap_table(a, x, nodes)
         check = self._swap_check(a, x.units, o.units)
         # Most often a pair of the best-scoring kinds is allowed.
         score = np.where(gain > 0, score, -np.inf)
@@ -592,18 +595,9 @@ class _State:
         if best == -np.inf:
             return None
         xk, ok = np.nonzero(score == best)
-        xs, os, kinds = _unit_pairs(x, o, xk, ok)
-        order = np.lexsort((o.units[os], x.units[xs]))
-        allowed = check(xs[order], os[order])
-        if allowed.any():
-            pair = order[int(np.argmax(allowed))]
-            k = int(kinds[pair])
-            return (
-                float(best),
-                float(gain[xk[k], ok[k]]),
-                int(x.units[xs[pair]]),
-                int(o.units[os[pair]]),
-            )
+        if (first := _first_allowed(check, x, o, xk, ok)) is not None:
+            at_x, at_o, k = first
+            return float(best), float(gain[xk[k], ok[k]]), int(x.units[at_x]), int(o.units[at_o])
         xk, ok = np.nonzero(score > -np.inf)
         values = score[xk, ok]
         rank = np.argsort(-values, kind="stable")
@@ -649,6 +643,32 @@ class _State:
 
         return check
 
+    def _swap_table(self, a: int, x: _Kinds, nodes: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`_swap_scores` of the kinds on ``a`` with those on ``nodes``, one node after the
+        other. Each node's part is kept while neither it nor ``a`` changes (a move drops the
+        kinds of the nodes it touches)."""
+        parts = [self._node_kinds(n) for n in nodes]
+        kept = self._swap_blocks
+        blocks = [kept.get((a, n)) for n in nodes]
+        fresh = [
+            i
+            for i, (block, part) in enumerate(zip(blocks, parts, strict=True))
+            if block is None or block[0] is not x or block[1] is not part
+        ]
+        if fresh:
+            firsts = [parts[i].first for i in fresh]
+            gain, score = self._swap_scores(a, x.first, np.concatenate(firsts))
+            at = np.cumsum([0] + [f.size for f in firsts]).tolist()
+            if len(kept) > SWAP_BLOCKS:
+                kept.clear()
+            for i, lo, hi in zip(fresh, at, at[1:], strict=False):
+                blocks[i] = kept[(a, nodes[i])] = (x, parts[i], gain[:, lo:hi], score[:, lo:hi])
+            if len(fresh) == len(nodes):
+                return gain, score
+        if len(blocks) == 1:
+            return blocks[0][2], blocks[0][3]
+        return np.hstack([b[2] for b in blocks]), np.hstack([b[3] for b in blocks])
+
     def _nodes_kinds(self, nodes: list[int]) -> _Kinds:
         """:meth:`_node_kinds` of ``nodes``, one node after the other; the last ones kept."""
         parts = [self._node_kinds(n) for n in nodes]
@@ -689,10 +709,10 @@ class _State:
             t = dx[:, r : r + 1] - do[:, r]
             gap = f[a, r] - fb[:, r]
             gain -= self.wnorm[r] * (t * t * (inv[a, r] + inv_b[:, r]) - 2 * t * gap)
-        # Migrations added (see _added_one): a unit that has moved adds none, or −1 going home.
-        home = np.where(self.broken_at_start[xs], -1, self.origin[xs])
-        added_x = np.where(self._moved(xs)[:, None], np.where(b == home[:, None], -1, 0), 1)
-        added = added_x + self._added_one(os, np.full_like(os, a))[None, :]
+        # Migrations added: one each, unless a unit has moved already (see _added_one).
+        added_x = self._added_one(xs[:, None], b[None, :]) if self._moved(xs).any() else 1
+        added_o = self._added_one(os, np.full_like(os, a)) if self._moved(os).any() else 1
+        added = np.asarray(added_x + added_o)
         with np.errstate(divide="ignore", invalid="ignore"):
             score = np.where(added > 0, gain / np.maximum(added, 1), 4 * gain)
         return gain, score
@@ -754,9 +774,9 @@ class _State:
             self.committed[src] -= units.need[u]
         self.node_load[target] += units.demand[u]
         self.committed[target] += units.need[u]
-        self._touched.extend(self.where[idx].tolist())
-        self._touched.append(target)
-        for n in (int(units.assign[u]), target):
+        touched = [*self.where[idx].tolist(), int(units.assign[u]), target]
+        self._touched.extend(touched)
+        for n in touched:
             self._kinds_on.pop(n, None)
         self._units_at[int(units.assign[u])].discard(u)
         self._units_at[target].add(u)
@@ -848,6 +868,31 @@ class _Kinds:
             np.concatenate([p.by_kind + k for p, k in zip(parts, at, strict=False)]),
             np.concatenate([p.start + k for p, k in zip(parts, at, strict=False)]),
         )
+
+
+def _first_allowed(
+    check: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    x: _Kinds,
+    o: _Kinds,
+    xk: np.ndarray,
+    ok: np.ndarray,
+) -> tuple[int, int, int] | None:
+    """The first allowed pair of units, by unit index, of the kind pairs (``xk[i]``, ``ok[i]``):
+    its positions in ``x`` and ``o``, and ``i``. None if no pair is allowed."""
+    # The very first pair, most often allowed: the lowest unit of the kinds of x, with the
+    # lowest unit of the kinds of o paired with its kind.
+    lowest_x, lowest_o = x.by_kind[x.start[xk]], o.by_kind[o.start[ok]]
+    with_first = np.flatnonzero(xk == xk[np.argmin(x.units[lowest_x])])
+    i = int(with_first[np.argmin(o.units[lowest_o[with_first]])])
+    if check(lowest_x[i : i + 1], lowest_o[i : i + 1])[0]:
+        return int(lowest_x[i]), int(lowest_o[i]), i
+    xs, os, kinds = _unit_pairs(x, o, xk, ok)
+    order = np.lexsort((o.units[os], x.units[xs]))
+    allowed = check(xs[order], os[order])
+    if not allowed.any():
+        return None
+    pair = order[int(np.argmax(allowed))]
+    return int(xs[pair]), int(os[pair]), int(kinds[pair])
 
 
 def _runs(reach: np.ndarray, ends: np.ndarray, least: int) -> Iterable[tuple[int, int]]:
@@ -1579,16 +1624,22 @@ def _propose(
             # already in an exchange this round is left out (so every gain stays exact), and an
             # exchange that would touch one is looked for again without it.
             busy = np.zeros(n_nodes, dtype=bool)
+            ranked: dict[bytes, list[int]] = {}
 
             def exchange(
-                a: int, signed: np.ndarray, busy: np.ndarray
+                a: int, signed: np.ndarray, busy: np.ndarray, ranked: dict[bytes, list[int]]
             ) -> tuple[float, float, int, int] | None:
-                # Partners: the nodes that deviate most the other way.
-                opposite = -(signed @ np.sign(signed[a]))
-                opposite = np.where(state.usable & ~busy, opposite, -np.inf)
-                opposite[a] = -np.inf
-                partners = np.argsort(-opposite, kind="stable")[: min(8, n_nodes - 1)]
-                partners = partners[np.isfinite(opposite[partners])]
+                # Partners: the nodes that deviate most the other way, usable and not busy (the
+                # ranking is the same for every node that deviates the same way).
+                sign = np.sign(signed[a])
+                if (order := ranked.get(sign.tobytes())) is None:
+                    opposite = -(signed @ sign)
+                    order = np.argsort(-opposite, kind="stable").tolist()
+                    ranked[sign.tobytes()] = order
+                free = (state.usable & ~busy).tolist()
+                partners = np.array(
+                    [n for n in order if free[n] and n != a][: min(8, n_nodes - 1)], dtype=np.intp
+                )
                 found = state.best_swap(a, partners)
                 if found is None:
                     return None
@@ -1602,13 +1653,13 @@ def _propose(
                 return found
 
             heads = np.argsort(-dev, kind="stable")[: max(4, n_nodes // SWAP_NODES_PER)].tolist()
-            offers = [(o, a) for a in heads if (o := exchange(a, signed, busy)) is not None]
+            offers = [(o, a) for a in heads if (o := exchange(a, signed, busy, ranked)) is not None]
             offers.sort(key=lambda o: (-o[0][0], o[1]))
             for found, a in offers:
                 if len(history) + 2 > limit or busy[a]:
                     continue
                 if busy[units.assign[found[3]]]:
-                    again = exchange(a, signed, busy)
+                    again = exchange(a, signed, busy, ranked)
                     if again is None:
                         continue
                     found = again
