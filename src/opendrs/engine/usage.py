@@ -265,6 +265,14 @@ class LoadModel:
         return safe_divide(self.loads(assign), self.capacity)
 
 
+def usage_loads(cluster: Cluster, loads: LoadModel | None = None) -> LoadModel:
+    """``loads`` when it counts measured usage, else the cluster's usage :class:`LoadModel`: the
+    capacity checks read usage, even where pressure is what is balanced."""
+    if loads is not None and loads.source == "usage":
+        return loads
+    return LoadModel.build(cluster, source="usage")
+
+
 def safe_divide(num: np.ndarray, den: np.ndarray) -> np.ndarray:
     """``num / den`` where a zero denominator gives 0 for a zero numerator and +inf otherwise."""
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -30,7 +30,7 @@ from typing import Protocol
 import numpy as np
 
 from opendrs.engine.constraints import Constraints, current_assign
-from opendrs.engine.usage import LoadModel
+from opendrs.engine.usage import LoadModel, usage_loads
 from opendrs.model.cluster import Cluster
 
 Placements = frozenset[tuple[str, str]]
@@ -70,9 +70,7 @@ class CycleView:
     def usage_loads(self) -> LoadModel:
         """The loads of ``cluster`` in its usage mode, from measured usage even where pressure is
         balanced: what the capacity screens read."""
-        if self.loads.source == "usage":
-            return self.loads
-        return LoadModel.build(self.cluster, source="usage")
+        return usage_loads(self.cluster, self.loads)
 
     @cached_property
     def constraints(self) -> Constraints:

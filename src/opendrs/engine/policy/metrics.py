@@ -69,14 +69,6 @@ def _metric_of(cluster: Cluster, metric: str, f: np.ndarray) -> float:
     return float(memory.max() - memory.min()) if memory.size >= 2 else 0.0
 
 
-def usage_loads(cluster: Cluster, loads: LoadModel | None) -> LoadModel:
-    """``loads`` when it counts measured usage, else the cluster's usage :class:`LoadModel`: the
-    capacity checks read usage, even where pressure is what is balanced."""
-    if loads is not None and loads.source == "usage":
-        return loads
-    return LoadModel.build(cluster, source="usage")
-
-
 def metric_label(metric: str) -> str:
     return {"spread": "spread", "cv": "imbalance (CV)", "memory-spread": "memory spread"}.get(
         metric, metric

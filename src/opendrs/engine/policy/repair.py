@@ -14,14 +14,13 @@ import numpy as np
 from opendrs.engine.constraints import Constraints, committed_for, current_assign, movability
 from opendrs.engine.planner import Plan, PlannedMove
 from opendrs.engine.policy.config import PolicyConfig
-from opendrs.engine.policy.metrics import usage_loads
 from opendrs.engine.policy.planning import Limits, plan_within, truncate
 from opendrs.engine.strategies.balance import propose_balance
 from opendrs.engine.strategies.base import (
     Proposal,
 )
 from opendrs.engine.strategies.optimal import REPAIR_TIME_LIMIT
-from opendrs.engine.usage import LoadModel, net_capacity, tolerance
+from opendrs.engine.usage import LoadModel, net_capacity, tolerance, usage_loads
 from opendrs.model.cluster import Cluster
 
 #: ``target_spread`` that asks ``balance`` for its repairs only.

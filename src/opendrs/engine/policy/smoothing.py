@@ -9,8 +9,7 @@ from typing import Any
 import numpy as np
 
 from opendrs.engine.policy.config import PolicyConfig
-from opendrs.engine.policy.metrics import usage_loads
-from opendrs.engine.usage import LoadModel, tolerance
+from opendrs.engine.usage import LoadModel, tolerance, usage_loads
 from opendrs.model.cluster import Cluster, Guest, Node, updater
 
 _guest_with_usage = updater(Guest, "cpu_used", "memory_used")
