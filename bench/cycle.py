@@ -12,12 +12,12 @@
     (:mod:`bench.generate`, the benchmark's clusters) with the default policy deciding on one
     observation (hold 1, as ``opendrs run --once``), in a fresh subprocess: its wall time
     (observe, decide and the whole cycle) and the subprocess's peak RSS (the cluster included).
+    The cluster's usage mode is ``static`` (the generator's), so the cycle balances configured
+    sizes; the simulator observes the generated placement as it is.
 
 The builders are named by where they live; the list keeps the names of earlier layouts too, so
 that the same script counts the code before and after a move (names the code does not have are
 listed as absent).
-    The cluster's usage mode is ``static`` (the generator's), so the cycle balances configured
-    sizes; the simulator observes the generated placement as it is.
 """
 
 from __future__ import annotations
