@@ -84,7 +84,6 @@ from typing import Any
 import numpy as np
 
 from opendrs.engine.constraints import Constraints, movability
-from opendrs.engine.imbalance import Imbalance, summarise
 from opendrs.engine.usage import RESOURCES, LoadModel, arch_groups, loaded_nodes, tolerance
 from opendrs.model.cluster import Cluster
 
@@ -92,6 +91,7 @@ from .base import (
     Proposal,
     ProposedMove,
     StrategyOptions,
+    cluster_imbalance,
     migration_cost,
     register_function,
 )
@@ -983,14 +983,6 @@ def _neg_guests(
     return out
 
 
-def _imbalance(cluster: Cluster, loads: LoadModel, assign: np.ndarray | None = None) -> Imbalance:
-    """:func:`~opendrs.engine.strategies.base.cluster_imbalance`, from the cluster's load model
-    already built."""
-    usable = np.array([n.usable for n in cluster.nodes], dtype=bool)
-    weights = [cluster.settings.weight_cpu, cluster.settings.weight_memory]
-    return summarise(loads.fractions(assign)[usable], RESOURCES, weights)
-
-
 def _shed_plan(state: _State) -> np.ndarray:
     """(U,) units planned to leave the nodes above the band in every weighted resource.
 
@@ -1472,7 +1464,7 @@ def _propose(
     swaps: bool = options["swaps"]
     state = _State(cluster, cons)
     units = state.units
-    before = _imbalance(cluster, state.loads)
+    before = cluster_imbalance(cluster, loads=state.loads)
     start = state.origin
     history: list[tuple[int, int, int, float, float, str]] = []  # unit, src, tgt, J0, J1, why
     limit = max_moves if max_moves is not None else 10**9
@@ -1736,7 +1728,7 @@ def _propose(
     for u, idx in enumerate(units.members):
         if moved_mask[u]:
             assign[idx] = final[u]
-    after = _imbalance(cluster, state.loads, assign)
+    after = cluster_imbalance(cluster, assign, state.loads)
     notes = [str(p) for p in cons.problems]
     if exact is not None:
         notes.append(_exact_note(exact))
