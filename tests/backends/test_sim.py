@@ -1024,8 +1024,48 @@ def test_the_spread_is_taken_on_loads_averaged_over_the_window() -> None:
     assert windowed._window_steps == 2
     f_cpu = np.array([[0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
     f_mem = np.zeros_like(f_cpu)
-    cpu, _ = windowed._averaged(f_cpu[:, :2], f_mem[:, :2])
+    (cpu, _), (hot_cpu, _) = windowed._averaged(f_cpu[:, :2], f_mem[:, :2])
     assert cpu[0].tolist() == [0.0, 0.5]  # a one-step spike counts half
-    cpu, _ = windowed._averaged(f_cpu[:, 2:], f_mem[:, 2:])  # the next block continues it
+    assert hot_cpu[0].tolist() == [0.0, 0.5]  # over 5 steps: what there is of them so far
+    (cpu, _), (hot_cpu, _) = windowed._averaged(f_cpu[:, 2:], f_mem[:, 2:])  # continued
     assert cpu[0].tolist() == [0.5, 0.0]
     assert cpu[1].tolist() == [0.0, 0.0]
+    assert hot_cpu[0].tolist() == [1 / 3, 0.25]
+    # Blocks of one step each keep the longer window's tail whole.
+    stepwise = simulator(nodes, guests, window=120)
+    seen = [stepwise._averaged(f_cpu[:, k : k + 1], f_mem[:, k : k + 1]) for k in range(4)]
+    assert [float(s[0][0][0, 0]) for s in seen] == [0.0, 0.5, 0.5, 0.0]
+    assert [float(s[1][0][0, 0]) for s in seen] == [0.0, 0.5, 1 / 3, 0.25]
+
+
+def test_hot_spots_are_counted_per_node_on_the_five_minute_load() -> None:
+    # a: 14 of 16 cores used (0.875, hot above 0.85); b: 2 of 32 (0.0625).
+    sim = simulator(
+        (node("a"), node("b", cpu=32)),
+        (guest("1", "a", cpu=16.0, cpu_used=14.0), guest("2", "b")),
+        step=60,
+        duration=2 * HOUR,
+        migration=MigrationModel(bandwidth=64 * MiB, setup=10),
+    )
+    sim.sleep(HOUR)
+    stats = sim.stats()
+    assert stats.steps == 61  # the steps at 0, 60, …, 3600 s
+    assert (stats.hot, stats.hot_steps, stats.max_hot_steps) == (0.85, 61, 61)
+    assert stats.p95_node_load == 0.875
+    # Moved to b (0.4375 + 0.0625 there): a still counts while the migration runs (the step at
+    # 3660 s), then its 5-minute average falls to 0.7 and it never runs hot again; b never does.
+    sim.start_migration(Move("1", "a", "b"))
+    sim.sleep(HOUR)
+    stats = sim.stats()
+    assert stats.steps == 120
+    assert stats.hot_steps == 62 and stats.max_hot_steps == 62
+    assert stats.p95_node_load == 0.875  # more than half the steps still had a at 0.875
+    quiet = simulator(
+        (node("a"), node("b", cpu=32)),
+        (guest("1", "a", cpu=16.0, cpu_used=14.0),),
+        step=60,
+        duration=2 * HOUR,
+    )
+    assert Simulator(quiet.scenario, hot=0.9).stats().hot_steps == 0
+    with pytest.raises(ValueError, match="hot must be a load fraction"):
+        Simulator(quiet.scenario, hot=0)

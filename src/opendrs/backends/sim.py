@@ -140,6 +140,15 @@ class SimStats:
     last_imbalance: float
     #: Highest load fraction (cpu or memory) of any online node at any step.
     max_node_load: float
+    #: The hot level, and for each online node the steps whose cpu or memory load, averaged over
+    #: the hot window (5 minutes), was above it (``hot_steps``: the total; ``max_hot_steps``: of
+    #: the node with the most).
+    hot: float
+    hot_steps: int
+    max_hot_steps: int
+    #: The 95th percentile over the steps of the most loaded online node's load (the same
+    #: averaged cpu or memory fraction).
+    p95_node_load: float
     #: (node, step) pairs where some hard capacity dimension was exceeded.
     capacity_violations: int
     #: Migrations the controller started, and how they ended so far.
@@ -163,6 +172,19 @@ class SimStats:
     def fraction_above(self) -> float:
         """Share of the steps whose spread was above the threshold."""
         return self.steps_above / self.steps if self.steps else 0.0
+
+
+#: The load fraction above which a node runs hot, and the window its load is averaged over for it.
+HOT: Final = 0.85
+HOT_WINDOW: Final = 300.0
+#: Node load fractions (cpu, memory), each (nodes, steps).
+Fractions = tuple[np.ndarray, np.ndarray]
+
+
+def _percentile(parts: list[np.ndarray], q: float) -> float:
+    """The ``q``-th percentile of the values of ``parts`` together (0 when there are none)."""
+    values = np.concatenate(parts) if parts else np.zeros(0)
+    return float(np.percentile(values, q)) if values.size else 0.0
 
 
 #: Guest fields the simulator changes; the others stay as in the snapshot. ``observe()`` copies
@@ -266,15 +288,21 @@ class Simulator:
         days: float | None = None,
         threshold: float = 0.15,
         window: float = 1800.0,
+        hot: float = HOT,
+        hot_window: float = HOT_WINDOW,
     ) -> None:
         if days is not None and not (days > 0 and math.isfinite(days)):
             raise ValueError(f"days must be a positive number, got {days!r}")
-        if not (window >= 0 and math.isfinite(window)):
-            raise ValueError(f"window must be a number of seconds ≥ 0, got {window!r}")
+        for name, seconds in (("window", window), ("hot window", hot_window)):
+            if not (seconds >= 0 and math.isfinite(seconds)):
+                raise ValueError(f"{name} must be a number of seconds ≥ 0, got {seconds!r}")
         if not (threshold >= 0 and math.isfinite(threshold)):
             raise ValueError(f"threshold must be a number ≥ 0, got {threshold!r}")
+        if not (hot > 0 and math.isfinite(hot)):
+            raise ValueError(f"hot must be a load fraction > 0, got {hot!r}")
         self.scenario = scenario
         self.threshold = float(threshold)
+        self.hot = float(hot)
         cluster = scenario.cluster
         settings = cluster.settings
         self._cluster0 = cluster
@@ -375,9 +403,14 @@ class Simulator:
         # -- statistics -------------------------------------------------------------------------
         self._recorded = 0
         self._spreads: list[np.ndarray] = []
-        #: Steps averaged for the spread, and the last ``- 1`` steps' node fractions (cpu, memory).
+        #: Steps averaged for the spread and for the hot level, and the node fractions (cpu,
+        #: memory) of the last steps the longer of the two needs.
         self._window_steps = max(1, round(window / self._step))
+        self._hot_steps = max(1, round(hot_window / self._step))
         self._tail: tuple[np.ndarray, np.ndarray] | None = None
+        #: Per node, the steps it ran hot; per step, the most loaded online node's load.
+        self._hot_count = np.zeros(n_nodes, dtype=np.int64)
+        self._peaks: list[np.ndarray] = []
         self._violations = 0
         self._max_load = 0.0
         self._derived_version = -1
@@ -592,6 +625,10 @@ class Simulator:
             max_imbalance=float(spreads.max()) if spreads.size else 0.0,
             last_imbalance=float(spreads[-1]) if spreads.size else 0.0,
             max_node_load=self._max_load,
+            hot=self.hot,
+            hot_steps=int(self._hot_count.sum()),
+            max_hot_steps=int(self._hot_count.max(initial=0)),
+            p95_node_load=_percentile(self._peaks, 95.0),
             capacity_violations=self._violations,
             migrations=len(controller),
             migrations_done=sum(m.outcome == "done" for m in controller),
@@ -713,7 +750,8 @@ class Simulator:
         f_mem = safe_divide(mem, cap_mem)
         spread = np.zeros(c1 - c0)
         usable = self._usable
-        averaged = self._averaged(f_cpu, f_mem)
+        averaged, short = self._averaged(f_cpu, f_mem)
+        self._count_hot(short)
         for fractions, weight in ((averaged[0], self._weights[0]), (averaged[1], self._weights[1])):
             if weight <= 0:
                 continue
@@ -738,24 +776,44 @@ class Simulator:
             )
         self._violations += int(np.count_nonzero(over))
 
-    def _averaged(self, f_cpu: np.ndarray, f_mem: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Node fractions (N, steps) averaged over the window ending at each step."""
-        w = self._window_steps
-        if w <= 1:
-            return f_cpu, f_mem
+    def _averaged(self, f_cpu: np.ndarray, f_mem: np.ndarray) -> tuple[Fractions, Fractions]:
+        """Node fractions (cpu, memory), each (N, steps), averaged over the window ending at each
+        step: the spread's window, and the hot level's."""
+        keep = max(self._window_steps, self._hot_steps) - 1
         out: list[np.ndarray] = []
+        short: list[np.ndarray] = []
         tails: list[np.ndarray] = []
         for k, block in enumerate((f_cpu, f_mem)):
             tail = self._tail[k] if self._tail is not None else block[:, :0]
             joined = np.concatenate((tail, block), axis=1)
             sums = np.cumsum(np.concatenate((np.zeros((joined.shape[0], 1)), joined), axis=1), 1)
             ends = np.arange(tail.shape[1] + 1, joined.shape[1] + 1)
-            starts = np.maximum(ends - w, 0)
-            with np.errstate(invalid="ignore"):
-                out.append((sums[:, ends] - sums[:, starts]) / (ends - starts))
-            tails.append(joined[:, -(w - 1) :])
+            for w, into in ((self._window_steps, out), (self._hot_steps, short)):
+                if w <= 1:
+                    into.append(block)
+                    continue
+                starts = np.maximum(ends - w, 0)
+                with np.errstate(invalid="ignore"):
+                    into.append((sums[:, ends] - sums[:, starts]) / (ends - starts))
+            tails.append(joined[:, max(joined.shape[1] - keep, 0) :])
         self._tail = (tails[0], tails[1])
-        return out[0], out[1]
+        return (out[0], out[1]), (short[0], short[1])
+
+    def _count_hot(self, fractions: Fractions) -> None:
+        """Count the steps each online node ran above the hot level, and keep each step's most
+        loaded node's load (fractions averaged over the hot window; unknown ones left out)."""
+        online = self._online
+        load = np.fmax(fractions[0][online], fractions[1][online])
+        load = np.where(np.isfinite(load), load, np.nan)
+        steps = load.shape[1]
+        if not load.shape[0]:
+            self._peaks.append(np.zeros(steps))
+            return
+        self._hot_count[online] += np.count_nonzero(load > self.hot, axis=1)
+        known = np.isfinite(load).any(axis=0)
+        peak = np.zeros(steps)
+        peak[known] = np.nanmax(load[:, known], axis=0)
+        self._peaks.append(peak)
 
     def _fractions_now(self) -> tuple[np.ndarray, np.ndarray]:
         cpu_use, mem_use = self._columns(self._step_now())

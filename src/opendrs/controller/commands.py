@@ -18,7 +18,7 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 from rich.table import Table
 
 from opendrs.backends.base import BackendError
-from opendrs.backends.sim import Scenario, Simulator, builtin_scenario, load_scenario
+from opendrs.backends.sim import HOT, Scenario, Simulator, builtin_scenario, load_scenario
 from opendrs.controller.config import BackendConfig, Config, load_config
 from opendrs.controller.executor import Event
 from opendrs.controller.history import History, HistoryError
@@ -271,6 +271,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                     policy,
                     days=args.days,
                     threshold=args.threshold,
+                    hot=args.hot,
                     progress=update,
                 )
             )
@@ -291,7 +292,8 @@ def show_stability(report: Report, reports: Sequence[StabilityReport], name: str
     first = reports[0]
     report.heading(
         f"Stability over {first.days:g} simulated days of {name} "
-        f"(threshold: spread above {100 * first.threshold:g} pp)"
+        f"(threshold: spread above {100 * first.threshold:g} pp; hot: a node above "
+        f"{100 * first.hot:g} %)"
     )
     rows = [
         [
@@ -306,6 +308,9 @@ def show_stability(report: Report, reports: Sequence[StabilityReport], name: str
             str(r.capacity_violations),
             f"{r.failed_migrations} ({r.failures_moved_later} moved later)",
             f"{100 * r.max_node_load:.0f} %",
+            f"{r.hot_node_minutes:,.0f}",
+            f"{r.max_hot_minutes_per_node:,.0f}",
+            f"{100 * r.p95_node_load:.0f} %",
             f"{r.wall_seconds:.1f} s",
         ]
         for r in reports
@@ -323,10 +328,13 @@ def show_stability(report: Report, reports: Sequence[StabilityReport], name: str
             "capacity violations",
             "failed",
             "max node load",
+            "hot node-min",
+            "hot min, worst node",
+            "p95 node load",
             "wall time",
         ],
         rows,
-        right=(2, 3, 4, 5, 6, 7, 8, 10, 11),
+        right=(2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 13, 14),
     )
 
 
@@ -359,6 +367,13 @@ def add_simulate_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         help="imbalance yardstick of the report: spread as a fraction "
         f"(default {PolicyConfig().threshold:g})",
     )
+    p.add_argument(
+        "--hot",
+        type=_hot,
+        default=HOT,
+        help="a node runs hot above this load (cpu or memory, a fraction of capacity net of "
+        f"reserves, 5-minute average; default {HOT:g})",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--format", choices=("text", "json"), default="text", help="output format")
     p.set_defaults(func=cmd_simulate)
@@ -370,6 +385,13 @@ def parse_number(text: str) -> float:
         return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+
+
+def _hot(text: str) -> float:
+    value = parse_number(text)
+    if not 0 < value <= 10:
+        raise argparse.ArgumentTypeError("must be a load fraction more than 0 and at most 10")
+    return value
 
 
 def _days(text: str) -> float:

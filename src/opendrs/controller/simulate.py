@@ -20,7 +20,11 @@ The stability report of a run:
 * ``capacity_violations`` — (node, step) pairs over a hard capacity limit (must be 0);
 * ``failed_migrations`` and how they were handled — ``failures_moved_later`` guests that reached
   another node afterwards, ``failures_left`` those that stayed;
-* ``max_node_load`` — the highest cpu or memory fraction of any node at any step.
+* ``max_node_load`` — the highest cpu or memory fraction of any node at any step;
+* hot spots, on each online node's load — the higher of its cpu and memory fractions of capacity
+  net of reserves, averaged over 5 minutes: ``hot_node_minutes``, the node-minutes above the
+  report's ``hot`` level (0.85 by default), and ``max_hot_minutes_per_node``, those of the node
+  with the most; ``p95_node_load``, the 95th percentile over time of the most loaded node's load.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from opendrs.backends.sim import Scenario, Simulator
+from opendrs.backends.sim import HOT, Scenario, Simulator
 from opendrs.controller.config import BackendConfig, Config
 from opendrs.controller.executor import ExecutorConfig
 from opendrs.controller.history import History
@@ -63,6 +67,10 @@ class StabilityReport:
     failures_moved_later: int
     failures_left: int
     max_node_load: float
+    hot: float
+    hot_node_minutes: float
+    max_hot_minutes_per_node: float
+    p95_node_load: float
     recoveries: int
     decisions: int
     wall_seconds: float
@@ -118,11 +126,13 @@ def run_policy(
     *,
     days: float | None = None,
     threshold: float = 0.15,
+    hot: float = HOT,
     progress: Callable[[float, float], None] | None = None,
 ) -> StabilityReport:
-    """Run the controller with ``policy`` over the scenario; the stability report."""
+    """Run the controller with ``policy`` over the scenario; the stability report (the imbalance
+    yardstick's ``threshold``, the ``hot`` level of a node's load)."""
     started = time.perf_counter()
-    sim = Simulator(scenario, days=days, threshold=threshold)
+    sim = Simulator(scenario, days=days, threshold=threshold, hot=hot)
     config = simulated_config(policy, "<simulate>", BackendConfig("sim"))
     history = History(":memory:")
     on_cycle = None
@@ -151,6 +161,7 @@ def report_from(
     repairs = {m.handle for m in history.migrations() if action.get(m.decision) == "repair"}
     repaired = sum(1 for r in ours if r.handle in repairs)
     days = max(stats.seconds / DAY, 1e-9)
+    minutes = sim.scenario.step / 60.0
     failed = [r for r in ours if r.outcome == "failed"]
     moved_later = 0
     for f in failed:
@@ -173,6 +184,10 @@ def report_from(
         failures_moved_later=moved_later,
         failures_left=len(failed) - moved_later,
         max_node_load=stats.max_node_load,
+        hot=stats.hot,
+        hot_node_minutes=stats.hot_steps * minutes,
+        max_hot_minutes_per_node=stats.max_hot_steps * minutes,
+        p95_node_load=stats.p95_node_load,
         recoveries=sum(1 for r in sim.migrations if r.cause == "recovery"),
         decisions=len(decisions),
         wall_seconds=wall,
