@@ -6,7 +6,7 @@
     cluster: prod                 # name in logs and in the history (default: the backend's)
     mode: shadow                  # shadow (default: record only) | active (migrate)
     backend:
-      type: file | sim | proxmox  # and the keys of that backend
+      type: file | sim | proxmox | incus  # and the keys of that backend
     history: history.sqlite       # relative paths are relative to this file
     lock: history.sqlite.lock     # default: the history path + ".lock"
     policy: {...}                 # see opendrs.engine.policy.parse_policy
@@ -33,6 +33,7 @@ from opendrs.model.snapshot import SnapshotReader
 
 if TYPE_CHECKING:
     from opendrs.backends.base import Backend, Clock
+    from opendrs.backends.incus import IncusConfig
     from opendrs.backends.proxmox import ProxmoxConfig
 
 __all__ = ["BackendConfig", "Config", "ConfigError", "load_config", "parse_config"]
@@ -42,7 +43,7 @@ ConfigError = DocumentError
 
 VERSION: Final = 1
 MODES: Final = ("shadow", "active")
-BACKENDS: Final = ("file", "sim", "proxmox")
+BACKENDS: Final = ("file", "sim", "proxmox", "incus")
 LOG_LEVELS: Final = ("debug", "info", "warning", "error")
 _TOP_KEYS: Final = (
     "version",
@@ -77,7 +78,7 @@ _EXECUTOR_DURATIONS: Final = {
 class BackendConfig:
     """Which cluster to drive and how to reach it."""
 
-    type: Literal["file", "sim", "proxmox"]
+    type: Literal["file", "sim", "proxmox", "incus"]
     #: ``file``: the snapshot file.
     path: str | None = None
     #: ``sim``: the scenario file, or ``None`` for the built-in one named by ``builtin``.
@@ -87,6 +88,8 @@ class BackendConfig:
     days: float | None = None
     #: ``proxmox``: the connection.
     proxmox: ProxmoxConfig | None = None
+    #: ``incus``: the connection.
+    incus: IncusConfig | None = None
 
 
 @dataclass(frozen=True)
@@ -135,6 +138,17 @@ class Config:
             )
             sim = Simulator(scenario, days=self.backend.days, threshold=self.policy.threshold)
             return sim, sim
+        if self.backend.type == "incus":
+            from opendrs.backends.incus import IncusBackend
+
+            assert self.backend.incus is not None
+            incus = IncusBackend(
+                self.backend.incus,
+                self.settings or Settings(),
+                cluster_name=self.cluster,
+                should_stop=should_stop,
+            )
+            return incus, SystemClock()
         from opendrs.backends.proxmox import ProxmoxBackend
 
         assert self.backend.proxmox is not None
@@ -227,6 +241,10 @@ class _ConfigReader(SnapshotReader):
             if "days" in mapping:
                 days = self.number(mapping["days"], (*path, "days"), positive=True, maximum=3660)
             return BackendConfig("sim", scenario=scenario, builtin=builtin, days=days)
+        if kind == "incus":
+            from opendrs.backends.incus import parse_incus
+
+            return BackendConfig("incus", incus=parse_incus(self, mapping, path))
         from opendrs.backends.proxmox import parse_proxmox
 
         return BackendConfig("proxmox", proxmox=parse_proxmox(self, mapping, path))
