@@ -73,6 +73,12 @@ class Instance:
     #: The next migration's operation fails with this.
     move_error: str | None = None
     started: float = field(default_factory=time.monotonic)
+    #: When it last started (Incus's ``last_used_at``): an hour ago by default.
+    last_used_at: str = field(
+        default_factory=lambda: (
+            datetime.datetime.now(datetime.UTC) - datetime.timedelta(hours=1)
+        ).strftime("%Y-%m-%dT%H:%M:%SZ")
+    )
 
     def cpu_usage(self) -> int:
         if self.status != "Running":
@@ -115,6 +121,8 @@ class FakeIncus:
         self.instances: dict[tuple[str, str], Instance] = {}
         self.projects: dict[str, dict[str, str]] = {"default": {}}
         self.config: dict[str, str] = {}
+        #: Storage pools: name → (driver, size on each member in bytes).
+        self.pools: dict[str, tuple[str, int]] = {"local": ("zfs", 500 * GiB), "ceph": ("ceph", 0)}
         self.member_state = True
         self.migration_seconds = 0.2
         self.operations: dict[str, Operation] = {}
@@ -183,6 +191,7 @@ class FakeIncus:
             "location": inst.location,
             "status": inst.status,
             "status_code": 103 if inst.status == "Running" else 102,
+            "last_used_at": inst.last_used_at,
             "config": dict(inst.config),
             "devices": {},
             "expanded_config": dict(inst.config),
@@ -216,6 +225,10 @@ class FakeIncus:
                 get("/1.0/cluster/members/{name}/state", self._member_state),
                 post("/1.0/cluster/members/{name}/state", self._member_action),
                 get("/1.0/resources", self._resources),
+                get("/1.0/storage-pools", self._pools),
+                get("/1.0/storage-pools/{name}/resources", self._pool_resources),
+                get("/1.0/projects", self._projects),
+                get("/1.0/projects/{name}", self._project),
                 get("/1.0/instances", self._instances),
                 get("/1.0/instances/{name}", self._instance),
                 web.patch("/1.0/instances/{name}", self._patch),
@@ -325,6 +338,22 @@ class FakeIncus:
                 "memory": {"total": member.memory, "used": member.used_memory},
             }
         )
+
+    async def _pools(self, request: web.Request) -> web.Response:
+        return _sync([{"name": n, "driver": d} for n, (d, _) in self.pools.items()])
+
+    async def _pool_resources(self, request: web.Request) -> web.Response:
+        _driver, size = self.pools[request.match_info["name"]]
+        return _sync({"space": {"used": size // 10, "total": size}})
+
+    async def _projects(self, request: web.Request) -> web.Response:
+        return _sync([{"name": n, "config": dict(c)} for n, c in self.projects.items()])
+
+    async def _project(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        if name not in self.projects:
+            raise _ApiError(404, "Project not found")
+        return _sync({"name": name, "config": dict(self.projects[name])})
 
     def _listed(self, request: web.Request) -> list[Instance]:
         if request.query.get("all-projects") == "true":
