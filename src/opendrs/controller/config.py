@@ -20,7 +20,7 @@ Nothing migrates unless ``mode: active`` is written in the file.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path as FsPath
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -36,7 +36,14 @@ if TYPE_CHECKING:
     from opendrs.backends.incus import IncusConfig
     from opendrs.backends.proxmox import ProxmoxConfig
 
-__all__ = ["BackendConfig", "Config", "ConfigError", "load_config", "parse_config"]
+__all__ = [
+    "BackendConfig",
+    "Config",
+    "ConfigError",
+    "load_config",
+    "parse_config",
+    "with_platform_defaults",
+]
 
 #: Configuration problems are document problems: one line, ``FILE: PATH: REASON``.
 ConfigError = DocumentError
@@ -108,6 +115,9 @@ class Config:
     log_level: str = "info"
     #: Failed observations in a row from which each further one is logged at ERROR.
     failed_observations: int = 3
+    #: The keys written in the ``policy`` section: they win over the platform's own defaults
+    #: (Incus's ``cluster.rebalance.*``, see :func:`with_platform_defaults`).
+    policy_keys: frozenset[str] = frozenset()
 
     @property
     def active(self) -> bool:
@@ -205,6 +215,9 @@ class _ConfigReader(SnapshotReader):
                     minimum=1,
                     maximum=10_000,
                 )
+        policy_keys = frozenset(
+            str(k) for k in (top["policy"] if isinstance(top.get("policy"), dict) else ())
+        )
         return Config(
             file=self.filename,
             backend=backend,
@@ -217,6 +230,7 @@ class _ConfigReader(SnapshotReader):
             settings=settings,
             log_level=level,
             failed_observations=failed_observations,
+            policy_keys=policy_keys,
         )
 
     def backend(self, value: object, path: Path) -> BackendConfig:
@@ -273,6 +287,34 @@ class _ConfigReader(SnapshotReader):
                     mapping[key], (*path, key), minimum=shortest, maximum=longest
                 )
         return replace(base, **fields)
+
+
+def with_platform_defaults(config: Config, fields: Mapping[str, Any]) -> tuple[Config, list[str]]:
+    """``config`` with the policy fields the platform sets (Incus's ``cluster.rebalance.*``)
+    where its ``policy`` section does not set them, and what was taken, one line each.
+
+    ``options`` are merged: the strategy options of the configuration win, key by key. A
+    cooldown taken also becomes the executor's (the cooldown a move starts).
+    """
+    explicit = config.policy_keys
+    policy = config.policy
+    changes: dict[str, Any] = {}
+    taken: list[str] = []
+    for key, value in fields.items():
+        if key == "options":
+            merged = {**dict(value), **dict(policy.options)}
+            if merged != dict(policy.options):
+                changes["options"] = merged
+                new = [k for k in value if k not in policy.options]
+                taken += [f"policy option {k} = {value[k]!r}" for k in new]
+        elif key not in explicit and getattr(policy, key) != value:
+            changes[key] = value
+            taken.append(f"policy {key} = {value!r}")
+    if not changes:
+        return config, []
+    policy = replace(policy, **changes)
+    executor = replace(config.executor, cooldown=policy.cooldown)
+    return replace(config, policy=policy, executor=executor), taken
 
 
 def parse_config(data: object, *, filename: str = "<config>") -> Config:
