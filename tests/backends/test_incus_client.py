@@ -317,3 +317,25 @@ def test_https_with_an_untrusted_client_certificate_fails(tls) -> None:  # type:
     error = first_error(https_config((server.url,), pki.other_cert, pki.other_key, pki.server_cert))
     assert "\n" not in str(error)
     assert str(error).startswith(f"GET /1.0 at {server.url}: ")
+
+
+def test_the_example_configuration_loads() -> None:
+    from opendrs.controller.config import load_config
+
+    config = load_config(Path(__file__).resolve().parents[2] / "examples" / "incus.yaml")
+    incus = config.backend.incus
+    assert incus is not None
+    assert (incus.socket, incus.project, incus.leader_only) == (INCUS_SOCKET, "default", True)
+    assert config.mode == "shadow"
+
+
+def test_the_documented_backend_sections_parse() -> None:
+    import re
+
+    import yaml
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "incus.md").read_text()
+    blocks = [b for b in re.findall(r"```yaml\n(.*?)```", text, re.DOTALL) if "backend:" in b]
+    assert len(blocks) >= 2
+    for block in blocks:
+        parse({k: v for k, v in yaml.safe_load(block)["backend"].items() if k != "type"})
