@@ -238,3 +238,21 @@ def test_rebalance_keys_become_policy_defaults(served: Served, backend: IncusBac
     fields, notes = policy_defaults({"cluster.rebalance.threshold": "30"}, "balance")
     assert fields == {} and "unused" in notes[0]
     assert policy_defaults({"cluster.rebalance.cooldown": "soon"}, "incus")[0] == {}
+
+
+@pytest.mark.parametrize("moved", [True, False])
+def test_a_restart_move_lost_by_a_restart_of_opendrs_starts_the_container(
+    served: Served, moved: bool
+) -> None:
+    c1 = served.fake.instance("c1")
+    c1.status = "Stopped"
+    if moved:
+        c1.location = "m2"
+    backend = IncusBackend(socket_config(served), Settings(allow_restart_migration=True))
+    try:
+        progress = backend.poll(Handle("restart:gone", Move("c1", "m1", "m2"), time.time()))
+        time.sleep(0.3)
+    finally:
+        backend.close()
+    assert progress.state == ("done" if moved else "failed")
+    assert c1.status == "Running"

@@ -240,3 +240,6 @@ def test_a_server_that_is_not_clustered(served: Served) -> None:
     cluster, _ = observe(served)
     assert [n.name for n in cluster.nodes] == ["m1"]
     assert cluster.node("m1").cpu == 16.0
+    # Neither a target nor the member state is asked of a server that is not clustered.
+    assert all("target" not in r[2] for r in served.fake.calls("GET", "/1.0/resources"))
+    assert not served.fake.calls("GET", "/1.0/cluster/members/m1/state")

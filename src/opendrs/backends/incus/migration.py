@@ -157,7 +157,7 @@ class Migrator:
         if handle.id.startswith(_RESTART):
             job = self._restarts.get(handle.id)
             if job is None:
-                return self._settle(handle.move, "the restart move's state was lost")
+                return self._settle(handle.move, "the restart move's state was lost", restart=True)
             progress = self._poll_restart(handle.id, job)
         else:
             progress = self._poll_operation(handle.id, handle.move)
@@ -197,20 +197,21 @@ class Migrator:
             return failed(f"the move of {move.guest} to {move.target} failed: {reason}")
         return RUNNING
 
-    def _settle(self, move: Move, why: str) -> Progress:
-        """A migration whose operation is gone: done when the instance is on its target."""
+    def _settle(self, move: Move, why: str, *, restart: bool = False) -> Progress:
+        """A migration whose operation is gone: done when the instance is on its target.
+
+        A restart move (``restart``) was of a running container: one left stopped, on either
+        member, is started again.
+        """
         project, name = split_id(move.guest)
         row = self._instance(project, name, f"instance {move.guest}")
         location = row.get("location")
+        if restart and row.get("status") == "Stopped" and location in (move.source, move.target):
+            log.info("starting %s again on %s after its restart move", move.guest, location)
+            self._power(project, name, "start")
         if location == move.target:
-            if row.get("status") != "Running" and move.guest in self._running_before(move):
-                self._power(project, name, "start")
             return DONE
         return failed(f"{why}, and instance {move.guest} is on {location}, not {move.target}")
-
-    def _running_before(self, move: Move) -> set[str]:
-        known = self._observer.known.get(move.guest)
-        return {move.guest} if known is not None and known.running and not known.vm else set()
 
     def _poll_restart(self, handle_id: str, job: _Restart) -> Progress:
         state = self._operation(job.operation)
@@ -322,7 +323,8 @@ class Migrator:
                     f"the {action} of member {node} did not end within "
                     f"{self._config.migration_timeout:g}s"
                 )
-            state = self._client.wait(reply.operation, min(left, 30))
+            # In slices, so that a stop request is seen between them.
+            state = self._client.wait(reply.operation, min(left, 5))
             status = state.get("status")
             if status == "Success":
                 log.info("member %s: %s done", node, action)

@@ -79,6 +79,7 @@ class Observer:
         self._samples: dict[str, CpuSample] = {}
         self._capacity: dict[str, tuple[float, int]] = {}
         self._member_state = True
+        self._clustered = True
         self._local_pools: list[str] = []
         self._warned: set[str] = set()
         #: What the last observation knew: instances by guest id, the server's config, the
@@ -141,19 +142,23 @@ class Observer:
 
     def _members(self) -> list[dict[str, Any]]:
         try:
-            return objects_of(
+            members = objects_of(
                 self._client.get("/1.0/cluster/members", recursion=1), "/1.0/cluster/members"
             )
+            self._clustered = True
+            return members
         except ApiError as exc:
             if "not clustered" not in exc.message.lower():
                 raise
+        self._clustered = False
         self._warn_once("the server is not clustered: it is observed as a cluster of one member")
         return [
             {"server_name": self.local or "local", "status": "Online", "roles": ["database-leader"]}
         ]
 
     def _read_member(self, name: str) -> MemberRead:
-        target = {"target": name} if name != "local" else {}
+        # A server that is not clustered takes no target, and has no member state.
+        target = {"target": name} if self._clustered else {}
         try:
             resources = object_of(self._client.get("/1.0/resources", **target), "/1.0/resources")
         except ApiError as exc:
@@ -176,7 +181,7 @@ class Observer:
 
     def _load(self, name: str) -> float | None:
         """The member's 1-minute load average, from its state where the server has one."""
-        if not self._member_state:
+        if not self._member_state or not self._clustered:
             return None
         try:
             state = object_of(
@@ -216,10 +221,11 @@ class Observer:
     def _storage(self, member: str) -> dict[str, int]:
         """Each local pool's size on ``member``."""
         sizes: dict[str, int] = {}
+        target = {"target": member} if self._clustered else {}
         for pool in self._local_pools:
             try:
                 space = object_of(
-                    self._client.get(f"/1.0/storage-pools/{pool}/resources", target=member),
+                    self._client.get(f"/1.0/storage-pools/{pool}/resources", **target),
                     "pool resources",
                 ).get("space")
             except ApiError as exc:
