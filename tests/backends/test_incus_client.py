@@ -339,3 +339,29 @@ def test_the_documented_backend_sections_parse() -> None:
     assert len(blocks) >= 2
     for block in blocks:
         parse({k: v for k, v in yaml.safe_load(block)["backend"].items() if k != "type"})
+
+
+def test_platform_defaults_yield_to_the_policy_section() -> None:
+    from opendrs.controller.config import with_platform_defaults
+
+    config = parse_config(
+        {
+            "backend": {"type": "incus"},
+            "policy": {"preset": "incus", "batch": 3, "options": {"max_moves": 3}},
+        }
+    )
+    fields = {"interval": 600, "batch": 1, "cooldown": 3600, "options": {"threshold": 30.0}}
+    changed, taken = with_platform_defaults(config, fields)
+    assert (changed.policy.interval, changed.policy.batch, changed.policy.cooldown) == (
+        600,
+        3,
+        3600,
+    )
+    assert dict(changed.policy.options) == {"threshold": 30.0, "max_moves": 3}
+    assert changed.executor.cooldown == 3600
+    assert taken == [
+        "policy interval = 600",
+        "policy cooldown = 3600",
+        "policy option threshold = 30.0",
+    ]
+    assert with_platform_defaults(config, {}) == (config, [])

@@ -17,6 +17,14 @@ migration by where its guest is (in the background too): migrations start as soo
 and a watched migration is settled by what the next observation shows. At start-up the executor
 reconciles the migrations the history lists as in flight, so a restart loses nothing and repeats
 nothing. :class:`InstanceLock` keeps a second instance away from the same history.
+
+A backend may tell more than the protocol asks (the Incus backend does; the others do not):
+
+* ``policy_defaults(strategy)`` — policy fields the platform's own settings set, taken where the
+  configuration's ``policy`` section is silent (``config.with_platform_defaults``);
+* ``standby()`` — why this instance must stay idle now (not the cluster's leader): the cycle then
+  observes and decides nothing;
+* ``last_moves()`` — when guests last moved, by any balancer: cooldowns, as for opendrs's moves.
 """
 
 from __future__ import annotations
