@@ -243,3 +243,20 @@ def test_a_server_that_is_not_clustered(served: Served) -> None:
     # Neither a target nor the member state is asked of a server that is not clustered.
     assert all("target" not in r[2] for r in served.fake.calls("GET", "/1.0/resources"))
     assert not served.fake.calls("GET", "/1.0/cluster/members/m1/state")
+
+
+def test_an_api_that_stops_answering_fails_the_observation_in_one_line(served: Served) -> None:
+    from opendrs.backends.base import BackendError
+
+    served.fake.hang("GET", "/1.0/instances", 3.0)
+    client = Client(socket_config(served, timeout=1.0, retries=1))
+    client.sleep = lambda seconds: None
+    observer = Observer(client, socket_config(served), Settings())
+    try:
+        with pytest.raises(BackendError) as caught:
+            observer.observe()
+    finally:
+        client.close()
+    assert str(caught.value).endswith(": no answer within 1s (after 2 tries)")
+    assert str(caught.value).startswith("GET /1.0/instances at unix:")
+    assert caught.value.transient
