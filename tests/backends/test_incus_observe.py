@@ -107,6 +107,8 @@ def test_instances_become_guests(served: Served) -> None:
     assert vm1.cpu_used == pytest.approx(0.0, abs=0.01)
     vm2 = cluster.guest("vm2")
     assert (vm2.cpu, vm2.memory) == (3.0, 32 * GiB)
+    # Without migration.stateful Incus cannot move it live: it is held as locked.
+    assert (vm1.lock, vm2.lock) == (None, "migration.stateful is not true")
     c1, c2 = cluster.guest("c1"), cluster.guest("c2")
     assert (c1.kind, c1.memory) == ("ct", 512 * 10**6)
     assert (c2.state, c2.cpu_used, c2.memory_used) == ("stopped", 0.0, 0)

@@ -8,7 +8,8 @@ No API calls.
 * An instance's size is ``limits.cpu`` (a count, or the number of CPUs a set pins) and
   ``limits.memory`` (a size, or a percentage of its member's memory); without them, a VM has
   Incus's defaults (1 vCPU, 1 GiB) and a container its measured use (it may use the whole
-  member). Its disks are the disk devices on a storage pool (local unless the pool's driver is a
+  member). A running VM without ``migration.stateful: true`` is locked (Incus cannot move it
+  live). Its disks are the disk devices on a storage pool (local unless the pool's driver is a
   remote one); passed-through devices (GPU, USB, PCI, unix devices, InfiniBand) and disks bound
   to a host path pin it to its member.
 * Measured CPU is a rate: the growth of the instance's CPU counter (nanoseconds) between this
@@ -23,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from opendrs.backends.incus.values import as_int, cpu_limit, memory_limit
+from opendrs.backends.incus.values import as_int, cpu_limit, flag, memory_limit
 from opendrs.model.cluster import Disk, Guest, GuestState, Node
 
 #: Storage drivers whose volumes every member reaches.
@@ -32,6 +33,8 @@ REMOTE_DRIVERS: Final = frozenset({"ceph", "cephfs", "cephobject", "lvmcluster",
 PINNING_DEVICES: Final = frozenset(
     {"gpu", "usb", "pci", "unix-char", "unix-block", "unix-hotplug", "infiniband"}
 )
+#: The lock of a running VM without ``migration.stateful: true``, which Incus cannot move live.
+STATELESS_LOCK: Final = "migration.stateful is not true"
 #: Incus's sizes of a VM that sets no limits.
 VM_DEFAULT_CPU: Final = 1.0
 VM_DEFAULT_MEMORY: Final = 1024**3
@@ -127,6 +130,8 @@ def build_guest(
     if memory is None:
         memory = VM_DEFAULT_MEMORY if vm else (memory_used or 0)
     disks, pinning = _devices(devices, remote_pools)
+    if lock is None and vm and state == "running" and not flag(config.get("migration.stateful")):
+        lock = STATELESS_LOCK  # Incus cannot move it live: held, as a locked guest is
     priority = as_int(config.get("user.opendrs.priority"), 2)
     return Guest(
         id=guest_id(project, name),
@@ -202,6 +207,7 @@ def _mapping(value: object) -> Mapping[str, Any]:
 __all__ = [
     "PINNING_DEVICES",
     "REMOTE_DRIVERS",
+    "STATELESS_LOCK",
     "CpuSample",
     "MemberRead",
     "build_guest",
