@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.generate import SIZES, generate
+from bench.incus import section as incus_section
 from bench.metrics import Evaluator
 from bench.peers import PEERS
 from bench.report import Case, MethodCase, Row, method_section, section
@@ -185,6 +186,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--method-strategies",
         default=None,
         help="opendrs strategies run on the method cases (default: the default strategy)",
+    )
+    parser.add_argument(
+        "--incus",
+        default="50x5000",
+        metavar="MEMBERSxINSTANCES",
+        help="the Incus backend's observation at this scale (bench/incus.py); 'none' to skip",
     )
     parser.add_argument("--markdown", type=Path, default=None, metavar="FILE")
     parser.add_argument("--json", type=Path, default=None, metavar="FILE")
@@ -499,6 +506,10 @@ def main(argv: list[str] | None = None) -> int:
             sections.append(text)
             print(text, flush=True)
 
+    if args.incus != "none":  # bench/incus.py: one observation of 50 members, 5,000 instances
+        sections.append(incus_section(*_scale(parser, args.incus))[0])
+        print(sections[-1], flush=True)
+
     command = "python -m bench " + shlex.join(sys.argv[1:] if argv is None else argv)
     seeds_text = f", method cases seeds {', '.join(map(str, method_seeds))}" if method_cases else ""
     header = [
@@ -529,6 +540,14 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(json.dumps(payload, indent=1, default=str), encoding="utf-8")
         _progress(f"wrote {args.json}")
     return 0
+
+
+def _scale(parser: argparse.ArgumentParser, text: str) -> tuple[int, int]:
+    """``--incus MEMBERSxINSTANCES`` as two whole numbers."""
+    members, _, instances = text.partition("x")
+    if not (members.isdigit() and instances.isdigit() and int(members) > 0):
+        parser.error(f"--incus: expected MEMBERSxINSTANCES (e.g. 50x5000) or none, got {text!r}")
+    return int(members), int(instances)
 
 
 if __name__ == "__main__":

@@ -43,12 +43,12 @@ from opendrs.model.snapshot import (
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 DOCS = ROOT / "docs" / "snapshot-format.md"
-#: Snapshots among the examples (examples/proxmox.yaml is a configuration file, see
-#: tests/backends/test_proxmox.py).
+#: Snapshots among the examples (examples/proxmox.yaml and incus.yaml are configuration files, see
+#: tests/backends/test_proxmox.py and test_incus_client.py).
 EXAMPLE_FILES = sorted(
     p
     for p in EXAMPLES.iterdir()
-    if p.suffix in (".yaml", ".yml", ".json") and p.name != "proxmox.yaml"
+    if p.suffix in (".yaml", ".yml", ".json") and p.name not in ("proxmox.yaml", "incus.yaml")
 )
 GIB = 1024**3
 MIB = 1024**2

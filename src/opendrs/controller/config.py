@@ -6,7 +6,7 @@
     cluster: prod                 # name in logs and in the history (default: the backend's)
     mode: shadow                  # shadow (default: record only) | active (migrate)
     backend:
-      type: file | sim | proxmox  # and the keys of that backend
+      type: file | sim | proxmox | incus  # and the keys of that backend
     history: history.sqlite       # relative paths are relative to this file
     lock: history.sqlite.lock     # default: the history path + ".lock"
     policy: {...}                 # see opendrs.engine.policy.parse_policy
@@ -20,7 +20,7 @@ Nothing migrates unless ``mode: active`` is written in the file.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path as FsPath
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -33,16 +33,24 @@ from opendrs.model.snapshot import SnapshotReader
 
 if TYPE_CHECKING:
     from opendrs.backends.base import Backend, Clock
+    from opendrs.backends.incus import IncusConfig
     from opendrs.backends.proxmox import ProxmoxConfig
 
-__all__ = ["BackendConfig", "Config", "ConfigError", "load_config", "parse_config"]
+__all__ = [
+    "BackendConfig",
+    "Config",
+    "ConfigError",
+    "load_config",
+    "parse_config",
+    "with_platform_defaults",
+]
 
 #: Configuration problems are document problems: one line, ``FILE: PATH: REASON``.
 ConfigError = DocumentError
 
 VERSION: Final = 1
 MODES: Final = ("shadow", "active")
-BACKENDS: Final = ("file", "sim", "proxmox")
+BACKENDS: Final = ("file", "sim", "proxmox", "incus")
 LOG_LEVELS: Final = ("debug", "info", "warning", "error")
 _TOP_KEYS: Final = (
     "version",
@@ -77,7 +85,7 @@ _EXECUTOR_DURATIONS: Final = {
 class BackendConfig:
     """Which cluster to drive and how to reach it."""
 
-    type: Literal["file", "sim", "proxmox"]
+    type: Literal["file", "sim", "proxmox", "incus"]
     #: ``file``: the snapshot file.
     path: str | None = None
     #: ``sim``: the scenario file, or ``None`` for the built-in one named by ``builtin``.
@@ -87,6 +95,8 @@ class BackendConfig:
     days: float | None = None
     #: ``proxmox``: the connection.
     proxmox: ProxmoxConfig | None = None
+    #: ``incus``: the connection.
+    incus: IncusConfig | None = None
 
 
 @dataclass(frozen=True)
@@ -105,6 +115,9 @@ class Config:
     log_level: str = "info"
     #: Failed observations in a row from which each further one is logged at ERROR.
     failed_observations: int = 3
+    #: The keys written in the ``policy`` section: they win over the platform's own defaults
+    #: (Incus's ``cluster.rebalance.*``, see :func:`with_platform_defaults`).
+    policy_keys: frozenset[str] = frozenset()
 
     @property
     def active(self) -> bool:
@@ -135,6 +148,17 @@ class Config:
             )
             sim = Simulator(scenario, days=self.backend.days, threshold=self.policy.threshold)
             return sim, sim
+        if self.backend.type == "incus":
+            from opendrs.backends.incus import IncusBackend
+
+            assert self.backend.incus is not None
+            incus = IncusBackend(
+                self.backend.incus,
+                self.settings or Settings(),
+                cluster_name=self.cluster,
+                should_stop=should_stop,
+            )
+            return incus, SystemClock()
         from opendrs.backends.proxmox import ProxmoxBackend
 
         assert self.backend.proxmox is not None
@@ -191,6 +215,9 @@ class _ConfigReader(SnapshotReader):
                     minimum=1,
                     maximum=10_000,
                 )
+        policy_keys = frozenset(
+            str(k) for k in (top["policy"] if isinstance(top.get("policy"), dict) else ())
+        )
         return Config(
             file=self.filename,
             backend=backend,
@@ -203,6 +230,7 @@ class _ConfigReader(SnapshotReader):
             settings=settings,
             log_level=level,
             failed_observations=failed_observations,
+            policy_keys=policy_keys,
         )
 
     def backend(self, value: object, path: Path) -> BackendConfig:
@@ -227,6 +255,10 @@ class _ConfigReader(SnapshotReader):
             if "days" in mapping:
                 days = self.number(mapping["days"], (*path, "days"), positive=True, maximum=3660)
             return BackendConfig("sim", scenario=scenario, builtin=builtin, days=days)
+        if kind == "incus":
+            from opendrs.backends.incus import parse_incus
+
+            return BackendConfig("incus", incus=parse_incus(self, mapping, path))
         from opendrs.backends.proxmox import parse_proxmox
 
         return BackendConfig("proxmox", proxmox=parse_proxmox(self, mapping, path))
@@ -255,6 +287,34 @@ class _ConfigReader(SnapshotReader):
                     mapping[key], (*path, key), minimum=shortest, maximum=longest
                 )
         return replace(base, **fields)
+
+
+def with_platform_defaults(config: Config, fields: Mapping[str, Any]) -> tuple[Config, list[str]]:
+    """``config`` with the policy fields the platform sets (Incus's ``cluster.rebalance.*``)
+    where its ``policy`` section does not set them, and what was taken, one line each.
+
+    ``options`` are merged: the strategy options of the configuration win, key by key. A
+    cooldown taken also becomes the executor's (the cooldown a move starts).
+    """
+    explicit = config.policy_keys
+    policy = config.policy
+    changes: dict[str, Any] = {}
+    taken: list[str] = []
+    for key, value in fields.items():
+        if key == "options":
+            merged = {**dict(value), **dict(policy.options)}
+            if merged != dict(policy.options):
+                changes["options"] = merged
+                new = [k for k in value if k not in policy.options]
+                taken += [f"policy option {k} = {value[k]!r}" for k in new]
+        elif key not in explicit and getattr(policy, key) != value:
+            changes[key] = value
+            taken.append(f"policy {key} = {value!r}")
+    if not changes:
+        return config, []
+    policy = replace(policy, **changes)
+    executor = replace(config.executor, cooldown=policy.cooldown)
+    return replace(config, policy=policy, executor=executor), taken
 
 
 def parse_config(data: object, *, filename: str = "<config>") -> Config:

@@ -17,6 +17,14 @@ migration by where its guest is (in the background too): migrations start as soo
 and a watched migration is settled by what the next observation shows. At start-up the executor
 reconciles the migrations the history lists as in flight, so a restart loses nothing and repeats
 nothing. :class:`InstanceLock` keeps a second instance away from the same history.
+
+A backend may tell more than the protocol asks (the Incus backend does; the others do not):
+
+* ``policy_defaults(strategy)`` — policy fields the platform's own settings set, taken where the
+  configuration's ``policy`` section is silent (``config.with_platform_defaults``);
+* ``standby()`` — why this instance must stay idle now (not the cluster's leader): the cycle then
+  observes and decides nothing;
+* ``last_moves()`` — when guests last moved, by any balancer: cooldowns, as for opendrs's moves.
 """
 
 from __future__ import annotations
@@ -32,7 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from opendrs.backends.base import Backend, BackendError, Clock, SystemClock
-from opendrs.controller.config import Config
+from opendrs.controller.config import Config, with_platform_defaults
 from opendrs.controller.executor import Event, Executor
 from opendrs.controller.history import History
 from opendrs.engine.policy import (
@@ -168,6 +176,10 @@ class Controller:
         self.cycles: list[Cycle] = []
         self._last_none: tuple[str, float] | None = None
         self._cluster_bound = False
+        #: Whether the backend's policy defaults were asked for under this configuration.
+        self._platform_asked = False
+        #: Why the backend says this instance must stay idle (``leader_only``), if it does.
+        self._standby: str | None = None
 
     @property
     def policy(self) -> PolicyConfig:
@@ -192,6 +204,7 @@ class Controller:
         config = self._overridden(config)
         self.config = replace(config, backend=self.config.backend)
         self.executor.config = config.executor
+        self._platform_asked = False
         self.executor.active = config.active
         log.info(
             "configuration reloaded from %s: mode %s, policy %s",
@@ -207,8 +220,17 @@ class Controller:
     def past_migrations(self, now: float) -> PastMigrations:
         """What the history tells the policy: cooldowns, departures, failed targets."""
         departures = self.history.departures(now - self.policy.no_return)
+        cooldowns = self.history.cooldowns(now)
+        # Moves the platform records (Incus's volatile.rebalance.last_move), by any balancer.
+        last_moves: Callable[[], dict[str, float]] | None = getattr(
+            self.backend, "last_moves", None
+        )
+        for guest, moved in (last_moves() if last_moves is not None else {}).items():
+            until = moved + self.policy.cooldown
+            if until > max(now, cooldowns.get(guest, now)):
+                cooldowns[guest] = until
         return PastMigrations(
-            cooldown_until=self.history.cooldowns(now),
+            cooldown_until=cooldowns,
             departures={g: tuple(v) for g, v in departures.items()},
             avoid=self.history.avoided(now),
         )
@@ -220,8 +242,42 @@ class Controller:
             self._cluster_bound = True
         return cluster
 
+    def platform_defaults(self) -> None:
+        """Once per configuration: the policy defaults the platform sets (Incus's
+        ``cluster.rebalance.*``) where the configuration's policy section does not."""
+        ask: Callable[[str], tuple[dict[str, object], list[str]]] | None = getattr(
+            self.backend, "policy_defaults", None
+        )
+        if self._platform_asked or ask is None:
+            return
+        try:
+            fields, notes = ask(self.policy.strategy)
+        except BackendError as exc:
+            log.warning("cannot read the platform's policy defaults (asked again later): %s", exc)
+            return
+        self._platform_asked = True
+        for note in notes:
+            log.warning("%s", note)
+        self.config, taken = with_platform_defaults(self.config, fields)
+        self.executor.config = self.config.executor
+        for line in taken:
+            log.info("from the platform's settings: %s", line)
+
+    def standby(self) -> str | None:
+        """Why this instance stays idle now (the backend's ``standby``: not the leader)."""
+        ask: Callable[[], str | None] | None = getattr(self.backend, "standby", None)
+        reason = ask() if ask is not None else None
+        if reason != self._standby:
+            if reason is not None:
+                log.info("standing by: %s", reason)
+            else:
+                log.info("acting again: this instance may act on the cluster")
+            self._standby = reason
+        return reason
+
     def cycle(self, *, policy: PolicyConfig | None = None) -> Cycle:
         """Observe, decide and (in active mode) hand the plan to the executor."""
+        self.platform_defaults()
         policy = policy or self.policy
         now = self.clock.now()
         try:
@@ -242,6 +298,10 @@ class Controller:
             self.failed_observations = 0
         if self.executor.watching:
             self.executor.settle(cluster)
+        if self.standby() is not None:
+            result = Cycle(now, cluster, None)
+            self._done(result)
+            return result
         self.window = self.window.add(now, cluster, policy.smoothing)
         # Capacity is checked on usage that rises after the hold, not after the whole window.
         span = overload_span(policy)
@@ -352,6 +412,7 @@ class Controller:
         """
         for event in self.executor.reconcile():
             log.info("reconciled: %s", event)
+        self.platform_defaults()
         next_cycle = self.clock.now()
         decided = False
         while not should_stop():

@@ -1,0 +1,334 @@
+"""Migrations: start one, follow its operation, find one whose answer was lost, stop one;
+evacuate and restore members.
+
+* A running VM moves live: ``POST /1.0/instances/NAME?target=MEMBER&project=P`` with
+  ``{"name": NAME, "migration": true, "live": true}``; Incus needs ``migration.stateful: true``
+  on the VM for that, and opendrs refuses to start a move Incus would refuse.
+* A stopped instance moves cold (``"live": false``).
+* A running container cannot move live: with ``settings.allow_restart_migration`` it is stopped,
+  moved and started again (three operations, followed one after the other by :meth:`poll`);
+  without it, it does not move. A move that fails after the stop starts it again where it is.
+
+The handle's id is the operation's id (``restart:OP`` for a restart move, whose current
+operation changes as it goes). Incus forgets an operation a few seconds after it ended: a poll
+that finds it gone settles the migration by where the instance is. After a move, the instance's
+``volatile.rebalance.last_move`` is set to the time (Unix seconds), as Incus's own balancer does,
+so that either balancer respects the other's cooldown; a server that refuses that key (LXD, or an
+Incus without it) gets ``user.opendrs.last_move`` instead, and both are read.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Final
+
+from opendrs.backends.base import DONE, RUNNING, BackendError, Handle, Progress, failed
+from opendrs.backends.incus.assemble import split_id
+from opendrs.backends.incus.client import ApiError, Client
+from opendrs.backends.incus.config import IncusConfig
+from opendrs.backends.incus.observe import LAST_MOVE_KEYS, Observer
+from opendrs.backends.incus.values import clip, flag, object_of, objects_of
+from opendrs.model.cluster import Move, Settings
+
+log = logging.getLogger(__name__)
+
+#: Seconds a stop or a start of a restart move may take before the instance is stopped by force.
+_STOP_TIMEOUT: Final = 60
+_RESTART: Final = "restart:"
+
+
+@dataclass(slots=True)
+class _Restart:
+    """A container's restart move under way: the stage and its operation."""
+
+    move: Move
+    project: str
+    name: str
+    stage: str
+    operation: str
+
+
+class Migrator:
+    """Starts, follows and stops migrations through ``client``; where an instance is comes from
+    ``observer``'s last observation (or the API)."""
+
+    def __init__(
+        self, client: Client, config: IncusConfig, settings: Settings, observer: Observer
+    ) -> None:
+        self._client = client
+        self._config = config
+        self._settings = settings
+        self._observer = observer
+        self._restarts: dict[str, _Restart] = {}
+        #: Whether the server takes ``volatile.rebalance.last_move`` (unknown until tried).
+        self._volatile_key = True
+
+    # -- start ---------------------------------------------------------------------------------
+
+    def start(self, move: Move) -> Handle:
+        project, name = split_id(move.guest)
+        label = f"instance {move.guest}"
+        if move.source == move.target:
+            raise BackendError(f"{label} is already on {move.target}", transient=False)
+        row = self._instance(project, name, label)
+        if row.get("location") != move.source:
+            raise BackendError(
+                f"{label} is not on {move.source} (any more): it is on {row.get('location')}",
+                transient=False,
+            )
+        running = row.get("status") == "Running"
+        vm = row.get("type") == "virtual-machine"
+        config = row.get("expanded_config") if isinstance(row.get("expanded_config"), dict) else {}
+        if running and vm and not flag(config.get("migration.stateful", "")):
+            raise BackendError(
+                f"{label} is a running VM without migration.stateful=true: Incus cannot move it "
+                "live (set it, then restart the VM)",
+                transient=False,
+            )
+        if running and not vm:
+            return self._start_restart(move, project, name, label)
+        operation = self._move(move, project, name, live=running)
+        log.info(
+            "moving %s from %s to %s (%s): operation %s",
+            label,
+            move.source,
+            move.target,
+            "live" if running else "cold",
+            operation,
+        )
+        self._observer.targets[move.guest] = move.target
+        return Handle(operation, move, time.time())
+
+    def _instance(self, project: str, name: str, label: str) -> dict[str, Any]:
+        try:
+            return object_of(
+                self._client.get(f"/1.0/instances/{name}", project=project), "/1.0/instances/…"
+            )
+        except ApiError as exc:
+            if exc.status == 404:
+                raise BackendError(f"{label} does not exist", transient=False) from None
+            raise
+
+    def _move(self, move: Move, project: str, name: str, *, live: bool) -> str:
+        body = {"name": name, "migration": True, "live": live}
+        reply = self._client.send(
+            "POST", f"/1.0/instances/{name}", body, target=move.target, project=project
+        )
+        if reply.operation is None:
+            raise BackendError(
+                f"instance {move.guest}: the API answered the move with no operation"
+            )
+        return reply.operation
+
+    def _power(self, project: str, name: str, action: str) -> str:
+        body: dict[str, Any] = {"action": action, "timeout": _STOP_TIMEOUT}
+        if action == "stop":
+            body["force"] = False
+        reply = self._client.send("PUT", f"/1.0/instances/{name}/state", body, project=project)
+        if reply.operation is None:
+            raise BackendError(f"instance {name}: the API answered the {action} with no operation")
+        return reply.operation
+
+    def _start_restart(self, move: Move, project: str, name: str, label: str) -> Handle:
+        if not self._settings.allow_restart_migration:
+            raise BackendError(
+                f"{label} is a running container: it can only move by a restart migration, which "
+                "settings.allow_restart_migration does not allow",
+                transient=False,
+            )
+        operation = self._power(project, name, "stop")
+        handle_id = f"{_RESTART}{operation}"
+        self._restarts[handle_id] = _Restart(move, project, name, "stop", operation)
+        log.info(
+            "moving %s from %s to %s by a restart: stopping it (operation %s)",
+            label,
+            move.source,
+            move.target,
+            operation,
+        )
+        self._observer.targets[move.guest] = move.target
+        return Handle(handle_id, move, time.time())
+
+    # -- follow --------------------------------------------------------------------------------
+
+    def poll(self, handle: Handle) -> Progress:
+        if handle.id.startswith(_RESTART):
+            job = self._restarts.get(handle.id)
+            if job is None:
+                return self._settle(handle.move, "the restart move's state was lost", restart=True)
+            progress = self._poll_restart(handle.id, job)
+        else:
+            progress = self._poll_operation(handle.id, handle.move)
+        if (
+            progress.state == "running"
+            and time.time() - handle.started > self._config.migration_timeout
+        ):
+            self.cancel(handle)
+            return failed(
+                f"the move of {handle.move.guest} did not end within "
+                f"{self._config.migration_timeout:g}s"
+            )
+        if progress.state == "done":
+            self._record_move(handle.move)
+        if progress.finished:
+            self._observer.targets.pop(handle.move.guest, None)
+        return progress
+
+    def _operation(self, operation: str) -> dict[str, Any] | None:
+        """The operation now, or ``None`` when the server has forgotten it."""
+        try:
+            return self._client.wait(operation, 0)
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def _poll_operation(self, operation: str, move: Move) -> Progress:
+        state = self._operation(operation)
+        if state is None:
+            return self._settle(move, "its operation ended")
+        status = state.get("status")
+        if status == "Success":
+            return DONE
+        if status in ("Failure", "Cancelled"):
+            reason = clip(str(state.get("err") or status), 300)
+            return failed(f"the move of {move.guest} to {move.target} failed: {reason}")
+        return RUNNING
+
+    def _settle(self, move: Move, why: str, *, restart: bool = False) -> Progress:
+        """A migration whose operation is gone: done when the instance is on its target.
+
+        A restart move (``restart``) was of a running container: one left stopped, on either
+        member, is started again.
+        """
+        project, name = split_id(move.guest)
+        row = self._instance(project, name, f"instance {move.guest}")
+        location = row.get("location")
+        if restart and row.get("status") == "Stopped" and location in (move.source, move.target):
+            log.info("starting %s again on %s after its restart move", move.guest, location)
+            self._power(project, name, "start")
+        if location == move.target:
+            return DONE
+        return failed(f"{why}, and instance {move.guest} is on {location}, not {move.target}")
+
+    def _poll_restart(self, handle_id: str, job: _Restart) -> Progress:
+        state = self._operation(job.operation)
+        status = "Success" if state is None else state.get("status")
+        if status == "Running":
+            return RUNNING
+        if status != "Success":
+            reason = clip(str((state or {}).get("err") or status), 300)
+            del self._restarts[handle_id]
+            if job.stage == "move":
+                self._restart_where_it_is(job)
+            return failed(
+                f"the restart move of {job.move.guest} failed at its {job.stage}: {reason}"
+            )
+        if job.stage == "stop":
+            job.stage, job.operation = (
+                "move",
+                self._move(job.move, job.project, job.name, live=False),
+            )
+        elif job.stage == "move":
+            job.stage, job.operation = "start", self._power(job.project, job.name, "start")
+        else:
+            del self._restarts[handle_id]
+            return DONE
+        log.info("restart move of %s: %s (operation %s)", job.move.guest, job.stage, job.operation)
+        return RUNNING
+
+    def _restart_where_it_is(self, job: _Restart) -> None:
+        try:
+            self._power(job.project, job.name, "start")
+        except BackendError as exc:
+            log.warning("instance %s stays stopped after its failed move: %s", job.move.guest, exc)
+
+    def _record_move(self, move: Move) -> None:
+        """Write the time of the move into the instance (see the module docstring)."""
+        project, name = split_id(move.guest)
+        now = str(int(time.time()))
+        keys = LAST_MOVE_KEYS if self._volatile_key else LAST_MOVE_KEYS[1:]
+        for key in keys:
+            try:
+                self._client.send(
+                    "PATCH", f"/1.0/instances/{name}", {"config": {key: now}}, project=project
+                )
+                return
+            except ApiError as exc:
+                if exc.status != 400 or key != LAST_MOVE_KEYS[0]:
+                    log.warning("cannot record the move of %s in %s: %s", move.guest, key, exc)
+                    return
+                self._volatile_key = False
+                log.info(
+                    "the server refuses %s (%s): recording moves in %s",
+                    key,
+                    exc.message,
+                    LAST_MOVE_KEYS[1],
+                )
+            except BackendError as exc:
+                log.warning("cannot record the move of %s in %s: %s", move.guest, key, exc)
+                return
+
+    # -- find, stop ----------------------------------------------------------------------------
+
+    def find(self, move: Move, since: float) -> Handle | None:
+        """A running migration operation of ``move.guest`` (a request whose answer was lost)."""
+        project, name = split_id(move.guest)
+        operations = object_of(
+            self._client.get("/1.0/operations", recursion=1, project=project), "/1.0/operations"
+        )
+        for operation in objects_of(operations.get("running") or [], "running operations"):
+            resources = operation.get("resources")
+            urls = resources.get("instances") if isinstance(resources, dict) else None
+            names = {str(u).split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1] for u in urls or ()}
+            if name in names and "migrat" in str(operation.get("description", "")).lower():
+                log.info(
+                    "the move of %s to %s is operation %s", move.guest, move.target, operation["id"]
+                )
+                self._observer.targets[move.guest] = move.target
+                return Handle(str(operation["id"]), move, since)
+        return None
+
+    def cancel(self, handle: Handle) -> bool:
+        """Ask the server to cancel the migration's operation; False when it has none to cancel."""
+        operation = handle.id.removeprefix(_RESTART)
+        job = self._restarts.get(handle.id)
+        if job is not None:
+            operation = job.operation
+        try:
+            self._client.send("DELETE", f"/1.0/operations/{operation}")
+        except ApiError as exc:
+            if exc.status in (400, 403, 404):
+                log.info("operation %s cannot be cancelled: %s", operation, exc.message)
+                return False
+            raise
+        log.info("asked the server to cancel operation %s (%s)", operation, handle.move.guest)
+        return True
+
+    # -- maintenance ---------------------------------------------------------------------------
+
+    def set_maintenance(self, node: str, enabled: bool) -> None:
+        """Evacuate a member (``enabled``) or restore it, and wait for Incus to finish."""
+        action = "evacuate" if enabled else "restore"
+        reply = self._client.send("POST", f"/1.0/cluster/members/{node}/state", {"action": action})
+        if reply.operation is None:
+            return
+        deadline = time.monotonic() + self._config.migration_timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise BackendError(
+                    f"the {action} of member {node} did not end within "
+                    f"{self._config.migration_timeout:g}s"
+                )
+            # In slices, so that a stop request is seen between them.
+            state = self._client.wait(reply.operation, min(left, 5))
+            status = state.get("status")
+            if status == "Success":
+                log.info("member %s: %s done", node, action)
+                return
+            if status in ("Failure", "Cancelled"):
+                reason = clip(str(state.get("err") or status))
+                raise BackendError(f"the {action} of member {node} failed: {reason}")

@@ -1,0 +1,50 @@
+"""Fixtures for the Incus backend's tests: a fake Incus cluster served on a unix socket."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from backends.fakeincus import FakeIncus, GiB, Served, socket_path
+from opendrs.backends.incus.config import IncusConfig
+
+
+def small_cluster(fake: FakeIncus) -> FakeIncus:
+    """Three members (m1 the leader), five instances in two projects."""
+    fake.add_member("m1", threads=16, memory=64 * GiB, load1=2.0, used_memory=20 * GiB)
+    fake.add_member("m2", threads=16, memory=64 * GiB, load1=0.5, used_memory=4 * GiB)
+    fake.add_member("m3", threads=8, memory=32 * GiB, arch="aarch64", groups=["arm"])
+    fake.projects["web"] = {}
+    fake.add_instance(
+        "vm1",
+        "m1",
+        config={"limits.cpu": "4", "limits.memory": "8GiB", "migration.stateful": "true"},
+        devices={"root": {"type": "disk", "pool": "ceph", "path": "/"}},
+        cpu_rate=2.0,
+        memory_usage=6 * GiB,
+    )
+    fake.add_instance(
+        "vm2", "m1", config={"limits.cpu": "0-1,4", "limits.memory": "50%"}, cpu_rate=1.0
+    )
+    fake.add_instance("c1", "m1", type="container", config={"limits.memory": "512MB"})
+    fake.add_instance("c2", "m2", type="container", status="Stopped")
+    fake.add_instance("w1", "m2", project="web", config={"limits.cpu": "2"})
+    return fake
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Served]:
+    server = Served(small_cluster(FakeIncus()), socket=socket_path(tmp_path))
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def socket_config(server: Served, **fields: object) -> IncusConfig:
+    """A configuration for ``server``'s socket, fast to give up."""
+    base: dict[str, object] = {"socket": server.socket, "timeout": 2.0, "retries": 1}
+    base.update(fields)
+    return IncusConfig(**base)  # type: ignore[arg-type]

@@ -1,0 +1,188 @@
+"""``opendrs run --once`` and ``opendrs snapshot`` as subprocesses against a fake Incus API on a
+unix socket: shadow, active, leader-only and Incus's own balancer settings."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("httpx", reason="the Incus backend's client is httpx")
+pytest.importorskip("aiohttp", reason="the fake Incus API is an aiohttp server")
+
+from backends.fakeincus import FakeIncus, GiB, Served, socket_path
+from opendrs.model import snapshot
+
+#: Seconds a subprocess may take.
+DEADLINE = 120
+VMS = [f"vm{i}" for i in range(1, 7)]
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> Iterator[Served]:
+    incus = FakeIncus("m1")
+    incus.migration_seconds = 0.1
+    for name in ("m1", "m2", "m3"):
+        incus.add_member(name, threads=16, memory=64 * GiB, load1=0.0, used_memory=GiB)
+    for name in VMS:
+        incus.add_instance(
+            name,
+            "m1",
+            config={"limits.cpu": "2", "limits.memory": "8GiB", "migration.stateful": "true"},
+            devices={"root": {"type": "disk", "pool": "ceph", "path": "/"}},
+            memory_usage=7 * GiB,
+            cpu_rate=0.0,
+        )
+    incus.members["m1"].used_memory = GiB + 6 * 7 * GiB
+    server = Served(incus, socket=socket_path(tmp_path))
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def write_config(
+    tmp_path: Path, server: Served, *, mode: str, backend: str = "", extra: str = ""
+) -> Path:
+    path = tmp_path / "opendrs.yaml"
+    path.write_text(
+        "version: 1\n"
+        f"mode: {mode}\n"
+        f"backend: {{type: incus, socket: {server.socket}, timeout: 5s{backend}}}\n"
+        "history: history.sqlite\n"
+        "executor: {max_parallel: 2, poll_interval: 1s}\n"
+        "log: {level: debug}\n" + extra
+    )
+    return path
+
+
+def opendrs(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "opendrs", *args],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+        env={**os.environ, "COLUMNS": "160"},
+    )
+
+
+def history(tmp_path: Path, query: str) -> list[tuple[object, ...]]:
+    with sqlite3.connect(tmp_path / "history.sqlite") as db:
+        return db.execute(query).fetchall()
+
+
+def placement(server: Served) -> dict[str, str]:
+    return {name: server.fake.instance(name).location for name in VMS}
+
+
+def moves_posted(server: Served) -> int:
+    return sum(
+        1
+        for r in server.fake.requests
+        if r[0] == "POST" and r[1] in {f"/1.0/instances/{n}" for n in VMS}
+    )
+
+
+def test_shadow_decides_and_moves_nothing(tmp_path: Path, fake: Served) -> None:
+    result = opendrs("run", "--config", str(write_config(tmp_path, fake, mode="shadow")), "--once")
+    assert result.returncode == 0, result.stderr
+    (row,) = history(tmp_path, "SELECT mode, action, moves FROM decisions")
+    assert row[0] == "shadow" and row[1] != "none" and row[2] >= 2
+    assert "shadow: would migrate" in result.stderr
+    assert moves_posted(fake) == 0
+    assert set(placement(fake).values()) == {"m1"}
+
+
+def test_active_moves_live_and_records_the_moves(tmp_path: Path, fake: Served) -> None:
+    result = opendrs("run", "--config", str(write_config(tmp_path, fake, mode="active")), "--once")
+    assert result.returncode == 0, result.stderr
+    rows = history(tmp_path, "SELECT guest, source, target, outcome FROM migrations")
+    assert len(rows) >= 2 and all(r[3] == "done" for r in rows), rows
+    where = placement(fake)
+    for guest, _, target, _ in rows:
+        assert where[str(guest)] == target
+        assert "volatile.rebalance.last_move" in fake.fake.instance(str(guest)).config
+    assert len({where[g] for g in VMS}) == 3
+    posted = [
+        r for r in fake.fake.requests if r[0] == "POST" and r[1].startswith("/1.0/instances/")
+    ]
+    assert all(r[3]["live"] is True for r in posted)
+
+
+def test_a_failed_move_is_recorded_and_worked_around(tmp_path: Path, fake: Served) -> None:
+    for name in VMS:
+        fake.fake.instance(name).move_error = "Migration failed: target refused the memory"
+    result = opendrs("run", "--config", str(write_config(tmp_path, fake, mode="active")), "--once")
+    assert result.returncode == 0, result.stderr
+    rows = history(tmp_path, "SELECT outcome, error FROM migrations")
+    assert rows and all(r[0] == "failed" for r in rows)
+    assert any("target refused the memory" in str(r[1]) for r in rows)
+    assert set(placement(fake).values()) == {"m1"}
+
+
+def test_leader_only_stays_idle_on_other_members(tmp_path: Path, fake: Served) -> None:
+    fake.fake.set_leader("m2")
+    config = write_config(tmp_path, fake, mode="active", backend=", leader_only: true")
+    result = opendrs("run", "--config", str(config), "--once")
+    assert result.returncode == 0, result.stderr
+    assert "standing by: member m1 is not the database leader (m2): idle" in result.stderr
+    assert history(tmp_path, "SELECT * FROM decisions") == []
+    assert moves_posted(fake) == 0
+    fake.fake.set_leader("m1")
+    result = opendrs("run", "--config", str(config), "--once")
+    assert result.returncode == 0, result.stderr
+    assert moves_posted(fake) >= 2
+
+
+def test_incus_balancer_settings_become_the_policy_and_warn(tmp_path: Path, fake: Served) -> None:
+    fake.fake.config.update({"cluster.rebalance.interval": "15", "cluster.rebalance.batch": "1"})
+    # The policy section's own keys win: a margin of 0 lets a single move through.
+    config = write_config(tmp_path, fake, mode="active", extra="policy: {margin: 0, batch: 5}\n")
+    result = opendrs("run", "--config", str(config), "--once")
+    assert result.returncode == 0, result.stderr
+    assert "Incus's own balancer is enabled (cluster.rebalance.interval=15)" in result.stderr
+    assert "from the platform's settings: policy interval = 900" in result.stderr
+    assert "policy batch" not in result.stderr
+    assert len(history(tmp_path, "SELECT * FROM migrations")) >= 2
+    # Without a policy section the server's batch of 1 holds: one move, or none for the margin.
+    (tmp_path / "history.sqlite").unlink()
+    config = write_config(tmp_path, fake, mode="shadow")
+    result = opendrs("run", "--config", str(config), "--once")
+    assert "from the platform's settings: policy batch = 1" in result.stderr
+    assert "with 1 migration" in result.stderr
+
+
+def test_snapshot_of_the_incus_cluster(tmp_path: Path, fake: Served) -> None:
+    result = opendrs("snapshot", "--config", str(write_config(tmp_path, fake, mode="active")))
+    assert result.returncode == 0, result.stderr
+    live = snapshot.loads(result.stdout, filename="live.yaml")
+    assert [(n.name, n.cpu, n.memory) for n in live.nodes] == [
+        (name, 16.0, 64 * GiB) for name in ("m1", "m2", "m3")
+    ]
+    assert [g.id for g in live.guests] == VMS
+    assert moves_posted(fake) == 0
+
+
+def test_a_bad_backend_section_exits_2(tmp_path: Path, fake: Served) -> None:
+    config = write_config(tmp_path, fake, mode="shadow", backend=", project: 'a b'")
+    result = opendrs("run", "--config", str(config), "--once")
+    assert result.returncode == 2
+    assert "backend.project: not a project name" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_moves_incus_recorded_start_a_cooldown(tmp_path: Path, fake: Served) -> None:
+    for name in VMS:
+        fake.fake.instance(name).config["volatile.rebalance.last_move"] = str(int(time.time()) - 60)
+    result = opendrs("run", "--config", str(write_config(tmp_path, fake, mode="active")), "--once")
+    assert result.returncode == 0, result.stderr
+    assert moves_posted(fake) == 0
+    ((action, reason),) = history(tmp_path, "SELECT action, reason FROM decisions")
+    assert action == "none" and "cooldown" in str(reason), reason
