@@ -108,6 +108,33 @@ class InstanceLock:
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
 
+    def probe(self) -> tuple[bool, int | None]:
+        """Whether another process holds the lock now, and the pid it wrote — without keeping
+        it: a shared lock is tried without waiting and let go at once, on a file opened read-only
+        (never created, never through a symbolic link). A daemon that holds the lock is not
+        disturbed; one starting in that very instant would find it taken and exit with status 1.
+        Raises :class:`LockError` when the file cannot be opened."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        except FileNotFoundError:
+            return False, None
+        except OSError as exc:
+            raise LockError(f"{self.path}: cannot open the lock file: {exc.strerror}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                raise LockError(f"{self.path}: cannot test the lock: {exc.strerror}") from None
+            holder = b""
+            with contextlib.suppress(OSError):
+                holder = os.pread(fd, 32, 0).strip()
+            return True, int(holder) if holder.isdigit() else None
+        else:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return False, None
+        finally:
+            os.close(fd)
+
     def release(self) -> None:
         if self._fd is not None:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
