@@ -18,6 +18,8 @@ from opendrs.controller.loop import InstanceLock, LockError
 from opendrs.controller.records import iso_time, jsonl, timeline
 from opendrs.model.cluster import Move
 
+#: The decision log's logger (a command run in this process may have quietened "opendrs").
+LOGGER = "opendrs.controller.decision_log"
 SIM = {"backend": {"type": "sim", "scenario": "builtin:demo"}}
 
 
@@ -159,7 +161,7 @@ def test_a_log_that_cannot_be_written_warns_once_and_never_stops_the_writer(
         history.listen(log.record)
         path.unlink()
         path.mkdir()  # the path cannot be opened as a file any more
-        with caplog.at_level(logging.WARNING):
+        with caplog.at_level(logging.WARNING, logger=LOGGER):
             decide(history, 1.0)
             decide(history, 2.0)
         warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
@@ -168,7 +170,7 @@ def test_a_log_that_cannot_be_written_warns_once_and_never_stops_the_writer(
             "the history still records everything"
         ]
         path.rmdir()
-        with caplog.at_level(logging.INFO):
+        with caplog.at_level(logging.INFO, logger=LOGGER):
             decide(history, 3.0)
         assert "writing the decision log again" in caplog.text
         assert len(history.decisions()) == 3

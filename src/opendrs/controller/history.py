@@ -74,8 +74,10 @@ costs nothing that matters, and the one thing it protects — the record of a mi
 started — is exactly what a restart must not lose. Foreign keys are enforced; every write is one
 transaction (``BEGIN IMMEDIATE``), so a killed daemon leaves either all or nothing of it.
 
-There is one writer (the daemon holds its own lock); readers — a report command, the dashboard —
-open the file with ``History(path, readonly=True)``. In WAL mode readers and the writer do not
+There is one writer (the daemon holds its own lock); readers — ``opendrs status`` and
+``opendrs history``, a report — open the file with ``History(path, readonly=True)``. The writer
+tells its listeners (:meth:`History.listen`: the daemon's decision log) of each decision and
+migration event once it is committed. In WAL mode readers and the writer do not
 block each other; a busy timeout (5 s by default) covers the short moments when they do
 (checkpoints, recovery). Every failure — an unreadable, corrupt or foreign file, a schema newer
 than this code, a locked database, a bad argument — is a :class:`HistoryError` whose ``str()`` is

@@ -251,12 +251,15 @@ def add_history_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     p.add_argument(
         "--since",
         metavar="WHEN",
-        help="only from WHEN on: a duration back from now (1d, 6h, 1d 6h, 90m) or an ISO 8601 "
-        "time (2026-11-26T10:00Z; UTC without an offset); default: everything",
+        help="only from WHEN on: a duration back from now (1d, 6h, 1d 6h, 90m; with the "
+        "simulator backend, back from the latest time in the history) or an ISO 8601 time "
+        "(2026-11-26T10:00Z; UTC without an offset); default: everything",
     )
     p.add_argument("--guest", metavar="ID", help="only this guest's migrations and decisions")
     p.add_argument(
-        "--node", metavar="NAME", help="only migrations from or to NAME, and decisions moving so"
+        "--node",
+        metavar="NAME",
+        help="only the migrations from or to NAME, and the decisions whose plan has one",
     )
     p.add_argument(
         "--format",
