@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -230,3 +232,23 @@ def test_the_lock_probe_tells_who_holds_it_and_keeps_nothing(tmp_path: Path) -> 
     link.symlink_to(path)
     with pytest.raises(LockError, match="cannot open the lock file"):
         InstanceLock(str(link)).probe()
+
+
+def test_a_daemon_starting_during_a_probe_still_gets_its_lock(tmp_path: Path) -> None:
+    path = tmp_path / "history.sqlite.lock"
+    path.write_text("")
+    probe = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(probe, fcntl.LOCK_SH | fcntl.LOCK_NB)  # a probe, caught in its instant
+        timer = threading.Timer(0.02, fcntl.flock, (probe, fcntl.LOCK_UN))
+        timer.start()
+        lock = InstanceLock(str(path))
+        lock.acquire()
+        timer.join()
+        lock.release()
+        # A shared lock that stays (no probe keeps one) is another instance.
+        fcntl.flock(probe, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        with pytest.raises(LockError, match="another opendrs instance"):
+            InstanceLock(str(path)).acquire()
+    finally:
+        os.close(probe)

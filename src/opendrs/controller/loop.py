@@ -28,6 +28,7 @@ import logging
 import os
 import re
 import stat
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -92,7 +93,7 @@ class InstanceLock:
             os.close(fd)
             raise LockError(f"{self.path}: the lock path is not a regular file", lasting=True)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _lock_exclusive(fd)
         except OSError as exc:
             holder = ""
             with contextlib.suppress(OSError):
@@ -112,8 +113,8 @@ class InstanceLock:
         """Whether another process holds the lock now, and the pid it wrote — without keeping
         it: a shared lock is tried without waiting and let go at once, on a file opened read-only
         (never created, never through a symbolic link). A daemon that holds the lock is not
-        disturbed; one starting in that very instant would find it taken and exit with status 1.
-        Raises :class:`LockError` when the file cannot be opened."""
+        disturbed, and one starting in that very instant tries again a moment later
+        (:func:`_lock_exclusive`). Raises :class:`LockError` when the file cannot be opened."""
         try:
             fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
         except FileNotFoundError:
@@ -147,6 +148,25 @@ class InstanceLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+#: Tries of the exclusive lock, and the pause between two: a probe holds it for microseconds.
+_LOCK_TRIES = 3
+_LOCK_PAUSE = 0.05
+
+
+def _lock_exclusive(fd: int) -> None:
+    """``flock(LOCK_EX)`` without waiting — tried again twice, 50 ms apart, so that a probe
+    (:meth:`InstanceLock.probe`) in that instant is not taken for another instance."""
+    for attempt in range(_LOCK_TRIES):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except OSError as exc:
+            busy = exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK)
+            if not busy or attempt == _LOCK_TRIES - 1:
+                raise
+        time.sleep(_LOCK_PAUSE)
 
 
 @dataclass(frozen=True)
