@@ -149,6 +149,15 @@ def test_status_shows_the_cluster_the_last_decision_and_the_holds(ran: Path) -> 
     assert [n["name"] for n in nodes] == [f"pve{i}" for i in range(1, 9)]
     assert all(0 <= n["load"]["cpu"] <= 1 and 0 <= n["load"]["memory"] <= 1 for n in nodes)
     assert set(status["cluster"]["spread"]) == {"all"}
+    assert status["policy"] == {
+        "mode": "active",
+        "name": "opendrs",
+        "strategy": "balance",
+        "metric": "spread",
+        "threshold": 0.15,
+        "target": 0.08,
+        "interval": 300,
+    }
     assert status["daemon"]["running"] is False and status["daemon"]["pid"] is None
     history = status["history"]
     database = ran.parent / "history.sqlite"
@@ -163,6 +172,10 @@ def test_status_shows_the_cluster_the_last_decision_and_the_holds(ran: Path) -> 
     text = opendrs("status", "--config", str(ran))
     assert text.returncode == 0
     assert "not running: nothing holds" in text.stdout and "last decision" in text.stdout
+    assert (
+        "policy opendrs, active mode in the file: every 5m, acts when the spread is above 0.15"
+        in text.stdout
+    )
 
 
 def test_status_without_an_observation_still_shows_the_history(ran: Path, tmp_path: Path) -> None:

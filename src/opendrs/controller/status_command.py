@@ -39,6 +39,7 @@ from opendrs.controller.snapshot_command import observe_once
 from opendrs.engine.strategies.base import cluster_imbalance, imbalance_by_arch
 from opendrs.engine.usage import RESOURCES, LoadModel
 from opendrs.model.cluster import Cluster
+from opendrs.model.units import format_duration
 from opendrs.report.data import json_text
 from opendrs.report.text import Report, bar, node_state
 
@@ -139,6 +140,20 @@ def _until(entry: Cooldown | Avoid) -> dict[str, Any]:
     return data
 
 
+def _policy(config: Config) -> dict[str, Any]:
+    """What the configuration file tells the daemon: its mode and when to act."""
+    policy = config.policy
+    return {
+        "mode": config.mode,
+        "name": policy.name,
+        "strategy": policy.strategy,
+        "metric": policy.metric,
+        "threshold": policy.threshold,
+        "target": policy.target,
+        "interval": policy.interval,
+    }
+
+
 def status_data(status: Status) -> dict[str, Any]:
     """The JSON document of ``opendrs status --format json``."""
     cluster = status.cluster
@@ -153,6 +168,7 @@ def status_data(status: Status) -> dict[str, Any]:
             "spread": _spreads(cluster),
         },
         "observation": {"ok": cluster is not None, "error": status.observe_error},
+        "policy": _policy(config),
         "daemon": {
             "lock": config.lock,
             "running": status.lock_held,
@@ -176,6 +192,17 @@ def show_status(report: Report, status: Status) -> None:
     """The four parts as text: cluster, daemon, last decision, migrations and holds."""
     data = status_data(status)
     _show_cluster(report, status)
+    policy = data["policy"]
+    when = (
+        "the strategy judges when to act"
+        if policy["metric"] == "none"
+        else f"acts when the {policy['metric']} is above {policy['threshold']:g}"
+    )
+    report.line(
+        f"policy {policy['name']}, {policy['mode']} mode in the file: every "
+        f"{format_duration(policy['interval'])}, {when} (strategy {policy['strategy']}, "
+        f"target {policy['target']:g})"
+    )
     report.heading("Daemon")
     daemon = data["daemon"]
     if daemon["error"] is not None:
