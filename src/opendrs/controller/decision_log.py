@@ -23,7 +23,7 @@ import os
 import stat
 
 from opendrs.controller.history import DecisionRecord, MigrationRecord
-from opendrs.controller.records import jsonl, record_objects
+from opendrs.controller.records import jsonl, record_object
 
 log = logging.getLogger(__name__)
 
@@ -83,11 +83,9 @@ class DecisionLog:
             self._fd = -1
 
     def record(self, record: DecisionRecord | MigrationRecord) -> None:
-        """Append the lines of a record just written to the history; never raises."""
-        if self.path is None:
-            return
-        for item in record_objects(record):
-            self._write(jsonl(item).encode("utf-8"))
+        """Append the line of a record just written to the history; never raises."""
+        if self.path is not None:
+            self._write(self.path, jsonl(record_object(record)).encode("utf-8"))
 
     def _rotated(self, path: str) -> bool:
         try:
@@ -96,9 +94,7 @@ class DecisionLog:
             return True
         return (status.st_dev, status.st_ino) != self._identity
 
-    def _write(self, line: bytes) -> None:
-        path = self.path
-        assert path is not None
+    def _write(self, path: str, line: bytes) -> None:
         try:
             if self._fd < 0 or self._rotated(path):
                 self.reopen(path)

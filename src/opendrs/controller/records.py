@@ -57,7 +57,7 @@ __all__ = [
     "migration_events",
     "migration_now",
     "migration_object",
-    "record_objects",
+    "record_object",
     "timeline",
 ]
 
@@ -137,12 +137,12 @@ def migration_events(record: MigrationRecord) -> list[dict[str, Any]]:
     return events
 
 
-def record_objects(record: DecisionRecord | MigrationRecord) -> list[dict[str, Any]]:
+def record_object(record: DecisionRecord | MigrationRecord) -> dict[str, Any]:
     """What a record just written adds to the decision log (see ``History.listen``): a decision,
     a migration's start (its task became known) or its outcome."""
     if isinstance(record, DecisionRecord):
-        return [decision_object(record)]
-    return [migration_now(record)]
+        return decision_object(record)
+    return migration_now(record)
 
 
 #: At one instant the daemon records the migrations that ended, then decides, then starts.
