@@ -691,8 +691,13 @@ class History:
             ).rowcount
             if not changed:
                 raise HistoryError(f"no migration {migration_id} in flight")
-            row = db.execute("SELECT * FROM migrations WHERE id = ?", (migration_id,)).fetchone()
-        self._tell(_migration(row))
+            row = (
+                db.execute("SELECT * FROM migrations WHERE id = ?", (migration_id,)).fetchone()
+                if self._listeners
+                else None
+            )
+        if row is not None:
+            self._tell(_migration(row))
 
     def migration_finished(
         self,
