@@ -33,7 +33,9 @@ from opendrs.controller.commands import (
     add_simulate_parser,
     parse_number,
 )
+from opendrs.controller.history_command import add_history_parser
 from opendrs.controller.snapshot_command import add_snapshot_parser
+from opendrs.controller.status_command import add_status_parser
 from opendrs.engine.bounds import migration_lower_bound
 from opendrs.engine.breaks import rule_breaks
 from opendrs.engine.constraints import Constraints, movability
@@ -604,6 +606,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_strategies)
 
     add_run_parser(sub)
+    add_status_parser(sub)
+    add_history_parser(sub)
     add_snapshot_parser(sub)
     add_simulate_parser(sub)
     add_demo_parser(sub)

@@ -3,6 +3,7 @@ Proxmox API on loopback, with signals and reloads. Migrations take about two sec
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
@@ -152,3 +153,21 @@ def test_a_lock_path_that_is_a_link_is_refused_and_its_target_kept(
         assert daemon.wait(30) == 3
         assert "symbolic link" in daemon.log()
     assert precious.read_text() == "keep me\n"
+
+
+def test_the_decision_log_against_proxmox_has_every_migration_and_no_secret(
+    tmp_path: Path, fake: FakeCluster
+) -> None:
+    config = write_config(tmp_path, fake, extra="log: {decisions: decisions.jsonl}\n")
+    with Daemon(config) as daemon:
+        daemon.wait_for(r"done \d+ pve1 → ", timeout=60)
+        assert daemon.stop() == 0
+    text = (tmp_path / "decisions.jsonl").read_text()
+    assert SECRET not in text and fake.address not in text
+    items = [json.loads(line) for line in text.splitlines()]
+    ended = {o["id"]: o["outcome"] for o in items if o["kind"] == "migration" and o["outcome"]}
+    assert ended and {i: o for i, o in ended.items() if o} == {
+        i: o for i, (_, o) in enumerate(history_rows(tmp_path), 1) if o is not None
+    }
+    started = [o for o in items if o.get("event") == "started"]
+    assert started and all(o["handle"].startswith("UPID:pve1:") for o in started)

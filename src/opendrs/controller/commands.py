@@ -20,6 +20,7 @@ from rich.table import Table
 from opendrs.backends.base import BackendError
 from opendrs.backends.sim import HOT, Scenario, Simulator, builtin_scenario, load_scenario
 from opendrs.controller.config import BackendConfig, Config, load_config
+from opendrs.controller.decision_log import DecisionLog, DecisionLogError
 from opendrs.controller.executor import Event
 from opendrs.controller.history import History, HistoryError
 from opendrs.controller.loop import Controller, Cycle, InstanceLock, LockError
@@ -108,11 +109,29 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_LASTING if exc.lasting else EXIT_PROBLEM
     try:
+        decisions = DecisionLog(config.decision_log)
+    except DecisionLogError as exc:
+        lock.release()
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
         history = History(config.history)
     except HistoryError as exc:
+        decisions.close()
         lock.release()
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_PROBLEM if exc.passing else EXIT_LASTING
+    history.listen(decisions.record)
+
+    def take_reload() -> Config | None:
+        fresh = signals.take_reload()
+        if fresh is not None:
+            try:  # a rotated log is opened again; a renamed one, or none, follows the file
+                decisions.reopen(fresh.decision_log)
+            except DecisionLogError as exc:
+                log.error("%s; the decision log stays %s", exc, decisions.path)
+        return fresh
+
     backend = None
     signals.install()
     try:
@@ -140,7 +159,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             once=args.once,
             until=until,
             should_stop=lambda: signals.stop,
-            take_reload=signals.take_reload,
+            take_reload=take_reload,
             reload_pending=lambda: signals.reload,
         )
         if signals.stop:
@@ -163,6 +182,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if backend is not None:
             backend.close()
         history.close()
+        decisions.close()
         lock.release()
 
 
@@ -172,9 +192,10 @@ def add_run_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         help="the daemon: observe, decide and (in active mode) migrate, every interval",
         description="Run the controller with a configuration file (see docs/configuration.md). "
         "Shadow mode, the default, only records and logs what it would do; migrations happen "
-        "only with 'mode: active' in the file. SIGHUP reloads the file, SIGTERM stops cleanly. "
-        "Exit status: 0 stopped, 1 a problem that may pass (retry), 2 bad configuration, 3 a "
-        "problem a restart cannot cure (corrupt or foreign history).",
+        "only with 'mode: active' in the file. SIGHUP reloads the file (and opens the decision "
+        "log again), SIGTERM stops cleanly. Exit status: 0 stopped, 1 a problem that may pass "
+        "(retry), 2 bad configuration (or a decision log that cannot be opened), 3 a problem a "
+        "restart cannot cure (corrupt or foreign history).",
     )
     p.add_argument("--config", required=True, metavar="FILE", help="the configuration (YAML)")
     p.add_argument(

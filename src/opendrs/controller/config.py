@@ -12,7 +12,7 @@
     policy: {...}                 # see opendrs.engine.policy.parse_policy
     executor: {max_parallel, max_node_inflow, timeout, poll_interval}
     settings: {...}               # cluster settings, as in a snapshot (replace the backend's)
-    log: {level: info}
+    log: {level: info, decisions: decisions.jsonl}
 
 Nothing migrates unless ``mode: active`` is written in the file.
 """
@@ -118,6 +118,8 @@ class Config:
     #: The keys written in the ``policy`` section: they win over the platform's own defaults
     #: (Incus's ``cluster.rebalance.*``, see :func:`with_platform_defaults`).
     policy_keys: frozenset[str] = frozenset()
+    #: The JSON Lines decision log the daemon appends to (``log.decisions``), or ``None``.
+    decision_log: str | None = None
 
     @property
     def active(self) -> bool:
@@ -201,20 +203,9 @@ class _ConfigReader(SnapshotReader):
         policy = parse_policy(self, top["policy"], ("policy",)) if "policy" in top else None
         settings = self.settings(top["settings"], ("settings",)) if "settings" in top else None
         executor = self.executor(top.get("executor"), ("executor",), policy)
-        level = "info"
-        failed_observations = 3
-        if "log" in top:
-            log = self.mapping(top["log"], ("log",))
-            self.check_keys(log, ("log",), ("level", "failed_observations"))
-            if "level" in log:
-                level = self.choice(log["level"], ("log", "level"), LOG_LEVELS)
-            if "failed_observations" in log:
-                failed_observations = self.integer(
-                    log["failed_observations"],
-                    ("log", "failed_observations"),
-                    minimum=1,
-                    maximum=10_000,
-                )
+        level, failed_observations, decision_log = (
+            self.log(top["log"], (history, lock)) if "log" in top else ("info", 3, None)
+        )
         policy_keys = frozenset(
             str(k) for k in (top["policy"] if isinstance(top.get("policy"), dict) else ())
         )
@@ -231,7 +222,36 @@ class _ConfigReader(SnapshotReader):
             log_level=level,
             failed_observations=failed_observations,
             policy_keys=policy_keys,
+            decision_log=decision_log,
         )
+
+    def log(self, value: object, taken: tuple[str, ...]) -> tuple[str, int, str | None]:
+        """The ``log`` section: level, failed observations, the decision log's path (which must
+        not be one of the ``taken`` paths: the history and the lock)."""
+        path: Path = ("log",)
+        mapping = self.mapping(value, path)
+        self.check_keys(mapping, path, ("level", "failed_observations", "decisions"))
+        level = self.choice(mapping.get("level", "info"), (*path, "level"), LOG_LEVELS)
+        failed_observations = 3
+        if "failed_observations" in mapping:
+            failed_observations = self.integer(
+                mapping["failed_observations"],
+                (*path, "failed_observations"),
+                minimum=1,
+                maximum=10_000,
+            )
+        decisions = None
+        if "decisions" in mapping:
+            decisions = self.local_path(mapping["decisions"], (*path, "decisions"))
+            resolved = os.path.abspath(decisions)
+            if any(resolved == os.path.abspath(other) for other in taken):
+                self.fail(
+                    (*path, "decisions"),
+                    f"{decisions} is the history or its lock file: name a file of its own",
+                )
+            if decisions.endswith(("/", os.sep)) or os.path.isdir(decisions):
+                self.fail((*path, "decisions"), f"{decisions} is a directory: name a file")
+        return level, failed_observations, decisions
 
     def backend(self, value: object, path: Path) -> BackendConfig:
         mapping = self.mapping(value, path)

@@ -74,8 +74,10 @@ costs nothing that matters, and the one thing it protects — the record of a mi
 started — is exactly what a restart must not lose. Foreign keys are enforced; every write is one
 transaction (``BEGIN IMMEDIATE``), so a killed daemon leaves either all or nothing of it.
 
-There is one writer (the daemon holds its own lock); readers — a report command, the dashboard —
-open the file with ``History(path, readonly=True)``. In WAL mode readers and the writer do not
+There is one writer (the daemon holds its own lock); readers — ``opendrs status`` and
+``opendrs history``, a report — open the file with ``History(path, readonly=True)``. The writer
+tells its listeners (:meth:`History.listen`: the daemon's decision log) of each decision and
+migration event once it is committed. In WAL mode readers and the writer do not
 block each other; a busy timeout (5 s by default) covers the short moments when they do
 (checkpoints, recovery). Every failure — an unreadable, corrupt or foreign file, a schema newer
 than this code, a locked database, a bad argument — is a :class:`HistoryError` whose ``str()`` is
@@ -92,7 +94,7 @@ import math
 import os
 import sqlite3
 import urllib.parse
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, is_dataclass
 from types import MappingProxyType, TracebackType
@@ -105,9 +107,12 @@ __all__ = [
     "APPLICATION_ID",
     "SCHEMA_VERSION",
     "Action",
+    "Avoid",
+    "Cooldown",
     "DecisionRecord",
     "History",
     "HistoryError",
+    "Listener",
     "MigrationRecord",
     "Mode",
     "Outcome",
@@ -255,6 +260,30 @@ class MigrationRecord:
         return Handle(id=self.handle, move=self.move, started=self.started)
 
 
+@dataclass(frozen=True, slots=True)
+class Cooldown:
+    """One row of ``cooldowns``: ``guest`` is not moved before ``until``."""
+
+    guest: str
+    until: float
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Avoid:
+    """One row of ``avoid``: ``guest`` keeps off ``node`` until ``until``."""
+
+    guest: str
+    node: str
+    until: float
+    reason: str
+
+
+#: Told of every decision recorded, every migration whose platform task became known (its
+#: handle set) and every migration outcome recorded — each once, after its transaction committed.
+Listener = Callable[[DecisionRecord | MigrationRecord], None]
+
+
 class History:
     """An opendrs history file (see the module documentation for the schema).
 
@@ -270,6 +299,7 @@ class History:
         self._name = name
         self._readonly = readonly
         self._db: sqlite3.Connection | None = None
+        self._listeners: list[Listener] = []
         if not name:
             raise HistoryError("history path is empty")
         if isinstance(timeout, bool) or not (
@@ -406,6 +436,18 @@ class History:
     def __repr__(self) -> str:
         state = "closed" if self._db is None else ("read-only" if self._readonly else "open")
         return f"History({self._name!r}, {state})"
+
+    def listen(self, listener: Listener) -> None:
+        """Tell ``listener`` of each record written from now on (see :data:`Listener`).
+
+        A listener is called after the write committed, in the writer's thread; what it raises
+        reaches the writer, so a listener that must not stop the daemon catches its own errors.
+        """
+        self._listeners.append(listener)
+
+    def _tell(self, record: DecisionRecord | MigrationRecord) -> None:
+        for listener in self._listeners:
+            listener(record)
 
     def _conn(self) -> sqlite3.Connection:
         if self._db is None:
@@ -552,7 +594,15 @@ class History:
                     plan_json,
                 ),
             )
-            return int(cursor.lastrowid or 0)
+            decision_id = int(cursor.lastrowid or 0)
+            row = (
+                db.execute("SELECT * FROM decisions WHERE id = ?", (decision_id,)).fetchone()
+                if self._listeners
+                else None
+            )
+        if row is not None:
+            self._tell(_decision(row))
+        return decision_id
 
     def decisions(
         self, since: float | None = None, limit: int | None = None
@@ -641,6 +691,13 @@ class History:
             ).rowcount
             if not changed:
                 raise HistoryError(f"no migration {migration_id} in flight")
+            row = (
+                db.execute("SELECT * FROM migrations WHERE id = ?", (migration_id,)).fetchone()
+                if self._listeners
+                else None
+            )
+        if row is not None:
+            self._tell(_migration(row))
 
     def migration_finished(
         self,
@@ -680,7 +737,9 @@ class History:
                 (at, outcome, error, migration_id),
             )
             row = db.execute("SELECT * FROM migrations WHERE id = ?", (migration_id,)).fetchone()
-            return _migration(row)
+        record = _migration(row)
+        self._tell(record)
+        return record
 
     def in_flight(self) -> list[MigrationRecord]:
         """Migrations started and not yet finished, oldest first."""
@@ -742,12 +801,16 @@ class History:
 
     def cooldowns(self, now: float) -> dict[str, float]:
         """Guests still cooling down at ``now`` (``now < until``) → until."""
+        return {c.guest: c.until for c in self.cooldown_entries(now)}
+
+    def cooldown_entries(self, now: float) -> list[Cooldown]:
+        """The cooldowns still active at ``now`` (``now < until``), with their reasons, by guest."""
         now = _time("now", now)
         with self._read("read cooldowns") as db:
             rows = db.execute(
-                "SELECT guest, until FROM cooldowns WHERE until > ? ORDER BY guest", (now,)
+                "SELECT guest, until, reason FROM cooldowns WHERE until > ? ORDER BY guest", (now,)
             ).fetchall()
-        return {row["guest"]: float(row["until"]) for row in rows}
+        return [Cooldown(row["guest"], float(row["until"]), row["reason"]) for row in rows]
 
     def avoid(self, guest: str, node: str, until: float, reason: str) -> None:
         """Keep ``guest`` off ``node`` until ``until`` (replaces any such entry)."""
@@ -765,13 +828,30 @@ class History:
 
     def avoided(self, now: float) -> dict[tuple[str, str], float]:
         """``(guest, node)`` pairs still to avoid at ``now`` (``now < until``) → until."""
+        return {(a.guest, a.node): a.until for a in self.avoid_entries(now)}
+
+    def avoid_entries(self, now: float) -> list[Avoid]:
+        """The nodes guests keep off at ``now`` (``now < until``), with reasons, by guest, node."""
         now = _time("now", now)
         with self._read("read avoided nodes") as db:
             rows = db.execute(
-                "SELECT guest, node, until FROM avoid WHERE until > ? ORDER BY guest, node",
+                "SELECT guest, node, until, reason FROM avoid WHERE until > ? ORDER BY guest, node",
                 (now,),
             ).fetchall()
-        return {(row["guest"], row["node"]): float(row["until"]) for row in rows}
+        return [
+            Avoid(row["guest"], row["node"], float(row["until"]), row["reason"]) for row in rows
+        ]
+
+    def latest(self) -> float | None:
+        """The time of the latest thing recorded (a decision, a migration's start or end), or
+        ``None`` for an empty history."""
+        with self._read("read the latest time") as db:
+            row = db.execute(
+                "SELECT max(t) FROM (SELECT max(at) AS t FROM decisions "
+                "UNION ALL SELECT max(started) FROM migrations "
+                "UNION ALL SELECT max(ended) FROM migrations)"
+            ).fetchone()
+        return None if row[0] is None else float(row[0])
 
     # ------------------------------------------------------------------ housekeeping, reports
 

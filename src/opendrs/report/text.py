@@ -17,7 +17,7 @@ from opendrs.engine.placement import Evacuation, Placement
 from opendrs.engine.planner import Plan
 from opendrs.engine.strategies.base import Proposal, cluster_imbalance, imbalance_by_arch
 from opendrs.engine.usage import RESOURCES, LoadModel
-from opendrs.model.cluster import Cluster
+from opendrs.model.cluster import Cluster, Node
 from opendrs.model.units import format_bytes
 
 BAR_WIDTH = 20
@@ -83,6 +83,11 @@ def bar(fraction: float, width: int = BAR_WIDTH) -> Text:
     return text
 
 
+def node_state(node: Node) -> str:
+    """``online``, ``maintenance`` or ``offline``."""
+    return "offline" if not node.online else "maintenance" if node.maintenance else "online"
+
+
 def _pct(value: float) -> str:
     return f"{value * 100:.1f}%"
 
@@ -123,7 +128,7 @@ def show_cluster(report: Report, cluster: Cluster, *, guests: bool = True) -> No
     )
     rows = []
     for i, node in enumerate(cluster.nodes):
-        state = "offline" if not node.online else "maintenance" if node.maintenance else "online"
+        state = node_state(node)
         on_node = cluster.guests_on(node.name)
         running = sum(1 for g in on_node if g.state != "stopped")
         rows.append(

@@ -1,0 +1,271 @@
+"""``opendrs history --config FILE``: what the daemon decided and did, from its history.
+
+The history file is opened read-only (:class:`~opendrs.controller.history.History` with
+``readonly=True``), so the command runs beside a daemon that writes it: SQLite's WAL mode lets a
+reader and the writer go on without waiting for each other.
+
+Times are the backend's clock. ``--since`` counts back from *now*: the wall clock for a real
+cluster, and for the simulator — whose clock is simulated seconds since its start — the latest
+time the history holds (:func:`history_now`).
+
+Exit status: 0 shown; 1 the history cannot be read (it does not exist yet, it is busy, corrupt or
+of a newer opendrs); 2 a bad configuration or option (one line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from rich.console import Console
+
+from opendrs.controller.commands import EXIT_OK, EXIT_PROBLEM, UsageError
+from opendrs.controller.config import Config, load_config
+from opendrs.controller.history import DecisionRecord, History, HistoryError, MigrationRecord
+from opendrs.controller.records import (
+    decision_object,
+    iso_time,
+    jsonl,
+    migration_now,
+    timeline,
+)
+from opendrs.model.units import UnitError, format_duration, parse_duration
+from opendrs.report.data import json_text
+from opendrs.report.text import Report
+
+__all__ = ["add_history_parser", "cmd_history", "history_now", "open_history", "parse_since"]
+
+FORMATS = ("text", "json", "jsonl")
+_ISO = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+def open_history(config: Config) -> History:
+    """The configuration's history, read-only; :class:`HistoryError` (one line) when it cannot
+    be opened — a missing file said as such."""
+    return History(config.history, readonly=True)
+
+
+def history_now(config: Config, history: History) -> float:
+    """Now on the backend's clock: the wall clock, or — for the simulator, whose clock is not
+    the wall clock — the latest time the history holds (0 for an empty one)."""
+    if config.backend.type == "sim":
+        return history.latest() or 0.0
+    return time.time()
+
+
+@dataclass(frozen=True)
+class Since:
+    """``--since``: a span back from now, or an absolute time."""
+
+    seconds: float | None = None
+    at: float | None = None
+
+    def start(self, now: float) -> float:
+        return self.at if self.at is not None else now - (self.seconds or 0.0)
+
+
+def parse_since(text: str) -> Since:
+    """A duration (``1d``, ``6h``, ``1d 6h``, seconds) or an ISO 8601 time (UTC unless it says
+    otherwise: ``2026-11-26``, ``2026-11-26T10:00``, ``2026-11-26T10:00+01:00``)."""
+    if _ISO.match(text.strip()):
+        try:
+            moment = datetime.fromisoformat(text.strip())
+        except ValueError:
+            raise UsageError(
+                f"--since: cannot read {text!r} as an ISO 8601 time (example: 2026-11-26T10:00Z)"
+            ) from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        return Since(at=moment.timestamp())
+    try:
+        return Since(seconds=float(parse_duration(text)))
+    except UnitError as exc:
+        raise UsageError(f"--since: {exc}, or an ISO 8601 time such as 2026-11-26T10:00Z") from None
+
+
+def _name(option: str, text: str) -> str:
+    if not text.strip() or text != text.strip() or any(c in text for c in "\r\n\t\0"):
+        raise UsageError(f"{option}: {text!r} is not a name (one word, no blanks around it)")
+    return text
+
+
+def _touches(
+    guest: object, source: object, target: object, *, only: str | None, node: str | None
+) -> bool:
+    """Whether a move of ``guest`` from ``source`` to ``target`` is of guest ``only`` and from or
+    to ``node`` (``None``: any)."""
+    return (only is None or guest == only) and (node is None or node in (source, target))
+
+
+def select(
+    decisions: Iterable[DecisionRecord],
+    migrations: Iterable[MigrationRecord],
+    *,
+    guest: str | None,
+    node: str | None,
+) -> tuple[list[DecisionRecord], list[MigrationRecord]]:
+    """The decisions whose plan has a move of ``guest`` from or to ``node`` (either may be
+    ``None``: any), and the migrations that are such a move; everything without filters."""
+    if guest is None and node is None:
+        return list(decisions), list(migrations)
+    kept = [
+        d
+        for d in decisions
+        if any(
+            _touches(m.get("guest"), m.get("source"), m.get("target"), only=guest, node=node)
+            for m in d.plan
+        )
+    ]
+    moved = [
+        m
+        for m in migrations
+        if _touches(m.guest, m.move.source, m.move.target, only=guest, node=node)
+    ]
+    return kept, moved
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    since = parse_since(args.since) if args.since is not None else None
+    guest = _name("--guest", args.guest) if args.guest is not None else None
+    node = _name("--node", args.node) if args.node is not None else None
+    try:
+        with open_history(config) as history:
+            now = history_now(config, history)
+            start = since.start(now) if since is not None else None
+            decisions = history.decisions(since=start)
+            # Migrations with an event since the start, and every one still in flight.
+            migrations = [
+                m
+                for m in history.migrations(guest=guest)
+                if start is None or m.started >= start or m.ended is None or m.ended >= start
+            ]
+    except HistoryError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_PROBLEM
+    decisions, migrations = select(decisions, migrations, guest=guest, node=node)
+    if args.format == "jsonl":
+        for item in timeline(decisions, migrations, start):
+            sys.stdout.write(jsonl(item))
+    elif args.format == "json":
+        sys.stdout.write(
+            json_text(
+                {
+                    "history": config.history,
+                    "now": now,
+                    "since": start,
+                    "decisions": [decision_object(d) for d in decisions],
+                    "migrations": [migration_now(m) for m in migrations],
+                }
+            )
+        )
+    else:
+        show_history(
+            Report(Console(highlight=False, soft_wrap=False)), config, decisions, migrations, start
+        )
+    return EXIT_OK
+
+
+def _moves(record: DecisionRecord) -> str:
+    return str(len(record.plan)) if record.plan else ""
+
+
+def show_history(
+    report: Report,
+    config: Config,
+    decisions: Sequence[DecisionRecord],
+    migrations: Sequence[MigrationRecord],
+    start: float | None,
+) -> None:
+    """Decisions, then migrations, oldest first, and the counts."""
+    window = f" since {iso_time(start)}" if start is not None else ""
+    report.line(f"History {config.history}{window}", "bold")
+    report.heading(f"Decisions ({len(decisions)})")
+    if decisions:
+        rows = []
+        for d in decisions:
+            item = decision_object(d)
+            rows.append(
+                [
+                    item["time"],
+                    d.mode,
+                    item["code"] or "",
+                    "yes" if item["act"] else "no",
+                    _moves(d),
+                    d.reason,
+                ]
+            )
+        report.table(("time", "mode", "code", "act", "moves", "reason"), rows, right=(4,))
+    report.heading(f"Migrations ({len(migrations)})")
+    if migrations:
+        rows = []
+        for m in migrations:
+            took = format_duration(m.ended - m.started) if m.ended is not None else ""
+            rows.append(
+                [
+                    iso_time(m.started),
+                    took,
+                    m.guest,
+                    m.move.source,
+                    m.move.target,
+                    m.outcome or "in flight",
+                    "parking" if m.parking else "",
+                    "" if m.decision is None else str(m.decision),
+                    m.error or "",
+                ]
+            )
+        report.table(
+            ("started", "took", "guest", "from", "to", "outcome", "", "decision", "error"),
+            rows,
+            right=(1, 7),
+        )
+    counts = {
+        o: sum(1 for m in migrations if (m.outcome or "in flight") == o)
+        for o in ("done", "failed", "lost", "in flight")
+    }
+    acted = sum(1 for d in decisions if d.action != "none")
+    report.line()
+    report.line(
+        f"{len(decisions)} decisions ({acted} to act); {len(migrations)} migrations: "
+        + ", ".join(f"{n} {o}" for o, n in counts.items())
+    )
+
+
+def add_history_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "history",
+        help="the daemon's decisions (with why and why not) and migrations, from its history",
+        description="Decisions (time, code, whether to act, the reason: why, or why not) and "
+        "migrations (start, end, outcome, error, parking, the decision that asked for it) from "
+        "the history of a configuration file, opened read-only: it runs beside the daemon. "
+        "--guest and --node keep the migrations of that guest or touching that node, and the "
+        "decisions whose plan has such a move. Exit status: 0 shown, 1 the history cannot be "
+        "read, 2 a bad configuration or option.",
+    )
+    p.add_argument("--config", required=True, metavar="FILE", help="the configuration (YAML)")
+    p.add_argument(
+        "--since",
+        metavar="WHEN",
+        help="only from WHEN on: a duration back from now (1d, 6h, 1d 6h, 90m; with the "
+        "simulator backend, back from the latest time in the history) or an ISO 8601 time "
+        "(2026-11-26T10:00Z; UTC without an offset); default: everything",
+    )
+    p.add_argument("--guest", metavar="ID", help="only this guest's migrations and decisions")
+    p.add_argument(
+        "--node",
+        metavar="NAME",
+        help="only the migrations from or to NAME, and the decisions whose plan has one",
+    )
+    p.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="text",
+        help="text (default), json (one document), or jsonl (one object per decision and "
+        "migration event, in time order: the decision log's lines)",
+    )
+    p.set_defaults(func=cmd_history)

@@ -1,0 +1,174 @@
+"""The one JSON form of what the history records: decisions and migration events.
+
+``opendrs history --format json|jsonl``, ``opendrs status --format json`` and the daemon's
+decision log (``log: {decisions: FILE}``) all write these objects, built here and nowhere else,
+so a log shipper, a script reading ``history --format jsonl`` and one reading the log see the
+same fields.
+
+A **decision** object (``kind: decision``)::
+
+    {"kind": "decision", "at": 1764172800.0, "time": "2025-11-26T16:00:00Z", "id": 7,
+     "cluster": "prod", "mode": "shadow", "policy": "opendrs", "action": "none", "act": false,
+     "code": "balanced", "reason": "spread 4.1 pp at or below threshold 15 pp: nothing to do",
+     "imbalance": 0.041, "predicted": null, "moves": []}
+
+``act`` is true for ``action`` ``plan`` or ``repair``; ``code`` is the decision's code (``null``
+in a history written before codes were recorded); ``reason`` is its sentence — for a decision not
+to act, why not (the filter that stopped it, with counts); ``moves`` are the plan's migrations in
+order (``guest``, ``source``, ``target``, ``step``, ``parking``), the ones shadow mode would have
+made in shadow mode.
+
+A **migration** object (``kind: migration``) is one event of one migration::
+
+    {"kind": "migration", "event": "failed", "at": …, "time": …, "id": 3, "decision": 7,
+     "guest": "101", "source": "pve1", "target": "pve2", "parking": false,
+     "handle": "UPID:pve1:…", "started": …, "ended": …, "outcome": "failed",
+     "error": "migration aborted"}
+
+``event`` is ``started`` (the platform accepted the request: ``at`` is ``started``, and
+``ended``, ``outcome`` and ``error`` are ``null``) or the outcome — ``done``, ``failed``,
+``lost`` (``at`` is ``ended``). A migration whose request got no answer, or was refused, has no
+``started`` event: its outcome event says when it started. ``decision`` is the id of the decision
+that asked for it.
+
+Times: ``at``, ``started`` and ``ended`` are seconds on the backend's clock (since the epoch on a
+real cluster; since the start of the simulation in the simulator), ``time`` is ``at`` in ISO 8601,
+UTC. The objects hold what the history holds, nothing from the configuration's backend section:
+no address, token or password (a Proxmox task id names its node and API user, as Proxmox's own
+task log does).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from opendrs.controller.executor import PENDING
+from opendrs.controller.history import DecisionRecord, MigrationRecord
+from opendrs.report.data import finite
+
+__all__ = [
+    "decision_object",
+    "iso_time",
+    "jsonl",
+    "migration_events",
+    "migration_now",
+    "migration_object",
+    "record_object",
+    "timeline",
+]
+
+#: The fields of a plan's move in a decision object.
+_MOVE_FIELDS = ("guest", "source", "target", "step", "parking")
+
+
+def iso_time(at: float) -> str:
+    """``at`` (seconds since the epoch) in ISO 8601, UTC, to the second:
+    ``2025-11-26T16:00:00Z``; empty for a time no calendar holds."""
+    if not math.isfinite(at):
+        return ""
+    try:
+        moment = datetime.fromtimestamp(at, UTC)
+    except (OverflowError, OSError, ValueError):
+        return ""
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def decision_object(record: DecisionRecord) -> dict[str, Any]:
+    """The JSON object of a recorded decision."""
+    code = record.summary.get("code")
+    return {
+        "kind": "decision",
+        "at": record.at,
+        "time": iso_time(record.at),
+        "id": record.id,
+        "cluster": record.cluster,
+        "mode": record.mode,
+        "policy": record.policy,
+        "action": record.action,
+        "act": record.action != "none",
+        "code": code if isinstance(code, str) else None,
+        "reason": record.reason,
+        "imbalance": record.imbalance,
+        "predicted": record.predicted,
+        "moves": [{key: step.get(key) for key in _MOVE_FIELDS} for step in record.plan],
+    }
+
+
+def migration_object(record: MigrationRecord, event: str) -> dict[str, Any]:
+    """The JSON object of one event of a migration: ``started``, or its outcome."""
+    started = event == "started"
+    at = record.started if started or record.ended is None else record.ended
+    return {
+        "kind": "migration",
+        "event": event,
+        "at": at,
+        "time": iso_time(at),
+        "id": record.id,
+        "decision": record.decision,
+        "guest": record.move.guest,
+        "source": record.move.source,
+        "target": record.move.target,
+        "parking": record.parking,
+        "handle": record.handle,
+        "started": record.started,
+        "ended": None if started else record.ended,
+        "outcome": None if started else record.outcome,
+        "error": None if started else record.error,
+    }
+
+
+def migration_now(record: MigrationRecord) -> dict[str, Any]:
+    """A migration as it stands: its outcome event once it ended, else its start."""
+    return migration_object(record, record.outcome or "started")
+
+
+def migration_events(record: MigrationRecord) -> list[dict[str, Any]]:
+    """The events the history shows of a migration: ``started`` once the platform's task is
+    known, and its outcome once it ended — the objects the daemon's log wrote as they happened."""
+    events = []
+    if record.handle != PENDING:
+        events.append(migration_object(record, "started"))
+    if record.outcome is not None:
+        events.append(migration_object(record, record.outcome))
+    return events
+
+
+def record_object(record: DecisionRecord | MigrationRecord) -> dict[str, Any]:
+    """What a record just written adds to the decision log (see ``History.listen``): a decision,
+    a migration's start (its task became known) or its outcome."""
+    if isinstance(record, DecisionRecord):
+        return decision_object(record)
+    return migration_now(record)
+
+
+#: At one instant the daemon records the migrations that ended, then decides, then starts.
+_ORDER = {"decision": 1, "started": 2}
+
+
+def _order(item: Mapping[str, Any]) -> tuple[float, int, int]:
+    return (item["at"], _ORDER.get(item.get("event", item["kind"]), 0), item["id"])
+
+
+def timeline(
+    decisions: Iterable[DecisionRecord],
+    migrations: Iterable[MigrationRecord],
+    since: float | None = None,
+) -> list[dict[str, Any]]:
+    """Decisions and migration events at or after ``since``, in time order — at one instant
+    outcomes, then decisions, then starts, as the daemon records them; then by id."""
+    items = [decision_object(d) for d in decisions]
+    for record in migrations:
+        items.extend(migration_events(record))
+    if since is not None:
+        items = [item for item in items if item["at"] >= since]
+    return sorted(items, key=_order)
+
+
+def jsonl(item: Mapping[str, Any]) -> str:
+    """One object as one line of JSON Lines (with its newline); never ``NaN`` or ``Infinity``."""
+    text = json.dumps(finite(item), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    return text + "\n"

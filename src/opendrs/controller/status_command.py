@@ -1,0 +1,331 @@
+"""``opendrs status --config FILE``: the cluster now, and what the daemon knows and is doing.
+
+Four parts, each read without disturbing a running daemon:
+
+- the cluster, observed once through the configured backend as the daemon observes it
+  (:func:`opendrs.controller.snapshot_command.observe_once`): each node's load per resource, and
+  the spread per CPU architecture where the usable nodes have several;
+- the daemon: whether another process holds its lock (:meth:`InstanceLock.probe`, which never
+  keeps the lock);
+- from the history, opened read-only: the last decision with its code and reason, the migrations
+  in flight, the guests in cooldown and the targets guests are kept off, with until when.
+
+A part that cannot be read is said in one line and the others are still shown. Times are the
+backend's clock; *now* is the wall clock, or for the simulator the latest time in the history
+(:func:`opendrs.controller.history_command.history_now`).
+
+Exit status: 0 everything read; 1 the cluster could not be observed, or the history or the lock
+could not be read (the rest is shown); 2 a bad configuration or option.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.console import Console
+
+from opendrs.backends.base import BackendError
+from opendrs.controller.commands import EXIT_OK, EXIT_PROBLEM, setup_logging
+from opendrs.controller.config import Config, load_config
+from opendrs.controller.history import Avoid, Cooldown, HistoryError
+from opendrs.controller.history_command import history_now, open_history
+from opendrs.controller.loop import InstanceLock, LockError
+from opendrs.controller.records import decision_object, iso_time, migration_now
+from opendrs.controller.snapshot_command import observe_once
+from opendrs.engine.strategies.base import cluster_imbalance, imbalance_by_arch
+from opendrs.engine.usage import RESOURCES, LoadModel
+from opendrs.model.cluster import Cluster
+from opendrs.model.units import format_duration
+from opendrs.report.data import json_text
+from opendrs.report.text import Report, bar, node_state
+
+__all__ = ["Status", "add_status_parser", "cmd_status", "read_status"]
+
+
+@dataclass
+class Status:
+    """What ``opendrs status`` found; each part ``None`` with its ``*_error`` when unreadable."""
+
+    config: Config
+    cluster: Cluster | None = None
+    observe_error: str | None = None
+    now: float | None = None
+    history_error: str | None = None
+    #: The history file does not exist yet (the daemon never ran): not an error.
+    no_history: bool = False
+    last_decision: dict[str, Any] | None = None
+    in_flight: list[dict[str, Any]] = field(default_factory=list)
+    cooldowns: list[Cooldown] = field(default_factory=list)
+    avoid: list[Avoid] = field(default_factory=list)
+    lock_held: bool | None = None
+    lock_pid: int | None = None
+    lock_error: str | None = None
+
+    @property
+    def problem(self) -> bool:
+        return any((self.observe_error, self.history_error, self.lock_error))
+
+
+def read_status(config: Config) -> Status:
+    """Observe the cluster, read the history (read-only) and probe the lock."""
+    status = Status(config)
+    try:
+        status.cluster = observe_once(config)
+    except BackendError as exc:
+        status.observe_error = str(exc)
+    _read_history(status)
+    try:
+        status.lock_held, status.lock_pid = InstanceLock(config.lock).probe()
+    except LockError as exc:
+        status.lock_error = str(exc)
+    return status
+
+
+def _read_history(status: Status) -> None:
+    config = status.config
+    if not os.path.lexists(config.history):
+        status.no_history = True
+        return
+    try:
+        history = open_history(config)
+    except HistoryError as exc:
+        status.history_error = str(exc)
+        return
+    try:
+        with history:
+            now = history_now(config, history)
+            last = history.decisions(limit=1)
+            status.last_decision = decision_object(last[0]) if last else None
+            status.in_flight = [migration_now(m) for m in history.in_flight()]
+            status.cooldowns = history.cooldown_entries(now)
+            status.avoid = history.avoid_entries(now)
+            status.now = now
+    except HistoryError as exc:
+        status.history_error = str(exc)
+
+
+def _loads(cluster: Cluster) -> list[dict[str, Any]]:
+    fractions = LoadModel.build(cluster).fractions()
+    return [
+        {
+            "name": node.name,
+            "state": node_state(node),
+            "arch": node.arch,
+            "guests": len(cluster.guests_on(node.name)),
+            "load": {r: float(fractions[i, k]) for k, r in enumerate(RESOURCES)},
+        }
+        for i, node in enumerate(cluster.nodes)
+    ]
+
+
+def _spreads(cluster: Cluster) -> dict[str, dict[str, float]]:
+    """The spread per resource of the usable nodes, per CPU architecture where they have
+    several (``all`` where they share one)."""
+    groups = imbalance_by_arch(cluster) or {"all": cluster_imbalance(cluster)}
+    return {
+        arch: {r: imbalance.resources[r].spread for r in RESOURCES}
+        for arch, imbalance in groups.items()
+    }
+
+
+def _until(entry: Cooldown | Avoid) -> dict[str, Any]:
+    data: dict[str, Any] = {"guest": entry.guest}
+    if isinstance(entry, Avoid):
+        data["node"] = entry.node
+    data.update(until=entry.until, time=iso_time(entry.until), reason=entry.reason)
+    return data
+
+
+def _policy(config: Config) -> dict[str, Any]:
+    """What the configuration file tells the daemon: its mode and when to act."""
+    policy = config.policy
+    return {
+        "mode": config.mode,
+        "name": policy.name,
+        "strategy": policy.strategy,
+        "metric": policy.metric,
+        "threshold": policy.threshold,
+        "target": policy.target,
+        "interval": policy.interval,
+    }
+
+
+def status_data(status: Status) -> dict[str, Any]:
+    """The JSON document of ``opendrs status --format json``."""
+    cluster = status.cluster
+    config = status.config
+    return {
+        "cluster": None
+        if cluster is None
+        else {
+            "name": cluster.name,
+            "mode": cluster.settings.mode,
+            "nodes": _loads(cluster),
+            "spread": _spreads(cluster),
+        },
+        "observation": {"ok": cluster is not None, "error": status.observe_error},
+        "policy": _policy(config),
+        "daemon": {
+            "lock": config.lock,
+            "running": status.lock_held,
+            "pid": status.lock_pid,
+            "error": status.lock_error,
+        },
+        "history": {
+            "path": config.history,
+            "exists": not status.no_history,
+            "error": status.history_error,
+            "now": status.now,
+            "last_decision": status.last_decision,
+            "in_flight": status.in_flight,
+            "cooldowns": [_until(c) for c in status.cooldowns],
+            "avoid": [_until(a) for a in status.avoid],
+        },
+    }
+
+
+def show_status(report: Report, status: Status) -> None:
+    """The four parts as text: cluster, daemon, last decision, migrations and holds."""
+    data = status_data(status)
+    _show_cluster(report, status)
+    policy = data["policy"]
+    when = (
+        "the strategy judges when to act"
+        if policy["metric"] == "none"
+        else f"acts when the {policy['metric']} is above {policy['threshold']:g}"
+    )
+    report.line(
+        f"policy {policy['name']}, {policy['mode']} mode in the file: every "
+        f"{format_duration(policy['interval'])}, {when} (strategy {policy['strategy']}, "
+        f"target {policy['target']:g})"
+    )
+    report.heading("Daemon")
+    daemon = data["daemon"]
+    if daemon["error"] is not None:
+        report.line(f"cannot tell whether it runs: {daemon['error']}", "red")
+    elif daemon["running"]:
+        who = f" (pid {daemon['pid']})" if daemon["pid"] is not None else ""
+        report.line(f"running{who}: it holds {daemon['lock']}", "green")
+    else:
+        report.line(f"not running: nothing holds {daemon['lock']}", "yellow")
+    _show_history(report, status, data["history"])
+
+
+def _show_cluster(report: Report, status: Status) -> None:
+    cluster = status.cluster
+    if cluster is None:
+        report.line(f"cannot observe the cluster: {status.observe_error}", "red")
+        return
+    report.line(
+        f"Cluster {cluster.name}: {len(cluster.nodes)} nodes, {len(cluster.guests)} guests, "
+        f"{cluster.settings.mode} load (as a share of capacity less reserves), observed through "
+        f"the {status.config.backend.type} backend",
+        "bold",
+    )
+    rows = [
+        [
+            n["name"],
+            n["state"],
+            n["arch"],
+            str(n["guests"]),
+            *(bar(n["load"][r]) for r in RESOURCES),
+        ]
+        for n in _loads(cluster)
+    ]
+    report.table(("node", "state", "arch", "guests", *RESOURCES), rows, right=(3,))
+    for arch, spread in _spreads(cluster).items():
+        where = "usable nodes" if arch == "all" else f"{arch} nodes"
+        report.line(
+            f"spread of the {where}: "
+            + ", ".join(f"{r} {100 * spread[r]:.1f} pp" for r in RESOURCES)
+        )
+
+
+def _show_history(report: Report, status: Status, history: dict[str, Any]) -> None:
+    report.heading(f"History {history['path']}")
+    if status.no_history:
+        report.line("no history yet: the daemon has not recorded anything", "yellow")
+        return
+    if history["error"] is not None:
+        report.line(f"cannot read the history: {history['error']}", "red")
+        return
+    last = history["last_decision"]
+    if last is None:
+        report.line("no decision recorded yet")
+    else:
+        moves = f", {len(last['moves'])} moves" if last["moves"] else ""
+        report.line(
+            f"last decision {last['time']} ({last['mode']}, {last['code'] or last['action']}"
+            f"{moves}): {last['reason']}"
+        )
+    report.heading(f"Migrations in flight ({len(history['in_flight'])})")
+    if history["in_flight"]:
+        report.table(
+            ("started", "guest", "from", "to", "task", "decision"),
+            [
+                [
+                    m["time"],
+                    m["guest"],
+                    m["source"],
+                    m["target"],
+                    m["handle"],
+                    "" if m["decision"] is None else str(m["decision"]),
+                ]
+                for m in history["in_flight"]
+            ],
+        )
+    report.heading(f"In cooldown ({len(history['cooldowns'])})")
+    if history["cooldowns"]:
+        report.table(
+            ("guest", "until", "reason"),
+            [[c["guest"], c["time"], c["reason"]] for c in history["cooldowns"]],
+        )
+    report.heading(f"Kept off a target ({len(history['avoid'])})")
+    if history["avoid"]:
+        report.table(
+            ("guest", "node", "until", "reason"),
+            [[a["guest"], a["node"], a["time"], a["reason"]] for a in history["avoid"]],
+        )
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    setup_logging(config.log_level)
+    status = read_status(config)
+    if args.format == "json":
+        sys.stdout.write(json_text(status_data(status)))
+    else:
+        show_status(Report(Console(highlight=False, soft_wrap=False)), status)
+    for problem, what in (
+        (status.observe_error, "cannot observe the cluster"),
+        (status.history_error, "cannot read the history"),
+        (status.lock_error, "cannot tell whether the daemon runs"),
+    ):
+        if problem is not None:
+            print(f"error: {what}: {problem}", file=sys.stderr)
+    return EXIT_PROBLEM if status.problem else EXIT_OK
+
+
+def add_status_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "status",
+        help="the cluster now, whether the daemon runs, its last decision, migrations in "
+        "flight, cooldowns",
+        description="Observe the cluster of a configuration file once, as 'opendrs run' would, "
+        "and show each node's load per resource (the spread per CPU architecture where there "
+        "are several); whether a daemon holds the configuration's lock (tested without keeping "
+        "it); and from the history, read-only, the last decision with its code and reason, the "
+        "migrations in flight, the guests in cooldown and the targets guests are kept off, with "
+        "until when. Safe beside a running daemon. Exit status: 0 everything read, 1 the "
+        "cluster could not be observed or the history or lock could not be read (the rest is "
+        "shown), 2 a bad configuration or option.",
+    )
+    p.add_argument("--config", required=True, metavar="FILE", help="the configuration (YAML)")
+    p.add_argument(
+        "--format", choices=("text", "json"), default="text", help="output format (default text)"
+    )
+    p.set_defaults(func=cmd_status)
