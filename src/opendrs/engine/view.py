@@ -6,17 +6,18 @@ capacity checks read, the balance loads, the hard constraints (masks with their 
 units (a guest, or a bundle kept together by hard affinity). The repair screen and the repair, the
 maintenance return, the batch cut, the planner, the margin check and the explanation of a decision
 that moves nothing read them here instead of rebuilding them from a :class:`Cluster`. Strategies
-get the view too (``propose(view, request, options)``); the registered ones still build their own
-models from its ``cluster``, so their capacity checks read the smoothed usage — the planner then
-holds every plan to the recent usage.
+get the view too (``propose(view, request, options)``) and read its balance loads and its
+constraints, with their request's forbidden placements refused
+(:meth:`~opendrs.engine.constraints.Constraints.forbidding`): a strategy checks capacity on the
+same usage the planner orders its plan on.
 
 Two usages meet in one view, on purpose, and only two:
 
 * ``cluster`` — measured usage averaged over the policy's smoothing window: what balancing sees,
   so that only a lasting imbalance is worth a migration;
 * ``checked`` — the same guests and placement, each measured value at the higher of that average
-  and its mean over the hold: what the policy's hard capacity checks see (repairs found and made,
-  plans ordered), so that a rise that lasts the hold counts at once.
+  and its mean over the hold: what every hard capacity check sees (repairs found and made,
+  strategies' proposals, plans ordered), so that a rise that lasts the hold counts at once.
 
 Without smoothing (or without a recent usage) both are the same cluster.
 """
@@ -83,6 +84,25 @@ class CycleView:
         out = current_assign(self.cluster)
         out.setflags(write=False)
         return out
+
+    @classmethod
+    def holding(
+        cls,
+        cluster: Cluster,
+        *,
+        constraints: Constraints | None = None,
+        loads: LoadModel | None = None,
+    ) -> CycleView:
+        """A view of ``cluster`` that starts from models built already, for a strategy that asks
+        another one on the view it was given: ``constraints`` (capacity on the usage the first
+        view checks, nothing forbidden) and ``loads`` (``cluster``'s balance loads). What is not
+        given is built on first use, from ``cluster``."""
+        view = cls(cluster)
+        if constraints is not None:
+            view.__dict__["constraints"] = constraints
+        if loads is not None:
+            view.__dict__["loads"] = loads
+        return view
 
     def guarding(self, recent: UsageSource | None, forbidden: Placements) -> CycleView:
         """This view with capacity checked on ``recent`` and ``forbidden`` ruled out; what was

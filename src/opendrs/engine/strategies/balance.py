@@ -92,6 +92,7 @@ from .base import (
     ProposedMove,
     StrategyOptions,
     cluster_imbalance,
+    constraints_for,
     migration_cost,
     register_function,
 )
@@ -158,10 +159,10 @@ class _Units:
 class _State:
     """The evolving placement: node loads, capacity commitments and unit positions."""
 
-    def __init__(self, cluster: Cluster, cons: Constraints) -> None:
+    def __init__(self, cluster: Cluster, cons: Constraints, loads: LoadModel | None = None) -> None:
         self.cluster = cluster
         self.cons = cons
-        loads = LoadModel.build(cluster)
+        loads = loads if loads is not None else LoadModel.build(cluster)
         self.loads = loads
         self.cap = loads.capacity
         self.node_load = loads.loads()
@@ -1412,6 +1413,8 @@ def propose_balance(
     cluster: Cluster,
     *,
     forbidden: Iterable[tuple[str, str]] = (),
+    constraints: Constraints | None = None,
+    loads: LoadModel | None = None,
     target_spread: float = DEFAULT_TARGET_SPREAD,
     margin: float = DEFAULT_MARGIN,
     max_moves: int | None = None,
@@ -1423,6 +1426,9 @@ def propose_balance(
     ``margin`` is the least fall of the balance σ, in percentage points, a move must bring per
     percent of the cluster's total migration cost it spends; ``max_moves`` caps the migrations
     (None: no cap); ``wide`` bounds the sources and targets looked at per round on big clusters.
+    ``constraints`` and ``loads`` are the models a cycle view built already (capacity checked on
+    its usage, ``forbidden`` not yet refused: :func:`constraints_for`; ``cluster``'s balance
+    loads); without them they are built from ``cluster``.
     """
     _check_options(target_spread, margin, max_moves, wide, swaps)
     options = {
@@ -1432,14 +1438,15 @@ def propose_balance(
         "wide": wide,
         "swaps": swaps,
     }
-    cons = Constraints.build(cluster, forbidden)
+    cons = constraints_for(cluster, forbidden, constraints)
+    loads = loads if loads is not None else LoadModel.build(cluster)
     cache: dict[str, Any] = {}
-    proposal, balanced = _propose(cluster, cons, options, shaped=True, cache=cache)
+    proposal, balanced = _propose(cluster, cons, loads, options, shaped=True, cache=cache)
     if not balanced:
         # With few, big guests per node the shaped search can end where no move or exchange
         # pays for itself; the plain one (no plan, moves chosen by objective gain) takes
         # another path, and is kept if it reaches the target.
-        plain, plain_balanced = _propose(cluster, cons, options, shaped=False, cache=cache)
+        plain, plain_balanced = _propose(cluster, cons, loads, options, shaped=False, cache=cache)
         if plain_balanced:
             return plain
     return proposal
@@ -1448,6 +1455,7 @@ def propose_balance(
 def _propose(
     cluster: Cluster,
     cons: Constraints,
+    loads: LoadModel,
     options: dict[str, Any],
     *,
     shaped: bool,
@@ -1462,7 +1470,7 @@ def _propose(
     max_moves: int | None = options["max_moves"]
     wide: int = options["wide"]
     swaps: bool = options["swaps"]
-    state = _State(cluster, cons)
+    state = _State(cluster, cons, loads)
     units = state.units
     before = cluster_imbalance(cluster, loads=state.loads)
     start = state.origin
