@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from opendrs.engine.constraints import Constraints
-from opendrs.engine.imbalance import weighted_variance
+from opendrs.engine.imbalance import balance_objective
 from opendrs.engine.placement import PlacementState
 from opendrs.engine.usage import LoadModel
 from opendrs.model.cluster import Cluster
@@ -74,8 +74,9 @@ def balance_sigma(state: PlacementState) -> float:
     cap = state.loads.capacity
     if not usable.any():
         return 0.0
-    var = weighted_variance(fractions_of(state.node_load, cap)[usable], cap[usable])
-    return float(np.sqrt(max(float(np.maximum(var, 0.0) @ state.weights), 0.0)))
+    group = np.where(usable, 0, -1)
+    objective = float(balance_objective(state.node_load, cap, state.weights, group))
+    return float(np.sqrt(max(objective, 0.0)))
 
 
 def badness(state: PlacementState, bundles: list[Bundle]) -> np.ndarray:
