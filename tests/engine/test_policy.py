@@ -32,6 +32,7 @@ from opendrs.engine.policy import (
     truncate,
 )
 from opendrs.engine.strategies.base import Proposal, ProposedMove, cluster_imbalance
+from opendrs.engine.usage import with_usage
 from opendrs.model.cluster import Cluster, Guest, Node, Settings
 from opendrs.model.document import DocumentError, Reader
 from opendrs.model.rules import GuestAffinity, Rules
@@ -435,7 +436,13 @@ def test_recent_usage_lets_a_lasting_rise_count_at_once() -> None:
         return window
 
     def seen(window: UsageWindow, cluster: Cluster, span: float) -> tuple[float, float]:
-        checked = window.recent(cluster, span).apply(cluster)
+        recent = window.recent(cluster, span)
+        checked = with_usage(cluster, recent)
+        # The arrays and the cluster written from them agree.
+        assert (recent.cpu[0], recent.base_cpu[0]) == (
+            checked.guest("a").cpu_used,
+            checked.node("n1").base_cpu,
+        )
         return checked.guest("a").cpu_used, checked.node("n1").base_cpu  # type: ignore[return-value]
 
     rising = window_of(1.0, 1.0, 1.0, 4.0, 7.0)
@@ -451,14 +458,13 @@ def test_recent_usage_lets_a_lasting_rise_count_at_once() -> None:
     with pytest.raises(ValueError, match="span must be ≥ 0"):
         rising.recent(now, -1)
     with pytest.raises(ValueError, match="another cluster"):
-        rising.recent(now, 600).apply(_spiky(1.0))
-    # Both views at once, the same as each alone.
-    both = rising.views(now, 600)
-    assert both[0] == rising.smoothed(now) and both[1].apply(now) == rising.recent(now, 600).apply(
-        now
-    )
+        with_usage(_spiky(1.0), rising.recent(now, 600))
+    # Both usages at once, the same as each alone.
+    average, recent = rising.usage(now, 600)
+    assert with_usage(now, average) == rising.smoothed(now)
+    assert with_usage(now, recent) == with_usage(now, rising.recent(now, 600))
     # An empty window knows nothing: the cluster's own values stand.
-    assert UsageWindow().recent(now, 600).apply(now) is now
+    assert with_usage(now, UsageWindow().recent(now, 600)) is now
 
 
 def _filling(used_a: int, used_c: int = 40 * GiB) -> Cluster:
@@ -477,7 +483,7 @@ def _decide_on(cluster: Cluster, risen: Cluster, config: PolicyConfig) -> Decisi
     # ``risen``: the same cluster with the usage of the last half hour (higher than the mean).
     window = UsageWindow().add(NOW - 3600, cluster, 6 * 3600).add(NOW, risen)
     recent = window.recent(cluster, 1800)
-    assert recent.apply(cluster) == risen
+    assert with_usage(cluster, recent) == risen
     return decide(cluster, NOW, config, PolicyState(), PastMigrations(), busy=False, recent=recent)
 
 
@@ -547,6 +553,22 @@ def test_a_one_observation_spike_does_not_trigger() -> None:
     assert measure(smoothed, "spread") == pytest.approx((11 / 6 - 1) / 10)
     decision = _decide(smoothed, config)
     assert not decision.act and decision.reason.startswith("spread 8.3 pp at or below")
+    # The observation with the window's average as arrays decides the same, without a cluster
+    # written from them.
+    arrays = decide(
+        spike,
+        NOW,
+        config,
+        PolicyState(),
+        PastMigrations(),
+        busy=False,
+        average=window.average(spike),
+    )
+    assert (arrays.act, arrays.reason, arrays.metric) == (
+        decision.act,
+        decision.reason,
+        decision.metric,
+    )
 
 
 def test_window_follows_the_guest_set_and_time() -> None:

@@ -40,12 +40,12 @@ from opendrs.engine.policy import (
     PastMigrations,
     PolicyConfig,
     PolicyState,
-    RecentUsage,
     UsageWindow,
     decide,
     overload_span,
     warn_stuck,
 )
+from opendrs.engine.usage import MeasuredUsage
 from opendrs.model.cluster import Cluster
 
 log = logging.getLogger(__name__)
@@ -245,18 +245,19 @@ class Controller:
         self.window = self.window.add(now, cluster, policy.smoothing)
         # Capacity is checked on usage that rises after the hold, not after the whole window.
         span = overload_span(policy)
-        recent: RecentUsage | None = None
+        recent: MeasuredUsage | None = None
         if span < policy.smoothing:
-            smoothed, recent = self.window.views(cluster, span)
+            average, recent = self.window.usage(cluster, span)
         else:
-            smoothed = self.window.smoothed(cluster)
+            average = self.window.average(cluster)
         decision = decide(
-            smoothed,
+            cluster,
             now,
             policy,
             self.state,
             self.past_migrations(now),
             busy=self.executor.busy,
+            average=average,
             recent=recent,
         )
         if decision.state.evacuated != self.state.evacuated:

@@ -36,7 +36,7 @@ from opendrs.model.cluster import Cluster, Guest
 from opendrs.model.rules import GuestAffinity, NodeAffinity, Rules
 from opendrs.model.units import format_bytes, format_duration
 
-from .usage import CapacityModel, loaded_nodes, tolerance
+from .usage import CapacityModel, MeasuredUsage, loaded_nodes, tolerance
 
 Purpose = Literal["balance", "evacuate", "recover", "new"]
 
@@ -506,8 +506,14 @@ class Constraints:
     claimed: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.intp))
 
     @classmethod
-    def build(cls, cluster: Cluster, forbidden: Iterable[tuple[str, str]] = ()) -> Constraints:
-        """The constraints of ``cluster``; ``forbidden``: (guest, node) placements to refuse."""
+    def build(
+        cls,
+        cluster: Cluster,
+        forbidden: Iterable[tuple[str, str]] = (),
+        usage: MeasuredUsage | None = None,
+    ) -> Constraints:
+        """The constraints of ``cluster``; ``forbidden``: (guest, node) placements to refuse;
+        ``usage``: the measured usage capacity is checked on (default: the cluster's own)."""
         rules, problems = check_rules(cluster)
         cluster_r = replace_rules(cluster, rules)
         nodes, guests = cluster.nodes, cluster.guests
@@ -520,7 +526,7 @@ class Constraints:
         node_arch, guest_arch = codes[:n_nodes], codes[n_nodes:]
         arch_ok = guest_arch[:, None] == node_arch[None, :]
         usable_names = _usable_nodes(cluster)
-        capacity = CapacityModel.build(cluster)
+        capacity = CapacityModel.build(cluster, usage)
         tier, claimed = _affinity_tiers(cluster, rules, capacity, arch_ok)
         strict_ok = np.ones((n_guests, n_nodes), dtype=bool)
         preferred = np.ones((n_guests, n_nodes), dtype=bool)

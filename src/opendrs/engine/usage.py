@@ -22,11 +22,13 @@ loads its node, and a guest being migrated loads both its source and its target.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from opendrs.model.cluster import BalanceSource, Cluster, Guest, UsageMode
+from opendrs.model.cluster import BalanceSource, Cluster, Guest, Node, UsageMode, updater
+
+_guest_with_usage = updater(Guest, "cpu_used", "memory_used")
 
 #: Resources that the balance metrics consider, in column order.
 RESOURCES: tuple[str, ...] = ("cpu", "memory")
@@ -94,13 +96,145 @@ def loaded_nodes(guest: Guest) -> tuple[str, ...]:
     return (guest.node,)
 
 
+@dataclass(frozen=True, eq=False)
+class MeasuredUsage:
+    """Measured usage aligned with one cluster's guests and nodes, as arrays: what the load
+    models read in ``dynamic`` mode in place of the guests' and nodes' own values.
+
+    This is how the policy's smoothing reaches the engine: the usage window yields these arrays
+    (its average for balancing, its recent usage for the capacity checks) and the cycle's view
+    builds its loads and constraints on them, while its cluster stays the observation. Each
+    guest's ``cpu`` (cores) and ``memory`` (whole bytes) is its measured load, or its configured
+    size where it is not measured (:attr:`Guest.cpu_load`); each node's ``base_cpu`` and
+    ``base_memory`` is the host's own load.
+    """
+
+    guest_ids: tuple[str, ...]
+    node_names: tuple[str, ...]
+    cpu: np.ndarray  # (G,)
+    memory: np.ndarray  # (G,)
+    base_cpu: np.ndarray  # (N,)
+    base_memory: np.ndarray  # (N,)
+
+    @classmethod
+    def of(cls, cluster: Cluster) -> MeasuredUsage:
+        """The cluster's own measured usage."""
+        guests, nodes = cluster.guests, cluster.nodes
+        return cls(
+            tuple(g.id for g in guests),
+            tuple(n.name for n in nodes),
+            _frozen([g.cpu_load for g in guests]),
+            _frozen([float(g.memory_load) for g in guests]),
+            _frozen([n.base_cpu for n in nodes]),
+            _frozen([float(n.base_memory) for n in nodes]),
+        )
+
+    @classmethod
+    def replacing(
+        cls,
+        cluster: Cluster,
+        cpu: np.ndarray,
+        memory: np.ndarray,
+        base_cpu: np.ndarray,
+        base_memory: np.ndarray,
+    ) -> MeasuredUsage:
+        """The cluster's own usage with other values where they are known (not NaN): a guest's
+        only where it is measured now, a node's wherever known; memory rounded to whole bytes."""
+        own = cls.of(cluster)
+        measured = np.array([g.cpu_used is not None for g in cluster.guests], dtype=bool)
+        memory_measured = np.array([g.memory_used is not None for g in cluster.guests], dtype=bool)
+        return cls(
+            own.guest_ids,
+            own.node_names,
+            _where_known(own.cpu, cpu, measured),
+            _where_known(own.memory, np.rint(memory), memory_measured),
+            _where_known(own.base_cpu, base_cpu, True),
+            _where_known(own.base_memory, np.rint(base_memory), True),
+        )
+
+    def check(self, cluster: Cluster) -> None:
+        """Raise ValueError unless made for ``cluster``'s guests and nodes, in their order."""
+        if (
+            tuple(g.id for g in cluster.guests) != self.guest_ids
+            or tuple(n.name for n in cluster.nodes) != self.node_names
+        ):
+            raise ValueError("measured usage: made for another cluster's guests or nodes")
+
+    @property
+    def guest_columns(self) -> np.ndarray:
+        """Each guest's (cpu, memory), shape (G, 2)."""
+        return np.column_stack([self.cpu, self.memory]).reshape(len(self.cpu), 2)
+
+    @property
+    def node_columns(self) -> np.ndarray:
+        """Each node's own (cpu, memory), shape (N, 2)."""
+        return np.column_stack([self.base_cpu, self.base_memory]).reshape(len(self.base_cpu), 2)
+
+
+def _frozen(values: Sequence[float]) -> np.ndarray:
+    out = np.array(values, dtype=np.float64)
+    out.setflags(write=False)
+    return out
+
+
+def _where_known(own: np.ndarray, other: np.ndarray, allowed: np.ndarray | bool) -> np.ndarray:
+    out = np.where(np.isfinite(other) & allowed, other, own)
+    out.setflags(write=False)
+    return out
+
+
+def with_usage(cluster: Cluster, usage: MeasuredUsage) -> Cluster:
+    """``cluster`` with ``usage`` written into its guests (those measured now) and nodes: for
+    what reads usage from a :class:`Cluster` rather than from a load model (the peers' own
+    models, a snapshot written to a file). ``cluster`` itself when nothing differs."""
+    usage.check(cluster)
+    guests, nodes = cluster.guests, cluster.nodes
+    new_guests: tuple[Guest, ...] = guests
+    changed = [
+        j
+        for j, g in enumerate(guests)
+        if (g.cpu_used is not None and g.cpu_used != usage.cpu[j])
+        or (g.memory_used is not None and g.memory_used != usage.memory[j])
+    ]
+    if changed:
+        out = list(guests)
+        for j in changed:
+            g = guests[j]
+            out[j] = _guest_with_usage(
+                g,
+                g.cpu_used if g.cpu_used is None else float(usage.cpu[j]),
+                g.memory_used if g.memory_used is None else int(usage.memory[j]),
+            )
+        new_guests = tuple(out)
+    new_nodes: tuple[Node, ...] = nodes
+    moved = [
+        i
+        for i, n in enumerate(nodes)
+        if n.base_cpu != usage.base_cpu[i] or n.base_memory != usage.base_memory[i]
+    ]
+    if moved:
+        out_nodes = list(nodes)
+        for i in moved:
+            out_nodes[i] = replace(
+                nodes[i], base_cpu=float(usage.base_cpu[i]), base_memory=int(usage.base_memory[i])
+            )
+        new_nodes = tuple(out_nodes)
+    if new_guests is guests and new_nodes is nodes:
+        return cluster
+    return Cluster(new_nodes, new_guests, cluster.rules, cluster.settings, cluster.name)
+
+
 def guest_demand(
-    cluster: Cluster, mode: UsageMode | None = None, source: BalanceSource | None = None
+    cluster: Cluster,
+    mode: UsageMode | None = None,
+    source: BalanceSource | None = None,
+    usage: MeasuredUsage | None = None,
 ) -> np.ndarray:
     """Balance load of each guest, shape (guests, len(RESOURCES)), as float64.
 
     With ``source`` (default: the cluster's ``balance_source``) ``pressure``: each guest's cpu
-    and memory pressure times ``priority / 2``, whatever the mode.
+    and memory pressure times ``priority / 2``, whatever the mode. In ``dynamic`` mode the
+    measured load is ``usage``'s (default: the guests' own).
     """
     mode = mode or cluster.settings.mode
     source = source or cluster.settings.balance_source
@@ -119,6 +253,8 @@ def guest_demand(
         return np.array([[g.cpu, float(g.memory)] for g in guests], dtype=np.float64).reshape(
             len(guests), len(RESOURCES)
         )
+    if usage is not None:
+        return usage.guest_columns
     return np.array([[g.cpu_load, float(g.memory_load)] for g in guests], dtype=np.float64).reshape(
         len(guests), len(RESOURCES)
     )
@@ -153,14 +289,19 @@ def net_capacity(cluster: Cluster) -> np.ndarray:
 
 
 def node_base(
-    cluster: Cluster, mode: UsageMode | None = None, source: BalanceSource | None = None
+    cluster: Cluster,
+    mode: UsageMode | None = None,
+    source: BalanceSource | None = None,
+    usage: MeasuredUsage | None = None,
 ) -> np.ndarray:
     """The host's own load (dynamic mode only, never when pressure is balanced), shape
-    (nodes, len(RESOURCES))."""
+    (nodes, len(RESOURCES)): ``usage``'s (default: the nodes' own)."""
     mode = mode or cluster.settings.mode
     source = source or cluster.settings.balance_source
     if mode != "dynamic" or source == "pressure":
         return np.zeros((len(cluster.nodes), len(RESOURCES)))
+    if usage is not None:
+        return usage.node_columns
     return np.array(
         [[n.base_cpu, float(n.base_memory)] for n in cluster.nodes], dtype=np.float64
     ).reshape(len(cluster.nodes), len(RESOURCES))
@@ -216,10 +357,14 @@ class LoadModel:
 
     @classmethod
     def build(
-        cls, cluster: Cluster, mode: UsageMode | None = None, source: BalanceSource | None = None
+        cls,
+        cluster: Cluster,
+        mode: UsageMode | None = None,
+        source: BalanceSource | None = None,
+        usage: MeasuredUsage | None = None,
     ) -> LoadModel:
         """The balance load of ``cluster`` in ``mode`` and from ``source`` (default: the
-        cluster's settings)."""
+        cluster's settings), measured usage read from ``usage`` (default: the cluster's own)."""
         mode = mode or cluster.settings.mode
         source = source or cluster.settings.balance_source
         gi, ni = _load_pairs(cluster)
@@ -231,9 +376,9 @@ class LoadModel:
         active[gi[on_own]] = True
         return cls(
             mode=mode,
-            demand=guest_demand(cluster, mode, source),
+            demand=guest_demand(cluster, mode, source, usage),
             capacity=node_capacity(cluster, mode, source),
-            base=node_base(cluster, mode, source),
+            base=node_base(cluster, mode, source, usage),
             assign=assign,
             active=active,
             extra_guest=gi[~on_own],
@@ -265,12 +410,15 @@ class LoadModel:
         return safe_divide(self.loads(assign), self.capacity)
 
 
-def usage_loads(cluster: Cluster, loads: LoadModel | None = None) -> LoadModel:
-    """``loads`` when it counts measured usage, else the cluster's usage :class:`LoadModel`: the
-    capacity checks read usage, even where pressure is what is balanced."""
+def usage_loads(
+    cluster: Cluster, loads: LoadModel | None = None, usage: MeasuredUsage | None = None
+) -> LoadModel:
+    """``loads`` when it counts measured usage, else the cluster's usage :class:`LoadModel`
+    (measured usage from ``usage``, default the cluster's own): the capacity checks read usage,
+    even where pressure is what is balanced."""
     if loads is not None and loads.source == "usage":
         return loads
-    return LoadModel.build(cluster, source="usage")
+    return LoadModel.build(cluster, source="usage", usage=usage)
 
 
 def safe_divide(num: np.ndarray, den: np.ndarray) -> np.ndarray:
@@ -302,7 +450,9 @@ class CapacityModel:
     storage_node: np.ndarray
 
     @classmethod
-    def build(cls, cluster: Cluster) -> CapacityModel:
+    def build(cls, cluster: Cluster, usage: MeasuredUsage | None = None) -> CapacityModel:
+        """The capacity dimensions of ``cluster``, measured usage (dynamic mode) from ``usage``
+        (default: the cluster's own)."""
         settings = cluster.settings
         pools = sorted(
             {p for n in cluster.nodes for p in n.storage}
@@ -322,7 +472,6 @@ class CapacityModel:
             row = [cores * settings.cpu_overcommit, mem * settings.memory_overcommit]
             if dynamic:
                 row += [cores, mem]
-                base[i, 2:4] = (node.base_cpu, float(node.base_memory))
             row += [float(node.storage.get(p, 0)) for p in pools]
             limit[i] = row
         demand = np.zeros((n_guests, n_dims))
@@ -330,12 +479,13 @@ class CapacityModel:
         for j, guest in enumerate(cluster.guests):
             demand[j, 0] = guest.cpu
             demand[j, 1] = float(guest.memory)
-            if dynamic:
-                demand[j, 2] = guest.cpu_load
-                demand[j, 3] = float(guest.memory_load)
             for disk in guest.disks:
                 if disk.local:
                     demand[j, pool_col[disk.pool]] += float(disk.size)
+        if dynamic:
+            measured = usage if usage is not None else MeasuredUsage.of(cluster)
+            demand[:, 2:4] = measured.guest_columns
+            base[:, 2:4] = measured.node_columns
         compute_g: list[int] = []
         compute_n: list[int] = []
         storage_g: list[int] = []

@@ -1,87 +1,106 @@
 """One decision's view of the cluster: what every stage reads, computed once.
 
 The policy builds a :class:`CycleView` for each decision, the way a scheduler's cycle state
-carries what one stage computed to the next: the observation balancing decides on, the usage the
-capacity checks read, the balance loads, the hard constraints (masks with their reasons) and the
-units (a guest, or a bundle kept together by hard affinity). The repair screen and the repair, the
-maintenance return, the batch cut, the planner, the margin check and the explanation of a decision
-that moves nothing read them here instead of rebuilding them from a :class:`Cluster`. Strategies
-get the view too (``propose(view, request, options)``) and read its balance loads and its
-constraints, with their request's forbidden placements refused
+carries what one stage computed to the next: the observation, the usage balancing decides on,
+the usage the capacity checks read, the balance loads, the hard constraints (masks with their
+reasons) and the units (a guest, or a bundle kept together by hard affinity). The repair screen
+and the repair, the maintenance return, the batch cut, the planner, the margin check and the
+explanation of a decision that moves nothing read them here instead of rebuilding them from a
+:class:`Cluster`. Strategies get the view too (``propose(view, request, options)``) and read its
+balance loads and its constraints, with their request's forbidden placements refused
 (:meth:`~opendrs.engine.constraints.Constraints.forbidding`): a strategy checks capacity on the
 same usage the planner orders its plan on.
 
-Two usages meet in one view, on purpose, and only two:
+Measured usage reaches the view as arrays (:class:`MeasuredUsage`), which the policy's usage
+window yields; the load models are built on them directly. Two usages meet in one view, on
+purpose, and only two:
 
-* ``cluster`` — measured usage averaged over the policy's smoothing window: what balancing sees,
-  so that only a lasting imbalance is worth a migration;
-* ``checked`` — the same guests and placement, each measured value at the higher of that average
-  and its mean over the hold: what every hard capacity check sees (repairs found and made,
-  strategies' proposals, plans ordered), so that a rise that lasts the hold counts at once.
+* ``average`` — measured usage averaged over the policy's smoothing window: what balancing sees
+  (``loads``), so that only a lasting imbalance is worth a migration;
+* ``recent`` — each measured value at the higher of that average and its mean over the hold:
+  what every hard capacity check sees (``constraints``: repairs found and made, strategies'
+  proposals, plans ordered), so that a rise that lasts the hold counts at once.
 
-Without smoothing (or without a recent usage) both are the same cluster.
+Without them (no smoothing, no recent usage) both are the observation's own. ``observed`` is the
+cluster as observed — placement, rules, settings, and its own measured values; ``cluster`` and
+``checked`` are that cluster with each usage written in, made only for what reads usage from a
+:class:`Cluster` rather than from the view's models (a peer's emulation, the repair's strategy).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Protocol
 
 import numpy as np
 
 from opendrs.engine.constraints import Constraints, current_assign
-from opendrs.engine.usage import LoadModel, usage_loads
+from opendrs.engine.usage import LoadModel, MeasuredUsage, usage_loads, with_usage
 from opendrs.model.cluster import Cluster
 
 Placements = frozenset[tuple[str, str]]
-
-
-class UsageSource(Protocol):
-    """Where the usage capacity is checked on comes from: ``apply(cluster)`` returns the cluster
-    with it (the policy's recent usage)."""
-
-    def apply(self, cluster: Cluster) -> Cluster: ...
 
 
 @dataclass(frozen=True, eq=False)
 class CycleView:
     """What one decision reads; each part built on first use, then shared.
 
-    ``recent`` gives the usage capacity is checked on (None: ``cluster``'s own); ``forbidden``
-    holds the (guest, node) placements the policy's guards rule out for this decision. Pure: the
-    same inputs give the same view.
+    ``observed`` is the observation; ``average`` the usage balancing reads and ``recent`` the
+    usage capacity is checked on (None: the observation's own, and ``recent`` falls back to
+    ``average``); ``forbidden`` holds the (guest, node) placements the policy's guards rule out
+    for this decision. Pure: the same inputs give the same view. Raises ValueError when a usage
+    was made for another cluster's guests or nodes.
     """
 
-    cluster: Cluster
-    recent: UsageSource | None = None
+    observed: Cluster
+    average: MeasuredUsage | None = None
+    recent: MeasuredUsage | None = None
     forbidden: Placements = field(default_factory=frozenset)
+
+    def __post_init__(self) -> None:
+        for usage in (self.average, self.recent):
+            if usage is not None:
+                usage.check(self.observed)
+
+    @property
+    def checked_usage(self) -> MeasuredUsage | None:
+        """The usage capacity is checked on (None: the observation's own)."""
+        return self.recent if self.recent is not None else self.average
+
+    @cached_property
+    def cluster(self) -> Cluster:
+        """``observed`` with the usage balancing reads."""
+        if self.average is None:
+            return self.observed
+        return with_usage(self.observed, self.average)
 
     @cached_property
     def checked(self) -> Cluster:
-        """``cluster`` with the usage capacity is checked on."""
-        return self.recent.apply(self.cluster) if self.recent is not None else self.cluster
+        """``observed`` with the usage capacity is checked on."""
+        if self.recent is None:
+            return self.cluster
+        return with_usage(self.observed, self.recent)
 
     @cached_property
     def loads(self) -> LoadModel:
-        """The balance loads of ``cluster`` (its usage mode, its balance source)."""
-        return LoadModel.build(self.cluster)
+        """The balance loads (the observation's usage mode and balance source, ``average``)."""
+        return LoadModel.build(self.observed, usage=self.average)
 
     @cached_property
     def usage_loads(self) -> LoadModel:
-        """The loads of ``cluster`` in its usage mode, from measured usage even where pressure is
-        balanced: what the capacity screens read."""
-        return usage_loads(self.cluster, self.loads)
+        """The loads in the usage mode, from ``average`` even where pressure is balanced: what
+        the capacity screens read."""
+        return usage_loads(self.observed, self.loads, self.average)
 
     @cached_property
     def constraints(self) -> Constraints:
-        """The hard and soft constraints, capacity on ``checked``, nothing forbidden."""
-        return Constraints.build(self.checked)
+        """The hard and soft constraints, capacity on ``checked_usage``, nothing forbidden."""
+        return Constraints.build(self.observed, usage=self.checked_usage)
 
     @cached_property
     def assign(self) -> np.ndarray:
         """The node index of each guest now (``-1``: unknown); read-only."""
-        out = current_assign(self.cluster)
+        out = current_assign(self.observed)
         out.setflags(write=False)
         return out
 
@@ -104,14 +123,14 @@ class CycleView:
             view.__dict__["loads"] = loads
         return view
 
-    def guarding(self, recent: UsageSource | None, forbidden: Placements) -> CycleView:
+    def guarding(self, recent: MeasuredUsage | None, forbidden: Placements) -> CycleView:
         """This view with capacity checked on ``recent`` and ``forbidden`` ruled out; what was
-        built from ``cluster`` alone is kept."""
-        other = CycleView(self.cluster, recent, forbidden)
-        for name in ("loads", "usage_loads", "assign"):
+        built from the observation and ``average`` alone is kept."""
+        other = CycleView(self.observed, self.average, recent, forbidden)
+        for name in ("cluster", "loads", "usage_loads", "assign"):
             if name in self.__dict__:
                 other.__dict__[name] = self.__dict__[name]
         return other
 
 
-__all__ = ["CycleView", "Placements", "UsageSource"]
+__all__ = ["CycleView", "Placements"]

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
 import pytest
 
 from opendrs.engine.constraints import committed_for
@@ -18,6 +19,7 @@ from opendrs.engine.strategies.optimal import propose_optimal
 from opendrs.engine.strategies.pressure import propose_pressure
 from opendrs.engine.strategies.proxlb_greedy import propose_proxlb_greedy
 from opendrs.engine.strategies.pve import propose_bruteforce, propose_topsis
+from opendrs.engine.usage import MeasuredUsage
 from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster, Guest, Node
 
@@ -95,14 +97,11 @@ def _full_first() -> Cluster:
     return Cluster(nodes, guests)
 
 
-class _FullSecondNode:
+def _second_node_full(cluster: Cluster) -> MeasuredUsage:
     """A recent usage in which the host n2 itself uses all but 2 GiB of its memory."""
-
-    def apply(self, cluster: Cluster) -> Cluster:
-        nodes = tuple(
-            replace(n, base_memory=62 * GiB) if n.name == "n2" else n for n in cluster.nodes
-        )
-        return replace(cluster, nodes=nodes)
+    own = MeasuredUsage.of(cluster)
+    base_memory = np.where(np.array(own.node_names) == "n2", 62.0 * GiB, own.base_memory)
+    return replace(own, base_memory=base_memory)
 
 
 def _targets(proposal: Proposal) -> set[str]:
@@ -115,7 +114,7 @@ def test_every_strategy_checks_capacity_on_the_usage_the_view_checks(name: str) 
     sends guests there; on the recent usage it is full, and no strategy given the view does."""
     info, cluster = get_strategy(name), _full_first()
     assert "n2" in _targets(info.propose(cluster))
-    view = CycleView(cluster, _FullSecondNode())
+    view = CycleView(cluster, recent=_second_node_full(cluster))
     proposal = info.propose(view)
     assert proposal.net_moves() and "n2" not in _targets(proposal)
     placement = view.assign.copy()
@@ -125,7 +124,8 @@ def test_every_strategy_checks_capacity_on_the_usage_the_view_checks(name: str) 
 
 
 def test_the_runner_refuses_the_request_forbidden_placements_on_the_view_constraints() -> None:
-    view = CycleView(_full_first(), _FullSecondNode())
+    cluster = _full_first()
+    view = CycleView(cluster, recent=_second_node_full(cluster))
     forbidden = frozenset({(f"g{j}", "n3") for j in range(8)})
     balance = get_strategy("balance")
     assert not balance.propose(view, Request(forbidden=forbidden)).net_moves()

@@ -1,17 +1,18 @@
 """Policy: *when* to act — turns a stream of observations into decisions, without flapping.
 
 A strategy says where guests should run; the policy says whether to move them now. It is a pure
-function of explicit immutable values: :func:`decide` takes the (smoothed) cluster, the time, a
-:class:`PolicyConfig`, the previous :class:`PolicyState` and what the controller's history knows
-(:class:`PastMigrations`), and returns a :class:`Decision` with the next state. Every guard the
-peers use against flapping is here, each one configurable:
+function of explicit immutable values: :func:`decide` takes the observed cluster (and its
+smoothed usage), the time, a :class:`PolicyConfig`, the previous :class:`PolicyState` and what
+the controller's history knows (:class:`PastMigrations`), and returns a :class:`Decision` with
+the next state. Every guard the peers use against flapping is here, each one configurable:
 
 * **Smoothing** (:class:`UsageWindow`) — the measured usage of each guest (and each node's own
   load) is averaged over the last ``smoothing`` seconds, so that a one-observation spike does not
-  look like an imbalance. The controller adds each observation to the window and decides on
-  :meth:`UsageWindow.smoothed`. Capacity is checked on usage that rises faster: each value at
-  the higher of its mean and its mean over the hold (:func:`overload_span`), which the controller
-  passes as ``recent`` — an overload that lasts the hold is repaired, and no plan puts more on a
+  look like an imbalance. The controller adds each observation to the window and passes its
+  :meth:`UsageWindow.average` (arrays, which the cycle's view builds its loads on) as
+  ``average``. Capacity is checked on usage that rises faster: each value at the higher of its
+  mean and its mean over the hold (:func:`overload_span`), which the controller passes as
+  ``recent`` — an overload that lasts the hold is repaired, and no plan puts more on a
   node than its recent usage leaves room for, however empty the long average shows it.
 * **Threshold** — nothing happens while the imbalance ``metric`` is at or below ``threshold``:
   ``spread`` (opendrs: the largest max − min of the weighted resources' load fractions,
@@ -97,7 +98,7 @@ from opendrs.engine.policy.repair import (
     stuck_after,
     warn_stuck,
 )
-from opendrs.engine.policy.smoothing import RecentUsage, UsageWindow, overload_span
+from opendrs.engine.policy.smoothing import UsageWindow, overload_span
 from opendrs.engine.policy.state import PastMigrations, PolicyState
 from opendrs.engine.policy.why import WhyNot, why_not
 
@@ -111,7 +112,6 @@ __all__ = [
     "PastMigrations",
     "PolicyConfig",
     "PolicyState",
-    "RecentUsage",
     "Repair",
     "UsageWindow",
     "WhyNot",

@@ -22,11 +22,12 @@ from opendrs.engine.policy.metrics import (
 )
 from opendrs.engine.policy.planning import final_placement, plan_within, truncate
 from opendrs.engine.policy.repair import Repair, may_need_repair, repair_within_guards
-from opendrs.engine.policy.smoothing import RecentUsage
+from opendrs.engine.policy.smoothing import overloads
 from opendrs.engine.policy.state import PastMigrations, PolicyState
 from opendrs.engine.policy.why import why_not
 from opendrs.engine.strategies import get_strategy
 from opendrs.engine.strategies.base import Proposal
+from opendrs.engine.usage import MeasuredUsage
 from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster
 
@@ -107,19 +108,20 @@ def decide(
     past: PastMigrations,
     *,
     busy: bool,
-    recent: RecentUsage | None = None,
+    average: MeasuredUsage | None = None,
+    recent: MeasuredUsage | None = None,
 ) -> Decision:
     """Whether to act on ``cluster`` at ``now``, and with which plan (see the package docstring).
 
-    ``cluster`` is the observation to decide on (smoothed by the caller, see
-    :class:`UsageWindow`); ``busy`` says that a plan is still executing. ``recent``, when given,
-    is the usage capacity is checked on (:meth:`UsageWindow.recent`, over the hold:
-    :func:`overload_span`): repairs are found and made with it, and every plan is ordered against
-    it, while the metric and the strategy see ``cluster``'s. Pure and deterministic. Raises
-    ValueError for a ``recent`` made for another cluster (the strategy's options were checked
-    when ``config`` was made).
+    ``cluster`` is the observation to decide on; ``busy`` says that a plan is still executing.
+    ``average``, when given, is the usage balancing decides on (:meth:`UsageWindow.average`):
+    the metric and the strategy see it. ``recent``, when given, is the usage capacity is checked
+    on (:meth:`UsageWindow.recent`, over the hold: :func:`overload_span`): repairs are found and
+    made with it, and every plan is ordered against it. Without them the cluster's own usage
+    stands. Pure and deterministic. Raises ValueError for a usage made for another cluster (the
+    strategy's options were checked when ``config`` was made).
     """
-    round_ = _Round(cluster, now, config, state, past, recent, busy)
+    round_ = _Round(cluster, now, config, state, past, average, recent, busy)
     for guard in (_busy, _repair, _back_from_maintenance, _balanced, _holding):
         decision = guard(round_)
         if decision is not None:
@@ -137,11 +139,12 @@ class _Round:
         config: PolicyConfig,
         state: PolicyState,
         past: PastMigrations,
-        recent: RecentUsage | None,
+        average: MeasuredUsage | None,
+        recent: MeasuredUsage | None,
         busy: bool,
     ) -> None:
         self.now, self.config, self.past, self.recent, self.busy = now, config, past, recent, busy
-        self.view = CycleView(cluster)
+        self.view = CycleView(cluster, average)
         by_arch = measure_by_arch(cluster, config.metric, self.view.loads)
         self.metric = max(by_arch.values(), default=0.0)
         self.label = metric_label(config.metric)
@@ -158,7 +161,9 @@ class _Round:
 
     @property
     def cluster(self) -> Cluster:
-        return self.view.cluster
+        """The observation: placement, rules and settings (its usage is read from the view's
+        models, never from it)."""
+        return self.view.observed
 
     def guard(self) -> None:
         """From here on the decision may plan: the guards' forbidden placements, and capacity
@@ -228,7 +233,7 @@ def _repair(r: _Round) -> Decision | None:
     a repair that cannot be made is noted on every later decision."""
     view, config = r.view, r.config
     screen = may_need_repair(r.cluster, view.usage_loads) or (
-        r.recent is not None and r.recent.overloads(r.cluster, view.usage_loads)
+        r.recent is not None and overloads(view.usage_loads, r.recent)
     )
     if not screen:
         return None
@@ -265,9 +270,7 @@ def _back_from_maintenance(r: _Round) -> Decision | None:
     """Guests evacuated for maintenance go back at once when their node leaves it."""
     if not (r.config.maintenance_return and r.state.evacuated):
         return None
-    back = returns_from_maintenance(
-        r.cluster, r.state.evacuated, r.now, r.config, r.past, r.view.constraints, r.metric
-    )
+    back = returns_from_maintenance(r.view, r.state.evacuated, r.now, r.config, r.past, r.metric)
     if back is None:
         return None
     proposal, plan, predicted = back

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from opendrs.engine.constraints import Constraints, current_assign, movability
+from opendrs.engine.constraints import current_assign, movability
 from opendrs.engine.planner import Plan, plan_moves
 from opendrs.engine.policy.config import PolicyConfig
 from opendrs.engine.policy.metrics import measure
@@ -18,6 +18,8 @@ from opendrs.engine.strategies.base import (
     cluster_imbalance,
     migration_cost,
 )
+from opendrs.engine.usage import LoadModel
+from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster
 
 
@@ -46,16 +48,16 @@ def track_evacuations(cluster: Cluster, evacuated: Mapping[str, str]) -> dict[st
 
 
 def returns_from_maintenance(
-    cluster: Cluster,
+    view: CycleView,
     evacuated: Mapping[str, str],
     now: float,
     config: PolicyConfig,
     past: PastMigrations,
-    cons: Constraints,
     metric: float,
 ) -> tuple[Proposal, Plan, float] | None:
-    """The migrations that take evacuated guests back to their nodes out of maintenance, with
-    the ``config.metric`` predicted after them (``metric``: its value now).
+    """The migrations that take the evacuated guests of ``view``'s cluster back to their nodes
+    out of maintenance, with the ``config.metric`` predicted after them (``metric``: its value
+    now), planned on the view's constraints and measured on its usage.
 
     A guest goes back when its node is usable, it is elsewhere and not migrating, it may move, its
     architecture and strict rules allow the node, and no failed migration keeps it off the node
@@ -63,6 +65,7 @@ def returns_from_maintenance(
     At most ``batch`` of them, in guest order; the planner orders them and leaves out any that
     would overload a node or break a hard rule. None when nobody goes back.
     """
+    cluster, cons = view.observed, view.constraints
     nodes, node_index, guest_index = cluster.nodes, cluster.node_index, cluster.guest_index
     targets: dict[str, str] = {}
     for guest_id, name in sorted(evacuated.items()):
@@ -92,10 +95,12 @@ def returns_from_maintenance(
     if not plan.moves:
         return None
     assign = current_assign(cluster)
-    before = cluster_imbalance(cluster)
+    before = cluster_imbalance(cluster, None, view.loads)
     for move in plan.moves:
         assign[guest_index[move.guest]] = node_index[move.target]
-    metric_after = measure(cluster.with_placement(final_placement(plan)), config.metric)
+    moved = cluster.with_placement(final_placement(plan))
+    moved_loads = LoadModel.build(moved, usage=view.average)
+    metric_after = measure(moved, config.metric, moved_loads)
     moves = tuple(
         ProposedMove(
             guest=move.guest,
@@ -113,7 +118,7 @@ def returns_from_maintenance(
         strategy="maintenance-return",
         moves=moves,
         before=before,
-        after=cluster_imbalance(cluster, assign),
+        after=cluster_imbalance(cluster, assign, view.loads),
         stopped="evacuated guests back on their nodes",
     )
     return proposal, plan, metric_after
