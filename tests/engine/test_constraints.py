@@ -33,6 +33,20 @@ def _masks(cons: Constraints, j: int) -> dict[str, list[bool]]:
     return {name: mask.tolist() for name, mask in cons.hard_masks(j, assign, headroom)}
 
 
+def test_forbidding_refuses_what_a_build_with_the_placements_refuses() -> None:
+    guests = (Guest("1", "n1", cpu=1, memory=GiB), Guest("2", "n2", cpu=1, memory=GiB))
+    cluster = Cluster(_nodes(), guests)
+    forbidden = {("1", "n2"), ("2", "n1"), ("2", "nowhere"), ("ghost", "n1")}
+    plain = Constraints.build(cluster)
+    derived = plain.forbidding(forbidden)
+    built = Constraints.build(cluster, forbidden)
+    for j in range(len(guests)):
+        assert _masks(derived, j) == _masks(built, j)
+    assert _masks(derived, 0)["forbidden"] == [True, False, True, True, True]
+    assert _masks(plain, 0)["forbidden"] == [True] * 5  # the original is left as it was
+    assert plain.forbidding({("ghost", "n1")}) is plain
+
+
 def test_node_state_and_architecture_filters() -> None:
     cluster = Cluster(_nodes(), (Guest("1", "n1", cpu=1, memory=GiB),))
     masks = _masks(Constraints.build(cluster), 0)

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from opendrs.engine.imbalance import (
+    balance_objective,
     balance_spread,
     combined,
     cv,
@@ -66,13 +67,54 @@ def test_rms_and_per_column() -> None:
 
 def test_weighted_variance_is_zero_iff_fractions_equal() -> None:
     cap = np.array([[16.0], [8.0], [4.0]])
-    equal = np.array([[0.5], [0.5], [0.5]])
+    equal = np.array([[8.0], [4.0], [2.0]])  # every node at 0.5
     assert weighted_variance(equal, cap)[0] == pytest.approx(0.0)
-    uneven = np.array([[0.25], [0.5], [1.0]])
+    uneven = np.array([[4.0], [4.0], [4.0]])  # fractions 0.25, 0.5, 1
     # mean = (4 + 4 + 4) / 28 = 3/7
     mean = 12 / 28
     expected = (16 * (0.25 - mean) ** 2 + 8 * (0.5 - mean) ** 2 + 4 * (1 - mean) ** 2) / 28
     assert weighted_variance(uneven, cap)[0] == pytest.approx(expected)
+
+
+def test_weighted_variance_by_group_and_without_capacity() -> None:
+    cap = np.array([[16.0], [8.0], [4.0], [0.0]])
+    load = np.array([[4.0], [4.0], [4.0], [9.0]])
+    # Groups {0, 1} (mean 8/24) and {2} (its own mean: no term); node 3 takes no part.
+    mean = 8 / 24
+    expected = (16 * (0.25 - mean) ** 2 + 8 * (0.5 - mean) ** 2) / 28
+    grouped = weighted_variance(load, cap, np.array([0, 0, 1, -1]))
+    assert grouped[0] == pytest.approx(expected)
+    # Without capacity a node takes no part, whatever its group says.
+    assert weighted_variance(load, cap)[0] == pytest.approx(weighted_variance(load[:3], cap[:3])[0])
+    assert weighted_variance(np.zeros((0, 2)), np.zeros((0, 2))).tolist() == [0.0, 0.0]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(1, 12).flatmap(
+        lambda n: st.tuples(
+            st.lists(st.floats(0, 1e3), min_size=2 * n, max_size=2 * n),
+            st.lists(st.sampled_from([0.0, 1.0, 4.0, 16.0, 64.0]), min_size=2 * n, max_size=2 * n),
+            st.lists(st.integers(-1, 2), min_size=n, max_size=n),
+            st.integers(1, 4),
+        )
+    )
+)
+def test_the_objective_of_many_placements_at_once_is_each_ones(
+    case: tuple[list[float], list[float], list[int], int],
+) -> None:
+    loads, caps, groups, k = case
+    cap = np.array(caps).reshape(-1, 2)
+    group = np.array(groups)
+    rng = np.random.default_rng(len(loads))
+    many = np.array(loads).reshape(1, -1, 2) * rng.uniform(0.5, 2.0, size=(k, 1, 1))
+    weights = np.array([0.25, 0.75])
+    together = balance_objective(many, cap, weights, group)
+    assert together.shape == (k,)
+    for i in range(k):
+        one = balance_objective(many[i], cap, weights, group)
+        assert one.shape == () and float(one) == together[i]  # bit for bit
+        assert float(one) >= 0.0
 
 
 def test_summary_has_every_resource_and_combined() -> None:

@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, given, settings
 
 from clusters import clusters
 from opendrs.engine.constraints import Constraints, committed_for, current_assign
+from opendrs.engine.imbalance import balance_objective
 from opendrs.engine.placement import PlacementState, evacuate, place_guest, place_new
 from opendrs.model.cluster import Cluster, Guest, Node, Settings
 from opendrs.model.rules import GuestAffinity, NodeAffinity, Rules
@@ -183,3 +184,24 @@ def test_placement_is_deterministic(cluster: Cluster) -> None:
     assert place_guest(cluster, guest).as_dict() == place_guest(cluster, guest).as_dict()
     state = PlacementState.build(cluster)
     assert state.place(0).as_dict() == place_guest(cluster, guest).as_dict()
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters())
+def test_a_node_score_is_the_balance_objective_with_the_guest_there(cluster: Cluster) -> None:
+    """The balance a placement scores a node with (σ, from running sums) is the square root of
+    the objective's one definition (imbalance.balance_objective) with the guest on that node."""
+    state = PlacementState.build(cluster)
+    cap = state.loads.capacity
+    usable = state.constraints.usable & np.all(cap > 0, axis=1)
+    group = np.where(usable, 0, -1)
+    for j in range(min(6, len(cluster.guests))):
+        members = state.bundle(j)
+        _assign, base_load, _committed = state._without(members)
+        demand = state.loads.demand[members[state.running[members]]].sum(axis=0)
+        scores = state._balance_after(base_load, demand)
+        for n in np.nonzero(usable)[0].tolist():
+            load = base_load.copy()
+            load[n] += demand
+            defined = float(balance_objective(load, cap, state.weights, group))
+            assert scores[n] ** 2 == pytest.approx(defined, rel=1e-9, abs=1e-12)

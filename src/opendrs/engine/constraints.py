@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Literal
 
@@ -629,6 +629,19 @@ class Constraints:
         """Guest ``j`` and its hard-affinity partners: the guests that move together."""
         unit = self.unit_of(j)
         return self.groups[unit] if unit >= 0 else np.array([j], dtype=np.intp)
+
+    def forbidding(self, forbidden: Iterable[tuple[str, str]]) -> Constraints:
+        """These constraints with the (guest, node) placements ``forbidden`` refused as well:
+        what :meth:`build` with ``forbidden`` gives, without building the rest again."""
+        gidx, nidx = self.cluster.guest_index, self.cluster.node_index
+        pairs = [(gidx.get(g), nidx.get(n)) for g, n in forbidden]
+        known = [(j, n) for j, n in pairs if j is not None and n is not None]
+        if not known:
+            return self
+        permitted = self.permitted.copy()
+        rows, cols = zip(*known, strict=True)
+        permitted[list(rows), list(cols)] = False
+        return replace(self, permitted=permitted)
 
     # ----------------------------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """Imbalance metrics over node load fractions, vectorised with numpy.
 
-Every function takes node fractions ``f`` of shape (N,) or (N, R) — load divided by capacity —
-and reduces over the node axis (axis 0):
+The measures take node fractions ``f`` of shape (N,) or (N, R) — load divided by capacity — and
+reduce over the node axis (axis 0); the balance objective takes the loads and capacities:
 
 * :func:`cv` — Proxmox's coefficient of variation, population σ / mean (pve-rs 2.0, and the scale
   of the HA test logs); :func:`cv_normalized` divides it by √(N−1) (proxmox-resource-scheduling
@@ -12,8 +12,9 @@ and reduces over the node axis (axis 0):
 * :func:`resource_weights` — the cluster's resource weights normalised to sum 1, for every measure.
 * :func:`combined` — the per-node combined load: the weighted mean of the resource fractions
   (Proxmox: cpu and memory with equal weights).
-* :func:`weighted_variance` — the capacity-weighted variance of the fractions, the smooth objective
-  the balancer minimises: it is zero exactly when every node has the same fraction.
+* :func:`weighted_variance` — the capacity-weighted variance of the fractions, from node loads and
+  capacities: the smooth objective the balancer minimises, zero exactly when every node has the same
+  fraction; :func:`balance_objective` combines it with the resource weights.
 
 Metrics are 0 when fewer than two nodes take part or when all loads are 0, as in Proxmox.
 """
@@ -116,24 +117,65 @@ def combined(f: np.ndarray, weights: Sequence[float]) -> np.ndarray:
     return arr @ normalise_weights(weights, arr.shape[1])
 
 
-def weighted_variance(fractions: np.ndarray, capacity: np.ndarray) -> np.ndarray:
-    """Capacity-weighted variance of the fractions per column.
+def weighted_variance(
+    load: np.ndarray, capacity: np.ndarray, group: np.ndarray | None = None
+) -> np.ndarray:
+    """Capacity-weighted variance of the node load fractions, per resource: the balance objective's
+    terms, defined once.
 
-    ``Σ_n C_n (f_n − f̄)² / Σ_n C_n`` with ``f̄ = Σ L / Σ C``: moving load never changes f̄, and the
-    variance is 0 exactly when all fractions are equal, so minimising it balances nodes of any
-    size. Nodes without capacity are left out.
+    ``Σ_n C_n (f_n − f̄)² / Σ_n C_n`` with ``f_n = L_n / C_n`` and ``f̄ = Σ L / Σ C``: moving load
+    between nodes never changes f̄, and the variance is 0 exactly when all fractions are equal,
+    so minimising it balances nodes of any size. Moving demand ``d`` from node ``a`` to node ``b``
+    changes it by ``(d²(1/C_a + 1/C_b) − 2d(f_a − f_b)) / Σ_n C_n`` — the exact incremental form
+    ``balance`` scores its moves with.
+
+    ``load``: node loads (N, R), or (k, N, R) for k placements at once (then (k, R) out);
+    ``capacity``: (N, R). ``group`` (N,): each node's group, which has its own mean f̄ (CPU
+    architectures, between which no load moves), ``-1`` for a node that takes no part (default:
+    one group); a node takes no part in a resource it has no capacity of. Sums run over the
+    nodes in order, so one placement or many at once give the same value, bit for bit.
     """
-    f, _ = _as2d(fractions)
-    c, _ = _as2d(capacity)
-    cap = np.where(np.isfinite(f) & (c > 0), c, 0.0)
-    f = np.where(cap > 0, f, 0.0)
-    total = cap.sum(axis=0)
+    load = np.asarray(load, dtype=np.float64)
+    cap = np.asarray(capacity, dtype=np.float64)
+    if group is None:
+        group = np.zeros(cap.shape[0], dtype=np.intp)
+    positive = cap > 0
     with np.errstate(divide="ignore", invalid="ignore"):
-        mean = np.where(total > 0, (f * cap).sum(axis=0) / np.where(total > 0, total, 1.0), 0.0)
-        var = np.where(
-            total > 0, (cap * (f - mean) ** 2).sum(axis=0) / np.where(total > 0, total, 1.0), 0.0
-        )
-    return var
+        f = np.where(positive, load / np.where(positive, cap, 1.0), 0.0)
+    load = np.where(positive, load, 0.0)
+    mean = np.zeros(load.shape)
+    for g in range(int(group.max(initial=-1)) + 1):
+        idx = np.nonzero(group == g)[0]
+        nodes = slice(None) if idx.size == len(group) else idx
+        total = cap[nodes].sum(axis=0)
+        summed = _running_sum(load[..., nodes, :])
+        mean[..., nodes, :] = np.where(total > 0, summed / np.where(total > 0, total, 1.0), 0.0)[
+            ..., None, :
+        ]
+    part = np.where((group >= 0)[:, None], cap, 0.0)
+    total = part.sum(axis=0)
+    var = _running_sum(part * (f - mean) ** 2)
+    return np.where(total > 0, var / np.where(total > 0, total, 1.0), 0.0)
+
+
+def _running_sum(values: np.ndarray) -> np.ndarray:
+    """``values`` summed over their node axis (the second last), node after node."""
+    if values.shape[-2] == 0:
+        return np.zeros(values.shape[:-2] + values.shape[-1:])
+    return np.cumsum(values, axis=-2)[..., -1, :]
+
+
+def balance_objective(
+    load: np.ndarray, capacity: np.ndarray, weights: np.ndarray, group: np.ndarray | None = None
+) -> np.ndarray:
+    """``J = Σ_r w_r · weighted_variance_r``: the objective ``balance`` lowers with every balancing
+    move, for one placement's loads (N, R) or k placements' (k, N, R) — an array of shape () or
+    (k,). ``weights``: the resource weights (:func:`resource_weights`); ``group`` as
+    :func:`weighted_variance`."""
+    var = weighted_variance(load, capacity, group)
+    w = np.asarray(weights, dtype=np.float64)
+    values = [float(v @ w) for v in var.reshape(-1, var.shape[-1])]
+    return np.array(values, dtype=np.float64).reshape(var.shape[:-1])
 
 
 @dataclass(frozen=True, slots=True)

@@ -112,9 +112,12 @@ class PlacementState:
         cluster: Cluster,
         constraints: Constraints | None = None,
         forbidden: Iterable[tuple[str, str]] = (),
+        loads: LoadModel | None = None,
     ) -> PlacementState:
+        """The current placement of ``cluster``: ``constraints`` (None: built with ``forbidden``)
+        say what is allowed, ``loads`` (None: built) are its balance loads."""
         constraints = constraints or Constraints.build(cluster, forbidden)
-        loads = LoadModel.build(cluster)
+        loads = loads if loads is not None else LoadModel.build(cluster)
         assign = current_assign(cluster)
         settings = cluster.settings
         return cls(

@@ -6,7 +6,10 @@ the usage the capacity checks read, the balance loads, the hard constraints (mas
 reasons) and the units (a guest, or a bundle kept together by hard affinity). The repair screen
 and the repair, the maintenance return, the batch cut, the planner, the margin check and the
 explanation of a decision that moves nothing read them here instead of rebuilding them from a
-:class:`Cluster`. Strategies get the view too (``propose(view, request, options)``).
+:class:`Cluster`. Strategies get the view too (``propose(view, request, options)``) and read its
+balance loads and its constraints, with their request's forbidden placements refused
+(:meth:`~opendrs.engine.constraints.Constraints.forbidding`): a strategy checks capacity on the
+same usage the planner orders its plan on.
 
 Measured usage reaches the view as arrays (:class:`MeasuredUsage`), which the policy's usage
 window yields; the load models are built on them directly. Two usages meet in one view, on
@@ -15,8 +18,8 @@ purpose, and only two:
 * ``average`` — measured usage averaged over the policy's smoothing window: what balancing sees
   (``loads``), so that only a lasting imbalance is worth a migration;
 * ``recent`` — each measured value at the higher of that average and its mean over the hold:
-  what the policy's hard capacity checks see (``constraints``: repairs found and made, plans
-  ordered), so that a rise that lasts the hold counts at once.
+  what every hard capacity check sees (``constraints``: repairs found and made, strategies'
+  proposals, plans ordered), so that a rise that lasts the hold counts at once.
 
 Without them (no smoothing, no recent usage) both are the observation's own. ``observed`` is the
 cluster as observed — placement, rules, settings, and its own measured values; ``cluster`` and
@@ -100,6 +103,25 @@ class CycleView:
         out = current_assign(self.observed)
         out.setflags(write=False)
         return out
+
+    @classmethod
+    def holding(
+        cls,
+        cluster: Cluster,
+        *,
+        constraints: Constraints | None = None,
+        loads: LoadModel | None = None,
+    ) -> CycleView:
+        """A view of ``cluster`` that starts from models built already, for a strategy that asks
+        another one on the view it was given: ``constraints`` (capacity on the usage the first
+        view checks, nothing forbidden) and ``loads`` (``cluster``'s balance loads). What is not
+        given is built on first use, from ``cluster``."""
+        view = cls(cluster)
+        if constraints is not None:
+            view.__dict__["constraints"] = constraints
+        if loads is not None:
+            view.__dict__["loads"] = loads
+        return view
 
     def guarding(self, recent: MeasuredUsage | None, forbidden: Placements) -> CycleView:
         """This view with capacity checked on ``recent`` and ``forbidden`` ruled out; what was

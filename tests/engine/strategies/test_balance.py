@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from clusters import assert_moves_safe, clusters
 from opendrs.engine.bounds import migration_lower_bound
 from opendrs.engine.constraints import Constraints, committed_for, current_assign
+from opendrs.engine.imbalance import balance_objective, resource_weights
 from opendrs.engine.strategies import get_strategy
 from opendrs.engine.strategies.balance import _State, propose_balance
 from opendrs.engine.strategies.base import Request
@@ -453,17 +454,12 @@ def test_balance_is_safe_deterministic_and_never_worse(cluster: Cluster) -> None
 
 
 def _objective(cluster: Cluster, assign: np.ndarray) -> float:
-    """The weighted capacity-weighted variance of the usable nodes' fractions."""
+    """The objective of the usable nodes' loads under ``assign`` (one mean for them all)."""
     loads = LoadModel.build(cluster)
     usable = np.array([n.usable for n in cluster.nodes]) & np.all(loads.capacity > 0, axis=1)
-    f = loads.fractions(assign)[usable]
-    cap = loads.capacity[usable]
-    if cap.size == 0:
-        return 0.0
-    mean = (f * cap).sum(axis=0) / cap.sum(axis=0)
-    var = (cap * (f - mean) ** 2).sum(axis=0) / cap.sum(axis=0)
-    w = np.array([cluster.settings.weight_cpu, cluster.settings.weight_memory])
-    return float(var @ (w / w.sum()))
+    weights = resource_weights(cluster.settings)
+    group = np.where(usable, 0, -1)
+    return float(balance_objective(loads.loads(assign), loads.capacity, weights, group))
 
 
 def _generate() -> Callable[..., Cluster]:
@@ -495,3 +491,51 @@ def test_bench_cluster_needs_few_more_migrations_than_the_bound(rules: bool) -> 
     after = {r: m.spread for r, m in proposal.after.resources.items()}
     bound = migration_lower_bound(cluster, after).migrations
     assert len(proposal.net_moves()) <= 1.4 * bound
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    clusters(),
+    st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 10**6)), min_size=1, max_size=8),
+)
+def test_the_incremental_objective_is_the_defined_one_after_random_moves(
+    cluster: Cluster, picks: list[tuple[int, int]]
+) -> None:
+    """balance keeps its objective up to date move by move and scores a move by the exact change
+    it makes (gains); after any sequence of allowed moves both agree with the objective computed
+    afresh from the placement by its one definition (imbalance.balance_objective), and the moves
+    made all at once (move_all) give the values made one by one, bit for bit."""
+    cons = Constraints.build(cluster)
+    state, batch = _State(cluster, cons), _State(cluster, cons)
+    loads, weights = state.loads, resource_weights(cluster.settings)
+
+    def defined() -> float:
+        fresh = loads.loads(state.where)
+        return float(balance_objective(fresh, loads.capacity, weights, state.group))
+
+    assert state.objective() == pytest.approx(defined(), rel=1e-9, abs=1e-12)
+    movable = np.nonzero(state.units.movable)[0]
+    nodes = np.arange(len(cluster.nodes))
+    made: list[tuple[int, int]] = []
+    for a, b in picks if movable.size else []:
+        u = int(movable[a % movable.size])
+        allowed = state.allowed(np.array([u]), nodes)[0]
+        if not state.broken[u]:
+            allowed[state.units.assign[u]] = False  # a move, not a stay
+        targets = np.nonzero(allowed)[0]
+        if targets.size == 0:
+            continue
+        t = int(targets[b % targets.size])
+        gain = state.gains(np.array([u]), np.array([t]))[0, 0]
+        from_usable = bool(state.usable[state.occupied(u)].all())
+        before = defined()
+        state.move(u, t)
+        made.append((u, t))
+        after = defined()
+        assert state.objective() == pytest.approx(after, rel=1e-9, abs=1e-12)
+        if from_usable:  # leaving an unusable node moves the mean, which gains() leaves out
+            assert gain == pytest.approx(before - after, rel=1e-9, abs=1e-12)
+    replay = _State(cluster, cons)
+    for (u, t), (_src, value) in zip(made, batch.move_all(made), strict=True):
+        replay.move(u, t)
+        assert value == replay.objective()

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
+import numpy as np
 import pytest
 
-from opendrs.engine.strategies import REGISTRY, get_strategy
+from opendrs.engine.constraints import committed_for
+from opendrs.engine.strategies import REGISTRY, Proposal, get_strategy
 from opendrs.engine.strategies.balance import propose_balance
 from opendrs.engine.strategies.base import Request
 from opendrs.engine.strategies.greedy import propose_greedy
@@ -16,6 +19,8 @@ from opendrs.engine.strategies.optimal import propose_optimal
 from opendrs.engine.strategies.pressure import propose_pressure
 from opendrs.engine.strategies.proxlb_greedy import propose_proxlb_greedy
 from opendrs.engine.strategies.pve import propose_bruteforce, propose_topsis
+from opendrs.engine.usage import MeasuredUsage
+from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster, Guest, Node
 
 GiB = 1024**3
@@ -80,3 +85,49 @@ def test_the_request_yields_to_an_option_set_explicitly() -> None:
     assert incus.propose(_skewed(), asked).options["max_moves"] == 3
     assert incus.propose(_skewed(), asked, {"max_moves": 1}).options["max_moves"] == 1
     assert incus.propose(_skewed()).options["max_moves"] == 1  # its own default
+
+
+def _full_first() -> Cluster:
+    """n1 holds eight guests (7 GiB in use each, 56 of 64 GiB), n2 and n3 nothing."""
+    nodes = tuple(Node(f"n{i}", 16, 64 * GiB) for i in range(1, 4))
+    guests = tuple(
+        Guest(f"g{j}", "n1", cpu=2, memory=8 * GiB, cpu_used=1.5, memory_used=7 * GiB, uptime=86400)
+        for j in range(8)
+    )
+    return Cluster(nodes, guests)
+
+
+def _second_node_full(cluster: Cluster) -> MeasuredUsage:
+    """A recent usage in which the host n2 itself uses all but 2 GiB of its memory."""
+    own = MeasuredUsage.of(cluster)
+    base_memory = np.where(np.array(own.node_names) == "n2", 62.0 * GiB, own.base_memory)
+    return replace(own, base_memory=base_memory)
+
+
+def _targets(proposal: Proposal) -> set[str]:
+    return {m.target for m in proposal.net_moves()}
+
+
+@pytest.mark.parametrize("name", sorted(FUNCTIONS))
+def test_every_strategy_checks_capacity_on_the_usage_the_view_checks(name: str) -> None:
+    """One capacity view end to end: on the smoothed usage n2 is empty, and every strategy
+    sends guests there; on the recent usage it is full, and no strategy given the view does."""
+    info, cluster = get_strategy(name), _full_first()
+    assert "n2" in _targets(info.propose(cluster))
+    view = CycleView(cluster, recent=_second_node_full(cluster))
+    proposal = info.propose(view)
+    assert proposal.net_moves() and "n2" not in _targets(proposal)
+    placement = view.assign.copy()
+    for move in proposal.net_moves():
+        placement[cluster.guest_index[move.guest]] = cluster.node_index[move.target]
+    assert not view.constraints.capacity.over(committed_for(view.constraints, placement)).any()
+
+
+def test_the_runner_refuses_the_request_forbidden_placements_on_the_view_constraints() -> None:
+    cluster = _full_first()
+    view = CycleView(cluster, recent=_second_node_full(cluster))
+    forbidden = frozenset({(f"g{j}", "n3") for j in range(8)})
+    balance = get_strategy("balance")
+    assert not balance.propose(view, Request(forbidden=forbidden)).net_moves()
+    # The view's own constraints keep nothing forbidden: the next request may go to n3.
+    assert _targets(balance.propose(view)) == {"n3"}

@@ -105,7 +105,8 @@ def plan_with_retries(
     """Ask a strategy for a proposal until its moves can be ordered safely.
 
     ``propose(forbidden)`` must return a proposal that avoids the (guest, node) placements in
-    ``forbidden`` (strategies do so through ``PlacementState.build(cluster, forbidden=…)``). While
+    ``forbidden`` (strategies refuse them in their constraints:
+    :func:`~opendrs.engine.strategies.base.constraints_for`). While
     the plan of the proposal's net moves is not feasible, its unreachable placements are added to
     ``forbidden`` and the strategy is asked again, at most ``max_retries`` times. If it never gets
     there, the last proposal is returned with the plan of its reachable part (``feasible`` False,

@@ -213,7 +213,11 @@ def repair(
 
         def propose(forb: frozenset[tuple[str, str]]) -> Proposal:
             found = propose_balance(
-                cluster, forbidden=forb, target_spread=_REPAIR_ONLY, max_moves=most
+                cluster,
+                forbidden=forb,
+                constraints=cons,
+                target_spread=_REPAIR_ONLY,
+                max_moves=most,
             )
             found = replace(found, stopped="repairs only")
             return found if "repair" in found.options else truncate(cluster, found, batch, cons)

@@ -5,12 +5,13 @@ fractions — at most ``target_spread``) with the fewest and smallest migrations
 hard constraint, never making the objective worse, deterministically and fast.
 
 **Objective.** The capacity-weighted variance of the node load fractions, per resource, combined
-with the cluster's weights: ``J = Σ_r w_r · Σ_n C_nr (f_nr − f̄_r)² / Σ_n C_nr``. It is zero exactly
+with the cluster's weights: ``J = Σ_r w_r · Σ_n C_nr (f_nr − f̄_r)² / Σ_n C_nr``
+(:func:`~opendrs.engine.imbalance.balance_objective`, its one definition). It is zero exactly
 when every node has the same fraction, for nodes of any size, and a move's effect is exact and
 cheap: moving demand ``d`` from node ``a`` to node ``b`` changes it by
-``Σ_r w_r (d²(1/C_a + 1/C_b) − 2d(f_a − f_b)) / Σ_n C_nr`` — the ``d²`` term is what prevents
-overshoot: a move that would swap the roles of ``a`` and ``b`` scores worse than a smaller one.
-Every balancing move lowers ``J``.
+``Σ_r w_r (d²(1/C_a + 1/C_b) − 2d(f_a − f_b)) / Σ_n C_nr`` (:meth:`_State.gains`, checked
+against the definition) — the ``d²`` term is what prevents overshoot: a move that would swap the
+roles of ``a`` and ``b`` scores worse than a smaller one. Every balancing move lowers ``J``.
 
 **The band.** The target is met once every usable node's fraction lies within ``goal / 2`` of the
 cluster mean, per weighted resource (the *band*; the goal is ``target_spread``, or one guest's
@@ -84,6 +85,7 @@ from typing import Any
 import numpy as np
 
 from opendrs.engine.constraints import Constraints, movability
+from opendrs.engine.imbalance import balance_objective, resource_weights
 from opendrs.engine.usage import RESOURCES, LoadModel, arch_groups, loaded_nodes, tolerance
 from opendrs.model.cluster import Cluster
 
@@ -92,6 +94,7 @@ from .base import (
     ProposedMove,
     StrategyOptions,
     cluster_imbalance,
+    constraints_for,
     migration_cost,
     register_function,
 )
@@ -158,10 +161,10 @@ class _Units:
 class _State:
     """The evolving placement: node loads, capacity commitments and unit positions."""
 
-    def __init__(self, cluster: Cluster, cons: Constraints) -> None:
+    def __init__(self, cluster: Cluster, cons: Constraints, loads: LoadModel | None = None) -> None:
         self.cluster = cluster
         self.cons = cons
-        loads = LoadModel.build(cluster)
+        loads = loads if loads is not None else LoadModel.build(cluster)
         self.loads = loads
         self.cap = loads.capacity
         self.node_load = loads.loads()
@@ -172,9 +175,7 @@ class _State:
         #: (N,) each usable node's CPU architecture group (-1: not usable): guests cannot move
         #: between architectures, so each group has its own mean, band and spread.
         self.group = arch_groups(cluster, self.usable)[1]
-        settings = cluster.settings
-        w = np.array([settings.weight_cpu, settings.weight_memory], dtype=float)
-        w = w / w.sum() if w.sum() > 0 else np.full(len(RESOURCES), 1 / len(RESOURCES))
+        w = resource_weights(cluster.settings)
         cap_total = (self.cap * self.usable[:, None]).sum(axis=0)
         #: Per-resource weight that turns Σ L²/C into the weighted variance of fractions.
         self.wnorm = np.where(cap_total > 0, w / np.where(cap_total > 0, cap_total, 1.0), 0.0)
@@ -222,9 +223,6 @@ class _State:
             slice(None) if idx.size == len(self.group) else idx for idx in groups
         ]
         self._group_cap = [self.cap[idx].sum(axis=0) for idx in self._groups]
-        self._usable_cap = np.where(self.usable[:, None], self.cap, 0.0)
-        self._usable_total = self._usable_cap.sum(axis=0)
-        self._usable_den = np.where(self._usable_total > 0, self._usable_total, 1.0)
         self._cap_pos = self.cap > 0
         #: The resources the objective weighs.
         self._weighted = np.nonzero(self.wnorm)[0].tolist()
@@ -327,23 +325,14 @@ class _State:
         return out
 
     def objective(self) -> float:
-        """Weighted variance of the usable nodes' fractions (Σ_r w_r Var_C(f_r))."""
+        """The objective now: :func:`~opendrs.engine.imbalance.balance_objective` of the usable
+        nodes, each against the mean of its architecture group (one group: the weighted
+        variance; a move within a group changes both the same way)."""
         if self._objective is None:
-            self._objective = self._compute_objective()
-        return self._objective
-
-    def _compute_objective(self) -> float:
-        """Σ_r w_r Σ_n C_nr (f_nr − f̄_{g(n)r})² / Σ_n C_nr — each node against the mean of its
-        architecture group (one group: the weighted variance; a move changes it the same way)."""
-        f = self._fractions()
-        total = self._usable_total
-        with np.errstate(divide="ignore", invalid="ignore"):
-            var = np.where(
-                total > 0,
-                (self._usable_cap * (f - self._mean()) ** 2).sum(axis=0) / self._usable_den,
-                0.0,
+            self._objective = float(
+                balance_objective(self.node_load, self.cap, self.weights, self.group)
             )
-        return float(var @ self.weights)
+        return self._objective
 
     def units_on(self, nodes: np.ndarray) -> np.ndarray:
         """The movable units on ``nodes``, in index order: candidates for balancing moves.
@@ -746,19 +735,8 @@ class _State:
         return out
 
     def _objectives(self, loads: np.ndarray) -> list[float]:
-        """:meth:`_compute_objective` of each node load of ``loads`` (k, N, R), with the same
-        operations (numpy sums an (N, R) array over its nodes in order, as a running sum)."""
-        f = np.where(self._cap_pos, loads / self._cap_den, 0.0)
-        mean = np.zeros(loads.shape)
-        for idx, total in zip(self._groups, self._group_cap, strict=True):
-            load = np.cumsum(loads[:, idx], axis=1)[:, -1]
-            m = np.where(total > 0, load / np.where(total > 0, total, 1.0), 0.0)
-            mean[:, idx] = m[:, None, :]
-        total = self._usable_total
-        var = np.cumsum(self._usable_cap * (f - mean) ** 2, axis=1)[:, -1]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            var = np.where(total > 0, var / self._usable_den, 0.0)
-        return [float(v @ self.weights) for v in var]
+        """:meth:`objective` of each node load of ``loads`` (k, N, R), all at once."""
+        return balance_objective(loads, self.cap, self.weights, self.group).tolist()
 
     def move(self, u: int, target: int) -> None:
         """Move unit ``u`` to ``target``: every member of a broken bundle leaves its own node."""
@@ -1412,6 +1390,8 @@ def propose_balance(
     cluster: Cluster,
     *,
     forbidden: Iterable[tuple[str, str]] = (),
+    constraints: Constraints | None = None,
+    loads: LoadModel | None = None,
     target_spread: float = DEFAULT_TARGET_SPREAD,
     margin: float = DEFAULT_MARGIN,
     max_moves: int | None = None,
@@ -1423,6 +1403,9 @@ def propose_balance(
     ``margin`` is the least fall of the balance σ, in percentage points, a move must bring per
     percent of the cluster's total migration cost it spends; ``max_moves`` caps the migrations
     (None: no cap); ``wide`` bounds the sources and targets looked at per round on big clusters.
+    ``constraints`` and ``loads`` are the models a cycle view built already (capacity checked on
+    its usage, ``forbidden`` not yet refused: :func:`constraints_for`; ``cluster``'s balance
+    loads); without them they are built from ``cluster``.
     """
     _check_options(target_spread, margin, max_moves, wide, swaps)
     options = {
@@ -1432,14 +1415,15 @@ def propose_balance(
         "wide": wide,
         "swaps": swaps,
     }
-    cons = Constraints.build(cluster, forbidden)
+    cons = constraints_for(cluster, forbidden, constraints)
+    loads = loads if loads is not None else LoadModel.build(cluster)
     cache: dict[str, Any] = {}
-    proposal, balanced = _propose(cluster, cons, options, shaped=True, cache=cache)
+    proposal, balanced = _propose(cluster, cons, loads, options, shaped=True, cache=cache)
     if not balanced:
         # With few, big guests per node the shaped search can end where no move or exchange
         # pays for itself; the plain one (no plan, moves chosen by objective gain) takes
         # another path, and is kept if it reaches the target.
-        plain, plain_balanced = _propose(cluster, cons, options, shaped=False, cache=cache)
+        plain, plain_balanced = _propose(cluster, cons, loads, options, shaped=False, cache=cache)
         if plain_balanced:
             return plain
     return proposal
@@ -1448,6 +1432,7 @@ def propose_balance(
 def _propose(
     cluster: Cluster,
     cons: Constraints,
+    loads: LoadModel,
     options: dict[str, Any],
     *,
     shaped: bool,
@@ -1462,7 +1447,7 @@ def _propose(
     max_moves: int | None = options["max_moves"]
     wide: int = options["wide"]
     swaps: bool = options["swaps"]
-    state = _State(cluster, cons)
+    state = _State(cluster, cons, loads)
     units = state.units
     before = cluster_imbalance(cluster, loads=state.loads)
     start = state.origin

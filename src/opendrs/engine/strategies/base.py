@@ -17,6 +17,7 @@ from typing import Any, Self
 
 import numpy as np
 
+from opendrs.engine.constraints import Constraints
 from opendrs.engine.imbalance import Imbalance, summarise
 from opendrs.engine.usage import RESOURCES, LoadModel, arch_groups
 from opendrs.engine.view import CycleView
@@ -152,6 +153,20 @@ def cluster_imbalance(
     usable = np.array([n.usable for n in cluster.nodes], dtype=bool)
     settings = cluster.settings
     return summarise(fractions[usable], RESOURCES, [settings.weight_cpu, settings.weight_memory])
+
+
+def constraints_for(
+    cluster: Cluster,
+    forbidden: Iterable[tuple[str, str]] = (),
+    constraints: Constraints | None = None,
+) -> Constraints:
+    """The constraints a strategy holds its placements to: ``constraints`` — a cycle view's,
+    capacity on the usage the view checks — with the placements ``forbidden`` refused as well;
+    without them, ``cluster``'s own, built with ``forbidden`` (the same when the view checks
+    ``cluster``'s usage)."""
+    if constraints is None:
+        return Constraints.build(cluster, forbidden)
+    return constraints.forbidding(forbidden)
 
 
 def imbalance_by_arch(cluster: Cluster, assign: np.ndarray | None = None) -> dict[str, Imbalance]:
@@ -342,9 +357,12 @@ def register_function(
     *,
     asks: tuple[str, ...] = (),
 ) -> None:
-    """Register ``function(cluster, *, forbidden, **options)`` as strategy ``name``: each option
-    is passed by its name, and each :class:`Request` field in ``asks`` too — the request's value
-    unless an option of that name is set explicitly (:meth:`StrategyOptions.pick`)."""
+    """Register ``function(cluster, *, forbidden, constraints, loads, **options)`` as strategy
+    ``name``: it gets the view's cluster, the request's forbidden placements and the models the
+    view built — its constraints (capacity on the usage the view checks, nothing forbidden yet:
+    :func:`constraints_for`) and its balance loads —, each option by its name, and each
+    :class:`Request` field in ``asks`` too: the request's value unless an option of that name is
+    set explicitly (:meth:`StrategyOptions.pick`)."""
     own = set(options.names())
 
     def run(view: CycleView, request: Request, chosen: StrategyOptions) -> Proposal:
@@ -352,6 +370,12 @@ def register_function(
         for key in asks:
             asked = getattr(request, key)
             values[key] = chosen.pick(key, asked) if key in own else asked
-        return function(view.cluster, forbidden=request.forbidden, **values)
+        return function(
+            view.cluster,
+            forbidden=request.forbidden,
+            constraints=view.constraints,
+            loads=view.loads,
+            **values,
+        )
 
     register(name, summary, options)(run)

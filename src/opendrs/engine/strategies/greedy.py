@@ -39,8 +39,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from opendrs.engine.imbalance import weighted_variance
+from opendrs.engine.constraints import Constraints
+from opendrs.engine.imbalance import balance_objective
 from opendrs.engine.placement import PlacementState
+from opendrs.engine.usage import LoadModel
 from opendrs.model.cluster import Cluster
 
 from .base import (
@@ -49,6 +51,7 @@ from .base import (
     StrategyOptions,
     bundle_moves,
     cluster_imbalance,
+    constraints_for,
     register_function,
 )
 from .pve import Bundle, fraction_shift, fractions_of, movable_bundles
@@ -71,8 +74,9 @@ def balance_sigma(state: PlacementState) -> float:
     cap = state.loads.capacity
     if not usable.any():
         return 0.0
-    var = weighted_variance(fractions_of(state.node_load, cap)[usable], cap[usable])
-    return float(np.sqrt(max(float(np.maximum(var, 0.0) @ state.weights), 0.0)))
+    group = np.where(usable, 0, -1)
+    objective = float(balance_objective(state.node_load, cap, state.weights, group))
+    return float(np.sqrt(max(objective, 0.0)))
 
 
 def badness(state: PlacementState, bundles: list[Bundle]) -> np.ndarray:
@@ -107,6 +111,8 @@ def propose_greedy(
     cluster: Cluster,
     *,
     forbidden: Iterable[tuple[str, str]] = (),
+    constraints: Constraints | None = None,
+    loads: LoadModel | None = None,
     keep: float = DEFAULT_KEEP,
     passes: int = DEFAULT_PASSES,
 ) -> Proposal:
@@ -114,14 +120,17 @@ def propose_greedy(
 
     Args:
         forbidden: (guest, node) placements that must not be chosen.
+        constraints, loads: the models a cycle view built already — its constraints (capacity
+            on the usage it checks, ``forbidden`` not yet refused: :func:`constraints_for`) and
+            ``cluster``'s balance loads; without them they are built from ``cluster``.
         keep: a guest stays on its (allowed) node when that node's score is less than this much
             above the best node's; in units of σ of the load fractions (plus soft penalties).
         passes: how many times to go over the guests (a pass that moves nothing ends the run).
     """
     options = {"keep": keep, "passes": passes}
-    before = cluster_imbalance(cluster)
-    state = PlacementState.build(cluster, forbidden=forbidden)
-    cons = state.constraints
+    cons = constraints_for(cluster, forbidden, constraints)
+    state = PlacementState.build(cluster, cons, loads=loads)
+    before = cluster_imbalance(cluster, loads=state.loads)
     notes = tuple(str(p) for p in cons.problems)
     moves: list[ProposedMove] = []
     stopped = f"{passes} pass{'es' if passes != 1 else ''} done"
@@ -172,7 +181,7 @@ def propose_greedy(
                 f"pass {number} moved nothing: every guest is within {keep:g} of its best node"
             )
             break
-    after = cluster_imbalance(cluster, state.assign)
+    after = cluster_imbalance(cluster, state.assign, state.loads)
     return Proposal(NAME, tuple(moves), before, after, stopped, notes, dict(options))
 
 

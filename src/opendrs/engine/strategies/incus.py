@@ -53,7 +53,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from opendrs.engine.constraints import Constraints
 from opendrs.engine.placement import PlacementState
+from opendrs.engine.usage import LoadModel
 from opendrs.model.cluster import Cluster
 
 from .base import (
@@ -62,6 +64,7 @@ from .base import (
     StrategyOptions,
     bundle_moves,
     cluster_imbalance,
+    constraints_for,
     register_function,
 )
 from .pve import Bundle, fractions_of, movable_bundles, pve_weights
@@ -99,6 +102,8 @@ def propose_incus(
     cluster: Cluster,
     *,
     forbidden: Iterable[tuple[str, str]] = (),
+    constraints: Constraints | None = None,
+    loads: LoadModel | None = None,
     threshold: float = DEFAULT_THRESHOLD,
     max_moves: int = DEFAULT_MAX_MOVES,
     cooldown_until: Mapping[str, float] | None = None,
@@ -108,6 +113,9 @@ def propose_incus(
 
     Args:
         forbidden: (guest, node) placements that must not be chosen.
+        constraints, loads: the models a cycle view built already — its constraints (capacity
+            on the usage it checks, ``forbidden`` not yet refused: :func:`constraints_for`) and
+            ``cluster``'s balance loads; without them they are built from ``cluster``.
         threshold: relative gap in percent between the busiest and the least busy member of an
             architecture below which that architecture is left alone.
         max_moves: moves at most in this run, all architectures together.
@@ -128,9 +136,9 @@ def propose_incus(
         "now": now,
         "in_cooldown": cooling,
     }
-    before = cluster_imbalance(cluster)
-    state = PlacementState.build(cluster, forbidden=forbidden)
-    cons = state.constraints
+    cons = constraints_for(cluster, forbidden, constraints)
+    state = PlacementState.build(cluster, cons, loads=loads)
+    before = cluster_imbalance(cluster, loads=state.loads)
     notes = tuple(str(p) for p in cons.problems)
     cap = state.loads.capacity
     usable = cons.usable & np.all(cap > 0, axis=1)
@@ -201,7 +209,7 @@ def propose_incus(
             )
     if not archs:
         outcome.append("no usable node")
-    after = cluster_imbalance(cluster, state.assign)
+    after = cluster_imbalance(cluster, state.assign, state.loads)
     return Proposal(NAME, tuple(moves), before, after, "; ".join(outcome), notes, options)
 
 

@@ -99,6 +99,7 @@ from opendrs.compat.proxlb.objective import initial_spread as proxlb_initial_spr
 from opendrs.engine.constraints import Constraints, movability
 from opendrs.engine.imbalance import resource_weights
 from opendrs.engine.usage import LoadModel
+from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster
 from opendrs.model.units import format_bytes
 
@@ -108,6 +109,7 @@ from .base import (
     Request,
     StrategyOptions,
     cluster_imbalance,
+    constraints_for,
     migration_cost,
     register_function,
 )
@@ -194,6 +196,8 @@ class _Problem:
     not_preferred: np.ndarray  # (G, N) bool: a non-strict node affinity is not met there
     cost: np.ndarray  # (G,) int64 migration cost (0 for guests that cannot move)
     terms: list[_Term]
+    #: The balance loads of ``cluster`` (the tie-break's exposure reads which guests load a node).
+    loads: LoadModel
     #: Whether the spread reads as a percentage (one term, or ``balance``'s normalised ones).
     percent: bool = True
     notes: list[str] = field(default_factory=list)
@@ -289,11 +293,12 @@ def _fmt_amount(dim: str, value: float) -> str:
 # Balance terms
 
 
-def _term_balance(cluster: Cluster, usable: np.ndarray) -> list[tuple[_Term, float]]:
+def _term_balance(
+    cluster: Cluster, usable: np.ndarray, loads: LoadModel
+) -> list[tuple[_Term, float]]:
     """opendrs's ``balance``: cpu and memory fractions of the cluster's usage mode — or of its
     guests' pressure (``Settings.balance_source``), counted in thousandths of a percent (only
-    bytes are counted in MiB)."""
-    loads = LoadModel.build(cluster)
+    bytes are counted in MiB); ``loads``: the cluster's balance loads."""
     settings = cluster.settings
     weights = resource_weights(settings)
     out = []
@@ -312,13 +317,19 @@ def _term_balance(cluster: Cluster, usable: np.ndarray) -> list[tuple[_Term, flo
 
 
 def _terms(
-    cluster: Cluster, method: str, usage: str, w: Mapping[str, float], usable: np.ndarray
+    cluster: Cluster,
+    method: str,
+    usage: str,
+    w: Mapping[str, float],
+    usable: np.ndarray,
+    loads: LoadModel,
 ) -> list[_Term]:
-    """The spread terms of ``method`` with integer weights (fractional weights fold in)."""
+    """The spread terms of ``method`` with integer weights (fractional weights fold in);
+    ``loads``: the cluster's balance loads."""
     if method == "balance":
-        pairs = _term_balance(cluster, usable)
+        pairs = _term_balance(cluster, usable, loads)
     else:  # proxlb-solver's terms, on the usable nodes
-        active = LoadModel.build(cluster).active
+        active = loads.active
         nodes = np.nonzero(usable)[0]
         pairs = []
         for kind, weight in method_parts(method, usage, w):
@@ -346,7 +357,11 @@ def _terms(
 
 
 def initial_spread(
-    cluster: Cluster, method: str, usage: str = "used", weights: Mapping[str, float] | None = None
+    cluster: Cluster,
+    method: str,
+    usage: str = "used",
+    weights: Mapping[str, float] | None = None,
+    loads: LoadModel | None = None,
 ) -> float:
     """The spread the balanciness threshold is compared with (a fraction; proxlb-solver's rule).
 
@@ -354,12 +369,13 @@ def initial_spread(
     proxlb-solver's methods (:func:`opendrs.compat.proxlb.objective.initial_spread`): the
     priority-weighted spread of the method's resource; ``X_smart`` the weighted mean of its usage
     and pressure spreads; ``global_smart`` the mean of the three usage spreads weighted by
-    ``w_global_*``. Only usable nodes count.
+    ``w_global_*``. Only usable nodes count. ``loads``: the cluster's balance loads, when they are
+    built already.
     """
     if method != "balance":
         return proxlb_initial_spread(cluster, method, usage, weights)
     usable = np.array([n.usable for n in cluster.nodes], dtype=bool)
-    loads = LoadModel.build(cluster)
+    loads = loads if loads is not None else LoadModel.build(cluster)
     frac = loads.fractions()
     ws = resource_weights(cluster.settings)
     total = 0.0
@@ -371,18 +387,22 @@ def initial_spread(
 
 
 def thresholds_exceeded(
-    cluster: Cluster, method: str, thresholds: Mapping[str, float | None]
+    cluster: Cluster,
+    method: str,
+    thresholds: Mapping[str, float | None],
+    loads: LoadModel | None = None,
 ) -> tuple[bool, list[str]]:
     """Whether any usable node's utilisation exceeds its threshold (percent), and which.
 
     Raw utilisation, without priorities: for proxlb-solver's methods measured CPU over cores,
     configured memory over memory and local disks over storage, without reserves (its rule,
     :func:`opendrs.compat.proxlb.objective.utilisation`); for ``balance`` the cpu and memory
-    fractions of the cluster's usage mode, net of reserves.
+    fractions of the cluster's usage mode, net of reserves (``loads``: the cluster's balance
+    loads, when they are built already).
     """
     fractions = utilisation(cluster)
     if method == "balance":
-        loads = LoadModel.build(cluster)
+        loads = loads if loads is not None else LoadModel.build(cluster)
         frac = loads.fractions()
         fractions["cpu"] = np.where(loads.capacity[:, 0] > 0, frac[:, 0], 0.0)
         fractions["memory"] = np.where(loads.capacity[:, 1] > 0, frac[:, 1], 0.0)
@@ -436,13 +456,15 @@ def _rejection(cons: Constraints, j: int, n: int) -> str:
 
 def _build(
     cluster: Cluster,
-    forbidden: Iterable[tuple[str, str]],
+    cons: Constraints,
+    loads: LoadModel,
     method: str,
     usage: str,
     weights: Mapping[str, float],
     strict: bool,
 ) -> _Problem:
-    cons = Constraints.build(cluster, forbidden)
+    """The model of ``cluster`` under ``cons`` (its hard constraints, the forbidden placements
+    refused) with the spread terms of ``method`` on ``loads``."""
     guests, nodes = cluster.guests, cluster.nodes
     n_guests, n_nodes = len(guests), len(nodes)
     names = [n.name for n in nodes]
@@ -669,7 +691,7 @@ def _build(
         [migration_cost(g, cluster.settings) if movable[j] else 0 for j, g in enumerate(guests)],
         dtype=np.int64,
     )
-    terms = _terms(cluster, method, usage, weights, usable)
+    terms = _terms(cluster, method, usage, weights, usable, loads)
     return _Problem(
         cluster=cluster,
         cons=cons,
@@ -691,6 +713,7 @@ def _build(
         not_preferred=~cons.preferred,
         cost=cost,
         terms=terms,
+        loads=loads,
         percent=method == "balance" or (len(terms) == 1 and terms[0].weight == 1),
         notes=notes,
         infeasible=infeasible,
@@ -923,7 +946,7 @@ class _Model:
             effort_terms.append(coef * moved)
         effort = cp_model.LinearExpr.sum(effort_terms)
         # Exposure: busy guests (cpu, memory, disk) on nodes reporting pressure.
-        loads = LoadModel.build(p.cluster)
+        loads = p.loads
         sizes = np.array(
             [[g.cpu_load, g.memory, g.local_disk_bytes] for g in guests], dtype=float
         ).reshape(len(guests), 3)
@@ -1058,17 +1081,19 @@ def _explain(p: _Problem, time_limit: float) -> list[str]:
 
 
 def _hint_assign(
-    cluster: Cluster, forbidden: frozenset[tuple[str, str]], hint: str | None, notes: list[str]
+    view: CycleView, forbidden: frozenset[tuple[str, str]], hint: str | None, notes: list[str]
 ) -> tuple[np.ndarray, str]:
-    """The warm start: the default (or named) strategy's placement, else the current one."""
+    """The warm start: the default (or named) strategy's placement on ``view``, else the current
+    one."""
     from opendrs.engine.strategies import DEFAULT_STRATEGY, get_strategy
 
+    cluster = view.cluster
     cur = np.array([cluster.node_index.get(g.node, -1) for g in cluster.guests], dtype=np.intp)
     name = DEFAULT_STRATEGY if hint is None else hint
     if name in ("current", STRATEGY):
         return cur, "current"
     try:
-        proposal = get_strategy(name).propose(cluster, Request(forbidden=forbidden))
+        proposal = get_strategy(name).propose(view, Request(forbidden=forbidden))
     except Exception as exc:  # a failing warm start is not fatal: start from the current placement
         notes.append(
             f"warm start {name} failed ({type(exc).__name__}: {exc}); hint: current placement"
@@ -1170,6 +1195,8 @@ def propose_optimal(
     cluster: Cluster,
     *,
     forbidden: Iterable[tuple[str, str]] = (),
+    constraints: Constraints | None = None,
+    loads: LoadModel | None = None,
     method: str = "balance",
     balanciness: int = 3,
     w_balance: int | None = None,
@@ -1197,6 +1224,10 @@ def propose_optimal(
 
     Args:
         forbidden: (guest, node) placements that must not be chosen (no safe order reaches them).
+        constraints, loads: the models a cycle view built already — its constraints, capacity
+            on the usage it checks, ``forbidden`` not yet refused (:func:`constraints_for`), and
+            ``cluster``'s balance loads; without them they are built from ``cluster``. The
+            warm start's strategy gets them too.
         method: ``balance`` (default) or one of proxlb-solver's methods (:data:`METHODS`).
         balanciness: 1 (conservative: only forced moves) to 5 (aggressive).
         w_balance, w_stickiness: override the level's weights (whole numbers).
@@ -1260,13 +1291,14 @@ def propose_optimal(
         "hint": hint,
         "forbidden": len(forbidden_set),
     }
-    before = cluster_imbalance(cluster)
+    loads = loads if loads is not None else LoadModel.build(cluster)
+    before = cluster_imbalance(cluster, loads=loads)
 
     # Weights from the balanciness level, the threshold rule and the overrides.
     level_wb, level_ws, gap_threshold = BALANCINESS[balanciness]
     wb = int(w_balance) if w_balance is not None else level_wb
     ws = int(w_stickiness) if w_stickiness is not None else level_ws
-    start_spread = initial_spread(cluster, method, usage, weights)
+    start_spread = initial_spread(cluster, method, usage, weights, loads)
     balance_note = None
     if wb and start_spread < gap_threshold:
         balance_note = (
@@ -1275,13 +1307,16 @@ def propose_optimal(
         )
         wb = 0
     if wb and any(v is not None for v in thresholds.values()):
-        exceeded, _which = thresholds_exceeded(cluster, method, thresholds)
+        exceeded, _which = thresholds_exceeded(cluster, method, thresholds, loads)
         if not exceeded:
             set_ = ", ".join(f"{k} {v:g}%" for k, v in thresholds.items() if v is not None)
             balance_note = f"balancing off: no usable node exceeds a threshold ({set_})"
             wb = 0
 
-    p = _build(cluster, forbidden_set, method, usage, weights, strict)
+    # Built once without the forbidden placements: the warm start's strategy refuses them too.
+    constraints = constraints if constraints is not None else Constraints.build(cluster)
+    cons = constraints_for(cluster, forbidden_set, constraints)
+    p = _build(cluster, cons, loads, method, usage, weights, strict)
     notes = list(p.notes)
     if balance_note:
         notes.append(balance_note)
@@ -1305,7 +1340,7 @@ def propose_optimal(
         moves: tuple[ProposedMove, ...], after_assign: np.ndarray | None, stopped: str
     ) -> Proposal:
         solver_info["wall_time"] = round(time.perf_counter() - started, 6)
-        after = before if after_assign is None else cluster_imbalance(cluster, after_assign)
+        after = before if after_assign is None else cluster_imbalance(cluster, after_assign, loads)
         summary = f"CP-SAT {solver_info['status']}"
         if solver_info["objective"] is not None:
             summary += f": objective {solver_info['objective']}, bound {solver_info['bound']}"
@@ -1334,7 +1369,8 @@ def propose_optimal(
         return infeasible(shortfall)
 
     # Warm start and the two reference placements (never return worse than them).
-    hint_assign, hint_name = _hint_assign(cluster, forbidden_set, hint, notes)
+    warm = CycleView.holding(cluster, constraints=constraints, loads=loads)
+    hint_assign, hint_name = _hint_assign(warm, forbidden_set, hint, notes)
     solver_info["hint"] = hint_name
     cur = p.cur
     cur_ok = p.hard_ok(cur)

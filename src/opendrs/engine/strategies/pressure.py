@@ -72,6 +72,7 @@ import numpy as np
 from opendrs.engine.constraints import Constraints
 from opendrs.engine.mcdm import ahp_weights, topsis_scores
 from opendrs.engine.placement import PlacementState
+from opendrs.engine.usage import LoadModel, usage_loads
 from opendrs.model.cluster import Cluster
 from opendrs.model.units import UnitError, parse_bytes
 
@@ -81,6 +82,7 @@ from .base import (
     StrategyOptions,
     bundle_moves,
     cluster_imbalance,
+    constraints_for,
     register_function,
 )
 from .pve import (
@@ -382,6 +384,8 @@ def propose_pressure(
     cluster: Cluster,
     *,
     forbidden: Iterable[tuple[str, str]] = (),
+    constraints: Constraints | None = None,
+    loads: LoadModel | None = None,
     max_moves: int = DEFAULT_MAX_MOVES,
     min_uptime: int = DEFAULT_MIN_UPTIME,
     cpu_pressure: float = DEFAULT_CPU_PRESSURE,
@@ -394,6 +398,10 @@ def propose_pressure(
 
     Args:
         forbidden: (guest, node) placements that must not be chosen.
+        constraints, loads: the models a cycle view built already — its constraints (capacity
+            on the usage it checks, ``forbidden`` not yet refused: :func:`constraints_for`) and
+            ``cluster``'s balance loads (used when they count usage: drs-pressure reads its
+            own signals); without them they are built from ``cluster``.
         max_moves: moves at most (one bundle per iteration).
         min_uptime: seconds a guest must have run (the RFC's 300 s), on top of the cluster's own
             ``min_uptime`` setting.
@@ -418,8 +426,9 @@ def propose_pressure(
     if source != "usage":
         # Its own signals are the nodes' memory use and the guests' CPU pressure, read here.
         cluster = replace(cluster, settings=replace(cluster.settings, balance_source="usage"))
-    before = cluster_imbalance(cluster)
-    state = PlacementState.build(cluster, forbidden=forbidden)
+    cons = constraints_for(cluster, forbidden, constraints)
+    state = PlacementState.build(cluster, cons, loads=usage_loads(cluster, loads))
+    before = cluster_imbalance(cluster, loads=state.loads)
     notes = tuple(str(p) for p in state.constraints.problems)
     if source != "usage":
         notes += (
@@ -495,7 +504,7 @@ def propose_pressure(
             after=float(_count(bad)),
             reason=reason,
         )
-    after = cluster_imbalance(cluster, state.assign)
+    after = cluster_imbalance(cluster, state.assign, state.loads)
     return Proposal(NAME, tuple(moves), before, after, stopped, notes, options)
 
 

@@ -62,8 +62,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from opendrs.engine.constraints import movability
+from opendrs.engine.constraints import Constraints, movability
 from opendrs.engine.placement import PlacementState
+from opendrs.engine.usage import LoadModel
 from opendrs.model.cluster import Cluster
 from opendrs.model.rules import GuestAffinity, NodeAffinity
 
@@ -73,6 +74,7 @@ from .base import (
     StrategyOptions,
     bundle_moves,
     cluster_imbalance,
+    constraints_for,
     register_function,
 )
 
@@ -482,6 +484,8 @@ def propose_proxlb_greedy(
     cluster: Cluster,
     *,
     forbidden: Iterable[tuple[str, str]] = (),
+    constraints: Constraints | None = None,
+    loads: LoadModel | None = None,
     method: str | None = None,
     mode: str | None = None,
     balanciness: float = DEFAULT_BALANCINESS,
@@ -492,6 +496,9 @@ def propose_proxlb_greedy(
 
     Args:
         forbidden: (guest, node) placements that must not be chosen.
+        constraints, loads: the models a cycle view built already — its constraints (capacity
+            on the usage it checks, ``forbidden`` not yet refused: :func:`constraints_for`) and
+            ``cluster``'s balance loads; without them they are built from ``cluster``.
         method: the one resource ProxLB balances: ``memory``, ``cpu`` or ``disk`` (default: the
             cluster's, see the module docstring).
         mode: ``used`` (measured use) or ``assigned`` (configured sizes) (default: ``used``, or
@@ -519,8 +526,9 @@ def propose_proxlb_greedy(
         "larger_first": larger_first,
         "max_moves": max_moves,
     }
-    before = cluster_imbalance(cluster)
-    state = PlacementState.build(cluster, forbidden=forbidden)
+    cons = constraints_for(cluster, forbidden, constraints)
+    state = PlacementState.build(cluster, cons, loads=loads)
+    before = cluster_imbalance(cluster, loads=state.loads)
     run = _Run(cluster, state, method, mode, balanciness, max_moves)
     notes = [str(p) for p in state.constraints.problems]
     if not run.proxlb_guest.any():
@@ -535,7 +543,7 @@ def propose_proxlb_greedy(
             )
         else:
             stopped = run.relocate(larger_first, enforce)
-    after = cluster_imbalance(cluster, state.assign)
+    after = cluster_imbalance(cluster, state.assign, state.loads)
     if run.untold:
         run.notes.append(f"… and {run.untold} more guests that stay")
     return Proposal(NAME, tuple(run.moves), before, after, stopped, (*notes, *run.notes), options)

@@ -35,9 +35,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from opendrs.engine.constraints import movability
+from opendrs.engine.constraints import Constraints, movability
 from opendrs.engine.mcdm import topsis_scores
 from opendrs.engine.placement import PlacementState
+from opendrs.engine.usage import LoadModel
 from opendrs.model.cluster import Cluster
 
 from .base import (
@@ -46,6 +47,7 @@ from .base import (
     StrategyOptions,
     bundle_moves,
     cluster_imbalance,
+    constraints_for,
     register_function,
 )
 
@@ -272,16 +274,20 @@ def _repeat(
     choose: Callable[[PlacementState, np.ndarray, np.ndarray, np.ndarray], _Choice | None],
     *,
     forbidden: Iterable[tuple[str, str]],
+    constraints: Constraints | None,
+    loads: LoadModel | None,
     threshold: float,
     margin: float,
     max_moves: int,
 ) -> Proposal:
     """Proxmox's auto-rebalance round, repeated: while the imbalance is above ``threshold``, make
     the move ``choose(state, capacity, usable, combined loads)`` picks if it improves the
-    imbalance by ``margin`` (relative), up to ``max_moves``. Basic mode never rebalances."""
+    imbalance by ``margin`` (relative), up to ``max_moves``. Basic mode never rebalances.
+    ``constraints`` and ``loads``: a cycle view's models, as :func:`propose_bruteforce` says."""
     options = {"threshold": threshold, "margin": margin, "max_moves": max_moves}
-    before = cluster_imbalance(cluster)
-    state = PlacementState.build(cluster, forbidden=forbidden)
+    cons = constraints_for(cluster, forbidden, constraints)
+    state = PlacementState.build(cluster, cons, loads=loads)
+    before = cluster_imbalance(cluster, loads=state.loads)
     cap = state.loads.capacity
     usable = _usable(state)
     notes = tuple(str(p) for p in state.constraints.problems)
@@ -323,7 +329,7 @@ def _repeat(
             reason=f"{choice.why}imbalance {imbalance:.2f} -> {value:.2f}",
         )
         state.commit(choice.members, choice.target)
-    after = cluster_imbalance(cluster, state.assign)
+    after = cluster_imbalance(cluster, state.assign, state.loads)
     return Proposal(name, tuple(moves), before, after, stopped, notes, options)
 
 
@@ -406,16 +412,25 @@ def propose_bruteforce(
     cluster: Cluster,
     *,
     forbidden: Iterable[tuple[str, str]] = (),
+    constraints: Constraints | None = None,
+    loads: LoadModel | None = None,
     threshold: float = DEFAULT_THRESHOLD,
     margin: float = DEFAULT_MARGIN,
     max_moves: int = DEFAULT_MAX_MOVES,
 ) -> Proposal:
-    """Proxmox's bruteforce rebalancing choice, applied up to ``max_moves`` times."""
+    """Proxmox's bruteforce rebalancing choice, applied up to ``max_moves`` times.
+
+    ``constraints`` and ``loads`` are the models a cycle view built already — its constraints
+    (capacity on the usage it checks, ``forbidden`` not yet refused: :func:`constraints_for`) and
+    ``cluster``'s balance loads; without them they are built from ``cluster``.
+    """
     return _repeat(
         cluster,
         "pve-bruteforce",
         _choose_bruteforce,
         forbidden=forbidden,
+        constraints=constraints,
+        loads=loads,
         threshold=threshold,
         margin=margin,
         max_moves=max_moves,
@@ -477,6 +492,8 @@ def propose_topsis(
     cluster: Cluster,
     *,
     forbidden: Iterable[tuple[str, str]] = (),
+    constraints: Constraints | None = None,
+    loads: LoadModel | None = None,
     threshold: float = DEFAULT_THRESHOLD,
     margin: float = DEFAULT_MARGIN,
     max_moves: int = DEFAULT_MAX_MOVES,
@@ -490,12 +507,15 @@ def propose_topsis(
     ranked by :func:`~opendrs.engine.mcdm.topsis_scores` with weights −1, −2, −5, −10. The best
     closeness wins, the first candidate on a tie. As in Proxmox, the winner is committed only if
     the (untruncated) imbalance — the CV of the combined loads — improves by at least ``margin``.
+    ``constraints`` and ``loads``: a cycle view's models, as :func:`propose_bruteforce` says.
     """
     return _repeat(
         cluster,
         "pve-topsis",
         _choose_topsis,
         forbidden=forbidden,
+        constraints=constraints,
+        loads=loads,
         threshold=threshold,
         margin=margin,
         max_moves=max_moves,
