@@ -511,9 +511,11 @@ class Constraints:
         cluster: Cluster,
         forbidden: Iterable[tuple[str, str]] = (),
         usage: MeasuredUsage | None = None,
+        measured_limit: float = 1.0,
     ) -> Constraints:
         """The constraints of ``cluster``; ``forbidden``: (guest, node) placements to refuse;
-        ``usage``: the measured usage capacity is checked on (default: the cluster's own)."""
+        ``usage``: the measured usage capacity is checked on (default: the cluster's own), up to
+        ``measured_limit`` of each node's capacity (the policy's hot level, or all of it)."""
         rules, problems = check_rules(cluster)
         cluster_r = replace_rules(cluster, rules)
         nodes, guests = cluster.nodes, cluster.guests
@@ -526,7 +528,7 @@ class Constraints:
         node_arch, guest_arch = codes[:n_nodes], codes[n_nodes:]
         arch_ok = guest_arch[:, None] == node_arch[None, :]
         usable_names = _usable_nodes(cluster)
-        capacity = CapacityModel.build(cluster, usage)
+        capacity = CapacityModel.build(cluster, usage, measured_limit)
         tier, claimed = _affinity_tiers(cluster, rules, capacity, arch_ok)
         strict_ok = np.ones((n_guests, n_nodes), dtype=bool)
         preferred = np.ones((n_guests, n_nodes), dtype=bool)

@@ -448,11 +448,16 @@ class CapacityModel:
     #: (guest, node) pairs that commit local storage in the current state.
     storage_guest: np.ndarray
     storage_node: np.ndarray
+    #: The share of a node's capacity measured usage may fill (dynamic mode): 1, or the policy's
+    #: hot level, above which a node runs hot.
+    measured_limit: float = 1.0
 
     @classmethod
-    def build(cls, cluster: Cluster, usage: MeasuredUsage | None = None) -> CapacityModel:
+    def build(
+        cls, cluster: Cluster, usage: MeasuredUsage | None = None, measured_limit: float = 1.0
+    ) -> CapacityModel:
         """The capacity dimensions of ``cluster``, measured usage (dynamic mode) from ``usage``
-        (default: the cluster's own)."""
+        (default: the cluster's own) against ``measured_limit`` of each node's capacity."""
         settings = cluster.settings
         pools = sorted(
             {p for n in cluster.nodes for p in n.storage}
@@ -471,7 +476,7 @@ class CapacityModel:
             cores, mem = float(net[i, 0]), float(net[i, 1])
             row = [cores * settings.cpu_overcommit, mem * settings.memory_overcommit]
             if dynamic:
-                row += [cores, mem]
+                row += [cores * measured_limit, mem * measured_limit]
             row += [float(node.storage.get(p, 0)) for p in pools]
             limit[i] = row
         demand = np.zeros((n_guests, n_dims))
@@ -515,6 +520,7 @@ class CapacityModel:
             compute_node=np.array(compute_n, dtype=np.intp),
             storage_guest=np.array(storage_g, dtype=np.intp),
             storage_node=np.array(storage_n, dtype=np.intp),
+            measured_limit=measured_limit,
         )
 
     def committed(self) -> np.ndarray:
@@ -535,6 +541,11 @@ class CapacityModel:
     def fits(self, guest_demand: np.ndarray, headroom: np.ndarray) -> np.ndarray:
         """For one guest's demand (D,), which nodes (N,) have room for it."""
         return np.all(guest_demand[None, :] <= headroom + tolerance(self.limit), axis=1)
+
+    @property
+    def measured_cols(self) -> np.ndarray:
+        """(D,) bool: the dimensions of measured usage (dynamic mode)."""
+        return np.isin(np.array(self.dims, dtype=object), ("cpu_used", "memory_used"))
 
     def over(self, committed: np.ndarray) -> np.ndarray:
         """(N, D) boolean: where committed exceeds the limit (beyond rounding)."""

@@ -48,14 +48,16 @@ class CycleView:
     ``observed`` is the observation; ``average`` the usage balancing reads and ``recent`` the
     usage capacity is checked on (None: the observation's own, and ``recent`` falls back to
     ``average``); ``forbidden`` holds the (guest, node) placements the policy's guards rule out
-    for this decision. Pure: the same inputs give the same view. Raises ValueError when a usage
-    was made for another cluster's guests or nodes.
+    for this decision; ``hot`` is the share of a node's capacity that measured usage may fill in
+    the constraints (the policy's hot level; None: all of it). Pure: the same inputs give the
+    same view. Raises ValueError when a usage was made for another cluster's guests or nodes.
     """
 
     observed: Cluster
     average: MeasuredUsage | None = None
     recent: MeasuredUsage | None = None
     forbidden: Placements = field(default_factory=frozenset)
+    hot: float | None = None
 
     def __post_init__(self) -> None:
         for usage in (self.average, self.recent):
@@ -94,8 +96,10 @@ class CycleView:
 
     @cached_property
     def constraints(self) -> Constraints:
-        """The hard and soft constraints, capacity on ``checked_usage``, nothing forbidden."""
-        return Constraints.build(self.observed, usage=self.checked_usage)
+        """The hard and soft constraints, capacity on ``checked_usage`` up to the ``hot`` level,
+        nothing forbidden."""
+        limit = 1.0 if self.hot is None else self.hot
+        return Constraints.build(self.observed, usage=self.checked_usage, measured_limit=limit)
 
     @cached_property
     def assign(self) -> np.ndarray:
@@ -126,7 +130,7 @@ class CycleView:
     def guarding(self, recent: MeasuredUsage | None, forbidden: Placements) -> CycleView:
         """This view with capacity checked on ``recent`` and ``forbidden`` ruled out; what was
         built from the observation and ``average`` alone is kept."""
-        other = CycleView(self.observed, self.average, recent, forbidden)
+        other = CycleView(self.observed, self.average, recent, forbidden, self.hot)
         for name in ("cluster", "loads", "usage_loads", "assign"):
             if name in self.__dict__:
                 other.__dict__[name] = self.__dict__[name]

@@ -56,6 +56,11 @@ class PolicyConfig:
     #: Move guests evacuated for maintenance back to their node when it leaves maintenance
     #: (Proxmox HA's ``maintenance_node``, ``incus cluster restore``); off: the balance decides.
     maintenance_return: bool = False
+    #: In dynamic mode, the share of a node's capacity its measured usage may fill: a node above
+    #: it on the recent usage runs hot and is relieved like an overload (within the cooldown and
+    #: no-return guards), and no plan fills a node beyond it. None (the default): only the
+    #: capacity itself counts.
+    hot: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "options", frozen_mapping(self.options))
@@ -67,6 +72,14 @@ class PolicyConfig:
         if self.metric not in METRICS:
             raise ValueError(
                 f"policy metric: expected one of {', '.join(METRICS)}, got {self.metric!r}"
+            )
+        if self.hot is not None and (
+            isinstance(self.hot, bool)
+            or not isinstance(self.hot, int | float)
+            or not 0 < self.hot <= 1
+        ):
+            raise ValueError(
+                f"policy hot: expected a fraction above 0 and at most 1, or none, got {self.hot!r}"
             )
         for key in ("threshold", "target", "margin"):
             value = getattr(self, key)
@@ -210,6 +223,7 @@ POLICY_KEYS: tuple[str, ...] = (
     "max_parallel",
     "max_node_inflow",
     "maintenance_return",
+    "hot",
 )
 
 
@@ -315,6 +329,12 @@ def parse_policy(
                 if item is None
                 else reader.integer(item, (*path, key), minimum=1, maximum=_MAX_COUNT)
             )
+    if "hot" in mapping:
+        item = mapping["hot"]
+        hpath = (*path, "hot")
+        fields["hot"] = None if item is None else _fraction(reader, item, hpath, 1.0)
+        if fields["hot"] == 0:
+            reader.fail(hpath, "must be above 0 (write null to turn it off)")
     if "maintenance_return" in mapping:
         fields["maintenance_return"] = reader.boolean(
             mapping["maintenance_return"], (*path, "maintenance_return")

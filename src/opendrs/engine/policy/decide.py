@@ -144,7 +144,7 @@ class _Round:
         busy: bool,
     ) -> None:
         self.now, self.config, self.past, self.recent, self.busy = now, config, past, recent, busy
-        self.view = CycleView(cluster, average)
+        self.view = CycleView(cluster, average, hot=config.hot)
         by_arch = measure_by_arch(cluster, config.metric, self.view.loads)
         self.metric = max(by_arch.values(), default=0.0)
         self.label = metric_label(config.metric)
@@ -229,11 +229,13 @@ def _busy(r: _Round) -> Decision | None:
 
 
 def _repair(r: _Round) -> Decision | None:
-    """What breaks a hard constraint is repaired at once, bypassing threshold, hold and margin;
-    a repair that cannot be made is noted on every later decision."""
+    """What breaks a hard constraint — or a node whose recent measured load is above the hot
+    level (``config.hot``) — is repaired at once, bypassing threshold, hold and margin; a repair
+    that cannot be made is noted on every later decision."""
     view, config = r.view, r.config
-    screen = may_need_repair(r.cluster, view.usage_loads) or (
-        r.recent is not None and overloads(view.usage_loads, r.recent)
+    limit = 1.0 if config.hot is None else config.hot
+    screen = may_need_repair(r.cluster, view.usage_loads, config.hot) or (
+        r.recent is not None and overloads(view.usage_loads, r.recent, limit)
     )
     if not screen:
         return None

@@ -20,8 +20,8 @@ from opendrs.engine.strategies.base import (
     Proposal,
 )
 from opendrs.engine.strategies.optimal import REPAIR_TIME_LIMIT
-from opendrs.engine.usage import LoadModel, net_capacity, tolerance, usage_loads
-from opendrs.model.cluster import Cluster
+from opendrs.engine.usage import CapacityModel, LoadModel, net_capacity, tolerance, usage_loads
+from opendrs.model.cluster import Cluster, Node
 
 #: ``target_spread`` that asks ``balance`` for its repairs only.
 _REPAIR_ONLY = 1e6
@@ -59,14 +59,16 @@ def _rules_may_break(cluster: Cluster) -> bool:
     return False
 
 
-def may_need_repair(cluster: Cluster, loads: LoadModel | None = None) -> bool:
+def may_need_repair(
+    cluster: Cluster, loads: LoadModel | None = None, hot: float | None = None
+) -> bool:
     """A cheap, conservative screen for :func:`repairs_needed`: False only when none can be.
 
     Building the full constraints takes milliseconds per hundred guests, and the controller asks
     at every observation; this screen looks only at what can break a hard constraint: guests on
     a node in maintenance, hard or strict rules, guests that need an architecture, local disks,
     and nodes whose configured (all guests counted, migrating ones on both nodes) or measured
-    load is over a limit.
+    load is over a limit — for measured load, the ``hot`` level of capacity when given.
     """
     if _rules_may_break(cluster):
         return True
@@ -104,7 +106,8 @@ def may_need_repair(cluster: Cluster, loads: LoadModel | None = None) -> bool:
         return True
     if settings.mode == "dynamic":
         model = usage_loads(cluster, loads)
-        if np.any(model.loads() > model.capacity + tolerance(model.capacity)):
+        capacity = model.capacity * (1.0 if hot is None else hot)
+        if np.any(model.loads() > capacity + tolerance(capacity)):
             return True
     return False
 
@@ -124,10 +127,11 @@ def repairs_needed(cluster: Cluster, constraints: Constraints | None = None) -> 
 
 class Broken(NamedTuple):
     """What a guest breaks: ``maintenance``, ``rules`` (architecture or strict node affinity),
-    ``anti-affinity``, ``affinity`` or ``capacity`` (its node's, not its own: the sentence then
-    names the node), and the sentence."""
+    ``anti-affinity``, ``affinity``, ``capacity`` or ``hot`` (its node's, not its own: the
+    sentence then names the node; ``hot``: only measured usage is over, and only the hot level
+    of the capacity), and the sentence."""
 
-    kind: Literal["maintenance", "rules", "anti-affinity", "affinity", "capacity"]
+    kind: Literal["maintenance", "rules", "anti-affinity", "affinity", "capacity", "hot"]
     text: str
 
 
@@ -160,12 +164,31 @@ def _broken(
             for j in group.tolist():
                 text = f"{guests[j].id} is apart from its hard-affinity partners"
                 why.setdefault(j, Broken("affinity", text))
-    over = cons.capacity.over(committed)
-    for n in np.nonzero(over.any(axis=1))[0].tolist():
-        dims = ", ".join(cons.capacity.dims[d] for d in np.nonzero(over[n])[0].tolist())
+    for n, broken in _over(cons.capacity, committed, nodes):
         for j in placed[where == n].tolist():
-            why.setdefault(j, Broken("capacity", f"{nodes[n].name} is over capacity ({dims})"))
+            why.setdefault(j, broken)
     return {j: b for j, b in why.items() if movability(guests[j], cluster, "balance") is None}
+
+
+def _over(
+    capacity: CapacityModel, committed: np.ndarray, nodes: tuple[Node, ...]
+) -> list[tuple[int, Broken]]:
+    """Each node over a capacity limit, and what that breaks: ``hot`` when only measured usage
+    is over and its limit is the hot level (the capacity itself is not reached), else
+    ``capacity``."""
+    over = capacity.over(committed)
+    out: list[tuple[int, Broken]] = []
+    for n in np.nonzero(over.any(axis=1))[0].tolist():
+        cols = np.nonzero(over[n])[0]
+        dims = ", ".join(capacity.dims[d] for d in cols.tolist())
+        if capacity.measured_limit < 1.0 and capacity.measured_cols[cols].all():
+            full = capacity.limit[n, cols] / capacity.measured_limit
+            if not np.any(committed[n, cols] > full + tolerance(full)):
+                level = f"{capacity.measured_limit * 100:g} %"
+                out.append((n, Broken("hot", f"{nodes[n].name} runs hot ({dims} above {level})")))
+                continue
+        out.append((n, Broken("capacity", f"{nodes[n].name} is over capacity ({dims})")))
+    return out
 
 
 #: At most this many stuck guests are named one by one in the log.
@@ -247,7 +270,8 @@ def repair_within_guards(
     """The repair within the policy's guards (``guarded``: cooldown, minimum uptime, no-return
     and failed targets); when that leaves guests stuck, the repair kept off only the ``failed``
     targets, if it leaves fewer — a guest must leave a node in maintenance or a broken rule
-    whatever its cooldown. Also the placements the repair kept off."""
+    whatever its cooldown. Not for a node that only runs hot: relieving it is worth no flapping,
+    so the guards always hold there. Also the placements the repair kept off."""
 
     def attempt(forbidden: frozenset[tuple[str, str]]) -> Repair:
         return repair(
@@ -260,12 +284,18 @@ def repair_within_guards(
         )
 
     fixed = attempt(guarded)
-    if not fixed.stuck or guarded == failed:
+    if not fixed.stuck or guarded == failed or _only_hot(cluster, cons):
         return fixed, guarded
     relaxed = attempt(failed)
     if len(relaxed.stuck) >= len(fixed.stuck):
         return fixed, guarded
     return relaxed, failed
+
+
+def _only_hot(cluster: Cluster, cons: Constraints) -> bool:
+    """Whether all that breaks now is nodes running hot (no hard constraint)."""
+    broken = _broken(cluster, cons, current_assign(cluster), cons.capacity.committed())
+    return all(b.kind == "hot" for b in broken.values())
 
 
 def first_moves(plan: Plan, batch: int, cluster: Cluster, cons: Constraints) -> Plan:
@@ -327,7 +357,7 @@ def stuck_after(
         headroom = room.copy()  # without the guest itself
         headroom[int(assign[j])] += cons.guest_demand(j)
         what = broken[j]
-        said = f"{guest.id}: {what.text}" if what.kind == "capacity" else what.text
+        said = f"{guest.id}: {what.text}" if what.kind in ("capacity", "hot") else what.text
         text = f"{said}; elsewhere: " + _rejections(cons, j, assign, headroom, forbidden)
         if guest.id in unreachable:
             text += "; no safe migration order reaches its target"

@@ -153,14 +153,15 @@ class UsageWindow:
         return MeasuredUsage.replacing(cluster, *means), MeasuredUsage.replacing(cluster, *highest)
 
 
-def overloads(loads: LoadModel, usage: MeasuredUsage) -> bool:
-    """Whether, in dynamic mode, a node's load with ``usage`` is over its capacity (``loads``:
-    the cluster's :class:`LoadModel` of measured usage (:func:`usage_loads`), whose placement and
-    pairs are reused)."""
+def overloads(loads: LoadModel, usage: MeasuredUsage, limit: float = 1.0) -> bool:
+    """Whether, in dynamic mode, a node's load with ``usage`` is over ``limit`` of its capacity
+    (``loads``: the cluster's :class:`LoadModel` of measured usage (:func:`usage_loads`), whose
+    placement and pairs are reused)."""
     if loads.mode != "dynamic":
         return False
     measured = replace(loads, demand=usage.guest_columns, base=usage.node_columns)
-    return bool(np.any(measured.loads() > loads.capacity + tolerance(loads.capacity)))
+    capacity = loads.capacity * limit
+    return bool(np.any(measured.loads() > capacity + tolerance(capacity)))
 
 
 def overload_span(config: PolicyConfig) -> int:

@@ -1746,4 +1746,5 @@ register_function(
     BalanceOptions,
     propose_balance,
     asks=("target_spread", "max_moves"),
+    usage_from_models=True,
 )

@@ -356,13 +356,19 @@ def register_function(
     function: Callable[..., Proposal],
     *,
     asks: tuple[str, ...] = (),
+    usage_from_models: bool = False,
 ) -> None:
     """Register ``function(cluster, *, forbidden, constraints, loads, **options)`` as strategy
     ``name``: it gets the view's cluster, the request's forbidden placements and the models the
     view built — its constraints (capacity on the usage the view checks, nothing forbidden yet:
     :func:`constraints_for`) and its balance loads —, each option by its name, and each
     :class:`Request` field in ``asks`` too: the request's value unless an option of that name is
-    set explicitly (:meth:`StrategyOptions.pick`)."""
+    set explicitly (:meth:`StrategyOptions.pick`).
+
+    A strategy that reads measured usage only from those models (``usage_from_models``) gets
+    the observation itself (:attr:`CycleView.observed`); the others, which model usage their own
+    way from a :class:`Cluster`, get it with the view's balancing usage written in
+    (:attr:`CycleView.cluster`)."""
     own = set(options.names())
 
     def run(view: CycleView, request: Request, chosen: StrategyOptions) -> Proposal:
@@ -371,7 +377,7 @@ def register_function(
             asked = getattr(request, key)
             values[key] = chosen.pick(key, asked) if key in own else asked
         return function(
-            view.cluster,
+            view.observed if usage_from_models else view.cluster,
             forbidden=request.forbidden,
             constraints=view.constraints,
             loads=view.loads,

@@ -1,0 +1,108 @@
+"""A node that runs hot — its recent measured load above the policy's hot level — is relieved
+like an overload, with the fewest migrations that bring it under, and no plan makes one."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from opendrs.engine.policy import PastMigrations, PolicyConfig, PolicyState, decide
+from opendrs.engine.policy.config import PRESETS, parse_policy
+from opendrs.model.cluster import Cluster, Guest, Node, Settings
+from opendrs.model.document import DocumentError, Reader
+
+GiB = 2**30
+NOW = 1_000_000.0
+DAY = 86_400
+EAGER = PolicyConfig(
+    hold=1, margin=0.0, cooldown=0, no_return=0, min_uptime=0, smoothing=0, hot=0.85
+)
+
+
+def _cluster(used: tuple[float, ...], on_n2: float = 2.0) -> Cluster:
+    """n1 holds guests using ``used`` cores, n2 one guest using ``on_n2``; 10 cores each."""
+    nodes = (Node("n1", 10, 64 * GiB), Node("n2", 10, 64 * GiB), Node("n3", 10, 64 * GiB))
+    guests = [
+        Guest(f"g{k}", "n1", cpu=4, memory=4 * GiB, cpu_used=c, memory_used=2 * GiB, uptime=DAY)
+        for k, c in enumerate(used)
+    ]
+    guests.append(
+        Guest("b", "n2", cpu=4, memory=4 * GiB, cpu_used=on_n2, memory_used=2 * GiB, uptime=DAY)
+    )
+    return Cluster(nodes, tuple(guests), settings=Settings(mode="dynamic"))
+
+
+def _decide(cluster: Cluster, config: PolicyConfig) -> object:
+    return decide(cluster, NOW, config, PolicyState(), PastMigrations(), busy=False)
+
+
+def test_a_hot_node_is_relieved_before_balancing_with_the_fewest_migrations() -> None:
+    # n1 at 9.2 cores of 10 (92 %): above 85 % but within its capacity. Threshold 100 %: balance
+    # would never act; the relief does, with one migration — of a guest large enough: both
+    # 0.3-core guests together would still leave n1 at 86 %.
+    config = replace(EAGER, threshold=1.0)
+    hot = _cluster((5.0, 3.6, 0.3, 0.3))
+    decision = _decide(hot, config)
+    assert decision.act and decision.code == "repair"
+    assert decision.reason.startswith("repair: n1 runs hot (cpu_used above 85 %); 1 migration")
+    assert decision.plan is not None and len(decision.plan.moves) == 1
+    move = decision.plan.moves[0]
+    assert move.source == "n1" and move.guest in ("g0", "g1")
+    # Without a hot level the same cluster is left alone: nothing is over its capacity.
+    off = _decide(hot, replace(config, hot=None))
+    assert not off.act and off.code == "balanced"
+    # At 80 % nothing runs hot.
+    assert not _decide(_cluster((4.0, 2.0, 1.0, 1.0)), config).act
+
+
+def test_relief_never_makes_another_node_hot() -> None:
+    # n1 at 9.5 cores, n2 at 7.9, n3 at 7.9: moving the 1.5-core guest anywhere makes the target
+    # hot (9.4 of 10); nothing can bring n1 under, and the decision says so.
+    nodes = (Node("n1", 10, 64 * GiB), Node("n2", 10, 64 * GiB), Node("n3", 10, 64 * GiB))
+
+    def g(gid: str, node: str, used: float) -> Guest:
+        return Guest(gid, node, cpu=4, memory=GiB, cpu_used=used, memory_used=GiB, uptime=DAY)
+
+    cluster = Cluster(
+        nodes,
+        (g("a", "n1", 8.0), g("b", "n1", 1.5), g("c", "n2", 7.9), g("d", "n3", 7.9)),
+        settings=Settings(mode="dynamic"),
+    )
+    decision = _decide(cluster, replace(EAGER, threshold=1.0))
+    assert not decision.act
+    assert "repair needed (n1 runs hot (cpu_used above 85 %)) but no allowed migration" in (
+        decision.reason
+    )
+
+
+def test_the_hot_level_is_read_checked_and_off_for_the_peers() -> None:
+    reader = Reader("p.yaml")
+    assert parse_policy(reader, {"hot": "90%"}, ("policy",)).hot == 0.9
+    assert parse_policy(reader, {"hot": 0.8}, ("policy",)).hot == 0.8
+    assert parse_policy(reader, {"hot": None}, ("policy",)).hot is None
+    assert all(p.hot is None for p in PRESETS.values())  # off unless asked for
+    for bad, why in ((0, "must be above 0"), (1.5, "not be more than 1"), ("x", "number")):
+        with pytest.raises(DocumentError, match=why):
+            parse_policy(reader, {"hot": bad}, ("policy",))
+    with pytest.raises(ValueError, match="policy hot"):
+        PolicyConfig(hot=2.0)
+
+
+def test_relief_keeps_the_cooldown_a_hard_repair_would_override() -> None:
+    config = replace(EAGER, threshold=1.0, cooldown=6 * 3600)
+    hot = _cluster((5.0, 3.6, 0.3, 0.3))
+    cooling = {g: NOW + 3600 for g in ("g0", "g1", "g2", "g3")}
+    decision = decide(
+        hot, NOW, config, PolicyState(), PastMigrations(cooldown_until=cooling), busy=False
+    )
+    assert not decision.act
+    assert "repair needed (n1 runs hot (cpu_used above 85 %)) but no allowed migration" in (
+        decision.reason
+    )
+    # A node over its capacity itself is repaired whatever the cooldown.
+    full = _cluster((5.0, 3.6, 1.5, 0.3))
+    forced = decide(
+        full, NOW, config, PolicyState(), PastMigrations(cooldown_until=cooling), busy=False
+    )
+    assert forced.act and "over capacity (cpu_used)" in forced.reason
