@@ -52,6 +52,7 @@ from opendrs.model.document import (
     Path,
     Reader,
     clip,
+    collector_paused,
     describe,
     parse,
     read_file,
@@ -199,7 +200,8 @@ def from_dict(data: object, *, filename: str = "<dict>") -> Cluster:
     Raises :class:`SnapshotError` for the first problem found, and no other exception.
     """
     try:
-        return SnapshotReader(filename).cluster(data)
+        with collector_paused():
+            return SnapshotReader(filename).cluster(data)
     except SnapshotError:
         raise
     except RecursionError:
