@@ -46,6 +46,8 @@ class NotPlain(Exception):
 
 
 _STR = "tag:yaml.org,2002:str"
+_INT = "tag:yaml.org,2002:int"
+_DIGIT_TAGS = ["tag:yaml.org,2002:float", _INT, "tag:yaml.org,2002:timestamp"]
 _UNUSUAL_TAGS = frozenset({"tag:yaml.org,2002:merge", "tag:yaml.org,2002:value"})
 
 
@@ -62,6 +64,17 @@ class _EventBuilder:
         self.resolvers: dict[Any, list[tuple[str, Any]]] = loader.yaml_implicit_resolvers  # type: ignore[attr-defined]
         self.constructors: dict[Any, Callable[..., Any]] = loader.yaml_constructors  # type: ignore[attr-defined]
         self.constructor = SafeConstructor()
+        #: Whether a run of ASCII digits not starting with 0 is the int ``int()`` makes of it,
+        #: as PyYAML's own resolvers and constructor make it (its float pattern needs a dot):
+        #: ids and byte counts are most of the texts met only once.
+        self.decimal_ints = (
+            None not in self.resolvers
+            and all(
+                [tag for tag, _ in self.resolvers.get(digit, ())] == _DIGIT_TAGS
+                for digit in "123456789"
+            )
+            and self.constructors.get(_INT) is SafeConstructor.construct_yaml_int
+        )
         #: Plain scalar text → its value. Values are shared, as the constructors share some
         #: themselves (every ``.nan`` is one object, so two NaN keys are a repeated key).
         self.plain: dict[str, object] = {}
@@ -103,6 +116,10 @@ class _EventBuilder:
 
     def resolve(self, value: str) -> object:
         """A plain scalar's value the first time its text is met."""
+        if self.decimal_ints and value.isdigit() and value.isascii() and value[0] != "0":
+            built: object = int(value)
+            self.plain[value] = built
+            return built
         tag = _STR
         for candidate, regexp in self.resolvers.get(value[:1], []) + self.resolvers.get(None, []):
             if regexp.match(value):
