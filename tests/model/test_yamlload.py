@@ -274,3 +274,33 @@ def test_dumped_documents_read_back_as_the_loaders_read_them(
     assert parse(text) == expected
     if not re.search(r"\t", text):  # libyaml reads some tabs the pure loader refuses
         assert expected == yaml.load(text, Loader=yaml.SafeLoader)
+
+
+@needs_libyaml
+@pytest.mark.parametrize(
+    "text", ["0", "7", "007", "0x1F", "1_000", "12345678901234567890", "١٢", "²", "1:30", "12e3"]
+)
+def test_digit_runs_read_as_the_loaders_read_them(text: str) -> None:
+    assert document._CLoader is not None
+    built = load_plain(f"a: {text}\n", document._CLoader)
+    expected = yaml.load(f"a: {text}\n", Loader=yaml.SafeLoader)
+    assert built == expected
+    assert isinstance(built, dict) and type(built["a"]) is type(expected["a"])
+
+
+@needs_libyaml
+def test_digit_runs_follow_a_loader_with_other_resolvers() -> None:
+    assert document._CLoader is not None
+
+    class Octal(document._CLoader):  # type: ignore[misc, valid-type]
+        """Every run of digits an octal number (a resolver before PyYAML's own)."""
+
+    Octal.yaml_implicit_resolvers = {
+        key: [("tag:yaml.org,2002:octal", re.compile("^[0-7]+$")), *value]
+        if key in tuple("0123456789")
+        else list(value)
+        for key, value in document._CLoader.yaml_implicit_resolvers.items()
+    }
+    Octal.add_constructor("tag:yaml.org,2002:octal", lambda loader, node: int(node.value, 8))
+    text = "a: 17\nb: 19\n"
+    assert load_plain(text, Octal) == yaml.load(text, Loader=Octal) == {"a": 15, "b": 19}
