@@ -87,7 +87,7 @@ class Node:
     #: Measured load of the host itself (not of its guests), added in dynamic mode.
     base_cpu: float = 0.0
     base_memory: int = 0
-    pressure: Pressure = field(default_factory=Pressure)
+    pressure: Pressure = Pressure()
     #: Memory KSM (kernel same-page merging) saves on the node by sharing pages, in bytes
     #: (Proxmox's ``ksm.shared``); 0 when none is shared or it is not known.
     ksm_shared: int = 0
@@ -117,7 +117,7 @@ class Guest:
     #: Measured use (``None`` when not measured: the configured size stands in).
     cpu_used: float | None = None
     memory_used: int | None = None
-    pressure: Pressure = field(default_factory=Pressure)
+    pressure: Pressure = Pressure()
     #: Passed-through local devices (``hostpci0``, ``usb1``, …): they pin the guest to its node.
     devices: tuple[str, ...] = ()
     uptime: int = 0

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping, Sequence
+from operator import attrgetter
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -653,8 +654,10 @@ class _Reader(Reader):
             for vm, nodes_ in sorted(allowed.items())
         )
         has_pressure = {
-            resource: any(getattr(vm, f"{resource}_pressure") * vm.priority > 0 for vm in vms)
-            for resource in ("cpu", "memory", "io")
+            resource: any(pressure(vm) * vm.priority > 0 for vm in vms)
+            for resource, pressure in (
+                (name, attrgetter(f"{name}_pressure")) for name in ("cpu", "memory", "io")
+            )
         }
         metric = balance_metric(balancing, has_pressure)
         if metric.note is not None:
