@@ -91,6 +91,7 @@ def read_once(path: str) -> dict[str, Any]:
     wall, cpu = time.perf_counter(), time.process_time()
     filename, data = read_file(path)
     document = parse(data, filename=filename)
+    del data
     parsed = time.process_time()
     if is_proxlb_scenario(document):
         guests = len(scenario_from_dict(document, filename=filename).cluster.guests)

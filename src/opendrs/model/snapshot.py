@@ -182,7 +182,9 @@ def load(path: str | os.PathLike[str]) -> Cluster:
     Raises :class:`SnapshotError` — and nothing else — for any problem with the file.
     """
     filename, data = read_file(path)
-    return loads(data, filename=filename)
+    document = parse(data, filename=filename)
+    del data  # the bytes are not kept while the cluster is built
+    return from_dict(document, filename=filename)
 
 
 def loads(text: str | bytes, *, filename: str = "<string>", fmt: str | None = None) -> Cluster:

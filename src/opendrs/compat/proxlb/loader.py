@@ -705,4 +705,6 @@ def loads_scenario(text: str | bytes, *, filename: str = "<string>") -> Scenario
 def load_scenario(path: str | os.PathLike[str]) -> Scenario:
     """Read a proxlb-solver scenario file. Raises :class:`SnapshotError` for any problem."""
     filename, data = read_file(path)
-    return loads_scenario(data, filename=filename)
+    document = parse(data, filename=filename, fmt="yaml")
+    del data  # the bytes are not kept while the scenario is built
+    return scenario_from_dict(document, filename=filename)
