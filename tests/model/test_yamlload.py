@@ -304,3 +304,30 @@ def test_digit_runs_follow_a_loader_with_other_resolvers() -> None:
     Octal.add_constructor("tag:yaml.org,2002:octal", lambda loader, node: int(node.value, 8))
     text = "a: 17\nb: 19\n"
     assert load_plain(text, Octal) == yaml.load(text, Loader=Octal) == {"a": 15, "b": 19}
+
+
+def _outcome(load: Any) -> tuple[str, object]:
+    """``("value", document)`` or ``("error", problem and its line and column)``."""
+    try:
+        return "value", load()
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = (mark.line, mark.column) if mark is not None else None
+        return "error", (type(exc).__name__, exc.problem, where)
+    except (yaml.YAMLError, ValueError, RecursionError) as exc:
+        return "error", type(exc).__name__
+
+
+@needs_libyaml
+@settings(max_examples=300)
+@given(st.text(alphabet="ab01.:-?[]{},'\"#&*!|>\n \t~", max_size=40))
+def test_any_text_reads_as_the_roads_promise(text: str) -> None:
+    """What libyaml's loader reads, the reader reads alike; what it refuses for its syntax, the
+    pure-Python loader decides, value or error."""
+    assert document._CLoader is not None
+    kind, c_result = _outcome(lambda: yaml.load(text, Loader=document._CLoader))
+    got = _outcome(lambda: document._load_yaml(text))
+    if kind == "value" or "ConstructorError" in str(c_result):
+        assert got == (kind, c_result)
+    else:
+        assert got == _outcome(lambda: yaml.load(text, Loader=document._Loader))
