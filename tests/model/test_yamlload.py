@@ -331,3 +331,25 @@ def test_any_text_reads_as_the_roads_promise(text: str) -> None:
         assert got == (kind, c_result)
     else:
         assert got == _outcome(lambda: yaml.load(text, Loader=document._Loader))
+
+
+@needs_libyaml
+def test_a_syntax_error_goes_from_the_events_straight_to_the_pure_loader(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """libyaml's loader would stop at the same error: it is not asked again."""
+    assert document._CLoader is not None
+    text = "a: 1\nb: [1, 2\nc: 3\n"
+    with pytest.raises(yaml.MarkedYAMLError) as info:
+        load_plain(text, document._CLoader)
+    assert not isinstance(info.value, yaml.constructor.ConstructorError)
+    loaders: list[type] = []
+    load = yaml.load
+
+    def spy(stream: str, Loader: type) -> object:
+        loaders.append(Loader)
+        return load(stream, Loader=Loader)
+
+    monkeypatch.setattr(document.yaml, "load", spy)
+    assert _error(text).startswith("t.yaml: line 3, column 2: expected ',' or ']', but got ':'")
+    assert loaders == [document._Loader]

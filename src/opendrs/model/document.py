@@ -181,14 +181,13 @@ def _load_yaml(text: str) -> object:
         return yaml.load(text, Loader=_Loader)  # a SafeLoader subclass
     with collector_paused():
         try:
-            return load_plain(text, _CLoader)
-        except NotPlain:
-            pass
-        try:
-            return yaml.load(text, Loader=_CLoader)  # a CSafeLoader subclass
+            try:
+                return load_plain(text, _CLoader)
+            except NotPlain:
+                return yaml.load(text, Loader=_CLoader)  # a CSafeLoader subclass
         except yaml.constructor.ConstructorError:
             raise
-        except yaml.YAMLError:
+        except yaml.YAMLError:  # libyaml refused the syntax
             return yaml.load(text, Loader=_Loader)  # a SafeLoader subclass
 
 

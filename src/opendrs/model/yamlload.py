@@ -6,9 +6,10 @@ time on a node graph it builds and then walks; a snapshot of 100,000 guests is 1
 scalars are resolved by the loader's own implicit resolvers and built by its own constructors, each
 distinct text once. It takes only the plain shape every snapshot and scenario has; anything else —
 an anchor, an alias, an explicit tag, a merge key, a key that is not a scalar, a key written
-twice, a value that cannot be built, a syntax error, a second document — raises
-:class:`NotPlain`, and the caller loads the text with the full loader, which gives the same value
-or words the error.
+twice, a value that cannot be built, a second document — raises :class:`NotPlain`, and the caller
+loads the text with the full loader, which gives the same value or words the error. A syntax
+error is libyaml's own ``yaml.YAMLError``, raised as it comes: the full loader would stop at the
+same one.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ __all__ = ["NotPlain", "load_plain"]
 def load_plain(text: str, loader: type) -> object:
     """The one document in ``text`` as ``yaml.load(text, Loader=loader)`` reads it, ``loader``
     being ``yaml.CSafeLoader`` or a subclass that refuses repeated keys; :class:`NotPlain` when
-    the document is not a plain one (see the module's docstring)."""
+    the document is not a plain one, libyaml's ``yaml.YAMLError`` when it is not YAML (see the
+    module's docstring)."""
     return _EventBuilder(text, loader).document()
 
 
@@ -95,7 +97,7 @@ class _EventBuilder:
             if next(events).__class__ is not StreamEndEvent:
                 raise NotPlain  # a second document: the loader words the error
             return root
-        except yaml.YAMLError:
+        except yaml.constructor.ConstructorError:
             raise NotPlain from None
         except (ValueError, TypeError, ArithmeticError, KeyError, StopIteration):
             raise NotPlain from None
