@@ -125,6 +125,7 @@ def test_errors_are_located_where_libyaml_locates_them(text: str) -> None:
         ("a: *x\n", "line 1, column 4: found undefined alias 'x'"),
         ("a: 'x", "line 1, column 6: found unexpected end of stream"),
         ('a: "x\0y"\n', "line 1, column 6: unacceptable character #x0000: special characters"),
+        ("a: \ud800\n", "line 1, column 4: unacceptable character #xd800: special characters"),
         ("[" * 1000, "the document is nested too deeply"),
     ],
 )

@@ -187,7 +187,7 @@ def _load_yaml(text: str) -> object:
                 return yaml.load(text, Loader=_CLoader)  # a CSafeLoader subclass
         except yaml.constructor.ConstructorError:
             raise
-        except yaml.YAMLError:  # libyaml refused the syntax
+        except (yaml.YAMLError, UnicodeEncodeError):  # libyaml refused the syntax, or the text
             return yaml.load(text, Loader=_Loader)  # a SafeLoader subclass
 
 

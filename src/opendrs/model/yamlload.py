@@ -56,7 +56,7 @@ _UNUSUAL_TAGS = frozenset({"tag:yaml.org,2002:merge", "tag:yaml.org,2002:value"}
 class _EventBuilder:
     """Builds one document from libyaml's events, as ``SafeLoader`` would, or leaves the road.
 
-    Containers are open on a stack; a mapping waits for a value when ``key`` is set.
+    Containers are open on a stack; a mapping whose ``has_key`` is set waits for ``key``'s value.
     """
 
     def __init__(self, text: str, loader: type) -> None:
