@@ -21,6 +21,10 @@ scenario with that ``balancing.method`` and imported as ``opendrs plan scenario.
 (:mod:`bench.scenario`); the default strategy (``--method-strategies``) runs on it, and its result
 is measured against the lower bound for the method's resource alone (the target: at L, memory
 spread ≤ 1 pp with migrations ≤ 1.25× the memory-only bound).
+
+Last, **reading** (``--no-reading`` skips it): the XXL snapshot as YAML and as JSON and a
+100,000-VM proxlb-solver scenario, each read in fresh interpreters as ``opendrs plan`` reads it,
+with the time and the peak RSS (:mod:`bench.reading`).
 """
 
 from __future__ import annotations
@@ -47,6 +51,9 @@ from bench.generate import SIZES, generate
 from bench.incus import section as incus_section
 from bench.metrics import Evaluator
 from bench.peers import PEERS
+from bench.reading import Reading
+from bench.reading import run as run_reading
+from bench.reading import section as reading_section
 from bench.report import Case, MethodCase, Row, method_section, section
 from bench.worker import RunnerKind, Spec, peak_rss_bytes
 
@@ -192,6 +199,16 @@ def build_parser() -> argparse.ArgumentParser:
         default="50x5000",
         metavar="MEMBERSxINSTANCES",
         help="the Incus backend's observation at this scale (bench/incus.py); 'none' to skip",
+    )
+    parser.add_argument(
+        "--reading",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="measure reading the XXL snapshot (YAML, JSON) and a 100,000-VM proxlb-solver "
+        "scenario (bench/reading.py; default on)",
+    )
+    parser.add_argument(
+        "--reading-repeats", type=int, default=3, metavar="N", help="readings per input (3)"
     )
     parser.add_argument("--markdown", type=Path, default=None, metavar="FILE")
     parser.add_argument("--json", type=Path, default=None, metavar="FILE")
@@ -463,6 +480,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     if not method_names or not method_seeds:
         methods = []
+    if args.reading_repeats < 1:
+        parser.error("--reading-repeats: expected at least 1")
 
     started = datetime.now(UTC)
     cases: list[Case] = []
@@ -510,6 +529,13 @@ def main(argv: list[str] | None = None) -> int:
         sections.append(incus_section(*_scale(parser, args.incus))[0])
         print(sections[-1], flush=True)
 
+    readings: list[Reading] = []
+    if args.reading:
+        readings = run_reading(args.seed, args.reading_repeats)
+        text = reading_section(readings)
+        sections.append(text)
+        print(text, flush=True)
+
     command = "python -m bench " + shlex.join(sys.argv[1:] if argv is None else argv)
     seeds_text = f", method cases seeds {', '.join(map(str, method_seeds))}" if method_cases else ""
     header = [
@@ -536,7 +562,7 @@ def main(argv: list[str] | None = None) -> int:
                 "rows": [asdict(row) for row in case.rows],
             }
             for case in [*cases, *method_cases]
-        ]
+        ] + [{"reading": asdict(reading)} for reading in readings]
         args.json.write_text(json.dumps(payload, indent=1, default=str), encoding="utf-8")
         _progress(f"wrote {args.json}")
     return 0

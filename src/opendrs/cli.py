@@ -96,6 +96,7 @@ def _load_any(path: str) -> tuple[Cluster, Scenario | None]:
         return load_demo(), None
     filename, data = read_file(path)
     document = parse(data, filename=filename)
+    del data  # the bytes are not kept while the cluster is built
     if is_proxlb_scenario(document):
         scenario = scenario_from_dict(document, filename=filename)
         return scenario.cluster, scenario

@@ -1,10 +1,11 @@
 """Reading YAML and JSON documents with one-line errors: the shared reader of opendrs's files.
 
-Snapshots, scenarios and configuration files all go through here. Every problem — an unreadable
-file, bytes that are not UTF-8, broken syntax, a wrong type, an unknown key — becomes a
-:class:`DocumentError` whose ``str()`` is one line, ``FILE: PATH: REASON``, where ``PATH`` follows
-the shape of the document: mappings are walked with ``.`` (``policy.hold``), lists with a 0-based
-index (``faults[3].at``); keys that are not plain words are quoted (``nodes["pve1.example.com"]``).
+Snapshots, scenarios and configuration files all go through here; YAML through libyaml when
+PyYAML has it (see :func:`_load_yaml`). Every problem — an unreadable file, bytes that are not
+UTF-8, broken syntax, a wrong type, an unknown key — becomes a :class:`DocumentError` whose
+``str()`` is one line, ``FILE: PATH: REASON``, where ``PATH`` follows the shape of the document:
+mappings are walked with ``.`` (``policy.hold``), lists with a 0-based index (``faults[3].at``);
+keys that are not plain words are quoted (``nodes["pve1.example.com"]``).
 
 :class:`Reader` holds the checking primitives (mappings, numbers, sizes, durations, choices with
 did-you-mean suggestions); each file format subclasses it.
@@ -14,16 +15,20 @@ from __future__ import annotations
 
 import codecs
 import difflib
+import gc
 import json
 import math
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from functools import lru_cache
 from typing import Any, Final, Literal, NoReturn
 
 import yaml
 
 from opendrs.model.units import UnitError, format_duration, parse_bytes, parse_duration
+from opendrs.model.yamlload import NotPlain, load_plain
 
 #: Files larger than this are refused rather than read into memory.
 MAX_FILE_BYTES: Final = 256 * 1024**2
@@ -125,7 +130,7 @@ def key_text(key: object) -> PathPart:
 # Parsing text
 
 
-class _Loader(yaml.SafeLoader):
+class _DuplicateKeyCheck(yaml.constructor.SafeConstructor):
     """``yaml.safe_load`` semantics, except that a key written twice in a mapping is an error."""
 
     def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict[Any, Any]:
@@ -148,6 +153,56 @@ class _Loader(yaml.SafeLoader):
                         key_node.start_mark,
                     )
         return super().construct_mapping(node, deep=deep)
+
+
+class _Loader(_DuplicateKeyCheck, yaml.SafeLoader):
+    """PyYAML's pure-Python safe loader, a repeated key refused."""
+
+
+_CLoader: type | None = None
+if yaml.__with_libyaml__:
+
+    class _LibyamlLoader(_DuplicateKeyCheck, yaml.CSafeLoader):
+        """libyaml's safe loader, a repeated key refused."""
+
+    _CLoader = _LibyamlLoader
+
+
+def _load_yaml(text: str) -> object:
+    """The one document in ``text``, as ``yaml.safe_load`` reads it, a repeated key refused.
+
+    With libyaml (``yaml.__with_libyaml__``), a plain document is built straight from its events
+    (:mod:`opendrs.model.yamlload`), any other by libyaml's loader; a syntax error libyaml finds
+    is worded by the pure-Python loader, which locates it at the same line and column in the
+    words this reader always gave (and whose result stands, should it read the text after all).
+    Without libyaml, the pure-Python loader reads everything.
+    """
+    if _CLoader is None:
+        return yaml.load(text, Loader=_Loader)  # a SafeLoader subclass
+    with collector_paused():
+        try:
+            try:
+                return load_plain(text, _CLoader)
+            except NotPlain:
+                return yaml.load(text, Loader=_CLoader)  # a CSafeLoader subclass
+        except yaml.constructor.ConstructorError:
+            raise
+        except (yaml.YAMLError, UnicodeEncodeError):  # libyaml refused the syntax, or the text
+            return yaml.load(text, Loader=_Loader)  # a SafeLoader subclass
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector paused while a document is read: a big one is millions of new
+    objects, none of them garbage, which every collection would walk again (nested uses are
+    fine: the collector runs again only if it ran before)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 class _JsonObject(dict[str, Any]):
@@ -218,8 +273,9 @@ def _parse(text: str, filename: str, fmt: Format) -> object:
     """The document in ``text`` as plain Python values; syntax errors become DocumentError."""
     try:
         if fmt == "json":
-            return json.loads(text, object_pairs_hook=_json_object)
-        return yaml.load(text, Loader=_Loader)  # a SafeLoader subclass
+            with collector_paused():
+                return json.loads(text, object_pairs_hook=_json_object)
+        return _load_yaml(text)
     except json.JSONDecodeError as exc:
         reason = f"line {exc.lineno}, column {exc.colno}: {exc.msg}"
     except yaml.YAMLError as exc:
@@ -295,6 +351,8 @@ class Reader:
         raise DocumentError(self.filename, render_path(path), reason)
 
     def mapping(self, value: object, path: Path) -> Mapping[Any, Any]:
+        if type(value) is dict:  # the common case, before the slower checks
+            return value
         if not isinstance(value, Mapping):
             self.fail(path, f"expected a mapping, got {describe(value)}")
         if isinstance(value, _JsonObject) and value.duplicate is not None:
@@ -310,6 +368,8 @@ class Reader:
         self, mapping: Mapping[Any, Any], path: Path, allowed: Sequence[str], hint: str = ""
     ) -> None:
         """Fail on the first key that is not in ``allowed``, suggesting the closest one."""
+        if mapping.keys() <= key_set(tuple(allowed)):
+            return
         for key in mapping:
             if isinstance(key, str) and key in allowed:
                 continue
@@ -340,6 +400,14 @@ class Reader:
         maximum: float = MAX_NUMBER,
     ) -> float:
         """A finite number ``>= minimum`` (``> minimum`` when ``positive``) and ``<= maximum``."""
+        kind = type(value)
+        if (
+            (kind is float or kind is int)
+            and minimum <= value <= maximum  # type: ignore[operator]
+            and -MAX_NUMBER <= value <= MAX_NUMBER  # type: ignore[operator]
+            and (value > minimum or not positive)  # type: ignore[operator]
+        ):
+            return float(value)  # type: ignore[arg-type]
         if isinstance(value, bool) or not isinstance(value, int | float):
             self.fail(path, f"expected a number, got {describe(value)}")
         if isinstance(value, int) and abs(value) > MAX_NUMBER:  # before it becomes a float
@@ -454,6 +522,13 @@ class Reader:
             seen.add(name)
             out.append((name, item, (*path, name)))
         return out
+
+
+@lru_cache(maxsize=256)
+def key_set(allowed: tuple[str, ...]) -> frozenset[str]:
+    """``allowed`` as a set, remembered: the allowed keys of a mapping are a constant, and a
+    mapping whose keys are a subset of them needs no key-by-key check."""
+    return frozenset(allowed)
 
 
 def one_of(choices: Sequence[str]) -> str:

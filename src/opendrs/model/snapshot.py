@@ -52,6 +52,7 @@ from opendrs.model.document import (
     Path,
     Reader,
     clip,
+    collector_paused,
     describe,
     parse,
     read_file,
@@ -181,7 +182,9 @@ def load(path: str | os.PathLike[str]) -> Cluster:
     Raises :class:`SnapshotError` — and nothing else — for any problem with the file.
     """
     filename, data = read_file(path)
-    return loads(data, filename=filename)
+    document = parse(data, filename=filename)
+    del data  # the bytes are not kept while the cluster is built
+    return from_dict(document, filename=filename)
 
 
 def loads(text: str | bytes, *, filename: str = "<string>", fmt: str | None = None) -> Cluster:
@@ -199,7 +202,8 @@ def from_dict(data: object, *, filename: str = "<dict>") -> Cluster:
     Raises :class:`SnapshotError` for the first problem found, and no other exception.
     """
     try:
-        return SnapshotReader(filename).cluster(data)
+        with collector_paused():
+            return SnapshotReader(filename).cluster(data)
     except SnapshotError:
         raise
     except RecursionError:

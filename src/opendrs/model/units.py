@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 from decimal import Decimal, InvalidOperation
+from functools import lru_cache
 
 _BYTE_UNITS: dict[str, int] = {
     "": 1,
@@ -69,25 +70,31 @@ def parse_bytes(value: object) -> int:
             raise UnitError(f"size must be a finite non-negative number, got {_shown(value)}")
         return int(value)
     if isinstance(value, str):
-        match = _SIZE_RE.match(value)
-        if not match:
-            raise UnitError(f"cannot read {_shown(value)} as a size (examples: 512MiB, 8GiB, 2TB)")
-        number, unit = match.groups()
-        factor = _BYTE_UNITS.get(unit.lower())
-        if factor is None:
-            raise UnitError(
-                f"unknown size unit {_shown(unit)} in {_shown(value)} "
-                "(use B, KiB, MiB, GiB, TiB or K, M, G, T; kB, MB, GB, TB)"
-            )
-        if len(number.replace(".", "")) > 30:
-            raise UnitError(f"size too large: {value[:24]!r}…")
-        try:
-            return int(Decimal(number) * factor)
-        except (InvalidOperation, OverflowError, ValueError):
-            raise UnitError(f"cannot read {_shown(value)} as a size") from None
+        return _bytes_from_text(value)
     raise UnitError(
         f"expected a size such as 8GiB or a number of bytes, got {type(value).__name__}"
     )
+
+
+@lru_cache(maxsize=4096)
+def _bytes_from_text(value: str) -> int:
+    """:func:`parse_bytes` of a string (a snapshot repeats a few sizes many times)."""
+    match = _SIZE_RE.match(value)
+    if not match:
+        raise UnitError(f"cannot read {_shown(value)} as a size (examples: 512MiB, 8GiB, 2TB)")
+    number, unit = match.groups()
+    factor = _BYTE_UNITS.get(unit.lower())
+    if factor is None:
+        raise UnitError(
+            f"unknown size unit {_shown(unit)} in {_shown(value)} "
+            "(use B, KiB, MiB, GiB, TiB or K, M, G, T; kB, MB, GB, TB)"
+        )
+    if len(number.replace(".", "")) > 30:
+        raise UnitError(f"size too large: {value[:24]!r}…")
+    try:
+        return int(Decimal(number) * factor)
+    except (InvalidOperation, OverflowError, ValueError):
+        raise UnitError(f"cannot read {_shown(value)} as a size") from None
 
 
 def parse_duration(value: object) -> int:
@@ -103,28 +110,34 @@ def parse_duration(value: object) -> int:
             raise UnitError(f"duration must be a finite non-negative number, got {_shown(value)}")
         return int(value)
     if isinstance(value, str):
-        text = value.strip()
-        if len(text) > 100:
-            raise UnitError(f"duration too long: {value[:24]!r}…")
-        if re.fullmatch(r"[0-9]+", text):
-            return int(text)
-        pos = 0
-        total = Decimal(0)
-        seen = False
-        for match in _DURATION_TERM.finditer(text):
-            if text[pos : match.start()].strip():
-                break
-            total += Decimal(match.group(1)) * _DURATION_UNITS[match.group(2).lower()]
-            pos = match.end()
-            seen = True
-        if not seen or text[pos:].strip():
-            raise UnitError(
-                f"cannot read {_shown(value)} as a duration (examples: 300s, 5m, 6h, 1d 6h)"
-            )
-        return int(total)
+        return _duration_from_text(value)
     raise UnitError(
         f"expected a duration such as 5m or a number of seconds, got {type(value).__name__}"
     )
+
+
+@lru_cache(maxsize=4096)
+def _duration_from_text(value: str) -> int:
+    """:func:`parse_duration` of a string (a snapshot repeats a few durations many times)."""
+    text = value.strip()
+    if len(text) > 100:
+        raise UnitError(f"duration too long: {value[:24]!r}…")
+    if re.fullmatch(r"[0-9]+", text):
+        return int(text)
+    pos = 0
+    total = Decimal(0)
+    seen = False
+    for match in _DURATION_TERM.finditer(text):
+        if text[pos : match.start()].strip():
+            break
+        total += Decimal(match.group(1)) * _DURATION_UNITS[match.group(2).lower()]
+        pos = match.end()
+        seen = True
+    if not seen or text[pos:].strip():
+        raise UnitError(
+            f"cannot read {_shown(value)} as a duration (examples: 300s, 5m, 6h, 1d 6h)"
+        )
+    return int(total)
 
 
 def format_bytes(value: float) -> str:

@@ -24,12 +24,21 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping, Sequence
+from operator import attrgetter
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from opendrs.model.cluster import Cluster, Disk, Guest, Node, Pressure, Settings
-from opendrs.model.document import Reader, describe, parse, read_file, render_path
+from opendrs.model.document import (
+    Reader,
+    collector_paused,
+    describe,
+    key_set,
+    parse,
+    read_file,
+    render_path,
+)
 from opendrs.model.rules import GuestAffinity, NodeAffinity, Rules
 from opendrs.model.snapshot import MAX_BYTES, MAX_CORES, MAX_RATIO, MIN_NODE_CORES, SnapshotError
 
@@ -113,6 +122,8 @@ _EXPECT_KEYS = (
     "path_feasible",
 )
 _MISSING = object()
+#: What every VM without disks shares.
+_NO_DISKS: Mapping[str, int] = MappingProxyType({})
 
 
 def is_proxlb_scenario(data: object) -> bool:
@@ -156,7 +167,7 @@ class _Reader(Reader):
         self, value: object, path: PathT, allowed: Sequence[str] | None = None
     ) -> Mapping[Any, Any]:
         mapping = super().mapping(value, path)
-        if allowed is not None:
+        if allowed is not None and not mapping.keys() <= key_set(tuple(allowed)):
             for key in mapping:
                 if key not in allowed:
                     where = render_path((*path, str(key))) or str(key)
@@ -172,6 +183,8 @@ class _Reader(Reader):
         return self.mapping(value, (*path, key), allowed)
 
     def name(self, value: object, path: PathT) -> str:
+        if type(value) is str and value:  # the common case, before the slower checks
+            return value
         if isinstance(value, bool) or not isinstance(value, str | int) or value == "":
             self.fail(path, f"expected a name, got {describe(value)}")
         return str(value)
@@ -181,6 +194,14 @@ class _Reader(Reader):
     ) -> float:
         """A finite number ≥ 0 (> 0 when ``above``), at most ``maximum`` (physically sensible:
         :data:`MAX_CORES` for cores, :data:`MAX_GIB` for GiB, 100 for pressures, else 1000)."""
+        kind = type(value)
+        if (
+            (kind is int or kind is float)
+            and 0 <= value <= maximum  # type: ignore[operator]
+            and value <= 1e15  # type: ignore[operator]
+            and (value > 0 or not above)  # type: ignore[operator]
+        ):
+            return value  # type: ignore[return-value]
         if isinstance(value, bool) or not isinstance(value, int | float):
             self.fail(path, f"expected a number, got {describe(value)}")
         if not math.isfinite(value) or abs(value) > 1e15:
@@ -366,37 +387,47 @@ class _Reader(Reader):
         tags: dict[str, list[str]] = {}
         for key, value in raw.items():
             name = self.name(key, ("vms",))
-            path: PathT = ("vms", name)
-            vd = self.mapping(value, path, _VM_KEYS)
-            node = self.name(self.require(vd, "node", path), (*path, "node"))
-            if node not in node_names:
-                self.fail((*path, "node"), f"unknown node {node!r}")
-            cpu = self.cores(self.require(vd, "cpu", path), (*path, "cpu"))
-            kind = self.optional(vd, "type", path, self.name, "vm")
-            if kind not in ("vm", "ct"):
-                self.fail((*path, "type"), f"expected 'vm' or 'ct', got {kind!r}")
-            tag_list = self.optional(vd, "tags", path, self.sequence, [])
-            tags[name] = [self.name(t, (*path, "tags", i)) for i, t in enumerate(tag_list)]
-            out.append(
-                ProxlbVM(
-                    name=name,
-                    node=node,
-                    cpu=cpu,
-                    memory=self.gib(self.require(vd, "memory_gb", path), (*path, "memory_gb")),
-                    cpu_usage=float(self.optional(vd, "cpu_usage", path, self.cores, float(cpu))),
-                    cpu_pressure=float(self.optional(vd, "cpu_pressure", path, self.percent, 0.0)),
-                    memory_pressure=float(
-                        self.optional(vd, "memory_pressure", path, self.percent, 0.0)
-                    ),
-                    io_pressure=float(self.optional(vd, "io_pressure", path, self.percent, 0.0)),
-                    disks=MappingProxyType(self.gib_map(vd.get("disks"), (*path, "disks"))),
-                    priority=self.optional(
-                        vd, "priority", path, lambda v, p: self.count(v, p, maximum=3), 2
-                    ),
-                    type=kind,
-                )
-            )
+            out.append(self.vm(name, value, node_names, tags))
         return out, tags
+
+    def vm(
+        self, name: str, value: object, node_names: set[str], tags: dict[str, list[str]]
+    ) -> ProxlbVM:
+        """One VM; its tags go to ``tags[name]``."""
+        path: PathT = ("vms", name)
+        vd = self.mapping(value, path, _VM_KEYS)
+        node = self.name(self.require(vd, "node", path), (*path, "node"))
+        if node not in node_names:
+            self.fail((*path, "node"), f"unknown node {node!r}")
+        cpu = self.cores(self.require(vd, "cpu", path), (*path, "cpu"))
+        kind = self.optional(vd, "type", path, self.name, "vm")
+        if kind not in ("vm", "ct"):
+            self.fail((*path, "type"), f"expected 'vm' or 'ct', got {kind!r}")
+        tag_list = self.optional(vd, "tags", path, self.sequence, ())
+        tags[name] = [self.name(t, (*path, "tags", i)) for i, t in enumerate(tag_list)]
+        memory = self.gib(self.require(vd, "memory_gb", path), (*path, "memory_gb"))
+        cpu_usage = float(self.optional(vd, "cpu_usage", path, self.cores, float(cpu)))
+        pressures = [
+            float(self.optional(vd, key, path, self.percent, 0.0))
+            for key in ("cpu_pressure", "memory_pressure", "io_pressure")
+        ]
+        disks = self.gib_map(vd.get("disks"), (*path, "disks"))
+        return ProxlbVM(
+            name=name,
+            node=node,
+            cpu=cpu,
+            memory=memory,
+            cpu_usage=cpu_usage,
+            cpu_pressure=pressures[0],
+            memory_pressure=pressures[1],
+            io_pressure=pressures[2],
+            disks=MappingProxyType(disks) if disks else _NO_DISKS,
+            priority=self.optional(vd, "priority", path, self.priority, 2),
+            type=kind,
+        )
+
+    def priority(self, value: object, path: PathT) -> int:
+        return self.count(value, path, maximum=3)
 
     def rules(self, cd: Mapping[Any, Any], key: str) -> list[ProxlbRule]:
         path: PathT = ("constraints", key)
@@ -575,12 +606,14 @@ class _Reader(Reader):
                 kind="ct" if vm.type == "ct" else "vm",
                 cpu=vm.cpu,
                 memory=vm.memory,
-                disks=tuple(Disk(pool, size) for pool, size in sorted(vm.disks.items())),
+                disks=tuple(Disk(pool, size) for pool, size in sorted(vm.disks.items()))
+                if vm.disks
+                else (),
                 cpu_used=vm.cpu_usage,
                 pressure=Pressure(
                     cpu=vm.cpu_pressure, memory=vm.memory_pressure, io=vm.io_pressure
                 ),
-                tags=tuple(),
+                tags=(),
                 priority=vm.priority,
             )
             for vm in vms
@@ -621,8 +654,10 @@ class _Reader(Reader):
             for vm, nodes_ in sorted(allowed.items())
         )
         has_pressure = {
-            resource: any(getattr(vm, f"{resource}_pressure") * vm.priority > 0 for vm in vms)
-            for resource in ("cpu", "memory", "io")
+            resource: any(pressure(vm) * vm.priority > 0 for vm in vms)
+            for resource, pressure in (
+                (name, attrgetter(f"{name}_pressure")) for name in ("cpu", "memory", "io")
+            )
         }
         metric = balance_metric(balancing, has_pressure)
         if metric.note is not None:
@@ -650,7 +685,8 @@ def scenario_from_dict(
     """Validate a parsed scenario and build it. Raises :class:`SnapshotError`, nothing else."""
     default = name if name is not None else Path(filename).stem or "scenario"
     try:
-        return _Reader(filename).scenario(data, default)
+        with collector_paused():
+            return _Reader(filename).scenario(data, default)
     except SnapshotError:
         raise
     except RecursionError:
@@ -669,4 +705,6 @@ def loads_scenario(text: str | bytes, *, filename: str = "<string>") -> Scenario
 def load_scenario(path: str | os.PathLike[str]) -> Scenario:
     """Read a proxlb-solver scenario file. Raises :class:`SnapshotError` for any problem."""
     filename, data = read_file(path)
-    return loads_scenario(data, filename=filename)
+    document = parse(data, filename=filename, fmt="yaml")
+    del data  # the bytes are not kept while the scenario is built
+    return scenario_from_dict(document, filename=filename)
