@@ -84,6 +84,7 @@ from typing import Any
 import numpy as np
 
 from opendrs.engine.constraints import Constraints, movability
+from opendrs.engine.sparse_rows import RowMask
 from opendrs.engine.usage import RESOURCES, LoadModel, arch_groups, loaded_nodes, tolerance
 from opendrs.model.cluster import Cluster
 
@@ -144,7 +145,7 @@ class _Units:
     assign: np.ndarray  # (U,) node index
     demand: np.ndarray  # (U, R) balance load (running members only)
     need: np.ndarray  # (U, D) capacity demand
-    static_ok: np.ndarray  # (U, N)
+    static_ok: RowMask  # (U, N)
     movable: np.ndarray  # (U,) bool
     cost: np.ndarray  # (U,) migration cost
     #: Per unit: guest indices of every member of its hard negative partner units.
@@ -268,8 +269,9 @@ class _State:
         cost = np.zeros(n_units) + guest_cost[heads]
         movable = free[heads]
         static = cons.static_ok()
-        whole = n_units == len(guests) and not bundles.size
-        static_ok = static if whole else static[heads]
+        # A unit's allowed nodes: its guest's row, or for a bundle the rows of all its members.
+        static_index = static.index[heads]
+        bundle_rows: list[np.ndarray] = []
         labels = [guests[j].id for j in heads.tolist()]
         for u in bundles.tolist():
             idx = members[u]
@@ -278,7 +280,8 @@ class _State:
                 demand[u] += guest_demand[j]
                 unit_need[u] += guest_need[j]
                 cost[u] += guest_cost[j]
-            static_ok[u] = np.logical_and.reduce(static[idx], axis=0)
+            static_index[u] = len(static.table) + len(bundle_rows)
+            bundle_rows.append(np.logical_and.reduce(static[idx], axis=0))
             movable[u] = bool(free[idx].all())
             labels[u] = min(guests[j].id for j in idx.tolist())
         return _Units(
@@ -286,7 +289,7 @@ class _State:
             loads.assign[heads].astype(np.intp),
             demand,
             unit_need,
-            static_ok,
+            RowMask.build(static_index, np.vstack([static.table, *bundle_rows])),
             movable,
             cost,
             _neg_guests(cons, members, unit_of),
@@ -480,11 +483,7 @@ class _State:
         others, is a kind of its own."""
         if self._unit_kinds is None:
             u = self.units
-            packed = np.packbits(u.static_ok, axis=1)
-            static = np.zeros(len(packed), dtype=np.intp)
-            if packed.shape[1]:
-                rows = packed.view(f"V{packed.shape[1]}").ravel()  # one row, one value
-                static = np.unique(rows, return_inverse=True)[1]
+            static = u.static_ok.distinct()
             alone = self.broken_at_start | self.has_neg
             column = [
                 u.demand.view(np.int64),
@@ -971,7 +970,7 @@ def _neg_guests(
     none = np.zeros(0, dtype=np.intp)
     none.flags.writeable = False
     out = [none] * len(members)
-    apart = np.array([p.size > 0 for p in cons.hard_neg], dtype=bool)
+    apart = cons.hard_neg.counts() > 0
     for u in np.unique(unit_of[apart & (unit_of >= 0)]).tolist():
         partners: set[int] = set()
         for j in members[u].tolist():
