@@ -423,12 +423,12 @@ def _local_only(guest: Guest, allow_local_disks: bool, *, devices_first: bool) -
 
 def _arch_mask(cluster: Cluster) -> RowMask:
     """(G, N) architecture matches: one row per architecture."""
-    nodes, n_nodes = cluster.nodes, len(cluster.nodes)
-    names = [n.arch for n in nodes] + [cluster.guest_arch(g) for g in cluster.guests]
-    _names, codes = np.unique(np.array(names, dtype=object), return_inverse=True)
-    codes = codes.ravel()
-    node_arch, guest_arch = codes[:n_nodes], codes[n_nodes:]
-    table = np.arange(len(_names))[:, None] == node_arch[None, :]
+    node_names = [n.arch for n in cluster.nodes]
+    guest_names = [cluster.guest_arch(g) for g in cluster.guests]
+    code = {name: i for i, name in enumerate(sorted({*node_names, *guest_names}))}
+    node_arch = np.array([code[name] for name in node_names], dtype=np.intp)
+    guest_arch = np.array([code[name] for name in guest_names], dtype=np.intp)
+    table = np.arange(len(code))[:, None] == node_arch[None, :]
     return RowMask.build(guest_arch, table)
 
 

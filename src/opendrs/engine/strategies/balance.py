@@ -79,6 +79,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 import numpy as np
@@ -1628,8 +1629,10 @@ def _propose(
                     order = np.argsort(-opposite, kind="stable").tolist()
                     ranked[sign.tobytes()] = order
                 free = (state.usable & ~busy).tolist()
+                # The first few in the ranking: stop there rather than filter every node.
                 partners = np.array(
-                    [n for n in order if free[n] and n != a][: min(8, n_nodes - 1)], dtype=np.intp
+                    list(islice((n for n in order if free[n] and n != a), min(8, n_nodes - 1))),
+                    dtype=np.intp,
                 )
                 found = state.best_swap(a, partners)
                 if found is None:
