@@ -20,6 +20,10 @@ soft positive partner elsewhere, a soft negative partner on the same node.
 
 Rules that contradict each other are found up front (:func:`check_rules`) and dropped with a
 message naming them, as Proxmox's HA rule checks do.
+
+The (guest, node) masks are stored by distinct row (:class:`~.sparse_rows.RowMask`) and the
+partner lists as one flat array (:class:`~.sparse_rows.Partners`), built from the guests the rules
+name: at 100,000 guests and 1,000 nodes a dense mask is 100 MB, most of it the same row.
 """
 
 from __future__ import annotations
