@@ -828,24 +828,25 @@ class Constraints:
 
     def violations(self, assign: np.ndarray) -> list[str]:
         """Hard rules broken by a full placement ``assign`` (capacity included), as sentences."""
-        problems: list[str] = []
         cluster = self.cluster
         names = [n.name for n in cluster.nodes]
-        static = self.static_ok()
-        for j, guest in enumerate(cluster.guests):
-            n = int(assign[j])
-            if n < 0:
-                problems.append(f"guest {guest.id} has no node")
-                continue
-            moved = n != cluster.node_index.get(guest.node, -1)
-            if moved and not static[j, n]:
-                problems.append(f"guest {guest.id} on {names[n]}: not allowed there")
-            if self.hard_neg[j].size and np.any(assign[self.hard_neg[j]] == n):
+        ids = [g.id for g in cluster.guests]
+        placed = assign >= 0
+        problems = [f"guest {ids[j]} has no node" for j in np.flatnonzero(~placed).tolist()]
+        moved = placed & (assign != current_assign(cluster))
+        refused = moved & ~self.static_ok()[np.arange(len(assign)), np.where(placed, assign, 0)]
+        problems += [
+            f"guest {ids[j]} on {names[assign[j]]}: not allowed there"
+            for j in np.flatnonzero(refused).tolist()
+        ]
+        for j in self.hard_neg.having().tolist():
+            if placed[j] and np.any(assign[self.hard_neg[j]] == assign[j]):
                 problems.append(
-                    f"guest {guest.id} shares {names[n]} with a hard anti-affinity partner"
+                    f"guest {ids[j]} shares {names[assign[j]]} with a hard anti-affinity partner"
                 )
-            if self.hard_pos[j].size and np.any(assign[self.hard_pos[j]] != n):
-                problems.append(f"guest {guest.id} is apart from a hard affinity partner")
+        for j in self.hard_pos.having().tolist():
+            if placed[j] and np.any(assign[self.hard_pos[j]] != assign[j]):
+                problems.append(f"guest {ids[j]} is apart from a hard affinity partner")
         committed = committed_for(self, assign)
         over = self.capacity.over(committed)
         for n, dim in zip(*np.nonzero(over), strict=True):
