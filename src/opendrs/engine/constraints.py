@@ -516,6 +516,12 @@ def _hard_groups(cluster: Cluster, rules: Rules) -> tuple[list[np.ndarray], np.n
     return groups, group_of
 
 
+def hard_groups(cluster: Cluster) -> list[np.ndarray]:
+    """The hard-affinity bundles of ``cluster``, as :attr:`Constraints.groups` holds them, without
+    building the rest of the constraint set."""
+    return _hard_groups(cluster, check_rules(cluster)[0])[0]
+
+
 def _hard_negatives(
     cluster: Cluster, rules: Rules, groups: list[np.ndarray], group_of: np.ndarray
 ) -> Partners:
@@ -898,5 +904,6 @@ __all__ = [
     "check_rules",
     "committed_for",
     "current_assign",
+    "hard_groups",
     "movability",
 ]
