@@ -6,7 +6,13 @@ from dataclasses import replace
 
 import numpy as np
 
-from opendrs.engine.constraints import Constraints, check_rules, current_assign, movability
+from opendrs.engine.constraints import (
+    Constraints,
+    check_rules,
+    current_assign,
+    hard_groups,
+    movability,
+)
 from opendrs.model.cluster import Cluster, Disk, Guest, Node, Settings
 from opendrs.model.rules import GuestAffinity, NodeAffinity, Rules
 
@@ -88,12 +94,14 @@ def test_hard_anti_affinity_and_implicit_negatives() -> None:
             GuestAffinity("apart", ("2", "3"), positive=False),
         )
     )
-    cons = Constraints.build(Cluster(_nodes(), guests, rules))
+    cluster = Cluster(_nodes(), guests, rules)
+    cons = Constraints.build(cluster)
     # 1 is kept with 2, and 2 apart from 3: so 1 is apart from 3 too (Proxmox's implicit rule).
     assert cons.hard_neg[0].tolist() == [2]
     assert sorted(cons.hard_neg[2].tolist()) == [0, 1]
     assert _masks(cons, 0)["anti-affinity"] == [True, False, True, True, True]
     assert [g.tolist() for g in cons.groups] == [[0, 1]]
+    assert [g.tolist() for g in hard_groups(cluster)] == [[0, 1]]
 
 
 def test_migrating_partner_blocks_its_target() -> None:

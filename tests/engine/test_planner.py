@@ -471,7 +471,7 @@ def _check_plan(
     gidx, nidx = cluster.guest_index, cluster.node_index
     pos = current_assign(cluster)
     start = pos.copy()
-    static = cons.usable[None, :] & cons.arch_ok & cons.strict_ok
+    static = cons.usable[None, :] & cons.arch_ok.dense() & cons.strict_ok.dense()
     committed = cap.committed()
     for number, step in enumerate(plan.by_step(), start=1):
         assert step, "empty step"

@@ -29,7 +29,7 @@ import numpy as np
 from opendrs.model.cluster import Cluster
 from opendrs.model.rules import Rules
 
-from .constraints import Constraints, movability
+from .constraints import hard_groups, movability
 from .usage import RESOURCES, LoadModel
 
 
@@ -75,7 +75,7 @@ def _movable(cluster: Cluster) -> np.ndarray:
     movable = np.array(
         [movability(g, cluster, "balance") is None for g in cluster.guests], dtype=bool
     )
-    for group in Constraints.build(cluster).groups:
+    for group in hard_groups(cluster):
         if not movable[group].all():
             movable[group] = False
     return movable

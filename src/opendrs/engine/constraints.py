@@ -20,6 +20,10 @@ soft positive partner elsewhere, a soft negative partner on the same node.
 
 Rules that contradict each other are found up front (:func:`check_rules`) and dropped with a
 message naming them, as Proxmox's HA rule checks do.
+
+The (guest, node) masks are stored by distinct row (:class:`~.sparse_rows.RowMask`) and the
+partner lists as one flat array (:class:`~.sparse_rows.Partners`), built from the guests the rules
+name: at 100,000 guests and 1,000 nodes a dense mask is 100 MB, most of it the same row.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from opendrs.model.cluster import Cluster, Guest
 from opendrs.model.rules import GuestAffinity, NodeAffinity, Rules
 from opendrs.model.units import format_bytes, format_duration
 
+from .sparse_rows import Partners, RowMask, pairs_within
 from .usage import CapacityModel, MeasuredUsage, loaded_nodes, tolerance
 
 Purpose = Literal["balance", "evacuate", "recover", "new"]
@@ -80,7 +85,7 @@ def _allowed_sets(
 
 
 def _affinity_tiers(
-    cluster: Cluster, rules: Rules, capacity: CapacityModel, arch_ok: np.ndarray
+    cluster: Cluster, rules: Rules, capacity: CapacityModel, arch_ok: RowMask
 ) -> tuple[np.ndarray, np.ndarray]:
     """(G,) the node-affinity priority each guest uses (-1: no rule, or no usable node in it),
     and (G,) the node each claims (-1: none).
@@ -417,6 +422,133 @@ def _local_only(guest: Guest, allow_local_disks: bool, *, devices_first: bool) -
 
 
 # --------------------------------------------------------------------------------------------
+# The constraint set's tables, built by what rules name
+
+
+def _arch_mask(cluster: Cluster) -> RowMask:
+    """(G, N) architecture matches: one row per architecture."""
+    node_names = [n.arch for n in cluster.nodes]
+    guest_names = [cluster.guest_arch(g) for g in cluster.guests]
+    code = {name: i for i, name in enumerate(sorted({*node_names, *guest_names}))}
+    node_arch = np.array([code[name] for name in node_names], dtype=np.intp)
+    guest_arch = np.array([code[name] for name in guest_names], dtype=np.intp)
+    table = np.arange(len(code))[:, None] == node_arch[None, :]
+    return RowMask.build(guest_arch, table)
+
+
+def _node_affinity_masks(
+    cluster: Cluster, rules: Rules, tier: np.ndarray, usable: np.ndarray
+) -> tuple[RowMask, RowMask]:
+    """(G, N) what strict node affinity allows, and what non-strict node affinity prefers
+    (true where none applies): a rule's guests get its usable nodes of the priority they use
+    (``tier``; a non-strict rule only where the guest has one)."""
+    n_guests, n_nodes = len(cluster.guests), len(cluster.nodes)
+    gidx, nidx = cluster.guest_index, cluster.node_index
+    rows = {True: [np.ones(n_nodes, dtype=bool)], False: [np.ones(n_nodes, dtype=bool)]}
+    index = {True: np.zeros(n_guests, np.intp), False: np.zeros(n_guests, np.intp)}
+    for rule in rules.node_affinity:
+        members = np.array([gidx[g] for g in rule.guests if g in gidx], dtype=np.intp)
+        if not rule.strict:
+            members = members[tier[members] >= 0]
+        if not members.size:
+            continue
+        named = np.zeros(n_nodes, dtype=bool)
+        priority = np.zeros(n_nodes, dtype=np.int64)
+        for name, p in rule.nodes.items():
+            if name in nidx:
+                named[nidx[name]], priority[nidx[name]] = True, p
+        used, which = np.unique(tier[members], return_inverse=True)
+        # check_rules leaves each guest in one node-affinity rule at most: one row per guest.
+        index[rule.strict][members] = len(rows[rule.strict]) + which.ravel()
+        rows[rule.strict].extend(usable & named & (priority == p) for p in used.tolist())
+    return (
+        RowMask.build(index[True], np.array(rows[True])),
+        RowMask.build(index[False], np.array(rows[False])),
+    )
+
+
+def _permitted_mask(cluster: Cluster, forbidden: Iterable[tuple[str, str]]) -> RowMask:
+    """(G, N) false where ``forbidden`` refuses the placement: a row per guest it names."""
+    n_guests, n_nodes = len(cluster.guests), len(cluster.nodes)
+    gidx, nidx = cluster.guest_index, cluster.node_index
+    pairs = [(gidx[g], nidx[n]) for g, n in forbidden if g in gidx and n in nidx]
+    index = np.zeros(n_guests, dtype=np.intp)
+    table = np.ones((1, n_nodes), dtype=bool)
+    if pairs:
+        guests, nodes = np.array(pairs, dtype=np.intp).T
+        named, row = np.unique(guests, return_inverse=True)
+        index[named] = 1 + np.arange(len(named))
+        table = np.ones((1 + len(named), n_nodes), dtype=bool)
+        table[1 + row.ravel(), nodes] = False
+    return RowMask.build(index, table)
+
+
+def _rule_members(cluster: Cluster, rules: Rules, positive: bool, hard: bool) -> list[np.ndarray]:
+    """The guest indices of each guest-affinity rule of the kind."""
+    gidx = cluster.guest_index
+    return [
+        np.array([gidx[g] for g in rule.guests if g in gidx], dtype=np.intp)
+        for rule in rules.guest_affinity
+        if rule.positive == positive and rule.hard == hard
+    ]
+
+
+def _rule_pairs(
+    cluster: Cluster, rules: Rules, positive: bool, hard: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """(guest, partner) pairs of the guest-affinity rules of the kind (a guest with itself too)."""
+    return pairs_within(_rule_members(cluster, rules, positive, hard))
+
+
+def _hard_groups(cluster: Cluster, rules: Rules) -> tuple[list[np.ndarray], np.ndarray]:
+    """The hard positive groups (merged rules, two or more guests each, as sorted indices), and
+    each guest's group (-1: none)."""
+    gidx = cluster.guest_index
+    groups: list[np.ndarray] = []
+    group_of = np.full(len(cluster.guests), -1, dtype=np.intp)
+    for _rules, members in _positive_components(
+        [r for r in rules.guest_affinity if r.positive and r.hard]
+    ):
+        idx = np.array(sorted(gidx[g] for g in members if g in gidx), dtype=np.intp)
+        if len(idx) >= 2:
+            group_of[idx] = len(groups)
+            groups.append(idx)
+    return groups, group_of
+
+
+def hard_groups(cluster: Cluster) -> list[np.ndarray]:
+    """The hard-affinity bundles of ``cluster``, as :attr:`Constraints.groups` holds them, without
+    building the rest of the constraint set."""
+    return _hard_groups(cluster, check_rules(cluster)[0])[0]
+
+
+def _hard_negatives(
+    cluster: Cluster, rules: Rules, groups: list[np.ndarray], group_of: np.ndarray
+) -> Partners:
+    """Per guest, its hard negative partners. Guests kept together share their negative
+    partners: between "units" (a group, or a guest alone) a negative pair of members makes the
+    units apart, and every guest is apart from every member of the units its unit is apart
+    from."""
+    n_guests = len(cluster.guests)
+    guest, partner = _rule_pairs(cluster, rules, False, True)
+    unit = np.where(group_of >= 0, group_of, len(groups) + np.arange(n_guests))
+    apart = unit[guest] != unit[partner]
+    ua, ub = unit[guest][apart], unit[partner][apart]
+    unit_pairs = np.unique(np.stack([np.r_[ua, ub], np.r_[ub, ua]], axis=1), axis=0)
+
+    def members(u: int) -> np.ndarray:
+        return groups[u] if u < len(groups) else np.array([u - len(groups)], dtype=np.intp)
+
+    sides = [(members(a), members(b)) for a, b in unit_pairs.tolist()]
+    pairs = [(np.repeat(a, len(b)), np.tile(b, len(a))) for a, b in sides]
+    if not pairs:
+        return Partners.from_pairs(n_guests, guest[:0], partner[:0])
+    return Partners.from_pairs(
+        n_guests, np.concatenate([p[0] for p in pairs]), np.concatenate([p[1] for p in pairs])
+    )
+
+
+# --------------------------------------------------------------------------------------------
 # The constraint set of a cluster
 
 
@@ -482,20 +614,21 @@ class Constraints:
     capacity: CapacityModel
     #: (N,) nodes that may receive guests.
     usable: np.ndarray
-    #: (G, N) architecture matches.
-    arch_ok: np.ndarray
+    #: (G, N) architecture matches. The guests × nodes masks are stored by distinct row
+    #: (:class:`RowMask`): most guests have the same row, that no rule touches.
+    arch_ok: RowMask
     #: (G, N) strict node affinity allows.
-    strict_ok: np.ndarray
+    strict_ok: RowMask
     #: (G, N) non-strict node affinity prefers (True where no preference applies).
-    preferred: np.ndarray
+    preferred: RowMask
     #: (G, N) False where a placement is forbidden (a plan could not be ordered safely with it).
-    permitted: np.ndarray
-    #: Per guest: indices of hard negative partners (group members' partners included).
-    hard_neg: list[np.ndarray]
-    #: Per guest: indices of hard positive partners (its merged group, itself excluded).
-    hard_pos: list[np.ndarray]
-    soft_neg: list[np.ndarray]
-    soft_pos: list[np.ndarray]
+    permitted: RowMask
+    #: Per guest: sorted indices of hard negative partners (group members' partners included).
+    hard_neg: Partners
+    #: Per guest: sorted indices of hard positive partners (its merged group, itself excluded).
+    hard_pos: Partners
+    soft_neg: Partners
+    soft_pos: Partners
     #: Hard positive groups (each a sorted array of guest indices), bundles that move together.
     groups: list[np.ndarray] = field(default_factory=list)
     #: guest index -> its group index, or -1.
@@ -518,89 +651,13 @@ class Constraints:
         ``measured_limit`` of each node's capacity (the policy's hot level, or all of it)."""
         rules, problems = check_rules(cluster)
         cluster_r = replace_rules(cluster, rules)
-        nodes, guests = cluster.nodes, cluster.guests
-        n_nodes, n_guests = len(nodes), len(guests)
-        gidx = cluster.guest_index
-        usable = np.array([n.usable for n in nodes], dtype=bool)
-        # Architectures as integer codes: comparing strings over (G, N) is slow at scale.
-        arch_names = [n.arch for n in nodes] + [cluster.guest_arch(g) for g in guests]
-        _names, codes = np.unique(np.array(arch_names, dtype=object), return_inverse=True)
-        node_arch, guest_arch = codes[:n_nodes], codes[n_nodes:]
-        arch_ok = guest_arch[:, None] == node_arch[None, :]
-        usable_names = _usable_nodes(cluster)
+        n_guests = len(cluster.guests)
+        usable = np.array([n.usable for n in cluster.nodes], dtype=bool)
+        arch_ok = _arch_mask(cluster)
         capacity = CapacityModel.build(cluster, usage, measured_limit)
         tier, claimed = _affinity_tiers(cluster, rules, capacity, arch_ok)
-        strict_ok = np.ones((n_guests, n_nodes), dtype=bool)
-        preferred = np.ones((n_guests, n_nodes), dtype=bool)
-        for rule in rules.node_affinity:
-            rows: dict[int, np.ndarray] = {}
-            for guest in rule.guests:
-                j = gidx.get(guest)
-                if j is None or (not rule.strict and tier[j] < 0):
-                    continue
-                p = int(tier[j])
-                if p not in rows:
-                    rows[p] = np.array(
-                        [n.name in usable_names and rule.nodes.get(n.name) == p for n in nodes],
-                        dtype=bool,
-                    )
-                if rule.strict:
-                    strict_ok[j] &= rows[p]
-                else:
-                    preferred[j] &= rows[p]
-
-        permitted = np.ones((n_guests, n_nodes), dtype=bool)
-        for guest_id, node_name in forbidden:
-            j = gidx.get(guest_id)
-            n = cluster.node_index.get(node_name)
-            if j is not None and n is not None:
-                permitted[j, n] = False
-
-        def partner_lists(positive: bool, hard: bool) -> list[set[int]]:
-            out: list[set[int]] = [set() for _ in range(n_guests)]
-            for rule in rules.guest_affinity:
-                if rule.positive != positive or rule.hard != hard:
-                    continue
-                members = [gidx[g] for g in rule.guests if g in gidx]
-                for a in members:
-                    out[a].update(b for b in members if b != a)
-            return out
-
-        hard_pos_sets = partner_lists(True, True)
-        groups: list[np.ndarray] = []
-        group_of = np.full(n_guests, -1, dtype=np.intp)
-        for _rules, members in _positive_components(
-            [r for r in rules.guest_affinity if r.positive and r.hard]
-        ):
-            idx = sorted(gidx[g] for g in members if g in gidx)
-            if len(idx) < 2:
-                continue
-            for i in idx:
-                group_of[i] = len(groups)
-                hard_pos_sets[i] = set(idx) - {i}
-            groups.append(np.array(idx, dtype=np.intp))
-        hard_neg_sets = partner_lists(False, True)
-        # Implicit negatives: guests kept together share their negative partners. Between
-        # "units" (a group, or a guest alone) a negative pair of members makes the units apart;
-        # every guest is then apart from every member of the units its unit is apart from.
-        unit_members: dict[int, list[int]] = {}
-        unit_of = [
-            int(group_of[i]) if group_of[i] >= 0 else len(groups) + i for i in range(n_guests)
-        ]
-        for i, u in enumerate(unit_of):
-            unit_members.setdefault(u, []).append(i)
-        unit_neg: dict[int, set[int]] = {}
-        for i, partners in enumerate(hard_neg_sets):
-            for p in partners:
-                if unit_of[p] != unit_of[i]:
-                    unit_neg.setdefault(unit_of[i], set()).add(unit_of[p])
-                    unit_neg.setdefault(unit_of[p], set()).add(unit_of[i])
-        for i in range(n_guests):
-            hard_neg_sets[i] = {m for u in unit_neg.get(unit_of[i], ()) for m in unit_members[u]}
-
-        def arrays(sets: list[set[int]]) -> list[np.ndarray]:
-            return [np.array(sorted(s), dtype=np.intp) for s in sets]
-
+        strict_ok, preferred = _node_affinity_masks(cluster, rules, tier, usable)
+        groups, group_of = _hard_groups(cluster, rules)
         return cls(
             cluster=cluster_r,
             rules=rules,
@@ -610,11 +667,11 @@ class Constraints:
             arch_ok=arch_ok,
             strict_ok=strict_ok,
             preferred=preferred,
-            permitted=permitted,
-            hard_neg=arrays(hard_neg_sets),
-            hard_pos=arrays(hard_pos_sets),
-            soft_neg=arrays(partner_lists(False, False)),
-            soft_pos=arrays(partner_lists(True, False)),
+            permitted=_permitted_mask(cluster, forbidden),
+            hard_neg=_hard_negatives(cluster, rules, groups, group_of),
+            hard_pos=Partners.within(n_guests, groups),
+            soft_neg=Partners.from_pairs(n_guests, *_rule_pairs(cluster, rules, False, False)),
+            soft_pos=Partners.from_pairs(n_guests, *_rule_pairs(cluster, rules, True, False)),
             groups=groups,
             group_of=group_of,
             tier=tier,
@@ -640,16 +697,21 @@ class Constraints:
         known = [(j, n) for j, n in pairs if j is not None and n is not None]
         if not known:
             return self
-        permitted = self.permitted.copy()
-        rows, cols = zip(*known, strict=True)
-        permitted[list(rows), list(cols)] = False
+        rows, cols = (np.array(c, dtype=np.intp) for c in zip(*known, strict=True))
+        named = np.unique(rows)
+        # The guests named get rows of their own: their rows now, without the new placements.
+        index = self.permitted.index.copy()
+        own = self.permitted.table[index[named]].copy()
+        own[np.searchsorted(named, rows), cols] = False
+        index[named] = len(self.permitted.table) + np.arange(len(named))
+        permitted = RowMask.build(index, np.vstack([self.permitted.table, own]))
         return replace(self, permitted=permitted)
 
     # ----------------------------------------------------------------------------------------
 
-    def static_ok(self) -> np.ndarray:
+    def static_ok(self) -> RowMask:
         """(G, N): usable node, architecture, strict node affinity, not forbidden."""
-        return self.usable[None, :] & self.arch_ok & self.strict_ok & self.permitted
+        return RowMask.combine([self.arch_ok, self.strict_ok, self.permitted], self.usable)
 
     def guest_demand(self, j: int) -> np.ndarray:
         """Capacity demand (D,) guest ``j`` brings to a new node (storage only if not running)."""
@@ -798,24 +860,25 @@ class Constraints:
 
     def violations(self, assign: np.ndarray) -> list[str]:
         """Hard rules broken by a full placement ``assign`` (capacity included), as sentences."""
-        problems: list[str] = []
         cluster = self.cluster
         names = [n.name for n in cluster.nodes]
-        static = self.static_ok()
-        for j, guest in enumerate(cluster.guests):
-            n = int(assign[j])
-            if n < 0:
-                problems.append(f"guest {guest.id} has no node")
-                continue
-            moved = n != cluster.node_index.get(guest.node, -1)
-            if moved and not static[j, n]:
-                problems.append(f"guest {guest.id} on {names[n]}: not allowed there")
-            if self.hard_neg[j].size and np.any(assign[self.hard_neg[j]] == n):
+        ids = [g.id for g in cluster.guests]
+        placed = assign >= 0
+        problems = [f"guest {ids[j]} has no node" for j in np.flatnonzero(~placed).tolist()]
+        moved = placed & (assign != current_assign(cluster))
+        refused = moved & ~self.static_ok()[np.arange(len(assign)), np.where(placed, assign, 0)]
+        problems += [
+            f"guest {ids[j]} on {names[assign[j]]}: not allowed there"
+            for j in np.flatnonzero(refused).tolist()
+        ]
+        for j in self.hard_neg.having().tolist():
+            if placed[j] and np.any(assign[self.hard_neg[j]] == assign[j]):
                 problems.append(
-                    f"guest {guest.id} shares {names[n]} with a hard anti-affinity partner"
+                    f"guest {ids[j]} shares {names[assign[j]]} with a hard anti-affinity partner"
                 )
-            if self.hard_pos[j].size and np.any(assign[self.hard_pos[j]] != n):
-                problems.append(f"guest {guest.id} is apart from a hard affinity partner")
+        for j in self.hard_pos.having().tolist():
+            if placed[j] and np.any(assign[self.hard_pos[j]] != assign[j]):
+                problems.append(f"guest {ids[j]} is apart from a hard affinity partner")
         committed = committed_for(self, assign)
         over = self.capacity.over(committed)
         for n, dim in zip(*np.nonzero(over), strict=True):
@@ -867,5 +930,6 @@ __all__ = [
     "check_rules",
     "committed_for",
     "current_assign",
+    "hard_groups",
     "movability",
 ]

@@ -169,12 +169,11 @@ class Occupancy:
                 self.migrating_to[j] = cluster.node_index.get(guest.migrating_to, -1)
         #: The hard negative partners of every guest that has any, made symmetric (never itself).
         self.anti_partners: dict[int, set[int]] = {}
-        for j, partners in enumerate(constraints.hard_neg):
-            if partners.size:
-                for p in partners.tolist():
-                    if p != j:
-                        self.anti_partners.setdefault(j, set()).add(p)
-                        self.anti_partners.setdefault(p, set()).add(j)
+        for j in constraints.hard_neg.having().tolist():
+            for p in constraints.hard_neg[j].tolist():
+                if p != j:
+                    self.anti_partners.setdefault(j, set()).add(p)
+                    self.anti_partners.setdefault(p, set()).add(j)
         #: Capacity demand of each moving guest (guests × dimensions), filled in by the scheduler
         #: for the guests it is asked to move.
         self.guest_demand = np.zeros((len(cluster.guests), len(self.dim_names)))

@@ -80,12 +80,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 import numpy as np
 
 from opendrs.engine.constraints import Constraints, movability
 from opendrs.engine.imbalance import balance_objective, resource_weights
+from opendrs.engine.sparse_rows import RowMask
 from opendrs.engine.usage import RESOURCES, LoadModel, arch_groups, loaded_nodes, tolerance
 from opendrs.model.cluster import Cluster
 
@@ -147,7 +149,7 @@ class _Units:
     assign: np.ndarray  # (U,) node index
     demand: np.ndarray  # (U, R) balance load (running members only)
     need: np.ndarray  # (U, D) capacity demand
-    static_ok: np.ndarray  # (U, N)
+    static_ok: RowMask  # (U, N)
     movable: np.ndarray  # (U,) bool
     cost: np.ndarray  # (U,) migration cost
     #: Per unit: guest indices of every member of its hard negative partner units.
@@ -266,8 +268,9 @@ class _State:
         cost = np.zeros(n_units) + guest_cost[heads]
         movable = free[heads]
         static = cons.static_ok()
-        whole = n_units == len(guests) and not bundles.size
-        static_ok = static if whole else static[heads]
+        # A unit's allowed nodes: its guest's row, or for a bundle the rows of all its members.
+        static_index = static.index[heads]
+        bundle_rows: list[np.ndarray] = []
         labels = [guests[j].id for j in heads.tolist()]
         for u in bundles.tolist():
             idx = members[u]
@@ -276,7 +279,8 @@ class _State:
                 demand[u] += guest_demand[j]
                 unit_need[u] += guest_need[j]
                 cost[u] += guest_cost[j]
-            static_ok[u] = np.logical_and.reduce(static[idx], axis=0)
+            static_index[u] = len(static.table) + len(bundle_rows)
+            bundle_rows.append(np.logical_and.reduce(static[idx], axis=0))
             movable[u] = bool(free[idx].all())
             labels[u] = min(guests[j].id for j in idx.tolist())
         return _Units(
@@ -284,7 +288,7 @@ class _State:
             loads.assign[heads].astype(np.intp),
             demand,
             unit_need,
-            static_ok,
+            RowMask.build(static_index, np.vstack([static.table, *bundle_rows])),
             movable,
             cost,
             _neg_guests(cons, members, unit_of),
@@ -469,11 +473,7 @@ class _State:
         others, is a kind of its own."""
         if self._unit_kinds is None:
             u = self.units
-            packed = np.packbits(u.static_ok, axis=1)
-            static = np.zeros(len(packed), dtype=np.intp)
-            if packed.shape[1]:
-                rows = packed.view(f"V{packed.shape[1]}").ravel()  # one row, one value
-                static = np.unique(rows, return_inverse=True)[1]
+            static = u.static_ok.distinct()
             alone = self.broken_at_start | self.has_neg
             column = [
                 u.demand.view(np.int64),
@@ -949,7 +949,7 @@ def _neg_guests(
     none = np.zeros(0, dtype=np.intp)
     none.flags.writeable = False
     out = [none] * len(members)
-    apart = np.array([p.size > 0 for p in cons.hard_neg], dtype=bool)
+    apart = cons.hard_neg.counts() > 0
     for u in np.unique(unit_of[apart & (unit_of >= 0)]).tolist():
         partners: set[int] = set()
         for j in members[u].tolist():
@@ -1614,8 +1614,10 @@ def _propose(
                     order = np.argsort(-opposite, kind="stable").tolist()
                     ranked[sign.tobytes()] = order
                 free = (state.usable & ~busy).tolist()
+                # The first few in the ranking: stop there rather than filter every node.
                 partners = np.array(
-                    [n for n in order if free[n] and n != a][: min(8, n_nodes - 1)], dtype=np.intp
+                    list(islice((n for n in order if free[n] and n != a), min(8, n_nodes - 1))),
+                    dtype=np.intp,
                 )
                 found = state.best_swap(a, partners)
                 if found is None:

@@ -98,6 +98,7 @@ from opendrs.compat.proxlb.objective import (
 from opendrs.compat.proxlb.objective import initial_spread as proxlb_initial_spread
 from opendrs.engine.constraints import Constraints, movability
 from opendrs.engine.imbalance import resource_weights
+from opendrs.engine.sparse_rows import RowMask
 from opendrs.engine.usage import LoadModel
 from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster
@@ -193,7 +194,7 @@ class _Problem:
     neg_rules: list[tuple[str, np.ndarray, frozenset[int]]]  # name, members, relaxed nodes
     soft_pos: list[tuple[str, np.ndarray]]
     soft_neg: list[tuple[str, np.ndarray]]
-    not_preferred: np.ndarray  # (G, N) bool: a non-strict node affinity is not met there
+    not_preferred: RowMask  # (G, N) bool: a non-strict node affinity is not met there
     cost: np.ndarray  # (G,) int64 migration cost (0 for guests that cannot move)
     terms: list[_Term]
     #: The balance loads of ``cluster`` (the tie-break's exposure reads which guests load a node).
@@ -825,7 +826,7 @@ class _Model:
                 if sum(1 for lit in lits if not isinstance(lit, int) or lit) > 1:
                     m.add(sum(lits) <= 1 + (k - 1) * v)
             penalties.append(v)
-        for g in np.nonzero(p.present & np.any(p.not_preferred, axis=1))[0].tolist():
+        for g in np.nonzero(p.present & p.not_preferred.row_any())[0].tolist():
             for n in np.nonzero(p.not_preferred[g])[0].tolist():
                 lit = self.x(int(g), n)
                 if not isinstance(lit, int) or lit:

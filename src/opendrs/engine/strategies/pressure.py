@@ -242,16 +242,12 @@ class _Pressure:
         #: (G,) guests some placement rule names (the others never break one).
         cons = self.cons
         self.ruled = (
-            ~np.all(cons.strict_ok, axis=1)
-            | ~np.all(cons.preferred, axis=1)
-            | np.array(
-                [
-                    bool(cons.soft_neg[j].size or cons.soft_pos[j].size)
-                    or bool(cons.hard_neg[j].size or cons.hard_pos[j].size)
-                    for j in range(len(cluster.guests))
-                ],
-                dtype=bool,
-            )
+            ~cons.strict_ok.row_all()
+            | ~cons.preferred.row_all()
+            | (cons.soft_neg.counts() > 0)
+            | (cons.soft_pos.counts() > 0)
+            | (cons.hard_neg.counts() > 0)
+            | (cons.hard_pos.counts() > 0)
         )
         #: How many candidates the last :meth:`bad_guests` call looked at.
         self.candidates = 0

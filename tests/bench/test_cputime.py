@@ -1,0 +1,20 @@
+"""bench.cputime: one line per run, with CPU time, wall time and peak RSS."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from bench.cputime import main
+
+LINE = re.compile(
+    r"^(\w+) S (with|without) rules: cpu \d+\.\d\d s, wall \d+\.\d\d s, peak RSS \d+ MiB$"
+)
+
+
+@pytest.mark.parametrize("step", ["constraints", "balance"])
+def test_each_run_prints_one_line(step: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([step, "--size", "S", "--rules", "--repeat", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2
+    assert all(LINE.match(line) and line.startswith(step) for line in lines)
