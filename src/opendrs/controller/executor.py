@@ -56,6 +56,7 @@ from opendrs.controller.history import History
 from opendrs.engine.constraints import Rejection, movability
 from opendrs.engine.placement import PlacementState
 from opendrs.engine.planner import Plan, PlannedMove, plan_moves
+from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster, Guest, Move
 from opendrs.model.units import format_duration
 
@@ -180,6 +181,8 @@ class Executor:
         #: When the queue last made progress (a plan came, a migration started or ended).
         self._progress = clock.now()
         self.events: list[Event] = []
+        #: The view of the last fresh observation, which the preconditions and re-planning read.
+        self._view: CycleView | None = None
 
     # -- state -------------------------------------------------------------------------------
 
@@ -524,7 +527,7 @@ class Executor:
                 index += 1
                 continue
             if state is None:
-                state = PlacementState.build(cluster)
+                state = PlacementState.build(cluster, self._view_of(cluster).constraints)
             verdict = self._check(cluster, state, moves, arriving)
             if verdict is not None and verdict.code == "wait":
                 index += 1
@@ -685,6 +688,15 @@ class Executor:
 
     # -- re-planning ---------------------------------------------------------------------------
 
+    def _view_of(self, cluster: Cluster) -> CycleView:
+        """The view of a fresh observation: its constraints built once for the preconditions and
+        the re-planning of one tick. Capacity is checked on the usage as observed — what is true
+        now, not the policy's recent usage: a precondition is about the moment a migration
+        starts."""
+        if self._view is None or self._view.observed is not cluster:
+            self._view = CycleView(cluster)
+        return self._view
+
     def _replan(self, cluster: Cluster, why: str) -> None:
         """Order the rest of the queue again from the real state (``cluster``).
 
@@ -721,6 +733,7 @@ class Executor:
             target,
             max_parallel=self._limits(cluster)[0],
             max_node_inflow=self._limits(cluster)[1],
+            constraints=self._view_of(cluster).constraints,
         )
         for guest, node, reason in dropped:
             source = cluster.guest(guest).node if guest in cluster.guest_index else "?"
