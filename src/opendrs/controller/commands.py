@@ -23,7 +23,9 @@ from opendrs.controller.config import BackendConfig, Config, load_config
 from opendrs.controller.decision_log import DecisionLog, DecisionLogError
 from opendrs.controller.executor import Event
 from opendrs.controller.history import History, HistoryError
+from opendrs.controller.http_server import HttpError, start_server
 from opendrs.controller.loop import Controller, Cycle, InstanceLock, LockError
+from opendrs.controller.metrics import DaemonMetrics
 from opendrs.controller.simulate import StabilityReport, report_from, run_policy, simulated_config
 from opendrs.engine.policy import PRESETS, PolicyConfig, parse_policy
 from opendrs.model.document import DocumentError, Reader, parse, read_file
@@ -122,6 +124,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_PROBLEM if exc.passing else EXIT_LASTING
     history.listen(decisions.record)
+    metrics = DaemonMetrics()
+    try:
+        server = start_server(config.http, metrics) if config.http is not None else None
+    except HttpError as exc:
+        history.close()
+        decisions.close()
+        lock.release()
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE if exc.usage else EXIT_PROBLEM
 
     def take_reload() -> Config | None:
         fresh = signals.take_reload()
@@ -130,6 +141,14 @@ def cmd_run(args: argparse.Namespace) -> int:
                 decisions.reopen(fresh.decision_log)
             except DecisionLogError as exc:
                 log.error("%s; the decision log stays %s", exc, decisions.path)
+            if server is not None and fresh.http != server.config:
+                log.warning(
+                    "the http section changed: it takes effect at the next restart "
+                    "(still serving on http://%s)",
+                    server.address,
+                )
+            elif server is None and fresh.http is not None:
+                log.warning("the http section is new: it takes effect at the next restart")
         return fresh
 
     backend = None
@@ -144,7 +163,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             force_shadow=args.shadow,
             # Between a signal and its handling nothing starts: the file may say shadow now.
             hold_starts=lambda: signals.stop or signals.reload,
+            on_event=metrics.event,
+            on_cycle=metrics.cycle,
         )
+        metrics.follow(controller)
         log.info(
             "opendrs %s: %s backend, %s mode, policy %s (strategy %s)%s",
             "one cycle" if args.once else "started",
@@ -179,6 +201,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_PROBLEM if exc.passing else EXIT_LASTING
     finally:
         signals.restore()
+        if server is not None:
+            server.stop()
         if backend is not None:
             backend.close()
         history.close()

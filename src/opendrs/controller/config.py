@@ -13,12 +13,14 @@
     executor: {max_parallel, max_node_inflow, timeout, poll_interval}
     settings: {...}               # cluster settings, as in a snapshot (replace the backend's)
     log: {level: info, decisions: decisions.jsonl}
+    http: {listen: 127.0.0.1:9180, token_file: FILE}   # /metrics and /healthz (off unless set)
 
 Nothing migrates unless ``mode: active`` is written in the file.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -40,6 +42,7 @@ __all__ = [
     "BackendConfig",
     "Config",
     "ConfigError",
+    "HttpConfig",
     "load_config",
     "parse_config",
     "with_platform_defaults",
@@ -63,6 +66,7 @@ _TOP_KEYS: Final = (
     "executor",
     "settings",
     "log",
+    "http",
 )
 _EXECUTOR_KEYS: Final = (
     "max_parallel",
@@ -100,6 +104,26 @@ class BackendConfig:
 
 
 @dataclass(frozen=True)
+class HttpConfig:
+    """Where ``opendrs run`` serves ``/metrics`` and ``/healthz`` (the ``http`` section)."""
+
+    #: An IP address (``localhost`` is 127.0.0.1) and a port; port 0: a free port.
+    host: str
+    port: int
+    #: The file holding the bearer token both endpoints then require, or ``None``.
+    token_file: str | None = None
+
+    @property
+    def loopback(self) -> bool:
+        return ipaddress.ip_address(self.host).is_loopback
+
+    @property
+    def address(self) -> str:
+        """``HOST:PORT`` as written in a URL (``[::1]:9180``)."""
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
 class Config:
     """A validated configuration."""
 
@@ -120,6 +144,8 @@ class Config:
     policy_keys: frozenset[str] = frozenset()
     #: The JSON Lines decision log the daemon appends to (``log.decisions``), or ``None``.
     decision_log: str | None = None
+    #: ``/metrics`` and ``/healthz`` (the ``http`` section), or ``None``: not served.
+    http: HttpConfig | None = None
 
     @property
     def active(self) -> bool:
@@ -223,7 +249,41 @@ class _ConfigReader(SnapshotReader):
             failed_observations=failed_observations,
             policy_keys=policy_keys,
             decision_log=decision_log,
+            http=self.http(top["http"]) if "http" in top else None,
         )
+
+    def http(self, value: object) -> HttpConfig:
+        """The ``http`` section: ``listen`` (required) and ``token_file``."""
+        path: Path = ("http",)
+        mapping = self.mapping(value, path)
+        self.check_keys(mapping, path, ("listen", "token_file"))
+        host, port = self.listen(self.require(mapping, "listen", path), (*path, "listen"))
+        token_file = None
+        if "token_file" in mapping:
+            token_file = self.local_path(mapping["token_file"], (*path, "token_file"))
+        return HttpConfig(host, port, token_file)
+
+    def listen(self, value: object, path: Path) -> tuple[str, int]:
+        """``HOST:PORT`` (``[V6]:PORT`` for IPv6): an IP address written out, and a port."""
+        example = "write it as 127.0.0.1:9180 or [::1]:9180"
+        if not isinstance(value, str):
+            self.fail(path, f"an address and a port are needed: {example}")
+        host, colon, port_text = value.rpartition(":")
+        if not colon or not host:
+            self.fail(path, f"{value!r} has no address: {example}")
+        if host.startswith("[") and host.endswith("]"):
+            host = host[1:-1]
+        elif ":" in host:
+            self.fail(path, f"write an IPv6 address in brackets, as [::1]:9180, not {value!r}")
+        if host == "localhost":
+            host = "127.0.0.1"
+        try:
+            host = str(ipaddress.ip_address(host))
+        except ValueError:
+            self.fail(path, f"{host!r} is not an IP address: {example}")
+        if not port_text.isdigit() or int(port_text) > 65535:
+            self.fail(path, f"{port_text!r} is not a port (0 to 65535; 0: any free port)")
+        return host, int(port_text)
 
     def log(self, value: object, taken: tuple[str, ...]) -> tuple[str, int, str | None]:
         """The ``log`` section: level, failed observations, the decision log's path (which must

@@ -186,6 +186,8 @@ class Cycle:
     decision: Decision | None
     decision_id: int | None = None
     error: str | None = None
+    #: Wall time the cycle took, in seconds.
+    seconds: float = 0.0
 
 
 class Controller:
@@ -324,6 +326,7 @@ class Controller:
 
     def cycle(self, *, policy: PolicyConfig | None = None) -> Cycle:
         """Observe, decide and (in active mode) hand the plan to the executor."""
+        started = time.monotonic()
         self.platform_defaults()
         policy = policy or self.policy
         now = self.clock.now()
@@ -338,7 +341,7 @@ class Controller:
             count = f" ({failures} in a row)" if failures > 1 else ""
             log.log(level, "cannot observe the cluster%s: %s", count, exc)
             result = Cycle(now, None, None, error=exc.reason)
-            self._done(result)
+            self._done(result, started)
             return result
         if self.failed_observations:
             log.info("observing again after %d failed observations", self.failed_observations)
@@ -347,7 +350,7 @@ class Controller:
             self.executor.settle(cluster)
         if self.standby() is not None:
             result = Cycle(now, cluster, None)
-            self._done(result)
+            self._done(result, started)
             return result
         self.window = self.window.add(now, cluster, policy.smoothing)
         # Capacity is checked on usage that rises after the hold, not after the whole window.
@@ -386,10 +389,11 @@ class Controller:
                         move.step,
                     )
         result = Cycle(now, cluster, decision, decision_id)
-        self._done(result)
+        self._done(result, started)
         return result
 
-    def _done(self, cycle: Cycle) -> None:
+    def _done(self, cycle: Cycle, started: float) -> None:
+        cycle = replace(cycle, seconds=time.monotonic() - started)
         self.cycles.append(cycle)
         if len(self.cycles) > 1000:
             del self.cycles[:-500]

@@ -1,0 +1,170 @@
+"""``/metrics`` and ``/healthz`` of ``opendrs run``, served from a background thread.
+
+Read-only: GET and HEAD are answered, every other method is refused (405). With a bearer token
+(``http.token_file``) both endpoints ask for ``Authorization: Bearer TOKEN`` (401 otherwise); the
+token is compared in constant time and never logged. Requests are logged at DEBUG only.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import socket
+import threading
+from collections.abc import Callable
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from opendrs.backends.proxmox.secret import SecretError, read_secret_file
+from opendrs.controller.config import HttpConfig
+from opendrs.controller.metrics import DaemonMetrics
+
+__all__ = ["HttpError", "MetricsServer", "start_server"]
+
+log = logging.getLogger(__name__)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    metrics: DaemonMetrics
+    token: bytes | None
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
+    def version_string(self) -> str:
+        return "opendrs"
+
+    def do_GET(self) -> None:
+        self._answer(body=True)
+
+    def do_HEAD(self) -> None:
+        self._answer(body=False)
+
+    def __getattr__(self, name: str) -> Callable[[], None]:
+        """Every other method (``do_POST``, ``do_PUT``…): 405, nothing changes."""
+        if name.startswith("do_"):
+            return self._not_allowed
+        raise AttributeError(name)
+
+    def _not_allowed(self) -> None:
+        self._send(
+            HTTPStatus.METHOD_NOT_ALLOWED, b"read-only: GET or HEAD\n", {"Allow": "GET, HEAD"}
+        )
+
+    def _answer(self, *, body: bool) -> None:
+        if not self._authorized():
+            headers = {"WWW-Authenticate": 'Bearer realm="opendrs"'}
+            self._send(HTTPStatus.UNAUTHORIZED, b"a bearer token is needed\n", headers, body=body)
+            return
+        path = self.path.split("?", 1)[0]
+        if path == "/metrics":
+            text = generate_latest(self.server.metrics.registry)
+            self._send(HTTPStatus.OK, text, {"Content-Type": CONTENT_TYPE_LATEST}, body=body)
+        elif path == "/healthz":
+            problem = self.server.metrics.health()
+            if problem is None:
+                self._send(HTTPStatus.OK, b"ok\n", body=body)
+            else:
+                reason = " ".join(problem.split()) + "\n"
+                self._send(HTTPStatus.SERVICE_UNAVAILABLE, reason.encode(), body=body)
+        else:
+            self._send(HTTPStatus.NOT_FOUND, b"not found: /metrics or /healthz\n", body=body)
+
+    def _authorized(self) -> bool:
+        token = self.server.token
+        if token is None:
+            return True
+        scheme, _, given = self.headers.get("Authorization", "").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token)
+
+    def _send(
+        self,
+        status: HTTPStatus,
+        content: bytes,
+        headers: dict[str, str] | None = None,
+        *,
+        body: bool = True,
+    ) -> None:
+        self.send_response(status)
+        fields = {"Content-Type": "text/plain; charset=utf-8", **(headers or {})}
+        for name, value in fields.items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(content)))
+        self.end_headers()
+        if body:
+            self.wfile.write(content)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("http %s: " + format, self.address_string(), *args)
+
+
+class MetricsServer:
+    """The HTTP server on ``config``'s address, in a thread of its own until :meth:`stop`."""
+
+    def __init__(self, config: HttpConfig, metrics: DaemonMetrics, token: str | None) -> None:
+        family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
+        server_class = type("_Server", (_Server,), {"address_family": family})
+        self.config = config
+        #: Raises OSError when the address cannot be bound.
+        self.server: _Server = server_class((config.host, config.port), _Handler)
+        self.server.metrics = metrics
+        self.server.token = token.encode() if token is not None else None
+        self._thread = threading.Thread(
+            target=self.server.serve_forever, name="opendrs-http", daemon=True
+        )
+
+    @property
+    def address(self) -> str:
+        """``HOST:PORT`` bound (the port chosen when the configuration says 0)."""
+        port = self.server.server_address[1]
+        host = self.config.host
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self.server.shutdown()
+            self._thread.join(5)
+        self.server.server_close()
+
+
+class HttpError(Exception):
+    """The server cannot start; ``str()`` is one line. ``usage``: the configuration is at fault
+    (the token file), else the address (in use, not this host's)."""
+
+    def __init__(self, reason: str, *, usage: bool) -> None:
+        super().__init__(reason)
+        self.usage = usage
+
+
+def start_server(config: HttpConfig, metrics: DaemonMetrics) -> MetricsServer:
+    """Read the token, bind, serve in the background and log the address bound — at WARNING
+    when it is not a loopback address."""
+    token = None
+    if config.token_file is not None:
+        try:
+            token = read_secret_file(config.token_file)
+        except SecretError as exc:
+            raise HttpError(f"http.token_file: {exc}", usage=True) from None
+    try:
+        server = MetricsServer(config, metrics, token)
+    except OSError as exc:
+        raise HttpError(f"cannot listen on {config.address}: {exc.strerror}", usage=False) from None
+    server.start()
+    what = f"serving /metrics and /healthz on http://{server.address}"
+    if config.loopback:
+        log.info("%s", what)
+    else:
+        log.warning(
+            "%s (not a loopback address: other hosts may connect%s)",
+            what,
+            "" if token else " and no http.token_file is set",
+        )
+    return server
