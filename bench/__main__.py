@@ -1,15 +1,16 @@
 """Benchmark opendrs's strategies against ProxLB's greedy balancer and proxlb-solver, in one run.
 
 ``python -m bench [--sizes S,M,L] [--strategies A,B] [--peers proxlb-greedy,proxlb-solver]
-[--rules both|with|without] [--time-limit S] [--seed N] [--methods memory] [--method-seeds 1,2,3]
-[--markdown FILE] [--json FILE]``
+[--rules both|with|without] [--time-limit S] [--seed N] [--generator basic|skewed|both]
+[--methods memory] [--method-seeds 1,2,3] [--markdown FILE] [--json FILE]``
 
-For every size and rules case the same seeded cluster (:mod:`bench.generate`) goes to every
-runner. Each runner runs once, in a fresh subprocess (:mod:`bench.worker`), which reports its wall
-time and its peak RSS; the placement it returns is evaluated here with opendrs's code
-(:mod:`bench.metrics`), whoever produced it. One table per case goes to stdout, and with
-``--markdown`` into a Markdown file; ratios compare each row with the peers measured in the same
-run (see ``docs/performance.md``).
+For every generator (:data:`bench.clusters.GENERATORS`: :mod:`bench.generate`'s ``basic`` and
+:mod:`bench.skewed`'s ``skewed``, both by default), size and rules case the same seeded cluster
+goes to every runner. Each runner runs once, in a fresh subprocess (:mod:`bench.worker`), which
+reports its wall time and its peak RSS; the placement it returns is evaluated here with
+opendrs's code (:mod:`bench.metrics`), whoever produced it. One table per case goes to stdout,
+and with ``--markdown`` into a Markdown file; ratios compare each row with the peers measured in
+the same run (see ``docs/performance.md``).
 
 Default runners: every registered opendrs strategy and both peers, each up to the largest size it
 is fast enough for (:data:`DEFAULT_MAX_SIZE`); a runner named in ``--strategies`` or ``--peers``
@@ -47,7 +48,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from bench.generate import SIZES, generate
+from bench.clusters import GENERATORS, generated
+from bench.generate import SIZES
 from bench.incus import section as incus_section
 from bench.metrics import Evaluator
 from bench.peers import PEERS
@@ -150,6 +152,13 @@ def build_parser() -> argparse.ArgumentParser:
         "and of strategies that take one",
     )
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--generator",
+        choices=("both", *GENERATORS),
+        default="both",
+        help="cluster generator: basic (bench/generate.py), skewed (bench/skewed.py) or both "
+        "(default); the method cases and the reading use the basic one",
+    )
     parser.add_argument(
         "--solver-balanciness", type=int, default=4, help="proxlb-solver level 1–5 (default 4)"
     )
@@ -299,9 +308,11 @@ def _progress(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-def run_case(size: str, rules: bool, runners: Sequence[Runner], args: argparse.Namespace) -> Case:
-    """Every runner on one cluster, each in its own worker process."""
-    cluster = generate(size, seed=args.seed, rules=rules)
+def run_case(
+    size: str, rules: bool, runners: Sequence[Runner], args: argparse.Namespace, generator: str
+) -> Case:
+    """Every runner on one cluster of ``generator``, each in its own worker process."""
+    cluster = generated(generator, size, seed=args.seed, rules=rules)
     evaluator = Evaluator(cluster)
     case = Case(
         size=size,
@@ -311,6 +322,7 @@ def run_case(size: str, rules: bool, runners: Sequence[Runner], args: argparse.N
         before=evaluator.before,
         lb_spread=evaluator.lb_spread,
         bounds_available=evaluator.bounds_available,
+        generator=generator,
     )
     for runner in runners:
         reason = None if runner.explicit else too_large(runner.name, size)
@@ -319,7 +331,9 @@ def run_case(size: str, rules: bool, runners: Sequence[Runner], args: argparse.N
         if reason:
             case.skipped.append(reason)
             continue
-        spec = Spec(size, args.seed, rules, runner.kind, runner.name, runner.options)
+        spec = Spec(
+            size, args.seed, rules, runner.kind, runner.name, runner.options, generator=generator
+        )
         limit = runner.time_limit
         timeout = args.case_timeout if limit is None else max(args.case_timeout, 2 * limit + 300)
         label = f"[{case.title}] {runner.name}" + (f" (limit {limit:g} s)" if limit else "")
@@ -483,10 +497,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.reading_repeats < 1:
         parser.error("--reading-repeats: expected at least 1")
 
+    generators = list(GENERATORS) if args.generator == "both" else [args.generator]
     started = datetime.now(UTC)
     cases: list[Case] = []
     sections: list[str] = []
-    for size in sizes:
+    for generator, size in ((g, s) for g in generators for s in sizes):
         runners: list[Runner] = []
         for name in peers:
             options = {**peer_options(name, size, args), **extra.get(name, {})}
@@ -495,7 +510,7 @@ def main(argv: list[str] | None = None) -> int:
             options = {**strategy_options(name, size, args.time_limit), **extra.get(name, {})}
             runners.append(Runner("strategy", name, options, strategies_explicit))
         for rules in variants:
-            case = run_case(size, rules, runners, args)
+            case = run_case(size, rules, runners, args, generator)
             cases.append(case)
             text = section(case)
             sections.append(text)
@@ -541,7 +556,8 @@ def main(argv: list[str] | None = None) -> int:
     header = [
         "## Results",
         "",
-        f"Run {started:%Y-%m-%d %H:%M} UTC: `{command.strip()}`, seed {args.seed}{seeds_text}.",
+        f"Run {started:%Y-%m-%d %H:%M} UTC: `{command.strip()}`, seed {args.seed}, "
+        f"generators {', '.join(generators)}{seeds_text}.",
         f"Machine: {machine()}.",
         _limits_line(cases, args),
         "",

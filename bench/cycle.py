@@ -7,9 +7,10 @@
     hard-affinity bundle) — each by calls of the functions that build it (:data:`BUILDERS`; a
     function the code no longer has counts nothing and is listed as absent).
 
-``python -m bench.cycle daemon [--size XXL] [--seed 1] [--rules] [--json FILE]``
+``python -m bench.cycle daemon [--size XXL] [--seed 1] [--rules] [--generator basic|skewed]``
+``[--json FILE]``
     One daemon cycle — observe from the simulator, decide, plan — on a generated cluster
-    (:mod:`bench.generate`, the benchmark's clusters) with the default policy deciding on one
+    (:mod:`bench.clusters`: the benchmark's generators) with the default policy deciding on one
     observation (hold 1, as ``opendrs run --once``), in a fresh subprocess: its wall time
     (observe, decide and the whole cycle) and the subprocess's peak RSS (the cluster included).
     The cluster's usage mode is ``static`` (the generator's), so the cycle balances configured
@@ -157,9 +158,9 @@ def count_acting_cycle(scenario_arg: str) -> dict[str, Any]:
         sim.close()
 
 
-def daemon_cycle(size: str, seed: int, rules: bool) -> dict[str, Any]:
+def daemon_cycle(size: str, seed: int, rules: bool, generator: str = "basic") -> dict[str, Any]:
     """One cycle of the controller on a generated cluster, timed (run in its own process)."""
-    from bench.generate import generate
+    from bench.clusters import generated
     from bench.worker import peak_rss_bytes
     from opendrs.backends.scenario import Scenario
     from opendrs.backends.sim import Simulator
@@ -169,7 +170,7 @@ def daemon_cycle(size: str, seed: int, rules: bool) -> dict[str, Any]:
     from opendrs.controller.simulate import simulated_config
     from opendrs.engine.policy import PRESETS
 
-    cluster = generate(size, seed=seed, rules=rules)
+    cluster = generated(generator, size, seed=seed, rules=rules)
     sim = Simulator(Scenario(cluster=cluster, name=f"{size}-{seed}"), days=1.0)
     # As ``opendrs run --once`` decides: one observation is enough (hold 1).
     policy = replace(PRESETS["opendrs"], hold=1)
@@ -192,6 +193,7 @@ def daemon_cycle(size: str, seed: int, rules: bool) -> dict[str, Any]:
         "size": size,
         "seed": seed,
         "rules": rules,
+        "generator": generator,
         "observe_s": round(timings["observe"], 3),
         "cycle_s": round(timings["cycle"], 3),
         "decide_and_plan_s": round(timings["cycle"] - timings["observe"], 3),
@@ -238,15 +240,16 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--size", default="XXL")
         p.add_argument("--seed", type=int, default=1)
         p.add_argument("--rules", action="store_true")
+        p.add_argument("--generator", choices=("basic", "skewed"), default="basic")
     daemon.add_argument("--json", metavar="FILE")
     args = parser.parse_args(argv)
     if args.command == "_daemon-child":
-        print(json.dumps(daemon_cycle(args.size, args.seed, args.rules)))
+        print(json.dumps(daemon_cycle(args.size, args.seed, args.rules, args.generator)))
         return 0
     if args.command == "counts":
         result = count_acting_cycle(args.scenario)
     else:
-        flags = ["--size", args.size, "--seed", str(args.seed)] + (
+        flags = ["--size", args.size, "--seed", str(args.seed), "--generator", args.generator] + (
             ["--rules"] if args.rules else []
         )
         result = _in_subprocess(flags)

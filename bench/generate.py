@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from opendrs.model.cluster import Cluster, Guest, Node, Settings
+from opendrs.model.cluster import Cluster, Disk, Guest, Node, Settings
 from opendrs.model.rules import GuestAffinity, NodeAffinity, Rules
 
 GiB = 1024**3
@@ -50,6 +50,23 @@ SIZES: dict[str, Size] = {
 
 _MEMORY_GIB = np.array([1, 2, 4, 8, 16, 32])
 _MEMORY_P = np.array([0.15, 0.25, 0.25, 0.2, 0.1, 0.05])
+
+
+def bench_guest(
+    j: int, node: str, cpu: float, memory_gib: float, util: float, disks: tuple[Disk, ...] = ()
+) -> Guest:
+    """Guest ``100 + j`` of a generated cluster, up for a day: its measured use a share ``util``
+    of its vCPUs and half of its memory plus ``util`` of the other half."""
+    return Guest(
+        id=str(100 + j),
+        node=node,
+        cpu=float(cpu),
+        memory=int(memory_gib * GiB),
+        disks=disks,
+        cpu_used=round(float(cpu * util), 3),
+        memory_used=int(memory_gib * GiB * (0.5 + 0.5 * util)),
+        uptime=86_400,
+    )
 
 
 def generate(size: Size | str, *, seed: int = 1, rules: bool = False) -> Cluster:
@@ -95,15 +112,7 @@ def generate(size: Size | str, *, seed: int = 1, rules: bool = False) -> Cluster
         vcpus[n] += cpu[j]
     util = rng.beta(2, 5, size.guests)
     guests = tuple(
-        Guest(
-            id=str(100 + j),
-            node=nodes[int(node_idx[j])].name,
-            cpu=float(cpu[j]),
-            memory=int(memory[j] * GiB),
-            cpu_used=round(float(cpu[j] * util[j]), 3),
-            memory_used=int(memory[j] * GiB * (0.5 + 0.5 * util[j])),
-            uptime=86_400,
-        )
+        bench_guest(j, nodes[int(node_idx[j])].name, cpu[j], memory[j], util[j])
         for j in range(size.guests)
     )
     rule_set = Rules()

@@ -53,11 +53,16 @@ class Case:
     bounds_available: bool
     rows: list[Row] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    #: The cluster generator (:data:`bench.clusters.GENERATORS`).
+    generator: str = "basic"
 
     @property
     def title(self) -> str:
         rules = "with rules" if self.rules else "without rules"
-        return f"{self.size} — {self.nodes} nodes, {self.guests:,} guests, {rules}"
+        return (
+            f"{self.size} — {self.nodes} nodes, {self.guests:,} guests, {rules}, "
+            f"{self.generator} generator"
+        )
 
     def row(self, runner: str) -> Row | None:
         for row in self.rows:

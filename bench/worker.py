@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from bench.generate import generate
+from bench.clusters import generated
 from opendrs.model.cluster import Cluster
 
 RunnerKind = Literal["strategy", "peer"]
@@ -41,6 +41,8 @@ class Spec:
     #: A proxlb-solver balancing method: the cluster is then the generated one written as a
     #: scenario with that method and imported (:mod:`bench.scenario`).
     method: str | None = None
+    #: The cluster generator (:data:`bench.clusters.GENERATORS`).
+    generator: str = "basic"
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -116,7 +118,7 @@ def case_cluster(spec: Spec) -> Cluster:
         from bench.scenario import scenario_cluster
 
         return scenario_cluster(spec.size, seed=spec.seed, rules=spec.rules, method=spec.method)
-    return generate(spec.size, seed=spec.seed, rules=spec.rules)
+    return generated(spec.generator, spec.size, seed=spec.seed, rules=spec.rules)
 
 
 def run_case(spec: Spec) -> dict[str, Any]:
