@@ -99,10 +99,11 @@ from opendrs.engine.policy.repair import (
     warn_stuck,
 )
 from opendrs.engine.policy.smoothing import UsageWindow, overload_span
-from opendrs.engine.policy.state import PastMigrations, PolicyState
+from opendrs.engine.policy.state import BUDGET_WINDOW, PastMigrations, PolicyState
 from opendrs.engine.policy.why import WhyNot, why_not
 
 __all__ = [
+    "BUDGET_WINDOW",
     "METRICS",
     "POLICY_KEYS",
     "PRESETS",
