@@ -85,7 +85,7 @@ def test_what_is_left_is_the_most_a_plan_makes() -> None:
     assert decision.act and decision.code == "plan" and decision.budgeted
     assert len(decision.plan.moves) == 2  # type: ignore[union-attr]
     assert decision.proposal is not None and decision.proposal.options["max_moves"] == 2
-    assert decision.reason.endswith("with 2 migrations, all the migration budget leaves")
+    assert decision.reason.endswith("with 2 migrations, what the budget leaves of a plan of 5")
     # The batch still bounds it when it is less.
     assert len(_decide(cluster, replace(config, batch=1)).plan.moves) == 1  # type: ignore[union-attr]
     # A strategy without max_moves is cut to what is left.
@@ -95,8 +95,8 @@ def test_what_is_left_is_the_most_a_plan_makes() -> None:
     assert "cut to 3 of" in cut.proposal.stopped  # type: ignore[union-attr]
 
 
-def test_a_plan_the_budget_cuts_is_not_held_to_the_margin() -> None:
-    # The margin asks 25 % of a whole plan; one migration of eight guests brings the spread from
+def test_the_margin_is_the_whole_plans_to_clear() -> None:
+    # The margin asks 25 % of the whole plan (80 → 10 pp); one migration brings the spread from
     # 80 to 70 pp (12 %): with a budget of 1 that part of the plan is made, not refused.
     cluster = _eight_on_n1()
     margin = replace(EAGER, margin=0.25)
@@ -105,8 +105,13 @@ def test_a_plan_the_budget_cuts_is_not_held_to_the_margin() -> None:
     cut = _decide(cluster, replace(margin, max_migrations_per_day=1))
     assert cut.act and cut.code == "plan" and len(cut.plan.moves) == 1  # type: ignore[union-attr]
     assert cut.predicted is not None and cut.predicted < cut.metric
-    # A budget larger than the plan cuts nothing: the margin applies as always.
+    # A budget larger than the plan cuts nothing.
     assert _decide(cluster, replace(margin, max_migrations_per_day=50)).plan == whole.plan
+    # A budget never acts where no budget would not: the whole plan (87.5 % better) is below a
+    # 90 % margin, so its first migration is not made either.
+    strict = replace(EAGER, margin=0.9)
+    assert _decide(cluster, strict).code == "below-margin"
+    assert _decide(cluster, replace(strict, max_migrations_per_day=1)).code == "below-margin"
 
 
 @pytest.mark.parametrize("budget", [1, 2, 3])

@@ -37,9 +37,9 @@ the next state. Every guard the peers use against flapping is here, each one con
 * **Budget** — with ``max_migrations_per_day``, at most that many balancing migrations (plans,
   and reliefs of nodes that only run hot) start in any 24 hours (:data:`BUDGET_WINDOW`); the
   controller gives their start times (:attr:`PastMigrations.budget_spent`). Spent, the strategy
-  is not asked (code ``budget``); partly spent, it is asked for at most what is left, and that
-  cut plan is not held to the margin (it is part of a longer one). Repairs of maintenance,
-  capacity and hard rules, and returns from maintenance, are exempt.
+  is not asked (code ``budget``); partly spent, a plan that clears the margin but needs more
+  than is left is asked for again with at most what is left, and that part is made. Repairs of
+  maintenance, capacity and hard rules, and returns from maintenance, are exempt.
 * **Busy** — while a plan is executing nothing is decided and the hold count stands still (Proxmox
   skips its rounds without counting while a service migrates).
 

@@ -362,9 +362,11 @@ def _budget(r: _Round) -> Decision | None:
 
 
 def _balance(r: _Round) -> Decision:
-    """Ask the strategy, order its proposal, and act if the plan clears the margin."""
+    """Ask the strategy, order its proposal, and act if the plan clears the margin (and, with a
+    migration budget, fits in what is left: :func:`_within_budget`)."""
     config, view, note = r.config, r.view, r.repair_note
-    proposal, plan = plan_within(r.cluster, _proposer(r), view.forbidden, config, view.constraints)
+    propose = _proposer(r, config.batch)
+    proposal, plan = plan_within(r.cluster, propose, view.forbidden, config, view.constraints)
     if not proposal.net_moves():
         why = why_not(r.cluster, r.now, config, r.past, view.constraints)
         # All excluded: that is the reason, whatever the strategy says.
@@ -375,27 +377,20 @@ def _balance(r: _Round) -> Decision:
         problem = plan.problems[0] if plan.problems else "no safe order"
         reason = f"{r.trigger}; none of the proposed migrations can be ordered safely ({problem})"
         return r.decision("unordered", reason + note, r.attempted(), proposal=proposal, plan=plan)
-    if r.left is not None and len(plan.moves) > r.left:  # parking moves count too
-        reason = f"{r.trigger}; {r.budget_spent(len(plan.moves))}"
-        return r.decision("budget", reason + note, r.attempted(), proposal=proposal, plan=plan)
     migrations = _migrations(len(plan.moves))
     if config.metric == "none":
+        if r.left is not None and len(plan.moves) > r.left:
+            return _within_budget(r, len(plan.moves))
         reason = f"{r.trigger}; it proposes {migrations} ({proposal.stopped}){note}"
         return r.decision("plan", reason, r.acted(), proposal=proposal, plan=plan)
     predicted = r.predicted(plan)
     after = format_metric(config.metric, predicted)
     gain = (r.metric - predicted) / r.metric if r.metric > 0 else 0.0
-    # A plan the budget cut is part of a longer one: the margin, asked of a whole plan, is not
-    # asked of it; it must only not make the metric worse.
-    cut = _budget_cut(r, proposal)
-    if cut:
-        short = "worse" if predicted > r.metric + 1e-12 else ""
-    elif config.margin > 0 and gain < config.margin - 1e-12:
-        short = f"{gain * 100:.0f} % better, less than the margin {config.margin * 100:g} %"
-    else:
-        short = ""
-    if short:
-        reason = f"{r.trigger}; the plan would bring it to {after} with {migrations}, {short}"
+    if config.margin > 0 and gain < config.margin - 1e-12:
+        reason = (
+            f"{r.trigger}; the plan would bring it to {after} with {migrations}, "
+            f"{gain * 100:.0f} % better, less than the margin {config.margin * 100:g} %"
+        )
         return r.decision(
             "below-margin",
             reason + note,
@@ -404,28 +399,44 @@ def _balance(r: _Round) -> Decision:
             proposal=proposal,
             plan=plan,
         )
-    left = ", all the migration budget leaves" if cut else ""
-    reason = f"{r.trigger}; plan brings it to {after} with {migrations}{left}{note}"
+    if r.left is not None and len(plan.moves) > r.left:
+        return _within_budget(r, len(plan.moves))
+    reason = f"{r.trigger}; plan brings it to {after} with {migrations}{note}"
     return r.decision("plan", reason, r.acted(), predicted=predicted, proposal=proposal, plan=plan)
 
 
-def _budget_cut(r: _Round, proposal: Proposal) -> bool:
-    """Whether the migration budget, not the batch, cut the proposal: the strategy made all the
-    migrations left, fewer than the batch."""
-    left, batch = r.left, r.config.batch
-    return left is not None and (batch == 0 or left < batch) and len(proposal.net_moves()) >= left
+def _within_budget(r: _Round, whole: int) -> Decision:
+    """The plan of ``whole`` migrations cleared the margin but the budget leaves fewer: the
+    strategy is asked again for at most what is left — the moves that buy the most balance for
+    a strategy that takes ``max_moves`` — and that part is made if it does not make the metric
+    worse (the margin was the whole plan's to clear)."""
+    config, view, note = r.config, r.view, r.repair_note
+    left = r.left or 0
+    propose = _proposer(r, most_moves(config.batch, left) or 0)
+    proposal, plan = plan_within(r.cluster, propose, view.forbidden, config, view.constraints)
+    predicted = r.predicted(plan) if plan.moves and config.metric != "none" else None
+    if not plan.moves or len(plan.moves) > left or (predicted or 0.0) > r.metric + 1e-12:
+        reason = f"{r.trigger}; {r.budget_spent(whole)}"
+        return r.decision("budget", reason + note, r.attempted(), proposal=proposal, plan=plan)
+    part = f"{_migrations(len(plan.moves))}, what the budget leaves of a plan of {whole}"
+    if predicted is None:
+        reason = f"{r.trigger}; it proposes {part} ({proposal.stopped}){note}"
+    else:
+        after = format_metric(config.metric, predicted)
+        reason = f"{r.trigger}; plan brings it to {after} with {part}{note}"
+    return r.decision("plan", reason, r.acted(), predicted=predicted, proposal=proposal, plan=plan)
 
 
-def _proposer(r: _Round) -> Callable[[frozenset[tuple[str, str]]], Proposal]:
-    """The strategy, asked what the policy asks and with its options, its proposal cut to the
-    batch and to what is left of the migration budget."""
+def _proposer(r: _Round, most: int) -> Callable[[frozenset[tuple[str, str]]], Proposal]:
+    """The strategy, asked what the policy asks and with its options — at most ``most``
+    migrations (0: no limit) —, its proposal cut to that."""
     config, view = r.config, r.view
     info = get_strategy(config.strategy)
     options = config.strategy_options
-    most = most_moves(config.batch, r.left) or 0
+    left = None if most == config.batch else most
 
     def propose(forbidden: frozenset[tuple[str, str]]) -> Proposal:
-        request = strategy_request(config, r.past, r.now, forbidden, r.left)
+        request = strategy_request(config, r.past, r.now, forbidden, left)
         found = info.propose(view, request, options)
         return truncate(r.cluster, found, most, view.constraints, view.loads)
 
