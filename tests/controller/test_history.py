@@ -497,6 +497,25 @@ def test_departures_window(h: History) -> None:
     assert h.departures(150.5) == {}
 
 
+def test_budget_spent_counts_budgeted_decisions_only(h: History) -> None:
+    # A balancing plan recorded before decisions said "budgeted" counts by its action; a repair
+    # counts only when it says so (a node that only ran hot); a migration without a decision,
+    # a return from maintenance, and one before the window do not.
+    old_plan = decision(h, at=10.0)
+    plan = decision(h, at=20.0, summary={"code": "plan", "budgeted": True})
+    hot = decision(h, at=30.0, action="repair", summary={"code": "repair", "budgeted": True})
+    fix = decision(h, at=40.0, action="repair", summary={"code": "repair", "budgeted": False})
+    back = decision(h, at=50.0, action="repair", summary={"code": "return", "budgeted": False})
+    started = [(old_plan, 5.0), (old_plan, 11.0), (plan, 21.0), (hot, 31.0), (fix, 41.0)]
+    started += [(back, 51.0), (None, 60.0)]
+    for k, (made_by, at) in enumerate(started):
+        move = Move(f"g{k}", "a", "b")
+        h.migration_started(decision=made_by, move=move, handle="t", at=at)
+    assert h.budget_spent(10.0) == [11.0, 21.0, 31.0]
+    assert h.budget_spent(0.0) == [5.0, 11.0, 21.0, 31.0]
+    assert h.budget_spent(32.0) == []
+
+
 def test_cooldown_window(h: History) -> None:
     h.set_cooldown("101", 100.0, "moved")
     h.set_cooldown("102", 50.0, "moved")

@@ -12,7 +12,7 @@ from opendrs.controller.config import BackendConfig, Config
 from opendrs.controller.history import History
 from opendrs.controller.loop import Controller
 from opendrs.controller.simulate import executor_config, ping_pongs, report_from
-from opendrs.engine.policy import PRESETS, PolicyConfig
+from opendrs.engine.policy import BUDGET_WINDOW, PRESETS, PolicyConfig
 from opendrs.model.snapshot import loads
 
 HOUR = 3600.0
@@ -204,3 +204,43 @@ def test_the_report_counts_repairs_apart_from_balancing() -> None:
             assert report.repair_migrations == len(evacuated)
         assert report.balancing_migrations == report.migrations - report.repair_migrations
         assert report.balancing_migrations > 0
+
+
+def test_balancing_migrations_stay_within_the_budget_in_every_24_hours() -> None:
+    # The demo starts far from balance (unbudgeted, it moves dozens of guests on the first day);
+    # pve8 goes into maintenance for two hours at 30 h: its guests leave by repair, budget or
+    # not.
+    base = builtin_scenario("demo")
+    scenario = replace(
+        base,
+        faults=(Fault("maintenance", at=30 * HOUR, node="pve8", duration=2 * HOUR),),
+        migration=replace(base.migration, failure_rate=0.0),
+    )
+    budget = 3
+    policy = replace(PRESETS["opendrs"], max_migrations_per_day=budget)
+    sim = Simulator(scenario, days=2.5, threshold=policy.threshold)
+    history = History(":memory:")
+    config = _config(policy)
+    Controller(config, sim, sim, history).run(until=sim.end)
+    action = {d.id: d.action for d in history.decisions()}
+    balancing = {m.handle for m in history.migrations() if action.get(m.decision) == "plan"}
+    ours = [r for r in sim.migrations if r.cause == "controller"]
+    starts = sorted(r.started for r in ours if r.handle in balancing)
+    # Every rolling 24 hours — each starting at a balancing migration, where the most fit.
+    for first in starts:
+        within = [t for t in starts if first <= t < first + BUDGET_WINDOW]
+        assert len(within) <= budget
+    # The budget is spent, every day, and said so; the repairs are made beside it.
+    assert len(starts) >= 2 * budget
+    codes = [d.summary.get("code") for d in history.decisions()]
+    assert "budget" in codes
+    report = report_from(sim, policy, policy.threshold, history, 0.0)
+    assert report.repair_migrations > 0
+    assert report.balancing_migrations == len(starts)
+    evacuated = [r for r in ours if r.source == "pve8" and 30 * HOUR <= r.started < 32 * HOUR]
+    assert evacuated and not any(r.handle in balancing for r in evacuated)
+    # What the controller tells the policy is what the history holds.
+    now = sim.now()
+    spent = Controller(config, sim, sim, history).past_migrations(now).budget_spent
+    assert spent == tuple(t for t in history.budget_spent(now - BUDGET_WINDOW))
+    assert all(now - t <= BUDGET_WINDOW for t in spent)

@@ -272,6 +272,18 @@ def _policies(spec: Sequence[str]) -> list[PolicyConfig]:
     return out
 
 
+#: The emulated peers' presets: ``simulate --budget`` leaves them as they are.
+PEERS: frozenset[str] = frozenset(PRESETS) - {PolicyConfig().name}
+
+
+def with_budget(policies: list[PolicyConfig], budget: int | None) -> list[PolicyConfig]:
+    """``policies`` with ``max_migrations_per_day`` set to ``budget`` on opendrs's own (every
+    policy not named after an emulated peer); ``budget`` None: unchanged."""
+    if budget is None:
+        return policies
+    return [p if p.name in PEERS else replace(p, max_migrations_per_day=budget) for p in policies]
+
+
 def _scenario(arg: str | None) -> Scenario:
     if arg is None:
         return builtin_scenario("month")
@@ -291,7 +303,7 @@ def _quiet() -> None:
 def cmd_simulate(args: argparse.Namespace) -> int:
     _quiet()
     scenario = _scenario(args.scenario)
-    policies = _policies(args.policy or [DEFAULT_POLICIES])
+    policies = with_budget(_policies(args.policy or [DEFAULT_POLICIES]), args.budget)
     console = Console(stderr=True)
     show_progress = not args.no_progress and console.is_terminal
     reports: list[StabilityReport] = []
@@ -419,6 +431,14 @@ def add_simulate_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         help="a node runs hot above this load (cpu or memory, a fraction of capacity net of "
         f"reserves, 5-minute average; default {HOT:g})",
     )
+    p.add_argument(
+        "--budget",
+        type=_budget,
+        metavar="N",
+        help="a migration budget: at most N balancing migrations in any 24 hours "
+        "(policy.max_migrations_per_day) for opendrs's own policies; the emulated peers' "
+        "presets (proxmox, incus, proxlb) are left as they are",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--format", choices=("text", "json"), default="text", help="output format")
     p.set_defaults(func=cmd_simulate)
@@ -436,6 +456,16 @@ def _hot(text: str) -> float:
     value = parse_number(text)
     if not 0 < value <= 10:
         raise argparse.ArgumentTypeError("must be a load fraction more than 0 and at most 10")
+    return value
+
+
+def _budget(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 0 <= value <= 100_000:
+        raise argparse.ArgumentTypeError("must be a whole number from 0 to 100000")
     return value
 
 

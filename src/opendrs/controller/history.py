@@ -767,6 +767,22 @@ class History:
             ).fetchall()
         return [_migration(row) for row in rows]
 
+    def budget_spent(self, since: float) -> list[float]:
+        """When each migration that counts against the migration budget started, at or after
+        ``since``, oldest first: those of a decision whose summary says ``budgeted`` (a balancing
+        plan, or a repair of nodes that only run hot); for a decision recorded without it, those
+        of a balancing plan (``action = 'plan'``)."""
+        since = _time("since", since)
+        with self._read("read the migration budget spent") as db:
+            rows = db.execute(
+                "SELECT m.started FROM migrations m JOIN decisions d ON d.id = m.decision "
+                "WHERE m.started >= ? AND "
+                "coalesce(json_extract(d.summary, '$.budgeted'), d.action = 'plan') "
+                "ORDER BY m.started, m.id",
+                (since,),
+            ).fetchall()
+        return [float(row["started"]) for row in rows]
+
     def departures(self, since: float) -> dict[str, list[tuple[str, float]]]:
         """Per guest, the nodes it left by a ``done`` migration that ended at or after ``since``.
 

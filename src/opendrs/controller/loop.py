@@ -45,6 +45,7 @@ from opendrs.controller.config import Config, with_platform_defaults
 from opendrs.controller.executor import Event, Executor
 from opendrs.controller.history import History
 from opendrs.engine.policy import (
+    BUDGET_WINDOW,
     Decision,
     PastMigrations,
     PolicyConfig,
@@ -266,8 +267,9 @@ class Controller:
 
     # -- one cycle -----------------------------------------------------------------------------
 
-    def past_migrations(self, now: float) -> PastMigrations:
-        """What the history tells the policy: cooldowns, departures, failed targets."""
+    def past_migrations(self, now: float, policy: PolicyConfig | None = None) -> PastMigrations:
+        """What the history tells the policy: cooldowns, departures, failed targets, and (with a
+        migration budget) the budgeted migrations of the last 24 hours."""
         departures = self.history.departures(now - self.policy.no_return)
         cooldowns = self.history.cooldowns(now)
         # Moves the platform records (Incus's volatile.rebalance.last_move), by any balancer.
@@ -278,10 +280,14 @@ class Controller:
             until = moved + self.policy.cooldown
             if until > max(now, cooldowns.get(guest, now)):
                 cooldowns[guest] = until
+        budget = (policy or self.policy).max_migrations_per_day
         return PastMigrations(
             cooldown_until=cooldowns,
             departures={g: tuple(v) for g, v in departures.items()},
             avoid=self.history.avoided(now),
+            budget_spent=(
+                () if budget is None else tuple(self.history.budget_spent(now - BUDGET_WINDOW))
+            ),
         )
 
     def observe(self) -> Cluster:
@@ -365,7 +371,7 @@ class Controller:
             now,
             policy,
             self.state,
-            self.past_migrations(now),
+            self.past_migrations(now, policy),
             busy=self.executor.busy,
             average=average,
             recent=recent,
@@ -424,6 +430,7 @@ class Controller:
         log.info("decision (%s): %s", self.config.mode, decision.reason)
         summary = {
             "code": decision.code,
+            "budgeted": decision.budgeted,
             "nodes": len(cluster.nodes),
             "usable_nodes": sum(1 for n in cluster.nodes if n.usable),
             "guests": len(cluster.guests),

@@ -34,6 +34,12 @@ the next state. Every guard the peers use against flapping is here, each one con
 * **Batch** — at most ``batch`` migrations per decision: asked of the strategy as ``max_moves``
   (strategies that take it); every proposal is then cut to the first ``batch`` migrations in
   proposal order, hard-affinity bundles whole, and the cut target is planned again.
+* **Budget** — with ``max_migrations_per_day``, at most that many balancing migrations (plans,
+  and reliefs of nodes that only run hot) start in any 24 hours (:data:`BUDGET_WINDOW`); the
+  controller gives their start times (:attr:`PastMigrations.budget_spent`). Spent, the strategy
+  is not asked (code ``budget``); partly spent, a plan that clears the margin but needs more
+  than is left is asked for again with at most what is left, and that part is made. Repairs of
+  maintenance, capacity and hard rules, and returns from maintenance, are exempt.
 * **Busy** — while a plan is executing nothing is decided and the hold count stands still (Proxmox
   skips its rounds without counting while a service migrates).
 
@@ -99,10 +105,11 @@ from opendrs.engine.policy.repair import (
     warn_stuck,
 )
 from opendrs.engine.policy.smoothing import UsageWindow, overload_span
-from opendrs.engine.policy.state import PastMigrations, PolicyState
+from opendrs.engine.policy.state import BUDGET_WINDOW, PastMigrations, PolicyState
 from opendrs.engine.policy.why import WhyNot, why_not
 
 __all__ = [
+    "BUDGET_WINDOW",
     "METRICS",
     "POLICY_KEYS",
     "PRESETS",

@@ -61,6 +61,10 @@ class PolicyConfig:
     #: no-return guards), and no plan fills a node beyond it. None (the default): only the
     #: capacity itself counts.
     hot: float | None = None
+    #: Most migrations that balance (plans, and repairs of nodes that only run hot) over a
+    #: rolling 24 hours; repairs of maintenance, failures and hard rules, and returns from
+    #: maintenance, are exempt. None (the default): no budget.
+    max_migrations_per_day: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "options", frozen_mapping(self.options))
@@ -102,6 +106,14 @@ class PolicyConfig:
                 raise ValueError(f"policy {key}: expected a whole number ≥ 0, got {value!r}")
         if self.interval < 1:
             raise ValueError(f"policy interval: must be at least 1 second, got {self.interval}")
+        budget = self.max_migrations_per_day
+        if budget is not None and (
+            isinstance(budget, bool) or not isinstance(budget, int) or budget < 0
+        ):
+            raise ValueError(
+                "policy max_migrations_per_day: expected a whole number ≥ 0 or none, "
+                f"got {budget!r}"
+            )
         for key in ("max_parallel", "max_node_inflow"):
             value = getattr(self, key)
             if value is not None and (
@@ -190,17 +202,26 @@ def strategy_request(
     past: PastMigrations,
     now: float,
     forbidden: frozenset[tuple[str, str]] = frozenset(),
+    left: int | None = None,
 ) -> Request:
-    """What the policy asks of its strategy: the placements it forbids, its batch as the most
-    migrations (none with ``batch`` 0), its target spread, and the cooldowns at ``now``. The
-    strategy's options, set explicitly, win over it (:meth:`StrategyOptions.pick`)."""
+    """What the policy asks of its strategy: the placements it forbids, the most migrations —
+    its batch (none with ``batch`` 0), or ``left`` of the migration budget when that is less —,
+    its target spread, and the cooldowns at ``now``. The strategy's options, set explicitly, win
+    over it (:meth:`StrategyOptions.pick`)."""
     return Request(
         forbidden=forbidden,
-        max_moves=config.batch if config.batch > 0 else None,
+        max_moves=most_moves(config.batch, left),
         target_spread=config.target,
         now=now,
         cooldown_until=dict(past.cooldown_until),
     )
+
+
+def most_moves(batch: int, left: int | None) -> int | None:
+    """The most migrations one decision may make: the ``batch`` (0: no limit) and what is
+    ``left`` of the migration budget (None: no budget), whichever is less; None: no limit."""
+    limits = [n for n in (batch if batch > 0 else None, left) if n is not None]
+    return min(limits) if limits else None
 
 
 POLICY_KEYS: tuple[str, ...] = (
@@ -224,6 +245,7 @@ POLICY_KEYS: tuple[str, ...] = (
     "max_node_inflow",
     "maintenance_return",
     "hot",
+    "max_migrations_per_day",
 )
 
 
@@ -291,11 +313,11 @@ def parse_policy(
     Keys are the fields of :class:`PolicyConfig`, plus ``preset`` (a name in :data:`PRESETS`) to
     start from instead of ``base`` (default :class:`PolicyConfig()`). Durations are seconds or
     strings such as ``5m``, ``6h``, ``1d 6h``; ``threshold``, ``target`` and ``margin`` are
-    fractions (``0.15``) or percentages (``15%``); ``max_parallel`` and ``max_node_inflow`` may
-    be null. ``options`` are checked against the strategy's options class (names, types, the
-    strategy's own checks) and tried on a small cluster (:func:`strategy_problem`). A new
-    ``strategy`` without ``options`` starts with none. Errors are :class:`DocumentError` (one line
-    naming the key).
+    fractions (``0.15``) or percentages (``15%``); ``max_parallel``, ``max_node_inflow`` and
+    ``max_migrations_per_day`` may be null. ``options`` are checked against the strategy's
+    options class (names, types, the strategy's own checks) and tried on a small cluster
+    (:func:`strategy_problem`). A new ``strategy`` without ``options`` starts with none. Errors
+    are :class:`DocumentError` (one line naming the key).
     """
     start = base if base is not None else PolicyConfig()
     mapping = reader.mapping(value, path)
@@ -335,6 +357,12 @@ def parse_policy(
         fields["hot"] = None if item is None else _fraction(reader, item, hpath, 1.0)
         if fields["hot"] == 0:
             reader.fail(hpath, "must be above 0 (write null to turn it off)")
+    if "max_migrations_per_day" in mapping:
+        item = mapping["max_migrations_per_day"]
+        bpath = (*path, "max_migrations_per_day")
+        fields["max_migrations_per_day"] = (
+            None if item is None else reader.integer(item, bpath, minimum=0, maximum=_MAX_COUNT)
+        )
     if "maintenance_return" in mapping:
         fields["maintenance_return"] = reader.boolean(
             mapping["maintenance_return"], (*path, "maintenance_return")

@@ -1,6 +1,6 @@
 """:func:`decide`: whether to act on one observation, as a short sequence of guards — busy,
-repair, back from maintenance, threshold, hold, then the strategy's plan and the margin — each
-returning a :class:`Decision` or passing to the next."""
+repair, back from maintenance, threshold, hold, migration budget, then the strategy's plan and the
+margin — each returning a :class:`Decision` or passing to the next."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from opendrs.engine.planner import Plan
-from opendrs.engine.policy.config import PolicyConfig, strategy_request
+from opendrs.engine.policy.config import PolicyConfig, most_moves, strategy_request
 from opendrs.engine.policy.guards import failed_targets, forbidden_placements
 from opendrs.engine.policy.maintenance import returns_from_maintenance, track_evacuations
 from opendrs.engine.policy.metrics import (
@@ -21,15 +21,16 @@ from opendrs.engine.policy.metrics import (
     metric_label,
 )
 from opendrs.engine.policy.planning import final_placement, plan_within, truncate
-from opendrs.engine.policy.repair import Repair, may_need_repair, repair_within_guards
+from opendrs.engine.policy.repair import Repair, may_need_repair, only_hot, repair_within_guards
 from opendrs.engine.policy.smoothing import overloads
-from opendrs.engine.policy.state import PastMigrations, PolicyState
+from opendrs.engine.policy.state import BUDGET_WINDOW, PastMigrations, PolicyState
 from opendrs.engine.policy.why import why_not
 from opendrs.engine.strategies import get_strategy
 from opendrs.engine.strategies.base import Proposal
 from opendrs.engine.usage import MeasuredUsage
 from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster
+from opendrs.model.units import format_duration
 
 DecisionKind = Literal["none", "plan", "repair"]
 #: What a decision is, for code (the reason is for the operator):
@@ -39,6 +40,7 @@ DecisionKind = Literal["none", "plan", "repair"]
 #: * ``return`` — evacuated guests back to their node out of maintenance (acts);
 #: * ``balanced`` — the metric at or below the threshold;
 #: * ``holding`` — above the threshold for fewer observations than the hold;
+#: * ``budget`` — the migration budget is spent (or too little is left for the plan);
 #: * ``no-proposal`` — the strategy proposes no migration;
 #: * ``unordered`` — no proposed migration can be ordered safely;
 #: * ``below-margin`` — the plan improves the metric by less than the margin;
@@ -49,6 +51,7 @@ DecisionCode = Literal[
     "return",
     "balanced",
     "holding",
+    "budget",
     "no-proposal",
     "unordered",
     "below-margin",
@@ -78,6 +81,9 @@ class Decision:
     stuck: tuple[tuple[str, str], ...] = ()
     #: What the decision is (:data:`DecisionCode`).
     code: DecisionCode = "balanced"
+    #: Whether its migrations count against the migration budget: a balancing plan, or a repair
+    #: of nodes that only run hot (the history keeps it; see ``max_migrations_per_day``).
+    budgeted: bool = False
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -122,7 +128,7 @@ def decide(
     strategy's options were checked when ``config`` was made).
     """
     round_ = _Round(cluster, now, config, state, past, average, recent, busy)
-    for guard in (_busy, _repair, _back_from_maintenance, _balanced, _holding):
+    for guard in (_busy, _repair, _back_from_maintenance, _balanced, _holding, _budget):
         decision = guard(round_)
         if decision is not None:
             return decision
@@ -158,6 +164,11 @@ class _Round:
         self.repair_note = ""
         #: Where the threshold and the hold stand, as the reason's first words.
         self.trigger = ""
+        #: The budgeted migrations started within the window, oldest first, and how many more
+        #: may start now (None: no budget).
+        budget = config.max_migrations_per_day
+        self.spent = sorted(t for t in past.budget_spent if now - t < BUDGET_WINDOW)
+        self.left = None if budget is None else max(budget - len(self.spent), 0)
 
     @property
     def cluster(self) -> Cluster:
@@ -195,6 +206,7 @@ class _Round:
         proposal: Proposal | None = None,
         plan: Plan | None = None,
         forbidden: frozenset[tuple[str, str]] | None = None,
+        budgeted: bool = False,
     ) -> Decision:
         act = code in _ACTING
         kind: DecisionKind = "plan" if code == "plan" else "repair" if act else "none"
@@ -212,7 +224,22 @@ class _Round:
             state,
             self.repair.stuck,
             code,
+            budgeted or code == "plan",
         )
+
+    def budget_spent(self, needed: int | None = None) -> str:
+        """Why the budget stops a plan: all spent, or fewer left than ``needed``; and when the
+        oldest budgeted migration of the window leaves it."""
+        budget = self.config.max_migrations_per_day
+        spent = f"{len(self.spent)} of {budget} in the last 24 h"
+        if needed is None or not self.left:
+            what = f"the migration budget is spent: {spent}"
+        else:
+            what = f"the plan needs {_migrations(needed)}, more than the budget leaves ({spent})"
+        if not self.spent:
+            return what
+        frees = self.spent[0] + BUDGET_WINDOW - self.now
+        return f"{what}; the next is free in {format_duration(max(frees, 1.0))}"
 
 
 def _migrations(n: int) -> str:
@@ -251,6 +278,10 @@ def _repair(r: _Round) -> Decision | None:
     if not plan.moves:
         r.repair_note = f"; repair needed ({what}) but no allowed migration reaches it"
         return None
+    hot_only = only_hot(r.cluster, view.constraints)
+    if hot_only and r.left is not None and len(plan.moves) > r.left:
+        r.repair_note = f"; repair needed ({what}) but {r.budget_spent(len(plan.moves))}"
+        return None
     overridden = (
         ""
         if kept_off == view.forbidden
@@ -265,6 +296,7 @@ def _repair(r: _Round) -> Decision | None:
         proposal=r.repair.proposal,
         plan=plan,
         forbidden=kept_off,
+        budgeted=hot_only,
     )
 
 
@@ -320,10 +352,21 @@ def _holding(r: _Round) -> Decision | None:
     )
 
 
+def _budget(r: _Round) -> Decision | None:
+    """With the migration budget spent, the strategy is not asked (the hold stays reached)."""
+    if r.left is None or r.left > 0:
+        return None
+    need = max(r.config.hold, 1)
+    state = replace(r.state, hold=min(r.state.hold + 1, need))
+    return r.decision("budget", f"{r.trigger}; {r.budget_spent()}{r.repair_note}", state)
+
+
 def _balance(r: _Round) -> Decision:
-    """Ask the strategy, order its proposal, and act if the plan clears the margin."""
+    """Ask the strategy, order its proposal, and act if the plan clears the margin (and, with a
+    migration budget, fits in what is left: :func:`_within_budget`)."""
     config, view, note = r.config, r.view, r.repair_note
-    proposal, plan = plan_within(r.cluster, _proposer(r), view.forbidden, config, view.constraints)
+    propose = _proposer(r, config.batch)
+    proposal, plan = plan_within(r.cluster, propose, view.forbidden, config, view.constraints)
     if not proposal.net_moves():
         why = why_not(r.cluster, r.now, config, r.past, view.constraints)
         # All excluded: that is the reason, whatever the strategy says.
@@ -336,6 +379,8 @@ def _balance(r: _Round) -> Decision:
         return r.decision("unordered", reason + note, r.attempted(), proposal=proposal, plan=plan)
     migrations = _migrations(len(plan.moves))
     if config.metric == "none":
+        if r.left is not None and len(plan.moves) > r.left:
+            return _within_budget(r, len(plan.moves))
         reason = f"{r.trigger}; it proposes {migrations} ({proposal.stopped}){note}"
         return r.decision("plan", reason, r.acted(), proposal=proposal, plan=plan)
     predicted = r.predicted(plan)
@@ -354,20 +399,45 @@ def _balance(r: _Round) -> Decision:
             proposal=proposal,
             plan=plan,
         )
+    if r.left is not None and len(plan.moves) > r.left:
+        return _within_budget(r, len(plan.moves))
     reason = f"{r.trigger}; plan brings it to {after} with {migrations}{note}"
     return r.decision("plan", reason, r.acted(), predicted=predicted, proposal=proposal, plan=plan)
 
 
-def _proposer(r: _Round) -> Callable[[frozenset[tuple[str, str]]], Proposal]:
-    """The strategy, asked what the policy asks and with its options, its proposal cut to the
-    batch."""
+def _within_budget(r: _Round, whole: int) -> Decision:
+    """The plan of ``whole`` migrations cleared the margin but the budget leaves fewer: the
+    strategy is asked again for at most what is left — the moves that buy the most balance for
+    a strategy that takes ``max_moves`` — and that part is made if it does not make the metric
+    worse (the margin was the whole plan's to clear)."""
+    config, view, note = r.config, r.view, r.repair_note
+    left = r.left or 0
+    propose = _proposer(r, most_moves(config.batch, left) or 0)
+    proposal, plan = plan_within(r.cluster, propose, view.forbidden, config, view.constraints)
+    predicted = r.predicted(plan) if plan.moves and config.metric != "none" else None
+    if not plan.moves or len(plan.moves) > left or (predicted or 0.0) > r.metric + 1e-12:
+        reason = f"{r.trigger}; {r.budget_spent(whole)}"
+        return r.decision("budget", reason + note, r.attempted(), proposal=proposal, plan=plan)
+    part = f"{_migrations(len(plan.moves))}, what the budget leaves of a plan of {whole}"
+    if predicted is None:
+        reason = f"{r.trigger}; it proposes {part} ({proposal.stopped}){note}"
+    else:
+        after = format_metric(config.metric, predicted)
+        reason = f"{r.trigger}; plan brings it to {after} with {part}{note}"
+    return r.decision("plan", reason, r.acted(), predicted=predicted, proposal=proposal, plan=plan)
+
+
+def _proposer(r: _Round, most: int) -> Callable[[frozenset[tuple[str, str]]], Proposal]:
+    """The strategy, asked what the policy asks and with its options — at most ``most``
+    migrations (0: no limit) —, its proposal cut to that."""
     config, view = r.config, r.view
     info = get_strategy(config.strategy)
     options = config.strategy_options
+    left = None if most == config.batch else most
 
     def propose(forbidden: frozenset[tuple[str, str]]) -> Proposal:
-        request = strategy_request(config, r.past, r.now, forbidden)
+        request = strategy_request(config, r.past, r.now, forbidden, left)
         found = info.propose(view, request, options)
-        return truncate(r.cluster, found, config.batch, view.constraints, view.loads)
+        return truncate(r.cluster, found, most, view.constraints, view.loads)
 
     return propose

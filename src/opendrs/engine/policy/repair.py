@@ -284,7 +284,7 @@ def repair_within_guards(
         )
 
     fixed = attempt(guarded)
-    if not fixed.stuck or guarded == failed or _only_hot(cluster, cons):
+    if not fixed.stuck or guarded == failed or only_hot(cluster, cons):
         return fixed, guarded
     relaxed = attempt(failed)
     if len(relaxed.stuck) >= len(fixed.stuck):
@@ -292,8 +292,9 @@ def repair_within_guards(
     return relaxed, failed
 
 
-def _only_hot(cluster: Cluster, cons: Constraints) -> bool:
-    """Whether all that breaks now is nodes running hot (no hard constraint)."""
+def only_hot(cluster: Cluster, cons: Constraints) -> bool:
+    """Whether all that breaks now is nodes running hot (no hard constraint): relieving them is
+    balancing, and it counts against the migration budget."""
     broken = _broken(cluster, cons, current_assign(cluster), cons.capacity.committed())
     return all(b.kind == "hot" for b in broken.values())
 

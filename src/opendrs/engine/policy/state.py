@@ -13,6 +13,10 @@ def frozen_mapping(value: Mapping[Any, Any] | None) -> Mapping[Any, Any]:
     return MappingProxyType(dict(value or {}))
 
 
+#: The migration budget's rolling window: a day, in seconds.
+BUDGET_WINDOW = 24 * 3600
+
+
 @dataclass(frozen=True, slots=True)
 class PastMigrations:
     """What the controller's history tells the policy (times on the clock ``decide`` gets)."""
@@ -25,8 +29,13 @@ class PastMigrations:
     )
     #: (guest id, node) → the time until which that target is avoided (a migration failed).
     avoid: Mapping[tuple[str, str], float] = field(default_factory=lambda: MappingProxyType({}))
+    #: When each migration that counts against the migration budget started (balancing plans
+    #: and repairs of nodes that only run hot), any order; the controller gives those of the
+    #: last :data:`BUDGET_WINDOW` seconds when the policy has a budget.
+    budget_spent: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "budget_spent", tuple(float(t) for t in self.budget_spent))
         object.__setattr__(self, "cooldown_until", frozen_mapping(self.cooldown_until))
         object.__setattr__(
             self,

@@ -1,0 +1,64 @@
+"""``opendrs simulate --budget`` and ``policy.max_migrations_per_day`` on the command line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+
+def opendrs(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "opendrs", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_simulate_budget_bounds_opendrs_and_leaves_the_peers_alone() -> None:
+    # The first day of the month: unbudgeted, opendrs balances with dozens of migrations.
+    args = ("simulate", "--days", "1", "--format", "json", "--no-progress")
+    free = opendrs(*args, "--policy", "opendrs,proxmox")
+    budgeted = opendrs(*args, "--policy", "opendrs,proxmox", "--budget", "4")
+    assert free.returncode == 0 and budgeted.returncode == 0, budgeted.stderr
+    before = {r["policy"]: r for r in json.loads(free.stdout)}
+    after = {r["policy"]: r for r in json.loads(budgeted.stdout)}
+    assert before["opendrs"]["balancing_migrations"] > 4
+    assert 0 < after["opendrs"]["balancing_migrations"] <= 4
+    # The emulated peer runs as it did, budget or not.
+    for report in (before, after):
+        del report["proxmox"]["wall_seconds"]
+    assert after["proxmox"] == before["proxmox"]
+
+
+def test_simulate_refuses_a_bad_budget_in_one_line() -> None:
+    done = opendrs("simulate", "--days", "1", "--budget", "-3")
+    assert done.returncode == 2
+    assert "--budget: must be a whole number from 0 to 100000" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def _config(directory: Path, budget: str) -> Path:
+    config = directory / "opendrs.yaml"
+    config.write_text(
+        "mode: shadow\nbackend: {type: sim, scenario: 'builtin:demo', days: 0.1}\n"
+        f"history: {directory / 'history.db'}\npolicy: {{max_migrations_per_day: {budget}}}\n"
+    )
+    return config
+
+
+def test_run_takes_a_budget(tmp_path: Path) -> None:
+    done = opendrs("run", "--config", str(_config(tmp_path, "2")), "--once")
+    assert done.returncode == 0, done.stderr
+
+
+def test_run_refuses_a_bad_budget_in_one_line(tmp_path: Path) -> None:
+    done = opendrs("run", "--config", str(_config(tmp_path, "-1")), "--once")
+    assert done.returncode == 2
+    assert done.stderr.strip().endswith(
+        "policy.max_migrations_per_day: must be between 0 and 100000, got -1"
+    )
+    assert done.stderr.count("\n") == 1

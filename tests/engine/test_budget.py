@@ -1,0 +1,214 @@
+"""The migration budget: at most ``max_migrations_per_day`` balancing migrations in any 24 hours,
+repairs exempt, the budget left spent on the moves that buy the most balance."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+
+import pytest
+
+from opendrs.engine.policy import (
+    BUDGET_WINDOW,
+    Decision,
+    PastMigrations,
+    PolicyConfig,
+    PolicyState,
+    decide,
+    parse_policy,
+)
+from opendrs.engine.policy.planning import final_placement
+from opendrs.model.cluster import Cluster, Guest, Node, Settings
+from opendrs.model.document import DocumentError, Reader
+
+GiB = 1024**3
+DAY = 86400
+NOW = 1_000_000.0
+#: Act on the first observation above the threshold, no other guard.
+EAGER = PolicyConfig(hold=1, margin=0.0, cooldown=0, no_return=0, min_uptime=0, smoothing=0)
+
+
+def _g(gid: str, node: str, cores: float) -> Guest:
+    return Guest(gid, node, cpu=cores, memory=int(cores * 10 * GiB), uptime=DAY)
+
+
+def _cluster(*guests: Guest, maintenance: str = "") -> Cluster:
+    nodes = tuple(
+        Node(f"n{i}", 10, 100 * GiB, maintenance=f"n{i}" == maintenance) for i in (1, 2, 3)
+    )
+    return Cluster(nodes, guests, settings=Settings(mode="static"))
+
+
+def _eight_on_n1() -> Cluster:
+    return _cluster(*(_g(f"g{i}", "n1", 1) for i in range(8)))
+
+
+def _decide(
+    cluster: Cluster, config: PolicyConfig, spent: tuple[float, ...] = (), now: float = NOW
+) -> Decision:
+    past = PastMigrations(budget_spent=spent)
+    return decide(cluster, now, config, PolicyState(), past, busy=False)
+
+
+def _spread(cluster: Cluster, placement: dict[str, str]) -> float:
+    """The cpu spread (memory reads alike here) with guests placed as ``placement``."""
+    load = {n.name: 0.0 for n in cluster.nodes if n.usable}
+    for guest in cluster.guests:
+        load[placement.get(guest.id, guest.node)] += guest.cpu / 10
+    return max(load.values()) - min(load.values())
+
+
+def test_a_spent_budget_stops_balancing_and_says_when_it_frees() -> None:
+    config = replace(EAGER, max_migrations_per_day=3)
+    # Three migrations 20, 10 and 5 hours ago: the budget is spent; the oldest leaves the
+    # window in 4 hours. One 30 hours ago is out of it.
+    spent = (NOW - 20 * 3600, NOW - 10 * 3600, NOW - 5 * 3600, NOW - 30 * 3600)
+    decision = _decide(_eight_on_n1(), config, spent)
+    assert not decision.act and decision.code == "budget" and decision.plan is None
+    assert decision.reason.endswith(
+        "; the migration budget is spent: 3 of 3 in the last 24 h; the next is free in 4h"
+    )
+    # The hold stays reached: the first observation once the budget frees may act.
+    assert decision.state.hold == 1
+    later = _decide(_eight_on_n1(), config, spent, now=NOW + 4 * 3600)
+    assert later.act and later.code == "plan" and len(later.plan.moves) == 1  # type: ignore[union-attr]
+    # A budget of 0 never balances.
+    assert _decide(_eight_on_n1(), replace(EAGER, max_migrations_per_day=0)).code == "budget"
+
+
+def test_what_is_left_is_the_most_a_plan_makes() -> None:
+    # Balance would move five of the eight guests; two are left of a budget of 5.
+    cluster = _eight_on_n1()
+    assert len(_decide(cluster, EAGER).plan.moves) == 5  # type: ignore[union-attr]
+    config = replace(EAGER, max_migrations_per_day=5)
+    decision = _decide(cluster, config, (NOW - 3600, NOW - 7200, NOW - 9000))
+    assert decision.act and decision.code == "plan" and decision.budgeted
+    assert len(decision.plan.moves) == 2  # type: ignore[union-attr]
+    assert decision.proposal is not None and decision.proposal.options["max_moves"] == 2
+    assert decision.reason.endswith("with 2 migrations, what the budget leaves of a plan of 5")
+    # The batch still bounds it when it is less.
+    assert len(_decide(cluster, replace(config, batch=1)).plan.moves) == 1  # type: ignore[union-attr]
+    # A strategy without max_moves is cut to what is left.
+    greedy = replace(config, strategy="static-greedy")
+    cut = _decide(cluster, greedy, (NOW - 3600, NOW - 7200))
+    assert cut.act and len(cut.plan.moves) == 3  # type: ignore[union-attr]
+    assert "cut to 3 of" in cut.proposal.stopped  # type: ignore[union-attr]
+
+
+def test_the_margin_is_the_whole_plans_to_clear() -> None:
+    # The margin asks 25 % of the whole plan (80 → 10 pp); one migration brings the spread from
+    # 80 to 70 pp (12 %): with a budget of 1 that part of the plan is made, not refused.
+    cluster = _eight_on_n1()
+    margin = replace(EAGER, margin=0.25)
+    whole = _decide(cluster, margin)
+    assert whole.act and len(whole.plan.moves) == 5  # type: ignore[union-attr]
+    cut = _decide(cluster, replace(margin, max_migrations_per_day=1))
+    assert cut.act and cut.code == "plan" and len(cut.plan.moves) == 1  # type: ignore[union-attr]
+    assert cut.predicted is not None and cut.predicted < cut.metric
+    # A budget larger than the plan cuts nothing.
+    assert _decide(cluster, replace(margin, max_migrations_per_day=50)).plan == whole.plan
+    # A budget never acts where no budget would not: the whole plan (87.5 % better) is below a
+    # 90 % margin, so its first migration is not made either.
+    strict = replace(EAGER, margin=0.9)
+    assert _decide(cluster, strict).code == "below-margin"
+    assert _decide(cluster, replace(strict, max_migrations_per_day=1)).code == "below-margin"
+
+
+@pytest.mark.parametrize("budget", [1, 2, 3])
+def test_the_budget_buys_the_most_balance_per_migration(budget: int) -> None:
+    # Guests of unequal sizes, all on n1 and n2: every placement that differs from this one in at
+    # most ``budget`` guests is tried; none has a lower spread than the plan the budget allows.
+    guests = (
+        _g("a", "n1", 4),
+        _g("b", "n1", 2),
+        _g("c", "n1", 1),
+        _g("d", "n1", 0.5),
+        _g("e", "n2", 1.5),
+        _g("f", "n2", 0.5),
+    )
+    cluster = _cluster(*guests)
+    decision = _decide(cluster, replace(EAGER, max_migrations_per_day=budget))
+    assert decision.act and decision.plan is not None
+    assert len(decision.plan.moves) <= budget
+    got = _spread(cluster, final_placement(decision.plan))
+    assert decision.predicted == pytest.approx(got)
+    nodes = [n.name for n in cluster.nodes]
+    best = min(
+        _spread(cluster, dict(zip(moved, targets, strict=True)))
+        for k in range(budget + 1)
+        for moved in itertools.combinations([g.id for g in guests], k)
+        for targets in itertools.product(nodes, repeat=k)
+    )
+    assert got == pytest.approx(best)
+
+
+def test_repairs_are_exempt_and_counted_apart() -> None:
+    # A guest on n3, in maintenance, with the budget spent: repaired all the same, and not
+    # counted against the budget.
+    cluster = _cluster(_g("a", "n1", 2), _g("b", "n2", 2), _g("m", "n3", 1), maintenance="n3")
+    config = replace(EAGER, max_migrations_per_day=1)
+    decision = _decide(cluster, config, (NOW - 60,))
+    assert decision.act and decision.code == "repair" and not decision.budgeted
+    assert [m.guest for m in decision.plan.moves] == ["m"]  # type: ignore[union-attr]
+
+
+def _hot_cluster() -> Cluster:
+    """n1 at 92 % of its cpu on measured usage (hot at 85 %), within its capacity."""
+    nodes = tuple(Node(f"n{i}", 10, 64 * GiB) for i in (1, 2, 3))
+    guests = tuple(
+        Guest(f"g{k}", "n1", cpu=4, memory=4 * GiB, cpu_used=c, memory_used=GiB, uptime=DAY)
+        for k, c in enumerate((5.0, 3.6, 0.3, 0.3))
+    )
+    return Cluster(nodes, guests, settings=Settings(mode="dynamic"))
+
+
+def test_relieving_a_node_that_only_runs_hot_counts_against_the_budget() -> None:
+    config = replace(EAGER, threshold=1.0, hot=0.85, max_migrations_per_day=1)
+    relieved = _decide(_hot_cluster(), config)
+    assert relieved.act and relieved.code == "repair" and relieved.budgeted
+    spent = _decide(_hot_cluster(), config, (NOW - 60,))
+    assert not spent.act
+    assert "repair needed (n1 runs hot" in spent.reason
+    assert "the migration budget is spent: 1 of 1 in the last 24 h" in spent.reason
+
+
+def test_without_a_budget_nothing_changes() -> None:
+    cluster = _eight_on_n1()
+    spent = tuple(NOW - 60 * k for k in range(1, 50))
+    assert _decide(cluster, EAGER, spent) == _decide(cluster, EAGER)
+    assert BUDGET_WINDOW == DAY
+
+
+def _parse(value: object) -> PolicyConfig:
+    return parse_policy(Reader("opendrs.yaml"), value, ("policy",))
+
+
+def test_parse_the_budget() -> None:
+    assert _parse({}).max_migrations_per_day is None
+    assert _parse({"max_migrations_per_day": 40}).max_migrations_per_day == 40
+    assert _parse({"max_migrations_per_day": 0}).max_migrations_per_day == 0
+    assert _parse({"max_migrations_per_day": None}).max_migrations_per_day is None
+    preset = _parse({"preset": "proxmox", "max_migrations_per_day": 5})
+    assert preset.name == "proxmox" and preset.max_migrations_per_day == 5
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (-1, "must be between 0 and 100000, got -1"),
+        (2.5, "expected a whole number, got 2.5"),
+        ("ten", "expected a whole number, got 'ten'"),
+        (True, "expected a whole number, got true"),
+    ],
+)
+def test_a_bad_budget_is_one_line(value: object, message: str) -> None:
+    with pytest.raises(DocumentError) as info:
+        _parse({"max_migrations_per_day": value})
+    text = str(info.value)
+    assert text == f"opendrs.yaml: policy.max_migrations_per_day: {message}"
+
+
+@pytest.mark.parametrize("value", [-1, 1.5, True, "3"])
+def test_the_config_refuses_a_bad_budget(value: object) -> None:
+    with pytest.raises(ValueError, match="policy max_migrations_per_day: expected a whole"):
+        PolicyConfig(max_migrations_per_day=value)  # type: ignore[arg-type]
