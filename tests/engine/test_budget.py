@@ -92,7 +92,7 @@ def test_what_is_left_is_the_most_a_plan_makes() -> None:
     greedy = replace(config, strategy="static-greedy")
     cut = _decide(cluster, greedy, (NOW - 3600, NOW - 7200))
     assert cut.act and len(cut.plan.moves) == 3  # type: ignore[union-attr]
-    assert "cut to 3 of" in cut.proposal.stopped  # type: ignore[union-attr]
+    assert "migrations (budget 3)" in cut.proposal.stopped  # type: ignore[union-attr]
 
 
 def test_the_margin_is_the_whole_plans_to_clear() -> None:

@@ -438,6 +438,7 @@ def _proposer(r: _Round, most: int) -> Callable[[frozenset[tuple[str, str]]], Pr
     def propose(forbidden: frozenset[tuple[str, str]]) -> Proposal:
         request = strategy_request(config, r.past, r.now, forbidden, left)
         found = info.propose(view, request, options)
-        return truncate(r.cluster, found, most, view.constraints, view.loads)
+        limit = "batch" if left is None else "budget"
+        return truncate(r.cluster, found, most, view.constraints, view.loads, limit)
 
     return propose

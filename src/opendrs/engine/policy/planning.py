@@ -24,8 +24,10 @@ def truncate(
     batch: int,
     constraints: Constraints | None = None,
     loads: LoadModel | None = None,
+    limit: str = "batch",
 ) -> Proposal:
-    """``proposal`` cut to at most ``batch`` migrations (``batch`` 0: unchanged).
+    """``proposal`` cut to at most ``batch`` migrations (``batch`` 0: unchanged); ``limit`` names
+    what sets that number in the stop sentence (the policy's ``batch``, or its ``budget``).
 
     Migrations are taken in proposal order, one *unit* at a time — a guest, or the members of a
     hard-affinity bundle that go to the same node, which stay whole; a unit that does not fit in
@@ -52,7 +54,7 @@ def truncate(
     for m in net:
         if m.guest in kept:
             assign[gidx[m.guest]] = cluster.node_index[m.target]
-    stopped = f"{proposal.stopped}; cut to {len(kept)} of {len(net)} migrations (batch {batch})"
+    stopped = f"{proposal.stopped}; cut to {len(kept)} of {len(net)} migrations ({limit} {batch})"
     after = cluster_imbalance(cluster, assign, loads)
     return replace(proposal, moves=moves, after=after, stopped=stopped)
 
