@@ -16,7 +16,7 @@ pytest.importorskip("cryptography", reason="the TLS tests make certificates")
 from backends.fakeincus import FakeIncus, Served, make_pki
 from backends.incus_fixture import served, small_cluster, socket_config
 from opendrs.backends.base import BackendError
-from opendrs.backends.incus.client import ApiError, Client
+from opendrs.backends.incus.client import Client, HttpError
 from opendrs.backends.incus.config import (
     INCUS_SOCKET,
     LXD_SOCKETS,
@@ -160,7 +160,7 @@ def test_errors_are_one_line_with_the_status(served: Served) -> None:
     client = Client(socket_config(served))
     client.sleep = lambda seconds: None
     try:
-        with pytest.raises(ApiError) as caught:
+        with pytest.raises(HttpError) as caught:
             client.get("/1.0/resources", target="m1")
     finally:
         client.close()
@@ -175,7 +175,7 @@ def test_errors_are_one_line_with_the_status(served: Served) -> None:
 def test_not_found_is_not_asked_again(served: Served) -> None:
     client = Client(socket_config(served))
     try:
-        with pytest.raises(ApiError) as caught:
+        with pytest.raises(HttpError) as caught:
             client.get("/1.0/instances/nope")
     finally:
         client.close()

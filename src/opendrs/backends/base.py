@@ -28,10 +28,12 @@ from typing import Literal, Protocol, runtime_checkable
 from opendrs.model.cluster import Cluster, Move
 
 __all__ = [
+    "Abandoned",
     "Backend",
     "BackendError",
     "Clock",
     "Handle",
+    "HttpError",
     "Progress",
     "SystemClock",
 ]
@@ -60,6 +62,19 @@ class BackendError(Exception):
 
     def __str__(self) -> str:
         return self.reason
+
+
+class HttpError(BackendError):
+    """An error answer of a platform's HTTP API: its status and message."""
+
+    def __init__(self, reason: str, status: int, message: str, *, transient: bool) -> None:
+        super().__init__(reason, transient=transient)
+        self.status = status
+        self.message = message
+
+
+class Abandoned(BackendError):
+    """A call given up on: opendrs is stopping, or the observation it served failed."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,7 @@ from typing import Any, Final
 
 import httpx
 
-from opendrs.backends.base import BackendError
+from opendrs.backends.base import Abandoned, BackendError, HttpError
 from opendrs.backends.incus.config import IncusConfig
 from opendrs.backends.incus.values import clip
 
@@ -42,19 +42,6 @@ _RETRY_STATUS: Final = frozenset({500, 502, 503, 504})
 _PERMANENT: Final = ("not found", "not implemented", "not clustered", "forbidden")
 #: Methods whose requests change the cluster.
 _CHANGES: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-
-
-class ApiError(BackendError):
-    """An error answer of the API: its HTTP status and message."""
-
-    def __init__(self, reason: str, status: int, message: str, *, transient: bool) -> None:
-        super().__init__(reason, transient=transient)
-        self.status = status
-        self.message = message
-
-
-class Abandoned(BackendError):
-    """A call given up on: opendrs is stopping."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,8 +138,8 @@ class Client:
         assert last is not None
         if config.retries and last.transient:
             reason = f"{last.reason} (after {config.retries + 1} tries)"
-            if isinstance(last, ApiError):
-                raise ApiError(reason, last.status, last.message, transient=True)
+            if isinstance(last, HttpError):
+                raise HttpError(reason, last.status, last.message, transient=True)
             raise BackendError(reason, transient=True)
         raise last
 
@@ -277,9 +264,9 @@ def tls_context(config: IncusConfig) -> ssl.SSLContext:
     return context
 
 
-def _api_error(what: str, where: str, status: int, message: str) -> ApiError:
+def _api_error(what: str, where: str, status: int, message: str) -> HttpError:
     if status == 403:
-        return ApiError(
+        return HttpError(
             f"{what} at {where}: permission denied: {message} (is the client certificate "
             "trusted, and for this project?)",
             status,
@@ -288,7 +275,7 @@ def _api_error(what: str, where: str, status: int, message: str) -> ApiError:
         )
     lowered = message.lower()
     transient = status >= 500 and not any(p in lowered for p in _PERMANENT)
-    return ApiError(
+    return HttpError(
         f"{what} at {where}: HTTP {status}: {message}", status, message, transient=transient
     )
 

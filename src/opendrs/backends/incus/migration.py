@@ -26,7 +26,7 @@ from typing import Any, Final
 
 from opendrs.backends.base import DONE, RUNNING, BackendError, Handle, Progress, failed
 from opendrs.backends.incus.assemble import split_id
-from opendrs.backends.incus.client import ApiError, Client
+from opendrs.backends.incus.client import Client, HttpError
 from opendrs.backends.incus.config import IncusConfig
 from opendrs.backends.incus.observe import LAST_MOVE_KEYS, Observer
 from opendrs.backends.incus.values import clip, flag, object_of, objects_of
@@ -106,7 +106,7 @@ class Migrator:
             return object_of(
                 self._client.get(f"/1.0/instances/{name}", project=project), "/1.0/instances/…"
             )
-        except ApiError as exc:
+        except HttpError as exc:
             if exc.status == 404:
                 raise BackendError(f"{label} does not exist", transient=False) from None
             raise
@@ -180,7 +180,7 @@ class Migrator:
         """The operation now, or ``None`` when the server has forgotten it."""
         try:
             return self._client.wait(operation, 0)
-        except ApiError as exc:
+        except HttpError as exc:
             if exc.status == 404:
                 return None
             raise
@@ -256,7 +256,7 @@ class Migrator:
                     "PATCH", f"/1.0/instances/{name}", {"config": {key: now}}, project=project
                 )
                 return
-            except ApiError as exc:
+            except HttpError as exc:
                 if exc.status != 400 or key != LAST_MOVE_KEYS[0]:
                     log.warning("cannot record the move of %s in %s: %s", move.guest, key, exc)
                     return
@@ -299,7 +299,7 @@ class Migrator:
             operation = job.operation
         try:
             self._client.send("DELETE", f"/1.0/operations/{operation}")
-        except ApiError as exc:
+        except HttpError as exc:
             if exc.status in (400, 403, 404):
                 log.info("operation %s cannot be cancelled: %s", operation, exc.message)
                 return False

@@ -35,7 +35,7 @@ from opendrs.backends.incus.assemble import (
     cpu_rate,
     guest_id,
 )
-from opendrs.backends.incus.client import ApiError, Client
+from opendrs.backends.incus.client import Client, HttpError
 from opendrs.backends.incus.config import IncusConfig
 from opendrs.backends.incus.rules import read_rules
 from opendrs.backends.incus.values import as_int, as_number, object_of, objects_of
@@ -147,7 +147,7 @@ class Observer:
             )
             self._clustered = True
             return members
-        except ApiError as exc:
+        except HttpError as exc:
             if "not clustered" not in exc.message.lower():
                 raise
         self._clustered = False
@@ -161,7 +161,7 @@ class Observer:
         target = {"target": name} if self._clustered else {}
         try:
             resources = object_of(self._client.get("/1.0/resources", **target), "/1.0/resources")
-        except ApiError as exc:
+        except HttpError as exc:
             if exc.status not in (500, 503) and exc.status not in _UNSUPPORTED:
                 raise
             self._warn_once(f"member {name} is unreachable: {exc.message}")
@@ -187,7 +187,7 @@ class Observer:
             state = object_of(
                 self._client.get(f"/1.0/cluster/members/{name}/state"), "member state"
             )
-        except ApiError as exc:
+        except HttpError as exc:
             if exc.status not in _UNSUPPORTED:
                 raise
             self._member_state = False
@@ -206,7 +206,7 @@ class Observer:
             pools = objects_of(
                 self._client.get("/1.0/storage-pools", recursion=1), "/1.0/storage-pools"
             )
-        except ApiError as exc:
+        except HttpError as exc:
             if exc.transient:
                 raise
             self._warn_once(
@@ -228,7 +228,7 @@ class Observer:
                     self._client.get(f"/1.0/storage-pools/{pool}/resources", **target),
                     "pool resources",
                 ).get("space")
-            except ApiError as exc:
+            except HttpError as exc:
                 if exc.transient:
                     raise
                 continue
@@ -278,7 +278,7 @@ class Observer:
             operations = object_of(
                 self._client.get("/1.0/operations", recursion=1, **self._scope()), "/1.0/operations"
             )
-        except ApiError as exc:
+        except HttpError as exc:
             if exc.transient:
                 raise
             return set()
@@ -343,7 +343,7 @@ class Observer:
                 rows = [
                     object_of(self._client.get(f"/1.0/projects/{self._config.project}"), "project")
                 ]
-        except ApiError as exc:
+        except HttpError as exc:
             if exc.transient:
                 raise
             self._warn_once(

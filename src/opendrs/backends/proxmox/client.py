@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from typing import Any, Final, TypeVar
 
-from opendrs.backends.base import BackendError
+from opendrs.backends.base import Abandoned, BackendError, HttpError
 from opendrs.backends.proxmox.config import ProxmoxConfig, host_text, parse_host
 from opendrs.backends.proxmox.transport import Try, close_api, connect
 from opendrs.backends.proxmox.values import clip
@@ -64,21 +64,8 @@ _PERMANENT = (
 T = TypeVar("T")
 
 
-class HttpError(BackendError):
-    """An HTTP error answer of the API."""
-
-    def __init__(self, reason: str, status: int, message: str, *, transient: bool) -> None:
-        super().__init__(reason, transient=transient)
-        self.status = status
-        self.message = message
-
-
 class _Expired(BackendError):
     """A try that did not end within its deadline (``timeout``)."""
-
-
-class Abandoned(BackendError):
-    """A call given up on: opendrs is stopping, or the observation it served failed."""
 
 
 #: Per thread: the abort flag of the reads :func:`gather` runs together.
