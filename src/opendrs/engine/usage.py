@@ -140,16 +140,27 @@ class MeasuredUsage:
     ) -> MeasuredUsage:
         """The cluster's own usage with other values where they are known (not NaN): a guest's
         only where it is measured now, a node's wherever known; memory rounded to whole bytes."""
+        return cls.replacing_each(cluster, (cpu, memory, base_cpu, base_memory))[0]
+
+    @classmethod
+    def replacing_each(
+        cls, cluster: Cluster, *values: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+    ) -> tuple[MeasuredUsage, ...]:
+        """:meth:`replacing` for each set of ``(cpu, memory, base_cpu, base_memory)``, the
+        cluster's own usage read once."""
         own = cls.of(cluster)
         measured = np.array([g.cpu_used is not None for g in cluster.guests], dtype=bool)
         memory_measured = np.array([g.memory_used is not None for g in cluster.guests], dtype=bool)
-        return cls(
-            own.guest_ids,
-            own.node_names,
-            _where_known(own.cpu, cpu, measured),
-            _where_known(own.memory, np.rint(memory), memory_measured),
-            _where_known(own.base_cpu, base_cpu, True),
-            _where_known(own.base_memory, np.rint(base_memory), True),
+        return tuple(
+            cls(
+                own.guest_ids,
+                own.node_names,
+                _where_known(own.cpu, cpu, measured),
+                _where_known(own.memory, np.rint(memory), memory_measured),
+                _where_known(own.base_cpu, base_cpu, True),
+                _where_known(own.base_memory, np.rint(base_memory), True),
+            )
+            for cpu, memory, base_cpu, base_memory in values
         )
 
     def check(self, cluster: Cluster) -> None:

@@ -146,11 +146,14 @@ class UsageWindow:
         last = float(self.times[-1])
         first = min(int(np.searchsorted(self.times, last - span, side="right")), len(self) - 1)
         means = self._means(cluster)
-        highest = [
+        cpu, memory, base_cpu, base_memory = (
             np.fmax(whole, part)
             for whole, part in zip(means, self._means(cluster, first), strict=True)
-        ]
-        return MeasuredUsage.replacing(cluster, *means), MeasuredUsage.replacing(cluster, *highest)
+        )
+        average, recent = MeasuredUsage.replacing_each(
+            cluster, means, (cpu, memory, base_cpu, base_memory)
+        )
+        return average, recent
 
 
 def overloads(loads: LoadModel, usage: MeasuredUsage, limit: float = 1.0) -> bool:
