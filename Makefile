@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint unit properties bench faults clean
+.PHONY: demo test lint unit test-packages properties bench faults clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,7 +22,12 @@ lint: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/python -m pytest
 
-test: lint unit
+# As root, the Debian packages of the browser and LXD tests (tools/install-test-packages); the
+# tests that need them skip with their reason where they are missing.
+test-packages:
+	@tools/install-test-packages
+
+test: lint test-packages unit
 
 # The property tests with a large, random budget (tests/conftest.py: the deep profile); hours.
 # HYPOTHESIS_DEEP_EXAMPLES=2500 runs a tenth as many; PROPERTY_ARGS=tests/engine some of them.
