@@ -16,7 +16,7 @@ import threading
 import time
 from pathlib import Path
 
-__all__ = ["Daemon", "write_proxmox_config"]
+__all__ = ["Daemon", "opendrs", "run_once", "write_proxmox_config"]
 
 
 class Daemon:
@@ -147,10 +147,15 @@ def write_proxmox_config(
 
 def run_once(config: Path) -> subprocess.CompletedProcess[str]:
     """``opendrs run --once --config CONFIG`` in a subprocess, to its end (at most 2 minutes)."""
+    return opendrs("run", "--once", "--config", str(config), timeout=120)
+
+
+def opendrs(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """``opendrs ARGS`` in a subprocess, to its end (at most ``timeout`` seconds)."""
     return subprocess.run(
-        [sys.executable, "-m", "opendrs", "run", "--once", "--config", str(config)],
+        [sys.executable, "-m", "opendrs", *args],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
         check=False,
     )

@@ -54,8 +54,10 @@ __all__ = [
     "BUILTIN_SCENARIOS",
     "FAULT_TYPES",
     "FORMAT_VERSION",
+    "PLATFORMS",
     "Fault",
     "MigrationModel",
+    "Platform",
     "Scenario",
     "builtin_scenario",
     "load_scenario",
@@ -75,6 +77,9 @@ FaultType = Literal[
     "api-lost-answer",
 ]
 FAULT_TYPES: Final[tuple[str, ...]] = get_args(FaultType)
+#: What the simulated cluster behaves as (see :class:`Scenario.platform`).
+Platform = Literal["proxmox", "incus"]
+PLATFORMS: Final[tuple[str, ...]] = get_args(Platform)
 #: Faults that strike one migration of the controller's: the next one (``at``) or each one at
 #: random (``probability``; not migration-failure, whose odds are ``migration.failure_rate``).
 _MIGRATION_FAULTS: Final = ("migration-failure", "migration-hang", "api-lost-answer")
@@ -91,7 +96,10 @@ _TOP_KEYS: Final = (
     "workloads",
     "trace",
     "faults",
+    "platform",
+    "incus",
 )
+_INCUS_KEYS: Final = ("config",)
 _MIGRATION_KEYS: Final = ("bandwidth", "setup", "failure_rate")
 _SELECTOR_KEYS: Final = ("guests", "match", "tag")
 _WORKLOAD_KEYS: Final = (*_SELECTOR_KEYS, "cpu", "memory")
@@ -168,6 +176,12 @@ class Scenario:
     workloads: tuple[Workload, ...] = ()
     trace: Trace | None = None
     faults: tuple[Fault, ...] = ()
+    #: What the cluster is: ``proxmox`` (the default), or ``incus`` — a running container moves
+    #: only by a restart (stop, move, start), and only with ``allow_restart_migration``.
+    platform: Platform = "proxmox"
+    #: On ``incus``, the server's ``cluster.rebalance.*`` keys (values as Incus lists them): the
+    #: policy's defaults, as the Incus backend takes them (:meth:`Simulator.policy_defaults`).
+    server_config: Mapping[str, str] = field(default_factory=dict)
     #: The scenario file (for messages).
     file: str = "<scenario>"
 
@@ -354,7 +368,40 @@ class _ScenarioReader(Reader):
             fields["trace"] = self.trace(doc["trace"], ("trace",), cluster)
         if "faults" in doc:
             fields["faults"] = self.faults(doc["faults"], ("faults",), cluster)
+        if "platform" in doc:
+            fields["platform"] = self.choice(doc["platform"], ("platform",), PLATFORMS)
+        if "incus" in doc:
+            if fields.get("platform") != "incus":
+                self.fail(("incus",), "only with `platform: incus`")
+            fields["server_config"] = self.incus(doc["incus"], ("incus",))
         return Scenario(**fields)
+
+    def incus(self, value: object, path: Path) -> dict[str, str]:
+        """The ``incus`` section: ``config``, the server's ``cluster.rebalance.*`` keys, each
+        checked as the Incus backend reads it (a value it would not use is refused)."""
+        from opendrs.backends.incus.rebalance import KEYS, PREFIX
+        from opendrs.backends.incus.values import incus_duration
+
+        mapping = self.mapping(value, path)
+        self.check_keys(mapping, path, _INCUS_KEYS)
+        cpath = (*path, "config")
+        config = self.mapping(mapping["config"], cpath) if "config" in mapping else {}
+        self.check_keys(config, cpath, [PREFIX + key for key in KEYS])
+        out: dict[str, str] = {}
+        for key, item in config.items():
+            kpath = (*cpath, key)
+            if key == PREFIX + "cooldown":
+                text = self.text(item, kpath)
+                if incus_duration(text) is None:
+                    expected = "expected an Incus duration (6H, 1d 3H)"
+                    self.fail(kpath, f"{expected}, got {describe(text)}")
+                out[key] = text
+            elif key == PREFIX + "batch":
+                out[key] = str(self.integer(item, kpath, minimum=0, maximum=10**6))
+            else:  # interval (minutes), threshold (percent)
+                top = 100.0 if key == PREFIX + "threshold" else 10.0**6
+                out[key] = f"{self.number(item, kpath, maximum=top):g}"
+        return out
 
     def snapshot(self, value: object, path: Path) -> Cluster:
         name = self.text(value, path)

@@ -23,6 +23,11 @@ controller's job. A migration of the controller's may fail part-way, **hang** (i
 :meth:`Simulator.cancel` stops it or one of its nodes fails) or lose its answer (it starts, but
 ``start_migration`` raises an ``uncertain`` :class:`~opendrs.backends.base.BackendError`).
 
+A guest never moves to a node of another CPU architecture. On ``platform: incus`` a running
+container cannot move live: it moves by a **restart** — stopped (loading no node) while its local
+disks are copied, ``setup + disks / bandwidth`` seconds, then started on the target (on its source
+when the move fails) — and only when the settings allow restart migration.
+
 The simulator is deterministic: the same scenario and the same sequence of calls give the same
 results, byte for byte. Randomness comes from numpy generators seeded from the scenario seed —
 one per guest and workload component, one per random fault, one per migration (whether it fails,
@@ -101,6 +106,9 @@ class MigrationRecord:
     cause: Cause
     #: Bytes copied (measured memory plus local disks) — 0 for a recovery.
     bytes: int
+    #: A restart move (a running container on ``platform: incus``): the guest is stopped from
+    #: ``started`` to ``ended`` and starts again on the target (on its source when it fails).
+    restart: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +175,9 @@ class SimStats:
     #: lost although the migration started (``api-lost-answer``).
     hung_migrations: int = 0
     lost_answers: int = 0
+    #: The controller's restart moves, and the seconds they kept their guests stopped.
+    restart_migrations: int = 0
+    restart_downtime: float = 0.0
 
     @property
     def fraction_above(self) -> float:
@@ -219,6 +230,7 @@ class _Migration:
         "move",
         "outcome",
         "reason",
+        "restart",
         "source",
         "started",
         "target",
@@ -234,6 +246,7 @@ class _Migration:
         started: float,
         cause: Cause,
         size: int,
+        restart: bool = False,
     ) -> None:
         self.handle = handle
         self.move = move
@@ -243,6 +256,7 @@ class _Migration:
         self.started = started
         self.cause: Cause = cause
         self.bytes = size
+        self.restart = restart
         self.ended: float | None = None
         self.outcome: Outcome = "running"
         self.reason: str | None = None
@@ -263,6 +277,7 @@ class _Migration:
             self.reason,
             self.cause,
             self.bytes,
+            self.restart,
         )
 
 
@@ -375,6 +390,11 @@ class Simulator:
         self._local_bytes = [g.local_disk_bytes for g in guests]
         self._devices = [g.devices for g in guests]
         self._kind = [g.kind for g in guests]
+        #: The architecture each guest needs (its own, else its node's at the start): it never
+        #: moves to a node of another.
+        self._arch = [cluster.guest_arch(g) for g in guests]
+        #: Running containers move by a restart (stop, move, start), if the settings allow it.
+        self._restart_moves = scenario.platform == "incus"
         self._pending: set[int] = set()
         self._down_at = np.zeros(n_guests)
         #: Bumped when a guest's state changes; with its use, what decides rebuilding it.
@@ -496,7 +516,9 @@ class Simulator:
         return cluster
 
     def start_migration(self, move: Move) -> Handle:
-        """Start a live migration; :class:`BackendError` when the cluster refuses it."""
+        """Start a migration — live, or on ``platform: incus`` a running container's restart
+        move; :class:`BackendError` when the cluster refuses it (also a move to a node of
+        another architecture)."""
         self._api("start_migration")
         j = self._guest_index.get(move.guest)
         if j is None:
@@ -524,12 +546,25 @@ class Simulator:
                 f"guest {move.guest} cannot be live-migrated: local device {self._devices[j][0]}",
                 transient=False,
             )
+        if self._nodes[target].arch != self._arch[j]:
+            raise BackendError(
+                f"guest {move.guest} ({self._arch[j]}) cannot move to node {move.target} "
+                f"({self._nodes[target].arch}): another architecture",
+                transient=False,
+            )
+        restart = self._restart_moves and self._kind[j] == "ct"
+        if restart and not self._cluster0.settings.allow_restart_migration:
+            raise BackendError(
+                f"guest {move.guest} is a running container: it can only move by a restart "
+                "migration, which settings.allow_restart_migration does not allow",
+                transient=False,
+            )
         if not self._online[target]:
             raise BackendError(f"node {move.target} is offline", transient=True)
         if self._maintenance(target):
             raise BackendError(f"node {move.target} is in maintenance", transient=True)
         self._flush(self._due())
-        migration = self._begin(j, target, "controller", fail=True)
+        migration = self._begin(j, target, "controller", fail=True, restart=restart)
         if migration.lost_answer:
             self._lost_answers += 1
             raise BackendError(
@@ -640,7 +675,23 @@ class Simulator:
             api_errors=self._api_errors,
             hung_migrations=self._hung,
             lost_answers=self._lost_answers,
+            restart_migrations=sum(m.restart for m in controller),
+            restart_downtime=sum(
+                (self._now if m.ended is None else m.ended) - m.started
+                for m in controller
+                if m.restart
+            ),
         )
+
+    def policy_defaults(self, strategy: str) -> tuple[dict[str, Any], list[str]]:
+        """The policy fields the platform's own settings set, and notes, as a real backend
+        tells them to the controller: on ``platform: incus``, the scenario's
+        ``cluster.rebalance.*`` keys read as the Incus backend reads them; none otherwise."""
+        if self.scenario.platform != "incus":
+            return {}, []
+        from opendrs.backends.incus.rebalance import policy_defaults
+
+        return policy_defaults(self.scenario.server_config, strategy)
 
     def imbalance_series(self) -> np.ndarray:
         """The balance spread of every step so far (a copy)."""
@@ -894,17 +945,21 @@ class Simulator:
 
     # -- migrations -----------------------------------------------------------------------------
 
-    def _begin(self, j: int, target: int, cause: Cause, *, fail: bool) -> _Migration:
+    def _begin(
+        self, j: int, target: int, cause: Cause, *, fail: bool, restart: bool = False
+    ) -> _Migration:
+        """Start moving guest ``j``: live, or by a restart (stopped meanwhile, its local disks
+        copied but not its memory)."""
         self._handles += 1
         number = self._handles
         handle = f"sim-{number}"
         _, memory = self._columns(self._step_now())
-        size = int(memory[j]) + self._local_bytes[j]
+        size = (0 if restart else int(memory[j])) + self._local_bytes[j]
         migration_model = self.scenario.migration
         duration = migration_model.setup + size / migration_model.bandwidth
         source = int(self._node[j])
         move = Move(self._ids[j], self._node_names[source], self._node_names[target])
-        migration = _Migration(handle, move, j, source, target, self._now, cause, size)
+        migration = _Migration(handle, move, j, source, target, self._now, cause, size, restart)
         self._migrations.append(migration)
         self._by_handle[handle] = migration
         rng = np.random.Generator(
@@ -932,8 +987,10 @@ class Simulator:
             self._push(self._now + after * duration, "migration-end", migration, reason)
         self._migration_of[j] = migration
         self._target_names[j] = self._node_names[target]
+        if restart:
+            self._state[j] = "stopped"
         if self._ha_state0[j] is not None:
-            self._ha_state[j] = "migrate"
+            self._ha_state[j] = "stopped" if restart else "migrate"
         self._refresh(j)
         return migration
 
@@ -977,6 +1034,10 @@ class Simulator:
             self._guest_node_names[j] = self._node_names[migration.target]
             if self._kind[j] == "ct":
                 self._uptime_offset[j] = -self._now  # a container restarts on its new node
+        if migration.restart:
+            # It starts again: on the target, or where it was (a failed node takes it down next).
+            self._state[j] = "running"
+            self._uptime_offset[j] = -self._now
         if not self._down[j]:
             self._ha_state[j] = self._ha_state0[j]
         self._refresh(j)

@@ -244,15 +244,17 @@ def add_run_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
 DEFAULT_POLICIES = "opendrs,proxmox,incus,proxlb"
 
 
-def _policies(spec: Sequence[str]) -> list[PolicyConfig]:
-    """Policies from preset names (comma-separated) or YAML files holding a policy mapping."""
-    out: list[PolicyConfig] = []
+def _policies(spec: Sequence[str]) -> list[tuple[PolicyConfig, frozenset[str]]]:
+    """Policies from preset names (comma-separated) or YAML files holding a policy mapping, each
+    with the keys its file sets (a preset sets none: as ``policy: {preset: NAME}`` in a
+    configuration, it takes the platform's own defaults)."""
+    out: list[tuple[PolicyConfig, frozenset[str]]] = []
     for item in spec:
         for name in (p.strip() for p in item.split(",")):
             if not name:
                 continue
             if name in PRESETS:
-                out.append(PRESETS[name])
+                out.append((PRESETS[name], frozenset()))
                 continue
             if not Path(name).exists():
                 known = ", ".join(sorted(PRESETS))
@@ -264,9 +266,10 @@ def _policies(spec: Sequence[str]) -> list[PolicyConfig]:
             value = mapping.get("policy", mapping)
             path: tuple[str, ...] = ("policy",) if "policy" in mapping else ()
             policy = parse_policy(reader, value, path)
-            if policy.name == PolicyConfig().name and "name" not in reader.mapping(value, path):
+            keys = frozenset(str(k) for k in reader.mapping(value, path))
+            if policy.name == PolicyConfig().name and "name" not in keys:
                 policy = replace(policy, name=Path(name).stem)
-            out.append(policy)
+            out.append((policy, keys))
     if not out:
         raise UsageError("--policy: no policy given")
     return out
@@ -303,7 +306,8 @@ def _quiet() -> None:
 def cmd_simulate(args: argparse.Namespace) -> int:
     _quiet()
     scenario = _scenario(args.scenario)
-    policies = with_budget(_policies(args.policy or [DEFAULT_POLICIES]), args.budget)
+    chosen = _policies(args.policy or [DEFAULT_POLICIES])
+    policies = with_budget([policy for policy, _ in chosen], args.budget)
     console = Console(stderr=True)
     show_progress = not args.no_progress and console.is_terminal
     reports: list[StabilityReport] = []
@@ -316,7 +320,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         disable=not show_progress,
         transient=True,
     ) as progress:
-        for policy in policies:
+        for policy, (_, keys) in zip(policies, chosen, strict=True):
             task = progress.add_task(f"{policy.name:10}", total=1.0)
 
             def update(now: float, end: float, task: TaskID = task) -> None:
@@ -330,6 +334,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                     threshold=args.threshold,
                     hot=args.hot,
                     progress=update,
+                    policy_keys=keys,
                 )
             )
             progress.update(task, completed=1.0)
@@ -372,27 +377,31 @@ def show_stability(report: Report, reports: Sequence[StabilityReport], name: str
         ]
         for r in reports
     ]
-    report.table(
-        [
-            "policy",
-            "strategy",
-            "migrations",
-            "repairs",
-            "per day",
-            "ping-pongs",
-            "above threshold",
-            "mean spread",
-            "capacity violations",
-            "failed",
-            "max node load",
-            "hot node-min",
-            "hot min, worst node",
-            "p95 node load",
-            "wall time",
-        ],
-        rows,
-        right=(2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 13, 14),
-    )
+    header = [
+        "policy",
+        "strategy",
+        "migrations",
+        "repairs",
+        "per day",
+        "ping-pongs",
+        "above threshold",
+        "mean spread",
+        "capacity violations",
+        "failed",
+        "max node load",
+        "hot node-min",
+        "hot min, worst node",
+        "p95 node load",
+        "wall time",
+    ]
+    right = [2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 13, 14]
+    if any(r.restart_migrations for r in reports):
+        # Restart moves (containers on an Incus scenario), after "failed".
+        header.insert(10, "restarts (down)")
+        right = [i + (i >= 10) for i in right] + [10]
+        for row, r in zip(rows, reports, strict=True):
+            row.insert(10, f"{r.restart_migrations} ({r.restart_downtime_minutes:,.1f} min)")
+    report.table(header, rows, right=tuple(sorted(right)))
 
 
 def add_simulate_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

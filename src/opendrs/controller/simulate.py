@@ -20,6 +20,9 @@ The stability report of a run:
 * ``capacity_violations`` — (node, step) pairs over a hard capacity limit (must be 0);
 * ``failed_migrations`` and how they were handled — ``failures_moved_later`` guests that reached
   another node afterwards, ``failures_left`` those that stayed;
+* ``restart_migrations`` — migrations that were restart moves (a running container on an Incus
+  scenario: stopped, moved, started again), and ``restart_downtime_minutes``, the time they kept
+  their guests stopped;
 * ``max_node_load`` — the highest cpu or memory fraction of any node at any step;
 * hot spots, on each online node's load — the higher of its cpu and memory fractions of capacity
   net of reserves, averaged over 5 minutes: ``hot_node_minutes``, the node-minutes above the
@@ -66,6 +69,8 @@ class StabilityReport:
     failed_migrations: int
     failures_moved_later: int
     failures_left: int
+    restart_migrations: int
+    restart_downtime_minutes: float
     max_node_load: float
     hot: float
     hot_node_minutes: float
@@ -98,8 +103,15 @@ def ping_pongs(records: Iterable[Any], window: float = PING_PONG_WINDOW) -> int:
     return count
 
 
-def simulated_config(policy: PolicyConfig, label: str, backend: BackendConfig) -> Config:
-    """The configuration of a simulated run: active mode, a history in memory, no lock."""
+def simulated_config(
+    policy: PolicyConfig,
+    label: str,
+    backend: BackendConfig,
+    policy_keys: frozenset[str] = frozenset(),
+) -> Config:
+    """The configuration of a simulated run: active mode, a history in memory, no lock;
+    ``policy_keys`` the policy fields a policy file sets (the platform's defaults do not
+    override them)."""
     return Config(
         file=label,
         backend=backend,
@@ -108,6 +120,7 @@ def simulated_config(policy: PolicyConfig, label: str, backend: BackendConfig) -
         mode="active",
         policy=policy,
         executor=executor_config(policy),
+        policy_keys=policy_keys,
     )
 
 
@@ -128,12 +141,15 @@ def run_policy(
     threshold: float = 0.15,
     hot: float = HOT,
     progress: Callable[[float, float], None] | None = None,
+    policy_keys: frozenset[str] = frozenset(),
 ) -> StabilityReport:
     """Run the controller with ``policy`` over the scenario; the stability report (the imbalance
-    yardstick's ``threshold``, the ``hot`` level of a node's load)."""
+    yardstick's ``threshold``, the ``hot`` level of a node's load). The platform's own settings
+    (an Incus scenario's ``cluster.rebalance.*``) set the policy fields ``policy_keys`` leaves
+    out, as they do in a real run."""
     started = time.perf_counter()
     sim = Simulator(scenario, days=days, threshold=threshold, hot=hot)
-    config = simulated_config(policy, "<simulate>", BackendConfig("sim"))
+    config = simulated_config(policy, "<simulate>", BackendConfig("sim"), policy_keys)
     history = History(":memory:")
     on_cycle = None
     if progress is not None:
@@ -183,6 +199,8 @@ def report_from(
         failed_migrations=len(failed),
         failures_moved_later=moved_later,
         failures_left=len(failed) - moved_later,
+        restart_migrations=stats.restart_migrations,
+        restart_downtime_minutes=stats.restart_downtime / 60.0,
         max_node_load=stats.max_node_load,
         hot=stats.hot,
         hot_node_minutes=stats.hot_steps * minutes,

@@ -23,6 +23,8 @@ from typing import Any, Final
 from opendrs.backends.incus.values import as_number, incus_duration
 
 PREFIX: Final = "cluster.rebalance."
+#: The keys read, after :data:`PREFIX`.
+KEYS: Final = ("batch", "cooldown", "interval", "threshold")
 
 
 def policy_defaults(
