@@ -45,6 +45,7 @@ __all__ = [
     "HttpConfig",
     "load_config",
     "parse_config",
+    "parse_listen",
     "with_platform_defaults",
 ]
 
@@ -97,6 +98,9 @@ class BackendConfig:
     builtin: str = "month"
     #: ``sim``: simulated days (``None``: the scenario's duration).
     days: float | None = None
+    #: ``sim``: simulated seconds per second of wall time at most (``None``: as fast as it
+    #: computes).
+    speed: float | None = None
     #: ``proxmox``: the connection.
     proxmox: ProxmoxConfig | None = None
     #: ``incus``: the connection.
@@ -175,7 +179,11 @@ class Config:
                 else builtin_scenario(self.backend.builtin)
             )
             sim = Simulator(scenario, days=self.backend.days, threshold=self.policy.threshold)
-            return sim, sim
+            if self.backend.speed is None:
+                return sim, sim
+            from opendrs.backends.paced import PacedClock
+
+            return sim, PacedClock(sim, self.backend.speed, should_stop)
         if self.backend.type == "incus":
             from opendrs.backends.incus import IncusBackend
 
@@ -322,7 +330,7 @@ class _ConfigReader(SnapshotReader):
                 "file", path=self.local_path(self.require(mapping, "path", path), (*path, "path"))
             )
         if kind == "sim":
-            self.check_keys(mapping, path, ("type", "scenario", "days"))
+            self.check_keys(mapping, path, ("type", "scenario", "days", "speed"))
             scenario: str | None = None
             builtin = "month"
             if "scenario" in mapping:
@@ -334,7 +342,10 @@ class _ConfigReader(SnapshotReader):
             days = None
             if "days" in mapping:
                 days = self.number(mapping["days"], (*path, "days"), positive=True, maximum=3660)
-            return BackendConfig("sim", scenario=scenario, builtin=builtin, days=days)
+            speed = None
+            if "speed" in mapping:
+                speed = self.number(mapping["speed"], (*path, "speed"), positive=True, maximum=1e9)
+            return BackendConfig("sim", scenario=scenario, builtin=builtin, days=days, speed=speed)
         if kind == "incus":
             from opendrs.backends.incus import parse_incus
 
@@ -405,6 +416,16 @@ def parse_config(data: object, *, filename: str = "<config>") -> Config:
         raise
     except RecursionError:
         raise ConfigError(filename, "", "the document is nested too deeply") from None
+
+
+def parse_listen(text: str) -> HttpConfig:
+    """``HOST:PORT`` as ``http.listen`` takes it (``opendrs demo --listen``); ``ValueError``
+    with the reason."""
+    try:
+        host, port = _ConfigReader("<listen>").listen(text, ())
+    except DocumentError as exc:
+        raise ValueError(exc.reason) from None
+    return HttpConfig(host, port)
 
 
 def load_config(path: str | os.PathLike[str]) -> Config:
