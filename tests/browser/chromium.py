@@ -29,6 +29,7 @@ CHROMIUM_FLAGS = (
     "--disable-sync",
     "--disable-default-apps",
     "--disable-extensions",
+    "--hide-scrollbars",
 )
 
 

@@ -328,7 +328,7 @@ def _chart(chart: dict[str, Any]) -> str:
         ylabel=f"{metric}{unit}",
         lines=[Line(chart["threshold"] * scale, "threshold")],
         steps=True,
-        size=(8.0, 2.6),
+        size=(8.0, 2.4),
     )
 
 
@@ -338,7 +338,8 @@ def _script_hash(script: str) -> str:
 
 
 #: The page's only script: ask every few seconds whether there is a newer snapshot and swap the
-#: changing part in; say so when the daemon cannot be reached. Nothing is sent but GETs.
+#: changing part in (the decisions opened staying open); say so when the daemon cannot be
+#: reached. Nothing is sent but GETs.
 SCRIPT: Final = """
 (function () {
   var panel = document.getElementById("panel");
@@ -353,8 +354,14 @@ SCRIPT: Final = """
       })
       .then(function (html) {
         if (html !== null) {
+          var open = Array.prototype.map.call(
+            panel.querySelectorAll("details[open]"), function (d) { return d.dataset.key; });
           panel.outerHTML = html;
           panel = document.getElementById("panel");
+          open.forEach(function (key) {
+            var details = panel.querySelector('details[data-key="' + key + '"]');
+            if (details) { details.open = true; }
+          });
         }
         status.textContent = "live: updated " + new Date().toLocaleTimeString();
         status.className = "live";
