@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -77,6 +76,17 @@ def shoot(driver: Any, address: str, demo: subprocess.Popen[str], after: float) 
     raise SystemExit("error: the demo ended before a migration in flight could be pictured")
 
 
+def stop(demo: subprocess.Popen[str]) -> None:
+    """End the demo (it keeps nothing: its history is in memory)."""
+    if demo.poll() is None:
+        demo.terminate()
+        try:
+            demo.wait(15)
+        except subprocess.TimeoutExpired:
+            demo.kill()
+            demo.wait(15)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("output", nargs="?", default=str(ROOT / "docs" / "dashboard.png"))
@@ -96,9 +106,7 @@ def main() -> int:
             finally:
                 driver.quit()
     finally:
-        if demo.poll() is None:
-            demo.send_signal(signal.SIGINT)
-            demo.wait(30)
+        stop(demo)
     if len(picture) > MAX_BYTES:
         print(f"error: the picture has {len(picture)} bytes, over {MAX_BYTES}", file=sys.stderr)
         return 1

@@ -13,7 +13,7 @@
     executor: {max_parallel, max_node_inflow, timeout, poll_interval}
     settings: {...}               # cluster settings, as in a snapshot (replace the backend's)
     log: {level: info, decisions: decisions.jsonl}
-    http: {listen: 127.0.0.1:9180, token_file: FILE}   # /metrics and /healthz (off unless set)
+    http: {listen: 127.0.0.1:9180, token_file: FILE}  # the dashboard, /metrics, /healthz
 
 Nothing migrates unless ``mode: active`` is written in the file.
 """
@@ -109,12 +109,13 @@ class BackendConfig:
 
 @dataclass(frozen=True)
 class HttpConfig:
-    """Where ``opendrs run`` serves ``/metrics`` and ``/healthz`` (the ``http`` section)."""
+    """Where ``opendrs run`` serves the dashboard, ``/metrics`` and ``/healthz`` (the ``http``
+    section)."""
 
     #: An IP address (``localhost`` is 127.0.0.1) and a port; port 0: a free port.
     host: str
     port: int
-    #: The file holding the bearer token both endpoints then require, or ``None``.
+    #: The file holding the bearer token every path then requires, or ``None``.
     token_file: str | None = None
 
     @property
@@ -148,7 +149,7 @@ class Config:
     policy_keys: frozenset[str] = frozenset()
     #: The JSON Lines decision log the daemon appends to (``log.decisions``), or ``None``.
     decision_log: str | None = None
-    #: ``/metrics`` and ``/healthz`` (the ``http`` section), or ``None``: not served.
+    #: The dashboard, ``/metrics`` and ``/healthz`` (the ``http`` section), or ``None``.
     http: HttpConfig | None = None
 
     @property
