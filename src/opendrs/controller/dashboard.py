@@ -31,6 +31,7 @@ from opendrs.controller.records import iso_time
 from opendrs.controller.views import arch_spreads, node_loads, policy_summary
 from opendrs.engine.policy import Decision
 from opendrs.engine.policy.metrics import format_metric
+from opendrs.engine.usage import LoadModel
 from opendrs.report.charts import Line, line_chart
 from opendrs.report.data import json_text
 
@@ -77,6 +78,8 @@ class Dashboard:
         self._ended: deque[dict[str, Any]] = deque(maxlen=KEPT)
         self._started: dict[str, float] = {}
         self._points: deque[tuple[float, float]] = deque()
+        #: What the chart draws: the points of the last day, every n-th beyond CHART_POINTS.
+        self._chart_points: list[list[float]] = []
         self._would: dict[str, Any] | None = None
         self._snapshot = Snapshot(0, {"version": 0, **self._document()})
         self._rendered: dict[tuple[int, str], str] = {}
@@ -94,10 +97,11 @@ class Dashboard:
             self._base["observation"] = {"ok": False, "error": cycle.error, **self._at(cycle.at)}
         elif cycle.cluster is not None:
             cluster = cycle.cluster
+            loads = LoadModel.build(cluster)
             self._base.update(
                 observation={"ok": True, "error": None, **self._at(cycle.at)},
                 cluster={"name": cluster.name, "guests": len(cluster.guests)},
-                groups=_groups(node_loads(cluster), arch_spreads(cluster)),
+                groups=_groups(node_loads(cluster, loads), arch_spreads(cluster, loads)),
             )
         if cycle.decision is not None:
             self._decided(cycle, cycle.decision)
@@ -172,6 +176,8 @@ class Dashboard:
             self._points.append((cycle.at, decision.metric))
             while self._points and self._points[0][0] < cycle.at - CHART_SPAN:
                 self._points.popleft()
+            stride = max(1, -(-len(self._points) // CHART_POINTS))
+            self._chart_points = [[at, v] for at, v in list(self._points)[::stride]]
 
     @property
     def _config(self) -> Config:
@@ -200,7 +206,6 @@ class Dashboard:
     def _document(self) -> dict[str, Any]:
         config = self._config
         in_flight, queued = self._in_flight()
-        points = list(self._points)
         return {
             "command": self.command,
             "backend": config.backend.type,
@@ -218,7 +223,7 @@ class Dashboard:
             "chart": {
                 "metric": config.policy.metric,
                 "threshold": config.policy.threshold,
-                "points": [[at, v] for at, v in points[:: max(1, -(-len(points) // CHART_POINTS))]],
+                "points": self._chart_points,
             },
             "published": iso_time(time.time()),
         }

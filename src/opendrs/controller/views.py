@@ -13,10 +13,10 @@ from opendrs.report.text import node_state
 __all__ = ["arch_spreads", "node_loads", "policy_summary"]
 
 
-def node_loads(cluster: Cluster) -> list[dict[str, Any]]:
+def node_loads(cluster: Cluster, loads: LoadModel | None = None) -> list[dict[str, Any]]:
     """Each node: name, state, CPU architecture, guests, and load per resource (a fraction of
-    its capacity less reserves)."""
-    fractions = LoadModel.build(cluster).fractions()
+    its capacity less reserves). ``loads``: the cluster's :class:`LoadModel`, when built."""
+    fractions = (loads or LoadModel.build(cluster)).fractions()
     return [
         {
             "name": node.name,
@@ -29,10 +29,10 @@ def node_loads(cluster: Cluster) -> list[dict[str, Any]]:
     ]
 
 
-def arch_spreads(cluster: Cluster) -> dict[str, dict[str, float]]:
+def arch_spreads(cluster: Cluster, loads: LoadModel | None = None) -> dict[str, dict[str, float]]:
     """The spread per resource of the usable nodes, per CPU architecture where they have
-    several (``all`` where they share one)."""
-    groups = imbalance_by_arch(cluster) or {"all": cluster_imbalance(cluster)}
+    several (``all`` where they share one). ``loads``: the cluster's :class:`LoadModel`."""
+    groups = imbalance_by_arch(cluster) or {"all": cluster_imbalance(cluster, loads=loads)}
     return {
         arch: {r: imbalance.resources[r].spread for r in RESOURCES}
         for arch, imbalance in groups.items()
