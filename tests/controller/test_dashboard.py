@@ -184,6 +184,25 @@ def test_the_server_answers_from_the_snapshot_and_204_when_nothing_is_newer() ->
         server.stop()
 
 
+def test_a_page_that_cannot_be_drawn_is_a_500_and_logged(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    dashboard = Dashboard(_config())
+
+    def broken() -> str:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(dashboard, "page", broken)
+    server = start_server(HttpConfig("127.0.0.1", 0), DaemonMetrics(), dashboard)
+    try:
+        status, text = fetch(server.address, "/")
+        assert status == 500 and text == "cannot draw the page: see the log\n"
+        assert fetch(server.address, "/api/state")[0] == 200  # the server goes on
+    finally:
+        server.stop()
+    assert any("cannot answer /" in r.getMessage() and r.exc_info for r in caplog.records)
+
+
 @pytest.mark.parametrize(
     ("at", "shown"), [(0.0, "sim 00:00:00"), (3725.9, "sim 01:02:05"), (90061.0, "sim 1d 01:01:01")]
 )

@@ -94,7 +94,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._dashboard_part(dashboard, path, query, body=body)
         except Exception:  # a bug drawing the page must not reach the daemon: 500, logged
             log.exception("http %s: cannot answer %s", self.address_string(), path)
-            self._send(HTTPStatus.INTERNAL_SERVER_ERROR, b"internal error\n", body=body)
+            self._send(
+                HTTPStatus.INTERNAL_SERVER_ERROR, b"cannot draw the page: see the log\n", body=body
+            )
 
     def _dashboard_part(self, dashboard: Dashboard, path: str, query: str, *, body: bool) -> None:
         headers = dict(dashboard_headers())
