@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint unit test-packages properties bench faults clean
+.PHONY: demo screenshot test lint unit test-packages properties bench faults clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -14,6 +14,11 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(BIN)/opendrs demo
+
+# docs/dashboard.png, the README's picture: opendrs demo's dashboard in headless Chromium
+# (Debian's chromium and chromium-driver: make test-packages as root); a few minutes.
+screenshot: $(STAMP)
+	$(BIN)/python tools/screenshot.py docs/dashboard.png
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench

@@ -14,9 +14,21 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["Daemon", "opendrs", "run_once", "write_proxmox_config"]
+__all__ = [
+    "SERVING",
+    "Daemon",
+    "eventually",
+    "fetch",
+    "opendrs",
+    "run_once",
+    "served",
+    "write_proxmox_config",
+]
 
 
 class Daemon:
@@ -159,3 +171,40 @@ def opendrs(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str
         timeout=timeout,
         check=False,
     )
+
+
+# -- the daemon's HTTP server --------------------------------------------------------------
+
+SERVING = r"serving the dashboard, /metrics and /healthz on http://(\S+)"
+
+
+def fetch(
+    address: str,
+    path: str,
+    *,
+    method: str = "GET",
+    token: str | None = None,
+) -> tuple[int, str]:
+    """The status and body of one request to ``http://ADDRESS/PATH`` (loopback only)."""
+    assert address.startswith(("127.", "[::1]")), address
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+    request = urllib.request.Request(f"http://{address}{path}", method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def served(daemon: Daemon) -> str:
+    """The address the daemon says it bound (its ``http.listen``)."""
+    match = re.search(SERVING, daemon.wait_for(SERVING, timeout=60))
+    assert match is not None
+    return match.group(1)
+
+
+def eventually(check: Callable[[], bool], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "not within the time"
+        time.sleep(0.1)

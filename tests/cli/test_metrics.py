@@ -5,49 +5,21 @@ stopped by it."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import signal
 import socket
 import time
-import urllib.error
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import ROOT
-from daemon import Daemon, run_once
+from daemon import SERVING, Daemon, eventually, fetch, run_once, served
 from opendrs.controller.config import ConfigError, parse_config
-
-SERVING = r"serving /metrics and /healthz on http://(\S+)"
-
-
-def fetch(
-    address: str,
-    path: str,
-    *,
-    method: str = "GET",
-    token: str | None = None,
-) -> tuple[int, str]:
-    """The status and body of one request to ``http://ADDRESS/PATH`` (loopback only)."""
-    assert address.startswith(("127.", "[::1]")), address
-    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
-    request = urllib.request.Request(f"http://{address}{path}", method=method, headers=headers)
-    try:
-        with urllib.request.urlopen(request, timeout=10) as answer:
-            return answer.status, answer.read().decode()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read().decode()
-
-
-def served(daemon: Daemon) -> str:
-    """The address the daemon says it bound."""
-    match = re.search(SERVING, daemon.wait_for(SERVING, timeout=60))
-    assert match is not None
-    return match.group(1)
 
 
 def samples(address: str, **kwargs: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -64,13 +36,6 @@ def samples(address: str, **kwargs: str) -> dict[tuple[str, tuple[tuple[str, str
 def value(metrics: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str) -> float:
     """The sum of a metric's samples over its labels (0 when it has none yet)."""
     return sum(v for (n, _), v in metrics.items() if n == name)
-
-
-def eventually(check: Callable[[], bool], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "not within the time"
-        time.sleep(0.1)
 
 
 def sim_config(
@@ -137,6 +102,33 @@ def test_metrics_follow_what_the_daemon_does(tmp_path: Path) -> None:
         fetch(address, "/healthz")
 
 
+def test_the_dashboard_is_served_read_only_from_the_daemons_snapshot(tmp_path: Path) -> None:
+    config = sim_config(tmp_path, http="{listen: '127.0.0.1:0'}")
+    with Daemon(config) as daemon:
+        address = served(daemon)
+        eventually(lambda: json.loads(fetch(address, "/api/state")[1])["decisions"] != [])
+        state = json.loads(fetch(address, "/api/state")[1])
+        (group,) = state["groups"]
+        assert [n["name"] for n in group["nodes"]] == [f"pve{i}" for i in range(1, 9)]
+        assert state["policy"]["mode"] == "active" and state["cluster"]["name"] == "demo"
+        assert state["decisions"][-1]["code"] == "plan"
+        with urllib.request.urlopen(f"http://{address}/", timeout=10) as answer:
+            page = answer.read().decode()
+            headers = answer.headers
+        assert headers["Content-Type"] == "text/html; charset=utf-8"
+        assert "script-src 'sha256-" in headers["Content-Security-Policy"]
+        assert headers["Cache-Control"] == "no-store"
+        assert "pve8" in page and 'id="panel"' in page
+        version = json.loads(fetch(address, "/api/state")[1])["version"]
+        status, panel = fetch(address, f"/api/panel?after={version - 1}")
+        assert status == 200 and panel.startswith('<div id="panel"')
+        assert fetch(address, "/", method="HEAD") == (200, "")
+        for method in ("POST", "PUT", "DELETE"):
+            for path in ("/", "/api/state", "/api/panel"):
+                assert fetch(address, path, method=method)[0] == 405
+        assert daemon.stop() == 0
+
+
 def test_healthz_fails_when_observations_fail_and_recovers(tmp_path: Path) -> None:
     snapshot = tmp_path / "cluster.yaml"
     shutil.copy(ROOT / "examples" / "small.yaml", snapshot)
@@ -181,7 +173,7 @@ def test_healthz_fails_while_the_simulated_api_fails(tmp_path: Path) -> None:
         assert daemon.stop() == 0
 
 
-def test_a_token_guards_both_endpoints_and_is_never_logged(tmp_path: Path) -> None:
+def test_a_token_guards_every_path_and_is_never_logged(tmp_path: Path) -> None:
     token = "s3cret-token-4711"
     (tmp_path / "http-token").write_text(token + "\n")
     (tmp_path / "http-token").chmod(0o600)
@@ -189,11 +181,12 @@ def test_a_token_guards_both_endpoints_and_is_never_logged(tmp_path: Path) -> No
     with Daemon(config) as daemon:
         address = served(daemon)
         eventually(lambda: fetch(address, "/healthz", token=token) == (200, "ok\n"))
-        for path in ("/metrics", "/healthz"):
+        for path in ("/metrics", "/healthz", "/", "/api/state", "/api/panel"):
             assert fetch(address, path)[0] == 401
             assert fetch(address, path, token="wrong")[0] == 401
             assert fetch(address, path, method="HEAD")[0] == 401
         assert value(samples(address, token=token), "opendrs_decisions_total") >= 1
+        assert fetch(address, "/api/state", token=token)[0] == 200
         assert daemon.stop() == 0
     assert token not in daemon.log()
 

@@ -37,7 +37,7 @@ def test_every_section_is_read(tmp_path: Path) -> None:
 version: 1
 cluster: prod
 mode: active
-backend: {type: sim, scenario: builtin:demo, days: 0.5}
+backend: {type: sim, scenario: builtin:demo, days: 0.5, speed: 60}
 history: /var/lib/opendrs/h.sqlite
 lock: /run/opendrs.lock
 policy: {threshold: 0.2, hold: 2, interval: 10m, cooldown: 1h}
@@ -49,6 +49,7 @@ log: {level: debug}
     )
     assert config.active and config.cluster == "prod"
     assert config.backend.builtin == "demo" and config.backend.days == 0.5
+    assert config.backend.speed == 60
     assert config.history == "/var/lib/opendrs/h.sqlite" and config.lock == "/run/opendrs.lock"
     assert (config.policy.threshold, config.policy.hold, config.policy.interval) == (0.2, 2, 600)
     assert config.executor.max_parallel == 3 and config.executor.timeout == 1800
@@ -69,6 +70,8 @@ log: {level: debug}
         ("backend: {type: sim}\nlog: {level: loud}\n", "C: log.level: expected one of"),
         ("backend: {type: sim}\nsettings: {cpu_overcommit: -1}\n", "C: settings.cpu_overcommit"),
         ("backend: {type: sim}\npolicy: {hold: x}\n", "C: policy.hold"),
+        ("backend: {type: sim, speed: 0}\n", "C: backend.speed: must be greater than 0"),
+        ("backend: {type: sim, speed: fast}\n", "C: backend.speed"),
         ("{}\n", "C: backend: required key is missing"),
         ("- a\n", "C: expected a mapping"),
         ("backend: [\n", "C: line"),

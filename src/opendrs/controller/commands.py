@@ -7,10 +7,11 @@ import logging
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import FrameType
+from typing import TypeVar
 
 from rich.console import Console
 from rich.live import Live
@@ -19,7 +20,14 @@ from rich.table import Table
 
 from opendrs.backends.base import BackendError
 from opendrs.backends.sim import HOT, Scenario, Simulator, builtin_scenario, load_scenario
-from opendrs.controller.config import BackendConfig, Config, load_config
+from opendrs.controller.config import (
+    BackendConfig,
+    Config,
+    HttpConfig,
+    load_config,
+    parse_listen,
+)
+from opendrs.controller.dashboard import Dashboard
 from opendrs.controller.decision_log import DecisionLog, DecisionLogError
 from opendrs.controller.executor import Event
 from opendrs.controller.history import History, HistoryError
@@ -33,6 +41,8 @@ from opendrs.report.data import json_text
 from opendrs.report.text import Report, bar
 
 log = logging.getLogger("opendrs")
+
+T = TypeVar("T")
 
 EXIT_OK = 0
 #: A problem that may pass (an API that cannot be reached, another instance running): the
@@ -58,6 +68,17 @@ def setup_logging(level: str) -> None:
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(message)s"))
     root.addHandler(handler)
     root.setLevel(getattr(logging, level.upper(), logging.INFO))
+
+
+def each(*hooks: Callable[[T], None] | None) -> Callable[[T], None]:
+    """One hook that calls each of ``hooks`` in turn (``None`` ones left out)."""
+    called = [hook for hook in hooks if hook is not None]
+
+    def call(value: T) -> None:
+        for hook in called:
+            hook(value)
+
+    return call
 
 
 class _Signals:
@@ -125,8 +146,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_PROBLEM if exc.passing else EXIT_LASTING
     history.listen(decisions.record)
     metrics = DaemonMetrics()
+    dashboard = Dashboard(config) if config.http is not None else None
     try:
-        server = start_server(config.http, metrics) if config.http is not None else None
+        server = start_server(config.http, metrics, dashboard) if config.http is not None else None
     except HttpError as exc:
         history.close()
         decisions.close()
@@ -163,10 +185,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             force_shadow=args.shadow,
             # Between a signal and its handling nothing starts: the file may say shadow now.
             hold_starts=lambda: signals.stop or signals.reload,
-            on_event=metrics.event,
-            on_cycle=metrics.cycle,
+            on_event=each(metrics.event, dashboard and dashboard.event),
+            on_cycle=each(metrics.cycle, dashboard and dashboard.cycle),
         )
         metrics.follow(controller)
+        if dashboard is not None:
+            dashboard.follow(controller)
         log.info(
             "opendrs %s: %s backend, %s mode, policy %s (strategy %s)%s",
             "one cycle" if args.once else "started",
@@ -497,7 +521,8 @@ def _fraction(text: str) -> float:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """The controller in active mode against the built-in demo scenario, live."""
+    """The controller in active mode against the built-in demo scenario, live — and on the
+    dashboard while it runs."""
     _quiet()  # the live view prints every migration and failure itself
     scenario = builtin_scenario("demo")
     policy = PRESETS["opendrs"]
@@ -508,24 +533,65 @@ def cmd_demo(args: argparse.Namespace) -> int:
         policy, "<demo>", BackendConfig("sim", builtin="demo", days=args.days)
     )
     history = History(":memory:")
-    live = LiveView(report, sim, pace=0.0 if args.fast or not console.is_terminal else 8.0)
-    controller = Controller(config, sim, sim, history, on_event=live.event, on_cycle=live.cycle)
+    pace = args.seconds if args.seconds is not None else 0.0
+    if args.seconds is None and not args.fast and console.is_terminal:
+        pace = DEMO_PACE
+    live = LiveView(report, sim, pace=pace)
+    metrics = DaemonMetrics()
+    dashboard = None if args.no_dashboard else Dashboard(config, command="opendrs demo")
+    controller = Controller(
+        config,
+        sim,
+        sim,
+        history,
+        on_event=each(live.event, metrics.event, dashboard and dashboard.event),
+        on_cycle=each(metrics.cycle, dashboard and dashboard.cycle, live.cycle),
+    )
+    metrics.follow(controller)
     start = scenario.cluster
     report.heading(
         f"opendrs demo: {len(start.nodes)} nodes, {len(start.guests)} guests, "
         f"{sim.end / 3600:g} simulated hours, active mode against the simulator"
     )
+    server = None
+    if dashboard is not None:
+        dashboard.follow(controller)
+        try:
+            server = start_server(args.listen, metrics, dashboard)
+        except HttpError as exc:
+            history.close()
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_USAGE if exc.usage else EXIT_PROBLEM
+        _show_address(report, server.address, args.listen.loopback, pace)
     live.start()
     try:
         controller.run(until=sim.end)
     finally:
         live.stop()
+        if server is not None:
+            server.stop()
     try:
         summary = report_from(sim, policy, policy.threshold, history, live.elapsed())
     finally:
         history.close()
     show_stability(report, [summary], "builtin:demo")
     return EXIT_OK
+
+
+#: Wall seconds a demo on a terminal is spread over (``--seconds``, ``--fast``).
+DEMO_PACE = 8.0
+
+
+def _show_address(report: Report, address: str, loopback: bool, pace: float) -> None:
+    how_long = f"about {pace:g} s" if pace > 0 else "as fast as it computes"
+    report.line(
+        f"dashboard: http://{address}/ — served while the demo runs ({how_long}; "
+        "--seconds 120 leaves time to watch it)"
+    )
+    if not loopback:
+        report.line(
+            f"warning: {address} is not a loopback address: other hosts may connect", "yellow"
+        )
 
 
 class LiveView:
@@ -588,15 +654,16 @@ class LiveView:
     def cycle(self, cycle: Cycle) -> None:
         if self._live is not None:
             self._live.update(self._table())
-            if self.pace > 0:
-                # Spread the run over about ``pace`` seconds so the convergence can be watched.
-                share = self.sim.now() / max(self.sim.end, 1.0)
-                ahead = share * self.pace - self.elapsed()
-                if ahead > 0:
-                    time.sleep(min(ahead, 0.25))
         elif self.sim.now() - self._last_print >= 3 * 3600:
             self._last_print = self.sim.now()
             self._print_loads()
+        if self.pace > 0:
+            # Spread the run over about ``pace`` seconds so the convergence can be watched: the
+            # pause comes after the cycle, with the migrations it started in flight.
+            share = self.sim.now() / max(self.sim.end, 1.0)
+            ahead = share * self.pace - self.elapsed()
+            if ahead > 0:
+                time.sleep(min(ahead, 1.0))
 
     def event(self, event: Event) -> None:
         if event.kind in ("started", "replanned"):
@@ -619,5 +686,37 @@ def add_demo_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="the controller in active mode against a simulated cluster, live (built-in scenario)",
     )
     p.add_argument("--days", type=_days, help="simulated days (default: the scenario's)")
-    p.add_argument("--fast", action="store_true", help="do not pace the live view")
+    p.add_argument(
+        "--fast", action="store_true", help="do not pace the run (the default off a terminal)"
+    )
+    p.add_argument(
+        "--seconds",
+        type=_seconds,
+        metavar="S",
+        help=f"spread the run over about S seconds of wall time (default {DEMO_PACE:g} on a "
+        "terminal, else as fast as it computes)",
+    )
+    p.add_argument(
+        "--listen",
+        type=_listen,
+        default="127.0.0.1:0",
+        metavar="HOST:PORT",
+        help="where to serve the dashboard, /metrics and /healthz while the demo runs "
+        "(default 127.0.0.1:0: a free loopback port; the address is printed)",
+    )
+    p.add_argument("--no-dashboard", action="store_true", help="serve no dashboard")
     p.set_defaults(func=cmd_demo)
+
+
+def _seconds(text: str) -> float:
+    value = parse_number(text)
+    if not 0 <= value <= 86400:
+        raise argparse.ArgumentTypeError("must be from 0 to 86400 seconds")
+    return value
+
+
+def _listen(text: str) -> HttpConfig:
+    try:
+        return parse_listen(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

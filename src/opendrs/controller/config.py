@@ -13,7 +13,7 @@
     executor: {max_parallel, max_node_inflow, timeout, poll_interval}
     settings: {...}               # cluster settings, as in a snapshot (replace the backend's)
     log: {level: info, decisions: decisions.jsonl}
-    http: {listen: 127.0.0.1:9180, token_file: FILE}   # /metrics and /healthz (off unless set)
+    http: {listen: 127.0.0.1:9180, token_file: FILE}  # the dashboard, /metrics, /healthz
 
 Nothing migrates unless ``mode: active`` is written in the file.
 """
@@ -45,6 +45,7 @@ __all__ = [
     "HttpConfig",
     "load_config",
     "parse_config",
+    "parse_listen",
     "with_platform_defaults",
 ]
 
@@ -97,6 +98,9 @@ class BackendConfig:
     builtin: str = "month"
     #: ``sim``: simulated days (``None``: the scenario's duration).
     days: float | None = None
+    #: ``sim``: simulated seconds per second of wall time at most (``None``: as fast as it
+    #: computes).
+    speed: float | None = None
     #: ``proxmox``: the connection.
     proxmox: ProxmoxConfig | None = None
     #: ``incus``: the connection.
@@ -105,12 +109,13 @@ class BackendConfig:
 
 @dataclass(frozen=True)
 class HttpConfig:
-    """Where ``opendrs run`` serves ``/metrics`` and ``/healthz`` (the ``http`` section)."""
+    """Where ``opendrs run`` serves the dashboard, ``/metrics`` and ``/healthz`` (the ``http``
+    section)."""
 
     #: An IP address (``localhost`` is 127.0.0.1) and a port; port 0: a free port.
     host: str
     port: int
-    #: The file holding the bearer token both endpoints then require, or ``None``.
+    #: The file holding the bearer token every path then requires, or ``None``.
     token_file: str | None = None
 
     @property
@@ -144,7 +149,7 @@ class Config:
     policy_keys: frozenset[str] = frozenset()
     #: The JSON Lines decision log the daemon appends to (``log.decisions``), or ``None``.
     decision_log: str | None = None
-    #: ``/metrics`` and ``/healthz`` (the ``http`` section), or ``None``: not served.
+    #: The dashboard, ``/metrics`` and ``/healthz`` (the ``http`` section), or ``None``.
     http: HttpConfig | None = None
 
     @property
@@ -175,7 +180,11 @@ class Config:
                 else builtin_scenario(self.backend.builtin)
             )
             sim = Simulator(scenario, days=self.backend.days, threshold=self.policy.threshold)
-            return sim, sim
+            if self.backend.speed is None:
+                return sim, sim
+            from opendrs.backends.paced import PacedClock
+
+            return sim, PacedClock(sim, self.backend.speed, should_stop)
         if self.backend.type == "incus":
             from opendrs.backends.incus import IncusBackend
 
@@ -322,7 +331,7 @@ class _ConfigReader(SnapshotReader):
                 "file", path=self.local_path(self.require(mapping, "path", path), (*path, "path"))
             )
         if kind == "sim":
-            self.check_keys(mapping, path, ("type", "scenario", "days"))
+            self.check_keys(mapping, path, ("type", "scenario", "days", "speed"))
             scenario: str | None = None
             builtin = "month"
             if "scenario" in mapping:
@@ -334,7 +343,10 @@ class _ConfigReader(SnapshotReader):
             days = None
             if "days" in mapping:
                 days = self.number(mapping["days"], (*path, "days"), positive=True, maximum=3660)
-            return BackendConfig("sim", scenario=scenario, builtin=builtin, days=days)
+            speed = None
+            if "speed" in mapping:
+                speed = self.number(mapping["speed"], (*path, "speed"), positive=True, maximum=1e9)
+            return BackendConfig("sim", scenario=scenario, builtin=builtin, days=days, speed=speed)
         if kind == "incus":
             from opendrs.backends.incus import parse_incus
 
@@ -405,6 +417,16 @@ def parse_config(data: object, *, filename: str = "<config>") -> Config:
         raise
     except RecursionError:
         raise ConfigError(filename, "", "the document is nested too deeply") from None
+
+
+def parse_listen(text: str) -> HttpConfig:
+    """``HOST:PORT`` as ``http.listen`` takes it (``opendrs demo --listen``); ``ValueError``
+    with the reason."""
+    try:
+        host, port = _ConfigReader("<listen>").listen(text, ())
+    except DocumentError as exc:
+        raise ValueError(exc.reason) from None
+    return HttpConfig(host, port)
 
 
 def load_config(path: str | os.PathLike[str]) -> Config:

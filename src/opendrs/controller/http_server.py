@@ -1,8 +1,11 @@
-"""``/metrics`` and ``/healthz`` of ``opendrs run``, served from a background thread.
+"""The dashboard (``/``, ``/api/state``, ``/api/panel``), ``/metrics`` and ``/healthz`` of
+``opendrs run`` (and ``opendrs demo``), served from a background thread.
 
-Read-only: GET and HEAD are answered, every other method is refused (405). With a bearer token
-(``http.token_file``) both endpoints ask for ``Authorization: Bearer TOKEN`` (401 otherwise); the
-token is compared in constant time and never logged. Requests are logged at DEBUG only.
+Read-only: GET and HEAD are answered, every other method is refused (405); nothing served changes
+anything. With a bearer token (``http.token_file``) every path asks for ``Authorization: Bearer
+TOKEN`` (401 otherwise); the token is compared in constant time and never logged. Requests are
+logged at DEBUG only. The dashboard's answers come from the snapshot the daemon publishes once
+per cycle (:class:`opendrs.controller.dashboard.Dashboard`): a request never reaches the backend.
 """
 
 from __future__ import annotations
@@ -15,21 +18,27 @@ from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qs
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from opendrs.backends.proxmox.secret import SecretError, read_secret_file
 from opendrs.controller.config import HttpConfig
+from opendrs.controller.dashboard import Dashboard, dashboard_headers
 from opendrs.controller.metrics import DaemonMetrics
 
 __all__ = ["HttpError", "MetricsServer", "start_server"]
 
 log = logging.getLogger(__name__)
 
+#: The dashboard's paths: the page, its JSON, the part of the page its script swaps in.
+_DASHBOARD = frozenset({"/", "/api/state", "/api/panel"})
+
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     metrics: DaemonMetrics
+    dashboard: Dashboard | None
     token: bytes | None
 
 
@@ -61,8 +70,11 @@ class _Handler(BaseHTTPRequestHandler):
             headers = {"WWW-Authenticate": 'Bearer realm="opendrs"'}
             self._send(HTTPStatus.UNAUTHORIZED, b"a bearer token is needed\n", headers, body=body)
             return
-        path = self.path.split("?", 1)[0]
-        if path == "/metrics":
+        path, _, query = self.path.partition("?")
+        dashboard = self.server.dashboard
+        if dashboard is not None and path in _DASHBOARD:
+            self._dashboard(dashboard, path, query, body=body)
+        elif path == "/metrics":
             text = generate_latest(self.server.metrics.registry)
             self._send(HTTPStatus.OK, text, {"Content-Type": CONTENT_TYPE_LATEST}, body=body)
         elif path == "/healthz":
@@ -73,7 +85,35 @@ class _Handler(BaseHTTPRequestHandler):
                 reason = " ".join(problem.split()) + "\n"
                 self._send(HTTPStatus.SERVICE_UNAVAILABLE, reason.encode(), body=body)
         else:
-            self._send(HTTPStatus.NOT_FOUND, b"not found: /metrics or /healthz\n", body=body)
+            known = "/, /api/state, /api/panel, " if dashboard is not None else ""
+            reason = f"not found: {known}/metrics or /healthz\n".encode()
+            self._send(HTTPStatus.NOT_FOUND, reason, body=body)
+
+    def _dashboard(self, dashboard: Dashboard, path: str, query: str, *, body: bool) -> None:
+        try:
+            self._dashboard_part(dashboard, path, query, body=body)
+        except Exception:  # a bug drawing the page must not reach the daemon: 500, logged
+            log.exception("http %s: cannot answer %s", self.address_string(), path)
+            self._send(
+                HTTPStatus.INTERNAL_SERVER_ERROR, b"cannot draw the page: see the log\n", body=body
+            )
+
+    def _dashboard_part(self, dashboard: Dashboard, path: str, query: str, *, body: bool) -> None:
+        headers = dict(dashboard_headers())
+        if path == "/api/state":
+            headers["Content-Type"] = "application/json"
+            text = dashboard.state_json()
+        elif path == "/api/panel":
+            after = parse_qs(query).get("after", [""])[0]
+            if after == str(dashboard.snapshot().version):
+                self._send(HTTPStatus.NO_CONTENT, b"", headers, body=False)
+                return
+            headers["Content-Type"] = "text/html; charset=utf-8"
+            text = dashboard.panel()
+        else:
+            headers["Content-Type"] = "text/html; charset=utf-8"
+            text = dashboard.page()
+        self._send(HTTPStatus.OK, text.encode(), headers, body=body)
 
     def _authorized(self) -> bool:
         token = self.server.token
@@ -106,13 +146,20 @@ class _Handler(BaseHTTPRequestHandler):
 class MetricsServer:
     """The HTTP server on ``config``'s address, in a thread of its own until :meth:`stop`."""
 
-    def __init__(self, config: HttpConfig, metrics: DaemonMetrics, token: str | None) -> None:
+    def __init__(
+        self,
+        config: HttpConfig,
+        metrics: DaemonMetrics,
+        token: str | None,
+        dashboard: Dashboard | None = None,
+    ) -> None:
         family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
         server_class = type("_Server", (_Server,), {"address_family": family})
         self.config = config
         #: Raises OSError when the address cannot be bound.
         self.server: _Server = server_class((config.host, config.port), _Handler)
         self.server.metrics = metrics
+        self.server.dashboard = dashboard
         self.server.token = token.encode() if token is not None else None
         self._thread = threading.Thread(
             target=self.server.serve_forever, name="opendrs-http", daemon=True
@@ -144,7 +191,9 @@ class HttpError(Exception):
         self.usage = usage
 
 
-def start_server(config: HttpConfig, metrics: DaemonMetrics) -> MetricsServer:
+def start_server(
+    config: HttpConfig, metrics: DaemonMetrics, dashboard: Dashboard | None = None
+) -> MetricsServer:
     """Read the token, bind, serve in the background and log the address bound — at WARNING
     when it is not a loopback address."""
     token = None
@@ -154,11 +203,12 @@ def start_server(config: HttpConfig, metrics: DaemonMetrics) -> MetricsServer:
         except SecretError as exc:
             raise HttpError(f"http.token_file: {exc}", usage=True) from None
     try:
-        server = MetricsServer(config, metrics, token)
+        server = MetricsServer(config, metrics, token, dashboard)
     except OSError as exc:
         raise HttpError(f"cannot listen on {config.address}: {exc.strerror}", usage=False) from None
     server.start()
-    what = f"serving /metrics and /healthz on http://{server.address}"
+    pages = "the dashboard, " if dashboard is not None else ""
+    what = f"serving {pages}/metrics and /healthz on http://{server.address}"
     if config.loopback:
         log.info("%s", what)
     else:

@@ -36,14 +36,19 @@ from opendrs.controller.history_command import history_now, open_history
 from opendrs.controller.loop import InstanceLock, LockError
 from opendrs.controller.records import decision_object, iso_time, migration_now
 from opendrs.controller.snapshot_command import observe_once
-from opendrs.engine.strategies.base import cluster_imbalance, imbalance_by_arch
-from opendrs.engine.usage import RESOURCES, LoadModel
+from opendrs.controller.views import arch_spreads, node_loads, policy_summary
+from opendrs.engine.usage import RESOURCES
 from opendrs.model.cluster import Cluster
 from opendrs.model.units import format_duration
 from opendrs.report.data import json_text
-from opendrs.report.text import Report, bar, node_state
+from opendrs.report.text import Report, bar
 
-__all__ = ["Status", "add_status_parser", "cmd_status", "read_status"]
+__all__ = [
+    "Status",
+    "add_status_parser",
+    "cmd_status",
+    "read_status",
+]
 
 
 @dataclass
@@ -108,50 +113,12 @@ def _read_history(status: Status) -> None:
         status.history_error = str(exc)
 
 
-def _loads(cluster: Cluster) -> list[dict[str, Any]]:
-    fractions = LoadModel.build(cluster).fractions()
-    return [
-        {
-            "name": node.name,
-            "state": node_state(node),
-            "arch": node.arch,
-            "guests": len(cluster.guests_on(node.name)),
-            "load": {r: float(fractions[i, k]) for k, r in enumerate(RESOURCES)},
-        }
-        for i, node in enumerate(cluster.nodes)
-    ]
-
-
-def _spreads(cluster: Cluster) -> dict[str, dict[str, float]]:
-    """The spread per resource of the usable nodes, per CPU architecture where they have
-    several (``all`` where they share one)."""
-    groups = imbalance_by_arch(cluster) or {"all": cluster_imbalance(cluster)}
-    return {
-        arch: {r: imbalance.resources[r].spread for r in RESOURCES}
-        for arch, imbalance in groups.items()
-    }
-
-
 def _until(entry: Cooldown | Avoid) -> dict[str, Any]:
     data: dict[str, Any] = {"guest": entry.guest}
     if isinstance(entry, Avoid):
         data["node"] = entry.node
     data.update(until=entry.until, time=iso_time(entry.until), reason=entry.reason)
     return data
-
-
-def _policy(config: Config) -> dict[str, Any]:
-    """What the configuration file tells the daemon: its mode and when to act."""
-    policy = config.policy
-    return {
-        "mode": config.mode,
-        "name": policy.name,
-        "strategy": policy.strategy,
-        "metric": policy.metric,
-        "threshold": policy.threshold,
-        "target": policy.target,
-        "interval": policy.interval,
-    }
 
 
 def status_data(status: Status) -> dict[str, Any]:
@@ -164,11 +131,11 @@ def status_data(status: Status) -> dict[str, Any]:
         else {
             "name": cluster.name,
             "mode": cluster.settings.mode,
-            "nodes": _loads(cluster),
-            "spread": _spreads(cluster),
+            "nodes": node_loads(cluster),
+            "spread": arch_spreads(cluster),
         },
         "observation": {"ok": cluster is not None, "error": status.observe_error},
-        "policy": _policy(config),
+        "policy": policy_summary(config),
         "daemon": {
             "lock": config.lock,
             "running": status.lock_held,
@@ -234,10 +201,10 @@ def _show_cluster(report: Report, status: Status) -> None:
             str(n["guests"]),
             *(bar(n["load"][r]) for r in RESOURCES),
         ]
-        for n in _loads(cluster)
+        for n in node_loads(cluster)
     ]
     report.table(("node", "state", "arch", "guests", *RESOURCES), rows, right=(3,))
-    for arch, spread in _spreads(cluster).items():
+    for arch, spread in arch_spreads(cluster).items():
         where = "usable nodes" if arch == "all" else f"{arch} nodes"
         report.line(
             f"spread of the {where}: "

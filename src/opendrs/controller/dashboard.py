@@ -1,0 +1,402 @@
+"""The dashboard of ``opendrs run`` and ``opendrs demo``: what the daemon sees, decides and does.
+
+:class:`Dashboard` is fed by the controller's hooks in the daemon's thread — ``cycle`` after each
+cycle, ``event`` for each migration event — and builds from them a :class:`Snapshot`: a JSON-ready
+document of the cluster's node loads, the migrations in flight and the last ones ended, the last
+decisions with their reasons, in shadow mode the plan it would carry out, and the policy metric
+over the last day. The request threads of the HTTP server
+(:mod:`opendrs.controller.http_server`) only read the latest snapshot, which is never changed
+once published: they never ask the backend or the history anything. The HTML (from the Jinja2
+templates ``templates/dashboard*.html.j2``) and the chart (``report.charts.line_chart``) are drawn
+from a snapshot on the first request that needs them and kept until the next snapshot.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Final
+
+import jinja2
+
+from opendrs.controller.config import Config
+from opendrs.controller.executor import Event
+from opendrs.controller.loop import Controller, Cycle
+from opendrs.controller.records import iso_time
+from opendrs.controller.views import arch_spreads, node_loads, policy_summary
+from opendrs.engine.policy import Decision
+from opendrs.engine.policy.metrics import format_metric
+from opendrs.engine.usage import LoadModel
+from opendrs.report.charts import Line, line_chart
+from opendrs.report.data import json_text
+
+__all__ = ["Dashboard", "Snapshot"]
+
+#: Recorded decisions and ended migrations the page lists, newest first.
+KEPT: Final = 10
+#: How far back the chart of the policy metric goes, in seconds of the backend's clock.
+CHART_SPAN: Final = 86400.0
+#: The most points the chart draws (every n-th point beyond).
+CHART_POINTS: Final = 600
+#: How often the page asks whether there is a newer snapshot, in milliseconds.
+REFRESH_MS: Final = 2000
+
+_TEMPLATES = jinja2.Environment(
+    loader=jinja2.PackageLoader("opendrs.controller", "templates"),
+    autoescape=True,
+    undefined=jinja2.StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One published state of the dashboard: ``data`` is never changed after publishing."""
+
+    version: int
+    data: dict[str, Any]
+
+
+class Dashboard:
+    """The daemon's state for the page, rebuilt once per cycle (and per migration event)."""
+
+    def __init__(self, config: Config, *, command: str = "opendrs run") -> None:
+        self.config = config
+        self.command = command
+        self._controller: Controller | None = None
+        self._simulated = config.backend.type == "sim"
+        self._lock = threading.Lock()
+        self._version = 0
+        self._base: dict[str, Any] = {}
+        self._decisions: deque[dict[str, Any]] = deque(maxlen=KEPT)
+        self._ended: deque[dict[str, Any]] = deque(maxlen=KEPT)
+        self._started: dict[str, float] = {}
+        self._points: deque[tuple[float, float]] = deque()
+        #: What the chart draws: the points of the last day, every n-th beyond CHART_POINTS.
+        self._chart_points: list[list[float]] = []
+        self._would: dict[str, Any] | None = None
+        self._snapshot = Snapshot(0, {"version": 0, **self._document()})
+        self._rendered: dict[tuple[int, str], str] = {}
+        self._drawn: tuple[object, str] | None = None
+
+    def follow(self, controller: Controller) -> None:
+        """Read the configuration and the migrations of ``controller`` from now on."""
+        self._controller = controller
+
+    # -- the daemon's hooks (its thread) ---------------------------------------------------------
+
+    def cycle(self, cycle: Cycle) -> None:
+        """``Controller.on_cycle``: a new snapshot from what the cycle saw and decided."""
+        if cycle.error is not None:
+            self._base["observation"] = {"ok": False, "error": cycle.error, **self._at(cycle.at)}
+        elif cycle.cluster is not None:
+            cluster = cycle.cluster
+            loads = LoadModel.build(cluster)
+            self._base.update(
+                observation={"ok": True, "error": None, **self._at(cycle.at)},
+                cluster={"name": cluster.name, "guests": len(cluster.guests)},
+                groups=_groups(node_loads(cluster, loads), arch_spreads(cluster, loads)),
+            )
+        if cycle.decision is not None:
+            self._decided(cycle, cycle.decision)
+        self._publish()
+
+    def event(self, event: Event) -> None:
+        """``Executor.on_event``: migrations in flight and ended follow each event."""
+        move = event.move
+        if move is None:
+            return
+        if event.kind == "started":
+            self._started[move.guest] = event.at
+        elif event.kind in ("done", "failed", "lost"):
+            self._started.pop(move.guest, None)
+            self._ended.appendleft(
+                {
+                    **self._at(event.at),
+                    "guest": move.guest,
+                    "source": move.source,
+                    "target": move.target,
+                    "outcome": event.kind,
+                    "detail": event.detail,
+                }
+            )
+        else:
+            return
+        self._publish()
+
+    # -- read by the HTTP server (its threads) ---------------------------------------------------
+
+    def snapshot(self) -> Snapshot:
+        with self._lock:
+            return self._snapshot
+
+    def state_json(self) -> str:
+        """``/api/state``: the latest snapshot as JSON."""
+        return self._rendered_once("json", lambda s: json_text(s.data, sort_keys=False))
+
+    def page(self) -> str:
+        """``/``: the whole page."""
+        return self._rendered_once("page", lambda s: self._render(s, "page"))
+
+    def panel(self) -> str:
+        """``/api/panel``: the page's changing part, which the page's script swaps in."""
+        return self._rendered_once("panel", lambda s: self._render(s, "panel"))
+
+    # -- building a snapshot ---------------------------------------------------------------------
+
+    def _at(self, at: float) -> dict[str, Any]:
+        """A time on the backend's clock, as data and as the page shows it."""
+        if self._simulated:
+            return {"at": at, "time": simulated_time(at)}
+        return {"at": at, "time": iso_time(at).replace("T", " ")}
+
+    def _decided(self, cycle: Cycle, decision: Decision) -> None:
+        config = self._config
+        metric = config.policy.metric
+        summary = {
+            **self._at(cycle.at),
+            "code": decision.code,
+            "act": decision.act,
+            "reason": decision.reason,
+            "metric": format_metric(metric, decision.metric) if metric != "none" else None,
+            "moves": _moves(decision),
+        }
+        self._base["now"] = summary
+        if cycle.decision_id is not None:
+            self._decisions.appendleft({**summary, "id": cycle.decision_id, "mode": config.mode})
+        if decision.act and summary["moves"]:
+            self._would = None if config.active else summary
+        if metric != "none":
+            self._points.append((cycle.at, decision.metric))
+            while self._points and self._points[0][0] < cycle.at - CHART_SPAN:
+                self._points.popleft()
+            stride = max(1, -(-len(self._points) // CHART_POINTS))
+            self._chart_points = [[at, v] for at, v in list(self._points)[::stride]]
+
+    @property
+    def _config(self) -> Config:
+        return self._controller.config if self._controller is not None else self.config
+
+    def _in_flight(self) -> tuple[list[dict[str, Any]], int]:
+        controller = self._controller
+        if controller is None:
+            return [], 0
+        executor = controller.executor
+        now = controller.clock.now()
+        rows = []
+        for move in executor.in_flight:
+            since = self._started.get(move.guest)
+            rows.append(
+                {
+                    "guest": move.guest,
+                    "source": move.source,
+                    "target": move.target,
+                    "since": None if since is None else self._at(since)["time"],
+                    "seconds": None if since is None else max(0.0, now - since),
+                }
+            )
+        return rows, len(executor.queued)
+
+    def _document(self) -> dict[str, Any]:
+        config = self._config
+        in_flight, queued = self._in_flight()
+        return {
+            "command": self.command,
+            "backend": config.backend.type,
+            "simulated": self._simulated,
+            "policy": policy_summary(config),
+            "observation": self._base.get("observation"),
+            "cluster": self._base.get("cluster"),
+            "groups": self._base.get("groups", []),
+            "now": self._base.get("now"),
+            "decisions": list(self._decisions),
+            "would": self._would if not config.active else None,
+            "in_flight": in_flight,
+            "queued": queued,
+            "ended": list(self._ended),
+            "chart": {
+                "metric": config.policy.metric,
+                "threshold": config.policy.threshold,
+                "points": self._chart_points,
+            },
+            "published": iso_time(time.time()),
+        }
+
+    def _publish(self) -> None:
+        data = self._document()
+        with self._lock:
+            self._version += 1
+            self._snapshot = Snapshot(self._version, {"version": self._version, **data})
+            self._rendered = {}
+
+    # -- rendering (request threads) -------------------------------------------------------------
+
+    def _rendered_once(self, what: str, render: Any) -> str:
+        snapshot = self.snapshot()
+        key = (snapshot.version, what)
+        with self._lock:
+            text = self._rendered.get(key)
+        if text is None:
+            text = render(snapshot)
+            with self._lock:
+                if self._snapshot.version == snapshot.version:
+                    self._rendered[key] = text
+        return text
+
+    def _chart(self, snapshot: Snapshot) -> str:
+        """The chart of a snapshot, drawn again only when its points changed (once per cycle,
+        not per migration event)."""
+        chart = snapshot.data["chart"]
+        key = (tuple(map(tuple, chart["points"])), chart["threshold"], chart["metric"])
+        with self._lock:
+            cached = self._drawn
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        svg = _chart(chart)
+        with self._lock:
+            self._drawn = (key, svg)
+        return svg
+
+    def _render(self, snapshot: Snapshot, part: str) -> str:
+        name = "dashboard-panel.html.j2" if part == "panel" else "dashboard.html.j2"
+        return _TEMPLATES.get_template(name).render(
+            s=snapshot.data,
+            chart=self._chart(snapshot),
+            refresh_ms=REFRESH_MS,
+            script=SCRIPT,
+        )
+
+
+def simulated_time(at: float) -> str:
+    """Seconds since the start of a simulation as the page shows them: ``sim 1d 03:25:10``."""
+    seconds = int(max(at, 0.0))
+    days, seconds = divmod(seconds, 86400)
+    hours, seconds = divmod(seconds, 3600)
+    day = f"{days}d " if days else ""
+    return f"sim {day}{hours:02d}:{seconds // 60:02d}:{seconds % 60:02d}"
+
+
+def _groups(
+    nodes: list[dict[str, Any]], spreads: dict[str, dict[str, float]]
+) -> list[dict[str, Any]]:
+    """The nodes by CPU architecture where the usable ones have several, else one group."""
+    if len(spreads) < 2:
+        return [{"arch": None, "nodes": nodes, "spread": next(iter(spreads.values()), {})}]
+    return [
+        {"arch": arch, "nodes": [n for n in nodes if n["arch"] == arch], "spread": spread}
+        for arch, spread in spreads.items()
+    ]
+
+
+def _moves(decision: Decision) -> list[dict[str, Any]]:
+    """The plan's migrations, each with the strategy's reason for it."""
+    if decision.plan is None:
+        return []
+    why: dict[str, str] = {}
+    if decision.proposal is not None:
+        for proposed in decision.proposal.moves:
+            why[proposed.guest] = proposed.reason
+    return [
+        {
+            "guest": m.guest,
+            "source": m.source,
+            "target": m.target,
+            "step": m.step,
+            "parking": m.parking,
+            "reason": why.get(m.guest, ""),
+        }
+        for m in decision.plan.moves
+    ]
+
+
+def _chart(chart: dict[str, Any]) -> str:
+    """The policy metric over the last day, with the threshold, as inline SVG ('' without
+    points to draw)."""
+    points: list[list[float]] = chart["points"]
+    if len(points) < 2:
+        return ""
+    metric = chart["metric"]
+    scale = 100.0 if metric in ("spread", "memory-spread") else 1.0
+    unit = " (pp)" if scale == 100.0 else ""
+    last = points[-1][0]
+    series = [((at - last) / 3600, value * scale) for at, value in points]
+    return line_chart(
+        {metric: series},
+        title=f"policy metric over the last day: {metric}",
+        xlabel="hours before the last decision",
+        ylabel=f"{metric}{unit}",
+        lines=[Line(chart["threshold"] * scale, "threshold")],
+        steps=True,
+        size=(8.0, 2.4),
+    )
+
+
+def _script_hash(script: str) -> str:
+    digest = hashlib.sha256(script.encode()).digest()
+    return "'sha256-" + base64.b64encode(digest).decode() + "'"
+
+
+#: The page's only script: ask every few seconds whether there is a newer snapshot and swap the
+#: changing part in (the decisions opened staying open); say so when the daemon cannot be
+#: reached. Nothing is sent but GETs.
+SCRIPT: Final = """
+(function () {
+  var panel = document.getElementById("panel");
+  var status = document.getElementById("refresh");
+  var every = Number(panel.dataset.refresh);
+  function refresh() {
+    fetch("api/panel?after=" + panel.dataset.version, {cache: "no-store"})
+      .then(function (answer) {
+        if (answer.status === 204) { return null; }
+        if (!answer.ok) { throw new Error("HTTP " + answer.status); }
+        return answer.text();
+      })
+      .then(function (html) {
+        if (html !== null) {
+          var open = Array.prototype.map.call(
+            panel.querySelectorAll("details[open]"), function (d) { return d.dataset.key; });
+          panel.outerHTML = html;
+          panel = document.getElementById("panel");
+          open.forEach(function (key) {
+            var details = panel.querySelector('details[data-key="' + key + '"]');
+            if (details) { details.open = true; }
+          });
+        }
+        status.textContent = "live: updated " + new Date().toLocaleTimeString();
+        status.className = "live";
+      })
+      .catch(function (error) {
+        status.textContent = "cannot reach the daemon (" + error.message + "): retrying";
+        status.className = "lost";
+      })
+      .finally(function () { window.setTimeout(refresh, every); });
+  }
+  window.setTimeout(refresh, every);
+})();
+"""
+
+#: The page's Content-Security-Policy: its own script and styles only, nothing from elsewhere.
+CONTENT_SECURITY_POLICY: Final = (
+    "default-src 'none'; "
+    f"script-src {_script_hash(SCRIPT)}; "
+    "style-src 'unsafe-inline'; "
+    "img-src 'self' data:; "
+    "connect-src 'self'; "
+    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+
+
+def dashboard_headers() -> Iterable[tuple[str, str]]:
+    """Headers of every dashboard answer."""
+    return (
+        ("Content-Security-Policy", CONTENT_SECURITY_POLICY),
+        ("X-Content-Type-Options", "nosniff"),
+        ("Referrer-Policy", "no-referrer"),
+        ("Cache-Control", "no-store"),
+    )

@@ -1,0 +1,53 @@
+"""What ``opendrs status`` and the dashboard show of a cluster and of a configuration, as data."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from opendrs.controller.config import Config
+from opendrs.engine.strategies.base import cluster_imbalance, imbalance_by_arch
+from opendrs.engine.usage import RESOURCES, LoadModel
+from opendrs.model.cluster import Cluster
+from opendrs.report.text import node_state
+
+__all__ = ["arch_spreads", "node_loads", "policy_summary"]
+
+
+def node_loads(cluster: Cluster, loads: LoadModel | None = None) -> list[dict[str, Any]]:
+    """Each node: name, state, CPU architecture, guests, and load per resource (a fraction of
+    its capacity less reserves). ``loads``: the cluster's :class:`LoadModel`, when built."""
+    fractions = (loads or LoadModel.build(cluster)).fractions()
+    return [
+        {
+            "name": node.name,
+            "state": node_state(node),
+            "arch": node.arch,
+            "guests": len(cluster.guests_on(node.name)),
+            "load": {r: float(fractions[i, k]) for k, r in enumerate(RESOURCES)},
+        }
+        for i, node in enumerate(cluster.nodes)
+    ]
+
+
+def arch_spreads(cluster: Cluster, loads: LoadModel | None = None) -> dict[str, dict[str, float]]:
+    """The spread per resource of the usable nodes, per CPU architecture where they have
+    several (``all`` where they share one). ``loads``: the cluster's :class:`LoadModel`."""
+    groups = imbalance_by_arch(cluster) or {"all": cluster_imbalance(cluster, loads=loads)}
+    return {
+        arch: {r: imbalance.resources[r].spread for r in RESOURCES}
+        for arch, imbalance in groups.items()
+    }
+
+
+def policy_summary(config: Config) -> dict[str, Any]:
+    """What the configuration file tells the daemon: its mode and when to act."""
+    policy = config.policy
+    return {
+        "mode": config.mode,
+        "name": policy.name,
+        "strategy": policy.strategy,
+        "metric": policy.metric,
+        "threshold": policy.threshold,
+        "target": policy.target,
+        "interval": policy.interval,
+    }

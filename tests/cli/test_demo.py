@@ -1,0 +1,80 @@
+"""``opendrs demo`` serves the dashboard while it runs, says where, and still ends by itself."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from daemon import fetch
+from opendrs.cli import main
+
+DASHBOARD = re.compile(r"dashboard: http://(127\.0\.0\.1:\d+)/ — served while the demo runs")
+
+
+def test_the_demo_prints_its_dashboard_and_stops_serving_at_its_end(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["demo", "--fast", "--days", "0.25"]) == 0
+    out = capsys.readouterr().out
+    match = DASHBOARD.search(out)
+    assert match is not None, out
+    assert "Stability over 0.25 simulated days" in out
+    with pytest.raises(OSError):
+        fetch(match.group(1), "/healthz")
+
+
+def test_no_dashboard(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--fast", "--days", "0.25", "--no-dashboard"]) == 0
+    assert "dashboard:" not in capsys.readouterr().out
+
+
+def test_a_bad_or_busy_address_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["demo", "--listen", "example.com:80"])
+    assert exit_.value.code == 2
+    assert "argument --listen: 'example.com' is not an IP address" in capsys.readouterr().err
+
+
+def test_the_dashboard_answers_while_a_paced_demo_runs() -> None:
+    """A subprocess spread over about 15 s: its dashboard, JSON and metrics answer meanwhile;
+    then it ends by itself (exit 0)."""
+    demo = subprocess.Popen(
+        [sys.executable, "-u", "-m", "opendrs", "demo", "--seconds", "15", "--days", "0.25"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert demo.stdout is not None
+        address = None
+        for line in demo.stdout:
+            match = DASHBOARD.search(line)
+            if match:
+                address = match.group(1)
+                break
+        assert address is not None, demo.stderr.read() if demo.stderr else ""
+        deadline = time.monotonic() + 30
+        while not json.loads(fetch(address, "/api/state")[1])["decisions"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        state = json.loads(fetch(address, "/api/state")[1])
+        assert state["command"] == "opendrs demo" and state["simulated"]
+        assert len(state["groups"][0]["nodes"]) == 8
+        status, page = fetch(address, "/")
+        assert status == 200 and "opendrs demo" in page
+        status, text = fetch(address, "/metrics")
+        names = {family.name for family in text_string_to_metric_families(text)}
+        assert status == 200 and {"opendrs_node_load", "opendrs_spread"} <= names
+        rest, _ = demo.communicate(timeout=120)
+        assert demo.returncode == 0 and "Stability over 0.25 simulated days" in rest
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.wait(10)
