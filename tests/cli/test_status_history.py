@@ -8,8 +8,6 @@ import json
 import os
 import signal
 import sqlite3
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -17,30 +15,7 @@ from typing import Any
 import pytest
 
 from daemon import Daemon
-
-
-def opendrs(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "opendrs", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
-def write_config(directory: Path, *, days: float, extra: str = "") -> Path:
-    """Active mode on the built-in demo (8 nodes, 80 guests packed on three, 2 % of migrations
-    failing), a decision every 5 simulated minutes, the decision log beside the history."""
-    config = directory / "opendrs.yaml"
-    config.write_text(
-        "mode: active\n"
-        f"backend: {{type: sim, scenario: 'builtin:demo', days: {days}}}\n"
-        "history: history.sqlite\n"
-        "policy: {interval: 5m, hold: 1, smoothing: 0}\n"
-        "log: {decisions: decisions.jsonl}\n" + extra
-    )
-    return config
+from subprocess_cli import opendrs, write_config
 
 
 def jsonl(text: str) -> list[dict[str, Any]]:
