@@ -35,13 +35,12 @@ def plan_document(result: PlanResult, source: str) -> Document:
         "strategy": plan["strategy"],
         "ok": result.ok,
         "plan": plan,
-        "net_moves": len(result.proposal.net_moves()),
         "nodes": nodes,
         "resources": list(RESOURCES),
         "imbalance": _imbalance(plan["metrics"]),
         "imbalance_by_arch": {arch: _imbalance(metrics) for arch, metrics in by_arch.items()},
         "steps": _steps(plan["moves"], plan["proposed"]),
-        "bounds": _bounds(result),
+        "bounds": _bounds(plan),
         "rules": _rules(result.cluster.rules),
         "problems": [str(p) for p in result.constraints.problems],
         "breaks_before": [str(b) for b in rule_breaks(result.cluster)],
@@ -134,25 +133,25 @@ def _why(
     }
 
 
-def _bounds(result: PlanResult) -> dict[str, Any]:
-    """The spread reached against the lowest any placement can reach, per resource, and the
-    migrations made against the fewest that reach the same spread."""
-    bounds = result.bounds
-    migrations = len(result.proposal.net_moves())
+def _bounds(plan: Mapping[str, Any]) -> dict[str, Any]:
+    """The spread reached (the bounds' target) against the lowest any placement can reach, per
+    resource, and the migrations made against the fewest that reach the same spread."""
+    bounds = plan["bounds"]
+    migrations = plan["migrations"]
     return {
         "resources": [
             {
                 "resource": r,
-                "reached": result.achieved[r],
-                "bound": bounds.spread[r],
-                "gap": result.achieved[r] - bounds.spread[r],
+                "reached": bounds["target_spread"][r],
+                "bound": bounds["spread"][r],
+                "gap": bounds["target_spread"][r] - bounds["spread"][r],
             }
             for r in RESOURCES
         ],
         "migrations": migrations,
-        "min_migrations": bounds.migrations,
-        "ratio": migrations / bounds.migrations if bounds.migrations else None,
-        "moved_bytes": bounds.moved_bytes,
+        "min_migrations": bounds["migrations"],
+        "ratio": migrations / bounds["migrations"] if bounds["migrations"] else None,
+        "moved_bytes": bounds["moved_bytes"],
     }
 
 
