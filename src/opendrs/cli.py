@@ -351,10 +351,27 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return EXIT_OK if result.ok else EXIT_PROBLEM
 
 
+#: The options of ``plan`` and ``report SNAPSHOT`` besides ``--strategy``.
+_PLAN_OPTIONS = (
+    "target_spread",
+    "threshold",
+    "margin",
+    "max_moves",
+    "time_limit",
+    "option",
+    "max_parallel",
+    "max_node_inflow",
+)
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     if (args.snapshot is None) == (args.config is None):
         raise UsageError("report: give a SNAPSHOT or --config FILE (one of them)")
     if args.config is not None:
+        given = [name for name in _PLAN_OPTIONS if getattr(args, name) not in (None, [])]
+        if args.strategy != DEFAULT_STRATEGY or given:
+            option = "--" + (given[0] if given else "strategy").replace("_", "-")
+            raise UsageError(f"report: {option} is for a SNAPSHOT's plan, not with --config")
         try:
             document = report_of_history(args.config)
         except HistoryError as exc:

@@ -296,6 +296,7 @@ def no_history_config(directory: Path) -> Path:
         (("report", "--config", "{dir}/missing.yaml"), "missing.yaml"),
         (("report", "demo", "-o", "{dir}/no/such/dir/r.html"), "-o: cannot write"),
         (("report", "demo", "--strategy", "nope"), "--strategy"),
+        (("report", "--config", "{config}", "--max-moves", "3"), "--max-moves is for a SNAPSHOT"),
         (
             ("simulate", "builtin:demo", "--days", "0.01", "--report", "{dir}/no/dir/r.html"),
             "--report: cannot write",
