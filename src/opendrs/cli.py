@@ -33,31 +33,28 @@ from opendrs.controller.commands import (
     add_simulate_parser,
     parse_number,
 )
+from opendrs.controller.history import HistoryError
 from opendrs.controller.history_command import add_history_parser
+from opendrs.controller.planning import PlanResult, make_plan
+from opendrs.controller.report_command import report_of_history, write_report
 from opendrs.controller.snapshot_command import add_snapshot_parser
 from opendrs.controller.status_command import add_status_parser
-from opendrs.engine.bounds import migration_lower_bound
 from opendrs.engine.breaks import rule_breaks
 from opendrs.engine.constraints import Constraints, movability
 from opendrs.engine.placement import Evacuation, evacuate, place_guest, place_new
-from opendrs.engine.planner import Plan, plan_with_retries
+from opendrs.engine.planner import Plan
 from opendrs.engine.policy import (
-    may_need_repair,
     repair,
     strategy_problem,
-    stuck_after,
     warn_stuck,
 )
 from opendrs.engine.strategies import DEFAULT_STRATEGY, REGISTRY, get_strategy
 from opendrs.engine.strategies.base import (
-    Proposal,
-    Request,
     cluster_imbalance,
     imbalance_by_arch,
     typed_option,
-    worst_spreads,
 )
-from opendrs.engine.usage import RESOURCES, LoadModel
+from opendrs.engine.usage import LoadModel
 from opendrs.model.cluster import GUEST_KINDS, Cluster, Guest, Move
 from opendrs.model.document import one_line
 from opendrs.model.snapshot import (
@@ -71,6 +68,8 @@ from opendrs.model.snapshot import (
 )
 from opendrs.model.units import UnitError, parse_bytes
 from opendrs.report.data import json_text
+from opendrs.report.plan_report import plan_document
+from opendrs.report.render import FORMATS as REPORT_FORMATS
 from opendrs.report.text import (
     Report,
     show_bounds,
@@ -298,7 +297,9 @@ def _evacuation_repair(cluster: Cluster, greedy: Evacuation) -> tuple[Evacuation
     return Evacuation(node, moves, reasons), fixed.plan
 
 
-def cmd_plan(args: argparse.Namespace) -> int:
+def _planned(args: argparse.Namespace) -> PlanResult:
+    """The plan of ``opendrs plan`` (and ``opendrs report SNAPSHOT``) for the snapshot and the
+    strategy options on the command line."""
     cluster, scenario = _load_any(args.snapshot)
     try:
         strategy = get_strategy(args.strategy)
@@ -327,55 +328,59 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if refused is not None:
             raise UsageError(refused[1])
     typed = strategy.options.parse(strategy.name, options)
-
-    def propose(forbidden: frozenset[tuple[str, str]]) -> Proposal:
-        return strategy.propose(cluster, Request(forbidden=forbidden), typed)
-
-    cons = Constraints.build(cluster)
-    proposal, plan = plan_with_retries(
+    return make_plan(
         cluster,
-        propose,
+        strategy,
+        typed,
         max_parallel=args.max_parallel,
         max_node_inflow=args.max_node_inflow,
-        constraints=cons,
     )
-    # What the plan leaves breaking a hard rule (the same check as the daemon's repairs).
-    stuck = stuck_after(cluster, cons, proposal, plan) if may_need_repair(cluster) else ()
-    warn_stuck(stuck)
-    placed = cluster.with_placement(proposal.placement)
-    by_arch = (imbalance_by_arch(cluster), imbalance_by_arch(placed))
-    worst = worst_spreads(proposal.after, by_arch[1])
-    achieved = {r: worst[r] for r in RESOURCES}
-    bounds = migration_lower_bound(cluster, achieved)
-    infeasible = proposal.options.get("solver", {}).get("status") == "INFEASIBLE"
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    result = _planned(args)
     if args.format == "json":
-        data = proposal.as_dict()
-        data["moves"] = [m.as_dict() for m in plan.moves]
-        data["proposed"] = [m.as_dict() for m in proposal.moves]
-        data["plan"] = {
-            "feasible": plan.feasible,
-            "steps": plan.steps,
-            "unreachable": [list(u) for u in plan.unreachable],
-            "problems": list(plan.problems),
-        }
-        data["bounds"] = bounds.as_dict()
-        if by_arch[0]:
-            data["metrics"]["by_arch"] = {
-                arch: {"before": before.as_dict(), "after": by_arch[1][arch].as_dict()}
-                for arch, before in by_arch[0].items()
-            }
-        data["stuck"] = [{"guest": g, "reason": r} for g, r in stuck]
-        _dump_json(data)
+        _dump_json(result.as_dict())
     else:
         report = Report(_console())
-        show_proposal(report, proposal, by_arch)
-        show_plan(report, plan)
-        for _guest, reason in stuck:
+        show_proposal(report, result.proposal, result.by_arch)
+        show_plan(report, result.plan)
+        for _guest, reason in result.stuck:
             report.line(f"Repair stuck: {reason}", "red")
-        show_bounds(report, proposal, bounds, achieved)
-    if infeasible or stuck:
-        return EXIT_PROBLEM
-    return EXIT_OK if plan.feasible else EXIT_PROBLEM
+        show_bounds(report, result.proposal, result.bounds, result.achieved)
+    return EXIT_OK if result.ok else EXIT_PROBLEM
+
+
+#: The options of ``plan`` and ``report SNAPSHOT`` besides ``--strategy``.
+_PLAN_OPTIONS = (
+    "target_spread",
+    "threshold",
+    "margin",
+    "max_moves",
+    "time_limit",
+    "option",
+    "max_parallel",
+    "max_node_inflow",
+)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    if (args.snapshot is None) == (args.config is None):
+        raise UsageError("report: give a SNAPSHOT or --config FILE (one of them)")
+    if args.config is not None:
+        given = [name for name in _PLAN_OPTIONS if getattr(args, name) not in (None, [])]
+        if args.strategy != DEFAULT_STRATEGY or given:
+            option = "--" + (given[0] if given else "strategy").replace("_", "-")
+            raise UsageError(f"report: {option} is for a SNAPSHOT's plan, not with --config")
+        try:
+            document = report_of_history(args.config)
+        except HistoryError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_PROBLEM
+    else:
+        document = plan_document(_planned(args), args.snapshot)
+    write_report(document, args.format, args.output)
+    return EXIT_OK
 
 
 def _strategy_option(item: str, strategy: str, defaults: Mapping[str, object]) -> tuple[str, Any]:
@@ -498,6 +503,44 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"error: {self.prog}: {message} (see --help)\n")
 
 
+def _add_plan_options(p: argparse.ArgumentParser, *option_flags: str) -> None:
+    """The strategy and its options, and the planner's limits (``plan`` and ``report``);
+    ``option_flags``: the flags of any other strategy option."""
+    p.add_argument(
+        "--strategy",
+        default=DEFAULT_STRATEGY,
+        help=f"rebalancing strategy (default {DEFAULT_STRATEGY}; see 'opendrs strategies')",
+    )
+    p.add_argument(
+        "--target-spread", type=_fraction, help="balance: stop when every spread is within this"
+    )
+    p.add_argument("--threshold", type=_fraction, help="pve-*: act only above this imbalance (CV)")
+    p.add_argument(
+        "--margin",
+        type=_fraction,
+        help="minimum improvement a move must bring (meaning depends on the strategy)",
+    )
+    p.add_argument("--max-moves", type=_positive_int, help="at most this many migrations")
+    p.add_argument("--time-limit", type=_seconds, help="optimal: solver time limit in seconds")
+    p.add_argument(
+        *option_flags,
+        dest="option",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="any other strategy option (see docs/strategies.md), e.g. "
+        f"{option_flags[0]} balanciness=4",
+    )
+    p.add_argument(
+        "--max-parallel", type=_at_least_one, help="migrations at once (default: the snapshot's)"
+    )
+    p.add_argument(
+        "--max-node-inflow",
+        type=_at_least_one,
+        help="migrations at once into one node (default: the snapshot's)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="opendrs",
@@ -568,40 +611,32 @@ def build_parser() -> argparse.ArgumentParser:
         "repair has no solution; 2 bad input.",
     )
     p.add_argument("snapshot", metavar="SNAPSHOT")
-    p.add_argument(
-        "--strategy",
-        default=DEFAULT_STRATEGY,
-        help=f"rebalancing strategy (default {DEFAULT_STRATEGY}; see 'opendrs strategies')",
-    )
-    p.add_argument(
-        "--target-spread", type=_fraction, help="balance: stop when every spread is within this"
-    )
-    p.add_argument("--threshold", type=_fraction, help="pve-*: act only above this imbalance (CV)")
-    p.add_argument(
-        "--margin",
-        type=_fraction,
-        help="minimum improvement a move must bring (meaning depends on the strategy)",
-    )
-    p.add_argument("--max-moves", type=_positive_int, help="at most this many migrations")
-    p.add_argument("--time-limit", type=_seconds, help="optimal: solver time limit in seconds")
-    p.add_argument(
-        "-o",
-        "--option",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="any other strategy option (see docs/strategies.md), e.g. -o balanciness=4",
-    )
-    p.add_argument(
-        "--max-parallel", type=_at_least_one, help="migrations at once (default: the snapshot's)"
-    )
-    p.add_argument(
-        "--max-node-inflow",
-        type=_at_least_one,
-        help="migrations at once into one node (default: the snapshot's)",
-    )
+    _add_plan_options(p, "-o", "--option")
     with_format(p)
     p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser(
+        "report",
+        help="a report to look at: one self-contained HTML file (or Markdown) of a snapshot's "
+        "plan or of a daemon's history",
+        description="SNAPSHOT: the nodes' loads before and after the plan 'opendrs plan' makes "
+        "(the same strategy options), its steps as a timeline, each move with its reason, the "
+        "lower bounds and the gap, the rules and their conflicts. --config FILE: the daemon's "
+        "history, read-only — the spread over time, migrations per day, failures and what was "
+        "done about them, the guests that moved most. HTML holds its styles and charts (inline "
+        "SVG) and refers to nothing outside itself. Exit status: 0 written, 1 the history "
+        "cannot be read, 2 bad input.",
+    )
+    p.add_argument("snapshot", metavar="SNAPSHOT", nargs="?", help="a snapshot, or 'demo'")
+    p.add_argument("--config", metavar="FILE", help="a daemon's configuration: report its history")
+    p.add_argument(
+        "-o", "--output", metavar="FILE", help="write the report to FILE (default: standard output)"
+    )
+    p.add_argument(
+        "--format", choices=REPORT_FORMATS, default="html", help="html (default) or md (Markdown)"
+    )
+    _add_plan_options(p, "--option")
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("strategies", help="list the rebalancing strategies")
     p.set_defaults(func=cmd_strategies)

@@ -8,8 +8,6 @@ import json
 import os
 import signal
 import sqlite3
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -17,30 +15,7 @@ from typing import Any
 import pytest
 
 from daemon import Daemon
-
-
-def opendrs(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "opendrs", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
-def write_config(directory: Path, *, days: float, extra: str = "") -> Path:
-    """Active mode on the built-in demo (8 nodes, 80 guests packed on three, 2 % of migrations
-    failing), a decision every 5 simulated minutes, the decision log beside the history."""
-    config = directory / "opendrs.yaml"
-    config.write_text(
-        "mode: active\n"
-        f"backend: {{type: sim, scenario: 'builtin:demo', days: {days}}}\n"
-        "history: history.sqlite\n"
-        "policy: {interval: 5m, hold: 1, smoothing: 0}\n"
-        "log: {decisions: decisions.jsonl}\n" + extra
-    )
-    return config
+from daemon import opendrs, write_sim_config
 
 
 def jsonl(text: str) -> list[dict[str, Any]]:
@@ -56,7 +31,7 @@ def rows(history: Path, query: str) -> list[tuple[Any, ...]]:
 def ran(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A configuration whose daemon ran half a simulated day to its end."""
     directory = tmp_path_factory.mktemp("ran")
-    config = write_config(directory, days=0.5)
+    config = write_sim_config(directory, days=0.5)
     done = opendrs("run", "--config", str(config))
     assert done.returncode == 0, done.stderr
     return config
@@ -195,7 +170,7 @@ def test_status_without_an_observation_still_shows_the_history(ran: Path, tmp_pa
 
 
 def test_status_and_history_before_the_daemon_ever_ran(tmp_path: Path) -> None:
-    config = write_config(tmp_path, days=0.1)
+    config = write_sim_config(tmp_path, days=0.1)
     shown = opendrs("status", "--config", str(config), "--format", "json")
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["history"]["exists"] is False
@@ -229,7 +204,7 @@ def test_bad_arguments_are_one_line_and_exit_2(ran: Path, args: tuple[str, ...])
 
 @pytest.mark.parametrize("command", ["status", "history", "run"])
 def test_a_bad_configuration_is_one_line_and_exit_2(tmp_path: Path, command: str) -> None:
-    config = write_config(tmp_path, days=0.1, extra="")
+    config = write_sim_config(tmp_path, days=0.1, extra="")
     config.write_text(config.read_text().replace("decisions.jsonl", "history.sqlite"))
     done = opendrs(command, "--config", str(config))
     assert done.returncode == 2
@@ -240,7 +215,7 @@ def test_a_bad_configuration_is_one_line_and_exit_2(tmp_path: Path, command: str
 
 
 def test_a_decision_log_that_cannot_be_opened_stops_run_with_one_line(tmp_path: Path) -> None:
-    config = write_config(tmp_path, days=0.1)
+    config = write_sim_config(tmp_path, days=0.1)
     config.write_text(config.read_text().replace("decisions.jsonl", "nowhere/decisions.jsonl"))
     done = opendrs("run", "--config", str(config))
     assert done.returncode == 2
@@ -252,7 +227,7 @@ def test_a_decision_log_that_cannot_be_opened_stops_run_with_one_line(tmp_path: 
 
 
 def test_status_and_history_read_while_the_daemon_writes(tmp_path: Path) -> None:
-    config = write_config(tmp_path, days=60)  # runs far longer than the test
+    config = write_sim_config(tmp_path, days=60)  # runs far longer than the test
     log = tmp_path / "decisions.jsonl"
     with Daemon(config) as daemon:
         daemon.wait_for(r"decision \(active\)", timeout=60)

@@ -34,7 +34,13 @@ from opendrs.controller.history import History, HistoryError
 from opendrs.controller.http_server import HttpError, start_server
 from opendrs.controller.loop import Controller, Cycle, InstanceLock, LockError
 from opendrs.controller.metrics import DaemonMetrics
-from opendrs.controller.simulate import StabilityReport, report_from, run_policy, simulated_config
+from opendrs.controller.simulate import (
+    PolicyTrace,
+    StabilityReport,
+    report_from,
+    run_policy,
+    simulated_config,
+)
 from opendrs.engine.policy import PRESETS, PolicyConfig, parse_policy
 from opendrs.model.document import DocumentError, Reader, parse, read_file
 from opendrs.report.data import json_text
@@ -335,6 +341,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     show_progress = not args.no_progress and console.is_terminal
     reports: list[StabilityReport] = []
+    traces: list[PolicyTrace] = []
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -359,15 +366,30 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                     hot=args.hot,
                     progress=update,
                     policy_keys=keys,
+                    traces=traces if args.report is not None else None,
                 )
             )
             progress.update(task, completed=1.0)
+    if args.report is not None:
+        runs = list(zip(reports, traces, strict=True))
+        _write_simulation_report(args.report, scenario_name(args.scenario), runs)
     if args.format == "json":
         sys.stdout.write(json_text([r.as_dict() for r in reports], sort_keys=False))
         return EXIT_OK
     report = Report(Console(highlight=False, soft_wrap=False))
     show_stability(report, reports, scenario_name(args.scenario))
     return EXIT_OK
+
+
+def _write_simulation_report(
+    path: str, name: str, runs: Sequence[tuple[StabilityReport, PolicyTrace]]
+) -> None:
+    """``simulate --report FILE``: HTML, or Markdown for a ``.md`` file (imported here: only
+    this option needs the templates and the charts)."""
+    from opendrs.controller.report_command import file_format, write_report
+    from opendrs.report.simulation_report import simulation_document
+
+    write_report(simulation_document(name, runs), file_format(path), path, "--report")
 
 
 def scenario_name(arg: str | None) -> str:
@@ -474,6 +496,13 @@ def add_simulate_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--format", choices=("text", "json"), default="text", help="output format")
+    p.add_argument(
+        "--report",
+        metavar="FILE",
+        help="also write the policies side by side, with the spread over time and the "
+        "migrations per day of each on one chart: a self-contained HTML file, or Markdown when "
+        "FILE ends in .md",
+    )
     p.set_defaults(func=cmd_simulate)
 
 

@@ -44,7 +44,7 @@ from opendrs.controller.history import History
 from opendrs.controller.loop import Controller
 from opendrs.engine.policy import PolicyConfig
 
-__all__ = ["StabilityReport", "ping_pongs", "run_policy"]
+__all__ = ["PolicyTrace", "StabilityReport", "ping_pongs", "run_policy"]
 
 DAY = 86_400.0
 PING_PONG_WINDOW = DAY
@@ -86,6 +86,20 @@ class StabilityReport:
             if isinstance(value, float):
                 out[key] = round(value, 6)
         return out
+
+
+@dataclass(frozen=True)
+class PolicyTrace:
+    """What one policy's run looked like over time, for the simulation's report: the imbalance
+    yardstick of every simulated step, and when the controller's migrations started."""
+
+    policy: str
+    #: Seconds between two steps; ``spreads[k]`` is the yardstick at ``k * step``.
+    step: float
+    spreads: tuple[float, ...]
+    #: Start times of the migrations the controller started, and of those that failed.
+    migrations: tuple[float, ...]
+    failed: tuple[float, ...]
 
 
 def ping_pongs(records: Iterable[Any], window: float = PING_PONG_WINDOW) -> int:
@@ -142,11 +156,13 @@ def run_policy(
     hot: float = HOT,
     progress: Callable[[float, float], None] | None = None,
     policy_keys: frozenset[str] = frozenset(),
+    traces: list[PolicyTrace] | None = None,
 ) -> StabilityReport:
     """Run the controller with ``policy`` over the scenario; the stability report (the imbalance
     yardstick's ``threshold``, the ``hot`` level of a node's load). The platform's own settings
     (an Incus scenario's ``cluster.rebalance.*``) set the policy fields ``policy_keys`` leaves
-    out, as they do in a real run."""
+    out, as they do in a real run. With ``traces``, the run's :class:`PolicyTrace` is appended
+    to it."""
     started = time.perf_counter()
     sim = Simulator(scenario, days=days, threshold=threshold, hot=hot)
     config = simulated_config(policy, "<simulate>", BackendConfig("sim"), policy_keys)
@@ -160,10 +176,25 @@ def run_policy(
     controller = Controller(config, sim, sim, history, on_cycle=on_cycle)
     try:
         controller.run(until=sim.end)
-        return report_from(sim, policy, threshold, history, time.perf_counter() - started)
+        report = report_from(sim, policy, threshold, history, time.perf_counter() - started)
+        if traces is not None:
+            traces.append(trace_of(sim, policy))
+        return report
     finally:
         history.close()
         sim.close()
+
+
+def trace_of(sim: Simulator, policy: PolicyConfig) -> PolicyTrace:
+    """The trace of a finished run."""
+    ours = [r for r in sim.migrations if r.cause == "controller"]
+    return PolicyTrace(
+        policy=policy.name,
+        step=float(sim.scenario.step),
+        spreads=tuple(sim.imbalance_series().tolist()),
+        migrations=tuple(r.started for r in ours),
+        failed=tuple(r.started for r in ours if r.outcome == "failed"),
+    )
 
 
 def report_from(

@@ -1,0 +1,66 @@
+"""``opendrs report``: a report as one self-contained HTML file, or as Markdown.
+
+``opendrs report SNAPSHOT`` reports the plan ``opendrs plan`` makes for the snapshot;
+``opendrs report --config FILE`` reports the daemon's history (opened read-only, as
+``opendrs history`` does). ``opendrs simulate --report FILE`` writes the simulation's report
+through :func:`write_report` too.
+
+Exit status: 0 written; 1 the history cannot be read (busy, corrupt, of a newer opendrs);
+2 bad input — a missing or bad snapshot or configuration, a configuration whose history does not
+exist (yet) or is kept in memory, a file that cannot be written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from pathlib import Path
+
+from opendrs.controller.commands import UsageError
+from opendrs.controller.config import load_config
+from opendrs.controller.history import History
+from opendrs.report.history_report import history_document
+from opendrs.report.render import Document, render
+
+__all__ = ["file_format", "report_of_history", "write_report"]
+
+
+def report_of_history(config_file: str) -> Document:
+    """The report of the history of the configuration in ``config_file``.
+
+    :class:`UsageError` when the configuration keeps no history file, or it does not exist;
+    :class:`~opendrs.controller.history.HistoryError` when it cannot be read."""
+    config = load_config(config_file)
+    if config.history == ":memory:":
+        raise UsageError(f"{config_file}: history: kept in memory, there is no history to report")
+    if not Path(config.history).exists():
+        raise UsageError(
+            f"{config_file}: history: {config.history} does not exist (has the daemon run?)"
+        )
+    with History(config.history, readonly=True) as history:
+        return history_document(config, history)
+
+
+def file_format(path: str) -> str:
+    """The report format a file name asks for: ``md`` for ``.md`` and ``.markdown``, else
+    ``html``."""
+    return "md" if Path(path).suffix.lower() in (".md", ".markdown") else "html"
+
+
+def write_report(document: Document, fmt: str, output: str | None, option: str = "-o") -> None:
+    """``document`` rendered as ``fmt`` into the file ``output`` (replaced whole, never left half
+    written), or to standard output (``None`` or ``-``)."""
+    text = render(document, fmt)
+    if output is None or output == "-":
+        sys.stdout.write(text)
+        return
+    target = Path(output)
+    temporary = target.with_name(f".{target.name}.tmp")
+    try:
+        temporary.write_text(text, encoding="utf-8")
+        os.replace(temporary, target)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+        raise UsageError(f"{option}: cannot write {output}: {exc.strerror or exc}") from None

@@ -1,0 +1,186 @@
+"""The report of a snapshot and its plan (``opendrs report SNAPSHOT``).
+
+Everything comes from the :class:`~opendrs.controller.planning.PlanResult` that ``opendrs plan``
+prints — its JSON document for the moves, the reasons, the metrics and the bounds — plus the node
+loads of the cluster before and after the plan, and its rules. Nothing is computed a second way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from opendrs.controller.planning import PlanResult
+from opendrs.engine.breaks import rule_breaks
+from opendrs.engine.usage import RESOURCES, LoadModel
+from opendrs.model.cluster import Cluster
+from opendrs.model.rules import Rules
+from opendrs.report.charts import Line, bar_chart
+from opendrs.report.render import Document
+from opendrs.report.text import node_state
+
+__all__ = ["plan_document"]
+
+
+def plan_document(result: PlanResult, source: str) -> Document:
+    """The report of ``result``, the plan for the snapshot read from ``source``."""
+    plan = result.as_dict()
+    nodes = _nodes(result.cluster, result.placed)
+    by_arch = plan["metrics"].get("by_arch", {})
+    data = {
+        "source": source,
+        "cluster": result.cluster.name,
+        "mode": result.cluster.settings.mode,
+        "guests": len(result.cluster.guests),
+        "strategy": plan["strategy"],
+        "ok": result.ok,
+        "plan": plan,
+        "nodes": nodes,
+        "resources": list(RESOURCES),
+        "imbalance": _imbalance(plan["metrics"]),
+        "imbalance_by_arch": {arch: _imbalance(metrics) for arch, metrics in by_arch.items()},
+        "steps": _steps(plan["moves"], plan["proposed"]),
+        "bounds": _bounds(plan),
+        "rules": _rules(result.cluster.rules),
+        "problems": [str(p) for p in result.constraints.problems],
+        "breaks_before": [str(b) for b in rule_breaks(result.cluster)],
+        "breaks_after": [str(b) for b in rule_breaks(result.placed)],
+    }
+
+    def charts() -> dict[str, str]:
+        return {r: _load_chart(nodes, r) for r in RESOURCES}
+
+    return Document("plan", f"opendrs plan report: {result.cluster.name}", data, charts)
+
+
+def _nodes(before: Cluster, after: Cluster) -> list[dict[str, Any]]:
+    """Each node's state and its load per resource before and after the plan."""
+    loads = (LoadModel.build(before).fractions(), LoadModel.build(after).fractions())
+    return [
+        {
+            "name": node.name,
+            "state": node_state(node),
+            "arch": node.arch,
+            "guests_before": len(before.guests_on(node.name)),
+            "guests_after": len(after.guests_on(node.name)),
+            "before": {r: float(loads[0][i, k]) for k, r in enumerate(RESOURCES)},
+            "after": {r: float(loads[1][i, k]) for k, r in enumerate(RESOURCES)},
+        }
+        for i, node in enumerate(before.nodes)
+    ]
+
+
+def _load_chart(nodes: Sequence[Mapping[str, Any]], resource: str) -> str:
+    names = [n["name"] for n in nodes]
+    before = [100.0 * n["before"][resource] for n in nodes]
+    after = [100.0 * n["after"][resource] for n in nodes]
+    return bar_chart(
+        names,
+        {"before": before, "after": after},
+        title=f"{resource} load per node, before and after the plan",
+        ylabel=f"{resource} (% of capacity)",
+        lines=[Line(100.0, "capacity")] if max(before + after, default=0.0) > 90.0 else (),
+    )
+
+
+def _imbalance(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per resource (and combined): spread and CV before and after."""
+    before, after = metrics["before"], metrics["after"]
+    return [
+        {
+            "resource": name,
+            "spread_before": before[name]["spread"],
+            "spread_after": after[name]["spread"],
+            "cv_before": before[name]["cv"],
+            "cv_after": after[name]["cv"],
+        }
+        for name in before
+    ]
+
+
+def _steps(
+    moves: Sequence[Mapping[str, Any]], proposed: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """The plan's moves grouped by step, each with why: the proposal's move of that guest to
+    that target (its reason, metric before and after, cost), or for a parking move the target
+    it makes way for."""
+    final = {m["guest"]: m["target"] for m in moves}
+    steps: dict[int, list[dict[str, Any]]] = {}
+    for move in moves:
+        why = _why(move, proposed, final)
+        steps.setdefault(move["step"], []).append({**move, **why})
+    return [{"step": step, "moves": items} for step, items in sorted(steps.items())]
+
+
+def _why(
+    move: Mapping[str, Any], proposed: Sequence[Mapping[str, Any]], final: Mapping[str, str]
+) -> dict[str, Any]:
+    if move["parking"]:
+        return {
+            "reason": f"parking: a stop on the way to {final[move['guest']]}, to break a cycle",
+            "metric": None,
+        }
+    mine = [p for p in proposed if p["guest"] == move["guest"]]
+    match = next((p for p in mine if p["target"] == move["target"]), mine[-1] if mine else None)
+    if match is None:
+        return {"reason": "", "metric": None}
+    return {
+        "reason": match["reason"],
+        "metric": match["metric"],
+        "metric_before": match["before"],
+        "metric_after": match["after"],
+        "cost": match["cost"],
+    }
+
+
+def _bounds(plan: Mapping[str, Any]) -> dict[str, Any]:
+    """The spread reached (the bounds' target) against the lowest any placement can reach, per
+    resource, and the migrations made against the fewest that reach the same spread."""
+    bounds = plan["bounds"]
+    migrations = plan["migrations"]
+    return {
+        "resources": [
+            {
+                "resource": r,
+                "reached": bounds["target_spread"][r],
+                "bound": bounds["spread"][r],
+                "gap": bounds["target_spread"][r] - bounds["spread"][r],
+            }
+            for r in RESOURCES
+        ],
+        "migrations": migrations,
+        "min_migrations": bounds["migrations"],
+        "ratio": migrations / bounds["migrations"] if bounds["migrations"] else None,
+        "moved_bytes": bounds["moved_bytes"],
+    }
+
+
+def _rules(rules: Rules) -> dict[str, Any]:
+    return {
+        "node_affinity": [
+            {
+                "name": r.name,
+                "guests": list(r.guests),
+                "nodes": _nodes_of(r.nodes),
+                "strict": r.strict,
+            }
+            for r in rules.node_affinity
+        ],
+        "guest_affinity": [
+            {
+                "name": r.name,
+                "guests": list(r.guests),
+                "together": r.positive,
+                "hard": r.hard,
+            }
+            for r in rules.guest_affinity
+        ],
+        "ignored": sorted(rules.ignored),
+    }
+
+
+def _nodes_of(priorities: Mapping[str, int]) -> list[str]:
+    """A node affinity's nodes, each with its priority where they are not all the same."""
+    if len(set(priorities.values())) <= 1:
+        return list(priorities)
+    return [f"{node} (priority {priority})" for node, priority in priorities.items()]
