@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
+from daemon import opendrs, write_sim_config
 from opendrs.controller.history import History
 from opendrs.model.cluster import Move
 from report_page import Page
-from daemon import opendrs, write_sim_config
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = str(ROOT / "examples" / "rules.yaml")

@@ -14,8 +14,7 @@ from typing import Any
 
 import pytest
 
-from daemon import Daemon
-from daemon import opendrs, write_sim_config
+from daemon import Daemon, opendrs, write_sim_config
 
 
 def jsonl(text: str) -> list[dict[str, Any]]:
