@@ -50,3 +50,10 @@ def test_step_chart_draws_and_bar_groups_must_match_categories() -> None:
     )
     with pytest.raises(ValueError, match="2 values for 3"):
         bar_chart(["a", "b", "c"], {"before": [1, 2]}, title="t", ylabel="y")
+
+
+def test_many_bars_name_at_most_forty_categories_evenly() -> None:
+    names = [f"node{i:03d}" for i in range(128)]
+    svg = bar_chart(names, {"load": [i / 128 for i in range(128)]}, title="t", ylabel="y")
+    shown = [text for text in _texts(svg) if text.startswith("node")]
+    assert shown == names[::4]

@@ -31,6 +31,10 @@ _PALETTE = (
 )
 
 
+#: The most category names a bar chart prints under its bars.
+_MAX_TICK_LABELS = 40
+
+
 @dataclass(frozen=True, slots=True)
 class Line:
     """A horizontal reference line (a threshold, a limit) drawn dashed across a chart."""
@@ -91,8 +95,12 @@ def bar_chart(
             label=name,
             color=_PALETTE[index % len(_PALETTE)],
         )
-    axes.set_xticks(list(positions), list(categories), rotation=45 if len(categories) > 8 else 0)
-    if len(categories) > 8:
+    # At most _MAX_TICK_LABELS names under the bars: every k-th category's beyond that (the
+    # chart widens only up to its cap, so more names would print over one another).
+    every = -(-len(categories) // _MAX_TICK_LABELS)
+    ticks = list(positions)[::every]
+    axes.set_xticks(ticks, [categories[i] for i in ticks], rotation=45 if len(ticks) > 8 else 0)
+    if len(ticks) > 8:
         for label in axes.get_xticklabels():
             label.set_horizontalalignment("right")
     _reference_lines(axes, lines)
