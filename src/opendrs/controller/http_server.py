@@ -22,10 +22,10 @@ from urllib.parse import parse_qs
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from opendrs.backends.proxmox.secret import SecretError, read_secret_file
 from opendrs.controller.config import HttpConfig
 from opendrs.controller.dashboard import Dashboard, dashboard_headers
 from opendrs.controller.metrics import DaemonMetrics
+from opendrs.secret_file import SecretError, read_secret_file
 
 __all__ = ["HttpError", "MetricsServer", "start_server"]
 

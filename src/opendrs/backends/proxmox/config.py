@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path as FsPath
 from typing import Any, Final, Literal
 
-from opendrs.backends.proxmox.secret import SecretError, read_secret_file
 from opendrs.model.document import Path, Reader, describe
 from opendrs.model.units import format_duration
+from opendrs.secret_file import SecretError, read_secret_file
 
 DEFAULT_PORT: Final = 8006
 USAGE_WINDOWS: Final = ("hour", "day")

@@ -2,37 +2,26 @@
 
 It comes from the file the configuration names (``token_file`` / ``password_file``), else from the
 environment (``OPENDRS_PROXMOX_TOKEN`` / ``OPENDRS_PROXMOX_PASSWORD``), never from the command
-line. It is never logged: errors name the file, never its content. A secret file others could
-change (writable by its group or by every user, or owned by someone else than the user running
-opendrs or root) is refused; one every user may read is used, with a warning.
+line. It is never logged: errors name the file, never its content; the file is read and checked
+by :mod:`opendrs.secret_file`.
 """
 
 from __future__ import annotations
 
-import logging
-import os
-import pwd
-import stat
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Final
 
 from opendrs.backends.base import BackendError
+from opendrs.secret_file import SecretError, read_secret_file
+
+__all__ = ["ENV_PASSWORD", "ENV_TOKEN", "load_secret"]
 
 if TYPE_CHECKING:
     from opendrs.backends.proxmox.config import ProxmoxConfig
 
-log = logging.getLogger(__name__)
-
 #: Environment variables that hold the secret when no file is configured.
 ENV_TOKEN: Final = "OPENDRS_PROXMOX_TOKEN"
 ENV_PASSWORD: Final = "OPENDRS_PROXMOX_PASSWORD"
-
-#: Largest secret file read (a token secret is a 36-character UUID).
-_SECRET_MAX: Final = 4096
-
-
-class SecretError(Exception):
-    """A secret that cannot be had; the message names the file, never the content."""
 
 
 def load_secret(config: ProxmoxConfig, environ: Mapping[str, str]) -> str:
@@ -55,68 +44,3 @@ def load_secret(config: ProxmoxConfig, environ: Mapping[str, str]) -> str:
     if not secret.isprintable():
         raise BackendError(f"the environment variable {variable} is not printable text", False)
     return secret
-
-
-def read_secret_file(file: str) -> str:
-    """The secret in ``file`` (surrounding white space dropped), or :class:`SecretError`.
-
-    A file others could change is refused (:func:`_check_secret_file`); one every user may read
-    is used, with a warning.
-    """
-    try:
-        info = os.stat(file)
-    except OSError as exc:
-        raise SecretError(f"cannot read the secret file {file!r}: {exc.strerror}") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise SecretError(f"the secret file {file!r} is not a regular file")
-    try:
-        with open(file, "rb") as stream:
-            info = os.fstat(stream.fileno())  # the file read, even if it was replaced meanwhile
-            if not stat.S_ISREG(info.st_mode):
-                raise SecretError(f"the secret file {file!r} is not a regular file")
-            _check_secret_file(file, info)
-            data = stream.read(_SECRET_MAX + 1)
-    except OSError as exc:
-        raise SecretError(f"cannot read the secret file {file!r}: {exc.strerror}") from None
-    if len(data) > _SECRET_MAX:
-        raise SecretError(f"the secret file {file!r} is too large to hold only a secret")
-    try:
-        secret = data.decode("utf-8").strip()
-    except UnicodeDecodeError:
-        raise SecretError(f"the secret file {file!r} is not UTF-8 text") from None
-    if not secret:
-        raise SecretError(f"the secret file {file!r} is empty")
-    if not secret.isprintable() or any(c.isspace() for c in secret):
-        raise SecretError(f"the secret file {file!r} must hold only the secret, on one line")
-    if info.st_mode & stat.S_IROTH:
-        log.warning(
-            "the secret file %s is readable by every user on this host: chmod 600 (or 640) it",
-            file,
-        )
-    return secret
-
-
-def _check_secret_file(file: str, info: os.stat_result) -> None:
-    """Refuse a secret file others could change: one writable by its group or by every user,
-    or one that belongs to neither the user running opendrs nor root."""
-    mode = stat.S_IMODE(info.st_mode)
-    if mode & (stat.S_IWGRP | stat.S_IWOTH):
-        who = "every user" if mode & stat.S_IWOTH else "its group"
-        raise SecretError(
-            f"the secret file {file!r} is writable by {who} (mode {mode:04o}): "
-            "chmod 600 (or 640) it"
-        )
-    euid = os.geteuid()
-    if info.st_uid not in (euid, 0):
-        raise SecretError(
-            f"the secret file {file!r} belongs to {_user(info.st_uid)}, not to the user running "
-            f"opendrs ({_user(euid)}) or root: chown it"
-        )
-
-
-def _user(uid: int) -> str:
-    """A user's name and uid, for a message."""
-    try:
-        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
-    except KeyError:
-        return f"uid {uid}"
