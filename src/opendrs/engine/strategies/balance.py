@@ -252,6 +252,8 @@ class _State:
         #: Best set exchanges of pairs of nodes, with the kinds of both when found
         #: (:mod:`.set_exchange`).
         self._set_exchanges: dict[tuple[int, int], tuple[_Kinds, _Kinds, Any]] = {}
+        #: Best exchanges of two units of a node and its partners (:meth:`best_swap`).
+        self._swaps_kept: dict[tuple[int, ...], tuple[tuple[_Kinds, ...], Any]] = {}
 
     # ---------------------------------------------------------------------------------------
 
@@ -568,6 +570,20 @@ class _State:
         )
 
     def best_swap(self, a: int, partners: np.ndarray) -> tuple[float, float, int, int] | None:
+        """:meth:`_best_swap`, kept while none of the nodes changes: it depends only on their
+        loads, commitments and units (each node's kinds are rebuilt after a move touches it)."""
+        nodes = (a, *partners.tolist())
+        kinds = tuple(self._node_kinds(n) for n in nodes)
+        kept = self._swaps_kept.get(nodes)
+        if kept is not None and all(p is q for p, q in zip(kept[0], kinds, strict=True)):
+            return kept[1]
+        if len(self._swaps_kept) > SWAP_BLOCKS:
+            self._swaps_kept.clear()
+        found = self._best_swap(a, partners)
+        self._swaps_kept[nodes] = (kinds, found)
+        return found
+
+    def _best_swap(self, a: int, partners: np.ndarray) -> tuple[float, float, int, int] | None:
         """The best exchange of a unit on node ``a`` with a unit on one of the ``partners`` nodes.
 
         Returns (score, gain, unit on a, unit elsewhere) or None. Both units must be movable,
@@ -1474,6 +1490,13 @@ def _propose(
         state.move(u, t)
         history.append((u, src, t, j0, state.objective(), why))
 
+    def record_all(moves: list[tuple[int, int]], why: str) -> None:
+        # As record, move after move; the objectives after each computed at once.
+        j0 = state.objective()
+        for (u, t), (src, j1) in zip(moves, state.move_all(moves), strict=True):
+            history.append((u, src, t, j0, j1, why))
+            j0 = j1
+
     # 1. Repair: units that break a hard rule now, then nodes over capacity.
     stuck: list[int] = []
     for phase in ("rules", "capacity"):
@@ -1656,8 +1679,7 @@ def _propose(
                 _, _, x, y = found
                 b = int(units.assign[y])
                 busy[[a, b]] = True
-                record(x, b, "balance (swap)")
-                record(y, a, "balance (swap)")
+                record_all([(x, b), (y, a)], "balance (swap)")
                 made += 2
         if made == 0 and shedding:
             # What is left of the plan does not help any more: back to every unit.
@@ -1674,9 +1696,7 @@ def _propose(
 
             heads = max(4, n_nodes // SWAP_NODES_PER)
             for e in set_round(state, heads, exchange_pays, limit - len(history)):
-                record(e.unit, e.b, "balance (set exchange)")
-                for y in e.others:
-                    record(y, e.a, "balance (set exchange)")
+                record_all([(e.unit, e.b), *((y, e.a) for y in e.others)], "balance (set exchange)")
                 made += 1 + len(e.others)
         if made == 0:
             stopped = (
