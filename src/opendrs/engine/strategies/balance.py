@@ -252,8 +252,6 @@ class _State:
         #: Best set exchanges of pairs of nodes, with the kinds of both when found
         #: (:mod:`.set_exchange`).
         self._set_exchanges: dict[tuple[int, int], tuple[_Kinds, _Kinds, Any]] = {}
-        #: Best exchanges of two units of a node and its partners (:meth:`best_swap`).
-        self._swaps_kept: dict[tuple[int, ...], tuple[tuple[_Kinds, ...], Any]] = {}
 
     # ---------------------------------------------------------------------------------------
 
@@ -570,20 +568,6 @@ class _State:
         )
 
     def best_swap(self, a: int, partners: np.ndarray) -> tuple[float, float, int, int] | None:
-        """:meth:`_best_swap`, kept while none of the nodes changes: it depends only on their
-        loads, commitments and units (each node's kinds are rebuilt after a move touches it)."""
-        nodes = (a, *partners.tolist())
-        kinds = tuple(self._node_kinds(n) for n in nodes)
-        kept = self._swaps_kept.get(nodes)
-        if kept is not None and all(p is q for p, q in zip(kept[0], kinds, strict=True)):
-            return kept[1]
-        if len(self._swaps_kept) > SWAP_BLOCKS:
-            self._swaps_kept.clear()
-        found = self._best_swap(a, partners)
-        self._swaps_kept[nodes] = (kinds, found)
-        return found
-
-    def _best_swap(self, a: int, partners: np.ndarray) -> tuple[float, float, int, int] | None:
         """The best exchange of a unit on node ``a`` with a unit on one of the ``partners`` nodes.
 
         Returns (score, gain, unit on a, unit elsewhere) or None. Both units must be movable,

@@ -38,9 +38,9 @@ if TYPE_CHECKING:
 #: Most units a set may hold.
 SET_SIZE = 32
 #: Partner nodes each head looks at.
-SET_PARTNERS = 32
+SET_PARTNERS = 16
 #: Units of a head tried as the single side (the largest, by their weighted demand).
-SET_UNITS = 64
+SET_UNITS = 16
 #: Pairs of nodes whose best set exchange is kept (see :func:`_kept`).
 SET_KEPT = 4096
 
