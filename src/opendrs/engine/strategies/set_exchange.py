@@ -172,12 +172,15 @@ def _one_way(state: _State, a: int, b: int) -> SetExchange | None:
 
 
 def _allowed(state: _State, x: int, others: np.ndarray, a: int, b: int) -> bool:
-    """Whether the exchange keeps every hard constraint: capacity on both nodes after it, and
-    no hard anti-affinity partner of ``x`` on ``b`` (the set's units have none)."""
+    """Whether the exchange keeps every hard constraint — capacity on both nodes after it, no
+    hard anti-affinity partner of ``x`` on ``b`` (the set's units have none) — and the headroom
+    in what the guests use (:func:`_keeps_headroom`)."""
     units = state.units
     room = state.limit - state.committed + state.tol
     into_b = units.need[x] - units.need[others].sum(axis=0)
     if np.any(into_b > room[b]) or np.any(-into_b > room[a]):
+        return False
+    if not _keeps_headroom(state, a, b, into_b):
         return False
     if state.has_neg[x] and state.blocked_at(np.array([x]), np.array([b]))[0]:
         return False
@@ -219,3 +222,21 @@ def _kept(state: _State, a: int, b: int) -> SetExchange | None:
     found = best_set_exchange(state, a, b)
     state._set_exchanges[(a, b)] = (kinds[0], kinds[1], found)
     return found
+
+
+def _keeps_headroom(state: _State, a: int, b: int, into_b: np.ndarray) -> bool:
+    """Whether the tighter of the two nodes keeps at least the share of its limit it had free, in
+    every dimension of measured use (``cpu_used``, ``memory_used``). The balance loads can be a
+    smoothed usage that lags behind the use that capacity is judged on (a guest that has just
+    grown); a set exchange is a big step taken on those loads, and must not fill a node up with
+    what its guests really use. Without measured use (configured sizes) it always holds."""
+    dims = [d for d, name in enumerate(state.cons.capacity.dims) if name.endswith("_used")]
+    if not dims:
+        return True
+    limit = state.limit[[a, b]][:, dims]
+    free = limit - state.committed[[a, b]][:, dims]
+    after = free + np.outer([1.0, -1.0], into_b[dims])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(limit > 0, free / np.where(limit > 0, limit, 1.0), np.inf)
+        share_after = np.where(limit > 0, after / np.where(limit > 0, limit, 1.0), np.inf)
+    return bool(share_after.min() >= share.min() - 1e-12)
