@@ -15,7 +15,8 @@ over the group's capacity; see :meth:`balance._State.gains`). The gain is larges
 ``x`` from ``a`` to ``b`` and a set ``S`` of units from ``b`` to ``a``: ``t = d_x − Σ_S d``. For
 each unit ``x`` on ``a`` the set is chosen greedily — each time the unit of ``b`` that brings
 ``Σ_S d`` closest to ``d_x − t*`` in that metric, while one does — which is exact in what it
-scores: every step lowers the objective of the exchange so far.
+scores: every step lowers the objective of the exchange so far. A set of one is an exchange of
+two units, searched here with other partners than :meth:`balance._State.best_swap`'s.
 
 The nodes: the ones farthest outside the target band are heads (what the target still asks
 for; the objective can be dominated by a resource already as even as its grain allows); each
@@ -60,16 +61,18 @@ class SetExchange:
 
 
 def heads_and_partners(state: _State, heads: int) -> list[tuple[int, np.ndarray]]:
-    """The ``heads`` nodes farthest outside the band (see :meth:`balance._State.band_gains`), each
-    with its partner nodes: those of its group farthest the other way in the resources it is
-    outside the band of, best first."""
+    """The ``heads`` nodes farthest outside the band (see :meth:`balance._State.band_gains`) in
+    the resources still above their goal, each with its partner nodes: those of its group
+    farthest the other way in the resources it is outside the band of, best first."""
     f = state._fractions()
     mean = state._mean()
     usable = state.usable
     half = state.goal / 2
     above = np.maximum(f - mean - half, 0.0)
     below = np.maximum(mean - half - f, 0.0)
-    counted = state.weights > 0
+    # Only the resources whose spread is still above its goal: one within it may have nodes
+    # outside the band (the band is centred on the mean) that no exchange needs to move.
+    counted = (state.weights > 0) & (state.spreads() > state.goal)
     outside = ((above + below) * state.cap / state.typical)[:, counted].sum(axis=1)
     outside = np.where(usable, outside, 0.0)
     order = np.argsort(-outside, kind="stable")[:heads]
@@ -106,11 +109,11 @@ def _one_way(state: _State, a: int, b: int) -> SetExchange | None:
     units = state.units
     xs = _units_on(state, a)
     ys = _units_on(state, b)
-    if xs.size == 0 or ys.size < 2:
+    if xs.size == 0 or ys.size == 0:
         return None
     xs = xs[units.static_ok[xs, b]]
     ys = ys[units.static_ok[ys, a] & ~state.has_neg[ys]]
-    if xs.size == 0 or ys.size < 2:
+    if xs.size == 0 or ys.size == 0:
         return None
     f, inv, w = state._fractions(), state._inv_cap, state.wnorm
     g = w * (f[a] - f[b])
@@ -146,7 +149,7 @@ def _one_way(state: _State, a: int, b: int) -> SetExchange | None:
     count = taken.sum(axis=1)
     t = dx - taken.astype(np.float64) @ dy  # (X, R) what moves a -> b
     gain = (2 * g * t - k * t * t).sum(axis=1)
-    ok = (count >= 2) & (gain > 0)
+    ok = (count >= 1) & (gain > 0)
     if not ok.any():
         return None
     moved_x = state._moved(xs)
