@@ -1676,6 +1676,9 @@ def _propose(
                 fresh = [v for v in (e.unit, *e.others) if not state.is_moved(v)]
                 drop = np.sqrt(max(objective, 0.0)) - np.sqrt(max(objective - e.gain, 0.0))
                 spent = float(units.cost[fresh].sum()) if fresh else 0.0
+                # As for a pair: a gain within rounding of nothing is none (no exchange back).
+                if e.gain <= 1e-9 * objective:
+                    return False
                 return bool(drop * 100 >= margin * 100 * spent / total_cost)
 
             heads = max(4, n_nodes // SWAP_NODES_PER)

@@ -133,19 +133,7 @@ def _one_way(state: _State, a: int, b: int) -> SetExchange | None:
     if not keep.any():
         return None
     xs, dx, want = xs[keep], dx[keep], want[keep]
-    taken = np.zeros((xs.size, ys.size), dtype=bool)
-    residual = want.copy()
-    own = (dy * dy * k).sum(axis=1)  # (Y,)
-    for _ in range(SET_SIZE):
-        value = 2 * (residual * k) @ dy.T - own[None, :]  # fall of ||residual − d_y||²_k
-        value = np.where(taken, -np.inf, value)
-        pick = np.argmax(value, axis=1)
-        better = value[np.arange(xs.size), pick] > 0
-        if not better.any():
-            break
-        rows = np.nonzero(better)[0]
-        taken[rows, pick[rows]] = True
-        residual[rows] -= dy[pick[rows]]
+    taken = _greedy_sets(want, dy, k)
     count = taken.sum(axis=1)
     t = dx - taken.astype(np.float64) @ dy  # (X, R) what moves a -> b
     gain = (2 * g * t - k * t * t).sum(axis=1)
@@ -172,6 +160,26 @@ def _one_way(state: _State, a: int, b: int) -> SetExchange | None:
                 int(added[row]),
             )
     return None
+
+
+def _greedy_sets(want: np.ndarray, dy: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """(X, Y) for each row of ``want`` (X, R), the units (rows of ``dy``) whose demands sum
+    closest to it in the metric ``k``: each time the unit that brings the sum closest, while one
+    brings it closer, at most :data:`SET_SIZE`."""
+    taken = np.zeros((want.shape[0], dy.shape[0]), dtype=bool)
+    residual = want.copy()
+    own = (dy * dy * k).sum(axis=1)  # (Y,)
+    for _ in range(SET_SIZE):
+        value = 2 * (residual * k) @ dy.T - own[None, :]  # fall of ||residual − d_y||²_k
+        value = np.where(taken, -np.inf, value)
+        pick = np.argmax(value, axis=1)
+        better = value[np.arange(want.shape[0]), pick] > 0
+        if not better.any():
+            break
+        rows = np.nonzero(better)[0]
+        taken[rows, pick[rows]] = True
+        residual[rows] -= dy[pick[rows]]
+    return taken
 
 
 def _allowed(state: _State, x: int, others: np.ndarray, a: int, b: int) -> bool:
