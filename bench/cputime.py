@@ -1,13 +1,15 @@
 """CPU time of one engine step on a benchmark cluster: what a shared machine does not blur.
 
-``python -m bench.cputime balance|constraints [--size XXL] [--seed 1] [--rules] [--repeat N]``
+``python -m bench.cputime balance|constraints [--size XXL] [--seed 1] [--rules] [--repeat N]
+[--generator basic|skewed]``
 
-Generates the cluster (:mod:`bench.generate`), then runs the step ``--repeat`` times in this
-process — ``balance``: the default strategy's ``propose``; ``constraints``:
-``Constraints.build`` — and prints, per run, its CPU time (this process's user and system time,
-which other jobs on the machine barely change), its wall time, and the process's peak RSS so far
-(the cluster included). The wall time on a machine shared with other jobs can be twice the CPU
-time or more; compare code before and after by CPU time, each measured alternately.
+Generates the cluster (:data:`bench.clusters.GENERATORS`, default ``basic``), then runs the step
+``--repeat`` times in this process — ``balance``: the default strategy's ``propose``;
+``constraints``: ``Constraints.build`` — and prints, per run, its CPU time (this process's user
+and system time, which other jobs on the machine barely change), its wall time, and the
+process's peak RSS so far (the cluster included). The wall time on a machine shared with other
+jobs can be twice the CPU time or more; compare code before and after by CPU time, each measured
+alternately.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ import resource
 import time
 from collections.abc import Callable
 
-from bench.generate import SIZES, generate
+from bench.clusters import GENERATORS, generated
+from bench.generate import SIZES
 from opendrs.engine.constraints import Constraints
 from opendrs.engine.strategies import get_strategy
 from opendrs.model.cluster import Cluster
@@ -37,8 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--rules", action="store_true", help="the cluster's rules variant")
     parser.add_argument("--repeat", type=int, default=1, help="runs in this process (default 1)")
+    parser.add_argument("--generator", default="basic", choices=tuple(GENERATORS))
     args = parser.parse_args(argv)
-    cluster = generate(args.size, seed=args.seed, rules=args.rules)
+    cluster = generated(args.generator, args.size, seed=args.seed, rules=args.rules)
     step = _step(args.step)
     for _ in range(max(1, args.repeat)):
         wall, cpu = time.perf_counter(), time.process_time()
@@ -47,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         rules = "with rules" if args.rules else "without rules"
         print(
-            f"{args.step} {args.size} {rules}: cpu {cpu:.2f} s, wall {wall:.2f} s, "
+            f"{args.step} {args.size} {args.generator} seed {args.seed} {rules}: "
+            f"cpu {cpu:.2f} s, wall {wall:.2f} s, "
             f"peak RSS {peak:.0f} MiB"
         )
     return 0

@@ -8,7 +8,8 @@ import pytest
 from bench.cputime import main
 
 LINE = re.compile(
-    r"^(\w+) S (with|without) rules: cpu \d+\.\d\d s, wall \d+\.\d\d s, peak RSS \d+ MiB$"
+    r"^(\w+) S (basic|skewed) seed \d+ (with|without) rules: "
+    r"cpu \d+\.\d\d s, wall \d+\.\d\d s, peak RSS \d+ MiB$"
 )
 
 
@@ -18,3 +19,9 @@ def test_each_run_prints_one_line(step: str, capsys: pytest.CaptureFixture[str])
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2
     assert all(LINE.match(line) and line.startswith(step) for line in lines)
+
+
+def test_the_generator_and_seed_are_chosen(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["balance", "--size", "S", "--generator", "skewed", "--seed", "3"]) == 0
+    [line] = capsys.readouterr().out.splitlines()
+    assert LINE.match(line) and line.startswith("balance S skewed seed 3 without rules")

@@ -117,6 +117,32 @@ def test_the_objective_of_many_placements_at_once_is_each_ones(
         assert float(one) >= 0.0
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(1, 12).flatmap(
+        lambda n: st.tuples(
+            st.lists(st.floats(0, 1e12), min_size=2 * n, max_size=2 * n),
+            st.lists(st.floats(1e-3, 1e12), min_size=2 * n, max_size=2 * n),
+            st.integers(1, 3),
+        )
+    )
+)
+def test_one_group_of_every_node_is_the_general_case_bit_for_bit(
+    case: tuple[list[float], list[float], int],
+) -> None:
+    # Every node in one group with capacity in every resource takes a shorter path; a last node
+    # without capacity takes the general one and adds nothing: the values are the same bits.
+    loads, caps, k = case
+    cap = np.array(caps).reshape(-1, 2)
+    load = np.array(loads).reshape(1, -1, 2) * np.linspace(1.0, 0.5, k)[:, None, None]
+    short = weighted_variance(load, cap)
+    general = weighted_variance(
+        np.concatenate([load, np.zeros((k, 1, 2))], axis=1), np.vstack([cap, np.zeros((1, 2))])
+    )
+    assert np.array_equal(short, general)
+    assert np.array_equal(weighted_variance(load[0], cap), short[0])
+
+
 def test_summary_has_every_resource_and_combined() -> None:
     summary = summarise(np.array([[0.2, 0.4], [0.6, 0.4]]), ("cpu", "memory"), [1, 1])
     assert set(summary.as_dict()) == {"cpu", "memory", "combined"}

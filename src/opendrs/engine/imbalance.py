@@ -140,6 +140,8 @@ def weighted_variance(
     if group is None:
         group = np.zeros(cap.shape[0], dtype=np.intp)
     positive = cap > 0
+    if cap.shape[0] and positive.all() and not group.any():
+        return _one_group(load, cap)
     with np.errstate(divide="ignore", invalid="ignore"):
         f = np.where(positive, load / np.where(positive, cap, 1.0), 0.0)
     load = np.where(positive, load, 0.0)
@@ -156,6 +158,14 @@ def weighted_variance(
     total = part.sum(axis=0)
     var = _running_sum(part * (f - mean) ** 2)
     return np.where(total > 0, var / np.where(total > 0, total, 1.0), 0.0)
+
+
+def _one_group(load: np.ndarray, cap: np.ndarray) -> np.ndarray:
+    """:func:`weighted_variance` where every node takes part in one group with capacity in every
+    resource: the same sums in the same order (the same value, bit for bit), without the masks."""
+    total = cap.sum(axis=0)
+    mean = (_running_sum(load) / total)[..., None, :]
+    return _running_sum(cap * (load / cap - mean) ** 2) / total
 
 
 def _running_sum(values: np.ndarray) -> np.ndarray:

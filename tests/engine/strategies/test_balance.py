@@ -80,6 +80,35 @@ def test_swap_when_no_single_move_helps() -> None:
     assert propose_balance(Cluster(nodes, guests, Rules(), settings), swaps=False).moves == ()
 
 
+def test_set_exchange_when_no_move_or_pair_helps() -> None:
+    # CPU is even (8 of 16 on every node) and a has 2 GiB more memory than the mean (6 GiB).
+    # Every guest has 2 or more CPUs, so any single move unbalances the CPU more than it
+    # balances the memory, and so does any exchange of two guests; a1 (4 cpu, 2 GiB) against
+    # y1 and y4 of b (2 + 2 cpu, 1 + 0.5 GiB) moves 0.5 GiB and no CPU.
+    settings = Settings(mode="static", cpu_overcommit=1.0)
+    nodes = tuple(Node(name, 16, 16 * GiB) for name in ("a", "b", "c"))
+    guests = (
+        Guest("x", "a", cpu=4, memory=6 * GiB),
+        Guest("a1", "a", cpu=4, memory=2 * GiB),
+        Guest("y1", "b", cpu=2, memory=GiB),
+        Guest("y2", "b", cpu=2, memory=GiB),
+        Guest("y3", "b", cpu=2, memory=3 * GiB // 2),
+        Guest("y4", "b", cpu=2, memory=GiB // 2),
+        *(Guest(f"c{i}", "c", cpu=1, memory=3 * GiB // 4) for i in range(8)),
+    )
+    cluster = Cluster(nodes, guests, Rules(), settings)
+    proposal = propose_balance(cluster)
+    assert sorted((m.guest, m.target) for m in proposal.net_moves()) == [
+        ("a1", "b"),
+        ("y1", "a"),
+        ("y4", "a"),
+    ]
+    assert all(m.reason == "balance (set exchange)" for m in proposal.moves)
+    assert proposal.after.resources["cpu"].spread == 0.0
+    assert proposal.after.resources["memory"].spread < proposal.before.resources["memory"].spread
+    assert propose_balance(cluster, swaps=False).moves == ()
+
+
 def test_sheds_the_mix_of_the_excess() -> None:
     # a: two (6 cpu, 8 GiB) guests and six (2 cpu, 1 GiB): (24, 22); b is empty: a must shed
     # (12 cpu, 11 GiB). The two big ones carry the cpu but 16 GiB; one big and three small ones

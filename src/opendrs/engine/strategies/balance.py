@@ -45,7 +45,9 @@ a guest that has already moved, or back home, spends nothing) — and the search
 every weighted resource is within its goal: no moves while balanced. When no single move helps,
 units are exchanged between the nodes that deviate most (four, or one in 64 on big clusters) and
 nodes that deviate the other way, on disjoint pairs of nodes, the exchange with the largest gain
-per migration it adds first (one between guests that have both moved already adds none).
+per migration it adds first (one between guests that have both moved already adds none). When no
+exchange of two pays either, one unit is exchanged against a set of another node's units, all
+its moves evaluated together (:mod:`.set_exchange`).
 
 **Repair first.** Guests that break a hard constraint now — on a node in maintenance, on a node
 their strict node affinity excludes, sharing a node with a hard anti-affinity partner, split from
@@ -68,8 +70,9 @@ whole repair and keeps the first steps of its plan); what is left is noted as no
 meets the target and the constraints without it, it is dropped.
 
 **A second path.** With few, big guests per node the search above can end short of the target,
-where no move or exchange pays for itself. Then the plain search — no plan, moves chosen by
-objective gain — runs from the start, and its answer is kept if it reaches the target.
+where no move or exchange pays for itself. Then, on a cluster of at most :data:`PLAIN_GUESTS`
+guests, the plain search — no plan, moves chosen by objective gain — runs from the start, and its
+answer is kept if it reaches the target.
 
 On large clusters (more than ``wide`` nodes) each round looks only at the ``wide`` most loaded
 sources and ``wide`` least loaded targets, which keeps a round cheap at 1,000 nodes.
@@ -101,6 +104,7 @@ from .base import (
     register_function,
 )
 from .optimal import REPAIR_TIME_LIMIT, solve_repair
+from .set_exchange import SetExchange, set_round
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +138,8 @@ REPAIR_UNITS = 256
 REPAIR_TARGETS = 16
 REPAIR_SPARES = 8
 REPAIR_PAIRS = 20_000
+#: The plain second search runs only on clusters of at most this many guests.
+PLAIN_GUESTS = 5_000
 
 
 @dataclass
@@ -243,6 +249,9 @@ class _State:
         self._joined: dict[tuple[int, ...], tuple[list[_Kinds], _Kinds]] = {}
         self._swap_blocks: dict[tuple[int, int], tuple[_Kinds, _Kinds, np.ndarray, np.ndarray]] = {}
         self._unit_kinds: tuple[np.ndarray, int] | None = None
+        #: Best set exchanges of pairs of nodes, with the kinds of both when found
+        #: (:mod:`.set_exchange`).
+        self._set_exchanges: dict[tuple[int, int], tuple[_Kinds, _Kinds, Any]] = {}
 
     # ---------------------------------------------------------------------------------------
 
@@ -1419,10 +1428,12 @@ def propose_balance(
     loads = loads if loads is not None else LoadModel.build(cluster)
     cache: dict[str, Any] = {}
     proposal, balanced = _propose(cluster, cons, loads, options, shaped=True, cache=cache)
-    if not balanced:
+    if not balanced and len(cluster.guests) <= PLAIN_GUESTS:
         # With few, big guests per node the shaped search can end where no move or exchange
         # pays for itself; the plain one (no plan, moves chosen by objective gain) takes
-        # another path, and is kept if it reaches the target.
+        # another path, and is kept if it reaches the target. It repeats the whole search:
+        # on a big cluster that doubles the time, for a path that did not reach the target
+        # there either (#15), so it runs on small clusters only.
         plain, plain_balanced = _propose(cluster, cons, loads, options, shaped=False, cache=cache)
         if plain_balanced:
             return plain
@@ -1462,6 +1473,13 @@ def _propose(
         src = int(units.assign[u])
         state.move(u, t)
         history.append((u, src, t, j0, state.objective(), why))
+
+    def record_all(moves: list[tuple[int, int]], why: str) -> None:
+        # As record, move after move; the objectives after each computed at once.
+        j0 = state.objective()
+        for (u, t), (src, j1) in zip(moves, state.move_all(moves), strict=True):
+            history.append((u, src, t, j0, j1, why))
+            j0 = j1
 
     # 1. Repair: units that break a hard rule now, then nodes over capacity.
     stuck: list[int] = []
@@ -1645,13 +1663,28 @@ def _propose(
                 _, _, x, y = found
                 b = int(units.assign[y])
                 busy[[a, b]] = True
-                record(x, b, "balance (swap)")
-                record(y, a, "balance (swap)")
+                record_all([(x, b), (y, a)], "balance (swap)")
                 made += 2
         if made == 0 and shedding:
             # What is left of the plan does not help any more: back to every unit.
             plan[:] = False
             continue
+        if made == 0 and swaps:
+            # No move and no pair pays: a unit against a set of units, evaluated together.
+            def exchange_pays(e: SetExchange) -> bool:
+                objective = state.objective()
+                fresh = [v for v in (e.unit, *e.others) if not state.is_moved(v)]
+                drop = np.sqrt(max(objective, 0.0)) - np.sqrt(max(objective - e.gain, 0.0))
+                spent = float(units.cost[fresh].sum()) if fresh else 0.0
+                # As for a pair: a gain within rounding of nothing is none (no exchange back).
+                if e.gain <= 1e-9 * objective:
+                    return False
+                return bool(drop * 100 >= margin * 100 * spent / total_cost)
+
+            heads = max(4, n_nodes // SWAP_NODES_PER)
+            for e in set_round(state, heads, exchange_pays, limit - len(history)):
+                record_all([(e.unit, e.b), *((y, e.a) for y in e.others)], "balance (set exchange)")
+                made += 1 + len(e.others)
         if made == 0:
             stopped = (
                 "no allowed move pays for itself (margin "

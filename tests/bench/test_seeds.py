@@ -1,0 +1,25 @@
+"""bench.seeds: one JSON line per cluster, balance's result against the bounds."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from bench.seeds import main
+
+
+def test_one_line_per_cluster(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--generator", "skewed", "--sizes", "S", "--seeds", "2", "--rules", "both"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(x["size"], x["seed"], x["rules"]) for x in lines] == [("S", 2, False), ("S", 2, True)]
+    for line in lines:
+        assert line["balanced"] and line["memory_spread_pp"] <= 1.0
+        assert line["violations"] == 0
+        assert line["migrations"] >= line["lb_migrations"] > 0
+
+
+def test_a_bad_size_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["--sizes", "S,XXXL"])
+    assert exit_.value.code == 2
+    assert "unknown size 'XXXL'" in capsys.readouterr().err
