@@ -23,6 +23,7 @@ from opendrs.controller.history import (
     HistoryError,
     MigrationRecord,
 )
+from opendrs.controller.records import timeline
 from opendrs.model.cluster import Move
 
 
@@ -269,32 +270,38 @@ def test_version_0_file_is_migrated(path: Path, empty: bool) -> None:
 def test_older_schema_is_migrated_in_one_transaction(
     path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with History(path) as h:  # a version-1 file with data
+    now = SCHEMA_VERSION  # a file of this version, upgraded to a next one
+    with History(path) as h:
         h.bind("lab")
         m = h.migration_started(decision=None, move=Move("101", "a", "b"), handle="t", at=1)
-    v2 = (
+    step = (
         "ALTER TABLE migrations ADD COLUMN note TEXT",
-        "UPDATE migrations SET note = 'from v1'",
+        "UPDATE migrations SET note = 'from before'",
     )
-    broken = (*v2, "CREATE TABLE cooldowns (x)")  # fails after two statements
-    monkeypatch.setattr(history_module, "_MIGRATIONS", (*history_module._MIGRATIONS, broken))
-    monkeypatch.setattr(history_module, "SCHEMA_VERSION", 2)
-    with raises(r"cannot upgrade the history schema from version 1 to 2: table cooldowns"):
+    broken = (*step, "CREATE TABLE cooldowns (x)")  # fails after two statements
+    current = history_module._MIGRATIONS
+    monkeypatch.setattr(history_module, "_MIGRATIONS", (*current, broken))
+    monkeypatch.setattr(history_module, "SCHEMA_VERSION", now + 1)
+    with raises(
+        rf"cannot upgrade the history schema from version {now} to {now + 1}: table cooldowns"
+    ):
         History(path)
     db = raw(path)  # nothing of the failed step was kept
-    assert db.execute("PRAGMA user_version").fetchone()[0] == 1
+    assert db.execute("PRAGMA user_version").fetchone()[0] == now
     columns = [r[1] for r in db.execute("PRAGMA table_info(migrations)")]
     assert "note" not in columns
     db.close()
-    with raises("version 1 is older than this opendrs [(]2[)]; open it once read-write"):
+    with raises(
+        f"version {now} is older than this opendrs [(]{now + 1}[)]; open it once read-write"
+    ):
         History(path, readonly=True)
-    monkeypatch.setattr(history_module, "_MIGRATIONS", (*history_module._MIGRATIONS[:1], v2))
+    monkeypatch.setattr(history_module, "_MIGRATIONS", (*current, step))
     with History(path) as h:
         assert h.cluster == "lab"
         assert [r.id for r in h.in_flight()] == [m]
     db = raw(path)
-    assert db.execute("PRAGMA user_version").fetchone()[0] == 2
-    assert db.execute("SELECT note FROM migrations").fetchall() == [("from v1",)]
+    assert db.execute("PRAGMA user_version").fetchone()[0] == now + 1
+    assert db.execute("SELECT note FROM migrations").fetchall() == [("from before",)]
     db.close()
 
 
@@ -707,3 +714,33 @@ def test_evacuated_guests_round_trip_and_a_damaged_value_is_one_clear_error(
     db.close()
     with History(path) as history, pytest.raises(HistoryError, match="evacuated guests"):
         history.evacuated()
+
+
+def test_outcomes_are_told_in_the_order_recorded_and_older_files_are_numbered_by_id(
+    path: Path,
+) -> None:
+    db = sqlite3.connect(path)  # a version-1 file: one migration ended, as version 1 wrote it
+    for statement in history_module._MIGRATIONS[0]:
+        db.execute(statement)
+    db.execute("INSERT INTO state VALUES ('cluster', 'lab')")
+    db.execute(
+        "INSERT INTO migrations (id, guest, source, target, handle, started, ended, outcome) "
+        "VALUES (1, '101', 'a', 'b', 't1', 1, 2, 'done')"
+    )
+    db.execute(f"PRAGMA application_id = {history_module.APPLICATION_ID}")
+    db.execute("PRAGMA user_version = 1")
+    db.commit()
+    db.close()
+    with History(path) as h:  # upgraded to the current version
+        second = h.migration_started(decision=None, move=Move("102", "a", "b"), handle="t2", at=3)
+        third = h.migration_started(decision=None, move=Move("103", "a", "b"), handle="t3", at=3)
+        h.migration_finished(third, at=5, outcome="done")  # the later id ends first
+        h.migration_finished(second, at=5, outcome="failed", error="refused")
+        by_id = {r.id: r.ended_order for r in h.migrations()}
+        told = [
+            (item["id"], item["event"])
+            for item in timeline([], h.migrations())
+            if item["event"] != "started"
+        ]
+    assert by_id == {1: 1, second: 3, third: 2}
+    assert told == [(1, "done"), (third, "done"), (second, "failed")]

@@ -10,7 +10,7 @@ All times are floats in seconds of the *backend clock* (:class:`opendrs.backends
 seconds since the epoch on a real cluster, simulated seconds in the simulator. This module never
 reads the clock itself.
 
-Schema (version 1)
+Schema (version 2)
 ==================
 
 The version is kept in ``PRAGMA user_version``; ``PRAGMA application_id`` is ``0x6F647273``
@@ -41,9 +41,11 @@ The version is kept in ``PRAGMA user_version``; ``PRAGMA application_id`` is ``0
     request, and for good when the answer was lost); ``started`` (REAL); ``ended`` (REAL or
     NULL); ``outcome`` (NULL while in flight, then ``done``, ``failed``, or ``lost``: the guest
     disappeared or ended on another node than either end of the migration);
-    ``error`` (TEXT or NULL, one line, for ``failed`` and ``lost``). ``ended`` and ``outcome`` are
-    NULL together. A partial unique index (``migrations_in_flight``) makes it impossible to hold
-    two in-flight rows for one guest.
+    ``error`` (TEXT or NULL, one line, for ``failed`` and ``lost``); ``ended_order`` (INTEGER or
+    NULL: 1, 2, … in the order the outcomes were recorded, so that migrations ending at one
+    instant are told in that order; added in version 2, which numbers older outcomes by ``id``).
+    ``ended`` and ``outcome`` are NULL together. A partial unique index (``migrations_in_flight``)
+    makes it impossible to hold two in-flight rows for one guest.
 
     *Shadow moves are not migrations.* In shadow mode nothing is migrated; the moves shadow mode
     would have made are only in the decision's ``plan`` (``decisions.mode = 'shadow'``). Keeping
@@ -184,6 +186,12 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
             PRIMARY KEY (guest, node)
         ) WITHOUT ROWID""",
     ),
+    (
+        # The order in which outcomes were recorded: two migrations that end at one instant are
+        # told in that order (by the decision log as it goes, by `opendrs history` afterwards).
+        "ALTER TABLE migrations ADD COLUMN ended_order INTEGER",
+        "UPDATE migrations SET ended_order = id WHERE outcome IS NOT NULL",
+    ),
 )
 
 #: The schema version this code writes.
@@ -246,6 +254,8 @@ class MigrationRecord:
     ended: float | None
     outcome: Outcome | None
     error: str | None
+    #: Where its outcome comes among all recorded outcomes (1, 2, …); ``None`` while in flight.
+    ended_order: int | None = None
 
     @property
     def guest(self) -> str:
@@ -733,7 +743,8 @@ class History:
                     )
                 return _migration(row)
             db.execute(
-                "UPDATE migrations SET ended = ?, outcome = ?, error = ? WHERE id = ?",
+                "UPDATE migrations SET ended = ?, outcome = ?, error = ?, ended_order = "
+                "(SELECT COALESCE(MAX(ended_order), 0) + 1 FROM migrations) WHERE id = ?",
                 (at, outcome, error, migration_id),
             )
             row = db.execute("SELECT * FROM migrations WHERE id = ?", (migration_id,)).fetchone()
@@ -1041,4 +1052,5 @@ def _migration(row: sqlite3.Row) -> MigrationRecord:
         ended=None if row["ended"] is None else float(row["ended"]),
         outcome=row["outcome"],
         error=row["error"],
+        ended_order=None if row["ended_order"] is None else int(row["ended_order"]),
     )

@@ -146,11 +146,7 @@ def record_object(record: DecisionRecord | MigrationRecord) -> dict[str, Any]:
 
 
 #: At one instant the daemon records the migrations that ended, then decides, then starts.
-_ORDER = {"decision": 1, "started": 2}
-
-
-def _order(item: Mapping[str, Any]) -> tuple[float, int, int]:
-    return (item["at"], _ORDER.get(item.get("event", item["kind"]), 0), item["id"])
+_OUTCOME, _DECISION, _START = 0, 1, 2
 
 
 def timeline(
@@ -159,13 +155,22 @@ def timeline(
     since: float | None = None,
 ) -> list[dict[str, Any]]:
     """Decisions and migration events at or after ``since``, in time order — at one instant
-    outcomes, then decisions, then starts, as the daemon records them; then by id."""
-    items = [decision_object(d) for d in decisions]
+    outcomes (in the order they were recorded), then decisions, then starts (by id), as the
+    daemon records them."""
+    keyed: list[tuple[tuple[float, int, int], dict[str, Any]]] = []
+    for decision in decisions:
+        item = decision_object(decision)
+        keyed.append(((item["at"], _DECISION, decision.id), item))
     for record in migrations:
-        items.extend(migration_events(record))
+        for item in migration_events(record):
+            if item["event"] == "started":
+                keyed.append(((item["at"], _START, record.id), item))
+            else:
+                keyed.append(((item["at"], _OUTCOME, record.ended_order or record.id), item))
     if since is not None:
-        items = [item for item in items if item["at"] >= since]
-    return sorted(items, key=_order)
+        keyed = [(key, item) for key, item in keyed if item["at"] >= since]
+    keyed.sort(key=lambda pair: pair[0])
+    return [item for _, item in keyed]
 
 
 def jsonl(item: Mapping[str, Any]) -> str:
