@@ -117,6 +117,8 @@ class FakeIncus:
     def __init__(self, server_name: str = "m1", *, flavour: str = "incus") -> None:
         self.server_name = server_name
         self.flavour = flavour
+        #: The status of the answer refusing an unknown config key: LXD 5.0.2 answers 500.
+        self.unknown_key_status = 500
         self.members: dict[str, Member] = {}
         self.instances: dict[tuple[str, str], Instance] = {}
         self.projects: dict[str, dict[str, str]] = {"default": {}}
@@ -386,7 +388,9 @@ class FakeIncus:
             if key.startswith("volatile.") and (
                 self.flavour == "lxd" or key != "volatile.rebalance.last_move"
             ):
-                raise _ApiError(400, f'Invalid config: Unknown configuration key: "{key}"')
+                raise _ApiError(
+                    self.unknown_key_status, f"Invalid config: Unknown configuration key: {key}"
+                )
         inst.config.update({k: str(v) for k, v in config.items()})
         return _sync({})
 

@@ -170,6 +170,16 @@ def test_offline_members_keep_their_last_capacity(served: Served) -> None:
     assert (cluster.node("m3").online, cluster.node("m3").cpu) == (False, 8.0)
 
 
+def test_a_member_that_is_down_is_asked_once_and_counts_as_offline(served: Served) -> None:
+    # LXD 5.0's answer for a member whose daemon stopped, before the heartbeat marks it
+    # Offline (~20 s): 500 after a 10 s wait, every time — not worth asking again.
+    down = "Missing event connection with target cluster member"
+    served.fake.fail("GET", "/1.0/resources", 500, down, times=1)
+    cluster, _ = observe(served)
+    assert [n.online for n in cluster.nodes] == [False, True, True]
+    assert len(served.fake.calls("GET", "/1.0/resources")) == 3  # once per member
+
+
 def test_pinning_devices_and_local_disks(served: Served) -> None:
     fake = served.fake
     fake.add_instance("gpu1", "m2", devices={"gpu0": {"type": "gpu", "pci": "0000:01:00.0"}})
