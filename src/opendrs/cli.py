@@ -34,6 +34,7 @@ from opendrs.controller.commands import (
     parse_number,
 )
 from opendrs.controller.history_command import add_history_parser
+from opendrs.controller.maintenance_command import add_maintenance_parser
 from opendrs.controller.snapshot_command import add_snapshot_parser
 from opendrs.controller.status_command import add_status_parser
 from opendrs.engine.bounds import migration_lower_bound
@@ -610,6 +611,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_status_parser(sub)
     add_history_parser(sub)
     add_snapshot_parser(sub)
+    add_maintenance_parser(sub)
     add_simulate_parser(sub)
     add_demo_parser(sub)
 
