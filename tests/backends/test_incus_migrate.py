@@ -44,6 +44,8 @@ def test_it_is_a_backend(backend: IncusBackend) -> None:
 
 
 def test_a_running_vm_moves_live(served: Served, backend: IncusBackend) -> None:
+    # Long enough for an observation on a loaded machine to see it in flight.
+    served.fake.migration_seconds = 1.5
     cluster = backend.observe()
     assert cluster.guest("vm1").node == "m1"
     handle = backend.start_migration(Move("vm1", "m1", "m2"))

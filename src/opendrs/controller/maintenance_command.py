@@ -90,11 +90,11 @@ def _check_node(cluster: Cluster, node: str) -> None:
         raise UsageError(f"NODE: no node {node!r} in the cluster (its nodes: {names})")
 
 
-def _observe(backend: Backend) -> Cluster:
+def _observe(backend: Backend, when: str = "") -> Cluster:
     try:
         return backend.observe()
     except BackendError as exc:
-        raise BackendError(f"cannot observe the cluster: {exc}") from None
+        raise BackendError(f"{when}cannot observe the cluster: {exc}") from None
 
 
 def _moved(before: Cluster, after: Cluster) -> tuple[tuple[str, str, str], ...]:
@@ -111,7 +111,7 @@ def run_maintenance(backend: Backend, config_path: str, node: str, enter: bool) 
     :class:`BackendError`.
     """
     hook = _hook(backend, config_path, node, enter)
-    action = "enter" if enter else "leave"
+    action, verb = ("enter", "evacuation") if enter else ("leave", "restore")
     before = _observe(backend)
     _check_node(before, node)
     if before.node(node).maintenance == enter:
@@ -124,10 +124,9 @@ def run_maintenance(backend: Backend, config_path: str, node: str, enter: bool) 
         else:
             hook.restore(node)
     except BackendError as exc:
-        verb = "evacuation" if enter else "restore"
         raise BackendError(f"the platform's {verb} failed: {exc}") from None
     seconds = time.monotonic() - started
-    after = _observe(backend)
+    after = _observe(backend, f"the {verb} is done, but afterwards ")
     on_node = tuple(g.id for g in after.guests if g.node == node)
     return Outcome(
         node, action, True, after.node(node).maintenance, seconds, _moved(before, after), on_node
