@@ -130,7 +130,7 @@ class FakeIncus:
         self.operations: dict[str, Operation] = {}
         self.requests: list[tuple[str, str, dict[str, str], Any]] = []
         self._faults: list[list[Any]] = []
-        self._hangs: dict[tuple[str, str], float] = {}
+        self._hangs: dict[tuple[str, str, str], float] = {}
 
     # -- the cluster ---------------------------------------------------------------------------
 
@@ -157,9 +157,10 @@ class FakeIncus:
         """Answer the next ``times`` requests ``method path`` with an API error."""
         self._faults.append([method, path, status, message, times])
 
-    def hang(self, method: str, path: str, seconds: float) -> None:
-        """Answer every request ``method path`` after ``seconds``."""
-        self._hangs[(method, path)] = seconds
+    def hang(self, method: str, path: str, seconds: float, *, target: str = "") -> None:
+        """Answer every request ``method path`` (with ``?target=target`` only, when given) after
+        ``seconds``."""
+        self._hangs[(method, path, target)] = seconds
 
     def calls(self, method: str, path: str) -> list[tuple[str, str, dict[str, str], Any]]:
         return [r for r in self.requests if r[0] == method and r[1] == path]
@@ -250,7 +251,9 @@ class FakeIncus:
         if request.can_read_body:
             body = await request.json()
         self.requests.append((request.method, request.path, dict(request.query), body))
-        delay = self._hangs.get((request.method, request.path))
+        delay = self._hangs.get((request.method, request.path, "")) or self._hangs.get(
+            (request.method, request.path, request.query.get("target", ""))
+        )
         if delay:
             await asyncio.sleep(delay)
         for fault in self._faults:

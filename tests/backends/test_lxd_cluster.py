@@ -85,7 +85,8 @@ def write_config(tmp_path: Path, lxd: LxdCluster, *, mode: str = "active", extra
 
 
 def backend_of(lxd: LxdCluster, settings: Settings | None = None) -> IncusBackend:
-    config = IncusConfig(flavour="lxd", socket=str(lxd.socket("lxd1")), timeout=10.0, retries=1)
+    # Above LXD's own 10 s wait for a member that is down: its answer comes at the first try.
+    config = IncusConfig(flavour="lxd", socket=str(lxd.socket("lxd1")), timeout=15.0, retries=1)
     return IncusBackend(config, settings or Settings(), cluster_name="lxd")
 
 
