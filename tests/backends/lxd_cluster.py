@@ -169,7 +169,11 @@ class LxdCluster:
         try:
             grp.getgrnam("lxd")
         except KeyError:
-            subprocess.run(["groupadd", "--system", "lxd"], check=True, capture_output=True)
+            made = subprocess.run(["groupadd", "--system", "lxd"], capture_output=True, text=True)
+            if made.returncode != 0:
+                raise LxdUnavailable(
+                    f"no group lxd, and groupadd failed: {made.stderr.strip()[:200]}"
+                ) from None
 
     def log(self, member: str) -> Path:
         assert self.root is not None
