@@ -16,6 +16,8 @@ from backends.fakeincus import FakeIncus, Served, socket_path
 from backends.incus_fixture import small_cluster
 from opendrs.cli import main
 
+pytestmark = pytest.mark.usefixtures("restore_logging")
+
 
 @pytest.fixture
 def fake(tmp_path: Path) -> Iterator[Served]:

@@ -3,28 +3,13 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 
 import pytest
 
 from opendrs.controller.commands import setup_logging
 
 
-@pytest.fixture
-def restored() -> Iterator[None]:
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    levels = {name: logging.getLogger(name).level for name in ("httpx", "httpcore")}
-    try:
-        yield
-    finally:
-        root.handlers[:] = handlers
-        root.setLevel(level)
-        for name, saved in levels.items():
-            logging.getLogger(name).setLevel(saved)
-
-
-@pytest.mark.usefixtures("restored")
+@pytest.mark.usefixtures("restore_logging")
 def test_http_requests_are_logged_at_the_debug_level_only() -> None:
     # httpx logs each request at INFO: at the info level an observation would log dozens of
     # lines (the Incus backend's calls); httpcore's steps never.
