@@ -18,7 +18,9 @@ profile therefore scales each test's own count (in :func:`pytest_collection_modi
 
 from __future__ import annotations
 
+import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -74,3 +76,19 @@ def compat_dir(sub: str) -> Path:
     if not path.is_dir():
         pytest.skip(f"{path} not present")
     return path
+
+
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    """The logging set-up as it was before the test (for tests that run a command in process:
+    its ``setup_logging`` replaces the root logger's handler with one on the captured stderr)."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    levels = {name: logging.getLogger(name).level for name in ("httpx", "httpcore")}
+    try:
+        yield
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+        for name, saved in levels.items():
+            logging.getLogger(name).setLevel(saved)

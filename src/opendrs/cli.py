@@ -35,6 +35,7 @@ from opendrs.controller.commands import (
 )
 from opendrs.controller.history import HistoryError
 from opendrs.controller.history_command import add_history_parser
+from opendrs.controller.maintenance_command import add_maintenance_parser
 from opendrs.controller.planning import PlanResult, make_plan
 from opendrs.controller.report_command import report_of_history, write_report
 from opendrs.controller.snapshot_command import add_snapshot_parser
@@ -645,6 +646,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_status_parser(sub)
     add_history_parser(sub)
     add_snapshot_parser(sub)
+    add_maintenance_parser(sub)
     add_simulate_parser(sub)
     add_demo_parser(sub)
 

@@ -117,6 +117,8 @@ class FakeIncus:
     def __init__(self, server_name: str = "m1", *, flavour: str = "incus") -> None:
         self.server_name = server_name
         self.flavour = flavour
+        #: The status of the answer refusing an unknown config key: LXD 5.0.2 answers 500.
+        self.unknown_key_status = 500
         self.members: dict[str, Member] = {}
         self.instances: dict[tuple[str, str], Instance] = {}
         self.projects: dict[str, dict[str, str]] = {"default": {}}
@@ -128,7 +130,7 @@ class FakeIncus:
         self.operations: dict[str, Operation] = {}
         self.requests: list[tuple[str, str, dict[str, str], Any]] = []
         self._faults: list[list[Any]] = []
-        self._hangs: dict[tuple[str, str], float] = {}
+        self._hangs: dict[tuple[str, str, str], float] = {}
 
     # -- the cluster ---------------------------------------------------------------------------
 
@@ -155,9 +157,10 @@ class FakeIncus:
         """Answer the next ``times`` requests ``method path`` with an API error."""
         self._faults.append([method, path, status, message, times])
 
-    def hang(self, method: str, path: str, seconds: float) -> None:
-        """Answer every request ``method path`` after ``seconds``."""
-        self._hangs[(method, path)] = seconds
+    def hang(self, method: str, path: str, seconds: float, *, target: str = "") -> None:
+        """Answer every request ``method path`` (with ``?target=target`` only, when given) after
+        ``seconds``."""
+        self._hangs[(method, path, target)] = seconds
 
     def calls(self, method: str, path: str) -> list[tuple[str, str, dict[str, str], Any]]:
         return [r for r in self.requests if r[0] == method and r[1] == path]
@@ -248,7 +251,9 @@ class FakeIncus:
         if request.can_read_body:
             body = await request.json()
         self.requests.append((request.method, request.path, dict(request.query), body))
-        delay = self._hangs.get((request.method, request.path))
+        delay = self._hangs.get((request.method, request.path, "")) or self._hangs.get(
+            (request.method, request.path, request.query.get("target", ""))
+        )
         if delay:
             await asyncio.sleep(delay)
         for fault in self._faults:
@@ -386,7 +391,9 @@ class FakeIncus:
             if key.startswith("volatile.") and (
                 self.flavour == "lxd" or key != "volatile.rebalance.last_move"
             ):
-                raise _ApiError(400, f'Invalid config: Unknown configuration key: "{key}"')
+                raise _ApiError(
+                    self.unknown_key_status, f"Invalid config: Unknown configuration key: {key}"
+                )
         inst.config.update({k: str(v) for k, v in config.items()})
         return _sync({})
 

@@ -1,7 +1,12 @@
-"""Fixtures for the Incus backend's tests: a fake Incus cluster served on a unix socket."""
+"""Fixtures for the Incus backend's tests: a fake Incus cluster served on a unix socket; the
+``opendrs`` command and its history, for the end-to-end tests (fake and real LXD)."""
 
 from __future__ import annotations
 
+import os
+import sqlite3
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -48,3 +53,25 @@ def socket_config(server: Served, **fields: object) -> IncusConfig:
     base: dict[str, object] = {"socket": server.socket, "timeout": 2.0, "retries": 1}
     base.update(fields)
     return IncusConfig(**base)  # type: ignore[arg-type]
+
+
+#: Seconds an ``opendrs`` subprocess may take.
+DEADLINE = 120
+
+
+def opendrs(*args: str) -> subprocess.CompletedProcess[str]:
+    """``opendrs ARGS`` in a subprocess, to its end."""
+    return subprocess.run(
+        [sys.executable, "-m", "opendrs", *args],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+        env={**os.environ, "COLUMNS": "160"},
+    )
+
+
+def history(folder: Path, query: str) -> list[tuple[object, ...]]:
+    """Rows of ``query`` on ``folder/history.sqlite``."""
+    with sqlite3.connect(folder / "history.sqlite") as db:
+        return db.execute(query).fetchall()

@@ -3,10 +3,6 @@ unix socket: shadow, active, leader-only and Incus's own balancer settings."""
 
 from __future__ import annotations
 
-import os
-import sqlite3
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,10 +13,9 @@ pytest.importorskip("httpx", reason="the Incus backend's client is httpx")
 pytest.importorskip("aiohttp", reason="the fake Incus API is an aiohttp server")
 
 from backends.fakeincus import FakeIncus, GiB, Served, socket_path
+from backends.incus_fixture import history, opendrs
 from opendrs.model import snapshot
 
-#: Seconds a subprocess may take.
-DEADLINE = 120
 VMS = [f"vm{i}" for i in range(1, 7)]
 
 
@@ -60,22 +55,6 @@ def write_config(
         "log: {level: debug}\n" + extra
     )
     return path
-
-
-def opendrs(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "opendrs", *args],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=DEADLINE,
-        env={**os.environ, "COLUMNS": "160"},
-    )
-
-
-def history(tmp_path: Path, query: str) -> list[tuple[object, ...]]:
-    with sqlite3.connect(tmp_path / "history.sqlite") as db:
-        return db.execute(query).fetchall()
 
 
 def placement(server: Served) -> dict[str, str]:

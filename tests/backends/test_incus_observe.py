@@ -170,6 +170,27 @@ def test_offline_members_keep_their_last_capacity(served: Served) -> None:
     assert (cluster.node("m3").online, cluster.node("m3").cpu) == (False, 8.0)
 
 
+def test_a_member_that_is_down_is_asked_once_and_counts_as_offline(served: Served) -> None:
+    # LXD 5.0's answer for a member whose daemon stopped, before the heartbeat marks it
+    # Offline (~20 s): 500 after a 10 s wait, every time — not worth asking again.
+    down = "Missing event connection with target cluster member"
+    served.fake.fail("GET", "/1.0/resources", 500, down, times=1)
+    cluster, _ = observe(served)
+    assert [n.online for n in cluster.nodes] == [False, True, True]
+    assert len(served.fake.calls("GET", "/1.0/resources")) == 3  # once per member
+
+
+def test_a_member_the_server_does_not_answer_for_in_time_counts_as_offline(
+    served: Served,
+) -> None:
+    # LXD 5.0 answers for a stopped member only after about 10 s: a timeout of that read makes
+    # the member unreachable for this observation, not the whole observation fail.
+    served.fake.hang("GET", "/1.0/resources", 2.0, target="m2")
+    cluster, _ = observe(served, timeout=1.0, retries=0)
+    assert [n.online for n in cluster.nodes] == [True, False, True]
+    assert [g.id for g in cluster.guests if g.node == "m2"] == ["c2"]
+
+
 def test_pinning_devices_and_local_disks(served: Served) -> None:
     fake = served.fake
     fake.add_instance("gpu1", "m2", devices={"gpu0": {"type": "gpu", "pci": "0000:01:00.0"}})

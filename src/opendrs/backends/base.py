@@ -11,6 +11,10 @@ this protocol, the way pve-ha-manager runs one manager against real and simulate
 * :meth:`Backend.set_maintenance` puts a node into maintenance or takes it out, where the platform
   has it.
 
+A backend whose platform evacuates a node itself and brings its guests back (Incus's evacuate and
+restore) also has the optional hook :class:`PlatformMaintenance`, which ``opendrs maintenance``
+drives; the others (Proxmox VE, whose API has no such call; the simulator; a file) have not.
+
 Time also comes from the backend (:class:`Clock`): the real clock for a real cluster, simulated
 time for the simulator, whose ``sleep`` advances the simulation. The controller never calls
 :mod:`time` itself, so anything it does can be replayed in the simulator in milliseconds.
@@ -34,6 +38,7 @@ __all__ = [
     "Clock",
     "Handle",
     "HttpError",
+    "PlatformMaintenance",
     "Progress",
     "SystemClock",
 ]
@@ -191,4 +196,19 @@ class Backend(Protocol):
 
     def close(self) -> None:
         """Release connections and files."""
+        ...
+
+
+@runtime_checkable
+class PlatformMaintenance(Protocol):
+    """The optional hook of a backend whose platform empties a node and refills it itself: each
+    call returns once the platform has finished (its guests moved off, or back), and raises
+    :class:`BackendError` when it failed or did not finish in the backend's time limit."""
+
+    def evacuate(self, node: str) -> None:
+        """Put ``node`` into the platform's maintenance: its guests move elsewhere."""
+        ...
+
+    def restore(self, node: str) -> None:
+        """Take ``node`` out of maintenance: the platform brings its guests back."""
         ...

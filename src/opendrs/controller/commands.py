@@ -73,7 +73,14 @@ def setup_logging(level: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(message)s"))
     root.addHandler(handler)
-    root.setLevel(getattr(logging, level.upper(), logging.INFO))
+    chosen = getattr(logging, level.upper(), logging.INFO)
+    root.setLevel(chosen)
+    # httpx (the Incus backend's client) logs every request at INFO and httpcore every step of
+    # it at DEBUG: each request is shown at the debug level only, httpcore's steps never.
+    logging.getLogger("httpx").setLevel(
+        logging.INFO if chosen <= logging.DEBUG else logging.WARNING
+    )
+    logging.getLogger("httpcore").setLevel(logging.WARNING)
 
 
 def each(*hooks: Callable[[T], None] | None) -> Callable[[T], None]:

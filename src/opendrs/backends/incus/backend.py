@@ -1,7 +1,10 @@
 """:class:`IncusBackend`: the :class:`~opendrs.backends.base.Backend` protocol for an Incus (or
 LXD) cluster, made of the API client, the observer and the migrator.
 
-Beyond the protocol, it tells the controller three things the platform knows:
+Beyond the protocol, it has the optional hook
+:class:`~opendrs.backends.base.PlatformMaintenance` (:meth:`IncusBackend.evacuate`,
+:meth:`IncusBackend.restore`: Incus's own evacuate and restore, for ``opendrs maintenance``), and
+it tells the controller three things the platform knows:
 
 * :meth:`IncusBackend.standby` — with ``leader_only``, why this member must stay idle (it is not
   the cluster's database leader), or ``None``;
@@ -84,6 +87,14 @@ class IncusBackend:
             f"cannot {'evacuate' if enabled else 'restore'} {node}",
             lambda: self._migrator.set_maintenance(node, enabled),
         )
+
+    def evacuate(self, node: str) -> None:
+        """Incus's evacuation of member ``node`` (the ``PlatformMaintenance`` hook)."""
+        self.set_maintenance(node, True)
+
+    def restore(self, node: str) -> None:
+        """Incus's restore of member ``node``: its instances come back."""
+        self.set_maintenance(node, False)
 
     def standby(self) -> str | None:
         """With ``leader_only``: why this member stays idle, as the last observation saw it."""

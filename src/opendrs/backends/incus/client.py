@@ -38,8 +38,15 @@ _BACKOFF_MAX: Final = 30.0
 _STOP_POLL: Final = 0.2
 #: HTTP statuses worth asking again (a read only): the server or a proxy had a passing problem.
 _RETRY_STATUS: Final = frozenset({500, 502, 503, 504})
-#: Server errors that asking again will not mend.
-_PERMANENT: Final = ("not found", "not implemented", "not clustered", "forbidden")
+#: Server errors that asking again will not mend. LXD 5.0 answers a request for a member that
+#: is down with 500 "Missing event connection with target cluster member", after 10 s each time.
+_PERMANENT: Final = (
+    "not found",
+    "not implemented",
+    "not clustered",
+    "forbidden",
+    "missing event connection",
+)
 #: Methods whose requests change the cluster.
 _CHANGES: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 

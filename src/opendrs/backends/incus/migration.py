@@ -257,7 +257,7 @@ class Migrator:
                 )
                 return
             except HttpError as exc:
-                if exc.status != 400 or key != LAST_MOVE_KEYS[0]:
+                if not _refused_key(exc) or key != LAST_MOVE_KEYS[0]:
                     log.warning("cannot record the move of %s in %s: %s", move.guest, key, exc)
                     return
                 self._volatile_key = False
@@ -332,3 +332,9 @@ class Migrator:
             if status in ("Failure", "Cancelled"):
                 reason = clip(str(state.get("err") or status))
                 raise BackendError(f"the {action} of member {node} failed: {reason}")
+
+
+def _refused_key(exc: HttpError) -> bool:
+    """Whether the server refused a config key it does not know: HTTP 400, or — as LXD 5.0
+    answers it — 500 with ``Unknown configuration key``."""
+    return exc.status == 400 or "unknown configuration key" in exc.message.lower()

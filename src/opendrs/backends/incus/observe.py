@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from opendrs.backends.base import BackendError
+from opendrs.backends.base import Abandoned, BackendError
 from opendrs.backends.incus.assemble import (
     REMOTE_DRIVERS,
     CpuSample,
@@ -165,6 +165,14 @@ class Observer:
             if exc.status not in (500, 503) and exc.status not in _UNSUPPORTED:
                 raise
             self._warn_once(f"member {name} is unreachable: {exc.message}")
+            return MemberRead(reachable=False)
+        except BackendError as exc:
+            # No answer in time: the server is waiting for the member (LXD 5.0 answers for a
+            # member whose daemon stopped only after about 10 s). The server itself answered the
+            # reads before this one.
+            if not exc.transient or isinstance(exc, Abandoned):
+                raise
+            self._warn_once(f"member {name} is unreachable: {exc.reason}")
             return MemberRead(reachable=False)
         cpu = resources.get("cpu") if isinstance(resources.get("cpu"), dict) else {}
         memory = resources.get("memory") if isinstance(resources.get("memory"), dict) else {}
