@@ -3,19 +3,9 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-
-def opendrs(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "opendrs", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+from cli_process import opendrs
 
 
 def test_simulate_budget_bounds_opendrs_and_leaves_the_peers_alone() -> None:
