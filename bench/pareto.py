@@ -73,23 +73,36 @@ def _brief(r: Report) -> str:
     )
 
 
+#: Budgets tried above the first one that fits, at most.
+UPWARD = 3
+
+
 def matched_budget(runs: Runs, peer: str) -> str:
     """The key of opendrs's run matched to ``peer``: its default when that makes no more
-    migrations than the peer, else the largest budget found, searching downwards, that does."""
+    migrations than the peer; else the largest budget found whose run makes at most as many —
+    from the peer's balancing share per day (at least 1), downwards until one fits, or upwards
+    (at most :data:`UPWARD` more) while they fit."""
     limit = runs.get(peer)["migrations"]
     default = runs.get("opendrs")
     if default["migrations"] <= limit:
         return "opendrs"
-    days = default["days"]
-    budget = max(0, math.floor((limit - default["repair_migrations"]) / days))
-    while True:
-        key = f"budget {budget}"
-        total = runs.get(key)["migrations"]
-        if total <= limit or budget == 0:
-            return key
+
+    def total(budget: int) -> int:
+        return int(runs.get(f"budget {budget}")["migrations"])
+
+    budget = max(1, math.floor((limit - default["repair_migrations"]) / default["days"]))
+    if total(budget) <= limit:
+        for higher in range(budget + 1, budget + UPWARD + 1):
+            if total(higher) > limit:
+                break
+            budget = higher
+        return f"budget {budget}"
+    while budget > 0:
         # Fewer by the share it went over, and at least one fewer.
-        budget = min(budget - 1, math.floor(budget * limit / total))
-        budget = max(budget, 0)
+        budget = max(0, min(budget - 1, math.floor(budget * limit / total(budget))))
+        if total(budget) <= limit:
+            break
+    return f"budget {budget}"
 
 
 def table(runs: Runs) -> list[str]:

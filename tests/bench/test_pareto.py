@@ -75,3 +75,13 @@ def test_table_and_targets() -> None:
     runs, _ = _runs(dict(PEERS, proxlb=_report(100, 30.0)))
     lines = table(runs)
     assert "- **missed**: default not dominated by proxlb" in lines
+
+
+def test_the_search_goes_up_while_it_fits_a_few_budgets_at_most() -> None:
+    # 5 per unit of budget: 2 a day makes 15 of proxmox's 30; 3, 4 and 5 fit too (5: 30).
+    runs, asked = _runs(PEERS, per=5)
+    assert matched_budget(runs, "proxmox") == "budget 5"
+    assert asked[-4:] == ["budget 2", "budget 3", "budget 4", "budget 5"]
+    # No more than three above the first that fits.
+    runs, asked = _runs(dict(PEERS, proxmox=_report(60, 99.0)), per=5)
+    assert matched_budget(runs, "proxmox") == "budget 8"
