@@ -270,7 +270,8 @@ def _repair(r: _Round) -> Decision | None:
     if not screen:
         return None
     hot_only = only_hot(r.cluster, view.constraints)
-    if hot_only and config.metric != "none" and r.metric <= config.threshold:
+    lasting = config.metric == "none" or r.metric > config.threshold
+    if config.hot is not None and hot_only and not lasting:
         return None
     failed = failed_targets(r.cluster, r.now, r.past)
     r.repair, kept_off = repair_within_guards(
