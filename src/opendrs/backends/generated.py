@@ -21,7 +21,8 @@ module makes from ``SEED``. The seed alone draws the month's **shape** — four 
 any size. Everything is deterministic: the same ``(seed, nodes, guests)`` gives the same scenario,
 byte for byte. The guests are built and packed as the built-in month's are
 (:mod:`opendrs.backends.simgen`): every hard rule holds at the start and no node is over its
-capacity, and spread evenly the workloads peak below capacity even with a node down.
+capacity; at the default size, with the biggest node down the others still hold every guest's
+configured memory (the generated months' tests check both for the first seeds).
 """
 
 from __future__ import annotations
