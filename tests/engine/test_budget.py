@@ -163,7 +163,8 @@ def _hot_cluster() -> Cluster:
 
 
 def test_relieving_a_node_that_only_runs_hot_counts_against_the_budget() -> None:
-    config = replace(EAGER, threshold=1.0, hot=0.85, max_migrations_per_day=1)
+    # A hold of two: balancing waits, the relief does not.
+    config = replace(EAGER, hold=2, hot=0.85, max_migrations_per_day=1)
     relieved = _decide(_hot_cluster(), config)
     assert relieved.act and relieved.code == "repair" and relieved.budgeted
     spent = _decide(_hot_cluster(), config, (NOW - 60,))

@@ -38,22 +38,32 @@ def _decide(cluster: Cluster, config: PolicyConfig) -> object:
 
 
 def test_a_hot_node_is_relieved_before_balancing_with_the_fewest_migrations() -> None:
-    # n1 at 9.2 cores of 10 (92 %): above 85 % but within its capacity. Threshold 100 %: balance
-    # would never act; the relief does, with one migration — of a guest large enough: both
-    # 0.3-core guests together would still leave n1 at 86 %.
-    config = replace(EAGER, threshold=1.0)
+    # n1 at 9.2 cores of 10 (92 %): above 85 % but within its capacity. A hold of two: balance
+    # waits; the relief does not, with one migration — of a guest large enough: both 0.3-core
+    # guests together would still leave n1 at 86 %.
+    config = replace(EAGER, hold=2)
     hot = _cluster((5.0, 3.6, 0.3, 0.3))
     decision = _decide(hot, config)
     assert decision.act and decision.code == "repair"
     assert decision.reason.startswith("repair: n1 runs hot (cpu_used above 85 %); 1 migration")
+    assert decision.reason.endswith("bypassing hold and margin")
     assert decision.plan is not None and len(decision.plan.moves) == 1
     move = decision.plan.moves[0]
     assert move.source == "n1" and move.guest in ("g0", "g1")
-    # Without a hot level the same cluster is left alone: nothing is over its capacity.
+    # Without a hot level the same cluster waits for the hold: nothing is over its capacity.
     off = _decide(hot, replace(config, hot=None))
-    assert not off.act and off.code == "balanced"
+    assert not off.act and off.code == "holding"
     # At 80 % nothing runs hot.
     assert not _decide(_cluster((4.0, 2.0, 1.0, 1.0)), config).act
+
+
+def test_a_hot_node_is_not_relieved_while_the_average_is_balanced() -> None:
+    # The same hot node, but the metric on the (average) usage at or below the threshold: hot
+    # on the recent usage alone is loads taking turns, not a lasting hot spot.
+    hot = _cluster((5.0, 3.6, 0.3, 0.3))
+    decision = _decide(hot, replace(EAGER, threshold=1.0))
+    assert not decision.act and decision.code == "balanced"
+    assert "repair" not in decision.reason
 
 
 def test_relief_never_makes_another_node_hot() -> None:
@@ -69,7 +79,7 @@ def test_relief_never_makes_another_node_hot() -> None:
         (g("a", "n1", 8.0), g("b", "n1", 1.5), g("c", "n2", 7.9), g("d", "n3", 7.9)),
         settings=Settings(mode="dynamic"),
     )
-    decision = _decide(cluster, replace(EAGER, threshold=1.0))
+    decision = _decide(cluster, replace(EAGER, hold=2))
     assert not decision.act
     assert "repair needed (n1 runs hot (cpu_used above 85 %)) but no allowed migration" in (
         decision.reason
@@ -90,7 +100,7 @@ def test_the_hot_level_is_read_checked_and_off_for_the_peers() -> None:
 
 
 def test_relief_keeps_the_cooldown_a_hard_repair_would_override() -> None:
-    config = replace(EAGER, threshold=1.0, cooldown=6 * 3600)
+    config = replace(EAGER, hold=2, cooldown=6 * 3600)
     hot = _cluster((5.0, 3.6, 0.3, 0.3))
     cooling = {g: NOW + 3600 for g in ("g0", "g1", "g2", "g3")}
     decision = decide(

@@ -26,11 +26,20 @@ from opendrs.model.snapshot import dumps
 
 GiB = 1024**3
 
-__all__ = ["demo_cluster", "main", "month_cluster"]
+__all__ = [
+    "MONTH_KINDS",
+    "GuestKind",
+    "db_pairs",
+    "demo_cluster",
+    "main",
+    "make_guests",
+    "month_cluster",
+    "place_guests",
+]
 
 
 @dataclass(frozen=True)
-class _Kind:
+class GuestKind:
     """A kind of guest: tag, count, vCPU and memory choices, typical measured use, HA."""
 
     tag: str
@@ -42,29 +51,31 @@ class _Kind:
     ha: bool = True
 
 
-_MONTH_KINDS = (
-    _Kind("web", 100, (2, 2, 4), (4, 4, 8), 0.25, 0.55),
-    _Kind("app", 80, (2, 4, 4), (8, 8, 16), 0.25, 0.6),
-    _Kind("db", 30, (4, 8), (24, 32, 48), 0.3, 0.85),
-    _Kind("batch", 40, (4, 8), (8, 16), 0.1, 0.4),
-    _Kind("ci", 40, (4, 4, 8), (8,), 0.1, 0.3),
-    _Kind("cache", 30, (2,), (16, 24), 0.15, 0.45),
-    _Kind("analytics", 20, (8,), (32, 48), 0.3, 0.6),
-    _Kind("infra", 30, (1, 2), (2, 4), 0.15, 0.5),
-    _Kind("dev", 30, (2, 4), (4, 8), 0.1, 0.4, ha=False),
+MONTH_KINDS = (
+    GuestKind("web", 100, (2, 2, 4), (4, 4, 8), 0.25, 0.55),
+    GuestKind("app", 80, (2, 4, 4), (8, 8, 16), 0.25, 0.6),
+    GuestKind("db", 30, (4, 8), (24, 32, 48), 0.3, 0.85),
+    GuestKind("batch", 40, (4, 8), (8, 16), 0.1, 0.4),
+    GuestKind("ci", 40, (4, 4, 8), (8,), 0.1, 0.3),
+    GuestKind("cache", 30, (2,), (16, 24), 0.15, 0.45),
+    GuestKind("analytics", 20, (8,), (32, 48), 0.3, 0.6),
+    GuestKind("infra", 30, (1, 2), (2, 4), 0.15, 0.5),
+    GuestKind("dev", 30, (2, 4), (4, 8), 0.1, 0.4, ha=False),
 )
 
-_DEMO_KINDS = (
-    _Kind("web", 24, (2, 4), (4, 8), 0.3, 0.55),
-    _Kind("app", 18, (4,), (8, 16), 0.3, 0.6),
-    _Kind("db", 8, (4, 8), (16, 32), 0.35, 0.85),
-    _Kind("batch", 10, (4, 8), (8, 16), 0.1, 0.4),
-    _Kind("ci", 10, (4,), (8,), 0.1, 0.3),
-    _Kind("dev", 10, (2,), (4,), 0.1, 0.4, ha=False),
+DEMO_KINDS = (
+    GuestKind("web", 24, (2, 4), (4, 8), 0.3, 0.55),
+    GuestKind("app", 18, (4,), (8, 16), 0.3, 0.6),
+    GuestKind("db", 8, (4, 8), (16, 32), 0.35, 0.85),
+    GuestKind("batch", 10, (4, 8), (8, 16), 0.1, 0.4),
+    GuestKind("ci", 10, (4,), (8,), 0.1, 0.3),
+    GuestKind("dev", 10, (2,), (4,), 0.1, 0.4, ha=False),
 )
 
 
-def _guests(rng: np.random.Generator, kinds: tuple[_Kind, ...], first_id: int) -> list[Guest]:
+def make_guests(
+    rng: np.random.Generator, kinds: tuple[GuestKind, ...], first_id: int
+) -> list[Guest]:
     guests: list[Guest] = []
     vmid = first_id
     for kind in kinds:
@@ -93,7 +104,7 @@ def _guests(rng: np.random.Generator, kinds: tuple[_Kind, ...], first_id: int) -
     return guests
 
 
-def _place(
+def place_guests(
     rng: np.random.Generator,
     guests: list[Guest],
     nodes: tuple[Node, ...],
@@ -103,13 +114,20 @@ def _place(
     apart: list[tuple[str, ...]],
 ) -> list[Guest]:
     """Pack shuffled guests onto the first ``hot`` nodes up to ``fill`` of their memory, then
-    spread the rest over the other nodes (least filled first); ``apart`` groups never share."""
+    spread the rest over the other nodes (least filled first); ``apart`` groups never share, and
+    no node gets more vCPUs than its cores (net of reserves) × ``settings.cpu_overcommit``."""
     limit = [
         (n.memory - (settings.reserve_memory if n.reserve_memory is None else n.reserve_memory))
         * settings.memory_overcommit
         for n in nodes
     ]
+    vcpus = [
+        (n.cpu - (settings.reserve_cpu if n.reserve_cpu is None else n.reserve_cpu))
+        * settings.cpu_overcommit
+        for n in nodes
+    ]
     used = [0.0] * len(nodes)
+    used_vcpus = [0.0] * len(nodes)
     where: dict[str, int] = {}
     partners = {g: set(group) - {g} for group in apart for g in group}
     order = [int(i) for i in rng.permutation(len(guests))]
@@ -119,23 +137,27 @@ def _place(
     for i in order:
         guest = guests[i]
         blocked = {where[p] for p in partners.get(guest.id, ()) if p in where}
-        target = None
-        for n in range(hot):
-            if n not in blocked and used[n] + guest.memory <= fill * limit[n]:
-                target = n
-                break
+        free = [
+            n
+            for n in range(len(nodes))
+            if n not in blocked and used_vcpus[n] + guest.cpu <= vcpus[n]
+        ]
+        target = next(
+            (n for n in free if n < hot and used[n] + guest.memory <= fill * limit[n]), None
+        )
         if target is None:
-            cold = [n for n in range(hot, len(nodes)) if n not in blocked]
-            target = min(cold, key=lambda n: (used[n] / limit[n], n))
-            if used[target] + guest.memory > limit[target]:
+            cold = [n for n in free if n >= hot]
+            target = min(cold, key=lambda n: (used[n] / limit[n], n), default=None)
+            if target is None or used[target] + guest.memory > limit[target]:
                 raise RuntimeError("the cluster is too small for its guests")
         used[target] += guest.memory
+        used_vcpus[target] += guest.cpu
         where[guest.id] = target
         placed[i] = replace(guest, node=nodes[target].name)
     return placed
 
 
-def _db_pairs(guests: list[Guest]) -> list[tuple[str, ...]]:
+def db_pairs(guests: list[Guest]) -> list[tuple[str, ...]]:
     dbs = [g.id for g in guests if "db" in g.tags]
     return [tuple(dbs[i : i + 2]) for i in range(0, min(len(dbs), 10) - 1, 2)]
 
@@ -155,9 +177,9 @@ def month_cluster() -> Cluster:
         for i in range(1, 17)
     )
     settings = Settings(reserve_cpu=1.0, reserve_memory=8 * GiB, min_uptime=600)
-    guests = _guests(rng, _MONTH_KINDS, 1000)
-    pairs = _db_pairs(guests)
-    guests = _place(rng, guests, nodes, settings, hot=5, fill=0.97, apart=pairs)
+    guests = make_guests(rng, MONTH_KINDS, 1000)
+    pairs = db_pairs(guests)
+    guests = place_guests(rng, guests, nodes, settings, hot=5, fill=0.97, apart=pairs)
     rules = Rules(
         guest_affinity=tuple(
             GuestAffinity(f"db-pair-{k + 1}", pair, positive=False, hard=True)
@@ -181,9 +203,9 @@ def demo_cluster() -> Cluster:
         for i in range(1, 9)
     )
     settings = Settings(reserve_memory=4 * GiB, min_uptime=600)
-    guests = _guests(rng, _DEMO_KINDS, 100)
-    pairs = _db_pairs(guests)
-    guests = _place(rng, guests, nodes, settings, hot=3, fill=0.95, apart=pairs)
+    guests = make_guests(rng, DEMO_KINDS, 100)
+    pairs = db_pairs(guests)
+    guests = place_guests(rng, guests, nodes, settings, hot=3, fill=0.95, apart=pairs)
     rules = Rules(
         guest_affinity=tuple(
             GuestAffinity(f"db-pair-{k + 1}", pair, positive=False, hard=True)

@@ -19,6 +19,14 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 from rich.table import Table
 
 from opendrs.backends.base import BackendError
+from opendrs.backends.generated import (
+    DEFAULT_GUESTS,
+    DEFAULT_NODES,
+    GUESTS_RANGE,
+    NODES_RANGE,
+    generated_scenario,
+    shape_of,
+)
 from opendrs.backends.sim import HOT, Scenario, Simulator, builtin_scenario, load_scenario
 from opendrs.controller.config import (
     BackendConfig,
@@ -324,7 +332,23 @@ def with_budget(policies: list[PolicyConfig], budget: int | None) -> list[Policy
     return [p if p.name in PEERS else replace(p, max_migrations_per_day=budget) for p in policies]
 
 
-def _scenario(arg: str | None) -> Scenario:
+def _scenario(args: argparse.Namespace) -> Scenario:
+    """The scenario the command line names: a file, ``builtin:NAME`` or ``--generate SEED``."""
+    sized = [f for f, v in (("--nodes", args.nodes), ("--guests", args.guests)) if v is not None]
+    if args.generate is None:
+        if sized:
+            raise UsageError(f"{sized[0]}: only with --generate SEED")
+        return _named_scenario(args.scenario)
+    if args.scenario is not None:
+        raise UsageError(f"--generate: makes its own scenario, not with {args.scenario!r}")
+    return generated_scenario(
+        args.generate,
+        DEFAULT_NODES if args.nodes is None else args.nodes,
+        DEFAULT_GUESTS if args.guests is None else args.guests,
+    )
+
+
+def _named_scenario(arg: str | None) -> Scenario:
     if arg is None:
         return builtin_scenario("month")
     if arg.startswith("builtin:"):
@@ -342,7 +366,7 @@ def _quiet() -> None:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     _quiet()
-    scenario = _scenario(args.scenario)
+    scenario = _scenario(args)
     chosen = _policies(args.policy or [DEFAULT_POLICIES])
     policies = with_budget([policy for policy, _ in chosen], args.budget)
     console = Console(stderr=True)
@@ -379,12 +403,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             progress.update(task, completed=1.0)
     if args.report is not None:
         runs = list(zip(reports, traces, strict=True))
-        _write_simulation_report(args.report, scenario_name(args.scenario), runs)
+        _write_simulation_report(args.report, scenario_name(args, scenario), runs)
     if args.format == "json":
         sys.stdout.write(json_text([r.as_dict() for r in reports], sort_keys=False))
         return EXIT_OK
     report = Report(Console(highlight=False, soft_wrap=False))
-    show_stability(report, reports, scenario_name(args.scenario))
+    show_stability(report, reports, scenario_name(args, scenario))
     return EXIT_OK
 
 
@@ -399,8 +423,14 @@ def _write_simulation_report(
     write_report(simulation_document(name, runs), file_format(path), path, "--report")
 
 
-def scenario_name(arg: str | None) -> str:
-    return "builtin:month" if arg is None else arg
+def scenario_name(args: argparse.Namespace, scenario: Scenario) -> str:
+    if args.generate is not None:
+        cluster = scenario.cluster
+        return (
+            f"generated:{args.generate} ({len(cluster.nodes)} nodes, {len(cluster.guests)} "
+            f"guests: {shape_of(args.generate).describe()})"
+        )
+    return "builtin:month" if args.scenario is None else args.scenario
 
 
 def show_stability(report: Report, reports: Sequence[StabilityReport], name: str) -> None:
@@ -472,6 +502,25 @@ def add_simulate_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         nargs="?",
         help="a scenario file, or builtin:NAME (default: builtin:month, 16 nodes, 400 guests)",
     )
+    p.add_argument(
+        "--generate",
+        type=_seed,
+        metavar="SEED",
+        help="instead of SCENARIO, a 30-day month generated from SEED: node sizes, packing at "
+        "the start, workload mix and faults drawn from it (see docs/scenarios.md)",
+    )
+    p.add_argument(
+        "--nodes",
+        type=_whole(*NODES_RANGE),
+        metavar="N",
+        help=f"nodes of the generated month (default {DEFAULT_NODES})",
+    )
+    p.add_argument(
+        "--guests",
+        type=_whole(*GUESTS_RANGE),
+        metavar="M",
+        help=f"guests of the generated month (default {DEFAULT_GUESTS})",
+    )
     p.add_argument("--days", type=_days, help="simulated days (default: the scenario's)")
     p.add_argument(
         "--policy",
@@ -536,6 +585,31 @@ def _budget(text: str) -> int:
     if not 0 <= value <= 100_000:
         raise argparse.ArgumentTypeError("must be a whole number from 0 to 100000")
     return value
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 0 <= value < 2**63:
+        raise argparse.ArgumentTypeError("must be a whole number from 0 to 2^63 - 1")
+    return value
+
+
+def _whole(low: int, high: int) -> Callable[[str], int]:
+    """An argparse whole number from ``low`` to ``high``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be a whole number from {low} to {high}")
+        return value
+
+    return parse
 
 
 def _days(text: str) -> float:

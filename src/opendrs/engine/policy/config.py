@@ -57,9 +57,9 @@ class PolicyConfig:
     #: (Proxmox HA's ``maintenance_node``, ``incus cluster restore``); off: the balance decides.
     maintenance_return: bool = False
     #: In dynamic mode, the share of a node's capacity its measured usage may fill: a node above
-    #: it on the recent usage runs hot and is relieved like an overload (within the cooldown and
-    #: no-return guards), and no plan fills a node beyond it. None (the default): only the
-    #: capacity itself counts.
+    #: it on the recent usage runs hot and, while the metric on the average usage is above the
+    #: threshold, is relieved like an overload (within the cooldown and no-return guards); no
+    #: plan fills a node beyond it. None (the default): only the capacity itself counts.
     hot: float | None = None
     #: Most migrations that balance (plans, and repairs of nodes that only run hot) over a
     #: rolling 24 hours; repairs of maintenance, failures and hard rules, and returns from

@@ -256,15 +256,22 @@ def _busy(r: _Round) -> Decision | None:
 
 
 def _repair(r: _Round) -> Decision | None:
-    """What breaks a hard constraint — or a node whose recent measured load is above the hot
-    level (``config.hot``) — is repaired at once, bypassing threshold, hold and margin; a repair
-    that cannot be made is noted on every later decision."""
+    """What breaks a hard constraint is repaired at once, bypassing threshold, hold and margin;
+    so is a node whose recent measured load is above the hot level (``config.hot``) while the
+    metric on the average usage is above the threshold — a lasting hot spot, bypassing hold and
+    margin (hot on the recent usage alone, balanced on the average, is loads taking turns:
+    relieving one turn only makes room for the next elsewhere). A repair that cannot be made is
+    noted on every later decision."""
     view, config = r.view, r.config
     limit = 1.0 if config.hot is None else config.hot
     screen = may_need_repair(r.cluster, view.usage_loads, config.hot) or (
         r.recent is not None and overloads(view.usage_loads, r.recent, limit)
     )
     if not screen:
+        return None
+    hot_only = only_hot(r.cluster, view.constraints)
+    lasting = config.metric == "none" or r.metric > config.threshold
+    if config.hot is not None and hot_only and not lasting:
         return None
     failed = failed_targets(r.cluster, r.now, r.past)
     r.repair, kept_off = repair_within_guards(
@@ -278,7 +285,6 @@ def _repair(r: _Round) -> Decision | None:
     if not plan.moves:
         r.repair_note = f"; repair needed ({what}) but no allowed migration reaches it"
         return None
-    hot_only = only_hot(r.cluster, view.constraints)
     if hot_only and r.left is not None and len(plan.moves) > r.left:
         r.repair_note = f"; repair needed ({what}) but {r.budget_spent(len(plan.moves))}"
         return None
@@ -290,7 +296,7 @@ def _repair(r: _Round) -> Decision | None:
     return r.decision(
         "repair",
         f"repair: {what}; {_migrations(len(plan.moves))}, "
-        f"bypassing threshold, hold and margin{overridden}",
+        f"bypassing {'hold' if hot_only else 'threshold, hold'} and margin{overridden}",
         r.acted(),
         predicted=r.predicted(plan),
         proposal=r.repair.proposal,

@@ -1,0 +1,250 @@
+"""opendrs against every emulated peer on the month and generated months: one table per scenario.
+
+``python -m bench.pareto [--seeds 1,2,4,6,8] [--no-month] [--json FILE] [--resume [--again]]``
+
+For each scenario — the shipped month (``builtin:month``) and the generated months of ``--seeds``
+(``opendrs simulate --generate SEED``) — it runs, each on a fresh simulator, opendrs's default
+policy and the emulated peers (``proxmox``, ``incus``, ``proxlb``), then opendrs with a migration
+budget (``max_migrations_per_day``) matched to each peer: the largest budget, searched downwards
+from the peer's total spread over the days, whose run makes at most as many migrations in all as
+the peer (none when the default already does). It prints one Markdown table per scenario —
+migrations, balancing migrations, time above the threshold, hot node-minutes, capacity
+violations, ping-pongs — and the issue's targets, met or missed.
+
+Every run's report goes to ``--json`` as it ends (``--resume`` reuses the runs already there), so
+an interrupted measurement goes on where it stopped, and ``--again`` runs opendrs's policies
+anew after a change to them, reusing the peers'. Runs one simulation at a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from opendrs.backends.generated import DEFAULT_GUESTS, DEFAULT_NODES, generated_scenario
+from opendrs.backends.scenario import Scenario, builtin_scenario
+from opendrs.controller.simulate import run_policy
+from opendrs.engine.policy import PRESETS
+
+PEERS = ("proxmox", "incus", "proxlb")
+SEEDS = (1, 2, 4, 6, 8)
+Report = dict[str, Any]
+
+
+@dataclass
+class Runs:
+    """The reports of one scenario's runs, by key (``opendrs``, a peer, or ``budget N``)."""
+
+    label: str
+    run: Callable[[str], Report]
+    store: dict[str, Report]
+    save: Callable[[], None]
+
+    def get(self, key: str) -> Report:
+        if key not in self.store:
+            self.store[key] = self.run(key)
+            print(f"  {self.label} {key}: {_brief(self.store[key])}", file=sys.stderr, flush=True)
+            self.save()
+        return self.store[key]
+
+
+def run(scenario: Scenario, key: str) -> Report:
+    """The report of one run: ``opendrs``, a peer's preset, or ``budget N`` (opendrs's preset
+    with ``max_migrations_per_day: N``)."""
+    if key.startswith("budget "):
+        policy = replace(PRESETS["opendrs"], max_migrations_per_day=int(key.split()[1]))
+    else:
+        policy = PRESETS[key]
+    return run_policy(scenario, policy).as_dict()
+
+
+def _brief(r: Report) -> str:
+    return (
+        f"{r['migrations']} migrations, {r['pct_time_above_threshold']:.1f} % above, "
+        f"{r['hot_node_minutes']:.0f} hot node-min, {r['wall_seconds']:.0f} s"
+    )
+
+
+#: Budgets tried above the first one that fits, at most.
+UPWARD = 3
+
+
+def matched_budget(runs: Runs, peer: str) -> str:
+    """The key of opendrs's run matched to ``peer``: its default when that makes no more
+    migrations than the peer; else the largest budget found whose run makes at most as many —
+    from the peer's balancing share per day (at least 1), downwards until one fits, or upwards
+    (at most :data:`UPWARD` more) while they fit."""
+    limit = runs.get(peer)["migrations"]
+    default = runs.get("opendrs")
+    if default["migrations"] <= limit:
+        return "opendrs"
+
+    def total(budget: int) -> int:
+        return int(runs.get(f"budget {budget}")["migrations"])
+
+    budget = max(1, math.floor((limit - default["repair_migrations"]) / default["days"]))
+    if total(budget) <= limit:
+        for higher in range(budget + 1, budget + UPWARD + 1):
+            if total(higher) > limit:
+                break
+            budget = higher
+        return f"budget {budget}"
+    while budget > 0:
+        # Fewer by the share it went over, and at least one fewer.
+        budget = max(0, min(budget - 1, math.floor(budget * limit / total(budget))))
+        if total(budget) <= limit:
+            break
+    return f"budget {budget}"
+
+
+def table(runs: Runs) -> list[str]:
+    """The Markdown table of one scenario and its targets."""
+    rows = ["opendrs", *PEERS]
+    matched = {peer: matched_budget(runs, peer) for peer in PEERS}
+    lines = [
+        "| policy | budget per 24 h | migrations | balancing | above threshold | hot node-min "
+        "| capacity violations | ping-pongs |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    budgeted = sorted({m for m in matched.values() if m != "opendrs"}, key=_budget_of)
+    for key in rows + budgeted:
+        r = runs.get(key)
+        if key in PEERS:
+            name, budget = key, "—"
+        else:
+            name = "**opendrs**" if key == "opendrs" else "opendrs"
+            budget = str(_budget_of(key)) if key in budgeted else "none"
+            peers = [p for p, m in matched.items() if m == key]
+            if peers:
+                budget += f" (≤ {', '.join(peers)})"
+        lines.append(
+            f"| {name} | {budget} | {r['migrations']} | {r['balancing_migrations']} "
+            f"| {r['pct_time_above_threshold']:.1f} % | {r['hot_node_minutes']:,.0f} "
+            f"| {r['capacity_violations']} | {r['ping_pongs']} |"
+        )
+    return [*lines, "", *verdict(runs, matched)]
+
+
+def _budget_of(key: str) -> int:
+    return int(key.split()[1]) if key.startswith("budget ") else -1
+
+
+def verdict(runs: Runs, matched: dict[str, str]) -> list[str]:
+    """The issue's targets on this scenario, each met or missed (and by how much)."""
+    ours = runs.get("opendrs")
+    peers = {p: runs.get(p) for p in PEERS}
+    out = []
+    hot = min(r["hot_node_minutes"] for r in peers.values())
+    out.append(
+        _line(
+            ours["capacity_violations"] == 0 and ours["ping_pongs"] == 0,
+            f"default: {ours['capacity_violations']} capacity violations, "
+            f"{ours['ping_pongs']} ping-pongs",
+        )
+    )
+    out.append(
+        _line(
+            ours["hot_node_minutes"] <= hot,
+            f"default: {ours['hot_node_minutes']:,.0f} hot node-min, the peers' fewest {hot:,.0f}",
+        )
+    )
+    for peer, r in peers.items():
+        dominated = (
+            r["migrations"] <= ours["migrations"]
+            and r["pct_time_above_threshold"] <= ours["pct_time_above_threshold"]
+            and (
+                r["migrations"] < ours["migrations"]
+                or r["pct_time_above_threshold"] < ours["pct_time_above_threshold"]
+            )
+        )
+        out.append(_line(not dominated, f"default not dominated by {peer}"))
+    for peer, r in peers.items():
+        mine = runs.get(matched[peer])
+        fits = mine["migrations"] <= r["migrations"]
+        better = mine["pct_time_above_threshold"] < r["pct_time_above_threshold"]
+        out.append(
+            _line(
+                fits and better,
+                f"{_label(matched[peer])} against {peer}: {mine['migrations']} migrations ≤ "
+                f"{r['migrations']}? {'yes' if fits else 'no'}; above threshold "
+                f"{mine['pct_time_above_threshold']:.1f} % against "
+                f"{r['pct_time_above_threshold']:.1f} %",
+            )
+        )
+    return out
+
+
+def _label(key: str) -> str:
+    return "default" if key == "opendrs" else f"budget {_budget_of(key)}"
+
+
+def _line(met: bool, text: str) -> str:
+    return f"- {'met' if met else '**missed**'}: {text}"
+
+
+def scenarios(seeds: Sequence[int], month: bool) -> list[tuple[str, Callable[[], Scenario]]]:
+    out: list[tuple[str, Callable[[], Scenario]]] = []
+    if month:
+        out.append(("builtin:month", lambda: builtin_scenario("month")))
+    for seed in seeds:
+        out.append(
+            (
+                f"generated:{seed}",
+                lambda seed=seed: generated_scenario(seed, DEFAULT_NODES, DEFAULT_GUESTS),
+            )
+        )
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.pareto", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--seeds", default=",".join(map(str, SEEDS)), help="generated months")
+    parser.add_argument("--no-month", action="store_true", help="leave out the shipped month")
+    parser.add_argument("--json", type=Path, help="write every run's report here as it ends")
+    parser.add_argument("--resume", action="store_true", help="reuse the runs in --json")
+    parser.add_argument(
+        "--again",
+        action="store_true",
+        help="with --resume, run opendrs's own policies again (the peers' runs are reused)",
+    )
+    args = parser.parse_args(argv)
+    try:
+        seeds = [int(v) for v in args.seeds.split(",") if v]
+    except ValueError:
+        parser.error(f"--seeds: expected whole numbers separated by commas, got {args.seeds!r}")
+    if args.resume and args.json is None:
+        parser.error("--resume needs --json")
+    stored: dict[str, dict[str, Report]] = {}
+    if args.resume and args.json.exists():
+        stored = json.loads(args.json.read_text())
+        if args.again:
+            stored = {
+                label: {k: r for k, r in runs.items() if k in PEERS}
+                for label, runs in stored.items()
+            }
+
+    def save() -> None:
+        if args.json is not None:
+            args.json.write_text(json.dumps(stored, indent=1, sort_keys=True) + "\n")
+
+    logging.getLogger("opendrs").setLevel(logging.ERROR)  # the simulated faults' warnings
+    for label, build in scenarios(seeds, not args.no_month):
+        scenario = build()
+        runs = Runs(label, partial(run, scenario), stored.setdefault(label, {}), save)
+        print(f"#### {label}\n")
+        print("\n".join(table(runs)) + "\n", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""bench.pareto: budgets matched to each peer, tables and targets (on made-up reports)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.pareto import Runs, matched_budget, table
+
+
+def _report(migrations: int, above: float, hot: float = 0.0, repairs: int = 0) -> dict[str, Any]:
+    return {
+        "days": 10.0,
+        "migrations": migrations,
+        "repair_migrations": repairs,
+        "balancing_migrations": migrations - repairs,
+        "pct_time_above_threshold": above,
+        "hot_node_minutes": hot,
+        "capacity_violations": 0,
+        "ping_pongs": 0,
+        "wall_seconds": 1.0,
+    }
+
+
+def _runs(reports: dict[str, dict[str, Any]], per: int = 10) -> tuple[Runs, list[str]]:
+    asked: list[str] = []
+
+    def run(key: str) -> dict[str, Any]:
+        asked.append(key)
+        if key.startswith("budget "):
+            budget = int(key.split()[1])  # 5 repairs, and ``per`` per unit of budget
+            return _report(5 + per * budget, 90.0 - budget, repairs=5)
+        return reports[key]
+
+    return Runs("test", run, {}, lambda: None), asked
+
+
+PEERS = {
+    "opendrs": _report(120, 40.0, repairs=5),
+    "proxmox": _report(30, 99.0, hot=50.0),
+    "incus": _report(900, 60.0, hot=10.0),
+    "proxlb": _report(100, 95.0, hot=0.0),
+}
+
+
+def test_the_budget_is_the_largest_found_that_keeps_within_the_peer() -> None:
+    runs, asked = _runs(PEERS)
+    # proxmox: 30 in 10 days, 5 of them repairs: 2 a day fits (25), searched from there.
+    assert matched_budget(runs, "proxmox") == "budget 2"
+    # incus makes more than opendrs's default: the default is the match.
+    assert matched_budget(runs, "incus") == "opendrs"
+    assert matched_budget(runs, "proxlb") == "budget 9"
+    assert asked.count("opendrs") == 1  # every run once
+
+
+def test_the_search_goes_down_until_it_fits() -> None:
+    # A budget spent more fully than 24 h at a time: 2 a day makes 29 > 25, then 1 fits.
+    reports = dict(PEERS, proxmox=_report(25, 99.0))
+    runs, asked = _runs(reports, per=12)
+    assert matched_budget(runs, "proxmox") == "budget 1"
+    assert asked == ["proxmox", "opendrs", "budget 2", "budget 1"]
+    runs, asked = _runs(dict(PEERS, proxmox=_report(4, 99.0)))
+    assert matched_budget(runs, "proxmox") == "budget 0"  # the repairs alone are more
+
+
+def test_table_and_targets() -> None:
+    runs, _ = _runs(PEERS)
+    lines = table(runs)
+    assert lines[0].startswith("| policy | budget per 24 h | migrations |")
+    assert "| **opendrs** | none (≤ incus) | 120 | 115 | 40.0 % | 0 | 0 | 0 |" in lines
+    assert "| opendrs | 2 (≤ proxmox) | 25 | 20 | 88.0 % | 0 | 0 | 0 |" in lines
+    assert "- met: default: 0 hot node-min, the peers' fewest 0" in lines
+    assert "- met: default not dominated by proxlb" in lines
+    assert any(line.startswith("- met: budget 2 against proxmox: 25 migrations") for line in lines)
+    assert any(line.startswith("- met: budget 9 against proxlb: 95 migrations") for line in lines)
+    runs, _ = _runs(dict(PEERS, proxlb=_report(100, 30.0)))
+    lines = table(runs)
+    assert "- **missed**: default not dominated by proxlb" in lines
+
+
+def test_the_search_goes_up_while_it_fits_a_few_budgets_at_most() -> None:
+    # 5 per unit of budget: 2 a day makes 15 of proxmox's 30; 3, 4 and 5 fit too (5: 30).
+    runs, asked = _runs(PEERS, per=5)
+    assert matched_budget(runs, "proxmox") == "budget 5"
+    assert asked[-4:] == ["budget 2", "budget 3", "budget 4", "budget 5"]
+    # No more than three above the first that fits.
+    runs, asked = _runs(dict(PEERS, proxmox=_report(60, 99.0)), per=5)
+    assert matched_budget(runs, "proxmox") == "budget 8"

@@ -1,0 +1,67 @@
+"""``opendrs simulate --generate SEED [--nodes N --guests M]`` on the command line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from daemon import opendrs
+from opendrs.backends.generated import shape_of
+
+SMALL = ("--nodes", "4", "--guests", "40", "--days", "0.5", "--no-progress")
+
+
+def _reports(done: subprocess.CompletedProcess[str]) -> list[dict[str, object]]:
+    assert done.returncode == 0, done.stderr
+    reports = json.loads(done.stdout)
+    for report in reports:
+        del report["wall_seconds"]
+    return reports
+
+
+def test_a_generated_month_is_simulated_the_same_way_twice() -> None:
+    args = ("simulate", "--generate", "3", *SMALL, "--policy", "opendrs,proxlb")
+    first = _reports(opendrs(*args, "--format", "json"))
+    assert [r["policy"] for r in first] == ["opendrs", "proxlb"]
+    assert first == _reports(opendrs(*args, "--format", "json"))
+    other = _reports(
+        opendrs(
+            "simulate",
+            "--generate",
+            "4",
+            *SMALL[:-1],
+            "--format",
+            "json",
+            "--policy",
+            "opendrs,proxlb",
+            "--no-progress",
+        )
+    )
+    assert other != first
+
+
+def test_the_text_report_names_the_generated_month_and_its_shape() -> None:
+    done = opendrs("simulate", "--generate", "3", *SMALL, "--policy", "opendrs")
+    assert done.returncode == 0, done.stderr
+    assert f"generated:3 (4 nodes, 40 guests: {shape_of(3).describe()})" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--generate", "x"), "argument --generate: 'x' is not a whole number"),
+        (("--generate", "-1"), "argument --generate: must be a whole number from 0"),
+        (("--generate", "1", "--nodes", "2"), "argument --nodes: must be a whole number from 3"),
+        (("--generate", "1", "--guests", "1e3"), "argument --guests: '1e3' is not a whole number"),
+        (("--nodes", "4"), "--nodes: only with --generate SEED"),
+        (("--guests", "40"), "--guests: only with --generate SEED"),
+        (("builtin:demo", "--generate", "1"), "--generate: makes its own scenario, not with"),
+    ],
+)
+def test_bad_generate_flags_are_refused_in_one_line(args: tuple[str, ...], message: str) -> None:
+    done = opendrs("simulate", *args, "--days", "0.1", "--no-progress")
+    assert done.returncode == 2
+    assert message in done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
