@@ -7,7 +7,8 @@ For each scenario — the shipped month (``builtin:month``) and the generated mo
 policy and the emulated peers (``proxmox``, ``incus``, ``proxlb``), then opendrs with a migration
 budget (``max_migrations_per_day``) matched to each peer: the largest budget, searched downwards
 from the peer's total spread over the days, whose run makes at most as many migrations in all as
-the peer (none when the default already does). It prints one Markdown table per scenario —
+the peer (none when the default already does); below one a day, the fractions 1/2, 1/3, … (one
+migration in any 2, 3, … days) before 0. It prints one Markdown table per scenario —
 migrations, balancing migrations, time above the threshold, hot node-minutes, capacity
 violations, ping-pongs — and the issue's targets, met or missed.
 
@@ -57,10 +58,10 @@ class Runs:
 
 
 def run(scenario: Scenario, key: str) -> Report:
-    """The report of one run: ``opendrs``, a peer's preset, or ``budget N`` (opendrs's preset
-    with ``max_migrations_per_day: N``)."""
+    """The report of one run: ``opendrs``, a peer's preset, or ``budget N`` or ``budget 1/N``
+    (opendrs's preset with ``max_migrations_per_day: N`` or ``1 / N``)."""
     if key.startswith("budget "):
-        policy = replace(PRESETS["opendrs"], max_migrations_per_day=int(key.split()[1]))
+        policy = replace(PRESETS["opendrs"], max_migrations_per_day=_budget_of(key))
     else:
         policy = PRESETS[key]
     return run_policy(scenario, policy).as_dict()
@@ -76,12 +77,16 @@ def _brief(r: Report) -> str:
 #: Budgets tried above the first one that fits, at most.
 UPWARD = 3
 
+#: The most days a fractional budget spreads one migration over (``budget 1/N``).
+LONGEST = 30
+
 
 def matched_budget(runs: Runs, peer: str) -> str:
     """The key of opendrs's run matched to ``peer``: its default when that makes no more
     migrations than the peer; else the largest budget found whose run makes at most as many —
     from the peer's balancing share per day (at least 1), downwards until one fits, or upwards
-    (at most :data:`UPWARD` more) while they fit."""
+    (at most :data:`UPWARD` more) while they fit; when not even 1 a day fits, the fractions
+    below it (:func:`_fractional`)."""
     limit = runs.get(peer)["migrations"]
     default = runs.get("opendrs")
     if default["migrations"] <= limit:
@@ -97,12 +102,34 @@ def matched_budget(runs: Runs, peer: str) -> str:
                 break
             budget = higher
         return f"budget {budget}"
-    while budget > 0:
+    while budget > 1:
         # Fewer by the share it went over, and at least one fewer.
-        budget = max(0, min(budget - 1, math.floor(budget * limit / total(budget))))
+        budget = max(1, min(budget - 1, math.floor(budget * limit / total(budget))))
         if total(budget) <= limit:
-            break
-    return f"budget {budget}"
+            return f"budget {budget}"
+    if total(budget) <= limit:
+        return f"budget {budget}"
+    return _fractional(runs, limit)
+
+
+def _fractional(runs: Runs, limit: int) -> str:
+    """Below one a day: the largest ``budget 1/N`` (N up to :data:`LONGEST`) whose run makes at
+    most ``limit`` migrations — N grown by the share the last went over, then back down while
+    the one before fits — else ``budget 0``."""
+
+    def total(days: int) -> int:
+        key = "budget 1" if days == 1 else f"budget 1/{days}"
+        return int(runs.get(key)["migrations"])
+
+    days, tried = 1, 1
+    while total(days) > limit:
+        if days == LONGEST:
+            return "budget 0"
+        tried = days
+        days = min(LONGEST, max(days + 1, math.ceil(days * total(days) / max(limit, 1))))
+    while days - 1 > tried and total(days - 1) <= limit:
+        days -= 1
+    return f"budget 1/{days}"
 
 
 def table(runs: Runs) -> list[str]:
@@ -121,7 +148,7 @@ def table(runs: Runs) -> list[str]:
             name, budget = key, "—"
         else:
             name = "**opendrs**" if key == "opendrs" else "opendrs"
-            budget = str(_budget_of(key)) if key in budgeted else "none"
+            budget = key.split()[1] if key in budgeted else "none"
             peers = [p for p, m in matched.items() if m == key]
             if peers:
                 budget += f" (≤ {', '.join(peers)})"
@@ -133,8 +160,12 @@ def table(runs: Runs) -> list[str]:
     return [*lines, "", *verdict(runs, matched)]
 
 
-def _budget_of(key: str) -> int:
-    return int(key.split()[1]) if key.startswith("budget ") else -1
+def _budget_of(key: str) -> float:
+    """The budget per day of a run's key (``budget 3``, ``budget 1/2``); -1 for no budget."""
+    if not key.startswith("budget "):
+        return -1
+    text = key.split()[1]
+    return 1 / int(text.split("/")[1]) if "/" in text else int(text)
 
 
 def verdict(runs: Runs, matched: dict[str, str]) -> list[str]:
@@ -183,7 +214,7 @@ def verdict(runs: Runs, matched: dict[str, str]) -> list[str]:
 
 
 def _label(key: str) -> str:
-    return "default" if key == "opendrs" else f"budget {_budget_of(key)}"
+    return "default" if key == "opendrs" else key
 
 
 def _line(met: bool, text: str) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.pareto import Runs, matched_budget, table
+from bench.pareto import Runs, _budget_of, matched_budget, table
 
 
 def _report(migrations: int, above: float, hot: float = 0.0, repairs: int = 0) -> dict[str, Any]:
@@ -27,8 +27,8 @@ def _runs(reports: dict[str, dict[str, Any]], per: int = 10) -> tuple[Runs, list
     def run(key: str) -> dict[str, Any]:
         asked.append(key)
         if key.startswith("budget "):
-            budget = int(key.split()[1])  # 5 repairs, and ``per`` per unit of budget
-            return _report(5 + per * budget, 90.0 - budget, repairs=5)
+            budget = _budget_of(key)  # 5 repairs, and ``per`` per unit of budget
+            return _report(5 + round(per * budget), 90.0 - budget, repairs=5)
         return reports[key]
 
     return Runs("test", run, {}, lambda: None), asked
@@ -85,3 +85,21 @@ def test_the_search_goes_up_while_it_fits_a_few_budgets_at_most() -> None:
     # No more than three above the first that fits.
     runs, asked = _runs(dict(PEERS, proxmox=_report(60, 99.0)), per=5)
     assert matched_budget(runs, "proxmox") == "budget 8"
+
+
+def test_below_one_a_day_the_search_tries_fractions() -> None:
+    # 10 per unit of budget: 1 a day makes 15 of proxmox's 9; one in 2 days 10; in 3 days 8.
+    runs, asked = _runs(dict(PEERS, proxmox=_report(9, 99.0)))
+    assert matched_budget(runs, "proxmox") == "budget 1/3"
+    assert asked[-3:] == ["budget 1", "budget 1/2", "budget 1/3"]
+    lines = table(runs)
+    assert "| opendrs | 1/3 (≤ proxmox) | 8 | 3 | 89.7 % | 0 | 0 | 0 |" in lines
+    assert any(line.startswith("- met: budget 1/3 against proxmox: 8 migrations") for line in lines)
+
+
+def test_a_fraction_found_by_a_jump_is_searched_back_down() -> None:
+    # 100 per unit: 1 a day makes 105 of 30, so one in 4 days is tried next (30, fits), then
+    # one in 3 days (38, does not).
+    runs, asked = _runs(dict(PEERS, proxmox=_report(30, 99.0)), per=100)
+    assert matched_budget(runs, "proxmox") == "budget 1/4"
+    assert asked[-3:] == ["budget 1", "budget 1/4", "budget 1/3"]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from daemon import opendrs
 
 
@@ -24,10 +26,21 @@ def test_simulate_budget_bounds_opendrs_and_leaves_the_peers_alone() -> None:
     assert after["proxmox"] == before["proxmox"]
 
 
-def test_simulate_refuses_a_bad_budget_in_one_line() -> None:
-    done = opendrs("simulate", "--days", "1", "--budget", "-3")
+def test_simulate_takes_a_fractional_budget() -> None:
+    # Three days of the month: one balancing migration in any 48 hours, two in all.
+    args = ("simulate", "--days", "3", "--format", "json", "--no-progress", "--policy", "opendrs")
+    for budget in ("0.5", "1/2"):
+        done = opendrs(*args, "--budget", budget)
+        assert done.returncode == 0, done.stderr
+        (report,) = json.loads(done.stdout)
+        assert report["balancing_migrations"] == 2
+
+
+@pytest.mark.parametrize("budget", ["-3", "1.5", "2/3", "0.001"])
+def test_simulate_refuses_a_bad_budget_in_one_line(budget: str) -> None:
+    done = opendrs("simulate", "--days", "1", "--budget", budget)
     assert done.returncode == 2
-    assert "--budget: must be a whole number from 0 to 100000" in done.stderr
+    assert "--budget: expected a whole number from 0 to 100000, or a fraction" in done.stderr
     assert "Traceback" not in done.stderr
 
 
@@ -49,6 +62,8 @@ def test_run_refuses_a_bad_budget_in_one_line(tmp_path: Path) -> None:
     done = opendrs("run", "--config", str(_config(tmp_path, "-1")), "--once")
     assert done.returncode == 2
     assert done.stderr.strip().endswith(
-        "policy.max_migrations_per_day: must be between 0 and 100000, got -1"
+        "policy.max_migrations_per_day: expected a whole number from 0 to 100000, or a "
+        "fraction from 0.01 to below 1 such as 0.5 or 1/3 (one migration in any 2 or 3 days), "
+        "got -1"
     )
     assert done.stderr.count("\n") == 1

@@ -1,5 +1,6 @@
-"""The migration budget: at most ``max_migrations_per_day`` balancing migrations in any 24 hours,
-repairs exempt, the budget left spent on the moves that buy the most balance."""
+"""The migration budget: at most ``max_migrations_per_day`` balancing migrations in any 24 hours
+(one in any ``1 / budget`` days for a fraction below 1), repairs exempt, the budget left spent on
+the moves that buy the most balance."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from opendrs.engine.policy import (
     PastMigrations,
     PolicyConfig,
     PolicyState,
+    budget_allowance,
+    budget_window,
     decide,
     parse_policy,
 )
@@ -180,6 +183,41 @@ def test_without_a_budget_nothing_changes() -> None:
     assert BUDGET_WINDOW == DAY
 
 
+@pytest.mark.parametrize(("budget", "days"), [(0.5, 2), (1 / 3, 3), (0.25, 4)])
+def test_a_fractional_budget_makes_one_migration_in_any_window(budget: float, days: int) -> None:
+    # Observed every hour for two weeks, the cluster always wants balancing (it is observed as
+    # it was: what the budget lets through is all that counts). One migration starts every
+    # ``days`` days, the first at once; no window of ``days`` days holds two.
+    config = replace(EAGER, max_migrations_per_day=budget)
+    assert budget_window(budget) == days * DAY and budget_allowance(budget) == 1
+    spent: list[float] = []
+    for hour in range(14 * 24):
+        now = NOW + hour * 3600
+        decision = _decide(_eight_on_n1(), config, tuple(spent), now=now)
+        if decision.act:
+            assert decision.code == "plan" and decision.budgeted
+            spent += [now] * len(decision.plan.moves)  # type: ignore[union-attr]
+        else:
+            assert decision.code == "budget"
+    assert spent == [NOW + k * days * DAY for k in range(-(-14 // days))]
+
+
+def test_a_fractional_budget_says_its_window() -> None:
+    config = replace(EAGER, max_migrations_per_day=0.5)
+    decision = _decide(_eight_on_n1(), config, (NOW - 30 * 3600,))
+    assert decision.code == "budget"
+    assert decision.reason.endswith(
+        "; the migration budget is spent: 1 of 1 in the last 2d; the next is free in 18h"
+    )
+    # Out of the 48 hours, it no longer counts.
+    assert _decide(_eight_on_n1(), config, (NOW - 49 * 3600,)).act
+
+
+def test_whole_budgets_keep_the_day() -> None:
+    assert [budget_window(b) for b in (0, 1, 7)] == [DAY, DAY, DAY]
+    assert [budget_allowance(b) for b in (0, 1, 7)] == [0, 1, 7]
+
+
 def _parse(value: object) -> PolicyConfig:
     return parse_policy(Reader("opendrs.yaml"), value, ("policy",))
 
@@ -191,15 +229,32 @@ def test_parse_the_budget() -> None:
     assert _parse({"max_migrations_per_day": None}).max_migrations_per_day is None
     preset = _parse({"preset": "proxmox", "max_migrations_per_day": 5})
     assert preset.name == "proxmox" and preset.max_migrations_per_day == 5
+    # Fractions below 1, as numbers or ``1/N``; a whole number written as a float is whole.
+    assert _parse({"max_migrations_per_day": 0.5}).max_migrations_per_day == 0.5
+    assert _parse({"max_migrations_per_day": "1/3"}).max_migrations_per_day == 1 / 3
+    assert _parse({"max_migrations_per_day": 0.01}).max_migrations_per_day == 0.01
+    whole = _parse({"max_migrations_per_day": 2.0}).max_migrations_per_day
+    assert whole == 2 and isinstance(whole, int)
+
+
+EXPECTED = (
+    "expected a whole number from 0 to 100000, or a fraction from 0.01 to below 1 such as 0.5 "
+    "or 1/3 (one migration in any 2 or 3 days), got "
+)
 
 
 @pytest.mark.parametrize(
     ("value", "message"),
     [
-        (-1, "must be between 0 and 100000, got -1"),
-        (2.5, "expected a whole number, got 2.5"),
-        ("ten", "expected a whole number, got 'ten'"),
-        (True, "expected a whole number, got true"),
+        (-1, EXPECTED + "-1"),
+        (2.5, EXPECTED + "2.5"),
+        (0.001, EXPECTED + "0.001"),
+        (100_001, EXPECTED + "100001"),
+        ("2/3", EXPECTED + "'2/3'"),
+        ("1/0", EXPECTED + "'1/0'"),
+        ("ten", EXPECTED + "'ten'"),
+        (True, EXPECTED + "true"),
+        (float("nan"), EXPECTED + "nan"),
     ],
 )
 def test_a_bad_budget_is_one_line(value: object, message: str) -> None:
@@ -209,7 +264,7 @@ def test_a_bad_budget_is_one_line(value: object, message: str) -> None:
     assert text == f"opendrs.yaml: policy.max_migrations_per_day: {message}"
 
 
-@pytest.mark.parametrize("value", [-1, 1.5, True, "3"])
+@pytest.mark.parametrize("value", [-1, 1.5, True, "3", 0.0, 0.005, float("inf")])
 def test_the_config_refuses_a_bad_budget(value: object) -> None:
     with pytest.raises(ValueError, match="policy max_migrations_per_day: expected a whole"):
         PolicyConfig(max_migrations_per_day=value)  # type: ignore[arg-type]

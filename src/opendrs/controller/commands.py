@@ -50,6 +50,7 @@ from opendrs.controller.simulate import (
     simulated_config,
 )
 from opendrs.engine.policy import PRESETS, PolicyConfig, parse_policy
+from opendrs.engine.policy.config import budget_problem, parse_budget
 from opendrs.model.document import DocumentError, Reader, parse, read_file
 from opendrs.report.data import json_text
 from opendrs.report.text import Report, bar
@@ -324,7 +325,7 @@ def _policies(spec: Sequence[str]) -> list[tuple[PolicyConfig, frozenset[str]]]:
 PEERS: frozenset[str] = frozenset(PRESETS) - {PolicyConfig().name}
 
 
-def with_budget(policies: list[PolicyConfig], budget: int | None) -> list[PolicyConfig]:
+def with_budget(policies: list[PolicyConfig], budget: float | None) -> list[PolicyConfig]:
     """``policies`` with ``max_migrations_per_day`` set to ``budget`` on opendrs's own (every
     policy not named after an emulated peer); ``budget`` None: unchanged."""
     if budget is None:
@@ -546,8 +547,9 @@ def add_simulate_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         "--budget",
         type=_budget,
         metavar="N",
-        help="a migration budget: at most N balancing migrations in any 24 hours "
-        "(policy.max_migrations_per_day) for opendrs's own policies; the emulated peers' "
+        help="a migration budget: at most N balancing migrations in any 24 hours, or with a "
+        "fraction below 1 (0.5, 1/3) one in any 1/N days (policy.max_migrations_per_day) for "
+        "opendrs's own policies; the emulated peers' "
         "presets (proxmox, incus, proxlb) are left as they are",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -577,14 +579,13 @@ def _hot(text: str) -> float:
     return value
 
 
-def _budget(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if not 0 <= value <= 100_000:
-        raise argparse.ArgumentTypeError("must be a whole number from 0 to 100000")
-    return value
+def _budget(text: str) -> int | float:
+    value = parse_budget(text)
+    problem = budget_problem(value, text)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    assert isinstance(value, int | float)  # budget_problem refuses anything else
+    return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
 def _seed(text: str) -> int:

@@ -45,12 +45,12 @@ from opendrs.controller.config import Config, with_platform_defaults
 from opendrs.controller.executor import Event, Executor
 from opendrs.controller.history import History
 from opendrs.engine.policy import (
-    BUDGET_WINDOW,
     Decision,
     PastMigrations,
     PolicyConfig,
     PolicyState,
     UsageWindow,
+    budget_window,
     decide,
     overload_span,
     warn_stuck,
@@ -286,7 +286,9 @@ class Controller:
             departures={g: tuple(v) for g, v in departures.items()},
             avoid=self.history.avoided(now),
             budget_spent=(
-                () if budget is None else tuple(self.history.budget_spent(now - BUDGET_WINDOW))
+                ()
+                if budget is None
+                else tuple(self.history.budget_spent(now - budget_window(budget)))
             ),
         )
 

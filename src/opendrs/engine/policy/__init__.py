@@ -35,11 +35,13 @@ the next state. Every guard the peers use against flapping is here, each one con
   (strategies that take it); every proposal is then cut to the first ``batch`` migrations in
   proposal order, hard-affinity bundles whole, and the cut target is planned again.
 * **Budget** — with ``max_migrations_per_day``, at most that many balancing migrations (plans,
-  and reliefs of nodes that only run hot) start in any 24 hours (:data:`BUDGET_WINDOW`); the
-  controller gives their start times (:attr:`PastMigrations.budget_spent`). Spent, the strategy
-  is not asked (code ``budget``); partly spent, a plan that clears the margin but needs more
-  than is left is asked for again with at most what is left, and that part is made. Repairs of
-  maintenance, capacity and hard rules, and returns from maintenance, are exempt.
+  and reliefs of nodes that only run hot) start in any 24 hours (:data:`BUDGET_WINDOW`) — or,
+  with a fraction below 1 such as ``0.5``, one in any ``1 / budget`` days
+  (:func:`budget_window`); the controller gives their start times
+  (:attr:`PastMigrations.budget_spent`). Spent, the strategy is not asked (code ``budget``);
+  partly spent, a plan that clears the margin but needs more than is left is asked for again
+  with at most what is left, and that part is made. Repairs of maintenance, capacity and hard
+  rules, and returns from maintenance, are exempt.
 * **Busy** — while a plan is executing nothing is decided and the hold count stands still (Proxmox
   skips its rounds without counting while a service migrates).
 
@@ -105,7 +107,13 @@ from opendrs.engine.policy.repair import (
     warn_stuck,
 )
 from opendrs.engine.policy.smoothing import UsageWindow, overload_span
-from opendrs.engine.policy.state import BUDGET_WINDOW, PastMigrations, PolicyState
+from opendrs.engine.policy.state import (
+    BUDGET_WINDOW,
+    PastMigrations,
+    PolicyState,
+    budget_allowance,
+    budget_window,
+)
 from opendrs.engine.policy.why import WhyNot, why_not
 
 __all__ = [
@@ -122,6 +130,8 @@ __all__ = [
     "Repair",
     "UsageWindow",
     "WhyNot",
+    "budget_allowance",
+    "budget_window",
     "decide",
     "first_moves",
     "forbidden_placements",

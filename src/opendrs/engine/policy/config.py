@@ -62,9 +62,10 @@ class PolicyConfig:
     #: plan fills a node beyond it. None (the default): only the capacity itself counts.
     hot: float | None = None
     #: Most migrations that balance (plans, and repairs of nodes that only run hot) over a
-    #: rolling 24 hours; repairs of maintenance, failures and hard rules, and returns from
+    #: rolling 24 hours — or, a fraction below 1 such as 0.5, one over a rolling ``1 / budget``
+    #: days (48 hours); repairs of maintenance, failures and hard rules, and returns from
     #: maintenance, are exempt. None (the default): no budget.
-    max_migrations_per_day: int | None = None
+    max_migrations_per_day: int | float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "options", frozen_mapping(self.options))
@@ -107,13 +108,10 @@ class PolicyConfig:
         if self.interval < 1:
             raise ValueError(f"policy interval: must be at least 1 second, got {self.interval}")
         budget = self.max_migrations_per_day
-        if budget is not None and (
-            isinstance(budget, bool) or not isinstance(budget, int) or budget < 0
-        ):
-            raise ValueError(
-                "policy max_migrations_per_day: expected a whole number ≥ 0 or none, "
-                f"got {budget!r}"
-            )
+        if budget is not None and budget_problem(budget):
+            raise ValueError(f"policy max_migrations_per_day: {budget_problem(budget)}")
+        if isinstance(budget, float) and budget.is_integer():
+            object.__setattr__(self, "max_migrations_per_day", int(budget))
         for key in ("max_parallel", "max_node_inflow"):
             value = getattr(self, key)
             if value is not None and (
@@ -274,6 +272,41 @@ _MAX_COUNT = 100_000
 
 _MAX_HOLD = 10_000
 
+#: The smallest fractional migration budget: one migration in any 100 days.
+MIN_BUDGET_FRACTION = 0.01
+
+
+def budget_problem(value: object, written: object = None) -> str | None:
+    """Why ``value`` is no migration budget (None: it is one): a whole number from 0 to
+    :data:`_MAX_COUNT`, or a fraction above 0 and below 1 (one migration in ``1 / value``
+    days), at least :data:`MIN_BUDGET_FRACTION`. The reason quotes ``written`` (what the
+    operator wrote) when given, else ``value``."""
+    expected = (
+        f"expected a whole number from 0 to {_MAX_COUNT}, or a fraction from "
+        f"{MIN_BUDGET_FRACTION:g} to below 1 such as 0.5 or 1/3 (one migration in any 2 or 3 "
+        f"days), got {describe(value if written is None else written)}"
+    )
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return expected
+    if isinstance(value, int) or (math.isfinite(value) and value >= 1 and value.is_integer()):
+        return None if 0 <= value <= _MAX_COUNT else expected
+    return None if MIN_BUDGET_FRACTION <= value < 1 else expected
+
+
+def parse_budget(value: object) -> object:
+    """A migration budget as written: a number, or a string ``N``, ``0.5`` or ``1/N`` made a
+    number (anything else is returned as it is, for :func:`budget_problem` to refuse)."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    one, slash, days = text.partition("/")
+    try:
+        if slash:
+            return 1 / int(days) if one.strip() == "1" and int(days) > 0 else value
+        return int(text) if text.isdigit() else float(text)
+    except ValueError:
+        return value
+
 
 #: Most observations the smoothing window keeps (``smoothing / interval``): the window is
 #: memory, and it is copied at every observation.
@@ -360,9 +393,11 @@ def parse_policy(
     if "max_migrations_per_day" in mapping:
         item = mapping["max_migrations_per_day"]
         bpath = (*path, "max_migrations_per_day")
-        fields["max_migrations_per_day"] = (
-            None if item is None else reader.integer(item, bpath, minimum=0, maximum=_MAX_COUNT)
-        )
+        budget = None if item is None else parse_budget(item)
+        problem = None if budget is None else budget_problem(budget, item)
+        if problem:
+            reader.fail(bpath, problem)
+        fields["max_migrations_per_day"] = budget
     if "maintenance_return" in mapping:
         fields["maintenance_return"] = reader.boolean(
             mapping["maintenance_return"], (*path, "maintenance_return")

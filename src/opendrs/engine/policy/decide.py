@@ -23,7 +23,13 @@ from opendrs.engine.policy.metrics import (
 from opendrs.engine.policy.planning import final_placement, plan_within, truncate
 from opendrs.engine.policy.repair import Repair, may_need_repair, only_hot, repair_within_guards
 from opendrs.engine.policy.smoothing import overloads
-from opendrs.engine.policy.state import BUDGET_WINDOW, PastMigrations, PolicyState
+from opendrs.engine.policy.state import (
+    BUDGET_WINDOW,
+    PastMigrations,
+    PolicyState,
+    budget_allowance,
+    budget_window,
+)
 from opendrs.engine.policy.why import why_not
 from opendrs.engine.strategies import get_strategy
 from opendrs.engine.strategies.base import Proposal
@@ -167,8 +173,9 @@ class _Round:
         #: The budgeted migrations started within the window, oldest first, and how many more
         #: may start now (None: no budget).
         budget = config.max_migrations_per_day
-        self.spent = sorted(t for t in past.budget_spent if now - t < BUDGET_WINDOW)
-        self.left = None if budget is None else max(budget - len(self.spent), 0)
+        self.window = budget_window(budget or 0)
+        self.spent = sorted(t for t in past.budget_spent if now - t < self.window)
+        self.left = None if budget is None else max(budget_allowance(budget) - len(self.spent), 0)
 
     @property
     def cluster(self) -> Cluster:
@@ -230,15 +237,16 @@ class _Round:
     def budget_spent(self, needed: int | None = None) -> str:
         """Why the budget stops a plan: all spent, or fewer left than ``needed``; and when the
         oldest budgeted migration of the window leaves it."""
-        budget = self.config.max_migrations_per_day
-        spent = f"{len(self.spent)} of {budget} in the last 24 h"
+        allowed = budget_allowance(self.config.max_migrations_per_day or 0)
+        last = "24 h" if self.window == BUDGET_WINDOW else format_duration(self.window)
+        spent = f"{len(self.spent)} of {allowed} in the last {last}"
         if needed is None or not self.left:
             what = f"the migration budget is spent: {spent}"
         else:
             what = f"the plan needs {_migrations(needed)}, more than the budget leaves ({spent})"
         if not self.spent:
             return what
-        frees = self.spent[0] + BUDGET_WINDOW - self.now
+        frees = self.spent[0] + self.window - self.now
         return f"{what}; the next is free in {format_duration(max(frees, 1.0))}"
 
 

@@ -13,8 +13,21 @@ def frozen_mapping(value: Mapping[Any, Any] | None) -> Mapping[Any, Any]:
     return MappingProxyType(dict(value or {}))
 
 
-#: The migration budget's rolling window: a day, in seconds.
+#: The migration budget's rolling window: a day, in seconds (a fractional budget's is longer:
+#: :func:`budget_window`).
 BUDGET_WINDOW = 24 * 3600
+
+
+def budget_window(budget: float) -> int:
+    """The rolling window, in seconds, of a budget of ``budget`` migrations per day: a day for a
+    whole number, ``1 / budget`` days (rounded to the second) for a fraction below 1."""
+    return BUDGET_WINDOW if budget == 0 or budget >= 1 else round(BUDGET_WINDOW / budget)
+
+
+def budget_allowance(budget: float) -> int:
+    """How many budgeted migrations may start in any :func:`budget_window`: the budget itself
+    when it is whole, one for a fraction below 1."""
+    return 1 if 0 < budget < 1 else int(budget)
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +44,7 @@ class PastMigrations:
     avoid: Mapping[tuple[str, str], float] = field(default_factory=lambda: MappingProxyType({}))
     #: When each migration that counts against the migration budget started (balancing plans
     #: and repairs of nodes that only run hot), any order; the controller gives those of the
-    #: last :data:`BUDGET_WINDOW` seconds when the policy has a budget.
+    #: last :func:`budget_window` seconds when the policy has a budget.
     budget_spent: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
