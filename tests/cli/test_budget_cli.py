@@ -53,17 +53,19 @@ def _config(directory: Path, budget: str) -> Path:
     return config
 
 
-def test_run_takes_a_budget(tmp_path: Path) -> None:
-    done = opendrs("run", "--config", str(_config(tmp_path, "2")), "--once")
+@pytest.mark.parametrize("budget", ["2", "0.5", "1/2"])
+def test_run_takes_a_budget(tmp_path: Path, budget: str) -> None:
+    done = opendrs("run", "--config", str(_config(tmp_path, budget)), "--once")
     assert done.returncode == 0, done.stderr
 
 
-def test_run_refuses_a_bad_budget_in_one_line(tmp_path: Path) -> None:
-    done = opendrs("run", "--config", str(_config(tmp_path, "-1")), "--once")
+@pytest.mark.parametrize(("budget", "shown"), [("-1", "-1"), ("1.5", "1.5"), ("2/3", "'2/3'")])
+def test_run_refuses_a_bad_budget_in_one_line(tmp_path: Path, budget: str, shown: str) -> None:
+    done = opendrs("run", "--config", str(_config(tmp_path, budget)), "--once")
     assert done.returncode == 2
     assert done.stderr.strip().endswith(
         "policy.max_migrations_per_day: expected a whole number from 0 to 100000, or a "
         "fraction from 0.01 to below 1 such as 0.5 or 1/3 (one migration in any 2 or 3 days), "
-        "got -1"
+        f"got {shown}"
     )
     assert done.stderr.count("\n") == 1

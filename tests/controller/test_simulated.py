@@ -244,3 +244,23 @@ def test_balancing_migrations_stay_within_the_budget_in_every_24_hours() -> None
     spent = Controller(config, sim, sim, history).past_migrations(now).budget_spent
     assert spent == tuple(t for t in history.budget_spent(now - BUDGET_WINDOW))
     assert all(now - t <= BUDGET_WINDOW for t in spent)
+
+
+def test_a_fractional_budget_spaces_balancing_migrations_by_its_window() -> None:
+    # Half a migration a day: one in any 48 hours, which the controller must read from the
+    # history over 48 hours, not 24. The demo wants balancing all along.
+    policy = replace(PRESETS["opendrs"], max_migrations_per_day=0.5)
+    scenario = builtin_scenario("demo")
+    scenario = replace(scenario, migration=replace(scenario.migration, failure_rate=0.0))
+    sim = Simulator(scenario, days=4.5, threshold=policy.threshold)
+    history = History(":memory:")
+    config = _config(policy)
+    Controller(config, sim, sim, history).run(until=sim.end)
+    action = {d.id: d.action for d in history.decisions()}
+    starts = sorted(m.started for m in history.migrations() if action[m.decision] == "plan")
+    assert len(starts) == 3
+    gaps = [later - earlier for earlier, later in itertools.pairwise(starts)]
+    assert all(2 * BUDGET_WINDOW <= gap < 2 * BUDGET_WINDOW + 3600 for gap in gaps)
+    now = sim.now()
+    spent = Controller(config, sim, sim, history).past_migrations(now).budget_spent
+    assert spent == tuple(history.budget_spent(now - 2 * BUDGET_WINDOW)) and len(spent) == 1
