@@ -6,6 +6,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from random import Random
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ from opendrs.engine.bounds import migration_lower_bound
 from opendrs.engine.constraints import Constraints, committed_for, current_assign
 from opendrs.engine.imbalance import balance_objective, resource_weights
 from opendrs.engine.strategies import get_strategy
-from opendrs.engine.strategies.balance import _State, propose_balance
+from opendrs.engine.strategies.balance import _Idle, _pick, _State, propose_balance
 from opendrs.engine.strategies.base import Request
 from opendrs.engine.usage import RESOURCES, LoadModel
 from opendrs.model.cluster import Cluster, Guest, Node, Settings
@@ -568,3 +569,40 @@ def test_the_incremental_objective_is_the_defined_one_after_random_moves(
     for (u, t), (_src, value) in zip(made, batch.move_all(made), strict=True):
         replay.move(u, t)
         assert value == replay.objective()
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters(), st.randoms(use_true_random=False), st.booleans())
+def test_a_window_found_idle_is_searched_again_only_where_moves_changed_it(
+    cluster: Cluster, rnd: Random, shaped: bool
+) -> None:
+    state = _State(cluster, Constraints.build(cluster))
+    state.goal = np.full(len(RESOURCES), 0.01)
+    nodes = list(range(len(cluster.nodes)))
+    idle = _Idle(state)
+    windows = {
+        w: tuple(np.array(sorted(rnd.sample(nodes, rnd.randint(1, len(nodes))))) for _ in "st")
+        for w in (1, 2)
+    }
+
+    def search(w: int) -> tuple[list[tuple[float, int, int]], list[tuple[float, int, int]]]:
+        sources, targets = windows[w]
+        cand = state.units_on(sources)
+        whole = _pick(state, cand, targets, forced=False, shaped=shaped, limit=8)
+        return idle.pick(cand, sources, targets, w, 8, shaped), whole
+
+    for w, (sources, targets) in windows.items():
+        if not search(w)[1]:
+            idle.record(sources, targets, w)
+    for _ in range(4):
+        movable = state.units_on(np.array(nodes))
+        if movable.size == 0:
+            break
+        u = int(rnd.choice(movable.tolist()))
+        allowed = [n for n in nodes if state.allowed_one(u, n)]
+        if not allowed:
+            continue
+        state.move(u, rnd.choice(allowed))
+        for w in windows:
+            found, whole = search(w)
+            assert found == whole
