@@ -16,6 +16,7 @@ pytest.importorskip("cryptography", reason="the TLS tests make certificates")
 from backends.fakeincus import FakeIncus, Served, make_pki
 from backends.incus_fixture import served, small_cluster, socket_config
 from opendrs.backends.base import BackendError
+from opendrs.backends.incus.backend import IncusBackend
 from opendrs.backends.incus.client import Client, HttpError
 from opendrs.backends.incus.config import (
     INCUS_SOCKET,
@@ -24,6 +25,7 @@ from opendrs.backends.incus.config import (
     parse_incus,
 )
 from opendrs.controller.config import ConfigError, parse_config
+from opendrs.model.cluster import Settings
 from opendrs.model.document import DocumentError, Reader
 
 __all__ = ["served"]
@@ -365,3 +367,13 @@ def test_platform_defaults_yield_to_the_policy_section() -> None:
         "policy option threshold = 30.0",
     ]
     assert with_platform_defaults(config, {}) == (config, [])
+
+
+@pytest.mark.parametrize(("verify", "warned"), [(False, True), (True, False)])
+def test_turning_tls_verification_off_is_warned_about(
+    verify: bool, warned: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = IncusConfig(addresses=("https://127.0.0.1:9",), verify=verify)
+    with caplog.at_level(logging.WARNING, logger="opendrs.backends.incus"):
+        IncusBackend(config, Settings())
+    assert ("TLS verification of the Incus API is off" in caplog.text) is warned

@@ -235,6 +235,19 @@ def test_rules_from_incus_and_user_keys(served: Served, caplog: pytest.LogCaptur
     assert "names no member of the cluster: nowhere" in caplog.text
 
 
+def test_a_group_name_belongs_to_its_project(served: Served) -> None:
+    fake = served.fake
+    for name, project in (("vm1", "default"), ("vm2", "default"), ("w1", "web")):
+        fake.instance(name, project).config["user.opendrs.anti_affinity"] = "db"
+    fake.add_instance("w2", "m1", project="web", config={"user.opendrs.anti_affinity": "db"})
+    cluster, _ = observe(served, all_projects=True)
+    groups = {r.name: r.guests for r in cluster.rules.guest_affinity}
+    assert groups == {
+        "user.opendrs.anti_affinity db": ("vm1", "vm2"),
+        "user.opendrs.anti_affinity web/db": ("web/w1", "web/w2"),
+    }
+
+
 def test_manual_members_take_no_automatic_placement(served: Served) -> None:
     served.fake.members["m2"].config["scheduler.instance"] = "manual"
     served.fake.add_instance("vm9", "m2")

@@ -5,8 +5,8 @@
 * ``GET /1.0``: the server's config (``cluster.rebalance.*``) and the member answering
   (``environment.server_name``);
 * ``GET /1.0/cluster/members?recursion=1``: status, roles (the database leader), architecture,
-  cluster groups, failure domain, config (``scheduler.instance``); a server that is not
-  clustered is one member;
+  cluster groups, failure domain (read, not used yet), config (``scheduler.instance``); a server
+  that is not clustered is one member;
 * ``GET /1.0/storage-pools?recursion=1``: which pools are remote (their drivers);
 * per online member, a few at a time: ``/1.0/resources?target=M`` (CPU threads, memory total
   and in use), ``/1.0/cluster/members/M/state`` (the load average; a server that answers 501 or

@@ -62,7 +62,8 @@ def read_rules(
     ignored: set[str] = set()
     automatic: list[str] = []
     for row in instances:
-        gid = guest_id(str(row.get("project") or "default"), str(row["name"]))
+        project = str(row.get("project") or "default")
+        gid = guest_id(project, str(row["name"]))
         config = _config(row, "expanded_config")
         if row.get("location") in manual:
             ignored.add(gid)
@@ -75,7 +76,9 @@ def read_rules(
                 ignored.add(gid)
             for key, table in (("affinity", together), ("anti_affinity", apart)):
                 for name in _names(config.get(PREFIX + key)):
-                    table.setdefault(name, []).append(gid)
+                    # A group's name is the project's own: an instance of another project
+                    # naming it joins another group (one project never binds another's).
+                    table.setdefault(guest_id(project, name), []).append(gid)
     if manual and automatic:
         usable = {n: 0 for n in sorted(names - manual)}
         node_rules.append(NodeAffinity("scheduler.instance=manual", tuple(automatic), usable, True))
