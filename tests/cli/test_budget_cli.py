@@ -69,3 +69,35 @@ def test_run_refuses_a_bad_budget_in_one_line(tmp_path: Path, budget: str, shown
         f"got {shown}"
     )
     assert done.stderr.count("\n") == 1
+
+
+def test_simulate_spends_a_windowed_budget_together() -> None:
+    # Three days of the month: 0.5 a day over a 6-day window is three migrations, free to be
+    # spent together (one in any 48 hours without the window: two).
+    args = ("simulate", "--days", "3", "--format", "json", "--no-progress", "--policy", "opendrs")
+    done = opendrs(*args, "--budget", "0.5", "--budget-window", "6d")
+    assert done.returncode == 0, done.stderr
+    (report,) = json.loads(done.stdout)
+    assert report["balancing_migrations"] == 3
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (("--budget-window", "7d"), "--budget-window: only with --budget N"),
+        (
+            ("--budget", "0.25", "--budget-window", "2d"),
+            "--budget-window: 2d is too short for 0.25 migrations a day: it must hold one, "
+            "at least 4d",
+        ),
+        (("--budget", "1", "--budget-window", "10m"), "must be from 1h to 365d, got '10m'"),
+        (("--budget", "1", "--budget-window", "soon"), "cannot read 'soon' as a duration"),
+    ],
+)
+def test_simulate_refuses_a_bad_budget_window_in_one_line(
+    extra: tuple[str, ...], message: str
+) -> None:
+    done = opendrs("simulate", "--days", "1", *extra)
+    assert done.returncode == 2
+    assert message in done.stderr and done.stderr.count("\n") <= 2
+    assert "Traceback" not in done.stderr

@@ -1,6 +1,7 @@
 """The migration budget: at most ``max_migrations_per_day`` balancing migrations in any 24 hours
-(one in any ``1 / budget`` days for a fraction below 1), repairs exempt, the budget left spent on
-the moves that buy the most balance."""
+(one in any ``1 / budget`` days for a fraction below 1; with ``migration_budget_window``, the
+budget × the window in days in any such window, free to be spent together), repairs exempt, the
+budget left spent on the moves that buy the most balance."""
 
 from __future__ import annotations
 
@@ -183,15 +184,12 @@ def test_without_a_budget_nothing_changes() -> None:
     assert BUDGET_WINDOW == DAY
 
 
-@pytest.mark.parametrize(("budget", "days"), [(0.5, 2), (1 / 3, 3), (0.25, 4)])
-def test_a_fractional_budget_makes_one_migration_in_any_window(budget: float, days: int) -> None:
-    # Observed every hour for two weeks, the cluster always wants balancing (it is observed as
-    # it was: what the budget lets through is all that counts). One migration starts every
-    # ``days`` days, the first at once; no window of ``days`` days holds two.
-    config = replace(EAGER, max_migrations_per_day=budget)
-    assert budget_window(budget) == days * DAY and budget_allowance(budget) == 1
+def _starts(config: PolicyConfig, days: int) -> list[float]:
+    """When budgeted migrations start, observed every hour for ``days`` days on a cluster that
+    always wants balancing (observed as it was: what the budget lets through is all that
+    counts)."""
     spent: list[float] = []
-    for hour in range(14 * 24):
+    for hour in range(days * 24):
         now = NOW + hour * 3600
         decision = _decide(_eight_on_n1(), config, tuple(spent), now=now)
         if decision.act:
@@ -199,6 +197,17 @@ def test_a_fractional_budget_makes_one_migration_in_any_window(budget: float, da
             spent += [now] * len(decision.plan.moves)  # type: ignore[union-attr]
         else:
             assert decision.code == "budget"
+    return spent
+
+
+@pytest.mark.parametrize(("budget", "days"), [(0.5, 2), (1 / 3, 3), (0.25, 4)])
+def test_a_fractional_budget_makes_one_migration_in_any_window(budget: float, days: int) -> None:
+    # Observed every hour for two weeks, the cluster always wants balancing (it is observed as
+    # it was: what the budget lets through is all that counts). One migration starts every
+    # ``days`` days, the first at once; no window of ``days`` days holds two.
+    config = replace(EAGER, max_migrations_per_day=budget)
+    assert budget_window(budget) == days * DAY and budget_allowance(budget) == 1
+    spent = _starts(config, 14)
     assert spent == [NOW + k * days * DAY for k in range(-(-14 // days))]
 
 
@@ -268,3 +277,98 @@ def test_a_bad_budget_is_one_line(value: object, message: str) -> None:
 def test_the_config_refuses_a_bad_budget(value: object) -> None:
     with pytest.raises(ValueError, match="policy max_migrations_per_day: expected a whole"):
         PolicyConfig(max_migrations_per_day=value)  # type: ignore[arg-type]
+
+
+# The budget's window (``migration_budget_window``).
+
+
+def _most_in_any(starts: list[float], window: float) -> int:
+    return max(sum(1 for t in starts if s <= t < s + window) for s in starts)
+
+
+def test_half_a_day_over_a_fortnight_spends_seven_together() -> None:
+    config = replace(EAGER, batch=1, max_migrations_per_day=0.5, migration_budget_window=14 * DAY)
+    starts = _starts(config, 28)
+    # Seven in the first seven hours (one a decision, batch 1), then nothing till the first
+    # leaves the window 14 days later, then seven again.
+    assert starts[:7] == [NOW + h * 3600 for h in range(7)]
+    assert starts[7:] == [NOW + 14 * DAY + h * 3600 for h in range(7)]
+    assert _most_in_any(starts, 14 * DAY) == 7
+    # Without the window: one in any two days, never two in any 48 hours.
+    spread = _starts(replace(config, migration_budget_window=None), 28)
+    assert spread == [NOW + k * 2 * DAY for k in range(14)]
+    assert _most_in_any(spread, 2 * DAY) == 1
+
+
+def test_the_window_is_named_when_spent() -> None:
+    config = replace(EAGER, max_migrations_per_day=0.5, migration_budget_window=14 * DAY)
+    spent = tuple(NOW - (10 * DAY + k * 3600) for k in range(7))
+    decision = _decide(_eight_on_n1(), config, spent)
+    assert decision.code == "budget"
+    assert decision.reason.endswith(
+        "the migration budget is spent: 7 of 7 in the last 14d; the next is free in 3d 18h"
+    )
+
+
+@pytest.mark.parametrize(
+    ("budget", "window", "allowed"),
+    [(0.5, 14 * DAY, 7), (0.5, 30 * DAY, 15), (1 / 3, 6 * DAY, 2), (3, DAY // 2, 1)],
+)
+def test_the_allowance_is_the_budget_times_the_window(
+    budget: float, window: int, allowed: int
+) -> None:
+    assert budget_window(budget, window) == window
+    assert budget_allowance(budget, window) == allowed
+    assert budget_allowance(0, window) == 0
+    # Rounded down: three a day over 36 hours is four.
+    assert budget_allowance(3, 36 * 3600) == 4
+
+
+def test_no_window_keeps_the_window_of_before() -> None:
+    for budget in (0, 1, 7, 0.5, 0.25):
+        assert budget_window(budget, None) == budget_window(budget)
+        assert budget_allowance(budget, None) == budget_allowance(budget)
+    assert PolicyConfig().migration_budget_window is None
+
+
+def test_parse_the_window() -> None:
+    config = _parse({"max_migrations_per_day": 0.5, "migration_budget_window": "14d"})
+    assert config.migration_budget_window == 14 * DAY
+    assert _parse({"max_migrations_per_day": 2}).migration_budget_window is None
+    nulled = {"max_migrations_per_day": 2, "migration_budget_window": None}
+    assert _parse(nulled).migration_budget_window is None
+
+
+@pytest.mark.parametrize(
+    ("policy", "message"),
+    [
+        (
+            {"migration_budget_window": "7d"},
+            "needs max_migrations_per_day: a window without a budget limits nothing",
+        ),
+        (
+            {"max_migrations_per_day": 0.25, "migration_budget_window": "2d"},
+            "2d is too short for 0.25 migrations a day: it must hold one, at least 4d",
+        ),
+        (
+            {"max_migrations_per_day": 1, "migration_budget_window": "10m"},
+            "must be from 1h to 365d, got 10m",
+        ),
+        (
+            {"max_migrations_per_day": 1, "migration_budget_window": "2y"},
+            "cannot read '2y' as a duration (examples: 300s, 5m, 6h, 1d 6h)",
+        ),
+    ],
+)
+def test_a_bad_window_is_one_line(policy: dict[str, object], message: str) -> None:
+    with pytest.raises(DocumentError) as info:
+        _parse(policy)
+    assert str(info.value) == f"opendrs.yaml: policy.migration_budget_window: {message}"
+
+
+@pytest.mark.parametrize("window", [7 * DAY, True, 1.5 * DAY])
+def test_the_config_refuses_a_window_it_cannot_use(window: object) -> None:
+    # Without a budget, or not a whole number of seconds.
+    budget = None if window == 7 * DAY else 1
+    with pytest.raises(ValueError, match=r"^policy migration_budget_window: "):
+        PolicyConfig(max_migrations_per_day=budget, migration_budget_window=window)  # type: ignore[arg-type]

@@ -50,8 +50,14 @@ from opendrs.controller.simulate import (
     simulated_config,
 )
 from opendrs.engine.policy import PRESETS, PolicyConfig, parse_policy
-from opendrs.engine.policy.config import budget_problem, parse_budget
+from opendrs.engine.policy.config import (
+    BUDGET_WINDOW_RANGE,
+    budget_problem,
+    budget_window_problem,
+    parse_budget,
+)
 from opendrs.model.document import DocumentError, Reader, parse, read_file
+from opendrs.model.units import UnitError, format_duration, parse_duration
 from opendrs.report.data import json_text
 from opendrs.report.text import Report, bar
 
@@ -325,12 +331,20 @@ def _policies(spec: Sequence[str]) -> list[tuple[PolicyConfig, frozenset[str]]]:
 PEERS: frozenset[str] = frozenset(PRESETS) - {PolicyConfig().name}
 
 
-def with_budget(policies: list[PolicyConfig], budget: float | None) -> list[PolicyConfig]:
-    """``policies`` with ``max_migrations_per_day`` set to ``budget`` on opendrs's own (every
-    policy not named after an emulated peer); ``budget`` None: unchanged."""
+def with_budget(
+    policies: list[PolicyConfig], budget: float | None, window: int | None = None
+) -> list[PolicyConfig]:
+    """``policies`` with ``max_migrations_per_day`` set to ``budget`` and
+    ``migration_budget_window`` to ``window`` on opendrs's own (every policy not named after an
+    emulated peer); ``budget`` None: unchanged."""
     if budget is None:
         return policies
-    return [p if p.name in PEERS else replace(p, max_migrations_per_day=budget) for p in policies]
+    return [
+        p
+        if p.name in PEERS
+        else replace(p, max_migrations_per_day=budget, migration_budget_window=window)
+        for p in policies
+    ]
 
 
 def _scenario(args: argparse.Namespace) -> Scenario:
@@ -369,7 +383,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     _quiet()
     scenario = _scenario(args)
     chosen = _policies(args.policy or [DEFAULT_POLICIES])
-    policies = with_budget([policy for policy, _ in chosen], args.budget)
+    if args.budget_window is not None:
+        if args.budget is None:
+            raise UsageError("--budget-window: only with --budget N")
+        problem = budget_window_problem(args.budget, args.budget_window)
+        if problem:
+            raise UsageError(f"--budget-window: {problem}")
+    policies = with_budget([policy for policy, _ in chosen], args.budget, args.budget_window)
     console = Console(stderr=True)
     show_progress = not args.no_progress and console.is_terminal
     reports: list[StabilityReport] = []
@@ -552,6 +572,14 @@ def add_simulate_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         "opendrs's own policies; the emulated peers' "
         "presets (proxmox, incus, proxlb) are left as they are",
     )
+    p.add_argument(
+        "--budget-window",
+        type=parse_budget_window,
+        metavar="DURATION",
+        help="with --budget, the budget's rolling window (policy.migration_budget_window): "
+        "at most N × the window in days migrations (rounded down) in any such window, free to be "
+        "spent together — --budget 0.5 --budget-window 14d: 7 in any 14 days",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--format", choices=("text", "json"), default="text", help="output format")
     p.add_argument(
@@ -586,6 +614,20 @@ def _budget(text: str) -> int | float:
         raise argparse.ArgumentTypeError(problem)
     assert isinstance(value, int | float)  # budget_problem refuses anything else
     return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def parse_budget_window(text: str) -> int:
+    """An argparse duration for ``--budget-window``, from an hour to a year."""
+    try:
+        seconds = parse_duration(text)
+    except UnitError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    shortest, longest = BUDGET_WINDOW_RANGE
+    if not shortest <= seconds <= longest:
+        raise argparse.ArgumentTypeError(
+            f"must be from {format_duration(shortest)} to {format_duration(longest)}, got {text!r}"
+        )
+    return seconds
 
 
 def _seed(text: str) -> int:

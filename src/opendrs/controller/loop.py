@@ -280,7 +280,8 @@ class Controller:
             until = moved + self.policy.cooldown
             if until > max(now, cooldowns.get(guest, now)):
                 cooldowns[guest] = until
-        budget = (policy or self.policy).max_migrations_per_day
+        chosen = policy or self.policy
+        budget, window = chosen.max_migrations_per_day, chosen.migration_budget_window
         return PastMigrations(
             cooldown_until=cooldowns,
             departures={g: tuple(v) for g, v in departures.items()},
@@ -288,7 +289,7 @@ class Controller:
             budget_spent=(
                 ()
                 if budget is None
-                else tuple(self.history.budget_spent(now - budget_window(budget)))
+                else tuple(self.history.budget_spent(now - budget_window(budget, window)))
             ),
         )
 

@@ -37,7 +37,9 @@ the next state. Every guard the peers use against flapping is here, each one con
 * **Budget** — with ``max_migrations_per_day``, at most that many balancing migrations (plans,
   and reliefs of nodes that only run hot) start in any 24 hours (:data:`BUDGET_WINDOW`) — or,
   with a fraction below 1 such as ``0.5``, one in any ``1 / budget`` days
-  (:func:`budget_window`); the controller gives their start times
+  (:func:`budget_window`); with ``migration_budget_window`` W, the budget × W's days (rounded
+  down, :func:`budget_allowance`) in any W, free to be spent together; the controller gives
+  their start times
   (:attr:`PastMigrations.budget_spent`). Spent, the strategy is not asked (code ``budget``);
   partly spent, a plan that clears the margin but needs more than is left is asked for again
   with at most what is left, and that part is made. Repairs of maintenance, capacity and hard

@@ -66,6 +66,11 @@ class PolicyConfig:
     #: days (48 hours); repairs of maintenance, failures and hard rules, and returns from
     #: maintenance, are exempt. None (the default): no budget.
     max_migrations_per_day: int | float | None = None
+    #: The budget's rolling window, in seconds: at most ``max_migrations_per_day`` × the window
+    #: in days (rounded down) balancing migrations start in any such window, free to be spent
+    #: together. None (the default): 24 hours for a whole budget, ``1 / budget`` days for a
+    #: fraction (:func:`budget_window`).
+    migration_budget_window: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "options", frozen_mapping(self.options))
@@ -112,6 +117,11 @@ class PolicyConfig:
             raise ValueError(f"policy max_migrations_per_day: {budget_problem(budget)}")
         if isinstance(budget, float) and budget.is_integer():
             object.__setattr__(self, "max_migrations_per_day", int(budget))
+        window = self.migration_budget_window
+        if window is not None and budget_window_problem(budget, window):
+            raise ValueError(
+                f"policy migration_budget_window: {budget_window_problem(budget, window)}"
+            )
         for key in ("max_parallel", "max_node_inflow"):
             value = getattr(self, key)
             if value is not None and (
@@ -244,6 +254,7 @@ POLICY_KEYS: tuple[str, ...] = (
     "maintenance_return",
     "hot",
     "max_migrations_per_day",
+    "migration_budget_window",
 )
 
 
@@ -291,6 +302,32 @@ def budget_problem(value: object, written: object = None) -> str | None:
     if isinstance(value, int) or (math.isfinite(value) and value >= 1 and value.is_integer()):
         return None if 0 <= value <= _MAX_COUNT else expected
     return None if MIN_BUDGET_FRACTION <= value < 1 else expected
+
+
+#: The shortest and longest migration budget window, in seconds: an hour, a year.
+BUDGET_WINDOW_RANGE: tuple[int, int] = (3600, 365 * 86400)
+
+
+def budget_window_problem(budget: float | None, window: object) -> str | None:
+    """Why ``window`` (seconds) is no window for a budget of ``budget`` migrations a day (None:
+    it is one): a whole number of seconds from an hour to a year, set with a budget, and long
+    enough to hold one migration of a fractional budget."""
+    shortest, longest = BUDGET_WINDOW_RANGE
+    if isinstance(window, bool) or not isinstance(window, int):
+        return f"expected a duration such as 7d, got {describe(window)}"
+    if not shortest <= window <= longest:
+        return (
+            f"must be from {format_duration(shortest)} to {format_duration(longest)}, "
+            f"got {format_duration(window)}"
+        )
+    if budget is None:
+        return "needs max_migrations_per_day: a window without a budget limits nothing"
+    if 0 < budget * window < 86400 * (1 - 1e-9):
+        return (
+            f"{format_duration(window)} is too short for {budget:g} migrations a day: it must "
+            f"hold one, at least {format_duration(math.ceil(86400 / budget))}"
+        )
+    return None
 
 
 def parse_budget(value: object) -> object:
@@ -346,11 +383,11 @@ def parse_policy(
     Keys are the fields of :class:`PolicyConfig`, plus ``preset`` (a name in :data:`PRESETS`) to
     start from instead of ``base`` (default :class:`PolicyConfig()`). Durations are seconds or
     strings such as ``5m``, ``6h``, ``1d 6h``; ``threshold``, ``target`` and ``margin`` are
-    fractions (``0.15``) or percentages (``15%``); ``max_parallel``, ``max_node_inflow`` and
-    ``max_migrations_per_day`` may be null. ``options`` are checked against the strategy's
-    options class (names, types, the strategy's own checks) and tried on a small cluster
-    (:func:`strategy_problem`). A new ``strategy`` without ``options`` starts with none. Errors
-    are :class:`DocumentError` (one line naming the key).
+    fractions (``0.15``) or percentages (``15%``); ``max_parallel``, ``max_node_inflow``,
+    ``max_migrations_per_day`` and ``migration_budget_window`` may be null. ``options`` are
+    checked against the strategy's options class (names, types, the strategy's own checks) and
+    tried on a small cluster (:func:`strategy_problem`). A new ``strategy`` without ``options``
+    starts with none. Errors are :class:`DocumentError` (one line naming the key).
     """
     start = base if base is not None else PolicyConfig()
     mapping = reader.mapping(value, path)
@@ -398,6 +435,15 @@ def parse_policy(
         if problem:
             reader.fail(bpath, problem)
         fields["max_migrations_per_day"] = budget
+    if "migration_budget_window" in mapping:
+        item = mapping["migration_budget_window"]
+        wpath = (*path, "migration_budget_window")
+        window = None if item is None else reader.duration(item, wpath)
+        budget = fields.get("max_migrations_per_day", start.max_migrations_per_day)
+        problem = None if window is None else budget_window_problem(budget, window)
+        if problem:
+            reader.fail(wpath, problem)
+        fields["migration_budget_window"] = window
     if "maintenance_return" in mapping:
         fields["maintenance_return"] = reader.boolean(
             mapping["maintenance_return"], (*path, "maintenance_return")

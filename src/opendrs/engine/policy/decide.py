@@ -172,10 +172,12 @@ class _Round:
         self.trigger = ""
         #: The budgeted migrations started within the window, oldest first, and how many more
         #: may start now (None: no budget).
-        budget = config.max_migrations_per_day
-        self.window = budget_window(budget or 0)
+        budget, window = config.max_migrations_per_day, config.migration_budget_window
+        self.window = budget_window(budget or 0, window)
+        #: How many budgeted migrations the window holds.
+        self.allowed = budget_allowance(budget or 0, window)
         self.spent = sorted(t for t in past.budget_spent if now - t < self.window)
-        self.left = None if budget is None else max(budget_allowance(budget) - len(self.spent), 0)
+        self.left = None if budget is None else max(self.allowed - len(self.spent), 0)
 
     @property
     def cluster(self) -> Cluster:
@@ -237,9 +239,8 @@ class _Round:
     def budget_spent(self, needed: int | None = None) -> str:
         """Why the budget stops a plan: all spent, or fewer left than ``needed``; and when the
         oldest budgeted migration of the window leaves it."""
-        allowed = budget_allowance(self.config.max_migrations_per_day or 0)
         last = "24 h" if self.window == BUDGET_WINDOW else format_duration(self.window)
-        spent = f"{len(self.spent)} of {allowed} in the last {last}"
+        spent = f"{len(self.spent)} of {self.allowed} in the last {last}"
         if needed is None or not self.left:
             what = f"the migration budget is spent: {spent}"
         else:

@@ -18,15 +18,22 @@ def frozen_mapping(value: Mapping[Any, Any] | None) -> Mapping[Any, Any]:
 BUDGET_WINDOW = 24 * 3600
 
 
-def budget_window(budget: float) -> int:
-    """The rolling window, in seconds, of a budget of ``budget`` migrations per day: a day for a
-    whole number, ``1 / budget`` days (rounded to the second) for a fraction below 1."""
+def budget_window(budget: float, window: int | None = None) -> int:
+    """The rolling window, in seconds, of a budget of ``budget`` migrations per day: ``window``
+    when the policy sets one (``migration_budget_window``); else a day for a whole number,
+    ``1 / budget`` days (rounded to the second) for a fraction below 1."""
+    if window is not None:
+        return window
     return BUDGET_WINDOW if budget == 0 or budget >= 1 else round(BUDGET_WINDOW / budget)
 
 
-def budget_allowance(budget: float) -> int:
-    """How many budgeted migrations may start in any :func:`budget_window`: the budget itself
-    when it is whole, one for a fraction below 1."""
+def budget_allowance(budget: float, window: int | None = None) -> int:
+    """How many budgeted migrations may start in any :func:`budget_window`: with ``window``,
+    ``budget`` × the window in days, rounded down, at least one (none for a budget of 0);
+    without, the budget itself when it is whole, one for a fraction below 1."""
+    if window is not None:
+        # The tolerance keeps 1/3 a day over 6 days at 2, not 1.999….
+        return 0 if budget == 0 else max(int(budget * window / BUDGET_WINDOW + 1e-9), 1)
     return 1 if 0 < budget < 1 else int(budget)
 
 
@@ -44,7 +51,8 @@ class PastMigrations:
     avoid: Mapping[tuple[str, str], float] = field(default_factory=lambda: MappingProxyType({}))
     #: When each migration that counts against the migration budget started (balancing plans
     #: and repairs of nodes that only run hot), any order; the controller gives those of the
-    #: last :func:`budget_window` seconds when the policy has a budget.
+    #: last :func:`budget_window` seconds (the policy's
+    #: ``migration_budget_window``, when set) when the policy has a budget.
     budget_spent: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
