@@ -200,3 +200,31 @@ def test_one_daemon_idles_while_another_member_leads_and_acts_again(
         assert daemon.stop() == 0
     assert len(history(tmp_path, "SELECT * FROM decisions WHERE action != 'none'")) >= 1
     assert len({fake.fake.instance(name).location for name in VMS}) >= 2
+
+
+def test_a_member_that_stops_leading_mid_plan_starts_no_more_of_it(
+    tmp_path: Path, fake: Served
+) -> None:
+    """Leadership moves on while the plan runs (one migration at a time): the migration in flight
+    is followed to its end, the rest of the queue is skipped — the new leader decides now."""
+    fake.fake.migration_seconds = 1.5
+    config = write_config(
+        tmp_path,
+        fake,
+        mode="active",
+        backend=", leader_only: true",
+        extra="policy: {interval: 1s, hold: 1, smoothing: 0}\n",
+    )
+    config.write_text(config.read_text().replace("max_parallel: 2", "max_parallel: 1"))
+    with Daemon(config) as daemon:
+        eventually(lambda: moves_posted(fake) >= 1)
+        fake.fake.set_leader("m3")
+        skipped = daemon.wait_for(r"skipped vm\d .*not the database leader \(m3\)")
+        daemon.wait_for(r"done vm\d m1 → m[23]")
+        # Some more cycles and executor ticks: nothing more starts or is decided.
+        eventually(lambda: len(fake.fake.calls("GET", "/1.0/cluster/members")) >= 12)
+        assert daemon.count(r"decision \(") == 1 and daemon.count(r"done vm\d") == 1, skipped
+        assert daemon.count("standing by") == 1
+        assert daemon.stop() == 0
+    assert moves_posted(fake) == 1
+    assert [r[0] for r in history(tmp_path, "SELECT outcome FROM migrations")] == ["done"]
