@@ -168,19 +168,27 @@ def test_moves_incus_recorded_start_a_cooldown(tmp_path: Path, fake: Served) -> 
     assert action == "none" and "cooldown" in str(reason), reason
 
 
+def leader_only_daemon_config(tmp_path: Path, server: Served, *, max_parallel: int = 2) -> Path:
+    """Active, ``leader_only``, a decision every second (for ``opendrs run`` as a daemon)."""
+    config = write_config(
+        tmp_path,
+        server,
+        mode="active",
+        backend=", leader_only: true",
+        extra="policy: {interval: 1s, hold: 1, smoothing: 0}\n",
+    )
+    text = config.read_text().replace("max_parallel: 2", f"max_parallel: {max_parallel}")
+    config.write_text(text)
+    return config
+
+
 def test_one_daemon_idles_while_another_member_leads_and_acts_again(
     tmp_path: Path, fake: Served
 ) -> None:
     """``opendrs run`` as an operator runs it, leadership moving between cycles: idle while m2
     leads (nothing decided, nothing moved), acting again when m1 leads once more."""
     fake.fake.set_leader("m2")
-    config = write_config(
-        tmp_path,
-        fake,
-        mode="active",
-        backend=", leader_only: true",
-        extra="policy: {interval: 1s, hold: 1, smoothing: 0}\n",
-    )
+    config = leader_only_daemon_config(tmp_path, fake)
     idle = r"standing by: member m1 is not the database leader \(m2\): idle"
     with Daemon(config) as daemon:
         daemon.wait_for(idle)
@@ -208,14 +216,7 @@ def test_a_member_that_stops_leading_mid_plan_starts_no_more_of_it(
     """Leadership moves on while the plan runs (one migration at a time): the migration in flight
     is followed to its end, the rest of the queue is skipped — the new leader decides now."""
     fake.fake.migration_seconds = 1.5
-    config = write_config(
-        tmp_path,
-        fake,
-        mode="active",
-        backend=", leader_only: true",
-        extra="policy: {interval: 1s, hold: 1, smoothing: 0}\n",
-    )
-    config.write_text(config.read_text().replace("max_parallel: 2", "max_parallel: 1"))
+    config = leader_only_daemon_config(tmp_path, fake, max_parallel=1)
     with Daemon(config) as daemon:
         eventually(lambda: moves_posted(fake) >= 1)
         fake.fake.set_leader("m3")
