@@ -14,6 +14,7 @@ pytest.importorskip("aiohttp", reason="the fake Incus API is an aiohttp server")
 
 from backends.fakeincus import FakeIncus, GiB, Served, socket_path
 from backends.incus_fixture import history, opendrs
+from daemon import Daemon, eventually
 from opendrs.model import snapshot
 
 VMS = [f"vm{i}" for i in range(1, 7)]
@@ -165,3 +166,66 @@ def test_moves_incus_recorded_start_a_cooldown(tmp_path: Path, fake: Served) -> 
     assert moves_posted(fake) == 0
     ((action, reason),) = history(tmp_path, "SELECT action, reason FROM decisions")
     assert action == "none" and "cooldown" in str(reason), reason
+
+
+def leader_only_daemon_config(tmp_path: Path, server: Served, *, max_parallel: int = 2) -> Path:
+    """Active, ``leader_only``, a decision every second (for ``opendrs run`` as a daemon)."""
+    config = write_config(
+        tmp_path,
+        server,
+        mode="active",
+        backend=", leader_only: true",
+        extra="policy: {interval: 1s, hold: 1, smoothing: 0}\n",
+    )
+    text = config.read_text().replace("max_parallel: 2", f"max_parallel: {max_parallel}")
+    config.write_text(text)
+    return config
+
+
+def test_one_daemon_idles_while_another_member_leads_and_acts_again(
+    tmp_path: Path, fake: Served
+) -> None:
+    """``opendrs run`` as an operator runs it, leadership moving between cycles: idle while m2
+    leads (nothing decided, nothing moved), acting again when m1 leads once more."""
+    fake.fake.set_leader("m2")
+    config = leader_only_daemon_config(tmp_path, fake)
+    idle = r"standing by: member m1 is not the database leader \(m2\): idle"
+    with Daemon(config) as daemon:
+        daemon.wait_for(idle)
+        # Some more cycles while m2 leads: still idle, and the standby is logged only once.
+        eventually(lambda: len(fake.fake.calls("GET", "/1.0/cluster/members")) >= 4)
+        assert daemon.count("standing by") == 1
+        assert daemon.count(r"decision \(") == 0 and moves_posted(fake) == 0
+        assert history(tmp_path, "SELECT * FROM decisions") == []
+        fake.fake.set_leader("m1")
+        mark = daemon.mark
+        daemon.wait_for("acting again: this instance may act on the cluster", after=mark)
+        daemon.wait_for(r"decision \(active\)", after=mark)
+        eventually(lambda: moves_posted(fake) >= 2)
+        # Leadership lost again: idle again, whatever is left to decide.
+        fake.fake.set_leader("m3")
+        daemon.wait_for(r"standing by: member m1 is not the database leader \(m3\)", after=mark)
+        assert daemon.stop() == 0
+    assert len(history(tmp_path, "SELECT * FROM decisions WHERE action != 'none'")) >= 1
+    assert len({fake.fake.instance(name).location for name in VMS}) >= 2
+
+
+def test_a_member_that_stops_leading_mid_plan_starts_no_more_of_it(
+    tmp_path: Path, fake: Served
+) -> None:
+    """Leadership moves on while the plan runs (one migration at a time): the migration in flight
+    is followed to its end, the rest of the queue is skipped — the new leader decides now."""
+    fake.fake.migration_seconds = 1.5
+    config = leader_only_daemon_config(tmp_path, fake, max_parallel=1)
+    with Daemon(config) as daemon:
+        eventually(lambda: moves_posted(fake) >= 1)
+        fake.fake.set_leader("m3")
+        skipped = daemon.wait_for(r"skipped vm\d .*not the database leader \(m3\)")
+        daemon.wait_for(r"done vm\d m1 → m[23]")
+        # Some more cycles and executor ticks: nothing more starts or is decided.
+        eventually(lambda: len(fake.fake.calls("GET", "/1.0/cluster/members")) >= 12)
+        assert daemon.count(r"decision \(") == 1 and daemon.count(r"done vm\d") == 1, skipped
+        assert daemon.count("standing by") == 1
+        assert daemon.stop() == 0
+    assert moves_posted(fake) == 1
+    assert [r[0] for r in history(tmp_path, "SELECT outcome FROM migrations")] == ["done"]

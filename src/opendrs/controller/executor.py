@@ -38,7 +38,10 @@ No plan can hold the executor forever: a move whose guest may no longer move is 
 reason, a re-plan never brings back a move the preconditions refused, and a queue that starts
 nothing for ``stall_timeout`` while nothing of it is in flight is abandoned, so that the policy
 decides afresh. Nothing starts unless :attr:`Executor.active` (the controller's mode) is true and
-:attr:`Executor.hold` (a reload or stop request pending) is false.
+:attr:`Executor.hold` (a reload or stop request pending) is false. A backend whose ``standby()``
+gives a reason (Incus with ``leader_only``: this member no longer leads the cluster) has the queue
+dropped at the next tick, its moves skipped with that reason — the new leader's instance decides
+now, and two instances must not migrate at once; migrations in flight are followed to their end.
 """
 
 from __future__ import annotations
@@ -317,6 +320,9 @@ class Executor:
             log.warning("cannot observe the cluster, no migration starts now: %s", exc)
             return self.events[start:]
         replan = self.settle(cluster)
+        standby = self._standby()
+        if standby is not None:
+            self.halt(standby)
         if not self._queue or self.hold():
             return self.events[start:]
         if self._stalled():
@@ -329,6 +335,12 @@ class Executor:
         else:
             self._start_ready(cluster)
         return self.events[start:]
+
+    def _standby(self) -> str | None:
+        """Why this instance must stay idle, as the backend's last observation says (Incus's
+        ``leader_only``: the member no longer leads), or ``None``."""
+        ask: Callable[[], str | None] | None = getattr(self.backend, "standby", None)
+        return ask() if ask is not None else None
 
     def _stalled(self) -> bool:
         """A queue with nothing of it in flight that has not moved for ``stall_timeout``."""
