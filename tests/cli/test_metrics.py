@@ -245,8 +245,8 @@ def test_an_ipv6_loopback_address_is_served(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("http", "reason"),
     [
-        ("{listen: 9180}", "an address and a port are needed"),
-        ("{listen: ':9180'}", "has no address"),
+        ("{listen: [9180]}", "an address and a port are needed"),
+        ("{listen: ':'}", "has no address"),
         ("{listen: 'metrics.example.com:9180'}", "is not an IP address"),
         ("{listen: '::1:9180'}", "in brackets"),
         ("{listen: '127.0.0.1:70000'}", "is not a port"),
@@ -283,9 +283,12 @@ def test_a_token_file_others_may_change_is_refused(tmp_path: Path) -> None:
         ("0.0.0.0:9180", "0.0.0.0", 9180, False),
         ("[::]:9180", "::", 9180, False),
         ("192.0.2.7:9180", "192.0.2.7", 9180, False),
+        (9180, "127.0.0.1", 9180, True),  # a port alone is on loopback
+        ("9180", "127.0.0.1", 9180, True),
+        (":9180", "127.0.0.1", 9180, True),
     ],
 )
-def test_listen_addresses(listen: str, host: str, port: int, loopback: bool) -> None:
+def test_listen_addresses(listen: str | int, host: str, port: int, loopback: bool) -> None:
     config = parse_config(
         {"backend": {"type": "sim"}, "http": {"listen": listen}}, filename="c.yaml"
     )

@@ -273,8 +273,13 @@ class _ConfigReader(SnapshotReader):
         return HttpConfig(host, port, token_file)
 
     def listen(self, value: object, path: Path) -> tuple[str, int]:
-        """``HOST:PORT`` (``[V6]:PORT`` for IPv6): an IP address written out, and a port."""
+        """``HOST:PORT`` (``[V6]:PORT`` for IPv6): an IP address written out, and a port; a port
+        alone (``9180``, ``":9180"``) is on loopback, ``127.0.0.1``."""
         example = "write it as 127.0.0.1:9180 or [::1]:9180"
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = f"127.0.0.1:{value}"
+        elif isinstance(value, str) and value.removeprefix(":").isdigit():
+            value = f"127.0.0.1:{value.removeprefix(':')}"
         if not isinstance(value, str):
             self.fail(path, f"an address and a port are needed: {example}")
         host, colon, port_text = value.rpartition(":")
