@@ -163,14 +163,20 @@ def run_once(config: Path) -> subprocess.CompletedProcess[str]:
     return opendrs("run", "--once", "--config", str(config), timeout=120)
 
 
-def opendrs(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """``opendrs ARGS`` in a subprocess, to its end (at most ``timeout`` seconds)."""
+def opendrs(
+    *args: str, timeout: float = 300, columns: int | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``opendrs ARGS`` in a subprocess, to its end (at most ``timeout`` seconds); with
+    ``columns``, its tables are as wide as on a terminal of that many columns."""
+    env = None if columns is None else {**os.environ, "COLUMNS": str(columns)}
     return subprocess.run(
         [sys.executable, "-m", "opendrs", *args],
+        stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
         timeout=timeout,
         check=False,
+        env=env,
     )
 
 

@@ -3,16 +3,15 @@
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from backends.fakeincus import FakeIncus, GiB, Served, socket_path
+from daemon import opendrs as run_opendrs
 from opendrs.backends.incus.config import IncusConfig
 
 
@@ -60,15 +59,8 @@ DEADLINE = 120
 
 
 def opendrs(*args: str) -> subprocess.CompletedProcess[str]:
-    """``opendrs ARGS`` in a subprocess, to its end."""
-    return subprocess.run(
-        [sys.executable, "-m", "opendrs", *args],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=DEADLINE,
-        env={**os.environ, "COLUMNS": "160"},
-    )
+    """``opendrs ARGS`` in a subprocess, its tables 160 columns wide."""
+    return run_opendrs(*args, timeout=DEADLINE, columns=160)
 
 
 def history(folder: Path, query: str) -> list[tuple[object, ...]]:

@@ -13,11 +13,9 @@ The API token's secret is checked for in everything opendrs writes: standard out
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import stat
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -32,6 +30,7 @@ pytest.importorskip("cryptography", reason="fakepve's certificates need cryptogr
 
 from backends.fakepve_fixture import DEFAULT_UPTIME, FakeCluster, GiB
 from daemon import Daemon, write_proxmox_config
+from daemon import opendrs as run_opendrs
 from opendrs.model import snapshot
 from opendrs.model.cluster import Cluster
 
@@ -91,15 +90,8 @@ def write_config(
 
 
 def opendrs(*args: str) -> subprocess.CompletedProcess[str]:
-    """``opendrs ARGS`` in a subprocess: its exit status, standard output and error."""
-    return subprocess.run(
-        [sys.executable, "-m", "opendrs", *args],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=DEADLINE,
-        env={**os.environ, "COLUMNS": "160"},
-    )
+    """``opendrs ARGS`` in a subprocess, its tables 160 columns wide."""
+    return run_opendrs(*args, timeout=DEADLINE, columns=160)
 
 
 def placement(fake: FakeCluster) -> dict[int, str]:

@@ -41,6 +41,7 @@ __all__ = [
     "PlatformMaintenance",
     "Progress",
     "SystemClock",
+    "after_tries",
 ]
 
 ProgressState = Literal["running", "done", "failed"]
@@ -76,6 +77,17 @@ class HttpError(BackendError):
         super().__init__(reason, transient=transient)
         self.status = status
         self.message = message
+
+
+def after_tries(last: BackendError, retries: int) -> BackendError:
+    """The error to raise when every try of a call failed, ``last`` the last one's: a
+    transient one says how many tries were made (an :class:`HttpError` keeps its status)."""
+    if not (retries and last.transient):
+        return last
+    reason = f"{last.reason} (after {retries + 1} tries)"
+    if isinstance(last, HttpError):
+        return HttpError(reason, last.status, last.message, transient=True)
+    return BackendError(reason, transient=True)
 
 
 class Abandoned(BackendError):

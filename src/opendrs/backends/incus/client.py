@@ -28,7 +28,7 @@ from typing import Any, Final
 
 import httpx
 
-from opendrs.backends.base import Abandoned, BackendError, HttpError
+from opendrs.backends.base import Abandoned, BackendError, HttpError, after_tries
 from opendrs.backends.incus.config import IncusConfig
 from opendrs.backends.incus.values import clip
 
@@ -143,12 +143,7 @@ class Client:
                 if count > 1 and error.transient:
                     log.warning("%s; trying the next address", error)
         assert last is not None
-        if config.retries and last.transient:
-            reason = f"{last.reason} (after {config.retries + 1} tries)"
-            if isinstance(last, HttpError):
-                raise HttpError(reason, last.status, last.message, transient=True)
-            raise BackendError(reason, transient=True)
-        raise last
+        raise after_tries(last, config.retries)
 
     def _try(
         self,

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from typing import Any, Final, TypeVar
 
-from opendrs.backends.base import Abandoned, BackendError, HttpError
+from opendrs.backends.base import Abandoned, BackendError, HttpError, after_tries
 from opendrs.backends.proxmox.config import ProxmoxConfig, host_text, parse_host
 from opendrs.backends.proxmox.transport import Try, close_api, connect
 from opendrs.backends.proxmox.values import clip
@@ -191,12 +191,7 @@ class Client:
                     return result
                 last = error
         assert last is not None
-        if config.retries and last.transient:
-            reason = f"{last.reason} (after {config.retries + 1} tries)"
-            if isinstance(last, HttpError):
-                raise HttpError(reason, last.status, last.message, transient=True)
-            raise BackendError(reason, transient=True)
-        raise last
+        raise after_tries(last, config.retries)
 
     def _call_host(
         self, index: int, method: str, path: str, params: dict[str, Any], what: str
