@@ -572,10 +572,18 @@ class Served:
                     op.task.cancel()
             if self._runner is not None:
                 await self._runner.cleanup()
+            # Every task still pending (operations under way, handlers) ends here, awaited, so
+            # that none is left for the garbage collector to find pending on a closed loop.
+            pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
 
         asyncio.run_coroutine_threadsafe(stop(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
+        if not self._thread.is_alive():
+            self._loop.close()
 
 
 @dataclass
