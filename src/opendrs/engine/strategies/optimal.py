@@ -97,7 +97,7 @@ from opendrs.compat.proxlb.objective import (
 )
 from opendrs.compat.proxlb.objective import initial_spread as proxlb_initial_spread
 from opendrs.engine.constraints import Constraints, movability
-from opendrs.engine.imbalance import resource_weights
+from opendrs.engine.imbalance import Imbalance, resource_weights
 from opendrs.engine.sparse_rows import RowMask
 from opendrs.engine.usage import LoadModel
 from opendrs.engine.view import CycleView
@@ -1192,6 +1192,426 @@ def _move_reason(p: _Problem, g: int, current_ok_nodes: set[int]) -> str:
     return "better balance"
 
 
+#: The options echoed in ``Proposal.options`` before the smart methods' term weights, and after.
+_ECHOED_FIRST = (
+    "method",
+    "balanciness",
+    "w_balance",
+    "w_stickiness",
+    "cpu_threshold",
+    "memory_threshold",
+    "disk_threshold",
+    "usage",
+)
+_ECHOED_LAST = ("time_limit", "workers", "seed", "strict", "hint")
+
+
+def _read_arguments(
+    arguments: Mapping[str, Any],
+) -> tuple[dict[str, float], dict[str, float | None], dict[str, Any]]:
+    """The term weights, the utilisation thresholds and the options to echo, from
+    :func:`propose_optimal`'s ``arguments`` (by name); ValueError naming a bad one."""
+    given = {key: arguments[key] for key in _TERM_WEIGHTS}
+    weights = _term_weights(given)
+    thresholds = {r: arguments[f"{r}_threshold"] for r in ("cpu", "memory", "disk")}
+    _validate(
+        arguments["method"],
+        arguments["usage"],
+        arguments["balanciness"],
+        arguments["w_balance"],
+        arguments["w_stickiness"],
+        arguments["time_limit"],
+        arguments["workers"],
+        weights,
+        thresholds,
+        arguments["seed"],
+        arguments["hint"],
+    )
+    options = {key: arguments[key] for key in _ECHOED_FIRST}
+    if arguments["method"].endswith("_smart"):
+        options.update({key: weights[key] for key in given})
+    options.update({key: arguments[key] for key in _ECHOED_LAST})
+    return weights, thresholds, options
+
+
+def _objective_weights(
+    cluster: Cluster,
+    method: str,
+    usage: str,
+    weights: Mapping[str, float],
+    thresholds: Mapping[str, float | None],
+    loads: LoadModel,
+    level: tuple[int, int | None, int | None],
+) -> tuple[int, int, float, str | None]:
+    """``(w_balance, w_stickiness, initial spread, note)``: the weights of the balanciness
+    ``level`` (with the given ``w_balance``, ``w_stickiness`` overrides), ``w_balance`` 0 — and
+    a note why — below the level's gap threshold or when no node exceeds a utilisation
+    threshold."""
+    balanciness, w_balance, w_stickiness = level
+    level_wb, level_ws, gap_threshold = BALANCINESS[balanciness]
+    wb = int(w_balance) if w_balance is not None else level_wb
+    ws = int(w_stickiness) if w_stickiness is not None else level_ws
+    start_spread = initial_spread(cluster, method, usage, weights, loads)
+    balance_note = None
+    if wb and start_spread < gap_threshold:
+        balance_note = (
+            f"balancing off: initial spread {start_spread:.1%} is below the level-{balanciness} "
+            f"threshold {gap_threshold:.0%}"
+        )
+        wb = 0
+    if wb and any(v is not None for v in thresholds.values()):
+        exceeded, _which = thresholds_exceeded(cluster, method, thresholds, loads)
+        if not exceeded:
+            set_ = ", ".join(f"{k} {v:g}%" for k, v in thresholds.items() if v is not None)
+            balance_note = f"balancing off: no usable node exceeds a threshold ({set_})"
+            wb = 0
+    return wb, ws, start_spread, balance_note
+
+
+@dataclass
+class _Outcome:
+    """How :func:`propose_optimal` reports its answer, whichever way it ends: the proposal's
+    options (``solver`` the solver's report, filled in as the search goes) and notes."""
+
+    cluster: Cluster
+    loads: LoadModel
+    before: Imbalance
+    started: float
+    options: dict[str, Any]
+    notes: list[str]
+    workers: int
+    seed: int
+
+    @property
+    def solver(self) -> dict[str, Any]:
+        solver: dict[str, Any] = self.options["solver"]
+        return solver
+
+    def finish(
+        self, moves: tuple[ProposedMove, ...], after_assign: np.ndarray | None, stopped: str
+    ) -> Proposal:
+        """The proposal: ``moves`` to ``after_assign`` (None: nothing found), why it stopped."""
+        info = self.solver
+        info["wall_time"] = round(time.perf_counter() - self.started, 6)
+        after = (
+            self.before
+            if after_assign is None
+            else cluster_imbalance(self.cluster, after_assign, self.loads)
+        )
+        summary = f"CP-SAT {info['status']}"
+        if info["objective"] is not None:
+            summary += f": objective {info['objective']}, bound {info['bound']}"
+            if info["gap"] is not None:
+                summary += f", gap {info['gap']:.2%}"
+        plural = "s" if self.workers > 1 else ""
+        summary += (
+            f"; {info['wall_time'] * 1000:.0f} ms, {self.workers} worker{plural}, seed {self.seed}"
+        )
+        notes = (*self.notes, summary)
+        return Proposal(STRATEGY, moves, self.before, after, stopped, notes, self.options)
+
+    def infeasible(self, reasons: list[str]) -> Proposal:
+        """The proposal when no placement keeps the hard constraints, for these ``reasons``."""
+        self.solver["status"] = "INFEASIBLE"
+        shown = reasons[:_MAX_EXPLAIN] + (
+            [f"{len(reasons) - _MAX_EXPLAIN} more"] if len(reasons) > _MAX_EXPLAIN else []
+        )
+        self.solver["reasons"] = reasons
+        return self.finish(
+            (), None, "infeasible: no placement satisfies the hard constraints: " + "; ".join(shown)
+        )
+
+
+def _solver_report(p: _Problem, wb: int, ws: int, start_spread: float) -> dict[str, Any]:
+    """The solver's report before the search (``Proposal.options["solver"]``)."""
+    return {
+        "status": "UNKNOWN",
+        "feasible": False,
+        "objective": None,
+        "bound": None,
+        "gap": None,
+        "wall_time": 0.0,
+        "w_balance": wb,
+        "w_stickiness": ws,
+        "initial_spread": start_spread,
+        "guests": int(p.present.sum()),
+        "units": len(p.units),
+        "nodes": len(p.cluster.nodes),
+    }
+
+
+@dataclass(frozen=True)
+class _References:
+    """The two placements the answer is never worse than (when they are feasible): the
+    current one and the warm start's (``hint``, None when infeasible)."""
+
+    cur: np.ndarray
+    cur_ok: bool
+    cur_score: _Score
+    hint: np.ndarray
+    hint_score: _Score | None
+
+    @classmethod
+    def build(
+        cls,
+        p: _Problem,
+        warm: CycleView,
+        forbidden: frozenset[tuple[str, str]],
+        hint: str | None,
+        out: _Outcome,
+        weights: tuple[int, int],
+    ) -> _References:
+        """Both placements scored with ``weights`` (w_balance, w_stickiness); the warm start
+        is ``hint``'s answer on ``warm`` (its notes go to ``out``), recorded in its report."""
+        hint_assign, hint_name = _hint_assign(warm, forbidden, hint, out.notes)
+        out.solver["hint"] = hint_name
+        cur = p.cur
+        cur_ok = p.hard_ok(cur)
+        cur_score = p.score(cur, *weights)
+        hint_ok = p.hard_ok(hint_assign)
+        hint_score = p.score(hint_assign, *weights) if hint_ok else None
+        out.solver["current_objective"] = cur_score.objective
+        out.solver["current_feasible"] = cur_ok
+        out.solver["hint_objective"] = hint_score.objective if hint_score else None
+        return cls(cur, cur_ok, cur_score, hint_assign, hint_score)
+
+    def start(self) -> np.ndarray:
+        """The placement to hint: the warm start's unless the current one is better."""
+        hint_score, cur_ok = self.hint_score, self.cur_ok
+        if hint_score is not None and (
+            not cur_ok or hint_score.objective <= self.cur_score.objective
+        ):
+            return self.hint
+        return self.cur if cur_ok else self.hint
+
+    def candidates(self) -> list[tuple[int, int, np.ndarray, str]]:
+        """``(objective, rank, placement, source)`` of those that are feasible."""
+        out: list[tuple[int, int, np.ndarray, str]] = []
+        if self.hint_score is not None:
+            out.append((self.hint_score.objective, 1, self.hint, "hint"))
+        if self.cur_ok:
+            out.append((self.cur_score.objective, 2, self.cur, "current"))
+        return out
+
+
+@dataclass(frozen=True)
+class _Budget:
+    """The search's limits: wall-clock seconds, CP-SAT workers and seed."""
+
+    time_limit: float
+    workers: int
+    seed: int
+
+
+def _first_pass(
+    model: _Model, budget: _Budget, info: dict[str, Any]
+) -> tuple[cp_model.CpSolver, int]:
+    """Solve ``model`` for the objective: the solver and its status (its figures go to the
+    report ``info``)."""
+    from ortools.sat.python import cp_model  # imported when solving: it is large
+
+    solver = _solver(budget.time_limit, budget.workers, budget.seed)
+    status = solver.solve(model.model)
+    det_used = solver.deterministic_time
+    info["phase1_wall_time"] = round(solver.wall_time, 6)
+    info["deterministic_time"] = round(det_used, 6)
+    # Repeatable unless the wall-clock cap, not the deterministic budget, ended the search.
+    info["deterministic"] = budget.workers == 1 and (
+        status in (cp_model.OPTIMAL, cp_model.INFEASIBLE)
+        or det_used >= budget.time_limit * _DETERMINISTIC_SHARE * 0.999
+    )
+    return solver, status
+
+
+def _solver_candidate(
+    p: _Problem, model: _Model, solver: cp_model.CpSolver, status: int, weights: tuple[int, int]
+) -> tuple[list[tuple[int, int, np.ndarray, str]], int | None]:
+    """The solver's placement as a candidate (none without a solution) and its proven bound."""
+    from ortools.sat.python import cp_model  # imported when solving: it is large
+
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        bound = solver.best_objective_bound
+        return [], math.floor(bound + 1e-6) if math.isfinite(bound) else None
+    assign = model.read(solver)
+    score = p.score(assign, *weights)
+    # The spread's max/min variables may hold slack in a solution not proven optimal, so the
+    # model's value is an upper bound of the exact one; at the optimum they agree.
+    model_value = round(solver.objective_value)
+    if score.objective > model_value or (
+        status == cp_model.OPTIMAL and score.objective != model_value
+    ):
+        raise RuntimeError(
+            f"optimal: model and evaluation disagree ({score.objective} vs {model_value})"
+        )
+    return [(score.objective, 0, assign, "solver")], math.floor(solver.best_objective_bound + 1e-6)
+
+
+def _tie_break(
+    p: _Problem,
+    model: _Model,
+    first: cp_model.CpSolver,
+    best: tuple[int, np.ndarray],
+    budget: _Budget,
+    weights: tuple[int, int],
+) -> tuple[np.ndarray, str]:
+    """Second pass, in the time the ``first`` left: among placements as good as ``best``
+    (objective, placement), the least migration effort and exposure; the placement and
+    CP-SAT's status."""
+    from ortools.sat.python import cp_model  # imported when solving: it is large
+
+    best_obj, final = best
+    limit = budget.time_limit
+    det_left = max(limit * _DETERMINISTIC_SHARE - first.deterministic_time, 0.03 * limit)
+    wall_left = max(limit - first.wall_time, 0.1 * limit)
+    model.model.add(model.objective <= best_obj)
+    model.model.minimize(model.tie_break())
+    model.hint(final)
+    solver = _solver(wall_left, budget.workers, budget.seed, det_left)
+    status = solver.solve(model.model)
+    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        assign = model.read(solver)
+        if p.score(assign, *weights).objective == best_obj:
+            final = assign
+    return final, solver.status_name(status)
+
+
+def _record_answer(
+    info: dict[str, Any],
+    final: _Score,
+    current: _Score,
+    bound: int | None,
+    proven: bool,
+    source: str,
+) -> None:
+    """The answer's figures in the solver's report ``info``: ``final``'s score against the
+    ``current`` placement's, the ``bound`` and gap, where it came from."""
+    info.update(
+        status="OPTIMAL" if proven else "FEASIBLE",
+        feasible=True,
+        objective=final.objective,
+        bound=min(bound, final.objective) if bound is not None else None,
+        spread=final.spread,
+        migration_cost=final.cost,
+        soft_penalties=final.penalty,
+        current_spread=current.spread,
+        source=source,
+    )
+    if proven:
+        info["bound"] = final.objective
+    b = info["bound"]
+    info["gap"] = (final.objective - b) / max(1, abs(final.objective)) if b is not None else None
+
+
+def _moves(
+    p: _Problem, final: np.ndarray, scores: tuple[_Score, _Score], wb: int
+) -> tuple[ProposedMove, ...]:
+    """The migrations from the current placement to ``final``, each with why it moves;
+    ``scores``: the current and final placements' (``wb``: the balance weight)."""
+    cur_score, final_score = scores
+    cluster, cur = p.cluster, p.cur
+    moved = np.nonzero(p.present & (final != cur))[0].tolist()
+    committed = np.zeros_like(p.cap)
+    idx = np.nonzero(p.present)[0]
+    np.add.at(committed, cur[idx], p.dem[idx])
+    ok_nodes = set(np.nonzero(np.all(committed <= p.cap, axis=1))[0].tolist())
+    nodes = cluster.nodes
+    moves = []
+    for g in moved:
+        guest = cluster.guests[g]
+        reason = _move_reason(p, g, ok_nodes)
+        if reason == "better balance":
+            parts = []
+            if wb and final_score.spread < cur_score.spread:
+                parts.append(_spread_text(p, cur_score.spread, final_score.spread))
+            if final_score.penalty < cur_score.penalty:
+                parts.append(f"broken soft rules {cur_score.penalty} -> {final_score.penalty}")
+            reason = ", ".join(parts) or reason
+        moves.append(
+            ProposedMove(
+                guest=guest.id,
+                source=nodes[cur[g]].name,
+                target=nodes[final[g]].name,
+                metric="objective",
+                before=float(cur_score.objective),
+                after=float(final_score.objective),
+                cost=migration_cost(guest, cluster.settings),
+                reason=reason,
+            )
+        )
+    return tuple(moves)
+
+
+def _stopped(
+    p: _Problem,
+    moves: tuple[ProposedMove, ...],
+    refs: _References,
+    final_score: _Score,
+    wb: int,
+    proven: bool,
+    balance_note: str | None,
+    bound: int | None,
+) -> str:
+    """Why the search stopped and what it found."""
+    cur_score = refs.cur_score
+    quality = "optimal" if proven else "best found in the time limit"
+    if moves:
+        stopped = (
+            f"{quality}: {len(moves)} migration{'s' if len(moves) != 1 else ''}, objective "
+            f"{cur_score.objective} -> {final_score.objective}"
+            + (f", {_spread_text(p, cur_score.spread, final_score.spread)}" if wb else "")
+        )
+    elif balance_note and refs.cur_ok:
+        stopped = balance_note + "; the current placement keeps every hard constraint"
+    else:
+        stopped = f"{quality}: the current placement is best (objective {final_score.objective})"
+    if not proven and bound is not None:
+        stopped += f"; bound {bound}"
+    return stopped
+
+
+def _search(
+    p: _Problem,
+    refs: _References,
+    out: _Outcome,
+    budget: _Budget,
+    weights: tuple[int, int],
+    balance_note: str | None,
+) -> Proposal:
+    """Solve ``p`` with CP-SAT from ``refs``'s start; the best of its answer and ``refs``, the
+    tie broken when it is proven optimal, as a proposal."""
+    from ortools.sat.python import cp_model  # imported when solving: it is large
+
+    model = _Model(p, *weights)
+    model.hint(refs.start())
+    solver, status = _first_pass(model, budget, out.solver)
+    if status == cp_model.INFEASIBLE:
+        reasons = _explain(p, budget.time_limit) or ["CP-SAT proved that no placement exists"]
+        return out.infeasible(reasons)
+    if status == cp_model.MODEL_INVALID:  # a bug, not an input problem
+        raise RuntimeError(f"optimal: CP-SAT rejected the model: {model.model.validate()}")
+    candidates, bound = _solver_candidate(p, model, solver, status, weights)
+    candidates += refs.candidates()
+    if not candidates:
+        out.solver["status"] = solver.status_name(status)
+        return out.finish(
+            (), None, f"no feasible placement found within the time limit ({budget.time_limit:g} s)"
+        )
+    best_obj, _rank, final, source = min(candidates, key=lambda c: (c[0], c[1]))
+    proven = status == cp_model.OPTIMAL and source == "solver"
+    if source != "solver":
+        out.notes.append(f"kept the {source} placement: CP-SAT found nothing better in time")
+    if proven:
+        final, out.solver["tie_break"] = _tie_break(
+            p, model, solver, (best_obj, final), budget, weights
+        )
+    final_score = p.score(final, *weights)
+    _record_answer(out.solver, final_score, refs.cur_score, bound, proven, source)
+    moves = _moves(p, final, (refs.cur_score, final_score), weights[0])
+    bound = out.solver["bound"]
+    stopped = _stopped(p, moves, refs, final_score, weights[0], proven, balance_note, bound)
+    return out.finish(moves, final, stopped)
+
+
 def propose_optimal(
     cluster: Cluster,
     *,
@@ -1245,74 +1665,17 @@ def propose_optimal(
         hint: the strategy whose answer warms the search (default: the default strategy);
             ``current`` starts from the current placement.
     """
-    from ortools.sat.python import cp_model  # imported when solving: it is large
-
+    arguments = dict(locals())  # every argument by name (nothing else is defined yet)
     started = time.perf_counter()
-    given = {
-        "w_cpu_usage": w_cpu_usage,
-        "w_cpu_psi": w_cpu_psi,
-        "w_mem_usage": w_mem_usage,
-        "w_mem_psi": w_mem_psi,
-        "w_io_usage": w_io_usage,
-        "w_io_psi": w_io_psi,
-        "w_global_mem": w_global_mem,
-        "w_global_cpu": w_global_cpu,
-        "w_global_io": w_global_io,
-    }
-    weights = _term_weights(given)
-    thresholds = {"cpu": cpu_threshold, "memory": memory_threshold, "disk": disk_threshold}
-    _validate(
-        method,
-        usage,
-        balanciness,
-        w_balance,
-        w_stickiness,
-        time_limit,
-        workers,
-        weights,
-        thresholds,
-        seed,
-        hint,
-    )
+    weights, thresholds, options = _read_arguments(arguments)
     forbidden_set = frozenset((str(g), str(n)) for g, n in forbidden)
-    options: dict[str, Any] = {
-        "method": method,
-        "balanciness": balanciness,
-        "w_balance": w_balance,
-        "w_stickiness": w_stickiness,
-        "cpu_threshold": cpu_threshold,
-        "memory_threshold": memory_threshold,
-        "disk_threshold": disk_threshold,
-        "usage": usage,
-        **({k: weights[k] for k in given} if method.endswith("_smart") else {}),
-        "time_limit": time_limit,
-        "workers": workers,
-        "seed": seed,
-        "strict": strict,
-        "hint": hint,
-        "forbidden": len(forbidden_set),
-    }
+    options["forbidden"] = len(forbidden_set)
     loads = loads if loads is not None else LoadModel.build(cluster)
     before = cluster_imbalance(cluster, loads=loads)
-
-    # Weights from the balanciness level, the threshold rule and the overrides.
-    level_wb, level_ws, gap_threshold = BALANCINESS[balanciness]
-    wb = int(w_balance) if w_balance is not None else level_wb
-    ws = int(w_stickiness) if w_stickiness is not None else level_ws
-    start_spread = initial_spread(cluster, method, usage, weights, loads)
-    balance_note = None
-    if wb and start_spread < gap_threshold:
-        balance_note = (
-            f"balancing off: initial spread {start_spread:.1%} is below the level-{balanciness} "
-            f"threshold {gap_threshold:.0%}"
-        )
-        wb = 0
-    if wb and any(v is not None for v in thresholds.values()):
-        exceeded, _which = thresholds_exceeded(cluster, method, thresholds, loads)
-        if not exceeded:
-            set_ = ", ".join(f"{k} {v:g}%" for k, v in thresholds.items() if v is not None)
-            balance_note = f"balancing off: no usable node exceeds a threshold ({set_})"
-            wb = 0
+    level = (balanciness, w_balance, w_stickiness)
+    wb, ws, start_spread, balance_note = _objective_weights(
+        cluster, method, usage, weights, thresholds, loads, level
+    )
 
     # Built once without the forbidden placements: the warm start's strategy refuses them too.
     constraints = constraints if constraints is not None else Constraints.build(cluster)
@@ -1321,203 +1684,18 @@ def propose_optimal(
     notes = list(p.notes)
     if balance_note:
         notes.append(balance_note)
-    solver_info: dict[str, Any] = {
-        "status": "UNKNOWN",
-        "feasible": False,
-        "objective": None,
-        "bound": None,
-        "gap": None,
-        "wall_time": 0.0,
-        "w_balance": wb,
-        "w_stickiness": ws,
-        "initial_spread": start_spread,
-        "guests": int(p.present.sum()),
-        "units": len(p.units),
-        "nodes": len(cluster.nodes),
-    }
-    options["solver"] = solver_info
-
-    def finish(
-        moves: tuple[ProposedMove, ...], after_assign: np.ndarray | None, stopped: str
-    ) -> Proposal:
-        solver_info["wall_time"] = round(time.perf_counter() - started, 6)
-        after = before if after_assign is None else cluster_imbalance(cluster, after_assign, loads)
-        summary = f"CP-SAT {solver_info['status']}"
-        if solver_info["objective"] is not None:
-            summary += f": objective {solver_info['objective']}, bound {solver_info['bound']}"
-            if solver_info["gap"] is not None:
-                summary += f", gap {solver_info['gap']:.2%}"
-        plural = "s" if workers > 1 else ""
-        summary += (
-            f"; {solver_info['wall_time'] * 1000:.0f} ms, {workers} worker{plural}, seed {seed}"
-        )
-        return Proposal(STRATEGY, moves, before, after, stopped, (*notes, summary), options)
-
-    def infeasible(reasons: list[str]) -> Proposal:
-        solver_info["status"] = "INFEASIBLE"
-        shown = reasons[:_MAX_EXPLAIN] + (
-            [f"{len(reasons) - _MAX_EXPLAIN} more"] if len(reasons) > _MAX_EXPLAIN else []
-        )
-        solver_info["reasons"] = reasons
-        return finish(
-            (), None, "infeasible: no placement satisfies the hard constraints: " + "; ".join(shown)
-        )
-
+    options["solver"] = _solver_report(p, wb, ws, start_spread)
+    out = _Outcome(cluster, loads, before, started, options, notes, workers, seed)
     if p.infeasible:
-        return infeasible(p.infeasible)
+        return out.infeasible(p.infeasible)
     shortfall = _capacity_shortfall(p)
     if shortfall:
-        return infeasible(shortfall)
+        return out.infeasible(shortfall)
 
     # Warm start and the two reference placements (never return worse than them).
     warm = CycleView.holding(cluster, constraints=constraints, loads=loads)
-    hint_assign, hint_name = _hint_assign(warm, forbidden_set, hint, notes)
-    solver_info["hint"] = hint_name
-    cur = p.cur
-    cur_ok = p.hard_ok(cur)
-    cur_score = p.score(cur, wb, ws)
-    hint_ok = p.hard_ok(hint_assign)
-    hint_score = p.score(hint_assign, wb, ws) if hint_ok else None
-    solver_info["current_objective"] = cur_score.objective
-    solver_info["current_feasible"] = cur_ok
-    solver_info["hint_objective"] = hint_score.objective if hint_score else None
-
-    model = _Model(p, wb, ws)
-    if hint_score is not None and (not cur_ok or hint_score.objective <= cur_score.objective):
-        model.hint(hint_assign)
-    else:
-        model.hint(cur if cur_ok else hint_assign)
-    solver = _solver(time_limit, workers, seed)
-    status = solver.solve(model.model)
-    status_name = solver.status_name(status)
-    det_used, wall_used = solver.deterministic_time, solver.wall_time
-    solver_info["phase1_wall_time"] = round(wall_used, 6)
-    solver_info["deterministic_time"] = round(det_used, 6)
-    # Repeatable unless the wall-clock cap, not the deterministic budget, ended the search.
-    solver_info["deterministic"] = workers == 1 and (
-        status in (cp_model.OPTIMAL, cp_model.INFEASIBLE)
-        or det_used >= time_limit * _DETERMINISTIC_SHARE * 0.999
-    )
-
-    if status == cp_model.INFEASIBLE:
-        reasons = _explain(p, time_limit) or ["CP-SAT proved that no placement exists"]
-        return infeasible(reasons)
-    if status == cp_model.MODEL_INVALID:  # a bug, not an input problem
-        raise RuntimeError(f"optimal: CP-SAT rejected the model: {model.model.validate()}")
-
-    candidates: list[tuple[int, int, np.ndarray, str]] = []
-    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        assign = model.read(solver)
-        score = p.score(assign, wb, ws)
-        # The spread's max/min variables may hold slack in a solution not proven optimal, so
-        # the model's value is an upper bound of the exact one; at the optimum they agree.
-        model_value = round(solver.objective_value)
-        if score.objective > model_value or (
-            status == cp_model.OPTIMAL and score.objective != model_value
-        ):
-            raise RuntimeError(
-                f"optimal: model and evaluation disagree ({score.objective} vs {model_value})"
-            )
-        candidates.append((score.objective, 0, assign, "solver"))
-        bound = math.floor(solver.best_objective_bound + 1e-6)
-    else:
-        bound = (
-            math.floor(solver.best_objective_bound + 1e-6)
-            if math.isfinite(solver.best_objective_bound)
-            else None
-        )
-    if hint_score is not None:
-        candidates.append((hint_score.objective, 1, hint_assign, "hint"))
-    if cur_ok:
-        candidates.append((cur_score.objective, 2, cur, "current"))
-    if not candidates:
-        solver_info["status"] = status_name
-        return finish(
-            (), None, f"no feasible placement found within the time limit ({time_limit:g} s)"
-        )
-    best_obj, _rank, final, source = min(candidates, key=lambda c: (c[0], c[1]))
-    proven = status == cp_model.OPTIMAL and source == "solver"
-    if source != "solver":
-        notes.append(f"kept the {source} placement: CP-SAT found nothing better in time")
-
-    # Second pass: among equally good placements, the least migration effort and exposure.
-    if proven:
-        det_left = max(time_limit * _DETERMINISTIC_SHARE - det_used, 0.03 * time_limit)
-        wall_left = max(time_limit - wall_used, 0.1 * time_limit)
-        model.model.add(model.objective <= best_obj)
-        model.model.minimize(model.tie_break())
-        model.hint(final)
-        solver2 = _solver(wall_left, workers, seed, det_left)
-        status2 = solver2.solve(model.model)
-        if status2 in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            assign2 = model.read(solver2)
-            if p.score(assign2, wb, ws).objective == best_obj:
-                final = assign2
-        solver_info["tie_break"] = solver2.status_name(status2)
-
-    final_score = p.score(final, wb, ws)
-    solver_info.update(
-        status="OPTIMAL" if proven else "FEASIBLE",
-        feasible=True,
-        objective=final_score.objective,
-        bound=min(bound, final_score.objective) if bound is not None else None,
-        spread=final_score.spread,
-        migration_cost=final_score.cost,
-        soft_penalties=final_score.penalty,
-        current_spread=cur_score.spread,
-        source=source,
-    )
-    if proven:
-        solver_info["bound"] = final_score.objective
-    b = solver_info["bound"]
-    solver_info["gap"] = (
-        (final_score.objective - b) / max(1, abs(final_score.objective)) if b is not None else None
-    )
-
-    # Moves.
-    moved = np.nonzero(p.present & (final != cur))[0].tolist()
-    committed = np.zeros_like(p.cap)
-    idx = np.nonzero(p.present)[0]
-    np.add.at(committed, cur[idx], p.dem[idx])
-    ok_nodes = set(np.nonzero(np.all(committed <= p.cap, axis=1))[0].tolist())
-    nodes = cluster.nodes
-    moves = []
-    for g in moved:
-        guest = cluster.guests[g]
-        reason = _move_reason(p, g, ok_nodes)
-        if reason == "better balance":
-            parts = []
-            if wb and final_score.spread < cur_score.spread:
-                parts.append(_spread_text(p, cur_score.spread, final_score.spread))
-            if final_score.penalty < cur_score.penalty:
-                parts.append(f"broken soft rules {cur_score.penalty} -> {final_score.penalty}")
-            reason = ", ".join(parts) or reason
-        moves.append(
-            ProposedMove(
-                guest=guest.id,
-                source=nodes[cur[g]].name,
-                target=nodes[final[g]].name,
-                metric="objective",
-                before=float(cur_score.objective),
-                after=float(final_score.objective),
-                cost=migration_cost(guest, cluster.settings),
-                reason=reason,
-            )
-        )
-    quality = "optimal" if proven else "best found in the time limit"
-    if moves:
-        stopped = (
-            f"{quality}: {len(moves)} migration{'s' if len(moves) != 1 else ''}, objective "
-            f"{cur_score.objective} -> {final_score.objective}"
-            + (f", {_spread_text(p, cur_score.spread, final_score.spread)}" if wb else "")
-        )
-    elif balance_note and cur_ok:
-        stopped = balance_note + "; the current placement keeps every hard constraint"
-    else:
-        stopped = f"{quality}: the current placement is best (objective {final_score.objective})"
-    if not proven and b is not None:
-        stopped += f"; bound {b}"
-    return finish(tuple(moves), final, stopped)
+    refs = _References.build(p, warm, forbidden_set, hint, out, (wb, ws))
+    return _search(p, refs, out, _Budget(time_limit, workers, seed), (wb, ws), balance_note)
 
 
 # --------------------------------------------------------------------------------------------
