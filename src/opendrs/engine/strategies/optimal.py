@@ -118,6 +118,8 @@ from .base import (
 if TYPE_CHECKING:
     from ortools.sat.python import cp_model
 
+    from opendrs.model.rules import GuestAffinity
+
 #: Balancing methods: opendrs's own, then proxlb-solver's.
 METHODS: tuple[str, ...] = ("balance", *PROXLB_METHODS)
 DEFAULT_TIME_LIMIT = 10.0
@@ -455,47 +457,59 @@ def _rejection(cons: Constraints, j: int, n: int) -> str:
     return "allowed"
 
 
-def _build(
-    cluster: Cluster,
-    cons: Constraints,
-    loads: LoadModel,
-    method: str,
-    usage: str,
-    weights: Mapping[str, float],
-    strict: bool,
-) -> _Problem:
-    """The model of ``cluster`` under ``cons`` (its hard constraints, the forbidden placements
-    refused) with the spread terms of ``method`` on ``loads``."""
-    guests, nodes = cluster.guests, cluster.nodes
-    n_guests, n_nodes = len(guests), len(nodes)
-    names = [n.name for n in nodes]
-    notes: list[str] = []
-    infeasible: list[str] = []
+@dataclass
+class _Messages:
+    """The notes and, in strict mode, the reasons for infeasibility found while building."""
 
+    strict: bool
+    notes: list[str] = field(default_factory=list)
+    infeasible: list[str] = field(default_factory=list)
+
+    def either(self, text: str, relaxed: str = "") -> None:
+        """``text`` makes the problem infeasible in strict mode; else it is a note, ``relaxed``
+        saying what happens instead."""
+        if self.strict:
+            self.infeasible.append(text)
+        else:
+            self.notes.append(text + relaxed)
+
+
+def _contradictions(cons: Constraints, say: _Messages) -> set[str]:
+    """Report the contradictory rules (dropped in relaxed mode) and the hard negative rules
+    that hard affinity contradicts; the names of those negative rules dropped."""
     for problem in cons.problems:
-        if strict:
+        if say.strict:
             quoted = ", ".join(f"'{r}'" for r in problem.rules)
-            infeasible.append(
+            say.infeasible.append(
                 f"rule{'s' if len(problem.rules) > 1 else ''} {quoted}: {problem.reason}"
             )
         else:
-            notes.append(str(problem))
+            say.notes.append(str(problem))
     dropped_neg: set[str] = set()
     for rule_name, members in _negative_conflicts(cons):
         together = ", ".join(f"'{m}'" for m in members)
-        if strict:
-            infeasible.append(f"rule '{rule_name}' keeps {together} apart, hard affinity together")
+        if say.strict:
+            say.infeasible.append(
+                f"rule '{rule_name}' keeps {together} apart, hard affinity together"
+            )
         else:
-            notes.append(
+            say.notes.append(
                 f"Drop rule '{rule_name}', because hard affinity keeps {together} together"
             )
             dropped_neg.add(rule_name)
+    return dropped_neg
 
+
+def _current(
+    cluster: Cluster, usable: np.ndarray, say: _Messages
+) -> tuple[np.ndarray, np.ndarray, list[str | None]]:
+    """Each guest's node index (-1 unknown: left out, with a note), whether it is in the model,
+    and why it may not move (None: it may)."""
+    guests = cluster.guests
     cur = np.array([cluster.node_index.get(g.node, -1) for g in guests], dtype=np.intp)
     present = cur >= 0
     for j in np.nonzero(~present)[0].tolist():
-        notes.append(f"guest {guests[j].id} is on unknown node {guests[j].node}: left out")
-    usable = cons.usable
+        say.notes.append(f"guest {guests[j].id} is on unknown node {guests[j].node}: left out")
     why_fixed: list[str | None] = []
     for j, guest in enumerate(guests):
         if not present[j]:
@@ -504,104 +518,141 @@ def _build(
         purpose = "balance" if usable[cur[j]] else "evacuate"
         held = movability(guest, cluster, purpose)
         why_fixed.append(None if held is None else str(held))
-    movable = np.array([w is None for w in why_fixed], dtype=bool) & present
-    static = cons.static_ok()
+    return cur, present, why_fixed
 
-    # Units: hard-affinity bundles (merged) and single guests, with their domains. ``held``
-    # marks guests kept on their node: they may not move, or (relaxed mode) cannot go anywhere.
-    units: list[np.ndarray] = []
-    domain: list[np.ndarray] = []
-    held = np.zeros(n_guests, dtype=bool)
-    in_group = np.zeros(n_guests, dtype=bool)
 
-    def add_unit(members: np.ndarray, dom: np.ndarray) -> None:
-        units.append(members)
-        domain.append(dom)
+class _UnitBuilder:
+    """Cuts the guests into units: hard-affinity bundles (merged) and single guests, with their
+    domains. ``held`` marks guests kept on their node: they may not move, or (relaxed mode)
+    cannot go anywhere."""
 
-    def hold(j: int) -> None:
-        held[j] = True
-        add_unit(np.array([j], dtype=np.intp), np.array([cur[j]], dtype=np.intp))
+    def __init__(
+        self,
+        cons: Constraints,
+        cur: np.ndarray,
+        movable: np.ndarray,
+        why_fixed: list[str | None],
+        say: _Messages,
+    ) -> None:
+        self.cons = cons
+        self.cur = cur
+        self.movable = movable
+        self.why_fixed = why_fixed
+        self.say = say
+        self.guests = cons.cluster.guests
+        self.names = [n.name for n in cons.cluster.nodes]
+        self.static = cons.static_ok()
+        self.units: list[np.ndarray] = []
+        self.domain: list[np.ndarray] = []
+        self.held = np.zeros(len(self.guests), dtype=bool)
 
-    def single(j: int) -> None:
-        if not movable[j]:
-            if strict and not static[j, cur[j]]:
-                infeasible.append(
-                    f"guest {guests[j].id} may not move ({why_fixed[j]}) but node "
-                    f"{names[cur[j]]} is not allowed for it ({_rejection(cons, j, int(cur[j]))})"
+    def build(self, present: np.ndarray) -> np.ndarray:
+        """Cut the guests ``present`` into units; the unit of each guest (-1: absent)."""
+        n_guests = len(self.guests)
+        in_group = np.zeros(n_guests, dtype=bool)
+        for group in self.cons.groups:
+            members = group[present[group]]
+            in_group[members] = True
+            if members.size:
+                self.group(members)
+        for j in range(n_guests):
+            if present[j] and not in_group[j]:
+                self.single(j)
+        unit_of = np.full(n_guests, -1, dtype=np.intp)
+        for u, members in enumerate(self.units):
+            unit_of[members] = u
+        return unit_of
+
+    def add(self, members: np.ndarray, dom: np.ndarray) -> None:
+        self.units.append(members)
+        self.domain.append(dom)
+
+    def hold(self, j: int) -> None:
+        self.held[j] = True
+        self.add(np.array([j], dtype=np.intp), np.array([self.cur[j]], dtype=np.intp))
+
+    def single(self, j: int) -> None:
+        """Guest ``j`` as a unit of its own."""
+        cur, names, guest_id = self.cur, self.names, self.guests[j].id
+        if not self.movable[j]:
+            if self.say.strict and not self.static[j, cur[j]]:
+                self.say.infeasible.append(
+                    f"guest {guest_id} may not move ({self.why_fixed[j]}) but node "
+                    f"{names[cur[j]]} is not allowed for it "
+                    f"({_rejection(self.cons, j, int(cur[j]))})"
                 )
-            hold(j)
+            self.hold(j)
             return
-        dom = np.nonzero(static[j])[0]
+        dom = np.nonzero(self.static[j])[0]
         if dom.size == 0:
-            reasons = "; ".join(f"{names[n]}: {_rejection(cons, j, n)}" for n in range(n_nodes))
-            text = f"no node can take guest {guests[j].id} ({reasons or 'no nodes'})"
-            if strict:
-                infeasible.append(text)
-            else:
-                notes.append(f"{text}: it stays on {names[cur[j]]}")
-            hold(j)
+            reasons = "; ".join(
+                f"{names[n]}: {_rejection(self.cons, j, n)}" for n in range(len(names))
+            )
+            text = f"no node can take guest {guest_id} ({reasons or 'no nodes'})"
+            self.say.either(text, f": it stays on {names[cur[j]]}")
+            self.hold(j)
             return
-        add_unit(np.array([j], dtype=np.intp), dom)
+        self.add(np.array([j], dtype=np.intp), dom)
 
-    def apart(text: str, members: np.ndarray) -> None:
-        (infeasible if strict else notes).append(text if strict else text + ": kept apart")
+    def apart(self, text: str, members: np.ndarray) -> None:
+        self.say.either(text, ": kept apart")
         for m in members.tolist():
-            single(m)
+            self.single(m)
 
-    for group in cons.groups:
-        members = group[present[group]]
-        in_group[members] = True
-        if members.size == 0:
-            continue
-        label = ", ".join(guests[m].id for m in members.tolist())
-        fixed = members[~movable[members]]
-        fixed_nodes = sorted(set(cur[fixed].tolist()))
-        ok = np.all(static[members[movable[members]]], axis=0)
+    def group(self, members: np.ndarray) -> None:
+        """A hard-affinity group's guests ``members`` (present ones) as one unit where they can
+        be: on the node of those that may not move, or anywhere all of them are allowed."""
+        label = ", ".join(self.guests[m].id for m in members.tolist())
+        movable = self.movable[members]
+        fixed_nodes = sorted(set(self.cur[members[~movable]].tolist()))
+        ok = np.all(self.static[members[movable]], axis=0)
         if len(fixed_nodes) > 1:
-            where = ", ".join(names[n] for n in fixed_nodes)
-            apart(f"hard affinity group {label}: guests that may not move sit on {where}", members)
+            where = ", ".join(self.names[n] for n in fixed_nodes)
+            self.apart(
+                f"hard affinity group {label}: guests that may not move sit on {where}", members
+            )
         elif fixed_nodes:
-            # Gather on the node of the guests that may not move: those already there stay,
-            # the others join if they may go there.
-            f = fixed_nodes[0]
-            joins = (cur[members] == f) | static[members, f]
-            blocked = members[~joins]
-            if strict and (blocked.size or not np.all(static[members, f])):
-                infeasible.append(
-                    f"hard affinity group {label} cannot gather on {names[f]}, "
-                    "where some of its guests may not move"
-                )
-            if blocked.size:
-                who = ", ".join(guests[m].id for m in blocked.tolist())
-                notes.append(
-                    f"hard affinity group {label}: {who} may not join {names[f]}, where the "
-                    "others may not move: kept apart"
-                )
-            staying = members[joins]
-            held[staying[cur[staying] == f]] = True
-            add_unit(staying, np.array([f], dtype=np.intp))
-            for m in blocked.tolist():
-                single(m)
+            self.gather(members, label, fixed_nodes[0])
         elif np.any(ok):
-            add_unit(members, np.nonzero(ok)[0])
+            self.add(members, np.nonzero(ok)[0])
         else:
             text = f"no node can take hard affinity group {label} (no node is allowed for all)"
-            if strict:
-                infeasible.append(text)
-            else:
-                notes.append(text + ": its guests stay where they are")
+            self.say.either(text, ": its guests stay where they are")
             for m in members.tolist():
-                hold(m)
-    for j in range(n_guests):
-        if present[j] and not in_group[j]:
-            single(j)
-    unit_of = np.full(n_guests, -1, dtype=np.intp)
-    for u, members in enumerate(units):
-        unit_of[members] = u
+                self.hold(m)
 
-    # Capacity in whole model units; in relaxed mode room never below what fixed guests need.
-    capm = cons.capacity
-    dims = capm.dims
+    def gather(self, members: np.ndarray, label: str, f: int) -> None:
+        """Gather the group on node ``f``, of its guests that may not move: those already there
+        stay, the others join if they may go there."""
+        cur, static, name = self.cur, self.static, self.names[f]
+        joins = (cur[members] == f) | static[members, f]
+        blocked = members[~joins]
+        if self.say.strict and (blocked.size or not np.all(static[members, f])):
+            self.say.infeasible.append(
+                f"hard affinity group {label} cannot gather on {name}, "
+                "where some of its guests may not move"
+            )
+        if blocked.size:
+            who = ", ".join(self.guests[m].id for m in blocked.tolist())
+            self.say.notes.append(
+                f"hard affinity group {label}: {who} may not join {name}, where the "
+                "others may not move: kept apart"
+            )
+        staying = members[joins]
+        self.held[staying[cur[staying] == f]] = True
+        self.add(staying, np.array([f], dtype=np.intp))
+        for m in blocked.tolist():
+            self.single(m)
+
+
+def _model_capacity(
+    cons: Constraints, cur: np.ndarray, held: np.ndarray, say: _Messages
+) -> tuple[np.ndarray, np.ndarray, list[float]]:
+    """Each guest's demand (G, D) and node's room (N, D) in whole model units, and the size of
+    a unit per dimension; in relaxed mode room is never below what held guests need."""
+    cluster, capm = cons.cluster, cons.capacity
+    guests, dims = cluster.guests, capm.dims
+    n_guests, n_nodes = len(guests), len(cluster.nodes)
     raw_dem = (
         np.stack([cons.guest_demand(j) for j in range(n_guests)])
         if n_guests
@@ -620,42 +671,69 @@ def _build(
     over = fixed_load > cap
     for n, d in zip(*np.nonzero(over), strict=True):
         who = [guests[j].id for j in fidx.tolist() if cur[j] == n and dem[j, d] > 0]
-        text = (
+        say.either(
             f"guests that may not move ({', '.join(who)}) need "
-            f"{_fmt_amount(dims[d], fixed_load[n, d] * per_units[d])} on node {names[n]}, "
-            f"which has {_fmt_amount(dims[d], max(cap[n, d], 0) * per_units[d])}"
+            f"{_fmt_amount(dims[d], fixed_load[n, d] * per_units[d])} on node "
+            f"{cluster.nodes[n].name}, "
+            f"which has {_fmt_amount(dims[d], max(cap[n, d], 0) * per_units[d])}",
+            ": nothing else may use it there",
         )
-        if strict:
-            infeasible.append(text)
-        else:
-            notes.append(text + ": nothing else may use it there")
-    if not strict:
+    if not say.strict:
         cap = np.maximum(cap, fixed_load)
+    return dem, cap, per_units
 
-    # Hard anti-affinity rules; in relaxed mode a node that already holds two fixed members
-    # keeps them but takes no other member.
+
+def _rule_guests(cluster: Cluster, rule: GuestAffinity, present: np.ndarray) -> np.ndarray:
+    """The indices of ``rule``'s guests in the model, sorted."""
     gidx = cluster.guest_index
+    members = np.array(sorted({gidx[g] for g in rule.guests if g in gidx}), dtype=np.intp)
+    return members[present[members]]
+
+
+def _hard_negatives(
+    cons: Constraints,
+    cur: np.ndarray,
+    present: np.ndarray,
+    held: np.ndarray,
+    dropped: set[str],
+    say: _Messages,
+) -> list[tuple[str, np.ndarray, frozenset[int]]]:
+    """The hard anti-affinity rules kept (not ``dropped``): name, members, and the nodes where
+    (relaxed mode) held members already share a node: they stay, no other member comes."""
+    cluster = cons.cluster
     neg_rules: list[tuple[str, np.ndarray, frozenset[int]]] = []
     for rule in cons.rules.guest_affinity:
-        if rule.positive or not rule.hard or rule.name in dropped_neg:
+        if rule.positive or not rule.hard or rule.name in dropped:
             continue
-        members = np.array(sorted({gidx[g] for g in rule.guests if g in gidx}), dtype=np.intp)
-        members = members[present[members]]
+        members = _rule_guests(cluster, rule, present)
         if members.size < 2:
             continue
         fixed_members = members[held[members]]
-        counts = np.bincount(cur[fixed_members], minlength=n_nodes)
+        counts = np.bincount(cur[fixed_members], minlength=len(cluster.nodes))
         relaxed = frozenset(np.nonzero(counts > 1)[0].tolist())
         for n in sorted(relaxed):
-            who = ", ".join(guests[m].id for m in fixed_members.tolist() if cur[m] == n)
-            text = f"hard anti-affinity '{rule.name}': {who} may not move and share node {names[n]}"
-            (infeasible if strict else notes).append(text)
+            who = ", ".join(cluster.guests[m].id for m in fixed_members.tolist() if cur[m] == n)
+            say.either(
+                f"hard anti-affinity '{rule.name}': {who} may not move and share node "
+                f"{cluster.nodes[n].name}"
+            )
         neg_rules.append((rule.name, members, relaxed))
+    return neg_rules
 
-    # Implicit negatives (a group member inherits its partners' negatives): automatic for a
-    # group that is one unit; explicit pairs for a group that had to be split.
+
+def _implicit_negatives(
+    cons: Constraints,
+    neg_rules: list[tuple[str, np.ndarray, frozenset[int]]],
+    cur: np.ndarray,
+    present: np.ndarray,
+    held: np.ndarray,
+    unit_of: np.ndarray,
+) -> list[tuple[str, np.ndarray, frozenset[int]]]:
+    """Implicit negatives (a group member inherits its partners' negatives): automatic for a
+    group that is one unit; explicit pairs for a group that had to be split."""
     pairs: set[tuple[int, int]] = set()
-    for name, members, _relaxed in list(neg_rules):
+    out: list[tuple[str, np.ndarray, frozenset[int]]] = []
+    for name, members, _relaxed in neg_rules:
         for r in members.tolist():
             grp = int(cons.group_of[r])
             if grp < 0:
@@ -676,23 +754,55 @@ def _build(
                                 if on.size == 2 and on[0] == on[1]
                                 else frozenset()
                             )
-                            neg_rules.append((f"{name} (implicit)", both, shared))
+                            out.append((f"{name} (implicit)", both, shared))
+    return out
 
+
+def _soft_rules(
+    cons: Constraints, present: np.ndarray
+) -> tuple[list[tuple[str, np.ndarray]], list[tuple[str, np.ndarray]]]:
+    """The soft positive and soft negative rules with two or more guests in the model."""
     soft_pos: list[tuple[str, np.ndarray]] = []
     soft_neg: list[tuple[str, np.ndarray]] = []
     for rule in cons.rules.guest_affinity:
         if rule.hard:
             continue
-        members = np.array(sorted({gidx[g] for g in rule.guests if g in gidx}), dtype=np.intp)
-        members = members[present[members]]
+        members = _rule_guests(cons.cluster, rule, present)
         if members.size >= 2:
             (soft_pos if rule.positive else soft_neg).append((rule.name, members))
+    return soft_pos, soft_neg
 
+
+def _build(
+    cluster: Cluster,
+    cons: Constraints,
+    loads: LoadModel,
+    method: str,
+    usage: str,
+    weights: Mapping[str, float],
+    strict: bool,
+) -> _Problem:
+    """The model of ``cluster`` under ``cons`` (its hard constraints, the forbidden placements
+    refused) with the spread terms of ``method`` on ``loads``."""
+    say = _Messages(strict)
+    dropped_neg = _contradictions(cons, say)
+    cur, present, why_fixed = _current(cluster, cons.usable, say)
+    movable = np.array([w is None for w in why_fixed], dtype=bool) & present
+    cut = _UnitBuilder(cons, cur, movable, why_fixed, say)
+    unit_of = cut.build(present)
+    held = cut.held
+    dem, cap, per_units = _model_capacity(cons, cur, held, say)
+    neg_rules = _hard_negatives(cons, cur, present, held, dropped_neg, say)
+    neg_rules += _implicit_negatives(cons, neg_rules, cur, present, held, unit_of)
+    soft_pos, soft_neg = _soft_rules(cons, present)
     cost = np.array(
-        [migration_cost(g, cluster.settings) if movable[j] else 0 for j, g in enumerate(guests)],
+        [
+            migration_cost(g, cluster.settings) if movable[j] else 0
+            for j, g in enumerate(cluster.guests)
+        ],
         dtype=np.int64,
     )
-    terms = _terms(cluster, method, usage, weights, usable, loads)
+    terms = _terms(cluster, method, usage, weights, cons.usable, loads)
     return _Problem(
         cluster=cluster,
         cons=cons,
@@ -701,10 +811,10 @@ def _build(
         movable=movable,
         held=held,
         why_fixed=why_fixed,
-        units=units,
+        units=cut.units,
         unit_of=unit_of,
-        domain=domain,
-        dims=dims,
+        domain=cut.domain,
+        dims=cons.capacity.dims,
         dem=dem,
         cap=cap,
         units_of_dim=per_units,
@@ -716,8 +826,8 @@ def _build(
         terms=terms,
         loads=loads,
         percent=method == "balance" or (len(terms) == 1 and terms[0].weight == 1),
-        notes=notes,
-        infeasible=infeasible,
+        notes=say.notes,
+        infeasible=say.infeasible,
     )
 
 
