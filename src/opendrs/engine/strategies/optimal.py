@@ -860,26 +860,47 @@ class _Model:
         from ortools.sat.python import cp_model  # imported when solving: it is large
 
         self.p = p
-        m = cp_model.CpModel()
-        self.model = m
-        n_nodes = len(p.cluster.nodes)
+        self.model = cp_model.CpModel()
+        self._place_units()
+        self._add_capacity()
+        self._add_anti_affinity()
+        penalties = self._soft_penalties()
+        cost_terms = self._migration_cost()
+        #: Per term: the term, its (node, load variable) pairs, and its max and min variables.
+        self.load_vars: list[tuple[_Term, list[tuple[int, Any]], Any, Any]] = []
+        spread_terms = self._spread() if w_balance > 0 else []
+        self.objective = (
+            w_balance * cp_model.LinearExpr.sum(spread_terms)
+            + w_stickiness * cp_model.LinearExpr.sum(cost_terms)
+            + SOFT_PENALTY * cp_model.LinearExpr.sum(penalties)
+        )
+        self.model.minimize(self.objective)
+
+    def _place_units(self) -> None:
+        """One Boolean per unit and allowed node, exactly one true per unit (``y``), and the
+        units that may go to each node (``on_node``)."""
+        m = self.model
         self.y: list[dict[int, cp_model.IntVar]] = []
-        for u, dom in enumerate(p.domain):
+        for u, dom in enumerate(self.p.domain):
             row = {int(n): m.new_bool_var(f"y{u}_{n}") for n in dom.tolist()}
             m.add_exactly_one(row.values())
             self.y.append(row)
-        self.on_node: list[list[int]] = [[] for _ in range(n_nodes)]
-        for u, dom in enumerate(p.domain):
+        self.on_node: list[list[int]] = [[] for _ in range(len(self.p.cluster.nodes))]
+        for u, dom in enumerate(self.p.domain):
             for n in dom.tolist():
                 self.on_node[n].append(u)
 
-        # Capacity.
+    def _add_capacity(self) -> None:
+        """Capacity of every node and dimension (only where the units could overflow it)."""
+        from ortools.sat.python import cp_model  # imported when solving: it is large
+
+        p, m = self.p, self.model
         unit_dem = (
             np.stack([p.dem[members].sum(axis=0) for members in p.units])
             if p.units
             else np.zeros((0, len(p.dims)), dtype=np.int64)
         )
-        for n in range(n_nodes):
+        for n in range(len(p.cluster.nodes)):
             here = self.on_node[n]
             if not here:
                 continue
@@ -895,9 +916,14 @@ class _Model:
                     <= int(p.cap[n, d])
                 )
 
-        # Hard anti-affinity.
+    def _add_anti_affinity(self) -> None:
+        """Hard anti-affinity: at most one member per node, except that on a relaxed node only
+        the held members stay."""
+        from ortools.sat.python import cp_model  # imported when solving: it is large
+
+        p, m = self.p, self.model
         for _name, members, relaxed in p.neg_rules:
-            for n in range(n_nodes):
+            for n in range(len(p.cluster.nodes)):
                 lits = [self.x(int(g), n) for g in members.tolist()]
                 if n in relaxed:
                     for g in members[~p.held[members]].tolist():
@@ -911,7 +937,11 @@ class _Model:
                 if len(vars_) + const > 1:
                     m.add(cp_model.LinearExpr.sum(vars_) + const <= 1)
 
-        # Soft rules.
+    def _soft_penalties(self) -> list[Any]:
+        """One 0/1 term per broken soft rule: a Boolean per soft guest-affinity rule
+        (``soft_vars``), the literal of each guest on a node its node affinity does not prefer."""
+        p, m = self.p, self.model
+        n_nodes = len(p.cluster.nodes)
         penalties: list[Any] = []
         self.soft_vars: list[tuple[Any, bool, np.ndarray]] = []  # (var, positive, members)
         for name, members in p.soft_pos:
@@ -941,60 +971,66 @@ class _Model:
                 lit = self.x(int(g), n)
                 if not isinstance(lit, int) or lit:
                     penalties.append(lit)
+        return penalties
 
-        # Migration cost.
+    def _migration_cost(self) -> list[Any]:
+        """The cost terms of the movable guests; ``moved``: whether each one moves."""
+        p = self.p
         cost_terms: list[Any] = []
         self.moved: dict[int, Any] = {}
         for g in np.nonzero(p.movable)[0].tolist():
             stay = self.x(g, int(p.cur[g]))
             self.moved[g] = 1 - stay
             cost_terms.append(int(p.cost[g]) * (1 - stay))
+        return cost_terms
 
-        # Spread.
+    def _spread(self) -> list[Any]:
+        """``weight · (max − min)`` of each term with two nodes or more (``load_vars``)."""
         spread_terms: list[Any] = []
-        #: Per term: the term, its (node, load variable) pairs, and its max and min variables.
-        self.load_vars: list[tuple[_Term, list[tuple[int, Any]], Any, Any]] = []
-        if w_balance > 0:
-            for t_i, term in enumerate(p.terms):
-                if term.nodes.size < 2:
-                    continue
-                unit_coef = [int(term.coeffs[members].sum()) for members in p.units]
-                total = sum(unit_coef)
-                loads = []
-                node_vars: list[tuple[int, Any]] = []
-                ub_all = 0
-                for n in term.nodes.tolist():
-                    here = [(u, unit_coef[u]) for u in self.on_node[n] if unit_coef[u]]
-                    base, cap = int(term.base[n]), int(term.cap[n])
-                    ub = term.scale * (base + total) // cap
-                    ub_all = max(ub_all, ub)
-                    if not here:
-                        loads.append(term.scale * base // cap)
-                        continue
-                    lv = m.new_int_var(0, max(ub, 0), f"l{t_i}_{n}")
-                    used = (
-                        cp_model.LinearExpr.weighted_sum(
-                            [self.y[u][n] for u, _ in here], [term.scale * c for _, c in here]
-                        )
-                        + term.scale * base
-                    )
-                    m.add(cap * lv <= used)
-                    m.add(used <= cap * lv + cap - 1)
-                    loads.append(lv)
-                    node_vars.append((n, lv))
-                hi = m.new_int_var(0, max(ub_all, 0), f"max{t_i}")
-                lo = m.new_int_var(0, max(ub_all, 0), f"min{t_i}")
-                for lv in loads:
-                    m.add(hi >= lv)
-                    m.add(lo <= lv)
-                spread_terms.append(term.weight * (hi - lo))
-                self.load_vars.append((term, node_vars, hi, lo))
-        self.objective = (
-            w_balance * cp_model.LinearExpr.sum(spread_terms)
-            + w_stickiness * cp_model.LinearExpr.sum(cost_terms)
-            + SOFT_PENALTY * cp_model.LinearExpr.sum(penalties)
-        )
-        m.minimize(self.objective)
+        for t_i, term in enumerate(self.p.terms):
+            if term.nodes.size < 2:
+                continue
+            node_vars, hi, lo = self._term_loads(t_i, term)
+            spread_terms.append(term.weight * (hi - lo))
+            self.load_vars.append((term, node_vars, hi, lo))
+        return spread_terms
+
+    def _term_loads(self, t_i: int, term: _Term) -> tuple[list[tuple[int, Any]], Any, Any]:
+        """Term ``t_i``'s scaled, rounded-down load on each of its nodes (a variable where some
+        unit may come, else a constant) and its max and min variables."""
+        from ortools.sat.python import cp_model  # imported when solving: it is large
+
+        m = self.model
+        unit_coef = [int(term.coeffs[members].sum()) for members in self.p.units]
+        total = sum(unit_coef)
+        loads = []
+        node_vars: list[tuple[int, Any]] = []
+        ub_all = 0
+        for n in term.nodes.tolist():
+            here = [(u, unit_coef[u]) for u in self.on_node[n] if unit_coef[u]]
+            base, cap = int(term.base[n]), int(term.cap[n])
+            ub = term.scale * (base + total) // cap
+            ub_all = max(ub_all, ub)
+            if not here:
+                loads.append(term.scale * base // cap)
+                continue
+            lv = m.new_int_var(0, max(ub, 0), f"l{t_i}_{n}")
+            used = (
+                cp_model.LinearExpr.weighted_sum(
+                    [self.y[u][n] for u, _ in here], [term.scale * c for _, c in here]
+                )
+                + term.scale * base
+            )
+            m.add(cap * lv <= used)
+            m.add(used <= cap * lv + cap - 1)
+            loads.append(lv)
+            node_vars.append((n, lv))
+        hi = m.new_int_var(0, max(ub_all, 0), f"max{t_i}")
+        lo = m.new_int_var(0, max(ub_all, 0), f"min{t_i}")
+        for lv in loads:
+            m.add(hi >= lv)
+            m.add(lo <= lv)
+        return node_vars, hi, lo
 
     def x(self, g: int, n: int) -> Any:
         """The literal "guest ``g`` on node ``n``" (a unit's variable, or the constant 0)."""
