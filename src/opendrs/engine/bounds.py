@@ -268,6 +268,109 @@ def _fewest(prefix: np.ndarray, need: np.ndarray) -> np.ndarray:
     return where.max(axis=1)
 
 
+def _held_resources(cluster: Cluster, resources: Sequence[str] | None) -> tuple[str, ...]:
+    """The resources held to the target, in :data:`RESOURCES`'s order (default: those the
+    cluster balances); ValueError for an unknown one or none."""
+    chosen = tuple(resources) if resources is not None else balanced_resources(cluster)
+    unknown = [r for r in chosen if r not in RESOURCES]
+    if unknown or not chosen:
+        raise ValueError(f"resources: expected some of {', '.join(RESOURCES)}, got {chosen!r}")
+    return tuple(r for r in RESOURCES if r in chosen)
+
+
+def _target_vector(target_spread: Mapping[str, float] | Sequence[float] | float) -> np.ndarray:
+    """(R,) the target spread of each resource (a mapping's missing ones: 0)."""
+    if isinstance(target_spread, Mapping):
+        return np.array([float(target_spread.get(r, 0.0)) for r in RESOURCES])
+    if isinstance(target_spread, int | float):
+        return np.full(len(RESOURCES), float(target_spread))
+    return np.asarray(target_spread, dtype=float)
+
+
+def _parts_added_up(each: Sequence[LowerBounds]) -> LowerBounds:
+    """The bounds of a cluster from those of its architectures' parts: the worst spread, the
+    migrations and moved bytes added up."""
+    return LowerBounds(
+        spread={r: max(b.spread[r] for b in each) for r in RESOURCES},
+        target_spread=each[0].target_spread,
+        migrations=sum(b.migrations for b in each),
+        moved_bytes=sum(b.moved_bytes for b in each),
+        resources=each[0].resources,
+    )
+
+
+@dataclass
+class _Tally:
+    """The per-resource bounds, node by node: departures (``out_count``) and arrivals
+    (``in_count``) at least, memory that must leave (``out_bytes``) or arrive (``in_bytes``),
+    and each usable node's box of net outflow (``low``, ``high``: (N, R))."""
+
+    out_count: int
+    out_bytes: float
+    in_count: int
+    in_bytes: float
+    low: np.ndarray
+    high: np.ndarray
+
+
+def _departures(
+    demand: np.ndarray, on_node: np.ndarray, excess: np.ndarray, cols: list[int]
+) -> int:
+    """The fewest of a node's movable guests (``on_node``) whose departure removes its
+    ``excess`` in every resource of ``cols`` (all of them when none suffices)."""
+    k = 0
+    for r in cols:
+        if excess[r] > 0:
+            sizes = np.sort(demand[on_node, r])[::-1]
+            need = _cover_count(sizes, excess[r])
+            k = max(k, need if need else int(on_node.sum()))
+    return k
+
+
+def _tally(
+    loads: LoadModel, usable: np.ndarray, movable: np.ndarray, target: np.ndarray, cols: list[int]
+) -> _Tally:
+    """The per-resource bounds of :func:`migration_lower_bound` for the spreads ``target`` in
+    the resources ``cols``."""
+    node_load, cap, demand = loads.loads(), loads.capacity, loads.demand
+    total = _redistributable_total(loads, usable, movable)
+    usable_cap = cap[usable].sum(axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean = np.where(usable_cap > 0, total / np.where(usable_cap > 0, usable_cap, 1.0), 0.0)
+    memory_col = RESOURCES.index("memory")
+    out_count = 0
+    out_bytes = 0.0
+    in_need = np.zeros(len(RESOURCES))
+    in_counts: list[int] = []
+    all_movable = demand[movable]
+    sorted_all = [np.sort(all_movable[:, r])[::-1] for r in range(len(RESOURCES))]
+    low = np.zeros_like(cap)
+    high = np.zeros_like(cap)
+    for n in range(len(usable)):
+        on_node = movable & (loads.assign == n)
+        if not usable[n]:
+            # Everything movable on an unusable node must leave.
+            count = int(on_node.sum())
+            out_count += count
+            out_bytes += float(demand[on_node, memory_col].sum()) if loads.memory_is_bytes else 0.0
+            continue
+        excess = node_load[n] - (mean + target) * cap[n]
+        deficit = (mean - target) * cap[n] - node_load[n]
+        low[n] = excess
+        high[n] = -deficit
+        out_count += _departures(demand, on_node, excess, cols)
+        if memory_col in cols and excess[memory_col] > 0 and loads.memory_is_bytes:
+            out_bytes += float(excess[memory_col])
+        k_in = 0
+        for r in cols:
+            if deficit[r] > 0:
+                k_in = max(k_in, _cover_count(sorted_all[r], deficit[r]))
+                in_need[r] += deficit[r]
+        in_counts.append(k_in)
+    in_bytes = float(in_need[memory_col]) if loads.memory_is_bytes else 0.0
+    return _Tally(out_count, out_bytes, sum(in_counts), in_bytes, low, high)
+
+
 def migration_lower_bound(
     cluster: Cluster,
     target_spread: Mapping[str, float] | Sequence[float] | float,
@@ -317,96 +420,33 @@ def migration_lower_bound(
     """
     parts = arch_parts(cluster)
     if len(parts) > 1:
-        each = [migration_lower_bound(part, target_spread, None, resources) for part in parts]
-        return LowerBounds(
-            spread={r: max(b.spread[r] for b in each) for r in RESOURCES},
-            target_spread=each[0].target_spread,
-            migrations=sum(b.migrations for b in each),
-            moved_bytes=sum(b.moved_bytes for b in each),
-            resources=each[0].resources,
+        return _parts_added_up(
+            [migration_lower_bound(part, target_spread, None, resources) for part in parts]
         )
     loads = loads or LoadModel.build(cluster)
-    chosen = tuple(resources) if resources is not None else balanced_resources(cluster)
-    unknown = [r for r in chosen if r not in RESOURCES]
-    if unknown or not chosen:
-        raise ValueError(f"resources: expected some of {', '.join(RESOURCES)}, got {chosen!r}")
+    chosen = _held_resources(cluster, resources)
     cols = [r for r in range(len(RESOURCES)) if RESOURCES[r] in chosen]
-    chosen = tuple(RESOURCES[r] for r in cols)
-    if isinstance(target_spread, Mapping):
-        target = np.array([float(target_spread.get(r, 0.0)) for r in RESOURCES])
-    elif isinstance(target_spread, int | float):
-        target = np.full(len(RESOURCES), float(target_spread))
-    else:
-        target = np.asarray(target_spread, dtype=float)
+    target = _target_vector(target_spread)
+    targets = {r: float(target[i]) for i, r in enumerate(RESOURCES)}
     usable = np.array([n.usable for n in cluster.nodes], dtype=bool) & np.all(
         loads.capacity > 0, axis=1
     )
     spread_lb = spread_lower_bound(cluster, loads)
     movable = _movable(cluster) & loads.active
-    node_load = loads.loads()
-    cap = loads.capacity
-    n_nodes = len(cluster.nodes)
     if usable.sum() < 2:
         # No spread to speak of: only what must leave unusable nodes has to move.
         leaving = movable & (loads.assign >= 0) & ~usable[np.maximum(loads.assign, 0)]
         memory = loads.demand[leaving, RESOURCES.index("memory")].sum()
-        return LowerBounds(
-            spread=spread_lb,
-            target_spread={r: float(target[i]) for i, r in enumerate(RESOURCES)},
-            migrations=int(leaving.sum()),
-            moved_bytes=int(memory) if loads.memory_is_bytes else 0,
-            resources=chosen,
-        )
-    total = _redistributable_total(loads, usable, movable)
-    usable_cap = cap[usable].sum(axis=0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        mean = np.where(usable_cap > 0, total / np.where(usable_cap > 0, usable_cap, 1.0), 0.0)
-    demand = loads.demand
-    memory_col = RESOURCES.index("memory")
-    out_count = 0
-    out_bytes = 0.0
-    in_need = np.zeros(len(RESOURCES))
-    in_counts: list[int] = []
-    all_movable = demand[movable]
-    sorted_all = [np.sort(all_movable[:, r])[::-1] for r in range(len(RESOURCES))]
-    low = np.zeros_like(cap)
-    high = np.zeros_like(cap)
-    for n in range(n_nodes):
-        on_node = movable & (loads.assign == n)
-        if not usable[n]:
-            # Everything movable on an unusable node must leave.
-            count = int(on_node.sum())
-            out_count += count
-            out_bytes += float(demand[on_node, memory_col].sum()) if loads.memory_is_bytes else 0.0
-            continue
-        excess = node_load[n] - (mean + target) * cap[n]
-        deficit = (mean - target) * cap[n] - node_load[n]
-        low[n] = excess
-        high[n] = -deficit
-        k = 0
-        for r in cols:
-            if excess[r] > 0:
-                sizes = np.sort(demand[on_node, r])[::-1]
-                need = _cover_count(sizes, excess[r])
-                k = max(k, need if need else int(on_node.sum()))
-        out_count += k
-        if memory_col in cols and excess[memory_col] > 0 and loads.memory_is_bytes:
-            out_bytes += float(excess[memory_col])
-        k_in = 0
-        for r in cols:
-            if deficit[r] > 0:
-                k_in = max(k_in, _cover_count(sorted_all[r], deficit[r]))
-                in_need[r] += deficit[r]
-        in_counts.append(k_in)
-    in_bytes = float(in_need[memory_col]) if loads.memory_is_bytes else 0.0
-    joint = _joint_migration_bound(
-        demand[:, cols], loads.assign, movable, usable, low[:, cols], high[:, cols]
-    )
+        moved_bytes = int(memory) if loads.memory_is_bytes else 0
+        return LowerBounds(spread_lb, targets, int(leaving.sum()), moved_bytes, chosen)
+    tally = _tally(loads, usable, movable, target, cols)
+    demand, low, high = loads.demand[:, cols], tally.low[:, cols], tally.high[:, cols]
+    joint = _joint_migration_bound(demand, loads.assign, movable, usable, low, high)
     return LowerBounds(
         spread=spread_lb,
-        target_spread={r: float(target[i]) for i, r in enumerate(RESOURCES)},
-        migrations=int(max(out_count, sum(in_counts), np.ceil(joint - 1e-6))),
-        moved_bytes=int(max(out_bytes, in_bytes)),
+        target_spread=targets,
+        migrations=int(max(tally.out_count, tally.in_count, np.ceil(joint - 1e-6))),
+        moved_bytes=int(max(tally.out_bytes, tally.in_bytes)),
         resources=chosen,
     )
 
