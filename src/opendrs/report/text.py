@@ -17,7 +17,7 @@ from opendrs.engine.placement import Evacuation, Placement
 from opendrs.engine.planner import Plan
 from opendrs.engine.strategies.base import Proposal, cluster_imbalance, imbalance_by_arch
 from opendrs.engine.usage import RESOURCES, LoadModel
-from opendrs.model.cluster import Cluster, Node
+from opendrs.model.cluster import Cluster, Guest, Node
 from opendrs.model.units import format_bytes
 
 BAR_WIDTH = 20
@@ -113,55 +113,46 @@ def imbalance_rows(imb: Imbalance) -> list[list[str]]:
 IMBALANCE_HEADERS = ("resource", "mean", "min", "max", "spread", "CV", "CV/√(N−1)", "RMS")
 
 
+_NODE_HEADERS = (
+    "node",
+    "state",
+    "arch",
+    "cores",
+    "memory",
+    "guests",
+    "cpu",
+    "memory",
+    "vCPUs",
+    "mem committed",
+)
+_GUEST_HEADERS = (
+    "node",
+    "id",
+    "name",
+    "kind",
+    "state",
+    "vCPUs",
+    "memory",
+    "cpu used",
+    "mem used",
+    "flags",
+)
+
+
 def show_cluster(report: Report, cluster: Cluster, *, guests: bool = True) -> None:
     """Nodes with load bars per resource, guests per node, and the imbalance figures."""
     settings = cluster.settings
-    loads = LoadModel.build(cluster)
-    fractions = loads.fractions()
+    fractions = LoadModel.build(cluster).fractions()
     cons = Constraints.build(cluster)
     committed = cons.capacity.committed()
-    limit = cons.capacity.limit
     report.line(
         f"Cluster {cluster.name}: {len(cluster.nodes)} nodes, {len(cluster.guests)} guests, "
         f"{settings.mode} mode",
         "bold",
     )
-    rows = []
-    for i, node in enumerate(cluster.nodes):
-        state = node_state(node)
-        on_node = cluster.guests_on(node.name)
-        running = sum(1 for g in on_node if g.state != "stopped")
-        rows.append(
-            [
-                node.name,
-                state,
-                node.arch,
-                f"{node.cpu:g}",
-                format_bytes(node.memory),
-                f"{running}/{len(on_node)}",
-                bar(fractions[i, 0]),
-                bar(fractions[i, 1]),
-                f"{committed[i, 0]:g}/{limit[i, 0]:g}",
-                f"{format_bytes(committed[i, 1])}/{format_bytes(limit[i, 1])}",
-            ]
-        )
     report.heading(f"Nodes ({settings.mode} load as a share of capacity less reserves)")
-    report.table(
-        (
-            "node",
-            "state",
-            "arch",
-            "cores",
-            "memory",
-            "guests",
-            "cpu",
-            "memory",
-            "vCPUs",
-            "mem committed",
-        ),
-        rows,
-        right=(3, 4, 5, 8, 9),
-    )
+    rows = _node_rows(cluster, fractions, committed, cons.capacity.limit)
+    report.table(_NODE_HEADERS, rows, right=(3, 4, 5, 8, 9))
     by_arch = imbalance_by_arch(cluster)
     if by_arch:
         show_by_arch(report, "Imbalance", by_arch)
@@ -172,52 +163,80 @@ def show_cluster(report: Report, cluster: Cluster, *, guests: bool = True) -> No
         )
     if guests:
         report.heading("Guests")
-        grows = []
-        for node in cluster.nodes:
-            for g in cluster.guests_on(node.name):
-                flags = []
-                if g.ha:
-                    flags.append("ha")
-                if g.id in cluster.rules.ignored:
-                    flags.append("ignored")
-                if g.lock:
-                    flags.append(f"lock:{g.lock}")
-                if g.devices:
-                    flags.append("devices")
-                if g.local_disk_bytes:
-                    flags.append("local-disk")
-                if g.migrating_to:
-                    flags.append(f"->{g.migrating_to}")
-                grows.append(
-                    [
-                        node.name,
-                        g.id,
-                        g.name,
-                        g.kind,
-                        g.state,
-                        f"{g.cpu:g}",
-                        format_bytes(g.memory),
-                        f"{g.cpu_load:.2f}",
-                        format_bytes(g.memory_load),
-                        " ".join(flags),
-                    ]
-                )
-        report.table(
-            (
-                "node",
-                "id",
-                "name",
-                "kind",
-                "state",
-                "vCPUs",
-                "memory",
-                "cpu used",
-                "mem used",
-                "flags",
-            ),
-            grows,
-            right=(5, 6, 7, 8),
+        report.table(_GUEST_HEADERS, _guest_rows(cluster), right=(5, 6, 7, 8))
+    _show_problems(report, cluster, cons, committed)
+
+
+def _node_rows(
+    cluster: Cluster, fractions: np.ndarray, committed: np.ndarray, limit: np.ndarray
+) -> list[list[str | Text]]:
+    """A row per node: state, size, guests, load bars (``fractions``), capacity ``committed``
+    against the ``limit``."""
+    rows: list[list[str | Text]] = []
+    for i, node in enumerate(cluster.nodes):
+        on_node = cluster.guests_on(node.name)
+        running = sum(1 for g in on_node if g.state != "stopped")
+        rows.append(
+            [
+                node.name,
+                node_state(node),
+                node.arch,
+                f"{node.cpu:g}",
+                format_bytes(node.memory),
+                f"{running}/{len(on_node)}",
+                bar(fractions[i, 0]),
+                bar(fractions[i, 1]),
+                f"{committed[i, 0]:g}/{limit[i, 0]:g}",
+                f"{format_bytes(committed[i, 1])}/{format_bytes(limit[i, 1])}",
+            ]
         )
+    return rows
+
+
+def _guest_flags(cluster: Cluster, g: Guest) -> str:
+    """What sets guest ``g`` apart: ``ha ignored lock:backup devices local-disk ->node``."""
+    flags = []
+    if g.ha:
+        flags.append("ha")
+    if g.id in cluster.rules.ignored:
+        flags.append("ignored")
+    if g.lock:
+        flags.append(f"lock:{g.lock}")
+    if g.devices:
+        flags.append("devices")
+    if g.local_disk_bytes:
+        flags.append("local-disk")
+    if g.migrating_to:
+        flags.append(f"->{g.migrating_to}")
+    return " ".join(flags)
+
+
+def _guest_rows(cluster: Cluster) -> list[list[str | Text]]:
+    """A row per guest, node by node: its size, its use and its flags."""
+    rows: list[list[str | Text]] = []
+    for node in cluster.nodes:
+        for g in cluster.guests_on(node.name):
+            rows.append(
+                [
+                    node.name,
+                    g.id,
+                    g.name,
+                    g.kind,
+                    g.state,
+                    f"{g.cpu:g}",
+                    format_bytes(g.memory),
+                    f"{g.cpu_load:.2f}",
+                    format_bytes(g.memory_load),
+                    _guest_flags(cluster, g),
+                ]
+            )
+    return rows
+
+
+def _show_problems(
+    report: Report, cluster: Cluster, cons: Constraints, committed: np.ndarray
+) -> None:
+    """The rules dropped, the rules broken now and the nodes over capacity now (``committed``)."""
     if cons.problems:
         report.heading("Rule problems")
         for problem in cons.problems:
@@ -229,6 +248,7 @@ def show_cluster(report: Report, cluster: Cluster, *, guests: bool = True) -> No
             report.line(f"  {broken}", "red" if broken.hard else "yellow")
     over = cons.capacity.over(committed)
     if over.any():
+        limit = cons.capacity.limit
         report.heading("Over capacity now")
         for n, d in zip(*np.nonzero(over), strict=True):
             report.line(
