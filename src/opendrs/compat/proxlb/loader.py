@@ -490,8 +490,47 @@ class _Reader(Reader):
         expect = self.expect(doc)
         name = self.optional(doc, "name", (), self.name, default_name)
         description = str(doc.get("description") or "").strip()
+        tag_aff, tag_anti, tag_pins = self.tag_rules(vms, tags, node_names)
+        affinity += tag_aff
+        anti_affinity += tag_anti
+        pins += tag_pins
 
-        # Tags: plb_affinity_* / plb_anti_affinity_* shared by ≥ 2 guests, plb_pin_<node> sets.
+        cluster = self._cluster(
+            name,
+            balancing,
+            nodes,
+            node_extra,
+            vms,
+            affinity,
+            anti_affinity,
+            pins,
+            ignore,
+            evacuate,
+            vm_names,
+        )
+        return Scenario(
+            name=name,
+            path=self.filename,
+            cluster=cluster,
+            options=MappingProxyType(_optimal_options(balancing)),
+            balancing=balancing,
+            nodes=tuple(nodes),
+            vms=tuple(vms),
+            affinity=tuple(affinity),
+            anti_affinity=tuple(anti_affinity),
+            pins=tuple(pins),
+            ignore=tuple(ignore),
+            expect=expect,
+            evacuate_node=evacuate,
+            description=description,
+            notes=tuple(self.notes),
+        )
+
+    def tag_rules(
+        self, vms: list[ProxlbVM], tags: Mapping[str, Sequence[str]], node_names: set[str]
+    ) -> tuple[list[ProxlbRule], list[ProxlbRule], list[tuple[str, tuple[str, ...]]]]:
+        """The rules the guests' tags make: ``plb_affinity_*`` / ``plb_anti_affinity_*`` shared
+        by ≥ 2 guests, ``plb_pin_<node>`` sets (a tag naming no node is skipped, with a note)."""
         tag_aff: dict[str, list[str]] = {}
         tag_anti: dict[str, list[str]] = {}
         tag_pins: dict[str, set[str]] = {}
@@ -508,51 +547,10 @@ class _Reader(Reader):
                         pinned.add(target)
                     else:
                         self.notes.append(f"vms.{vm.name}: tag {tag} names no node: skipped")
-        affinity += [ProxlbRule(t, tuple(m)) for t, m in tag_aff.items() if len(m) > 1]
-        anti_affinity += [ProxlbRule(t, tuple(m)) for t, m in tag_anti.items() if len(m) > 1]
-        pins += [(vm, tuple(sorted(s))) for vm, s in tag_pins.items() if s]
-
-        cluster = self._cluster(
-            name,
-            balancing,
-            nodes,
-            node_extra,
-            vms,
-            affinity,
-            anti_affinity,
-            pins,
-            ignore,
-            evacuate,
-            vm_names,
-        )
-        options: dict[str, Any] = {
-            "method": balancing.method,
-            "usage": balancing.mode,
-            "balanciness": balancing.balanciness,
-            "w_balance": balancing.w_balance,
-            "w_stickiness": balancing.w_stickiness,
-            "cpu_threshold": balancing.cpu_threshold,
-            "memory_threshold": balancing.memory_threshold,
-            "disk_threshold": balancing.disk_threshold,
-            **balancing.weights,
-            "strict": True,
-        }
-        return Scenario(
-            name=name,
-            path=self.filename,
-            cluster=cluster,
-            options=MappingProxyType(options),
-            balancing=balancing,
-            nodes=tuple(nodes),
-            vms=tuple(vms),
-            affinity=tuple(affinity),
-            anti_affinity=tuple(anti_affinity),
-            pins=tuple(pins),
-            ignore=tuple(ignore),
-            expect=expect,
-            evacuate_node=evacuate,
-            description=description,
-            notes=tuple(self.notes),
+        return (
+            [ProxlbRule(t, tuple(m)) for t, m in tag_aff.items() if len(m) > 1],
+            [ProxlbRule(t, tuple(m)) for t, m in tag_anti.items() if len(m) > 1],
+            [(vm, tuple(sorted(s))) for vm, s in tag_pins.items() if s],
         )
 
     def _cluster(
@@ -569,57 +567,20 @@ class _Reader(Reader):
         evacuate: str | None,
         vm_names: set[str],
     ) -> Cluster:
-        used: dict[tuple[str, str], int] = {}
-        for vm in vms:
-            for pool, size in vm.disks.items():
-                used[vm.node, pool] = used.get((vm.node, pool), 0) + size
-        opendrs_nodes = []
-        for node in nodes:
-            extra = node_extra[node.name]
-            pools = set(node.storage_free) | set(extra["reserve_storage"])
-            pools |= {p for (n, p) in used if n == node.name}
-            storage = {
-                p: max(
-                    0,
-                    node.storage_free.get(p, 0)
-                    + used.get((node.name, p), 0)
-                    - extra["reserve_storage"].get(p, 0),
-                )
-                for p in sorted(pools)
-            }
-            opendrs_nodes.append(
-                Node(
-                    name=node.name,
-                    cpu=node.cpu_total,
-                    memory=node.memory_total,
-                    storage=storage,
-                    maintenance=node.maintenance or node.name == evacuate,
-                    reserve_cpu=extra["reserve_cpu"],
-                    reserve_memory=extra["reserve_memory"],
-                    pressure=extra["pressure"],
-                )
-            )
-        guests = tuple(
-            Guest(
-                id=vm.name,
-                node=vm.node,
-                kind="ct" if vm.type == "ct" else "vm",
-                cpu=vm.cpu,
-                memory=vm.memory,
-                disks=tuple(Disk(pool, size) for pool, size in sorted(vm.disks.items()))
-                if vm.disks
-                else (),
-                cpu_used=vm.cpu_usage,
-                pressure=Pressure(
-                    cpu=vm.cpu_pressure, memory=vm.memory_pressure, io=vm.io_pressure
-                ),
-                tags=(),
-                priority=vm.priority,
-            )
-            for vm in vms
-        )
-        # Rules: guests the cluster lacks are skipped (proxlb-solver does the same); a rule left
-        # with fewer than two guests does nothing.
+        opendrs_nodes = _opendrs_nodes(nodes, node_extra, vms, evacuate)
+        guests = tuple(_opendrs_guest(vm) for vm in vms)
+        guest_rules = self.guest_rules(affinity, anti_affinity, vm_names)
+        node_rules = self.pin_rules(pins, vm_names, {n.name for n in nodes})
+        settings = self.settings(balancing, vms)
+        rules = Rules(node_rules, tuple(guest_rules), frozenset(v for v in ignore if v in vm_names))
+        return Cluster(opendrs_nodes, guests, rules, settings, name)
+
+    def guest_rules(
+        self, affinity: list[ProxlbRule], anti_affinity: list[ProxlbRule], vm_names: set[str]
+    ) -> list[GuestAffinity]:
+        """The guest-affinity rules: guests the cluster lacks are skipped (proxlb-solver does the
+        same, with a note here); a rule left with fewer than two guests does nothing. A name
+        used twice gets ``#2``, ``#3``, …"""
         guest_rules: list[GuestAffinity] = []
         seen_names: set[str] = set()
 
@@ -641,18 +602,28 @@ class _Reader(Reader):
                 if len(members) < 2:
                     continue
                 guest_rules.append(GuestAffinity(unique(rule.name), members, positive, rule.hard))
+        return guest_rules
+
+    def pin_rules(
+        self, pins: list[tuple[str, tuple[str, ...]]], vm_names: set[str], node_names: set[str]
+    ) -> tuple[NodeAffinity, ...]:
+        """A strict node affinity per pinned guest, to the nodes all its pins allow (pins of
+        unknown guests are skipped, with a note)."""
         allowed: dict[str, set[str]] = {}
-        node_names = {n.name for n in nodes}
         for vm, pin_nodes in pins:
             if vm not in vm_names:
                 self.notes.append(f"pin of unknown guest {vm} skipped")
                 continue
             known = {n for n in pin_nodes if n in node_names}
             allowed[vm] = allowed[vm] & known if vm in allowed else known
-        node_rules = tuple(
+        return tuple(
             NodeAffinity(f"pin {vm}", (vm,), {n: 0 for n in sorted(nodes_)}, strict=True)
             for vm, nodes_ in sorted(allowed.items())
         )
+
+    def settings(self, balancing: Balancing, vms: list[ProxlbVM]) -> Settings:
+        """The cluster's settings: the balancing method as opendrs balances it
+        (:func:`balance_metric`, with a note where that is only close), proxlb-solver's limits."""
         has_pressure = {
             resource: any(pressure(vm) * vm.priority > 0 for vm in vms)
             for resource, pressure in (
@@ -662,7 +633,7 @@ class _Reader(Reader):
         metric = balance_metric(balancing, has_pressure)
         if metric.note is not None:
             self.notes.append(f"balancing.method {balancing.method}: {metric.note}")
-        settings = Settings(
+        return Settings(
             mode=metric.mode,
             weight_cpu=metric.weight_cpu,
             weight_memory=metric.weight_memory,
@@ -675,8 +646,80 @@ class _Reader(Reader):
             max_parallel=balancing.max_parallel_migrations or max(1, len(vms)),
             max_node_inflow=balancing.max_node_inflow,
         )
-        rules = Rules(node_rules, tuple(guest_rules), frozenset(v for v in ignore if v in vm_names))
-        return Cluster(tuple(opendrs_nodes), guests, rules, settings, name)
+
+
+def _optimal_options(balancing: Balancing) -> dict[str, Any]:
+    """The options of ``optimal`` for the scenario: its balancing, proxlb-solver's strictness."""
+    return {
+        "method": balancing.method,
+        "usage": balancing.mode,
+        "balanciness": balancing.balanciness,
+        "w_balance": balancing.w_balance,
+        "w_stickiness": balancing.w_stickiness,
+        "cpu_threshold": balancing.cpu_threshold,
+        "memory_threshold": balancing.memory_threshold,
+        "disk_threshold": balancing.disk_threshold,
+        **balancing.weights,
+        "strict": True,
+    }
+
+
+def _opendrs_nodes(
+    nodes: list[ProxlbNode],
+    node_extra: dict[str, dict[str, Any]],
+    vms: list[ProxlbVM],
+    evacuate: str | None,
+) -> tuple[Node, ...]:
+    """The nodes, their local storage the free space plus what their guests' disks use, less
+    reserves; the node to evacuate in maintenance."""
+    used: dict[tuple[str, str], int] = {}
+    for vm in vms:
+        for pool, size in vm.disks.items():
+            used[vm.node, pool] = used.get((vm.node, pool), 0) + size
+    opendrs_nodes = []
+    for node in nodes:
+        extra = node_extra[node.name]
+        pools = set(node.storage_free) | set(extra["reserve_storage"])
+        pools |= {p for (n, p) in used if n == node.name}
+        storage = {
+            p: max(
+                0,
+                node.storage_free.get(p, 0)
+                + used.get((node.name, p), 0)
+                - extra["reserve_storage"].get(p, 0),
+            )
+            for p in sorted(pools)
+        }
+        opendrs_nodes.append(
+            Node(
+                name=node.name,
+                cpu=node.cpu_total,
+                memory=node.memory_total,
+                storage=storage,
+                maintenance=node.maintenance or node.name == evacuate,
+                reserve_cpu=extra["reserve_cpu"],
+                reserve_memory=extra["reserve_memory"],
+                pressure=extra["pressure"],
+            )
+        )
+    return tuple(opendrs_nodes)
+
+
+def _opendrs_guest(vm: ProxlbVM) -> Guest:
+    return Guest(
+        id=vm.name,
+        node=vm.node,
+        kind="ct" if vm.type == "ct" else "vm",
+        cpu=vm.cpu,
+        memory=vm.memory,
+        disks=tuple(Disk(pool, size) for pool, size in sorted(vm.disks.items()))
+        if vm.disks
+        else (),
+        cpu_used=vm.cpu_usage,
+        pressure=Pressure(cpu=vm.cpu_pressure, memory=vm.memory_pressure, io=vm.io_pressure),
+        tags=(),
+        priority=vm.priority,
+    )
 
 
 def scenario_from_dict(
