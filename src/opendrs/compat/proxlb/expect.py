@@ -111,96 +111,106 @@ def evaluate_expect(
        not given, an unreachable plan fails the check.
     """
     expect = scenario.expect
-    checks: list[Check] = []
-    if expect.feasible:
-        checks.append(Check("feasible", "True", feasible, "OK" if feasible else status))
-    else:
-        checks.append(
-            Check("feasible", "False", not feasible, "got feasible" if feasible else "OK")
-        )
+    checks = [_feasible_check(expect.feasible, feasible, status)]
     if not feasible:
         return checks
-
     if expect.constraints_satisfied:
-        errors: list[str] = []
-        for rule in scenario.anti_affinity:
-            if not rule.hard:
-                continue
-            used = [placements.get(v) for v in rule.vms if v in placements]
-            if len(used) != len(set(used)):
-                errors.append(f"anti-affinity '{rule.name}' violated")
-        for rule in scenario.affinity:
-            if not rule.hard:
-                continue
-            spread = {placements.get(v) for v in rule.vms if v in placements}
-            if len(spread) > 1:
-                errors.append(f"affinity '{rule.name}' violated: {sorted(map(str, spread))}")
-        for vm, nodes in scenario.pins:
-            placed = placements.get(vm)
-            if placed and placed not in nodes:
-                errors.append(f"pin {vm} on {placed}")
-        for node in scenario.nodes:
-            if node.maintenance:
-                here = [v for v, n in placements.items() if n == node.name]
-                if here:
-                    errors.append(f"VMs on maintenance {node.name}: {here}")
-        initial = scenario.initial_placements
-        for vm in scenario.ignore:
-            if vm in initial and placements.get(vm) != initial[vm]:
-                errors.append(f"ignored VM {vm} was moved")
+        errors = _constraint_errors(scenario, placements)
         checks.append(Check("constraints", "satisfied", not errors, "; ".join(errors) or "OK"))
-
     if expect.spread_improved is not None:
-        before = load_gap(scenario, scenario.initial_placements)
-        after = load_gap(scenario, placements)
-        improved = after < before or before == 0
-        detail = f"{before * 100:.1f}% → {after * 100:.1f}%"
-        ok = improved if expect.spread_improved else not improved
-        checks.append(Check("spread_improved", str(expect.spread_improved), ok, detail))
-
+        checks.append(_spread_check(scenario, placements, expect.spread_improved))
     if expect.max_migrations is not None:
-        initial = scenario.initial_placements
-        count = sum(1 for vm, node in placements.items() if vm in initial and initial[vm] != node)
-        checks.append(
-            Check(
-                "max_migrations",
-                f"≤{expect.max_migrations}",
-                count <= expect.max_migrations,
-                f"got {count}",
-            )
-        )
-
+        checks.append(_migrations_check(scenario, placements, expect.max_migrations))
     if expect.node_empty is not None:
         here = [v for v, n in placements.items() if n == expect.node_empty]
         checks.append(
             Check("node_empty", expect.node_empty, not here, f"still has {here}" if here else "OK")
         )
-
     for vm, wanted in expect.placements.items():
-        actual = placements.get(vm)
-        if wanted.startswith("== "):
-            other = wanted[3:]
-            ref = placements.get(other)
-            checks.append(
-                Check(f"placement:{vm}", f"== {other}", actual == ref, f"{actual} vs {ref}")
-            )
-        else:
-            checks.append(Check(f"placement:{vm}", wanted, actual == wanted, f"got {actual}"))
-
-    if expect.path_feasible is not None and path_feasible is not None:
-        if expect.path_feasible:
-            detail = "OK" if path_feasible else f"unreachable: {unreachable}"
-            checks.append(Check("path_feasible", "True", path_feasible, detail))
-        else:
-            detail = "OK" if not path_feasible else "path is feasible (expected infeasible)"
-            checks.append(Check("path_feasible", "False", not path_feasible, detail))
-    elif path_feasible is False:
-        checks.append(
-            Check(
-                "path_feasible",
-                "reachable",
-                False,
-                f"UNREACHABLE: no executable migration path ({unreachable})",
-            )
-        )
+        checks.append(_placement_check(placements, vm, wanted))
+    path = _path_check(expect.path_feasible, path_feasible, unreachable)
+    if path is not None:
+        checks.append(path)
     return checks
+
+
+def _feasible_check(expected: bool, feasible: bool, status: str) -> Check:
+    if expected:
+        return Check("feasible", "True", feasible, "OK" if feasible else status)
+    return Check("feasible", "False", not feasible, "got feasible" if feasible else "OK")
+
+
+def _constraint_errors(scenario: Scenario, placements: Mapping[str, str]) -> list[str]:
+    """The hard rules, pins, maintenance nodes and ignored guests ``placements`` breaks."""
+    errors: list[str] = []
+    for rule in scenario.anti_affinity:
+        if not rule.hard:
+            continue
+        used = [placements.get(v) for v in rule.vms if v in placements]
+        if len(used) != len(set(used)):
+            errors.append(f"anti-affinity '{rule.name}' violated")
+    for rule in scenario.affinity:
+        if not rule.hard:
+            continue
+        spread = {placements.get(v) for v in rule.vms if v in placements}
+        if len(spread) > 1:
+            errors.append(f"affinity '{rule.name}' violated: {sorted(map(str, spread))}")
+    for vm, nodes in scenario.pins:
+        placed = placements.get(vm)
+        if placed and placed not in nodes:
+            errors.append(f"pin {vm} on {placed}")
+    for node in scenario.nodes:
+        if node.maintenance:
+            here = [v for v, n in placements.items() if n == node.name]
+            if here:
+                errors.append(f"VMs on maintenance {node.name}: {here}")
+    initial = scenario.initial_placements
+    for vm in scenario.ignore:
+        if vm in initial and placements.get(vm) != initial[vm]:
+            errors.append(f"ignored VM {vm} was moved")
+    return errors
+
+
+def _spread_check(scenario: Scenario, placements: Mapping[str, str], expected: bool) -> Check:
+    before = load_gap(scenario, scenario.initial_placements)
+    after = load_gap(scenario, placements)
+    improved = after < before or before == 0
+    detail = f"{before * 100:.1f}% → {after * 100:.1f}%"
+    ok = improved if expected else not improved
+    return Check("spread_improved", str(expected), ok, detail)
+
+
+def _migrations_check(scenario: Scenario, placements: Mapping[str, str], most: int) -> Check:
+    initial = scenario.initial_placements
+    count = sum(1 for vm, node in placements.items() if vm in initial and initial[vm] != node)
+    return Check("max_migrations", f"≤{most}", count <= most, f"got {count}")
+
+
+def _placement_check(placements: Mapping[str, str], vm: str, wanted: str) -> Check:
+    """``vm`` on node ``wanted``, or with ``"== other"`` on ``other``'s node."""
+    actual = placements.get(vm)
+    if wanted.startswith("== "):
+        other = wanted[3:]
+        ref = placements.get(other)
+        return Check(f"placement:{vm}", f"== {other}", actual == ref, f"{actual} vs {ref}")
+    return Check(f"placement:{vm}", wanted, actual == wanted, f"got {actual}")
+
+
+def _path_check(
+    expected: bool | None, path_feasible: bool | None, unreachable: str
+) -> Check | None:
+    """The plan's feasibility against ``expected`` (None: it must not be unreachable)."""
+    if expected is not None and path_feasible is not None:
+        if expected:
+            detail = "OK" if path_feasible else f"unreachable: {unreachable}"
+            return Check("path_feasible", "True", path_feasible, detail)
+        detail = "OK" if not path_feasible else "path is feasible (expected infeasible)"
+        return Check("path_feasible", "False", not path_feasible, detail)
+    if path_feasible is False:
+        return Check(
+            "path_feasible",
+            "reachable",
+            False,
+            f"UNREACHABLE: no executable migration path ({unreachable})",
+        )
+    return None
