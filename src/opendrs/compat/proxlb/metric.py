@@ -86,56 +86,9 @@ def balance_metric(
         return BalanceMetric("static", 0.0, 1.0, source="pressure")
     if method in ("cpu_smart", "memory_smart"):
         resource = method.removesuffix("_smart")
-        key = "mem" if resource == "memory" else "cpu"
-        w_usage, w_psi = w[f"w_{key}_usage"], w[f"w_{key}_psi"]
-        cols = (1.0, 0.0) if resource == "cpu" else (0.0, 1.0)
-        usage_mode: UsageMode = cpu_mode if resource == "cpu" else "static"
-        used = "measured CPU use" if cpu_mode == "dynamic" else "vCPUs"
-        what = used if resource == "cpu" else "configured memory"
-        if w_psi <= 0 or not present[resource]:
-            return BalanceMetric(usage_mode, *cols)
-        if w_usage <= 0:
-            return BalanceMetric("static", *cols, source="pressure")
-        if w_psi >= w_usage:
-            note = (
-                f"opendrs's own strategies balance {resource} pressure alone (w_{key}_psi "
-                f"{w_psi:g} ≥ w_{key}_usage {w_usage:g}), leaving out the {what} spread; only "
-                "optimal balances both"
-            )
-            return BalanceMetric("static", *cols, note, "pressure")
-        note = (
-            f"opendrs's own strategies balance {what} alone (w_{key}_usage {w_usage:g} > "
-            f"w_{key}_psi {w_psi:g}), leaving out the {resource} pressure spread; only optimal "
-            "balances both"
-        )
-        return BalanceMetric(usage_mode, *cols, note)
+        return _smart_metric(resource, w, present[resource], cpu_mode)
     if method == "global_smart":
-        psi_cpu = w["w_cpu_psi"] if present["cpu"] else 0.0
-        psi_mem = w["w_mem_psi"] if present["memory"] else 0.0
-        usage_part = w["w_global_cpu"] * w["w_cpu_usage"] + w["w_global_mem"] * w["w_mem_usage"]
-        psi_part = w["w_global_cpu"] * psi_cpu + w["w_global_mem"] * psi_mem
-        cpu = w["w_global_cpu"] * (w["w_cpu_usage"] + psi_cpu)
-        memory = w["w_global_mem"] * (w["w_mem_usage"] + psi_mem)
-        pressure = psi_part > 0 and psi_part >= usage_part
-        parts = []
-        if pressure and usage_part > 0:
-            parts.append("pressure standing in for the usage parts")
-        elif not pressure and psi_part > 0:
-            parts.append("the usage standing in for the pressure parts")
-        if w["w_global_io"] > 0:
-            parts.append("no io part")
-        source = "pressure" if pressure else "usage"
-        note = (
-            f"opendrs's own strategies balance cpu and memory {source} weighted "
-            f"{cpu:g} / {memory:g} ({', '.join(parts)}); only optimal balances the whole method"
-            if parts
-            else None
-        )
-        if cpu <= 0 and memory <= 0:
-            return BalanceMetric("static", 1.0, 1.0, note)
-        if pressure:
-            return BalanceMetric("static", float(cpu), float(memory), note, "pressure")
-        return BalanceMetric(cpu_mode if cpu > 0 else "static", float(cpu), float(memory), note)
+        return _global_smart_metric(w, present, cpu_mode)
     # disk, io_psi, io_smart
     return BalanceMetric(
         "static",
@@ -144,3 +97,66 @@ def balance_metric(
         "opendrs's own strategies have no disk or io balance: they balance configured vCPUs "
         "and memory; only optimal balances local disks and io pressure",
     )
+
+
+def _smart_metric(
+    resource: str, w: Mapping[str, float], has_pressure: bool, cpu_mode: UsageMode
+) -> BalanceMetric:
+    """``cpu_smart`` or ``memory_smart`` (``resource``): usage or pressure, whichever weighs
+    more, with a note when both count (see :func:`balance_metric`)."""
+    key = "mem" if resource == "memory" else "cpu"
+    w_usage, w_psi = w[f"w_{key}_usage"], w[f"w_{key}_psi"]
+    cols = (1.0, 0.0) if resource == "cpu" else (0.0, 1.0)
+    usage_mode: UsageMode = cpu_mode if resource == "cpu" else "static"
+    used = "measured CPU use" if cpu_mode == "dynamic" else "vCPUs"
+    what = used if resource == "cpu" else "configured memory"
+    if w_psi <= 0 or not has_pressure:
+        return BalanceMetric(usage_mode, *cols)
+    if w_usage <= 0:
+        return BalanceMetric("static", *cols, source="pressure")
+    if w_psi >= w_usage:
+        note = (
+            f"opendrs's own strategies balance {resource} pressure alone (w_{key}_psi "
+            f"{w_psi:g} ≥ w_{key}_usage {w_usage:g}), leaving out the {what} spread; only "
+            "optimal balances both"
+        )
+        return BalanceMetric("static", *cols, note, "pressure")
+    note = (
+        f"opendrs's own strategies balance {what} alone (w_{key}_usage {w_usage:g} > "
+        f"w_{key}_psi {w_psi:g}), leaving out the {resource} pressure spread; only optimal "
+        "balances both"
+    )
+    return BalanceMetric(usage_mode, *cols, note)
+
+
+def _global_smart_metric(
+    w: Mapping[str, float], present: Mapping[str, bool], cpu_mode: UsageMode
+) -> BalanceMetric:
+    """``global_smart``: cpu and memory weighted by their smart weights, pressure or usage
+    whichever weighs more, with a note on what stands in for what (see :func:`balance_metric`)."""
+    psi_cpu = w["w_cpu_psi"] if present["cpu"] else 0.0
+    psi_mem = w["w_mem_psi"] if present["memory"] else 0.0
+    usage_part = w["w_global_cpu"] * w["w_cpu_usage"] + w["w_global_mem"] * w["w_mem_usage"]
+    psi_part = w["w_global_cpu"] * psi_cpu + w["w_global_mem"] * psi_mem
+    cpu = w["w_global_cpu"] * (w["w_cpu_usage"] + psi_cpu)
+    memory = w["w_global_mem"] * (w["w_mem_usage"] + psi_mem)
+    pressure = psi_part > 0 and psi_part >= usage_part
+    parts = []
+    if pressure and usage_part > 0:
+        parts.append("pressure standing in for the usage parts")
+    elif not pressure and psi_part > 0:
+        parts.append("the usage standing in for the pressure parts")
+    if w["w_global_io"] > 0:
+        parts.append("no io part")
+    source = "pressure" if pressure else "usage"
+    note = (
+        f"opendrs's own strategies balance cpu and memory {source} weighted "
+        f"{cpu:g} / {memory:g} ({', '.join(parts)}); only optimal balances the whole method"
+        if parts
+        else None
+    )
+    if cpu <= 0 and memory <= 0:
+        return BalanceMetric("static", 1.0, 1.0, note)
+    if pressure:
+        return BalanceMetric("static", float(cpu), float(memory), note, "pressure")
+    return BalanceMetric(cpu_mode if cpu > 0 else "static", float(cpu), float(memory), note)
