@@ -15,7 +15,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opendrs.engine.planner import Plan, plan_with_retries
 from opendrs.model.snapshot import SnapshotError
@@ -23,6 +23,10 @@ from opendrs.model.snapshot import SnapshotError
 from .expect import Check, evaluate_expect
 from .loader import load_scenario
 from .scenario import Scenario
+
+if TYPE_CHECKING:
+    from opendrs.engine.strategies.base import StrategyInfo
+    from opendrs.model.cluster import Cluster
 
 __all__ = [
     "DEFAULT_CHECK_TIME_LIMIT",
@@ -96,7 +100,6 @@ def check_scenario(
     # Imported here: the strategies (``optimal``) import this package's objective terms.
     from opendrs.engine.policy import strategy_problem
     from opendrs.engine.strategies import get_strategy
-    from opendrs.engine.strategies.base import Request
     from opendrs.engine.strategies.optimal import STRATEGY as OPTIMAL
 
     started = time.perf_counter()
@@ -110,22 +113,40 @@ def check_scenario(
         return ScenarioResult(
             scenario.name, scenario.path, False, (check,), time.perf_counter() - started
         )
-    calls = 0
-    last_feasible: Any = None
+    propose = _Proposer(info, scenario.cluster, kwargs)
+    proposal, plan = plan_with_retries(scenario.cluster, propose, max_retries=max_retries)
+    return _result(scenario, proposal, plan, propose.calls, started)
 
-    def propose(forbidden: frozenset[tuple[str, str]]) -> Any:
-        # As proxlb-solver's ``solve_reachable``: once a re-proposal (with the unreachable
-        # placements forbidden) is infeasible, the last feasible proposal stands, unreachable.
-        nonlocal calls, last_feasible
-        calls += 1
-        proposal = info.propose(scenario.cluster, Request(forbidden=forbidden), kwargs)
+
+class _Proposer:
+    """Proposes with a strategy as proxlb-solver's ``solve_reachable`` does: once a re-proposal
+    (with the unreachable placements forbidden) is infeasible, the last feasible proposal
+    stands, unreachable. ``calls`` counts the proposals asked for."""
+
+    def __init__(self, info: StrategyInfo, cluster: Cluster, options: Mapping[str, Any]) -> None:
+        self.info = info
+        self.cluster = cluster
+        self.options = options
+        self.calls = 0
+        self.last_feasible: Any = None
+
+    def __call__(self, forbidden: frozenset[tuple[str, str]]) -> Any:
+        from opendrs.engine.strategies.base import Request
+
+        self.calls += 1
+        proposal = self.info.propose(self.cluster, Request(forbidden=forbidden), self.options)
         if _feasible(proposal):
-            last_feasible = proposal
-        elif last_feasible is not None:
-            return last_feasible
+            self.last_feasible = proposal
+        elif self.last_feasible is not None:
+            return self.last_feasible
         return proposal
 
-    proposal, plan = plan_with_retries(scenario.cluster, propose, max_retries=max_retries)
+
+def _result(
+    scenario: Scenario, proposal: Any, plan: Plan, calls: int, started: float
+) -> ScenarioResult:
+    """The outcome of the scenario's check: ``proposal`` and its ``plan`` (after ``calls``
+    proposals, the check ``started`` then) against its expectations."""
     solver = dict(proposal.options.get("solver") or {})
     feasible = _feasible(proposal)
     status = str(solver.get("status", "FEASIBLE"))
