@@ -200,53 +200,84 @@ def check_rules(cluster: Cluster) -> tuple[Rules, list[RuleProblem]]:
     * a hard positive group whose members' strict node affinities have no node in common.
     """
     rules = cluster.rules
-    problems: list[RuleProblem] = []
     configured = frozenset(n.name for n in cluster.nodes)
-
-    by_guest: dict[str, list[str]] = defaultdict(list)
-    for rule in rules.node_affinity:
-        for guest in rule.guests:
-            by_guest[guest].append(rule.name)
-    dropped_node: set[str] = set()
-    for guest, names in sorted(by_guest.items()):
-        if len(names) > 1:
-            fresh = tuple(n for n in names if n not in dropped_node)
-            if fresh:
-                problems.append(
-                    RuleProblem(fresh, f"guest '{guest}' is in more than one node-affinity rule")
-                )
-            dropped_node.update(names)
+    problems, dropped_node = _node_rule_overlaps(rules.node_affinity)
     node_rules = tuple(r for r in rules.node_affinity if r.name not in dropped_node)
 
-    dropped_guest: set[str] = set()
-    for rule in rules.guest_affinity:
-        if len(set(rule.guests)) < 2:
-            problems.append(RuleProblem((rule.name,), "it names fewer than two guests"))
-            dropped_guest.add(rule.name)
-        elif not rule.positive and rule.hard and len(set(rule.guests)) > len(configured):
-            problems.append(
-                RuleProblem(
-                    (rule.name,),
-                    f"it keeps {len(set(rule.guests))} guests apart "
-                    f"on only {len(configured)} nodes",
-                )
-            )
-            dropped_guest.add(rule.name)
-    positives = [r for r in rules.guest_affinity if r.positive and r.name not in dropped_guest]
-    negatives = [r for r in rules.guest_affinity if not r.positive and r.name not in dropped_guest]
+    dropped: set[str] = set()  # guest-affinity rules
+    problems += _malformed_guest_rules(rules.guest_affinity, len(configured), dropped)
+    positives = [r for r in rules.guest_affinity if r.positive and r.name not in dropped]
+    negatives = [r for r in rules.guest_affinity if not r.positive and r.name not in dropped]
     for pos in positives:
         for neg in negatives:
             shared = sorted(set(pos.guests) & set(neg.guests))
             if len(shared) >= 2:
                 problems.append(_contradiction(pos, neg, shared))
-                dropped_guest.update(problems[-1].rules)
+                dropped.update(problems[-1].rules)
+    hard_pos = [r for r in positives if r.hard and r.name not in dropped]
+    problems += _merged_contradictions(hard_pos, negatives, dropped)
+    strict = _allowed_sets(node_rules, configured)
+    problems += _confined_negatives(negatives, strict, dropped)
+    remaining_pos = [r for r in positives if r.name not in dropped and r.hard]
+    problems += _no_common_node(remaining_pos, strict, dropped)
+    kept = Rules(
+        node_affinity=node_rules,
+        guest_affinity=tuple(r for r in rules.guest_affinity if r.name not in dropped),
+        ignored=rules.ignored,
+    )
+    return kept, problems
 
-    # After merging, positive rules that share guests keep a whole component together: a
-    # negative rule with two guests in one component contradicts it (Proxmox's merged rules).
-    hard_pos = [r for r in positives if r.hard and r.name not in dropped_guest]
+
+def _node_rule_overlaps(rules: Sequence[NodeAffinity]) -> tuple[list[RuleProblem], set[str]]:
+    """The node-affinity rules that share a guest, a problem per guest: all are dropped."""
+    by_guest: dict[str, list[str]] = defaultdict(list)
+    for rule in rules:
+        for guest in rule.guests:
+            by_guest[guest].append(rule.name)
+    problems: list[RuleProblem] = []
+    dropped: set[str] = set()
+    for guest, names in sorted(by_guest.items()):
+        if len(names) > 1:
+            fresh = tuple(n for n in names if n not in dropped)
+            if fresh:
+                problems.append(
+                    RuleProblem(fresh, f"guest '{guest}' is in more than one node-affinity rule")
+                )
+            dropped.update(names)
+    return problems, dropped
+
+
+def _malformed_guest_rules(
+    rules: Sequence[GuestAffinity], n_nodes: int, dropped: set[str]
+) -> list[RuleProblem]:
+    """Guest-affinity rules with fewer than two guests, hard negative ones with more guests than
+    the ``n_nodes`` nodes; their names go to ``dropped``."""
+    problems = []
+    for rule in rules:
+        if len(set(rule.guests)) < 2:
+            problems.append(RuleProblem((rule.name,), "it names fewer than two guests"))
+            dropped.add(rule.name)
+        elif not rule.positive and rule.hard and len(set(rule.guests)) > n_nodes:
+            problems.append(
+                RuleProblem(
+                    (rule.name,),
+                    f"it keeps {len(set(rule.guests))} guests apart on only {n_nodes} nodes",
+                )
+            )
+            dropped.add(rule.name)
+    return problems
+
+
+def _merged_contradictions(
+    hard_pos: Sequence[GuestAffinity], negatives: Sequence[GuestAffinity], dropped: set[str]
+) -> list[RuleProblem]:
+    """After merging, positive rules that share guests keep a whole component together: a hard
+    negative rule with two guests in one component contradicts it (Proxmox's merged rules).
+    The names of the rules dropped go to ``dropped``."""
+    problems = []
     for comp_rules, members in _positive_components(hard_pos):
         for neg in negatives:
-            if neg.name in dropped_guest or not neg.hard:
+            if neg.name in dropped or not neg.hard:
                 continue
             shared = sorted(set(neg.guests) & members)
             if len(shared) >= 2:
@@ -259,11 +290,18 @@ def check_rules(cluster: Cluster) -> tuple[Rules, list[RuleProblem]]:
                         + " both together (through shared guests) and apart",
                     )
                 )
-                dropped_guest.update(names)
+                dropped.update(names)
+    return problems
 
-    strict = _allowed_sets(node_rules, configured)
+
+def _confined_negatives(
+    negatives: Sequence[GuestAffinity], strict: Mapping[str, frozenset[str]], dropped: set[str]
+) -> list[RuleProblem]:
+    """Hard negative rules whose guests ``strict`` node affinity confines to fewer nodes than
+    guests; their names go to ``dropped``."""
+    problems = []
     for neg in negatives:
-        if neg.name in dropped_guest or not neg.hard:
+        if neg.name in dropped or not neg.hard:
             continue
         members = sorted(set(neg.guests))
         if all(g in strict for g in members):
@@ -276,10 +314,17 @@ def check_rules(cluster: Cluster) -> tuple[Rules, list[RuleProblem]]:
                         "by strict node affinity",
                     )
                 )
-                dropped_guest.add(neg.name)
+                dropped.add(neg.name)
+    return problems
 
-    remaining_pos = [r for r in positives if r.name not in dropped_guest and r.hard]
-    for group_rules, members in _positive_components(remaining_pos):
+
+def _no_common_node(
+    positives: Sequence[GuestAffinity], strict: Mapping[str, frozenset[str]], dropped: set[str]
+) -> list[RuleProblem]:
+    """Hard positive groups whose guests' ``strict`` node affinities share no node; their rules'
+    names go to ``dropped``."""
+    problems = []
+    for group_rules, members in _positive_components(positives):
         confined = [strict[g] for g in sorted(members) if g in strict]
         if confined and not frozenset.intersection(*confined):
             problems.append(
@@ -288,14 +333,8 @@ def check_rules(cluster: Cluster) -> tuple[Rules, list[RuleProblem]]:
                     "strict node affinity leaves their guests no common node",
                 )
             )
-            dropped_guest.update(r.name for r in group_rules)
-
-    kept = Rules(
-        node_affinity=node_rules,
-        guest_affinity=tuple(r for r in rules.guest_affinity if r.name not in dropped_guest),
-        ignored=rules.ignored,
-    )
-    return kept, problems
+            dropped.update(r.name for r in group_rules)
+    return problems
 
 
 def _contradiction(pos: GuestAffinity, neg: GuestAffinity, shared: list[str]) -> RuleProblem:
