@@ -198,8 +198,7 @@ def _joint_migration_bound(
     ``low``/``high`` (N, R): the least and most net outflow each usable node may have.
     """
     guests = np.nonzero(movable & (assign >= 0))[0]
-    n_nodes = len(usable)
-    leaving = np.bincount(assign[guests], minlength=n_nodes)
+    leaving = np.bincount(assign[guests], minlength=len(usable))
     evacuated = float(leaving[~usable].sum())
     if guests.size == 0:
         return 0.0
@@ -214,29 +213,56 @@ def _joint_migration_bound(
     arrive = np.sort(np.maximum(-proj, 0.0), axis=0)[::-1]
     arrive = np.vstack([np.zeros(len(u)), np.cumsum(arrive, axis=0)])
     n_arrivals = min(len(guests), MAX_ARRIVALS)
-    arrive_i = arrive[: n_arrivals + 1]  # (I+1, K)
-    arrive_all = arrive[-1]  # (K,)
     with np.errstate(invalid="ignore", over="ignore"):
         lo = low / unit
         hi = high / unit
         terms = np.minimum(u[None, :, :] * lo[:, None, :], u[None, :, :] * hi[:, None, :])
     support = np.where(u[None, :, :] == 0, 0.0, terms).sum(axis=2)  # (N, K): min over the box
-    order = np.argsort(assign[guests], kind="stable")
-    starts = np.searchsorted(assign[guests][order], np.arange(n_nodes + 1))
+    table, beyond = _departure_table(proj, assign[guests], usable, support, arrive, n_arrivals)
+    count = leaving[np.nonzero(usable)[0]].astype(float)
+    return _best_lambda(table, beyond, count, evacuated)
+
+
+def _departure_table(
+    proj: np.ndarray,
+    where: np.ndarray,
+    usable: np.ndarray,
+    support: np.ndarray,
+    arrive: np.ndarray,
+    n_arrivals: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per usable node, the fewest departures that keep it in its box (``support`` (N, K)),
+    given i = 0..``n_arrivals`` arrivals, and whatever the arrivals: (rows, I+1) and (rows,).
+
+    ``proj`` (g, K): the movable guests' demands along each direction, ``where`` their nodes;
+    ``arrive`` (g+1, K): the sums of the i largest arrivals along each direction."""
+    arrive_i = arrive[: n_arrivals + 1]  # (I+1, K)
+    arrive_all = arrive[-1]  # (K,)
+    order = np.argsort(where, kind="stable")
+    starts = np.searchsorted(where[order], np.arange(len(usable) + 1))
     rows = np.nonzero(usable)[0]
     table = np.full((len(rows), n_arrivals + 1), np.inf)  # fewest departures, given i arrivals
     beyond = np.full(len(rows), np.inf)  # fewest departures, whatever the arrivals
     for k, n in enumerate(rows.tolist()):
         mine = proj[order[starts[n] : starts[n + 1]]]
         depart = np.sort(np.maximum(mine, 0.0), axis=0)[::-1]
-        depart = np.vstack([np.zeros(len(u)), np.cumsum(depart, axis=0)])  # (o+1, K)
+        depart = np.vstack([np.zeros(proj.shape[1]), np.cumsum(depart, axis=0)])  # (o+1, K)
         need = support[n][None, :] - np.vstack([arrive_i, arrive_all])  # (I+2, K)
         need = need - 1e-9 * (1.0 + np.abs(support[n]) + np.vstack([arrive_i, arrive_all]))
         fewest = _fewest(depart, need)
         fewest = np.where(fewest < depart.shape[0], fewest, np.inf)
         table[k] = fewest[:-1]
         beyond[k] = fewest[-1]
-    count = leaving[rows].astype(float)
+    return table, beyond
+
+
+def _best_lambda(
+    table: np.ndarray, beyond: np.ndarray, count: np.ndarray, evacuated: float
+) -> float:
+    """The largest ``Σ_n min_i (λ F_n(i) + (1 − λ) i) + λ · evacuated`` over the λ tried, from
+    the departure ``table`` (rows, I+1) and ``beyond`` (``F_n(∞)``); ``count``: each usable
+    node's movable guests (all leave when the node cannot reach its box)."""
+    n_arrivals = table.shape[1] - 1
     arrivals = np.arange(n_arrivals + 1, dtype=float)
     best = 0.0
     for lam in np.linspace(0.0, 1.0, LAMBDAS):
