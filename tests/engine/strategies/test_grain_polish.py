@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-import numpy as np
+from dataclasses import replace
 
-from clusters import assert_moves_safe
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from clusters import assert_moves_safe, clusters
 from opendrs.engine.constraints import current_assign
 from opendrs.engine.imbalance import balance_objective, resource_weights
 from opendrs.engine.strategies.balance import propose_balance
-from opendrs.engine.usage import LoadModel
+from opendrs.engine.usage import RESOURCES, LoadModel
 from opendrs.model.cluster import Cluster, Guest, Node, Settings
 from opendrs.model.rules import NodeAffinity, Rules
 
@@ -99,3 +103,26 @@ def test_max_moves_caps_the_polish() -> None:
     proposal = propose_balance(_cluster(), max_moves=1)
     assert proposal.moves == ()
     assert "the window was not reached" in proposal.stopped
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters(max_nodes=6, max_guests=30), st.sampled_from(["static", "basic"]))
+def test_a_polished_resource_is_within_the_target_and_every_step_safe(
+    cluster: Cluster, mode: str
+) -> None:
+    cluster = replace(cluster, settings=replace(cluster.settings, mode=mode))
+    proposal = propose_balance(cluster)
+    assign = assert_moves_safe(cluster, proposal.net_moves())
+    loads = LoadModel.build(cluster)
+    f = loads.fractions(assign)
+    usable = np.array([n.usable for n in cluster.nodes]) & np.all(loads.capacity > 0, axis=1)
+    for r, name in enumerate(RESOURCES):
+        if (
+            f"{name} below one step on the smallest node (1.00 pp): within it"
+            not in proposal.stopped
+        ):
+            continue
+        for arch in {n.arch for n in cluster.nodes}:
+            group = usable & np.array([n.arch == arch for n in cluster.nodes])
+            if group.sum() >= 2:
+                assert np.ptp(f[group, r]) <= 0.01 + 1e-9

@@ -75,6 +75,12 @@ whole repair and keeps the first steps of its plan); what is left is noted as no
 **Pruning.** Afterwards, every move is tried undone (most expensive first): if the cluster still
 meets the target and the constraints without it, it is dropped.
 
+**Below the grain.** A resource whose goal was one step on the smallest node, coarser than
+``target_spread``, is then brought within ``target_spread`` in whole steps where the nodes' whole
+steps can add up inside one such window (:mod:`.grain_window`, :mod:`.grain_polish`); where
+they cannot, or the polish does not get every node in, it keeps the grain as its goal and the
+stop reason says why.
+
 **A second path.** With few, big guests per node the search above can end short of the target,
 where no move or exchange pays for itself. Then, on a cluster of at most :data:`PLAIN_GUESTS`
 guests, the plain search — no plan, moves chosen by objective gain — runs from the start, and its
