@@ -103,7 +103,7 @@ def polish(
                 False,
                 done,
                 f"{name}: the window was not reached ({left} nodes left outside it: no move or"
-                " exchange that the rules, the capacity and the other spreads allow)",
+                " exchange that the rules, the capacity, the other spreads and max_moves allow)",
             )
     return Polish(True, done, f"{name}: within it in whole steps ({_moves(done)})")
 
@@ -119,7 +119,8 @@ def _name(r: int, width: float) -> str:
 def _groups(
     state: _State, r: int, step: float, width: float, free: np.ndarray
 ) -> list[_Group] | None:
-    """Each architecture group's window (every group must have one), or None."""
+    """Each architecture group's window (every group must have one), or None. A group already
+    within ``width`` is left as it is."""
     units = state.units
     n_nodes = len(state.cap)
     movable_load = np.bincount(units.assign[free], weights=units.demand[free, r], minlength=n_nodes)
@@ -127,6 +128,9 @@ def _groups(
     for g in range(int(state.group.max(initial=-1)) + 1):
         nodes = np.nonzero(state.group == g)[0]
         if nodes.size < 2:
+            continue
+        f = state._fractions()[nodes, r]
+        if f.max() - f.min() <= width + 1e-12:
             continue
         load = state.node_load[nodes, r]
         fixed = np.maximum(load - movable_load[nodes], 0.0)
