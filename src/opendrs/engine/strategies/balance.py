@@ -75,6 +75,12 @@ whole repair and keeps the first steps of its plan); what is left is noted as no
 **Pruning.** Afterwards, every move is tried undone (most expensive first): if the cluster still
 meets the target and the constraints without it, it is dropped.
 
+**Below the grain.** A resource whose goal was one step on the smallest node, coarser than
+``target_spread``, is then brought within ``target_spread`` in whole steps where the nodes' whole
+steps can add up inside one such window (:mod:`.grain_window`, :mod:`.grain_polish`); where
+they cannot, or the polish does not get every node in, it keeps the grain as its goal and the
+stop reason says why.
+
 **A second path.** With few, big guests per node the search above can end short of the target,
 where no move or exchange pays for itself. Then, on a cluster of at most :data:`PLAIN_GUESTS`
 guests, the plain search — no plan, moves chosen by objective gain — runs from the start, and its
@@ -109,6 +115,7 @@ from .base import (
     migration_cost,
     register_function,
 )
+from .grain_polish import polish
 from .optimal import REPAIR_TIME_LIMIT, solve_repair
 from .set_exchange import SetExchange, set_round
 
@@ -1605,6 +1612,9 @@ def _propose(
         drop = np.sqrt(max(objective, 0.0)) - np.sqrt(max(objective - gain, 0.0))
         return bool(drop * 100 >= margin * 100 * units.cost[u] / total_cost)
 
+    # Balancing never leaves the objective above what it is now (repairs may raise it).
+    ceiling = state.objective()
+
     # 2a. The shedding plan of the nodes above the band: its units move first (in the rounds).
     plan = np.zeros(len(units.assign), dtype=bool)
     if shaped and not balanced():
@@ -1615,15 +1625,7 @@ def _propose(
     while len(history) < limit:
         spreads = state.spreads()
         if np.all(spreads[weighted] <= goal[weighted]):
-            stopped = (
-                "balanced: every spread within its goal "
-                f"({target_spread * 100:.2f} pp, or one guest's step where coarser): "
-                "("
-                + ", ".join(
-                    f"{r} {s * 100:.2f} pp" for r, s in zip(RESOURCES, spreads, strict=True)
-                )
-                + ")"
-            )
+            stopped = _balanced_reason(target_spread, spreads)
             reached_goal = True
             break
         f = state.fractions()
@@ -1768,6 +1770,15 @@ def _propose(
             else:
                 state.move(u, t)
 
+    # 4. Below the grain: a resource whose goal was one step on the smallest node, brought within
+    # target_spread in whole steps where they can add up (grain_polish).
+    if reached_goal:
+        polished = _polish(
+            state, grain, goal, target_spread, ceiling, limit, swaps, history, record
+        )
+        if polished:
+            stopped = _balanced_reason(target_spread, state.spreads(), polished)
+
     final = units.assign
     guests = cluster.guests
     moves: list[ProposedMove] = []
@@ -1818,6 +1829,62 @@ def _propose(
         notes.append("could not repair: " + ", ".join(names[:10]) + more)
     proposal = Proposal("balance", tuple(moves), before, after, stopped, tuple(notes), options)
     return proposal, reached_goal
+
+
+def _balanced_reason(target_spread: float, spreads: np.ndarray, more: Iterable[str] = ()) -> str:
+    """The stop reason of a search that ended balanced, with ``more`` clauses."""
+    text = (
+        "balanced: every spread within its goal "
+        f"({target_spread * 100:.2f} pp, or one guest's step where coarser): ("
+        + ", ".join(f"{r} {s * 100:.2f} pp" for r, s in zip(RESOURCES, spreads, strict=True))
+        + ")"
+    )
+    return "; ".join([text, *more])
+
+
+def _polish(
+    state: _State,
+    grain: np.ndarray,
+    goal: np.ndarray,
+    target_spread: float,
+    ceiling: float,
+    limit: int,
+    exchanges: bool,
+    history: list[tuple[int, int, int, float, float, str]],
+    record: Callable[[int, int, str], None],
+) -> list[str]:
+    """The final phase of a balanced search: each weighted resource whose grain is coarser than
+    ``target_spread`` and whose spread is above it, brought within it in whole steps where a
+    window allows (:func:`.grain_polish.polish`), ``record`` making each move into ``history``
+    (at most ``limit`` entries), the objective never above ``ceiling``; a polish that does not
+    reach the window is undone, and the resource keeps its grain goal. ``goal`` is tightened to
+    ``target_spread`` for the resources polished. One clause per resource tried, for the stop
+    reason."""
+    clauses: list[str] = []
+    coarse = (state.weights > 0) & (grain > target_spread)
+    for r in np.nonzero(coarse)[0].tolist():
+        if state.spreads()[r] <= target_spread + 1e-12:
+            goal[r] = target_spread + 1e-12
+            continue
+        mark = len(history)
+        result = polish(
+            state,
+            r,
+            target_spread,
+            ceiling,
+            limit - mark,
+            exchanges,
+            lambda u, t: record(u, t, "balance (below the grain)"),
+        )
+        if result.reached:
+            goal[r] = target_spread + 1e-12
+            clauses.append(result.note)
+            continue
+        for u, src, _t, *_ in reversed(history[mark:]):
+            state.move(u, src)
+        del history[mark:]
+        clauses.append(result.note + f"; its goal stays one step ({grain[r] * 100:.2f} pp)")
+    return clauses
 
 
 @dataclass(frozen=True)
