@@ -53,11 +53,12 @@ from bench.generate import SIZES
 from bench.incus import section as incus_section
 from bench.metrics import Evaluator
 from bench.peers import PEERS
+from bench.process import checkout_env, measure
 from bench.reading import Reading
 from bench.reading import run as run_reading
 from bench.reading import section as reading_section
 from bench.report import Case, MethodCase, Row, method_section, section
-from bench.worker import RunnerKind, Spec, peak_rss_bytes
+from bench.worker import RunnerKind, Spec
 
 ROOT = Path(__file__).resolve().parent.parent
 SIZE_ORDER: tuple[str, ...] = tuple(SIZES)
@@ -277,29 +278,18 @@ def run_worker(spec: Spec, timeout: float) -> dict[str, Any]:
     While the worker runs its peak RSS is sampled, so a case killed at its timeout (or one that
     fails) still reports the peak it reached.
     """
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     with tempfile.TemporaryDirectory(prefix="opendrs-bench-") as tmp:
         out = Path(tmp) / "result.json"
         err = Path(tmp) / "stderr.txt"
         cmd = [sys.executable, "-m", "bench.worker", spec.to_json(), str(out)]
         with open(err, "w", encoding="utf-8") as err_file:
-            proc = subprocess.Popen(
-                cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err_file
-            )
-            deadline = time.monotonic() + timeout
-            peak: int | None = None
-            while proc.poll() is None:
-                peak = peak_rss_bytes(proc.pid) or peak
-                if time.monotonic() > deadline:
-                    proc.kill()
-                    proc.wait()
-                    return {"error": f"timeout after {timeout:g} s", "rss_peak": peak}
-                time.sleep(0.05)
-        if proc.returncode != 0 or not out.exists():
+            done = measure(cmd, timeout=timeout, cwd=ROOT, env=checkout_env(), stderr=err_file)
+        if done.killed_after is not None:
+            return {"error": f"timeout after {timeout:g} s", "rss_peak": done.rss_peak}
+        if done.returncode != 0 or not out.exists():
             lines = [ln for ln in err.read_text(encoding="utf-8").splitlines() if ln.strip()]
             reason = lines[-1] if lines else "no output"
-            return {"error": f"exit {proc.returncode}: {reason}", "rss_peak": peak}
+            return {"error": f"exit {done.returncode}: {reason}", "rss_peak": done.rss_peak}
         result: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
         return result
 
