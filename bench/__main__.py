@@ -49,6 +49,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.clusters import GENERATORS, generated
+from bench.endtoend import DEFAULT_SIZES as ENDTOEND_SIZES
+from bench.endtoend import Result as EndToEnd
+from bench.endtoend import run as run_endtoend
+from bench.endtoend_report import section as endtoend_section
 from bench.generate import SIZES
 from bench.incus import section as incus_section
 from bench.metrics import Evaluator
@@ -219,6 +223,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--reading-repeats", type=int, default=3, metavar="N", help="readings per input (3)"
+    )
+    parser.add_argument(
+        "--endtoend",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="measure `opendrs plan FILE` end to end beside proxlb-solver's CLI and ProxLB, "
+        "each a fresh process (bench/endtoend.py; default on)",
+    )
+    parser.add_argument(
+        "--endtoend-sizes",
+        default=",".join(ENDTOEND_SIZES),
+        help=f"sizes of the end-to-end runs (default {','.join(ENDTOEND_SIZES)}; the peers run "
+        "up to the largest they finish: proxlb-solver L, ProxLB XL)",
+    )
+    parser.add_argument(
+        "--endtoend-timeout",
+        type=float,
+        default=900.0,
+        metavar="SECONDS",
+        help="kill an end-to-end run after this long (900)",
     )
     parser.add_argument("--markdown", type=Path, default=None, metavar="FILE")
     parser.add_argument("--json", type=Path, default=None, metavar="FILE")
@@ -486,6 +510,10 @@ def main(argv: list[str] | None = None) -> int:
         methods = []
     if args.reading_repeats < 1:
         parser.error("--reading-repeats: expected at least 1")
+    endtoend_sizes = _split(args.endtoend_sizes)
+    unknown = [s for s in endtoend_sizes if s not in SIZES]
+    if unknown:
+        parser.error(f"--endtoend-sizes: unknown size {unknown[0]!r} (known: {', '.join(SIZES)})")
 
     generators = list(GENERATORS) if args.generator == "both" else [args.generator]
     started = datetime.now(UTC)
@@ -541,6 +569,14 @@ def main(argv: list[str] | None = None) -> int:
         sections.append(text)
         print(text, flush=True)
 
+    endtoend: list[EndToEnd] = []
+    if args.endtoend and endtoend_sizes:
+        endtoend = run_endtoend(
+            generators, endtoend_sizes, seed=args.seed, peers=peers, timeout=args.endtoend_timeout
+        )
+        sections.append(endtoend_section(endtoend))
+        print(sections[-1], flush=True)
+
     command = "python -m bench " + shlex.join(sys.argv[1:] if argv is None else argv)
     seeds_text = f", method cases seeds {', '.join(map(str, method_seeds))}" if method_cases else ""
     header = [
@@ -568,7 +604,9 @@ def main(argv: list[str] | None = None) -> int:
                 "rows": [asdict(row) for row in case.rows],
             }
             for case in [*cases, *method_cases]
-        ] + [{"reading": asdict(reading)} for reading in readings]
+        ]
+        payload += [{"reading": asdict(reading)} for reading in readings]
+        payload += [{"endtoend": asdict(result)} for result in endtoend]
         args.json.write_text(json.dumps(payload, indent=1, default=str), encoding="utf-8")
         _progress(f"wrote {args.json}")
     return 0
