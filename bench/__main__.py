@@ -2,7 +2,8 @@
 
 ``python -m bench [--sizes S,M,L] [--strategies A,B] [--peers proxlb-greedy,proxlb-solver]
 [--rules both|with|without] [--time-limit S] [--seed N] [--generator basic|skewed|both]
-[--methods memory] [--method-seeds 1,2,3] [--markdown FILE] [--json FILE]``
+[--methods memory] [--method-seeds 1,2,3] [--no-reading] [--no-endtoend]
+[--endtoend-sizes L,XL,XXL] [--markdown FILE] [--json FILE]``
 
 For every generator (:data:`bench.clusters.GENERATORS`: :mod:`bench.generate`'s ``basic`` and
 :mod:`bench.skewed`'s ``skewed``, both by default), size and rules case the same seeded cluster
@@ -23,9 +24,16 @@ scenario with that ``balancing.method`` and imported as ``opendrs plan scenario.
 is measured against the lower bound for the method's resource alone (the target: at L, memory
 spread ≤ 1 pp with migrations ≤ 1.25× the memory-only bound).
 
-Last, **reading** (``--no-reading`` skips it): the XXL snapshot as YAML and as JSON and a
+Then **reading** (``--no-reading`` skips it): the XXL snapshot as YAML and as JSON and a
 100,000-VM proxlb-solver scenario, each read in fresh interpreters as ``opendrs plan`` reads it,
 with the time and the peak RSS (:mod:`bench.reading`).
+
+Last, **end to end** (``--no-endtoend`` skips it): for every generator and ``--endtoend-sizes``
+size (L, XL, XXL by default) the cluster written as a YAML snapshot and as a proxlb-solver
+scenario, and on each file, each in a fresh process from start to exit, ``opendrs plan FILE
+--format json``, proxlb-solver's own CLI (scenarios, up to L) and ProxLB's greedy steps on the
+file (up to XL), with wall and CPU time, peak RSS and the placement evaluated, against the #15
+targets at 100,000 guests (:mod:`bench.endtoend`).
 """
 
 from __future__ import annotations

@@ -36,7 +36,6 @@ def _measured_and_evaluated(row: Row) -> Evaluation:
     assert row.measured is not None and row.measured.ok
     assert row.measured.wall > 0 and row.measured.cpu > 0
     assert row.measured.rss_peak is not None and row.measured.rss_peak > 20 * MiB
-    assert row.measured.wall >= row.measured.cpu / 4  # a wall clock, not a CPU sum gone wrong
     assert row.evaluation is not None
     return row.evaluation
 
