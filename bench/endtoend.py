@@ -44,7 +44,6 @@ from bench.metrics import Evaluation, Evaluator, Snapshot
 from bench.process import ROOT, Measured, checkout_env, measure
 from bench.report import emit
 
-MiB = 1024**2
 GiB = 1024**3
 #: The files each cluster is written as: the snapshot (YAML), the proxlb-solver scenario.
 FORMS: tuple[str, ...] = ("snapshot", "scenario")
