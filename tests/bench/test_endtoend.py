@@ -145,7 +145,7 @@ def test_the_targets_at_100000_guests() -> None:
 
 
 def test_the_benchmark_runs_the_section(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     asked: list[tuple[list[str], list[str], list[str], float]] = []
 
@@ -156,9 +156,12 @@ def test_the_benchmark_runs_the_section(
     monkeypatch.setattr(bench_main, "run_endtoend", fake_run)
     argv = ["--sizes", "S", "--strategies", "none", "--peers", "none", "--methods", "none"]
     argv += ["--no-reading", "--incus", "none", "--generator", "skewed"]
-    assert bench_main.main([*argv, "--endtoend-sizes", "XXL", "--endtoend-timeout", "60"]) == 0
+    argv_json = [*argv, "--json", str(tmp_path / "out.json")]
+    assert bench_main.main([*argv_json, "--endtoend-sizes", "XXL", "--endtoend-timeout", "60"]) == 0
     assert asked == [(["skewed"], ["XXL"], [], 60.0)]
     assert "### End to end" in capsys.readouterr().out
+    row = json.loads((tmp_path / "out.json").read_text())[-1]["endtoend"]["rows"][0]
+    assert row["runner"] == OPENDRS and row["measured"]["wall"] == 19.0
     assert bench_main.main([*argv, "--no-endtoend"]) == 0
     assert len(asked) == 1
     with pytest.raises(SystemExit):
