@@ -2,7 +2,8 @@
 
 ``python -m bench [--sizes S,M,L] [--strategies A,B] [--peers proxlb-greedy,proxlb-solver]
 [--rules both|with|without] [--time-limit S] [--seed N] [--generator basic|skewed|both]
-[--methods memory] [--method-seeds 1,2,3] [--markdown FILE] [--json FILE]``
+[--methods memory] [--method-seeds 1,2,3] [--no-reading] [--no-endtoend]
+[--endtoend-sizes L,XL,XXL] [--markdown FILE] [--json FILE]``
 
 For every generator (:data:`bench.clusters.GENERATORS`: :mod:`bench.generate`'s ``basic`` and
 :mod:`bench.skewed`'s ``skewed``, both by default), size and rules case the same seeded cluster
@@ -23,9 +24,16 @@ scenario with that ``balancing.method`` and imported as ``opendrs plan scenario.
 is measured against the lower bound for the method's resource alone (the target: at L, memory
 spread ≤ 1 pp with migrations ≤ 1.25× the memory-only bound).
 
-Last, **reading** (``--no-reading`` skips it): the XXL snapshot as YAML and as JSON and a
+Then **reading** (``--no-reading`` skips it): the XXL snapshot as YAML and as JSON and a
 100,000-VM proxlb-solver scenario, each read in fresh interpreters as ``opendrs plan`` reads it,
 with the time and the peak RSS (:mod:`bench.reading`).
+
+Last, **end to end** (``--no-endtoend`` skips it): for every generator and ``--endtoend-sizes``
+size (L, XL, XXL by default) the cluster written as a YAML snapshot and as a proxlb-solver
+scenario, and on each file, each in a fresh process from start to exit, ``opendrs plan FILE
+--format json``, proxlb-solver's own CLI (scenarios, up to L) and ProxLB's greedy steps on the
+file (up to XL), with wall and CPU time, peak RSS and the placement evaluated, against the #15
+targets at 100,000 guests (:mod:`bench.endtoend`).
 """
 
 from __future__ import annotations
@@ -49,15 +57,20 @@ from pathlib import Path
 from typing import Any
 
 from bench.clusters import GENERATORS, generated
+from bench.endtoend import DEFAULT_SIZES as ENDTOEND_SIZES
+from bench.endtoend import Result as EndToEnd
+from bench.endtoend import run as run_endtoend
+from bench.endtoend_report import section as endtoend_section
 from bench.generate import SIZES
 from bench.incus import section as incus_section
 from bench.metrics import Evaluator
 from bench.peers import PEERS
+from bench.process import checkout_env, measure
 from bench.reading import Reading
 from bench.reading import run as run_reading
 from bench.reading import section as reading_section
 from bench.report import Case, MethodCase, Row, method_section, section
-from bench.worker import RunnerKind, Spec, peak_rss_bytes
+from bench.worker import RunnerKind, Spec
 
 ROOT = Path(__file__).resolve().parent.parent
 SIZE_ORDER: tuple[str, ...] = tuple(SIZES)
@@ -219,6 +232,26 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--reading-repeats", type=int, default=3, metavar="N", help="readings per input (3)"
     )
+    parser.add_argument(
+        "--endtoend",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="measure `opendrs plan FILE` end to end beside proxlb-solver's CLI and ProxLB, "
+        "each a fresh process (bench/endtoend.py; default on)",
+    )
+    parser.add_argument(
+        "--endtoend-sizes",
+        default=",".join(ENDTOEND_SIZES),
+        help=f"sizes of the end-to-end runs (default {','.join(ENDTOEND_SIZES)}; the peers run "
+        "up to the largest they finish: proxlb-solver L, ProxLB XL)",
+    )
+    parser.add_argument(
+        "--endtoend-timeout",
+        type=float,
+        default=900.0,
+        metavar="SECONDS",
+        help="kill an end-to-end run after this long (900)",
+    )
     parser.add_argument("--markdown", type=Path, default=None, metavar="FILE")
     parser.add_argument("--json", type=Path, default=None, metavar="FILE")
     return parser
@@ -277,29 +310,18 @@ def run_worker(spec: Spec, timeout: float) -> dict[str, Any]:
     While the worker runs its peak RSS is sampled, so a case killed at its timeout (or one that
     fails) still reports the peak it reached.
     """
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     with tempfile.TemporaryDirectory(prefix="opendrs-bench-") as tmp:
         out = Path(tmp) / "result.json"
         err = Path(tmp) / "stderr.txt"
         cmd = [sys.executable, "-m", "bench.worker", spec.to_json(), str(out)]
         with open(err, "w", encoding="utf-8") as err_file:
-            proc = subprocess.Popen(
-                cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err_file
-            )
-            deadline = time.monotonic() + timeout
-            peak: int | None = None
-            while proc.poll() is None:
-                peak = peak_rss_bytes(proc.pid) or peak
-                if time.monotonic() > deadline:
-                    proc.kill()
-                    proc.wait()
-                    return {"error": f"timeout after {timeout:g} s", "rss_peak": peak}
-                time.sleep(0.05)
-        if proc.returncode != 0 or not out.exists():
+            done = measure(cmd, timeout=timeout, cwd=ROOT, env=checkout_env(), stderr=err_file)
+        if done.killed_after is not None:
+            return {"error": f"timeout after {timeout:g} s", "rss_peak": done.rss_peak}
+        if done.returncode != 0 or not out.exists():
             lines = [ln for ln in err.read_text(encoding="utf-8").splitlines() if ln.strip()]
             reason = lines[-1] if lines else "no output"
-            return {"error": f"exit {proc.returncode}: {reason}", "rss_peak": peak}
+            return {"error": f"exit {done.returncode}: {reason}", "rss_peak": done.rss_peak}
         result: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
         return result
 
@@ -496,6 +518,10 @@ def main(argv: list[str] | None = None) -> int:
         methods = []
     if args.reading_repeats < 1:
         parser.error("--reading-repeats: expected at least 1")
+    endtoend_sizes = _split(args.endtoend_sizes)
+    unknown = [s for s in endtoend_sizes if s not in SIZES]
+    if unknown:
+        parser.error(f"--endtoend-sizes: unknown size {unknown[0]!r} (known: {', '.join(SIZES)})")
 
     generators = list(GENERATORS) if args.generator == "both" else [args.generator]
     started = datetime.now(UTC)
@@ -551,6 +577,14 @@ def main(argv: list[str] | None = None) -> int:
         sections.append(text)
         print(text, flush=True)
 
+    endtoend: list[EndToEnd] = []
+    if args.endtoend and endtoend_sizes:
+        endtoend = run_endtoend(
+            generators, endtoend_sizes, seed=args.seed, peers=peers, timeout=args.endtoend_timeout
+        )
+        sections.append(endtoend_section(endtoend))
+        print(sections[-1], flush=True)
+
     command = "python -m bench " + shlex.join(sys.argv[1:] if argv is None else argv)
     seeds_text = f", method cases seeds {', '.join(map(str, method_seeds))}" if method_cases else ""
     header = [
@@ -578,7 +612,9 @@ def main(argv: list[str] | None = None) -> int:
                 "rows": [asdict(row) for row in case.rows],
             }
             for case in [*cases, *method_cases]
-        ] + [{"reading": asdict(reading)} for reading in readings]
+        ]
+        payload += [{"reading": asdict(reading)} for reading in readings]
+        payload += [{"endtoend": asdict(result)} for result in endtoend]
         args.json.write_text(json.dumps(payload, indent=1, default=str), encoding="utf-8")
         _progress(f"wrote {args.json}")
     return 0

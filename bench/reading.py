@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -28,6 +27,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from bench.report import emit
 
 ROOT = Path(__file__).resolve().parent.parent
 MIB = 1024**2
@@ -111,8 +112,9 @@ def read_once(path: str) -> dict[str, Any]:
 
 def measure(item: Input, repeats: int) -> Reading:
     """``repeats`` readings of ``item``, each in a fresh interpreter."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    from bench.process import checkout_env
+
+    env = checkout_env()
     runs = []
     for _ in range(repeats):
         done = subprocess.run(
@@ -192,10 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.repeats < 1:
         parser.error("--repeats: expected at least 1")
-    text = section(run(args.seed, args.repeats, args.keep))
-    print(text)
-    if args.markdown:
-        args.markdown.write_text(text, encoding="utf-8")
+    emit(section(run(args.seed, args.repeats, args.keep)), args.markdown)
     return 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from bench.metrics import Evaluation, Snapshot
 
@@ -228,6 +229,13 @@ def notes(case: Case) -> list[str]:
     for skipped in case.skipped:
         lines.append(f"- skipped: {skipped}")
     return lines
+
+
+def emit(text: str, markdown: Path | None) -> None:
+    """Print a section of a ``python -m bench.X`` command, and write it to ``markdown`` if given."""
+    print(text)
+    if markdown:
+        markdown.write_text(text, encoding="utf-8")
 
 
 def _padded(header: Sequence[str], body: Sequence[Sequence[str]], left: int = 1) -> str:
