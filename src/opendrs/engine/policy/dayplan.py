@@ -23,7 +23,7 @@ import numpy as np
 
 from opendrs.engine.constraints import Constraints, committed_for, movability
 from opendrs.engine.imbalance import normalise_weights
-from opendrs.engine.policy.profile import day_metric
+from opendrs.engine.policy.profile import day_metric, hour_loads
 from opendrs.engine.strategies.base import Proposal, ProposedMove, cluster_imbalance, migration_cost
 from opendrs.engine.usage import LoadModel, MeasuredUsage, safe_divide
 from opendrs.model.cluster import Cluster
@@ -57,23 +57,9 @@ class _Day:
         self.usable = np.array([n.usable for n in cluster.nodes], dtype=bool) & np.all(
             loads.capacity > 0, axis=1
         )
-        self.demand = np.stack([u.guest_columns for u in hours])  # (H, G, R)
-        self.load = np.stack(
-            [
-                LoadModel(
-                    loads.mode,
-                    u.guest_columns,
-                    loads.capacity,
-                    u.node_columns,
-                    loads.assign,
-                    loads.active,
-                    loads.extra_guest,
-                    loads.extra_node,
-                    loads.source,
-                ).loads()
-                for u in hours
-            ]
-        )  # (H, N, R)
+        each = [hour_loads(loads, u) for u in hours]
+        self.demand = np.stack([h.demand for h in each])  # (H, G, R)
+        self.load = np.stack([h.loads() for h in each])  # (H, N, R)
         settings = cluster.settings
         total = self.capacity[self.usable].sum(axis=0)
         weights = normalise_weights([settings.weight_cpu, settings.weight_memory], 2)

@@ -193,13 +193,31 @@ class DailyProfile:
         base_memory = np.where(
             n_seen, _rekey(self.base_memory, self.node_names, names), fallback.base_memory[:, None]
         )
+        cpu, memory, base_cpu, base_memory = (
+            trailing_mean(a, width) for a in (cpu, memory, base_cpu, base_memory)
+        )
         return MeasuredUsage.replacing_each(
             cluster,
             *((cpu[:, h], memory[:, h], base_cpu[:, h], base_memory[:, h]) for h in range(HOURS)),
         )
 
 
-def _hour_loads(loads: LoadModel, usage: MeasuredUsage) -> LoadModel:
+def trailing_mean(values: np.ndarray, width: int) -> np.ndarray:
+    """``values`` (K, 24) with each hour the mean of the ``width`` hours up to it, round the
+    clock (hour 0's window takes the last hours of the day before)."""
+    if width == 1:
+        return values
+    total = np.zeros(values.shape)
+    for back in range(width):
+        total += np.roll(values, back, axis=1)
+    return total / width
+
+
+def hour_loads(loads: LoadModel, usage: MeasuredUsage) -> LoadModel:
+    """``loads`` with one hour's ``usage`` as the measured load (dynamic mode, usage balanced;
+    otherwise the load does not depend on the hour: ``loads`` itself)."""
+    if loads.mode != "dynamic" or loads.source != "usage":
+        return loads
     return replace(loads, demand=usage.guest_columns, base=usage.node_columns)
 
 
@@ -213,7 +231,7 @@ def hour_metrics(
     """The imbalance ``metric`` per CPU architecture at each hour of ``hours`` (``loads``: the
     cluster's balance :class:`LoadModel`, whose placement and pairs are reused; ``assign``
     another placement to measure instead)."""
-    return [measure_by_arch(cluster, metric, _hour_loads(loads, usage), assign) for usage in hours]
+    return [measure_by_arch(cluster, metric, hour_loads(loads, usage), assign) for usage in hours]
 
 
 def worst_hour(
@@ -246,8 +264,10 @@ __all__ = [
     "HOURS",
     "DailyProfile",
     "day_metric",
+    "hour_loads",
     "hour_metrics",
     "hour_of_day",
     "profile_samples",
+    "trailing_mean",
     "worst_hour",
 ]
