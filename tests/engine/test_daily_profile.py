@@ -248,3 +248,9 @@ def test_the_option_reads_whole_days() -> None:
         parse_policy(reader, {"daily_profile": "12h"}, ("policy",))
     with pytest.raises(DocumentError, match="daily_profile"):
         parse_policy(reader, {"daily_profile": "31d"}, ("policy",))
+    window = parse_policy(reader, {"daily_profile_window": "6h"}, ("policy",))
+    assert window.daily_profile_window == 6 * HOUR and PolicyConfig().daily_profile_window == HOUR
+    with pytest.raises(DocumentError, match="daily_profile_window: expected whole hours"):
+        parse_policy(reader, {"daily_profile_window": "90m"}, ("policy",))
+    with pytest.raises(DocumentError, match="daily_profile_window"):
+        parse_policy(reader, {"daily_profile_window": "2d"}, ("policy",))

@@ -377,7 +377,7 @@ class Controller:
             samples = profile_samples(policy.daily_profile, policy.interval)
             self.profile = self.profile.add(now, cluster, samples)
             if self.profile.covers_day(now):
-                width = min(max(policy.smoothing // 3600, 1), 24)
+                width = policy.daily_profile_window // 3600
                 daily = self.profile.hours(cluster, average, width)
         decision = decide(
             cluster,

@@ -76,6 +76,10 @@ class PolicyConfig:
     #: balances worst, a plan's margin judged on every hour (:mod:`.profile`). 0 (the default):
     #: off, balancing decides on the ``smoothing`` average.
     daily_profile: int = 0
+    #: With ``daily_profile``, each hour's usage is the profile's mean over this many seconds
+    #: (whole hours, 1 to 24) up to it: 1 hour balances every hour; longer, the means over
+    #: longer spans of the day (fewer migrations, less balance).
+    daily_profile_window: int = 3600
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "options", frozen_mapping(self.options))
@@ -121,6 +125,16 @@ class PolicyConfig:
         if self.daily_profile % 86400:
             raise ValueError(
                 f"policy daily_profile: expected whole days (0: off), got {self.daily_profile} s"
+            )
+        span = self.daily_profile_window
+        if (
+            isinstance(span, bool)
+            or not isinstance(span, int)
+            or span % 3600
+            or not (3600 <= span <= 86400)
+        ):
+            raise ValueError(
+                f"policy daily_profile_window: expected whole hours from 1h to 24h, got {span!r}"
             )
         budget = self.max_migrations_per_day
         if budget is not None and budget_problem(budget):
@@ -266,6 +280,7 @@ POLICY_KEYS: tuple[str, ...] = (
     "max_migrations_per_day",
     "migration_budget_window",
     "daily_profile",
+    "daily_profile_window",
 )
 
 
@@ -279,6 +294,7 @@ _DURATIONS: Mapping[str, tuple[int, int]] = MappingProxyType(
         "smoothing": (0, 30 * 86400),
         "avoid_after_failure": (0, 365 * 86400),
         "daily_profile": (0, 30 * 86400),
+        "daily_profile_window": (3600, 86400),
     }
 )
 
