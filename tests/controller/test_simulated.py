@@ -268,7 +268,7 @@ def test_a_fractional_budget_spaces_balancing_migrations_by_its_window() -> None
 
 def test_with_a_daily_profile_the_controller_decides_on_the_day_once_it_has_seen_one() -> None:
     scenario = replace(builtin_scenario("demo"), faults=())
-    policy = replace(PRESETS["opendrs"], daily_profile=86400, daily_profile_window=6 * 3600)
+    policy = replace(PRESETS["opendrs"], daily_profile=86400)
     sim = Simulator(scenario, days=1.5, threshold=policy.threshold)
     history = History(":memory:")
     controller = Controller(_config(policy), sim, sim, history)

@@ -248,8 +248,8 @@ def test_the_option_reads_whole_days() -> None:
         parse_policy(reader, {"daily_profile": "12h"}, ("policy",))
     with pytest.raises(DocumentError, match="daily_profile"):
         parse_policy(reader, {"daily_profile": "31d"}, ("policy",))
-    window = parse_policy(reader, {"daily_profile_window": "6h"}, ("policy",))
-    assert window.daily_profile_window == 6 * HOUR and PolicyConfig().daily_profile_window == HOUR
+    window = parse_policy(reader, {"daily_profile_window": "1h"}, ("policy",))
+    assert window.daily_profile_window == HOUR and PolicyConfig().daily_profile_window == 6 * HOUR
     with pytest.raises(DocumentError, match="daily_profile_window: expected whole hours"):
         parse_policy(reader, {"daily_profile_window": "90m"}, ("policy",))
     with pytest.raises(DocumentError, match="daily_profile_window"):

@@ -77,9 +77,9 @@ class PolicyConfig:
     #: off, balancing decides on the ``smoothing`` average.
     daily_profile: int = 0
     #: With ``daily_profile``, each hour's usage is the profile's mean over this many seconds
-    #: (whole hours, 1 to 24) up to it: 1 hour balances every hour; longer, the means over
-    #: longer spans of the day (fewer migrations, less balance).
-    daily_profile_window: int = 3600
+    #: (whole hours, 1 to 24) up to it — 6 hours, as the ``smoothing`` average at that time of
+    #: day; 1 hour balances every hour on its own (more migrations, more balance).
+    daily_profile_window: int = 6 * 3600
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "options", frozen_mapping(self.options))
