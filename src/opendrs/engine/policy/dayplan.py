@@ -24,6 +24,7 @@ import numpy as np
 from opendrs.engine.constraints import Constraints, committed_for, movability
 from opendrs.engine.imbalance import normalise_weights
 from opendrs.engine.policy.profile import day_metric, hour_loads
+from opendrs.engine.sparse_rows import RowMask
 from opendrs.engine.strategies.base import Proposal, ProposedMove, cluster_imbalance, migration_cost
 from opendrs.engine.usage import LoadModel, MeasuredUsage, safe_divide
 from opendrs.model.cluster import Cluster
@@ -159,7 +160,7 @@ def day_proposal(
 
 
 def _best_move(
-    day: _Day, cons: Constraints, static: object, guests: np.ndarray, moved: set[int]
+    day: _Day, cons: Constraints, static: RowMask, guests: np.ndarray, moved: set[int]
 ) -> tuple[int, int] | None:
     """The allowed (guest, node) move that lowers the objective most, if it lowers it by at
     least :data:`LEAST_GAIN` of it."""
@@ -168,7 +169,7 @@ def _best_move(
         return None
     gain = day.gains(free)
     for row, j in enumerate(free.tolist()):
-        gain[row, ~static[j]] = -np.inf  # type: ignore[index]
+        gain[row, ~static[j]] = -np.inf
     least = LEAST_GAIN * day.objective()
     order = np.argsort(-gain, axis=None, kind="stable")[:TRIES]
     committed = committed_for(cons, day.assign)
