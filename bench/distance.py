@@ -1,14 +1,18 @@
 """The distance to foresight on the month: opendrs's points against what knowing the future buys.
 
 ``python -m bench.distance [--budgets 1,2,3,5,10,20] [--moves 10,15,20,25,30,40]
-[--chart docs/distance-to-foresight.png] [--json FILE] [--resume]``
+[--daily-profile DAYS [--daily-budgets 1,2,5]] [--chart docs/distance-to-foresight.png]
+[--json FILE] [--resume]``
 
 ``--json`` may be :mod:`bench.pareto`'s file: the month's runs are kept under the same keys, and
 the ones either command made are reused by the other.
 
 opendrs's points are ``opendrs simulate`` runs on the built-in month — the default policy and one
 run per migration budget (``max_migrations_per_day``): migrations in the month against the share
-of its minutes above the threshold. The curves are :mod:`bench.month`'s, for each number of
+of its minutes above the threshold. With ``--daily-profile DAYS``, the same policy with
+``daily_profile: DAYSd`` (demand per time of day) adds its points: without a budget and with each
+of ``--daily-budgets`` (none by default), under the keys ``daily DAYSd`` and ``daily DAYSd budget
+N``. The curves are :mod:`bench.month`'s, for each number of
 migrations in ``--moves``: *foresight* (a search that knows the usage of days 1–14) and *day 0*
 (greedy moves on day 0's mean usage). For each point it prints the migrations foresight needs to
 be above the threshold as little of the time (the foresight curve read between its points, by
@@ -28,6 +32,7 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +41,11 @@ import numpy as np
 from bench.month import Month, above, day_zero, foresight
 from bench.pareto import run
 from opendrs.backends.scenario import builtin_scenario
+from opendrs.controller.simulate import run_policy
+from opendrs.engine.policy import PRESETS
 
 DAYS = 14
+DAY = 86400
 
 
 def opendrs_points(budgets: Sequence[int], stored: dict[str, Any], save: Any) -> list[Any]:
@@ -52,6 +60,24 @@ def opendrs_points(budgets: Sequence[int], stored: dict[str, Any], save: Any) ->
         r = stored[key]
         label = "default" if key == "opendrs" else key
         out.append((label, r["migrations"], r["pct_time_above_threshold"]))
+    return out
+
+
+def daily_points(days: int, budgets: Sequence[int], stored: dict[str, Any], save: Any) -> list[Any]:
+    """(label, migrations, % above threshold) of opendrs's preset with ``daily_profile`` of
+    ``days`` days, without a budget and with each of ``budgets``; reused when stored."""
+    scenario = builtin_scenario("month")
+    out = []
+    for budget in [None, *budgets]:
+        key = f"daily {days}d" + ("" if budget is None else f" budget {budget}")
+        if key not in stored:
+            policy = replace(
+                PRESETS["opendrs"], daily_profile=days * DAY, max_migrations_per_day=budget
+            )
+            stored[key] = run_policy(scenario, policy).as_dict()
+            save()
+        r = stored[key]
+        out.append((key, r["migrations"], r["pct_time_above_threshold"]))
     return out
 
 
@@ -88,12 +114,19 @@ def chart(
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
     for name, style in (("foresight", "-o"), ("day 0", "--s")):
         ax.plot(moves, lines[name], style, label=f"{name} (days 1–{DAYS}, no faults)")
-    xs = [m for _, m, _ in points]
-    ys = [p for _, _, p in points]
-    ax.plot(xs, ys, "D", color="C3", label="opendrs: default and budgets (30 days, faults)")
+    own = [p for p in points if not p[0].startswith("daily")]
+    daily = [p for p in points if p[0].startswith("daily")]
+    for group, marker, colour, name in (
+        (own, "D", "C3", "opendrs: default and budgets (30 days, faults)"),
+        (daily, "^", "C2", "opendrs with daily_profile (30 days, faults)"),
+    ):
+        if group:
+            xs = [m for _, m, _ in group]
+            ys = [p for _, _, p in group]
+            ax.plot(xs, ys, marker, color=colour, label=name)
     for label, m, p in points:
         ax.annotate(
-            label.replace("budget ", ""),
+            label.replace("budget ", "").replace("daily ", ""),
             (m, p),
             textcoords="offset points",
             xytext=(5, 4),
@@ -126,12 +159,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--budgets", default="1,2,3,5,10,20", help="opendrs's budgets per day")
     parser.add_argument("--moves", default="10,15,20,25,30,40", help="the curves' migrations")
+    parser.add_argument(
+        "--daily-profile", type=int, metavar="DAYS", help="add the points of daily_profile: DAYSd"
+    )
+    parser.add_argument(
+        "--daily-budgets", default="", help="with --daily-profile, its budgets per day"
+    )
     parser.add_argument("--chart", type=Path, help="write the chart (PNG) here")
     parser.add_argument("--json", type=Path, help="write every result here as it ends")
     parser.add_argument("--resume", action="store_true", help="reuse the results in --json")
     args = parser.parse_args(argv)
     budgets = _numbers(parser, "budgets", args.budgets)
     moves = sorted(_numbers(parser, "moves", args.moves))
+    daily_budgets = _numbers(parser, "daily-budgets", args.daily_budgets)
+    if args.daily_profile is not None and not 1 <= args.daily_profile <= 30:
+        parser.error("--daily-profile: expected whole days from 1 to 30")
     if args.resume and args.json is None:
         parser.error("--resume needs --json")
     stored: dict[str, Any] = {}
@@ -144,7 +186,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     logging.getLogger("opendrs").setLevel(logging.ERROR)
     lines = curves(moves, stored.setdefault("curves", {}), save)
-    points = opendrs_points(budgets, stored.setdefault("builtin:month", {}), save)
+    month_runs = stored.setdefault("builtin:month", {})
+    points = opendrs_points(budgets, month_runs, save)
+    if args.daily_profile is not None:
+        points += daily_points(args.daily_profile, daily_budgets, month_runs, save)
     print("| migrations | foresight | day 0 |\n|---:|---:|---:|")
     for k, best, causal in zip(moves, lines["foresight"], lines["day 0"], strict=True):
         print(f"| {k} | {best:.1f} % | {causal:.1f} % |")

@@ -264,3 +264,21 @@ def test_a_fractional_budget_spaces_balancing_migrations_by_its_window() -> None
     now = sim.now()
     spent = Controller(config, sim, sim, history).past_migrations(now).budget_spent
     assert spent == tuple(history.budget_spent(now - 2 * BUDGET_WINDOW)) and len(spent) == 1
+
+
+def test_with_a_daily_profile_the_controller_decides_on_the_day_once_it_has_seen_one() -> None:
+    scenario = replace(builtin_scenario("demo"), faults=())
+    policy = replace(PRESETS["opendrs"], daily_profile=86400)
+    sim = Simulator(scenario, days=1.5, threshold=policy.threshold)
+    history = History(":memory:")
+    controller = Controller(_config(policy), sim, sim, history)
+    controller.run(until=sim.end)
+    day = [d for d in history.decisions() if "of the daily profile" in d.reason]
+    # The first day decides on the smoothing average, as without the option; then on the day.
+    assert day and min(d.at for d in day) >= 23 * HOUR
+    assert not any(
+        "of the daily profile" in d.reason for d in history.decisions() if d.at < 23 * HOUR
+    )
+    assert controller.profile.since is not None and controller.profile.samples == 12
+    report = report_from(sim, policy, policy.threshold, history, 0.0)
+    assert report.capacity_violations == 0 and report.ping_pongs == 0

@@ -55,6 +55,7 @@ from opendrs.engine.policy import (
     overload_span,
     warn_stuck,
 )
+from opendrs.engine.policy.profile import DailyProfile, profile_samples
 from opendrs.engine.usage import MeasuredUsage
 from opendrs.model.cluster import Cluster
 
@@ -223,6 +224,8 @@ class Controller:
         # Guests evacuated for maintenance outlive a restart (``maintenance_return``).
         self.state = PolicyState(evacuated=history.evacuated())
         self.window = UsageWindow()
+        #: Usage per hour of the day (``policy.daily_profile``), rebuilt after a restart.
+        self.profile = DailyProfile()
         self.cycles: list[Cycle] = []
         self._last_none: tuple[str, float] | None = None
         self._cluster_bound = False
@@ -369,6 +372,13 @@ class Controller:
             average, recent = self.window.usage(cluster, span)
         else:
             average = self.window.average(cluster)
+        daily = None
+        if policy.daily_profile:
+            samples = profile_samples(policy.daily_profile, policy.interval)
+            self.profile = self.profile.add(now, cluster, samples)
+            if self.profile.covers_day(now):
+                width = policy.daily_profile_window // 3600
+                daily = self.profile.hours(cluster, average, width)
         decision = decide(
             cluster,
             now,
@@ -378,6 +388,7 @@ class Controller:
             busy=self.executor.busy,
             average=average,
             recent=recent,
+            daily=daily,
         )
         if decision.state.evacuated != self.state.evacuated:
             self.history.set_evacuated(decision.state.evacuated)

@@ -14,6 +14,11 @@ the next state. Every guard the peers use against flapping is here, each one con
   mean and its mean over the hold (:func:`overload_span`), which the controller passes as
   ``recent`` — an overload that lasts the hold is repaired, and no plan puts more on a
   node than its recent usage leaves room for, however empty the long average shows it.
+* **Demand per time of day** (off by default: ``daily_profile``; :mod:`.profile`,
+  :mod:`.dayplan`) — the controller also keeps each guest's usage per hour of the day
+  (:class:`~opendrs.engine.policy.profile.DailyProfile`) and, once it has seen a day, passes the
+  24 hours' usage as ``daily``: the metric is the worst hour's, and the plan moves guests where
+  they lower the imbalance summed over every hour, pairing guests whose peaks do not coincide.
 * **Threshold** — nothing happens while the imbalance ``metric`` is at or below ``threshold``:
   ``spread`` (opendrs: the largest max − min of the weighted resources' load fractions,
   :func:`~opendrs.engine.imbalance.balance_spread`), ``cv`` (Proxmox: population σ / mean of the

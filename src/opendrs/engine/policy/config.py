@@ -71,6 +71,15 @@ class PolicyConfig:
     #: together. None (the default): 24 hours for a whole budget, ``1 / budget`` days for a
     #: fraction (:func:`budget_window`).
     migration_budget_window: int | None = None
+    #: Demand per time of day: when above 0, each guest's usage is kept per hour of the day over
+    #: about this many seconds (whole days) and balancing decides on the hour the placement
+    #: balances worst, a plan's margin judged on every hour (:mod:`.profile`). 0 (the default):
+    #: off, balancing decides on the ``smoothing`` average.
+    daily_profile: int = 0
+    #: With ``daily_profile``, each hour's usage is the profile's mean over this many seconds
+    #: (whole hours, 1 to 24) up to it — 6 hours, as the ``smoothing`` average at that time of
+    #: day; 1 hour balances every hour on its own (more migrations, more balance).
+    daily_profile_window: int = 6 * 3600
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "options", frozen_mapping(self.options))
@@ -106,12 +115,27 @@ class PolicyConfig:
             "min_uptime",
             "smoothing",
             "avoid_after_failure",
+            "daily_profile",
         ):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"policy {key}: expected a whole number ≥ 0, got {value!r}")
         if self.interval < 1:
             raise ValueError(f"policy interval: must be at least 1 second, got {self.interval}")
+        if self.daily_profile % 86400:
+            raise ValueError(
+                f"policy daily_profile: expected whole days (0: off), got {self.daily_profile} s"
+            )
+        span = self.daily_profile_window
+        if (
+            isinstance(span, bool)
+            or not isinstance(span, int)
+            or span % 3600
+            or not (3600 <= span <= 86400)
+        ):
+            raise ValueError(
+                f"policy daily_profile_window: expected whole hours from 1h to 24h, got {span!r}"
+            )
         budget = self.max_migrations_per_day
         if budget is not None and budget_problem(budget):
             raise ValueError(f"policy max_migrations_per_day: {budget_problem(budget)}")
@@ -255,6 +279,8 @@ POLICY_KEYS: tuple[str, ...] = (
     "hot",
     "max_migrations_per_day",
     "migration_budget_window",
+    "daily_profile",
+    "daily_profile_window",
 )
 
 
@@ -267,6 +293,8 @@ _DURATIONS: Mapping[str, tuple[int, int]] = MappingProxyType(
         "min_uptime": (0, 365 * 86400),
         "smoothing": (0, 30 * 86400),
         "avoid_after_failure": (0, 365 * 86400),
+        "daily_profile": (0, 30 * 86400),
+        "daily_profile_window": (3600, 86400),
     }
 )
 

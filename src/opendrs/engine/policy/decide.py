@@ -4,12 +4,13 @@ margin — each returning a :class:`Decision` or passing to the next."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
 from opendrs.engine.planner import Plan
 from opendrs.engine.policy.config import PolicyConfig, most_moves, strategy_request
+from opendrs.engine.policy.dayplan import day_proposal
 from opendrs.engine.policy.guards import failed_targets, forbidden_placements
 from opendrs.engine.policy.maintenance import returns_from_maintenance, track_evacuations
 from opendrs.engine.policy.metrics import (
@@ -21,6 +22,7 @@ from opendrs.engine.policy.metrics import (
     metric_label,
 )
 from opendrs.engine.policy.planning import final_placement, plan_within, truncate
+from opendrs.engine.policy.profile import day_metric, worst_hour
 from opendrs.engine.policy.repair import Repair, may_need_repair, only_hot, repair_within_guards
 from opendrs.engine.policy.smoothing import overloads
 from opendrs.engine.policy.state import (
@@ -122,6 +124,7 @@ def decide(
     busy: bool,
     average: MeasuredUsage | None = None,
     recent: MeasuredUsage | None = None,
+    daily: Sequence[MeasuredUsage] | None = None,
 ) -> Decision:
     """Whether to act on ``cluster`` at ``now``, and with which plan (see the package docstring).
 
@@ -130,10 +133,13 @@ def decide(
     the metric and the strategy see it. ``recent``, when given, is the usage capacity is checked
     on (:meth:`UsageWindow.recent`, over the hold: :func:`overload_span`): repairs are found and
     made with it, and every plan is ordered against it. Without them the cluster's own usage
-    stands. Pure and deterministic. Raises ValueError for a usage made for another cluster (the
-    strategy's options were checked when ``config`` was made).
+    stands. ``daily``, when given, is the usage of each hour of the day
+    (:meth:`DailyProfile.hours`, ``policy.daily_profile``): balancing then decides on the hour
+    the placement balances worst, and a plan is predicted on every hour. Pure and
+    deterministic. Raises ValueError for a usage made for another cluster (the strategy's
+    options were checked when ``config`` was made).
     """
-    round_ = _Round(cluster, now, config, state, past, average, recent, busy)
+    round_ = _Round(cluster, now, config, state, past, average, recent, busy, daily)
     for guard in (_busy, _repair, _back_from_maintenance, _balanced, _holding, _budget):
         decision = guard(round_)
         if decision is not None:
@@ -154,13 +160,22 @@ class _Round:
         average: MeasuredUsage | None,
         recent: MeasuredUsage | None,
         busy: bool,
+        daily: Sequence[MeasuredUsage] | None = None,
     ) -> None:
         self.now, self.config, self.past, self.recent, self.busy = now, config, past, recent, busy
         self.view = CycleView(cluster, average, hot=config.hot)
+        #: The usage of each hour of the day (None: balance on ``average``).
+        self.daily = daily
+        hour = None
+        if daily:
+            hour = worst_hour(cluster, config.metric, self.view.loads, daily)
+            self.view = CycleView(cluster, daily[hour], hot=config.hot)
         by_arch = measure_by_arch(cluster, config.metric, self.view.loads)
         self.metric = max(by_arch.values(), default=0.0)
         self.label = metric_label(config.metric)
         self.shown = format_by_arch(config.metric, by_arch)
+        if hour is not None:
+            self.shown += f" at {hour:02d}:00 of the daily profile"
         self.limit = format_threshold(config.metric, config.threshold)
         tracked = track_evacuations(cluster, state.evacuated) if config.maintenance_return else {}
         self.state = state if tracked == state.evacuated else replace(state, evacuated=tracked)
@@ -203,6 +218,8 @@ class _Round:
         guests, nodes = self.cluster.guest_index, self.cluster.node_index
         for guest, target in final_placement(plan).items():
             assign[guests[guest]] = nodes[target]
+        if self.daily:
+            return day_metric(self.cluster, self.config.metric, self.view.loads, self.daily, assign)
         return measure(self.cluster, self.config.metric, self.view.loads, assign)
 
     def decision(
@@ -451,6 +468,17 @@ def _proposer(r: _Round, most: int) -> Callable[[frozenset[tuple[str, str]]], Pr
     left = None if most == config.batch else most
 
     def propose(forbidden: frozenset[tuple[str, str]]) -> Proposal:
+        if r.daily:
+            cons = view.constraints.forbidding(forbidden)
+            return day_proposal(
+                r.cluster,
+                view.loads,
+                cons,
+                r.daily,
+                metric=config.metric,
+                target=config.target,
+                most=most_moves(config.batch, left),
+            )
         request = strategy_request(config, r.past, r.now, forbidden, left)
         found = info.propose(view, request, options)
         limit = "batch" if left is None else "budget"
