@@ -365,8 +365,12 @@ class Controller:
         # Capacity is checked on usage that rises after the hold, not after the whole window.
         span = overload_span(policy)
         recent: MeasuredUsage | None = None
+        latest: MeasuredUsage | None = None
         if span < policy.smoothing:
             average, recent = self.window.usage(cluster, span)
+            if policy.max_migrations_per_day is not None:
+                # The recent demand a migration budget may spend on (policy.spending).
+                latest = self.window.latest(cluster, span)
         else:
             average = self.window.average(cluster)
         decision = decide(
@@ -378,6 +382,7 @@ class Controller:
             busy=self.executor.busy,
             average=average,
             recent=recent,
+            latest=latest,
         )
         if decision.state.evacuated != self.state.evacuated:
             self.history.set_evacuated(decision.state.evacuated)

@@ -23,6 +23,7 @@ from opendrs.engine.policy.metrics import (
 from opendrs.engine.policy.planning import final_placement, plan_within, truncate
 from opendrs.engine.policy.repair import Repair, may_need_repair, only_hot, repair_within_guards
 from opendrs.engine.policy.smoothing import overloads
+from opendrs.engine.policy.spending import react
 from opendrs.engine.policy.state import (
     BUDGET_WINDOW,
     PastMigrations,
@@ -122,6 +123,7 @@ def decide(
     busy: bool,
     average: MeasuredUsage | None = None,
     recent: MeasuredUsage | None = None,
+    latest: MeasuredUsage | None = None,
 ) -> Decision:
     """Whether to act on ``cluster`` at ``now``, and with which plan (see the package docstring).
 
@@ -130,10 +132,12 @@ def decide(
     the metric and the strategy see it. ``recent``, when given, is the usage capacity is checked
     on (:meth:`UsageWindow.recent`, over the hold: :func:`overload_span`): repairs are found and
     made with it, and every plan is ordered against it. Without them the cluster's own usage
-    stands. Pure and deterministic. Raises ValueError for a usage made for another cluster (the
-    strategy's options were checked when ``config`` was made).
+    stands. ``latest``, when given, is the plain mean over the hold (:meth:`UsageWindow.latest`):
+    with a migration budget, what its unspent part moves balancing towards (:func:`react`; the
+    hold shrinks alike). Pure and deterministic. Raises ValueError for a usage made for another
+    cluster (the strategy's options were checked when ``config`` was made).
     """
-    round_ = _Round(cluster, now, config, state, past, average, recent, busy)
+    round_ = _Round(cluster, now, config, state, past, (average, recent, latest), busy)
     for guard in (_busy, _repair, _back_from_maintenance, _balanced, _holding, _budget):
         decision = guard(round_)
         if decision is not None:
@@ -151,12 +155,23 @@ class _Round:
         config: PolicyConfig,
         state: PolicyState,
         past: PastMigrations,
-        average: MeasuredUsage | None,
-        recent: MeasuredUsage | None,
+        usages: tuple[MeasuredUsage | None, MeasuredUsage | None, MeasuredUsage | None],
         busy: bool,
     ) -> None:
-        self.now, self.config, self.past, self.recent, self.busy = now, config, past, recent, busy
-        self.view = CycleView(cluster, average, hot=config.hot)
+        average, recent, latest = usages
+        self.now, self.past, self.recent, self.busy = now, past, recent, busy
+        #: The budgeted migrations started within the window, oldest first, and how many more
+        #: may start now (None: no budget).
+        budget, window = config.max_migrations_per_day, config.migration_budget_window
+        self.window = budget_window(budget or 0, window)
+        #: How many budgeted migrations the window holds.
+        self.allowed = budget_allowance(budget or 0, window)
+        self.spent = sorted(t for t in past.budget_spent if now - t < self.window)
+        self.left = None if budget is None else max(self.allowed - len(self.spent), 0)
+        #: The policy as the budget left lets it react (unchanged without a budget).
+        reaction = react(config, self.left, average, latest)
+        self.config = config = reaction.config
+        self.view = CycleView(cluster, reaction.average, hot=config.hot)
         by_arch = measure_by_arch(cluster, config.metric, self.view.loads)
         self.metric = max(by_arch.values(), default=0.0)
         self.label = metric_label(config.metric)
@@ -170,14 +185,6 @@ class _Round:
         self.repair_note = ""
         #: Where the threshold and the hold stand, as the reason's first words.
         self.trigger = ""
-        #: The budgeted migrations started within the window, oldest first, and how many more
-        #: may start now (None: no budget).
-        budget, window = config.max_migrations_per_day, config.migration_budget_window
-        self.window = budget_window(budget or 0, window)
-        #: How many budgeted migrations the window holds.
-        self.allowed = budget_allowance(budget or 0, window)
-        self.spent = sorted(t for t in past.budget_spent if now - t < self.window)
-        self.left = None if budget is None else max(self.allowed - len(self.spent), 0)
 
     @property
     def cluster(self) -> Cluster:
