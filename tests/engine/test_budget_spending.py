@@ -133,7 +133,10 @@ def test_with_budget_left_the_recent_demand_is_balanced_at_once() -> None:
     # 96 a day, none spent: balancing reads the last half hour, acts on the first observation.
     act, code, reason = _decide(replace(DEFAULT, max_migrations_per_day=96))
     assert (act, code) == (True, "plan")
-    assert reason.startswith("spread 60.0 pp above threshold 15 pp for 1 of 1 observations")
+    assert reason.startswith(
+        "spread 60.0 pp above threshold 15 pp for 1 of 1 observations (hastened by the budget "
+        "left, 96 of 96: usage 100 % of the way to the last 30m); plan brings it to "
+    )
     # 19 of 96 left: the usage a fifth of the way there (n1 at 48 %, n2 at 36 %, 12 pp).
     assert _decide(replace(DEFAULT, max_migrations_per_day=96), spent=77)[1] == "balanced"
     # Spent: the default's decision again (the budget guard aside, nothing to spend).
@@ -145,7 +148,10 @@ def test_half_the_budget_left_holds_half_as_long() -> None:
     # 48 left of 96: the usage halfway (n1 60 %, n2 30 %, 30 pp), a hold of 3 of the 6.
     act, code, reason = _decide(config, spent=48)
     assert (act, code) == (False, "holding")
-    assert reason.startswith("spread 30.0 pp above threshold 15 pp for 1 of 3 observations")
+    assert reason == (
+        "spread 30.0 pp above threshold 15 pp for 1 of 3 observations (hastened by the budget "
+        "left, 48 of 96: usage 50 % of the way to the last 30m); waiting"
+    )
     assert _decide(config, spent=48, hold=2)[:2] == (True, "plan")
 
 

@@ -171,6 +171,8 @@ class _Round:
         #: The policy as the budget left lets it react (unchanged without a budget).
         reaction = react(config, self.left, average, latest)
         self.config = config = reaction.config
+        #: What the trigger adds while the budget left hastens the decision.
+        self.hastened = reaction.note
         self.view = CycleView(cluster, reaction.average, hot=config.hot)
         by_arch = measure_by_arch(cluster, config.metric, self.view.loads)
         self.metric = max(by_arch.values(), default=0.0)
@@ -365,7 +367,7 @@ def _holding(r: _Round) -> Decision | None:
     else:
         r.trigger = (
             f"{r.label} {r.shown} above threshold {r.limit} for {min(count, need)} of {need} "
-            "observations"
+            f"observations{r.hastened}"
         )
     if count >= need:
         return None

@@ -24,6 +24,7 @@ from opendrs.engine.policy.config import PolicyConfig
 from opendrs.engine.policy.smoothing import overload_span
 from opendrs.engine.policy.state import BUDGET_WINDOW, budget_allowance, budget_window
 from opendrs.engine.usage import MeasuredUsage
+from opendrs.model.units import format_duration
 
 
 def reach(config: PolicyConfig) -> float:
@@ -61,6 +62,10 @@ class Reaction:
 
     config: PolicyConfig
     average: MeasuredUsage | None
+    #: What the trigger of the decision's reason adds while the budget hastens it (else
+    #: nothing): ``(hastened by the budget left, 30 of 30: usage 95 % of the way to the last
+    #: 30m)``.
+    note: str = ""
 
 
 def react(
@@ -78,9 +83,13 @@ def react(
         return Reaction(config, average)
     hold = max(math.ceil(max(config.hold, 1) * (1.0 - e) - 1e-9), 1)
     faster = replace(config, hold=hold)
+    allowed = budget_allowance(config.max_migrations_per_day or 0, config.migration_budget_window)
+    note = f" (hastened by the budget left, {left} of {allowed}"
     if average is None or latest is None:
-        return Reaction(faster, average)
-    return Reaction(faster, blend(average, latest, e))
+        return Reaction(faster, average, note + ")")
+    span = format_duration(overload_span(config))
+    note += f": usage {e * 100:.0f} % of the way to the last {span})"
+    return Reaction(faster, blend(average, latest, e), note)
 
 
 def blend(average: MeasuredUsage, latest: MeasuredUsage, weight: float) -> MeasuredUsage:
