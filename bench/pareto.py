@@ -7,8 +7,10 @@ For each scenario — the shipped month (``builtin:month``) and the generated mo
 policy and the emulated peers (``proxmox``, ``incus``, ``proxlb``), then opendrs with a migration
 budget (``max_migrations_per_day``) matched to each peer: the largest budget, searched downwards
 from the peer's total spread over the days, whose run makes at most as many migrations in all as
-the peer (none when the default already does); below one a day, the fractions 1/2, 1/3, … (one
-migration in any 2, 3, … days) before 0. It prints one Markdown table per scenario —
+the peer; below one a day, the fractions 1/2, 1/3, … (one migration in any 2, 3, … days) before
+0. When the default already makes no more migrations than the peer it is matched itself, unless
+the peer's share per day is a budget that buys a faster reaction and the budget found is above
+the threshold no more of the time than the default. It prints one Markdown table per scenario —
 migrations, balancing migrations, time above the threshold, hot node-minutes, capacity
 violations, ping-pongs — and the issue's targets, met or missed.
 
@@ -34,6 +36,7 @@ from opendrs.backends.generated import DEFAULT_GUESTS, DEFAULT_NODES, generated_
 from opendrs.backends.scenario import Scenario, builtin_scenario
 from opendrs.controller.simulate import run_policy
 from opendrs.engine.policy import PRESETS
+from opendrs.engine.policy.spending import reach
 
 PEERS = ("proxmox", "incus", "proxlb")
 SEEDS = (1, 2, 4, 6, 8)
@@ -82,15 +85,31 @@ LONGEST = 30
 
 
 def matched_budget(runs: Runs, peer: str) -> str:
-    """The key of opendrs's run matched to ``peer``: its default when that makes no more
-    migrations than the peer; else the largest budget found whose run makes at most as many —
-    from the peer's balancing share per day (at least 1), downwards until one fits, or upwards
-    (at most :data:`UPWARD` more) while they fit; when not even 1 a day fits, the fractions
-    below it (:func:`_fractional`)."""
+    """The key of opendrs's run matched to ``peer``: the largest budget found whose run makes at
+    most as many migrations as the peer — from the peer's balancing share per day (at least 1),
+    downwards until one fits, or upwards (at most :data:`UPWARD` more) while they fit; when not
+    even 1 a day fits, the fractions below it (:func:`_fractional`). When opendrs's default
+    makes no more migrations than the peer, that budget only where the peer's share buys a faster
+    reaction (:func:`reach`; docs/configuration.md, "Spending the budget") and the budget found
+    fits and is above the threshold no more of the time than the default; else the default."""
     limit = runs.get(peer)["migrations"]
     default = runs.get("opendrs")
-    if default["migrations"] <= limit:
+    if default["migrations"] > limit:
+        return _searched(runs, limit, default)
+    share = max(1, math.floor((limit - default["repair_migrations"]) / default["days"]))
+    if reach(replace(PRESETS["opendrs"], max_migrations_per_day=share)) == 0:
+        return "opendrs"  # a budget that buys no faster reaction only caps the default
+    found = _searched(runs, limit, default)
+    if not found.startswith("budget ") or _budget_of(found) < 1:
         return "opendrs"
+    budgeted = runs.get(found)
+    above = "pct_time_above_threshold"
+    fits = budgeted["migrations"] <= limit and budgeted[above] <= default[above]
+    return found if fits else "opendrs"
+
+
+def _searched(runs: Runs, limit: int, default: Report) -> str:
+    """The budget search of :func:`matched_budget`."""
 
     def total(budget: int) -> int:
         return int(runs.get(f"budget {budget}")["migrations"])

@@ -46,8 +46,9 @@ def test_the_budget_is_the_largest_found_that_keeps_within_the_peer() -> None:
     runs, asked = _runs(PEERS)
     # proxmox: 30 in 10 days, 5 of them repairs: 2 a day fits (25), searched from there.
     assert matched_budget(runs, "proxmox") == "budget 2"
-    # incus makes more than opendrs's default: the default is the match.
-    assert matched_budget(runs, "incus") == "opendrs"
+    # incus makes more than opendrs's default: its share, 89 a day, buys a faster reaction, and
+    # the budget found (89: 895 ≤ 900; 90: 905) is above the threshold less than the default.
+    assert matched_budget(runs, "incus") == "budget 89"
     assert matched_budget(runs, "proxlb") == "budget 9"
     assert asked.count("opendrs") == 1  # every run once
 
@@ -66,7 +67,8 @@ def test_table_and_targets() -> None:
     runs, _ = _runs(PEERS)
     lines = table(runs)
     assert lines[0].startswith("| policy | budget per 24 h | migrations |")
-    assert "| **opendrs** | none (≤ incus) | 120 | 115 | 40.0 % | 0 | 0 | 0 |" in lines
+    assert "| **opendrs** | none | 120 | 115 | 40.0 % | 0 | 0 | 0 |" in lines
+    assert "| opendrs | 89 (≤ incus) | 895 | 890 | 1.0 % | 0 | 0 | 0 |" in lines
     assert "| opendrs | 2 (≤ proxmox) | 25 | 20 | 88.0 % | 0 | 0 | 0 |" in lines
     assert "- met: default: 0 hot node-min, the peers' fewest 0" in lines
     assert "- met: default not dominated by proxlb" in lines
@@ -103,3 +105,25 @@ def test_a_fraction_found_by_a_jump_is_searched_back_down() -> None:
     runs, asked = _runs(dict(PEERS, proxmox=_report(30, 99.0)), per=100)
     assert matched_budget(runs, "proxmox") == "budget 1/4"
     assert asked[-3:] == ["budget 1", "budget 1/4", "budget 1/3"]
+
+
+def test_under_the_peer_the_default_stands_unless_a_budget_buys_more() -> None:
+    # The default (120) makes fewer migrations than incus (900). With a budget that is above
+    # the threshold more of the time than the default, the default is the match.
+    def worse(key: str) -> dict[str, Any]:
+        if key.startswith("budget "):
+            return _report(5 + round(10 * _budget_of(key)), 50.0, repairs=5)
+        return PEERS[key]
+
+    runs = Runs("test", worse, {}, lambda: None)
+    assert matched_budget(runs, "incus") == "opendrs"
+    # 13 a day makes more than proxlb's 130; 12 fits (125) but is above the threshold 78 % of
+    # the time against the default's 40 %.
+    runs, asked = _runs(dict(PEERS, proxlb=_report(130, 95.0)))
+    assert matched_budget(runs, "proxlb") == "opendrs"
+    assert asked == ["proxlb", "opendrs", "budget 12", "budget 13"]
+    # A peer's share of 4 a day or fewer buys no faster reaction (the default's six-hour
+    # smoothing): no budget is tried.
+    runs, asked = _runs(dict(PEERS, opendrs=_report(40, 40.0, repairs=5), proxlb=_report(45, 95.0)))
+    assert matched_budget(runs, "proxlb") == "opendrs"
+    assert asked == ["proxlb", "opendrs"]

@@ -569,7 +569,8 @@ def add_simulate_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         metavar="N",
         help="a migration budget: at most N balancing migrations in any 24 hours, or with a "
         "fraction below 1 (0.5, 1/3) one in any 1/N days (policy.max_migrations_per_day) for "
-        "opendrs's own policies; the emulated peers' "
+        "opendrs's own policies — above 4 a day (one per 6-hour smoothing window), what it "
+        "leaves buys a faster reaction; the emulated peers' "
         "presets (proxmox, incus, proxlb) are left as they are",
     )
     p.add_argument(

@@ -368,8 +368,12 @@ class Controller:
         # Capacity is checked on usage that rises after the hold, not after the whole window.
         span = overload_span(policy)
         recent: MeasuredUsage | None = None
+        latest: MeasuredUsage | None = None
         if span < policy.smoothing:
             average, recent = self.window.usage(cluster, span)
+            if policy.max_migrations_per_day is not None:
+                # The recent demand a migration budget may spend on (policy.spending).
+                latest = self.window.latest(cluster, span)
         else:
             average = self.window.average(cluster)
         daily = None
@@ -388,6 +392,7 @@ class Controller:
             busy=self.executor.busy,
             average=average,
             recent=recent,
+            latest=latest,
             daily=daily,
         )
         if decision.state.evacuated != self.state.evacuated:

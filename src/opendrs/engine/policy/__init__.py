@@ -48,7 +48,11 @@ the next state. Every guard the peers use against flapping is here, each one con
   (:attr:`PastMigrations.budget_spent`). Spent, the strategy is not asked (code ``budget``);
   partly spent, a plan that clears the margin but needs more than is left is asked for again
   with at most what is left, and that part is made. Repairs of maintenance, capacity and hard
-  rules, and returns from maintenance, are exempt.
+  rules, and returns from maintenance, are exempt. A budget above one migration per
+  ``smoothing`` window spends what it leaves on a faster reaction
+  (:mod:`~opendrs.engine.policy.spending`): balancing reads usage closer to its plain mean over
+  the hold, which the controller passes as ``latest``, and the hold shrinks, both by the share
+  of the budget left.
 * **Busy** — while a plan is executing nothing is decided and the hold count stands still (Proxmox
   skips its rounds without counting while a service migrates).
 

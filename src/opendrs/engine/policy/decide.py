@@ -25,6 +25,7 @@ from opendrs.engine.policy.planning import final_placement, plan_within, truncat
 from opendrs.engine.policy.profile import day_metric, worst_hour
 from opendrs.engine.policy.repair import Repair, may_need_repair, only_hot, repair_within_guards
 from opendrs.engine.policy.smoothing import overloads
+from opendrs.engine.policy.spending import react
 from opendrs.engine.policy.state import (
     BUDGET_WINDOW,
     PastMigrations,
@@ -124,6 +125,7 @@ def decide(
     busy: bool,
     average: MeasuredUsage | None = None,
     recent: MeasuredUsage | None = None,
+    latest: MeasuredUsage | None = None,
     daily: Sequence[MeasuredUsage] | None = None,
 ) -> Decision:
     """Whether to act on ``cluster`` at ``now``, and with which plan (see the package docstring).
@@ -133,13 +135,16 @@ def decide(
     the metric and the strategy see it. ``recent``, when given, is the usage capacity is checked
     on (:meth:`UsageWindow.recent`, over the hold: :func:`overload_span`): repairs are found and
     made with it, and every plan is ordered against it. Without them the cluster's own usage
-    stands. ``daily``, when given, is the usage of each hour of the day
-    (:meth:`DailyProfile.hours`, ``policy.daily_profile``): balancing then decides on the hour
-    the placement balances worst, and a plan is predicted on every hour. Pure and
-    deterministic. Raises ValueError for a usage made for another cluster (the strategy's
-    options were checked when ``config`` was made).
+    stands. ``latest``, when given, is the plain mean over the hold (:meth:`UsageWindow.latest`):
+    with a migration budget whose spending is on (``policy.spend_budget``), what its unspent part
+    moves balancing towards (:func:`react`; the hold shrinks alike). ``daily``, when given, is the
+    usage of each hour of the day (:meth:`DailyProfile.hours`, ``policy.daily_profile``):
+    balancing then decides on the hour the placement balances worst, and a plan is predicted on
+    every hour. Pure and deterministic. Raises ValueError for a usage made for another cluster
+    (the strategy's options were checked when ``config`` was made).
     """
-    round_ = _Round(cluster, now, config, state, past, average, recent, busy, daily)
+    usages = (average, recent, latest)
+    round_ = _Round(cluster, now, config, state, past, usages, busy, daily)
     for guard in (_busy, _repair, _back_from_maintenance, _balanced, _holding, _budget):
         decision = guard(round_)
         if decision is not None:
@@ -157,13 +162,19 @@ class _Round:
         config: PolicyConfig,
         state: PolicyState,
         past: PastMigrations,
-        average: MeasuredUsage | None,
-        recent: MeasuredUsage | None,
+        usages: tuple[MeasuredUsage | None, MeasuredUsage | None, MeasuredUsage | None],
         busy: bool,
         daily: Sequence[MeasuredUsage] | None = None,
     ) -> None:
-        self.now, self.config, self.past, self.recent, self.busy = now, config, past, recent, busy
-        self.view = CycleView(cluster, average, hot=config.hot)
+        average, recent, latest = usages
+        self.now, self.past, self.recent, self.busy = now, past, recent, busy
+        self._count_budget(config)
+        #: The policy as the budget left lets it react (unchanged without a budget).
+        reaction = react(config, self.left, average, latest)
+        self.config = config = reaction.config
+        #: What the trigger adds while the budget left hastens the decision.
+        self.hastened = reaction.note
+        self.view = CycleView(cluster, reaction.average, hot=config.hot)
         #: The usage of each hour of the day (None: balance on ``average``).
         self.daily = daily
         hour = None
@@ -185,13 +196,15 @@ class _Round:
         self.repair_note = ""
         #: Where the threshold and the hold stand, as the reason's first words.
         self.trigger = ""
-        #: The budgeted migrations started within the window, oldest first, and how many more
-        #: may start now (None: no budget).
+
+    def _count_budget(self, config: PolicyConfig) -> None:
+        """The budgeted migrations started within the window, oldest first, and how many more
+        may start now (``left``; None: no budget)."""
         budget, window = config.max_migrations_per_day, config.migration_budget_window
         self.window = budget_window(budget or 0, window)
         #: How many budgeted migrations the window holds.
         self.allowed = budget_allowance(budget or 0, window)
-        self.spent = sorted(t for t in past.budget_spent if now - t < self.window)
+        self.spent = sorted(t for t in self.past.budget_spent if self.now - t < self.window)
         self.left = None if budget is None else max(self.allowed - len(self.spent), 0)
 
     @property
@@ -375,7 +388,7 @@ def _holding(r: _Round) -> Decision | None:
     else:
         r.trigger = (
             f"{r.label} {r.shown} above threshold {r.limit} for {min(count, need)} of {need} "
-            "observations"
+            f"observations{r.hastened}"
         )
     if count >= need:
         return None

@@ -136,15 +136,27 @@ class UsageWindow:
         the last sample)."""
         return self.usage(cluster, span)[1]
 
+    def latest(self, cluster: Cluster, span: float) -> MeasuredUsage:
+        """The plain mean over the samples of the last ``span`` seconds, ``(last − span, last]``
+        (at least the last sample), aligned with ``cluster`` like :meth:`average`: the recent
+        demand a migration budget may spend on (:mod:`~opendrs.engine.policy.spending`)."""
+        _check_span(span)
+        if not self.times.size:
+            return MeasuredUsage.of(cluster)
+        return MeasuredUsage.replacing(cluster, *self._means(cluster, self._first(span)))
+
+    def _first(self, span: float) -> int:
+        """The index of the first sample of the last ``span`` seconds (at least the last)."""
+        last = float(self.times[-1])
+        return min(int(np.searchsorted(self.times, last - span, side="right")), len(self) - 1)
+
     def usage(self, cluster: Cluster, span: float) -> tuple[MeasuredUsage, MeasuredUsage]:
         """:meth:`average` and :meth:`recent` at once (the window's means computed once)."""
-        if isinstance(span, bool) or not isinstance(span, int | float) or not span >= 0:
-            raise ValueError(f"usage window: span must be ≥ 0 seconds, got {span!r}")
+        _check_span(span)
         if not self.times.size:
             own = MeasuredUsage.of(cluster)
             return own, own
-        last = float(self.times[-1])
-        first = min(int(np.searchsorted(self.times, last - span, side="right")), len(self) - 1)
+        first = self._first(span)
         means = self._means(cluster)
         cpu, memory, base_cpu, base_memory = (
             np.fmax(whole, part)
@@ -154,6 +166,11 @@ class UsageWindow:
             cluster, means, (cpu, memory, base_cpu, base_memory)
         )
         return average, recent
+
+
+def _check_span(span: float) -> None:
+    if isinstance(span, bool) or not isinstance(span, int | float) or not span >= 0:
+        raise ValueError(f"usage window: span must be ≥ 0 seconds, got {span!r}")
 
 
 def overloads(loads: LoadModel, usage: MeasuredUsage, limit: float = 1.0) -> bool:
