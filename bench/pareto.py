@@ -35,7 +35,7 @@ from typing import Any
 from opendrs.backends.generated import DEFAULT_GUESTS, DEFAULT_NODES, generated_scenario
 from opendrs.backends.scenario import Scenario, builtin_scenario
 from opendrs.controller.simulate import run_policy
-from opendrs.engine.policy import PRESETS
+from opendrs.engine.policy import PRESETS, PolicyConfig
 from opendrs.engine.policy.spending import reach
 
 PEERS = ("proxmox", "incus", "proxlb")
@@ -62,12 +62,16 @@ class Runs:
 
 def run(scenario: Scenario, key: str) -> Report:
     """The report of one run: ``opendrs``, a peer's preset, or ``budget N`` or ``budget 1/N``
-    (opendrs's preset with ``max_migrations_per_day: N`` or ``1 / N``)."""
-    if key.startswith("budget "):
-        policy = replace(PRESETS["opendrs"], max_migrations_per_day=_budget_of(key))
-    else:
-        policy = PRESETS[key]
+    (opendrs's preset with ``max_migrations_per_day: N`` or ``1 / N``, spent on reaction)."""
+    policy = _budgeted(_budget_of(key)) if key.startswith("budget ") else PRESETS[key]
     return run_policy(scenario, policy).as_dict()
+
+
+def _budgeted(budget: float) -> PolicyConfig:
+    """opendrs's preset with the migration budget ``budget``, what it leaves spent on reaction
+    (``spend_budget``: the operator's budget is what the policy may spend; 4 a day or fewer, and
+    fractions, only cap)."""
+    return replace(PRESETS["opendrs"], max_migrations_per_day=budget, spend_budget=True)
 
 
 def _brief(r: Report) -> str:
@@ -97,7 +101,7 @@ def matched_budget(runs: Runs, peer: str) -> str:
     if default["migrations"] > limit:
         return _searched(runs, limit, default)
     share = max(1, math.floor((limit - default["repair_migrations"]) / default["days"]))
-    if reach(replace(PRESETS["opendrs"], max_migrations_per_day=share)) == 0:
+    if reach(_budgeted(share)) == 0:
         return "opendrs"  # a budget that buys no faster reaction only caps the default
     found = _searched(runs, limit, default)
     if not found.startswith("budget ") or _budget_of(found) < 1:

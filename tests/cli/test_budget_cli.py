@@ -71,6 +71,20 @@ def test_run_refuses_a_bad_budget_in_one_line(tmp_path: Path, budget: str, shown
     assert done.stderr.count("\n") == 1
 
 
+def test_run_refuses_spend_budget_without_a_budget_in_one_line(tmp_path: Path) -> None:
+    config = tmp_path / "opendrs.yaml"
+    config.write_text(
+        "mode: shadow\nbackend: {type: sim, scenario: 'builtin:demo', days: 0.1}\n"
+        f"history: {tmp_path / 'history.db'}\npolicy: {{spend_budget: true}}\n"
+    )
+    done = opendrs("run", "--config", str(config), "--once")
+    assert done.returncode == 2
+    assert done.stderr.strip().endswith(
+        "policy.spend_budget: needs max_migrations_per_day, the budget it spends"
+    )
+    assert done.stderr.count("\n") == 1
+
+
 def test_simulate_spends_a_windowed_budget_together() -> None:
     # Three days of the month: 0.5 a day over a 6-day window is three migrations, free to be
     # spent together (one in any 48 hours without the window: two).
@@ -81,10 +95,24 @@ def test_simulate_spends_a_windowed_budget_together() -> None:
     assert report["balancing_migrations"] == 3
 
 
+def test_simulate_a_budget_only_caps_unless_it_is_spent() -> None:
+    # Two days of the month: a budget that never binds changes nothing; spent on reaction, what
+    # it leaves buys a faster reaction — more migrations, less time above the threshold.
+    args = ("simulate", "--days", "2", "--format", "json", "--no-progress", "--policy", "opendrs")
+    (alone,) = json.loads(opendrs(*args).stdout)
+    (capped,) = json.loads(opendrs(*args, "--budget", "1000").stdout)
+    (spent,) = json.loads(opendrs(*args, "--budget", "1000", "--spend-budget").stdout)
+    keys = ("migrations", "pct_time_above_threshold", "ping_pongs")
+    assert [capped[k] for k in keys] == [alone[k] for k in keys]
+    assert spent["migrations"] > alone["migrations"]
+    assert spent["pct_time_above_threshold"] < alone["pct_time_above_threshold"]
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
         (("--budget-window", "7d"), "--budget-window: only with --budget N"),
+        (("--spend-budget",), "--spend-budget: only with --budget N"),
         (
             ("--budget", "0.25", "--budget-window", "2d"),
             "--budget-window: 2d is too short for 0.25 migrations a day: it must hold one, "

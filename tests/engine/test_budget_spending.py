@@ -1,7 +1,7 @@
-"""Spending the migration budget on reaction: a budget above one migration per smoothing window
-lets the policy react faster — usage closer to the recent demand, a shorter hold, the margin
-kept — in proportion to what the rolling window has left; no budget, a small one or a spent one
-decides as the default does."""
+"""Spending the migration budget on reaction (``spend_budget``): a budget above one migration per
+smoothing window lets the policy react faster — usage closer to the recent demand, a shorter
+hold, the margin kept — in proportion to what the rolling window has left; no budget, a small
+one, a spent one or one that only caps decides as the default does."""
 
 from __future__ import annotations
 
@@ -24,38 +24,52 @@ NOW = 1_000_000.0
 DEFAULT = PolicyConfig()
 
 
+def spending(**changes: object) -> PolicyConfig:
+    """The default policy with ``changes`` (a budget) and ``spend_budget`` on."""
+    return replace(DEFAULT, spend_budget=True, **changes)  # type: ignore[arg-type]
+
+
+def test_a_budget_only_caps_unless_spending_is_on() -> None:
+    assert reach(replace(DEFAULT, max_migrations_per_day=96)) == 0.0
+    assert reach(spending(max_migrations_per_day=96)) == 1.0
+    assert _decide(replace(DEFAULT, max_migrations_per_day=96))[1] == "balanced"
+
+
+def test_spending_needs_a_budget() -> None:
+    with pytest.raises(ValueError, match="spend_budget: needs max_migrations_per_day"):
+        replace(DEFAULT, spend_budget=True)
+
+
 def test_no_budget_or_a_small_one_reaches_nothing() -> None:
     assert reach(DEFAULT) == 0.0
     # The default's 6-hour smoothing affords one migration per 6 hours: 4 a day.
     for budget in (0, 0.5, 1, 2, 3, 4):
-        assert reach(replace(DEFAULT, max_migrations_per_day=budget)) == 0.0
+        assert reach(spending(max_migrations_per_day=budget)) == 0.0
     # A budget window counts the rate: 15 in any 30 days is half a migration a day.
-    assert (
-        reach(replace(DEFAULT, max_migrations_per_day=0.5, migration_budget_window=30 * DAY)) == 0
-    )
+    assert reach(spending(max_migrations_per_day=0.5, migration_budget_window=30 * DAY)) == 0
     # No smoothing longer than the hold: nothing to reach towards.
-    assert reach(replace(DEFAULT, max_migrations_per_day=30, smoothing=1800)) == 0.0
+    assert reach(spending(max_migrations_per_day=30, smoothing=1800)) == 0.0
 
 
 def test_a_larger_budget_reaches_by_its_horizon() -> None:
     # 30 a day: a migration every 48 minutes, from 6 h towards the hold's 30 minutes.
-    assert reach(replace(DEFAULT, max_migrations_per_day=30)) == pytest.approx(
+    assert reach(spending(max_migrations_per_day=30)) == pytest.approx(
         (6 * 3600 - 48 * 60) / (6 * 3600 - 1800)
     )
-    assert reach(replace(DEFAULT, max_migrations_per_day=5)) == pytest.approx(
+    assert reach(spending(max_migrations_per_day=5)) == pytest.approx(
         (6 * 3600 - 4.8 * 3600) / (6 * 3600 - 1800)
     )
     # 48 a day or more: a horizon at most the hold's, all the way.
-    assert reach(replace(DEFAULT, max_migrations_per_day=48)) == 1.0
-    assert reach(replace(DEFAULT, max_migrations_per_day=500)) == 1.0
+    assert reach(spending(max_migrations_per_day=48)) == 1.0
+    assert reach(spending(max_migrations_per_day=500)) == 1.0
     # The same rate over a week's window reaches as far.
-    weekly = replace(DEFAULT, max_migrations_per_day=30, migration_budget_window=7 * DAY)
-    assert reach(weekly) == pytest.approx(reach(replace(DEFAULT, max_migrations_per_day=30)))
+    weekly = spending(max_migrations_per_day=30, migration_budget_window=7 * DAY)
+    assert reach(weekly) == pytest.approx(reach(spending(max_migrations_per_day=30)))
 
 
 @given(st.integers(min_value=0, max_value=200), st.integers(min_value=0, max_value=300))
 def test_eagerness_falls_with_what_is_spent(budget: int, spent: int) -> None:
-    config = replace(DEFAULT, max_migrations_per_day=budget)
+    config = spending(max_migrations_per_day=budget)
     left = max(budget - spent, 0)
     e = eagerness(config, left)
     assert 0.0 <= e <= reach(config) <= 1.0
@@ -85,10 +99,10 @@ def _usage(cpu: list[float]) -> MeasuredUsage:
 def test_react_scales_the_hold_and_the_usage() -> None:
     average, latest = _usage([1.0, 3.0]), _usage([3.0, 1.0])
     # No budget, or all spent: the same config and usage, untouched.
-    for config, left in ((DEFAULT, None), (replace(DEFAULT, max_migrations_per_day=30), 0)):
+    for config, left in ((DEFAULT, None), (spending(max_migrations_per_day=30), 0)):
         same = react(config, left, average, latest)
         assert same.config is config and same.average is average
-    budget = replace(DEFAULT, max_migrations_per_day=96)  # reach 1
+    budget = spending(max_migrations_per_day=96)  # reach 1
     full = react(budget, 96, average, latest)
     assert (full.config.hold, full.config.margin) == (1, 0.25)  # each plan still pays for itself
     assert full.average is not None and list(full.average.cpu) == [3.0, 1.0]
@@ -129,22 +143,22 @@ def test_with_budget_left_the_recent_demand_is_balanced_at_once() -> None:
     # No budget: the six-hour average is balanced, the recent half hour does not count.
     assert _decide(DEFAULT)[1] == "balanced"
     # A small budget buys no faster reaction: the same.
-    assert _decide(replace(DEFAULT, max_migrations_per_day=4))[1] == "balanced"
+    assert _decide(spending(max_migrations_per_day=4))[1] == "balanced"
     # 96 a day, none spent: balancing reads the last half hour, acts on the first observation.
-    act, code, reason = _decide(replace(DEFAULT, max_migrations_per_day=96))
+    act, code, reason = _decide(spending(max_migrations_per_day=96))
     assert (act, code) == (True, "plan")
     assert reason.startswith(
         "spread 60.0 pp above threshold 15 pp for 1 of 1 observations (hastened by the budget "
         "left, 96 of 96: usage 100 % of the way to the last 30m); plan brings it to "
     )
     # 19 of 96 left: the usage a fifth of the way there (n1 at 48 %, n2 at 36 %, 12 pp).
-    assert _decide(replace(DEFAULT, max_migrations_per_day=96), spent=77)[1] == "balanced"
+    assert _decide(spending(max_migrations_per_day=96), spent=77)[1] == "balanced"
     # Spent: the default's decision again (the budget guard aside, nothing to spend).
-    assert _decide(replace(DEFAULT, max_migrations_per_day=96), spent=96)[1] == "balanced"
+    assert _decide(spending(max_migrations_per_day=96), spent=96)[1] == "balanced"
 
 
 def test_half_the_budget_left_holds_half_as_long() -> None:
-    config = replace(DEFAULT, max_migrations_per_day=96)
+    config = spending(max_migrations_per_day=96)
     # 48 left of 96: the usage halfway (n1 60 %, n2 30 %, 30 pp), a hold of 3 of the 6.
     act, code, reason = _decide(config, spent=48)
     assert (act, code) == (False, "holding")

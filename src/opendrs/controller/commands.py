@@ -332,17 +332,22 @@ PEERS: frozenset[str] = frozenset(PRESETS) - {PolicyConfig().name}
 
 
 def with_budget(
-    policies: list[PolicyConfig], budget: float | None, window: int | None = None
+    policies: list[PolicyConfig],
+    budget: float | None,
+    window: int | None = None,
+    spend: bool = False,
 ) -> list[PolicyConfig]:
-    """``policies`` with ``max_migrations_per_day`` set to ``budget`` and
-    ``migration_budget_window`` to ``window`` on opendrs's own (every policy not named after an
-    emulated peer); ``budget`` None: unchanged."""
+    """``policies`` with ``max_migrations_per_day`` set to ``budget``,
+    ``migration_budget_window`` to ``window`` and ``spend_budget`` to ``spend`` on opendrs's own
+    (every policy not named after an emulated peer); ``budget`` None: unchanged."""
     if budget is None:
         return policies
     return [
         p
         if p.name in PEERS
-        else replace(p, max_migrations_per_day=budget, migration_budget_window=window)
+        else replace(
+            p, max_migrations_per_day=budget, migration_budget_window=window, spend_budget=spend
+        )
         for p in policies
     ]
 
@@ -379,17 +384,28 @@ def _quiet() -> None:
     logging.getLogger("opendrs").setLevel(logging.ERROR)
 
 
+def _check_budget_args(args: argparse.Namespace) -> None:
+    """``--budget-window`` and ``--spend-budget`` only with a ``--budget`` they fit."""
+    if args.budget is None:
+        if args.budget_window is not None:
+            raise UsageError("--budget-window: only with --budget N")
+        if args.spend_budget:
+            raise UsageError("--spend-budget: only with --budget N")
+        return
+    if args.budget_window is not None:
+        problem = budget_window_problem(args.budget, args.budget_window)
+        if problem:
+            raise UsageError(f"--budget-window: {problem}")
+
+
 def cmd_simulate(args: argparse.Namespace) -> int:
     _quiet()
     scenario = _scenario(args)
     chosen = _policies(args.policy or [DEFAULT_POLICIES])
-    if args.budget_window is not None:
-        if args.budget is None:
-            raise UsageError("--budget-window: only with --budget N")
-        problem = budget_window_problem(args.budget, args.budget_window)
-        if problem:
-            raise UsageError(f"--budget-window: {problem}")
-    policies = with_budget([policy for policy, _ in chosen], args.budget, args.budget_window)
+    _check_budget_args(args)
+    policies = with_budget(
+        [policy for policy, _ in chosen], args.budget, args.budget_window, args.spend_budget
+    )
     console = Console(stderr=True)
     show_progress = not args.no_progress and console.is_terminal
     reports: list[StabilityReport] = []
@@ -569,9 +585,15 @@ def add_simulate_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         metavar="N",
         help="a migration budget: at most N balancing migrations in any 24 hours, or with a "
         "fraction below 1 (0.5, 1/3) one in any 1/N days (policy.max_migrations_per_day) for "
-        "opendrs's own policies — above 4 a day (one per 6-hour smoothing window), what it "
-        "leaves buys a faster reaction; the emulated peers' "
-        "presets (proxmox, incus, proxlb) are left as they are",
+        "opendrs's own policies; the emulated peers' presets (proxmox, incus, proxlb) are left "
+        "as they are",
+    )
+    p.add_argument(
+        "--spend-budget",
+        action="store_true",
+        help="with --budget, spend what the budget leaves on a faster reaction "
+        "(policy.spend_budget): above one migration per 6-hour smoothing window (4 a day), "
+        "usage closer to the last half hour's and a shorter hold while much of it is left",
     )
     p.add_argument(
         "--budget-window",

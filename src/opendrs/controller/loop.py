@@ -371,7 +371,7 @@ class Controller:
         latest: MeasuredUsage | None = None
         if span < policy.smoothing:
             average, recent = self.window.usage(cluster, span)
-            if policy.max_migrations_per_day is not None:
+            if policy.spend_budget:
                 # The recent demand a migration budget may spend on (policy.spending).
                 latest = self.window.latest(cluster, span)
         else:

@@ -71,6 +71,10 @@ class PolicyConfig:
     #: together. None (the default): 24 hours for a whole budget, ``1 / budget`` days for a
     #: fraction (:func:`budget_window`).
     migration_budget_window: int | None = None
+    #: With ``max_migrations_per_day``, spend what the budget leaves on a faster reaction
+    #: (:mod:`.spending`: usage closer to the recent demand, a shorter hold, while much of it is
+    #: left). False (the default): the budget only caps.
+    spend_budget: bool = False
     #: Demand per time of day: when above 0, each guest's usage is kept per hour of the day over
     #: about this many seconds (whole days) and balancing decides on the hour the placement
     #: balances worst, a plan's margin judged on every hour (:mod:`.profile`). 0 (the default):
@@ -83,9 +87,14 @@ class PolicyConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "options", frozen_mapping(self.options))
-        if not isinstance(self.maintenance_return, bool):
-            got = self.maintenance_return
-            raise ValueError(f"policy maintenance_return: expected true or false, got {got!r}")
+        for flag in ("maintenance_return", "spend_budget"):
+            got = getattr(self, flag)
+            if not isinstance(got, bool):
+                raise ValueError(f"policy {flag}: expected true or false, got {got!r}")
+        if self.spend_budget and self.max_migrations_per_day is None:
+            raise ValueError(
+                "policy spend_budget: needs max_migrations_per_day, the budget it spends"
+            )
         if not self.name or not isinstance(self.name, str):
             raise ValueError(f"policy name: expected a non-empty name, got {self.name!r}")
         if self.metric not in METRICS:
@@ -279,6 +288,7 @@ POLICY_KEYS: tuple[str, ...] = (
     "hot",
     "max_migrations_per_day",
     "migration_budget_window",
+    "spend_budget",
     "daily_profile",
     "daily_profile_window",
 )
@@ -403,6 +413,23 @@ def _option_value(reader: Reader, value: object, path: Path, default: object) ->
     return tuple(value) if isinstance(value, list) else value
 
 
+def _check_spending(
+    reader: Reader,
+    mapping: Mapping[str, object],
+    path: Path,
+    fields: Mapping[str, Any],
+    start: PolicyConfig,
+) -> None:
+    """``spend_budget`` needs a budget to spend: refused, naming the key written, without one."""
+    spend = fields.get("spend_budget", start.spend_budget)
+    if spend and fields.get("max_migrations_per_day", start.max_migrations_per_day) is None:
+        if "spend_budget" in mapping:
+            reader.fail(
+                (*path, "spend_budget"), "needs max_migrations_per_day, the budget it spends"
+            )
+        reader.fail((*path, "max_migrations_per_day"), "spend_budget is on: it needs a budget")
+
+
 def parse_policy(
     reader: Reader, value: object, path: Path, base: PolicyConfig | None = None
 ) -> PolicyConfig:
@@ -472,10 +499,9 @@ def parse_policy(
         if problem:
             reader.fail(wpath, problem)
         fields["migration_budget_window"] = window
-    if "maintenance_return" in mapping:
-        fields["maintenance_return"] = reader.boolean(
-            mapping["maintenance_return"], (*path, "maintenance_return")
-        )
+    for flag in ("maintenance_return", "spend_budget"):
+        if flag in mapping:
+            fields[flag] = reader.boolean(mapping[flag], (*path, flag))
     strategy = start.strategy
     if "strategy" in mapping:
         spath = (*path, "strategy")
@@ -497,6 +523,7 @@ def parse_policy(
             key: _option_value(reader, item, (*opath, key), defaults[key])
             for key, item in given.items()
         }
+    _check_spending(reader, mapping, path, fields, start)
     try:  # the options are checked below, where a refusal can name the option
         config = replace(start, **fields, options={})
     except ValueError as exc:

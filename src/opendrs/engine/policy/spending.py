@@ -1,8 +1,8 @@
-"""Spending a migration budget on reaction: with ``max_migrations_per_day`` set, the unspent
-part of a budget larger than the smoothing's own pace buys a faster reaction — balancing reads
-usage closer to the recent demand, with a shorter hold — and gives it back as the budget is
-spent (see "Spending the budget" in docs/configuration.md). The margin stays: each plan still
-pays for itself.
+"""Spending a migration budget on reaction: with ``max_migrations_per_day`` set and
+``spend_budget`` on (off by default: a budget alone only caps), the unspent part of a budget
+larger than the smoothing's own pace buys a faster reaction — balancing reads usage closer to
+the recent demand, with a shorter hold — and gives it back as the budget is spent (see "Spending
+the budget" in docs/configuration.md). The margin stays: each plan still pays for itself.
 
 A budget of *N* a day can pay for a migration every ``24 h / N``: that is the shortest demand it
 affords to follow (its *horizon*). The policy's ``smoothing`` says how long a demand must last to
@@ -29,10 +29,11 @@ from opendrs.model.units import format_duration
 
 def reach(config: PolicyConfig) -> float:
     """How far, from 0 to 1, the budget's horizon (a day over its migrations per day) lies from
-    the ``smoothing`` window towards the recent usage's span: 0 with no budget, a budget of at
-    most one migration per smoothing window, or no smoothing longer than the hold."""
+    the ``smoothing`` window towards the recent usage's span: 0 unless ``spend_budget`` is on,
+    with no budget, a budget of at most one migration per smoothing window, or no smoothing
+    longer than the hold."""
     budget = config.max_migrations_per_day
-    if budget is None or budget == 0:
+    if not config.spend_budget or budget is None or budget == 0:
         return 0.0
     window = budget_window(budget, config.migration_budget_window)
     per_day = budget_allowance(budget, config.migration_budget_window) * BUDGET_WINDOW / window
