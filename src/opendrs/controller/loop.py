@@ -44,6 +44,7 @@ from opendrs.backends.base import Backend, BackendError, Clock, SystemClock
 from opendrs.controller.config import Config, with_platform_defaults
 from opendrs.controller.executor import Event, Executor
 from opendrs.controller.history import History
+from opendrs.engine.planner import Plan
 from opendrs.engine.policy import (
     Decision,
     PastMigrations,
@@ -364,6 +365,21 @@ class Controller:
             result = Cycle(now, cluster, None)
             self._done(result, started)
             return result
+        decision = self._decide(now, cluster, policy)
+        if decision.state.evacuated != self.state.evacuated:
+            self.history.set_evacuated(decision.state.evacuated)
+        self.state = decision.state
+        warn_stuck(decision.stuck, log)
+        decision_id = self._record(now, cluster, decision, policy)
+        if decision.act and decision.plan is not None and decision.plan.moves:
+            self._hand_on(decision.plan, decision_id)
+        result = Cycle(now, cluster, decision, decision_id)
+        self._done(result, started)
+        return result
+
+    def _decide(self, now: float, cluster: Cluster, policy: PolicyConfig) -> Decision:
+        """The policy's decision on ``cluster``, with the usage the window (and, when on, the
+        daily profile) has kept up to this observation."""
         self.window = self.window.add(now, cluster, policy.smoothing)
         # Capacity is checked on usage that rises after the hold, not after the whole window.
         span = overload_span(policy)
@@ -383,7 +399,7 @@ class Controller:
             if self.profile.covers_day(now):
                 width = policy.daily_profile_window // 3600
                 daily = self.profile.hours(cluster, average, width)
-        decision = decide(
+        return decide(
             cluster,
             now,
             policy,
@@ -395,27 +411,21 @@ class Controller:
             latest=latest,
             daily=daily,
         )
-        if decision.state.evacuated != self.state.evacuated:
-            self.history.set_evacuated(decision.state.evacuated)
-        self.state = decision.state
-        warn_stuck(decision.stuck, log)
-        decision_id = self._record(now, cluster, decision, policy)
-        if decision.act and decision.plan is not None and decision.plan.moves:
-            if self.config.active:
-                self.executor.submit(decision.plan, decision_id)
-                self.executor.tick()
-            else:
-                for move in decision.plan.moves:
-                    log.info(
-                        "shadow: would migrate %s %s → %s (step %d)",
-                        move.guest,
-                        move.source,
-                        move.target,
-                        move.step,
-                    )
-        result = Cycle(now, cluster, decision, decision_id)
-        self._done(result, started)
-        return result
+
+    def _hand_on(self, plan: Plan, decision_id: int | None) -> None:
+        """In active mode, ``plan`` to the executor; in shadow mode, each move it would make."""
+        if self.config.active:
+            self.executor.submit(plan, decision_id)
+            self.executor.tick()
+            return
+        for move in plan.moves:
+            log.info(
+                "shadow: would migrate %s %s → %s (step %d)",
+                move.guest,
+                move.source,
+                move.target,
+                move.step,
+            )
 
     def _done(self, cycle: Cycle, started: float) -> None:
         cycle = replace(cycle, seconds=time.monotonic() - started)
