@@ -124,6 +124,9 @@ PAIR_BUDGET = 4_000_000
 PICK_BLOCK = 16
 #: Node loads (moves × nodes × resources) whose objectives are computed at once.
 MOVES_AT_ONCE = 1 << 18
+#: A round's band distances are computed only for the moves that may be made where those are
+#: fewer than one in this many of its (unit, target) pairs (the same values, fewer of them).
+BAND_AT_MOST = 4
 #: Parts of exchange tables kept (see :meth:`_State._swap_table`).
 SWAP_BLOCKS = 1024
 #: Directions the shedding plan tries, from "memory-light" through "both" to "cpu-light".
@@ -461,11 +464,14 @@ class _State:
         d = self.units.demand[units]  # (u, R)
         src = self.units.assign[units]
         f = self._fractions()
-        inv = np.where(self.cap > 0, 1.0 / np.where(self.cap > 0, self.cap, 1.0), 0.0)
+        inv = self._inv_cap
         w = self.wnorm
         own = ((2 * d * f[src] - d**2 * inv[src]) * w).sum(axis=1)
         own = np.where(self.usable[src], own, 0.0)
-        out = own[:, None] - (2 * d * w) @ f[targets].T - (d**2 * w) @ inv[targets].T
+        # own − (2d·w) fᵀ − (d²·w) invᵀ, in place.
+        out = (2 * d * w) @ f[targets].T
+        np.subtract(own[:, None], out, out=out)
+        out -= (d**2 * w) @ inv[targets].T
         for row in np.nonzero(self.broken[units])[0].tolist():
             # A broken bundle leaves each of its members' nodes e_n; on a target b where some
             # of it already is, the load becomes L_b − e_b + D, which adds 2·D·e_b/C_b.
@@ -503,8 +509,14 @@ class _State:
             self._unit_kinds = (kind, first.size)
         return self._unit_kinds
 
-    def band_gains(self, units: np.ndarray, targets: np.ndarray) -> np.ndarray:
-        """(len(units), len(targets)) fall of the band distance if each unit moves to each target.
+    def band_gains(
+        self,
+        units: np.ndarray,
+        targets: np.ndarray,
+        at: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> np.ndarray:
+        """(len(units), len(targets)) fall of the band distance if each unit moves to each target;
+        with ``at`` (rows, columns), only the moves there, (k,) — the same values.
 
         The band distance of a node is its load outside ``mean ± goal / 2``, in typical guests,
         summed over the weighted resources; a unit leaving an unusable node removes all it carries.
@@ -521,14 +533,38 @@ class _State:
         )
         at_source = np.where(self.usable[src][:, None], at_source, d)
         scale = (self.weights > 0) / self.typical
-        out = np.zeros((len(units), len(targets)))
+        if at is None:
+            shape = (len(units), len(targets))
+
+            def by_unit(column: np.ndarray) -> np.ndarray:
+                return column[:, None]
+
+            def by_target(column: np.ndarray) -> np.ndarray:
+                return column[None, :]
+        else:
+            rows, cols = at
+            shape = (rows.size,)
+
+            def by_unit(column: np.ndarray) -> np.ndarray:
+                return column[rows]
+
+            def by_target(column: np.ndarray) -> np.ndarray:
+                return column[cols]
+
+        # Element by element, in place: after = max(d − room up, 0) + max(−room down − d, 0),
+        # out += scale · (at source + before − after).
+        out, after, part = np.zeros(shape), np.empty(shape), np.empty(shape)
         for r in np.nonzero(scale)[0].tolist():
-            room_up = (high[targets, r] - self.node_load[targets, r])[None, :]
-            room_down = (self.node_load[targets, r] - low[targets, r])[None, :]
-            dr = d[:, r : r + 1]
-            after = np.maximum(dr - room_up, 0.0) + np.maximum(-room_down - dr, 0.0)
-            before = outside[targets, r][None, :]
-            out += scale[r] * (at_source[:, r : r + 1] + before - after)
+            room_up = high[targets, r] - self.node_load[targets, r]
+            room_down = self.node_load[targets, r] - low[targets, r]
+            dr = by_unit(d[:, r])
+            np.maximum(np.subtract(dr, by_target(room_up), out=after), 0.0, out=after)
+            np.maximum(np.subtract(by_target(-room_down), dr, out=part), 0.0, out=part)
+            after += part
+            np.add(by_unit(at_source[:, r]), by_target(outside[targets, r]), out=part)
+            part -= after
+            part *= scale[r]
+            out += part
         return out
 
     def allowed(self, units: np.ndarray, targets: np.ndarray) -> np.ndarray:
@@ -711,13 +747,24 @@ class _State:
         dx, do, fb, inv_b = units.demand[xs], units.demand[os], f[b], inv[b]
         # Objective gain of every pair, one resource at a time: t = what moves a -> b.
         gain = np.zeros((xs.size, os.size))
+        t, part = np.empty(gain.shape), np.empty(gain.shape)
         for r in self._weighted:
-            t = dx[:, r : r + 1] - do[:, r]
+            # gain −= w_r (t² (1/C_a + 1/C_b) − 2t (f_a − f_b)), in place.
+            np.subtract(dx[:, r : r + 1], do[:, r], out=t)
             gap = f[a, r] - fb[:, r]
-            gain -= self.wnorm[r] * (t * t * (inv[a, r] + inv_b[:, r]) - 2 * t * gap)
+            np.multiply(t, t, out=part)
+            part *= inv[a, r] + inv_b[:, r]
+            t *= 2
+            t *= gap
+            part -= t
+            part *= self.wnorm[r]
+            gain -= part
         # Migrations added: one each, unless a unit has moved already (see _added_one).
-        added_x = self._added_one(xs[:, None], b[None, :]) if self._moved(xs).any() else 1
-        added_o = self._added_one(os, np.full_like(os, a)) if self._moved(os).any() else 1
+        moved_x, moved_o = self._moved(xs).any(), self._moved(os).any()
+        if not (moved_x or moved_o):
+            return gain, gain / 2
+        added_x = self._added_one(xs[:, None], b[None, :]) if moved_x else 1
+        added_o = self._added_one(os, np.full_like(os, a)) if moved_o else 1
         added = np.asarray(added_x + added_o)
         with np.errstate(divide="ignore", invalid="ignore"):
             score = np.where(added > 0, gain / np.maximum(added, 1), 4 * gain)
@@ -1204,9 +1251,18 @@ def _scores(
     if forced:
         return gain, np.where(ok, gain, -np.inf)
     score = np.where(ok & (gain > 0), gain, -np.inf)
-    if shaped:
-        band = state.band_gains(rows, targets)
-        band = np.where(np.isfinite(score) & (band > 1e-9), band, -np.inf)
+    live = np.isfinite(score)
+    count = np.count_nonzero(live) if shaped else 0
+    if count:
+        # The band distance of the moves that may be made only: where few may, at theirs alone.
+        if count * BAND_AT_MOST < live.size:
+            at = np.nonzero(live)
+            band = np.full(score.shape, -np.inf)
+            found = state.band_gains(rows, targets, at)
+            band[at] = np.where(found > 1e-9, found, -np.inf)
+        else:
+            band = state.band_gains(rows, targets)
+            band = np.where(live & (band > 1e-9), band, -np.inf)
         if np.isfinite(band).any():
             return gain, band
     return gain, score

@@ -170,8 +170,9 @@ def _greedy_sets(want: np.ndarray, dy: np.ndarray, k: np.ndarray) -> np.ndarray:
     residual = want.copy()
     own = (dy * dy * k).sum(axis=1)  # (Y,)
     for _ in range(SET_SIZE):
-        value = 2 * (residual * k) @ dy.T - own[None, :]  # fall of ||residual − d_y||²_k
-        value = np.where(taken, -np.inf, value)
+        value = 2 * (residual * k) @ dy.T  # − own: the fall of ||residual − d_y||²_k
+        value -= own[None, :]
+        value[taken] = -np.inf
         pick = np.argmax(value, axis=1)
         better = value[np.arange(want.shape[0]), pick] > 0
         if not better.any():
