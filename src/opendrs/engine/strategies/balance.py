@@ -338,7 +338,20 @@ class _State:
 
     def spreads(self) -> np.ndarray:
         """(R,) the largest spread of any architecture group's usable nodes, per resource."""
-        f = self._fractions()
+        return self._spreads_of(self._fractions())
+
+    def spreads_moved(self, u: int, target: int) -> np.ndarray:
+        """:meth:`spreads` were whole unit ``u`` on ``target`` (the same bits), not moving it."""
+        rows = np.array([self.units.assign[u], target], dtype=np.intp)
+        load = self.node_load[rows]
+        load[0] -= self.units.demand[u]
+        load[1] += self.units.demand[u]
+        f = self._fractions().copy()
+        f[rows] = np.where(self._cap_pos[rows], load / self._cap_den[rows], 0.0)
+        return self._spreads_of(f)
+
+    def _spreads_of(self, f: np.ndarray) -> np.ndarray:
+        """:meth:`spreads` of the fractions ``f``."""
         out = np.zeros(len(RESOURCES))
         for idx, size in zip(self._groups, self._group_size, strict=True):
             if size >= 2:
@@ -801,6 +814,27 @@ class _State:
     def _objectives(self, loads: np.ndarray) -> list[float]:
         """:meth:`objective` of each node load of ``loads`` (k, N, R), all at once."""
         return balance_objective(loads, self.cap, self.weights, self.group).tolist()
+
+    def there_and_back(self, u: int, target: int) -> None:
+        """Whole unit ``u`` moved to ``target`` and back, as :meth:`move` twice: its node's and
+        the target's loads and commitments rounded as they are by that (adding a demand and
+        taking it away can change a sum's last bit), the rest as it was."""
+        src = int(self.units.assign[u])
+        for load, d in (
+            (self.node_load, self.units.demand[u]),
+            (self.committed, self.units.need[u]),
+        ):
+            load[src] -= d
+            load[target] += d
+            load[target] -= d
+            load[src] += d
+        touched = [src, target, target, src]
+        self._touched.extend(touched)
+        self.version[touched] += 1
+        for n in touched:
+            self._kinds_on.pop(n, None)
+        self._objective = None
+        self._means = None
 
     def move(self, u: int, target: int) -> None:
         """Move unit ``u`` to ``target``: every member of a broken bundle leaves its own node."""
@@ -1818,11 +1852,11 @@ def _propose(
             if not (back and here_ok):
                 continue
             t = int(units.assign[u])
-            state.move(u, origin)
-            if np.all(state.spreads()[weighted] <= goal[weighted]):
+            if np.all(state.spreads_moved(u, origin)[weighted] <= goal[weighted]):
+                state.move(u, origin)
                 history.append((u, t, origin, 0.0, state.objective(), "pruned"))
             else:
-                state.move(u, t)
+                state.there_and_back(u, origin)
 
     final = units.assign
     guests = cluster.guests

@@ -98,17 +98,12 @@ def best_set_exchange(state: _State, a: int, b: int) -> SetExchange | None:
     return max(found, key=lambda e: (e.score, -e.unit)) if found else None
 
 
-def _units_on(state: _State, n: int) -> np.ndarray:
-    units = state.units
-    on = np.array(sorted(state._units_at[n]), dtype=np.intp)
-    return on[units.movable[on] & ~state.broken[on]] if on.size else on
-
-
 def _one_way(state: _State, a: int, b: int) -> SetExchange | None:
     """A unit of ``a`` to ``b`` against a set of ``b``'s units to ``a``."""
     units = state.units
-    xs = _units_on(state, a)
-    ys = _units_on(state, b)
+    # The movable, whole units on each node, kept until a move touches it.
+    xs = state._node_kinds(a).units
+    ys = state._node_kinds(b).units
     if xs.size == 0 or ys.size == 0:
         return None
     xs = xs[units.static_ok[xs, b]]
