@@ -1283,10 +1283,15 @@ def _scores(
     # single row takes numpy's vector path): a lone kind of several units is computed twice.
     twice = rows.size == 1 and units.size > 1
     gain = state.gains(np.repeat(rows, 2) if twice else rows, targets)[: rows.size]
-    ok = state.allowed(rows, targets)
     if forced:
-        return gain, np.where(ok, gain, -np.inf)
-    score = np.where(ok & (gain > 0), gain, -np.inf)
+        return gain, np.where(state.allowed(rows, targets), gain, -np.inf)
+    # Whether a move is allowed, only for the kinds with a move that lowers the objective.
+    lowers = gain > 0
+    some = np.nonzero(lowers.any(axis=1))[0]
+    ok = np.zeros(gain.shape, dtype=bool)
+    if some.size:
+        ok[some] = state.allowed(rows[some], targets)
+    score = np.where(ok & lowers, gain, -np.inf)
     live = np.isfinite(score)
     count = np.count_nonzero(live) if shaped else 0
     if count:
