@@ -131,6 +131,9 @@ PAIR_BUDGET = 4_000_000
 PICK_BLOCK = 16
 #: Node loads (moves × nodes × resources) whose objectives are computed at once.
 MOVES_AT_ONCE = 1 << 18
+#: A round's band distances are computed only for the moves that may be made where those are
+#: fewer than one in this many of its (unit, target) pairs (the same values, fewer of them).
+BAND_AT_MOST = 4
 #: Parts of exchange tables kept (see :meth:`_State._swap_table`).
 SWAP_BLOCKS = 1024
 #: Directions the shedding plan tries, from "memory-light" through "both" to "cpu-light".
@@ -342,7 +345,20 @@ class _State:
 
     def spreads(self) -> np.ndarray:
         """(R,) the largest spread of any architecture group's usable nodes, per resource."""
-        f = self._fractions()
+        return self._spreads_of(self._fractions())
+
+    def spreads_moved(self, u: int, target: int) -> np.ndarray:
+        """:meth:`spreads` were whole unit ``u`` on ``target`` (the same bits), not moving it."""
+        rows = np.array([self.units.assign[u], target], dtype=np.intp)
+        load = self.node_load[rows]
+        load[0] -= self.units.demand[u]
+        load[1] += self.units.demand[u]
+        f = self._fractions().copy()
+        f[rows] = np.where(self._cap_pos[rows], load / self._cap_den[rows], 0.0)
+        return self._spreads_of(f)
+
+    def _spreads_of(self, f: np.ndarray) -> np.ndarray:
+        """:meth:`spreads` of the fractions ``f``."""
         out = np.zeros(len(RESOURCES))
         for idx, size in zip(self._groups, self._group_size, strict=True):
             if size >= 2:
@@ -468,11 +484,14 @@ class _State:
         d = self.units.demand[units]  # (u, R)
         src = self.units.assign[units]
         f = self._fractions()
-        inv = np.where(self.cap > 0, 1.0 / np.where(self.cap > 0, self.cap, 1.0), 0.0)
+        inv = self._inv_cap
         w = self.wnorm
         own = ((2 * d * f[src] - d**2 * inv[src]) * w).sum(axis=1)
         own = np.where(self.usable[src], own, 0.0)
-        out = own[:, None] - (2 * d * w) @ f[targets].T - (d**2 * w) @ inv[targets].T
+        # own − (2d·w) fᵀ − (d²·w) invᵀ, in place.
+        out = (2 * d * w) @ f[targets].T
+        np.subtract(own[:, None], out, out=out)
+        out -= (d**2 * w) @ inv[targets].T
         for row in np.nonzero(self.broken[units])[0].tolist():
             # A broken bundle leaves each of its members' nodes e_n; on a target b where some
             # of it already is, the load becomes L_b − e_b + D, which adds 2·D·e_b/C_b.
@@ -510,8 +529,14 @@ class _State:
             self._unit_kinds = (kind, first.size)
         return self._unit_kinds
 
-    def band_gains(self, units: np.ndarray, targets: np.ndarray) -> np.ndarray:
-        """(len(units), len(targets)) fall of the band distance if each unit moves to each target.
+    def band_gains(
+        self,
+        units: np.ndarray,
+        targets: np.ndarray,
+        at: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> np.ndarray:
+        """(len(units), len(targets)) fall of the band distance if each unit moves to each target;
+        with ``at`` (rows, columns), only the moves there, (k,) — the same values.
 
         The band distance of a node is its load outside ``mean ± goal / 2``, in typical guests,
         summed over the weighted resources; a unit leaving an unusable node removes all it carries.
@@ -528,14 +553,38 @@ class _State:
         )
         at_source = np.where(self.usable[src][:, None], at_source, d)
         scale = (self.weights > 0) / self.typical
-        out = np.zeros((len(units), len(targets)))
+        if at is None:
+            shape = (len(units), len(targets))
+
+            def by_unit(column: np.ndarray) -> np.ndarray:
+                return column[:, None]
+
+            def by_target(column: np.ndarray) -> np.ndarray:
+                return column[None, :]
+        else:
+            rows, cols = at
+            shape = (rows.size,)
+
+            def by_unit(column: np.ndarray) -> np.ndarray:
+                return column[rows]
+
+            def by_target(column: np.ndarray) -> np.ndarray:
+                return column[cols]
+
+        # Element by element, in place: after = max(d − room up, 0) + max(−room down − d, 0),
+        # out += scale · (at source + before − after).
+        out, after, part = np.zeros(shape), np.empty(shape), np.empty(shape)
         for r in np.nonzero(scale)[0].tolist():
-            room_up = (high[targets, r] - self.node_load[targets, r])[None, :]
-            room_down = (self.node_load[targets, r] - low[targets, r])[None, :]
-            dr = d[:, r : r + 1]
-            after = np.maximum(dr - room_up, 0.0) + np.maximum(-room_down - dr, 0.0)
-            before = outside[targets, r][None, :]
-            out += scale[r] * (at_source[:, r : r + 1] + before - after)
+            room_up = high[targets, r] - self.node_load[targets, r]
+            room_down = self.node_load[targets, r] - low[targets, r]
+            dr = by_unit(d[:, r])
+            np.maximum(np.subtract(dr, by_target(room_up), out=after), 0.0, out=after)
+            np.maximum(np.subtract(by_target(-room_down), dr, out=part), 0.0, out=part)
+            after += part
+            np.add(by_unit(at_source[:, r]), by_target(outside[targets, r]), out=part)
+            part -= after
+            part *= scale[r]
+            out += part
         return out
 
     def allowed(self, units: np.ndarray, targets: np.ndarray) -> np.ndarray:
@@ -718,17 +767,26 @@ class _State:
         dx, do, fb, inv_b = units.demand[xs], units.demand[os], f[b], inv[b]
         # Objective gain of every pair, one resource at a time: t = what moves a -> b.
         gain = np.zeros((xs.size, os.size))
+        t, part = np.empty(gain.shape), np.empty(gain.shape)
         for r in self._weighted:
-            t = dx[:, r : r + 1] - do[:, r]
+            # gain −= w_r (t² (1/C_a + 1/C_b) − 2t (f_a − f_b)), in place.
+            np.subtract(dx[:, r : r + 1], do[:, r], out=t)
             gap = f[a, r] - fb[:, r]
-            gain -= self.wnorm[r] * (t * t * (inv[a, r] + inv_b[:, r]) - 2 * t * gap)
+            np.multiply(t, t, out=part)
+            part *= inv[a, r] + inv_b[:, r]
+            t *= 2
+            t *= gap
+            part -= t
+            part *= self.wnorm[r]
+            gain -= part
         # Migrations added: one each, unless a unit has moved already (see _added_one).
-        added_x = self._added_one(xs[:, None], b[None, :]) if self._moved(xs).any() else 1
-        added_o = self._added_one(os, np.full_like(os, a)) if self._moved(os).any() else 1
-        added = np.asarray(added_x + added_o)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            score = np.where(added > 0, gain / np.maximum(added, 1), 4 * gain)
-        return gain, score
+        moved_x, moved_o = self._moved(xs).any(), self._moved(os).any()
+        if not (moved_x or moved_o):
+            return gain, gain / 2
+        added_x = self._added_one(xs[:, None], b[None, :]) if moved_x else 1
+        added_o = self._added_one(os, np.full_like(os, a)) if moved_o else 1
+        # gain / added where it adds some, else 4 × gain: factors of two, the same bits.
+        return gain, gain * _SWAP_FACTOR[np.asarray(added_x + added_o) + 2]
 
     def _added_one(self, units: np.ndarray, targets: np.ndarray) -> np.ndarray:
         """Migrations each move (units[k] to targets[k]) adds: 1, 0 (already moved) or −1 (home)."""
@@ -761,6 +819,27 @@ class _State:
     def _objectives(self, loads: np.ndarray) -> list[float]:
         """:meth:`objective` of each node load of ``loads`` (k, N, R), all at once."""
         return balance_objective(loads, self.cap, self.weights, self.group).tolist()
+
+    def there_and_back(self, u: int, target: int) -> None:
+        """Whole unit ``u`` moved to ``target`` and back, as :meth:`move` twice: its node's and
+        the target's loads and commitments rounded as they are by that (adding a demand and
+        taking it away can change a sum's last bit), the rest as it was."""
+        src = int(self.units.assign[u])
+        for load, d in (
+            (self.node_load, self.units.demand[u]),
+            (self.committed, self.units.need[u]),
+        ):
+            load[src] -= d
+            load[target] += d
+            load[target] -= d
+            load[src] += d
+        touched = [src, target, target, src]
+        self._touched.extend(touched)
+        self.version[touched] += 1
+        for n in touched:
+            self._kinds_on.pop(n, None)
+        self._objective = None
+        self._means = None
 
     def move(self, u: int, target: int) -> None:
         """Move unit ``u`` to ``target``: every member of a broken bundle leaves its own node."""
@@ -839,6 +918,10 @@ class _State:
             order = on[np.lexsort((on, np.where(alone, size, -size), ~alone))]
             out.extend(order.tolist())
         return out
+
+
+#: An exchange's score over its gain, by the migrations it adds (−2 to 2): 1 / added, or 4.
+_SWAP_FACTOR = np.array([4.0, 4.0, 4.0, 1.0, 0.5])
 
 
 @dataclass
@@ -1207,13 +1290,27 @@ def _scores(
     # single row takes numpy's vector path): a lone kind of several units is computed twice.
     twice = rows.size == 1 and units.size > 1
     gain = state.gains(np.repeat(rows, 2) if twice else rows, targets)[: rows.size]
-    ok = state.allowed(rows, targets)
     if forced:
-        return gain, np.where(ok, gain, -np.inf)
-    score = np.where(ok & (gain > 0), gain, -np.inf)
-    if shaped:
-        band = state.band_gains(rows, targets)
-        band = np.where(np.isfinite(score) & (band > 1e-9), band, -np.inf)
+        return gain, np.where(state.allowed(rows, targets), gain, -np.inf)
+    # Whether a move is allowed, only for the kinds with a move that lowers the objective.
+    lowers = gain > 0
+    some = np.nonzero(lowers.any(axis=1))[0]
+    ok = np.zeros(gain.shape, dtype=bool)
+    if some.size:
+        ok[some] = state.allowed(rows[some], targets)
+    score = np.where(ok & lowers, gain, -np.inf)
+    live = np.isfinite(score)
+    count = np.count_nonzero(live) if shaped else 0
+    if count:
+        # The band distance of the moves that may be made only: where few may, at theirs alone.
+        if count * BAND_AT_MOST < live.size:
+            at = np.nonzero(live)
+            band = np.full(score.shape, -np.inf)
+            found = state.band_gains(rows, targets, at)
+            band[at] = np.where(found > 1e-9, found, -np.inf)
+        else:
+            band = state.band_gains(rows, targets)
+            band = np.where(live & (band > 1e-9), band, -np.inf)
         if np.isfinite(band).any():
             return gain, band
     return gain, score
@@ -1764,11 +1861,11 @@ def _propose(
             if not (back and here_ok):
                 continue
             t = int(units.assign[u])
-            state.move(u, origin)
-            if np.all(state.spreads()[weighted] <= goal[weighted]):
+            if np.all(state.spreads_moved(u, origin)[weighted] <= goal[weighted]):
+                state.move(u, origin)
                 history.append((u, t, origin, 0.0, state.objective(), "pruned"))
             else:
-                state.move(u, t)
+                state.there_and_back(u, origin)
 
     # 4. Below the grain: a resource whose goal was one step on the smallest node, brought within
     # target_spread in whole steps where they can add up (grain_polish).

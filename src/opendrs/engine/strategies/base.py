@@ -17,6 +17,7 @@ from typing import Any, Self
 
 import numpy as np
 
+from opendrs.engine import blas
 from opendrs.engine.constraints import Constraints
 from opendrs.engine.imbalance import Imbalance, summarise
 from opendrs.engine.usage import RESOURCES, LoadModel, arch_groups
@@ -333,7 +334,8 @@ class StrategyInfo:
             view = CycleView(view)
         if options is None or isinstance(options, Mapping):
             options = self.options.parse(self.name, options or {})
-        return self.run(view, request or Request(), options)
+        with blas.one_thread():
+            return self.run(view, request or Request(), options)
 
 
 REGISTRY: dict[str, StrategyInfo] = {}

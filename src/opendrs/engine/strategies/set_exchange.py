@@ -98,17 +98,12 @@ def best_set_exchange(state: _State, a: int, b: int) -> SetExchange | None:
     return max(found, key=lambda e: (e.score, -e.unit)) if found else None
 
 
-def _units_on(state: _State, n: int) -> np.ndarray:
-    units = state.units
-    on = np.array(sorted(state._units_at[n]), dtype=np.intp)
-    return on[units.movable[on] & ~state.broken[on]] if on.size else on
-
-
 def _one_way(state: _State, a: int, b: int) -> SetExchange | None:
     """A unit of ``a`` to ``b`` against a set of ``b``'s units to ``a``."""
     units = state.units
-    xs = _units_on(state, a)
-    ys = _units_on(state, b)
+    # The movable, whole units on each node, kept until a move touches it.
+    xs = state._node_kinds(a).units
+    ys = state._node_kinds(b).units
     if xs.size == 0 or ys.size == 0:
         return None
     xs = xs[units.static_ok[xs, b]]
@@ -170,8 +165,9 @@ def _greedy_sets(want: np.ndarray, dy: np.ndarray, k: np.ndarray) -> np.ndarray:
     residual = want.copy()
     own = (dy * dy * k).sum(axis=1)  # (Y,)
     for _ in range(SET_SIZE):
-        value = 2 * (residual * k) @ dy.T - own[None, :]  # fall of ||residual − d_y||²_k
-        value = np.where(taken, -np.inf, value)
+        value = 2 * (residual * k) @ dy.T  # − own: the fall of ||residual − d_y||²_k
+        value -= own[None, :]
+        value[taken] = -np.inf
         pick = np.argmax(value, axis=1)
         better = value[np.arange(want.shape[0]), pick] > 0
         if not better.any():
