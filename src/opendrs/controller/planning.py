@@ -7,10 +7,11 @@ draws it: both read one :class:`PlanResult`, computed once by :func:`make_plan`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from opendrs.engine import blas
 from opendrs.engine.bounds import LowerBounds, migration_lower_bound
 from opendrs.engine.constraints import Constraints
 from opendrs.engine.imbalance import Imbalance
@@ -95,6 +96,17 @@ def make_plan(
     def propose(forbidden: frozenset[tuple[str, str]]) -> Proposal:
         return strategy.propose(cluster, Request(forbidden=forbidden), options)
 
+    with blas.one_thread():  # the engine's products, the bounds' included (engine/blas.py)
+        return _planned(cluster, propose, max_parallel, max_node_inflow)
+
+
+def _planned(
+    cluster: Cluster,
+    propose: Callable[[frozenset[tuple[str, str]]], Proposal],
+    max_parallel: int | None,
+    max_node_inflow: int | None,
+) -> PlanResult:
+    """:func:`make_plan`'s work, on one BLAS thread."""
     cons = Constraints.build(cluster)
     proposal, plan = plan_with_retries(
         cluster,

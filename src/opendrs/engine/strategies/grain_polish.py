@@ -38,7 +38,7 @@ import numpy as np
 from opendrs.engine.usage import RESOURCES
 
 from .grain_window import Window, common_step, levels, whole_step_window
-from .set_exchange import _keeps_headroom, _units_on
+from .set_exchange import _keeps_headroom
 
 if TYPE_CHECKING:
     from .balance import _State
@@ -47,6 +47,13 @@ if TYPE_CHECKING:
 PARTNERS = 16
 #: Steps whose hard constraints are checked at once, best first.
 CHECK_BLOCK = 64
+
+
+def _units_on(state: _State, n: int) -> np.ndarray:
+    """The movable, whole units on node ``n`` now, by index (read afresh: the polish moves
+    units between its searches)."""
+    on = np.array(sorted(state._units_at[n]), dtype=np.intp)
+    return on[state.units.movable[on] & ~state.broken[on]] if on.size else on
 
 
 @dataclass(frozen=True)
