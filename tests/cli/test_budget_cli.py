@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from daemon import opendrs
+from opendrs.controller.commands import with_budget
+from opendrs.engine.policy import PolicyConfig
 
 
 def test_simulate_budget_bounds_opendrs_and_leaves_the_peers_alone() -> None:
@@ -129,3 +132,13 @@ def test_simulate_refuses_a_bad_budget_window_in_one_line(
     assert done.returncode == 2
     assert message in done.stderr and done.stderr.count("\n") <= 2
     assert "Traceback" not in done.stderr
+
+
+def test_simulate_budget_keeps_a_policy_files_spending() -> None:
+    spending = replace(PolicyConfig(), max_migrations_per_day=20, spend_budget=True)
+    (kept,) = with_budget([spending], 10)
+    assert (kept.max_migrations_per_day, kept.spend_budget) == (10, True)
+    (turned_on,) = with_budget([PolicyConfig()], 10, spend=True)
+    assert turned_on.spend_budget
+    (capping,) = with_budget([PolicyConfig()], 10)
+    assert not capping.spend_budget

@@ -254,3 +254,19 @@ def test_the_option_reads_whole_days() -> None:
         parse_policy(reader, {"daily_profile_window": "90m"}, ("policy",))
     with pytest.raises(DocumentError, match="daily_profile_window"):
         parse_policy(reader, {"daily_profile_window": "2d"}, ("policy",))
+
+
+def test_the_option_is_refused_in_one_line_naming_the_key() -> None:
+    reader = Reader("policy.yaml")
+    cases = [
+        ({"daily_profile": "36h"}, "policy.daily_profile: expected whole days such as 3d"),
+        ({"daily_profile_window": "90m"}, "policy.daily_profile_window: expected whole hours"),
+        ({"daily_profile": "3d", "metric": "none"}, "daily_profile and metric none do not go"),
+    ]
+    for written, message in cases:
+        with pytest.raises(DocumentError) as refused:
+            parse_policy(reader, written, ("policy",))
+        assert message in str(refused.value) and "\n" not in str(refused.value)
+        assert "policy: policy" not in str(refused.value)
+    with pytest.raises(ValueError, match="daily_profile: needs a metric"):
+        PolicyConfig(daily_profile=3 * DAY, metric="none")

@@ -338,15 +338,19 @@ def with_budget(
     spend: bool = False,
 ) -> list[PolicyConfig]:
     """``policies`` with ``max_migrations_per_day`` set to ``budget``,
-    ``migration_budget_window`` to ``window`` and ``spend_budget`` to ``spend`` on opendrs's own
-    (every policy not named after an emulated peer); ``budget`` None: unchanged."""
+    ``migration_budget_window`` to ``window`` and ``spend_budget`` on when ``spend`` (a policy
+    file's own ``spend_budget: true`` is kept) on opendrs's own (every policy not named after an
+    emulated peer); ``budget`` None: unchanged."""
     if budget is None:
         return policies
     return [
         p
         if p.name in PEERS
         else replace(
-            p, max_migrations_per_day=budget, migration_budget_window=window, spend_budget=spend
+            p,
+            max_migrations_per_day=budget,
+            migration_budget_window=window,
+            spend_budget=spend or p.spend_budget,
         )
         for p in policies
     ]

@@ -135,6 +135,11 @@ class PolicyConfig:
             raise ValueError(
                 f"policy daily_profile: expected whole days (0: off), got {self.daily_profile} s"
             )
+        if self.daily_profile and self.metric == "none":
+            raise ValueError(
+                "policy daily_profile: needs a metric (with metric none no hour is ever above "
+                "the target, so the day's plan would never move a guest)"
+            )
         span = self.daily_profile_window
         if (
             isinstance(span, bool)
@@ -430,6 +435,32 @@ def _check_spending(
         reader.fail((*path, "max_migrations_per_day"), "spend_budget is on: it needs a budget")
 
 
+def _check_daily_profile(
+    reader: Reader,
+    mapping: Mapping[str, object],
+    path: Path,
+    fields: Mapping[str, Any],
+    start: PolicyConfig,
+) -> None:
+    """``daily_profile`` in whole days, its window in whole hours, and not with ``metric: none``:
+    refused naming the key written, with what was written."""
+    days = fields.get("daily_profile", start.daily_profile)
+    if "daily_profile" in mapping and days % 86400:
+        got = describe(mapping["daily_profile"])
+        reader.fail((*path, "daily_profile"), f"expected whole days such as 3d (0: off), got {got}")
+    window = fields.get("daily_profile_window", start.daily_profile_window)
+    if "daily_profile_window" in mapping and window % 3600:
+        got = describe(mapping["daily_profile_window"])
+        reader.fail((*path, "daily_profile_window"), f"expected whole hours such as 6h, got {got}")
+    if days and fields.get("metric", start.metric) == "none":
+        key = "daily_profile" if "daily_profile" in mapping else "metric"
+        reader.fail(
+            (*path, key),
+            "daily_profile and metric none do not go together: with no metric no hour is ever "
+            "above the target, so the day's plan would never move a guest",
+        )
+
+
 def parse_policy(
     reader: Reader, value: object, path: Path, base: PolicyConfig | None = None
 ) -> PolicyConfig:
@@ -524,6 +555,7 @@ def parse_policy(
             for key, item in given.items()
         }
     _check_spending(reader, mapping, path, fields, start)
+    _check_daily_profile(reader, mapping, path, fields, start)
     try:  # the options are checked below, where a refusal can name the option
         config = replace(start, **fields, options={})
     except ValueError as exc:
