@@ -49,13 +49,6 @@ PARTNERS = 16
 CHECK_BLOCK = 64
 
 
-def _units_on(state: _State, n: int) -> np.ndarray:
-    """The movable, whole units on node ``n`` now, by index (read afresh: the polish moves
-    units between its searches)."""
-    on = np.array(sorted(state._units_at[n]), dtype=np.intp)
-    return on[state.units.movable[on] & ~state.broken[on]] if on.size else on
-
-
 @dataclass(frozen=True)
 class Polish:
     """What the phase did for one resource: reached the window?, the units it moved, and why it
@@ -263,7 +256,7 @@ class _Search:
         state, units, r = self.state, self.state.units, self.r
         g, t = int(self.nodes[giver]), int(self.nodes[taker])
         most = int(min(k[giver] - self.kmin[giver], self.kmax[taker] - k[taker]))
-        xs = _units_on(state, g)
+        xs = state._node_kinds(g).units
         xs = xs[units.static_ok[xs, t]] if xs.size else xs
         if most < 1 or xs.size == 0:
             return None
@@ -273,7 +266,7 @@ class _Search:
             q = qx
             carried = units.demand[xs]
         else:
-            on_t = _units_on(state, t)
+            on_t = state._node_kinds(t).units
             on_t = on_t[units.static_ok[on_t, g]] if on_t.size else on_t
             if on_t.size == 0:
                 return None
