@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import datetime
 import itertools
+import json
 import os
 import ssl
 import threading
@@ -117,6 +118,10 @@ class FakeIncus:
     def __init__(self, server_name: str = "m1", *, flavour: str = "incus") -> None:
         self.server_name = server_name
         self.flavour = flavour
+        #: ``environment.server_version``: from 7.0 on, Incus records a running VM's boot state
+        #: (``volatile.vm.boot_state``) when it starts with ``migration.stateful`` on, and moves
+        #: it live only then.
+        self.version = "6.0.4"
         #: The status of the answer refusing an unknown config key: LXD 5.0.2 answers 500.
         self.unknown_key_status = 500
         self.members: dict[str, Member] = {}
@@ -275,6 +280,7 @@ class FakeIncus:
                     "server_name": self.server_name,
                     "server_clustered": True,
                     "server": self.flavour,
+                    "server_version": self.version,
                 },
             }
         )
@@ -412,6 +418,8 @@ class FakeIncus:
             raise _ApiError(400, "Unable to perform container live migration. CRIU isn't installed")
         if running and not body.get("live"):
             raise _ApiError(400, "Instance is running")
+        if running and inst.type == "virtual-machine" and not self._can_live_migrate(inst):
+            raise _ApiError(400, "Live migration requires migration.stateful to be set to true")
 
         async def work() -> str | None:
             await asyncio.sleep(self.migration_seconds)
@@ -437,12 +445,31 @@ class FakeIncus:
             elif action == "start":
                 inst.status = "Running"
                 inst.started = time.monotonic()
+                self._record_boot_state(inst)
             else:
                 return f"Unknown action {action}"
             return None
 
         url = f"/1.0/instances/{inst.name}?project={inst.project}"
         return self._async(f"{str(action).title()}ing instance", {"instances": [url]}, work)
+
+    def _boot_state_recorded(self) -> bool:
+        return self.flavour == "incus" and int(self.version.split(".")[0]) >= 7
+
+    def _record_boot_state(self, inst: Instance) -> None:
+        """What Incus 7 writes when a VM starts: its machine, when it starts stateful."""
+        if inst.type != "virtual-machine" or not self._boot_state_recorded():
+            return
+        inst.config.pop("volatile.vm.boot_state", None)
+        if inst.config.get("migration.stateful") == "true":
+            state = {"version": 1, "machine_type": "pc-q35-9.2"}
+            inst.config["volatile.vm.boot_state"] = json.dumps(state)
+
+    def _can_live_migrate(self, inst: Instance) -> bool:
+        """Incus's ``CanLiveMigrate`` of a running VM."""
+        if inst.config.get("migration.stateful") != "true":
+            return False
+        return not self._boot_state_recorded() or "volatile.vm.boot_state" in inst.config
 
     def _async(self, description: str, resources: dict[str, list[str]], work: Any) -> web.Response:
         op = Operation(str(uuid.uuid4()), description, resources)

@@ -14,6 +14,59 @@ from backends.fakeincus import FakeIncus, GiB, Served, socket_path
 from daemon import opendrs as run_opendrs
 from opendrs.backends.incus.config import IncusConfig
 
+#: The six VMs :func:`crowded_cluster` puts on m1.
+CROWDED_VMS = tuple(f"vm{i}" for i in range(1, 7))
+
+
+def crowded_cluster(fake: FakeIncus) -> FakeIncus:
+    """Three empty members (16 threads, 64 GiB); six stateful VMs of 8 GiB (7 GiB in use) on
+    a shared pool crowd m1."""
+    fake.migration_seconds = 0.1
+    for name in ("m1", "m2", "m3"):
+        fake.add_member(name, threads=16, memory=64 * GiB, load1=0.0, used_memory=GiB)
+    for name in CROWDED_VMS:
+        fake.add_instance(
+            name,
+            "m1",
+            config={"limits.cpu": "2", "limits.memory": "8GiB", "migration.stateful": "true"},
+            devices={"root": {"type": "disk", "pool": "ceph", "path": "/"}},
+            memory_usage=7 * GiB,
+            cpu_rate=0.0,
+        )
+    fake.members["m1"].used_memory = GiB + len(CROWDED_VMS) * 7 * GiB
+    return fake
+
+
+def serve_crowded(tmp_path: Path) -> Iterator[Served]:
+    """:func:`crowded_cluster` served on a unix socket in ``tmp_path`` (a fixture's body)."""
+    server = Served(crowded_cluster(FakeIncus("m1")), socket=socket_path(tmp_path))
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def write_config(
+    tmp_path: Path,
+    server: Served,
+    *,
+    mode: str,
+    backend: str = "",
+    extra: str = "",
+    level: str = "debug",
+) -> Path:
+    """A daemon's configuration for ``server``'s socket, its history in ``tmp_path``."""
+    path = tmp_path / "opendrs.yaml"
+    path.write_text(
+        "version: 1\n"
+        f"mode: {mode}\n"
+        f"backend: {{type: incus, socket: {server.socket}, timeout: 5s{backend}}}\n"
+        "history: history.sqlite\n"
+        "executor: {max_parallel: 2, poll_interval: 1s}\n"
+        f"log: {{level: {level}}}\n" + extra
+    )
+    return path
+
 
 def small_cluster(fake: FakeIncus) -> FakeIncus:
     """Three members (m1 the leader), five instances in two projects."""

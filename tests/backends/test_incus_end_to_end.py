@@ -12,50 +12,17 @@ import pytest
 pytest.importorskip("httpx", reason="the Incus backend's client is httpx")
 pytest.importorskip("aiohttp", reason="the fake Incus API is an aiohttp server")
 
-from backends.fakeincus import FakeIncus, GiB, Served, socket_path
-from backends.incus_fixture import history, opendrs
+from backends.fakeincus import GiB, Served
+from backends.incus_fixture import CROWDED_VMS, history, opendrs, serve_crowded, write_config
 from daemon import Daemon, eventually
 from opendrs.model import snapshot
 
-VMS = [f"vm{i}" for i in range(1, 7)]
+VMS = list(CROWDED_VMS)
 
 
 @pytest.fixture
 def fake(tmp_path: Path) -> Iterator[Served]:
-    incus = FakeIncus("m1")
-    incus.migration_seconds = 0.1
-    for name in ("m1", "m2", "m3"):
-        incus.add_member(name, threads=16, memory=64 * GiB, load1=0.0, used_memory=GiB)
-    for name in VMS:
-        incus.add_instance(
-            name,
-            "m1",
-            config={"limits.cpu": "2", "limits.memory": "8GiB", "migration.stateful": "true"},
-            devices={"root": {"type": "disk", "pool": "ceph", "path": "/"}},
-            memory_usage=7 * GiB,
-            cpu_rate=0.0,
-        )
-    incus.members["m1"].used_memory = GiB + 6 * 7 * GiB
-    server = Served(incus, socket=socket_path(tmp_path))
-    try:
-        yield server
-    finally:
-        server.close()
-
-
-def write_config(
-    tmp_path: Path, server: Served, *, mode: str, backend: str = "", extra: str = ""
-) -> Path:
-    path = tmp_path / "opendrs.yaml"
-    path.write_text(
-        "version: 1\n"
-        f"mode: {mode}\n"
-        f"backend: {{type: incus, socket: {server.socket}, timeout: 5s{backend}}}\n"
-        "history: history.sqlite\n"
-        "executor: {max_parallel: 2, poll_interval: 1s}\n"
-        "log: {level: debug}\n" + extra
-    )
-    return path
+    yield from serve_crowded(tmp_path)
 
 
 def placement(server: Served) -> dict[str, str]:

@@ -65,7 +65,7 @@ def test_a_running_vm_moves_live(served: Served, backend: IncusBackend) -> None:
 
 def test_a_vm_without_stateful_migration_is_refused(backend: IncusBackend) -> None:
     backend.observe()
-    with pytest.raises(BackendError, match=r"migration\.stateful=true") as caught:
+    with pytest.raises(BackendError, match=r"migration\.stateful is not true.*restart") as caught:
         backend.start_migration(Move("vm2", "m1", "m2"))
     assert not caught.value.transient
 

@@ -253,7 +253,7 @@ def test_manual_members_take_no_automatic_placement(served: Served) -> None:
     served.fake.add_instance("vm9", "m2")
     cluster, _ = observe(served)
     assert "vm9" in cluster.rules.ignored
-    (rule,) = [r for r in cluster.rules.node_affinity if r.name == "scheduler.instance=manual"]
+    (rule,) = [r for r in cluster.rules.node_affinity if r.name == "scheduler.instance: m2 manual"]
     assert set(rule.nodes) == {"m1", "m3"} and "vm9" not in rule.guests
 
 

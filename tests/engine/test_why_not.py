@@ -156,7 +156,9 @@ def test_capacity() -> None:
 def test_strict_node_affinity() -> None:
     pin = NodeAffinity("pin", tuple("abcd"), {"n1": 1}, strict=True)
     decision = _decide(_four(), rules=Rules(node_affinity=(pin,)))
-    assert decision.reason.endswith("4 candidates, all excluded: 4 with no node their rules allow")
+    assert decision.reason.endswith(
+        "4 candidates, all excluded: 4 with no node their rules allow (pin)"
+    )
 
 
 def test_hard_anti_affinity() -> None:

@@ -1,17 +1,21 @@
 """Members and instances made of what an observation read, as :class:`Node` s and :class:`Guest` s.
 No API calls.
 
-* A member is online when its status is ``Online`` or ``Evacuated`` (then it is in maintenance);
-  its cores are ``/1.0/resources``' CPU threads, its memory the total there. Its own load is its
+* A member is online when its status is ``Online``, ``Evacuated``, ``Evacuating`` or
+  ``Restoring``; in the last three it is in maintenance (Incus takes no instance there:
+  ``GetCandidateMembers`` in ``internal/server/db/node.go`` keeps only members in the created
+  state), and while Incus evacuates or restores it its instances are held (Incus moves them).
+  Its cores are ``/1.0/resources``' CPU threads, its memory the total there. Its own load is its
   measured use (the 1-minute load average from the member's state, where the server has it, and
   the used memory) less its instances' measured use.
 * An instance's size is ``limits.cpu`` (a count, or the number of CPUs a set pins) and
   ``limits.memory`` (a size, or a percentage of its member's memory); without them, a VM has
   Incus's defaults (1 vCPU, 1 GiB) and a container its measured use (it may use the whole
-  member). A running VM without ``migration.stateful: true`` is locked (Incus cannot move it
-  live). Its disks are the disk devices on a storage pool (local unless the pool's driver is a
-  remote one); passed-through devices (GPU, USB, PCI, unix devices, InfiniBand) and disks bound
-  to a host path pin it to its member.
+  member). A running VM that Incus would not move live (:mod:`~.movement`: ``cluster.evacuate``,
+  ``migration.stateful``, its boot state) is locked, unless ``settings.allow_restart_migration``
+  lets it move by a stop and start. Its disks are the disk devices on a storage pool (local
+  unless the pool's driver is a remote one); passed-through devices (GPU, USB, PCI, unix devices,
+  InfiniBand) and disks bound to a host path pin it to its member.
 * Measured CPU is a rate: the growth of the instance's CPU counter (nanoseconds) between this
   observation and the last, in cores; at the first observation, the counter over the time since
   the instance started (``last_used_at``). Measured memory is the state's memory in use.
@@ -24,7 +28,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from opendrs.backends.incus.values import as_int, cpu_limit, flag, memory_limit
+from opendrs.backends.incus.movement import live_refusal
+from opendrs.backends.incus.values import as_int, cpu_limit, memory_limit
 from opendrs.model.cluster import Disk, Guest, GuestState, Node
 
 #: Storage drivers whose volumes every member reaches.
@@ -33,8 +38,10 @@ REMOTE_DRIVERS: Final = frozenset({"ceph", "cephfs", "cephobject", "lvmcluster",
 PINNING_DEVICES: Final = frozenset(
     {"gpu", "usb", "pci", "unix-char", "unix-block", "unix-hotplug", "infiniband"}
 )
-#: The lock of a running VM without ``migration.stateful: true``, which Incus cannot move live.
-STATELESS_LOCK: Final = "migration.stateful is not true"
+#: Member statuses that are online (``internal/server/db/node.go``: ``ToAPI``).
+ONLINE_STATUSES: Final = frozenset({"Online", "Evacuated", "Evacuating", "Restoring"})
+#: Online statuses in which Incus places nothing on the member: maintenance to opendrs.
+MAINTENANCE_STATUSES: Final = frozenset({"Evacuated", "Evacuating", "Restoring"})
 #: Incus's sizes of a VM that sets no limits.
 VM_DEFAULT_CPU: Final = 1.0
 VM_DEFAULT_MEMORY: Final = 1024**3
@@ -55,6 +62,10 @@ class MemberRead:
     #: Each local pool's size on the member, bytes.
     storage: dict[str, int] = field(default_factory=dict)
     reachable: bool = True
+    #: The answers read as they came (``/1.0/resources``, the member's state), for the
+    #: placement scriptlet.
+    resources: dict[str, Any] = field(default_factory=dict)
+    state: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +94,7 @@ def build_node(
 ) -> Node:
     """A member as a node; its base load is its measured use beyond its instances'."""
     status = str(row.get("status", ""))
-    online = status in ("Online", "Evacuated") and read.reachable
+    online = status in ONLINE_STATUSES and read.reachable
     base_cpu = 0.0
     base_memory = 0
     if online:
@@ -99,7 +110,7 @@ def build_node(
         storage=read.storage,
         arch=read.arch or str(row.get("architecture") or "x86_64"),
         online=online,
-        maintenance=status == "Evacuated",
+        maintenance=status in MAINTENANCE_STATUSES,
         tags=tuple(sorted(str(g) for g in groups)) if isinstance(groups, list) else (),
         base_cpu=base_cpu,
         base_memory=base_memory,
@@ -113,8 +124,13 @@ def build_guest(
     cpu_used: float | None,
     migrating_to: str | None,
     lock: str | None,
+    *,
+    restart_moves: bool = False,
+    boot_state_checked: bool = False,
 ) -> Guest:
-    """An instance as a guest (``cpu_used`` measured by the observer)."""
+    """An instance as a guest (``cpu_used`` measured by the observer). ``restart_moves``:
+    ``settings.allow_restart_migration``; ``boot_state_checked``: the server checks a running
+    VM's boot state (:func:`~.movement.records_boot_state`)."""
     project = str(row.get("project") or "default")
     name = str(row["name"])
     config = _mapping(row.get("expanded_config"))
@@ -130,8 +146,9 @@ def build_guest(
     if memory is None:
         memory = VM_DEFAULT_MEMORY if vm else (memory_used or 0)
     disks, pinning = _devices(devices, remote_pools)
-    if lock is None and vm and state == "running" and not flag(config.get("migration.stateful")):
-        lock = STATELESS_LOCK  # Incus cannot move it live: held, as a locked guest is
+    if lock is None and vm and state == "running" and not restart_moves:
+        # Incus would not move it live, and it may not move by a restart: held.
+        lock = live_refusal(config, boot_state_checked=boot_state_checked)
     priority = as_int(config.get("user.opendrs.priority"), 2)
     return Guest(
         id=guest_id(project, name),
@@ -205,9 +222,10 @@ def _mapping(value: object) -> Mapping[str, Any]:
 
 
 __all__ = [
+    "MAINTENANCE_STATUSES",
+    "ONLINE_STATUSES",
     "PINNING_DEVICES",
     "REMOTE_DRIVERS",
-    "STATELESS_LOCK",
     "CpuSample",
     "MemberRead",
     "build_guest",

@@ -42,10 +42,14 @@ _KEYS: Final = (
     "leader_only",
     "rebalance_keys",
     "user_keys",
+    "placement_scriptlet",
+    "scriptlet_timeout",
 )
 #: The range of ``timeout`` and of ``migration_timeout``, in seconds.
 _TIMEOUT_RANGE: Final = (1, 3600)
 _MIGRATION_TIMEOUT_RANGE: Final = (10, 7 * 86400)
+#: The range of ``scriptlet_timeout``, in seconds (Incus gives a run 5 s).
+_SCRIPTLET_TIMEOUT_RANGE: Final = (1, 60)
 _ADDRESS = re.compile(r"https://(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9.-]*)(?::\d{1,5})?/?")
 _PROJECT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 
@@ -79,6 +83,10 @@ class IncusConfig:
     rebalance_keys: bool = True
     #: Read the instances' ``user.opendrs.*`` keys as rules.
     user_keys: bool = True
+    #: Honour the server's ``instances.placement.scriptlet`` for the targets opendrs chooses.
+    placement_scriptlet: bool = True
+    #: Seconds one run of the placement scriptlet may take before it is cut off.
+    scriptlet_timeout: float = 5.0
     #: Seconds before the first retry; doubled for each further one, at most 30 s.
     backoff: float = 0.5
 
@@ -125,7 +133,12 @@ def parse_incus(reader: Reader, value: object, path: Path) -> IncusConfig:
     project, all_projects = _parse_project(reader, mapping, path)
     flags = {
         name: reader.boolean(mapping[name], (*path, name)) if name in mapping else default
-        for name, default in (("leader_only", False), ("rebalance_keys", True), ("user_keys", True))
+        for name, default in (
+            ("leader_only", False),
+            ("rebalance_keys", True),
+            ("user_keys", True),
+            ("placement_scriptlet", True),
+        )
     }
     retries = 3
     if "retries" in mapping:
@@ -144,6 +157,9 @@ def parse_incus(reader: Reader, value: object, path: Path) -> IncusConfig:
         retries=retries,
         migration_timeout=_seconds(
             reader, mapping, path, "migration_timeout", 3600.0, _MIGRATION_TIMEOUT_RANGE
+        ),
+        scriptlet_timeout=_seconds(
+            reader, mapping, path, "scriptlet_timeout", 5.0, _SCRIPTLET_TIMEOUT_RANGE
         ),
         **flags,
     )

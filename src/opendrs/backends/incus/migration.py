@@ -2,12 +2,14 @@
 evacuate and restore members.
 
 * A running VM moves live: ``POST /1.0/instances/NAME?target=MEMBER&project=P`` with
-  ``{"name": NAME, "migration": true, "live": true}``; Incus needs ``migration.stateful: true``
-  on the VM for that, and opendrs refuses to start a move Incus would refuse.
+  ``{"name": NAME, "migration": true, "live": true}``, when Incus would move it live
+  (:func:`~.movement.live_refusal`: ``cluster.evacuate``, ``migration.stateful``, its boot
+  state); opendrs never asks for a live move Incus would refuse.
 * A stopped instance moves cold (``"live": false``).
-* A running container cannot move live: with ``settings.allow_restart_migration`` it is stopped,
-  moved and started again (three operations, followed one after the other by :meth:`poll`);
-  without it, it does not move. A move that fails after the stop starts it again where it is.
+* A running container, and a running VM that cannot move live, move only by a restart: with
+  ``settings.allow_restart_migration`` it is stopped, moved and started again (three operations,
+  followed one after the other by :meth:`poll`); without it, it does not move. A move that fails
+  after the stop starts it again where it is.
 
 The handle's id is the operation's id (``restart:OP`` for a restart move, whose current
 operation changes as it goes). Incus forgets an operation a few seconds after it ended: a poll
@@ -28,8 +30,9 @@ from opendrs.backends.base import DONE, RUNNING, BackendError, Handle, Progress,
 from opendrs.backends.incus.assemble import split_id
 from opendrs.backends.incus.client import Client, HttpError
 from opendrs.backends.incus.config import IncusConfig
+from opendrs.backends.incus.movement import live_refusal
 from opendrs.backends.incus.observe import LAST_MOVE_KEYS, Observer
-from opendrs.backends.incus.values import clip, flag, object_of, objects_of
+from opendrs.backends.incus.values import clip, object_of, objects_of
 from opendrs.model.cluster import Move, Settings
 
 log = logging.getLogger(__name__)
@@ -81,14 +84,13 @@ class Migrator:
         running = row.get("status") == "Running"
         vm = row.get("type") == "virtual-machine"
         config = row.get("expanded_config") if isinstance(row.get("expanded_config"), dict) else {}
-        if running and vm and not flag(config.get("migration.stateful", "")):
-            raise BackendError(
-                f"{label} is a running VM without migration.stateful=true: Incus cannot move it "
-                "live (set it, then restart the VM)",
-                transient=False,
-            )
-        if running and not vm:
-            return self._start_restart(move, project, name, label)
+        refusal = (
+            live_refusal(config, boot_state_checked=self._observer.boot_state_checked)
+            if running and vm
+            else None
+        )
+        if running and (not vm or refusal):
+            return self._start_restart(move, project, name, label, refusal)
         operation = self._move(move, project, name, live=running)
         log.info(
             "moving %s from %s to %s (%s): operation %s",
@@ -131,11 +133,14 @@ class Migrator:
             raise BackendError(f"instance {name}: the API answered the {action} with no operation")
         return reply.operation
 
-    def _start_restart(self, move: Move, project: str, name: str, label: str) -> Handle:
+    def _start_restart(
+        self, move: Move, project: str, name: str, label: str, refusal: str | None
+    ) -> Handle:
         if not self._settings.allow_restart_migration:
+            what = f"a running VM that cannot move live ({refusal})" if refusal else None
             raise BackendError(
-                f"{label} is a running container: it can only move by a restart migration, which "
-                "settings.allow_restart_migration does not allow",
+                f"{label} is {what or 'a running container'}: it can only move by a restart "
+                "migration, which settings.allow_restart_migration does not allow",
                 transient=False,
             )
         operation = self._power(project, name, "stop")

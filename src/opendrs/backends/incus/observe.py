@@ -27,7 +27,10 @@ from typing import Any, Final
 
 from opendrs.backends.base import Abandoned, BackendError
 from opendrs.backends.incus.assemble import (
+    ONLINE_STATUSES,
     REMOTE_DRIVERS,
+    VM_DEFAULT_CPU,
+    VM_DEFAULT_MEMORY,
     CpuSample,
     MemberRead,
     build_guest,
@@ -37,8 +40,29 @@ from opendrs.backends.incus.assemble import (
 )
 from opendrs.backends.incus.client import Client, HttpError
 from opendrs.backends.incus.config import IncusConfig
-from opendrs.backends.incus.rules import read_rules
-from opendrs.backends.incus.values import as_int, as_number, object_of, objects_of
+from opendrs.backends.incus.movement import (
+    live_refusal,
+    member_hold,
+    project_hold,
+    records_boot_state,
+)
+from opendrs.backends.incus.rules import Restrictions, read_rules
+from opendrs.backends.incus.scriptlet import KEY as SCRIPTLET_KEY
+from opendrs.backends.incus.scriptlet import (
+    Observed,
+    Scriptlet,
+    instance_resources,
+    request,
+    score,
+)
+from opendrs.backends.incus.values import (
+    as_int,
+    as_number,
+    cpu_limit,
+    memory_limit,
+    object_of,
+    objects_of,
+)
 from opendrs.backends.proxmox.client import gather
 from opendrs.model.cluster import Cluster, Guest, Node, Settings
 
@@ -88,6 +112,9 @@ class Observer:
         self.server_config: dict[str, str] = {}
         self.local: str | None = None
         self.leader: str | None = None
+        #: Whether the server checks a running VM's boot state before a live move.
+        self.boot_state_checked = False
+        self._scriptlet: Scriptlet | None = None
         self.last_moves: dict[str, float] = {}
         #: Targets of the migrations opendrs started, by guest id (set by the migrator).
         self.targets: dict[str, str] = {}
@@ -105,18 +132,16 @@ class Observer:
         config = server.get("config")
         self.server_config = {str(k): str(v) for k, v in (config or {}).items()}
         environment = server.get("environment")
-        self.local = (
-            str(environment.get("server_name") or "") if isinstance(environment, dict) else ""
-        )
+        environment = environment if isinstance(environment, dict) else {}
+        self.local = str(environment.get("server_name") or "")
+        self.boot_state_checked = records_boot_state(environment)
         members = self._members()
         self.leader = next(
             (str(m["server_name"]) for m in members if "database-leader" in (m.get("roles") or ())),
             None,
         )
         remote = self._remote_pools()
-        online = [
-            str(m["server_name"]) for m in members if m.get("status") in ("Online", "Evacuated")
-        ]
+        online = [str(m["server_name"]) for m in members if m.get("status") in ONLINE_STATUSES]
         reads = dict(
             zip(online, gather([lambda n=n: self._read_member(n) for n in online]), strict=True)
         )
@@ -129,14 +154,18 @@ class Observer:
                 read.threads, read.memory = self._capacity.get(name, (0.0, 0))
         instances = self._instances()
         locked = self._busy_instances()
-        guests = self._guests(instances, reads, remote, locked)
-        nodes = self._nodes(members, reads, guests)
         projects = self._projects()
-        threads = {n.name: n.cpu for n in nodes}
+        holds = self._holds(instances, members, projects, locked)
+        threads = {name: read.threads for name, read in reads.items()}
         rules = read_rules(
             instances, members, threads, projects, self._config.user_keys, self._warn_once
         )
-        return Cluster(tuple(nodes), tuple(guests), rules, self._settings, self._cluster_name)
+        self._placement(instances, members, reads, projects, rules, holds)
+        guests = self._guests(instances, reads, remote, holds, locked)
+        nodes = self._nodes(members, reads, guests)
+        return Cluster(
+            tuple(nodes), tuple(guests), rules.rules(), self._settings, self._cluster_name
+        )
 
     # -- members -------------------------------------------------------------------------------
 
@@ -178,17 +207,22 @@ class Observer:
         memory = resources.get("memory") if isinstance(resources.get("memory"), dict) else {}
         arch = cpu.get("architecture")
         used = as_number(memory.get("used"))
+        state = self._state(name)
+        sysinfo = state.get("sysinfo") if state else None
+        loads = sysinfo.get("load_averages") if isinstance(sysinfo, dict) else None
         return MemberRead(
             threads=float(as_number(cpu.get("total")) or 0.0),
             memory=as_int(memory.get("total")),
             arch=arch if isinstance(arch, str) and arch else None,
             used_memory=int(used) if used is not None else None,
-            load=self._load(name),
+            load=as_number(loads[0]) if isinstance(loads, list) and loads else None,
             storage=self._storage(name),
+            resources=resources,
+            state=state or {},
         )
 
-    def _load(self, name: str) -> float | None:
-        """The member's 1-minute load average, from its state where the server has one."""
+    def _state(self, name: str) -> dict[str, Any] | None:
+        """The member's state (its load averages), where the server has one."""
         if not self._member_state or not self._clustered:
             return None
         try:
@@ -203,11 +237,7 @@ class Observer:
                 "the server has no member state (HTTP %d): host load is not measured", exc.status
             )
             return None
-        sysinfo = state.get("sysinfo")
-        loads = sysinfo.get("load_averages") if isinstance(sysinfo, dict) else None
-        if isinstance(loads, list) and loads:
-            return as_number(loads[0])
-        return None
+        return state
 
     def _remote_pools(self) -> frozenset[str]:
         try:
@@ -298,11 +328,126 @@ class Observer:
                 busy.add(_instance_of_url(str(url)))
         return busy
 
+    def _holds(
+        self,
+        rows: Sequence[Mapping[str, Any]],
+        members: Sequence[Mapping[str, Any]],
+        projects: Mapping[str, Mapping[str, Any]],
+        busy: set[str],
+    ) -> dict[str, str]:
+        """Guest id → why Incus keeps it where it is: an operation works on it, its member is
+        being evacuated or restored, its project blocks choosing a member."""
+        status = {str(m["server_name"]): str(m.get("status") or "") for m in members}
+        holds: dict[str, str] = {}
+        for row in rows:
+            project = str(row.get("project") or "default")
+            gid = guest_id(project, str(row["name"]))
+            location = str(row["location"])
+            why = (
+                ("operation" if gid in busy else None)
+                or member_hold(location, status.get(location, ""))
+                or project_hold(project, projects.get(project, {}))
+            )
+            if why is not None:
+                holds[gid] = why
+        return holds
+
+    def _placement(
+        self,
+        rows: Sequence[Mapping[str, Any]],
+        members: Sequence[Mapping[str, Any]],
+        reads: Mapping[str, MemberRead],
+        projects: Mapping[str, Mapping[str, Any]],
+        rules: Restrictions,
+        holds: dict[str, str],
+    ) -> None:
+        """The placement scriptlet's verdict on each instance opendrs may move (see
+        :mod:`~.scriptlet`): the member it chose becomes a rule, a failure holds the instance."""
+        source = self.server_config.get(SCRIPTLET_KEY, "")
+        if not self._config.placement_scriptlet or not source.strip():
+            self._scriptlet = None
+            return
+        if self._scriptlet is None or self._scriptlet.source != source:
+            self._scriptlet = Scriptlet(source, self._config.scriptlet_timeout)
+        scriptlet = self._scriptlet
+        online = {
+            str(m["server_name"]): m
+            for m in members
+            if m.get("status") == "Online" and reads[str(m["server_name"])].reachable
+        }
+        scores = {
+            name: score(read.used_memory or 0, read.memory, read.load or 0.0, read.threads)
+            for name, read in reads.items()
+        }
+        scriptlet.observe(
+            Observed(
+                members,
+                {n: r.resources for n, r in reads.items() if r.resources},
+                {n: r.state for n, r in reads.items() if r.state},
+                [_listed(r) for r in rows],
+                {name: {"name": name, "config": dict(c)} for name, c in projects.items()},
+            )
+        )
+        cut_off: str | None = None
+        for row in rows:
+            gid = guest_id(str(row.get("project") or "default"), str(row["name"]))
+            location = str(row["location"])
+            if not self._may_move(row, gid, location in online, rules, holds):
+                continue
+            names = sorted(
+                (rules.allowed(gid) & online.keys()) - {location},
+                key=lambda n: (scores[n], n),
+            )
+            if not names:
+                continue
+            if cut_off is not None:
+                holds[gid] = f"{SCRIPTLET_KEY} was not run: {cut_off}"
+                continue
+            config = row.get("expanded_config") or {}
+            vcpus, _ = cpu_limit(config.get("limits.cpu"))
+            memory = memory_limit(config.get("limits.memory"), reads[location].memory)
+            vm = row.get("type") == "virtual-machine"
+            verdict = scriptlet.run(
+                request(row),
+                [online[n] for n in names],
+                instance_resources(
+                    vcpus or (VM_DEFAULT_CPU if vm else 0.0),
+                    memory or (VM_DEFAULT_MEMORY if vm else 0),
+                    row,
+                ),
+            )
+            if verdict.error is not None:
+                holds[gid] = f"{SCRIPTLET_KEY} failed: {verdict.error}"
+                self._warn_once(f"instance {gid}: {holds[gid]}: it stays on {location}")
+                if verdict.timed_out:
+                    cut_off = f"a run on {gid} ran longer than scriptlet_timeout"
+            elif verdict.chose is not None:
+                rules.add(gid, f"{SCRIPTLET_KEY} chose {verdict.chose}", {verdict.chose, location})
+
+    def _may_move(
+        self,
+        row: Mapping[str, Any],
+        gid: str,
+        usable: bool,
+        rules: Restrictions,
+        holds: Mapping[str, str],
+    ) -> bool:
+        """Whether opendrs may move the instance ``row`` at all (so the scriptlet is asked)."""
+        if not usable or gid in holds or gid in rules.ignored or row.get("status") != "Running":
+            return False
+        if row.get("type") != "virtual-machine":
+            return self._settings.allow_restart_migration
+        config = row.get("expanded_config") or {}
+        return self._settings.allow_restart_migration or (
+            live_refusal(config, boot_state_checked=self.boot_state_checked) is None
+        )
+
     def _guests(
         self,
         rows: Sequence[Mapping[str, Any]],
         reads: Mapping[str, MemberRead],
         remote: frozenset[str],
+        holds: Mapping[str, str],
         busy: set[str],
     ) -> list[Guest]:
         now = time.monotonic()
@@ -324,10 +469,19 @@ class Observer:
                 samples[gid] = CpuSample(as_int(usage), now)
             target = self.targets.get(gid)
             migrating = target if gid in busy and target not in (None, location) else None
-            lock = "operation" if gid in busy and migrating is None else None
+            lock = holds.get(gid) if migrating is None else None
             member = reads.get(location)
             guests.append(
-                build_guest(row, member.memory if member else 0, remote, rate, migrating, lock)
+                build_guest(
+                    row,
+                    member.memory if member else 0,
+                    remote,
+                    rate,
+                    migrating,
+                    lock,
+                    restart_moves=self._settings.allow_restart_migration,
+                    boot_state_checked=self.boot_state_checked,
+                )
             )
             known[gid] = KnownInstance(
                 project,
@@ -368,6 +522,11 @@ class Observer:
         if message not in self._warned:
             self._warned.add(message)
             log.warning("%s", message)
+
+
+def _listed(row: Mapping[str, Any]) -> dict[str, Any]:
+    """An instance as ``get_instances`` lists it (Incus's ``api.Instance``: no state)."""
+    return {k: v for k, v in row.items() if k != "state"}
 
 
 def _instance_of_url(url: str) -> str:

@@ -9,7 +9,15 @@ Incus's rules, always read:
   stays on the members of those groups (both strict node rules);
 * an instance whose ``limits.cpu`` pins CPUs (``0-3,5``) can only run on members that have them;
 * a member whose ``scheduler.instance`` is ``manual`` takes part in no automatic placement, as
-  Incus's own balancer treats it: its instances are not moved (ignored) and it receives none.
+  Incus's own placement and balancer treat it (``GetCandidateMembers`` in
+  ``internal/server/db/node.go``): its instances are not moved (ignored) and it receives none;
+* a member whose ``scheduler.instance`` is ``group`` receives only the instances that target one
+  of its cluster groups (``volatile.cluster.group``); an instance already on it may stay.
+
+Each instance gets one strict rule at most: what each of Incus's rules and ``user.opendrs.pin``
+allow, intersected, named after all of them (``scheduler.instance: m3 group; cluster group
+web``), so a refused member names the setting that refuses it. The engine drops a guest's rules
+when it is in two, so they are merged here; instances with the same rule share it.
 
 opendrs's keys (``user_keys: true``), in the spirit of ProxLB's tags on Proxmox, on an instance:
 
@@ -25,7 +33,8 @@ A member named in a key that the cluster does not have is skipped with a warning
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from opendrs.backends.incus.assemble import guest_id
@@ -36,6 +45,48 @@ from opendrs.model.rules import GuestAffinity, NodeAffinity, Rules
 PREFIX = "user.opendrs."
 
 
+@dataclass
+class Restrictions:
+    """The rules read, before the strict ones are merged: each instance's strict pieces (a name
+    and the members it allows), the soft and guest rules, the ignored instances."""
+
+    members: frozenset[str]
+    strict: dict[str, list[tuple[str, frozenset[str]]]] = field(default_factory=dict)
+    soft: list[NodeAffinity] = field(default_factory=list)
+    guest_rules: list[GuestAffinity] = field(default_factory=list)
+    ignored: set[str] = field(default_factory=set)
+
+    def add(self, gid: str, name: str, allowed: Iterable[str]) -> None:
+        """A strict rule for ``gid``: only ``allowed``."""
+        self.strict.setdefault(gid, []).append((name, frozenset(allowed)))
+
+    def allowed(self, gid: str) -> frozenset[str]:
+        """The members every strict rule of ``gid`` allows."""
+        allowed = self.members
+        for _name, nodes in self.strict.get(gid, ()):
+            allowed &= nodes
+        return allowed
+
+    def rules(self) -> Rules:
+        """The rules, with one strict rule per instance (shared by instances with the same)."""
+        shared: dict[tuple[str, frozenset[str]], list[str]] = {}
+        for gid, pieces in self.strict.items():
+            name = "; ".join(dict.fromkeys(name for name, _ in pieces))
+            shared.setdefault((name, self.allowed(gid)), []).append(gid)
+        node_rules: list[NodeAffinity] = []
+        seen: dict[str, int] = {}
+        for (name, allowed), guests in sorted(
+            shared.items(), key=lambda i: (i[0][0], sorted(i[0][1]))
+        ):
+            seen[name] = seen.get(name, 0) + 1
+            unique = name if seen[name] == 1 else f"{name} #{seen[name]}"
+            nodes = dict.fromkeys(sorted(allowed), 0)
+            node_rules.append(NodeAffinity(unique, tuple(guests), nodes, True))
+        return Rules(
+            tuple(node_rules + self.soft), tuple(self.guest_rules), frozenset(self.ignored)
+        )
+
+
 def read_rules(
     instances: Sequence[Mapping[str, Any]],
     members: Sequence[Mapping[str, Any]],
@@ -43,52 +94,73 @@ def read_rules(
     projects: Mapping[str, Mapping[str, Any]],
     user_keys: bool,
     warn: Callable[[str], None],
-) -> Rules:
+) -> Restrictions:
     """The rules among ``instances`` (rows of ``/1.0/instances``) and ``members``.
 
     ``threads`` is each member's CPU threads; ``projects`` each project's config.
     """
-    names = {str(m["server_name"]) for m in members}
+    names = frozenset(str(m["server_name"]) for m in members)
     groups: dict[str, set[str]] = {}
     for member in members:
         for group in member.get("groups") or ():
             groups.setdefault(str(group), set()).add(str(member["server_name"]))
-    manual = {
-        str(m["server_name"]) for m in members if _config(m).get("scheduler.instance") == "manual"
+    scheduler = {
+        str(m["server_name"]): str(_config(m).get("scheduler.instance"))
+        for m in members
+        if _config(m).get("scheduler.instance") in ("manual", "group")
     }
-    node_rules: list[NodeAffinity] = []
+    member_groups = {str(m["server_name"]): set(map(str, m.get("groups") or ())) for m in members}
+    read = Restrictions(names)
     together: dict[str, list[str]] = {}
     apart: dict[str, list[str]] = {}
-    ignored: set[str] = set()
-    automatic: list[str] = []
     for row in instances:
         project = str(row.get("project") or "default")
         gid = guest_id(project, str(row["name"]))
         config = _config(row, "expanded_config")
-        if row.get("location") in manual:
-            ignored.add(gid)
+        location = str(row.get("location"))
+        if scheduler.get(location) == "manual":
+            read.ignored.add(gid)
         else:
-            automatic.append(gid)
-        node_rules += _incus_rules(gid, row, config, groups, threads, projects, warn)
+            _scheduler_rule(read, gid, location, config, scheduler, member_groups)
+        for name, allowed in _incus_rules(gid, row, config, groups, threads, projects, warn):
+            read.add(gid, name, allowed)
         if user_keys:
-            node_rules += _key_rules(gid, config, names, warn)
+            _key_rules(read, gid, config, names, warn)
             if flag(config.get(PREFIX + "ignore", "")):
-                ignored.add(gid)
+                read.ignored.add(gid)
             for key, table in (("affinity", together), ("anti_affinity", apart)):
                 for name in _names(config.get(PREFIX + key)):
                     # A group's name is the project's own: an instance of another project
                     # naming it joins another group (one project never binds another's).
                     table.setdefault(guest_id(project, name), []).append(gid)
-    if manual and automatic:
-        usable = {n: 0 for n in sorted(names - manual)}
-        node_rules.append(NodeAffinity("scheduler.instance=manual", tuple(automatic), usable, True))
-    guest_rules = [
+    read.guest_rules = [
         GuestAffinity(f"{PREFIX}{key} {name}", tuple(members_), positive, hard=True)
         for key, table, positive in (("affinity", together, True), ("anti_affinity", apart, False))
         for name, members_ in sorted(table.items())
         if len(members_) >= 2
     ]
-    return Rules(tuple(node_rules), tuple(guest_rules), frozenset(ignored))
+    return read
+
+
+def _scheduler_rule(
+    read: Restrictions,
+    gid: str,
+    location: str,
+    config: Mapping[str, str],
+    scheduler: Mapping[str, str],
+    member_groups: Mapping[str, set[str]],
+) -> None:
+    """The members ``scheduler.instance`` keeps ``gid`` off: ``manual`` ones, and ``group`` ones
+    whose groups it does not target. Where it is stays allowed (Incus moves nothing back)."""
+    target = config.get("volatile.cluster.group")
+    refusing = {
+        member: setting
+        for member, setting in scheduler.items()
+        if member != location and (setting == "manual" or target not in member_groups[member])
+    }
+    if refusing:
+        named = ", ".join(f"{m} {setting}" for m, setting in sorted(refusing.items()))
+        read.add(gid, f"scheduler.instance: {named}", read.members - refusing.keys())
 
 
 def _incus_rules(
@@ -99,16 +171,15 @@ def _incus_rules(
     threads: Mapping[str, float],
     projects: Mapping[str, Mapping[str, Any]],
     warn: Callable[[str], None],
-) -> list[NodeAffinity]:
-    """An instance's cluster group, its project's groups and its pinned CPUs, as strict rules."""
-    rules: list[NodeAffinity] = []
+) -> list[tuple[str, frozenset[str]]]:
+    """An instance's cluster group, its project's groups and its pinned CPUs, as strict rules
+    (their names and the members they allow)."""
+    rules: list[tuple[str, frozenset[str]]] = []
     group = config.get("volatile.cluster.group")
     if group:
         allowed = groups.get(group)
         if allowed:
-            rules.append(
-                NodeAffinity(f"cluster group {group}", (gid,), dict.fromkeys(allowed, 0), True)
-            )
+            rules.append((f"cluster group {group}", frozenset(allowed)))
         else:
             warn(f"instance {gid}: cluster group {group} has no members: its rule is skipped")
     project = projects.get(str(row.get("project") or "default"), {})
@@ -116,40 +187,35 @@ def _incus_rules(
         allowed_groups = _names(project["restricted.cluster.groups"])
         allowed = {m for g in allowed_groups for m in groups.get(g, ())}
         if allowed:
-            rules.append(
-                NodeAffinity(
-                    f"project {row.get('project')} groups",
-                    (gid,),
-                    dict.fromkeys(sorted(allowed), 0),
-                    True,
-                )
-            )
+            rules.append((f"project {row.get('project')} groups", frozenset(allowed)))
     _, pinned = cpu_limit(config.get("limits.cpu"))
     if pinned:
         able = {m for m, count in threads.items() if count > max(pinned)}
         if able and len(able) < len(threads):
-            rules.append(
-                NodeAffinity(f"limits.cpu {gid}", (gid,), dict.fromkeys(sorted(able), 0), True)
-            )
+            rules.append((f"limits.cpu {gid}", frozenset(able)))
     return rules
 
 
 def _key_rules(
-    gid: str, config: Mapping[str, str], names: set[str], warn: Callable[[str], None]
-) -> list[NodeAffinity]:
-    """``user.opendrs.pin`` and ``user.opendrs.prefer`` of one instance."""
-    rules: list[NodeAffinity] = []
+    read: Restrictions,
+    gid: str,
+    config: Mapping[str, str],
+    names: frozenset[str],
+    warn: Callable[[str], None],
+) -> None:
+    """``user.opendrs.pin`` (a strict piece) and ``user.opendrs.prefer`` of one instance."""
     for key, strict in (("pin", True), ("prefer", False)):
         wanted = _names(config.get(PREFIX + key))
         known = [n for n in wanted if n in names]
         for name in wanted:
             if name not in names:
                 warn(f"instance {gid}: {PREFIX}{key} names no member of the cluster: {name}")
-        if known:
-            rules.append(
-                NodeAffinity(f"{PREFIX}{key} {gid}", (gid,), dict.fromkeys(known, 0), strict)
+        if known and strict:
+            read.add(gid, f"{PREFIX}{key} {gid}", known)
+        elif known:
+            read.soft.append(
+                NodeAffinity(f"{PREFIX}{key} {gid}", (gid,), dict.fromkeys(known, 0), False)
             )
-    return rules
 
 
 def _names(value: object) -> list[str]:

@@ -43,8 +43,11 @@ _DURATION_UNITS: Final = {
 def cpu_limit(value: object) -> tuple[float | None, tuple[int, ...]]:
     """``limits.cpu``: ``(vCPUs, pinned CPUs)``.
 
-    A count (``4``) gives no pinning; a set (``0-3,5``, or a single ``"2,"``-style list) gives
-    the CPUs it pins and their number. ``(None, ())`` when it is unset or unreadable.
+    A count (``4``) gives no pinning; a topology (``sockets=2,cores=4,threads=2``, a VM's: each
+    part defaults to 1) gives the product of its parts, no pinning; a set (``0-3,5``, or a single
+    ``"2,"``-style list) gives the CPUs it pins and their number. ``(None, ())`` when it is unset
+    or unreadable. As Incus's ``ResourceUsage`` (``internal/server/instance/instance_utils.go``)
+    and ``ParseCPUTopology`` (``shared/validate/validate.go``) read it.
     """
     if value is None:
         return None, ()
@@ -54,6 +57,9 @@ def cpu_limit(value: object) -> tuple[float | None, tuple[int, ...]]:
     if text.isdigit() and "," not in text:
         count = int(text)
         return (float(count), ()) if count > 0 else (None, ())
+    if "=" in text:
+        vcpus = _topology(text)
+        return (float(vcpus), ()) if vcpus else (None, ())
     cpus: set[int] = set()
     for part in text.split(","):
         part = part.strip()
@@ -68,6 +74,24 @@ def cpu_limit(value: object) -> tuple[float | None, tuple[int, ...]]:
             return None, ()
         cpus.update(range(low, high + 1))
     return (float(len(cpus)), tuple(sorted(cpus))) if cpus else (None, ())
+
+
+def _topology(text: str) -> int | None:
+    """The vCPUs of a CPU topology ``sockets=S,cores=C,threads=T`` (each part at most once,
+    1 when left out), ``None`` when it is not one."""
+    parts = {"sockets": 1, "cores": 1, "threads": 1}
+    seen: set[str] = set()
+    for chunk in text.split(","):
+        if not chunk.strip():
+            continue
+        key, sep, number = (p.strip() for p in chunk.partition("="))
+        if not sep or key not in parts or key in seen or not number.isdigit():
+            return None
+        seen.add(key)
+        parts[key] = int(number)
+        if parts[key] < 1:
+            return None
+    return parts["sockets"] * parts["cores"] * parts["threads"]
 
 
 def memory_limit(value: object, member_memory: int) -> int | None:

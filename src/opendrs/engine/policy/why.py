@@ -204,6 +204,16 @@ class _TargetCheck(NamedTuple):
     room: np.ndarray
     free: frozenset[int]
 
+    def _strict_rules(self, j: int, nodes: np.ndarray) -> str:
+        """`` (NAMES)``: the strict node-affinity rules of guest ``j`` when they refuse some of
+        ``nodes`` (so the operator reads which setting keeps it), else nothing."""
+        cons = self.cons
+        if not np.any(nodes & ~cons.strict_ok[j]):
+            return ""
+        guest_id = cons.cluster.guests[j].id
+        names = [r.name for r in cons.rules.node_affinity if r.strict and guest_id in r.guests]
+        return f" ({'; '.join(names)})" if names else ""
+
     def alone(self, j: int) -> bool:
         """Whether guest ``j`` is free of bundles, hard anti-affinity and node guards."""
         cons = self.cons
@@ -238,7 +248,11 @@ class _TargetCheck(NamedTuple):
             kinds["rules"] = "rules"
         if np.any(other & ~kept & rules & ~fits):
             kinds["room"] = "no room"
+        if "rules" in kinds:
+            kinds["rules"] += self._strict_rules(j, other & ~kept)
         named = [(kinds[key], alone) for key, alone in _NODE_GUARDS if key in kinds]
         if len(named) == 1 and named[0][1] is not None:
+            if "rules" in kinds:
+                return named[0][1] + kinds["rules"].removeprefix("rules")
             return named[0][1]
         return "with no node to go to (" + ", ".join(text for text, _alone in named) + ")"
