@@ -86,6 +86,8 @@ def test_https_needs_a_client_certificate_and_key(tmp_path: Path) -> None:
         ({"flavour": "lxc"}, "backend.flavour: unknown value 'lxc'"),
         ({"sockets": "/x"}, "backend.sockets: unknown key (did you mean 'socket'?)"),
         ({"leader_only": "yes"}, "backend.leader_only: expected true or false"),
+        ({"scriptlet_timeout": "2m"}, "backend.scriptlet_timeout: must be between 1s and 1m"),
+        ({"placement_scriptlet": 1}, "backend.placement_scriptlet: expected true or false"),
     ],
 )
 def test_bad_sections_fail_in_one_line(section: dict[str, object], expected: str) -> None:
@@ -328,6 +330,7 @@ def test_the_example_configuration_loads() -> None:
     incus = config.backend.incus
     assert incus is not None
     assert (incus.socket, incus.project, incus.leader_only) == (INCUS_SOCKET, "default", True)
+    assert (incus.placement_scriptlet, incus.scriptlet_timeout) == (True, 5.0)
     assert config.mode == "shadow"
 
 

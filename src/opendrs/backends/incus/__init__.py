@@ -11,7 +11,13 @@ One module, one job:
   ``limits.memory``, Incus durations);
 * :mod:`~opendrs.backends.incus.assemble` — members and instances as nodes and guests;
 * :mod:`~opendrs.backends.incus.rules` — cluster groups, restricted projects, pinned CPUs,
-  manual members and the ``user.opendrs.*`` keys as rules;
+  ``scheduler.instance`` (manual and group members) and the ``user.opendrs.*`` keys as rules,
+  one strict rule per instance;
+* :mod:`~opendrs.backends.incus.movement` — how Incus lets a running instance move
+  (``cluster.evacuate``, ``migration.stateful``, the boot state), and what holds it (a member
+  being evacuated or restored, a project that blocks choosing a member);
+* :mod:`~opendrs.backends.incus.scriptlet` — the placement scriptlet, run in Starlark for the
+  targets opendrs chooses;
 * :mod:`~opendrs.backends.incus.observe` — the observation: what is read, as a ``Cluster``;
 * :mod:`~opendrs.backends.incus.migration` — moves (live, cold, by restart), their operations,
   evacuate and restore;
