@@ -409,7 +409,7 @@ class Observer:
             vm = row.get("type") == "virtual-machine"
             verdict = scriptlet.run(
                 request(row),
-                [online[n] for n in names],
+                names,
                 instance_resources(
                     vcpus or (VM_DEFAULT_CPU if vm else 0.0),
                     memory or (VM_DEFAULT_MEMORY if vm else 0),

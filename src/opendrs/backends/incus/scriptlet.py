@@ -84,6 +84,11 @@ def get_project(name = ""):
     if name not in _projects:
         fail("Project not found")
     return _projects[name]
+
+_by_name = {m.server_name: m for m in _members}
+
+def opendrs_candidates(names):
+    return [_by_name[n] for n in names]
 """
 _SHARED_NAMES: Final = (
     "get_cluster_member_resources",
@@ -92,7 +97,10 @@ _SHARED_NAMES: Final = (
     "get_instances_count",
     "get_cluster_members",
     "get_project",
+    "opendrs_candidates",
 )
+#: The call, as Incus makes it.
+_CALL: Final = "instance_placement(request = _request, candidate_members = _candidates)\n"
 
 
 class Verdict(NamedTuple):
@@ -124,6 +132,7 @@ class Scriptlet:
         self.time_limit = time_limit
         self.problem: str | None = None
         self._shared: Any = None
+        self._lists = "get_instances" in source
         try:
             import starlark as sl
         except ImportError:
@@ -135,6 +144,7 @@ class Scriptlet:
         self._ours.enable_load = True
         theirs = sl.Dialect.standard()
         theirs.enable_load = False
+        self._call = sl.parse("call", _CALL, self._ours)
         try:
             # Evaluating a module yields its last statement's value, which must convert to
             # Python: a trailing None, after the operator's lines (their numbers unchanged).
@@ -153,7 +163,8 @@ class Scriptlet:
                 f"_members = {_literal(list(observed.members))}",
                 f"_resources = {_literal(dict(observed.resources), 'objects')}",
                 f"_states = {_literal(dict(observed.states), 'objects')}",
-                f"_instances = {_literal(list(observed.instances))}",
+                # Only a scriptlet that names them can list the instances: the rest skip them.
+                f"_instances = {_literal(list(observed.instances) if self._lists else [])}",
                 f"_projects = {_literal(dict(observed.projects), 'objects')}",
             )
         )
@@ -165,17 +176,14 @@ class Scriptlet:
         self._shared = shared.freeze()
 
     def run(
-        self,
-        request: Mapping[str, Any],
-        candidates: Sequence[Mapping[str, Any]],
-        resources: Mapping[str, int],
+        self, request: Mapping[str, Any], names: Sequence[str], resources: Mapping[str, int]
     ) -> Verdict:
-        """Run ``instance_placement`` for one instance (``request``) and its ``candidates``
-        (member rows, least loaded first) with its ``resources``."""
+        """Run ``instance_placement`` for one instance (``request``) and its candidates (the
+        members ``names``, least loaded first, among the observation's) with its
+        ``resources``."""
         if self.problem:
             return Verdict(error=self.problem)
         sl = self._sl
-        names = [str(c.get("server_name")) for c in candidates]
         chosen: list[str] = []
 
         def set_target(member_name: object) -> None:
@@ -192,7 +200,7 @@ class Scriptlet:
             (
                 'load("observation", ' + ", ".join(f'"{n}"' for n in _SHARED_NAMES) + ")",
                 f"_request = {_literal(dict(request))}",
-                f"_candidates = {_literal(list(candidates))}",
+                f"_candidates = opendrs_candidates({_literal(list(names))})",
                 f"_instance_resources = {_literal(dict(resources))}",
                 "def get_instance_resources():",
                 "    return _instance_resources",
@@ -210,8 +218,7 @@ class Scriptlet:
                 sl.FileLoader(lambda _name: shared),
             )
             sl.eval_with(options, module, self._ast, self._globals)
-            call = "instance_placement(request = _request, candidate_members = _candidates)\n"
-            value = sl.eval_with(options, module, sl.parse("call", call, self._ours), self._globals)
+            value = sl.eval_with(options, module, self._call, self._globals)
         except Exception as exc:  # a Starlark error, or one raised by set_target
             if time.monotonic() > deadline:
                 seconds = f"{self.time_limit:g} s"

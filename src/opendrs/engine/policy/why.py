@@ -150,7 +150,12 @@ def _targets_left(
     assign = current_assign(cluster)
     cap = cons.capacity
     room = cap.limit - cap.committed() + tolerance(cap.limit)
-    left = _TargetCheck(cons, assign, off, room, frozenset(free))
+    strict: dict[str, list[str]] = {}
+    for rule in cons.rules.node_affinity:
+        if rule.strict:
+            for guest_id in rule.guests:
+                strict.setdefault(guest_id, []).append(rule.name)
+    left = _TargetCheck(cons, assign, off, room, frozenset(free), strict)
     found: dict[int, str | None] = {}
     every = np.array(free, dtype=np.intp)
     # Most guests fit on one of the roomiest nodes: try those first, then every node.
@@ -203,6 +208,8 @@ class _TargetCheck(NamedTuple):
     #: (N, D) free capacity, rounding slack included.
     room: np.ndarray
     free: frozenset[int]
+    #: Guest id → the names of its strict node-affinity rules.
+    strict: Mapping[str, list[str]]
 
     def _strict_rules(self, j: int, nodes: np.ndarray) -> str:
         """`` (NAMES)``: the strict node-affinity rules of guest ``j`` when they refuse some of
@@ -210,8 +217,7 @@ class _TargetCheck(NamedTuple):
         cons = self.cons
         if not np.any(nodes & ~cons.strict_ok[j]):
             return ""
-        guest_id = cons.cluster.guests[j].id
-        names = [r.name for r in cons.rules.node_affinity if r.strict and guest_id in r.guests]
+        names = self.strict.get(cons.cluster.guests[j].id)
         return f" ({'; '.join(names)})" if names else ""
 
     def alone(self, j: int) -> bool:
