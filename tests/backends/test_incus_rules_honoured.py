@@ -271,8 +271,13 @@ def instance_placement(request, candidate_members):
             "def place(request, candidate_members):\n    pass\n",
             "Variable `instance_placement` not found",
         ),
+        (
+            "def instance_placement(request, candidate_members):\n"
+            "    instance_placement(request, candidate_members)\n",
+            "Starlark call stack overflow",
+        ),
     ],
-    ids=["file", "load", "unknown-member", "return-value", "no-function"],
+    ids=["file", "load", "unknown-member", "return-value", "no-function", "recursion"],
 )
 def test_a_hostile_or_broken_scriptlet_keeps_every_guest_where_it_is(
     tmp_path: Path, fake: Served, source: str, reason: str
