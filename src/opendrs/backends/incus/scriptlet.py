@@ -132,6 +132,7 @@ class Scriptlet:
         self.time_limit = time_limit
         self.problem: str | None = None
         self._shared: Any = None
+        self._unreadable: str | None = None
         self._lists = "get_instances" in source
         try:
             import starlark as sl
@@ -153,9 +154,18 @@ class Scriptlet:
             self.problem = f"it does not parse: {_first_error(exc)}"
 
     def observe(self, observed: Observed) -> None:
-        """The data the scriptlet's functions read until the next observation."""
+        """The data the scriptlet's functions read until the next observation. Data that
+        cannot be given to it (a string that is no text) makes every run of this observation
+        fail, with the reason."""
+        self._unreadable = None
         if self.problem:
             return
+        try:
+            self._shared = self._observation(observed)
+        except Exception as exc:
+            self._unreadable = f"the observation cannot be given to it: {_first_error(exc)}"
+
+    def _observation(self, observed: Observed) -> Any:
         sl = self._sl
         shared = sl.Module()
         data = "\n".join(
@@ -173,7 +183,7 @@ class Scriptlet:
             sl.parse("observation", data + "\n" + _SHARED_SOURCE + "\nNone\n", self._ours),
             self._globals,
         )
-        self._shared = shared.freeze()
+        return shared.freeze()
 
     def run(
         self, request: Mapping[str, Any], names: Sequence[str], resources: Mapping[str, int]
@@ -181,8 +191,8 @@ class Scriptlet:
         """Run ``instance_placement`` for one instance (``request``) and its candidates (the
         members ``names``, least loaded first, among the observation's) with its
         ``resources``."""
-        if self.problem:
-            return Verdict(error=self.problem)
+        if self.problem or self._unreadable:
+            return Verdict(error=self.problem or self._unreadable)
         sl = self._sl
         chosen: list[str] = []
 
@@ -196,21 +206,21 @@ class Scriptlet:
         for level, name in ((logging.INFO, "log_info"), (logging.WARNING, "log_warn")):
             module.add_callable(name, _logger(level, str(request.get("name"))))
         module.add_callable("log_error", _logger(logging.ERROR, str(request.get("name"))))
-        prelude = "\n".join(
-            (
-                'load("observation", ' + ", ".join(f'"{n}"' for n in _SHARED_NAMES) + ")",
-                f"_request = {_literal(dict(request))}",
-                f"_candidates = opendrs_candidates({_literal(list(names))})",
-                f"_instance_resources = {_literal(dict(resources))}",
-                "def get_instance_resources():",
-                "    return _instance_resources",
-                "None",
-            )
-        )
         shared = self._shared
         deadline = time.monotonic() + self.time_limit
         options = sl.EvalOptions(check_cancelled=lambda: time.monotonic() > deadline)
         try:
+            prelude = "\n".join(
+                (
+                    'load("observation", ' + ", ".join(f'"{n}"' for n in _SHARED_NAMES) + ")",
+                    f"_request = {_literal(dict(request))}",
+                    f"_candidates = opendrs_candidates({_literal(list(names))})",
+                    f"_instance_resources = {_literal(dict(resources))}",
+                    "def get_instance_resources():",
+                    "    return _instance_resources",
+                    "None",
+                )
+            )
             sl.eval(
                 module,
                 sl.parse("request", prelude + "\n", self._ours),
