@@ -296,3 +296,13 @@ def test_an_api_that_stops_answering_fails_the_observation_in_one_line(served: S
     assert str(caught.value).endswith(": no answer within 1s (after 2 tries)")
     assert str(caught.value).startswith("GET /1.0/instances at unix:")
     assert caught.value.transient
+
+
+def test_an_instance_whose_rules_allow_no_member_together_is_not_moved(served: Served) -> None:
+    served.fake.instance("vm1").config["user.opendrs.pin"] = "m3"  # vm2 pins CPU 4: m1, m2 only
+    served.fake.instance("vm2").config["user.opendrs.pin"] = "m3"
+    served.fake.members["m3"].threads = 4
+    cluster, _ = observe(served)
+    assert "vm2" in cluster.rules.ignored and "vm1" not in cluster.rules.ignored
+    (rule,) = cluster.rules.node_rules_for("vm1")
+    assert set(rule.nodes) == {"m3"} and rule.strict

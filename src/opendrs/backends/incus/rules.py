@@ -55,6 +55,7 @@ class Restrictions:
     soft: list[NodeAffinity] = field(default_factory=list)
     guest_rules: list[GuestAffinity] = field(default_factory=list)
     ignored: set[str] = field(default_factory=set)
+    warn: Callable[[str], None] = lambda _message: None
 
     def add(self, gid: str, name: str, allowed: Iterable[str]) -> None:
         """A strict rule for ``gid``: only ``allowed``."""
@@ -68,11 +69,18 @@ class Restrictions:
         return allowed
 
     def rules(self) -> Rules:
-        """The rules, with one strict rule per instance (shared by instances with the same)."""
+        """The rules, with one strict rule per instance (shared by instances with the same).
+        An instance whose rules allow no member together is not moved (ignored, with a
+        warning)."""
         shared: dict[tuple[str, frozenset[str]], list[str]] = {}
         for gid, pieces in self.strict.items():
             name = "; ".join(dict.fromkeys(name for name, _ in pieces))
-            shared.setdefault((name, self.allowed(gid)), []).append(gid)
+            allowed = self.allowed(gid)
+            if allowed:
+                shared.setdefault((name, allowed), []).append(gid)
+            else:
+                self.warn(f"instance {gid}: its rules ({name}) allow no member: it is not moved")
+                self.ignored.add(gid)
         node_rules: list[NodeAffinity] = []
         seen: dict[str, int] = {}
         for (name, allowed), guests in sorted(
@@ -110,7 +118,7 @@ def read_rules(
         if _config(m).get("scheduler.instance") in ("manual", "group")
     }
     member_groups = {str(m["server_name"]): set(map(str, m.get("groups") or ())) for m in members}
-    read = Restrictions(names)
+    read = Restrictions(names, warn=warn)
     together: dict[str, list[str]] = {}
     apart: dict[str, list[str]] = {}
     for row in instances:
