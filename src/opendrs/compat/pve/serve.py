@@ -16,8 +16,9 @@ Optional service fields beyond the basic protocol: ``"group"`` (a legacy HA grou
 of ``groups``), ``"ha": false`` (a non-HA guest: it loads its node but never
 moves) and ``"cmd": [TASK, NODE]`` (a CRM command queued and not yet carried out,
 e.g. ``["migrate", "node2"]``: while any migrate or relocate is queued or running,
-``rebalance`` makes no move, as ``any_resource_motion_queued_or_running`` says). Every answer also carries ``"mode"`` (the effective scheduler mode) and
-``"dropped"`` (the ``Drop rule '<id>', because …`` messages), and where relevant
+``rebalance`` makes no move, as ``any_resource_motion_queued_or_running`` says).
+Every answer also carries ``"mode"`` (the effective scheduler mode) and ``"dropped"``
+(the ``Drop rule '<id>', because …`` messages), and where relevant
 ``"scores"`` (lower is better), ``"imbalance"`` (``before``/``after``, raw and
 ``*_normalized``), ``"comoves"``, ``"reason"`` and ``"warnings"``.
 
