@@ -87,8 +87,9 @@ DEFAULT_MAX_SIZE: dict[str, tuple[str, str]] = {
 }
 #: Options the benchmark gives strategies, beyond a time limit (``--option`` overrides).
 #: Proxmox's defaults (threshold 0.3, margin 10 %, 10 moves per trigger) stop after a few moves,
-#: or before the first; the benchmark runs its best-move rule until no move improves.
-_CONVERGE = {"threshold": 0.0, "margin": 0.0, "max_moves": 1_000_000}
+#: or before the first; the benchmark runs its best-move rule until no move improves, over every
+#: guest (the generated clusters carry no HA resources, which alone Proxmox would move).
+_CONVERGE = {"threshold": 0.0, "margin": 0.0, "max_moves": 1_000_000, "scope": "all"}
 STRATEGY_OPTIONS: dict[str, dict[str, Any]] = {
     "pve-bruteforce": dict(_CONVERGE),
     "pve-topsis": dict(_CONVERGE),

@@ -357,6 +357,25 @@ def test_auto_rebalance_skipped_in_basic_mode_and_while_moving() -> None:
     assert answer["migration"] is None and "moving" in answer["reason"]
 
 
+def test_auto_rebalance_waits_for_a_queued_command() -> None:
+    """A migrate or relocate queued anywhere (``cmd``, not yet a state) holds the rebalancer,
+    as ``any_resource_motion_queued_or_running`` does; another queued command does not."""
+    services = equal_vms_on_node1()
+    assert decide(query(services, {"rebalance": {}}, mode="static"))["migration"] is not None
+    services["vm:104"]["cmd"] = ["relocate", "node3"]
+    answer = decide(query(services, {"rebalance": {}}, mode="static"))
+    assert answer["migration"] is None
+    assert answer["reason"] == "service 'vm:104' has a move queued"
+    services["vm:104"]["cmd"] = ["stop", "0"]
+    assert decide(query(services, {"rebalance": {}}, mode="static"))["migration"] is not None
+
+
+def test_auto_rebalance_names_a_container_move_relocate() -> None:
+    services = {f"ct:{100 + i}": {"node": "node1", "running": True} for i in range(1, 5)}
+    answer = decide(query(services, {"rebalance": {}}, mode="static"))
+    assert answer["reason"].startswith("auto rebalance - relocate ct:101 to node2")
+
+
 def test_auto_rebalance_non_ha_guests_never_move() -> None:
     services = equal_vms_on_node1()
     for sid in services:
@@ -568,6 +587,29 @@ def test_command_refused_by_negative_affinity() -> None:
         "crm command 'migrate vm:101 node3' error - service 'vm:103' on node 'node3' in "
         "negative affinity with service 'vm:101'"
     )
+
+
+def test_command_refused_only_by_a_negative_partner_staying_on_the_target() -> None:
+    """``queue_resource_motion``: a negative partner moving *to* the target, or one leaving
+    it, does not refuse the command; one standing there does."""
+    services = {
+        "vm:101": {"node": "node1", "running": True},
+        "vm:102": {"node": "node2", "state": "migrate", "target": "node3", "running": True},
+        "vm:103": {"node": "node3", "state": "migrate", "target": "node2", "running": True},
+    }
+    request = {"command": {"sid": "vm:101", "task": "migrate", "target": "node3"}}
+    assert decide(query(services, request, rules=NEGATIVE_THREE))["accepted"] is True
+    services["vm:103"] = {"node": "node3", "running": True}
+    assert decide(query(services, request, rules=NEGATIVE_THREE))["accepted"] is False
+
+
+def test_queued_command_must_name_a_task_and_a_known_node() -> None:
+    services = {"vm:101": {"node": "node1", "cmd": ["migrate", "node9"]}}
+    with pytest.raises(PveQueryError, match=r"services\.vm:101\.cmd.*known node"):
+        decide(query(services, {"rebalance": {}}))
+    services["vm:101"]["cmd"] = "migrate node2"
+    with pytest.raises(PveQueryError, match=r"\[TASK, NODE\]"):
+        decide(query(services, {"rebalance": {}}))
 
 
 def test_command_moves_positive_partners_along() -> None:

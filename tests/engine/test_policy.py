@@ -623,7 +623,13 @@ def test_presets_are_faithful_and_runnable() -> None:
     assert set(PRESETS) == {"opendrs", "proxmox", "incus", "proxlb"}
     assert PRESETS["opendrs"] == PolicyConfig()
     proxmox = PRESETS["proxmox"]
-    assert (proxmox.metric, proxmox.threshold, proxmox.hold, proxmox.margin) == ("cv", 0.3, 3, 0.1)
+    assert (proxmox.metric, proxmox.threshold, proxmox.hold, proxmox.margin) == (
+        "pve-imbalance",
+        0.3,
+        1,
+        0.1,
+    )
+    assert proxmox.wait_for_motions and not PRESETS["opendrs"].wait_for_motions
     assert (proxmox.batch, proxmox.cooldown, proxmox.strategy, proxmox.max_parallel) == (
         1,
         0,
@@ -645,8 +651,11 @@ def test_presets_are_faithful_and_runnable() -> None:
         1,
         0.0,
     )
-    cluster = _skewed()
+    skewed = _skewed()
+    # Proxmox moves HA resources alone: its preset is given the same guests, HA-managed
+    ha = [replace(g, ha=True, ha_state="started") for g in skewed.guests]
     for name, config in PRESETS.items():
+        cluster = replace(skewed, guests=tuple(ha)) if name == "proxmox" else skewed
         config = replace(config, min_uptime=0)
         state = PolicyState()
         for k in range(config.hold or 1):

@@ -30,7 +30,7 @@ from opendrs.controller.loop import Controller, Cycle
 from opendrs.controller.records import iso_time
 from opendrs.controller.views import arch_spreads, node_loads, policy_summary
 from opendrs.engine.policy import Decision
-from opendrs.engine.policy.metrics import format_metric
+from opendrs.engine.policy.metrics import format_metric, metric_scale
 from opendrs.engine.usage import LoadModel
 from opendrs.report.charts import Line, line_chart
 from opendrs.report.data import json_text
@@ -322,8 +322,8 @@ def _chart(chart: dict[str, Any]) -> str:
     if len(points) < 2:
         return ""
     metric = chart["metric"]
-    scale = 100.0 if metric in ("spread", "memory-spread") else 1.0
-    unit = " (pp)" if scale == 100.0 else ""
+    scale, unit = metric_scale(metric)
+    unit = f" ({unit})" if unit else ""
     last = points[-1][0]
     series = [((at - last) / 3600, value * scale) for at, value in points]
     return line_chart(

@@ -16,7 +16,7 @@ from typing import Any
 from opendrs.controller.config import Config
 from opendrs.controller.history import Avoid, DecisionRecord, History, MigrationRecord
 from opendrs.controller.records import decision_object, iso_time
-from opendrs.engine.policy.metrics import format_metric, metric_label
+from opendrs.engine.policy.metrics import format_metric, metric_label, metric_scale
 from opendrs.report.charts import Line, bar_chart, line_chart
 from opendrs.report.render import Document
 
@@ -212,7 +212,8 @@ def _charts(
     threshold: float,
 ) -> dict[str, str]:
     charts = {}
-    scale, unit = (100.0, " (pp)") if metric in ("spread", "memory-spread") else (1.0, "")
+    scale, unit = metric_scale(metric)
+    unit = f" ({unit})" if unit else ""
     if spread:
         start = spread[0][0]
         span = spread[-1][0] - start

@@ -19,19 +19,26 @@ from hypothesis.extra.numpy import arrays
 
 from clusters import assert_moves_safe, clusters
 from opendrs.engine.mcdm import topsis_scores
-from opendrs.engine.strategies import get_strategy
-from opendrs.engine.strategies.pve import (
-    TOPSIS_WEIGHTS,
-    propose_bruteforce,
-    propose_topsis,
-    topsis_alternatives,
-)
+from opendrs.engine.strategies import get_strategy, pve
+from opendrs.engine.strategies.pve import TOPSIS_WEIGHTS, topsis_alternatives
 from opendrs.model.cluster import Cluster, Guest, Node, Settings
 from opendrs.model.rules import GuestAffinity, Rules
 
 GiB = 1024**3
 MiB = 1024**2
 DECISIONS = Path(__file__).resolve().parents[3].parent / "shared" / "compat" / "pve-decisions"
+
+#: The algorithm as pve-ha-manager's test logs show it: every guest moves (the clusters here are
+#: not HA) and the imbalance is the raw CV the logs print. The defaults are tested apart.
+LOG = {"scope": "all", "imbalance": "raw"}
+
+
+def propose_bruteforce(cluster: Cluster, **options: object) -> pve.Proposal:
+    return pve.propose_bruteforce(cluster, **{**LOG, **options})  # type: ignore[arg-type]
+
+
+def propose_topsis(cluster: Cluster, **options: object) -> pve.Proposal:
+    return pve.propose_topsis(cluster, **{**LOG, **options})  # type: ignore[arg-type]
 
 
 def _nodes() -> tuple[Node, ...]:
@@ -75,7 +82,13 @@ def test_four_equal_guests_match_the_proxmox_log() -> None:
     assert "less than the margin" in proposal.stopped
     assert proposal.after.combined.cv == pytest.approx(0.3535533905932738)
     assert proposal.strategy == "pve-topsis"
-    assert proposal.options == {"threshold": 0.3, "margin": 0.1, "max_moves": 10}
+    assert proposal.options == {
+        "threshold": 0.3,
+        "margin": 0.1,
+        "max_moves": 10,
+        "scope": "all",
+        "imbalance": "raw",
+    }
 
 
 def _homogeneous() -> Cluster:

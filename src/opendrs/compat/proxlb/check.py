@@ -91,7 +91,8 @@ def check_scenario(
     """Run ``strategy`` on the scenario (planning its moves), then evaluate its ``expect``.
 
     ``optimal`` gets the scenario's balancing options, ``strict=True`` and ``time_limit``; other
-    strategies run with their defaults (and ``time_limit`` when they take one) on the cluster,
+    strategies run with their defaults (and ``time_limit`` when they take one; ``scope: all``
+    for those that move only HA resources by default, which a scenario has none of) on the cluster,
     whose settings carry the balancing method (:func:`~.metric.balance_metric`). A proposal whose
     moves cannot be ordered safely is re-proposed with those placements forbidden
     (:func:`~opendrs.engine.planner.plan_with_retries`); once a re-proposal is infeasible, the last
@@ -107,6 +108,8 @@ def check_scenario(
     kwargs = dict(scenario.options) if info.name == OPTIMAL else {}
     if "time_limit" in info.options.names():
         kwargs["time_limit"] = time_limit
+    if "scope" in info.options.names():
+        kwargs["scope"] = "all"  # a scenario has no HA resources: every guest is in scope
     refused = strategy_problem(info.name, kwargs) if kwargs else None
     if refused is not None:  # the scenario's options, not a bug: a failed check of this file
         check = Check("options", f"options {info.name} takes", False, refused[1])

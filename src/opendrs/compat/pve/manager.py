@@ -185,11 +185,10 @@ def load_balance(
     if usage.mode == "basic":
         answer["reason"] = "the basic scheduler mode never rebalances"
         return answer
-    moving = sorted(
-        sid for sid, svc in status.services.items() if svc.state in ("migrate", "relocate")
-    )
+    moving = sorted(sid for sid, svc in status.services.items() if svc.motion)
     if moving:
-        answer["reason"] = f"service '{moving[0]}' is still moving"
+        what = "is still moving" if status.services[moving[0]].cmd is None else "has a move queued"
+        answer["reason"] = f"service '{moving[0]}' {what}"
         return answer
     stats = usage.imbalance_stats()
     before = node_imbalance(stats)
@@ -229,10 +228,15 @@ def load_balance(
     }
     answer["comoves"] = [m for m in candidate.members if m != candidate.sid]
     answer["reason"] = (
-        f"auto rebalance - migrate {candidate.sid} to {candidate.target} "
+        f"auto rebalance - {_task(candidate.sid)} {candidate.sid} to {candidate.target} "
         f"(expected change for imbalance from {before:.2f} to {after:.2f})"
     )
     return answer
+
+
+def _task(sid: str) -> str:
+    """How the manager moves a service: containers relocate, everything else migrates."""
+    return "relocate" if sid.startswith("ct:") else "migrate"
 
 
 def execute_command(
@@ -245,8 +249,9 @@ def execute_command(
     """``update_crm_commands`` + ``queue_resource_motion`` for a manual migrate/relocate.
 
     Refused when the target is not online, when the service is already there, or
-    when a negative partner is on (or moving to) the target. Positive partners
-    not already on (or moving to) the target are queued along (``comoves``).
+    when a negative partner stands on the target and is not moving elsewhere (``Manager.pm``
+    ``queue_resource_motion``: a partner only moving *to* the target does not refuse it).
+    Positive partners not already on (or moving to) the target are queued along (``comoves``).
     """
     cmd = f"{task} {sid} {target}"
     svc = status.services[sid]
@@ -267,7 +272,7 @@ def execute_command(
         other = status.services.get(csid)
         if other is None:
             continue
-        if other.node == target or other.target == target:
+        if other.node == target and other.target in (None, target):
             return {
                 "accepted": False,
                 "comoves": [],

@@ -13,9 +13,12 @@ Everything is pure: a query (a JSON-like ``dict``) goes in, an answer comes out.
     answer: {"node": NODE|null} | {"migration": {...}|null} | {"accepted": bool, "comoves": [...]}
 
 Optional service fields beyond the basic protocol: ``"group"`` (a legacy HA group
-of ``groups``) and ``"ha": false`` (a non-HA guest: it loads its node but never
-moves). Every answer also carries ``"mode"`` (the effective scheduler mode) and
-``"dropped"`` (the ``Drop rule '<id>', because …`` messages), and where relevant
+of ``groups``), ``"ha": false`` (a non-HA guest: it loads its node but never
+moves) and ``"cmd": [TASK, NODE]`` (a CRM command queued and not yet carried out,
+e.g. ``["migrate", "node2"]``: while any migrate or relocate is queued or running,
+``rebalance`` makes no move, as ``any_resource_motion_queued_or_running`` says).
+Every answer also carries ``"mode"`` (the effective scheduler mode) and ``"dropped"``
+(the ``Drop rule '<id>', because …`` messages), and where relevant
 ``"scores"`` (lower is better), ``"imbalance"`` (``before``/``after``, raw and
 ``*_normalized``), ``"comoves"``, ``"reason"`` and ``"warnings"``.
 
@@ -73,6 +76,7 @@ _SERVICE_KEYS = (
     "failback",
     "group",
     "ha",
+    "cmd",
 )
 _REQUEST_KEYS: Mapping[str, tuple[str, ...]] = {
     "select-node": ("sid", "preference", "failed_nodes", "maintenance_fallback"),
@@ -198,6 +202,7 @@ def parse_query(query: Mapping[str, Any]) -> tuple[ManagerStatus, Mapping[str, A
         if group is not None and not isinstance(group, str):
             raise _err(f"{path}.group", "must be a string or null")
         services[sid] = Service(
+            cmd=_command(spec.get("cmd"), f"{path}.cmd", nodes),
             sid=sid,
             node=node,
             state=state,
@@ -215,6 +220,18 @@ def parse_query(query: Mapping[str, Any]) -> tuple[ManagerStatus, Mapping[str, A
     if len(request) != 1 or next(iter(request)) not in ("select-node", "rebalance", "command"):
         raise _err("query", "must hold exactly one of 'select-node', 'rebalance' or 'command'")
     return ManagerStatus(mode=mode, nodes=nodes, services=services), request
+
+
+def _command(raw: object, path: str, nodes: Mapping[str, NodeInfo]) -> tuple[str, str] | None:
+    """A queued CRM command: null, or ``[TASK, NODE]`` (``$ss->{$sid}->{cmd}``)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or len(raw) != 2 or not all(isinstance(part, str) for part in raw):
+        raise _err(path, f"must be null or [TASK, NODE], got {_show(raw)}")
+    task, node = raw
+    if task in ("migrate", "relocate") and node not in nodes:
+        raise _err(path, f"must name a known node, got {_show(node)}")
+    return task, node
 
 
 def _prepare_rules(

@@ -98,6 +98,15 @@ class Service:
     failback: bool = True
     group: str | None = None
     ha: bool = True
+    #: A CRM command queued for the service and not yet carried out (``$ss->{$sid}->{cmd}``):
+    #: ``(task, target)``, e.g. ``("migrate", "node2")``.
+    cmd: tuple[str, str] | None = None
+
+    @property
+    def motion(self) -> bool:
+        """Moving, or a migrate/relocate queued (``any_resource_motion_queued_or_running``)."""
+        queued = self.cmd is not None and self.cmd[0] in ("migrate", "relocate")
+        return self.state in ("migrate", "relocate") or queued
 
 
 @dataclass(frozen=True)

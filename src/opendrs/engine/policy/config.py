@@ -16,9 +16,17 @@ from opendrs.model.cluster import Cluster, Guest, Node
 from opendrs.model.document import Path, Reader, describe
 from opendrs.model.units import format_duration
 
-Metric = Literal["spread", "cv", "memory-spread", "none"]
+Metric = Literal["spread", "cv", "pve-imbalance", "memory-spread", "none"]
 
-METRICS: tuple[str, ...] = ("spread", "cv", "memory-spread", "none")
+METRICS: tuple[str, ...] = ("spread", "cv", "pve-imbalance", "memory-spread", "none")
+
+#: Proxmox's CRM round in seconds (pve-ha-manager ``CRM.pm`` line 363): its hold is counted in
+#: these rounds.
+PVE_CRM_ROUND = 10
+#: Proxmox's hold, in CRM rounds (``ha-auto-rebalance-hold-duration``, default 3).
+PVE_HOLD_ROUNDS = 3
+#: The ``proxmox`` preset's observation interval in seconds.
+PVE_PRESET_INTERVAL = 60
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +64,10 @@ class PolicyConfig:
     #: Move guests evacuated for maintenance back to their node when it leaves maintenance
     #: (Proxmox HA's ``maintenance_node``, ``incus cluster restore``); off: the balance decides.
     maintenance_return: bool = False
+    #: Decide nothing while any guest of the cluster is moving — by opendrs or not (an HA
+    #: migrate or relocate, a manual move) —, the hold standing still, as Proxmox's own
+    #: rebalancer waits (``Manager.pm`` ``any_resource_motion_queued_or_running``).
+    wait_for_motions: bool = False
     #: In dynamic mode, the share of a node's capacity its measured usage may fill: a node above
     #: it on the recent usage runs hot and, while the metric on the average usage is above the
     #: threshold, is relieved like an overload (within the cooldown and no-return guards); no
@@ -87,7 +99,7 @@ class PolicyConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "options", frozen_mapping(self.options))
-        for flag in ("maintenance_return", "spend_budget"):
+        for flag in ("maintenance_return", "spend_budget", "wait_for_motions"):
             got = getattr(self, flag)
             if not isinstance(got, bool):
                 raise ValueError(f"policy {flag}: expected true or false, got {got!r}")
@@ -188,12 +200,15 @@ class PolicyConfig:
 PRESETS: Mapping[str, PolicyConfig] = MappingProxyType(
     {
         "opendrs": PolicyConfig(),
+        # Proxmox VE 9.1+ (pve-ha-manager 5.2.0, proxmox-resource-scheduling 2.1.0): the
+        # normalised imbalance against 30 %, held for 3 CRM rounds of about 10 s — within one
+        # observation of a minute —, one move at a time, none while any guest moves.
         "proxmox": PolicyConfig(
             name="proxmox",
-            interval=60,
-            metric="cv",
+            interval=PVE_PRESET_INTERVAL,
+            metric="pve-imbalance",
             threshold=0.3,
-            hold=3,
+            hold=math.ceil(PVE_HOLD_ROUNDS * PVE_CRM_ROUND / PVE_PRESET_INTERVAL),
             margin=0.1,
             cooldown=0,
             no_return=0,
@@ -204,6 +219,7 @@ PRESETS: Mapping[str, PolicyConfig] = MappingProxyType(
             strategy="pve-bruteforce",
             max_parallel=1,
             maintenance_return=True,
+            wait_for_motions=True,
         ),
         "incus": PolicyConfig(
             name="incus",
@@ -290,6 +306,7 @@ POLICY_KEYS: tuple[str, ...] = (
     "max_parallel",
     "max_node_inflow",
     "maintenance_return",
+    "wait_for_motions",
     "hot",
     "max_migrations_per_day",
     "migration_budget_window",
@@ -530,7 +547,7 @@ def parse_policy(
         if problem:
             reader.fail(wpath, problem)
         fields["migration_budget_window"] = window
-    for flag in ("maintenance_return", "spend_budget"):
+    for flag in ("maintenance_return", "spend_budget", "wait_for_motions"):
         if flag in mapping:
             fields[flag] = reader.boolean(mapping[flag], (*path, flag))
     strategy = start.strategy

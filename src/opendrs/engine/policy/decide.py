@@ -286,12 +286,27 @@ def _migrations(n: int) -> str:
 
 
 def _busy(r: _Round) -> Decision | None:
-    """While a plan executes nothing is decided, and the hold count stands still."""
-    if not r.busy:
+    """While a plan executes — or, with ``wait_for_motions``, while any guest moves — nothing is
+    decided, and the hold count stands still."""
+    moving = moving_guest(r.cluster) if r.config.wait_for_motions else None
+    if not r.busy and moving is None:
         r.guard()
         return None
     what = "" if r.config.metric == "none" else f" ({r.label} {r.shown})"
-    return r.decision("busy", f"a plan is still executing: no new decision{what}", r.state)
+    if r.busy:
+        return r.decision("busy", f"a plan is still executing: no new decision{what}", r.state)
+    return r.decision("busy", f"{moving} is moving: no new decision until it ends{what}", r.state)
+
+
+def moving_guest(cluster: Cluster) -> str | None:
+    """The first guest (by id) that is moving — a migration in progress, or an HA migrate or
+    relocate under way — as the operator reads it; None when none is."""
+    moving = [g for g in cluster.guests if g.migrating_to is not None or g.ha_state in _HA_MOTIONS]
+    return min(moving, key=lambda g: g.id).label if moving else None
+
+
+#: The HA states of a guest being moved (``Manager.pm``: ``migrate``, ``relocate``).
+_HA_MOTIONS = frozenset({"migrate", "relocate"})
 
 
 def _repair(r: _Round) -> Decision | None:

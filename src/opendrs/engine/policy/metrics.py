@@ -9,6 +9,7 @@ import numpy as np
 
 from opendrs.engine.imbalance import balance_spread, cv
 from opendrs.engine.policy.config import METRICS
+from opendrs.engine.strategies.pve import pve_imbalance
 from opendrs.engine.usage import LoadModel, arch_groups
 from opendrs.model.cluster import Cluster
 
@@ -35,7 +36,9 @@ def measure(
     CPU architecture where the nodes have several (guests cannot move between them).
 
     ``spread``: :func:`~opendrs.engine.imbalance.balance_spread` with the cluster's weights;
-    ``cv``: population σ / mean of ``(cpu + memory) / 2`` (Proxmox, not normalised);
+    ``cv``: population σ / mean of ``(cpu + memory) / 2`` (Proxmox's test logs, not normalised);
+    ``pve-imbalance``: that divided by √(N−1), a value in 0..1 (proxmox-resource-scheduling
+    2.1.0, what Proxmox VE 9.1+ compares with its threshold in percent);
     ``memory-spread``: max − min of the memory fractions (ProxLB). Raises ValueError for another
     name. ``loads`` may pass the cluster's :class:`LoadModel` when it is built already, and
     ``assign`` another placement of its guests (none of them migrating) to measure instead.
@@ -65,20 +68,27 @@ def _metric_of(cluster: Cluster, metric: str, f: np.ndarray) -> float:
         return balance_spread(f, [settings.weight_cpu, settings.weight_memory])
     if metric == "cv":
         return float(cv(f.mean(axis=1))) if f.shape[0] else 0.0
+    if metric == "pve-imbalance":
+        return pve_imbalance(f[:, :2]) if f.shape[0] else 0.0
     memory = f[:, 1]
     return float(memory.max() - memory.min()) if memory.size >= 2 else 0.0
 
 
 def metric_label(metric: str) -> str:
-    return {"spread": "spread", "cv": "imbalance (CV)", "memory-spread": "memory spread"}.get(
-        metric, metric
-    )
+    return {
+        "spread": "spread",
+        "cv": "imbalance (CV)",
+        "pve-imbalance": "imbalance",
+        "memory-spread": "memory spread",
+    }.get(metric, metric)
 
 
 def format_metric(metric: str, value: float) -> str:
     """A metric value as an operator reads it: ``22.4 pp`` for spreads, ``0.42`` for CV."""
     if metric in ("spread", "memory-spread"):
         return f"{value * 100:.1f} pp"
+    if metric == "pve-imbalance":
+        return f"{value * 100:.1f} %"
     return f"{value:.2f}"
 
 
@@ -93,7 +103,19 @@ def format_by_arch(metric: str, by_arch: Mapping[str, float]) -> str:
     return f"{format_metric(metric, worst)} on {arch} ({each})"
 
 
+def metric_scale(metric: str) -> tuple[float, str]:
+    """How a chart shows ``metric``: the factor and the unit (spreads in percentage points, the
+    normalised Proxmox imbalance in percent, a CV as it is)."""
+    if metric in ("spread", "memory-spread"):
+        return 100.0, "pp"
+    if metric == "pve-imbalance":
+        return 100.0, "%"
+    return 1.0, ""
+
+
 def format_threshold(metric: str, value: float) -> str:
     if metric in ("spread", "memory-spread"):
         return f"{value * 100:g} pp"
+    if metric == "pve-imbalance":
+        return f"{value * 100:g} %"
     return f"{value:g}"

@@ -22,9 +22,24 @@ as a node's load, and TOPSIS criteria weights scaled by ``2 · w`` per resource:
 and ``(−5, −10)·2w_mem``. With equal weights both are Proxmox's, bit for bit.
 
 ``pve-bruteforce`` and ``pve-topsis`` apply that choice repeatedly, re-predicting after each move,
-up to ``max_moves``. Unlike Proxmox, every hard constraint of opendrs holds — capacity included —
-and the targets of a non-strict node affinity are its preferred nodes, as Proxmox restricts them.
+up to ``max_moves``. Unlike Proxmox, every hard constraint of opendrs holds — capacity included.
 Only usable nodes (online, not in maintenance, with capacity) take part in the figures.
+
+**What a Proxmox VE 9.1+ operator gets** (pve-ha-manager 5.2.0 ``Manager.pm``,
+proxmox-resource-scheduling 2.1.0), which the defaults follow:
+
+* ``scope: ha`` — only HA resources in the state ``started`` are moved (``Manager.pm``
+  ``get_active_stationary_resource_bundles``, lines 145-178), as bundles of strict positive
+  partners keyed by their alphabetically first started member; partners that are not started
+  add no load to the bundle's figures and move along. ``scope: all`` moves every guest, as the
+  original proposal did (a cluster without HA information, such as a proxlb-solver scenario).
+* targets only on the top-priority tier of the bundle's node affinity, less the nodes of its
+  negative partners and its own node (lines 197-205): no fallback to a lower tier.
+* ``imbalance: normalised`` — the coefficient of variation divided by √(N−1), a value in 0..1,
+  as ``calculate_node_imbalance`` computes it since proxmox-resource-scheduling 2.1.0, against
+  the threshold pve-cluster 9.1.5 stores in percent (30 %). ``imbalance: raw`` is the plain
+  coefficient of variation of crate 2.0, which pve-ha-manager's own test logs print (and
+  ``opendrs pve decide`` answers on). The margin is relative, the same on both scales.
 """
 
 from __future__ import annotations
@@ -51,10 +66,15 @@ from .base import (
     register_function,
 )
 
-#: Proxmox's defaults (test-log scale: the plain coefficient of variation).
+#: Proxmox's defaults: 30 % and 10 % (pve-cluster 9.1.5 ``DataCenterConfig.pm``), as fractions.
 DEFAULT_THRESHOLD = 0.3
 DEFAULT_MARGIN = 0.1
 DEFAULT_MAX_MOVES = 10
+
+#: Which guests move: HA resources in the state ``started`` (Proxmox), or every guest.
+SCOPES = ("ha", "all")
+#: The imbalance's scale: ÷√(N−1) (proxmox-resource-scheduling 2.1.0), or the raw CV (2.0).
+IMBALANCES = ("normalised", "raw")
 
 #: Proxmox's TOPSIS criteria weights (``PVE_HA_TOPSIS_CRITERIA``): average (RMS) cpu, highest cpu,
 #: average (RMS) memory, highest memory — all minimised.
@@ -100,6 +120,21 @@ def _cv(values: np.ndarray) -> float:
         return 0.0
     mean = total / n
     return math.sqrt(float(((values - mean) ** 2).sum()) / n) / mean
+
+
+def scale_of(imbalance: str, nodes: int) -> float:
+    """What the raw coefficient of variation over ``nodes`` nodes is multiplied by on the
+    ``imbalance`` scale: 1/√(N−1) ``normalised`` (1 for fewer than two nodes), 1 ``raw``."""
+    if imbalance == "raw" or nodes < 2:
+        return 1.0
+    return 1.0 / math.sqrt(nodes - 1)
+
+
+def pve_imbalance(fractions: np.ndarray) -> float:
+    """Proxmox's node imbalance as proxmox-resource-scheduling 2.1.0 computes it: the CV of the
+    nodes' ``(cpu + memory) / 2`` load fractions (``fractions`` (N, 2)) divided by √(N−1)."""
+    combined = fractions.mean(axis=1)
+    return _cv(combined) * scale_of("normalised", combined.size)
 
 
 def _cv_after_moves(
@@ -198,13 +233,33 @@ class Bundle:
     src: int
 
 
-def movable_bundles(state: PlacementState, cluster: Cluster) -> list[Bundle]:
-    """Movable bundles, leaders sorted (Proxmox keys a bundle by its first member's sid).
+def started_members(cluster: Cluster, scope: str) -> np.ndarray:
+    """(G,) the guests that lead and weigh a bundle: HA resources in the state ``started``
+    (``scope`` ``ha``; an HA guest whose state is not known counts as started when it runs), or
+    every guest (``all``)."""
+    if scope == "all":
+        return np.ones(len(cluster.guests), dtype=bool)
+    return np.array(
+        [
+            g.ha and (g.ha_state or ("started" if g.state == "running" else "")) == "started"
+            for g in cluster.guests
+        ],
+        dtype=bool,
+    )
 
-    A bundle is skipped when its members are split over several nodes or on no node (Proxmox
-    skips it), or when any member may not move for balancing.
+
+def movable_bundles(
+    state: PlacementState, cluster: Cluster, started: np.ndarray | None = None
+) -> list[Bundle]:
+    """Movable bundles, leaders sorted (Proxmox keys a bundle by its first started member's sid).
+
+    ``started`` (G,) marks the guests that make a bundle (all guests without it); a bundle with
+    none is left alone, and its other members move along with it. A bundle is skipped when its
+    members are split over several nodes or on no node (Proxmox skips it), or when a started
+    member may not move for balancing, or another one not even for an evacuation.
     """
     guests = cluster.guests
+    started = np.ones(len(guests), dtype=bool) if started is None else started
     out: list[Bundle] = []
     seen: set[int] = set()
     for j in range(len(guests)):
@@ -212,35 +267,43 @@ def movable_bundles(state: PlacementState, cluster: Cluster) -> list[Bundle]:
             continue
         members = state.bundle(j)
         seen.update(members.tolist())
+        leaders = [guests[m].id for m in members.tolist() if started[m]]
+        if not leaders:
+            continue
         src = int(state.assign[members[0]])
         if src < 0 or np.any(state.assign[members] != src):
             continue
-        if any(movability(guests[m], cluster, "balance") for m in members.tolist()):
+        # partners that are not started move along as an evacuation would move them
+        if any(
+            movability(guests[m], cluster, "balance" if started[m] else "evacuate")
+            for m in members.tolist()
+        ):
             continue
-        out.append(Bundle(min(guests[m].id for m in members.tolist()), members, src))
+        out.append(Bundle(min(leaders), members, src))
     out.sort(key=lambda b: b.leader)
     return out
 
 
 def _targets(state: PlacementState, bundle: Bundle) -> np.ndarray:
-    """Allowed targets of a bundle (not its source), sorted by node name.
-
-    Proxmox's targets are the node-affinity rule's top-priority nodes when any of them allows the
-    bundle; the other allowed nodes only otherwise.
-    """
+    """The bundle's targets, sorted by node name: the nodes of the top priority tier of its node
+    affinity that allow it, less its own — no fallback to a lower tier (``Manager.pm``
+    ``get_resource_migration_candidates``); negative partners' nodes are not allowed."""
     allowed = state.allowed(bundle.members)
     allowed[bundle.src] = False
-    if not allowed.any():
-        return np.zeros(0, dtype=np.intp)
     preferred = allowed & np.all(state.constraints.preferred[bundle.members], axis=0)
-    targets = np.nonzero(preferred if preferred.any() else allowed)[0]
+    targets = np.nonzero(preferred)[0]
     names = [state.cluster.nodes[t].name for t in targets.tolist()]
     return targets[np.argsort(np.array(names, dtype=object), kind="stable")]
 
 
-def _bundle_demand(state: PlacementState, members: np.ndarray) -> np.ndarray:
-    """Balance load (R,) the bundle's running members carry."""
-    return state.loads.demand[members[state.running[members]]].sum(axis=0)
+def _bundle_demand(
+    state: PlacementState, members: np.ndarray, started: np.ndarray | None = None
+) -> np.ndarray:
+    """Balance load (R,) the bundle's running (and, given ``started``, started) members carry."""
+    counted = state.running[members]
+    if started is not None:
+        counted = counted & started[members]
+    return state.loads.demand[members[counted]].sum(axis=0)
 
 
 def _usable(state: PlacementState) -> np.ndarray:
@@ -259,7 +322,7 @@ class _Choice:
     leader: str
     src: int
     target: int
-    #: The imbalance (CV) after the move.
+    #: The imbalance after the move (on the strategy's scale).
     value: float
     #: For the messages: " by TOPSIS" and ", closeness 0.984", or empty.
     label: str = ""
@@ -268,10 +331,22 @@ class _Choice:
     why: str = ""
 
 
+@dataclass(frozen=True)
+class _Round:
+    """What one round's choice reads besides the placement: the guests that make bundles and
+    the imbalance's scale (:func:`scale_of`)."""
+
+    started: np.ndarray
+    scale: float
+
+
+Chooser = Callable[[PlacementState, np.ndarray, np.ndarray, np.ndarray, _Round], "_Choice | None"]
+
+
 def _repeat(
     cluster: Cluster,
     name: str,
-    choose: Callable[[PlacementState, np.ndarray, np.ndarray, np.ndarray], _Choice | None],
+    choose: Chooser,
     *,
     forbidden: Iterable[tuple[str, str]],
     constraints: Constraints | None,
@@ -279,12 +354,20 @@ def _repeat(
     threshold: float,
     margin: float,
     max_moves: int,
+    scope: str,
+    imbalance: str,
 ) -> Proposal:
     """Proxmox's auto-rebalance round, repeated: while the imbalance is above ``threshold``, make
-    the move ``choose(state, capacity, usable, combined loads)`` picks if it improves the
+    the move ``choose(state, capacity, usable, combined loads, round)`` picks if it improves the
     imbalance by ``margin`` (relative), up to ``max_moves``. Basic mode never rebalances.
     ``constraints`` and ``loads``: a cycle view's models, as :func:`propose_bruteforce` says."""
-    options = {"threshold": threshold, "margin": margin, "max_moves": max_moves}
+    options = {
+        "threshold": threshold,
+        "margin": margin,
+        "max_moves": max_moves,
+        "scope": scope,
+        "imbalance": imbalance,
+    }
     cons = constraints_for(cluster, forbidden, constraints)
     state = PlacementState.build(cluster, cons, loads=loads)
     before = cluster_imbalance(cluster, loads=state.loads)
@@ -297,24 +380,29 @@ def _repeat(
         return Proposal(name, (), before, before, stopped, notes, options)
     stopped = f"move limit {max_moves} reached"
     weights = pve_weights(cluster)
+    round_ = _Round(started_members(cluster, scope), scale_of(imbalance, int(usable.sum())))
     while True:
         combined = _combined(state.node_load, cap, weights)
-        imbalance = _cv(combined[usable])
-        if imbalance <= threshold:
-            stopped = f"imbalance {imbalance:.3f} at or below threshold {threshold:g}"
+        imbalance_now = _cv(combined[usable]) * round_.scale
+        if imbalance_now <= threshold:
+            stopped = f"imbalance {imbalance_now:.3f} at or below threshold {threshold:g}"
             break
         if len(moves) >= max_moves:
             break
-        choice = choose(state, cap, usable, combined)
+        choice = choose(state, cap, usable, combined, round_)
         if choice is None:
-            stopped = "no movable guest has an allowed target"
+            stopped = (
+                "no started HA resource has an allowed target"
+                if scope == "ha"
+                else "no movable guest has an allowed target"
+            )
             break
         source, target = cluster.nodes[choice.src].name, cluster.nodes[choice.target].name
         value = choice.value
-        if imbalance <= 0 or (imbalance - value) / imbalance < margin:
+        if imbalance_now <= 0 or (imbalance_now - value) / imbalance_now < margin:
             stopped = (
                 f"best move{choice.label} ({choice.leader} to {target}{choice.extra}) would bring "
-                f"{imbalance:.3f} to {value:.3f}, less than the margin {margin:g}"
+                f"{imbalance_now:.3f} to {value:.3f}, less than the margin {margin:g}"
             )
             break
         moves += bundle_moves(
@@ -324,9 +412,9 @@ def _repeat(
             source,
             target,
             metric="cv",
-            before=imbalance,
+            before=imbalance_now,
             after=value,
-            reason=f"{choice.why}imbalance {imbalance:.2f} -> {value:.2f}",
+            reason=f"{choice.why}imbalance {imbalance_now:.2f} -> {value:.2f}",
         )
         state.commit(choice.members, choice.target)
     after = cluster_imbalance(cluster, state.assign, state.loads)
@@ -334,7 +422,11 @@ def _repeat(
 
 
 def _choose_bruteforce(
-    state: PlacementState, cap: np.ndarray, usable: np.ndarray, combined: np.ndarray
+    state: PlacementState,
+    cap: np.ndarray,
+    usable: np.ndarray,
+    combined: np.ndarray,
+    round_: _Round,
 ) -> _Choice | None:
     """Lowest truncated imbalance after the move; ties to the smallest (leader, source, target).
 
@@ -343,16 +435,18 @@ def _choose_bruteforce(
     as checking every bundle's allowed targets first, without the cost of doing so.
     """
     cluster = state.cluster
-    bundles = movable_bundles(state, cluster)
+    bundles = movable_bundles(state, cluster, round_.started)
     if not bundles:
         return None
     n_nodes = len(cluster.nodes)
-    demand = np.array([_bundle_demand(state, b.members) for b in bundles]).reshape(len(bundles), -1)
+    demand = np.array([_bundle_demand(state, b.members, round_.started) for b in bundles]).reshape(
+        len(bundles), -1
+    )
     with np.errstate(divide="ignore", invalid="ignore"):
         per = np.where(cap[None, :, :] > 0, demand[:, None, :] / np.where(cap > 0, cap, 1.0), 0.0)
     shift = combine(per, pve_weights(cluster))  # (B, N)
     src = np.array([b.src for b in bundles], dtype=np.intp)
-    values = _cv_after_all(combined, usable, src, shift)  # (B, N)
+    values = _cv_after_all(combined, usable, src, shift) * round_.scale  # (B, N)
     values[np.arange(len(bundles)), src] = np.inf  # a move stays off its own node
     truncated = np.trunc(values * 1e15) / 1e15
     flat = truncated.ravel()
@@ -417,6 +511,8 @@ def propose_bruteforce(
     threshold: float = DEFAULT_THRESHOLD,
     margin: float = DEFAULT_MARGIN,
     max_moves: int = DEFAULT_MAX_MOVES,
+    scope: str = "ha",
+    imbalance: str = "normalised",
 ) -> Proposal:
     """Proxmox's bruteforce rebalancing choice, applied up to ``max_moves`` times.
 
@@ -434,6 +530,8 @@ def propose_bruteforce(
         threshold=threshold,
         margin=margin,
         max_moves=max_moves,
+        scope=scope,
+        imbalance=imbalance,
     )
 
 
@@ -442,18 +540,22 @@ def propose_bruteforce(
 
 
 def _choose_topsis(
-    state: PlacementState, cap: np.ndarray, usable: np.ndarray, combined: np.ndarray
+    state: PlacementState,
+    cap: np.ndarray,
+    usable: np.ndarray,
+    combined: np.ndarray,
+    round_: _Round,
 ) -> _Choice | None:
     """Best TOPSIS closeness of the post-move clusters; the first candidate on a tie."""
     bundles: list[Bundle] = []
     cand_bundle: list[int] = []
     cand_target: list[int] = []
     shifts: list[np.ndarray] = []
-    for bundle in movable_bundles(state, state.cluster):
+    for bundle in movable_bundles(state, state.cluster, round_.started):
         targets = _targets(state, bundle)
         if not targets.size:
             continue
-        shifts.append(fraction_shift(_bundle_demand(state, bundle.members), cap))
+        shifts.append(fraction_shift(_bundle_demand(state, bundle.members, round_.started), cap))
         cand_bundle += [len(bundles)] * len(targets)
         cand_target += targets.tolist()
         bundles.append(bundle)
@@ -470,7 +572,7 @@ def _choose_topsis(
     k = int(np.argmax(scores))  # the first of equal scores: candidate order breaks ties
     bundle = bundles[cand_bundle[k]]
     t = int(tgt[k])
-    value = float(
+    value = round_.scale * float(
         _cv_after_moves(
             combined, usable, bundle.src, np.array([t]), combine(shift[cand_bundle[k]], weights)
         )[0]
@@ -497,6 +599,8 @@ def propose_topsis(
     threshold: float = DEFAULT_THRESHOLD,
     margin: float = DEFAULT_MARGIN,
     max_moves: int = DEFAULT_MAX_MOVES,
+    scope: str = "ha",
+    imbalance: str = "normalised",
 ) -> Proposal:
     """Proxmox's TOPSIS rebalancing choice, applied up to ``max_moves`` times.
 
@@ -519,6 +623,8 @@ def propose_topsis(
         threshold=threshold,
         margin=margin,
         max_moves=max_moves,
+        scope=scope,
+        imbalance=imbalance,
     )
 
 
@@ -529,6 +635,21 @@ class PveOptions(StrategyOptions):
     threshold: float = DEFAULT_THRESHOLD
     margin: float = DEFAULT_MARGIN
     max_moves: int = DEFAULT_MAX_MOVES
+    #: ``ha``: HA resources in the state ``started`` (Proxmox); ``all``: every guest.
+    scope: str = "ha"
+    #: ``normalised``: CV ÷ √(N−1) (proxmox-resource-scheduling 2.1.0); ``raw``: the CV (2.0).
+    imbalance: str = "normalised"
+
+    def check(self) -> None:
+        if self.scope not in SCOPES:
+            raise ValueError(f"scope: expected ha or all, got {self.scope!r}")
+        if self.imbalance not in IMBALANCES:
+            raise ValueError(f"imbalance: expected normalised or raw, got {self.imbalance!r}")
+        if self.threshold > 1 and self.imbalance == "normalised":
+            raise ValueError(
+                f"threshold: {self.threshold:g} is above 1, the most a normalised imbalance "
+                f"reaches; write a fraction (0.3) or a percentage (30%) for Proxmox's 30 %"
+            )
 
 
 register_function(
