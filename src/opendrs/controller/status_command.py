@@ -84,7 +84,7 @@ def read_status(config: Config) -> Status:
         status.observe_error = str(exc)
     _read_history(status)
     try:
-        status.lock_held, status.lock_pid = InstanceLock(config.lock).probe()
+        status.lock_held, status.lock_pid = InstanceLock(config.lock, config.history).probe()
     except LockError as exc:
         status.lock_error = str(exc)
     return status
