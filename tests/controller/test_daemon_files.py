@@ -93,6 +93,11 @@ def test_two_configurations_with_their_own_lock_on_one_history_do_not_both_run(
         # The probe of `opendrs status` sees it too.
         status = opendrs("status", "--config", str(second), "--format", "json", timeout=60)
         assert json.loads(status.stdout)["daemon"]["running"] is True, status.stdout
+        status = opendrs("status", "--config", str(second), timeout=60, columns=200)
+        assert (
+            f"running: a daemon holds the history {history} (with another lock file than "
+            f"{tmp_path / 'b' / 'b.lock'})"
+        ) in status.stdout, status.stdout
         assert daemon.process.poll() is None
 
 

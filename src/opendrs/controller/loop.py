@@ -166,14 +166,15 @@ class InstanceLock:
         it: a shared lock is tried without waiting and let go at once, on a file opened read-only
         (never created, never through a symbolic link). A daemon that holds the lock is not
         disturbed, and one starting in that very instant tries again a moment later
-        (:func:`_lock_exclusive`). The history file is probed too: a daemon that runs on it with
-        another lock file holds it (its pid is not known then). Raises :class:`LockError` when
-        the lock file cannot be opened."""
-        held, pid = _probe(self.path, os.O_NOFOLLOW)
-        if not held and self.history not in (None, ":memory:"):
-            with contextlib.suppress(LockError):
-                held, _ = _probe(self.history, 0)  # type: ignore[arg-type]
-        return held, pid
+        (:func:`_lock_exclusive`). Raises :class:`LockError` when the file cannot be opened."""
+        return _probe(self.path, os.O_NOFOLLOW)
+
+    def history_held(self) -> bool:
+        """Whether another process holds the history file's lock (a daemon that runs on it,
+        whatever its lock file), probed as :meth:`probe` does."""
+        if self.history is None or self.history == ":memory:":
+            return False
+        return _probe(self.history, 0)[0]
 
     def release(self) -> None:
         if self._fd is not None:
