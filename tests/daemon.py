@@ -7,8 +7,10 @@ whatever the test did, so no process outlives its test.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -35,7 +37,14 @@ __all__ = [
 class Daemon:
     """One ``opendrs run`` process."""
 
-    def __init__(self, config: Path, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        config: Path,
+        *args: str,
+        env: dict[str, str] | None = None,
+        files: int | None = None,
+    ) -> None:
+        """``files``: the process's limit of open files (``LimitNOFILE``), when given."""
         command = [sys.executable, "-m", "opendrs", "run", "--config", str(config), *args]
         self.lines: list[str] = []
         self._lock = threading.Lock()
@@ -46,6 +55,7 @@ class Daemon:
             stderr=subprocess.PIPE,
             text=True,
             env={**os.environ, **(env or {})},
+            preexec_fn=None if files is None else functools.partial(_limit_files, files),
         )
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -124,6 +134,10 @@ class Daemon:
         self.stop()
 
 
+def _limit_files(count: int) -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (count, count))
+
+
 def write_proxmox_config(
     directory: Path,
     address: str,
@@ -164,11 +178,19 @@ def run_once(config: Path) -> subprocess.CompletedProcess[str]:
 
 
 def opendrs(
-    *args: str, timeout: float = 300, columns: int | None = None
+    *args: str,
+    timeout: float = 300,
+    columns: int | None = None,
+    env: dict[str, str] | None = None,
+    preexec_fn: Callable[[], None] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """``opendrs ARGS`` in a subprocess, to its end (at most ``timeout`` seconds); with
-    ``columns``, its tables are as wide as on a terminal of that many columns."""
-    env = None if columns is None else {**os.environ, "COLUMNS": str(columns)}
+    ``columns``, its tables are as wide as on a terminal of that many columns; ``env``: its
+    whole environment (this one's by default); ``preexec_fn``: run in the child before it starts
+    (to set its limits)."""
+    environ = dict(os.environ if env is None else env)
+    if columns is not None:
+        environ["COLUMNS"] = str(columns)
     return subprocess.run(
         [sys.executable, "-m", "opendrs", *args],
         stdin=subprocess.DEVNULL,
@@ -176,7 +198,8 @@ def opendrs(
         text=True,
         timeout=timeout,
         check=False,
-        env=env,
+        env=environ,
+        preexec_fn=preexec_fn,
     )
 
 

@@ -1,7 +1,7 @@
 """Servers that misbehave on purpose, for testing clients' deadlines (loopback only).
 
 :class:`HostileServer` listens on 127.0.0.1 (or ``::1``) on a port the system picks, optionally
-over TLS, and treats every connection the way its ``mode`` says:
+over TLS, or on a unix socket (``unix``), and treats every connection the way its ``mode`` says:
 
 * ``silent``: accept the connection and never read or send a byte (a TLS handshake never ends);
 * ``hang``: read the request (after the TLS handshake), never answer;
@@ -48,10 +48,12 @@ class HostileServer:
         max_seconds: float = 120.0,
         max_connections: int = 32,
         host: str = "127.0.0.1",
+        unix: str | None = None,
     ) -> None:
         """``tls``: (certificate file, key file) to serve TLS with; ``interval``: seconds between
         two bytes in ``drip`` mode; ``body``: the JSON ``data`` a ``drip`` answer carries (a
-        Proxmox-style ``{"data": …}``)."""
+        Proxmox-style ``{"data": …}``); ``unix``: a unix socket's path to listen on instead of
+        a TCP port."""
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}")
         if host not in ("127.0.0.1", "::1"):
@@ -70,13 +72,19 @@ class HostileServer:
         if tls is not None:
             self._context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             self._context.load_cert_chain(*tls)
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._listener = socket.socket(family, socket.SOCK_STREAM)
-        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._listener.bind((host, 0))
+        self.unix = unix
+        if unix is not None:
+            self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self._listener.bind(unix)
+            self.port: int = 0
+        else:
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            self._listener = socket.socket(family, socket.SOCK_STREAM)
+            self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self._listener.bind((host, 0))
+            self.port = self._listener.getsockname()[1]
         self._listener.listen(64)
         self.host = host
-        self.port: int = self._listener.getsockname()[1]
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._sockets: set[socket.socket] = set()

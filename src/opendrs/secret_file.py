@@ -14,7 +14,7 @@ import pwd
 import stat
 from typing import Final
 
-__all__ = ["SecretError", "read_secret_file"]
+__all__ = ["SecretError", "check_secret", "read_secret_file"]
 
 log = logging.getLogger(__name__)
 
@@ -26,8 +26,33 @@ class SecretError(Exception):
     """A secret that cannot be had; the message names the file, never the content."""
 
 
-def read_secret_file(file: str) -> str:
-    """The secret in ``file`` (surrounding white space dropped), or :class:`SecretError`.
+def check_secret(secret: str, source: str, *, header: bool = False) -> str:
+    """``secret`` (surrounding white space dropped) when it is one: not empty, at most 4096
+    bytes, printable text on one line without white space, and — for a token sent in an HTTP
+    header (``header``) — only Latin-1 characters, which is all a header carries. Else
+    :class:`SecretError` naming ``source`` (``the secret file 'F'``, ``the environment variable
+    V``), never the content."""
+    if len(secret.encode("utf-8", "surrogateescape")) > _SECRET_MAX:
+        raise SecretError(f"{source} is too large to hold only a secret")
+    secret = secret.strip()
+    if not secret:
+        raise SecretError(f"{source} is empty")
+    if not secret.isprintable() or any(c.isspace() for c in secret):
+        raise SecretError(f"{source} must hold only the secret, on one line")
+    if header:
+        try:
+            secret.encode("latin-1")
+        except UnicodeEncodeError:
+            raise SecretError(
+                f"{source} holds a character outside Latin-1, which an HTTP header cannot carry "
+                "(a token is ASCII)"
+            ) from None
+    return secret
+
+
+def read_secret_file(file: str, *, header: bool = False) -> str:
+    """The secret in ``file`` (surrounding white space dropped), or :class:`SecretError`:
+    checked by :func:`check_secret` (``header``: a token sent in an HTTP header).
 
     A file others could change is refused (:func:`_check_secret_file`); one every user may read
     is used, with a warning.
@@ -50,13 +75,10 @@ def read_secret_file(file: str) -> str:
     if len(data) > _SECRET_MAX:
         raise SecretError(f"the secret file {file!r} is too large to hold only a secret")
     try:
-        secret = data.decode("utf-8").strip()
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise SecretError(f"the secret file {file!r} is not UTF-8 text") from None
-    if not secret:
-        raise SecretError(f"the secret file {file!r} is empty")
-    if not secret.isprintable() or any(c.isspace() for c in secret):
-        raise SecretError(f"the secret file {file!r} must hold only the secret, on one line")
+    secret = check_secret(text, f"the secret file {file!r}", header=header)
     if info.st_mode & stat.S_IROTH:
         log.warning(
             "the secret file %s is readable by every user on this host: chmod 600 (or 640) it",

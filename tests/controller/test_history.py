@@ -306,17 +306,26 @@ def test_older_schema_is_migrated_in_one_transaction(
 
 
 @pytest.mark.parametrize(
-    ("content", "reason"),
+    ("content", "reason", "foreign"),
     [
-        (b"this is not a database, it is a note\n" * 40, "file is not a database"),
-        (b"SQLite format 3\x00" + b"\xff" * 4000, "file is not a database"),
+        (
+            b"this is not a database, it is a note\n" * 40,
+            r"not an opendrs history \(not an SQLite database\)",
+            True,
+        ),
+        (
+            b"SQLite format 3\x00" + b"\xff" * 4000,
+            "cannot open history: file is not a database",
+            False,
+        ),
     ],
 )
-def test_corrupt_file(path: Path, content: bytes, reason: str) -> None:
+def test_corrupt_file(path: Path, content: bytes, reason: str, foreign: bool) -> None:
     path.write_bytes(content)
     for readonly in (False, True):
-        with raises(f"^{path}: cannot open history: ({reason})"):
+        with raises(f"^{path}: {reason}$") as raised:
             History(path, readonly=readonly)
+        assert raised.value.foreign is foreign and not raised.value.passing
     assert path.read_bytes() == content
 
 

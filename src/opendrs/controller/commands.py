@@ -154,7 +154,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     setup_logging("debug" if args.verbose else config.log_level)
     signals = _Signals(args.config)
     try:
-        lock = InstanceLock(config.lock)
+        lock = InstanceLock(config.lock, config.history)
         lock.acquire()
     except LockError as exc:
         print(f"error: {exc}", file=sys.stderr)

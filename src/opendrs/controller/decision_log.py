@@ -11,7 +11,9 @@ Rotation: the file is opened again on SIGHUP (with the configuration), and befor
 written whenever the path no longer names the open file (it was renamed or removed), so
 ``logrotate`` works with or without a ``postrotate`` signal. The file is never opened through a
 symbolic link. A line that cannot be written (a full disk) is logged as a warning and the daemon
-goes on: the history still has everything.
+goes on: the history still has everything. A line is written whole or not at all: when only part
+of it could be written, that part is cut off the file again, so the next line does not continue
+a half one.
 """
 
 from __future__ import annotations
@@ -100,6 +102,7 @@ class DecisionLog:
                 self.reopen(path)
             written = os.write(self._fd, line)
             if written != len(line):
+                self._cut(written)
                 raise OSError(errno.ENOSPC, f"only {written} of {len(line)} bytes written")
         except DecisionLogError as exc:
             self._failed(str(exc))
@@ -110,6 +113,13 @@ class DecisionLog:
         if self._failing:
             log.info("%s: writing the decision log again", path)
             self._failing = False
+
+    def _cut(self, written: int) -> None:
+        """Remove the ``written`` bytes of a line that did not fit from the end of the file
+        (where the append-only write put them), unless something was appended after them."""
+        end = os.lseek(self._fd, 0, os.SEEK_CUR)
+        if os.fstat(self._fd).st_size == end:
+            os.ftruncate(self._fd, end - written)
 
     def _failed(self, why: str) -> None:
         """A line is lost: said once, until a line is written again."""

@@ -206,16 +206,44 @@ class HistoryError(Exception):
     ``passing`` is true for a problem that may pass by itself (the file is busy or locked by
     another connection, the disk is full, an I/O error): a restart may cure it. Every other
     problem (a corrupt or foreign file, a schema newer than this code, a history that belongs
-    to another cluster) lasts until someone acts.
+    to another cluster) lasts until someone acts. ``foreign`` is true when the file is not an
+    opendrs history at all (not an SQLite database, another program's database, an empty file
+    opened read-only): the configuration names the wrong file.
     """
 
-    def __init__(self, reason: str, *, passing: bool = False) -> None:
+    def __init__(self, reason: str, *, passing: bool = False, foreign: bool = False) -> None:
         super().__init__(_one_line(reason))
         self.passing = passing
+        self.foreign = foreign
 
 
 #: SQLite's primary result codes of problems that may pass: BUSY, LOCKED, IOERR, FULL.
 _PASSING_CODES: Final = frozenset({5, 6, 10, 13})
+
+
+#: SQLite's result code of a file that is not a database, and the first bytes of every one.
+_NOTADB: Final = 26
+_SQLITE_MAGIC: Final = b"SQLite format 3\x00"
+
+
+def _open_error(name: str, exc: sqlite3.Error) -> HistoryError:
+    """The error of a history that cannot be opened: a file that does not even start as an
+    SQLite database is said to be no history at all (a damaged one is corrupt)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int) and (code & 0xFF) == _NOTADB and not _sqlite_header(name):
+        return HistoryError(
+            f"{name}: not an opendrs history (not an SQLite database)", foreign=True
+        )
+    return _sqlite_error(f"{name}: cannot open history", exc)
+
+
+def _sqlite_header(name: str) -> bool:
+    """Whether the file starts as every SQLite database does."""
+    try:
+        with open(name, "rb") as stream:
+            return stream.read(len(_SQLITE_MAGIC)) == _SQLITE_MAGIC
+    except OSError:
+        return False
 
 
 def _sqlite_error(prefix: str, exc: sqlite3.Error) -> HistoryError:
@@ -330,13 +358,13 @@ class History:
             else:
                 db = sqlite3.connect(name, timeout=timeout, isolation_level=None)
         except sqlite3.Error as exc:
-            raise _sqlite_error(f"{name}: cannot open history", exc) from None
+            raise _open_error(name, exc) from None
         db.row_factory = sqlite3.Row
         try:
             self._open(db, memory)
         except sqlite3.Error as exc:
             db.close()
-            raise _sqlite_error(f"{name}: cannot open history", exc) from None
+            raise _open_error(name, exc) from None
         except BaseException:
             db.close()
             raise
@@ -394,7 +422,8 @@ class History:
         version = int(db.execute("PRAGMA user_version").fetchone()[0])
         if application not in (0, APPLICATION_ID):
             raise HistoryError(
-                f"{self._name}: not an opendrs history (SQLite application id {application:#x})"
+                f"{self._name}: not an opendrs history (SQLite application id {application:#x})",
+                foreign=True,
             )
         if version > SCHEMA_VERSION:
             raise HistoryError(
@@ -412,7 +441,12 @@ class History:
             if tables:
                 shown = ", ".join(tables[:5]) + (", …" if len(tables) > 5 else "")
                 raise HistoryError(
-                    f"{self._name}: not an opendrs history (a database with tables {shown})"
+                    f"{self._name}: not an opendrs history (a database with tables {shown})",
+                    foreign=True,
+                )
+            if self._readonly:  # nothing to upgrade: an empty file, never written by opendrs
+                raise HistoryError(
+                    f"{self._name}: not an opendrs history (an empty database)", foreign=True
                 )
         return version
 

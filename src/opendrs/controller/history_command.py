@@ -9,7 +9,8 @@ cluster, and for the simulator — whose clock is simulated seconds since its st
 time the history holds (:func:`history_now`).
 
 Exit status: 0 shown; 1 the history cannot be read (it does not exist yet, it is busy, corrupt or
-of a newer opendrs); 2 a bad configuration or option (one line).
+of a newer opendrs); 2 a bad configuration or option, or a file that is not an opendrs history
+(one line).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from datetime import UTC, datetime
 
 from rich.console import Console
 
-from opendrs.controller.commands import EXIT_OK, EXIT_PROBLEM, UsageError
+from opendrs.controller.commands import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, UsageError
 from opendrs.controller.config import Config, load_config
 from opendrs.controller.history import DecisionRecord, History, HistoryError, MigrationRecord
 from opendrs.controller.records import (
@@ -147,7 +148,7 @@ def cmd_history(args: argparse.Namespace) -> int:
             ]
     except HistoryError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return EXIT_PROBLEM
+        return EXIT_USAGE if exc.foreign else EXIT_PROBLEM
     decisions, migrations = select(decisions, migrations, guest=guest, node=node)
     if args.format == "jsonl":
         for item in timeline(decisions, migrations, start):
@@ -245,7 +246,7 @@ def add_history_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         "the history of a configuration file, opened read-only: it runs beside the daemon. "
         "--guest and --node keep the migrations of that guest or touching that node, and the "
         "decisions whose plan has such a move. Exit status: 0 shown, 1 the history cannot be "
-        "read, 2 a bad configuration or option.",
+        "read, 2 a bad configuration or option, or a file that is not an opendrs history.",
     )
     p.add_argument("--config", required=True, metavar="FILE", help="the configuration (YAML)")
     p.add_argument(

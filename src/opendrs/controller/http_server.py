@@ -6,18 +6,28 @@ anything. With a bearer token (``http.token_file``) every path asks for ``Author
 TOKEN`` (401 otherwise); the token is compared in constant time and never logged. Requests are
 logged at DEBUG only. The dashboard's answers come from the snapshot the daemon publishes once
 per cycle (:class:`opendrs.controller.dashboard.Dashboard`): a request never reaches the backend.
+
+Bounded, so that clients cannot starve the daemon of files or threads: at most
+:data:`MAX_CONNECTIONS` connections are held at once — a new one beyond closes the connection
+that has waited longest for its request (or is refused when every one is being answered) — and a
+connection that has not sent its whole request (line and headers) within
+:data:`REQUEST_TIMEOUT` seconds of opening is closed, however slowly it sends. The token is in
+the headers, so it is checked once they are read: an unauthenticated client holds a connection
+no longer than that.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import logging
 import socket
 import threading
+import time
 from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Final
 from urllib.parse import parse_qs
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -27,7 +37,7 @@ from opendrs.controller.dashboard import Dashboard, dashboard_headers
 from opendrs.controller.metrics import DaemonMetrics
 from opendrs.secret_file import SecretError, read_secret_file
 
-__all__ = ["HttpError", "MetricsServer", "start_server"]
+__all__ = ["MAX_CONNECTIONS", "REQUEST_TIMEOUT", "HttpError", "MetricsServer", "start_server"]
 
 log = logging.getLogger(__name__)
 
@@ -35,18 +45,82 @@ log = logging.getLogger(__name__)
 _DASHBOARD = frozenset({"/", "/api/state", "/api/panel"})
 
 
+#: Connections held at once (each is a file and a thread of the daemon's).
+MAX_CONNECTIONS: Final = 64
+#: Seconds a connection may take, from its opening, to send its request line and headers.
+REQUEST_TIMEOUT: Final = 10.0
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    #: Connections the kernel queues while the server accepts: a burst is accepted, then bounded.
+    request_queue_size = 128
     metrics: DaemonMetrics
     dashboard: Dashboard | None
     token: bytes | None
 
+    def server_activate(self) -> None:
+        self._lock = threading.Lock()
+        #: The connections held, and of those still sending their request, since when.
+        self._held: set[socket.socket] = set()
+        self._waiting: dict[socket.socket, float] = {}
+        super().server_activate()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._lock:
+            if len(self._held) >= MAX_CONNECTIONS:
+                if not self._waiting:  # every connection is being answered: refuse this one
+                    log.debug("http %s: refused: %d connections", client_address, len(self._held))
+                    _shut(request)
+                    request.close()
+                    return
+                oldest = min(self._waiting, key=self._waiting.__getitem__)
+                del self._waiting[oldest]
+                _shut(oldest)  # its thread sees the end of the stream and lets go
+            self._held.add(request)
+            self._waiting[request] = time.monotonic()
+        super().process_request(request, client_address)
+
+    def answering(self, request: socket.socket) -> None:
+        """The request of this connection was read: it is answered, no longer waited for."""
+        with self._lock:
+            self._waiting.pop(request, None)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._lock:
+            self._held.discard(request)
+            self._waiting.pop(request, None)
+        super().shutdown_request(request)
+
+    def service_actions(self) -> None:
+        """Between two accepts (every 0.5 s at most): close the connections whose request has
+        not come within :data:`REQUEST_TIMEOUT`."""
+        late = time.monotonic() - REQUEST_TIMEOUT
+        with self._lock:
+            expired = [r for r, since in self._waiting.items() if since <= late]
+            for request in expired:
+                del self._waiting[request]
+        for request in expired:
+            _shut(request)
+
+
+def _shut(request: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        request.shutdown(socket.SHUT_RDWR)
+
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
+    #: Each read or write of the connection (beside the whole request's deadline).
+    timeout = REQUEST_TIMEOUT
 
     def version_string(self) -> str:
         return "opendrs"
+
+    def parse_request(self) -> bool:
+        parsed = super().parse_request()  # reads the headers
+        self.server.answering(self.connection)
+        return parsed
 
     def do_GET(self) -> None:
         self._answer(body=True)
@@ -199,7 +273,7 @@ def start_server(
     token = None
     if config.token_file is not None:
         try:
-            token = read_secret_file(config.token_file)
+            token = read_secret_file(config.token_file, header=True)
         except SecretError as exc:
             raise HttpError(f"http.token_file: {exc}", usage=True) from None
     try:

@@ -82,11 +82,20 @@ class LockError(Exception):
 
 
 class InstanceLock:
-    """An exclusive ``flock`` on a file next to the history: one instance per cluster."""
+    """One instance per history: an exclusive ``flock`` on the lock file (``lock:``, beside the
+    history by default) and one on the history file itself.
 
-    def __init__(self, path: str) -> None:
+    The second follows the history's identity (its inode), not a name: two configurations that
+    name different lock files for one history — or a hard or symbolic link to it — cannot both
+    run. (SQLite locks with ``fcntl``, which ``flock`` does not touch on Linux; the history's
+    descriptor is closed only after the history, so SQLite's own locks are never dropped.)
+    """
+
+    def __init__(self, path: str, history: str | None = None) -> None:
         self.path = path
+        self.history = history
         self._fd: int | None = None
+        self._history_fd: int | None = None
 
     def acquire(self) -> None:
         # Never through a symbolic link: whoever placed one would have its target truncated.
@@ -116,9 +125,41 @@ class InstanceLock:
                     f"{self.path}: another opendrs instance{who} is running for this cluster"
                 ) from None
             raise LockError(f"{self.path}: cannot lock: {exc.strerror}") from None
+        try:
+            self._history_fd = self._lock_history()
+        except BaseException:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+            raise
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
+
+    def _lock_history(self) -> int | None:
+        """An exclusive ``flock`` on the history file (made, empty, when it does not exist: SQLite
+        takes an empty file for a new database); ``None`` without a history file to lock (in
+        memory, or its directory missing, which opening the history then reports)."""
+        if self.history is None or self.history == ":memory:":
+            return None
+        try:
+            fd = os.open(
+                self.history, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK, 0o644
+            )
+        except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.EISDIR):
+                return None
+            raise LockError(f"{self.history}: cannot open the history: {exc.strerror}") from None
+        try:
+            _lock_exclusive(fd)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                raise LockError(
+                    f"{self.history}: another opendrs instance is running on this history "
+                    f"(with another lock file than {self.path})"
+                ) from None
+            raise LockError(f"{self.history}: cannot lock the history: {exc.strerror}") from None
+        return fd
 
     def probe(self) -> tuple[bool, int | None]:
         """Whether another process holds the lock now, and the pid it wrote — without keeping
@@ -126,32 +167,23 @@ class InstanceLock:
         (never created, never through a symbolic link). A daemon that holds the lock is not
         disturbed, and one starting in that very instant tries again a moment later
         (:func:`_lock_exclusive`). Raises :class:`LockError` when the file cannot be opened."""
-        try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-        except FileNotFoundError:
-            return False, None
-        except OSError as exc:
-            raise LockError(f"{self.path}: cannot open the lock file: {exc.strerror}") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-                raise LockError(f"{self.path}: cannot test the lock: {exc.strerror}") from None
-            holder = b""
-            with contextlib.suppress(OSError):
-                holder = os.pread(fd, 32, 0).strip()
-            return True, int(holder) if holder.isdigit() else None
-        else:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            return False, None
-        finally:
-            os.close(fd)
+        return _probe(self.path, os.O_NOFOLLOW)
+
+    def history_held(self) -> bool:
+        """Whether another process holds the history file's lock (a daemon that runs on it,
+        whatever its lock file), probed as :meth:`probe` does."""
+        if self.history is None or self.history == ":memory:":
+            return False
+        return _probe(self.history, 0)[0]
 
     def release(self) -> None:
         if self._fd is not None:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
+        if self._history_fd is not None:
+            os.close(self._history_fd)
+            self._history_fd = None
 
     def __enter__(self) -> InstanceLock:
         self.acquire()
@@ -159,6 +191,30 @@ class InstanceLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def _probe(path: str, flags: int) -> tuple[bool, int | None]:
+    """Whether another process holds a ``flock`` on ``path``, and the pid written in it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | flags)
+    except FileNotFoundError:
+        return False, None
+    except OSError as exc:
+        raise LockError(f"{path}: cannot open the lock file: {exc.strerror}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+            raise LockError(f"{path}: cannot test the lock: {exc.strerror}") from None
+        holder = b""
+        with contextlib.suppress(OSError):
+            holder = os.pread(fd, 32, 0).strip()
+        return True, int(holder) if holder.isdigit() else None
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False, None
+    finally:
+        os.close(fd)
 
 
 #: Tries of the exclusive lock, and the pause between two: a probe holds it for microseconds.

@@ -68,6 +68,9 @@ class Status:
     avoid: list[Avoid] = field(default_factory=list)
     lock_held: bool | None = None
     lock_pid: int | None = None
+    #: Another process holds the history file but not this lock file: a daemon that runs on
+    #: this history with another configuration's lock.
+    history_held: bool = False
     lock_error: str | None = None
 
     @property
@@ -84,7 +87,9 @@ def read_status(config: Config) -> Status:
         status.observe_error = str(exc)
     _read_history(status)
     try:
-        status.lock_held, status.lock_pid = InstanceLock(config.lock).probe()
+        lock = InstanceLock(config.lock, config.history)
+        status.lock_held, status.lock_pid = lock.probe()
+        status.history_held = not status.lock_held and lock.history_held()
     except LockError as exc:
         status.lock_error = str(exc)
     return status
@@ -138,7 +143,9 @@ def status_data(status: Status) -> dict[str, Any]:
         "policy": policy_summary(config),
         "daemon": {
             "lock": config.lock,
-            "running": status.lock_held,
+            "running": status.lock_held or status.history_held
+            if status.lock_held is not None
+            else None,
             "pid": status.lock_pid,
             "error": status.lock_error,
         },
@@ -174,6 +181,12 @@ def show_status(report: Report, status: Status) -> None:
     daemon = data["daemon"]
     if daemon["error"] is not None:
         report.line(f"cannot tell whether it runs: {daemon['error']}", "red")
+    elif daemon["running"] and status.history_held:
+        report.line(
+            f"running: a daemon holds the history {status.config.history} (with another lock file "
+            f"than {daemon['lock']})",
+            "green",
+        )
     elif daemon["running"]:
         who = f" (pid {daemon['pid']})" if daemon["pid"] is not None else ""
         report.line(f"running{who}: it holds {daemon['lock']}", "green")

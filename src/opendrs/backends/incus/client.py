@@ -7,13 +7,20 @@ returns a sync answer's ``metadata``, :meth:`Client.send` a :class:`Reply` that 
 operation of an async answer, which :meth:`Client.wait` follows
 (``GET /1.0/operations/ID/wait?timeout=S``).
 
-Timeouts: each phase of a try (connecting, sending, each read of the answer) ends within
-``timeout``. A read is tried again after a timeout, a lost connection or a passing server error
-(500, 502, 503, 504), on each address in turn, ``retries`` more times with exponential backoff
-(``backoff`` doubled each time, at most 30 s). A request that changes the cluster (``POST``,
-``PUT``, ``PATCH``, ``DELETE``) is sent again only when it surely did not reach the server (the
-connection was never made); otherwise its error says ``uncertain``. Between tries and during the
-backoff ``should_stop()`` is asked: once true the call is given up on.
+Deadlines: each try of a call — one request to one address: connecting, TLS, sending, the whole
+answer — ends within ``timeout`` (``timeout`` plus the wait asked for, for
+``…/operations/ID/wait``), whatever the server does: a server that sends one byte every few
+seconds does not hold it longer. The try runs on a thread of its own, which the caller stops
+waiting for; its sockets are then shut down, so the thread ends too
+(:mod:`opendrs.backends.tries`, which the Proxmox backend uses as well). A read is tried again
+after a timeout, a lost connection or a passing server error (500, 502, 503, 504), on each
+address in turn, ``retries`` more times with exponential backoff (``backoff`` doubled each time,
+at most 30 s), so one read takes at most ``(retries + 1) × addresses × timeout`` plus the
+backoffs. A request that changes the cluster (``POST``, ``PUT``, ``PATCH``, ``DELETE``) is sent
+again only when it surely did not reach the server (the connection was never made); otherwise
+its error says ``uncertain``. While a call waits (for its answer, or between tries),
+``should_stop()`` is asked every 0.2 s: once true the call is given up on at once and no new one
+is sent.
 """
 
 from __future__ import annotations
@@ -21,21 +28,21 @@ from __future__ import annotations
 import logging
 import ssl
 import threading
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+import httpcore
 import httpx
 
 from opendrs.backends.base import Abandoned, BackendError, HttpError, after_tries
 from opendrs.backends.incus.config import IncusConfig
 from opendrs.backends.incus.values import clip
+from opendrs.backends.tries import Expired, Tries, handle_of, pause, track
 
 log = logging.getLogger(__name__)
 
 _BACKOFF_MAX: Final = 30.0
-_STOP_POLL: Final = 0.2
 #: HTTP statuses worth asking again (a read only): the server or a proxy had a passing problem.
 _RETRY_STATUS: Final = frozenset({500, 502, 503, 504})
 #: Server errors that asking again will not mend. LXD 5.0 answers a request for a member that
@@ -72,6 +79,7 @@ class Client:
         self._clients: dict[int, httpx.Client] = {}
         self._current = 0
         self._lock = threading.Lock()
+        self._tries = Tries("opendrs-incus-call", self._stop_reason)
         #: Waits between rounds of tries (replaceable in tests).
         self.sleep: Callable[[float], None] = self._pause
 
@@ -131,8 +139,6 @@ class Client:
                 self.sleep(min(config.backoff * 2 ** (attempt - 1), _BACKOFF_MAX))
             count = len(self._endpoints)
             for index in [(self._current + k) % count for k in range(count)]:
-                if self._should_stop():
-                    raise Abandoned(f"{what}: not sent: opendrs is stopping")
                 reply, error = self._try(index, method, path, params, body, what, extra)
                 if error is None:
                     if index != self._current:
@@ -160,14 +166,27 @@ class Client:
         where = self._endpoints[index]
         changes = method in _CHANGES
         timeout = self._config.timeout
-        try:
-            response = self._client(index).request(
+        client = self._client(index)
+
+        def work() -> httpx.Response:
+            return client.request(
                 method,
                 path,
                 params={k: _param(v) for k, v in params.items()},
                 json=body,
                 timeout=httpx.Timeout(timeout, read=timeout + extra),
             )
+
+        try:
+            response = self._tries.run(
+                work, what=f"{what} at {where}", seconds=timeout + extra, uncertain=changes
+            )
+        except Abandoned:
+            raise
+        except Expired as error:
+            if changes:
+                raise
+            return None, error
         except httpx.ConnectError as exc:
             if _is_tls(exc):
                 raise BackendError(
@@ -223,21 +242,99 @@ class Client:
                 client = self._clients[index] = _make_client(self._config, self._endpoints[index])
             return client
 
+    def _stop_reason(self) -> str | None:
+        return "opendrs is stopping" if self._should_stop() else None
+
     def _pause(self, seconds: float) -> None:
-        end = time.monotonic() + seconds
-        while not self._should_stop():
-            left = end - time.monotonic()
-            if left <= 0:
-                return
-            time.sleep(min(left, _STOP_POLL))
+        pause(seconds, self._should_stop)
 
 
 def _make_client(config: IncusConfig, endpoint: str) -> httpx.Client:
-    """An httpx client for one endpoint: the unix socket, or HTTPS with the client certificate."""
+    """An httpx client for one endpoint: the unix socket, or HTTPS with the client certificate;
+    its connections tell the try under way their socket (so a try given up on ends)."""
     if endpoint.startswith("unix:"):
-        transport = httpx.HTTPTransport(uds=endpoint.removeprefix("unix:"))
-        return httpx.Client(transport=transport, base_url="http://incus", trust_env=False)
-    return httpx.Client(base_url=endpoint, verify=tls_context(config), trust_env=False, http2=False)
+        uds: str | None = endpoint.removeprefix("unix:")
+        context, base_url = None, "http://incus"
+    else:
+        uds, context, base_url = None, tls_context(config), endpoint
+    transport = httpx.HTTPTransport(uds=uds, trust_env=False)
+    # The transport's own pool, made again on the tracked network backend (httpx passes no
+    # network backend through; without a proxy its pool is this one).
+    limits = httpx.Limits()  # httpx's defaults
+    transport._pool = httpcore.ConnectionPool(
+        ssl_context=context,
+        uds=uds,
+        max_connections=limits.max_connections,
+        max_keepalive_connections=limits.max_keepalive_connections,
+        keepalive_expiry=limits.keepalive_expiry,
+        network_backend=_TrackedBackend(),
+    )
+    return httpx.Client(transport=transport, base_url=base_url, trust_env=False)
+
+
+class _TrackedStream(httpcore.NetworkStream):
+    """A connection that tells the try under way its socket before each read and write."""
+
+    def __init__(self, stream: httpcore.NetworkStream) -> None:
+        self._stream = stream
+        self._handle = handle_of(stream.get_extra_info("socket"))
+        track(self._handle)
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        track(self._handle)  # a kept-alive connection, used by another try
+        return self._stream.read(max_bytes, timeout)
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        track(self._handle)
+        self._stream.write(buffer, timeout)
+
+    def close(self) -> None:
+        try:
+            self._stream.close()
+        finally:
+            handle, self._handle = self._handle, None
+            if handle is not None:
+                handle.close()
+
+    def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore.NetworkStream:
+        # The TLS socket wraps the same connection: the handle still reaches it.
+        self._stream = self._stream.start_tls(ssl_context, server_hostname, timeout)
+        return self
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._stream.get_extra_info(info)
+
+
+class _TrackedBackend(httpcore.NetworkBackend):
+    """httpcore's own network backend, its connections tracked."""
+
+    def __init__(self) -> None:
+        self._backend = httpcore.SyncBackend()
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
+        return _TrackedStream(
+            self._backend.connect_tcp(host, port, timeout, local_address, socket_options)
+        )
+
+    def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
+    ) -> httpcore.NetworkStream:
+        return _TrackedStream(self._backend.connect_unix_socket(path, timeout, socket_options))
+
+    def sleep(self, seconds: float) -> None:
+        self._backend.sleep(seconds)
 
 
 def tls_context(config: IncusConfig) -> ssl.SSLContext:

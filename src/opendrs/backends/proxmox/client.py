@@ -24,15 +24,15 @@ import contextlib
 import logging
 import re
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from typing import Any, Final, TypeVar
 
 from opendrs.backends.base import Abandoned, BackendError, HttpError, after_tries
 from opendrs.backends.proxmox.config import ProxmoxConfig, host_text, parse_host
-from opendrs.backends.proxmox.transport import Try, close_api, connect
+from opendrs.backends.proxmox.transport import close_api, connect
 from opendrs.backends.proxmox.values import clip
+from opendrs.backends.tries import Expired, Tries, pause
 
 log = logging.getLogger(__name__)
 
@@ -40,10 +40,6 @@ log = logging.getLogger(__name__)
 _WORKERS: Final = 4
 #: Longest wait between two tries of a call, in seconds.
 _BACKOFF_MAX: Final = 30.0
-#: How often a call waiting for its answer (or a backoff) asks whether opendrs is stopping, s.
-_STOP_POLL: Final = 0.2
-#: Threads of tries given up on that may still be ending; beyond, calls fail at once.
-_STRAGGLERS_MAX: Final = 16
 #: HTTP statuses worth asking again (a read only): the server or a proxy had a passing problem.
 _RETRY_STATUS: Final = frozenset({500, 502, 503, 504, 599})
 _ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\"()\]]+)")
@@ -62,10 +58,6 @@ _PERMANENT = (
 )
 
 T = TypeVar("T")
-
-
-class _Expired(BackendError):
-    """A try that did not end within its deadline (``timeout``)."""
 
 
 #: Per thread: the abort flag of the reads :func:`gather` runs together.
@@ -90,8 +82,7 @@ class Client:
         self._apis: dict[int, Any] = {}
         self._current = 0
         self._lock = threading.Lock()
-        #: Threads of tries given up on that have not ended yet.
-        self._stragglers: list[threading.Thread] = []
+        self._tries = Tries("opendrs-pve-call", self._stop_reason)
         #: Waits between rounds of tries; returns early when opendrs is stopping (replaceable
         #: in tests).
         self.sleep: Callable[[float], None] = self._pause
@@ -159,12 +150,7 @@ class Client:
 
     def _pause(self, seconds: float) -> None:
         """Sleep, in slices: a stop request ends the wait (and the next try is not sent)."""
-        end = time.monotonic() + seconds
-        while self._stop_reason() is None:
-            left = end - time.monotonic()
-            if left <= 0:
-                return
-            time.sleep(min(left, _STOP_POLL))
+        pause(seconds, lambda: self._stop_reason() is not None)
 
     def _call(self, method: str, path: str, params: dict[str, Any]) -> Any:
         """One API call: each host in turn, then again after a backoff, ``retries`` more times.
@@ -207,7 +193,7 @@ class Client:
             result = self._try(index, method, path, params, what)
         except Abandoned:
             raise
-        except _Expired as error:
+        except Expired as error:
             if not repeatable:
                 raise
             self._note(error)
@@ -244,50 +230,19 @@ class Client:
 
     def _try(self, index: int, method: str, path: str, params: dict[str, Any], what: str) -> Any:
         """One request to one host, given up on at the deadline or when opendrs is stopping."""
-        where = self.host_text(index)
-        reason = self._stop_reason()
-        if reason is not None:
-            raise Abandoned(f"{what} on {where}: not sent: {reason}")
-        with self._lock:
-            self._stragglers = [t for t in self._stragglers if t.is_alive()]
-            stragglers = len(self._stragglers)
-        if stragglers >= _STRAGGLERS_MAX:
-            raise BackendError(
-                f"{what} on {where}: not sent: {stragglers} calls given up on have not ended yet"
-            )
 
         def work() -> Any:
             resource = self._api(index)(path)
             call = {"GET": resource.get, "POST": resource.post, "DELETE": resource.delete}
             return call[method](**params)
 
-        attempt = Try(work)
-        thread = threading.Thread(target=attempt.run, name="opendrs-pve-call", daemon=True)
-        timeout = self._config.timeout
-        deadline = time.monotonic() + timeout
-        thread.start()
-        ended = False
-        try:
-            while not attempt.done.wait(max(0.0, min(_STOP_POLL, deadline - time.monotonic()))):
-                reason = self._stop_reason()
-                if reason is None and time.monotonic() < deadline:
-                    continue
-                # A request that changes the cluster may have arrived and taken effect.
-                uncertain = method == "POST"
-                if reason is not None:
-                    raise Abandoned(f"{what} on {where}: given up: {reason}", uncertain=uncertain)
-                raise _Expired(
-                    f"{what} on {where}: no answer within {timeout:g}s", uncertain=uncertain
-                )
-            ended = True
-        finally:
-            if not ended:  # given up on (or the waiting thread was interrupted): let it go
-                attempt.abandon()
-                with self._lock:
-                    self._stragglers.append(thread)
-        if attempt.error is not None:
-            raise attempt.error
-        return attempt.result
+        # A request that changes the cluster may have arrived and taken effect.
+        return self._tries.run(
+            work,
+            what=f"{what} on {self.host_text(index)}",
+            seconds=self._config.timeout,
+            uncertain=method == "POST",
+        )
 
     def _note(self, error: BackendError) -> None:
         if len(self._hosts) > 1:

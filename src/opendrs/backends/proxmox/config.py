@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path as FsPath
 from typing import Any, Final, Literal
 
+from opendrs.backends.proxmox.secret import environ_secret
 from opendrs.model.document import Path, Reader, describe
 from opendrs.model.units import format_duration
 from opendrs.secret_file import SecretError, read_secret_file
@@ -210,9 +211,15 @@ def _parse_secret_files(
     for key, file in (("token_file", token_file), ("password_file", password_file)):
         if file is not None:
             try:
-                read_secret_file(file)
+                read_secret_file(file, header=key == "token_file")
             except SecretError as exc:
                 reader.fail((*path, key), str(exc))
+    if token_file is None and password_file is None:
+        # A secret from the environment is held to the same rules, when it is read here.
+        try:
+            environ_secret(os.environ, token=token_name is not None)
+        except SecretError as exc:
+            reader.fail(path, str(exc))
     return token_file, password_file
 
 

@@ -2,8 +2,9 @@
 
 It comes from the file the configuration names (``token_file`` / ``password_file``), else from the
 environment (``OPENDRS_PROXMOX_TOKEN`` / ``OPENDRS_PROXMOX_PASSWORD``), never from the command
-line. It is never logged: errors name the file, never its content; the file is read and checked
-by :mod:`opendrs.secret_file`.
+line. It is never logged: errors name the file or the variable, never the content. Both are held
+to the same rules (:func:`opendrs.secret_file.check_secret`): printable text on one line, and for
+a token — sent in an HTTP header — Latin-1 only.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Final
 
 from opendrs.backends.base import BackendError
-from opendrs.secret_file import SecretError, read_secret_file
+from opendrs.secret_file import SecretError, check_secret, read_secret_file
 
-__all__ = ["ENV_PASSWORD", "ENV_TOKEN", "load_secret"]
+__all__ = ["ENV_PASSWORD", "ENV_TOKEN", "environ_secret", "load_secret"]
 
 if TYPE_CHECKING:
     from opendrs.backends.proxmox.config import ProxmoxConfig
@@ -27,20 +28,29 @@ ENV_PASSWORD: Final = "OPENDRS_PROXMOX_PASSWORD"
 def load_secret(config: ProxmoxConfig, environ: Mapping[str, str]) -> str:
     """The token secret or password: from its file, else from the environment."""
     file = config.token_file if config.token_name else config.password_file
+    token = config.token_name is not None
     try:
         if file is not None:
-            return read_secret_file(file)
+            return read_secret_file(file, header=token)
+        secret = environ_secret(environ, token=token)
     except SecretError as exc:
         raise BackendError(str(exc), transient=False) from None
-    variable = ENV_TOKEN if config.token_name else ENV_PASSWORD
-    secret = environ.get(variable, "").strip()
-    if not secret:
-        key = "token_file" if config.token_name else "password_file"
+    if secret is None:
+        key = "token_file" if token else "password_file"
         raise BackendError(
             f"no secret for {config.auth_id}: set backend.{key} or the environment variable "
-            f"{variable}",
+            f"{ENV_TOKEN if token else ENV_PASSWORD}",
             transient=False,
         )
-    if not secret.isprintable():
-        raise BackendError(f"the environment variable {variable} is not printable text", False)
     return secret
+
+
+def environ_secret(environ: Mapping[str, str], *, token: bool) -> str | None:
+    """The secret the environment holds (``OPENDRS_PROXMOX_TOKEN`` for a token, else
+    ``OPENDRS_PROXMOX_PASSWORD``), checked as one from a file; ``None`` when it is not set (or
+    blank). Raises :class:`~opendrs.secret_file.SecretError`."""
+    variable = ENV_TOKEN if token else ENV_PASSWORD
+    value = environ.get(variable, "")
+    if not value.strip():
+        return None
+    return check_secret(value, f"the environment variable {variable}", header=token)

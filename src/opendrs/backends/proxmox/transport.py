@@ -1,10 +1,10 @@
 """How one API host is reached: a proxmoxer API object whose requests can be ended from outside.
 
-Each try of a call (one HTTP request to one host) runs on a thread of its own (:class:`Try`)
-while the calling thread waits for it. The requests transport made here tells the try under way
-which sockets it uses, so a try given up on (deadline passed, stop requested) has its connections
-shut down and its thread ends soon after. A password login goes through the same session, and so
-under a try's deadline too.
+Each try of a call (one HTTP request to one host) runs on a thread of its own
+(:mod:`opendrs.backends.tries`) while the calling thread waits for it. The requests transport
+made here tells the try under way which sockets it uses, so a try given up on (deadline passed,
+stop requested) has its connections shut down and its thread ends soon after. A password login
+goes through the same session, and so under a try's deadline too.
 """
 
 from __future__ import annotations
@@ -12,54 +12,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import socket
-import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 from opendrs.backends.proxmox.config import ProxmoxConfig
+from opendrs.backends.tries import Try, handle_of, track
 
-#: Per thread: the try under way (on a try's thread).
-_local = threading.local()
-
-
-class Try:
-    """One HTTP request to one host, on a thread of its own; :meth:`abandon` ends it early."""
-
-    def __init__(self, work: Callable[[], Any]) -> None:
-        self._work = work
-        self.done = threading.Event()
-        self.result: Any = None
-        self.error: BaseException | None = None
-        self._lock = threading.Lock()
-        self._sockets: list[socket.socket] = []
-        self._abandoned = False
-
-    def run(self) -> None:
-        _local.current = self
-        try:
-            self.result = self._work()
-        except BaseException as exc:  # handed over to the waiting caller
-            self.error = exc
-        finally:
-            _local.current = None
-            self.done.set()
-
-    def track(self, sock: socket.socket) -> None:
-        """A socket this try uses (shut down at once when the try was given up on)."""
-        with self._lock:
-            if not self._abandoned:
-                self._sockets.append(sock)
-                return
-        _shut(sock)
-
-    def abandon(self) -> None:
-        """Shut the try's connections down: whatever its thread waits for ends with an error."""
-        with self._lock:
-            self._abandoned = True
-            sockets, self._sockets = self._sockets, []
-        for sock in sockets:
-            _shut(sock)
+__all__ = ["Try", "close_api", "connect"]
 
 
 def connect(config: ProxmoxConfig, host: str, port: int, secret: str) -> Any:
@@ -107,18 +66,6 @@ def close_api(api: Any) -> None:
         api._store["session"].close()
 
 
-def _shut(sock: socket.socket) -> None:
-    # Not SSLSocket.shutdown (which drops its TLS state under a reading thread): the socket's own.
-    with contextlib.suppress(OSError):
-        socket.socket.shutdown(sock, socket.SHUT_RDWR)
-
-
-def _track(sock: socket.socket | None) -> None:
-    current: Try | None = getattr(_local, "current", None)
-    if current is not None and sock is not None:
-        current.track(sock)
-
-
 @functools.cache
 def _adapter_type() -> type[Any]:
     """A requests transport adapter whose connections tell the try under way their socket."""
@@ -135,13 +82,12 @@ def _adapter_type() -> type[Any]:
         def _new_conn(self) -> socket.socket:
             sock: socket.socket = super()._new_conn()  # type: ignore[misc]
             self._opendrs_drop()
-            with contextlib.suppress(OSError):
-                self._opendrs_handle = sock.dup()
-            _track(self._opendrs_handle)
+            self._opendrs_handle = handle_of(sock)
+            track(self._opendrs_handle)
             return sock
 
         def request(self, *args: Any, **kwargs: Any) -> Any:
-            _track(self._opendrs_handle)  # a kept-alive connection, used by another try
+            track(self._opendrs_handle)  # a kept-alive connection, used by another try
             return super().request(*args, **kwargs)  # type: ignore[misc]
 
         def close(self) -> None:
