@@ -94,7 +94,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from opendrs.backends.base import BackendError, Handle, Progress
+from opendrs.backends.base import BackendError, Handle, Progress, StartGate
 from opendrs.backends.scenario import Fault, Scenario, builtin_scenario
 from opendrs.backends.sim import Simulator
 from opendrs.controller.config import BackendConfig, Config
@@ -548,7 +548,7 @@ class _Platform:
     def close(self) -> None:
         pass
 
-    def start_migration(self, move: Move) -> Handle:
+    def start_migration(self, move: Move, gate: StartGate | None = None) -> Handle:
         run = self.run
         now = self.sim.now()
         run.count("active mode")
@@ -562,7 +562,7 @@ class _Platform:
             run.faults["daemon killed mid-request"] += 1
             raise Crash("killed before the request was sent")
         try:
-            handle = self.sim.start_migration(move)
+            handle = self.sim.start_migration(move, gate)
         except BackendError as exc:
             if exc.uncertain:
                 run.check_start(move)

@@ -13,7 +13,7 @@ pytest.importorskip("httpx", reason="the Incus backend's client is httpx")
 pytest.importorskip("aiohttp", reason="the fake Incus API is an aiohttp server")
 
 from backends.fakeincus import FakeIncus, GiB, Served, socket_path
-from backends.incus_fixture import history, opendrs
+from backends.incus_fixture import history, opendrs, packed
 from daemon import Daemon, eventually
 from opendrs.model import snapshot
 
@@ -22,20 +22,8 @@ VMS = [f"vm{i}" for i in range(1, 7)]
 
 @pytest.fixture
 def fake(tmp_path: Path) -> Iterator[Served]:
-    incus = FakeIncus("m1")
+    incus = packed(FakeIncus("m1"), VMS)
     incus.migration_seconds = 0.1
-    for name in ("m1", "m2", "m3"):
-        incus.add_member(name, threads=16, memory=64 * GiB, load1=0.0, used_memory=GiB)
-    for name in VMS:
-        incus.add_instance(
-            name,
-            "m1",
-            config={"limits.cpu": "2", "limits.memory": "8GiB", "migration.stateful": "true"},
-            devices={"root": {"type": "disk", "pool": "ceph", "path": "/"}},
-            memory_usage=7 * GiB,
-            cpu_rate=0.0,
-        )
-    incus.members["m1"].used_memory = GiB + 6 * 7 * GiB
     server = Served(incus, socket=socket_path(tmp_path))
     try:
         yield server

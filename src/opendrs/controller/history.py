@@ -752,6 +752,20 @@ class History:
         self._tell(record)
         return record
 
+    def migration_withdrawn(self, migration_id: int) -> None:
+        """Remove the intent of a migration whose request was never sent (recorded before it, then
+        given up on because starts were no longer allowed): it never happened, so it leaves no
+        row. Only a migration still in flight can be withdrawn; listeners hear nothing of it
+        (they are told of a migration once its handle or outcome is recorded)."""
+        if isinstance(migration_id, bool) or not isinstance(migration_id, int):
+            raise HistoryError(f"migration id must be an integer, got {migration_id!r}")
+        with self._write("withdraw a migration") as db:
+            removed = db.execute(
+                "DELETE FROM migrations WHERE id = ? AND outcome IS NULL", (migration_id,)
+            ).rowcount
+            if not removed:
+                raise HistoryError(f"no migration {migration_id} in flight")
+
     def in_flight(self) -> list[MigrationRecord]:
         """Migrations started and not yet finished, oldest first."""
         with self._read("read migrations in flight") as db:
