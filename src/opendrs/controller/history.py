@@ -38,7 +38,8 @@ The version is kept in ``PRAGMA user_version``; ``PRAGMA application_id`` is ``0
     parking node, part of a longer chain); ``handle`` (TEXT, the backend's own id for the task, e.g.
     a Proxmox UPID — with guest, source and target it is enough to poll the task again after a
     restart; ``(pending)`` from the moment the intent is recorded until the platform answers the
-    request, and for good when the answer was lost); ``started`` (REAL); ``ended`` (REAL or
+    request, and for good when the answer was lost — an intent whose request was then not sent,
+    because starts were no longer allowed, is removed); ``started`` (REAL); ``ended`` (REAL or
     NULL); ``outcome`` (NULL while in flight, then ``done``, ``failed``, or ``lost``: the guest
     disappeared or ended on another node than either end of the migration);
     ``error`` (TEXT or NULL, one line, for ``failed`` and ``lost``); ``ended_order`` (INTEGER or
