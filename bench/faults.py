@@ -9,7 +9,10 @@ then for good),
 maintenance windows, API outages and random API errors, migrations that fail part-way, hang or
 lose their answer (the simulator's ``migration-hang`` and ``api-lost-answer`` faults), restarts
 of the daemon — between two loop iterations, or killed in the middle of a migration request,
-before or after it reached the platform — and reloads between active and shadow mode. Hard
+before or after it reached the platform — reloads between active and shadow mode, and signals in
+the window between the decision to start a migration and its request (the backend reading what
+the start needs): a reload (SIGHUP; the file says shadow or still active) or a stop (SIGTERM; the
+daemon exits cleanly and is started again). Hard
 anti-affinity groups and strict node affinities (pins) are added to the cluster, and the policy
 and executor settings vary too (how often and how eagerly the policy acts, timeouts, limits).
 
@@ -24,8 +27,11 @@ settles again.
 
 The invariants, checked independently of the engine's capacity code (:func:`breaches`):
 
-1. **active mode** — no migration starts while the controller is not in active mode: checked on
-   every ``start_migration`` call.
+1. **active mode** — no migration starts while the controller is not in active mode, nor while a
+   reload or a stop request is pending: checked on every ``start_migration`` call, when the
+   simulator accepted the request, and — while a signal that came in the window before a request
+   is pending — at every check point, by counting the controller's migrations in the simulator
+   (none may begin until the signal is handled).
 2. **capacity and hard rules** — no state the controller causes is over a node's capacity or
    breaks a hard rule, a migrating guest counted on both nodes. Capacity is recomputed here from
    the observed guests as :class:`~opendrs.engine.usage.CapacityModel` defines it: per node,
@@ -62,7 +68,8 @@ The invariants, checked independently of the engine's capacity code (:func:`brea
    its real outcome (``done`` or ``failed``; ``lost`` is accepted for a failed one, when the guest
    was found elsewhere), nothing is in flight any more, and every other row is a request that never
    started a migration (refused, or the daemon was killed before it was sent), recorded
-   ``failed`` (or ``lost``).
+   ``failed`` (or ``lost``). A start given up on before its request because a reload or a stop
+   came in its window leaves no row at all.
 5. **no exception** — nothing escapes the controller's loop but the campaign's own kill: an
    exception would end the daemon. One is a violation; the daemon is started again after
    :data:`RESTART_DELAY`, as a service manager would, and the run goes on.
@@ -94,7 +101,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from opendrs.backends.base import BackendError, Handle, Progress
+from opendrs.backends.base import BackendError, Handle, NotStarted, Progress, StartGate
 from opendrs.backends.scenario import Fault, Scenario, builtin_scenario
 from opendrs.backends.sim import Simulator
 from opendrs.controller.config import BackendConfig, Config
@@ -119,6 +126,8 @@ FAULT_KINDS = (
     "daemon restarts",
     "daemon killed mid-request",
     "reloads (mode changes)",
+    "reloads before a request",
+    "stops before a request",
 )
 INVARIANTS = ("active mode", "capacity and rules", "decides again", "history", "no exception")
 #: Violations kept per seed and invariant (the others are counted).
@@ -174,6 +183,9 @@ class Mix:
     crash_probability: float
     #: Reloads, each into the other mode.
     reloads: tuple[float, ...]
+    #: The probability that a reload or a stop request comes between the decision to start a
+    #: migration and its request (half of each).
+    signal_probability: float
     anti_affinity: tuple[tuple[str, ...], ...]
     pins: tuple[tuple[str, tuple[str, ...]], ...]
     policy: PolicyConfig
@@ -187,7 +199,8 @@ class Mix:
             f"api errors {self.api_probability:g}, failures {self.failure_rate:g}, "
             f"hangs {self.hang_probability:g}, lost answers {self.lost_probability:g}, "
             f"{len(self.restarts)} restarts, kills {self.crash_probability:g}, "
-            f"{len(self.reloads)} reloads, {len(self.anti_affinity)} anti-affinity groups, "
+            f"{len(self.reloads)} reloads, signals before a request "
+            f"{self.signal_probability:g}, {len(self.anti_affinity)} anti-affinity groups, "
             f"{len(self.pins)} pins; policy {self.policy.strategy} interval "
             f"{self.policy.interval} hold {self.policy.hold}; executor timeout "
             f"{self.executor.timeout} stall {self.executor.stall_timeout}"
@@ -307,6 +320,8 @@ def make_mix(seed: int, cluster: Cluster, days: float = 1.0) -> Mix:
         pins=tuple(pins),
         policy=policy,
         executor=executor,
+        # Drawn last: the rest of a seed's mix is as it was before this fault was added.
+        signal_probability=rng.choice((0.0, 0.02, 0.05, 0.1)),
     )
 
 
@@ -519,8 +534,9 @@ class _Platform:
     """The simulator as the controller's backend, with the checks of every request.
 
     It delegates everything to the simulator; ``start_migration`` checks invariant 1 before the
-    request, may kill the daemon (:class:`Crash`) before or after it, and checks invariant 2 on
-    the state the start created.
+    request, may send the daemon a reload or a stop request while the start's reads would run
+    (before the request), may kill the daemon (:class:`Crash`) before or after it, and checks
+    invariants 1 and 2 on the state the start created.
     """
 
     name = "sim"
@@ -548,7 +564,7 @@ class _Platform:
     def close(self) -> None:
         pass
 
-    def start_migration(self, move: Move) -> Handle:
+    def start_migration(self, move: Move, gate: StartGate | None = None) -> Handle:
         run = self.run
         now = self.sim.now()
         run.count("active mode")
@@ -561,14 +577,20 @@ class _Platform:
             run.unsent.append(key)
             run.faults["daemon killed mid-request"] += 1
             raise Crash("killed before the request was sent")
+        run.maybe_signal()  # while the backend would read what the start needs
         try:
-            handle = self.sim.start_migration(move)
+            handle = self.sim.start_migration(move, gate)
+        except NotStarted:
+            run.abandoned.append(key)
+            raise
         except BackendError as exc:
             if exc.uncertain:
+                run.check_request(move)
                 run.check_start(move)
             else:
                 run.unsent.append(key)
             raise
+        run.check_request(move)
         run.check_start(move)
         if kill:
             run.faults["daemon killed mid-request"] += 1
@@ -608,6 +630,8 @@ class Run:
     ) -> None:
         self.mix = mix
         self.rng = random.Random(f"crash-{mix.seed}")
+        #: Draws the signals that come before a request (apart, so the kills draw as before).
+        self.signals = random.Random(f"signals-{mix.seed}")
         ex = mix.executor
         interval = mix.policy.interval
         #: The quiet: the controller's timeouts twice over and more, then the operator, and again.
@@ -637,6 +661,15 @@ class Run:
         self.violation_count = 0
         #: Requests that never started a migration: (guest, source, target, at).
         self.unsent: list[tuple[str, str, str, float]] = []
+        #: Starts given up on before their request (a reload or a stop came): no row may tell.
+        self.abandoned: list[tuple[str, str, str, float]] = []
+        #: A signal the daemon has not handled yet (``reload``, ``stop``), the mode the reloaded
+        #: file says, and the controller's migrations in the simulator when it came.
+        self.pending: str | None = None
+        self._reload_to = "active"
+        self._started_then = 0
+        #: Whether the faults have stopped (no more signals before a request).
+        self.quiet = False
         self._reloads = list(mix.reloads)
         self._checked: Cluster | None = None
         self._placement: list[tuple[str, str | None, str]] = []
@@ -665,13 +698,47 @@ class Run:
             self.history,
             on_event=self._event,
             on_cycle=self._cycle,
+            hold_starts=self.holding,
         )
         self.decided = self.sim.now()
         return controller
 
     def restart(self) -> None:
-        """Drop the daemon and start a new one on the same history and cluster."""
+        """Drop the daemon and start a new one on the same history and cluster (it reads the
+        file as it is: a reload that was pending is in it)."""
+        if self.pending == "reload":
+            self.config = replace(self.config, mode=self._reload_to)
+        self.pending = None
         self.controller = self._controller()
+
+    # -- signals before a request --------------------------------------------------------------
+
+    def holding(self) -> str | None:
+        """What the daemon's signal handlers would tell the executor: why nothing may start."""
+        if self.pending == "stop":
+            return "opendrs is stopping"
+        if self.pending == "reload":
+            return "the configuration is being reloaded"
+        return None
+
+    def maybe_signal(self) -> None:
+        """Perhaps a reload (the file saying shadow or still active) or a stop request, now —
+        between the decision to start a migration and its request."""
+        if self.quiet or self.pending is not None:
+            return
+        if self.signals.random() >= self.mix.signal_probability:
+            return
+        if self.signals.random() < 0.5:
+            self.pending = "reload"
+            self._reload_to = self.signals.choice(("shadow", "active"))
+            self.faults["reloads before a request"] += 1
+        else:
+            self.pending = "stop"
+            self.faults["stops before a request"] += 1
+        self._started_then = self._controller_starts()
+
+    def _controller_starts(self) -> int:
+        return sum(1 for m in self.sim.migrations if m.cause == "controller")
 
     def _event(self, _event: Event) -> None:
         self.check()
@@ -683,6 +750,10 @@ class Run:
         self.check()
 
     def _take_reload(self) -> Config | None:
+        if self.pending == "reload":
+            self.pending = None
+            self.config = replace(self.config, mode=self._reload_to)
+            return self.config
         if self._reloads and self.sim.now() >= self._reloads[0]:
             self._reloads.pop(0)
             mode = "shadow" if self.config.active else "active"
@@ -695,7 +766,14 @@ class Run:
         while self.sim.now() < until:
             self.count("no exception")
             try:
-                self.controller.run(until=until, take_reload=self._take_reload)
+                self.controller.run(
+                    until=until,
+                    should_stop=lambda: self.pending == "stop",
+                    take_reload=self._take_reload,
+                    reload_pending=lambda: self.pending == "reload",
+                )
+                if self.pending == "stop":  # it stopped cleanly: the service manager restarts it
+                    self.restart()
             except Crash:
                 self.restart()
             except Exception as exc:  # the daemon would die of it: a violation, then a restart
@@ -720,10 +798,35 @@ class Run:
         for what in breaches(cluster, [move.target], guests=[guest]):
             self.violate("capacity and rules", f"start of {move.guest} → {move.target}: {what}")
 
+    def check_request(self, move: Move) -> None:
+        """Invariant 1 when the simulator accepted a request: starts were allowed."""
+        self.count("active mode")
+        held = self.holding()
+        if held is not None:
+            self.violate(
+                "active mode", f"{move.guest} {move.source} → {move.target} requested: {held}"
+            )
+
+    def check_window(self) -> None:
+        """Invariant 1 while a signal that came before a request is pending: the controller has
+        begun no migration in the simulator since."""
+        if self.pending is None:
+            return
+        self.count("active mode")
+        started = self._controller_starts()
+        if started > self._started_then:
+            self.violate(
+                "active mode",
+                f"{started - self._started_then} migration(s) began while a {self.pending} "
+                "request was pending",
+            )
+            self._started_then = started
+
     def check(self) -> None:
-        """Invariants 3 and 2 (in flight), at a check point."""
+        """Invariants 3, 2 (in flight) and 1 (the window before a request), at a check point."""
         self.check_progress()
         self.check_flights()
+        self.check_window()
 
     def check_progress(self) -> None:
         """Invariant 3: the executor holds the policy back for a bounded time only."""
@@ -827,6 +930,15 @@ class Run:
                 )
                 choice = outcomes[0]
             outcomes.remove(choice)
+        for key in self.abandoned:
+            self.count("history")
+            if pending.get(key):
+                self.violate(
+                    "history",
+                    f"a start of {key[0]} {key[1]} → {key[2]} given up on before its request "
+                    f"left a row ({pending[key][0]})",
+                )
+                del pending[key]
         for key in self.unsent:
             outcomes = pending.get(key)
             if outcomes:
@@ -853,6 +965,9 @@ class Run:
         self.run_until(mix.span)
         # The faults stop: nothing new starts, and what is in flight settles.
         self._reloads = []
+        self.quiet = True
+        if self.pending is not None:  # the daemon handles the signal first
+            self.restart()
         self.config = replace(self.config, mode="shadow")
         self.controller.reload(self.config)
         self.run_until(mix.span + self.settle)

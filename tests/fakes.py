@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from opendrs.backends.base import DONE, RUNNING, BackendError, Handle, Progress, failed
+from opendrs.backends.base import (
+    DONE,
+    RUNNING,
+    BackendError,
+    Handle,
+    Progress,
+    StartGate,
+    failed,
+)
 from opendrs.controller.executor import Executor, ExecutorConfig
 from opendrs.controller.history import History
 from opendrs.engine.constraints import Constraints, current_assign
@@ -60,6 +69,9 @@ class FakeBackend:
     ops: dict[str, _Op] = field(default_factory=dict)
     #: Hard-constraint violations seen in any state, with migrations in flight counted.
     violations: list[str] = field(default_factory=list)
+    #: Called with each move between the reads of its start and its request (a signal that
+    #: comes while the platform is read).
+    during_reads: Callable[[Move], None] | None = None
 
     def _settle(self) -> None:
         now = self.clock.now()
@@ -93,13 +105,17 @@ class FakeBackend:
         self._settle()
         return self.cluster
 
-    def start_migration(self, move: Move) -> Handle:
+    def start_migration(self, move: Move, gate: StartGate | None = None) -> Handle:
         self._settle()
         if move.guest in self.refusing:
             raise BackendError(f"{move.guest} is locked", transient=False)
         guest = self.cluster.guest(move.guest)
         if guest.node != move.source or guest.migrating_to is not None:
             raise BackendError(f"{move.guest} is not on {move.source}", transient=False)
+        if self.during_reads is not None:
+            self.during_reads(move)
+        if gate is not None:
+            gate.enter(f"migration of {move.guest}")
         handle = Handle(f"op-{len(self.starts) + 1}", move, self.clock.now())
         self.starts.append(move)
         ends = self.clock.now() + self.durations.get(move.guest, self.duration)

@@ -13,9 +13,10 @@ Incus's envelopes (sync, async, error):
 * operations: ``GET /1.0/operations``, ``GET …/ID``, ``GET …/ID/wait?timeout=``, ``DELETE``.
 
 Faults: :meth:`FakeIncus.fail` answers a request with an API error a number of times,
-:meth:`FakeIncus.hang` answers late; an instance's ``move_error`` makes its next migration's
-operation fail; a move to an offline member fails as Incus's does. The CPU counter of a running
-instance grows at its ``cpu_rate`` cores in real time, so a rate can be measured.
+:meth:`FakeIncus.hang` answers late, :meth:`FakeIncus.answer_as_proxy` does what a request asks
+and answers a proxy's error page (502, 504) instead; an instance's ``move_error`` makes its next
+migration's operation fail; a move to an offline member fails as Incus's does. The CPU counter of
+a running instance grows at its ``cpu_rate`` cores in real time, so a rate can be measured.
 
 :class:`Served` runs one on its own event loop in a thread, on a unix socket or on 127.0.0.1
 over TLS that requires a trusted client certificate (:func:`make_pki`).
@@ -136,6 +137,7 @@ class FakeIncus:
         self.requests: list[tuple[str, str, dict[str, str], Any]] = []
         self._faults: list[list[Any]] = []
         self._hangs: dict[tuple[str, str, str], float] = {}
+        self._proxied: dict[tuple[str, str], int] = {}
 
     # -- the cluster ---------------------------------------------------------------------------
 
@@ -166,6 +168,11 @@ class FakeIncus:
         """Answer every request ``method path`` (with ``?target=target`` only, when given) after
         ``seconds``."""
         self._hangs[(method, path, target)] = seconds
+
+    def answer_as_proxy(self, method: str, path: str, status: int) -> None:
+        """Do what every request ``method path`` asks, then answer as a proxy in front of the
+        API would when the API's answer did not reach it: ``status`` (502, 504), not JSON."""
+        self._proxied[(method, path)] = status
 
     def calls(self, method: str, path: str) -> list[tuple[str, str, dict[str, str], Any]]:
         return [r for r in self.requests if r[0] == method and r[1] == path]
@@ -267,9 +274,14 @@ class FakeIncus:
                 return _error(fault[2], fault[3])
         request[BODY] = body
         try:
-            return await handler(request)
+            response = await handler(request)
         except _ApiError as exc:
             return _error(exc.status, exc.message)
+        status = self._proxied.get((request.method, request.path))
+        if status is not None:
+            page = f"<html><body><h1>{status} proxy error</h1></body></html>"
+            return web.Response(status=status, text=page, content_type="text/html")
+        return response
 
     async def _server(self, request: web.Request) -> web.Response:
         return _sync(

@@ -20,7 +20,8 @@
   others need ``Sys.Modify`` on the node): the task ends with the error ``received interrupt``,
   and a stopped migration leaves the guest on its source;
 * answers withheld after the work is done (:meth:`DrsFakePve.withhold`): the request reaches the
-  server and takes effect, but its answer comes late, or the connection breaks instead.
+  server and takes effect, but its answer comes late, or the connection breaks instead; or a proxy
+  in front of the API answers an error instead (:meth:`DrsFakePve.answer_as_proxy`: 502, 504).
 
 :class:`FakeCluster` serves one on 127.0.0.1 (a port the system picks) over TLS with a
 certificate made by ``fakepve.certs.make_cert``, on its own event loop in a daemon thread.
@@ -33,7 +34,7 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from typing import Any
 
 from aiohttp import web
@@ -89,6 +90,10 @@ class DrsFakePve(FakePve):
         #: Answers withheld: (method, path suffix) -> seconds of delay, or None to break the
         #: connection instead of answering.
         self.withheld: dict[tuple[str, str], float | None] = {}
+        #: The paths of the requests whose answer is (or was) withheld, as they came.
+        self.held_back: list[str] = []
+        #: (method, path suffix) -> the status a proxy answers instead of the API's answer.
+        self.proxied: dict[tuple[str, str], int] = {}
         #: Set when the fake stops, to end withheld answers at once (made on the fake's loop).
         self._stopping: asyncio.Event | None = None
         #: Stop requests of running tasks: upid -> event.
@@ -103,6 +108,12 @@ class DrsFakePve(FakePve):
         after ``secs`` real seconds — or, with ``secs`` None, break the connection instead."""
         self.withheld[(method, suffix)] = secs
 
+    def answer_as_proxy(self, method: str, suffix: str, status: int) -> None:
+        """Do what requests ``method`` on a path ending with ``suffix`` ask, then answer as a
+        proxy in front of the API would when the API's answer did not reach it: ``status`` (502
+        Bad Gateway, 504 Gateway Timeout) with the proxy's own page."""
+        self.proxied[(method, suffix)] = status
+
     def _withheld(self, request: web.Request) -> tuple[bool, float | None]:
         for (method, suffix), secs in self.withheld.items():
             if request.method == method and request.path.endswith(suffix):
@@ -112,9 +123,14 @@ class DrsFakePve(FakePve):
     @web.middleware
     async def _middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
         response = await super()._middleware(request, handler)
+        for (method, suffix), status in self.proxied.items():
+            if request.method == method and request.path.endswith(suffix):
+                page = f"<html><body><h1>{status} proxy error</h1></body></html>"
+                return web.Response(status=status, text=page, content_type="text/html")
         withheld, secs = self._withheld(request)
         if not withheld:
             return response
+        self.held_back.append(request.path)
         if secs is None:
             assert request.transport is not None
             request.transport.close()
@@ -595,6 +611,27 @@ class DrsFakePve(FakePve):
             vm=ct,
             log=[f"starting migration of CT {ct.vmid} to node '{target}' (192.0.2.99)"],
         )
+
+
+def packed(pve: DrsFakePve, vmids: Sequence[int], *, memory_gib: int = 3) -> None:
+    """Three nodes of 8 cores and 32 GiB (pve1–pve3), a Ceph storage, and running VMs ``vmids``
+    of one core and ``memory_gib`` GiB, 30 % busy, all on pve1: any balancer spreads them."""
+    for name in ("pve1", "pve2", "pve3"):
+        pve.add_node(name, cpu=8, memory=32 * GiB, base_memory=1 * GiB)
+    pve.add_ceph_storage("ceph")
+    for vmid in vmids:
+        vm = pve.add_vm(
+            vmid,
+            f"vm{vmid}",
+            node="pve1",
+            status="running",
+            config={
+                "cores": 1,
+                "memory": memory_gib * 1024,
+                "scsi0": f"ceph:vm-{vmid}-disk-0,size=8G",
+            },
+        )
+        vm.stats.update(cpu=0.3, mem=memory_gib * GiB)
 
 
 class FakeCluster:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sqlite3
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -20,21 +20,9 @@ CROWDED_VMS = tuple(f"vm{i}" for i in range(1, 7))
 
 def crowded_cluster(fake: FakeIncus) -> FakeIncus:
     """Three empty members (16 threads, 64 GiB); six stateful VMs of 8 GiB (7 GiB in use) on
-    a shared pool crowd m1."""
+    a shared pool crowd m1 (:func:`packed`); a move takes 0.1 s."""
     fake.migration_seconds = 0.1
-    for name in ("m1", "m2", "m3"):
-        fake.add_member(name, threads=16, memory=64 * GiB, load1=0.0, used_memory=GiB)
-    for name in CROWDED_VMS:
-        fake.add_instance(
-            name,
-            "m1",
-            config={"limits.cpu": "2", "limits.memory": "8GiB", "migration.stateful": "true"},
-            devices={"root": {"type": "disk", "pool": "ceph", "path": "/"}},
-            memory_usage=7 * GiB,
-            cpu_rate=0.0,
-        )
-    fake.members["m1"].used_memory = GiB + len(CROWDED_VMS) * 7 * GiB
-    return fake
+    return packed(fake, CROWDED_VMS)
 
 
 def serve_crowded(tmp_path: Path) -> Iterator[Served]:
@@ -88,6 +76,24 @@ def small_cluster(fake: FakeIncus) -> FakeIncus:
     fake.add_instance("c1", "m1", type="container", config={"limits.memory": "512MB"})
     fake.add_instance("c2", "m2", type="container", status="Stopped")
     fake.add_instance("w1", "m2", project="web", config={"limits.cpu": "2"})
+    return fake
+
+
+def packed(fake: FakeIncus, names: Sequence[str]) -> FakeIncus:
+    """Three idle members of 16 threads and 64 GiB (m1 the leader) and running VMs ``names`` of
+    2 CPUs and 8 GiB (7 GiB used) that may move live, all on m1: any balancer spreads them."""
+    for member in ("m1", "m2", "m3"):
+        fake.add_member(member, threads=16, memory=64 * GiB, load1=0.0, used_memory=GiB)
+    for name in names:
+        fake.add_instance(
+            name,
+            "m1",
+            config={"limits.cpu": "2", "limits.memory": "8GiB", "migration.stateful": "true"},
+            devices={"root": {"type": "disk", "pool": "ceph", "path": "/"}},
+            memory_usage=7 * GiB,
+            cpu_rate=0.0,
+        )
+    fake.members["m1"].used_memory = GiB + len(names) * 7 * GiB
     return fake
 
 

@@ -18,7 +18,9 @@ from bench.faults import (
     run_seed,
 )
 
+from opendrs.backends.base import Handle, StartGate
 from opendrs.backends.scenario import Fault, MigrationModel, Scenario, builtin_scenario
+from opendrs.backends.sim import Simulator
 from opendrs.controller.executor import Executor
 from opendrs.controller.history import History, Outcome
 from opendrs.controller.loop import Controller, Cycle
@@ -193,6 +195,7 @@ def calm(scenario: Scenario, **changes: object) -> Mix:
         "restarts": (),
         "crash_probability": 0.0,
         "reloads": (),
+        "signal_probability": 0.0,
         "anti_affinity": (),
         "pins": (),
         "policy": policy,
@@ -270,6 +273,42 @@ def test_a_history_that_lies_is_caught() -> None:
 
     scenario = tiny(failure_rate=1.0)
     run = Run(calm(scenario), base=scenario, history=Rosy(":memory:"))
+    assert invariants_broken(run) == {"history"}
+
+
+def test_reloads_and_stops_before_requests_keep_every_promise() -> None:
+    base = builtin_scenario("demo")
+    mix = replace(make_mix(27, base.cluster, days=0.1), signal_probability=0.3)
+    result = Run(mix, base=base).execute()
+    assert result.violation_count == 0, [str(v) for v in result.violations]
+    assert result.faults["reloads before a request"] > 0
+    assert result.faults["stops before a request"] > 0
+    assert result.facts["migrations done"] > 0
+
+
+def test_a_request_sent_after_a_reload_or_a_stop_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A backend that reads, then sends its request without asking the gate again.
+    start = Simulator.start_migration
+
+    def ungated(self: Simulator, move: Move, gate: StartGate | None = None) -> Handle:
+        return start(self, move)
+
+    monkeypatch.setattr(Simulator, "start_migration", ungated)
+    run = Run(calm(tiny(), signal_probability=1.0), base=tiny())
+    assert invariants_broken(run) == {"active mode"}
+
+
+def test_a_start_given_up_before_its_request_that_leaves_a_row_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # An executor that records a start it gave up on as a failed migration.
+    def recorded(self: History, migration_id: int) -> None:
+        self.migration_finished(migration_id, at=0.0, outcome="failed", error="given up")
+
+    monkeypatch.setattr(History, "migration_withdrawn", recorded)
+    run = Run(calm(tiny(), signal_probability=1.0), base=tiny())
     assert invariants_broken(run) == {"history"}
 
 

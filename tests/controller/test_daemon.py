@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import sqlite3
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +17,7 @@ pytest.importorskip(
 )
 pytest.importorskip("cryptography", reason="fakepve's certificates need cryptography")
 
-from backends.fakepve_fixture import FakeCluster, GiB
+from backends.fakepve_fixture import FakeCluster, packed
 from daemon import Daemon, write_proxmox_config
 
 SECRET = "9f1c2e7a-5b3d-4c1e-8a6f-0d2b4e6f8a1c"
@@ -32,19 +31,7 @@ def fake(tmp_path: Path) -> Iterator[FakeCluster]:
     pve = cluster.pve
     pve.apitokens[TOKEN_ID] = SECRET
     pve.migrate_secs = 200  # two seconds of real time
-    for name in ("pve1", "pve2", "pve3"):
-        pve.add_node(name, cpu=8, memory=32 * GiB, base_memory=1 * GiB)
-    pve.add_ceph_storage("ceph")
-    for i in range(8):
-        vm = pve.add_vm(
-            100 + i,
-            f"vm{i}",
-            node="pve1",
-            status="running",
-            config={"cores": 1, "memory": 3072, "scsi0": f"ceph:vm-{100 + i}-disk-0,size=8G"},
-        )
-        vm.started_at = time.time() - 86400
-        vm.stats.update(cpu=0.3, mem=3 * GiB)
+    packed(pve, range(100, 108))
     try:
         yield cluster
     finally:

@@ -28,7 +28,7 @@ pytest.importorskip(
 )
 pytest.importorskip("cryptography", reason="fakepve's certificates need cryptography")
 
-from backends.fakepve_fixture import DEFAULT_UPTIME, FakeCluster, GiB
+from backends.fakepve_fixture import DEFAULT_UPTIME, FakeCluster, GiB, packed
 from daemon import Daemon, write_proxmox_config
 from daemon import opendrs as run_opendrs
 from opendrs.model import snapshot
@@ -55,19 +55,8 @@ def fake(tmp_path: Path) -> Iterator[FakeCluster]:
     pve = cluster.pve
     pve.apitokens[TOKEN_ID] = SECRET
     pve.migrate_secs = 100  # a second of real time
-    for name in NODES:
-        pve.add_node(name, cpu=8, memory=32 * GiB, base_memory=1 * GiB)
+    packed(pve, VMS)
     pve.capacity["pve3"]["ksm_shared"] = 2 * GiB
-    pve.add_ceph_storage("ceph")
-    for vmid in VMS:
-        vm = pve.add_vm(
-            vmid,
-            f"vm{vmid}",
-            node="pve1",
-            status="running",
-            config={"cores": 1, "memory": 3072, "scsi0": f"ceph:vm-{vmid}-disk-0,size=8G"},
-        )
-        vm.stats.update(cpu=0.3, mem=3 * GiB)
     try:
         yield cluster
     finally:

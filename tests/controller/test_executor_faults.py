@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from fakes import FakeBackend, FakeClock, cluster, guest, node, run_executor, setup_executor
-from opendrs.backends.base import Handle
+from opendrs.backends.base import Handle, StartGate
 from opendrs.controller.executor import PENDING, Executor, ExecutorConfig
 from opendrs.controller.history import History
 from opendrs.engine.planner import plan_moves
@@ -160,9 +160,9 @@ def test_the_intent_is_recorded_before_the_request() -> None:
     seen: list[list[str | None]] = []
 
     class Watching(FakeBackend):
-        def start_migration(self, move: Move) -> Handle:
+        def start_migration(self, move: Move, gate: StartGate | None = None) -> Handle:
             seen.append([r.handle for r in history.in_flight()])
-            return super().start_migration(move)
+            return super().start_migration(move, gate)
 
     fake = Watching(c, clock)
     executor = Executor(fake, clock, history, ExecutorConfig(poll_interval=5))
@@ -176,16 +176,65 @@ def test_the_intent_is_recorded_before_the_request() -> None:
 def test_nothing_starts_outside_active_mode_or_while_held() -> None:
     c = _spread_out()
     fake, _clock, _history, executor = _setup(c)
-    held = True
+    held: str | None = "a reload is pending"
     executor.hold = lambda: held
     executor.submit(plan_moves(c, {"1": "b", "2": "c"}), None)
     executor.tick()
     assert fake.starts == [] and executor.busy  # held: waits
-    held = False
+    held = None
     executor.active = False
     executor.tick()
     assert fake.starts == [] and not executor.busy  # not active: the queue is dropped
     assert {e.move.guest for e in executor.events if e.kind == "skipped" and e.move} == {"1", "2"}
+
+
+def test_a_start_held_back_during_its_reads_sends_nothing_records_nothing_and_waits() -> None:
+    # A reload comes while the backend reads what the start needs: the gate closes before the
+    # request, no row is left, the move stays queued and starts once the reload is done.
+    c = _spread_out()
+    fake, clock, history, executor = _setup(c)
+    held: str | None = None
+
+    def reload_comes(move: Move) -> None:
+        nonlocal held
+        held = "the configuration is being reloaded"
+
+    fake.during_reads = reload_comes
+    executor.hold = lambda: held
+    executor.submit(plan_moves(c, {"1": "b"}), None)
+    executor.tick()
+    assert fake.starts == [] and history.migrations() == [] and executor.busy
+    assert history.avoided(clock.now()) == {}
+    executor.tick()
+    assert fake.starts == []  # still held: nothing is tried
+    fake.during_reads = None
+    held = None
+    executor.tick()
+    assert fake.starts == [Move("1", "a", "b")]
+    _run(executor, clock)
+    assert [(r.guest, r.outcome) for r in history.migrations()] == [("1", "done")]
+
+
+def test_leaving_active_mode_during_a_starts_reads_drops_the_queue_with_no_row() -> None:
+    c = replace(_spread_out(), settings=replace(_spread_out().settings, max_parallel=2))
+    fake, clock, history, executor = _setup(c)
+    reads: list[str] = []
+
+    def shadow_now(move: Move) -> None:
+        reads.append(move.guest)
+        if len(reads) == 2:  # during the second start of the tick
+            executor.active = False
+
+    fake.during_reads = shadow_now
+    executor.submit(plan_moves(c, {"1": "b", "2": "c"}), None)
+    executor.tick()
+    assert [m.guest for m in fake.starts] == ["1"] and reads == ["1", "2"]
+    executor.tick()
+    assert not executor.queued
+    assert [e.move.guest for e in executor.events if e.kind == "skipped" and e.move] == ["2"]
+    _run(executor, clock)
+    assert [(r.guest, r.outcome) for r in history.migrations()] == [("1", "done")]
+    assert history.avoided(clock.now()) == {}
 
 
 @pytest.mark.parametrize("seen_offline", [True, False])

@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fakes import GIB, FakeBackend, FakeClock
-from opendrs.backends.base import Handle
+from opendrs.backends.base import Handle, StartGate
 from opendrs.controller.config import BackendConfig, Config
 from opendrs.controller.executor import ExecutorConfig
 from opendrs.controller.history import History
@@ -51,11 +51,11 @@ class Platform(FakeBackend):
     anti: tuple[frozenset[str], ...] = ()
     refused_starts: list[Move] = field(default_factory=list)
 
-    def start_migration(self, move: Move) -> Handle:
+    def start_migration(self, move: Move, gate: StartGate | None = None) -> Handle:
         if self.controller is None or not self.controller.config.active:
             raise Broken(f"a migration of {move.guest} started outside active mode")
         try:
-            return super().start_migration(move)
+            return super().start_migration(move, gate)
         except Broken:
             raise
         except Exception:

@@ -753,3 +753,21 @@ def test_outcomes_are_told_in_the_order_recorded_and_older_files_are_numbered_by
         ]
     assert by_id == {1: 1, second: 3, third: 2}
     assert told == [(1, "done"), (third, "done"), (second, "failed")]
+
+
+def test_an_intent_whose_request_was_not_sent_is_withdrawn_and_tells_no_listener() -> None:
+    heard: list[object] = []
+    with History(":memory:") as h:
+        h.listen(heard.append)
+        move = Move("101", "a", "b")
+        intent = h.migration_started(decision=None, move=move, handle="(pending)", at=1.0)
+        h.migration_withdrawn(intent)
+        assert h.migrations() == [] and h.in_flight() == [] and heard == []
+        # The guest may be started again at once; a migration that ended cannot be withdrawn.
+        again = h.migration_started(decision=None, move=move, handle="(pending)", at=2.0)
+        h.migration_finished(again, at=3.0, outcome="failed", error="refused")
+        with pytest.raises(HistoryError, match=f"no migration {again} in flight"):
+            h.migration_withdrawn(again)
+        with pytest.raises(HistoryError, match="must be an integer"):
+            h.migration_withdrawn("1")  # type: ignore[arg-type]
+        assert [r.outcome for r in h.migrations()] == ["failed"]

@@ -5,7 +5,8 @@ this protocol, the way pve-ha-manager runs one manager against real and simulate
 
 * :meth:`Backend.observe` returns the cluster as it is now (guests in flight carry
   ``migrating_to``, so the engine counts them on both nodes);
-* :meth:`Backend.start_migration` starts one live migration and returns a :class:`Handle` at once;
+* :meth:`Backend.start_migration` starts one live migration and returns a :class:`Handle` at once,
+  sending its request only while the caller's :class:`StartGate` still lets it;
 * :meth:`Backend.poll` tells whether it is still running, done, or failed and why;
 * :meth:`Backend.cancel` asks the platform to stop a migration that is given up on;
 * :meth:`Backend.set_maintenance` puts a node into maintenance or takes it out, where the platform
@@ -25,24 +26,35 @@ method, so the executor can record it and work around it.
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Literal, Protocol, runtime_checkable
+from typing import Final, Literal, Protocol, runtime_checkable
 
 from opendrs.model.cluster import Cluster, Move
 
 __all__ = [
+    "GATEWAY_STATUS",
     "Abandoned",
     "Backend",
     "BackendError",
     "Clock",
     "Handle",
     "HttpError",
+    "Interrupts",
+    "NotStarted",
     "PlatformMaintenance",
     "Progress",
+    "StartGate",
     "SystemClock",
     "after_tries",
 ]
+
+#: HTTP statuses a proxy in front of an API answers when the API behind it gave no usable answer
+#: (502 Bad Gateway) or none in time (504 Gateway Timeout): a request that changes the cluster may
+#: have reached the API and taken effect all the same, so its outcome is uncertain.
+GATEWAY_STATUS: Final = frozenset({502, 504})
 
 ProgressState = Literal["running", "done", "failed"]
 
@@ -71,10 +83,16 @@ class BackendError(Exception):
 
 
 class HttpError(BackendError):
-    """An error answer of a platform's HTTP API: its status and message."""
+    """An error answer of a platform's HTTP API: its status and message.
 
-    def __init__(self, reason: str, status: int, message: str, *, transient: bool) -> None:
-        super().__init__(reason, transient=transient)
+    ``uncertain`` as for :class:`BackendError`: a proxy's 502 or 504 (:data:`GATEWAY_STATUS`) to
+    a request that changes the cluster.
+    """
+
+    def __init__(
+        self, reason: str, status: int, message: str, *, transient: bool, uncertain: bool = False
+    ) -> None:
+        super().__init__(reason, transient=transient, uncertain=uncertain)
         self.status = status
         self.message = message
 
@@ -91,7 +109,69 @@ def after_tries(last: BackendError, retries: int) -> BackendError:
 
 
 class Abandoned(BackendError):
-    """A call given up on: opendrs is stopping, or the observation it served failed."""
+    """A call given up on: opendrs is stopping, the observation it served failed, or the start it
+    served may no longer send its request (:class:`StartGate`). Unless ``uncertain``, nothing it
+    was to change was sent."""
+
+
+class NotStarted(Abandoned):
+    """A migration given up on before its request was sent: starts are no longer allowed (the
+    daemon is leaving active mode, a reload or a stop request came). The platform was not asked."""
+
+
+class StartGate:
+    """Whether a migration may still be started: the one check every backend makes right before
+    the request that moves a guest.
+
+    ``why_not()`` says why no migration may start now (the controller is not in active mode, a
+    reload or a stop request is pending), or ``None``. :meth:`Backend.start_migration` reads what
+    it needs first (a guest's status, its config, the platform's own precheck), then calls
+    :meth:`enter` and sends the request that moves the guest, with nothing in between; the calls
+    it makes before that end early once :meth:`closed` gives a reason (:class:`Interrupts`), as any
+    call does when opendrs is stopping. Once entered, only a stop request ends the request under
+    way (its outcome is then uncertain).
+    """
+
+    def __init__(self, why_not: Callable[[], str | None] = lambda: None) -> None:
+        self._why_not = why_not
+        #: Whether :meth:`enter` let the request go.
+        self.entered = False
+
+    def closed(self) -> str | None:
+        """Why the start must be given up now; ``None`` while it may go on, and once its request
+        is on its way."""
+        return None if self.entered else self._why_not()
+
+    def enter(self, what: str) -> None:
+        """Right before the request that moves the guest (``what`` names it): raises
+        :class:`NotStarted` when starts are no longer allowed, else lets the request go."""
+        reason = self.closed()
+        if reason is not None:
+            raise NotStarted(f"{what}: not sent: {reason}")
+        self.entered = True
+
+
+class Interrupts:
+    """When the calls of a backend's API client must end early: opendrs is stopping
+    (``should_stop()``), or the start under way (:meth:`starting`) may no longer send its
+    request. A backend gives it to its client as the client's ``should_stop``."""
+
+    def __init__(self, should_stop: Callable[[], bool]) -> None:
+        self._should_stop = should_stop
+        self._gate: StartGate | None = None
+
+    def __call__(self) -> bool:
+        gate = self._gate
+        return self._should_stop() or (gate is not None and gate.closed() is not None)
+
+    @contextlib.contextmanager
+    def starting(self, gate: StartGate) -> Iterator[StartGate]:
+        """While a start runs: its calls before its request also end when ``gate`` closes."""
+        self._gate = gate
+        try:
+            yield gate
+        finally:
+            self._gate = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,10 +253,14 @@ class Backend(Protocol):
         """
         ...
 
-    def start_migration(self, move: Move) -> Handle:
+    def start_migration(self, move: Move, gate: StartGate | None = None) -> Handle:
         """Start migrating ``move.guest`` from ``move.source`` to ``move.target``.
 
-        Returns as soon as the platform accepted it. Raises :class:`BackendError` when it refuses.
+        Right before the request that moves the guest, ``gate.enter()`` is called (see
+        :class:`StartGate`); the calls before it end early once the gate closes. Returns as soon
+        as the platform accepted the request. Raises :class:`BackendError` when it refuses, and
+        :class:`Abandoned` (not ``uncertain``) when the request was not sent (the gate closed,
+        opendrs is stopping).
         """
         ...
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 
-from opendrs.backends.base import BackendError, Handle, Progress
+from opendrs.backends.base import BackendError, Handle, Progress, StartGate
 from opendrs.model.cluster import Cluster, Move, Settings
 from opendrs.model.snapshot import SnapshotError, load
 
@@ -34,7 +34,8 @@ class FileBackend:
             cluster = replace(cluster, settings=self.settings)
         return cluster
 
-    def start_migration(self, move: Move) -> Handle:
+    def start_migration(self, move: Move, gate: StartGate | None = None) -> Handle:
+        # Read-only: no request is ever sent, whatever the gate says.
         raise BackendError(
             f"cannot migrate {move.guest}: the file backend is read-only", transient=False
         )

@@ -56,7 +56,7 @@ from opendrs.engine.usage import loaded_nodes, net_capacity, safe_divide, tolera
 from opendrs.model.cluster import Cluster, Guest, Move, Node, updater
 from opendrs.model.units import format_duration
 
-from .base import DONE, RUNNING, BackendError, Handle, Progress, failed
+from .base import DONE, RUNNING, BackendError, Handle, Progress, StartGate, failed
 from .scenario import Fault, Scenario, builtin_scenario, load_scenario
 from .workload import UsageGenerator
 
@@ -515,10 +515,13 @@ class Simulator:
         self._observed = (key, cluster)
         return cluster
 
-    def start_migration(self, move: Move) -> Handle:
+    def start_migration(self, move: Move, gate: StartGate | None = None) -> Handle:
         """Start a migration — live, or on ``platform: incus`` a running container's restart
         move; :class:`BackendError` when the cluster refuses it (also a move to a node of
-        another architecture)."""
+        another architecture). The call is the request: ``gate`` is asked first
+        (:class:`~opendrs.backends.base.NotStarted` when it is closed, and nothing happens)."""
+        if gate is not None:
+            gate.enter(f"start_migration of {move.guest} to {move.target}")
         self._api("start_migration")
         j = self._guest_index.get(move.guest)
         if j is None:

@@ -136,6 +136,14 @@ class _Signals:
     def _on_hup(self, signum: int, frame: FrameType | None) -> None:
         self.reload = True
 
+    def holding(self) -> str | None:
+        """Why no migration may start now: a stop or a reload was asked for and not yet done."""
+        if self.stop:
+            return "opendrs is stopping"
+        if self.reload:
+            return "the configuration is being reloaded"
+        return None
+
     def take_reload(self) -> Config | None:
         if not self.reload:
             return None
@@ -211,8 +219,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             clock,
             history,
             force_shadow=args.shadow,
-            # Between a signal and its handling nothing starts: the file may say shadow now.
-            hold_starts=lambda: signals.stop or signals.reload,
+            # Between a signal and its handling nothing starts (the file may say shadow now), not
+            # even a start whose request is about to be sent: its reads are given up on.
+            hold_starts=signals.holding,
             on_event=each(metrics.event, dashboard and dashboard.event),
             on_cycle=each(metrics.cycle, dashboard and dashboard.cycle),
         )

@@ -37,8 +37,16 @@ The history tells what happened to the cluster, not what the executor hoped:
 No plan can hold the executor forever: a move whose guest may no longer move is dropped with its
 reason, a re-plan never brings back a move the preconditions refused, and a queue that starts
 nothing for ``stall_timeout`` while nothing of it is in flight is abandoned, so that the policy
-decides afresh. Nothing starts unless :attr:`Executor.active` (the controller's mode) is true and
-:attr:`Executor.hold` (a reload or stop request pending) is false. A backend whose ``standby()``
+decides afresh.
+
+Nothing starts unless :attr:`Executor.active` (the controller's mode) is true and
+:attr:`Executor.hold` (a reload or stop request pending) gives no reason: checked before each
+start, and again by the backend right before the request that moves the guest, through the
+:class:`~opendrs.backends.base.StartGate` every start carries — a reload or a stop that comes
+while the backend reads what the start needs (a guest's status, its config, the platform's
+precheck) ends those reads and the request is not sent. Such a start leaves no migration row (it
+never happened): its move stays queued, and the next tick starts it or drops it as the reloaded
+configuration says. A backend whose ``standby()``
 gives a reason (Incus with ``leader_only``: this member no longer leads the cluster) has the queue
 dropped at the next tick, its moves skipped with that reason — the new leader's instance decides
 now, and two instances must not migrate at once; migrations in flight are followed to their end.
@@ -54,7 +62,7 @@ from typing import Final, Literal
 
 import numpy as np
 
-from opendrs.backends.base import Backend, BackendError, Clock, Handle
+from opendrs.backends.base import Abandoned, Backend, BackendError, Clock, Handle, StartGate
 from opendrs.controller.history import History
 from opendrs.engine.constraints import Rejection, movability
 from opendrs.engine.placement import PlacementState
@@ -66,6 +74,9 @@ from opendrs.model.units import format_duration
 log = logging.getLogger(__name__)
 
 EventKind = Literal["started", "done", "failed", "skipped", "replanned", "lost", "watching"]
+#: What became of one start: the request went (or may have: followed), the platform refused it,
+#: or it was held back before its request (starts are no longer allowed; its move stays queued).
+StartOutcome = Literal["started", "refused", "held"]
 
 #: Handle of a migration recorded before its request was answered (or whose answer was lost).
 PENDING: Final = "(pending)"
@@ -171,8 +182,9 @@ class Executor:
         self._on_event = on_event
         #: Whether migrations may start at all (the controller's mode is ``active``).
         self.active = True
-        #: Asked before every start: while true nothing starts (a reload or a stop is pending).
-        self.hold: Callable[[], bool] = lambda: False
+        #: Asked before every start and right before its request: while it gives a reason (a
+        #: reload or a stop is pending) nothing starts.
+        self.hold: Callable[[], str | None] = lambda: None
         self._queue: list[_Queued] = []
         self._running: dict[str, _Running] = {}  # guest id → migration in flight
         #: Steps of the unfinished moves out of each node: the ordering rule.
@@ -323,7 +335,7 @@ class Executor:
         standby = self._standby()
         if standby is not None:
             self.halt(standby)
-        if not self._queue or self.hold():
+        if not self._queue or self.hold() is not None:
             return self.events[start:]
         if self._stalled():
             self.halt(
@@ -507,8 +519,15 @@ class Executor:
         inflow = self.config.max_node_inflow or settings.max_node_inflow
         return parallel, inflow
 
+    def held(self) -> str | None:
+        """Why no migration may start now (the controller is not in active mode, a reload or a
+        stop is pending), or ``None``: the gate of every start."""
+        if not self.active:
+            return "the controller is not in active mode"
+        return self.hold()
+
     def _may_start(self) -> bool:
-        return self.active and not self.hold()
+        return self.held() is None
 
     def _start_ready(self, cluster: Cluster) -> None:
         parallel, inflow_limit = self._limits(cluster)
@@ -548,16 +567,22 @@ class Executor:
                 self._refused.update((m.guest, m.target) for m in moves)
                 self._replan(cluster, verdict.text)
                 return
-            ok = True
+            outcome: StartOutcome = "started"
+            begun: list[int] = []
             for i in group:
                 queued = self._queue[i]
-                if not self._start(queued):
-                    ok = False
+                outcome = self._start(queued)
+                if outcome != "started":
                     break
+                begun.append(i)
                 started.append(queued.move)
-            for i in sorted(group, reverse=True):
+            # A start held back before its request stays queued (with the rest of its bundle).
+            for i in sorted(begun if outcome == "held" else group, reverse=True):
                 self._queue.pop(i)
-            if not ok:
+            if outcome == "held":
+                self._index_steps()
+                return
+            if outcome == "refused":
                 self._index_steps()
                 self._replan(self._observe_or(cluster), "a migration was refused")
                 return
@@ -664,14 +689,14 @@ class Executor:
             return _WAIT
         return Precondition("refused", f"{moves[0].guest} → {target.name}: {refusal}")
 
-    def _start(self, queued: _Queued) -> bool:
-        """Start one migration: the intent is recorded first, then the request is sent."""
+    def _start(self, queued: _Queued) -> StartOutcome:
+        """Start one migration: the intent is recorded first, then the backend reads what it
+        needs and sends the request if the gate (:meth:`held`) still lets it."""
         move = queued.move
         plain = Move(move.guest, move.source, move.target)
-        if not self.active:
-            # The second guard: whatever the caller did, nothing starts outside active mode.
-            self._emit("skipped", plain, "the controller is not in active mode")
-            return False
+        if self.held() is not None:
+            # The second guard: whatever the caller did, nothing starts while starts are held.
+            return "held"
         now = self.clock.now()
         record = self.history.migration_started(
             decision=queued.decision, move=plain, handle=PENDING, at=now, parking=move.parking
@@ -679,24 +704,33 @@ class Executor:
         running = _Running(record, Handle(PENDING, plain, now), move.step, move.parking)
         self._progress = now
         try:
-            handle = self.backend.start_migration(plain)
+            handle = self.backend.start_migration(plain, StartGate(self.held))
         except BackendError as exc:
             if exc.uncertain:
                 # The request may have reached the platform: where the guest goes tells.
                 self._running[move.guest] = running
                 self._watch(running, f"no answer to the request: {exc.reason}", now)
-                return True
+                return "started"
+            if isinstance(exc, Abandoned):
+                # Given up on before its request was sent (a reload or a stop came meanwhile):
+                # nothing happened on the platform, so nothing is recorded or avoided.
+                self.history.migration_withdrawn(record)
+                why = self.held() or exc.reason
+                log.warning(
+                    "not started: %s %s → %s: %s", plain.guest, plain.source, plain.target, why
+                )
+                return "held"
             self.history.avoid(
                 move.guest, move.target, now + self.config.avoid_after_failure, f"refused: {exc}"
             )
             self.history.migration_finished(record, at=now, outcome="failed", error=exc.reason)
             self._emit("failed", plain, f"refused: {exc.reason}")
-            return False
+            return "refused"
         self.history.migration_handle(record, handle.id, started=handle.started)
         self._running[move.guest] = replace(running, handle=handle)
         detail = "parking, to break a cycle" if move.parking else f"step {move.step}"
         self._emit("started", plain, detail)
-        return True
+        return "started"
 
     # -- re-planning ---------------------------------------------------------------------------
 

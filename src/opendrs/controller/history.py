@@ -38,7 +38,8 @@ The version is kept in ``PRAGMA user_version``; ``PRAGMA application_id`` is ``0
     parking node, part of a longer chain); ``handle`` (TEXT, the backend's own id for the task, e.g.
     a Proxmox UPID — with guest, source and target it is enough to poll the task again after a
     restart; ``(pending)`` from the moment the intent is recorded until the platform answers the
-    request, and for good when the answer was lost); ``started`` (REAL); ``ended`` (REAL or
+    request, and for good when the answer was lost — an intent whose request was then not sent,
+    because starts were no longer allowed, is removed); ``started`` (REAL); ``ended`` (REAL or
     NULL); ``outcome`` (NULL while in flight, then ``done``, ``failed``, or ``lost``: the guest
     disappeared or ended on another node than either end of the migration);
     ``error`` (TEXT or NULL, one line, for ``failed`` and ``lost``); ``ended_order`` (INTEGER or
@@ -785,6 +786,20 @@ class History:
         record = _migration(row)
         self._tell(record)
         return record
+
+    def migration_withdrawn(self, migration_id: int) -> None:
+        """Remove the intent of a migration whose request was never sent (recorded before it, then
+        given up on because starts were no longer allowed): it never happened, so it leaves no
+        row. Only a migration still in flight can be withdrawn; listeners hear nothing of it
+        (they are told of a migration once its handle or outcome is recorded)."""
+        if isinstance(migration_id, bool) or not isinstance(migration_id, int):
+            raise HistoryError(f"migration id must be an integer, got {migration_id!r}")
+        with self._write("withdraw a migration") as db:
+            removed = db.execute(
+                "DELETE FROM migrations WHERE id = ? AND outcome IS NULL", (migration_id,)
+            ).rowcount
+            if not removed:
+                raise HistoryError(f"no migration {migration_id} in flight")
 
     def in_flight(self) -> list[MigrationRecord]:
         """Migrations started and not yet finished, oldest first."""

@@ -262,7 +262,7 @@ class Controller:
         on_event: Callable[[Event], None] | None = None,
         on_cycle: Callable[[Cycle], None] | None = None,
         force_shadow: bool = False,
-        hold_starts: Callable[[], bool] | None = None,
+        hold_starts: Callable[[], str | None] | None = None,
     ) -> None:
         #: ``opendrs run --shadow``: shadow whatever the file says, through every reload.
         self.force_shadow = force_shadow

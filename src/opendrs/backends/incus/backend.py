@@ -20,7 +20,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from opendrs.backends.base import BackendError, Handle, Progress
+from opendrs.backends.base import BackendError, Handle, Interrupts, Progress, StartGate
 from opendrs.backends.incus.client import Client
 from opendrs.backends.incus.config import IncusConfig
 from opendrs.backends.incus.migration import Migrator
@@ -54,7 +54,10 @@ class IncusBackend:
                 "TLS verification of the Incus API is off (verify: false): anyone on the network "
                 "path can pose as the server; set server_cert instead"
             )
-        self._client = Client(config, lambda: self.should_stop())
+        # A call ends early when opendrs is stopping, or before a move whose start may no longer
+        # go on (a reload).
+        self._interrupts = Interrupts(lambda: self.should_stop())
+        self._client = Client(config, self._interrupts)
         self._observer = Observer(self._client, config, settings, cluster_name)
         self._migrator = Migrator(self._client, config, settings, self._observer)
 
@@ -68,8 +71,11 @@ class IncusBackend:
     def observe(self) -> Cluster:
         return self._observer.observe()
 
-    def start_migration(self, move: Move) -> Handle:
-        return self._guarded(f"cannot move {move.guest}", lambda: self._migrator.start(move))
+    def start_migration(self, move: Move, gate: StartGate | None = None) -> Handle:
+        with self._interrupts.starting(gate or StartGate()) as started:
+            return self._guarded(
+                f"cannot move {move.guest}", lambda: self._migrator.start(move, started)
+            )
 
     def poll(self, handle: Handle) -> Progress:
         return self._guarded(f"cannot follow {handle.id}", lambda: self._migrator.poll(handle))

@@ -18,9 +18,9 @@ address in turn, ``retries`` more times with exponential backoff (``backoff`` do
 at most 30 s), so one read takes at most ``(retries + 1) × addresses × timeout`` plus the
 backoffs. A request that changes the cluster (``POST``, ``PUT``, ``PATCH``, ``DELETE``) is sent
 again only when it surely did not reach the server (the connection was never made); otherwise
-its error says ``uncertain``. While a call waits (for its answer, or between tries),
-``should_stop()`` is asked every 0.2 s: once true the call is given up on at once and no new one
-is sent.
+(a proxy's 502 or 504 too) its error says ``uncertain``. While a call waits (for its answer, or
+between tries), ``should_stop()`` is asked every 0.2 s: once true the call is given up on at once
+and no new one is sent.
 """
 
 from __future__ import annotations
@@ -35,7 +35,13 @@ from typing import Any, Final
 import httpcore
 import httpx
 
-from opendrs.backends.base import Abandoned, BackendError, HttpError, after_tries
+from opendrs.backends.base import (
+    GATEWAY_STATUS,
+    Abandoned,
+    BackendError,
+    HttpError,
+    after_tries,
+)
 from opendrs.backends.incus.config import IncusConfig
 from opendrs.backends.incus.values import clip
 from opendrs.backends.tries import Expired, Tries, handle_of, pause, track
@@ -225,7 +231,7 @@ class Client:
         if envelope.get("type") == "error" or response.status_code >= 400:
             status = int(envelope.get("error_code") or response.status_code)
             message = clip(str(envelope.get("error") or "no reason given"), 240)
-            error = _api_error(what, where, status, message)
+            error = _api_error(what, where, status, message, changes=changes)
             if changes or status not in _RETRY_STATUS or not error.transient:
                 raise error
             log.debug("%s", error)
@@ -363,7 +369,9 @@ def tls_context(config: IncusConfig) -> ssl.SSLContext:
     return context
 
 
-def _api_error(what: str, where: str, status: int, message: str) -> HttpError:
+def _api_error(what: str, where: str, status: int, message: str, *, changes: bool) -> HttpError:
+    """The error of an answer; a proxy's 502 or 504 to a request that ``changes`` the cluster is
+    uncertain (the request may have reached the server behind it)."""
     if status == 403:
         return HttpError(
             f"{what} at {where}: permission denied: {message} (is the client certificate "
@@ -375,7 +383,11 @@ def _api_error(what: str, where: str, status: int, message: str) -> HttpError:
     lowered = message.lower()
     transient = status >= 500 and not any(p in lowered for p in _PERMANENT)
     return HttpError(
-        f"{what} at {where}: HTTP {status}: {message}", status, message, transient=transient
+        f"{what} at {where}: HTTP {status}: {message}",
+        status,
+        message,
+        transient=transient,
+        uncertain=changes and status in GATEWAY_STATUS,
     )
 
 

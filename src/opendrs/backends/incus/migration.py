@@ -11,6 +11,11 @@ evacuate and restore members.
   followed one after the other by :meth:`poll`); without it, it does not move. A move that fails
   after the stop starts it again where it is.
 
+The instance is read first (where it is, whether it runs, its config); the start's
+:class:`~opendrs.backends.base.StartGate` is asked right before the request that moves it (the
+move, or a restart move's stop); once the gate closes (a reload), the read is given up on as on a
+stop request.
+
 The handle's id is the operation's id (``restart:OP`` for a restart move, whose current
 operation changes as it goes). Incus forgets an operation a few seconds after it ended: a poll
 that finds it gone settles the migration by where the instance is. After a move, the instance's
@@ -26,7 +31,15 @@ import time
 from dataclasses import dataclass
 from typing import Any, Final
 
-from opendrs.backends.base import DONE, RUNNING, BackendError, Handle, Progress, failed
+from opendrs.backends.base import (
+    DONE,
+    RUNNING,
+    BackendError,
+    Handle,
+    Progress,
+    StartGate,
+    failed,
+)
 from opendrs.backends.incus.assemble import split_id
 from opendrs.backends.incus.client import Client, HttpError
 from opendrs.backends.incus.config import IncusConfig
@@ -70,7 +83,8 @@ class Migrator:
 
     # -- start ---------------------------------------------------------------------------------
 
-    def start(self, move: Move) -> Handle:
+    def start(self, move: Move, gate: StartGate) -> Handle:
+        """Start ``move`` once the instance is read and ``gate`` still lets it."""
         project, name = split_id(move.guest)
         label = f"instance {move.guest}"
         if move.source == move.target:
@@ -90,7 +104,8 @@ class Migrator:
             else None
         )
         if running and (not vm or refusal):
-            return self._start_restart(move, project, name, label, refusal)
+            return self._start_restart(move, project, name, label, refusal, gate)
+        gate.enter(f"POST /1.0/instances/{name}")
         operation = self._move(move, project, name, live=running)
         log.info(
             "moving %s from %s to %s (%s): operation %s",
@@ -134,7 +149,13 @@ class Migrator:
         return reply.operation
 
     def _start_restart(
-        self, move: Move, project: str, name: str, label: str, refusal: str | None
+        self,
+        move: Move,
+        project: str,
+        name: str,
+        label: str,
+        refusal: str | None,
+        gate: StartGate,
     ) -> Handle:
         if not self._settings.allow_restart_migration:
             what = f"a running VM that cannot move live ({refusal})" if refusal else None
@@ -143,6 +164,7 @@ class Migrator:
                 "migration, which settings.allow_restart_migration does not allow",
                 transient=False,
             )
+        gate.enter(f"PUT /1.0/instances/{name}/state")
         operation = self._power(project, name, "stop")
         handle_id = f"{_RESTART}{operation}"
         self._restarts[handle_id] = _Restart(move, project, name, "stop", operation)

@@ -7,7 +7,7 @@ import logging
 import os
 from collections.abc import Callable, Mapping
 
-from opendrs.backends.base import Handle, Progress
+from opendrs.backends.base import Handle, Interrupts, Progress, StartGate
 from opendrs.backends.proxmox.client import Client
 from opendrs.backends.proxmox.config import ProxmoxConfig
 from opendrs.backends.proxmox.migration import Migrator
@@ -43,7 +43,10 @@ class ProxmoxBackend:
                 "network path can read the credentials; set ca_file instead"
             )
         secret = load_secret(config, os.environ if environ is None else environ)
-        self._client = Client(config, secret, lambda: self.should_stop())
+        # A call ends early when opendrs is stopping, or before a migration request whose start
+        # may no longer go on (a reload).
+        self._interrupts = Interrupts(lambda: self.should_stop())
+        self._client = Client(config, secret, self._interrupts)
         self._observer = Observer(self._client, config, settings, cluster_name)
         self._migrator = Migrator(self._client, settings, self._observer)
 
@@ -53,8 +56,9 @@ class ProxmoxBackend:
     def observe(self) -> Cluster:
         return self._observer.observe()
 
-    def start_migration(self, move: Move) -> Handle:
-        return self._migrator.start(move)
+    def start_migration(self, move: Move, gate: StartGate | None = None) -> Handle:
+        with self._interrupts.starting(gate or StartGate()) as started:
+            return self._migrator.start(move, started)
 
     def poll(self, handle: Handle) -> Progress:
         return self._migrator.poll(handle)

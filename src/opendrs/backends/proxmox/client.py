@@ -10,7 +10,8 @@ or a passing server error, on each host in turn, ``retries`` more times with exp
 so one read takes at most ``(retries + 1) × len(hosts) × timeout`` plus the backoffs (47 s with
 the defaults and one host). A migration request is never sent twice unless the first surely did
 not reach the server; when it may have (no answer in time, the connection broke after sending, a
-stop request), the :class:`~opendrs.backends.base.BackendError` says ``uncertain``. While a call
+stop request, a proxy's 502 or 504), the :class:`~opendrs.backends.base.BackendError` says
+``uncertain``. While a call
 waits (for its answer, or between tries), ``should_stop()`` is asked every 0.2 s; once it is true
 the call is given up on and no new one is sent.
 
@@ -28,7 +29,13 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from typing import Any, Final, TypeVar
 
-from opendrs.backends.base import Abandoned, BackendError, HttpError, after_tries
+from opendrs.backends.base import (
+    GATEWAY_STATUS,
+    Abandoned,
+    BackendError,
+    HttpError,
+    after_tries,
+)
 from opendrs.backends.proxmox.config import ProxmoxConfig, host_text, parse_host
 from opendrs.backends.proxmox.transport import close_api, connect
 from opendrs.backends.proxmox.values import clip
@@ -199,7 +206,7 @@ class Client:
             self._note(error)
             return None, error
         except ResourceException as exc:
-            error = self._http_error(exc, what, where)
+            error = self._http_error(exc, what, where, changes=not repeatable)
             if not repeatable or exc.status_code not in _RETRY_STATUS or not error.transient:
                 raise error from None
             log.debug("%s", error)
@@ -266,10 +273,14 @@ class Client:
         log.debug("%s", error)
         return error
 
-    def _http_error(self, exc: Any, what: str, where: str) -> HttpError:
+    def _http_error(self, exc: Any, what: str, where: str, *, changes: bool) -> HttpError:
+        """The error of an answer ``exc``; a proxy's 502 or 504 to a request that ``changes`` the
+        cluster is uncertain (the request may have reached the API behind it)."""
         status = int(exc.status_code)
         message = str(exc.content or exc.status_message or "").strip()
         errors = exc.errors
+        if isinstance(errors, dict) and isinstance(errors.get("errors"), bytes):
+            errors = None  # an answer that is not JSON (a proxy's page): its status says it all
         if isinstance(errors, dict) and errors:
             detail = "; ".join(f"{k}: {str(v).strip()}" for k, v in sorted(errors.items()))
             message = f"{message} ({detail})" if message else detail
@@ -292,7 +303,11 @@ class Client:
             )
         transient = status >= 500 and not _permanent(message)
         return HttpError(
-            f"{what} on {where}: HTTP {status}: {message}", status, message, transient=transient
+            f"{what} on {where}: HTTP {status}: {message}",
+            status,
+            message,
+            transient=transient,
+            uncertain=changes and status in GATEWAY_STATUS,
         )
 
     def _network_error(self, exc: Exception, what: str, where: str) -> tuple[BackendError, bool]:

@@ -4,8 +4,11 @@ A VM moves by live migration (``online=1``, ``with-local-disks=1`` when it has l
 settings allow it); a container only by restart migration, and only when
 ``settings.allow_restart_migration``; HA-managed guests through the HA stack
 (``/cluster/ha/resources/{sid}/migrate``, ``relocate`` for containers), so the HA manager does not
-fight the move. The handle's id is the task's UPID (which names the node to poll it on); for a
-request to the HA stack it is ``ha:<sid>:<source>:<target>:<since>`` until :meth:`Migrator.poll`
+fight the move. The reads before the request (the guest's status and config, Proxmox's own
+precheck) end early once the start's :class:`~opendrs.backends.base.StartGate` closes (a reload),
+and the gate is asked once more right before the request. The handle's id is the task's UPID
+(which names the node to poll it on); for a request to the HA stack it is
+``ha:<sid>:<source>:<target>:<since>`` until :meth:`Migrator.poll`
 finds the task the HA manager started. :meth:`Migrator.cancel` stops the migration's task
 (``DELETE /nodes/{node}/tasks/{upid}``); a request to the HA stack can be stopped only once its
 task is known. HA node maintenance has no API call: :meth:`Migrator.set_maintenance` says so.
@@ -19,7 +22,15 @@ import time
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from opendrs.backends.base import DONE, RUNNING, BackendError, Handle, Progress, failed
+from opendrs.backends.base import (
+    DONE,
+    RUNNING,
+    BackendError,
+    Handle,
+    Progress,
+    StartGate,
+    failed,
+)
 from opendrs.backends.proxmox.assemble import KnownGuest
 from opendrs.backends.proxmox.client import Client, HttpError
 from opendrs.backends.proxmox.guest_config import GuestConfig, parse_guest_config
@@ -75,11 +86,12 @@ class Migrator:
 
     # -- start ---------------------------------------------------------------------------------
 
-    def start(self, move: Move) -> Handle:
+    def start(self, move: Move, gate: StartGate) -> Handle:
+        """Start ``move`` once what it needs is read and ``gate`` still lets it."""
         with self._client.only_backend_errors(f"cannot migrate {move.guest}"):
-            return self._start(move)
+            return self._start(move, gate)
 
-    def _start(self, move: Move) -> Handle:
+    def _start(self, move: Move, gate: StartGate) -> Handle:
         vmid, source, target = move.guest, move.source, move.target
         label = f"guest {vmid}"
         if source == target:
@@ -98,9 +110,10 @@ class Migrator:
         if known.kind == "qemu":
             self._precheck(base, label, target)
         if managed:
-            return self._start_ha(move, known)
+            return self._start_ha(move, known, gate)
         local_disks = any(d.local for d in config.disks)
         params = _migrate_params(known.kind, target, running, local_disks)
+        gate.enter(f"POST /{base}/migrate")
         upid = self._client.post(f"{base}/migrate", **params)
         if not isinstance(upid, str) or _parse_upid(upid) is None:
             raise BackendError(f"{label}: the API answered the migration with no task")
@@ -199,12 +212,14 @@ class Migrator:
                 transient=False,
             )
 
-    def _start_ha(self, move: Move, known: KnownGuest) -> Handle:
+    def _start_ha(self, move: Move, known: KnownGuest, gate: StartGate) -> Handle:
         vmid, target = move.guest, move.target
         sid = service_id(known.kind, vmid)
         action = "migrate" if known.kind == "qemu" else "relocate"
+        path = f"cluster/ha/resources/{sid}/{action}"
+        gate.enter(f"POST /{path}")
         since = int(time.time())
-        answer = self._client.post(f"cluster/ha/resources/{sid}/{action}", node=target)
+        answer = self._client.post(path, node=target)
         if isinstance(answer, dict):
             blocking = answer.get("blocking-resources")
             if isinstance(blocking, list) and blocking:
