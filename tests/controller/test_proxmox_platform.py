@@ -154,7 +154,7 @@ def test_a_replicated_vm_is_kept_to_its_replication_targets(
     # The replicated VM stays: its replication target is in maintenance and pve2 is not one,
     # so no move of it was asked for, and none failed.
     assert moved == [] and migration_requests(fake) == []
-    assert "1 with no node their rules allow" in result.stderr
+    assert "1 with no node the platform can move it to" in result.stderr
     assert placement(fake)[100] == "pve1"
     # Once pve3 is back, the VM goes there.
     fake.pve.ha_maintenance = set()
