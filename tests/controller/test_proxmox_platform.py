@@ -397,12 +397,14 @@ def test_the_daemon_follows_the_master_and_drops_its_plan_when_it_moves(
         )
         code, page = fetch(address, "/")
         assert code == 200 and "standing by" in page
+        assert "\nopendrs_standby 1.0\n" in fetch(address, "/metrics")[1]
         time.sleep(1.5)
         assert decisions(tmp_path) == [] and migration_requests(fake) == []
         pve.ha_master = "pve1"
         mark = len(daemon.lines)
         daemon.wait_for("acting again: this instance may act on the cluster", after=mark)
         daemon.wait_for(r"started 10\d pve1 → ", after=mark)
+        assert "\nopendrs_standby 0.0\n" in fetch(address, "/metrics")[1]
         pve.ha_master = "pve3"
         daemon.wait_for(r"skipped 10\d .*not the HA manager's master \(pve3\)", after=mark)
         daemon.wait_for(r"done 10\d pve1 → ", after=mark)
