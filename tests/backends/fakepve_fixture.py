@@ -649,7 +649,15 @@ class DrsFakePve(FakePve):
         ]
 
     async def _pci_mapping_list(self, v: dict[str, Any], user: str) -> list[dict[str, Any]]:
-        return [{"id": name, **entry} for name, entry in sorted(self.pci_mappings.items())]
+        # Listed only where the user may audit, use or modify the mapping (Mapping/PCI.pm).
+        return [
+            {"id": name, **entry}
+            for name, entry in sorted(self.pci_mappings.items())
+            if any(
+                self.allowed(user, f"/mapping/pci/{name}", priv)
+                for priv in ("Mapping.Audit", "Mapping.Use", "Mapping.Modify")
+            )
+        ]
 
     def _refuse_unreplicated_target(self, vm: FakeVm, target: str, v: dict[str, Any]) -> None:
         """A running replicated VM live-migrates only to a replication target (Qemu.pm)."""

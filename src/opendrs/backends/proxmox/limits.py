@@ -3,21 +3,22 @@ and its mapped PCI devices (``GET /cluster/mapping/pci``), as
 :class:`~opendrs.model.cluster.NodeLimit` s on the guest — a hard filter with its reason.
 
 * **Replication.** Proxmox refuses to live-migrate a replicated VM to a node that is not the
-  target of one of its local replication jobs (qemu-server ``PVE/API2/Qemu.pm`` 5593-5603,
-  ``PVE/QemuMigrate.pm`` 218-228); a job marked for removal refuses migrations to its target
+  target of one of its local replication jobs (qemu-server ``PVE/API2/Qemu.pm`` 5594-5604,
+  ``PVE/QemuMigrate.pm`` 218-229); a job marked for removal refuses migrations to its target
   (``QemuMigrate.pm`` 207-209). A job's target follows the guest when it moves (pve-guest-common
   ``ReplicationConfig.pm``, ``switch_replication_job_target``), so the guest's node and its jobs'
   targets are the nodes it can go back and forth between. Stopped VMs move offline, which the
   check does not concern; containers only move by restart migration, which replicates first
   (pve-container ``src/PVE/LXC/Migrate.pm`` 361-369).
 * **Mapped PCI devices** (``hostpciN: mapping=ID``) move with the VM to a node where the mapping
-  has an entry (qemu-server ``PVE/QemuMigrate/Helpers.pm`` 52-66, 83-99: the precondition lists
+  has an entry (qemu-server ``PVE/QemuMigrate/Helpers.pm`` 50-66, 83-99: the precondition lists
   the others as ``not_allowed_nodes``); whether such a device blocks a live migration at all is
   :mod:`opendrs.backends.proxmox.guest_config`'s question.
 
-Both lists need audit rights (``Sys.Audit`` on ``/``, ``Mapping.Audit`` on ``/mapping/pci``):
-without them a warning says so once, replicated guests are not limited, and mapped devices count
-as local (the guest does not move).
+Both lists show only what the token may audit (``Sys.Audit`` on ``/`` or ``VM.Audit`` on the
+guest; ``Mapping.Audit`` on ``/mapping/pci``): a job the token cannot see does not limit its
+guest, and a mapping it cannot see makes the device local (the VM does not move). An API that
+refuses a list altogether is warned about once, with the same consequences.
 """
 
 from __future__ import annotations

@@ -140,7 +140,9 @@ class Observer:
         )
         guests, known = build_guests(guest_rows, guest_reads, ha)
         mapped = {vmid: r.config.mapped for vmid, r in guest_reads.items() if r.config}
-        guests = _with_queued_motions(with_limits(guests, jobs, mapped, self._pci), self.motions)
+        guests = _with_queued_motions(
+            with_limits(guests, jobs, mapped, self._pci), self.motions, node_rows
+        )
         self._unseen_storages(guests)
         nodes = build_nodes(node_rows, node_reads, resources, shared, ha, guests, self._capacity)
         node_names = {n.name for n in nodes}
@@ -345,10 +347,13 @@ class Observer:
         return None
 
 
-def _with_queued_motions(guests: list[Guest], motions: Iterable[Motion]) -> list[Guest]:
-    """``guests`` with each move the HA manager has queued counted as under way (on both nodes,
-    as :attr:`Guest.migrating_to <opendrs.model.cluster.Guest.migrating_to>` counts it)."""
-    queued = {m.guest: m.target for m in motions if m.queued and m.target}
+def _with_queued_motions(
+    guests: list[Guest], motions: Iterable[Motion], nodes: Mapping[str, object]
+) -> list[Guest]:
+    """``guests`` with each move the HA manager has queued to one of ``nodes`` counted as under
+    way (on both nodes, as :attr:`Guest.migrating_to
+    <opendrs.model.cluster.Guest.migrating_to>` counts it)."""
+    queued = {m.guest: m.target for m in motions if m.queued and m.target in nodes}
     if not queued:
         return guests
     return [
