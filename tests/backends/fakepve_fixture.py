@@ -16,6 +16,12 @@
 * the HA stack: resources, manager status (services, targets, node maintenance), rules (or
   legacy groups, as before Proxmox VE 9), and migrate/relocate requests that the "HA manager"
   carries out a little later, as a ``qmigrate``/``vzmigrate`` task owned by root@pam;
+* replication jobs (``GET /cluster/replication``; a live migration of a replicated VM to a node
+  that is not a replication target fails, as qemu-server refuses it), PCI mappings
+  (``GET /cluster/mapping/pci``; mapped devices move when their mapping allows it, local devices
+  as qemu-server counts them), the containers' own precondition with the nodes HA rules block,
+  HA motions queued or under way (``cmd`` and states in the manager status) and a master that
+  moves (:meth:`DrsFakePve.queue_ha_motion`, :attr:`DrsFakePve.ha_master`);
 * ``DELETE /nodes/{node}/tasks/{upid}``, stopping a running task as Proxmox does (its owner may,
   others need ``Sys.Modify`` on the node): the task ends with the error ``received interrupt``,
   and a stopped migration leaves the guest on its source;
@@ -32,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import threading
 import time
 from collections.abc import Coroutine, Sequence
@@ -100,6 +107,17 @@ class DrsFakePve(FakePve):
         self._task_stops: dict[str, asyncio.Event] = {}
         #: UPIDs of the tasks stopped through the API.
         self.stopped_tasks: list[str] = []
+        #: Replication jobs as ``/cluster/replication`` lists them (id, type, guest, target,
+        #: source); a job's target follows the guest when it moves there.
+        self.replication_jobs: list[dict[str, Any]] = []
+        #: PCI mappings by id: {"map": ["node=pve1,path=0000:01:00.0", …],
+        #: "live-migration-capable": 0|1}.
+        self.pci_mappings: dict[str, dict[str, Any]] = {}
+        #: Moves the HA manager has queued (sid -> [action, target]), shown as ``cmd``.
+        self.ha_cmds: dict[str, list[str]] = {}
+        #: The HA manager's master (None: the first node) and the age of its status in seconds.
+        self.ha_master: str | None = None
+        self.ha_master_age = 0.0
 
     # -- withheld answers ----------------------------------------------------------------------
 
@@ -423,12 +441,18 @@ class DrsFakePve(FakePve):
                 refused[node] = {"unavailable_storages": missing}
             else:
                 allowed.append(node)
+        running = vm.status == "running"
+        for node, missing in self._missing_mappings(vm).items():
+            if node != vm.node and missing:
+                refused.setdefault(node, {})["unavailable-resources"] = missing
+                allowed = [n for n in allowed if n != node]
         return {
-            "running": 1 if vm.status == "running" else 0,
+            "running": 1 if running else 0,
             "allowed_nodes": allowed,
             "not_allowed_nodes": refused,
             "local_disks": [{"volid": vm.config[k], "drivename": k} for k in self._local_disks(vm)],
-            "local_resources": sorted(k for k in vm.config if k.startswith("hostpci")),
+            "local_resources": self._vm_local_resources(vm, running),
+            "mapped-resources": sorted(self._vm_mapped(vm)),
         }
 
     async def _qemu_migrate(self, v: dict[str, Any], user: str) -> str:
@@ -447,6 +471,8 @@ class DrsFakePve(FakePve):
         online = _true(v.get("online"))
         if vm.status == "running" and not online:
             raise PveError(500, "can't migrate running VM without --online")
+        if vm.status == "running":
+            self._refuse_unreplicated_target(vm, target, v)
         if vm.ha_managed:
             # PVE hands an HA-managed VM's migration to the HA stack: a short 'hamigrate' task.
             async def request() -> str:
@@ -454,9 +480,12 @@ class DrsFakePve(FakePve):
                 return f"Requesting HA migration for VM {vmid} to node {target}"
 
             return await self.task(node, "hamigrate", vmid, user, request)
-        devices = sorted(k for k in vm.config if k.startswith("hostpci"))
+        devices = self._vm_local_resources(vm, vm.status == "running")
         if devices:
             raise PveError(500, f"can't migrate VM which uses local devices: {', '.join(devices)}")
+        missing = self._missing_mappings(vm).get(target)
+        if missing:
+            raise PveError(500, f"can't migrate to '{target}': missing mapped devices {missing}")
         local_disks = _true(v.get("with-local-disks"))
         if online and self._local_disks(vm) and not local_disks:
             raise PveError(
@@ -527,10 +556,10 @@ class DrsFakePve(FakePve):
         }
         return {
             "manager_status": {
-                "master_node": sorted(self.nodes)[0],
+                "master_node": self.ha_master or sorted(self.nodes)[0],
                 "node_status": node_status,
-                "service_status": services,
-                "timestamp": now,
+                "service_status": self._with_ha_cmds(services),
+                "timestamp": int(now - self.ha_master_age),
             },
             "lrm_status": lrm,
             "quorum": {"node": sorted(self.nodes)[0], "quorate": "1"},
@@ -612,6 +641,176 @@ class DrsFakePve(FakePve):
             log=[f"starting migration of CT {ct.vmid} to node '{target}' (192.0.2.99)"],
         )
 
+    # -- Proxmox VE 9: replication, mapped PCI, the containers' precondition, HA motions ------
+
+    def _routes_drs_platform(self) -> list[tuple[str, str, Any]]:
+        return [
+            ("GET", "/cluster/replication", self._replication_list),
+            ("GET", "/cluster/mapping/pci", self._pci_mapping_list),
+        ]
+
+    async def _replication_list(self, v: dict[str, Any], user: str) -> list[dict[str, Any]]:
+        for job in self.replication_jobs:
+            guest = self.guest(int(job["guest"]))
+            if guest is not None and guest.node == job["target"]:
+                # The guest moved to the job's target: the job now replicates back to its
+                # source (ReplicationConfig.pm, switch_replication_job_target).
+                job["target"], job["source"] = job.get("source", ""), guest.node
+        # Listed to those who may audit the guest, or the whole system (ReplicationConfig.pm).
+        return [
+            dict(job)
+            for job in self.replication_jobs
+            if self.allowed(user, "/", "Sys.Audit")
+            or self.allowed(user, f"/vms/{job['guest']}", "VM.Audit")
+        ]
+
+    async def _pci_mapping_list(self, v: dict[str, Any], user: str) -> list[dict[str, Any]]:
+        # Listed only where the user may audit, use or modify the mapping (Mapping/PCI.pm).
+        return [
+            {"id": name, **entry}
+            for name, entry in sorted(self.pci_mappings.items())
+            if any(
+                self.allowed(user, f"/mapping/pci/{name}", priv)
+                for priv in ("Mapping.Audit", "Mapping.Use", "Mapping.Modify")
+            )
+        ]
+
+    def _refuse_unreplicated_target(self, vm: FakeVm, target: str, v: dict[str, Any]) -> None:
+        """A running replicated VM live-migrates only to a replication target (Qemu.pm)."""
+        jobs = [j for j in self.replication_jobs if int(j["guest"]) == vm.vmid]
+        to_target = [j for j in jobs if j.get("type", "local") == "local" and j["target"] == target]
+        if jobs and not to_target and not _true(v.get("force")):
+            raise PveError(
+                500,
+                f"Cannot live-migrate replicated VM to node '{target}' - not a replication "
+                "target. Use 'force' to override.",
+            )
+
+    def _vm_mapped(self, vm: FakeVm) -> dict[str, str]:
+        """The VM's mapped PCI devices: config key -> mapping id."""
+        out = {}
+        for key, value in vm.config.items():
+            if key.startswith("hostpci"):
+                props = dict(p.partition("=")[::2] for p in str(value).split(",") if "=" in p)
+                if props.get("mapping"):
+                    out[key] = props["mapping"]
+        return out
+
+    def _vm_local_resources(self, vm: FakeVm, running: bool) -> list[str]:
+        """What qemu-server counts as local resources (QemuMigrate/Helpers.pm)."""
+        mapped = self._vm_mapped(vm)
+        out = []
+        for key, value in sorted(vm.config.items()):
+            text = str(value)
+            if key in mapped:
+                entry = self.pci_mappings.get(mapped[key], {})
+                if _true(entry.get("live-migration-capable")) or not running:
+                    continue
+                out.append(key)
+            elif key.startswith("usb") and key[3:].isdigit():
+                if not text.startswith("spice"):
+                    out.append(key)
+            elif key.startswith("serial") and key[6:].isdigit():
+                if text != "socket":
+                    out.append(key)
+            elif (
+                (
+                    key.startswith(("hostpci", "parallel", "virtiofs"))
+                    and key.rstrip("0123456789") != key
+                )
+                or key == "ivshmem"
+                or (key in ("amd-sev", "intel-tdx") and running)
+            ):
+                out.append(key)
+        return out
+
+    def _missing_mappings(self, vm: FakeVm) -> dict[str, list[str]]:
+        """Per node, the VM's mapped devices whose mapping has no entry there."""
+        out: dict[str, list[str]] = {}
+        for key, name in sorted(self._vm_mapped(vm).items()):
+            present = _mapping_nodes(self.pci_mappings.get(name, {}))
+            for node in self.nodes:
+                if node not in present:
+                    out.setdefault(node, []).append(key)
+        return out
+
+    async def _lxc_migrate_check(self, user: str, v: dict[str, Any]) -> dict[str, Any]:
+        """pve-container's precondition, with the nodes HA rules block for an HA resource."""
+        answer: dict[str, Any] = await super()._lxc_migrate_check(user, v)  # type: ignore[misc]
+        ct = self._find_ct(v["node"], v["vmid"])
+        if not ct.ha_managed:
+            return answer
+        for node, blocking in sorted(self._ha_blockers(self._sid(ct)).items()):
+            if node != ct.node:
+                answer["not-allowed-nodes"][node] = {"blocking-ha-resources": blocking}
+                answer["allowed-nodes"] = [n for n in answer["allowed-nodes"] if n != node]
+        return answer
+
+    def _ha_blockers(self, sid: str) -> dict[str, list[dict[str, str]]]:
+        """Per node, the HA rules that forbid ``sid`` there: strict node affinity without the
+        node, negative resource affinity with a resource on it (get_resource_motion_info)."""
+        out: dict[str, list[dict[str, str]]] = {}
+        for rule in self.ha_rules:
+            members = [r.strip() for r in str(rule.get("resources", "")).split(",")]
+            if _true(rule.get("disable")) or sid not in members:
+                continue
+            if rule.get("type") == "node-affinity" and _true(rule.get("strict")):
+                named = {n.partition(":")[0] for n in str(rule.get("nodes", "")).split(",")}
+                for node in self.nodes:
+                    if node not in named:
+                        out.setdefault(node, []).append({"sid": sid, "cause": "node-affinity"})
+            elif rule.get("type") == "resource-affinity" and rule.get("affinity") == "negative":
+                for other in members:
+                    guest = self._ha_guest(other) if other != sid else None
+                    if guest is not None:
+                        cause = {"sid": other, "cause": "resource-affinity"}
+                        out.setdefault(guest.node, []).append(cause)
+        return out
+
+    def _with_ha_cmds(self, services: dict[str, Any]) -> dict[str, Any]:
+        """The service status with the queued moves as ``cmd``, as the CRM keeps them."""
+        for sid, cmd in self.ha_cmds.items():
+            if sid in services:
+                services[sid]["cmd"] = list(cmd)
+        return services
+
+    def queue_ha_motion(self, vmid: int, target: str) -> None:
+        """An operator (or failback, or Proxmox's balancer) asks the HA manager to move a guest:
+        the command waits in the queue until :meth:`carry_out_ha_motions` (on the fake's loop:
+        ``FakeCluster.run``)."""
+        guest = self._ha_guest(f"{'ct' if self.ct(vmid) else 'vm'}:{vmid}")
+        action = "relocate" if isinstance(guest, FakeCt) else "migrate"
+        self.ha_cmds[self._sid(guest)] = [action, target]
+
+    async def carry_out_ha_motions(self) -> None:
+        """The HA manager's next round: every queued move starts."""
+        for sid, (action, target) in list(self.ha_cmds.items()):
+            self._carry_out(self._ha_guest(sid), target, action)
+
+    def _carry_out(self, guest: Any, target: str, action: str) -> None:
+        async def run() -> None:
+            # The command leaves the queue as the service enters its state (one CRM round).
+            move = asyncio.ensure_future(self._ha_move(guest, target, action))
+            while guest.ha_state != action and not move.done():
+                await asyncio.sleep(0.005)
+            self.ha_cmds.pop(self._sid(guest), None)
+            await move
+
+        task = asyncio.ensure_future(run())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+
+def _mapping_nodes(entry: dict[str, Any]) -> set[str]:
+    """The nodes a PCI mapping has an entry on (``node=NAME,…`` items of its ``map``)."""
+    nodes = set()
+    for item in entry.get("map", []):
+        for part in str(item).split(","):
+            key, _, value = part.partition("=")
+            if key == "node":
+                nodes.add(value)
+    return nodes
+
 
 def packed(pve: DrsFakePve, vmids: Sequence[int], *, memory_gib: int = 3) -> None:
     """Three nodes of 8 cores and 32 GiB (pve1–pve3), a Ceph storage, and running VMs ``vmids``
@@ -619,6 +818,12 @@ def packed(pve: DrsFakePve, vmids: Sequence[int], *, memory_gib: int = 3) -> Non
     for name in ("pve1", "pve2", "pve3"):
         pve.add_node(name, cpu=8, memory=32 * GiB, base_memory=1 * GiB)
     pve.add_ceph_storage("ceph")
+    running_on_pve1(pve, vmids, memory_gib=memory_gib)
+
+
+def running_on_pve1(pve: DrsFakePve, vmids: Sequence[int], *, memory_gib: int = 3) -> None:
+    """Running VMs ``vmids`` of one core and ``memory_gib`` GiB on the Ceph storage, 30 % busy,
+    all on pve1."""
     for vmid in vmids:
         vm = pve.add_vm(
             vmid,
@@ -675,3 +880,20 @@ class FakeCluster:
             self.thread.join(10)
             if not self.thread.is_alive():
                 self.loop.close()
+
+
+def three_nodes(directory: str, token_id: str, secret: str) -> FakeCluster:
+    """A fake served for ``opendrs`` run as a command: its certificate in ``directory/tls``, three
+    nodes pve1, pve2, pve3 of 8 cores and 32 GiB (1 GiB the host's own), shared Ceph storage, the
+    token ``token_id`` with ``secret``; its time runs at 1/100 of Proxmox's (a migration, 100 PVE
+    seconds, takes a second)."""
+    tls = os.path.join(directory, "tls")
+    os.mkdir(tls)
+    cluster = FakeCluster(tls, time_scale=0.01)
+    pve = cluster.pve
+    pve.apitokens[token_id] = secret
+    pve.migrate_secs = 100
+    for name in ("pve1", "pve2", "pve3"):
+        pve.add_node(name, cpu=8, memory=32 * GiB, base_memory=1 * GiB)
+    pve.add_ceph_storage("ceph")
+    return cluster

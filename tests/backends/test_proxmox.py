@@ -581,6 +581,99 @@ def test_devices_cannot_move(fake: FakeCluster, token_file: str) -> None:
     assert not raised.value.transient
 
 
+def test_a_replicated_vm_live_migrates_only_to_a_replication_target(
+    fake: FakeCluster, token_file: str
+) -> None:
+    """Proxmox refuses the live migration elsewhere (qemu-server's API); the observation limits
+    the VM to its node and the targets of its jobs, with the reason."""
+    populate(fake)
+    fake.pve.replication_jobs = [
+        {"id": "100-0", "type": "local", "guest": 100, "target": "pve3", "source": "pve1"},
+        {"id": "100-1", "type": "local", "guest": 100, "target": "pve2", "remove_job": "full"},
+    ]
+    backend = backend_for(fake, token_file)
+    ((limit),) = backend.observe().guest("100").limits
+    assert limit.nodes == {"pve1", "pve3"}
+    assert limit.reason.startswith("not a replication target of the VM (jobs 100-0, 100-1")
+    assert backend.observe().guest("101").limits == ()
+    fake.pve.replication_jobs.pop()
+    with pytest.raises(BackendError, match="not a replication target"):
+        backend.start_migration(Move("100", "pve1", "pve2"))
+
+
+def test_mapped_pci_devices(fake: FakeCluster, token_file: str) -> None:
+    populate(fake)
+    fake.pve.pci_mappings = {
+        "gpu": {"map": ["node=pve1,path=0000:01:00.0", "node=pve2,path=0000:01:00.0"]},
+        "live": {"map": ["node=pve1,path=0000:02:00.0"], "live-migration-capable": 1},
+    }
+    vm = fake.pve.guest(100)
+    vm.config.update(hostpci0="mapping=gpu,pcie=1")
+    backend = backend_for(fake, token_file)
+    guest = backend.observe().guest("100")
+    # Running, and the mapping is not live-capable: a local device.
+    assert guest.devices == ("hostpci0 (mapping gpu, not live-migration capable)",)
+    with pytest.raises(BackendError, match=r"local devices \(hostpci0 \(mapping gpu"):
+        backend.start_migration(Move("100", "pve1", "pve2"))
+    fake.pve.pci_mappings["gpu"]["live-migration-capable"] = 1
+    guest = backend.observe().guest("100")
+    assert guest.devices == ()
+    ((limit),) = guest.limits
+    assert limit.nodes == {"pve1", "pve2"}
+    assert limit.reason == "the PCI mapping gpu of hostpci0 has no device on that node"
+    # The precondition refuses a node without the mapping, before anything moves.
+    with pytest.raises(BackendError, match="hostpci0 has no mapping there"):
+        backend.start_migration(Move("100", "pve1", "pve3"))
+    handle = backend.start_migration(Move("100", "pve1", "pve2"))
+    assert wait_done(backend, handle).state == "done"
+    # Other local resources as qemu-server counts them.
+    vm.config.update({"virtiofs0": "dirid=share", "amd-sev": "type=std", "ivshmem": "size=32"})
+    assert set(backend.observe().guest("100").devices) == {"virtiofs0", "amd-sev", "ivshmem"}
+
+
+def test_a_container_move_asks_the_containers_precondition(
+    fake: FakeCluster, token_file: str
+) -> None:
+    populate(fake)
+    fake.pve.guest(200).ha_state = "started"
+    fake.pve.ha_rules = [
+        {
+            "rule": "pin",
+            "type": "node-affinity",
+            "resources": "ct:200",
+            "nodes": "pve2,pve3",
+            "strict": 1,
+        },
+    ]
+    settings = Settings(allow_restart_migration=True, allow_local_disks=True)
+    backend = backend_for(fake, token_file, settings)
+    backend.observe()
+    with pytest.raises(BackendError, match=r"HA resources ct:200 \(node-affinity\) block it"):
+        backend.start_migration(Move("200", "pve2", "pve1"))
+    assert requests_to(fake, "GET", "/lxc/200/migrate") == 1
+    assert requests_to(fake, "POST", "/cluster/ha/resources/ct:200/relocate") == 0
+
+
+def test_the_ha_managers_motions_and_master(fake: FakeCluster, token_file: str) -> None:
+    populate(fake)
+    fake.pve.queue_ha_motion(105, "pve1")
+    backend = backend_for(fake, token_file, leader_only=True, node="pve2")
+    cluster = backend.observe()
+    assert cluster.guest("105").migrating_to == "pve1"
+    assert backend.platform_motions() == {"105": "vm:105 (migrate from pve3 to pve1, queued)"}
+    assert backend.standby() == "node pve2 is not the HA manager's master (pve1): idle"
+    fake.pve.ha_master = "pve2"
+    backend.observe()
+    assert backend.standby() is None
+    fake.pve.ha_master_age = 31.0
+    backend.observe()
+    assert backend.standby() == (
+        "node pve2 is not the first online node (pve1), which acts while the HA manager has no "
+        "current master: idle"
+    )
+    assert backend_for(fake, token_file).standby() is None
+
+
 def test_containers_move_by_restart_only_when_allowed(fake: FakeCluster, token_file: str) -> None:
     populate(fake)
     refusing = backend_for(fake, token_file, Settings(allow_local_disks=True))
@@ -1127,6 +1220,10 @@ def test_parse_proxmox(tmp_path: Path, token_file: str) -> None:
         True,
         None,
     )
+    leader = parse(
+        {"type": "proxmox", "hosts": "localhost", "user": "a@pve", "leader_only": True, "node": 2}
+    )
+    assert (leader.leader_only, leader.node) == (True, "2")
     defaults = parse({"type": "proxmox", "hosts": "pve1", "user": "opendrs@pve!drs"})
     assert defaults == ProxmoxConfig(hosts=("pve1:8006",), user="opendrs@pve", token_name="drs")
     assert (defaults.timeout, defaults.retries, defaults.usage_window) == (10.0, 3, "hour")
@@ -1181,6 +1278,8 @@ def test_parse_relative_paths_follow_the_config_file(tmp_path: Path) -> None:
         ({"usage_window": "week"}, "backend.usage_window: expected one of hour, day, got 'week'"),
         ({"tls": True}, "backend.tls: unknown key (expected one of type, hosts, user,"),
         ({"password_file": "pw"}, "with token_name, the secret is the token's: token_file"),
+        ({"leader_only": "yes"}, "backend.leader_only: expected true or false, got 'yes'"),
+        ({"node": "pve 1"}, "backend.node: not a Proxmox node name: 'pve 1'"),
     ],
 )
 def test_parse_errors(changes: dict[str, object], message: str) -> None:

@@ -28,7 +28,7 @@ pytest.importorskip(
 )
 pytest.importorskip("cryptography", reason="fakepve's certificates need cryptography")
 
-from backends.fakepve_fixture import DEFAULT_UPTIME, FakeCluster, GiB, packed
+from backends.fakepve_fixture import DEFAULT_UPTIME, FakeCluster, GiB, running_on_pve1, three_nodes
 from daemon import Daemon, write_proxmox_config
 from daemon import opendrs as run_opendrs
 from opendrs.model import snapshot
@@ -49,14 +49,10 @@ DEADLINE = 120.0
 @pytest.fixture
 def fake(tmp_path: Path) -> Iterator[FakeCluster]:
     """Three nodes of 8 cores and 32 GiB; nine running VMs of 3 GiB, all on pve1."""
-    tls = tmp_path / "tls"
-    tls.mkdir()
-    cluster = FakeCluster(str(tls), time_scale=0.01)
+    cluster = three_nodes(str(tmp_path), TOKEN_ID, SECRET)
     pve = cluster.pve
-    pve.apitokens[TOKEN_ID] = SECRET
-    pve.migrate_secs = 100  # a second of real time
-    packed(pve, VMS)
     pve.capacity["pve3"]["ksm_shared"] = 2 * GiB
+    running_on_pve1(pve, VMS)
     try:
         yield cluster
     finally:

@@ -212,6 +212,8 @@ class Dashboard:
             "simulated": self._simulated,
             "policy": policy_summary(config),
             "observation": self._base.get("observation"),
+            # Why this instance stays idle (leader_only: another node leads), or None.
+            "standby": self._controller.standing_by if self._controller is not None else None,
             "cluster": self._base.get("cluster"),
             "groups": self._base.get("groups", []),
             "now": self._base.get("now"),

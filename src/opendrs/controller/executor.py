@@ -50,6 +50,10 @@ configuration says. A backend whose ``standby()``
 gives a reason (Incus with ``leader_only``: this member no longer leads the cluster) has the queue
 dropped at the next tick, its moves skipped with that reason — the new leader's instance decides
 now, and two instances must not migrate at once; migrations in flight are followed to their end.
+A backend whose ``platform_motions()`` names moves the platform makes itself (Proxmox: the HA
+manager's migrations and relocations, queued or under way) has nothing started while one that is
+not the executor's own is there, as Proxmox's own balancer waits; the queue waits (within
+``stall_timeout``).
 """
 
 from __future__ import annotations
@@ -198,6 +202,8 @@ class Executor:
         self.events: list[Event] = []
         #: The view of the last fresh observation, which the preconditions and re-planning read.
         self._view: CycleView | None = None
+        #: The platform's own moves the queue last waited for (logged when they change).
+        self._platform_wait: str | None = None
 
     # -- state -------------------------------------------------------------------------------
 
@@ -529,7 +535,30 @@ class Executor:
     def _may_start(self) -> bool:
         return self.held() is None
 
+    def _platform_moving(self) -> bool:
+        """Whether the platform moves guests itself now (the backend's ``platform_motions``),
+        other than the executor's own migrations: nothing starts meanwhile."""
+        ask: Callable[[], dict[str, str]] | None = getattr(self.backend, "platform_motions", None)
+        if ask is None:
+            return False
+        try:
+            motions = ask()
+        except BackendError as exc:
+            log.warning("no migration starts now: %s", exc)
+            return True
+        foreign = sorted(text for guest, text in motions.items() if guest not in self._running)
+        text = ", ".join(foreign) or None
+        if text != self._platform_wait:
+            if text is not None:
+                log.info("waiting while the platform moves guests itself: %s", text)
+            else:
+                log.info("the platform's own moves are over: migrations may start")
+            self._platform_wait = text
+        return text is not None
+
     def _start_ready(self, cluster: Cluster) -> None:
+        if self._platform_moving():
+            return
         parallel, inflow_limit = self._limits(cluster)
         migrating = [g for g in cluster.guests if g.migrating_to is not None]
         inflow = Counter(g.migrating_to for g in migrating)

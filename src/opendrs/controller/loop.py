@@ -18,12 +18,12 @@ and a watched migration is settled by what the next observation shows. At start-
 reconciles the migrations the history lists as in flight, so a restart loses nothing and repeats
 nothing. :class:`InstanceLock` keeps a second instance away from the same history.
 
-A backend may tell more than the protocol asks (the Incus backend does; the others do not):
+A backend may tell more than the protocol asks (the Incus and Proxmox backends do):
 
 * ``policy_defaults(strategy)`` — policy fields the platform's own settings set, taken where the
   configuration's ``policy`` section is silent (``config.with_platform_defaults``);
-* ``standby()`` — why this instance must stay idle now (not the cluster's leader): the cycle then
-  observes and decides nothing;
+* ``standby()`` — why this instance must stay idle now (not the cluster's leader: Incus's
+  database leader, Proxmox's HA manager master): the cycle then observes and decides nothing;
 * ``last_moves()`` — when guests last moved, by any balancer: cooldowns, as for opendrs's moves.
 """
 
@@ -380,6 +380,11 @@ class Controller:
         self.executor.config = self.config.executor
         for line in taken:
             log.info("from the platform's settings: %s", line)
+
+    @property
+    def standing_by(self) -> str | None:
+        """Why this instance stood by at its last look (``leader_only``), or ``None``."""
+        return self._standby
 
     def standby(self) -> str | None:
         """Why this instance stays idle now (the backend's ``standby``: not the leader)."""

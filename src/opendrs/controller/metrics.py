@@ -95,6 +95,11 @@ class DaemonMetrics:
             "Unix time of the last successful observation",
             registry=r,
         )
+        self.standby = Gauge(
+            "opendrs_standby",
+            "1 while this instance stands by (leader_only: another node leads), else 0",
+            registry=r,
+        )
         self._controller: Controller | None = None
         #: The backend clock's time of the last successful cycle, and the last cycle's error.
         self._last_success: float | None = None
@@ -123,6 +128,7 @@ class DaemonMetrics:
         if self._controller is not None:
             self.threshold.set(self._controller.policy.threshold)
             self.in_flight.set(len(self._controller.executor.in_flight))
+            self.standby.set(self._controller.standing_by is not None)
 
     def event(self, event: Event) -> None:
         """``Executor.on_event``."""

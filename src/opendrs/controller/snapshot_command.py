@@ -31,6 +31,7 @@ import stat
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -52,8 +53,11 @@ class SnapshotProblem(Exception):
     """What was observed cannot be written as a snapshot: one line, exit status 1."""
 
 
-def observe_once(config: Config, *, should_stop: Any = None) -> Cluster:
-    """The cluster as ``opendrs run`` with ``config`` would see it in one observation.
+def observe_once(
+    config: Config, *, should_stop: Any = None, then: Callable[[Any], None] | None = None
+) -> Cluster:
+    """The cluster as ``opendrs run`` with ``config`` would see it in one observation;
+    ``then`` is given the backend after the observation, before it is closed.
 
     Raises :class:`BackendError` when it cannot be observed (or a configured reserve leaves a
     node no capacity).
@@ -61,6 +65,8 @@ def observe_once(config: Config, *, should_stop: Any = None) -> Cluster:
     backend, clock = config.make_backend(should_stop=should_stop)
     try:
         cluster = observe_as_configured(backend, config)
+        if then is not None:
+            then(backend)
         # What the daemon's smoothing makes of it (for one observation, the observation).
         window = UsageWindow().add(clock.now(), cluster, config.policy.smoothing)
         return window.smoothed(cluster)

@@ -72,6 +72,8 @@ class Status:
     #: this history with another configuration's lock.
     history_held: bool = False
     lock_error: str | None = None
+    #: Why a daemon here stands by (``leader_only``: another node leads), as the backend says.
+    standby: str | None = None
 
     @property
     def problem(self) -> bool:
@@ -82,7 +84,7 @@ def read_status(config: Config) -> Status:
     """Observe the cluster, read the history (read-only) and probe the lock."""
     status = Status(config)
     try:
-        status.cluster = observe_once(config)
+        status.cluster = observe_once(config, then=lambda backend: _standby(status, backend))
     except BackendError as exc:
         status.observe_error = str(exc)
     _read_history(status)
@@ -93,6 +95,12 @@ def read_status(config: Config) -> Status:
     except LockError as exc:
         status.lock_error = str(exc)
     return status
+
+
+def _standby(status: Status, backend: Any) -> None:
+    """Why a daemon with this configuration stands by now (the backend's ``standby``)."""
+    ask = getattr(backend, "standby", None)
+    status.standby = ask() if ask is not None else None
 
 
 def _read_history(status: Status) -> None:
@@ -148,6 +156,7 @@ def status_data(status: Status) -> dict[str, Any]:
             else None,
             "pid": status.lock_pid,
             "error": status.lock_error,
+            "standby": status.standby,
         },
         "history": {
             "path": config.history,
@@ -192,6 +201,8 @@ def show_status(report: Report, status: Status) -> None:
         report.line(f"running{who}: it holds {daemon['lock']}", "green")
     else:
         report.line(f"not running: nothing holds {daemon['lock']}", "yellow")
+    if daemon["standby"] is not None:
+        report.line(f"standing by: {daemon['standby']}", "yellow")
     _show_history(report, status, data["history"])
 
 

@@ -4,12 +4,15 @@ Hard filters, in the order they are reported when a node is rejected:
 
 1. ``offline`` / ``maintenance`` — the node cannot take guests;
 2. ``arch`` — the node's CPU architecture differs from the guest's;
-3. ``node-affinity`` — a strict rule allows only its nodes of the highest priority that can take
+3. ``platform`` — the platform cannot move the guest there (:attr:`Guest.limits
+   <opendrs.model.cluster.Guest.limits>`: a replicated VM outside its replication targets, a
+   mapped device the node lacks), with the platform's reason;
+4. ``node-affinity`` — a strict rule allows only its nodes of the highest priority that can take
    the guest: usable, of its architecture, with room for it (pins too; :func:`_affinity_tiers`);
-4. ``forbidden`` — the placement was ruled out (no safe migration order reaches it);
-5. ``anti-affinity`` — a hard negative partner runs on (or is moving to) the node;
-6. ``affinity`` — hard positive partners run elsewhere;
-7. ``capacity`` — vCPUs × overcommit, memory, measured use, or a local storage pool would overflow.
+5. ``forbidden`` — the placement was ruled out (no safe migration order reaches it);
+6. ``anti-affinity`` — a hard negative partner runs on (or is moving to) the node;
+7. ``affinity`` — hard positive partners run elsewhere;
+8. ``capacity`` — vCPUs × overcommit, memory, measured use, or a local storage pool would overflow.
 
 Whether a guest may move at all (:func:`movability`) is separate: ignored, HA states the HA manager
 or an operator handles (:data:`HA_HELD`), locked, local devices, local disks, containers without
@@ -475,6 +478,24 @@ def _arch_mask(cluster: Cluster) -> RowMask:
     return RowMask.build(guest_arch, table)
 
 
+def _limits_mask(cluster: Cluster) -> RowMask:
+    """(G, N) the nodes the platform can move each guest to (:attr:`Guest.limits`): a row per
+    guest with limits, the all-true row for the others."""
+    n_guests, n_nodes = len(cluster.guests), len(cluster.nodes)
+    index = np.zeros(n_guests, dtype=np.intp)
+    rows = [np.ones(n_nodes, dtype=bool)]
+    names = [n.name for n in cluster.nodes]
+    for j, guest in enumerate(cluster.guests):
+        if not guest.limits:
+            continue
+        row = np.ones(n_nodes, dtype=bool)
+        for limit in guest.limits:
+            row &= np.array([n in limit.nodes or n == guest.node for n in names], dtype=bool)
+        index[j] = len(rows)
+        rows.append(row)
+    return RowMask.build(index, np.array(rows))
+
+
 def _node_affinity_masks(
     cluster: Cluster, rules: Rules, tier: np.ndarray, usable: np.ndarray
 ) -> tuple[RowMask, RowMask]:
@@ -595,6 +616,7 @@ FilterName = Literal[
     "offline",
     "maintenance",
     "arch",
+    "platform",
     "node-affinity",
     "forbidden",
     "anti-affinity",
@@ -656,7 +678,9 @@ class Constraints:
     #: (G, N) architecture matches. The guests × nodes masks are stored by distinct row
     #: (:class:`RowMask`): most guests have the same row, that no rule touches.
     arch_ok: RowMask
-    #: (G, N) strict node affinity allows.
+    #: (G, N) the platform can move the guest there (its :attr:`Guest.limits`).
+    limits_ok: RowMask
+    #: (G, N) strict node affinity allows, within the platform's limits.
     strict_ok: RowMask
     #: (G, N) non-strict node affinity prefers (True where no preference applies).
     preferred: RowMask
@@ -696,6 +720,10 @@ class Constraints:
         capacity = CapacityModel.build(cluster, usage, measured_limit)
         tier, claimed = _affinity_tiers(cluster, rules, capacity, arch_ok)
         strict_ok, preferred = _node_affinity_masks(cluster, rules, tier, usable)
+        limits_ok = _limits_mask(cluster)
+        if len(limits_ok.table) > 1:
+            # Every stage that reads strict node affinity keeps to the platform's limits too.
+            strict_ok = RowMask.combine([strict_ok, limits_ok], np.ones(len(usable), dtype=bool))
         groups, group_of = _hard_groups(cluster, rules)
         return cls(
             cluster=cluster_r,
@@ -704,6 +732,7 @@ class Constraints:
             capacity=capacity,
             usable=usable,
             arch_ok=arch_ok,
+            limits_ok=limits_ok,
             strict_ok=strict_ok,
             preferred=preferred,
             permitted=_permitted_mask(cluster, forbidden),
@@ -788,6 +817,7 @@ class Constraints:
             ("offline", online),
             ("maintenance", not_maint),
             ("arch", self.arch_ok[j]),
+            ("platform", self.limits_ok[j]),
             ("node-affinity", self.strict_ok[j]),
             ("forbidden", self.permitted[j]),
             ("anti-affinity", ~self.occupied(assign, self.hard_neg[j])),
@@ -847,6 +877,11 @@ class Constraints:
             return Rejection("capacity", node.name, shortfalls=short)
         if name == "arch":
             detail = f"architecture {node.arch}, guest needs {self.cluster.guest_arch(guest)}"
+        elif name == "platform":
+            detail = next(
+                (lim.reason for lim in guest.limits if node.name not in lim.nodes),
+                "the platform cannot move it there",
+            )
         elif name == "node-affinity":
             detail = self._explain_node_affinity(j, n)
         elif name == "anti-affinity":

@@ -70,6 +70,17 @@ class Disk:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeLimit:
+    """The only nodes the platform can move a guest to, and why only those: a VM's replication
+    targets on Proxmox VE (a live migration elsewhere fails), the nodes a mapped device of the
+    guest exists on. The guest's own node is always among ``nodes``."""
+
+    nodes: frozenset[str]
+    #: One plain sentence an operator reads when a node outside ``nodes`` is refused.
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class Node:
     """A hypervisor node."""
 
@@ -132,6 +143,8 @@ class Guest:
     migrating_to: str | None = None
     #: CPU architecture the guest needs; ``None``: the architecture of its current node.
     arch: str | None = None
+    #: Nodes the platform limits the guest's moves to (each limit holds): a hard filter.
+    limits: tuple[NodeLimit, ...] = ()
 
     @property
     def label(self) -> str:

@@ -40,6 +40,7 @@ from opendrs.model.cluster import (
     Disk,
     Guest,
     Node,
+    NodeLimit,
     Pressure,
     Settings,
 )
@@ -147,6 +148,7 @@ _GUEST_KEYS: Final = (
     "priority",
     "migrating_to",
     "arch",
+    "limits",
 )
 _RULE_KEYS: Final[Mapping[str, tuple[str, ...]]] = {
     "node-affinity": ("type", "name", "guests", "nodes", "strict"),
@@ -555,7 +557,24 @@ class SnapshotReader(Reader):
             fields["migrating_to"] = target
         if has("arch"):
             fields["arch"] = self.optional_text(mapping["arch"], at("arch"))
+        if has("limits"):
+            fields["limits"] = self.node_limits(mapping["limits"], at("limits"), nodes, node)
         return Guest(**fields)
+
+    def node_limits(
+        self, value: object, path: Path, nodes: Mapping[str, Node], node: str
+    ) -> tuple[NodeLimit, ...]:
+        """A guest's ``limits``: ``[{nodes: [...], reason: TEXT}]`` (its own node is added)."""
+        limits: list[NodeLimit] = []
+        for index, item in enumerate(self.sequence(value, path)):
+            lpath = (*path, index)
+            limit = self.mapping(item, lpath)
+            self.check_keys(limit, lpath, ("nodes", "reason"))
+            names = self.sequence(self.require(limit, "nodes", lpath), (*lpath, "nodes"))
+            allowed = {self.node_ref(n, (*lpath, "nodes", i), nodes) for i, n in enumerate(names)}
+            reason = self.text(self.require(limit, "reason", lpath), (*lpath, "reason"))
+            limits.append(NodeLimit(frozenset(allowed | {node}), reason))
+        return tuple(limits)
 
     def disks(self, value: object, path: Path, shared: frozenset[str]) -> tuple[Disk, ...]:
         disks: list[Disk] = []
@@ -859,6 +878,11 @@ def _guest_out(guest: Guest) -> dict[str, Any]:
         out["migrating_to"] = _id_out(guest.migrating_to)
     if guest.arch is not None:
         out["arch"] = guest.arch
+    if guest.limits:
+        out["limits"] = [
+            {"nodes": [_id_out(n) for n in sorted(lim.nodes)], "reason": lim.reason}
+            for lim in guest.limits
+        ]
     return out
 
 

@@ -1,10 +1,19 @@
 """:class:`ProxmoxBackend`: the :class:`~opendrs.backends.base.Backend` protocol for a Proxmox VE
-cluster, made of the API client, the observer and the migrator."""
+cluster, made of the API client, the observer and the migrator.
+
+Beyond the protocol it tells the controller two things the platform knows:
+
+* :meth:`ProxmoxBackend.standby` — with ``leader_only``, why this daemon must stay idle (its node
+  is not the HA manager's current master), or ``None``;
+* :meth:`ProxmoxBackend.platform_motions` — the moves the HA manager has queued or under way, by
+  guest: the executor starts nothing while one that is not its own is there.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
+import socket
 from collections.abc import Callable, Mapping
 
 from opendrs.backends.base import Handle, Interrupts, Progress, StartGate
@@ -72,6 +81,39 @@ class ProxmoxBackend:
         """Stop the migration's task; false when there is none to stop (see
         :meth:`Migrator.cancel <opendrs.backends.proxmox.migration.Migrator.cancel>`)."""
         return self._migrator.cancel(handle)
+
+    def standby(self) -> str | None:
+        """With ``leader_only``: why this daemon stays idle, as the last observation saw it.
+
+        The node whose HA manager is the current master acts. When no master is current (the
+        HA manager is idle: no HA resource is configured, or its master stopped writing its
+        status), the first online node by name acts, so that exactly one daemon does.
+        """
+        if not self.config.leader_only:
+            return None
+        me = self.config.node or socket.gethostname().partition(".")[0]
+        observer = self._observer
+        if me not in observer.nodes:
+            return (
+                f"node {me} (this host) is not a node of the cluster ({', '.join(observer.nodes)})"
+                ": set backend.node to the node this daemon runs on"
+            )
+        master = observer.master
+        if master.current:
+            if master.node == me:
+                return None
+            return f"node {me} is not the HA manager's master ({master.node}): idle"
+        first = min(observer.online, default=None)
+        if first == me:
+            return None
+        return (
+            f"node {me} is not the first online node ({first or 'none is online'}), which acts "
+            "while the HA manager has no current master: idle"
+        )
+
+    def platform_motions(self) -> dict[str, str]:
+        """The moves the HA manager has queued or under way now, by guest id (read now)."""
+        return {m.guest: str(m) for m in self._migrator.ha_motions()}
 
     def set_maintenance(self, node: str, enabled: bool) -> None:
         self._migrator.set_maintenance(node, enabled)

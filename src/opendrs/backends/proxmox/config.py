@@ -38,9 +38,12 @@ _KEYS: Final = (
     "usage_window",
     "tags",
     "ha_rules",
+    "leader_only",
+    "node",
 )
 #: The range of ``timeout``, in seconds.
 _TIMEOUT_RANGE: Final = (1, 3600)
+_NODE_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
 _HOST = re.compile(
     r"(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<name>[A-Za-z0-9][A-Za-z0-9.-]*))(?::(?P<port>\d+))?"
 )
@@ -71,6 +74,11 @@ class ProxmoxConfig:
     ha_rules: bool = True
     #: Seconds before the first retry; doubled for each further one, at most 30 s.
     backoff: float = 1.0
+    #: Act only on the node whose HA manager is the current master (a daemon on every node).
+    leader_only: bool = False
+    #: The node this daemon runs on, for ``leader_only``; ``None``: the host's short name, as
+    #: Proxmox names its nodes.
+    node: str | None = None
 
     def __post_init__(self) -> None:
         if not self.hosts:
@@ -126,6 +134,14 @@ def parse_proxmox(reader: Reader, value: object, path: Path) -> ProxmoxConfig:
     ha_rules = True
     if "ha_rules" in mapping:
         ha_rules = reader.boolean(mapping["ha_rules"], (*path, "ha_rules"))
+    leader_only = False
+    if "leader_only" in mapping:
+        leader_only = reader.boolean(mapping["leader_only"], (*path, "leader_only"))
+    node = None
+    if "node" in mapping:
+        node = reader.text(mapping["node"], (*path, "node"), allow_int=True)
+        if not _NODE_NAME.fullmatch(node):
+            reader.fail((*path, "node"), f"not a Proxmox node name: {describe(node)}")
     return ProxmoxConfig(
         hosts=tuple(hosts),
         user=user,
@@ -139,6 +155,8 @@ def parse_proxmox(reader: Reader, value: object, path: Path) -> ProxmoxConfig:
         usage_window=window,  # type: ignore[arg-type]
         tags=tags,
         ha_rules=ha_rules,
+        leader_only=leader_only,
+        node=node,
     )
 
 

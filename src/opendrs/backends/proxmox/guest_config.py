@@ -1,12 +1,21 @@
 """What a guest's config tells (``/nodes/{node}/qemu/{vmid}/config``, ``…/lxc/{vmid}/config``):
 its vCPUs, memory, disks (local or on shared storage), the devices that tie it to its node, its
-lock and its tags."""
+lock and its tags.
+
+A VM's local devices are those qemu-server's migration check counts as local resources
+(``PVE/QemuMigrate/Helpers.pm``: ``check_local_resources`` 36-114 and
+``check_non_migratable_resources`` 17-33): host PCI addresses, host USB devices, host serial and
+parallel ports, virtiofs shares, ``ivshmem``, and — while the VM runs — ``amd-sev`` and
+``intel-tdx``. A *mapped* PCI device (``hostpciN: mapping=ID``) is not local when its mapping is
+marked live-migration capable, nor, as the precondition says, for a VM that does not run (it
+moves offline); a mapping that cannot be read counts as local.
+"""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final, Literal
 
 from opendrs.backends.proxmox.values import as_bool, as_int, as_number
@@ -27,15 +36,25 @@ class GuestConfig:
     devices: tuple[str, ...]
     lock: str | None
     tags: tuple[str, ...]
+    #: Mapped PCI devices that do not tie the VM to its node: (config key, mapping id).
+    mapped: tuple[tuple[str, str], ...] = ()
 
 
 def parse_guest_config(
-    kind: Literal["qemu", "lxc"], config: Mapping[str, Any], maxcpu: float, shared: frozenset[str]
+    kind: Literal["qemu", "lxc"],
+    config: Mapping[str, Any],
+    maxcpu: float,
+    shared: frozenset[str],
+    *,
+    running: bool = True,
+    live_pci: Mapping[str, bool] | None = None,
 ) -> GuestConfig:
     """A VM's (``qemu``) or a container's (``lxc``) config; disks on a storage in ``shared`` are
-    shared, the others local."""
-    parse = _qemu_config if kind == "qemu" else _lxc_config
-    return parse(config, maxcpu, shared)
+    shared, the others local. ``live_pci``: the PCI mappings by id, each live-migration capable
+    or not (``None``: not known, mapped devices are local); ``running``: the guest runs."""
+    if kind == "lxc":
+        return _lxc_config(config, maxcpu, shared)
+    return _qemu_config(config, maxcpu, shared, running, live_pci)
 
 
 def parse_tags(value: object) -> tuple[str, ...]:
@@ -45,14 +64,29 @@ def parse_tags(value: object) -> tuple[str, ...]:
     return tuple(dict.fromkeys(t for t in _TAG_SPLIT.split(value) if t))
 
 
-def _qemu_config(config: Mapping[str, Any], maxcpu: float, shared: frozenset[str]) -> GuestConfig:
+def _qemu_config(
+    config: Mapping[str, Any],
+    maxcpu: float,
+    shared: frozenset[str],
+    running: bool,
+    live_pci: Mapping[str, bool] | None,
+) -> GuestConfig:
     vcpus = as_number(config.get("vcpus"))
     if not vcpus:
         vcpus = float(as_int(config.get("cores"), 1) * as_int(config.get("sockets"), 1))
     disks: list[Disk] = []
     devices: list[str] = []
+    mapped: list[tuple[str, str]] = []
     for key, value in _text_entries(config):
-        if _QEMU_DISK.fullmatch(key):
+        if re.fullmatch(r"hostpci\d+", key):
+            name = _options(value)[1].get("mapping")
+            if name is None or live_pci is None or name not in live_pci:
+                devices.append(key)
+            elif live_pci[name] or not running:
+                mapped.append((key, name))
+            else:
+                devices.append(f"{key} (mapping {name}, not live-migration capable)")
+        elif _QEMU_DISK.fullmatch(key):
             volume, props = _options(value)
             if props.get("media") == "cdrom":
                 if volume in ("", "none") or "cloudinit" in volume:
@@ -65,9 +99,11 @@ def _qemu_config(config: Mapping[str, Any], maxcpu: float, shared: frozenset[str
                 devices.append(f"{key} (host disk)")
                 continue
             disks.append(_disk(volume, props, shared))
-        elif _is_local_device(key, value):
+        elif _is_local_device(key, value, running):
             devices.append(key)
-    return _guest_config(config, float(vcpus or maxcpu or 1), disks, devices)
+    return replace(
+        _guest_config(config, float(vcpus or maxcpu or 1), disks, devices), mapped=tuple(mapped)
+    )
 
 
 def _lxc_config(config: Mapping[str, Any], maxcpu: float, shared: frozenset[str]) -> GuestConfig:
@@ -120,10 +156,13 @@ def _memory_mib(value: object, default: int) -> int:
     return as_int(value, default)
 
 
-def _is_local_device(key: str, value: str) -> bool:
-    """A VM config entry that ties the VM to its node: PCI passthrough, host USB, host serial."""
-    if re.fullmatch(r"hostpci\d+", key):
+def _is_local_device(key: str, value: str, running: bool) -> bool:
+    """A VM config entry (other than ``hostpciN``) that ties the VM to its node: host USB, host
+    serial and parallel ports, virtiofs, ivshmem; SEV and TDX while it runs."""
+    if re.fullmatch(r"virtiofs\d+", key) or key == "ivshmem":
         return True
+    if key in ("amd-sev", "intel-tdx"):
+        return running
     if re.fullmatch(r"usb\d+", key):
         return not value.startswith("spice")
     return bool(re.fullmatch(r"(serial|parallel)\d+", key)) and value.startswith("/dev/")

@@ -35,6 +35,7 @@ from opendrs.backends.proxmox.assemble import KnownGuest
 from opendrs.backends.proxmox.client import Client, HttpError
 from opendrs.backends.proxmox.guest_config import GuestConfig, parse_guest_config
 from opendrs.backends.proxmox.ha import listed_service, service_id
+from opendrs.backends.proxmox.motions import Motion, ha_motions
 from opendrs.backends.proxmox.observe import Observer
 from opendrs.backends.proxmox.values import as_bool, as_dict, as_int, as_list, as_number, clip
 from opendrs.model.cluster import Move, Settings
@@ -109,6 +110,8 @@ class Migrator:
             managed = False
         if known.kind == "qemu":
             self._precheck(base, label, target)
+        else:
+            self._lxc_precheck(base, label, target)
         if managed:
             return self._start_ha(move, known, gate)
         local_disks = any(d.local for d in config.disks)
@@ -150,7 +153,15 @@ class Migrator:
                 ) from None
             raise
         maxcpu = as_number(status.get("cpus")) or 1.0
-        return status, parse_guest_config(kind, raw, maxcpu, self._observer.shared())
+        config = parse_guest_config(
+            kind,
+            raw,
+            maxcpu,
+            self._observer.shared(),
+            running=status.get("status") == "running",
+            live_pci=self._observer.live_pci(),
+        )
+        return status, config
 
     def _refuse_unmovable(
         self,
@@ -183,34 +194,47 @@ class Migrator:
                 transient=False,
             )
 
-    def _precheck(self, base: str, label: str, target: str) -> None:
-        """Proxmox's own check of a VM migration to ``target`` (storages, HA resources)."""
+    def _precondition(self, base: str, label: str, target: str) -> dict[str, Any] | None:
+        """``GET {base}/migrate?target=``: Proxmox's own check of a migration to ``target``;
+        ``None`` when the API has none for the guest."""
         try:
-            check = as_dict(self._client.get(f"{base}/migrate", target=target), f"/{base}/migrate")
+            return as_dict(self._client.get(f"{base}/migrate", target=target), f"/{base}/migrate")
         except HttpError as exc:
             if exc.transient or exc.status in (401, 403):
                 raise
-            log.debug("%s: no migration precheck: %s", label, exc)
+            log.debug("%s: no migration precondition: %s", label, exc)
+            return None
+
+    def _precheck(self, base: str, label: str, target: str) -> None:
+        """Proxmox's own check of a VM migration to ``target`` (storages, HA resources)."""
+        check = self._precondition(base, label, target)
+        if check is None:
             return
-        refused = check.get("not_allowed_nodes")
-        if isinstance(refused, dict) and isinstance(refused.get(target), dict):
-            why = refused[target]
-            parts = []
-            storages = why.get("unavailable_storages")
-            if storages:
-                parts.append(f"storage {', '.join(map(str, storages))} is not available there")
-            blocking = why.get("blocking-ha-resources")
-            if blocking:
-                names = [str(b.get("sid", b)) if isinstance(b, dict) else str(b) for b in blocking]
-                parts.append(f"HA resources {', '.join(names)} block it")
-            reason = "; ".join(parts) or "Proxmox does not allow it"
-            raise BackendError(f"{label} cannot move to {target}: {reason}", transient=False)
+        _refuse_not_allowed(label, target, check.get("not_allowed_nodes"))
         resources = check.get("local_resources")
         if isinstance(resources, list) and resources:
             raise BackendError(
                 f"{label} uses local resources ({', '.join(map(str, resources))}): it cannot move",
                 transient=False,
             )
+
+    def _lxc_precheck(self, base: str, label: str, target: str) -> None:
+        """The containers' own migration precondition (``GET /nodes/{n}/lxc/{id}/migrate``,
+        pve-container ``src/PVE/API2/LXC.pm`` 1479-1617): nodes that HA resources block, in
+        dash-style keys. An API without it (before Proxmox VE 9) leaves the check out."""
+        check = self._precondition(base, label, target)
+        if check is not None:
+            _refuse_not_allowed(label, target, check.get("not-allowed-nodes"))
+
+    def ha_motions(self) -> tuple[Motion, ...]:
+        """The moves the HA manager has queued or under way now, read from its status just
+        before a migration starts (see :mod:`~opendrs.backends.proxmox.motions`)."""
+        with self._client.only_backend_errors("cannot read the HA manager's status"):
+            status = as_dict(
+                self._client.get("cluster/ha/status/manager_status"),
+                "/cluster/ha/status/manager_status",
+            )
+            return ha_motions(status)
 
     def _start_ha(self, move: Move, known: KnownGuest, gate: StartGate) -> Handle:
         vmid, target = move.guest, move.target
@@ -454,6 +478,34 @@ class Migrator:
             f"'ha-manager crm-command node-maintenance {action} {node}' on a cluster node",
             transient=False,
         )
+
+
+def _refuse_not_allowed(label: str, target: str, refused: object) -> None:
+    """Raise when a migration precondition's ``not_allowed_nodes`` (VMs) or ``not-allowed-nodes``
+    (containers) names ``target``, saying why."""
+    if not isinstance(refused, dict) or not isinstance(refused.get(target), dict):
+        return
+    why = refused[target]
+    parts = []
+    storages = why.get("unavailable_storages")
+    if storages:
+        parts.append(f"storage {', '.join(map(str, storages))} is not available there")
+    resources = why.get("unavailable-resources")
+    if resources:
+        parts.append(f"{', '.join(map(str, resources))} has no mapping there")
+    blocking = why.get("blocking-ha-resources")
+    if blocking:
+        names = [
+            f"{b.get('sid', b)} ({b['cause']})"
+            if isinstance(b, dict) and b.get("cause")
+            else str(b.get("sid", b))
+            if isinstance(b, dict)
+            else str(b)
+            for b in blocking
+        ]
+        parts.append(f"HA resources {', '.join(names)} block it")
+    reason = "; ".join(parts) or "Proxmox does not allow it"
+    raise BackendError(f"{label} cannot move to {target}: {reason}", transient=False)
 
 
 def _migrate_params(

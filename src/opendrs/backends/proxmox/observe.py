@@ -6,7 +6,10 @@
 * ``GET /storage``: which storages are shared (disks elsewhere are local
   :class:`~opendrs.model.cluster.Disk` s);
 * ``GET /cluster/ha/resources`` and ``GET /cluster/ha/status/manager_status``: HA-managed guests,
-  their HA state and migration target, nodes in HA maintenance;
+  their HA state and migration target (a move the HA manager has queued counts as under way),
+  nodes in HA maintenance, the HA manager's master (:mod:`~opendrs.backends.proxmox.motions`);
+* ``GET /cluster/replication`` and ``GET /cluster/mapping/pci``: where the platform can move a
+  guest at all (:mod:`~opendrs.backends.proxmox.limits`);
 * the rules (:mod:`opendrs.backends.proxmox.rules`);
 * per online node, ``/nodes/{n}/status`` (CPU architecture, the memory KSM shares) and
   ``/nodes/{n}/rrddata``;
@@ -26,7 +29,9 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Final
 
 from opendrs.backends.base import BackendError
@@ -41,6 +46,13 @@ from opendrs.backends.proxmox.client import Abandoned, Client, HttpError, gather
 from opendrs.backends.proxmox.config import ProxmoxConfig
 from opendrs.backends.proxmox.guest_config import parse_guest_config
 from opendrs.backends.proxmox.ha import HaView, parse_ha_view
+from opendrs.backends.proxmox.limits import (
+    PciMapping,
+    read_pci_mappings,
+    read_replication,
+    with_limits,
+)
+from opendrs.backends.proxmox.motions import Master, Motion, ha_master, ha_motions
 from opendrs.backends.proxmox.rules import read_rules
 from opendrs.backends.proxmox.values import as_bool, as_dict, as_list, as_number
 from opendrs.model.cluster import Cluster, Guest, Settings
@@ -82,10 +94,23 @@ class Observer:
         self._warned: set[str] = set()
         #: Set when an RRD read of the observation under way failed: the others are skipped.
         self._rrd_failed = threading.Event()
+        #: The PCI mappings of the observation under way (``None``: they cannot be read).
+        self._pci: dict[str, PciMapping] | None = None
+        #: The HA manager's motions and master, as the last observation read them.
+        self.motions: tuple[Motion, ...] = ()
+        self.master = Master(None, None)
+        #: The cluster's nodes, and those online, as the last observation saw them.
+        self.nodes: tuple[str, ...] = ()
+        self.online: tuple[str, ...] = ()
 
     def observe(self) -> Cluster:
         with self._client.only_backend_errors("cannot read the cluster"):
             return self._observe()
+
+    def live_pci(self) -> dict[str, bool] | None:
+        """The PCI mappings the last observation read, each live-migration capable or not
+        (``None``: they could not be read)."""
+        return None if self._pci is None else {k: m.live for k, m in self._pci.items()}
 
     def shared(self) -> frozenset[str]:
         """The shared storages: as the last observation saw them, else read now."""
@@ -107,16 +132,23 @@ class Observer:
         ]
         shared = self._shared_storages(resources)
         ha = self._ha_view()
+        jobs = read_replication(self._client, self._warn_once)
+        self._pci = read_pci_mappings(self._client, self._warn_once)
         online = {n for n, r in node_rows.items() if r.get("status") == "online"}
         node_reads, guest_reads = self._read_nodes_and_guests(
             sorted(online), [r for r in guest_rows if r["node"] in online], shared
         )
         guests, known = build_guests(guest_rows, guest_reads, ha)
+        mapped = {vmid: r.config.mapped for vmid, r in guest_reads.items() if r.config}
+        guests = _with_queued_motions(
+            with_limits(guests, jobs, mapped, self._pci), self.motions, node_rows
+        )
         self._unseen_storages(guests)
         nodes = build_nodes(node_rows, node_reads, resources, shared, ha, guests, self._capacity)
         node_names = {n.name for n in nodes}
         rules = read_rules(self._client, self._config, guests, node_names, ha, self._warn_once)
         self.known = known
+        self.nodes, self.online = tuple(sorted(node_rows)), tuple(sorted(online))
         name = self._cluster_name or self._name_of_cluster(node_names)
         return Cluster(tuple(nodes), tuple(guests), rules, self._settings, name)
 
@@ -162,7 +194,11 @@ class Observer:
             log.debug("guest %s: %s", vmid, exc)
             return GuestRead(unreadable=True)
         maxcpu = as_number(row.get("maxcpu")) or 0.0
-        read = GuestRead(config=parse_guest_config(kind, raw, maxcpu, shared))
+        running = row.get("status") == "running"
+        config = parse_guest_config(
+            kind, raw, maxcpu, shared, running=running, live_pci=self.live_pci()
+        )
+        read = GuestRead(config=config)
         if row.get("status") == "running":
             read.rrd = self._rrd(f"{base}/rrddata")
         if row.get("lock") == "migrate":
@@ -270,6 +306,8 @@ class Observer:
             self._client.get("cluster/ha/status/manager_status"),
             "/cluster/ha/status/manager_status",
         )
+        self.motions = ha_motions(status)
+        self.master = ha_master(status, time.time())
         return parse_ha_view(resources, status)
 
     def _migration_target(self, node: str, vmid: str, kind: str) -> str | None:
@@ -307,6 +345,23 @@ class Observer:
                 if found and found.group(1) != node:
                     return found.group(1)
         return None
+
+
+def _with_queued_motions(
+    guests: list[Guest], motions: Iterable[Motion], nodes: Mapping[str, object]
+) -> list[Guest]:
+    """``guests`` with each move the HA manager has queued to one of ``nodes`` counted as under
+    way (on both nodes, as :attr:`Guest.migrating_to
+    <opendrs.model.cluster.Guest.migrating_to>` counts it)."""
+    queued = {m.guest: m.target for m in motions if m.queued and m.target in nodes}
+    if not queued:
+        return guests
+    return [
+        replace(g, migrating_to=queued[g.id])
+        if g.id in queued and g.migrating_to is None and queued[g.id] != g.node
+        else g
+        for g in guests
+    ]
 
 
 def _ksm_shared(value: object) -> int:

@@ -211,6 +211,7 @@ class Planner:
                 ("offline", online[t]),
                 ("maintenance", not_maint[t]),
                 ("arch", cons.arch_ok[j, t]),
+                ("platform", cons.limits_ok[j, t]),
                 ("node-affinity", cons.strict_ok[j, t]),
             )
             name = next(name for name, ok in checks if not ok)

@@ -193,6 +193,7 @@ def _somewhere(
 _NODE_GUARDS: tuple[tuple[str, str | None], ...] = (
     ("no_return", None),
     ("avoided", None),
+    ("platform", "with no node the platform can move it to"),
     ("rules", "with no node their rules allow"),
     ("room", "with no node that has room"),
 )
@@ -250,7 +251,11 @@ class _TargetCheck(NamedTuple):
         if np.any(other & ~kept & rules & fits):
             return None
         kinds = {why.split()[0]: why for n, why in guards.items() if other[n]}
-        if np.any(other & ~kept & ~rules):
+        # The platform's own limits (replication targets, mapped devices) apart from the rules.
+        platform = cons.limits_ok[j]
+        if np.any(other & ~kept & ~platform):
+            kinds["platform"] = "the platform's limits"
+        if np.any(other & ~kept & platform & ~rules):
             kinds["rules"] = "rules"
         if np.any(other & ~kept & rules & ~fits):
             kinds["room"] = "no room"
