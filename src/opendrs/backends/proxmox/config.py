@@ -37,6 +37,7 @@ _KEYS: Final = (
     "usage_window",
     "tags",
     "ha_rules",
+    "respect_auto_rebalance",
 )
 #: The range of ``timeout``, in seconds.
 _TIMEOUT_RANGE: Final = (1, 3600)
@@ -68,6 +69,9 @@ class ProxmoxConfig:
     tags: bool = True
     #: Read Proxmox HA rules (and legacy HA groups) as rules.
     ha_rules: bool = True
+    #: An HA resource with ``auto-rebalance: 0`` (pve-manager 9.1.13) is ignored: its operator
+    #: does not want it moved to balance the cluster.
+    respect_auto_rebalance: bool = True
     #: Seconds before the first retry; doubled for each further one, at most 30 s.
     backoff: float = 1.0
 
@@ -125,6 +129,11 @@ def parse_proxmox(reader: Reader, value: object, path: Path) -> ProxmoxConfig:
     ha_rules = True
     if "ha_rules" in mapping:
         ha_rules = reader.boolean(mapping["ha_rules"], (*path, "ha_rules"))
+    respect_auto_rebalance = True
+    if "respect_auto_rebalance" in mapping:
+        respect_auto_rebalance = reader.boolean(
+            mapping["respect_auto_rebalance"], (*path, "respect_auto_rebalance")
+        )
     return ProxmoxConfig(
         hosts=tuple(hosts),
         user=user,
@@ -138,6 +147,7 @@ def parse_proxmox(reader: Reader, value: object, path: Path) -> ProxmoxConfig:
         usage_window=window,  # type: ignore[arg-type]
         tags=tags,
         ha_rules=ha_rules,
+        respect_auto_rebalance=respect_auto_rebalance,
     )
 
 

@@ -21,6 +21,7 @@ from opendrs.model.units import format_duration
 _HELD_LABELS: Mapping[str, str] = MappingProxyType(
     {
         "ha-state": "in {}",
+        "platform-balancer": "HA guests Proxmox VE balances itself (ha-auto-rebalance)",
         "local-device": "with local devices",
         "local-disks": "with local disks",
         "migrating": "already migrating",
