@@ -261,6 +261,7 @@ def test_once_why_not_names_failback(tmp_path: Path, fake: FakeCluster) -> None:
     result = opendrs("run", "--once", "--config", str(config))
     assert result.returncode == 0, result.stderr
     assert migrations(tmp_path) == [] and moves_asked(fake, 100) == 0
+    assert "1 with HA failback on, kept to their top node-affinity tier" in result.stderr
     snap = tmp_path / "live.yaml"
     assert opendrs("snapshot", "--config", str(config), "-o", str(snap)).returncode == 0
     placed = opendrs("place", str(snap), "--guest", "100")

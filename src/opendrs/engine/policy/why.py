@@ -9,7 +9,13 @@ from typing import NamedTuple
 
 import numpy as np
 
-from opendrs.engine.constraints import Constraints, Held, current_assign, movability
+from opendrs.engine.constraints import (
+    Constraints,
+    Held,
+    current_assign,
+    fails_back,
+    movability,
+)
 from opendrs.engine.policy.config import PolicyConfig
 from opendrs.engine.policy.state import PastMigrations
 from opendrs.engine.usage import demand_rows, loaded_nodes, tolerance
@@ -190,6 +196,7 @@ _NODE_GUARDS: tuple[tuple[str, str | None], ...] = (
     ("no_return", None),
     ("avoided", None),
     ("rules", "with no node their rules allow"),
+    ("failback", "with HA failback on, kept to their top node-affinity tier"),
     ("room", "with no node that has room"),
 )
 
@@ -210,6 +217,13 @@ class _TargetCheck(NamedTuple):
         cons = self.cons
         guest_id = cons.cluster.guests[j].id
         return cons.group_of[j] < 0 and not cons.hard_neg[j].size and guest_id not in self.off
+
+    def failback_only(self, j: int) -> bool:
+        """Whether guest ``j``'s node affinity binds it only because the HA manager fails it
+        back (its rules are not strict)."""
+        guest = self.cons.cluster.guests[j]
+        rules = self.cons.rules.node_rules_for(guest.id)
+        return fails_back(guest) and bool(rules) and not any(r.strict for r in rules)
 
     def __call__(
         self, j: int, other: np.ndarray, rules: np.ndarray, fits: np.ndarray
@@ -235,8 +249,16 @@ class _TargetCheck(NamedTuple):
         if np.any(other & ~kept & rules & fits):
             return None
         kinds = {why.split()[0]: why for n, why in guards.items() if other[n]}
-        if np.any(other & ~kept & ~rules):
-            kinds["rules"] = "rules"
+        excluded = other & ~kept & ~rules
+        if np.any(excluded):
+            # A non-strict rule binds a guest the HA manager fails back: say which it is.
+            back = np.zeros_like(excluded)
+            if self.failback_only(j):
+                back = excluded & ~cons.strict_ok[j]
+            if back.any():
+                kinds["failback"] = "HA failback to the top tier"
+            if np.any(excluded & ~back):
+                kinds["rules"] = "rules"
         if np.any(other & ~kept & rules & ~fits):
             kinds["room"] = "no room"
         named = [(kinds[key], alone) for key, alone in _NODE_GUARDS if key in kinds]
