@@ -368,8 +368,12 @@ def test_once_honours_auto_rebalance_0(tmp_path: Path, fake: FakeCluster) -> Non
     result = opendrs("run", "--once", "--config", str(config))
     assert result.returncode == 0, result.stderr
     assert migrations(tmp_path) == [] and moves_asked(fake, 100) == 0
-    snap = opendrs("snapshot", "--config", str(config))
-    assert "reason: its HA resource has auto-rebalance 0" in snap.stdout, snap.stdout
+    assert "1 ignored: its HA resource has auto-rebalance 0" in result.stderr, result.stderr
+    snap = tmp_path / "live.yaml"
+    assert opendrs("snapshot", "--config", str(config), "-o", str(snap)).returncode == 0
+    assert "reason: its HA resource has auto-rebalance 0" in snap.read_text()
+    placed = opendrs("place", str(snap), "--guest", "100")
+    assert "cannot move: ignored: its HA resource has auto-rebalance 0" in placed.stdout
 
 
 def test_the_daemon_moves_it_when_told_not_to_honour_the_flag(

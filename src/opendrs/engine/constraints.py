@@ -240,6 +240,7 @@ def check_rules(cluster: Cluster) -> tuple[Rules, list[RuleProblem]]:
         node_affinity=node_rules,
         guest_affinity=tuple(r for r in rules.guest_affinity if r.name not in dropped),
         ignored=rules.ignored,
+        ignore_reasons=rules.ignore_reasons,
     )
     return kept, problems
 
