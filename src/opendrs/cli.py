@@ -41,7 +41,7 @@ from opendrs.controller.report_command import report_of_history, write_report
 from opendrs.controller.snapshot_command import add_snapshot_parser
 from opendrs.controller.status_command import add_status_parser
 from opendrs.engine.breaks import rule_breaks
-from opendrs.engine.constraints import Constraints, movability
+from opendrs.engine.constraints import Constraints, movability, platform_balancer
 from opendrs.engine.placement import Evacuation, evacuate, place_guest, place_new
 from opendrs.engine.planner import Plan
 from opendrs.engine.policy import (
@@ -163,6 +163,7 @@ def cmd_show(args: argparse.Namespace) -> int:
                 },
                 "problems": [str(p) for p in Constraints.build(cluster).problems],
                 "rule_breaks": [b.as_dict() for b in rule_breaks(cluster)],
+                "platform_balancer": platform_balancer(cluster),
             }
         )
         return EXIT_OK

@@ -27,7 +27,13 @@
   and a stopped migration leaves the guest on its source;
 * answers withheld after the work is done (:meth:`DrsFakePve.withhold`): the request reaches the
   server and takes effect, but its answer comes late, or the connection breaks instead; or a proxy
-  in front of the API answers an error instead (:meth:`DrsFakePve.answer_as_proxy`: 502, 504).
+  in front of the API answers an error instead (:meth:`DrsFakePve.answer_as_proxy`: 502, 504);
+* the HA stack as Proxmox VE 9.2 ships it (the methods under "HA rules, failback and the CRS
+  options"): node-affinity rules with ``affinity: negative``, an HA resource's ``failback`` and
+  ``auto-rebalance`` flags in ``/cluster/ha/resources``, ``GET /cluster/options`` with the
+  datacenter's ``crs`` (``ha-auto-rebalance``), and CRM rounds (:meth:`DrsFakePve.crm_rounds`)
+  in which the HA manager moves a guest that is not where its rules want it — back to its
+  highest-priority nodes when ``failback`` is on — as ``select_service_node`` does.
 
 :class:`FakeCluster` serves one on 127.0.0.1 (a port the system picks) over TLS with a
 certificate made by ``fakepve.certs.make_cert``, on its own event loop in a daemon thread.
@@ -62,7 +68,122 @@ def _true(value: Any) -> bool:
     return value in (1, True, "1", "true", "on", "yes")
 
 
-class DrsFakePve(FakePve):
+class HaCrsMixin:
+    """HA rules, failback and the CRS options, as Proxmox VE 9.2 ships them (a part of
+    :class:`DrsFakePve`, kept apart)."""
+
+    # -- HA rules, failback and the CRS options ------------------------------------------------
+
+    def _init_ha_crs(self: Any) -> None:
+        #: An HA resource's ``failback`` (default on) and ``auto-rebalance`` (default on) flags,
+        #: by vmid; listed only when set, as Proxmox lists them.
+        self.ha_failback: dict[int, bool] = {}
+        self.ha_auto_rebalance: dict[int, bool] = {}
+        #: The datacenter's ``crs`` option, as ``GET /cluster/options`` returns it (parsed).
+        self.crs: dict[str, Any] = {"ha": "basic"}
+        #: Moves the fake HA manager made on its own in its CRM rounds: (vmid, source, target).
+        self.crm_moves: list[tuple[int, str, str]] = []
+        self._crm_task: asyncio.Future[None] | None = None
+
+    def _routes_ha_crs(self: Any) -> list[tuple[str, str, Any]]:
+        return [("GET", "/cluster/options", self._cluster_options)]
+
+    async def _cluster_options(self: Any, v: dict[str, Any], user: str) -> dict[str, Any]:
+        """``GET /cluster/options``: ``datacenter.cfg`` parsed (``crs`` as an object), to a user
+        with ``Sys.Audit`` on ``/``; others get only ``console`` and ``tag-style`` (and their
+        allowed tags), as pve-manager's ``Cluster.pm`` ``get_options``."""
+        options: dict[str, Any] = {"allowed-tags": []}
+        if self.allowed(user, "/", "Sys.Audit"):
+            options.update(keyboard="en-us", crs=dict(self.crs))
+        return options
+
+    def _ha_resource_flags(self: Any, guest: Any, item: dict[str, Any]) -> None:
+        if guest.vmid in self.ha_failback:
+            item["failback"] = int(self.ha_failback[guest.vmid])
+        if guest.vmid in self.ha_auto_rebalance:
+            item["auto-rebalance"] = int(self.ha_auto_rebalance[guest.vmid])
+
+    def _ha_node_affinity(self: Any, sid: str) -> tuple[dict[str, int], bool] | None:
+        """The node priorities and strictness of ``sid``'s enabled node-affinity rule, a
+        negative rule as the positive one on the other nodes (``NodeAffinity.pm``); ``None``
+        without one (a negative rule naming every node or giving priorities is dropped)."""
+        nodes = sorted(self.nodes)
+        for rule in self.ha_rules:
+            if rule.get("type") != "node-affinity" or _true(rule.get("disable")):
+                continue
+            if sid not in str(rule.get("resources", "")).split(","):
+                continue
+            listed = {}
+            for entry in str(rule.get("nodes", "")).split(","):
+                name, _, priority = entry.partition(":")
+                listed[name] = int(priority or 0)
+            if rule.get("affinity") == "negative":
+                if len(listed) >= len(nodes) or any(listed.values()):
+                    return None
+                listed = {n: 0 for n in nodes if n not in listed}
+            return listed, _true(rule.get("strict"))
+        return None
+
+    def _ha_wanted(self: Any, guest: Any) -> str | None:
+        """Where the HA manager moves ``guest`` this round, or ``None`` (it stays): as
+        ``select_service_node`` with preference ``none`` — a guest stays where its rule allows
+        unless ``failback`` is on, then it goes to (or stays on) its highest-priority online
+        nodes, the one with the fewest HA guests first."""
+        online = [
+            n
+            for n, state in sorted(self.nodes.items())
+            if state.get("online", True) and n not in self.ha_maintenance
+        ]
+        affinity = self._ha_node_affinity(self._sid(guest))
+        if affinity is None:
+            priorities = dict.fromkeys(online, 0)
+        else:
+            priorities, strict = affinity
+            priorities = {n: p for n, p in priorities.items() if n in online}
+            if not strict:
+                for node in online:
+                    priorities.setdefault(node, -1)
+        if not priorities:
+            return None
+        if not self.ha_failback.get(guest.vmid, True) and guest.node in priorities:
+            return None
+        top = max(priorities.values())
+        preferred = sorted(n for n, p in priorities.items() if p == top)
+        if guest.node in preferred:
+            return None
+        count = {n: sum(1 for g in self._ha_guests() if g.node == n) for n in preferred}
+        return min(preferred, key=lambda n: (count[n], n))
+
+    async def crm_round(self: Any) -> None:
+        """One round of the HA manager: every started HA guest that is not moving goes where
+        :meth:`_ha_wanted` says."""
+        for guest in self._ha_guests():
+            sid = self._sid(guest)
+            if guest.ha_state != "started" or guest.lock or sid in self.ha_targets:
+                continue
+            if self.ha_request.get(guest.vmid, "started") != "started":
+                continue
+            target = self._ha_wanted(guest)
+            if target is not None:
+                self.crm_moves.append((guest.vmid, guest.node, target))
+                self._ha_later(
+                    guest, target, "relocate" if isinstance(guest, FakeCt) else "migrate"
+                )
+
+    def crm_rounds(self: Any, secs: float = 10.0) -> None:
+        """Run a CRM round every ``secs`` PVE seconds (a round is about 10 s on Proxmox,
+        ``CRM.pm``) until the fake stops; call on the fake's loop (``FakeCluster.crm_rounds``)."""
+
+        async def rounds() -> None:
+            while True:
+                await self.crm_round()
+                await self.pause(secs)
+                await asyncio.sleep(0.01)
+
+        self._crm_task = asyncio.ensure_future(rounds())
+
+
+class DrsFakePve(FakePve, HaCrsMixin):
     """FakePve with node capacity, derived usage, RRD, node status, migration and HA."""
 
     def __init__(self, user: str = "root@pam", password: str = "secret") -> None:
@@ -118,6 +239,7 @@ class DrsFakePve(FakePve):
         #: The HA manager's master (None: the first node) and the age of its status in seconds.
         self.ha_master: str | None = None
         self.ha_master_age = 0.0
+        self._init_ha_crs()
 
     # -- withheld answers ----------------------------------------------------------------------
 
@@ -160,6 +282,8 @@ class DrsFakePve(FakePve):
         return response
 
     async def stop(self) -> None:
+        if self._crm_task is not None:
+            self._crm_task.cancel()
         if self._stopping is not None:
             self._stopping.set()
         for event in self._task_stops.values():
@@ -526,6 +650,7 @@ class DrsFakePve(FakePve):
             }
             if guest.vmid in self.ha_group:
                 item["group"] = self.ha_group[guest.vmid]
+            self._ha_resource_flags(guest, item)
             if v.get("type") in (None, item["type"]):
                 out.append(item)
         return out
@@ -871,6 +996,14 @@ class FakeCluster:
                 await asyncio.sleep(0)
 
         self.run(idle())
+
+    def crm_rounds(self, secs: float = 10.0) -> None:
+        """Let the fake HA manager run its rounds (:meth:`HaCrsMixin.crm_rounds`)."""
+
+        async def start() -> None:
+            self.pve.crm_rounds(secs)
+
+        self.run(start())
 
     def stop(self) -> None:
         try:

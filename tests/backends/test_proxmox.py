@@ -32,6 +32,7 @@ from opendrs.backends.proxmox import (
     ProxmoxConfig,
     parse_proxmox,
 )
+from opendrs.backends.proxmox.observe import crs_auto_rebalance
 from opendrs.engine.constraints import movability
 from opendrs.model.cluster import Cluster, Move, Settings
 from opendrs.model.document import DocumentError, Reader
@@ -1421,3 +1422,36 @@ def test_observe_returns_a_cluster_the_engine_can_use(fake: FakeCluster, token_f
     assert isinstance(cluster, Cluster)
     assert cluster.settings == Settings()
     assert {g.node for g in cluster.guests} <= {n.name for n in cluster.nodes}
+
+
+def test_failback_auto_rebalance_and_the_crs_option_are_read(
+    fake: FakeCluster, token_file: str
+) -> None:
+    populate(fake)
+    fake.pve.ha_failback[105] = False
+    fake.pve.ha_auto_rebalance[105] = False
+    backend = backend_for(fake, token_file)
+    cluster = backend.observe()
+    assert not cluster.ha_auto_rebalance
+    assert not cluster.guest("105").failback
+    assert str(movability(cluster.guest("105"), cluster)) == (
+        "ignored: its HA resource has auto-rebalance 0"
+    )
+    fake.pve.crs = {"ha": "static", "ha-auto-rebalance": 1}
+    assert backend.observe().ha_auto_rebalance
+    kept = backend_for(fake, token_file, respect_auto_rebalance=False).observe()
+    assert "105" not in kept.rules.ignored
+
+
+@pytest.mark.parametrize(
+    ("crs", "on"),
+    [
+        ({"ha": "static", "ha-auto-rebalance": 1}, True),
+        ({"ha": "static", "ha-auto-rebalance": 0}, False),
+        ("ha=dynamic,ha-auto-rebalance=1", True),
+        ("ha=basic", False),
+        (None, False),
+    ],
+)
+def test_crs_auto_rebalance(crs: object, on: bool) -> None:
+    assert crs_auto_rebalance(crs) is on

@@ -30,6 +30,7 @@ from opendrs.backends.workload import (
 from opendrs.engine.imbalance import balance_spread
 from opendrs.engine.usage import CapacityModel, LoadModel
 from opendrs.model.cluster import HA_STATES, Cluster, Disk, Guest, Move, Node, Settings
+from opendrs.model.rules import NodeAffinity, Rules
 from opendrs.model.snapshot import dumps
 
 GiB = 1024**3
@@ -1069,3 +1070,23 @@ def test_hot_spots_are_counted_per_node_on_the_five_minute_load() -> None:
     assert Simulator(quiet.scenario, hot=0.9).stats().hot_steps == 0
     with pytest.raises(ValueError, match="hot must be a load fraction"):
         Simulator(quiet.scenario, hot=0)
+
+
+@pytest.mark.parametrize("failback", [True, False])
+def test_the_ha_manager_fails_a_guest_back_to_its_top_tier(failback: bool) -> None:
+    # HA guest 1 prefers a (priority 2) to b (priority 1), non-strict; moved to b by the
+    # controller, it is moved back to a a round later — unless failback is off.
+    nodes = (node("a"), node("b"), node("c"))
+    guests = (guest("1", "a", ha=True, ha_state="started", failback=failback),)
+    rules = Rules(node_affinity=(NodeAffinity("prefer-a", ("1",), {"a": 2, "b": 1}),))
+    sim = Simulator(
+        Scenario(Cluster(nodes, guests, rules), migration=MigrationModel(bandwidth=GiB, setup=0)),
+        threshold=0.15,
+    )
+    handle = sim.start_migration(Move("1", "a", "b"))
+    sim.sleep(4)
+    assert sim.poll(handle) == DONE
+    sim.sleep(20)
+    back = [(r.source, r.target, r.outcome) for r in sim.migrations if r.cause == "failback"]
+    assert back == ([("b", "a", "done")] if failback else [])
+    assert sim.observe().guest("1").node == ("a" if failback else "b")

@@ -414,6 +414,12 @@ def run_case(case: Case) -> list[str]:
                     1,
                     f"ha-restart {record.guest} {record.source} -> {record.target}",
                 )
+            elif record.cause == "failback":
+                add(
+                    record.started,
+                    1,
+                    f"ha-failback {record.guest} {record.source} -> {record.target}",
+                )
         lines.sort(key=lambda line: line[:3])
         timed = [f"{clock(at)} {text}" for at, _group, _seq, text in lines]
         timed.extend(_end_lines(sim))

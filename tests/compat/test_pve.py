@@ -1113,3 +1113,53 @@ def test_serve_answers_every_mutated_query(data: st.DataObject) -> None:
     assert isinstance(answer, dict)
     if "error" in answer:
         assert set(answer) == {"error"} and "internal error" not in answer["error"]
+
+
+# ======================================================================= negative node affinity
+
+
+def test_negative_node_affinity_is_the_positive_rule_on_the_other_nodes() -> None:
+    # pve-ha-manager Rules/NodeAffinity.pm invert_negative_node_affinity_rules: "never on node3"
+    # allows node1 and node2 (strict), and nothing is dropped.
+    rules = (
+        "node-affinity: never3\n\tresources vm:101\n\tnodes node3\n\tstrict 1\n"
+        "\taffinity negative\n"
+    )
+    services = {"vm:101": {"node": "node3", "running": True}}
+    answer = decide(query(services, select("vm:101"), rules=rules))
+    assert answer["node"] in ("node1", "node2") and answer["dropped"] == []
+    parsed, warnings = parse_rules(rules)
+    assert warnings == [] and parsed[0].affinity == "negative"
+    transformed, _ = transform_rules(parsed, ["node1", "node2", "node3"])
+    assert (transformed[0].nodes, transformed[0].strict) == ({"node1": 0, "node2": 0}, True)
+
+
+def test_non_strict_negative_node_affinity_prefers_the_other_nodes() -> None:
+    rules = "node-affinity: avoid1\n\tresources vm:101\n\tnodes node1\n\taffinity negative\n"
+    services = {"vm:101": {"node": "node1", "running": True}}
+    # failback on (the default): moved off node1; with failback off it may stay.
+    assert decide(query(services, select("vm:101"), rules=rules))["node"] in ("node2", "node3")
+    services["vm:101"]["failback"] = False
+    assert decide(query(services, select("vm:101"), rules=rules))["node"] == "node1"
+
+
+@pytest.mark.parametrize(
+    ("nodes", "reason"),
+    [
+        ("node1,node2,node3", "negative node affinity rule must not specify all cluster nodes"),
+        ("node1:2,node2", "negative node affinity rule must not specify node priorities"),
+    ],
+)
+def test_negative_node_affinity_rules_proxmox_drops(nodes: str, reason: str) -> None:
+    rules = f"node-affinity: bad\n\tresources vm:101\n\tnodes {nodes}\n\taffinity negative\n"
+    answer = decide(query({"vm:101": {"node": "node1"}}, select("vm:101"), rules=rules))
+    assert answer["dropped"] == [f"Drop rule 'bad', because {reason}."]
+
+
+def test_a_node_affinity_with_an_unknown_affinity_is_skipped() -> None:
+    rules, warnings = parse_rules(
+        "node-affinity: odd\n\tresources vm:1\n\tnodes node1\n\taffinity sideways\n"
+    )
+    assert rules == [] and warnings == [
+        "rule 'odd': 'affinity' must be 'positive' or 'negative', rule skipped"
+    ]

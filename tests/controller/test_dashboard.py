@@ -75,7 +75,11 @@ def test_a_cycle_publishes_loads_decisions_and_the_migrations_in_flight() -> Non
     assert all(m["since"] is not None for m in data["in_flight"])
     assert data["queued"] == len(decision["moves"]) - 2
     assert data["would"] is None  # active mode: it does it
-    assert data["observation"]["ok"] and data["cluster"] == {"name": "cluster", "guests": 6}
+    assert data["observation"]["ok"] and data["cluster"] == {
+        "name": "cluster",
+        "guests": 6,
+        "platform_balancer": None,
+    }
 
 
 def test_migrations_that_end_are_listed_newest_first_and_leave_the_flight() -> None:

@@ -1606,3 +1606,81 @@ def test_random_clusters_with_ksm_round_trip(cluster: Cluster, shared: list[int]
     assert from_dict(to_dict(cluster)) == cluster
     for fmt in ("yaml", "json"):
         assert loads(dumps(cluster, fmt), fmt=fmt) == cluster
+
+
+# --------------------------------------------------------------------------------------------
+# Proxmox VE 9.2: negative node affinity, failback, ha-auto-rebalance, ignores with a reason
+
+THREE_NODES = """version: 1
+nodes:
+  pve1: {cpu: 8, memory: 32GiB}
+  pve2: {cpu: 8, memory: 32GiB}
+  pve3: {cpu: 8, memory: 32GiB}
+guests:
+  - {id: 101, node: pve1, memory: 4GiB, ha: true, failback: false}
+  - {id: 102, node: pve2, memory: 4GiB}
+"""
+
+
+def test_a_negative_node_affinity_is_the_positive_rule_on_the_other_nodes() -> None:
+    cluster = loads(
+        THREE_NODES
+        + "rules:\n  - {type: node-affinity, name: never3, guests: [101], nodes: [pve3],"
+        " strict: true, affinity: negative}\n"
+    )
+    assert cluster.rules.node_affinity == (
+        NodeAffinity("never3", ("101",), {"pve1": 0, "pve2": 0}, strict=True),
+    )
+    # The dump writes what it means on these nodes, which loads back the same.
+    assert loads(dumps(cluster)).rules == cluster.rules
+
+
+def test_a_negative_node_affinity_naming_every_node_is_dropped_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    cluster = loads(
+        THREE_NODES + "rules:\n  - {type: node-affinity, name: nowhere, guests: [101],"
+        " nodes: [pve1, pve2, pve3], affinity: negative}\n",
+        filename="t.yaml",
+    )
+    assert cluster.rules.node_affinity == ()
+    assert [r.levelname for r in caplog.records] == ["WARNING"]
+    assert "t.yaml: rules[0] (nowhere): a negative node affinity naming every node" in caplog.text
+
+
+def test_a_negative_node_affinity_refuses_priorities() -> None:
+    error = _error(
+        THREE_NODES
+        + "rules:\n  - {type: node-affinity, guests: [101], nodes: {pve3: 1}, affinity: negative}\n"
+    )
+    _assert_one_line(error)
+    assert str(error) == (
+        "t.yaml: rules[0].nodes: expected a list of node names "
+        "(a negative node affinity has no priorities)"
+    )
+
+
+def test_failback_ha_auto_rebalance_and_ignore_reasons_round_trip() -> None:
+    cluster = loads(
+        THREE_NODES + "ha_auto_rebalance: true\nrules:\n"
+        "  - {type: ignore, guests: [102], reason: its HA resource has auto-rebalance 0}\n"
+        "  - {type: ignore, guests: [101]}\n"
+    )
+    assert cluster.ha_auto_rebalance and not cluster.guest("101").failback
+    assert cluster.guest("102").failback  # the default
+    assert cluster.rules.ignore_reason("102") == "its HA resource has auto-rebalance 0"
+    assert cluster.rules.ignore_reason("101") is None
+    again = loads(dumps(cluster))
+    assert again == cluster and dumps(again) == dumps(cluster)
+    assert "failback" not in dumps(
+        replace(cluster, guests=(replace(cluster.guests[0], failback=True), *cluster.guests[1:]))
+    )
+
+
+def test_failback_needs_ha() -> None:
+    error = _error(
+        THREE_NODES.replace("{id: 102, node: pve2,", "{id: 102, failback: false, node: pve2,")
+    )
+    assert str(error) == (
+        "t.yaml: guests[1].failback: only HA-managed guests have failback (set ha: true)"
+    )

@@ -13,6 +13,11 @@ step, at its start, after the events of that instant (a migration ending, a node
 whatever the controller does then. Events themselves happen at their exact time: a migration of
 ``b`` bytes takes ``setup + b / bandwidth`` seconds and loads both nodes meanwhile.
 
+The HA manager also fails guests back: an HA guest with ``failback`` on that a migration of the
+controller's leaves outside the highest priority of its node affinity among the usable nodes is
+moved back there (to the one with the fewest guests, then by name) a round
+(:data:`FAILBACK_ROUND`) later, as Proxmox's ``select_service_node`` does every round.
+
 Node failures follow an HA manager: after ``recovery_delay`` the HA-managed guests of the failed
 node restart elsewhere, one at a time, each on the node that
 :meth:`opendrs.engine.placement.PlacementState.place` ranks first for ``purpose="recover"`` (with
@@ -72,9 +77,13 @@ __all__ = [
 ]
 
 Outcome = Literal["running", "done", "failed"]
-Cause = Literal["controller", "recovery", "snapshot"]
+Cause = Literal["controller", "recovery", "snapshot", "failback"]
 NodeEventKind = Literal["failed", "recovered", "maintenance-on", "maintenance-off"]
 
+#: Seconds from a migration that leaves an HA guest below its top node-affinity tier to the HA
+#: manager's round that moves it back (failback; a CRM round is about 10 s, pve-ha-manager
+#: ``CRM.pm``).
+FAILBACK_ROUND: Final = 10.0
 #: Pending HA recoveries are tried again at least this often (seconds).
 RECOVERY_RETRY: Final = 3600.0
 #: A migration that fails does so after this share of its duration (drawn uniformly between).
@@ -1044,6 +1053,39 @@ class Simulator:
         if not self._down[j]:
             self._ha_state[j] = self._ha_state0[j]
         self._refresh(j)
+        if (
+            reason is None
+            and migration.cause == "controller"
+            and self._fails_back_to(j) is not None
+        ):
+            self._push(self._now + FAILBACK_ROUND, "failback", j)
+
+    def _fails_back_to(self, j: int) -> int | None:
+        """The node the HA manager moves guest ``j`` back to, or None: an HA guest with failback
+        on, running outside the top tier of its node affinity among the usable nodes."""
+        guest = self._cluster0.guests[j]
+        if not (guest.ha and guest.failback) or self._down[j]:
+            return None
+        if self._migration_of[j] is not None or self._state[j] != "running":
+            return None
+        self._derive()
+        usable = {self._node_names[n] for n in np.nonzero(self._usable)[0].tolist()}
+        for rule in self._cluster0.rules.node_rules_for(guest.id):
+            top = rule.top_nodes(usable)
+            if not top or self._node_names[int(self._node[j])] in top:
+                return None
+            count = np.bincount(self._node, minlength=len(self._node_names))
+            return min(
+                (self._node_index[name] for name in top),
+                key=lambda n: (int(count[n]), self._node_names[n]),
+            )
+        return None
+
+    def _failback(self, j: int) -> None:
+        """The HA manager's round: guest ``j`` back to its top tier, if it still is not there."""
+        target = self._fails_back_to(j)
+        if target is not None:
+            self._begin(j, target, "failback", fail=False)
 
     # -- faults ---------------------------------------------------------------------------------
 
@@ -1107,6 +1149,8 @@ class Simulator:
         elif kind == "recover":
             self._recover_at.discard(self._now)
             self._recover()
+        elif kind == "failback":
+            self._failback(*args)
 
     def _fail_node(self, n: int, duration: float | None) -> None:
         if duration is not None:

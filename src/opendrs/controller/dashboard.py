@@ -28,7 +28,7 @@ from opendrs.controller.config import Config
 from opendrs.controller.executor import Event
 from opendrs.controller.loop import Controller, Cycle
 from opendrs.controller.records import iso_time
-from opendrs.controller.views import arch_spreads, node_loads, policy_summary
+from opendrs.controller.views import arch_spreads, cluster_summary, node_loads, policy_summary
 from opendrs.engine.policy import Decision
 from opendrs.engine.policy.metrics import format_metric, metric_scale
 from opendrs.engine.usage import LoadModel
@@ -100,7 +100,7 @@ class Dashboard:
             loads = LoadModel.build(cluster)
             self._base.update(
                 observation={"ok": True, "error": None, **self._at(cycle.at)},
-                cluster={"name": cluster.name, "guests": len(cluster.guests)},
+                cluster=cluster_summary(cluster),
                 groups=_groups(node_loads(cluster, loads), arch_spreads(cluster, loads)),
             )
         if cycle.decision is not None:

@@ -44,6 +44,7 @@ from opendrs.backends.base import Backend, BackendError, Clock, SystemClock
 from opendrs.controller.config import Config, with_platform_defaults
 from opendrs.controller.executor import Event, Executor
 from opendrs.controller.history import History
+from opendrs.engine.constraints import platform_balancer
 from opendrs.engine.planner import Plan
 from opendrs.engine.policy import (
     Decision,
@@ -290,6 +291,8 @@ class Controller:
         self._platform_asked = False
         #: Why the backend says this instance must stay idle (``leader_only``), if it does.
         self._standby: str | None = None
+        #: Whether the last observation saw Proxmox VE balancing its HA guests itself.
+        self._platform_balancer = False
 
     @property
     def policy(self) -> PolicyConfig:
@@ -398,6 +401,23 @@ class Controller:
             self._standby = reason
         return reason
 
+    def _note_platform_balancer(self, cluster: Cluster) -> None:
+        """One line when Proxmox VE starts or stops balancing its HA guests itself: while it
+        does, the policy leaves them to it (``movability``'s ``platform-balancer``), so that
+        two balancers never undo each other's moves."""
+        on = cluster.ha_auto_rebalance
+        if on == self._platform_balancer:
+            return
+        self._platform_balancer = on
+        if on:
+            level = logging.WARNING if self.config.active else logging.INFO
+            log.log(level, "not balancing HA guests: %s", platform_balancer(cluster))
+        else:
+            log.info(
+                "Proxmox VE no longer balances its HA guests itself (ha-auto-rebalance is off): "
+                "opendrs balances them again"
+            )
+
     def cycle(self, *, policy: PolicyConfig | None = None) -> Cycle:
         """Observe, decide and (in active mode) hand the plan to the executor."""
         started = time.monotonic()
@@ -426,6 +446,7 @@ class Controller:
             result = Cycle(now, cluster, None)
             self._done(result, started)
             return result
+        self._note_platform_balancer(cluster)
         decision = self._decide(now, cluster, policy)
         if decision.state.evacuated != self.state.evacuated:
             self.history.set_evacuated(decision.state.evacuated)

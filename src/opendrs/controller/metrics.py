@@ -90,6 +90,12 @@ class DaemonMetrics:
         self.observation_errors = Counter(
             "opendrs_observation_errors", "Observations of the cluster that failed", registry=r
         )
+        self.platform_balancer = Gauge(
+            "opendrs_platform_balancer",
+            "1 while Proxmox VE balances its HA guests itself (ha-auto-rebalance), which opendrs "
+            "then leaves to it; 0 otherwise",
+            registry=r,
+        )
         self.last_observation = Gauge(
             "opendrs_last_observation_timestamp_seconds",
             "Unix time of the last successful observation",
@@ -121,6 +127,8 @@ class DaemonMetrics:
             return
         self._last_success = cycle.at
         self.last_observation.set(time.time())
+        if cycle.cluster is not None:
+            self.platform_balancer.set(1 if cycle.cluster.ha_auto_rebalance else 0)
         if cycle.decision is not None and cycle.cluster is not None:
             self.node_loads.update(cycle.cluster)
             self.spread.set(cycle.decision.metric)

@@ -39,6 +39,7 @@ from opendrs.backends.base import BackendError
 from opendrs.controller.commands import EXIT_OK, EXIT_PROBLEM, UsageError, setup_logging
 from opendrs.controller.config import Config, load_config
 from opendrs.controller.loop import observe_as_configured
+from opendrs.engine.constraints import platform_balancer
 from opendrs.engine.policy import UsageWindow
 from opendrs.model import snapshot
 from opendrs.model.cluster import Cluster
@@ -224,6 +225,10 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
         sys.stdout.flush()
     else:
         write_atomically(args.output, text)
+    balancer = platform_balancer(cluster)
+    if balancer is not None:
+        # The snapshot says so too (``ha_auto_rebalance: true``), for show, plan and place.
+        print(f"note: {balancer}", file=sys.stderr)
     return EXIT_OK
 
 

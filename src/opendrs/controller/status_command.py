@@ -36,7 +36,7 @@ from opendrs.controller.history_command import history_now, open_history
 from opendrs.controller.loop import InstanceLock, LockError
 from opendrs.controller.records import decision_object, iso_time, migration_now
 from opendrs.controller.snapshot_command import observe_once
-from opendrs.controller.views import arch_spreads, node_loads, policy_summary
+from opendrs.controller.views import arch_spreads, cluster_summary, node_loads, policy_summary
 from opendrs.engine.usage import RESOURCES
 from opendrs.model.cluster import Cluster
 from opendrs.model.units import format_duration
@@ -142,7 +142,7 @@ def status_data(status: Status) -> dict[str, Any]:
         "cluster": None
         if cluster is None
         else {
-            "name": cluster.name,
+            **cluster_summary(cluster),
             "mode": cluster.settings.mode,
             "nodes": node_loads(cluster),
             "spread": arch_spreads(cluster),
@@ -217,6 +217,9 @@ def _show_cluster(report: Report, status: Status) -> None:
         f"the {status.config.backend.type} backend",
         "bold",
     )
+    balancer = cluster_summary(cluster)["platform_balancer"]
+    if balancer is not None:
+        report.line(balancer, "yellow")
     rows = [
         [
             n["name"],

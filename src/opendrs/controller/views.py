@@ -5,12 +5,23 @@ from __future__ import annotations
 from typing import Any
 
 from opendrs.controller.config import Config
+from opendrs.engine.constraints import platform_balancer
 from opendrs.engine.strategies.base import cluster_imbalance, imbalance_by_arch
 from opendrs.engine.usage import RESOURCES, LoadModel
 from opendrs.model.cluster import Cluster
 from opendrs.report.text import node_state
 
-__all__ = ["arch_spreads", "node_loads", "policy_summary"]
+__all__ = ["arch_spreads", "cluster_summary", "node_loads", "policy_summary"]
+
+
+def cluster_summary(cluster: Cluster) -> dict[str, Any]:
+    """The cluster's name, its guests, and — when Proxmox VE balances its HA guests itself —
+    the sentence that says so (``platform_balancer``, else ``None``)."""
+    return {
+        "name": cluster.name,
+        "guests": len(cluster.guests),
+        "platform_balancer": platform_balancer(cluster),
+    }
 
 
 def node_loads(cluster: Cluster, loads: LoadModel | None = None) -> list[dict[str, Any]]:

@@ -111,6 +111,7 @@ def arch_parts(cluster: Cluster) -> list[Cluster]:
                 if len(ids.intersection(r.guests)) >= 2
             ),
             ignored=frozenset((rules.ignored | held) & ids),
+            ignore_reasons=rules.ignore_reasons,
         )
         parts.append(replace(cluster, nodes=nodes, guests=guests, rules=kept))
     return parts

@@ -9,6 +9,8 @@ Hard filters, in the order they are reported when a node is rejected:
    mapped device the node lacks), with the platform's reason;
 4. ``node-affinity`` — a strict rule allows only its nodes of the highest priority that can take
    the guest: usable, of its architecture, with room for it (pins too; :func:`_affinity_tiers`);
+   so does a non-strict rule for an HA guest with ``failback`` on (:func:`binding`), whom the HA
+   manager would move back to its highest-priority nodes whatever a plan does;
 5. ``forbidden`` — the placement was ruled out (no safe migration order reaches it);
 6. ``anti-affinity`` — a hard negative partner runs on (or is moving to) the node;
 7. ``affinity`` — hard positive partners run elsewhere;
@@ -98,8 +100,8 @@ def _affinity_tiers(
     claimed by a hard anti-affinity partner. The guests of a rule claim a node in turn, those on
     the rule's higher-priority nodes first, then by id, so two guests never count on the same
     free room. When no tier can take it, the highest usable tier applies (and the filters say
-    why the guest cannot go there). HA-managed guests always use the highest usable tier:
-    Proxmox's HA manager moves them back there, whatever the load.
+    why the guest cannot go there). HA-managed guests with ``failback`` on always use the highest
+    usable tier: Proxmox's HA manager moves them back there, whatever the load.
     """
     usable = _usable_nodes(cluster)
     tier = np.full(len(cluster.guests), -1, dtype=np.int64)
@@ -131,6 +133,20 @@ def _affinity_tiers(
     return tier, claimed
 
 
+def fails_back(guest: Guest) -> bool:
+    """Whether the HA manager moves ``guest`` back to its highest-priority available nodes every
+    round (an HA resource with ``failback`` on; pve-ha-manager ``Manager.pm``
+    ``select_service_node``)."""
+    return guest.ha and guest.failback
+
+
+def binding(rule: NodeAffinity, guest: Guest) -> bool:
+    """Whether ``rule`` is a hard filter for ``guest``: a strict rule, or any rule of a guest
+    that :func:`fails_back` — a plan that puts it below its top tier is undone by the HA
+    manager, and opendrs would move it again."""
+    return rule.strict or fails_back(guest)
+
+
 def _priority_on(rule: NodeAffinity, node: str, usable: frozenset[str]) -> int:
     return rule.nodes.get(node, -1) if node in usable else -1
 
@@ -148,7 +164,7 @@ def _claim_tier(
     ``headroom`` there. ``taken``: nodes its hard anti-affinity partners claimed."""
     guest = cluster.guests[j]
     here = cluster.node_index.get(guest.node, -1)
-    if guest.ha:
+    if fails_back(guest):
         return tiers[0][0], here if guest.node in tiers[0][1] else -1
     need = _demand(capacity, j, guest)
 
@@ -227,6 +243,7 @@ def check_rules(cluster: Cluster) -> tuple[Rules, list[RuleProblem]]:
         node_affinity=node_rules,
         guest_affinity=tuple(r for r in rules.guest_affinity if r.name not in dropped),
         ignored=rules.ignored,
+        ignore_reasons=rules.ignore_reasons,
     )
     return kept, problems
 
@@ -388,8 +405,27 @@ def _positive_components(
 HA_HELD: frozenset[str] = frozenset({"error", "freeze", "fence", "recovery", "ignored", "stopped"})
 
 
+#: Why an HA guest is not balanced while Proxmox VE's own balancer is on.
+PLATFORM_BALANCES = "Proxmox VE balances HA guests itself (ha-auto-rebalance)"
+
+
+def platform_balancer(cluster: Cluster) -> str | None:
+    """One sentence when Proxmox VE balances the cluster's HA guests itself, with what opendrs
+    does about it and what to change; ``None`` when it does not."""
+    if not cluster.ha_auto_rebalance:
+        return None
+    count = sum(1 for g in cluster.guests if g.ha)
+    return (
+        f"Proxmox VE balances its HA guests itself (ha-auto-rebalance is on in the datacenter's "
+        f"crs options): opendrs leaves its {count} HA guest{'s' if count != 1 else ''} to it "
+        "and balances the others; turn ha-auto-rebalance off (Datacenter → Options → Cluster "
+        "Resource Scheduling) to let opendrs balance them"
+    )
+
+
 HeldCode = Literal[
     "ignored",
+    "platform-balancer",
     "ha-state",
     "local-disks",
     "local-device",
@@ -419,10 +455,15 @@ def movability(guest: Guest, cluster: Cluster, purpose: Purpose = "balance") -> 
 
     A plan (``balance``, ``evacuate``) never moves an HA-managed guest in a state of
     :data:`HA_HELD`; recovery is what the HA manager does for a guest fenced on a failed node.
+    While Proxmox VE balances HA guests itself (``Cluster.ha_auto_rebalance``), balancing leaves
+    them to it: two balancers would undo each other's moves.
     """
     settings = cluster.settings
     if guest.id in cluster.rules.ignored:
-        return Held("ignored", "ignored by a rule")
+        reason = cluster.rules.ignore_reason(guest.id)
+        return Held("ignored", f"ignored: {reason}" if reason else "ignored by a rule")
+    if purpose == "balance" and guest.ha and cluster.ha_auto_rebalance:
+        return Held("platform-balancer", PLATFORM_BALANCES)
     if purpose in ("balance", "evacuate") and guest.ha and guest.ha_state in HA_HELD:
         return Held("ha-state", f"HA state {guest.ha_state}")
     if purpose == "recover":
@@ -501,15 +542,17 @@ def _node_affinity_masks(
 ) -> tuple[RowMask, RowMask]:
     """(G, N) what strict node affinity allows, and what non-strict node affinity prefers
     (true where none applies): a rule's guests get its usable nodes of the priority they use
-    (``tier``; a non-strict rule only where the guest has one)."""
+    (``tier``; a non-strict rule only where the guest has one). A non-strict rule binds the
+    guests that :func:`fails_back` as a strict one does (:func:`binding`)."""
     n_guests, n_nodes = len(cluster.guests), len(cluster.nodes)
     gidx, nidx = cluster.guest_index, cluster.node_index
     rows = {True: [np.ones(n_nodes, dtype=bool)], False: [np.ones(n_nodes, dtype=bool)]}
     index = {True: np.zeros(n_guests, np.intp), False: np.zeros(n_guests, np.intp)}
     for rule in rules.node_affinity:
         members = np.array([gidx[g] for g in rule.guests if g in gidx], dtype=np.intp)
-        if not rule.strict:
-            members = members[tier[members] >= 0]
+        hard = np.array([binding(rule, cluster.guests[j]) for j in members], dtype=bool)
+        keep = hard | (tier[members] >= 0)
+        members, hard = members[keep], hard[keep]
         if not members.size:
             continue
         named = np.zeros(n_nodes, dtype=bool)
@@ -517,10 +560,18 @@ def _node_affinity_masks(
         for name, p in rule.nodes.items():
             if name in nidx:
                 named[nidx[name]], priority[nidx[name]] = True, p
-        used, which = np.unique(tier[members], return_inverse=True)
-        # check_rules leaves each guest in one node-affinity rule at most: one row per guest.
-        index[rule.strict][members] = len(rows[rule.strict]) + which.ravel()
-        rows[rule.strict].extend(usable & named & (priority == p) for p in used.tolist())
+        for strict in (True, False):
+            chosen = members[hard == strict]
+            if strict and not rule.strict:
+                # Failback binds to the top tier only while the rule has a usable node: else
+                # the HA manager takes any node (the others are its priority -1).
+                chosen = chosen[tier[chosen] >= 0]
+            if not chosen.size:
+                continue
+            used, which = np.unique(tier[chosen], return_inverse=True)
+            # check_rules leaves each guest in one node-affinity rule at most: one row per guest.
+            index[strict][chosen] = len(rows[strict]) + which.ravel()
+            rows[strict].extend(usable & named & (priority == p) for p in used.tolist())
     return (
         RowMask.build(index[True], np.array(rows[True])),
         RowMask.build(index[False], np.array(rows[False])),
@@ -896,12 +947,23 @@ class Constraints:
         return Rejection(name, node.name, detail)  # type: ignore[arg-type]
 
     def _explain_node_affinity(self, j: int, n: int) -> str:
-        """Why guest ``j``'s strict node affinity rules out node ``n`` (a usable node)."""
-        rules = [r for r in self.rules.node_rules_for(self.cluster.guests[j].id) if r.strict]
-        head = f"strict node affinity ({', '.join(r.name for r in rules)})"
+        """Why guest ``j``'s strict node affinity (or its failback) rules out node ``n`` (a
+        usable node)."""
+        guest = self.cluster.guests[j]
+        rules = [r for r in self.rules.node_rules_for(guest.id) if binding(r, guest)]
         node = self.cluster.nodes[n].name
         priority = rules[0].nodes.get(node) if len(rules) == 1 else None
         tier = int(self.tier[j]) if len(self.tier) else -1
+        if rules and not any(r.strict for r in rules):
+            usable = {x.name for x, ok in zip(self.cluster.nodes, self.usable, strict=True) if ok}
+            top = sorted(m for m, p in rules[0].nodes.items() if p == tier and m in usable)
+            where = f"priority {priority}" if priority is not None else "not one of its nodes"
+            return (
+                f"HA failback ({rules[0].name}): {where}, while the HA manager moves it back to "
+                f"its priority {tier} nodes ({', '.join(top)}); set failback 0 on the HA "
+                "resource to let it stay elsewhere"
+            )
+        head = f"strict node affinity ({', '.join(r.name for r in rules)})"
         if priority is None:
             return head
         if tier < 0:
@@ -962,7 +1024,7 @@ class Constraints:
 
 def replace_rules(cluster: Cluster, rules: Rules) -> Cluster:
     """The cluster with other rules."""
-    return Cluster(cluster.nodes, cluster.guests, rules, cluster.settings, cluster.name)
+    return replace(cluster, rules=rules)
 
 
 def committed_for(constraints: Constraints, assign: np.ndarray) -> np.ndarray:

@@ -316,7 +316,7 @@ def place_guest(cluster: Cluster, guest_id: str, purpose: Purpose = "balance") -
 def _failed(cluster: Cluster, node: str) -> Cluster:
     """The cluster with ``node`` failed: offline (and so out of every ranking)."""
     nodes = tuple(replace(n, online=False) if n.name == node else n for n in cluster.nodes)
-    return Cluster(nodes, cluster.guests, cluster.rules, cluster.settings, cluster.name)
+    return replace(cluster, nodes=nodes)
 
 
 NEW_GUEST_ID = "new"
@@ -335,9 +335,7 @@ def place_new(cluster: Cluster, guest: Guest) -> Placement:
         arch = min(set(usable), key=lambda a: (-usable.count(a), a)) if usable else "x86_64"
     # The new guest sits on a node name no real node has, so it loads no real node yet.
     newcomer = replace(guest, id=gid, node="\0new", state="running", migrating_to=None, arch=arch)
-    grown = Cluster(
-        cluster.nodes, (*cluster.guests, newcomer), cluster.rules, cluster.settings, cluster.name
-    )
+    grown = replace(cluster, guests=(*cluster.guests, newcomer))
     state = PlacementState.build(grown)
     return state.place(len(grown.guests) - 1, "new")
 
@@ -374,7 +372,7 @@ def evacuate(cluster: Cluster, node: str, purpose: Purpose = "evacuate") -> Evac
         else n
         for n in cluster.nodes
     )
-    drained = Cluster(nodes, cluster.guests, cluster.rules, cluster.settings, cluster.name)
+    drained = replace(cluster, nodes=nodes)
     state = PlacementState.build(drained)
     src = drained.node_index[node]
     on_node = [j for j, g in enumerate(drained.guests) if state.assign[j] == src]

@@ -232,7 +232,7 @@ def with_usage(cluster: Cluster, usage: MeasuredUsage) -> Cluster:
         new_nodes = tuple(out_nodes)
     if new_guests is guests and new_nodes is nodes:
         return cluster
-    return Cluster(new_nodes, new_guests, cluster.rules, cluster.settings, cluster.name)
+    return replace(cluster, nodes=new_nodes, guests=new_guests)
 
 
 def guest_demand(

@@ -136,6 +136,9 @@ class Guest:
     ha: bool = False
     #: Proxmox HA state when the guest is HA-managed and the state is known.
     ha_state: str | None = None
+    #: Proxmox HA ``failback`` (an HA resource's flag, on by default): the HA manager moves the
+    #: guest back to its highest-priority node-affinity nodes whenever it can.
+    failback: bool = True
     tags: tuple[str, ...] = ()
     #: 1 (low) … 3 (high), as in ProxLB: weighs the guest's footprint.
     priority: int = 2
@@ -226,6 +229,9 @@ class Cluster:
     rules: Rules = field(default_factory=Rules)
     settings: Settings = field(default_factory=Settings)
     name: str = "cluster"
+    #: Proxmox VE balances its HA guests itself (``ha-auto-rebalance`` in the datacenter's
+    #: ``crs`` options, pve-ha-manager 5.2): a second balancer, which opendrs leaves them to.
+    ha_auto_rebalance: bool = False
 
     @cached_property
     def node_index(self) -> Mapping[str, int]:
@@ -282,7 +288,7 @@ class Cluster:
             else replace(g, node=placement[g.id], migrating_to=None, arch=self.guest_arch(g))
             for g in self.guests
         )
-        return Cluster(self.nodes, guests, self.rules, self.settings, self.name)
+        return replace(self, guests=guests)
 
     def apply(self, moves: tuple[Move, ...] | list[Move]) -> Cluster:
         return self.with_placement({m.guest: m.target for m in moves})

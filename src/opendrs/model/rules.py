@@ -8,7 +8,12 @@ The rules follow Proxmox VE 9's HA rules and ProxLB's tags, in one vocabulary:
   affinity with equal priorities.
 * :class:`GuestAffinity` — guests kept together (``positive``) or apart (``negative``); ``hard``
   rules are constraints, soft rules are penalties.
-* ``ignored`` — guests that are never moved (they still load their node).
+* ``ignored`` — guests that are never moved (they still load their node), each with the reason
+  it is ignored when one is known (``ignore_reasons``: an HA resource set to ``ignored``, its
+  ``auto-rebalance`` flag off, …).
+
+A Proxmox VE 9.2 *negative* node affinity ("avoid these nodes") is read as the
+:class:`NodeAffinity` on the other nodes (:func:`avoiding`), as Proxmox transforms it.
 """
 
 from __future__ import annotations
@@ -69,9 +74,37 @@ class Rules:
     node_affinity: tuple[NodeAffinity, ...] = ()
     guest_affinity: tuple[GuestAffinity, ...] = ()
     ignored: frozenset[str] = field(default_factory=frozenset)
+    #: Why an ignored guest is ignored (guest id → a short phrase), when it is known.
+    ignore_reasons: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self,
+            "ignore_reasons",
+            MappingProxyType(
+                {g: r for g, r in self.ignore_reasons.items() if g in self.ignored and r}
+            ),
+        )
+
+    def ignore_reason(self, guest_id: str) -> str | None:
+        """Why ``guest_id`` is ignored, when it is and the reason is known."""
+        return self.ignore_reasons.get(guest_id)
 
     def node_rules_for(self, guest_id: str) -> tuple[NodeAffinity, ...]:
         return tuple(r for r in self.node_affinity if guest_id in r.guests)
 
     def guest_rules_for(self, guest_id: str) -> tuple[GuestAffinity, ...]:
         return tuple(r for r in self.guest_affinity if guest_id in r.guests)
+
+
+def avoiding(
+    name: str, guests: tuple[str, ...], avoided: set[str], nodes: list[str], strict: bool
+) -> NodeAffinity | None:
+    """A negative node affinity — ``guests`` avoid the nodes ``avoided`` — as the positive rule on
+    the other ``nodes`` of the cluster, each at priority 0, as Proxmox VE 9.2 transforms it
+    (pve-ha-manager ``Rules/NodeAffinity.pm``, ``invert_negative_node_affinity_rules``); ``None``
+    when it names as many nodes as the cluster has: Proxmox drops such a rule
+    (``check_nonempty_negative_nodes_complement``)."""
+    if len(avoided) >= len(nodes):
+        return None
+    return NodeAffinity(name, guests, {n: 0 for n in nodes if n not in avoided}, strict)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import logging
 import os
 import re
 from collections.abc import Mapping
@@ -58,7 +59,7 @@ from opendrs.model.document import (
     parse,
     read_file,
 )
-from opendrs.model.rules import GuestAffinity, NodeAffinity, Rules
+from opendrs.model.rules import GuestAffinity, NodeAffinity, Rules, avoiding
 from opendrs.model.units import format_duration
 
 __all__ = [
@@ -99,9 +100,20 @@ MAX_MIN_UPTIME: Final = 365 * 86400
 #: Smallest migration ``cost_unit``, in bytes.
 MIN_COST_UNIT: Final = 1024**2
 
+log = logging.getLogger(__name__)
+
 _DEFAULT_NAME: Final = "cluster"
 _PRESSURE_KEYS: Final = ("cpu", "memory", "io", "memory_full", "io_full")
-_TOP_KEYS: Final = ("version", "name", "settings", "storage", "nodes", "guests", "rules")
+_TOP_KEYS: Final = (
+    "version",
+    "name",
+    "settings",
+    "storage",
+    "nodes",
+    "guests",
+    "rules",
+    "ha_auto_rebalance",
+)
 _SETTINGS_KEYS: Final = (
     "mode",
     "balance_source",
@@ -144,6 +156,7 @@ _GUEST_KEYS: Final = (
     "lock",
     "ha",
     "ha_state",
+    "failback",
     "tags",
     "priority",
     "migrating_to",
@@ -151,11 +164,11 @@ _GUEST_KEYS: Final = (
     "limits",
 )
 _RULE_KEYS: Final[Mapping[str, tuple[str, ...]]] = {
-    "node-affinity": ("type", "name", "guests", "nodes", "strict"),
+    "node-affinity": ("type", "name", "guests", "nodes", "strict", "affinity"),
     "pin": ("type", "name", "guests", "nodes"),
     "affinity": ("type", "name", "guests", "hard"),
     "anti-affinity": ("type", "name", "guests", "hard"),
-    "ignore": ("type", "guests"),
+    "ignore": ("type", "guests", "reason"),
 }
 #: Top-level keys of a proxlb-solver scenario, a different format (see compat/proxlb).
 _PROXLB_KEYS: Final = frozenset({"vms", "balancing", "constraints", "expect", "evacuate_node"})
@@ -291,7 +304,11 @@ class SnapshotReader(Reader):
         rules_value = doc.get("rules")
         guest_ids = {guest.id for guest in guests}
         rules = Rules() if rules_value is None else self.rules(rules_value, node_names, guest_ids)
-        return Cluster(nodes, guests, rules, settings, cluster_name)
+        balancing = doc.get("ha_auto_rebalance")
+        ha_auto_rebalance = (
+            False if balancing is None else self.boolean(balancing, ("ha_auto_rebalance",))
+        )
+        return Cluster(nodes, guests, rules, settings, cluster_name, ha_auto_rebalance)
 
     def version(self, value: object) -> None:
         if isinstance(value, bool) or not isinstance(value, int):
@@ -544,6 +561,10 @@ class SnapshotReader(Reader):
             if not ha:
                 self.fail(at("ha_state"), "only HA-managed guests have an HA state (set ha: true)")
             fields["ha_state"] = self.choice(mapping["ha_state"], at("ha_state"), HA_STATES)
+        if has("failback"):
+            if not ha:
+                self.fail(at("failback"), "only HA-managed guests have failback (set ha: true)")
+            fields["failback"] = self.boolean(mapping["failback"], at("failback"))
         if has("tags"):
             fields["tags"] = self.text_list(mapping["tags"], at("tags"))
         if has("priority"):
@@ -595,6 +616,7 @@ class SnapshotReader(Reader):
         node_rules: list[NodeAffinity] = []
         guest_rules: list[GuestAffinity] = []
         ignored: set[str] = set()
+        reasons: dict[str, str] = {}
         names: dict[str, int] = {}
         counters = dict.fromkeys(RULE_TYPES, 0)
         for index, item in enumerate(self.sequence(value, ("rules",))):
@@ -607,19 +629,42 @@ class SnapshotReader(Reader):
             guests = self.rule_guests(self.require(rule, "guests", path), path, guest_ids, minimum)
             if kind == "ignore":
                 ignored.update(guests)
+                if "reason" in rule:
+                    reason = self.text(rule["reason"], (*path, "reason"))
+                    reasons.update(dict.fromkeys(guests, reason))
                 continue
             name = self.rule_name(rule, index, kind, counters[kind], guests, names)
             if kind in ("node-affinity", "pin"):
-                priorities = self.rule_nodes(self.require(rule, "nodes", path), path, nodes, kind)
+                negative = "affinity" in rule and (
+                    self.choice(rule["affinity"], (*path, "affinity"), ("positive", "negative"))
+                    == "negative"
+                )
+                # "Avoid these nodes" names nodes, not priorities (Proxmox refuses them).
+                priorities = self.rule_nodes(
+                    self.require(rule, "nodes", path), path, nodes, "avoid" if negative else kind
+                )
                 # A pin is strict by definition; a node affinity is strict only when asked.
                 strict = kind == "pin" or (
                     "strict" in rule and self.boolean(rule["strict"], (*path, "strict"))
                 )
-                node_rules.append(NodeAffinity(name, guests, priorities, strict))
+                if not negative:
+                    node_rules.append(NodeAffinity(name, guests, priorities, strict))
+                    continue
+                kept = avoiding(name, guests, set(priorities), list(nodes), strict)
+                if kept is None:
+                    log.warning(
+                        "%s: rules[%d] (%s): a negative node affinity naming every node leaves "
+                        "its guests none; the rule is not used, as Proxmox drops it",
+                        self.filename,
+                        index,
+                        name,
+                    )
+                else:
+                    node_rules.append(kept)
             else:
                 hard = self.boolean(rule["hard"], (*path, "hard")) if "hard" in rule else True
                 guest_rules.append(GuestAffinity(name, guests, kind == "affinity", hard))
-        return Rules(tuple(node_rules), tuple(guest_rules), frozenset(ignored))
+        return Rules(tuple(node_rules), tuple(guest_rules), frozenset(ignored), reasons)
 
     def rule_name(
         self,
@@ -680,7 +725,8 @@ class SnapshotReader(Reader):
                 priorities[name] = self.integer(priority, ppath, minimum=0, maximum=MAX_ID)
         else:
             if isinstance(value, Mapping):
-                self.fail(npath, "expected a list of node names (a pin has no priorities)")
+                what = "a pin" if kind == "pin" else "a negative node affinity"
+                self.fail(npath, f"expected a list of node names ({what} has no priorities)")
             items = self.sequence(value, npath)
             for index, item in enumerate(items):
                 name = self.node_ref(item, (*npath, index), nodes)
@@ -870,6 +916,8 @@ def _guest_out(guest: Guest) -> dict[str, Any]:
         out["ha"] = True
     if guest.ha_state is not None:
         out["ha_state"] = guest.ha_state
+    if guest.ha and not guest.failback:
+        out["failback"] = False
     if guest.tags:
         out["tags"] = [_id_out(tag) for tag in guest.tags]
     if guest.priority != default.priority:
@@ -922,7 +970,14 @@ def _rules_out(cluster: Cluster) -> list[dict[str, Any]]:
         out.append(rule)
     if rules.ignored:
         ignored = sorted(rules.ignored, key=lambda g: (guest_order.get(g, len(guest_order)), g))
-        out.append({"type": "ignore", "guests": [_id_out(g) for g in ignored]})
+        by_reason: dict[str | None, list[str]] = {}
+        for gid in ignored:
+            by_reason.setdefault(rules.ignore_reason(gid), []).append(gid)
+        for reason, guests in sorted(by_reason.items(), key=lambda item: item[0] or ""):
+            rule = {"type": "ignore", "guests": [_id_out(g) for g in guests]}
+            if reason is not None:
+                rule["reason"] = reason
+            out.append(rule)
     return out
 
 
@@ -944,6 +999,8 @@ def to_dict(cluster: Cluster) -> dict[str, Any]:
     rules = _rules_out(cluster)
     if rules:
         out["rules"] = rules
+    if cluster.ha_auto_rebalance:
+        out["ha_auto_rebalance"] = True
     return out
 
 

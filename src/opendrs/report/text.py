@@ -11,7 +11,7 @@ from rich.text import Text
 
 from opendrs.engine.bounds import LowerBounds
 from opendrs.engine.breaks import rule_breaks
-from opendrs.engine.constraints import Constraints
+from opendrs.engine.constraints import Constraints, platform_balancer
 from opendrs.engine.imbalance import Imbalance
 from opendrs.engine.placement import Evacuation, Placement
 from opendrs.engine.planner import Plan
@@ -150,6 +150,9 @@ def show_cluster(report: Report, cluster: Cluster, *, guests: bool = True) -> No
         f"{settings.mode} mode",
         "bold",
     )
+    balancer = platform_balancer(cluster)
+    if balancer is not None:
+        report.line(balancer, "yellow")
     report.heading(f"Nodes ({settings.mode} load as a share of capacity less reserves)")
     rows = _node_rows(cluster, fractions, committed, cons.capacity.limit)
     report.table(_NODE_HEADERS, rows, right=(3, 4, 5, 8, 9))

@@ -134,6 +134,7 @@ def _build_guest(row: Mapping[str, Any], read: GuestRead, ha: HaView) -> tuple[G
         lock=_guest_lock(row, read),
         ha=service is not None,
         ha_state=ha_state if ha_state in HA_STATES else None,
+        failback=service.failback if service is not None else True,
         tags=parse_tags(row.get("tags")) or (config.tags if config else ()),
         migrating_to=_guest_target(read, service, node),
     )

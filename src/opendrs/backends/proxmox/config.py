@@ -40,6 +40,7 @@ _KEYS: Final = (
     "ha_rules",
     "leader_only",
     "node",
+    "respect_auto_rebalance",
 )
 #: The range of ``timeout``, in seconds.
 _TIMEOUT_RANGE: Final = (1, 3600)
@@ -72,6 +73,9 @@ class ProxmoxConfig:
     tags: bool = True
     #: Read Proxmox HA rules (and legacy HA groups) as rules.
     ha_rules: bool = True
+    #: An HA resource with ``auto-rebalance: 0`` (pve-manager 9.1.13) is ignored: its operator
+    #: does not want it moved to balance the cluster.
+    respect_auto_rebalance: bool = True
     #: Seconds before the first retry; doubled for each further one, at most 30 s.
     backoff: float = 1.0
     #: Act only on the node whose HA manager is the current master (a daemon on every node).
@@ -142,6 +146,11 @@ def parse_proxmox(reader: Reader, value: object, path: Path) -> ProxmoxConfig:
         node = reader.text(mapping["node"], (*path, "node"), allow_int=True)
         if not _NODE_NAME.fullmatch(node):
             reader.fail((*path, "node"), f"not a Proxmox node name: {describe(node)}")
+    respect_auto_rebalance = True
+    if "respect_auto_rebalance" in mapping:
+        respect_auto_rebalance = reader.boolean(
+            mapping["respect_auto_rebalance"], (*path, "respect_auto_rebalance")
+        )
     return ProxmoxConfig(
         hosts=tuple(hosts),
         user=user,
@@ -157,6 +166,7 @@ def parse_proxmox(reader: Reader, value: object, path: Path) -> ProxmoxConfig:
         ha_rules=ha_rules,
         leader_only=leader_only,
         node=node,
+        respect_auto_rebalance=respect_auto_rebalance,
     )
 
 

@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from opendrs.backends.proxmox.values import as_bool
+
 
 @dataclass(frozen=True, slots=True)
 class HaService:
@@ -19,6 +21,12 @@ class HaService:
     node: str | None
     target: str | None
     group: str | None
+    #: ``failback`` (default on): the HA manager moves the guest back to its highest-priority
+    #: node-affinity nodes every round (pve-ha-manager ``Manager.pm`` ``select_service_node``).
+    failback: bool = True
+    #: ``auto-rebalance`` (pve-manager 9.1.13, default on): off, the operator does not want the
+    #: guest moved to balance the cluster.
+    auto_rebalance: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +63,11 @@ def listed_service(
     )
 
 
+def _flag(value: object) -> bool:
+    """An HA resource's boolean flag that is on by default: off only when it says 0 (or false)."""
+    return value is None or as_bool(value)
+
+
 def parse_ha_view(resources: list[dict[str, Any]], status: Mapping[str, Any]) -> HaView:
     """The HA view of ``/cluster/ha/resources`` and ``/cluster/ha/status/manager_status``."""
     manager = status.get("manager_status")
@@ -78,6 +91,8 @@ def parse_ha_view(resources: list[dict[str, Any]], status: Mapping[str, Any]) ->
             node=current.get("node") if isinstance(current.get("node"), str) else None,
             target=current.get("target") if isinstance(current.get("target"), str) else None,
             group=config.get("group") if isinstance(config.get("group"), str) else None,
+            failback=_flag(config.get("failback")),
+            auto_rebalance=_flag(config.get("auto-rebalance")),
         )
     maintenance: set[str] = set()
     node_status = manager.get("node_status")

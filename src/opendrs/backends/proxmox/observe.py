@@ -11,6 +11,8 @@
 * ``GET /cluster/replication`` and ``GET /cluster/mapping/pci``: where the platform can move a
   guest at all (:mod:`~opendrs.backends.proxmox.limits`);
 * the rules (:mod:`opendrs.backends.proxmox.rules`);
+* ``GET /cluster/options``: whether Proxmox VE balances HA guests itself (``crs``'s
+  ``ha-auto-rebalance``);
 * per online node, ``/nodes/{n}/status`` (CPU architecture, the memory KSM shares) and
   ``/nodes/{n}/rrddata``;
 * per guest on an online node, its config (vCPUs, memory, disks, passed-through devices) and, when
@@ -150,7 +152,8 @@ class Observer:
         self.known = known
         self.nodes, self.online = tuple(sorted(node_rows)), tuple(sorted(online))
         name = self._cluster_name or self._name_of_cluster(node_names)
-        return Cluster(tuple(nodes), tuple(guests), rules, self._settings, name)
+        balancing = self._ha_auto_rebalance()
+        return Cluster(tuple(nodes), tuple(guests), rules, self._settings, name, balancing)
 
     def _read_nodes_and_guests(
         self, nodes: list[str], guest_rows: list[dict[str, Any]], shared: frozenset[str]
@@ -310,6 +313,24 @@ class Observer:
         self.master = ha_master(status, time.time())
         return parse_ha_view(resources, status)
 
+    def _ha_auto_rebalance(self) -> bool:
+        """Whether Proxmox VE's own balancer of HA guests is on: ``ha-auto-rebalance`` in the
+        ``crs`` datacenter option (pve-cluster ``DataCenterConfig.pm``; read by pve-ha-manager
+        5.2 ``Manager.pm`` ``update_crs_scheduler_mode``). Off when the options cannot be read
+        for good (a cluster older than the option, or a user without ``Sys.Audit`` on ``/``,
+        to whom Proxmox shows no ``crs``)."""
+        try:
+            options = as_dict(self._client.get("cluster/options"), "/cluster/options")
+        except HttpError as exc:
+            if exc.transient or exc.status in (401,):
+                raise
+            self._warn_once(
+                f"cannot read the datacenter options ({exc}): Proxmox VE's own "
+                "balancing of HA guests (ha-auto-rebalance) is taken to be off"
+            )
+            return False
+        return crs_auto_rebalance(options.get("crs"))
+
     def _migration_target(self, node: str, vmid: str, kind: str) -> str | None:
         """The target of the migration task running for a guest, from the task's log; ``None``
         when it cannot be told (the guest then stays locked and is not moved)."""
@@ -373,3 +394,11 @@ def _ksm_shared(value: object) -> int:
     if number is None or not 0 <= number <= MAX_BYTES:
         return 0
     return int(number)
+
+
+def crs_auto_rebalance(crs: object) -> bool:
+    """``ha-auto-rebalance`` of the ``crs`` option: an object as ``/cluster/options`` gives it, or
+    the property string of ``datacenter.cfg`` (``ha=static,ha-auto-rebalance=1``)."""
+    if isinstance(crs, str):
+        crs = dict(item.partition("=")[::2] for item in crs.split(",") if "=" in item)
+    return isinstance(crs, dict) and as_bool(crs.get("ha-auto-rebalance"))

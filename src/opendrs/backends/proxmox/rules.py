@@ -3,10 +3,12 @@ before Proxmox VE 9, HA groups) and ProxLB's tags.
 
 ``GET /cluster/ha/rules`` (``/cluster/ha/groups`` before Proxmox VE 9) unless ``ha_rules: false``
 gives node affinity and resource affinity, parsed by :mod:`opendrs.compat.pve` and dropped where
-Proxmox drops them. ProxLB's tags keep working (``tags: true``): ``plb_affinity_*`` and
-``plb_anti_affinity_*`` shared by two or more guests are hard rules, a guest's
-``plb_pin_<node>`` tags pin it to those nodes, ``plb_ignore_*`` guests are never moved. A guest
-whose HA resource is ``ignored`` is never moved either.
+Proxmox drops them; a negative node affinity ("avoid these nodes", Proxmox VE 9.2) is the positive
+one on the other nodes, as Proxmox reads it. ProxLB's tags keep working (``tags: true``):
+``plb_affinity_*`` and ``plb_anti_affinity_*`` shared by two or more guests are hard rules, a
+guest's ``plb_pin_<node>`` tags pin it to those nodes, ``plb_ignore_*`` guests are never moved. A
+guest whose HA resource is ``ignored`` is never moved either, nor (unless
+``respect_auto_rebalance: false``) one whose HA resource has ``auto-rebalance: 0``.
 """
 
 from __future__ import annotations
@@ -45,7 +47,19 @@ def read_rules(
     # An HA resource an operator set to ``ignored`` is theirs to handle: opendrs moves it
     # no more than the HA manager does.
     ignored |= {vmid for vmid, s in ha.services.items() if s.request == "ignored" and vmid in ids}
-    return Rules(tuple(node_rules), tuple(guest_rules), frozenset(ignored))
+    reasons = _auto_rebalance_off(ha, ids) if config.respect_auto_rebalance else {}
+    ignored |= reasons.keys()
+    return Rules(tuple(node_rules), tuple(guest_rules), frozenset(ignored), reasons)
+
+
+def _auto_rebalance_off(ha: HaView, ids: set[str]) -> dict[str, str]:
+    """The guests whose HA resource has ``auto-rebalance: 0`` (pve-manager 9.1.13: automatic
+    rebalancing leaves it alone), with that reason."""
+    return {
+        vmid: "its HA resource has auto-rebalance 0"
+        for vmid, service in ha.services.items()
+        if not service.auto_rebalance and vmid in ids
+    }
 
 
 def _ha_rules(
@@ -72,7 +86,12 @@ def _ha_rules(
             )
         )
         if rule.type == "node-affinity":
-            priorities = {n: p for n, p in rule.nodes.items() if n in nodes}
+            # "Avoid these nodes" is "keep to the others", as Proxmox transforms it.
+            priorities = {
+                n: p
+                for n, p in pve_compat.inverted(rule, sorted(nodes)).nodes.items()
+                if n in nodes
+            }
             if not members:
                 continue
             if not priorities:

@@ -33,6 +33,7 @@ from .rules import (
     compile_rules,
     get_node_affinity,
     get_resource_affinity,
+    inverted,
     parse_rules,
     transform_rules,
 )
@@ -94,6 +95,7 @@ __all__ = [
     "get_resource_affinity",
     "get_used_service_nodes",
     "groups_to_rules",
+    "inverted",
     "load_balance",
     "make_usage",
     "node_imbalance",

@@ -9,7 +9,13 @@ from typing import NamedTuple
 
 import numpy as np
 
-from opendrs.engine.constraints import Constraints, Held, current_assign, movability
+from opendrs.engine.constraints import (
+    Constraints,
+    Held,
+    current_assign,
+    fails_back,
+    movability,
+)
 from opendrs.engine.policy.config import PolicyConfig
 from opendrs.engine.policy.state import PastMigrations
 from opendrs.engine.usage import demand_rows, loaded_nodes, tolerance
@@ -21,6 +27,7 @@ from opendrs.model.units import format_duration
 _HELD_LABELS: Mapping[str, str] = MappingProxyType(
     {
         "ha-state": "in {}",
+        "platform-balancer": "HA guests Proxmox VE balances itself (ha-auto-rebalance)",
         "local-device": "with local devices",
         "local-disks": "with local disks",
         "migrating": "already migrating",
@@ -195,6 +202,7 @@ _NODE_GUARDS: tuple[tuple[str, str | None], ...] = (
     ("avoided", None),
     ("platform", "with no node the platform can move it to"),
     ("rules", "with no node their rules allow"),
+    ("failback", "with HA failback on, kept to their top node-affinity tier"),
     ("room", "with no node that has room"),
 )
 
@@ -227,6 +235,13 @@ class _TargetCheck(NamedTuple):
         guest_id = cons.cluster.guests[j].id
         return cons.group_of[j] < 0 and not cons.hard_neg[j].size and guest_id not in self.off
 
+    def failback_only(self, j: int) -> bool:
+        """Whether guest ``j``'s node affinity binds it only because the HA manager fails it
+        back (its rules are not strict)."""
+        guest = self.cons.cluster.guests[j]
+        rules = self.cons.rules.node_rules_for(guest.id)
+        return fails_back(guest) and bool(rules) and not any(r.strict for r in rules)
+
     def __call__(
         self, j: int, other: np.ndarray, rules: np.ndarray, fits: np.ndarray
     ) -> str | None:
@@ -255,8 +270,16 @@ class _TargetCheck(NamedTuple):
         platform = cons.limits_ok[j]
         if np.any(other & ~kept & ~platform):
             kinds["platform"] = "the platform's limits"
-        if np.any(other & ~kept & platform & ~rules):
-            kinds["rules"] = "rules"
+        excluded = other & ~kept & platform & ~rules
+        if np.any(excluded):
+            # A non-strict rule binds a guest the HA manager fails back: say which it is.
+            back = np.zeros_like(excluded)
+            if self.failback_only(j):
+                back = excluded & ~cons.strict_ok[j]
+            if back.any():
+                kinds["failback"] = "HA failback to the top tier"
+            if np.any(excluded & ~back):
+                kinds["rules"] = "rules"
         if np.any(other & ~kept & rules & ~fits):
             kinds["room"] = "no room"
         if "rules" in kinds:

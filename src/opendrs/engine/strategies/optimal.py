@@ -96,7 +96,7 @@ from opendrs.compat.proxlb.objective import (
     utilisation,
 )
 from opendrs.compat.proxlb.objective import initial_spread as proxlb_initial_spread
-from opendrs.engine.constraints import Constraints, movability
+from opendrs.engine.constraints import Constraints, fails_back, movability
 from opendrs.engine.imbalance import Imbalance, resource_weights
 from opendrs.engine.sparse_rows import RowMask
 from opendrs.engine.usage import LoadModel
@@ -450,7 +450,11 @@ def _rejection(cons: Constraints, j: int, n: int) -> str:
     if not cons.arch_ok[j, n]:
         return f"architecture {node.arch}"
     if not cons.strict_ok[j, n]:
-        names = [r.name for r in cons.rules.node_rules_for(cons.cluster.guests[j].id) if r.strict]
+        guest = cons.cluster.guests[j]
+        rules = cons.rules.node_rules_for(guest.id)
+        names = [r.name for r in rules if r.strict]
+        if not names and fails_back(guest):
+            return "HA failback (" + ", ".join(r.name for r in rules) + ")"
         return "strict node affinity" + (f" ({', '.join(names)})" if names else "")
     if not cons.permitted[j, n]:
         return "forbidden"

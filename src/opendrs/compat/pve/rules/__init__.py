@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 from .base import CompiledRules, Errors, Rule, parse_rules
-from .node_affinity import get_node_affinity
+from .node_affinity import get_node_affinity, inverted
 from .resource_affinity import get_resource_affinity
 from .ruleset import check_feasibility, compile_rules, transform_rules
 
@@ -23,6 +23,7 @@ __all__ = [
     "compile_rules",
     "get_node_affinity",
     "get_resource_affinity",
+    "inverted",
     "parse_rules",
     "transform_rules",
 ]

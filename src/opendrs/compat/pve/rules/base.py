@@ -31,7 +31,9 @@ class Rule:
     order: int
     nodes: dict[str, int] = field(default_factory=dict)  # node → priority (node-affinity)
     strict: bool = False  # node-affinity
-    affinity: str | None = None  # resource-affinity: 'positive' | 'negative'
+    #: resource-affinity: 'positive' | 'negative'; node-affinity: 'positive' (prefer or keep to
+    #: ``nodes``) or 'negative' (avoid ``nodes``), None when the section does not say (positive).
+    affinity: str | None = None
     disabled: bool = False
     comment: str | None = None
 
@@ -76,9 +78,9 @@ def enabled(rules: Mapping[str, Rule], rtype: str, affinity: str | None = None) 
     }
 
 
-def push_error(errors: Errors, ruleid: str, message: str) -> None:
-    """Record that rule ``ruleid`` is infeasible because of ``message`` (its resources)."""
-    errors.setdefault(ruleid, {}).setdefault("resources", []).append(message)
+def push_error(errors: Errors, ruleid: str, message: str, prop: str = "resources") -> None:
+    """Record that rule ``ruleid`` is infeasible because of ``message`` (about ``prop``)."""
+    errors.setdefault(ruleid, {}).setdefault(prop, []).append(message)
 
 
 def _parse_resources(value: str) -> tuple[set[str], list[str]]:
@@ -96,9 +98,10 @@ def parse_rules(text: str | None, *, first_order: int = 1) -> tuple[list[Rule], 
     """Parse ``rules.cfg`` (``PVE::HA::Rules->parse_config``).
 
     Sections are ``node-affinity: <id>`` (``resources``, ``nodes``, ``strict``,
-    ``disable``, ``comment``) and ``resource-affinity: <id>`` (``resources``,
-    ``affinity``, ``disable``, ``comment``). Like Proxmox, a section that lacks a
-    required property or has an unknown type is skipped with a warning.
+    ``affinity``, ``disable``, ``comment``) and ``resource-affinity: <id>`` (``resources``,
+    ``affinity``, ``disable``, ``comment``). A node affinity's ``affinity`` is ``positive``
+    (the default) or ``negative`` ("avoid these nodes", Proxmox VE 9.2). Like Proxmox, a
+    section that lacks a required property or has an unknown type is skipped with a warning.
 
     Returns:
         The rules in file order and the parser warnings.
@@ -117,8 +120,8 @@ def parse_rules(text: str | None, *, first_order: int = 1) -> tuple[list[Rule], 
         if ruleid in seen:
             warnings.append(f"{prefix}: duplicate rule id, rule skipped")
             continue
-        allowed = {"resources", "disable", "comment"} | (
-            {"nodes", "strict"} if stype == "node-affinity" else {"affinity"}
+        allowed = {"resources", "disable", "comment", "affinity"} | (
+            {"nodes", "strict"} if stype == "node-affinity" else set()
         )
         for key in sorted(set(props) - allowed):
             warnings.append(f"{prefix}: unexpected property '{key}' ignored")
@@ -148,13 +151,12 @@ def parse_rules(text: str | None, *, first_order: int = 1) -> tuple[list[Rule], 
                 if strict is None:
                     warnings.append(f"{prefix}: invalid value for 'strict', using 0")
                 rule.strict = bool(strict)
-        else:
-            affinity = props.get("affinity")
-            if affinity not in ("positive", "negative"):
-                warnings.append(
-                    f"{prefix}: 'affinity' must be 'positive' or 'negative', rule skipped"
-                )
-                continue
+        # A node affinity is positive unless it says otherwise; a resource affinity must say.
+        affinity = props.get("affinity", "positive" if stype == "node-affinity" else None)
+        if affinity not in ("positive", "negative"):
+            warnings.append(f"{prefix}: 'affinity' must be 'positive' or 'negative', rule skipped")
+            continue
+        if stype == "resource-affinity" or affinity == "negative":
             rule.affinity = affinity
         seen.add(ruleid)
         rules.append(rule)

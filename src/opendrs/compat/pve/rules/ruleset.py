@@ -13,7 +13,14 @@ from collections.abc import Mapping, Sequence
 
 from .base import CompiledRules, Errors, Rule, enabled, push_error
 from .helpers import find_disjoint_rules_resource_sets
-from .node_affinity import check_single_resource_reference, compile_node_affinity
+from .node_affinity import (
+    check_nonempty_negative_nodes_complement,
+    check_single_resource_reference,
+    check_unprioritized_negative_nodes,
+    compile_node_affinity,
+    invert_negative_node_affinity_rules,
+    inverted,
+)
 from .resource_affinity import (
     check_inter_resource_affinity_rules_consistency,
     check_negative_resource_affinity_resources_count,
@@ -142,23 +149,28 @@ def check_feasibility(rules: Mapping[str, Rule], nodes: Sequence[str]) -> Errors
     """``PVE::HA::Rules->check_feasibility``: errors per rule id (and property).
 
     The checks run in plugin registration order (node affinity, resource affinity,
-    then the global inter-plugin checks), all on the same, unmodified rule set.
+    then the global inter-plugin checks), all on the same, unmodified rule set — except that
+    the checks between the two kinds read a negative node affinity rule as the nodes it leaves
+    (its complement), which is what it means.
     """
     errors: Errors = {}
     node_affinity = enabled(rules, "node-affinity")
+    leaves = {rid: inverted(rule, nodes) for rid, rule in node_affinity.items()}
     resource_affinity = enabled(rules, "resource-affinity")
     positive = enabled(rules, "resource-affinity", "positive")
     negative = enabled(rules, "resource-affinity", "negative")
 
     check_single_resource_reference(node_affinity, errors)
+    check_nonempty_negative_nodes_complement(node_affinity, nodes, errors)
+    check_unprioritized_negative_nodes(node_affinity, errors)
     check_resource_affinity_resources_count(resource_affinity, errors)
     check_negative_resource_affinity_resources_count(negative, nodes, errors)
     check_inter_resource_affinity_rules_consistency(positive, negative, errors)
     check_single_priority_node_affinity_in_resource_affinity_rules(
-        resource_affinity, node_affinity, errors
+        resource_affinity, leaves, errors
     )
-    check_single_node_affinity_per_positive_resource_affinity_rule(positive, node_affinity, errors)
-    check_negative_resource_affinity_node_affinity_consistency(negative, node_affinity, errors)
+    check_single_node_affinity_per_positive_resource_affinity_rule(positive, leaves, errors)
+    check_negative_resource_affinity_node_affinity_consistency(negative, leaves, errors)
     return errors
 
 
@@ -170,10 +182,11 @@ def transform_rules(rules: Sequence[Rule], nodes: Sequence[str]) -> tuple[list[R
 
     Transforms, in registration order:
 
-    1. merge connected positive resource-affinity rules into ``_merged-<ids>``;
-    2. infer ``_implicit-negative-<positive>-<a>-<b>`` rules: every member of a
+    1. negative node-affinity rules become positive ones on the other nodes;
+    2. merge connected positive resource-affinity rules into ``_merged-<ids>``;
+    3. infer ``_implicit-negative-<positive>-<a>-<b>`` rules: every member of a
        positive group is kept apart from its partners' negative partners;
-    3. positive partners join a member's node-affinity rule.
+    4. positive partners join a member's node-affinity rule.
     """
     current: dict[str, Rule] = {rule.ruleid: rule.copy() for rule in rules}
     errors = check_feasibility(current, nodes)
@@ -185,6 +198,7 @@ def transform_rules(rules: Sequence[Rule], nodes: Sequence[str]) -> tuple[list[R
         for opt in sorted(errors[rid])
         for message in errors[rid][opt]
     ]
+    invert_negative_node_affinity_rules(current, nodes)
     merge_connected_positive_resource_affinity_rules(current)
     create_implicit_negative_resource_affinity_rules(current)
     create_implicit_positive_resource_affinity_node_affinity_rules(current)
