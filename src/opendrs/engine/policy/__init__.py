@@ -111,6 +111,7 @@ from opendrs.engine.policy.planning import truncate
 from opendrs.engine.policy.repair import (
     Repair,
     first_moves,
+    left_in_maintenance,
     may_need_repair,
     repair,
     repairs_needed,
@@ -148,6 +149,7 @@ __all__ = [
     "forbidden_placements",
     "format_by_arch",
     "format_metric",
+    "left_in_maintenance",
     "may_need_repair",
     "measure",
     "measure_by_arch",
