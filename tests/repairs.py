@@ -98,8 +98,14 @@ def write(folder: Path, name: str) -> Path:
 
 def write_config(folder: Path, name: str, policy: str = "") -> Path:
     """A configuration for ``opendrs run`` on the snapshot ``name`` (file backend, shadow)."""
-    snapshot = write(folder, name)
-    path = folder / f"{name}-run.yaml"
+    return run_config(write(folder, name), policy)
+
+
+def run_config(snapshot: Path, policy: str = "") -> Path:
+    """A configuration for ``opendrs run`` on the snapshot file ``snapshot``, beside it (file
+    backend, shadow; ``policy``: its policy section, as YAML)."""
+    name = snapshot.stem
+    path = snapshot.parent / f"{name}-run.yaml"
     path.write_text(
         "version: 1\n"
         f"backend: {{type: file, path: {snapshot.name}}}\n"

@@ -40,6 +40,7 @@ from opendrs.controller.planning import PlanResult, make_plan
 from opendrs.controller.report_command import report_of_history, write_report
 from opendrs.controller.snapshot_command import add_snapshot_parser
 from opendrs.controller.status_command import add_status_parser
+from opendrs.controller.views import stuck_rows
 from opendrs.engine.breaks import rule_breaks
 from opendrs.engine.constraints import Constraints, movability
 from opendrs.engine.placement import Evacuation, evacuate, place_guest, place_new
@@ -47,6 +48,7 @@ from opendrs.engine.planner import Plan
 from opendrs.engine.policy import (
     repair,
     strategy_problem,
+    stuck_now,
     warn_stuck,
 )
 from opendrs.engine.strategies import DEFAULT_STRATEGY, REGISTRY, get_strategy
@@ -79,6 +81,7 @@ from opendrs.report.text import (
     show_placement,
     show_plan,
     show_proposal,
+    show_stuck,
 )
 
 
@@ -138,6 +141,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     cluster = _load(args.snapshot)
+    stuck = stuck_now(cluster)
     if args.format == "json":
         loads = LoadModel.build(cluster)
         fractions = loads.fractions()
@@ -163,10 +167,13 @@ def cmd_show(args: argparse.Namespace) -> int:
                 },
                 "problems": [str(p) for p in Constraints.build(cluster).problems],
                 "rule_breaks": [b.as_dict() for b in rule_breaks(cluster)],
+                "stuck": stuck_rows(cluster, stuck),
             }
         )
         return EXIT_OK
-    show_cluster(Report(_console()), cluster, guests=not args.no_guests)
+    report = Report(_console())
+    show_cluster(report, cluster, guests=not args.no_guests)
+    show_stuck(report, stuck)
     return EXIT_OK
 
 

@@ -116,6 +116,7 @@ from opendrs.engine.policy.repair import (
     repair,
     repairs_needed,
     stuck_after,
+    stuck_now,
     warn_stuck,
 )
 from opendrs.engine.policy.smoothing import UsageWindow, overload_span
@@ -159,6 +160,7 @@ __all__ = [
     "repairs_needed",
     "strategy_problem",
     "stuck_after",
+    "stuck_now",
     "track_evacuations",
     "truncate",
     "warn_stuck",

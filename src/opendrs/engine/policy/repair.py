@@ -262,6 +262,14 @@ def repair(
     return Repair(needed, proposal, plan, stuck)
 
 
+def stuck_now(cluster: Cluster) -> tuple[tuple[str, str], ...]:
+    """What a repair of ``cluster`` now (no policy guards, the cluster's own usage) leaves
+    breaking a hard constraint — its :attr:`Repair.stuck` — or nothing when the cheap screen
+    (:func:`may_need_repair`) says no repair can be needed: what ``opendrs show`` and ``opendrs
+    status`` report."""
+    return repair(cluster).stuck if may_need_repair(cluster) else ()
+
+
 def repair_within_guards(
     cluster: Cluster,
     cons: Constraints,
