@@ -14,6 +14,7 @@ Each is small enough to check by hand:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from opendrs.model.cluster import Cluster
@@ -113,3 +114,12 @@ def run_config(snapshot: Path, policy: str = "") -> Path:
         encoding="utf-8",
     )
     return path
+
+
+def left_on(node: str, stays: Mapping[str, str]) -> dict[str, str]:
+    """What opendrs says of each guest of ``stays`` (guest → why it may not move) left on
+    ``node``, in maintenance."""
+    return {
+        guest: f"{guest} is on {node}, in maintenance, and stays there: {why}"
+        for guest, why in stays.items()
+    }

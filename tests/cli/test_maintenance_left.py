@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from daemon import opendrs, run_once
-from repairs import run_config
+from repairs import left_on, run_config
 
 #: pve2 in maintenance keeps six guests that may not move and one that may, up for two minutes.
 LEFT = """\
@@ -61,8 +61,7 @@ STAYS = {
 }
 
 
-def left(guest: str) -> str:
-    return f"{guest} is on pve2, in maintenance, and stays there: {STAYS[guest]}"
+SAID = left_on("pve2", STAYS)
 
 
 def write(folder: Path, name: str, text: str, policy: str = "") -> tuple[Path, Path]:
@@ -98,8 +97,8 @@ def test_plan_names_every_guest_left_in_maintenance_and_exits_1(tmp_path: Path) 
     snapshot, _ = write(tmp_path, "left", LEFT)
     code, data, stderr = plan_json(snapshot)
     assert code == 1
-    assert data["stuck"] == [{"guest": g, "reason": left(g)} for g in STAYS]
-    assert stderr.splitlines() == [f"repair stuck: {left(g)}" for g in STAYS]
+    assert data["stuck"] == [{"guest": g, "reason": SAID[g]} for g in STAYS]
+    assert stderr.splitlines() == [f"repair stuck: {SAID[g]}" for g in STAYS]
     # 107, up for 2 minutes (min_uptime 10m), leaves all the same, its move saying why.
     assert [(m["guest"], m["source"]) for m in data["moves"]] == [("107", "pve2")]
     assert [m["reason"] for m in data["proposed"]] == ["repair: maintenance"]
@@ -110,14 +109,14 @@ def test_plan_text_names_them_too(tmp_path: Path) -> None:
     done = opendrs("plan", str(snapshot), timeout=120, columns=200)
     assert done.returncode == 1
     for guest in STAYS:
-        assert f"Repair stuck: {left(guest)}" in done.stdout
+        assert f"Repair stuck: {SAID[guest]}" in done.stdout
 
 
 def test_the_daemon_warns_of_each_and_moves_the_young_guest(tmp_path: Path) -> None:
     _, config = write(tmp_path, "left", LEFT)
     done = run_once(config)
     assert done.returncode == 0, done.stderr
-    assert warnings(done.stderr) == [f"repair stuck: {left(g)}" for g in STAYS]
+    assert warnings(done.stderr) == [f"repair stuck: {SAID[g]}" for g in STAYS]
     assert [m.split(" → ")[0] for m in would_migrate(done.stderr)] == ["107 pve2"]
     # The policy's min_uptime (10m by default) gave way too, and the decision says so.
     assert decision(done.stderr).startswith("repair: 107 is on pve2, in maintenance; 1 migration")
@@ -129,7 +128,7 @@ def test_the_daemon_says_so_when_nothing_may_leave(tmp_path: Path) -> None:
     _, config = write(tmp_path, "held", only_held)
     done = run_once(config)
     assert done.returncode == 0, done.stderr
-    assert warnings(done.stderr) == [f"repair stuck: {left(g)}" for g in STAYS]
+    assert warnings(done.stderr) == [f"repair stuck: {SAID[g]}" for g in STAYS]
     assert decision(done.stderr).endswith(
         "nothing to do; 6 guests may not leave pve2, in maintenance"
     )
@@ -142,12 +141,12 @@ def test_show_lists_the_guests_left(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     rows = json.loads(done.stdout)["stuck"]
     assert [(r["guest"], r["node"], r["maintenance"], r["reason"]) for r in rows] == [
-        (g, "pve2", True, left(g)) for g in STAYS
+        (g, "pve2", True, SAID[g]) for g in STAYS
     ]
     text = opendrs("show", str(snapshot), "--no-guests", timeout=120, columns=200)
     assert "Stuck: 6 left breaking a hard constraint" in text.stdout
     for guest in STAYS:
-        assert left(guest) in text.stdout
+        assert SAID[guest] in text.stdout
 
 
 # --------------------------------------------------------------------------------------------
