@@ -612,11 +612,14 @@ def build_parser() -> argparse.ArgumentParser:
         "plan",
         help="propose migrations that balance the cluster, ordered into safe steps",
         description="Propose migrations and order them into steps that never overload a node; "
-        "guests that break a hard constraint are repaired first, whatever it costs. SNAPSHOT may "
+        "guests that break a hard constraint are repaired first, whatever it costs and whatever "
+        "the strategy, as the daemon does: a repair that moves anything is the plan, and the "
+        "strategy is asked once nothing breaks. Guests left on a node in maintenance are named "
+        "(they may not move, or no node takes them). SNAPSHOT may "
         "also be a proxlb-solver scenario file (its balancing.method is what every strategy "
         "balances; its other options apply to --strategy optimal). Exit status: 0 done, 1 the "
-        "plan cannot reach everything safely, the strategy found no feasible placement, or a "
-        "repair has no solution; 2 bad input.",
+        "plan cannot reach everything safely, the strategy found no feasible placement, a "
+        "repair has no solution or a guest is left on a node in maintenance; 2 bad input.",
     )
     p.add_argument("snapshot", metavar="SNAPSHOT")
     _add_plan_options(p, "-o", "--option")
