@@ -294,7 +294,7 @@ def repair_within_guards(
         )
 
     fixed = attempt(guarded)
-    if not fixed.stuck or guarded == failed or only_hot(cluster, cons):
+    if not fixed.needed or not fixed.stuck or guarded == failed or only_hot(cluster, cons):
         return fixed, guarded
     relaxed = attempt(failed)
     if len(relaxed.stuck) >= len(fixed.stuck):
