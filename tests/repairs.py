@@ -14,6 +14,7 @@ Each is small enough to check by hand:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from opendrs.model.cluster import Cluster
@@ -98,8 +99,14 @@ def write(folder: Path, name: str) -> Path:
 
 def write_config(folder: Path, name: str, policy: str = "") -> Path:
     """A configuration for ``opendrs run`` on the snapshot ``name`` (file backend, shadow)."""
-    snapshot = write(folder, name)
-    path = folder / f"{name}-run.yaml"
+    return run_config(write(folder, name), policy)
+
+
+def run_config(snapshot: Path, policy: str = "") -> Path:
+    """A configuration for ``opendrs run`` on the snapshot file ``snapshot``, beside it (file
+    backend, shadow; ``policy``: its policy section, as YAML)."""
+    name = snapshot.stem
+    path = snapshot.parent / f"{name}-run.yaml"
     path.write_text(
         "version: 1\n"
         f"backend: {{type: file, path: {snapshot.name}}}\n"
@@ -107,3 +114,12 @@ def write_config(folder: Path, name: str, policy: str = "") -> Path:
         encoding="utf-8",
     )
     return path
+
+
+def left_on(node: str, stays: Mapping[str, str]) -> dict[str, str]:
+    """What opendrs says of each guest of ``stays`` (guest → why it may not move) left on
+    ``node``, in maintenance."""
+    return {
+        guest: f"{guest} is on {node}, in maintenance, and stays there: {why}"
+        for guest, why in stays.items()
+    }

@@ -40,6 +40,7 @@ from opendrs.controller.planning import PlanResult, make_plan
 from opendrs.controller.report_command import report_of_history, write_report
 from opendrs.controller.snapshot_command import add_snapshot_parser
 from opendrs.controller.status_command import add_status_parser
+from opendrs.controller.views import stuck_rows
 from opendrs.engine.breaks import rule_breaks
 from opendrs.engine.constraints import Constraints, movability, platform_balancer
 from opendrs.engine.placement import Evacuation, evacuate, place_guest, place_new
@@ -47,6 +48,7 @@ from opendrs.engine.planner import Plan
 from opendrs.engine.policy import (
     repair,
     strategy_problem,
+    stuck_now,
     warn_stuck,
 )
 from opendrs.engine.strategies import DEFAULT_STRATEGY, REGISTRY, get_strategy
@@ -79,6 +81,7 @@ from opendrs.report.text import (
     show_placement,
     show_plan,
     show_proposal,
+    show_stuck,
 )
 
 
@@ -138,6 +141,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     cluster = _load(args.snapshot)
+    stuck = stuck_now(cluster)
     if args.format == "json":
         loads = LoadModel.build(cluster)
         fractions = loads.fractions()
@@ -164,10 +168,13 @@ def cmd_show(args: argparse.Namespace) -> int:
                 "problems": [str(p) for p in Constraints.build(cluster).problems],
                 "rule_breaks": [b.as_dict() for b in rule_breaks(cluster)],
                 "platform_balancer": platform_balancer(cluster),
+                "stuck": stuck_rows(cluster, stuck),
             }
         )
         return EXIT_OK
-    show_cluster(Report(_console()), cluster, guests=not args.no_guests)
+    report = Report(_console())
+    show_cluster(report, cluster, guests=not args.no_guests)
+    show_stuck(report, stuck)
     return EXIT_OK
 
 
@@ -606,11 +613,14 @@ def build_parser() -> argparse.ArgumentParser:
         "plan",
         help="propose migrations that balance the cluster, ordered into safe steps",
         description="Propose migrations and order them into steps that never overload a node; "
-        "guests that break a hard constraint are repaired first, whatever it costs. SNAPSHOT may "
+        "guests that break a hard constraint are repaired first, whatever it costs and whatever "
+        "the strategy, as the daemon does: a repair that moves anything is the plan, and the "
+        "strategy is asked once nothing breaks. Guests left on a node in maintenance are named "
+        "(they may not move, or no node takes them). SNAPSHOT may "
         "also be a proxlb-solver scenario file (its balancing.method is what every strategy "
         "balances; its other options apply to --strategy optimal). Exit status: 0 done, 1 the "
-        "plan cannot reach everything safely, the strategy found no feasible placement, or a "
-        "repair has no solution; 2 bad input.",
+        "plan cannot reach everything safely, the strategy found no feasible placement, a "
+        "repair has no solution or a guest is left on a node in maintenance; 2 bad input.",
     )
     p.add_argument("snapshot", metavar="SNAPSHOT")
     _add_plan_options(p, "-o", "--option")

@@ -3,8 +3,9 @@
 :class:`Dashboard` is fed by the controller's hooks in the daemon's thread — ``cycle`` after each
 cycle, ``event`` for each migration event — and builds from them a :class:`Snapshot`: a JSON-ready
 document of the cluster's node loads, the migrations in flight and the last ones ended, the last
-decisions with their reasons, in shadow mode the plan it would carry out, and the policy metric
-over the last day. The request threads of the HTTP server
+decisions with their reasons, the guests the daemon leaves breaking a hard constraint (those left
+on a node in maintenance among them), in shadow mode the plan it would carry out, and the policy
+metric over the last day. The request threads of the HTTP server
 (:mod:`opendrs.controller.http_server`) only read the latest snapshot, which is never changed
 once published: they never ask the backend or the history anything. The HTML (from the Jinja2
 templates ``templates/dashboard*.html.j2``) and the chart (``report.charts.line_chart``) are drawn
@@ -28,7 +29,13 @@ from opendrs.controller.config import Config
 from opendrs.controller.executor import Event
 from opendrs.controller.loop import Controller, Cycle
 from opendrs.controller.records import iso_time
-from opendrs.controller.views import arch_spreads, cluster_summary, node_loads, policy_summary
+from opendrs.controller.views import (
+    arch_spreads,
+    cluster_summary,
+    node_loads,
+    policy_summary,
+    stuck_rows,
+)
 from opendrs.engine.policy import Decision
 from opendrs.engine.policy.metrics import format_metric, metric_scale
 from opendrs.engine.usage import LoadModel
@@ -103,6 +110,8 @@ class Dashboard:
                 cluster=cluster_summary(cluster),
                 groups=_groups(node_loads(cluster, loads), arch_spreads(cluster, loads)),
             )
+            if cycle.decision is not None:
+                self._base["stuck"] = stuck_rows(cluster, cycle.stuck)
         if cycle.decision is not None:
             self._decided(cycle, cycle.decision)
         self._publish()
@@ -217,6 +226,7 @@ class Dashboard:
             "cluster": self._base.get("cluster"),
             "groups": self._base.get("groups", []),
             "now": self._base.get("now"),
+            "stuck": self._base.get("stuck", []),
             "decisions": list(self._decisions),
             "would": self._would if not config.active else None,
             "in_flight": in_flight,

@@ -248,6 +248,10 @@ class Cycle:
     error: str | None = None
     #: Wall time the cycle took, in seconds.
     seconds: float = 0.0
+    #: The guests the daemon leaves breaking a hard constraint, with why — those left on a node
+    #: in maintenance among them: the last decision's :attr:`Decision.stuck` (a cycle while a
+    #: plan executes decides nothing and keeps the one before).
+    stuck: tuple[tuple[str, str], ...] = ()
 
 
 class Controller:
@@ -293,6 +297,8 @@ class Controller:
         self._standby: str | None = None
         #: Whether the last observation saw Proxmox VE balancing its HA guests itself.
         self._platform_balancer = False
+        #: What the last decision (not ``busy``) leaves stuck (:attr:`Cycle.stuck`).
+        self.stuck: tuple[tuple[str, str], ...] = ()
 
     @property
     def policy(self) -> PolicyConfig:
@@ -452,10 +458,12 @@ class Controller:
             self.history.set_evacuated(decision.state.evacuated)
         self.state = decision.state
         warn_stuck(decision.stuck, log)
+        if decision.code != "busy":
+            self.stuck = decision.stuck
         decision_id = self._record(now, cluster, decision, policy)
         if decision.act and decision.plan is not None and decision.plan.moves:
             self._hand_on(decision.plan, decision_id)
-        result = Cycle(now, cluster, decision, decision_id)
+        result = Cycle(now, cluster, decision, decision_id, stuck=self.stuck)
         self._done(result, started)
         return result
 

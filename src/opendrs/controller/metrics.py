@@ -19,6 +19,7 @@ from prometheus_client.registry import Collector
 
 from opendrs.controller.executor import Event
 from opendrs.controller.loop import Controller, Cycle
+from opendrs.controller.views import stuck_rows
 from opendrs.engine.usage import RESOURCES, LoadModel
 from opendrs.model.cluster import Cluster
 
@@ -96,6 +97,18 @@ class DaemonMetrics:
             "then leaves to it; 0 otherwise",
             registry=r,
         )
+        self.stuck = Gauge(
+            "opendrs_stuck_guests",
+            "Guests the last decision leaves breaking a hard constraint: on a node in "
+            "maintenance, or a repair that cannot be made (each named at WARNING)",
+            registry=r,
+        )
+        self.left_in_maintenance = Gauge(
+            "opendrs_maintenance_stuck_guests",
+            "Of opendrs_stuck_guests, those on a node in maintenance: they may not move, or no "
+            "node can take them",
+            registry=r,
+        )
         self.last_observation = Gauge(
             "opendrs_last_observation_timestamp_seconds",
             "Unix time of the last successful observation",
@@ -133,6 +146,9 @@ class DaemonMetrics:
             self.node_loads.update(cycle.cluster)
             self.spread.set(cycle.decision.metric)
             self.decisions.labels(cycle.decision.code).inc()
+            rows = stuck_rows(cycle.cluster, cycle.stuck)
+            self.stuck.set(len(rows))
+            self.left_in_maintenance.set(sum(1 for row in rows if row["maintenance"]))
         if self._controller is not None:
             self.threshold.set(self._controller.policy.threshold)
             self.in_flight.set(len(self._controller.executor.in_flight))

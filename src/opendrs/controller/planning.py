@@ -8,7 +8,7 @@ draws it: both read one :class:`PlanResult`, computed once by :func:`make_plan`.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from opendrs.engine import blas
@@ -16,7 +16,7 @@ from opendrs.engine.bounds import LowerBounds, migration_lower_bound
 from opendrs.engine.constraints import Constraints
 from opendrs.engine.imbalance import Imbalance
 from opendrs.engine.planner import Plan, plan_with_retries
-from opendrs.engine.policy import may_need_repair, stuck_after, warn_stuck
+from opendrs.engine.policy import Repair, may_need_repair, repair, stuck_after, warn_stuck
 from opendrs.engine.strategies.base import (
     Proposal,
     Request,
@@ -97,25 +97,43 @@ def make_plan(
         return strategy.propose(cluster, Request(forbidden=forbidden), options)
 
     with blas.one_thread():  # the engine's products, the bounds' included (engine/blas.py)
-        return _planned(cluster, propose, max_parallel, max_node_inflow)
+        return _planned(cluster, strategy.name, propose, max_parallel, max_node_inflow)
 
 
 def _planned(
     cluster: Cluster,
+    name: str,
     propose: Callable[[frozenset[tuple[str, str]]], Proposal],
     max_parallel: int | None,
     max_node_inflow: int | None,
 ) -> PlanResult:
     """:func:`make_plan`'s work, on one BLAS thread."""
     cons = Constraints.build(cluster)
-    proposal, plan = plan_with_retries(
-        cluster,
-        propose,
-        max_parallel=max_parallel,
-        max_node_inflow=max_node_inflow,
-        constraints=cons,
+    screen = may_need_repair(cluster)
+    fixed = (
+        repair(
+            cluster, constraints=cons, max_parallel=max_parallel, max_node_inflow=max_node_inflow
+        )
+        if screen
+        else Repair(())
     )
-    stuck = stuck_after(cluster, cons, proposal, plan) if may_need_repair(cluster) else ()
+    if fixed.proposal is not None and fixed.plan is not None and fixed.plan.moves:
+        # As the daemon decides, whatever its strategy: a repair that moves something first.
+        stopped = (
+            f"{fixed.proposal.stopped}, as the daemon makes them first with any strategy: "
+            f"{name} is asked once nothing that may move breaks a hard constraint"
+        )
+        proposal = replace(fixed.proposal, strategy="repair", stopped=stopped)
+        plan, stuck = fixed.plan, fixed.stuck
+    else:
+        proposal, plan = plan_with_retries(
+            cluster,
+            propose,
+            max_parallel=max_parallel,
+            max_node_inflow=max_node_inflow,
+            constraints=cons,
+        )
+        stuck = stuck_after(cluster, cons, proposal, plan) if screen else ()
     warn_stuck(stuck)
     placed = cluster.with_placement(proposal.placement)
     by_arch = (imbalance_by_arch(cluster), imbalance_by_arch(placed))

@@ -4,7 +4,9 @@ Four parts, each read without disturbing a running daemon:
 
 - the cluster, observed once through the configured backend as the daemon observes it
   (:func:`opendrs.controller.snapshot_command.observe_once`): each node's load per resource, and
-  the spread per CPU architecture where the usable nodes have several;
+  the spread per CPU architecture where the usable nodes have several; and what a repair of it
+  leaves breaking a hard constraint (:func:`opendrs.engine.policy.stuck_now`) — every guest
+  left on a node in maintenance that may not move or that no node can take;
 - the daemon: whether another process holds its lock (:meth:`InstanceLock.probe`, which never
   keeps the lock);
 - from the history, opened read-only: the last decision with its code and reason, the migrations
@@ -36,12 +38,19 @@ from opendrs.controller.history_command import history_now, open_history
 from opendrs.controller.loop import InstanceLock, LockError
 from opendrs.controller.records import decision_object, iso_time, migration_now
 from opendrs.controller.snapshot_command import observe_once
-from opendrs.controller.views import arch_spreads, cluster_summary, node_loads, policy_summary
+from opendrs.controller.views import (
+    arch_spreads,
+    cluster_summary,
+    node_loads,
+    policy_summary,
+    stuck_rows,
+)
+from opendrs.engine.policy import stuck_now
 from opendrs.engine.usage import RESOURCES
 from opendrs.model.cluster import Cluster
 from opendrs.model.units import format_duration
 from opendrs.report.data import json_text
-from opendrs.report.text import Report, bar
+from opendrs.report.text import Report, bar, show_stuck
 
 __all__ = [
     "Status",
@@ -58,6 +67,8 @@ class Status:
     config: Config
     cluster: Cluster | None = None
     observe_error: str | None = None
+    #: What a repair of the observed cluster leaves breaking a hard constraint, with why.
+    stuck: tuple[tuple[str, str], ...] = ()
     now: float | None = None
     history_error: str | None = None
     #: The history file does not exist yet (the daemon never ran): not an error.
@@ -87,6 +98,8 @@ def read_status(config: Config) -> Status:
         status.cluster = observe_once(config, then=lambda backend: _standby(status, backend))
     except BackendError as exc:
         status.observe_error = str(exc)
+    else:
+        status.stuck = stuck_now(status.cluster)
     _read_history(status)
     try:
         lock = InstanceLock(config.lock, config.history)
@@ -146,6 +159,7 @@ def status_data(status: Status) -> dict[str, Any]:
             "mode": cluster.settings.mode,
             "nodes": node_loads(cluster),
             "spread": arch_spreads(cluster),
+            "stuck": stuck_rows(cluster, status.stuck),
         },
         "observation": {"ok": cluster is not None, "error": status.observe_error},
         "policy": policy_summary(config),
@@ -175,6 +189,7 @@ def show_status(report: Report, status: Status) -> None:
     """The four parts as text: cluster, daemon, last decision, migrations and holds."""
     data = status_data(status)
     _show_cluster(report, status)
+    show_stuck(report, status.stuck)
     policy = data["policy"]
     when = (
         "the strategy judges when to act"

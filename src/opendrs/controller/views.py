@@ -1,7 +1,9 @@
-"""What ``opendrs status`` and the dashboard show of a cluster and of a configuration, as data."""
+"""What ``opendrs status``, ``opendrs show`` and the dashboard show of a cluster and of a
+configuration, as data."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from opendrs.controller.config import Config
@@ -11,7 +13,7 @@ from opendrs.engine.usage import RESOURCES, LoadModel
 from opendrs.model.cluster import Cluster
 from opendrs.report.text import node_state
 
-__all__ = ["arch_spreads", "cluster_summary", "node_loads", "policy_summary"]
+__all__ = ["arch_spreads", "cluster_summary", "node_loads", "policy_summary", "stuck_rows"]
 
 
 def cluster_summary(cluster: Cluster) -> dict[str, Any]:
@@ -62,3 +64,24 @@ def policy_summary(config: Config) -> dict[str, Any]:
         "target": policy.target,
         "interval": policy.interval,
     }
+
+
+def stuck_rows(cluster: Cluster, stuck: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
+    """Each guest a repair leaves breaking a hard constraint (``stuck``: its id and why, as
+    :attr:`Decision.stuck`): the guest, its node in ``cluster``, whether that node is in
+    maintenance, and why."""
+    index, guests, nodes = cluster.guest_index, cluster.guests, cluster.node_index
+    rows = []
+    for guest, reason in stuck:
+        j = index.get(guest)
+        node = guests[j].node if j is not None else None
+        n = nodes.get(node) if node is not None else None
+        rows.append(
+            {
+                "guest": guest,
+                "node": node,
+                "maintenance": n is not None and cluster.nodes[n].maintenance,
+                "reason": reason,
+            }
+        )
+    return rows

@@ -457,6 +457,8 @@ def movability(guest: Guest, cluster: Cluster, purpose: Purpose = "balance") -> 
     :data:`HA_HELD`; recovery is what the HA manager does for a guest fenced on a failed node.
     While Proxmox VE balances HA guests itself (``Cluster.ha_auto_rebalance``), balancing leaves
     them to it: two balancers would undo each other's moves.
+    The cluster's ``min_uptime`` holds a guest for ``balance`` unless its node is in maintenance:
+    a guest must leave such a node however recently it started.
     """
     settings = cluster.settings
     if guest.id in cluster.rules.ignored:
@@ -476,7 +478,8 @@ def movability(guest: Guest, cluster: Cluster, purpose: Purpose = "balance") -> 
     if local is not None:
         return local
     node_index = cluster.node_index.get(guest.node)
-    if node_index is not None and not cluster.nodes[node_index].online:
+    node = cluster.nodes[node_index] if node_index is not None else None
+    if node is not None and not node.online:
         return Held("node-offline", "its node is offline")
     running = bool(loaded_nodes(guest))
     if guest.kind == "ct" and running and not settings.allow_restart_migration:
@@ -484,7 +487,7 @@ def movability(guest: Guest, cluster: Cluster, purpose: Purpose = "balance") -> 
     if purpose == "balance":
         if not running:
             return Held("not-running", "not running")
-        if guest.uptime < settings.min_uptime:
+        if guest.uptime < settings.min_uptime and not (node is not None and node.maintenance):
             return Held(
                 "uptime",
                 f"up for {format_duration(guest.uptime)}, "

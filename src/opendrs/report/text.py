@@ -261,6 +261,16 @@ def _show_problems(
             )
 
 
+def show_stuck(report: Report, stuck: Sequence[tuple[str, str]]) -> None:
+    """The guests a repair leaves breaking a hard constraint — those left on a node in
+    maintenance among them —, one line each with why (nothing when there are none)."""
+    if not stuck:
+        return
+    report.heading(f"Stuck: {len(stuck)} left breaking a hard constraint")
+    for _guest, reason in stuck:
+        report.line(f"  {reason}", "red")
+
+
 def show_by_arch(report: Report, title: str, by_arch: Mapping[str, Imbalance]) -> None:
     """One imbalance table per CPU architecture: guests cannot move between them, so each is
     balanced (and its spread judged) on its own."""

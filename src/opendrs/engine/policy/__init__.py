@@ -64,8 +64,12 @@ whatever the strategy (the peers rely on their own evacuation — Proxmox HA's m
 ``incus cluster evacuate``): :func:`repair`, which ``opendrs plan`` and ``opendrs place
 --evacuate`` use as well — ``balance``'s repair phase, asked for nothing else, greedy first and
 then the exact model where a guest can go nowhere, ordered by the planner with parking moves; an
-exact repair longer than ``batch`` is carried out a few steps per decision. A guest no repair can
-move is logged at WARNING at every decision, naming what stops it (:attr:`Decision.stuck`).
+exact repair longer than ``batch`` is carried out a few steps per decision (``opendrs plan``
+makes it first too, with any strategy, and shows it whole). A guest no repair can move is logged
+at WARNING at every decision, naming what stops it (:attr:`Decision.stuck`) — and so is every
+guest left on a node in maintenance because it may not move (:func:`left_in_maintenance`), which
+the reason of a decision that moves nothing counts. Maintenance overrides ``min_uptime``, the
+policy's and the cluster's.
 Guests on an offline node cannot be migrated; recovering them is the HA stack's job.
 
 **Back from maintenance.** With ``maintenance_return`` the policy remembers which guests left a
@@ -111,10 +115,12 @@ from opendrs.engine.policy.planning import truncate
 from opendrs.engine.policy.repair import (
     Repair,
     first_moves,
+    left_in_maintenance,
     may_need_repair,
     repair,
     repairs_needed,
     stuck_after,
+    stuck_now,
     warn_stuck,
 )
 from opendrs.engine.policy.smoothing import UsageWindow, overload_span
@@ -148,6 +154,7 @@ __all__ = [
     "forbidden_placements",
     "format_by_arch",
     "format_metric",
+    "left_in_maintenance",
     "may_need_repair",
     "measure",
     "measure_by_arch",
@@ -157,6 +164,7 @@ __all__ = [
     "repairs_needed",
     "strategy_problem",
     "stuck_after",
+    "stuck_now",
     "track_evacuations",
     "truncate",
     "warn_stuck",

@@ -23,7 +23,13 @@ from opendrs.engine.policy.metrics import (
 )
 from opendrs.engine.policy.planning import final_placement, plan_within, truncate
 from opendrs.engine.policy.profile import day_metric, worst_hour
-from opendrs.engine.policy.repair import Repair, may_need_repair, only_hot, repair_within_guards
+from opendrs.engine.policy.repair import (
+    Repair,
+    left_in_maintenance,
+    may_need_repair,
+    only_hot,
+    repair_within_guards,
+)
 from opendrs.engine.policy.smoothing import overloads
 from opendrs.engine.policy.spending import react
 from opendrs.engine.policy.state import (
@@ -323,6 +329,9 @@ def _repair(r: _Round) -> Decision | None:
     )
     if not screen:
         return None
+    # Guests left on a node in maintenance that may not move: named whatever comes next.
+    r.repair = Repair((), stuck=left_in_maintenance(r.cluster))
+    r.repair_note = _left_note(r.cluster, r.repair.stuck)
     hot_only = only_hot(r.cluster, view.constraints)
     lasting = config.metric == "none" or r.metric > config.threshold
     if config.hot is not None and hot_only and not lasting:
@@ -337,10 +346,10 @@ def _repair(r: _Round) -> Decision | None:
     what = needed[0] + (f" (and {len(needed) - 1} more)" if len(needed) > 1 else "")
     plan = r.repair.plan
     if not plan.moves:
-        r.repair_note = f"; repair needed ({what}) but no allowed migration reaches it"
+        r.repair_note += f"; repair needed ({what}) but no allowed migration reaches it"
         return None
     if hot_only and r.left is not None and len(plan.moves) > r.left:
-        r.repair_note = f"; repair needed ({what}) but {r.budget_spent(len(plan.moves))}"
+        r.repair_note += f"; repair needed ({what}) but {r.budget_spent(len(plan.moves))}"
         return None
     overridden = (
         ""
@@ -358,6 +367,16 @@ def _repair(r: _Round) -> Decision | None:
         forbidden=kept_off,
         budgeted=hot_only,
     )
+
+
+def _left_note(cluster: Cluster, left: tuple[tuple[str, str], ...]) -> str:
+    """What the reason adds for the guests ``left`` on nodes in maintenance (each a WARNING)."""
+    if not left:
+        return ""
+    guests, index = cluster.guests, cluster.guest_index
+    nodes = ", ".join(sorted({guests[index[g]].node for g, _why in left}))
+    n = len(left)
+    return f"; {n} guest{'s' if n != 1 else ''} may not leave {nodes}, in maintenance"
 
 
 def _back_from_maintenance(r: _Round) -> Decision | None:

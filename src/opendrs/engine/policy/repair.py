@@ -224,12 +224,14 @@ def repair(
     go nowhere, the exact model moves other guests to make room (bounded in time, repeatable),
     and the planner orders it all, parking a guest on a spare node where a cycle needs it. At most
     ``batch`` migrations (0: no limit): the greedy repair asks for no more, an exact repair is
-    planned whole and its first steps kept. ``stuck`` names what even the whole plan leaves.
+    planned whole and its first steps kept. ``stuck`` names what even the whole plan leaves, and
+    always the guests left on a node in maintenance that may not move
+    (:func:`left_in_maintenance`).
     """
     cons = constraints if constraints is not None else Constraints.build(cluster)
     needed = repairs_needed(cluster, cons)
     if not needed:
-        return Repair(())
+        return Repair((), stuck=left_in_maintenance(cluster))
 
     def proposer(most: int | None) -> Callable[[frozenset[tuple[str, str]]], Proposal]:
         """``balance``'s repairs only, at most ``most`` migrations (None: all it needs)."""
@@ -252,12 +254,20 @@ def repair(
     if "needs" in proposal.options.get("repair", {}):  # an exact repair longer than the batch
         proposal, plan = plan_within(cluster, proposer(None), forbidden, limits, cons)
     exact = "repair" in proposal.options
-    stuck: tuple[tuple[str, str], ...] = ()
+    stuck = left_in_maintenance(cluster)
     if exact or not batch or len(proposal.net_moves()) < batch:
         stuck = stuck_after(cluster, cons, proposal, plan, forbidden)
     if exact:
         plan = first_moves(plan, batch, cluster, cons)
     return Repair(needed, proposal, plan, stuck)
+
+
+def stuck_now(cluster: Cluster) -> tuple[tuple[str, str], ...]:
+    """What a repair of ``cluster`` now (no policy guards, the cluster's own usage) leaves
+    breaking a hard constraint — its :attr:`Repair.stuck` — or nothing when the cheap screen
+    (:func:`may_need_repair`) says no repair can be needed: what ``opendrs show`` and ``opendrs
+    status`` report."""
+    return repair(cluster).stuck if may_need_repair(cluster) else ()
 
 
 def repair_within_guards(
@@ -284,7 +294,7 @@ def repair_within_guards(
         )
 
     fixed = attempt(guarded)
-    if not fixed.stuck or guarded == failed or only_hot(cluster, cons):
+    if not fixed.needed or not fixed.stuck or guarded == failed or only_hot(cluster, cons):
         return fixed, guarded
     relaxed = attempt(failed)
     if len(relaxed.stuck) >= len(fixed.stuck):
@@ -341,25 +351,28 @@ def stuck_after(
 ) -> tuple[tuple[str, str], ...]:
     """The guests that still break a hard constraint once ``plan`` has run, each with one
     sentence: where it is, what it breaks, what stops it on each other node, and — when the
-    proposal says — what the exact repair found."""
+    proposal says — what the exact repair found; with them, in guest order, the guests left on a
+    node in maintenance that may not move (:func:`left_in_maintenance`)."""
     assign = current_assign(cluster)
     for move in plan.moves:
         assign[cluster.guest_index[move.guest]] = cluster.node_index[move.target]
     committed = committed_for(cons, assign)
     broken = _broken(cluster, cons, assign, committed)
+    held = _held_in_maintenance(cluster)
     if not broken:
-        return ()
+        return tuple((cluster.guests[j].id, text) for j, text in held.items())
     verdict = _verdict(proposal.options.get("repair") if proposal is not None else None)
     unreachable = {g for g, _t in plan.unreachable}
     room = cons.capacity.limit - committed
     out = []
-    for j in sorted(broken):
+    for j in sorted({*broken, *held}):
         guest = cluster.guests[j]
-        headroom = room.copy()  # without the guest itself
-        headroom[int(assign[j])] += cons.guest_demand(j)
+        if j in held:
+            out.append((guest.id, held[j]))
+            continue
         what = broken[j]
         said = f"{guest.id}: {what.text}" if what.kind in ("capacity", "hot") else what.text
-        text = f"{said}; elsewhere: " + _rejections(cons, j, assign, headroom, forbidden)
+        text = f"{said}; " + _rejections(cons, j, assign, room, forbidden)
         if guest.id in unreachable:
             text += "; no safe migration order reaches its target"
         out.append((guest.id, text + verdict))
@@ -370,42 +383,103 @@ def _rejections(
     cons: Constraints,
     j: int,
     assign: np.ndarray,
-    headroom: np.ndarray,
+    room: np.ndarray,
     forbidden: frozenset[tuple[str, str]],
 ) -> str:
-    """What stops guest ``j`` on each other node (the first hard filter that fails there),
-    nodes with the same reason together; capacity with the numbers of the closest node."""
-    nodes = cons.cluster.nodes
-    guest = cons.cluster.guests[j].id
-    demand = cons.guest_demand(j)
+    """``elsewhere: …``: what stops guest ``j`` on each other node (the first hard filter that
+    fails there), nodes with the same reason together; capacity with the numbers of the closest
+    node (``room``: each node's free capacity with ``j`` placed as ``assign``). A guest with hard
+    affinity partners moves with them: its unit is judged whole — their rules, their summed
+    demand — so that a group that fits nowhere says which room it lacks."""
+    nodes, guests = cons.cluster.nodes, cons.cluster.guests
+    members = cons.unit_members(j)
+    headroom = room.copy()  # without the unit's guests
+    demand = np.zeros(room.shape[1])
+    for m in members.tolist():
+        headroom[int(assign[m])] += cons.guest_demand(m)
+        demand += cons.guest_demand(m)
+    apart = assign.copy()
+    apart[members] = -1  # the unit's own partners move with it: no affinity filter among them
     left = np.ones(len(nodes), dtype=bool)
     left[int(assign[j])] = False
     groups: dict[str, list[int]] = {}
-    kept = np.array([(guest, n.name) in forbidden for n in nodes], dtype=bool) & left
+    ids = [guests[m].id for m in members.tolist()]
+    kept = np.array([any((g, n.name) in forbidden for g in ids) for n in nodes], dtype=bool)
+    kept &= left
     if kept.any():
         policy = "kept off by the policy (cooldown, no return, minimum uptime or a failed move)"
         groups[policy] = np.nonzero(kept)[0].tolist()
         left &= ~kept
-    for name, mask in cons.hard_masks(j, assign, headroom, demand):
+    for name, masks in _unit_masks(cons, members, apart, headroom, demand):
+        mask = np.logical_and.reduce([mask for _m, mask in masks])
         failing = np.nonzero(left & ~mask)[0]
         left &= mask
         if failing.size == 0:
             continue
         if name == "capacity":
             closest = int(failing[np.argmax(_room_share(headroom[failing], demand))])
-            why = cons.explain(name, j, closest, assign, headroom, demand)
+            why = cons.explain(name, j, closest, apart, headroom, demand)
             if failing.size > 1:
                 why += f" on {nodes[closest].name}, the closest"
             groups.setdefault(why, []).extend(failing.tolist())
             continue
         for n in failing.tolist():
-            why = cons.explain(name, j, n, assign, headroom, demand)
+            who = next(m for m, mask in masks if not mask[n])
+            why = cons.explain(name, who, n, apart, headroom, demand)
+            if who != j:
+                why = f"{guests[who].id}: {why}"
             groups.setdefault(why, []).append(n)
     if left.any():
         groups["allowed, but the repair puts nothing there"] = np.nonzero(left)[0].tolist()
+    together = (
+        f", with its hard-affinity partners {', '.join(i for i in ids if i != guests[j].id)}"
+        if members.size > 1
+        else ""
+    )
     if not groups:
-        return "no other node"
-    return "; ".join(f"{_names(cons, where)}: {why}" for why, where in groups.items())
+        return f"elsewhere{together}: no other node"
+    reasons = "; ".join(f"{_names(cons, where)}: {why}" for why, where in groups.items())
+    return f"elsewhere{together}: {reasons}"
+
+
+def _unit_masks(
+    cons: Constraints,
+    members: np.ndarray,
+    assign: np.ndarray,
+    headroom: np.ndarray,
+    demand: np.ndarray,
+) -> list[tuple[str, list[tuple[int, np.ndarray]]]]:
+    """The hard filters of a unit's ``members`` in reporting order, each with every member's
+    (N,) mask (``demand``: the unit's)."""
+    out: dict[str, list[tuple[int, np.ndarray]]] = {}
+    for m in members.tolist():
+        for name, mask in cons.hard_masks(m, assign, headroom, demand):
+            out.setdefault(name, []).append((m, mask))
+    return list(out.items())
+
+
+def left_in_maintenance(cluster: Cluster) -> tuple[tuple[str, str], ...]:
+    """The guests on an online node in maintenance that may not move (ignored, HA state, lock,
+    local devices or disks, a container without restart migration, not running), in guest
+    order, each with one sentence: where it is and what keeps it there. A repair never moves
+    them, so every report of what a repair leaves names them. A guest migrating is on its way
+    and not listed."""
+    return tuple((cluster.guests[j].id, text) for j, text in _held_in_maintenance(cluster).items())
+
+
+def _held_in_maintenance(cluster: Cluster) -> dict[int, str]:
+    """:func:`left_in_maintenance` by guest index."""
+    held = {n.name for n in cluster.nodes if n.maintenance and n.online}
+    if not held:
+        return {}
+    out: dict[int, str] = {}
+    for j, guest in enumerate(cluster.guests):
+        if guest.node not in held or guest.migrating_to is not None:
+            continue
+        why = movability(guest, cluster, "balance")
+        if why is not None:
+            out[j] = f"{guest.id} is on {guest.node}, in maintenance, and stays there: {why}"
+    return out
 
 
 def _room_share(headroom: np.ndarray, demand: np.ndarray) -> np.ndarray:

@@ -1407,8 +1407,25 @@ def _exact_repair(
     moving = [u for u in model if state.broken[u] or chosen[u] != int(units.assign[u])]
     first = set(must.tolist())
     moving.sort(key=lambda u: (u in first, u))  # the room first, then the repairs
-    reason = {True: "repair (exact)", False: "repair: makes room (exact)"}
-    return [(u, chosen[u], reason[u in first]) for u in moving], info
+
+    def reason(u: int) -> str:
+        if u not in first:
+            return "repair: makes room (exact)"
+        return "repair: maintenance (exact)" if _in_maintenance(state, u) else "repair (exact)"
+
+    return [(u, chosen[u], reason(u)) for u in moving], info
+
+
+def _in_maintenance(state: _State, u: int) -> bool:
+    """Whether unit ``u`` is on a node that takes no guests: in maintenance (a unit on an
+    offline node does not move)."""
+    return not state.usable[int(state.units.assign[u])]
+
+
+def _repair_cause(state: _State, u: int, phase: str) -> str:
+    """What a repair of unit ``u`` in ``phase`` (``rules`` or ``capacity``) mends, as its move's
+    reason says it: ``maintenance`` for a unit on a node in maintenance, else the phase."""
+    return "maintenance" if _in_maintenance(state, u) else phase
 
 
 def _repair_domains(state: _State, which: np.ndarray) -> np.ndarray:
@@ -1666,7 +1683,7 @@ def _propose(
             if move is None:
                 stuck.extend(todo)
                 break
-            record(move[0], move[1], "repair: " + phase)
+            record(move[0], move[1], "repair: " + _repair_cause(state, move[0], phase))
     exact: dict[str, Any] | None = None
     if stuck and len(history) < limit:
         # The greedy repair moves only the units that break something: when one can go
