@@ -24,7 +24,6 @@ over TLS that requires a trusted client certificate (:func:`make_pki`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime
 import itertools
 import os
@@ -487,8 +486,12 @@ class FakeIncus:
     async def _wait(self, request: web.Request) -> web.Response:
         op = self._op(request)
         timeout = float(request.query.get("timeout", "-1"))
-        with contextlib.suppress(TimeoutError):
+        try:
             await asyncio.wait_for(op.done.wait(), None if timeout < 0 else timeout)
+        except TimeoutError:
+            if self.flavour != "lxd":
+                # Incus (operationWaitGet): the wait's deadline passing is an error.
+                return _error(500, "context deadline exceeded")
         return _sync(op.render())
 
     async def _cancel(self, request: web.Request) -> web.Response:
