@@ -94,9 +94,16 @@ class Operation:
     err: str = ""
     done: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
+    created: float = field(default_factory=time.time)
+    ended: float | None = None
+
+    def finish(self, status: str, err: str = "") -> None:
+        self.status, self.err, self.ended = status, err, time.time()
+        self.done.set()
 
     def render(self) -> dict[str, Any]:
         codes = {"Running": 103, "Success": 200, "Failure": 400, "Cancelled": 401}
+        updated = self.ended if self.ended is not None else time.time()
         return {
             "id": self.id,
             "class": "task",
@@ -106,8 +113,15 @@ class Operation:
             "resources": self.resources,
             "err": self.err,
             "may_cancel": True,
-            "created_at": "2026-01-01T00:00:00Z",
+            "created_at": _api_time(self.created),
+            "updated_at": _api_time(updated),
         }
+
+
+def _api_time(at: float) -> str:
+    """A time as the API writes it (RFC 3339, nanoseconds, UTC)."""
+    whole = datetime.datetime.fromtimestamp(int(at), datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{whole}.{round((at % 1) * 1e9):09d}Z"
 
 
 class FakeIncus:
@@ -265,11 +279,18 @@ class FakeIncus:
         except _ApiError as exc:
             return _error(exc.status, exc.message)
 
+    @property
+    def api_extensions(self) -> list[str]:
+        """LXD 5.0 has no migration_vm_live: it moves a running VM by a stateful stop and
+        start."""
+        extensions = ["clustering", "cluster_rebalance"]
+        return extensions if self.flavour == "lxd" else [*extensions, "migration_vm_live"]
+
     async def _server(self, request: web.Request) -> web.Response:
         return _sync(
             {
                 "config": dict(self.config),
-                "api_extensions": ["clustering", "cluster_rebalance"],
+                "api_extensions": self.api_extensions,
                 "environment": {
                     "server_name": self.server_name,
                     "server_clustered": True,
@@ -451,11 +472,9 @@ class FakeIncus:
             try:
                 error = await work()
             except asyncio.CancelledError:
-                op.status, op.err = "Cancelled", "Operation cancelled"
-                op.done.set()
+                op.finish("Cancelled", "Operation cancelled")
                 raise
-            op.status, op.err = ("Failure", error) if error else ("Success", "")
-            op.done.set()
+            op.finish(*(("Failure", error) if error else ("Success", "")))
 
         op.task = asyncio.get_running_loop().create_task(run())
         body = {

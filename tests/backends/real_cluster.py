@@ -402,9 +402,12 @@ class RealCluster:
         if run:
             self.cli("start", name, "--project", project)
 
-    def create_vm(self, name: str, member: str, *, memory: str = "256MiB") -> None:
+    def create_vm(
+        self, name: str, member: str, *, memory: str = "256MiB", config: Sequence[str] = ()
+    ) -> None:
         """A running VM on ``member`` that may move by a stateful stop and start (see the module
-        docstring; only where :attr:`vm_unavailable` is ``None``)."""
+        docstring; only where :attr:`vm_unavailable` is ``None``), with ``config`` (``KEY=VALUE``:
+        set before it starts, as a running VM without an agent takes no change)."""
         assert self.vm_unavailable is None, self.vm_unavailable
         self.cli(
             "init",
@@ -418,6 +421,7 @@ class RealCluster:
             *("-c", f"raw.qemu=-cpu qemu64 -bios {SEABIOS}"),
             *("-c", 'raw.qemu.conf=[device "qemu_vsock"]'),
             *("-d", "root,size=64MiB", "-d", "root,size.state=300MiB"),
+            *(arg for item in config for arg in ("-c", item)),
         )
         self.cli("start", name)
 
