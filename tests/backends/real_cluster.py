@@ -162,7 +162,10 @@ class RealCluster:
         self._daemons: dict[str, subprocess.Popen[bytes]] = {}
         self._busybox = ""
         #: Why this cluster runs no VM (``None``: it can).
-        self.vm_unavailable: str | None = "only the LXD cluster runs a VM here"
+        self.vm_unavailable: str | None = (
+            "Debian's incus-base runs containers only (Incus's VMs need the incus package, "
+            "which wants QEMU 8 or later)"
+        )
 
     # -- paths and commands --------------------------------------------------------------------
 
@@ -372,7 +375,7 @@ class RealCluster:
     ) -> None:
         """An image-less container on ``member`` (placed there by ``target``: the member, or
         ``@GROUP``) with a busybox root file system that sleeps."""
-        self.cli(
+        self._settled(
             "init",
             "--empty",
             name,
@@ -401,6 +404,18 @@ class RealCluster:
         init.chmod(0o755)
         if run:
             self.cli("start", name, "--project", project)
+
+    def _settled(self, *args: str) -> str:
+        """The client with ``args``, again while the server says it is not ready yet (a member
+        started again is online some seconds before it takes new instances)."""
+        deadline = time.monotonic() + START_SECONDS * 3
+        while True:
+            try:
+                return self.cli(*args)
+            except RuntimeError as exc:
+                if "isn't ready yet" not in str(exc) or time.monotonic() > deadline:
+                    raise
+            time.sleep(1)
 
     def create_vm(
         self, name: str, member: str, *, memory: str = "256MiB", config: Sequence[str] = ()
@@ -451,6 +466,8 @@ class RealCluster:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"{member} is not online again: {self.members()}")
                 time.sleep(0.5)
+            # Answering for itself through the other member, too.
+            self._settled("query", f"/1.0/resources?target={member}")
         for member, status in self.members().items():
             if status == "Evacuated":
                 self.cli("cluster", "restore", member, "--force")

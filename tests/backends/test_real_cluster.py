@@ -498,10 +498,10 @@ def project(real: RealCluster, name: str, *config: str) -> Iterator[None]:
     try:
         yield
     finally:
-        listed = real.query(f"/1.0/instances?project={name}")
-        for url in listed:
-            real.cli("delete", "--force", url.rsplit("/", 1)[-1], "--project", name, check=False)
-        real.cli("project", "delete", name, check=False)
+        for url in real.query(f"/1.0/instances?project={name}"):
+            instance = url.split("?", 1)[0].rsplit("/", 1)[-1]
+            real.cli("delete", "--force", instance, "--project", name)
+        real.cli("project", "delete", name)
 
 
 def test_cluster_groups_and_restricted_projects_keep_their_instances(
