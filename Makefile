@@ -27,8 +27,9 @@ lint: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/python -m pytest
 
-# As root, the Debian packages of the browser and LXD tests (tools/install-test-packages); the
-# tests that need them skip with their reason where they are missing.
+# As root, the Debian packages of the browser tests and of the real LXD and Incus cluster tests
+# (tools/install-test-packages); the tests that need them skip with their reason where they are
+# missing.
 test-packages:
 	@tools/install-test-packages
 

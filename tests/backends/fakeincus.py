@@ -25,7 +25,6 @@ over TLS that requires a trusted client certificate (:func:`make_pki`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime
 import itertools
 import json
@@ -97,9 +96,16 @@ class Operation:
     err: str = ""
     done: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
+    created: float = field(default_factory=time.time)
+    ended: float | None = None
+
+    def finish(self, status: str, err: str = "") -> None:
+        self.status, self.err, self.ended = status, err, time.time()
+        self.done.set()
 
     def render(self) -> dict[str, Any]:
         codes = {"Running": 103, "Success": 200, "Failure": 400, "Cancelled": 401}
+        updated = self.ended if self.ended is not None else time.time()
         return {
             "id": self.id,
             "class": "task",
@@ -109,8 +115,15 @@ class Operation:
             "resources": self.resources,
             "err": self.err,
             "may_cancel": True,
-            "created_at": "2026-01-01T00:00:00Z",
+            "created_at": _api_time(self.created),
+            "updated_at": _api_time(updated),
         }
+
+
+def _api_time(at: float) -> str:
+    """A time as the API writes it (RFC 3339, nanoseconds, UTC)."""
+    whole = datetime.datetime.fromtimestamp(int(at), datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{whole}.{round((at % 1) * 1e9):09d}Z"
 
 
 class FakeIncus:
@@ -283,11 +296,18 @@ class FakeIncus:
             return web.Response(status=status, text=page, content_type="text/html")
         return response
 
+    @property
+    def api_extensions(self) -> list[str]:
+        """LXD 5.0 has no migration_vm_live: it moves a running VM by a stateful stop and
+        start."""
+        extensions = ["clustering", "cluster_rebalance"]
+        return extensions if self.flavour == "lxd" else [*extensions, "migration_vm_live"]
+
     async def _server(self, request: web.Request) -> web.Response:
         return _sync(
             {
                 "config": dict(self.config),
-                "api_extensions": ["clustering", "cluster_rebalance"],
+                "api_extensions": self.api_extensions,
                 "environment": {
                     "server_name": self.server_name,
                     "server_clustered": True,
@@ -491,11 +511,9 @@ class FakeIncus:
             try:
                 error = await work()
             except asyncio.CancelledError:
-                op.status, op.err = "Cancelled", "Operation cancelled"
-                op.done.set()
+                op.finish("Cancelled", "Operation cancelled")
                 raise
-            op.status, op.err = ("Failure", error) if error else ("Success", "")
-            op.done.set()
+            op.finish(*(("Failure", error) if error else ("Success", "")))
 
         op.task = asyncio.get_running_loop().create_task(run())
         body = {
@@ -526,8 +544,12 @@ class FakeIncus:
     async def _wait(self, request: web.Request) -> web.Response:
         op = self._op(request)
         timeout = float(request.query.get("timeout", "-1"))
-        with contextlib.suppress(TimeoutError):
+        try:
             await asyncio.wait_for(op.done.wait(), None if timeout < 0 else timeout)
+        except TimeoutError:
+            if self.flavour != "lxd":
+                # Incus (operationWaitGet): the wait's deadline passing is an error.
+                return _error(500, "context deadline exceeded")
         return _sync(op.render())
 
     async def _cancel(self, request: web.Request) -> web.Response:

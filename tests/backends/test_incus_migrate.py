@@ -54,13 +54,32 @@ def test_a_running_vm_moves_live(served: Served, backend: IncusBackend) -> None:
     assert post[3] == {"name": "vm1", "migration": True, "live": True}
     # In flight: the observation counts it on both members.
     assert backend.observe().guest("vm1").migrating_to == "m2"
-    assert follow(backend, handle).state == "done"
+    # Incus moves it live (migration_vm_live): the guest ran throughout.
+    assert follow(backend, handle) == Progress("done")
     vm1 = served.fake.instance("vm1")
     assert vm1.location == "m2"
     assert abs(int(vm1.config["volatile.rebalance.last_move"]) - time.time()) < 5
     assert backend.last_moves() == {}
     backend.observe()
     assert set(backend.last_moves()) == {"vm1"}
+
+
+def test_a_live_move_made_by_a_stateful_stop_and_start_tells_its_downtime(
+    served: Served, backend: IncusBackend, caplog: pytest.LogCaptureFixture
+) -> None:
+    # LXD 5.0 has no migration_vm_live: it makes a live move of a running VM by a stateful stop,
+    # copy and start; the guest does not run for the operation's time.
+    served.fake.flavour = "lxd"
+    served.fake.migration_seconds = 0.6
+    caplog.set_level(logging.INFO)
+    progress = follow(backend, backend.start_migration(Move("vm1", "m1", "m2")))
+    assert (progress.state, progress.reason) == ("done", "by a stateful stop and start")
+    assert progress.downtime is not None and 0.5 < progress.downtime < 3, progress
+    assert served.fake.calls("POST", "/1.0/instances/vm1")[0][3]["live"] is True
+    assert "(by a stateful stop and start: the server has no migration_vm_live)" in caplog.text
+    # Asked once.
+    assert follow(backend, backend.start_migration(Move("vm1", "m2", "m1"))).downtime
+    assert len(served.fake.calls("GET", "/1.0")) == 1
 
 
 def test_a_vm_without_stateful_migration_is_refused(backend: IncusBackend) -> None:
@@ -123,7 +142,9 @@ def test_a_running_container_moves_by_restart(served: Served) -> None:
         backend.observe()
         handle = backend.start_migration(Move("c1", "m1", "m2"))
         assert handle.id.startswith("restart:")
-        assert follow(backend, handle).state == "done"
+        progress = follow(backend, handle)
+        assert (progress.state, progress.reason) == ("done", "by a restart")
+        assert progress.downtime is not None and 0 <= progress.downtime < 5
     finally:
         backend.close()
     c1 = served.fake.instance("c1")

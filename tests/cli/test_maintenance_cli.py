@@ -1,5 +1,5 @@
-"""``opendrs maintenance enter|leave NODE --config FILE`` against a fake Incus API (the real LXD
-cluster's test is in ``tests/backends/test_lxd_cluster.py``), and its one-line refusals."""
+"""``opendrs maintenance enter|leave NODE --config FILE`` against a fake Incus API (the real LXD and
+Incus clusters' test is in ``tests/backends/test_real_cluster.py``), and its one-line refusals."""
 
 from __future__ import annotations
 

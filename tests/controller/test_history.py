@@ -170,6 +170,20 @@ def test_migration_round_trip_and_queries(h: History) -> None:
     assert h.migrations(guest="103") == [failed]
 
 
+def test_a_move_that_stopped_its_guest_records_for_how_long(h: Any) -> None:
+    live, stopped, broken = (
+        h.migration_started(decision=None, move=Move(g, "a", "b"), handle="t", at=1)
+        for g in ("101", "102", "103")
+    )
+    assert h.migration_finished(live, at=2, outcome="done").downtime is None
+    assert h.migration_finished(stopped, at=9, outcome="done", downtime=4.25).downtime == 4.25
+    assert [m.downtime for m in h.migrations()] == [None, 4.25, None]
+    with raises("migration 3: a downtime for outcome 'failed'"):
+        h.migration_finished(broken, at=9, outcome="failed", error="no", downtime=1.0)
+    with raises("downtime must be at least 0 seconds, got -1.0"):
+        h.migration_finished(broken, at=9, outcome="done", downtime=-1.0)
+
+
 # ---------------------------------------------------------------------- the file
 
 

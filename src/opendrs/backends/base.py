@@ -191,10 +191,16 @@ class Handle:
 
 @dataclass(frozen=True, slots=True)
 class Progress:
-    """Where a migration stands: ``running``, ``done``, or ``failed`` with a reason."""
+    """Where a migration stands: ``running``, ``done``, or ``failed`` with a reason.
+
+    A ``done`` migration that stopped the guest — a restart move, or a "live" move the platform
+    made by a stateful stop and start — says how in ``reason`` and for how many seconds the guest
+    did not run in ``downtime``; a live migration has neither.
+    """
 
     state: ProgressState
     reason: str | None = None
+    downtime: float | None = None
 
     @property
     def finished(self) -> bool:

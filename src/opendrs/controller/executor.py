@@ -66,7 +66,15 @@ from typing import Final, Literal
 
 import numpy as np
 
-from opendrs.backends.base import Abandoned, Backend, BackendError, Clock, Handle, StartGate
+from opendrs.backends.base import (
+    Abandoned,
+    Backend,
+    BackendError,
+    Clock,
+    Handle,
+    Progress,
+    StartGate,
+)
 from opendrs.controller.history import History
 from opendrs.engine.constraints import Rejection, movability
 from opendrs.engine.placement import PlacementState
@@ -318,7 +326,7 @@ class Executor:
                 events.append(self._emit("started", move, "still running after a restart"))
             else:
                 self._running.pop(record.guest)
-                events.extend(self._finish(running, progress.state, progress.reason))
+                events.extend(self._finish(running, progress.state, progress.reason, progress))
         self._index_steps()
         return events
 
@@ -389,7 +397,7 @@ class Executor:
                 continue
             if progress.state == "done":
                 self._running.pop(guest)
-                self._finish(running, "done", None)
+                self._finish(running, "done", None, progress)
             elif progress.state == "failed":
                 # Where the guest is says more than the task: settled on the next observation.
                 running.reported = progress.reason or "the migration failed"
@@ -496,16 +504,31 @@ class Executor:
         return "lost", f"{why}; the guest is on {guest.node}"
 
     def _finish(
-        self, running: _Running, state: str, reason: str | None, *, avoid: bool = True
+        self,
+        running: _Running,
+        state: str,
+        reason: str | None,
+        progress: Progress | None = None,
+        *,
+        avoid: bool = True,
     ) -> list[Event]:
+        """Record how a migration ended; ``progress`` is the backend's word on a done one (how
+        long it stopped the guest)."""
         now = self.clock.now()
         move = running.handle.move
         self._progress = now
         if state == "done":
-            self.history.migration_finished(running.record, at=now, outcome="done")
+            downtime = progress.downtime if progress is not None else None
+            self.history.migration_finished(
+                running.record, at=now, outcome="done", downtime=downtime
+            )
             self.history.set_cooldown(move.guest, now + self.config.cooldown, "moved")
             took = format_duration(max(0, int(now - running.handle.started)))
-            return [self._emit("done", move, f"in {took}")]
+            detail = f"in {took}"
+            if downtime is not None:
+                how = f" {progress.reason}" if progress is not None and progress.reason else ""
+                detail += f",{how}: the guest was stopped for {downtime:.1f} s"
+            return [self._emit("done", move, detail)]
         why = reason or "unknown error"
         if state == "lost":
             self.history.migration_finished(running.record, at=now, outcome="lost", error=why)

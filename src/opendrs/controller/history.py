@@ -44,7 +44,10 @@ The version is kept in ``PRAGMA user_version``; ``PRAGMA application_id`` is ``0
     disappeared or ended on another node than either end of the migration);
     ``error`` (TEXT or NULL, one line, for ``failed`` and ``lost``); ``ended_order`` (INTEGER or
     NULL: 1, 2, … in the order the outcomes were recorded, so that migrations ending at one
-    instant are told in that order; added in version 2, which numbers older outcomes by ``id``).
+    instant are told in that order; added in version 2, which numbers older outcomes by ``id``);
+    ``downtime`` (REAL or NULL, added in version 3: for ``done``, the seconds the guest did not run
+    because the move stopped it — a restart move, or a VM moved by a stateful stop and start;
+    NULL for a live migration, and for rows older than version 3).
     ``ended`` and ``outcome`` are NULL together. A partial unique index (``migrations_in_flight``)
     makes it impossible to hold two in-flight rows for one guest.
 
@@ -193,6 +196,10 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "ALTER TABLE migrations ADD COLUMN ended_order INTEGER",
         "UPDATE migrations SET ended_order = id WHERE outcome IS NOT NULL",
     ),
+    (
+        # How long a done move stopped its guest (NULL: it ran throughout).
+        "ALTER TABLE migrations ADD COLUMN downtime REAL",
+    ),
 )
 
 #: The schema version this code writes.
@@ -285,6 +292,8 @@ class MigrationRecord:
     error: str | None
     #: Where its outcome comes among all recorded outcomes (1, 2, …); ``None`` while in flight.
     ended_order: int | None = None
+    #: Seconds a done move stopped the guest; ``None`` when it ran throughout.
+    downtime: float | None = None
 
     @property
     def guest(self) -> str:
@@ -751,12 +760,14 @@ class History:
         at: float,
         outcome: Outcome,
         error: str | None = None,
+        downtime: float | None = None,
     ) -> MigrationRecord:
         """Record how a migration ended; returns the record as stored.
 
         Idempotent: recording the outcome it already has changes nothing (the first ``at`` and
         ``error`` are kept). A different outcome, or an unknown id, is a :class:`HistoryError`.
-        ``error`` (one line) is only for ``failed`` and ``lost``.
+        ``error`` (one line) is only for ``failed`` and ``lost``; ``downtime`` (seconds, at
+        least 0) only for ``done``.
         """
         if isinstance(migration_id, bool) or not isinstance(migration_id, int):
             raise HistoryError(f"migration id must be an integer, got {migration_id!r}")
@@ -766,6 +777,12 @@ class History:
             if outcome == "done":
                 raise HistoryError(f"migration {migration_id}: an error for outcome 'done'")
             error = _text("error", error)
+        if downtime is not None:
+            if outcome != "done":
+                raise HistoryError(f"migration {migration_id}: a downtime for outcome {outcome!r}")
+            downtime = _time("downtime", downtime)
+            if downtime < 0:
+                raise HistoryError(f"downtime must be at least 0 seconds, got {downtime!r}")
         with self._write("record a migration outcome") as db:
             row = db.execute("SELECT * FROM migrations WHERE id = ?", (migration_id,)).fetchone()
             if row is None:
@@ -778,9 +795,10 @@ class History:
                     )
                 return _migration(row)
             db.execute(
-                "UPDATE migrations SET ended = ?, outcome = ?, error = ?, ended_order = "
-                "(SELECT COALESCE(MAX(ended_order), 0) + 1 FROM migrations) WHERE id = ?",
-                (at, outcome, error, migration_id),
+                "UPDATE migrations SET ended = ?, outcome = ?, error = ?, downtime = ?, "
+                "ended_order = (SELECT COALESCE(MAX(ended_order), 0) + 1 FROM migrations) "
+                "WHERE id = ?",
+                (at, outcome, error, downtime, migration_id),
             )
             row = db.execute("SELECT * FROM migrations WHERE id = ?", (migration_id,)).fetchone()
         record = _migration(row)
@@ -1102,4 +1120,5 @@ def _migration(row: sqlite3.Row) -> MigrationRecord:
         outcome=row["outcome"],
         error=row["error"],
         ended_order=None if row["ended_order"] is None else int(row["ended_order"]),
+        downtime=None if row["downtime"] is None else float(row["downtime"]),
     )

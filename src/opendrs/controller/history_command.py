@@ -214,7 +214,7 @@ def show_history(
                     m.guest,
                     m.move.source,
                     m.move.target,
-                    m.outcome or "in flight",
+                    _outcome(m),
                     "parking" if m.parking else "",
                     "" if m.decision is None else str(m.decision),
                     m.error or "",
@@ -270,3 +270,12 @@ def add_history_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         "migration event, in time order: the decision log's lines)",
     )
     p.set_defaults(func=cmd_history)
+
+
+def _outcome(m: MigrationRecord) -> str:
+    """A migration's outcome, with how long it stopped the guest where it did."""
+    if m.outcome is None:
+        return "in flight"
+    if m.downtime is not None:
+        return f"{m.outcome}, guest stopped {m.downtime:.1f} s"
+    return m.outcome

@@ -118,6 +118,7 @@ def migration_object(record: MigrationRecord, event: str) -> dict[str, Any]:
         "ended": None if started else record.ended,
         "outcome": None if started else record.outcome,
         "error": None if started else record.error,
+        "downtime": None if started else record.downtime,
     }
 
 

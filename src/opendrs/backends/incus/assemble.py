@@ -23,13 +23,13 @@ No API calls.
 
 from __future__ import annotations
 
-import datetime
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from opendrs.backends.incus.movement import live_refusal
-from opendrs.backends.incus.values import as_int, cpu_limit, memory_limit
+from opendrs.backends.incus.values import as_int, cpu_limit, memory_limit, timestamp
 from opendrs.model.cluster import Disk, Guest, GuestState, Node
 
 #: Storage drivers whose volumes every member reaches.
@@ -184,16 +184,8 @@ def cpu_rate(row: Mapping[str, Any], last: CpuSample | None, now: float) -> floa
 
 def uptime(row: Mapping[str, Any]) -> int:
     """Seconds since the instance started (``last_used_at``), 0 when not known."""
-    text = row.get("last_used_at")
-    if not isinstance(text, str) or text.startswith("0001-"):
-        return 0
-    try:
-        started = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return 0
-    if started.tzinfo is None:
-        started = started.replace(tzinfo=datetime.UTC)
-    return max(0, int((datetime.datetime.now(datetime.UTC) - started).total_seconds()))
+    started = timestamp(row.get("last_used_at"))
+    return 0 if started is None else max(0, int(time.time() - started))
 
 
 def _devices(

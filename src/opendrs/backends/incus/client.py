@@ -51,6 +51,8 @@ log = logging.getLogger(__name__)
 _BACKOFF_MAX: Final = 30.0
 #: HTTP statuses worth asking again (a read only): the server or a proxy had a passing problem.
 _RETRY_STATUS: Final = frozenset({500, 502, 503, 504})
+#: How Incus answers ``…/wait?timeout=N`` when the operation is still running after N seconds.
+_DEADLINE: Final = "deadline exceeded"
 #: Server errors that asking again will not mend. LXD 5.0 answers a request for a member that
 #: is down with 500 "Missing event connection with target cluster member", after 10 s each time.
 _PERMANENT: Final = (
@@ -108,11 +110,24 @@ class Client:
 
     def wait(self, operation: str, seconds: float) -> dict[str, Any]:
         """The operation after it ended or ``seconds`` passed (``…/wait?timeout=``), whichever
-        is first: its ``status`` (Running, Success, Failure, Cancelled) and ``err``."""
+        is first: its ``status`` (Running, Success, Failure, Cancelled) and ``err``.
+
+        ``seconds`` under one reads the operation as it is (``GET /1.0/operations/ID``): Incus
+        answers a wait whose time runs out before the operation ends with an error (HTTP 500,
+        ``context deadline exceeded``) where LXD answers with the operation; after such an
+        error the operation is read as it is too.
+        """
+        path = f"/1.0/operations/{operation}"
         whole = max(0, int(seconds))
-        reply = self._call(
-            "GET", f"/1.0/operations/{operation}/wait", {"timeout": whole}, None, extra=whole
-        )
+        if whole == 0:
+            reply = self._call("GET", path, {}, None)
+        else:
+            try:
+                reply = self._call("GET", f"{path}/wait", {"timeout": whole}, None, extra=whole)
+            except HttpError as exc:
+                if _DEADLINE not in exc.message.lower():
+                    raise
+                reply = self._call("GET", path, {}, None)
         if not isinstance(reply.metadata, dict):
             raise BackendError(f"operation {operation}: the API answered it with no operation")
         return reply.metadata
@@ -382,6 +397,8 @@ def _api_error(what: str, where: str, status: int, message: str, *, changes: boo
         )
     lowered = message.lower()
     transient = status >= 500 and not any(p in lowered for p in _PERMANENT)
+    if what.endswith("/wait") and _DEADLINE in lowered:
+        transient = False  # a wait that ran out of time (Incus): asking again only waits again
     return HttpError(
         f"{what} at {where}: HTTP {status}: {message}",
         status,

@@ -4,12 +4,16 @@ evacuate and restore members.
 * A running VM moves live: ``POST /1.0/instances/NAME?target=MEMBER&project=P`` with
   ``{"name": NAME, "migration": true, "live": true}``, when Incus would move it live
   (:func:`~.movement.live_refusal`: ``cluster.evacuate``, ``migration.stateful``, its boot
-  state); opendrs never asks for a live move Incus would refuse.
+  state); opendrs never asks for a live move Incus would refuse. A server without the API
+  extension ``migration_vm_live`` (LXD 5.0) makes that move by a stateful stop, copy and start:
+  the guest does not run meanwhile, and the move's outcome says for how long (its operation's
+  time, as the server gives it).
 * A stopped instance moves cold (``"live": false``).
 * A running container, and a running VM that cannot move live, move only by a restart: with
   ``settings.allow_restart_migration`` it is stopped, moved and started again (three operations,
   followed one after the other by :meth:`poll`); without it, it does not move. A move that fails
-  after the stop starts it again where it is.
+  after the stop starts it again where it is. Its outcome says for how long the guest did not
+  run (from its stop operation's start to its start operation's end).
 
 The instance is read first (where it is, whether it runs, its config); the start's
 :class:`~opendrs.backends.base.StartGate` is asked right before the request that moves it (the
@@ -45,7 +49,7 @@ from opendrs.backends.incus.client import Client, HttpError
 from opendrs.backends.incus.config import IncusConfig
 from opendrs.backends.incus.movement import live_refusal
 from opendrs.backends.incus.observe import LAST_MOVE_KEYS, Observer
-from opendrs.backends.incus.values import clip, object_of, objects_of
+from opendrs.backends.incus.values import clip, object_of, objects_of, timestamp
 from opendrs.model.cluster import Move, Settings
 
 log = logging.getLogger(__name__)
@@ -53,6 +57,10 @@ log = logging.getLogger(__name__)
 #: Seconds a stop or a start of a restart move may take before the instance is stopped by force.
 _STOP_TIMEOUT: Final = 60
 _RESTART: Final = "restart:"
+#: The API extension of a server that moves a running VM live (QEMU to QEMU); without it, a
+#: "live" move is a stateful stop and start.
+_VM_LIVE: Final = "migration_vm_live"
+_STATEFUL: Final = "by a stateful stop and start"
 
 
 @dataclass(slots=True)
@@ -64,6 +72,10 @@ class _Restart:
     name: str
     stage: str
     operation: str
+    #: When the container was asked to stop (Unix seconds), by opendrs's clock and, once its
+    #: stop ended, by the server's (the stop operation's ``created_at``).
+    stopped: float
+    stopped_server: float | None = None
 
 
 class Migrator:
@@ -80,6 +92,10 @@ class Migrator:
         self._restarts: dict[str, _Restart] = {}
         #: Whether the server takes ``volatile.rebalance.last_move`` (unknown until tried).
         self._volatile_key = True
+        #: Whether the server moves running VMs live (``None``: not asked yet).
+        self._vm_live: bool | None = None
+        #: The operations of VM moves made by a stateful stop and start.
+        self._stateful: set[str] = set()
 
     # -- start ---------------------------------------------------------------------------------
 
@@ -107,16 +123,28 @@ class Migrator:
             return self._start_restart(move, project, name, label, refusal, gate)
         gate.enter(f"POST /1.0/instances/{name}")
         operation = self._move(move, project, name, live=running)
+        how = "live" if running else "cold"
+        if running and not self._moves_vms_live():
+            self._stateful.add(operation)
+            how = f"{_STATEFUL}: the server has no {_VM_LIVE}"
         log.info(
             "moving %s from %s to %s (%s): operation %s",
             label,
             move.source,
             move.target,
-            "live" if running else "cold",
+            how,
             operation,
         )
         self._observer.targets[move.guest] = move.target
         return Handle(operation, move, time.time())
+
+    def _moves_vms_live(self) -> bool:
+        """Whether the server moves a running VM live (its API extension ``migration_vm_live``),
+        asked once."""
+        if self._vm_live is None:
+            server = object_of(self._client.get("/1.0"), "/1.0")
+            self._vm_live = _VM_LIVE in (server.get("api_extensions") or ())
+        return self._vm_live
 
     def _instance(self, project: str, name: str, label: str) -> dict[str, Any]:
         try:
@@ -167,7 +195,7 @@ class Migrator:
         gate.enter(f"PUT /1.0/instances/{name}/state")
         operation = self._power(project, name, "stop")
         handle_id = f"{_RESTART}{operation}"
-        self._restarts[handle_id] = _Restart(move, project, name, "stop", operation)
+        self._restarts[handle_id] = _Restart(move, project, name, "stop", operation, time.time())
         log.info(
             "moving %s from %s to %s by a restart: stopping it (operation %s)",
             label,
@@ -187,7 +215,7 @@ class Migrator:
                 return self._settle(handle.move, "the restart move's state was lost", restart=True)
             progress = self._poll_restart(handle.id, job)
         else:
-            progress = self._poll_operation(handle.id, handle.move)
+            progress = self._poll_operation(handle)
         if (
             progress.state == "running"
             and time.time() - handle.started > self._config.migration_timeout
@@ -212,14 +240,24 @@ class Migrator:
                 return None
             raise
 
-    def _poll_operation(self, operation: str, move: Move) -> Progress:
+    def _poll_operation(self, handle: Handle) -> Progress:
+        operation, move = handle.id, handle.move
         state = self._operation(operation)
         if state is None:
-            return self._settle(move, "its operation ended")
+            progress = self._settle(move, "its operation ended")
+            if progress.state == "done" and operation in self._stateful:
+                # The operation's own times are gone: at most the time since the request.
+                self._stateful.discard(operation)
+                return Progress("done", _STATEFUL, max(0.0, time.time() - handle.started))
+            return progress
         status = state.get("status")
         if status == "Success":
+            if operation in self._stateful:
+                self._stateful.discard(operation)
+                return Progress("done", _STATEFUL, _took(state, handle.started))
             return DONE
         if status in ("Failure", "Cancelled"):
+            self._stateful.discard(operation)
             reason = clip(str(state.get("err") or status), 300)
             return failed(f"the move of {move.guest} to {move.target} failed: {reason}")
         return RUNNING
@@ -254,6 +292,7 @@ class Migrator:
                 f"the restart move of {job.move.guest} failed at its {job.stage}: {reason}"
             )
         if job.stage == "stop":
+            job.stopped_server = timestamp((state or {}).get("created_at"))
             job.stage, job.operation = (
                 "move",
                 self._move(job.move, job.project, job.name, live=False),
@@ -262,7 +301,11 @@ class Migrator:
             job.stage, job.operation = "start", self._power(job.project, job.name, "start")
         else:
             del self._restarts[handle_id]
-            return DONE
+            # By the server's clock where it gives both ends, else by opendrs's.
+            ended = timestamp((state or {}).get("updated_at"))
+            if ended is not None and job.stopped_server is not None:
+                return Progress("done", "by a restart", max(0.0, ended - job.stopped_server))
+            return Progress("done", "by a restart", max(0.0, time.time() - job.stopped))
         log.info("restart move of %s: %s (operation %s)", job.move.guest, job.stage, job.operation)
         return RUNNING
 
@@ -359,6 +402,18 @@ class Migrator:
             if status in ("Failure", "Cancelled"):
                 reason = clip(str(state.get("err") or status))
                 raise BackendError(f"the {action} of member {node} failed: {reason}")
+
+
+def _took(operation: dict[str, Any], started: float) -> float:
+    """Seconds an ended operation ran, by its own times (``created_at`` to ``updated_at``); from
+    ``started`` to now where the server gives none."""
+    created, updated = (
+        timestamp(operation.get("created_at")),
+        timestamp(operation.get("updated_at")),
+    )
+    if created is None or updated is None:
+        return max(0.0, time.time() - started)
+    return max(0.0, updated - created)
 
 
 def _refused_key(exc: HttpError) -> bool:

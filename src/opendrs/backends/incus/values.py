@@ -5,6 +5,7 @@ checked for their shape. Numbers that come as numbers or strings are read as on 
 
 from __future__ import annotations
 
+import datetime
 import re
 from typing import Any, Final
 
@@ -137,6 +138,20 @@ def incus_duration(text: str) -> int | None:
         seen.add(found.group(2))
         total += int(found.group(1)) * _DURATION_UNITS[found.group(2)]
     return total
+
+
+def timestamp(value: object) -> float | None:
+    """Unix seconds of an API time (``2026-11-29T07:01:02.123456789Z``); ``None`` when it is
+    not one, or Go's zero time (``0001-01-01…``: never)."""
+    if not isinstance(value, str) or value.startswith("0001-"):
+        return None
+    try:
+        at = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if at.tzinfo is None:
+        at = at.replace(tzinfo=datetime.UTC)
+    return at.timestamp()
 
 
 def flag(value: object) -> bool:
