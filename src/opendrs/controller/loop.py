@@ -44,6 +44,7 @@ from opendrs.backends.base import Backend, BackendError, Clock, SystemClock
 from opendrs.controller.config import Config, with_platform_defaults
 from opendrs.controller.executor import Event, Executor
 from opendrs.controller.history import History
+from opendrs.engine.constraints import check_rules
 from opendrs.engine.planner import Plan
 from opendrs.engine.policy import (
     Decision,
@@ -234,6 +235,8 @@ class Controller:
         self._platform_asked = False
         #: Why the backend says this instance must stay idle (``leader_only``), if it does.
         self._standby: str | None = None
+        #: The rule problems of the last observation, each logged once while it lasts.
+        self._rule_problems: frozenset[str] = frozenset()
 
     @property
     def policy(self) -> PolicyConfig:
@@ -325,6 +328,15 @@ class Controller:
         for line in taken:
             log.info("from the platform's settings: %s", line)
 
+    def warn_rules(self, cluster: Cluster) -> None:
+        """Each rule the observation's rules drop or ignore (contradictions, a tag against a
+        platform rule) at WARNING, once while it lasts."""
+        problems = [str(p) for p in check_rules(cluster)[1]]
+        for problem in problems:
+            if problem not in self._rule_problems:
+                log.warning("rules: %s", problem)
+        self._rule_problems = frozenset(problems)
+
     def standby(self) -> str | None:
         """Why this instance stays idle now (the backend's ``standby``: not the leader)."""
         ask: Callable[[], str | None] | None = getattr(self.backend, "standby", None)
@@ -359,6 +371,7 @@ class Controller:
         if self.failed_observations:
             log.info("observing again after %d failed observations", self.failed_observations)
             self.failed_observations = 0
+        self.warn_rules(cluster)
         if self.executor.watching:
             self.executor.settle(cluster)
         if self.standby() is not None:

@@ -4,7 +4,8 @@ Four parts, each read without disturbing a running daemon:
 
 - the cluster, observed once through the configured backend as the daemon observes it
   (:func:`opendrs.controller.snapshot_command.observe_once`): each node's load per resource, and
-  the spread per CPU architecture where the usable nodes have several;
+  the spread per CPU architecture where the usable nodes have several; the rules it drops or
+  ignores (also a ``warning: rules:`` line each on standard error);
 - the daemon: whether another process holds its lock (:meth:`InstanceLock.probe`, which never
   keeps the lock);
 - from the history, opened read-only: the last decision with its code and reason, the migrations
@@ -37,6 +38,7 @@ from opendrs.controller.loop import InstanceLock, LockError
 from opendrs.controller.records import decision_object, iso_time, migration_now
 from opendrs.controller.snapshot_command import observe_once
 from opendrs.controller.views import arch_spreads, node_loads, policy_summary
+from opendrs.engine.constraints import check_rules
 from opendrs.engine.usage import RESOURCES
 from opendrs.model.cluster import Cluster
 from opendrs.model.units import format_duration
@@ -133,6 +135,7 @@ def status_data(status: Status) -> dict[str, Any]:
             "mode": cluster.settings.mode,
             "nodes": node_loads(cluster),
             "spread": arch_spreads(cluster),
+            "rules": [{"problem": str(p), "ignored": p.ignored} for p in check_rules(cluster)[1]],
         },
         "observation": {"ok": cluster is not None, "error": status.observe_error},
         "policy": policy_summary(config),
@@ -210,6 +213,8 @@ def _show_cluster(report: Report, status: Status) -> None:
             f"spread of the {where}: "
             + ", ".join(f"{r} {100 * spread[r]:.1f} pp" for r in RESOURCES)
         )
+    for problem in check_rules(cluster)[1]:
+        report.line(f"rules: {problem}", "yellow")
 
 
 def _show_history(report: Report, status: Status, history: dict[str, Any]) -> None:
@@ -274,6 +279,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     ):
         if problem is not None:
             print(f"error: {what}: {problem}", file=sys.stderr)
+    if status.cluster is not None:
+        for rule_problem in check_rules(status.cluster)[1]:
+            print(f"warning: rules: {rule_problem}", file=sys.stderr)
     return EXIT_PROBLEM if status.problem else EXIT_OK
 
 

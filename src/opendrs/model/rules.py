@@ -9,6 +9,14 @@ The rules follow Proxmox VE 9's HA rules and ProxLB's tags, in one vocabulary:
 * :class:`GuestAffinity` — guests kept together (``positive``) or apart (``negative``); ``hard``
   rules are constraints, soft rules are penalties.
 * ``ignored`` — guests that are never moved (they still load their node).
+
+Every rule has an *origin* (:data:`ORIGINS`), which decides which of two contradictory rules
+holds: a ``platform`` rule (Proxmox's HA rules and groups; Incus's cluster groups, projects
+restricted to groups, pinned CPUs, members that take no automatic placement) comes before a
+``config`` rule (written in an opendrs file: a snapshot's ``rules``), which comes before a
+``tag`` (ProxLB's ``plb_*`` tags on Proxmox, opendrs's ``user.opendrs.*`` keys on Incus). A rule
+is never weakened by one of a later origin: the later one is ignored, with a warning
+(:func:`opendrs.engine.constraints.check_rules`).
 """
 
 from __future__ import annotations
@@ -16,6 +24,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Final, Literal
+
+Origin = Literal["platform", "config", "tag"]
+#: The origins of rules, first the one that holds when two rules contradict each other.
+ORIGINS: Final[tuple[Origin, ...]] = ("platform", "config", "tag")
+
+
+def precedence(origin: Origin) -> int:
+    """How early ``origin`` comes in :data:`ORIGINS` (0: the platform's, which holds)."""
+    return ORIGINS.index(origin)
 
 
 def _frozen_map(value: Mapping[str, int] | None) -> Mapping[str, int]:
@@ -30,6 +48,7 @@ class NodeAffinity:
     guests: tuple[str, ...]
     nodes: Mapping[str, int]
     strict: bool = False
+    origin: Origin = "config"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "nodes", _frozen_map(self.nodes))
@@ -56,6 +75,7 @@ class GuestAffinity:
     guests: tuple[str, ...]
     positive: bool
     hard: bool = True
+    origin: Origin = "config"
 
     @property
     def kind(self) -> str:

@@ -59,7 +59,7 @@ from opendrs.model.document import (
     read_file,
     render_path,
 )
-from opendrs.model.rules import GuestAffinity, NodeAffinity, Rules
+from opendrs.model.rules import ORIGINS, GuestAffinity, NodeAffinity, Origin, Rules
 from opendrs.model.units import format_duration
 
 __all__ = [
@@ -151,10 +151,10 @@ _GUEST_KEYS: Final = (
     "arch",
 )
 _RULE_KEYS: Final[Mapping[str, tuple[str, ...]]] = {
-    "node-affinity": ("type", "name", "guests", "nodes", "strict"),
-    "pin": ("type", "name", "guests", "nodes"),
-    "affinity": ("type", "name", "guests", "hard"),
-    "anti-affinity": ("type", "name", "guests", "hard"),
+    "node-affinity": ("type", "name", "guests", "nodes", "strict", "origin"),
+    "pin": ("type", "name", "guests", "nodes", "origin"),
+    "affinity": ("type", "name", "guests", "hard", "origin"),
+    "anti-affinity": ("type", "name", "guests", "hard", "origin"),
     "ignore": ("type", "guests"),
 }
 #: Top-level keys of a proxlb-solver scenario, a different format (see compat/proxlb).
@@ -647,16 +647,21 @@ class SnapshotReader(Reader):
                 ignored.update(guests)
                 continue
             name = self.rule_name(rule, index, kind, counters[kind], guests, names)
+            origin: Origin = (
+                self.choice(rule["origin"], (*path, "origin"), ORIGINS)  # type: ignore[assignment]
+                if "origin" in rule
+                else "config"
+            )
             if kind in ("node-affinity", "pin"):
                 priorities = self.rule_nodes(self.require(rule, "nodes", path), path, nodes, kind)
                 # A pin is strict by definition; a node affinity is strict only when asked.
                 strict = kind == "pin" or (
                     "strict" in rule and self.boolean(rule["strict"], (*path, "strict"))
                 )
-                node_rules.append(NodeAffinity(name, guests, priorities, strict))
+                node_rules.append(NodeAffinity(name, guests, priorities, strict, origin))
             else:
                 hard = self.boolean(rule["hard"], (*path, "hard")) if "hard" in rule else True
-                guest_rules.append(GuestAffinity(name, guests, kind == "affinity", hard))
+                guest_rules.append(GuestAffinity(name, guests, kind == "affinity", hard, origin))
         return Rules(tuple(node_rules), tuple(guest_rules), frozenset(ignored))
 
     def rule_name(
@@ -944,6 +949,8 @@ def _rules_out(cluster: Cluster) -> list[dict[str, Any]]:
             rule["nodes"] = {n: affinity.nodes[n] for n in nodes}
         if affinity.strict and not is_pin:
             rule["strict"] = True
+        if affinity.origin != "config":
+            rule["origin"] = affinity.origin
         out.append(rule)
     for group in rules.guest_affinity:
         kind = "affinity" if group.positive else "anti-affinity"
@@ -952,6 +959,8 @@ def _rules_out(cluster: Cluster) -> list[dict[str, Any]]:
         rule["guests"] = [_id_out(g) for g in group.guests]
         if not group.hard:
             rule["hard"] = False
+        if group.origin != "config":
+            rule["origin"] = group.origin
         out.append(rule)
     if rules.ignored:
         ignored = sorted(rules.ignored, key=lambda g: (guest_order.get(g, len(guest_order)), g))

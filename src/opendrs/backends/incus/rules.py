@@ -20,7 +20,9 @@ opendrs's keys (``user_keys: true``), in the spirit of ProxLB's tags on Proxmox,
 * ``user.opendrs.anti_affinity: NAME`` — kept apart from them (several names, comma-separated);
 * ``user.opendrs.priority: 1|2|3`` — the instance's weight, as ProxLB's priority.
 
-A member named in a key that the cluster does not have is skipped with a warning.
+A member named in a key that the cluster does not have is skipped with a warning. Incus's rules
+are the platform's, the keys are tags (:data:`~opendrs.model.rules.ORIGINS`): a key that
+contradicts one of Incus's rules is ignored.
 """
 
 from __future__ import annotations
@@ -81,9 +83,13 @@ def read_rules(
                     table.setdefault(guest_id(project, name), []).append(gid)
     if manual and automatic:
         usable = {n: 0 for n in sorted(names - manual)}
-        node_rules.append(NodeAffinity("scheduler.instance=manual", tuple(automatic), usable, True))
+        node_rules.append(
+            NodeAffinity(
+                "scheduler.instance=manual", tuple(automatic), usable, True, origin="platform"
+            )
+        )
     guest_rules = [
-        GuestAffinity(f"{PREFIX}{key} {name}", tuple(members_), positive, hard=True)
+        GuestAffinity(f"{PREFIX}{key} {name}", tuple(members_), positive, hard=True, origin="tag")
         for key, table, positive in (("affinity", together, True), ("anti_affinity", apart, False))
         for name, members_ in sorted(table.items())
         if len(members_) >= 2
@@ -107,7 +113,13 @@ def _incus_rules(
         allowed = groups.get(group)
         if allowed:
             rules.append(
-                NodeAffinity(f"cluster group {group}", (gid,), dict.fromkeys(allowed, 0), True)
+                NodeAffinity(
+                    f"cluster group {group}",
+                    (gid,),
+                    dict.fromkeys(allowed, 0),
+                    True,
+                    origin="platform",
+                )
             )
         else:
             warn(f"instance {gid}: cluster group {group} has no members: its rule is skipped")
@@ -122,6 +134,7 @@ def _incus_rules(
                     (gid,),
                     dict.fromkeys(sorted(allowed), 0),
                     True,
+                    origin="platform",
                 )
             )
     _, pinned = cpu_limit(config.get("limits.cpu"))
@@ -129,7 +142,13 @@ def _incus_rules(
         able = {m for m, count in threads.items() if count > max(pinned)}
         if able and len(able) < len(threads):
             rules.append(
-                NodeAffinity(f"limits.cpu {gid}", (gid,), dict.fromkeys(sorted(able), 0), True)
+                NodeAffinity(
+                    f"limits.cpu {gid}",
+                    (gid,),
+                    dict.fromkeys(sorted(able), 0),
+                    True,
+                    origin="platform",
+                )
             )
     return rules
 
@@ -147,7 +166,9 @@ def _key_rules(
                 warn(f"instance {gid}: {PREFIX}{key} names no member of the cluster: {name}")
         if known:
             rules.append(
-                NodeAffinity(f"{PREFIX}{key} {gid}", (gid,), dict.fromkeys(known, 0), strict)
+                NodeAffinity(
+                    f"{PREFIX}{key} {gid}", (gid,), dict.fromkeys(known, 0), strict, origin="tag"
+                )
             )
     return rules
 
