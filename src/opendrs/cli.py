@@ -116,7 +116,9 @@ def _load(path: str) -> Cluster:
 def cmd_validate(args: argparse.Namespace) -> int:
     cluster = _load(args.snapshot)
     cons = Constraints.build(cluster)
-    problems = [str(p) for p in cons.problems]
+    # A rule ignored in favour of one of an earlier origin is a warning; a dropped one an error.
+    problems = [str(p) for p in cons.problems if not p.ignored]
+    warnings = [str(p) for p in cons.problems if p.ignored]
     if args.format == "json":
         _dump_json(
             {
@@ -125,16 +127,20 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 "nodes": len(cluster.nodes),
                 "guests": len(cluster.guests),
                 "problems": problems,
+                "warnings": warnings,
             }
         )
     else:
+        for warning in warnings:
+            print(f"{args.snapshot}: rules: warning: {warning}", file=sys.stderr)
         for problem in problems:
             print(f"{args.snapshot}: rules: {problem}", file=sys.stderr)
         if not problems:
             n_rules = len(cluster.rules.node_affinity) + len(cluster.rules.guest_affinity)
+            ignored = f"; {len(warnings)} ignored" if warnings else ""
             print(
                 f"{args.snapshot}: valid ({len(cluster.nodes)} nodes, "
-                f"{len(cluster.guests)} guests, {n_rules} rules)"
+                f"{len(cluster.guests)} guests, {n_rules} rules{ignored})"
             )
     return EXIT_USAGE if problems else EXIT_OK
 

@@ -151,6 +151,8 @@ class FakeIncus:
         self._faults: list[list[Any]] = []
         self._hangs: dict[tuple[str, str, str], float] = {}
         self._proxied: dict[tuple[str, str], int] = {}
+        #: Members and instances (by name) listed twice, as a broken server might.
+        self.listed_twice: set[str] = set()
 
     # -- the cluster ---------------------------------------------------------------------------
 
@@ -319,7 +321,8 @@ class FakeIncus:
 
     async def _members(self, request: web.Request) -> web.Response:
         if request.query.get("recursion") == "1":
-            return _sync([self._member_json(m) for m in self.members.values()])
+            twice = [self.members[n] for n in self.listed_twice if n in self.members]
+            return _sync([self._member_json(m) for m in [*self.members.values(), *twice]])
         return _sync([f"/1.0/cluster/members/{n}" for n in self.members])
 
     def _member(self, request: web.Request) -> Member:
@@ -409,6 +412,7 @@ class FakeIncus:
     async def _instances(self, request: web.Request) -> web.Response:
         recursion = int(request.query.get("recursion", "0"))
         listed = self._listed(request)
+        listed += [i for i in listed if i.name in self.listed_twice]
         if recursion == 0:
             return _sync([f"/1.0/instances/{i.name}" for i in listed])
         return _sync([self._instance_json(i, recursion) for i in listed])

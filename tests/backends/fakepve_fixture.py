@@ -48,6 +48,7 @@ import os
 import threading
 import time
 from collections.abc import Coroutine, Sequence
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -66,6 +67,12 @@ DEFAULT_UPTIME = 86400
 def _true(value: Any) -> bool:
     """A Proxmox boolean parameter, as the schema check leaves it (1, True, "1", "true")."""
     return value in (1, True, "1", "true", "on", "yes")
+
+
+def _row_key(item: dict[str, Any]) -> tuple[str, Any]:
+    """A row of /cluster/resources as (type, key): ("node", name), ("qemu", vmid)…"""
+    kind = item.get("type")
+    return (str(kind), item.get("node") if kind == "node" else item.get("vmid"))
 
 
 class HaCrsMixin:
@@ -212,6 +219,11 @@ class DrsFakePve(FakePve, HaCrsMixin):
         self.ha_groups: list[dict[str, Any]] = []
         #: False: the cluster predates Proxmox VE 9 (no /cluster/ha/rules).
         self.rules_api = True
+        #: Rows /cluster/resources lists again after its own (a node or guest listed twice),
+        #: each a (type, key) as ("node", "pve2") or ("qemu", 101), and values to override in
+        #: a guest's or node's row: (type, key) -> fields.
+        self.listed_twice: list[tuple[str, Any]] = []
+        self.row_fields: dict[tuple[str, Any], dict[str, Any]] = {}
         self._background: set[asyncio.Future[None]] = set()
         #: The HA manager refuses moves (as PVE 9 does with blocking resources).
         self.ha_blocking: list[dict[str, str]] = []
@@ -448,6 +460,9 @@ class DrsFakePve(FakePve, HaCrsMixin):
                 ct = self.ct(item["vmid"])
                 if ct is not None and ct.status == "running":
                     item.update((k, v) for k, v in ct.stats.items() if k in ("cpu", "mem"))
+        for item in data:
+            item.update(self.row_fields.get(_row_key(item), {}))
+        data += [dict(item) for key in self.listed_twice for item in data if _row_key(item) == key]
         return web.json_response({"data": data})
 
     # -- routes --------------------------------------------------------------------------------
@@ -1015,11 +1030,18 @@ class FakeCluster:
                 self.loop.close()
 
 
-def three_nodes(directory: str, token_id: str, secret: str) -> FakeCluster:
+#: The API token the helpers below give ``opendrs@pve!drs``.
+TOKEN_ID = "opendrs@pve!drs"
+TOKEN_SECRET = "9f1c2e7a-5b3d-4c1e-8a6f-0d2b4e6f8a1c"
+
+
+def three_nodes(
+    directory: str, token_id: str = TOKEN_ID, secret: str = TOKEN_SECRET
+) -> FakeCluster:
     """A fake served for ``opendrs`` run as a command: its certificate in ``directory/tls``, three
     nodes pve1, pve2, pve3 of 8 cores and 32 GiB (1 GiB the host's own), shared Ceph storage, the
     token ``token_id`` with ``secret``; its time runs at 1/100 of Proxmox's (a migration, 100 PVE
-    seconds, takes a second)."""
+    seconds, takes a second). No guest yet."""
     tls = os.path.join(directory, "tls")
     os.mkdir(tls)
     cluster = FakeCluster(tls, time_scale=0.01)
@@ -1030,3 +1052,17 @@ def three_nodes(directory: str, token_id: str, secret: str) -> FakeCluster:
         pve.add_node(name, cpu=8, memory=32 * GiB, base_memory=1 * GiB)
     pve.add_ceph_storage("ceph")
     return cluster
+
+
+def shadow_config(directory: Path, cluster: FakeCluster) -> Path:
+    """``directory/opendrs.yaml``: shadow mode against ``cluster`` with :data:`TOKEN_ID`."""
+    from daemon import write_proxmox_config
+
+    return write_proxmox_config(
+        directory,
+        cluster.address,
+        cluster.cafile,
+        user=TOKEN_ID,
+        token=TOKEN_SECRET,
+        mode="shadow",
+    )

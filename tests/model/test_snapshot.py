@@ -855,7 +855,7 @@ RULE_ERRORS: list[tuple[Any, str, str]] = [
     (
         [{"type": "pin", "guests": [101], "nodes": ["pve1"], "strict": True}],
         "rules[0].strict",
-        "unknown key (expected one of type, name, guests, nodes)",
+        "unknown key (expected one of type, name, guests, nodes, origin)",
     ),
     ([{"type": "ignore", "name": "x", "guests": [101]}], "rules[0].name", "unknown key"),
     (

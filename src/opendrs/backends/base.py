@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Final, Literal, Protocol, runtime_checkable
 
 from opendrs.model.cluster import Cluster, Move
+from opendrs.model.snapshot import refused
 
 __all__ = [
     "GATEWAY_STATUS",
@@ -49,6 +50,7 @@ __all__ = [
     "StartGate",
     "SystemClock",
     "after_tries",
+    "check_observation",
 ]
 
 #: HTTP statuses a proxy in front of an API answers when the API behind it gave no usable answer
@@ -80,6 +82,24 @@ class BackendError(Exception):
 
     def __str__(self) -> str:
         return self.reason
+
+
+def check_observation(cluster: Cluster, fields: dict[str, str]) -> Cluster:
+    """``cluster`` when the snapshot format would take its nodes and guests — the same rules
+    (:func:`~opendrs.model.snapshot.refused`) — else a :class:`BackendError`, one line naming
+    the node or guest and the API field its value came from: ``fields`` maps a snapshot key
+    (``guest.memory``, ``node.usage``, the longest that matches) to the field's description."""
+    found = refused(cluster)
+    if found is None:
+        return cluster
+    key = f"{found.kind}.{found.key}"
+    while key not in fields and "." in key:
+        key = key.rsplit(".", 1)[0].split("[", 1)[0]
+    source = fields.get(key, found.key)
+    raise BackendError(
+        f"the observation is refused: {found.kind} {found.name}: {found.key}, from {source}: "
+        f"{found.reason}"
+    )
 
 
 class HttpError(BackendError):

@@ -44,7 +44,7 @@ from opendrs.backends.base import Backend, BackendError, Clock, SystemClock
 from opendrs.controller.config import Config, with_platform_defaults
 from opendrs.controller.executor import Event, Executor
 from opendrs.controller.history import History
-from opendrs.engine.constraints import platform_balancer
+from opendrs.engine.constraints import check_rules, platform_balancer
 from opendrs.engine.planner import Plan
 from opendrs.engine.policy import (
     Decision,
@@ -299,6 +299,8 @@ class Controller:
         self._platform_balancer = False
         #: What the last decision (not ``busy``) leaves stuck (:attr:`Cycle.stuck`).
         self.stuck: tuple[tuple[str, str], ...] = ()
+        #: The rule problems of the last observation, each logged once while it lasts.
+        self._rule_problems: frozenset[str] = frozenset()
 
     @property
     def policy(self) -> PolicyConfig:
@@ -395,6 +397,15 @@ class Controller:
         """Why this instance stood by at its last look (``leader_only``), or ``None``."""
         return self._standby
 
+    def warn_rules(self, cluster: Cluster) -> None:
+        """Each rule the observation's rules drop or ignore (contradictions, a tag against a
+        platform rule) at WARNING, once while it lasts."""
+        problems = [str(p) for p in check_rules(cluster)[1]]
+        for problem in problems:
+            if problem not in self._rule_problems:
+                log.warning("rules: %s", problem)
+        self._rule_problems = frozenset(problems)
+
     def standby(self) -> str | None:
         """Why this instance stays idle now (the backend's ``standby``: not the leader)."""
         ask: Callable[[], str | None] | None = getattr(self.backend, "standby", None)
@@ -446,6 +457,7 @@ class Controller:
         if self.failed_observations:
             log.info("observing again after %d failed observations", self.failed_observations)
             self.failed_observations = 0
+        self.warn_rules(cluster)
         if self.executor.watching:
             self.executor.settle(cluster)
         if self.standby() is not None:

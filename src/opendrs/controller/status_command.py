@@ -4,7 +4,8 @@ Four parts, each read without disturbing a running daemon:
 
 - the cluster, observed once through the configured backend as the daemon observes it
   (:func:`opendrs.controller.snapshot_command.observe_once`): each node's load per resource, and
-  the spread per CPU architecture where the usable nodes have several; and what a repair of it
+  the spread per CPU architecture where the usable nodes have several; the rules it drops or
+  ignores (also a ``warning: rules:`` line each on standard error); and what a repair of it
   leaves breaking a hard constraint (:func:`opendrs.engine.policy.stuck_now`) — every guest
   left on a node in maintenance that may not move or that no node can take;
 - the daemon: whether another process holds its lock (:meth:`InstanceLock.probe`, which never
@@ -45,6 +46,7 @@ from opendrs.controller.views import (
     policy_summary,
     stuck_rows,
 )
+from opendrs.engine.constraints import check_rules
 from opendrs.engine.policy import stuck_now
 from opendrs.engine.usage import RESOURCES
 from opendrs.model.cluster import Cluster
@@ -160,6 +162,7 @@ def status_data(status: Status) -> dict[str, Any]:
             "nodes": node_loads(cluster),
             "spread": arch_spreads(cluster),
             "stuck": stuck_rows(cluster, status.stuck),
+            "rules": [{"problem": str(p), "ignored": p.ignored} for p in check_rules(cluster)[1]],
         },
         "observation": {"ok": cluster is not None, "error": status.observe_error},
         "policy": policy_summary(config),
@@ -252,6 +255,8 @@ def _show_cluster(report: Report, status: Status) -> None:
             f"spread of the {where}: "
             + ", ".join(f"{r} {100 * spread[r]:.1f} pp" for r in RESOURCES)
         )
+    for problem in check_rules(cluster)[1]:
+        report.line(f"rules: {problem}", "yellow")
 
 
 def _show_history(report: Report, status: Status, history: dict[str, Any]) -> None:
@@ -316,6 +321,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     ):
         if problem is not None:
             print(f"error: {what}: {problem}", file=sys.stderr)
+    if status.cluster is not None:
+        for rule_problem in check_rules(status.cluster)[1]:
+            print(f"warning: rules: {rule_problem}", file=sys.stderr)
     return EXIT_PROBLEM if status.problem else EXIT_OK
 
 

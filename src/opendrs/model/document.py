@@ -65,11 +65,13 @@ class DocumentError(ValueError):
     problem concerns the whole file, whose reason then often starts with ``line L, column C``.
     """
 
-    def __init__(self, file: str, path: str, reason: str) -> None:
+    def __init__(self, file: str, path: str, reason: str, *, parts: Path = ()) -> None:
         super().__init__(file, path, reason)
         self.file = file
         self.path = path
         self.reason = reason
+        #: ``path`` as its parts (``("guests", 3, "memory")``), when a reader knows them.
+        self.parts = parts
 
     def __str__(self) -> str:
         parts = (self.file, self.path, self.reason) if self.path else (self.file, self.reason)
@@ -348,7 +350,7 @@ class Reader:
     # -- primitives -------------------------------------------------------------------------
 
     def fail(self, path: Path, reason: str) -> NoReturn:
-        raise DocumentError(self.filename, render_path(path), reason)
+        raise DocumentError(self.filename, render_path(path), reason, parts=path)
 
     def mapping(self, value: object, path: Path) -> Mapping[Any, Any]:
         if type(value) is dict:  # the common case, before the slower checks

@@ -14,6 +14,14 @@ The rules follow Proxmox VE 9's HA rules and ProxLB's tags, in one vocabulary:
 
 A Proxmox VE 9.2 *negative* node affinity ("avoid these nodes") is read as the
 :class:`NodeAffinity` on the other nodes (:func:`avoiding`), as Proxmox transforms it.
+
+Every rule has an *origin* (:data:`ORIGINS`), which decides which of two contradictory rules
+holds: a ``platform`` rule (Proxmox's HA rules and groups; Incus's cluster groups, projects
+restricted to groups, pinned CPUs, members that take no automatic placement) comes before a
+``config`` rule (written in an opendrs file: a snapshot's ``rules``), which comes before a
+``tag`` (ProxLB's ``plb_*`` tags on Proxmox, opendrs's ``user.opendrs.*`` keys on Incus). A rule
+is never weakened by one of a later origin: the later one is ignored, with a warning
+(:func:`opendrs.engine.constraints.check_rules`).
 """
 
 from __future__ import annotations
@@ -21,6 +29,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Final, Literal
+
+Origin = Literal["platform", "config", "tag"]
+#: The origins of rules, first the one that holds when two rules contradict each other.
+ORIGINS: Final[tuple[Origin, ...]] = ("platform", "config", "tag")
+
+
+def precedence(origin: Origin) -> int:
+    """How early ``origin`` comes in :data:`ORIGINS` (0: the platform's, which holds)."""
+    return ORIGINS.index(origin)
 
 
 def _frozen_map(value: Mapping[str, int] | None) -> Mapping[str, int]:
@@ -35,6 +53,7 @@ class NodeAffinity:
     guests: tuple[str, ...]
     nodes: Mapping[str, int]
     strict: bool = False
+    origin: Origin = "config"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "nodes", _frozen_map(self.nodes))
@@ -61,6 +80,7 @@ class GuestAffinity:
     guests: tuple[str, ...]
     positive: bool
     hard: bool = True
+    origin: Origin = "config"
 
     @property
     def kind(self) -> str:
@@ -98,7 +118,12 @@ class Rules:
 
 
 def avoiding(
-    name: str, guests: tuple[str, ...], avoided: set[str], nodes: list[str], strict: bool
+    name: str,
+    guests: tuple[str, ...],
+    avoided: set[str],
+    nodes: list[str],
+    strict: bool,
+    origin: Origin = "config",
 ) -> NodeAffinity | None:
     """A negative node affinity — ``guests`` avoid the nodes ``avoided`` — as the positive rule on
     the other ``nodes`` of the cluster, each at priority 0, as Proxmox VE 9.2 transforms it
@@ -107,4 +132,4 @@ def avoiding(
     (``check_nonempty_negative_nodes_complement``)."""
     if len(avoided) >= len(nodes):
         return None
-    return NodeAffinity(name, guests, {n: 0 for n in nodes if n not in avoided}, strict)
+    return NodeAffinity(name, guests, {n: 0 for n in nodes if n not in avoided}, strict, origin)

@@ -25,9 +25,10 @@ import logging
 import os
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import PurePath
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import yaml
 
@@ -58,8 +59,9 @@ from opendrs.model.document import (
     describe,
     parse,
     read_file,
+    render_path,
 )
-from opendrs.model.rules import GuestAffinity, NodeAffinity, Rules, avoiding
+from opendrs.model.rules import ORIGINS, GuestAffinity, NodeAffinity, Origin, Rules, avoiding
 from opendrs.model.units import format_duration
 
 __all__ = [
@@ -164,10 +166,10 @@ _GUEST_KEYS: Final = (
     "limits",
 )
 _RULE_KEYS: Final[Mapping[str, tuple[str, ...]]] = {
-    "node-affinity": ("type", "name", "guests", "nodes", "strict", "affinity"),
-    "pin": ("type", "name", "guests", "nodes"),
-    "affinity": ("type", "name", "guests", "hard"),
-    "anti-affinity": ("type", "name", "guests", "hard"),
+    "node-affinity": ("type", "name", "guests", "nodes", "strict", "affinity", "origin"),
+    "pin": ("type", "name", "guests", "nodes", "origin"),
+    "affinity": ("type", "name", "guests", "hard", "origin"),
+    "anti-affinity": ("type", "name", "guests", "hard", "origin"),
     "ignore": ("type", "guests", "reason"),
 }
 #: Top-level keys of a proxlb-solver scenario, a different format (see compat/proxlb).
@@ -229,6 +231,59 @@ def from_dict(data: object, *, filename: str = "<dict>") -> Cluster:
         raise SnapshotError(
             filename, "", f"internal error while reading the snapshot ({type(exc).__name__}: {exc})"
         ) from exc
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """A value of a cluster that the snapshot format refuses: the node (by name) or guest (by
+    id), the key in it as a snapshot writes it (``memory``, ``usage.cpu``, ``disks[0].size``;
+    ``name`` or ``id`` for one listed twice), and the reader's reason."""
+
+    kind: Literal["node", "guest"]
+    name: str
+    key: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.name}: {self.key}: {self.reason}"
+
+
+def refused(cluster: Cluster) -> Refused | None:
+    """The first value of ``cluster``'s nodes and guests that the snapshot format refuses, or
+    None — by the snapshot reader's own rules: they are written as a snapshot and read back.
+
+    For a cluster a backend observed (its settings and rules are checked where they are read).
+    A node or guest listed twice is refused; an offline node whose size the platform does not
+    report (0 cores and 0 bytes, which no placement uses) is not checked for its size.
+    """
+    seen: set[str] = set()
+    for guest in cluster.guests:
+        if guest.id in seen:
+            return Refused("guest", guest.id, "id", "the guest is listed twice")
+        seen.add(guest.id)
+    nodes: dict[str, dict[str, Any]] = {}
+    for node in cluster.nodes:
+        if node.name in nodes:
+            return Refused("node", node.name, "name", "the node is listed twice")
+        unknown = not node.online and node.cpu == 0 and node.memory == 0
+        nodes[node.name] = _node_out(replace(node, cpu=1.0, memory=1) if unknown else node)
+    document = {
+        "version": FORMAT_VERSION,
+        "nodes": nodes,
+        "guests": [_guest_out(guest) for guest in cluster.guests],
+    }
+    try:
+        with collector_paused():
+            SnapshotReader("<observation>").cluster(document)
+    except DocumentError as exc:
+        parts = exc.parts
+        if len(parts) >= 2 and parts[0] == "guests" and isinstance(parts[1], int):
+            guest = cluster.guests[parts[1]].id
+            return Refused("guest", guest, render_path(parts[2:]) or "id", exc.reason)
+        if len(parts) >= 2 and parts[0] == "nodes":
+            return Refused("node", str(parts[1]), render_path(parts[2:]) or "name", exc.reason)
+        raise
+    return None
 
 
 def load_demo() -> Cluster:
@@ -538,8 +593,10 @@ class SnapshotReader(Reader):
             fields["state"] = self.choice(mapping["state"], at("state"), GUEST_STATES)
         if has("cpu"):
             fields["cpu"] = self.number(mapping["cpu"], at("cpu"), positive=True, maximum=MAX_CORES)
+        # A stopped container without a memory limit has no size (Incus): 0 is its memory.
+        sizeless = fields.get("kind") == "ct" and fields.get("state") == "stopped"
         fields["memory"] = self.size(
-            self.require(mapping, "memory", path), at("memory"), positive=True
+            self.require(mapping, "memory", path), at("memory"), positive=not sizeless
         )
         if has("disks"):
             fields["disks"] = self.disks(mapping["disks"], at("disks"), shared)
@@ -634,6 +691,11 @@ class SnapshotReader(Reader):
                     reasons.update(dict.fromkeys(guests, reason))
                 continue
             name = self.rule_name(rule, index, kind, counters[kind], guests, names)
+            origin: Origin = (
+                self.choice(rule["origin"], (*path, "origin"), ORIGINS)  # type: ignore[assignment]
+                if "origin" in rule
+                else "config"
+            )
             if kind in ("node-affinity", "pin"):
                 negative = "affinity" in rule and (
                     self.choice(rule["affinity"], (*path, "affinity"), ("positive", "negative"))
@@ -648,9 +710,9 @@ class SnapshotReader(Reader):
                     "strict" in rule and self.boolean(rule["strict"], (*path, "strict"))
                 )
                 if not negative:
-                    node_rules.append(NodeAffinity(name, guests, priorities, strict))
+                    node_rules.append(NodeAffinity(name, guests, priorities, strict, origin))
                     continue
-                kept = avoiding(name, guests, set(priorities), list(nodes), strict)
+                kept = avoiding(name, guests, set(priorities), list(nodes), strict, origin)
                 if kept is None:
                     log.warning(
                         "%s: rules[%d] (%s): a negative node affinity naming every node leaves "
@@ -663,7 +725,7 @@ class SnapshotReader(Reader):
                     node_rules.append(kept)
             else:
                 hard = self.boolean(rule["hard"], (*path, "hard")) if "hard" in rule else True
-                guest_rules.append(GuestAffinity(name, guests, kind == "affinity", hard))
+                guest_rules.append(GuestAffinity(name, guests, kind == "affinity", hard, origin))
         return Rules(tuple(node_rules), tuple(guest_rules), frozenset(ignored), reasons)
 
     def rule_name(
@@ -959,6 +1021,8 @@ def _rules_out(cluster: Cluster) -> list[dict[str, Any]]:
             rule["nodes"] = {n: affinity.nodes[n] for n in nodes}
         if affinity.strict and not is_pin:
             rule["strict"] = True
+        if affinity.origin != "config":
+            rule["origin"] = affinity.origin
         out.append(rule)
     for group in rules.guest_affinity:
         kind = "affinity" if group.positive else "anti-affinity"
@@ -967,6 +1031,8 @@ def _rules_out(cluster: Cluster) -> list[dict[str, Any]]:
         rule["guests"] = [_id_out(g) for g in group.guests]
         if not group.hard:
             rule["hard"] = False
+        if group.origin != "config":
+            rule["origin"] = group.origin
         out.append(rule)
     if rules.ignored:
         ignored = sorted(rules.ignored, key=lambda g: (guest_order.get(g, len(guest_order)), g))

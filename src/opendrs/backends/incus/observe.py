@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from opendrs.backends.base import Abandoned, BackendError
+from opendrs.backends.base import Abandoned, BackendError, check_observation
 from opendrs.backends.incus.assemble import (
     ONLINE_STATUSES,
     REMOTE_DRIVERS,
@@ -72,6 +72,29 @@ log = logging.getLogger(__name__)
 #: cannot be written (LXD).
 LAST_MOVE_KEYS: Final = ("volatile.rebalance.last_move", "user.opendrs.last_move")
 _UNSUPPORTED: Final = frozenset({404, 501})
+
+
+#: Where each value of a node or guest comes from, for :func:`check_observation`'s message.
+FIELDS: Final = {
+    "guest.id": "project and name of /1.0/instances",
+    "guest.name": "name of /1.0/instances",
+    "guest.node": "location of /1.0/instances",
+    "guest.cpu": "limits.cpu of the instance's expanded_config",
+    "guest.memory": "limits.memory of the instance's expanded_config (state.memory.usage without)",
+    "guest.disks": "the sizes of the instance's local disk devices",
+    "guest.usage.cpu": "state.cpu.usage of /1.0/instances, over the time between observations",
+    "guest.usage.memory": "state.memory.usage of /1.0/instances",
+    "guest.uptime": "the instance's last_used_at",
+    "guest.priority": "user.opendrs.priority",
+    "guest.migrating_to": "the target of its migration",
+    "node.name": "server_name of /1.0/cluster/members",
+    "node.cpu": "cpu.total of the member's /1.0/resources",
+    "node.memory": "memory.total of the member's /1.0/resources",
+    "node.usage.cpu": "the member's load average, less its instances'",
+    "node.usage.memory": "memory.used of the member's /1.0/resources, less its instances'",
+    "node.storage": "space.total of the member's /1.0/storage-pools/{pool}/resources",
+    "node.arch": "cpu.architecture of the member's /1.0/resources",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,9 +186,10 @@ class Observer:
         self._placement(instances, members, reads, projects, rules, holds)
         guests = self._guests(instances, reads, remote, holds, locked)
         nodes = self._nodes(members, reads, guests)
-        return Cluster(
+        cluster = Cluster(
             tuple(nodes), tuple(guests), rules.rules(), self._settings, self._cluster_name
         )
+        return check_observation(cluster, FIELDS)
 
     # -- members -------------------------------------------------------------------------------
 
@@ -458,7 +482,9 @@ class Observer:
         for row in sorted(rows, key=lambda r: (str(r.get("project") or "default"), r["name"])):
             project = str(row.get("project") or "default")
             gid = guest_id(project, str(row["name"]))
-            location = str(row["location"])
+            # A server that is not clustered is the one member: its instances are there,
+            # whatever their location says ("none").
+            location = str(row["location"]) if self._clustered else self.local or "local"
             rate = cpu_rate(row, self._samples.get(gid), now)
             usage = (
                 row.get("state", {}).get("cpu", {}).get("usage")
@@ -473,7 +499,7 @@ class Observer:
             member = reads.get(location)
             guests.append(
                 build_guest(
-                    row,
+                    {**row, "location": location},
                     member.memory if member else 0,
                     remote,
                     rate,

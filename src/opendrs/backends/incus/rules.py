@@ -14,10 +14,12 @@ Incus's rules, always read:
 * a member whose ``scheduler.instance`` is ``group`` receives only the instances that target one
   of its cluster groups (``volatile.cluster.group``); an instance already on it may stay.
 
-Each instance gets one strict rule at most: what each of Incus's rules and ``user.opendrs.pin``
-allow, intersected, named after all of them (``scheduler.instance: m3 group; cluster group
-web``), so a refused member names the setting that refuses it. The engine drops a guest's rules
-when it is in two, so they are merged here; instances with the same rule share it.
+Each instance gets one strict rule of Incus's at most: what each of Incus's rules allow,
+intersected, named after all of them (``scheduler.instance: m3 group; cluster group web``), so a
+refused member names the setting that refuses it; instances with the same rule share it. A guest
+in two node rules of one origin loses both in the engine, so Incus's are merged here; a key's
+node rule stays apart, and when the instance has one of Incus's too, the key is ignored with a
+warning (a tag never weakens the platform's rule).
 
 opendrs's keys (``user_keys: true``), in the spirit of ProxLB's tags on Proxmox, on an instance:
 
@@ -28,7 +30,9 @@ opendrs's keys (``user_keys: true``), in the spirit of ProxLB's tags on Proxmox,
 * ``user.opendrs.anti_affinity: NAME`` — kept apart from them (several names, comma-separated);
 * ``user.opendrs.priority: 1|2|3`` — the instance's weight, as ProxLB's priority.
 
-A member named in a key that the cluster does not have is skipped with a warning.
+A member named in a key that the cluster does not have is skipped with a warning. Incus's rules
+are the platform's, the keys are tags (:data:`~opendrs.model.rules.ORIGINS`): a key that
+contradicts one of Incus's rules is ignored.
 """
 
 from __future__ import annotations
@@ -47,12 +51,14 @@ PREFIX = "user.opendrs."
 
 @dataclass
 class Restrictions:
-    """The rules read, before the strict ones are merged: each instance's strict pieces (a name
-    and the members it allows), the soft and guest rules, the ignored instances."""
+    """The rules read, before Incus's strict ones are merged: each instance's strict pieces of
+    Incus's own rules (a name and the members it allows), the node rules of opendrs's keys
+    (tags: kept apart, so that the engine ignores one that contradicts Incus's rules), the guest
+    rules, the ignored instances."""
 
     members: frozenset[str]
     strict: dict[str, list[tuple[str, frozenset[str]]]] = field(default_factory=dict)
-    soft: list[NodeAffinity] = field(default_factory=list)
+    keyed: list[NodeAffinity] = field(default_factory=list)
     guest_rules: list[GuestAffinity] = field(default_factory=list)
     ignored: set[str] = field(default_factory=set)
     warn: Callable[[str], None] = lambda _message: None
@@ -89,9 +95,9 @@ class Restrictions:
             seen[name] = seen.get(name, 0) + 1
             unique = name if seen[name] == 1 else f"{name} #{seen[name]}"
             nodes = dict.fromkeys(sorted(allowed), 0)
-            node_rules.append(NodeAffinity(unique, tuple(guests), nodes, True))
+            node_rules.append(NodeAffinity(unique, tuple(guests), nodes, True, origin="platform"))
         return Rules(
-            tuple(node_rules + self.soft), tuple(self.guest_rules), frozenset(self.ignored)
+            tuple(node_rules + self.keyed), tuple(self.guest_rules), frozenset(self.ignored)
         )
 
 
@@ -142,7 +148,7 @@ def read_rules(
                     # naming it joins another group (one project never binds another's).
                     table.setdefault(guest_id(project, name), []).append(gid)
     read.guest_rules = [
-        GuestAffinity(f"{PREFIX}{key} {name}", tuple(members_), positive, hard=True)
+        GuestAffinity(f"{PREFIX}{key} {name}", tuple(members_), positive, hard=True, origin="tag")
         for key, table, positive in (("affinity", together, True), ("anti_affinity", apart, False))
         for name, members_ in sorted(table.items())
         if len(members_) >= 2
@@ -211,18 +217,18 @@ def _key_rules(
     names: frozenset[str],
     warn: Callable[[str], None],
 ) -> None:
-    """``user.opendrs.pin`` (a strict piece) and ``user.opendrs.prefer`` of one instance."""
+    """``user.opendrs.pin`` (strict) and ``user.opendrs.prefer`` of one instance, as tags."""
     for key, strict in (("pin", True), ("prefer", False)):
         wanted = _names(config.get(PREFIX + key))
         known = [n for n in wanted if n in names]
         for name in wanted:
             if name not in names:
                 warn(f"instance {gid}: {PREFIX}{key} names no member of the cluster: {name}")
-        if known and strict:
-            read.add(gid, f"{PREFIX}{key} {gid}", known)
-        elif known:
-            read.soft.append(
-                NodeAffinity(f"{PREFIX}{key} {gid}", (gid,), dict.fromkeys(known, 0), False)
+        if known:
+            read.keyed.append(
+                NodeAffinity(
+                    f"{PREFIX}{key} {gid}", (gid,), dict.fromkeys(known, 0), strict, origin="tag"
+                )
             )
 
 

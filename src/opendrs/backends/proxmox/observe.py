@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Final
 
-from opendrs.backends.base import BackendError
+from opendrs.backends.base import BackendError, check_observation
 from opendrs.backends.proxmox.assemble import (
     GuestRead,
     KnownGuest,
@@ -121,9 +121,15 @@ class Observer:
     def _observe(self) -> Cluster:
         self._rrd_failed = threading.Event()
         resources = as_list(self._client.get("cluster/resources"), "/cluster/resources")
+        listed = [str(r["node"]) for r in resources if r.get("type") == "node" and r.get("node")]
         node_rows = {
             str(r["node"]): r for r in resources if r.get("type") == "node" and r.get("node")
         }
+        if len(listed) != len(node_rows):
+            twice = next(n for n in listed if listed.count(n) > 1)
+            raise BackendError(
+                f"the observation is refused: node {twice}: listed twice by /cluster/resources"
+            )
         guest_rows = [
             r
             for r in resources
@@ -153,7 +159,8 @@ class Observer:
         self.nodes, self.online = tuple(sorted(node_rows)), tuple(sorted(online))
         name = self._cluster_name or self._name_of_cluster(node_names)
         balancing = self._ha_auto_rebalance()
-        return Cluster(tuple(nodes), tuple(guests), rules, self._settings, name, balancing)
+        cluster = Cluster(tuple(nodes), tuple(guests), rules, self._settings, name, balancing)
+        return check_observation(cluster, FIELDS)
 
     def _read_nodes_and_guests(
         self, nodes: list[str], guest_rows: list[dict[str, Any]], shared: frozenset[str]
@@ -383,6 +390,36 @@ def _with_queued_motions(
         else g
         for g in guests
     ]
+
+
+#: Where each value of a node or guest comes from, for :func:`check_observation`'s message.
+FIELDS: Final = {
+    "guest.id": "vmid of /cluster/resources",
+    "guest.name": "name of /cluster/resources",
+    "guest.node": "node of /cluster/resources",
+    "guest.cpu": "the config's vcpus or cores × sockets (maxcpu of /cluster/resources)",
+    "guest.memory": "the config's memory (maxmem of /cluster/resources)",
+    "guest.disks": "the disk sizes of the config",
+    "guest.usage.cpu": "cpu of the guest's rrddata (of /cluster/resources without one)",
+    "guest.usage.memory": "mem of the guest's rrddata (of /cluster/resources without one)",
+    "guest.pressure": "the pressure fields of the guest's rrddata",
+    "guest.uptime": "uptime of /cluster/resources",
+    "guest.devices": "the config's hostpci and usb entries",
+    "guest.tags": "tags",
+    "guest.lock": "lock",
+    "guest.migrating_to": "the target of its migration task (or of a move the HA manager queued)",
+    "guest.failback": "failback of /cluster/ha/resources",
+    "guest.limits": "/cluster/replication and /cluster/mapping/pci",
+    "node.name": "node of /cluster/resources",
+    "node.cpu": "maxcpu of /cluster/resources",
+    "node.memory": "maxmem of /cluster/resources",
+    "node.usage.cpu": "cpu of the node's rrddata, less its guests'",
+    "node.usage.memory": "memused of the node's rrddata, less its guests'",
+    "node.pressure": "the pressure fields of the node's rrddata",
+    "node.storage": "maxdisk of its local storages in /cluster/resources",
+    "node.ksm": "ksm.shared of /nodes/{node}/status",
+    "node.arch": "current-kernel.machine of /nodes/{node}/status",
+}
 
 
 def _ksm_shared(value: object) -> int:

@@ -8,7 +8,9 @@ one on the other nodes, as Proxmox reads it. ProxLB's tags keep working (``tags:
 ``plb_affinity_*`` and ``plb_anti_affinity_*`` shared by two or more guests are hard rules, a
 guest's ``plb_pin_<node>`` tags pin it to those nodes, ``plb_ignore_*`` guests are never moved. A
 guest whose HA resource is ``ignored`` is never moved either, nor (unless
-``respect_auto_rebalance: false``) one whose HA resource has ``auto-rebalance: 0``.
+``respect_auto_rebalance: false``) one whose HA resource has ``auto-rebalance: 0``. HA rules are
+the platform's, tags are tags (:data:`~opendrs.model.rules.ORIGINS`): a tag that contradicts an
+HA rule is ignored.
 """
 
 from __future__ import annotations
@@ -97,10 +99,14 @@ def _ha_rules(
             if not priorities:
                 warn(f"HA rule '{rule.ruleid}' names no node of the cluster")
                 continue
-            node_rules.append(NodeAffinity(rule.ruleid, members, priorities, rule.strict))
+            node_rules.append(
+                NodeAffinity(rule.ruleid, members, priorities, rule.strict, origin="platform")
+            )
         elif len(members) >= 2:
             guest_rules.append(
-                GuestAffinity(rule.ruleid, members, rule.affinity == "positive", hard=True)
+                GuestAffinity(
+                    rule.ruleid, members, rule.affinity == "positive", hard=True, origin="platform"
+                )
             )
     return node_rules, guest_rules
 
@@ -203,13 +209,15 @@ def _tag_rules(
                     continue
                 pins.setdefault(guest.id, set()).add(node)
     guest_rules = [
-        GuestAffinity(tag, tuple(members), positive, hard=True)
+        GuestAffinity(tag, tuple(members), positive, hard=True, origin="tag")
         for rules, positive in ((together, True), (apart, False))
         for tag, members in sorted(rules.items())
         if len(members) >= 2
     ]
     node_rules = [
-        NodeAffinity(f"plb_pin {gid}", (gid,), dict.fromkeys(sorted(pinned), 0), strict=True)
+        NodeAffinity(
+            f"plb_pin {gid}", (gid,), dict.fromkeys(sorted(pinned), 0), strict=True, origin="tag"
+        )
         for gid, pinned in sorted(pins.items(), key=lambda item: int(item[0]))
     ]
     return node_rules, guest_rules, ignored

@@ -429,8 +429,11 @@ def _rejections(
             if who != j:
                 why = f"{guests[who].id}: {why}"
             groups.setdefault(why, []).append(n)
-    if left.any():
-        groups["allowed, but the repair puts nothing there"] = np.nonzero(left)[0].tolist()
+    # Nodes every filter allows the unit: what stops its group there (a partner that cannot
+    # move, one the policy keeps off), never "allowed" without a reason.
+    for n in np.nonzero(left)[0].tolist():
+        why = _group_blocks(cons, j, n, assign, headroom, forbidden)
+        groups.setdefault(why, []).append(n)
     together = (
         f", with its hard-affinity partners {', '.join(i for i in ids if i != guests[j].id)}"
         if members.size > 1
@@ -480,6 +483,43 @@ def _held_in_maintenance(cluster: Cluster) -> dict[int, str]:
         if why is not None:
             out[j] = f"{guest.id} is on {guest.node}, in maintenance, and stays there: {why}"
     return out
+
+
+def _group_blocks(
+    cons: Constraints,
+    j: int,
+    n: int,
+    assign: np.ndarray,
+    headroom: np.ndarray,
+    forbidden: frozenset[tuple[str, str]],
+) -> str:
+    """Why node ``n``, which every hard filter allows guest ``j`` alone, does not take it: its
+    hard-affinity partners cannot join it there (one cannot move, the policy keeps one off, a
+    filter refuses one, or there is no room for them all), else that the repair left it."""
+    cluster = cons.cluster
+    group = int(cons.group_of[j]) if cons.group_of.size else -1
+    others = [] if group < 0 else [k for k in cons.groups[group].tolist() if k != j]
+    away = [k for k in others if assign[k] != n]
+    node = cluster.nodes[n].name
+    for k in away:
+        partner = cluster.guests[k]
+        held = movability(partner, cluster, "balance")
+        if held is not None:
+            where = cluster.nodes[int(assign[k])].name
+            return f"its hard-affinity partner {partner.id} cannot move from {where} ({held})"
+        if (partner.id, node) in forbidden:
+            return f"the policy keeps its hard-affinity partner {partner.id} off it"
+    demand = cons.guest_demand(j) + sum((cons.guest_demand(k) for k in away), start=0.0)
+    lacking = demand > headroom[n] + tolerance(cons.capacity.limit[n])
+    if away and lacking.any():
+        dims = ", ".join(cons.capacity.dims[d] for d in np.nonzero(lacking)[0].tolist())
+        return f"no room for its hard-affinity group there ({dims})"
+    for k in away:
+        for name, mask in cons.hard_masks(k, assign, headroom):
+            if name not in ("affinity", "capacity") and not mask[n]:
+                why = cons.explain(name, k, n, assign, headroom, cons.guest_demand(k))
+                return f"its hard-affinity partner {cluster.guests[k].id}: {why}"
+    return "every hard rule allows it, but the repair moved it nowhere"
 
 
 def _room_share(headroom: np.ndarray, demand: np.ndarray) -> np.ndarray:

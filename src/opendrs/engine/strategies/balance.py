@@ -61,7 +61,9 @@ their hard-affinity partners, or on a node over capacity — are moved first, to
 node, whatever the cost. A bundle split over several nodes is on all of them until it is gathered
 (on any node, one of its own included, with room there for the members not there yet): no hard
 anti-affinity partner of any member may go to any of them, and a gathered bundle is not split
-again by pruning. Split bundles are gathered by repairs only, not moved by balancing.
+again by pruning. Split bundles are gathered by repairs only, not moved by balancing. A bundle
+with members that cannot move (*anchored*) may be gathered only on their node — its other members
+join them there — and nowhere when they are on several nodes.
 
 **Exact repair.** The greedy repair moves only the units that break something; when one can go
 nowhere — its only possible node must first shed a small guest, two full nodes must swap — the
@@ -173,6 +175,9 @@ class _Units:
     need: np.ndarray  # (U, D) capacity demand
     static_ok: RowMask  # (U, N)
     movable: np.ndarray  # (U,) bool
+    #: (U,) bundles some of whose members cannot move, all of those on one node (the anchor,
+    #: the only node the bundle may be gathered on): a repair moves the others there.
+    anchored: np.ndarray
     cost: np.ndarray  # (U,) migration cost
     #: Per unit: guest indices of every member of its hard negative partner units.
     neg_guests: list[np.ndarray]
@@ -299,6 +304,7 @@ class _State:
         static_index = static.index[heads]
         bundle_rows: list[np.ndarray] = []
         labels = [guests[j].id for j in heads.tolist()]
+        anchored = np.zeros(n_units, dtype=bool)
         for u in bundles.tolist():
             idx = members[u]
             demand[u], unit_need[u], cost[u] = 0.0, 0.0, 0.0
@@ -307,7 +313,15 @@ class _State:
                 unit_need[u] += guest_need[j]
                 cost[u] += guest_cost[j]
             static_index[u] = len(static.table) + len(bundle_rows)
-            bundle_rows.append(np.logical_and.reduce(static[idx], axis=0))
+            row = np.logical_and.reduce(static[idx], axis=0)
+            fixed = idx[~free[idx]]
+            if fixed.size:
+                # Members that cannot move hold the bundle where they are: it may be gathered
+                # only there, and nowhere when they are on several nodes.
+                anchors = np.unique(loads.assign[fixed])
+                row &= np.arange(row.size) == (anchors[0] if anchors.size == 1 else -1)
+                anchored[u] = anchors.size == 1 and fixed.size < idx.size
+            bundle_rows.append(row)
             movable[u] = bool(free[idx].all())
             labels[u] = min(guests[j].id for j in idx.tolist())
         return _Units(
@@ -317,6 +331,7 @@ class _State:
             unit_need,
             RowMask.build(static_index, np.vstack([static.table, *bundle_rows])),
             movable,
+            anchored,
             cost,
             _neg_guests(cons, members, unit_of),
             labels,
@@ -886,8 +901,9 @@ class _State:
             clash = units.unit_of[partners[shared]]
             if any(units.label[u] > units.label[c] or not units.movable[c] for c in clash.tolist()):
                 out.append(u)
-        # Split hard-affinity bundles are gathered by moving the whole bundle.
-        out.extend(np.nonzero(units.movable & self.broken)[0].tolist())
+        # Split hard-affinity bundles are gathered by moving the whole bundle; one anchored by
+        # members that cannot move, by moving the others to them.
+        out.extend(np.nonzero((units.movable | units.anchored) & self.broken)[0].tolist())
         return list(dict.fromkeys(out))
 
     def overloaded_units(self) -> list[int]:
@@ -1379,7 +1395,7 @@ def _exact_repair(
     movable unit on every node. A unit that no allowed node could hold even empty stays out.
     """
     units = state.units
-    movable = [u for u in dict.fromkeys(stuck) if units.movable[u]]
+    movable = [u for u in dict.fromkeys(stuck) if units.movable[u] or units.anchored[u]]
     must = np.array(movable[:REPAIR_UNITS], dtype=np.intp)
     fit = _repair_domains(state, must)
     info: dict[str, Any] = {"exact": "not run", "units": 0, "nodes": 0}
@@ -1430,11 +1446,12 @@ def _repair_cause(state: _State, u: int, phase: str) -> str:
 
 def _repair_domains(state: _State, which: np.ndarray) -> np.ndarray:
     """(len(which), N): the nodes each unit may end on in a repair — usable, allowed, roomy
-    enough when empty of guests; for a movable unit only."""
+    enough when empty of guests; for a movable or anchored unit only."""
     units = state.units
     empty = state.limit - state.cons.capacity.base + state.tol
     fits = np.all(units.need[which][:, None, :] <= empty[None, :, :], axis=2)
-    return units.static_ok[which] & state.usable[None, :] & fits & units.movable[which][:, None]
+    moves = units.movable[which] | units.anchored[which]
+    return units.static_ok[which] & state.usable[None, :] & fits & moves[:, None]
 
 
 def _repair_neighbourhood(
@@ -1465,7 +1482,7 @@ def _repair_neighbourhood(
     for u in must.tolist():
         model.update(units.unit_of[units.neg_guests[u]].tolist())
     model.update(movable[targets[units.assign[movable]] & ~state.broken[movable]].tolist())
-    chosen = sorted(u for u in model if u >= 0 and units.movable[u])
+    chosen = sorted(u for u in model if u >= 0 and (units.movable[u] or units.anchored[u]))
     allow = np.zeros((len(chosen), usable.size), dtype=bool)
     for k, u in enumerate(chosen):
         allow[k] = targets | spares
