@@ -78,13 +78,16 @@ def compat_dir(sub: str) -> Path:
     return path
 
 
-@pytest.fixture
+@pytest.fixture(autouse=True)
 def restore_logging() -> Iterator[None]:
-    """The logging set-up as it was before the test (for tests that run a command in process:
-    its ``setup_logging`` replaces the root logger's handler with one on the captured stderr)."""
+    """The logging set-up as it was before the test, for every test: one that runs a command in
+    process has its ``setup_logging`` replace the root logger's handler with one on the captured
+    stderr and set the root's level, ``simulate`` quiets the ``opendrs`` logger — either would
+    otherwise hide every later test's warnings from ``caplog``."""
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
-    levels = {name: logging.getLogger(name).level for name in ("httpx", "httpcore")}
+    # ``opendrs simulate`` and ``demo`` quiet the ``opendrs`` logger in process
+    levels = {name: logging.getLogger(name).level for name in ("httpx", "httpcore", "opendrs")}
     try:
         yield
     finally:

@@ -16,6 +16,7 @@ from opendrs.backends.incus.assemble import CpuSample, cpu_rate
 from opendrs.backends.incus.client import Client
 from opendrs.backends.incus.observe import Observer
 from opendrs.backends.incus.values import cpu_limit, incus_duration, memory_limit
+from opendrs.engine.constraints import check_rules
 from opendrs.model.cluster import Cluster, Settings
 
 __all__ = ["served"]
@@ -298,11 +299,17 @@ def test_an_api_that_stops_answering_fails_the_observation_in_one_line(served: S
     assert caught.value.transient
 
 
-def test_an_instance_whose_rules_allow_no_member_together_is_not_moved(served: Served) -> None:
-    served.fake.instance("vm1").config["user.opendrs.pin"] = "m3"  # vm2 pins CPU 4: m1, m2 only
+def test_a_pin_key_against_incus_own_rule_is_ignored_and_the_rule_holds(served: Served) -> None:
+    """vm2 pins CPU 4 (m1, m2 only: Incus's rule) and its key pins it to m3: the key is a tag, so
+    it is ignored with a warning and Incus's rule holds; vm1's pin, against nothing, holds."""
+    served.fake.instance("vm1").config["user.opendrs.pin"] = "m3"
     served.fake.instance("vm2").config["user.opendrs.pin"] = "m3"
     served.fake.members["m3"].threads = 4
     cluster, _ = observe(served)
-    assert "vm2" in cluster.rules.ignored and "vm1" not in cluster.rules.ignored
-    (rule,) = cluster.rules.node_rules_for("vm1")
+    kept, problems = check_rules(cluster)
+    assert {r.name for r in kept.node_rules_for("vm2")} == {"limits.cpu vm2"}
+    (rule,) = kept.node_rules_for("vm1")
     assert set(rule.nodes) == {"m3"} and rule.strict
+    (problem,) = problems
+    assert problem.ignored and "tag rule 'user.opendrs.pin vm2'" in str(problem)
+    assert "platform rule 'limits.cpu vm2' holds" in str(problem)

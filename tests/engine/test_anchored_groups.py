@@ -59,7 +59,11 @@ def test_a_group_that_cannot_join_its_anchor_says_why_without_contradiction(
     assert done.returncode == 1, done.stderr
     stuck = [line for line in done.stderr.splitlines() if line.startswith("repair stuck: 101")]
     assert len(stuck) == 1, done.stderr
-    assert "pve1: capacity: memory needs 4.0 GiB" in stuck[0]
+    # the unit is judged whole: 101 with its partners 100 and 102, their memory summed
+    assert (
+        "with its hard-affinity partners 100, 102: pve1: capacity: memory needs 12.0 GiB, free 6.0"
+        in stuck[0]
+    )
     assert "pve3: its hard-affinity partner 100 cannot move from pve1 (local device" in stuck[0]
     assert "allowed, but" not in done.stdout + done.stderr
 
