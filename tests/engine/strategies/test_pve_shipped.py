@@ -88,17 +88,20 @@ def test_partners_not_started_move_along_and_weigh_nothing() -> None:
     assert "vm:102" not in {m.guest for m in propose_bruteforce(lone).moves}
 
 
+@pytest.mark.parametrize("failback", [True, False], ids=["failback", "no-failback"])
 @pytest.mark.parametrize("propose", PROPOSE)
-def test_targets_only_on_the_top_tier_without_fallback(propose) -> None:  # type: ignore[no-untyped-def]
+def test_targets_only_on_the_top_tier_without_fallback(propose, failback: bool) -> None:  # type: ignore[no-untyped-def]
     """A non-strict rule preferring node1 and node2: node3 is never a target, even though it is
-    allowed and emptiest; a rule preferring the guests' own node alone leaves them there."""
+    allowed and emptiest; a rule preferring the guests' own node alone leaves them there —
+    whether failback binds the HA resources to their top tier (a hard filter) or not."""
     ids = tuple(f"vm:{100 + i}" for i in range(1, 5))
     top = NodeAffinity("top", ids, {"node1": 2, "node2": 2, "node3": 1})
-    cluster = _cluster(*(_guest(g) for g in ids), rules=Rules(node_affinity=(top,)))
+    guests = [_guest(g, failback=failback) for g in ids]
+    cluster = _cluster(*guests, rules=Rules(node_affinity=(top,)))
     targets = {m.target for m in propose(cluster).moves}
     assert targets == {"node2"}
     own = NodeAffinity("own", ids, {"node1": 2, "node2": 1, "node3": 1})
-    alone = _cluster(*(_guest(g) for g in ids), rules=Rules(node_affinity=(own,)))
+    alone = _cluster(*guests, rules=Rules(node_affinity=(own,)))
     assert propose(alone).moves == ()
 
 
