@@ -124,8 +124,11 @@ def test_the_imbalance_is_normalised_by_the_square_root_of_n_minus_1() -> None:
 
 def test_a_threshold_written_as_thirty_is_refused_with_the_fix() -> None:
     options = get_strategy("pve-bruteforce").options
-    with pytest.raises(ValueError, match=r"threshold: 30 is above 1.*30%"):
+    with pytest.raises(ValueError, match=r"threshold: 30 is above 1") as refused:
         options.parse("pve-bruteforce", {"threshold": 30})
+    # The fix it names is one an option takes (a strategy option is a plain number, not "30%").
+    assert "write the fraction 0.3 for Proxmox's 30 %" in str(refused.value)
+    assert options.parse("pve-bruteforce", {"threshold": 0.3}).threshold == 0.3
     with pytest.raises(ValueError, match="scope: expected ha or all"):
         options.parse("pve-bruteforce", {"scope": "vms"})
     assert options.parse("pve-bruteforce", {"threshold": 30, "imbalance": "raw"}).threshold == 30
