@@ -441,7 +441,8 @@ def test_once_the_proxmox_preset_leaves_ha_guests_to_proxmox_s_balancer(
     tmp_path: Path, fake: FakeCluster
 ) -> None:
     """The preset moves only HA resources; while Proxmox VE balances them itself, it moves
-    nothing and says why."""
+    nothing, and its decision counts every guest under what keeps it (not 'may move' for the
+    guests that are no HA resource)."""
     two_balancers(fake)
     result = opendrs("run", "--once", "--config", str(proxmox_preset(tmp_path, fake)))
     assert result.returncode == 0, result.stderr
@@ -449,4 +450,7 @@ def test_once_the_proxmox_preset_leaves_ha_guests_to_proxmox_s_balancer(
     assert all(moves_asked(fake, vmid) == 0 for vmid in range(100, 106))
     [(action, reason)] = decisions(tmp_path)
     assert action == "none", reason
-    assert "3 HA guests Proxmox VE balances itself (ha-auto-rebalance)" in reason, reason
+    assert reason.endswith(
+        "6 candidates, all excluded: 3 HA guests Proxmox VE balances itself (ha-auto-rebalance), "
+        "3 not started HA resources (pve-bruteforce moves only those)"
+    ), reason
