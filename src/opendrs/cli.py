@@ -529,7 +529,11 @@ def _add_plan_options(p: argparse.ArgumentParser, *option_flags: str) -> None:
     p.add_argument(
         "--target-spread", type=_fraction, help="balance: stop when every spread is within this"
     )
-    p.add_argument("--threshold", type=_fraction, help="pve-*: act only above this imbalance (CV)")
+    p.add_argument(
+        "--threshold",
+        type=_fraction,
+        help="pve-*: act only above this imbalance (0.3: the CV ÷ √(N−1), 30 %%)",
+    )
     p.add_argument(
         "--margin",
         type=_fraction,

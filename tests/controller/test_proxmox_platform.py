@@ -415,3 +415,89 @@ def test_the_daemon_follows_the_master_and_drops_its_plan_when_it_moves(
         assert "(pve3)" in str(json.loads(body)["standby"])
         assert daemon.stop() == 0
     assert [m[3] for m in migrations(tmp_path)] == ["done"]
+
+
+# --------------------------------------------------------------------------------------------
+# A snapshot of it all, read back
+
+
+def test_a_snapshot_of_the_platform_facts_reads_back(tmp_path: Path, fake: FakeCluster) -> None:
+    """What the platform adds to a snapshot — a guest's ``failback`` and ``limits``, the cluster's
+    ``ha_auto_rebalance``, a negative node affinity, an ``ignore`` with its reason — is written by
+    ``opendrs snapshot``, read back by ``validate``, ``show``, ``place`` and ``plan``, and the
+    snapshot of that snapshot (through the file backend) is the same file."""
+    pve = fake.pve
+    add_vm(fake, 100, "pve1", 8)  # replicated to pve3
+    for vmid in (101, 102, 103):
+        add_vm(fake, vmid, "pve1", 4)
+        pve.guest(vmid).ha_state = "started"
+    add_vm(fake, 104, "pve2", 2, hostpci0="mapping=gpu")
+    pve.replication_jobs = [
+        {"id": "100-0", "type": "local", "guest": 100, "target": "pve3", "source": "pve1"}
+    ]
+    pve.pci_mappings = {
+        "gpu": {
+            "map": ["node=pve2,path=0000:01:00.0", "node=pve3,path=0000:01:00.0"],
+            "live-migration-capable": 1,
+        }
+    }
+    pve.crs = {"ha": "static", "ha-auto-rebalance": 1}
+    pve.ha_failback[101] = False
+    pve.ha_auto_rebalance[103] = False
+    pve.ha_rules = [
+        {
+            "rule": "never-pve3",
+            "type": "node-affinity",
+            "resources": "vm:102",
+            "nodes": "pve3",
+            "strict": 1,
+            "affinity": "negative",
+        }
+    ]
+    config = write_config(tmp_path, fake, mode="shadow")
+    snap = tmp_path / "live.yaml"
+    written = opendrs("snapshot", "--config", str(config), "-o", str(snap))
+    assert written.returncode == 0, written.stderr
+    doc = yaml.safe_load(snap.read_text())
+    assert doc["ha_auto_rebalance"] is True
+    guests = {str(g["id"]): g for g in doc["guests"]}
+    assert guests["101"]["failback"] is False and "failback" not in guests["102"]
+    assert [lim["nodes"] for lim in guests["100"]["limits"]] == [["pve1", "pve3"]]
+    assert [lim["nodes"] for lim in guests["104"]["limits"]] == [["pve2", "pve3"]]
+    (never,) = [r for r in doc["rules"] if r.get("name") == "never-pve3"]
+    assert never["guests"] == [102] and sorted(never["nodes"]) == ["pve1", "pve2"], never
+    assert {
+        "type": "ignore",
+        "guests": [103],
+        "reason": "its HA resource has auto-rebalance 0",
+    } in (doc["rules"])
+    for command in ("validate", "show"):
+        result = opendrs(command, str(snap))
+        assert result.returncode == 0, (command, result.stdout, result.stderr)
+    assert "Proxmox VE balances its HA guests itself" in opendrs("show", str(snap)).stdout
+    placed = opendrs("place", str(snap), "--guest", "102")
+    assert "cannot move: Proxmox VE balances HA guests itself (ha-auto-rebalance)" in (
+        placed.stdout
+    ), placed.stdout
+    evacuated = opendrs("place", str(snap), "--evacuate", "pve1", "--format", "json")
+    assert evacuated.returncode == 1, evacuated.stderr  # a guest is stuck
+    result = json.loads(evacuated.stdout)
+    targets = {m["guest"]: m["target"] for m in result["moves"]}
+    assert targets["100"] == "pve3" and targets["102"] != "pve3", targets
+    assert result["stuck"] == [
+        {"guest": "103", "reason": "ignored: its HA resource has auto-rebalance 0"}
+    ]
+    plan = opendrs("plan", str(snap), "--format", "json")
+    assert plan.returncode == 0, plan.stderr
+    moves = [(str(m["guest"]), m["target"]) for m in json.loads(plan.stdout)["moves"]]
+    assert moves, plan.stdout
+    # HA guests are Proxmox's to balance; the others only where the platform can move them.
+    for guest, target in moves:
+        assert guest in ("100", "104"), moves
+        assert target == "pve3", moves
+    # The snapshot read back as a cluster (the file backend) is written out the same.
+    again = tmp_path / "again.yaml"
+    again.write_text(f"backend: {{type: file, path: '{snap}'}}\n")
+    copy = opendrs("snapshot", "--config", str(again))
+    assert copy.returncode == 0, copy.stderr
+    assert copy.stdout == snap.read_text()

@@ -386,3 +386,71 @@ def test_the_daemon_moves_it_when_told_not_to_honour_the_flag(
         wait_until("VM 100 moved", lambda: node_of(fake, 100) != "pve1", daemon.log)
         assert daemon.stop() == 0
     assert moves_asked(fake, 100) == 1
+
+
+# --------------------------------------------------------------------------------------------
+# 4. The proxmox preset beside the HA manager's own moves and balancer
+
+
+def proxmox_preset(tmp_path: Path, fake: FakeCluster) -> Path:
+    """An active configuration with ``policy: {preset: proxmox}`` (its own interval and hold)."""
+    config = write_config(tmp_path, fake, mode="active")
+    text = config.read_text()
+    config.write_text(
+        text.replace("policy: {interval: 1s, hold: 1, smoothing: 0}", "policy: {preset: proxmox}")
+    )
+    return config
+
+
+def decisions(tmp_path: Path) -> list[tuple[str, str]]:
+    with sqlite3.connect(tmp_path / "history.sqlite") as db:
+        return db.execute("SELECT action, reason FROM decisions ORDER BY id").fetchall()
+
+
+def test_once_the_proxmox_preset_waits_for_a_queued_ha_move(
+    tmp_path: Path, fake: FakeCluster
+) -> None:
+    """A move the HA manager has queued (its ``cmd``, not yet started) is a motion: the preset
+    decides nothing while it waits, as Proxmox's balancer does, and balances once it is over."""
+    for vmid in range(100, 106):
+        add_vm(fake, vmid, ha=True)
+    fake.pve.queue_ha_motion(105, "pve3")
+    config = proxmox_preset(tmp_path, fake)
+    result = opendrs("run", "--once", "--config", str(config))
+    assert result.returncode == 0, result.stderr
+    assert migrations(tmp_path) == [], result.stderr
+    assert all(moves_asked(fake, vmid) == 0 for vmid in range(100, 106))
+    [(action, reason)] = decisions(tmp_path)
+    assert action == "none" and reason.startswith(
+        "105 (vm105) is moving: no new decision until it ends (imbalance "
+    ), reason
+    # The HA manager carries the move out; once it is over, the preset makes its one move.
+    fake.run(fake.pve.carry_out_ha_motions())
+    wait_until(
+        "the HA manager's move over",
+        lambda: node_of(fake, 105) == "pve3" and fake.pve.guest(105).ha_state == "started",
+        lambda: result.stderr,
+    )
+    result = opendrs("run", "--once", "--config", str(config))
+    assert result.returncode == 0, result.stderr
+    moved = migrations(tmp_path)
+    assert len(moved) == 1 and moved[0][1:] == ("pve1", "pve2", "done"), result.stderr
+
+
+def test_once_the_proxmox_preset_leaves_ha_guests_to_proxmox_s_balancer(
+    tmp_path: Path, fake: FakeCluster
+) -> None:
+    """The preset moves only HA resources; while Proxmox VE balances them itself, it moves
+    nothing, and its decision counts every guest under what keeps it (not 'may move' for the
+    guests that are no HA resource)."""
+    two_balancers(fake)
+    result = opendrs("run", "--once", "--config", str(proxmox_preset(tmp_path, fake)))
+    assert result.returncode == 0, result.stderr
+    assert migrations(tmp_path) == [], result.stderr
+    assert all(moves_asked(fake, vmid) == 0 for vmid in range(100, 106))
+    [(action, reason)] = decisions(tmp_path)
+    assert action == "none", reason
+    assert reason.endswith(
+        "6 candidates, all excluded: 3 HA guests Proxmox VE balances itself (ha-auto-rebalance), "
+        "3 not started HA resources (pve-bruteforce moves only those)"
+    ), reason

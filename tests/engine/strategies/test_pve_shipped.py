@@ -88,17 +88,20 @@ def test_partners_not_started_move_along_and_weigh_nothing() -> None:
     assert "vm:102" not in {m.guest for m in propose_bruteforce(lone).moves}
 
 
+@pytest.mark.parametrize("failback", [True, False], ids=["failback", "no-failback"])
 @pytest.mark.parametrize("propose", PROPOSE)
-def test_targets_only_on_the_top_tier_without_fallback(propose) -> None:  # type: ignore[no-untyped-def]
+def test_targets_only_on_the_top_tier_without_fallback(propose, failback: bool) -> None:  # type: ignore[no-untyped-def]
     """A non-strict rule preferring node1 and node2: node3 is never a target, even though it is
-    allowed and emptiest; a rule preferring the guests' own node alone leaves them there."""
+    allowed and emptiest; a rule preferring the guests' own node alone leaves them there —
+    whether failback binds the HA resources to their top tier (a hard filter) or not."""
     ids = tuple(f"vm:{100 + i}" for i in range(1, 5))
     top = NodeAffinity("top", ids, {"node1": 2, "node2": 2, "node3": 1})
-    cluster = _cluster(*(_guest(g) for g in ids), rules=Rules(node_affinity=(top,)))
+    guests = [_guest(g, failback=failback) for g in ids]
+    cluster = _cluster(*guests, rules=Rules(node_affinity=(top,)))
     targets = {m.target for m in propose(cluster).moves}
     assert targets == {"node2"}
     own = NodeAffinity("own", ids, {"node1": 2, "node2": 1, "node3": 1})
-    alone = _cluster(*(_guest(g) for g in ids), rules=Rules(node_affinity=(own,)))
+    alone = _cluster(*guests, rules=Rules(node_affinity=(own,)))
     assert propose(alone).moves == ()
 
 
@@ -121,8 +124,11 @@ def test_the_imbalance_is_normalised_by_the_square_root_of_n_minus_1() -> None:
 
 def test_a_threshold_written_as_thirty_is_refused_with_the_fix() -> None:
     options = get_strategy("pve-bruteforce").options
-    with pytest.raises(ValueError, match=r"threshold: 30 is above 1.*30%"):
+    with pytest.raises(ValueError, match=r"threshold: 30 is above 1") as refused:
         options.parse("pve-bruteforce", {"threshold": 30})
+    # The fix it names is one an option takes (a strategy option is a plain number, not "30%").
+    assert "write the fraction 0.3 for Proxmox's 30 %" in str(refused.value)
+    assert options.parse("pve-bruteforce", {"threshold": 0.3}).threshold == 0.3
     with pytest.raises(ValueError, match="scope: expected ha or all"):
         options.parse("pve-bruteforce", {"scope": "vms"})
     assert options.parse("pve-bruteforce", {"threshold": 30, "imbalance": "raw"}).threshold == 30

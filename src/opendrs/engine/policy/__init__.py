@@ -21,9 +21,11 @@ the next state. Every guard the peers use against flapping is here, each one con
   they lower the imbalance summed over every hour, pairing guests whose peaks do not coincide.
 * **Threshold** — nothing happens while the imbalance ``metric`` is at or below ``threshold``:
   ``spread`` (opendrs: the largest max − min of the weighted resources' load fractions,
-  :func:`~opendrs.engine.imbalance.balance_spread`), ``cv`` (Proxmox: population σ / mean of the
-  combined load ``(cpu + memory) / 2``), ``memory-spread`` (ProxLB: max − min of the memory
-  fractions) — all on the usable nodes — or ``none`` (the strategy's own trigger decides).
+  :func:`~opendrs.engine.imbalance.balance_spread`), ``cv`` (Proxmox's test logs: population
+  σ / mean of the combined load ``(cpu + memory) / 2``), ``pve-imbalance`` (Proxmox VE 9.1+: that
+  CV divided by √(N−1), proxmox-resource-scheduling 2.1.0), ``memory-spread`` (ProxLB: max − min
+  of the memory fractions) — all on the usable nodes — or ``none`` (the strategy's own trigger
+  decides).
 * **Hold** — the metric must be above the threshold for ``hold`` observations in a row (Proxmox's
   hold duration). As in Proxmox the count restarts at every attempt, acted on or not, so a plan
   refused by the margin is not asked for again before ``hold`` more observations.
@@ -54,7 +56,9 @@ the next state. Every guard the peers use against flapping is here, each one con
   the hold, which the controller passes as ``latest``, and the hold shrinks, both by the share
   of the budget left.
 * **Busy** — while a plan is executing nothing is decided and the hold count stands still (Proxmox
-  skips its rounds without counting while a service migrates).
+  skips its rounds without counting while a service migrates); with ``wait_for_motions``, likewise
+  while any guest of the cluster moves — a migration opendrs did not start, an HA migrate or
+  relocate under way or queued (``Manager.pm`` ``any_resource_motion_queued_or_running``).
 
 **Repairs** come before all of that: a guest that breaks a hard constraint now and may move — on a
 node in maintenance, outside its strict node affinity, with a hard anti-affinity partner on its
@@ -82,12 +86,14 @@ remembered): the balance decides what the node gets.
 * ``opendrs`` — the defaults: spread above 15 pp for 6 observations, a plan must cut it by 25 %,
   balanced to 8 pp by ``balance``, at most 30 migrations, 6 h cooldown, 24 h no-return, 10 min
   minimum uptime, usage averaged over 6 h, failed targets avoided for 1 h.
-* ``proxmox`` — Proxmox VE's auto-rebalance (``Manager.pm`` ``load_balance``): CV of the combined
-  load above 0.3 for 3 rounds (a 60 s interval stands for its HA rounds), the move must improve it
-  by 10 % relative, one move per trigger by ``pve-bruteforce``, one migration at a time; no cooldown
-  ("there is no per-guest cooldown"), no no-return window, no smoothing, no minimum uptime. Guests
-  evacuated for maintenance go back to their node when it leaves maintenance (HA's
-  ``maintenance_node``).
+* ``proxmox`` — Proxmox VE 9.1+'s auto-rebalance (pve-ha-manager 5.2.0 ``Manager.pm``
+  ``load_balance``, proxmox-resource-scheduling 2.1.0): the ``pve-imbalance`` above 30 %, held for
+  3 CRM rounds of about 10 s — within one observation of a minute, so ``hold`` 1 —, the move must
+  improve it by 10 % relative, one move per trigger by ``pve-bruteforce`` (started HA resources
+  only, on the top tier of their node affinity), one migration at a time, nothing while any guest
+  moves (``wait_for_motions``); no cooldown ("there is no per-guest cooldown"), no no-return
+  window, no smoothing, no minimum uptime. Guests evacuated for maintenance go back to their node
+  when it leaves maintenance (HA's ``maintenance_node``).
 * ``incus`` — Incus's automatic rebalancing (``cluster.rebalance.*``):
   every 15 minutes the ``incus`` strategy applies its own trigger (a 20 % gap relative to the
   busiest member), one move per run (``batch`` 1), a 6 h cooldown; no hold, margin or smoothing.

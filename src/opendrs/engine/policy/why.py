@@ -18,6 +18,7 @@ from opendrs.engine.constraints import (
 )
 from opendrs.engine.policy.config import PolicyConfig
 from opendrs.engine.policy.state import PastMigrations
+from opendrs.engine.strategies.pve import started_members
 from opendrs.engine.usage import demand_rows, loaded_nodes, tolerance
 from opendrs.model.cluster import Cluster, Guest
 from opendrs.model.units import format_duration
@@ -99,12 +100,13 @@ def why_not(
     usable = {n.name for n in cluster.nodes if n.usable}
     labels: dict[str, int] = {}
     free: list[int] = []
+    outside = _outside_scope(cluster, config)
     for j, guest in enumerate(cluster.guests):
         if guest.node not in usable or guest.state == "stopped":
             continue
         verdict = movability(guest, cluster, "balance")
         held = _held_label(verdict, cluster) if verdict is not None else None
-        held = held or _guard_label(guest, now, config, past)
+        held = held or outside.get(j) or _guard_label(guest, now, config, past)
         if held is None:
             free.append(j)
         else:
@@ -118,6 +120,17 @@ def why_not(
             labels[label] = labels.get(label, 0) + 1
     excluded = tuple(sorted(labels.items(), key=lambda item: (-item[1], item[0])))
     return WhyNot(candidates, movable, excluded)
+
+
+def _outside_scope(cluster: Cluster, config: PolicyConfig) -> dict[int, str]:
+    """Guest index → why the policy's strategy never moves it by itself: ``pve-bruteforce`` and
+    ``pve-topsis`` with ``scope: ha`` (the ``proxmox`` preset) move only HA resources in the
+    state ``started``, as Proxmox's own balancer does."""
+    if getattr(config.strategy_options, "scope", None) != "ha":
+        return {}
+    started = started_members(cluster, "ha")
+    label = f"not started HA resources ({config.strategy} moves only those)"
+    return {j: label for j in range(len(cluster.guests)) if not started[j]}
 
 
 def _policy_off(

@@ -648,7 +648,7 @@ class PveOptions(StrategyOptions):
         if self.threshold > 1 and self.imbalance == "normalised":
             raise ValueError(
                 f"threshold: {self.threshold:g} is above 1, the most a normalised imbalance "
-                f"reaches; write a fraction (0.3) or a percentage (30%) for Proxmox's 30 %"
+                f"reaches; write the fraction 0.3 for Proxmox's 30 %"
             )
 
 
