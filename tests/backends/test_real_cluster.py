@@ -555,6 +555,113 @@ def test_a_project_is_observed_and_acted_in_alone(tmp_path: Path, real: RealClus
     ]
 
 
+@pytest.mark.parametrize(("target", "moves"), [("block", False), (None, False), ("allow", True)])
+def test_a_project_that_blocks_targets_keeps_its_instances(
+    tmp_path: Path, real: RealCluster, target: str | None, moves: bool
+) -> None:
+    # A restricted project's restricted.cluster.target is `block` unless set (`None`: unset):
+    # no one may choose a member for its instances. Created while `allow`, then blocked.
+    one, two = real.names
+    config = write_config(tmp_path, real, extra=RESTART, backend=", project: locked")
+    with project(real, "locked", "restricted=true", "restricted.cluster.target=allow"):
+        real.create_container("kept-ct", one, run=True, project="locked")
+        pin(real, "kept-ct", two, "locked")
+        if target is None:
+            real.cli("project", "unset", "locked", "restricted.cluster.target")
+        else:
+            real.cli("project", "set", "locked", f"restricted.cluster.target={target}")
+        result = opendrs("run", "--config", str(config), "--once")
+        assert result.returncode == 0, result.stderr
+        if moves:
+            assert real.location("kept-ct", "locked") == (two, "Running"), result.stderr
+            return
+        assert real.location("kept-ct", "locked") == (one, "Running")
+        assert history(tmp_path, "SELECT * FROM migrations") == []
+        why = why_not(tmp_path, config, "locked/kept-ct")
+        assert (
+            "project locked has restricted.cluster.target=block: Incus keeps it where it is" in why
+        ), why
+        # opendrs holds it itself, as Incus's balancer does: the server lets an administrator
+        # (this socket) name a member there all the same.
+        named = real.run_client(
+            "init", "--empty", "probe-ct", "--target", two, "--project", "locked"
+        )
+        assert named.returncode == 0, named.stderr
+
+
+@pytest.mark.parametrize("evacuate", ["stop", "migrate", "auto"])
+def test_cluster_evacuate_on_a_running_container(
+    tmp_path: Path, real: RealCluster, evacuate: str
+) -> None:
+    # A running container never moves live (no CRIU), whatever cluster.evacuate says: a
+    # restart move with allow_restart_migration, held without it.
+    one, two = real.names
+    with instances(real, ("evac-ct", one, True)):
+        real.cli("config", "set", "evac-ct", f"cluster.evacuate={evacuate}")
+        pin(real, "evac-ct", two)
+        held = write_config(tmp_path, real, extra="settings: {mode: static}\n")
+        result = opendrs("run", "--config", str(held), "--once")
+        assert result.returncode == 0, result.stderr
+        assert real.location("evac-ct") == (one, "Running")
+        why = why_not(tmp_path, held, "evac-ct")
+        assert "cannot move: container: restart migration not allowed" in why, why
+
+        result = opendrs(
+            "run", "--config", str(write_config(tmp_path, real, extra=RESTART)), "--once"
+        )
+        assert result.returncode == 0, result.stderr
+        assert real.location("evac-ct") == (two, "Running"), result.stderr
+    assert history(tmp_path, "SELECT guest, target, outcome FROM migrations") == [
+        ("evac-ct", two, "done")
+    ]
+
+
+def test_maintenance_leaves_a_stop_instance_stopped_on_its_member(
+    tmp_path: Path, real: RealCluster
+) -> None:
+    # Incus's evacuation stops a `cluster.evacuate: stop` instance and leaves it; the restore
+    # starts it again.
+    one, two = real.names
+    config = str(write_config(tmp_path, real, mode="shadow"))
+    with instances(real, ("stays-ct", two, True), ("goes-ct", two, True)):
+        real.cli("config", "set", "stays-ct", "cluster.evacuate=stop")
+        result = opendrs("maintenance", "enter", two, "--config", config)
+        assert result.returncode == 0, result.stderr
+        assert real.location("stays-ct") == (two, "Stopped")
+        assert real.location("goes-ct") == (one, "Running")
+        lines = result.stdout.splitlines()
+        assert lines[1].split() == ["goes-ct", two, "→", one], lines
+        assert lines[-1] == f"  left on {two}: stays-ct", lines
+        result = opendrs("maintenance", "leave", two, "--config", config)
+        assert result.returncode == 0, result.stderr
+        assert real.location("stays-ct") == (two, "Running")
+        assert real.location("goes-ct") == (two, "Running")
+
+
+#: The API extension of a ``limits.cpu`` written as a topology.
+TOPOLOGY = "instance_limits_cpu_topology"
+
+
+def test_a_cpu_topology_counts_its_vcpus_where_the_server_takes_one(
+    tmp_path: Path, real: RealCluster
+) -> None:
+    one = real.names[0]
+    extensions = real.query("/1.0")["api_extensions"]
+    with instances(real, ("topo-ct", one, False)):
+        taken = real.run_client("config", "set", "topo-ct", "limits.cpu=sockets=1,cores=2")
+        if TOPOLOGY not in extensions:
+            # The server refuses it: opendrs can never read one there.
+            assert taken.returncode != 0, taken.stdout
+            pytest.skip(
+                f"the {real.flavour.name} server has no API extension {TOPOLOGY}: "
+                f"it refuses limits.cpu as a topology ({taken.stderr.strip()[:120]})"
+            )
+        assert taken.returncode == 0, taken.stderr
+        result = opendrs("snapshot", "--config", str(write_config(tmp_path, real)))
+    assert result.returncode == 0, result.stderr
+    assert snapshot.loads(result.stdout, filename="live.yaml").guest("topo-ct").cpu == 2
+
+
 # -- a running virtual machine -----------------------------------------------------------------
 
 
@@ -615,3 +722,41 @@ def test_maintenance_evacuates_a_member_running_a_vm(
     assert result.returncode == 0, result.stderr
     assert real.location(vm) == (one, "Running")
     assert real.members()[one] == "Online"
+
+
+@pytest.mark.parametrize(
+    ("keys", "held"),
+    [
+        (("cluster.evacuate=stop",), "cluster.evacuate=stop: Incus never moves it live"),
+        (("cluster.evacuate=migrate",), "cluster.evacuate=migrate: Incus never moves it live"),
+        (("migration.stateful=false",), "migration.stateful is not true"),
+        (("cluster.evacuate=live-migrate",), None),
+    ],
+)
+def test_a_running_vm_moves_live_only_where_the_server_would(
+    tmp_path: Path, real: RealCluster, keys: tuple[str, ...], held: str | None
+) -> None:
+    # cluster.evacuate and migration.stateful decide whether Incus moves a running VM live;
+    # without restart moves, one it would not is held, and the why-not says why.
+    if real.vm_unavailable is not None:
+        pytest.skip(f"no VM on the {real.flavour.name} cluster: {real.vm_unavailable}")
+    one, two = real.names
+    config = write_config(
+        tmp_path, real, extra="settings: {mode: static, allow_local_disks: true}\n"
+    )
+    try:
+        real.create_vm("vm-rule", one, config=[f"user.opendrs.pin={two}", *keys])
+        result = opendrs("run", "--config", str(config), "--once")
+        assert result.returncode == 0, result.stderr
+        if held is None:
+            assert real.location("vm-rule") == (two, "Running"), result.stderr
+            assert history(tmp_path, "SELECT guest, target, outcome FROM migrations") == [
+                ("vm-rule", two, "done")
+            ]
+            return
+        assert real.location("vm-rule") == (one, "Running")
+        assert history(tmp_path, "SELECT * FROM migrations") == []
+        why = why_not(tmp_path, config, "vm-rule")
+        assert held in why, why
+    finally:
+        real.cli("delete", "--force", "vm-rule", check=False)
