@@ -760,3 +760,38 @@ def test_a_running_vm_moves_live_only_where_the_server_would(
         assert held in why, why
     finally:
         real.cli("delete", "--force", "vm-rule", check=False)
+
+
+def test_a_member_that_is_down_is_offline_and_takes_nothing(
+    tmp_path: Path, real: RealCluster
+) -> None:
+    # A member whose daemon is gone: the servers call it Online for some seconds (its reads
+    # fail: unreachable), then Offline (not read); to opendrs it is offline either way, and
+    # nothing moves to it.
+    one, two = real.names
+    config = write_config(tmp_path, real, extra=BALANCE_NOW)
+    with instances(real, ("stranded-ct", one, True)):
+        pin(real, "stranded-ct", two)
+        real.shutdown_daemon(two)
+        seen = []
+        for _ in range(2):
+            seen.append(real.members()[two])
+            result = opendrs("run", "--config", str(config), "--once")
+            assert result.returncode == 0, result.stderr
+            assert real.location("stranded-ct") == (one, "Running")
+            assert (
+                f"stranded-ct is on {one}, which its rules exclude; elsewhere: {two}: node "
+                "offline" in result.stderr
+            ), result.stderr
+            unreachable = f"member {two} is unreachable" in result.stderr
+            assert unreachable == (seen[-1] == "Online"), (seen, result.stderr)
+            deadline = time.monotonic() + 60
+            while real.members()[two] != "Offline":
+                assert time.monotonic() < deadline, real.members()
+                time.sleep(1)
+        assert seen[-1] == "Offline", seen
+        assert history(tmp_path, "SELECT * FROM migrations") == []
+        shown = opendrs("status", "--config", str(config)).stdout
+        assert [line.split()[:2] for line in shown.splitlines() if line.startswith(two)] == [
+            [two, "offline"]
+        ], shown
