@@ -638,6 +638,28 @@ def test_maintenance_leaves_a_stop_instance_stopped_on_its_member(
         assert real.location("goes-ct") == (two, "Running")
 
 
+def test_a_pinned_cpu_set_and_a_memory_share_are_counted(tmp_path: Path, real: RealCluster) -> None:
+    # limits.cpu as a set of CPUs counts them (both members have them: no rule); limits.memory
+    # as a percentage is that share of the member's memory.
+    one = real.names[0]
+    threads, memory = host_resources(real, one)
+    if threads < 2:
+        pytest.skip(f"the members have {threads} CPU thread: no set of two to pin")
+    with instances(real, ("pinned-ct", one, False)):
+        real.cli("config", "set", "pinned-ct", "limits.cpu=0-1", "limits.memory=50%")
+        real.cli("start", "pinned-ct")
+        result = opendrs("snapshot", "--config", str(write_config(tmp_path, real)))
+    assert result.returncode == 0, result.stderr
+    live = snapshot.loads(result.stdout, filename="live.yaml")
+    guest = live.guest("pinned-ct")
+    assert (guest.state, guest.cpu, guest.memory) == (
+        "running",
+        2,
+        memory // 2,
+    )
+    assert live.rules.node_affinity == (), live.rules
+
+
 #: The API extension of a ``limits.cpu`` written as a topology.
 TOPOLOGY = "instance_limits_cpu_topology"
 
