@@ -446,7 +446,7 @@ def test_a_manual_member_takes_nothing_automatically(tmp_path: Path, real: RealC
             assert result.returncode == 0, result.stderr
             assert history(tmp_path, "SELECT * FROM migrations") == []
             why = why_not(tmp_path, config, "big-ct")
-            assert f"{two}  strict node affinity (scheduler.instance=manual)" in why, why
+            assert f"{two}  strict node affinity (scheduler.instance: {two} manual)" in why, why
         # The member back to `all`: balancing moves the big one there.
         result = opendrs("run", "--config", str(config), "--once")
         assert result.returncode == 0, result.stderr
