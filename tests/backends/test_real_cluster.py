@@ -784,6 +784,30 @@ def test_a_running_vm_moves_live_only_where_the_server_would(
         real.cli("delete", "--force", "vm-rule", check=False)
 
 
+def test_an_evacuated_member_is_online_and_takes_nothing(tmp_path: Path, real: RealCluster) -> None:
+    # Evacuated by the server itself (not through opendrs): online, in maintenance, no target.
+    one, two = real.names
+    config = write_config(tmp_path, real, extra=BALANCE_NOW)
+    with instances(real, ("waiting-ct", one, True)):
+        pin(real, "waiting-ct", two)
+        real.cli("cluster", "evacuate", two, "--force")
+        try:
+            assert real.members()[two] == "Evacuated"
+            result = opendrs("run", "--config", str(config), "--once")
+            assert result.returncode == 0, result.stderr
+            assert f"elsewhere: {two}: node in maintenance" in result.stderr, result.stderr
+            assert real.location("waiting-ct") == (one, "Running")
+            assert history(tmp_path, "SELECT * FROM migrations") == []
+            live = snapshot.loads(
+                opendrs("snapshot", "--config", str(config)).stdout, filename="live.yaml"
+            )
+            assert (live.node(two).online, live.node(two).maintenance) == (True, True)
+            why = why_not(tmp_path, config, "waiting-ct")
+            assert f"{two}  node in maintenance" in why, why
+        finally:
+            real.cli("cluster", "restore", two, "--force")
+
+
 def test_a_member_that_is_down_is_offline_and_takes_nothing(
     tmp_path: Path, real: RealCluster
 ) -> None:
