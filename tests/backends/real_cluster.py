@@ -207,6 +207,11 @@ class RealCluster:
         member = member or self.names[0]
         return self._run(member, [self.flavour.client, *args], check=check).stdout
 
+    def run_client(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """The client with ``args`` on the first member, whatever its exit status: its exit
+        status, standard output and error."""
+        return self._run(self.names[0], [self.flavour.client, *args], check=False)
+
     def admin(self, member: str, *args: str, stdin: str | None = None) -> Any:
         """The server's admin command (``lxd …``/``incus admin …``) on ``member``."""
         return self._run(member, [*self.flavour.admin, *args], stdin=stdin, check=False)

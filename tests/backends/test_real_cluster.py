@@ -446,7 +446,7 @@ def test_a_manual_member_takes_nothing_automatically(tmp_path: Path, real: RealC
             assert result.returncode == 0, result.stderr
             assert history(tmp_path, "SELECT * FROM migrations") == []
             why = why_not(tmp_path, config, "big-ct")
-            assert f"{two}  strict node affinity (scheduler.instance=manual)" in why, why
+            assert f"{two}  strict node affinity (scheduler.instance: {two} manual)" in why, why
         # The member back to `all`: balancing moves the big one there.
         result = opendrs("run", "--config", str(config), "--once")
         assert result.returncode == 0, result.stderr
@@ -555,6 +555,135 @@ def test_a_project_is_observed_and_acted_in_alone(tmp_path: Path, real: RealClus
     ]
 
 
+@pytest.mark.parametrize(("target", "moves"), [("block", False), (None, False), ("allow", True)])
+def test_a_project_that_blocks_targets_keeps_its_instances(
+    tmp_path: Path, real: RealCluster, target: str | None, moves: bool
+) -> None:
+    # A restricted project's restricted.cluster.target is `block` unless set (`None`: unset):
+    # no one may choose a member for its instances. Created while `allow`, then blocked.
+    one, two = real.names
+    config = write_config(tmp_path, real, extra=RESTART, backend=", project: locked")
+    with project(real, "locked", "restricted=true", "restricted.cluster.target=allow"):
+        real.create_container("kept-ct", one, run=True, project="locked")
+        pin(real, "kept-ct", two, "locked")
+        if target is None:
+            real.cli("project", "unset", "locked", "restricted.cluster.target")
+        else:
+            real.cli("project", "set", "locked", f"restricted.cluster.target={target}")
+        result = opendrs("run", "--config", str(config), "--once")
+        assert result.returncode == 0, result.stderr
+        if moves:
+            assert real.location("kept-ct", "locked") == (two, "Running"), result.stderr
+            return
+        assert real.location("kept-ct", "locked") == (one, "Running")
+        assert history(tmp_path, "SELECT * FROM migrations") == []
+        why = why_not(tmp_path, config, "locked/kept-ct")
+        assert (
+            "project locked has restricted.cluster.target=block: Incus keeps it where it is" in why
+        ), why
+        # opendrs holds it itself, as Incus's balancer does: the server lets an administrator
+        # (this socket) name a member there all the same.
+        named = real.run_client(
+            "init", "--empty", "probe-ct", "--target", two, "--project", "locked"
+        )
+        assert named.returncode == 0, named.stderr
+
+
+@pytest.mark.parametrize("evacuate", ["stop", "migrate", "auto"])
+def test_cluster_evacuate_on_a_running_container(
+    tmp_path: Path, real: RealCluster, evacuate: str
+) -> None:
+    # A running container never moves live (no CRIU), whatever cluster.evacuate says: a
+    # restart move with allow_restart_migration, held without it.
+    one, two = real.names
+    with instances(real, ("evac-ct", one, True)):
+        real.cli("config", "set", "evac-ct", f"cluster.evacuate={evacuate}")
+        pin(real, "evac-ct", two)
+        held = write_config(tmp_path, real, extra="settings: {mode: static}\n")
+        result = opendrs("run", "--config", str(held), "--once")
+        assert result.returncode == 0, result.stderr
+        assert real.location("evac-ct") == (one, "Running")
+        why = why_not(tmp_path, held, "evac-ct")
+        assert "cannot move: container: restart migration not allowed" in why, why
+
+        result = opendrs(
+            "run", "--config", str(write_config(tmp_path, real, extra=RESTART)), "--once"
+        )
+        assert result.returncode == 0, result.stderr
+        assert real.location("evac-ct") == (two, "Running"), result.stderr
+    assert history(tmp_path, "SELECT guest, target, outcome FROM migrations") == [
+        ("evac-ct", two, "done")
+    ]
+
+
+def test_maintenance_leaves_a_stop_instance_stopped_on_its_member(
+    tmp_path: Path, real: RealCluster
+) -> None:
+    # Incus's evacuation stops a `cluster.evacuate: stop` instance and leaves it; the restore
+    # starts it again.
+    one, two = real.names
+    config = str(write_config(tmp_path, real, mode="shadow"))
+    with instances(real, ("stays-ct", two, True), ("goes-ct", two, True)):
+        real.cli("config", "set", "stays-ct", "cluster.evacuate=stop")
+        result = opendrs("maintenance", "enter", two, "--config", config)
+        assert result.returncode == 0, result.stderr
+        assert real.location("stays-ct") == (two, "Stopped")
+        assert real.location("goes-ct") == (one, "Running")
+        lines = result.stdout.splitlines()
+        assert lines[1].split() == ["goes-ct", two, "→", one], lines
+        assert lines[-1] == f"  left on {two}: stays-ct", lines
+        result = opendrs("maintenance", "leave", two, "--config", config)
+        assert result.returncode == 0, result.stderr
+        assert real.location("stays-ct") == (two, "Running")
+        assert real.location("goes-ct") == (two, "Running")
+
+
+def test_a_pinned_cpu_set_and_a_memory_share_are_counted(tmp_path: Path, real: RealCluster) -> None:
+    # limits.cpu as a set of CPUs counts them (both members have them: no rule); limits.memory
+    # as a percentage is that share of the member's memory.
+    one = real.names[0]
+    threads, memory = host_resources(real, one)
+    if threads < 2:
+        pytest.skip(f"the members have {threads} CPU thread: no set of two to pin")
+    with instances(real, ("pinned-ct", one, False)):
+        real.cli("config", "set", "pinned-ct", "limits.cpu=0-1", "limits.memory=50%")
+        real.cli("start", "pinned-ct")
+        result = opendrs("snapshot", "--config", str(write_config(tmp_path, real)))
+    assert result.returncode == 0, result.stderr
+    live = snapshot.loads(result.stdout, filename="live.yaml")
+    guest = live.guest("pinned-ct")
+    assert (guest.state, guest.cpu, guest.memory) == (
+        "running",
+        2,
+        memory // 2,
+    )
+    assert live.rules.node_affinity == (), live.rules
+
+
+#: The API extension of a ``limits.cpu`` written as a topology.
+TOPOLOGY = "instance_limits_cpu_topology"
+
+
+def test_a_cpu_topology_counts_its_vcpus_where_the_server_takes_one(
+    tmp_path: Path, real: RealCluster
+) -> None:
+    one = real.names[0]
+    extensions = real.query("/1.0")["api_extensions"]
+    with instances(real, ("topo-ct", one, False)):
+        taken = real.run_client("config", "set", "topo-ct", "limits.cpu=sockets=1,cores=2")
+        if TOPOLOGY not in extensions:
+            # The server refuses it: opendrs can never read one there.
+            assert taken.returncode != 0, taken.stdout
+            pytest.skip(
+                f"the {real.flavour.name} server has no API extension {TOPOLOGY}: "
+                f"it refuses limits.cpu as a topology ({taken.stderr.strip()[:120]})"
+            )
+        assert taken.returncode == 0, taken.stderr
+        result = opendrs("snapshot", "--config", str(write_config(tmp_path, real)))
+    assert result.returncode == 0, result.stderr
+    assert snapshot.loads(result.stdout, filename="live.yaml").guest("topo-ct").cpu == 2
+
+
 # -- a running virtual machine -----------------------------------------------------------------
 
 
@@ -615,3 +744,100 @@ def test_maintenance_evacuates_a_member_running_a_vm(
     assert result.returncode == 0, result.stderr
     assert real.location(vm) == (one, "Running")
     assert real.members()[one] == "Online"
+
+
+@pytest.mark.parametrize(
+    ("keys", "held"),
+    [
+        (("cluster.evacuate=stop",), "cluster.evacuate=stop: Incus never moves it live"),
+        (("cluster.evacuate=migrate",), "cluster.evacuate=migrate: Incus never moves it live"),
+        (("migration.stateful=false",), "migration.stateful is not true"),
+        (("cluster.evacuate=live-migrate",), None),
+    ],
+)
+def test_a_running_vm_moves_live_only_where_the_server_would(
+    tmp_path: Path, real: RealCluster, keys: tuple[str, ...], held: str | None
+) -> None:
+    # cluster.evacuate and migration.stateful decide whether Incus moves a running VM live;
+    # without restart moves, one it would not is held, and the why-not says why.
+    if real.vm_unavailable is not None:
+        pytest.skip(f"no VM on the {real.flavour.name} cluster: {real.vm_unavailable}")
+    one, two = real.names
+    config = write_config(
+        tmp_path, real, extra="settings: {mode: static, allow_local_disks: true}\n"
+    )
+    try:
+        real.create_vm("vm-rule", one, config=[f"user.opendrs.pin={two}", *keys])
+        result = opendrs("run", "--config", str(config), "--once")
+        assert result.returncode == 0, result.stderr
+        if held is None:
+            assert real.location("vm-rule") == (two, "Running"), result.stderr
+            assert history(tmp_path, "SELECT guest, target, outcome FROM migrations") == [
+                ("vm-rule", two, "done")
+            ]
+            return
+        assert real.location("vm-rule") == (one, "Running")
+        assert history(tmp_path, "SELECT * FROM migrations") == []
+        why = why_not(tmp_path, config, "vm-rule")
+        assert held in why, why
+    finally:
+        real.cli("delete", "--force", "vm-rule", check=False)
+
+
+def test_an_evacuated_member_is_online_and_takes_nothing(tmp_path: Path, real: RealCluster) -> None:
+    # Evacuated by the server itself (not through opendrs): online, in maintenance, no target.
+    one, two = real.names
+    config = write_config(tmp_path, real, extra=BALANCE_NOW)
+    with instances(real, ("waiting-ct", one, True)):
+        pin(real, "waiting-ct", two)
+        real.cli("cluster", "evacuate", two, "--force")
+        try:
+            assert real.members()[two] == "Evacuated"
+            result = opendrs("run", "--config", str(config), "--once")
+            assert result.returncode == 0, result.stderr
+            assert f"elsewhere: {two}: node in maintenance" in result.stderr, result.stderr
+            assert real.location("waiting-ct") == (one, "Running")
+            assert history(tmp_path, "SELECT * FROM migrations") == []
+            live = snapshot.loads(
+                opendrs("snapshot", "--config", str(config)).stdout, filename="live.yaml"
+            )
+            assert (live.node(two).online, live.node(two).maintenance) == (True, True)
+            why = why_not(tmp_path, config, "waiting-ct")
+            assert f"{two}  node in maintenance" in why, why
+        finally:
+            real.cli("cluster", "restore", two, "--force")
+
+
+def test_a_member_that_is_down_is_offline_and_takes_nothing(
+    tmp_path: Path, real: RealCluster
+) -> None:
+    # A member whose daemon is gone: the servers call it Online for some seconds (its reads
+    # fail: unreachable), then Offline (not read); to opendrs it is offline either way, and
+    # nothing moves to it.
+    one, two = real.names
+    config = write_config(tmp_path, real, extra=BALANCE_NOW)
+    with instances(real, ("stranded-ct", one, True)):
+        pin(real, "stranded-ct", two)
+        real.shutdown_daemon(two)
+        seen = []
+        for _ in range(2):
+            seen.append(real.members()[two])
+            result = opendrs("run", "--config", str(config), "--once")
+            assert result.returncode == 0, result.stderr
+            assert real.location("stranded-ct") == (one, "Running")
+            assert (
+                f"stranded-ct is on {one}, which its rules exclude; elsewhere: {two}: node "
+                "offline" in result.stderr
+            ), result.stderr
+            unreachable = f"member {two} is unreachable" in result.stderr
+            assert unreachable == (seen[-1] == "Online"), (seen, result.stderr)
+            deadline = time.monotonic() + 60
+            while real.members()[two] != "Offline":
+                assert time.monotonic() < deadline, real.members()
+                time.sleep(1)
+        assert seen[-1] == "Offline", seen
+        assert history(tmp_path, "SELECT * FROM migrations") == []
+        shown = opendrs("status", "--config", str(config)).stdout
+        assert [line.split()[:2] for line in shown.splitlines() if line.startswith(two)] == [
+            [two, "offline"]
+        ], shown

@@ -54,7 +54,9 @@ from opendrs.model.cluster import Move, Settings
 
 log = logging.getLogger(__name__)
 
-#: Seconds a stop or a start of a restart move may take before the instance is stopped by force.
+#: Seconds the server waits for a restart move's clean stop (``force: false``): an instance that
+#: has not shut down by then is not forced (``doInstanceStatePut`` in Incus's
+#: ``cmd/incusd/instance_state.go``); its stop operation fails, and the move with it.
 _STOP_TIMEOUT: Final = 60
 _RESTART: Final = "restart:"
 #: The API extension of a server that moves a running VM live (QEMU to QEMU); without it, a

@@ -72,9 +72,11 @@ def _booted_stateful(config: Mapping[str, str]) -> bool:
 
 def project_hold(project: str, config: Mapping[str, object]) -> str | None:
     """Why a project's instances stay where Incus put them: a ``restricted`` project whose
-    ``restricted.cluster.target`` is ``block`` (the default of a restricted project) lets no one
-    choose a member for them (``projectHasRestriction`` and ``CheckClusterTargetRestriction``
-    in ``internal/server/project/permissions.go``), and Incus's own balancer skips them."""
+    ``restricted.cluster.target`` is ``block`` (the default of a restricted project) lets no
+    restricted client choose a member for them (``projectHasRestriction`` and
+    ``CheckClusterTargetRestriction`` in ``internal/server/project/permissions.go``), and Incus's
+    own balancer skips them. An administrator (the socket, an unrestricted certificate) may
+    override the block, as Incus's evacuation does; opendrs, a balancer, does not."""
     if not flag(config.get("restricted", "")):
         return None
     if str(config.get("restricted.cluster.target") or "block") != "block":
