@@ -175,9 +175,12 @@ class FakeIncus:
             member.roles = [r for r in member.roles if r != "database-leader"]
         self.members[name].roles.insert(0, "database-leader")
 
-    def fail(self, method: str, path: str, status: int, message: str, times: int = 1) -> None:
-        """Answer the next ``times`` requests ``method path`` with an API error."""
-        self._faults.append([method, path, status, message, times])
+    def fail(
+        self, method: str, path: str, status: int, message: str, times: int = 1, target: str = ""
+    ) -> None:
+        """Answer the next ``times`` requests ``method path`` (with ``?target=target`` only, when
+        given) with an API error."""
+        self._faults.append([method, path, status, message, times, target])
 
     def hang(self, method: str, path: str, seconds: float, *, target: str = "") -> None:
         """Answer every request ``method path`` (with ``?target=target`` only, when given) after
@@ -284,7 +287,8 @@ class FakeIncus:
         if delay:
             await asyncio.sleep(delay)
         for fault in self._faults:
-            if fault[0] == request.method and fault[1] == request.path and fault[4] > 0:
+            aimed = not fault[5] or fault[5] == request.query.get("target", "")
+            if fault[0] == request.method and fault[1] == request.path and fault[4] > 0 and aimed:
                 fault[4] -= 1
                 return _error(fault[2], fault[3])
         request[BODY] = body

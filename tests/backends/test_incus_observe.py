@@ -175,7 +175,8 @@ def test_a_member_that_is_down_is_asked_once_and_counts_as_offline(served: Serve
     # LXD 5.0's answer for a member whose daemon stopped, before the heartbeat marks it
     # Offline (~20 s): 500 after a 10 s wait, every time — not worth asking again.
     down = "Missing event connection with target cluster member"
-    served.fake.fail("GET", "/1.0/resources", 500, down, times=1)
+    # aimed at m1: the members are read side by side, in no fixed order
+    served.fake.fail("GET", "/1.0/resources", 500, down, times=1, target="m1")
     cluster, _ = observe(served)
     assert [n.online for n in cluster.nodes] == [False, True, True]
     assert len(served.fake.calls("GET", "/1.0/resources")) == 3  # once per member
