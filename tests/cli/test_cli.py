@@ -443,20 +443,19 @@ def test_a_proxlb_scenario_out_of_range_is_refused_when_read(
 def test_a_strategys_internal_error_is_a_bug_not_a_usage_error(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, error: Exception
 ) -> None:
-    import functools
-    from dataclasses import replace as dc_replace
-
-    from opendrs.engine.strategies import REGISTRY
+    from opendrs.engine.strategies import REGISTRY, StrategyInfo
 
     real = REGISTRY["balance"]
 
-    @functools.wraps(real.run)  # the same options
-    def broken(view: Any, request: Any, options: Any) -> object:
-        if len(view.cluster.guests) > 2:  # the demo, not a trial of the options
-            raise error
-        return real.run(view, request, options)
+    class Broken:  # the same name and options
+        name, summary, Options = real.name, real.summary, real.options
 
-    monkeypatch.setitem(REGISTRY, "balance", dc_replace(real, run=broken))
+        def propose(self, view: Any, request: Any, options: Any) -> Any:
+            if len(view.cluster.guests) > 2:  # the demo, not a trial of the options
+                raise error
+            return real.strategy.propose(view, request, options)
+
+    monkeypatch.setitem(REGISTRY, "balance", StrategyInfo(Broken()))
     code, out, err = run(capsys, "plan", "demo", "-o", "wide=8")
     assert code == 1 and out == ""
     assert err.startswith("error: internal error (a bug in opendrs, please report it): ")
@@ -472,11 +471,13 @@ def test_a_strategys_internal_error_is_a_bug_not_a_usage_error(
 def test_an_internal_error_as_a_process_is_one_line() -> None:
     code = (
         "import sys\n"
-        "from opendrs.engine.strategies import REGISTRY\n"
-        "from dataclasses import replace\n"
-        "def broken(view, request, options):\n"
-        "    raise RuntimeError('Unable to cast Python instance of type int to C++ type')\n"
-        "REGISTRY['balance'] = replace(REGISTRY['balance'], run=broken)\n"
+        "from opendrs.engine.strategies import REGISTRY, StrategyInfo\n"
+        "real = REGISTRY['balance']\n"
+        "class Broken:\n"
+        "    name, summary, Options = real.name, real.summary, real.options\n"
+        "    def propose(self, view, request, options):\n"
+        "        raise RuntimeError('Unable to cast Python instance of type int to C++ type')\n"
+        "REGISTRY['balance'] = StrategyInfo(Broken())\n"
         "from opendrs.cli import main\n"
         "sys.exit(main(['plan', 'demo']))\n"
     )

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from typing import Any
 
 import pytest
 from threadpoolctl import threadpool_info
 
 from opendrs.engine import blas
-from opendrs.engine.strategies import get_strategy
-from opendrs.engine.strategies.base import REGISTRY
+from opendrs.engine.strategies import REGISTRY, StrategyInfo, get_strategy
 from opendrs.model.snapshot import load_demo
 
 
@@ -29,11 +28,14 @@ def test_a_strategy_runs_on_one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[list[int]] = []
     info = get_strategy("balance")
 
-    def watched(*args: object) -> object:
-        seen.append(_blas_threads())
-        return info.run(*args)  # type: ignore[arg-type]
+    class Watched:
+        name, summary, Options = info.name, info.summary, info.options
 
-    monkeypatch.setitem(REGISTRY, "balance", replace(info, run=watched))
+        def propose(self, view: Any, request: Any, options: Any) -> Any:
+            seen.append(_blas_threads())
+            return info.strategy.propose(view, request, options)
+
+    monkeypatch.setitem(REGISTRY, "balance", StrategyInfo(Watched()))
     before = _blas_threads()
     get_strategy("balance").propose(load_demo())
     assert seen and all(set(s) == {1} for s in seen)

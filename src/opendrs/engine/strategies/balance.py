@@ -106,16 +106,19 @@ from opendrs.engine.constraints import Constraints, movability
 from opendrs.engine.imbalance import balance_objective, resource_weights
 from opendrs.engine.sparse_rows import RowMask
 from opendrs.engine.usage import RESOURCES, LoadModel, arch_groups, loaded_nodes, tolerance
+from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster
 
 from .base import (
     Proposal,
     ProposedMove,
+    Request,
+    Strategy,
     StrategyOptions,
     cluster_imbalance,
     constraints_for,
     migration_cost,
-    register_function,
+    spread_options,
 )
 from .grain_polish import polish
 from .optimal import REPAIR_TIME_LIMIT, solve_repair
@@ -2032,11 +2035,17 @@ class BalanceOptions(StrategyOptions):
         _check_options(self.target_spread, self.margin, self.max_moves, self.wide, self.swaps)
 
 
-register_function(
-    "balance",
-    "opendrs: fewest, smallest migrations to a target spread; all rules hard",
-    BalanceOptions,
-    propose_balance,
-    asks=("target_spread", "max_moves"),
-    usage_from_models=True,
-)
+class Balance:
+    """The strategy as the registry lists it (see :class:`.base.Strategy`)."""
+
+    name = "balance"
+    summary = "opendrs: fewest, smallest migrations to a target spread; all rules hard"
+    Options = BalanceOptions
+
+    def propose(self, view: CycleView, request: Request, options: BalanceOptions) -> Proposal:
+        return spread_options(
+            propose_balance, view.observed, view, request, options, ("target_spread", "max_moves")
+        )
+
+
+STRATEGIES: tuple[Strategy, ...] = (Balance(),)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Self
+from typing import Any, Protocol, Self
 
 import numpy as np
 
@@ -309,18 +309,70 @@ def _typed(strategy: str, name: str, value: object, default: object) -> object:
         raise ValueError(f"strategy {strategy} option {name}: {exc}") from None
 
 
-#: How a registered strategy runs: the decision's view, the request and its typed options.
-Runner = Callable[[CycleView, Request, Any], Proposal]
+class Strategy(Protocol):
+    """A rebalancing strategy, as the registry (:mod:`.registry`) lists it.
+
+    ``name`` is what a policy's ``strategy`` and ``opendrs plan --strategy`` say, ``summary`` one
+    line about it, ``Options`` its typed options (a :class:`StrategyOptions`), and
+    :meth:`propose` decides a target placement for the decision's view, asked by ``request``
+    and configured by ``options`` (an instance of ``Options``, already validated).
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def summary(self) -> str: ...
+
+    @property
+    def Options(self) -> type[StrategyOptions]: ...
+
+    def propose(self, view: CycleView, request: Request, options: Any) -> Proposal: ...
+
+
+def spread_options(
+    function: Callable[..., Proposal],
+    cluster: Cluster,
+    view: CycleView,
+    request: Request,
+    options: StrategyOptions,
+    asks: tuple[str, ...] = (),
+) -> Proposal:
+    """Transitional: ``function(cluster, *, forbidden, constraints, loads, **options)`` with
+    each option spread into a keyword (and each :class:`Request` field in ``asks``, unless an
+    option of that name is set explicitly). To be gone once every strategy reads its options."""
+    values = options.values()
+    own = set(options.names())
+    for key in asks:
+        asked = getattr(request, key)
+        values[key] = options.pick(key, asked) if key in own else asked
+    return function(
+        cluster,
+        forbidden=request.forbidden,
+        constraints=view.constraints,
+        loads=view.loads,
+        **values,
+    )
 
 
 @dataclass(frozen=True)
 class StrategyInfo:
-    """A registered strategy: its name, one line about it, its options class and its runner."""
+    """A registered strategy, with the conveniences callers share: a bare cluster makes its own
+    view, options given as a mapping are parsed first, and BLAS runs on one thread."""
 
-    name: str
-    summary: str
-    options: type[StrategyOptions]
-    run: Runner
+    strategy: Strategy
+
+    @property
+    def name(self) -> str:
+        return self.strategy.name
+
+    @property
+    def summary(self) -> str:
+        return self.strategy.summary
+
+    @property
+    def options(self) -> type[StrategyOptions]:
+        return self.strategy.Options
 
     def propose(
         self,
@@ -335,55 +387,4 @@ class StrategyInfo:
         if options is None or isinstance(options, Mapping):
             options = self.options.parse(self.name, options or {})
         with blas.one_thread():
-            return self.run(view, request or Request(), options)
-
-
-REGISTRY: dict[str, StrategyInfo] = {}
-
-
-def register(name: str, summary: str, options: type[StrategyOptions]) -> Callable[[Runner], Runner]:
-    """Decorator: register a runner ``(view, request, options) -> Proposal`` under ``name``."""
-
-    def wrap(run: Runner) -> Runner:
-        REGISTRY[name] = StrategyInfo(name, summary, options, run)
-        return run
-
-    return wrap
-
-
-def register_function(
-    name: str,
-    summary: str,
-    options: type[StrategyOptions],
-    function: Callable[..., Proposal],
-    *,
-    asks: tuple[str, ...] = (),
-    usage_from_models: bool = False,
-) -> None:
-    """Register ``function(cluster, *, forbidden, constraints, loads, **options)`` as strategy
-    ``name``: it gets the view's cluster, the request's forbidden placements and the models the
-    view built — its constraints (capacity on the usage the view checks, nothing forbidden yet:
-    :func:`constraints_for`) and its balance loads —, each option by its name, and each
-    :class:`Request` field in ``asks`` too: the request's value unless an option of that name is
-    set explicitly (:meth:`StrategyOptions.pick`).
-
-    A strategy that reads measured usage only from those models (``usage_from_models``) gets
-    the observation itself (:attr:`CycleView.observed`); the others, which model usage their own
-    way from a :class:`Cluster`, get it with the view's balancing usage written in
-    (:attr:`CycleView.cluster`)."""
-    own = set(options.names())
-
-    def run(view: CycleView, request: Request, chosen: StrategyOptions) -> Proposal:
-        values = chosen.values()
-        for key in asks:
-            asked = getattr(request, key)
-            values[key] = chosen.pick(key, asked) if key in own else asked
-        return function(
-            view.observed if usage_from_models else view.cluster,
-            forbidden=request.forbidden,
-            constraints=view.constraints,
-            loads=view.loads,
-            **values,
-        )
-
-    register(name, summary, options)(run)
+            return self.strategy.propose(view, request or Request(), options)

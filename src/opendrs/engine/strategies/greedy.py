@@ -43,16 +43,19 @@ from opendrs.engine.constraints import Constraints
 from opendrs.engine.imbalance import balance_objective
 from opendrs.engine.placement import PlacementState
 from opendrs.engine.usage import LoadModel
+from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster
 
 from .base import (
     Proposal,
     ProposedMove,
+    Request,
+    Strategy,
     StrategyOptions,
     bundle_moves,
     cluster_imbalance,
     constraints_for,
-    register_function,
+    spread_options,
 )
 from .pve import Bundle, fraction_shift, fractions_of, movable_bundles
 
@@ -193,9 +196,15 @@ class GreedyOptions(StrategyOptions):
     passes: int = DEFAULT_PASSES
 
 
-register_function(
-    NAME,
-    "Proxmox's sketched balancer: worst guests first, to their best node unless close",
-    GreedyOptions,
-    propose_greedy,
-)
+class Greedy:
+    """The strategy as the registry lists it (see :class:`.base.Strategy`)."""
+
+    name = NAME
+    summary = "Proxmox's sketched balancer: worst guests first, to their best node unless close"
+    Options = GreedyOptions
+
+    def propose(self, view: CycleView, request: Request, options: GreedyOptions) -> Proposal:
+        return spread_options(propose_greedy, view.cluster, view, request, options)
+
+
+STRATEGIES: tuple[Strategy, ...] = (Greedy(),)

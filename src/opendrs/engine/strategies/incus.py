@@ -56,16 +56,19 @@ import numpy as np
 from opendrs.engine.constraints import Constraints
 from opendrs.engine.placement import PlacementState
 from opendrs.engine.usage import LoadModel
+from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster
 
 from .base import (
     Proposal,
     ProposedMove,
+    Request,
+    Strategy,
     StrategyOptions,
     bundle_moves,
     cluster_imbalance,
     constraints_for,
-    register_function,
+    spread_options,
 )
 from .pve import Bundle, fractions_of, movable_bundles, pve_weights
 
@@ -261,10 +264,22 @@ class IncusOptions(StrategyOptions):
     max_moves: int = DEFAULT_MAX_MOVES
 
 
-register_function(
-    NAME,
-    "Incus rebalancing: busiest member to the least busy, up to the midpoint, per arch",
-    IncusOptions,
-    propose_incus,
-    asks=("max_moves", "cooldown_until", "now"),
-)
+class Incus:
+    """The strategy as the registry lists it (see :class:`.base.Strategy`)."""
+
+    name = NAME
+    summary = "Incus rebalancing: busiest member to the least busy, up to the midpoint, per arch"
+    Options = IncusOptions
+
+    def propose(self, view: CycleView, request: Request, options: IncusOptions) -> Proposal:
+        return spread_options(
+            propose_incus,
+            view.cluster,
+            view,
+            request,
+            options,
+            ("max_moves", "cooldown_until", "now"),
+        )
+
+
+STRATEGIES: tuple[Strategy, ...] = (Incus(),)

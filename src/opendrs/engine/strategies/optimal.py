@@ -108,11 +108,12 @@ from .base import (
     Proposal,
     ProposedMove,
     Request,
+    Strategy,
     StrategyOptions,
     cluster_imbalance,
     constraints_for,
     migration_cost,
-    register_function,
+    spread_options,
 )
 
 if TYPE_CHECKING:
@@ -2074,13 +2075,20 @@ def _is_number(value: object) -> bool:
     return value is None or (not isinstance(value, bool) and isinstance(value, int | float))
 
 
-register_function(
-    STRATEGY,
-    "Exact placement with CP-SAT: spread, migration cost and soft rules (proxlb-solver's model)",
-    OptimalOptions,
-    propose_optimal,
-)
+class Optimal:
+    """The strategy as the registry lists it (see :class:`.base.Strategy`)."""
 
+    name = STRATEGY
+    summary = (
+        "Exact placement with CP-SAT: spread, migration cost and soft rules (proxlb-solver's model)"
+    )
+    Options = OptimalOptions
+
+    def propose(self, view: CycleView, request: Request, options: OptimalOptions) -> Proposal:
+        return spread_options(propose_optimal, view.cluster, view, request, options)
+
+
+STRATEGIES: tuple[Strategy, ...] = (Optimal(),)
 
 __all__ = [
     "BALANCINESS",

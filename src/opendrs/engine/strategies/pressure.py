@@ -73,17 +73,20 @@ from opendrs.engine.constraints import Constraints
 from opendrs.engine.mcdm import ahp_weights, topsis_scores
 from opendrs.engine.placement import PlacementState
 from opendrs.engine.usage import LoadModel, usage_loads
+from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster
 from opendrs.model.units import UnitError, parse_bytes
 
 from .base import (
     Proposal,
     ProposedMove,
+    Request,
+    Strategy,
     StrategyOptions,
     bundle_moves,
     cluster_imbalance,
     constraints_for,
-    register_function,
+    spread_options,
 )
 from .pve import (
     Bundle,
@@ -522,10 +525,17 @@ class PressureOptions(StrategyOptions):
             raise ValueError(f"last_moved: expected a guest id, got {self.last_moved!r}")
 
 
-register_function(
-    NAME,
-    "DRS-like: move the worst bad VM (cpu pressure, node memory, rules), TOPSIS+AHP",
-    PressureOptions,
-    propose_pressure,
-    asks=("max_moves",),
-)
+class Pressure:
+    """The strategy as the registry lists it (see :class:`.base.Strategy`)."""
+
+    name = NAME
+    summary = "DRS-like: move the worst bad VM (cpu pressure, node memory, rules), TOPSIS+AHP"
+    Options = PressureOptions
+
+    def propose(self, view: CycleView, request: Request, options: PressureOptions) -> Proposal:
+        return spread_options(
+            propose_pressure, view.cluster, view, request, options, ("max_moves",)
+        )
+
+
+STRATEGIES: tuple[Strategy, ...] = (Pressure(),)

@@ -65,17 +65,20 @@ import numpy as np
 from opendrs.engine.constraints import Constraints, movability
 from opendrs.engine.placement import PlacementState
 from opendrs.engine.usage import LoadModel
+from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster
 from opendrs.model.rules import GuestAffinity, NodeAffinity
 
 from .base import (
     Proposal,
     ProposedMove,
+    Request,
+    Strategy,
     StrategyOptions,
     bundle_moves,
     cluster_imbalance,
     constraints_for,
-    register_function,
+    spread_options,
 )
 
 NAME = "proxlb-greedy"
@@ -569,10 +572,17 @@ class ProxlbGreedyOptions(StrategyOptions):
         )
 
 
-register_function(
-    NAME,
-    "ProxLB 2.3's greedy balancer: busiest node's guests to the most free node",
-    ProxlbGreedyOptions,
-    propose_proxlb_greedy,
-    asks=("max_moves",),
-)
+class ProxlbGreedy:
+    """The strategy as the registry lists it (see :class:`.base.Strategy`)."""
+
+    name = NAME
+    summary = "ProxLB 2.3's greedy balancer: busiest node's guests to the most free node"
+    Options = ProxlbGreedyOptions
+
+    def propose(self, view: CycleView, request: Request, options: ProxlbGreedyOptions) -> Proposal:
+        return spread_options(
+            propose_proxlb_greedy, view.cluster, view, request, options, ("max_moves",)
+        )
+
+
+STRATEGIES: tuple[Strategy, ...] = (ProxlbGreedy(),)

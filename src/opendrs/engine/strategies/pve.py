@@ -54,16 +54,19 @@ from opendrs.engine.constraints import Constraints, movability
 from opendrs.engine.mcdm import topsis_scores
 from opendrs.engine.placement import PlacementState
 from opendrs.engine.usage import LoadModel
+from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster
 
 from .base import (
     Proposal,
     ProposedMove,
+    Request,
+    Strategy,
     StrategyOptions,
     bundle_moves,
     cluster_imbalance,
     constraints_for,
-    register_function,
+    spread_options,
 )
 
 #: Proxmox's defaults: 30 % and 10 % (pve-cluster 9.1.5 ``DataCenterConfig.pm``), as fractions.
@@ -652,17 +655,31 @@ class PveOptions(StrategyOptions):
             )
 
 
-register_function(
-    "pve-bruteforce",
-    "Proxmox auto-rebalance: best single move by imbalance, repeated",
-    PveOptions,
-    propose_bruteforce,
-    asks=("max_moves",),
-)
-register_function(
-    "pve-topsis",
-    "Proxmox auto-rebalance: best single move by TOPSIS on RMS/max load",
-    PveOptions,
-    propose_topsis,
-    asks=("max_moves",),
+class PveBruteforce:
+    """The strategy as the registry lists it (see :class:`.base.Strategy`)."""
+
+    name = "pve-bruteforce"
+    summary = "Proxmox auto-rebalance: best single move by imbalance, repeated"
+    Options = PveOptions
+
+    def propose(self, view: CycleView, request: Request, options: PveOptions) -> Proposal:
+        return spread_options(
+            propose_bruteforce, view.cluster, view, request, options, ("max_moves",)
+        )
+
+
+class PveTopsis:
+    """The strategy as the registry lists it (see :class:`.base.Strategy`)."""
+
+    name = "pve-topsis"
+    summary = "Proxmox auto-rebalance: best single move by TOPSIS on RMS/max load"
+    Options = PveOptions
+
+    def propose(self, view: CycleView, request: Request, options: PveOptions) -> Proposal:
+        return spread_options(propose_topsis, view.cluster, view, request, options, ("max_moves",))
+
+
+STRATEGIES: tuple[Strategy, ...] = (
+    PveBruteforce(),
+    PveTopsis(),
 )
