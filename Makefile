@@ -46,13 +46,16 @@ properties: $(STAMP)
 # The benchmark's peers (GPL-3.0, test-only: ProxLB and proxlb-solver) come with the bench extra.
 BENCH_STAMP := $(VENV)/.installed-bench
 BENCH_ARGS  ?=
+# Where `make bench` writes its tables (Markdown) and every row's raw figures (JSON), beside the
+# measurement history (bench/results/HISTORY.md); a --markdown or --json in BENCH_ARGS wins.
+BENCH_OUT   ?= bench/results/latest
 
 $(BENCH_STAMP): $(STAMP) pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	@touch $(BENCH_STAMP)
 
 bench: $(BENCH_STAMP)
-	$(BIN)/python -m bench $(BENCH_ARGS)
+	$(BIN)/python -m bench --markdown $(BENCH_OUT).md --json $(BENCH_OUT).json $(BENCH_ARGS)
 
 # The simulator's fault campaign (bench/faults.py): 1,000 seeded fault mixes over simulated days,
 # the daemon's invariants checked after every event; about an hour on 2 cores.
