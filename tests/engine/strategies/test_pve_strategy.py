@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
 from clusters import assert_moves_safe, clusters
 from opendrs.engine.strategies import get_strategy, pve
+from opendrs.engine.strategies.base import Request
+from opendrs.engine.strategies.pve import PveOptions
+from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster, Guest, Node, Settings
 from opendrs.model.rules import GuestAffinity, Rules
 
@@ -18,8 +23,9 @@ GiB = 1024**3
 LOG = {"scope": "all", "imbalance": "raw"}
 
 
-def propose_bruteforce(cluster: Cluster, **options: object) -> pve.Proposal:
-    return pve.propose_bruteforce(cluster, **{**LOG, **options})  # type: ignore[arg-type]
+def propose_bruteforce(cluster: Cluster, forbidden: object = (), **options: Any) -> pve.Proposal:
+    request = Request(forbidden=frozenset(forbidden))  # type: ignore[arg-type]
+    return pve.propose_bruteforce(CycleView(cluster), request, PveOptions(**{**LOG, **options}))
 
 
 def _nodes() -> tuple[Node, ...]:

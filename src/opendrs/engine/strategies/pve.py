@@ -45,15 +45,14 @@ proxmox-resource-scheduling 2.1.0), which the defaults follow:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from opendrs.engine.constraints import Constraints, movability
+from opendrs.engine.constraints import movability
 from opendrs.engine.mcdm import topsis_scores
 from opendrs.engine.placement import PlacementState
-from opendrs.engine.usage import LoadModel
 from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster
 
@@ -66,7 +65,6 @@ from .base import (
     bundle_moves,
     cluster_imbalance,
     constraints_for,
-    spread_options,
 )
 
 #: Proxmox's defaults: 30 % and 10 % (pve-cluster 9.1.5 ``DataCenterConfig.pm``), as fractions.
@@ -82,6 +80,30 @@ IMBALANCES = ("normalised", "raw")
 #: Proxmox's TOPSIS criteria weights (``PVE_HA_TOPSIS_CRITERIA``): average (RMS) cpu, highest cpu,
 #: average (RMS) memory, highest memory — all minimised.
 TOPSIS_WEIGHTS: tuple[float, float, float, float] = (-1.0, -2.0, -5.0, -10.0)
+
+
+@dataclass(frozen=True)
+class PveOptions(StrategyOptions):
+    """The options of ``pve-bruteforce`` and ``pve-topsis`` (Proxmox's own defaults)."""
+
+    threshold: float = DEFAULT_THRESHOLD
+    margin: float = DEFAULT_MARGIN
+    max_moves: int = DEFAULT_MAX_MOVES
+    #: ``ha``: HA resources in the state ``started`` (Proxmox); ``all``: every guest.
+    scope: str = "ha"
+    #: ``normalised``: CV ÷ √(N−1) (proxmox-resource-scheduling 2.1.0); ``raw``: the CV (2.0).
+    imbalance: str = "normalised"
+
+    def check(self) -> None:
+        if self.scope not in SCOPES:
+            raise ValueError(f"scope: expected ha or all, got {self.scope!r}")
+        if self.imbalance not in IMBALANCES:
+            raise ValueError(f"imbalance: expected normalised or raw, got {self.imbalance!r}")
+        if self.threshold > 1 and self.imbalance == "normalised":
+            raise ValueError(
+                f"threshold: {self.threshold:g} is above 1, the most a normalised imbalance "
+                f"reaches; write the fraction 0.3 for Proxmox's 30 %"
+            )
 
 
 def pve_weights(cluster: Cluster) -> np.ndarray | None:
@@ -347,32 +369,24 @@ Chooser = Callable[[PlacementState, np.ndarray, np.ndarray, np.ndarray, _Round],
 
 
 def _repeat(
-    cluster: Cluster,
+    view: CycleView,
+    request: Request,
+    options: PveOptions,
     name: str,
     choose: Chooser,
-    *,
-    forbidden: Iterable[tuple[str, str]],
-    constraints: Constraints | None,
-    loads: LoadModel | None,
-    threshold: float,
-    margin: float,
-    max_moves: int,
-    scope: str,
-    imbalance: str,
 ) -> Proposal:
-    """Proxmox's auto-rebalance round, repeated: while the imbalance is above ``threshold``, make
-    the move ``choose(state, capacity, usable, combined loads, round)`` picks if it improves the
-    imbalance by ``margin`` (relative), up to ``max_moves``. Basic mode never rebalances.
-    ``constraints`` and ``loads``: a cycle view's models, as :func:`propose_bruteforce` says."""
-    options = {
-        "threshold": threshold,
-        "margin": margin,
-        "max_moves": max_moves,
-        "scope": scope,
-        "imbalance": imbalance,
-    }
-    cons = constraints_for(cluster, forbidden, constraints)
-    state = PlacementState.build(cluster, cons, loads=loads)
+    """Proxmox's auto-rebalance round, repeated on ``view``: while the imbalance is above the
+    threshold, make the move ``choose(state, capacity, usable, combined loads, round)`` picks if
+    it improves the imbalance by the margin (relative), up to the most moves (``options``'s, or
+    ``request``'s unless the option is set). Basic mode never rebalances. The placements
+    ``request`` forbids are refused on top of the view's constraints (:func:`constraints_for`)."""
+    cluster = view.cluster
+    threshold, margin, scope = options.threshold, options.margin, options.scope
+    max_moves = options.pick("max_moves", request.max_moves)
+    values = {**options.values(), "max_moves": max_moves}
+    state = PlacementState.build(
+        cluster, constraints_for(cluster, request.forbidden, view.constraints), loads=view.loads
+    )
     before = cluster_imbalance(cluster, loads=state.loads)
     cap = state.loads.capacity
     usable = _usable(state)
@@ -380,10 +394,11 @@ def _repeat(
     moves: list[ProposedMove] = []
     if cluster.settings.mode == "basic":
         stopped = "basic mode counts guests only: Proxmox never rebalances in it"
-        return Proposal(name, (), before, before, stopped, notes, options)
+        return Proposal(name, (), before, before, stopped, notes, values)
     stopped = f"move limit {max_moves} reached"
     weights = pve_weights(cluster)
-    round_ = _Round(started_members(cluster, scope), scale_of(imbalance, int(usable.sum())))
+    scale = scale_of(options.imbalance, int(usable.sum()))
+    round_ = _Round(started_members(cluster, scope), scale)
     while True:
         combined = _combined(state.node_load, cap, weights)
         imbalance_now = _cv(combined[usable]) * round_.scale
@@ -421,7 +436,7 @@ def _repeat(
         )
         state.commit(choice.members, choice.target)
     after = cluster_imbalance(cluster, state.assign, state.loads)
-    return Proposal(name, tuple(moves), before, after, stopped, notes, options)
+    return Proposal(name, tuple(moves), before, after, stopped, notes, values)
 
 
 def _choose_bruteforce(
@@ -505,37 +520,10 @@ def _cv_after_all(
         return np.where(mean > 0, np.sqrt(var) / np.where(mean > 0, mean, 1.0), 0.0)
 
 
-def propose_bruteforce(
-    cluster: Cluster,
-    *,
-    forbidden: Iterable[tuple[str, str]] = (),
-    constraints: Constraints | None = None,
-    loads: LoadModel | None = None,
-    threshold: float = DEFAULT_THRESHOLD,
-    margin: float = DEFAULT_MARGIN,
-    max_moves: int = DEFAULT_MAX_MOVES,
-    scope: str = "ha",
-    imbalance: str = "normalised",
-) -> Proposal:
-    """Proxmox's bruteforce rebalancing choice, applied up to ``max_moves`` times.
-
-    ``constraints`` and ``loads`` are the models a cycle view built already — its constraints
-    (capacity on the usage it checks, ``forbidden`` not yet refused: :func:`constraints_for`) and
-    ``cluster``'s balance loads; without them they are built from ``cluster``.
-    """
-    return _repeat(
-        cluster,
-        "pve-bruteforce",
-        _choose_bruteforce,
-        forbidden=forbidden,
-        constraints=constraints,
-        loads=loads,
-        threshold=threshold,
-        margin=margin,
-        max_moves=max_moves,
-        scope=scope,
-        imbalance=imbalance,
-    )
+def propose_bruteforce(view: CycleView, request: Request, options: PveOptions) -> Proposal:
+    """Proxmox's bruteforce rebalancing choice, applied up to the most moves, on ``view``'s
+    models (its constraints, with the placements ``request`` forbids refused, and its loads)."""
+    return _repeat(view, request, options, "pve-bruteforce", _choose_bruteforce)
 
 
 # --------------------------------------------------------------------------------------------
@@ -593,18 +581,7 @@ def _choose_topsis(
     )
 
 
-def propose_topsis(
-    cluster: Cluster,
-    *,
-    forbidden: Iterable[tuple[str, str]] = (),
-    constraints: Constraints | None = None,
-    loads: LoadModel | None = None,
-    threshold: float = DEFAULT_THRESHOLD,
-    margin: float = DEFAULT_MARGIN,
-    max_moves: int = DEFAULT_MAX_MOVES,
-    scope: str = "ha",
-    imbalance: str = "normalised",
-) -> Proposal:
+def propose_topsis(view: CycleView, request: Request, options: PveOptions) -> Proposal:
     """Proxmox's TOPSIS rebalancing choice, applied up to ``max_moves`` times.
 
     Per iteration, the candidates are those of ``pve-bruteforce`` (movable bundles × allowed
@@ -614,45 +591,9 @@ def propose_topsis(
     ranked by :func:`~opendrs.engine.mcdm.topsis_scores` with weights −1, −2, −5, −10. The best
     closeness wins, the first candidate on a tie. As in Proxmox, the winner is committed only if
     the (untruncated) imbalance — the CV of the combined loads — improves by at least ``margin``.
-    ``constraints`` and ``loads``: a cycle view's models, as :func:`propose_bruteforce` says.
+    ``view`` and ``request`` as :func:`propose_bruteforce` reads them.
     """
-    return _repeat(
-        cluster,
-        "pve-topsis",
-        _choose_topsis,
-        forbidden=forbidden,
-        constraints=constraints,
-        loads=loads,
-        threshold=threshold,
-        margin=margin,
-        max_moves=max_moves,
-        scope=scope,
-        imbalance=imbalance,
-    )
-
-
-@dataclass(frozen=True)
-class PveOptions(StrategyOptions):
-    """The options of ``pve-bruteforce`` and ``pve-topsis`` (Proxmox's own defaults)."""
-
-    threshold: float = DEFAULT_THRESHOLD
-    margin: float = DEFAULT_MARGIN
-    max_moves: int = DEFAULT_MAX_MOVES
-    #: ``ha``: HA resources in the state ``started`` (Proxmox); ``all``: every guest.
-    scope: str = "ha"
-    #: ``normalised``: CV ÷ √(N−1) (proxmox-resource-scheduling 2.1.0); ``raw``: the CV (2.0).
-    imbalance: str = "normalised"
-
-    def check(self) -> None:
-        if self.scope not in SCOPES:
-            raise ValueError(f"scope: expected ha or all, got {self.scope!r}")
-        if self.imbalance not in IMBALANCES:
-            raise ValueError(f"imbalance: expected normalised or raw, got {self.imbalance!r}")
-        if self.threshold > 1 and self.imbalance == "normalised":
-            raise ValueError(
-                f"threshold: {self.threshold:g} is above 1, the most a normalised imbalance "
-                f"reaches; write the fraction 0.3 for Proxmox's 30 %"
-            )
+    return _repeat(view, request, options, "pve-topsis", _choose_topsis)
 
 
 class PveBruteforce:
@@ -663,9 +604,7 @@ class PveBruteforce:
     Options = PveOptions
 
     def propose(self, view: CycleView, request: Request, options: PveOptions) -> Proposal:
-        return spread_options(
-            propose_bruteforce, view.cluster, view, request, options, ("max_moves",)
-        )
+        return propose_bruteforce(view, request, options)
 
 
 class PveTopsis:
@@ -676,7 +615,7 @@ class PveTopsis:
     Options = PveOptions
 
     def propose(self, view: CycleView, request: Request, options: PveOptions) -> Proposal:
-        return spread_options(propose_topsis, view.cluster, view, request, options, ("max_moves",))
+        return propose_topsis(view, request, options)
 
 
 STRATEGIES: tuple[Strategy, ...] = (
