@@ -16,6 +16,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
+from opendrs.engine.pve_selection import (
+    MigrationCandidate,
+    node_imbalance,
+    select_best_migration_bruteforce,
+    select_best_migration_topsis,
+    stats_with_migration,
+)
+
 from .rules.base import CompiledRules
 from .rules.node_affinity import get_node_affinity
 from .rules.resource_affinity import (
@@ -23,13 +31,6 @@ from .rules.resource_affinity import (
     apply_positive_resource_affinity,
     get_resource_affinity,
     is_allowed_on_node,
-)
-from .scheduler import (
-    MigrationCandidate,
-    node_imbalance,
-    select_best_migration_bruteforce,
-    select_best_migration_topsis,
-    stats_with_migration,
 )
 from .status import ManagerStatus
 from .usage import BasicUsage, DynamicUsage, StaticUsage, Usage

@@ -24,7 +24,7 @@ Every answer also carries ``"mode"`` (the effective scheduler mode) and ``"dropp
 
 Imbalance, threshold and margin use the scale of the Proxmox test logs: the plain
 coefficient of variation of the node loads (crate 2.0), not the ÷√(N−1) form of
-crate 2.1.0 (which :func:`~.scheduler.node_imbalance` also offers).
+crate 2.1.0 (which :func:`~opendrs.engine.pve_selection.node_imbalance` also offers).
 """
 
 from __future__ import annotations
