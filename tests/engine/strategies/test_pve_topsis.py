@@ -19,9 +19,10 @@ from hypothesis.extra.numpy import arrays
 
 from clusters import assert_moves_safe, clusters
 from opendrs.engine.mcdm import topsis_scores
+from opendrs.engine.pve_selection import TOPSIS_WEIGHTS, topsis_alternatives
 from opendrs.engine.strategies import get_strategy, pve
 from opendrs.engine.strategies.base import Request
-from opendrs.engine.strategies.pve import TOPSIS_WEIGHTS, PveOptions, topsis_alternatives
+from opendrs.engine.strategies.pve import PveOptions
 from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster, Guest, Node, Settings
 from opendrs.model.rules import GuestAffinity, Rules

@@ -2,7 +2,8 @@
 
 Proxmox picks one migration per trigger among every movable guest (guests kept together by a hard
 positive affinity move as one bundle) and every allowed target. Two selection methods exist
-(``proxmox-resource-scheduling`` ``scheduler.rs``):
+(``proxmox-resource-scheduling`` ``scheduler.rs``; their arithmetic, batched, is
+:mod:`opendrs.engine.pve_selection`'s, which ``opendrs pve decide`` shares):
 
 * ``bruteforce`` — the move whose predicted imbalance is lowest. The imbalance is the coefficient
   of variation of the node loads, where a node's load is ``(cpu/maxcpu + mem/maxmem) / 2``; it is
@@ -44,7 +45,6 @@ proxmox-resource-scheduling 2.1.0), which the defaults follow:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -53,6 +53,20 @@ import numpy as np
 from opendrs.engine.constraints import movability
 from opendrs.engine.mcdm import topsis_scores
 from opendrs.engine.placement import PlacementState
+from opendrs.engine.pve_selection import (
+    combine,
+    combined_loads,
+    cv_after_move,
+    cv_after_moves,
+    fraction_shift,
+    fractions_of,
+    load_cv,
+    pve_weights,
+    scale_of,
+    topsis_alternatives,
+    topsis_weights,
+    truncate_imbalance,
+)
 from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster
 
@@ -77,10 +91,6 @@ SCOPES = ("ha", "all")
 #: The imbalance's scale: ÷√(N−1) (proxmox-resource-scheduling 2.1.0), or the raw CV (2.0).
 IMBALANCES = ("normalised", "raw")
 
-#: Proxmox's TOPSIS criteria weights (``PVE_HA_TOPSIS_CRITERIA``): average (RMS) cpu, highest cpu,
-#: average (RMS) memory, highest memory — all minimised.
-TOPSIS_WEIGHTS: tuple[float, float, float, float] = (-1.0, -2.0, -5.0, -10.0)
-
 
 @dataclass(frozen=True)
 class PveOptions(StrategyOptions):
@@ -104,145 +114,6 @@ class PveOptions(StrategyOptions):
                 f"threshold: {self.threshold:g} is above 1, the most a normalised imbalance "
                 f"reaches; write the fraction 0.3 for Proxmox's 30 %"
             )
-
-
-def pve_weights(cluster: Cluster) -> np.ndarray | None:
-    """The cluster's (cpu, memory) weights summing to 1, or None when they are equal — then
-    the plain mean is used, bit for bit as Proxmox computes it."""
-    settings = cluster.settings
-    w = np.array([max(settings.weight_cpu, 0.0), max(settings.weight_memory, 0.0)])
-    if w[0] == w[1] or w.sum() <= 0:
-        return None
-    return w / w.sum()
-
-
-def combine(values: np.ndarray, weights: np.ndarray | None) -> np.ndarray:
-    """The (cpu, memory) values along the last axis combined: their mean, or weighted mean."""
-    if weights is None:
-        return values.mean(axis=-1)
-    return (values * weights).sum(axis=-1)
-
-
-def topsis_weights(weights: np.ndarray | None) -> tuple[float, ...]:
-    """:data:`TOPSIS_WEIGHTS` with the cpu and memory criteria scaled by ``2 · w``."""
-    if weights is None:
-        return TOPSIS_WEIGHTS
-    cpu, memory = (2.0 * float(w) for w in weights)
-    rms_cpu, max_cpu, rms_mem, max_mem = TOPSIS_WEIGHTS
-    return (rms_cpu * cpu, max_cpu * cpu, rms_mem * memory, max_mem * memory)
-
-
-def _combined(
-    node_load: np.ndarray, cap: np.ndarray, weights: np.ndarray | None = None
-) -> np.ndarray:
-    return combine(fractions_of(node_load, cap), weights)
-
-
-def _cv(values: np.ndarray) -> float:
-    n = values.size
-    total = float(values.sum())
-    if n < 2 or total == 0.0:
-        return 0.0
-    mean = total / n
-    return math.sqrt(float(((values - mean) ** 2).sum()) / n) / mean
-
-
-def scale_of(imbalance: str, nodes: int) -> float:
-    """What the raw coefficient of variation over ``nodes`` nodes is multiplied by on the
-    ``imbalance`` scale: 1/√(N−1) ``normalised`` (1 for fewer than two nodes), 1 ``raw``."""
-    if imbalance == "raw" or nodes < 2:
-        return 1.0
-    return 1.0 / math.sqrt(nodes - 1)
-
-
-def pve_imbalance(fractions: np.ndarray) -> float:
-    """Proxmox's node imbalance as proxmox-resource-scheduling 2.1.0 computes it: the CV of the
-    nodes' ``(cpu + memory) / 2`` load fractions (``fractions`` (N, 2)) divided by √(N−1)."""
-    combined = fractions.mean(axis=1)
-    return _cv(combined) * scale_of("normalised", combined.size)
-
-
-def _cv_after_moves(
-    combined: np.ndarray, usable: np.ndarray, src: int, targets: np.ndarray, shift: np.ndarray
-) -> np.ndarray:
-    """CV of the usable nodes' combined loads after moving a bundle from ``src`` to each target."""
-    together = _cv_after_all(combined, usable, np.array([src], dtype=np.intp), shift[None, :])
-    return together[0][np.asarray(targets, dtype=np.intp)]
-
-
-def _trunc(value: float) -> float:
-    return math.trunc(value * 1e15) / 1e15
-
-
-def fractions_of(node_load: np.ndarray, cap: np.ndarray) -> np.ndarray:
-    """Node load fractions (N, R); 0 where a node has no capacity."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(cap > 0, node_load / np.where(cap > 0, cap, 1.0), 0.0)
-
-
-def fraction_shift(demand: np.ndarray, cap: np.ndarray) -> np.ndarray:
-    """(N, R): the load fraction ``demand`` (R,) adds on each node (0 without capacity)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(cap > 0, demand[None, :] / np.where(cap > 0, cap, 1.0), 0.0)
-
-
-def topsis_alternatives(
-    fractions: np.ndarray,
-    usable: np.ndarray,
-    src: np.ndarray,
-    tgt: np.ndarray,
-    d_src: np.ndarray,
-    d_tgt: np.ndarray,
-) -> np.ndarray:
-    """Proxmox's TOPSIS alternative for each of K moves, vectorised: shape (K, 4).
-
-    ``fractions`` (N, 2) are the node load fractions (cpu, memory) now; move ``k`` takes the load
-    fraction ``d_src[k]`` (2,) off node ``src[k]`` (floored at 0; ``src[k] = -1``: the load is on no
-    node yet, as for a new guest) and adds ``d_tgt[k]`` on node ``tgt[k]``. Only ``usable`` nodes
-    count. The row is ``[1 + RMS cpu, 1 + max cpu, 1 + RMS mem, 1 + max mem]`` over those nodes
-    (``scheduler.rs`` ``PveTopsisAlternative``; RMS, not mean, and the maximum starts at 0).
-
-    The sums are updated incrementally (O(K) rather than O(K·N)); the maximum over the nodes a move
-    does not touch comes from the three largest fractions per resource.
-    """
-    k = len(tgt)
-    n_res = fractions.shape[1]
-    out = np.zeros((k, 2 * n_res))
-    n = int(usable.sum())
-    if k == 0 or n == 0:
-        out[:] = 1.0
-        return out
-    base = np.where(usable[:, None], fractions, 0.0)
-    squares = (base**2).sum(axis=0)  # (R,)
-    has_src = src >= 0
-    src_i = np.where(has_src, src, 0)
-    src_counts = (has_src & usable[src_i])[:, None]
-    tgt_counts = usable[tgt][:, None]
-    old_src = base[src_i]
-    new_src = np.maximum(old_src - d_src, 0.0)
-    old_tgt = base[tgt]
-    new_tgt = old_tgt + d_tgt
-    s2 = (
-        squares[None, :]
-        + np.where(src_counts, new_src**2 - old_src**2, 0.0)
-        + np.where(tgt_counts, new_tgt**2 - old_tgt**2, 0.0)
-    )
-    rms = np.sqrt(np.maximum(s2, 0.0) / n)
-    # The largest fraction among the usable nodes other than the source and the target.
-    ranked = np.where(usable[:, None], fractions, -np.inf)
-    top = np.argsort(-ranked, axis=0, kind="stable")[:3]  # (≤3, R) node indices
-    top_val = np.take_along_axis(ranked, top, axis=0)
-    others = np.full((k, n_res), -np.inf)
-    for level in range(top.shape[0] - 1, -1, -1):
-        idx = top[level][None, :]
-        free = (idx != np.where(has_src, src, -1)[:, None]) & (idx != tgt[:, None])
-        others = np.where(free & np.isfinite(top_val[level])[None, :], top_val[level], others)
-    highest = np.maximum(others, 0.0)
-    highest = np.maximum(highest, np.where(src_counts, new_src, 0.0))
-    highest = np.maximum(highest, np.where(tgt_counts, new_tgt, 0.0))
-    out[:, 0::2] = 1.0 + rms
-    out[:, 1::2] = 1.0 + highest
-    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -400,8 +271,8 @@ def _repeat(
     scale = scale_of(options.imbalance, int(usable.sum()))
     round_ = _Round(started_members(cluster, scope), scale)
     while True:
-        combined = _combined(state.node_load, cap, weights)
-        imbalance_now = _cv(combined[usable]) * round_.scale
+        combined = combined_loads(state.node_load, cap, weights)
+        imbalance_now = load_cv(combined[usable]) * round_.scale
         if imbalance_now <= threshold:
             stopped = f"imbalance {imbalance_now:.3f} at or below threshold {threshold:g}"
             break
@@ -464,9 +335,9 @@ def _choose_bruteforce(
         per = np.where(cap[None, :, :] > 0, demand[:, None, :] / np.where(cap > 0, cap, 1.0), 0.0)
     shift = combine(per, pve_weights(cluster))  # (B, N)
     src = np.array([b.src for b in bundles], dtype=np.intp)
-    values = _cv_after_all(combined, usable, src, shift) * round_.scale  # (B, N)
+    values = cv_after_moves(combined, usable, src, shift) * round_.scale  # (B, N)
     values[np.arange(len(bundles)), src] = np.inf  # a move stays off its own node
-    truncated = np.trunc(values * 1e15) / 1e15
+    truncated = truncate_imbalance(values)
     flat = truncated.ravel()
     order = np.argsort(flat, kind="stable")
     names = [n.name for n in cluster.nodes]
@@ -489,35 +360,6 @@ def _choose_bruteforce(
                 return _Choice(bundle.members, bundle.leader, bundle.src, t, float(flat[k]))
         i = j
     return None
-
-
-def _cv_after_all(
-    combined: np.ndarray, usable: np.ndarray, src: np.ndarray, shift: np.ndarray
-) -> np.ndarray:
-    """CV of the usable nodes' combined loads after moving bundle ``b`` from ``src[b]`` to each
-    node: (B, N). ``shift[b]`` is the combined load fraction the bundle adds on each node; the
-    source loses its own share, floored at 0 (Proxmox). The sums are updated incrementally."""
-    base = np.where(usable, combined, 0.0)
-    n = int(usable.sum())
-    n_bundles, n_nodes = shift.shape
-    if n < 2:
-        return np.zeros((n_bundles, n_nodes))
-    rows = np.arange(n_bundles)
-    s1 = np.full(n_bundles, base.sum())
-    s2 = np.full(n_bundles, (base**2).sum())
-    from_usable = usable[src]
-    old_s = base[src]
-    new_s = np.maximum(old_s - shift[rows, src], 0.0)
-    s1 = np.where(from_usable, s1 + (new_s - old_s), s1)
-    s2 = np.where(from_usable, s2 + (new_s**2 - old_s**2), s2)
-    old_t = base[None, :]
-    new_t = old_t + shift
-    s1 = s1[:, None] + np.where(usable[None, :], new_t - old_t, 0.0)
-    s2 = s2[:, None] + np.where(usable[None, :], new_t**2 - old_t**2, 0.0)
-    mean = s1 / n
-    var = np.maximum(s2 / n - mean**2, 0.0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(mean > 0, np.sqrt(var) / np.where(mean > 0, mean, 1.0), 0.0)
 
 
 def propose_bruteforce(view: CycleView, request: Request, options: PveOptions) -> Proposal:
@@ -564,7 +406,7 @@ def _choose_topsis(
     bundle = bundles[cand_bundle[k]]
     t = int(tgt[k])
     value = round_.scale * float(
-        _cv_after_moves(
+        cv_after_move(
             combined, usable, bundle.src, np.array([t]), combine(shift[cand_bundle[k]], weights)
         )[0]
     )
