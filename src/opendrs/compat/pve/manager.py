@@ -183,13 +183,9 @@ def load_balance(
     ``reason``.
     """
     answer: dict[str, Any] = {"migration": None}
-    if usage.mode == "basic":
-        answer["reason"] = "the basic scheduler mode never rebalances"
-        return answer
-    moving = sorted(sid for sid, svc in status.services.items() if svc.motion)
-    if moving:
-        what = "is still moving" if status.services[moving[0]].cmd is None else "has a move queued"
-        answer["reason"] = f"service '{moving[0]}' {what}"
+    held = _no_rebalance_now(usage, status)
+    if held:
+        answer["reason"] = held
         return answer
     stats = usage.imbalance_stats()
     before = node_imbalance(stats)
@@ -233,6 +229,18 @@ def load_balance(
         f"(expected change for imbalance from {before:.2f} to {after:.2f})"
     )
     return answer
+
+
+def _no_rebalance_now(usage: Usage, status: ManagerStatus) -> str | None:
+    """Why the manager does not rebalance in this round at all, or None: the basic mode, or a
+    service still moving or with a move queued."""
+    if usage.mode == "basic":
+        return "the basic scheduler mode never rebalances"
+    moving = sorted(sid for sid, svc in status.services.items() if svc.motion)
+    if moving:
+        what = "is still moving" if status.services[moving[0]].cmd is None else "has a move queued"
+        return f"service '{moving[0]}' {what}"
+    return None
 
 
 def _task(sid: str) -> str:

@@ -246,27 +246,38 @@ def _repeat(
     name: str,
     choose: Chooser,
 ) -> Proposal:
-    """Proxmox's auto-rebalance round, repeated on ``view``: while the imbalance is above the
-    threshold, make the move ``choose(state, capacity, usable, combined loads, round)`` picks if
-    it improves the imbalance by the margin (relative), up to the most moves (``options``'s, or
-    ``request``'s unless the option is set). Basic mode never rebalances. The placements
-    ``request`` forbids are refused on top of the view's constraints (:func:`constraints_for`)."""
+    """Proxmox's auto-rebalance round, repeated on ``view`` (:func:`_rounds`) up to the most
+    moves (``options``'s, or ``request``'s unless the option is set). Basic mode never
+    rebalances. The placements ``request`` forbids are refused on top of the view's constraints
+    (:func:`constraints_for`)."""
     cluster = view.cluster
-    threshold, margin, scope = options.threshold, options.margin, options.scope
     max_moves = options.pick("max_moves", request.max_moves)
     values = {**options.values(), "max_moves": max_moves}
     state = PlacementState.build(
         cluster, constraints_for(cluster, request.forbidden, view.constraints), loads=view.loads
     )
     before = cluster_imbalance(cluster, loads=state.loads)
-    cap = state.loads.capacity
-    usable = _usable(state)
     notes = tuple(str(p) for p in state.constraints.problems)
-    moves: list[ProposedMove] = []
     if cluster.settings.mode == "basic":
         stopped = "basic mode counts guests only: Proxmox never rebalances in it"
         return Proposal(name, (), before, before, stopped, notes, values)
-    stopped = f"move limit {max_moves} reached"
+    moves, stopped = _rounds(state, options, max_moves, choose)
+    after = cluster_imbalance(cluster, state.assign, state.loads)
+    return Proposal(name, tuple(moves), before, after, stopped, notes, values)
+
+
+def _rounds(
+    state: PlacementState, options: PveOptions, max_moves: int, choose: Chooser
+) -> tuple[list[ProposedMove], str]:
+    """The rounds on ``state`` (committed to as they go): while the imbalance is above the
+    threshold, make the move ``choose(state, capacity, usable, combined loads, round)`` picks if
+    it improves the imbalance by the margin (relative), up to ``max_moves``. The moves, and why
+    the rounds stopped."""
+    cluster = state.cluster
+    threshold, margin, scope = options.threshold, options.margin, options.scope
+    cap = state.loads.capacity
+    usable = _usable(state)
+    moves: list[ProposedMove] = []
     weights = pve_weights(cluster)
     scale = scale_of(options.imbalance, int(usable.sum()))
     round_ = _Round(started_members(cluster, scope), scale)
@@ -274,26 +285,20 @@ def _repeat(
         combined = combined_loads(state.node_load, cap, weights)
         imbalance_now = load_cv(combined[usable]) * round_.scale
         if imbalance_now <= threshold:
-            stopped = f"imbalance {imbalance_now:.3f} at or below threshold {threshold:g}"
-            break
+            return moves, f"imbalance {imbalance_now:.3f} at or below threshold {threshold:g}"
         if len(moves) >= max_moves:
-            break
+            return moves, f"move limit {max_moves} reached"
         choice = choose(state, cap, usable, combined, round_)
         if choice is None:
-            stopped = (
-                "no started HA resource has an allowed target"
-                if scope == "ha"
-                else "no movable guest has an allowed target"
-            )
-            break
+            who = "started HA resource" if scope == "ha" else "movable guest"
+            return moves, f"no {who} has an allowed target"
         source, target = cluster.nodes[choice.src].name, cluster.nodes[choice.target].name
         value = choice.value
         if imbalance_now <= 0 or (imbalance_now - value) / imbalance_now < margin:
-            stopped = (
+            return moves, (
                 f"best move{choice.label} ({choice.leader} to {target}{choice.extra}) would bring "
                 f"{imbalance_now:.3f} to {value:.3f}, less than the margin {margin:g}"
             )
-            break
         moves += bundle_moves(
             cluster,
             choice.members.tolist(),
@@ -306,8 +311,6 @@ def _repeat(
             reason=f"{choice.why}imbalance {imbalance_now:.2f} -> {value:.2f}",
         )
         state.commit(choice.members, choice.target)
-    after = cluster_imbalance(cluster, state.assign, state.loads)
-    return Proposal(name, tuple(moves), before, after, stopped, notes, values)
 
 
 def _choose_bruteforce(
