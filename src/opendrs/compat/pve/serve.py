@@ -32,7 +32,8 @@ from __future__ import annotations
 import json
 import math
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 from .groups import apply_groups, groups_to_rules, parse_groups
@@ -283,12 +284,7 @@ def decide(query: Mapping[str, Any]) -> dict[str, Any]:
     path = f"query.{kind}"
     body = _mapping(body, path)
     _known_keys(body, path, _REQUEST_KEYS[kind])
-    if kind == "select-node":
-        answer = _answer_select_node(body, path, compiled, usage, status)
-    elif kind == "rebalance":
-        answer = _answer_rebalance(body, path, compiled, usage, status)
-    else:
-        answer = _answer_command(body, path, compiled, status)
+    answer = _ANSWERS[kind](body, path, _Round(compiled, usage, status))
     answer["mode"] = usage.mode
     answer["dropped"] = dropped
     if warnings:
@@ -296,15 +292,19 @@ def decide(query: Mapping[str, Any]) -> dict[str, Any]:
     return answer
 
 
-def _answer_select_node(
-    body: Mapping[str, Any],
-    path: str,
-    compiled: CompiledRules,
-    usage: Usage,
-    status: ManagerStatus,
-) -> dict[str, Any]:
+@dataclass(frozen=True)
+class _Round:
+    """What the manager decides a query's round with: the compiled rules, the usage and the
+    manager's status."""
+
+    compiled: CompiledRules
+    usage: Usage
+    status: ManagerStatus
+
+
+def _answer_select_node(body: Mapping[str, Any], path: str, round_: _Round) -> dict[str, Any]:
     """A ``select-node`` query's answer: the node, and the scores when the mode has them."""
-    sid = _known_sid(body, path, status)
+    sid = _known_sid(body, path, round_.status)
     preference = body.get("preference", "none")
     if preference not in PREFERENCES:
         raise _err(
@@ -318,9 +318,9 @@ def _answer_select_node(
     if fallback is not None and not isinstance(fallback, str):
         raise _err(f"{path}.maintenance_fallback", "must be a node name or null")
     node, scores = select_service_node(
-        compiled,
-        usage,
-        status,
+        round_.compiled,
+        round_.usage,
+        round_.status,
         sid,
         preference,
         failed_nodes=failed,
@@ -332,34 +332,41 @@ def _answer_select_node(
     return answer
 
 
-def _answer_rebalance(
-    body: Mapping[str, Any],
-    path: str,
-    compiled: CompiledRules,
-    usage: Usage,
-    status: ManagerStatus,
-) -> dict[str, Any]:
+def _answer_rebalance(body: Mapping[str, Any], path: str, round_: _Round) -> dict[str, Any]:
     """A ``rebalance`` query's answer (:func:`~.manager.load_balance`)."""
     method = body.get("method", "bruteforce")
     if method not in ("bruteforce", "topsis"):
         raise _err(f"{path}.method", f"must be bruteforce or topsis, got {_show(method)}")
     threshold = _number(body, "threshold", path, 0.3)
     margin = _number(body, "margin", path, 0.1)
-    return load_balance(compiled, usage, status, method=method, threshold=threshold, margin=margin)
+    return load_balance(
+        round_.compiled,
+        round_.usage,
+        round_.status,
+        method=method,
+        threshold=threshold,
+        margin=margin,
+    )
 
 
-def _answer_command(
-    body: Mapping[str, Any], path: str, compiled: CompiledRules, status: ManagerStatus
-) -> dict[str, Any]:
+def _answer_command(body: Mapping[str, Any], path: str, round_: _Round) -> dict[str, Any]:
     """A ``command`` query's answer (:func:`~.manager.execute_command`)."""
-    sid = _known_sid(body, path, status)
+    sid = _known_sid(body, path, round_.status)
     task = body.get("task", "migrate")
     if task not in ("migrate", "relocate"):
         raise _err(f"{path}.task", f"must be migrate or relocate, got {_show(task)}")
     target = body.get("target")
     if not isinstance(target, str):
         raise _err(f"{path}.target", f"must be a node name, got {_show(target)}")
-    return execute_command(compiled, status, sid, task, target)
+    return execute_command(round_.compiled, round_.status, sid, task, target)
+
+
+#: Each query kind's answer.
+_ANSWERS: Mapping[str, Callable[[Mapping[str, Any], str, _Round], dict[str, Any]]] = {
+    "select-node": _answer_select_node,
+    "rebalance": _answer_rebalance,
+    "command": _answer_command,
+}
 
 
 def _dump(answer: Mapping[str, Any]) -> str:
