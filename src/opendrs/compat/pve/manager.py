@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from opendrs.engine.pve_selection import (
     MigrationCandidate,
+    NodeStats,
     node_imbalance,
     select_best_migration_bruteforce,
     select_best_migration_topsis,
@@ -198,11 +199,7 @@ def load_balance(
         return answer
     candidates = _resource_migration_candidates(compiled, usage, status)
     nodes = [(n, s) for n, s in zip(usage.online, stats, strict=True)]
-    if method == "topsis":
-        topsis_pick = select_best_migration_topsis(nodes, candidates)
-        picked = None if topsis_pick is None else (topsis_pick[0], topsis_pick[1])
-    else:
-        picked = select_best_migration_bruteforce(nodes, candidates)
+    picked = _best_migration(nodes, candidates, method)
     if picked is None:
         answer["reason"] = "no migration candidate"
         return answer
@@ -229,6 +226,19 @@ def load_balance(
         f"(expected change for imbalance from {before:.2f} to {after:.2f})"
     )
     return answer
+
+
+def _best_migration(
+    nodes: Sequence[tuple[str, NodeStats]],
+    candidates: Sequence[MigrationCandidate],
+    method: Literal["bruteforce", "topsis"],
+) -> tuple[MigrationCandidate, float] | None:
+    """The candidate ``method`` picks and the imbalance after it (truncated for brute force),
+    or None without candidates."""
+    if method == "topsis":
+        topsis_pick = select_best_migration_topsis(nodes, candidates)
+        return None if topsis_pick is None else (topsis_pick[0], topsis_pick[1])
+    return select_best_migration_bruteforce(nodes, candidates)
 
 
 def _no_rebalance_now(usage: Usage, status: ManagerStatus) -> str | None:
