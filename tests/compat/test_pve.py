@@ -16,9 +16,7 @@ from hypothesis import strategies as st
 from opendrs.compat.pve import (
     BasicUsage,
     ManagerStatus,
-    MigrationCandidate,
     NodeInfo,
-    NodeStats,
     PveQueryError,
     Service,
     compile_rules,
@@ -28,18 +26,22 @@ from opendrs.compat.pve import (
     groups_to_rules,
     load_balance,
     make_usage,
-    node_imbalance,
     parse_groups,
     parse_rules,
+    select_service_node,
+    serve,
+    transform_rules,
+)
+from opendrs.engine.pve_selection import (
+    MigrationCandidate,
+    NodeStats,
+    node_imbalance,
     score_migrations_bruteforce,
     score_nodes_to_start_service,
     select_best_migration_bruteforce,
     select_best_migration_topsis,
-    select_service_node,
-    serve,
     sort_scored_migrations,
     stats_with_migration,
-    transform_rules,
     truncate_imbalance,
 )
 

@@ -5,17 +5,29 @@ of their node affinity, against the normalised imbalance."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 
 from opendrs.engine.policy import PRESETS, PolicyState, decide, measure
 from opendrs.engine.policy.state import PastMigrations
-from opendrs.engine.strategies import get_strategy
-from opendrs.engine.strategies.pve import propose_bruteforce, propose_topsis
+from opendrs.engine.strategies import get_strategy, pve
+from opendrs.engine.strategies.base import Proposal, Request
+from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster, Guest, Node
 from opendrs.model.rules import GuestAffinity, NodeAffinity, Rules
 
 GiB = 1024**3
+
+
+def propose_bruteforce(cluster: Cluster, **options: Any) -> Proposal:
+    return pve.propose_bruteforce(CycleView(cluster), Request(), pve.PveOptions(**options))
+
+
+def propose_topsis(cluster: Cluster, **options: Any) -> Proposal:
+    return pve.propose_topsis(CycleView(cluster), Request(), pve.PveOptions(**options))
+
+
 PROPOSE = (propose_bruteforce, propose_topsis)
 
 

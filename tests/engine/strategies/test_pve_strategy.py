@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
 from clusters import assert_moves_safe, clusters
 from opendrs.engine.strategies import get_strategy, pve
+from opendrs.engine.strategies.base import Request
+from opendrs.engine.strategies.pve import PveOptions
+from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster, Guest, Node, Settings
 from opendrs.model.rules import GuestAffinity, Rules
 
@@ -18,8 +23,9 @@ GiB = 1024**3
 LOG = {"scope": "all", "imbalance": "raw"}
 
 
-def propose_bruteforce(cluster: Cluster, **options: object) -> pve.Proposal:
-    return pve.propose_bruteforce(cluster, **{**LOG, **options})  # type: ignore[arg-type]
+def propose_bruteforce(cluster: Cluster, forbidden: object = (), **options: Any) -> pve.Proposal:
+    request = Request(forbidden=frozenset(forbidden))  # type: ignore[arg-type]
+    return pve.propose_bruteforce(CycleView(cluster), request, PveOptions(**{**LOG, **options}))
 
 
 def _nodes() -> tuple[Node, ...]:
@@ -104,33 +110,35 @@ def test_proposals_are_safe_deterministic_and_never_worse(cluster: Cluster) -> N
 def test_the_best_move_is_the_best_allowed_one(cluster: Cluster) -> None:
     """Scoring every pair at once picks what checking each bundle's allowed targets first would."""
     from opendrs.engine.placement import PlacementState
+    from opendrs.engine.pve_selection import (
+        combined_loads,
+        cv_after_move,
+        fraction_shift,
+        truncate_imbalance,
+    )
     from opendrs.engine.strategies.pve import (
         _bundle_demand,
         _choose_bruteforce,
-        _combined,
-        _cv_after_moves,
         _Round,
         _targets,
-        _trunc,
         _usable,
-        fraction_shift,
         movable_bundles,
     )
 
     state = PlacementState.build(cluster)
     cap = state.loads.capacity
     usable = _usable(state)
-    combined = _combined(state.node_load, cap)
+    combined = combined_loads(state.node_load, cap)
     best = None
     for bundle in movable_bundles(state, cluster):
         targets = _targets(state, bundle)
         if not targets.size:
             continue
         shift = fraction_shift(_bundle_demand(state, bundle.members), cap).mean(axis=1)
-        values = _cv_after_moves(combined, usable, bundle.src, targets, shift)
+        values = cv_after_move(combined, usable, bundle.src, targets, shift)
         source = cluster.nodes[bundle.src].name
         for t, value in zip(targets.tolist(), values.tolist(), strict=True):
-            key = (_trunc(value), bundle.leader, source, cluster.nodes[t].name)
+            key = (float(truncate_imbalance(value)), bundle.leader, source, cluster.nodes[t].name)
             if best is None or key < best[0]:
                 best = (key, bundle.leader, t)
     everyone = np.ones(len(cluster.guests), dtype=bool)

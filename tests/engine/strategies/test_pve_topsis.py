@@ -19,8 +19,11 @@ from hypothesis.extra.numpy import arrays
 
 from clusters import assert_moves_safe, clusters
 from opendrs.engine.mcdm import topsis_scores
+from opendrs.engine.pve_selection import TOPSIS_WEIGHTS, topsis_alternatives
 from opendrs.engine.strategies import get_strategy, pve
-from opendrs.engine.strategies.pve import TOPSIS_WEIGHTS, topsis_alternatives
+from opendrs.engine.strategies.base import Request
+from opendrs.engine.strategies.pve import PveOptions
+from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster, Guest, Node, Settings
 from opendrs.model.rules import GuestAffinity, Rules
 
@@ -33,12 +36,14 @@ DECISIONS = Path(__file__).resolve().parents[3].parent / "shared" / "compat" / "
 LOG = {"scope": "all", "imbalance": "raw"}
 
 
-def propose_bruteforce(cluster: Cluster, **options: object) -> pve.Proposal:
-    return pve.propose_bruteforce(cluster, **{**LOG, **options})  # type: ignore[arg-type]
+def propose_bruteforce(cluster: Cluster, forbidden: object = (), **options: Any) -> pve.Proposal:
+    request = Request(forbidden=frozenset(forbidden))  # type: ignore[arg-type]
+    return pve.propose_bruteforce(CycleView(cluster), request, PveOptions(**{**LOG, **options}))
 
 
-def propose_topsis(cluster: Cluster, **options: object) -> pve.Proposal:
-    return pve.propose_topsis(cluster, **{**LOG, **options})  # type: ignore[arg-type]
+def propose_topsis(cluster: Cluster, forbidden: object = (), **options: Any) -> pve.Proposal:
+    request = Request(forbidden=frozenset(forbidden))  # type: ignore[arg-type]
+    return pve.propose_topsis(CycleView(cluster), request, PveOptions(**{**LOG, **options}))
 
 
 def _nodes() -> tuple[Node, ...]:

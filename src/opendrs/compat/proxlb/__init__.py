@@ -5,8 +5,9 @@ cluster plus what a balancing solver is expected to make of it. opendrs loads it
 on it and checks the ``expect`` as proxlb-solver's reporter does; the ``optimal`` strategy models
 proxlb-solver's objective exactly. The modules:
 
-* :mod:`.objective` — proxlb-solver's balancing methods, balanciness levels, term weights and load
-  terms, the real-valued spread and utilisation thresholds (what ``optimal`` builds on);
+* :mod:`opendrs.engine.objective` (in the engine, which ``optimal`` builds on) —
+  proxlb-solver's balancing methods, balanciness levels, term weights and load terms, the
+  real-valued spread and utilisation thresholds;
 * :mod:`.scenario` — the loaded scenario: proxlb-solver's records and the opendrs cluster;
 * :mod:`.metric` — what opendrs's own strategies balance for a method (:func:`balance_metric`:
   ``memory`` balances configured memory alone, ``cpu`` measured CPU use or vCPUs alone,
@@ -19,6 +20,8 @@ proxlb-solver's objective exactly. The modules:
 
 from __future__ import annotations
 
+from opendrs.engine.objective import PROXLB_METHODS
+
 from .check import (
     DEFAULT_CHECK_TIME_LIMIT,
     ScenarioResult,
@@ -30,7 +33,6 @@ from .check import (
 from .expect import Check, evaluate_expect, load_gap
 from .loader import is_proxlb_scenario, load_scenario, loads_scenario, scenario_from_dict
 from .metric import BalanceMetric, balance_metric
-from .objective import PROXLB_METHODS
 from .scenario import LOADER_WEIGHTS, Balancing, Expect, Scenario
 
 __all__ = [

@@ -29,6 +29,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from opendrs.engine.objective import PROXLB_METHODS, USAGES
 from opendrs.model.cluster import Cluster, Disk, Guest, Node, Pressure, Settings
 from opendrs.model.document import (
     Reader,
@@ -43,7 +44,6 @@ from opendrs.model.rules import GuestAffinity, NodeAffinity, Rules
 from opendrs.model.snapshot import MAX_BYTES, MAX_CORES, MAX_RATIO, MIN_NODE_CORES, SnapshotError
 
 from .metric import balance_metric
-from .objective import PROXLB_METHODS, USAGES
 from .scenario import (
     LOADER_WEIGHTS,
     Balancing,

@@ -13,8 +13,9 @@ them:
 * :mod:`.groups` — ``PVE::HA::Groups``: legacy groups and their migration to rules;
 * :mod:`.usage` — ``PVE::HA::Usage`` and ``Usage/*.pm``: which node(s) a service loads in which
   state, and with what (``basic``, ``static``, ``dynamic``);
-* :mod:`.scheduler` — ``proxmox-resource-scheduling``: node stats, imbalance, TOPSIS start
-  scoring, brute-force and TOPSIS migration choice;
+* :mod:`opendrs.engine.pve_selection` (in the engine, shared with the ``pve-bruteforce`` and
+  ``pve-topsis`` strategies) — ``proxmox-resource-scheduling``: node stats, imbalance, TOPSIS
+  start scoring, brute-force and TOPSIS migration choice;
 * :mod:`.manager` — ``PVE::HA::Manager``: ``select_service_node``, ``load_balance`` and the manual
   ``migrate``/``relocate`` commands;
 * :mod:`.serve` — ``opendrs pve decide``: the JSON query protocol and the JSON-Lines service.
@@ -37,20 +38,6 @@ from .rules import (
     parse_rules,
     transform_rules,
 )
-from .scheduler import (
-    PVE_TOPSIS_WEIGHTS,
-    MigrationCandidate,
-    NodeStats,
-    node_imbalance,
-    pve_topsis_alternative,
-    score_migrations_bruteforce,
-    score_nodes_to_start_service,
-    select_best_migration_bruteforce,
-    select_best_migration_topsis,
-    sort_scored_migrations,
-    stats_with_migration,
-    truncate_imbalance,
-)
 from .serve import PveQueryError, decide, parse_query, serve
 from .status import (
     DEFAULT_NODE_MAXCPU,
@@ -72,15 +59,12 @@ __all__ = [
     "DEFAULT_SERVICE_MAXCPU",
     "DEFAULT_SERVICE_MAXMEM",
     "DEFAULT_SERVICE_MEM",
-    "PVE_TOPSIS_WEIGHTS",
     "BasicUsage",
     "CompiledRules",
     "DynamicUsage",
     "Group",
     "ManagerStatus",
-    "MigrationCandidate",
     "NodeInfo",
-    "NodeStats",
     "PveQueryError",
     "Rule",
     "Service",
@@ -98,19 +82,10 @@ __all__ = [
     "inverted",
     "load_balance",
     "make_usage",
-    "node_imbalance",
     "parse_groups",
     "parse_query",
     "parse_rules",
-    "pve_topsis_alternative",
-    "score_migrations_bruteforce",
-    "score_nodes_to_start_service",
-    "select_best_migration_bruteforce",
-    "select_best_migration_topsis",
     "select_service_node",
     "serve",
-    "sort_scored_migrations",
-    "stats_with_migration",
     "transform_rules",
-    "truncate_imbalance",
 ]

@@ -16,6 +16,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
+from opendrs.engine.pve_selection import (
+    MigrationCandidate,
+    NodeStats,
+    node_imbalance,
+    select_best_migration_bruteforce,
+    select_best_migration_topsis,
+    stats_with_migration,
+)
+
 from .rules.base import CompiledRules
 from .rules.node_affinity import get_node_affinity
 from .rules.resource_affinity import (
@@ -23,13 +32,6 @@ from .rules.resource_affinity import (
     apply_positive_resource_affinity,
     get_resource_affinity,
     is_allowed_on_node,
-)
-from .scheduler import (
-    MigrationCandidate,
-    node_imbalance,
-    select_best_migration_bruteforce,
-    select_best_migration_topsis,
-    stats_with_migration,
 )
 from .status import ManagerStatus
 from .usage import BasicUsage, DynamicUsage, StaticUsage, Usage
@@ -182,13 +184,9 @@ def load_balance(
     ``reason``.
     """
     answer: dict[str, Any] = {"migration": None}
-    if usage.mode == "basic":
-        answer["reason"] = "the basic scheduler mode never rebalances"
-        return answer
-    moving = sorted(sid for sid, svc in status.services.items() if svc.motion)
-    if moving:
-        what = "is still moving" if status.services[moving[0]].cmd is None else "has a move queued"
-        answer["reason"] = f"service '{moving[0]}' {what}"
+    held = _no_rebalance_now(usage, status)
+    if held:
+        answer["reason"] = held
         return answer
     stats = usage.imbalance_stats()
     before = node_imbalance(stats)
@@ -201,11 +199,7 @@ def load_balance(
         return answer
     candidates = _resource_migration_candidates(compiled, usage, status)
     nodes = [(n, s) for n, s in zip(usage.online, stats, strict=True)]
-    if method == "topsis":
-        topsis_pick = select_best_migration_topsis(nodes, candidates)
-        picked = None if topsis_pick is None else (topsis_pick[0], topsis_pick[1])
-    else:
-        picked = select_best_migration_bruteforce(nodes, candidates)
+    picked = _best_migration(nodes, candidates, method)
     if picked is None:
         answer["reason"] = "no migration candidate"
         return answer
@@ -232,6 +226,31 @@ def load_balance(
         f"(expected change for imbalance from {before:.2f} to {after:.2f})"
     )
     return answer
+
+
+def _best_migration(
+    nodes: Sequence[tuple[str, NodeStats]],
+    candidates: Sequence[MigrationCandidate],
+    method: Literal["bruteforce", "topsis"],
+) -> tuple[MigrationCandidate, float] | None:
+    """The candidate ``method`` picks and the imbalance after it (truncated for brute force),
+    or None without candidates."""
+    if method == "topsis":
+        topsis_pick = select_best_migration_topsis(nodes, candidates)
+        return None if topsis_pick is None else (topsis_pick[0], topsis_pick[1])
+    return select_best_migration_bruteforce(nodes, candidates)
+
+
+def _no_rebalance_now(usage: Usage, status: ManagerStatus) -> str | None:
+    """Why the manager does not rebalance in this round at all, or None: the basic mode, or a
+    service still moving or with a move queued."""
+    if usage.mode == "basic":
+        return "the basic scheduler mode never rebalances"
+    moving = sorted(sid for sid, svc in status.services.items() if svc.motion)
+    if moving:
+        what = "is still moving" if status.services[moving[0]].cmd is None else "has a move queued"
+        return f"service '{moving[0]}' {what}"
+    return None
 
 
 def _task(sid: str) -> str:

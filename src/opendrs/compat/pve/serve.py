@@ -24,7 +24,7 @@ Every answer also carries ``"mode"`` (the effective scheduler mode) and ``"dropp
 
 Imbalance, threshold and margin use the scale of the Proxmox test logs: the plain
 coefficient of variation of the node loads (crate 2.0), not the ÷√(N−1) form of
-crate 2.1.0 (which :func:`~.scheduler.node_imbalance` also offers).
+crate 2.1.0 (which :func:`~opendrs.engine.pve_selection.node_imbalance` also offers).
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ from __future__ import annotations
 import json
 import math
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 from .groups import apply_groups, groups_to_rules, parse_groups
@@ -52,6 +53,7 @@ from .status import (
     NodeInfo,
     Service,
 )
+from .usage import Usage
 
 __all__ = ["MAX_QUERY_NUMBER", "PveQueryError", "answer_line", "decide", "parse_query", "serve"]
 
@@ -165,7 +167,18 @@ def parse_query(query: Mapping[str, Any]) -> tuple[ManagerStatus, Mapping[str, A
     mode = query.get("mode", "basic")
     if mode not in MODES:
         raise _err("mode", f"must be one of basic, static, dynamic, got {_show(mode)}")
-    raw_nodes = _mapping(query.get("nodes"), "nodes")
+    nodes = _parse_nodes(query.get("nodes"))
+    raw_services = _mapping(query.get("services", {}), "services")
+    services = {sid: _parse_service(sid, spec, nodes) for sid, spec in raw_services.items()}
+    request = _mapping(query.get("query"), "query")
+    if len(request) != 1 or next(iter(request)) not in ("select-node", "rebalance", "command"):
+        raise _err("query", "must hold exactly one of 'select-node', 'rebalance' or 'command'")
+    return ManagerStatus(mode=mode, nodes=nodes, services=services), request
+
+
+def _parse_nodes(raw: object) -> dict[str, NodeInfo]:
+    """The query's ``nodes``: at least one, each with Proxmox's defaults."""
+    raw_nodes = _mapping(raw, "nodes")
     if not raw_nodes:
         raise _err("nodes", "must name at least one node")
     nodes: dict[str, NodeInfo] = {}
@@ -181,45 +194,43 @@ def parse_query(query: Mapping[str, Any]) -> tuple[ManagerStatus, Mapping[str, A
             maxmem=int(maxmem),
             online=_bool(spec, "online", path, True),
         )
-    raw_services = _mapping(query.get("services", {}), "services")
-    services: dict[str, Service] = {}
-    for sid, spec in raw_services.items():
-        path = f"services.{sid}"
-        if not SID_RE.match(sid):
-            raise _err(path, "must be named like 'vm:100' or 'ct:100'")
-        spec = _mapping(spec, path)
-        _known_keys(spec, path, _SERVICE_KEYS)
-        node = spec.get("node")
-        if not isinstance(node, str) or node not in nodes:
-            raise _err(f"{path}.node", f"must name a known node, got {_show(node)}")
-        state = spec.get("state", "started")
-        if not isinstance(state, str) or state not in SERVICE_STATES:
-            raise _err(f"{path}.state", f"is not a valid service state: {_show(state)}")
-        target = spec.get("target")
-        if target is not None and (not isinstance(target, str) or target not in nodes):
-            raise _err(f"{path}.target", f"must be null or name a known node, got {_show(target)}")
-        group = spec.get("group")
-        if group is not None and not isinstance(group, str):
-            raise _err(f"{path}.group", "must be a string or null")
-        services[sid] = Service(
-            cmd=_command(spec.get("cmd"), f"{path}.cmd", nodes),
-            sid=sid,
-            node=node,
-            state=state,
-            target=target,
-            running=_bool(spec, "running", path, False),
-            maxcpu=_number(spec, "maxcpu", path, DEFAULT_SERVICE_MAXCPU),
-            maxmem=int(_number(spec, "maxmem", path, DEFAULT_SERVICE_MAXMEM)),
-            cpu=_number(spec, "cpu", path, DEFAULT_SERVICE_CPU),
-            mem=int(_number(spec, "mem", path, DEFAULT_SERVICE_MEM)),
-            failback=_bool(spec, "failback", path, True),
-            group=group,
-            ha=_bool(spec, "ha", path, True),
-        )
-    request = _mapping(query.get("query"), "query")
-    if len(request) != 1 or next(iter(request)) not in ("select-node", "rebalance", "command"):
-        raise _err("query", "must hold exactly one of 'select-node', 'rebalance' or 'command'")
-    return ManagerStatus(mode=mode, nodes=nodes, services=services), request
+    return nodes
+
+
+def _parse_service(sid: str, raw: object, nodes: Mapping[str, NodeInfo]) -> Service:
+    """One of the query's ``services``, on a known node, with Proxmox's defaults."""
+    path = f"services.{sid}"
+    if not SID_RE.match(sid):
+        raise _err(path, "must be named like 'vm:100' or 'ct:100'")
+    spec = _mapping(raw, path)
+    _known_keys(spec, path, _SERVICE_KEYS)
+    node = spec.get("node")
+    if not isinstance(node, str) or node not in nodes:
+        raise _err(f"{path}.node", f"must name a known node, got {_show(node)}")
+    state = spec.get("state", "started")
+    if not isinstance(state, str) or state not in SERVICE_STATES:
+        raise _err(f"{path}.state", f"is not a valid service state: {_show(state)}")
+    target = spec.get("target")
+    if target is not None and (not isinstance(target, str) or target not in nodes):
+        raise _err(f"{path}.target", f"must be null or name a known node, got {_show(target)}")
+    group = spec.get("group")
+    if group is not None and not isinstance(group, str):
+        raise _err(f"{path}.group", "must be a string or null")
+    return Service(
+        cmd=_command(spec.get("cmd"), f"{path}.cmd", nodes),
+        sid=sid,
+        node=node,
+        state=state,
+        target=target,
+        running=_bool(spec, "running", path, False),
+        maxcpu=_number(spec, "maxcpu", path, DEFAULT_SERVICE_MAXCPU),
+        maxmem=int(_number(spec, "maxmem", path, DEFAULT_SERVICE_MAXMEM)),
+        cpu=_number(spec, "cpu", path, DEFAULT_SERVICE_CPU),
+        mem=int(_number(spec, "mem", path, DEFAULT_SERVICE_MEM)),
+        failback=_bool(spec, "failback", path, True),
+        group=group,
+        ha=_bool(spec, "ha", path, True),
+    )
 
 
 def _command(raw: object, path: str, nodes: Mapping[str, NodeInfo]) -> tuple[str, str] | None:
@@ -273,56 +284,89 @@ def decide(query: Mapping[str, Any]) -> dict[str, Any]:
     path = f"query.{kind}"
     body = _mapping(body, path)
     _known_keys(body, path, _REQUEST_KEYS[kind])
-    answer: dict[str, Any]
-    if kind == "select-node":
-        sid = _known_sid(body, path, status)
-        preference = body.get("preference", "none")
-        if preference not in PREFERENCES:
-            raise _err(
-                f"{path}.preference",
-                f"must be none, best-score or try-next, got {_show(preference)}",
-            )
-        failed = body.get("failed_nodes") or []
-        if not isinstance(failed, list) or not all(isinstance(n, str) for n in failed):
-            raise _err(f"{path}.failed_nodes", "must be a list of node names")
-        fallback = body.get("maintenance_fallback")
-        if fallback is not None and not isinstance(fallback, str):
-            raise _err(f"{path}.maintenance_fallback", "must be a node name or null")
-        node, scores = select_service_node(
-            compiled,
-            usage,
-            status,
-            sid,
-            preference,
-            failed_nodes=failed,
-            maintenance_fallback=fallback,
-        )
-        answer = {"node": node}
-        if scores is not None:
-            answer["scores"] = {n: scores[n] for n in sorted(scores)}
-    elif kind == "rebalance":
-        method = body.get("method", "bruteforce")
-        if method not in ("bruteforce", "topsis"):
-            raise _err(f"{path}.method", f"must be bruteforce or topsis, got {_show(method)}")
-        threshold = _number(body, "threshold", path, 0.3)
-        margin = _number(body, "margin", path, 0.1)
-        answer = load_balance(
-            compiled, usage, status, method=method, threshold=threshold, margin=margin
-        )
-    else:
-        sid = _known_sid(body, path, status)
-        task = body.get("task", "migrate")
-        if task not in ("migrate", "relocate"):
-            raise _err(f"{path}.task", f"must be migrate or relocate, got {_show(task)}")
-        target = body.get("target")
-        if not isinstance(target, str):
-            raise _err(f"{path}.target", f"must be a node name, got {_show(target)}")
-        answer = execute_command(compiled, status, sid, task, target)
+    answer = _ANSWERS[kind](body, path, _Round(compiled, usage, status))
     answer["mode"] = usage.mode
     answer["dropped"] = dropped
     if warnings:
         answer["warnings"] = warnings
     return answer
+
+
+@dataclass(frozen=True)
+class _Round:
+    """What the manager decides a query's round with: the compiled rules, the usage and the
+    manager's status."""
+
+    compiled: CompiledRules
+    usage: Usage
+    status: ManagerStatus
+
+
+def _answer_select_node(body: Mapping[str, Any], path: str, round_: _Round) -> dict[str, Any]:
+    """A ``select-node`` query's answer: the node, and the scores when the mode has them."""
+    sid = _known_sid(body, path, round_.status)
+    preference = body.get("preference", "none")
+    if preference not in PREFERENCES:
+        raise _err(
+            f"{path}.preference",
+            f"must be none, best-score or try-next, got {_show(preference)}",
+        )
+    failed = body.get("failed_nodes") or []
+    if not isinstance(failed, list) or not all(isinstance(n, str) for n in failed):
+        raise _err(f"{path}.failed_nodes", "must be a list of node names")
+    fallback = body.get("maintenance_fallback")
+    if fallback is not None and not isinstance(fallback, str):
+        raise _err(f"{path}.maintenance_fallback", "must be a node name or null")
+    node, scores = select_service_node(
+        round_.compiled,
+        round_.usage,
+        round_.status,
+        sid,
+        preference,
+        failed_nodes=failed,
+        maintenance_fallback=fallback,
+    )
+    answer: dict[str, Any] = {"node": node}
+    if scores is not None:
+        answer["scores"] = {n: scores[n] for n in sorted(scores)}
+    return answer
+
+
+def _answer_rebalance(body: Mapping[str, Any], path: str, round_: _Round) -> dict[str, Any]:
+    """A ``rebalance`` query's answer (:func:`~.manager.load_balance`)."""
+    method = body.get("method", "bruteforce")
+    if method not in ("bruteforce", "topsis"):
+        raise _err(f"{path}.method", f"must be bruteforce or topsis, got {_show(method)}")
+    threshold = _number(body, "threshold", path, 0.3)
+    margin = _number(body, "margin", path, 0.1)
+    return load_balance(
+        round_.compiled,
+        round_.usage,
+        round_.status,
+        method=method,
+        threshold=threshold,
+        margin=margin,
+    )
+
+
+def _answer_command(body: Mapping[str, Any], path: str, round_: _Round) -> dict[str, Any]:
+    """A ``command`` query's answer (:func:`~.manager.execute_command`)."""
+    sid = _known_sid(body, path, round_.status)
+    task = body.get("task", "migrate")
+    if task not in ("migrate", "relocate"):
+        raise _err(f"{path}.task", f"must be migrate or relocate, got {_show(task)}")
+    target = body.get("target")
+    if not isinstance(target, str):
+        raise _err(f"{path}.target", f"must be a node name, got {_show(target)}")
+    return execute_command(round_.compiled, round_.status, sid, task, target)
+
+
+#: Each query kind's answer.
+_ANSWERS: Mapping[str, Callable[[Mapping[str, Any], str, _Round], dict[str, Any]]] = {
+    "select-node": _answer_select_node,
+    "rebalance": _answer_rebalance,
+    "command": _answer_command,
+}
 
 
 def _dump(answer: Mapping[str, Any]) -> str:

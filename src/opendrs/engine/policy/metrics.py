@@ -9,7 +9,7 @@ import numpy as np
 
 from opendrs.engine.imbalance import balance_spread, cv
 from opendrs.engine.policy.config import METRICS
-from opendrs.engine.strategies.pve import pve_imbalance
+from opendrs.engine.pve_selection import pve_imbalance
 from opendrs.engine.usage import LoadModel, arch_groups
 from opendrs.model.cluster import Cluster
 

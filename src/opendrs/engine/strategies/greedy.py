@@ -42,6 +42,7 @@ import numpy as np
 from opendrs.engine.constraints import Constraints
 from opendrs.engine.imbalance import balance_objective
 from opendrs.engine.placement import PlacementState
+from opendrs.engine.pve_selection import fraction_shift, fractions_of
 from opendrs.engine.usage import LoadModel
 from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster
@@ -57,7 +58,7 @@ from .base import (
     constraints_for,
     spread_options,
 )
-from .pve import Bundle, fraction_shift, fractions_of, movable_bundles
+from .pve import Bundle, movable_bundles
 
 NAME = "static-greedy"
 DEFAULT_KEEP = 0.005

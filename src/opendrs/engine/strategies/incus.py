@@ -55,6 +55,7 @@ import numpy as np
 
 from opendrs.engine.constraints import Constraints
 from opendrs.engine.placement import PlacementState
+from opendrs.engine.pve_selection import fractions_of, pve_weights
 from opendrs.engine.usage import LoadModel
 from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster
@@ -70,7 +71,7 @@ from .base import (
     constraints_for,
     spread_options,
 )
-from .pve import Bundle, fractions_of, movable_bundles, pve_weights
+from .pve import Bundle, movable_bundles
 
 NAME = "incus"
 DEFAULT_THRESHOLD = 20.0

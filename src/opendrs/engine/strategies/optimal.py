@@ -33,7 +33,7 @@ fixed on its node.
   own load included), or of its guests' pressure with ``Settings.balance_source = "pressure"``,
   each scaled by its share of ``Settings.weight_cpu/weight_memory``.
 * proxlb-solver's methods, exactly as its model (their terms, weights and levels are
-  :mod:`opendrs.compat.proxlb.objective`): ``memory`` (configured memory in
+  :mod:`opendrs.engine.objective`): ``memory`` (configured memory in
   MiB), ``cpu`` (measured use, or vCPUs with ``usage="assigned"``), ``disk`` (local disks against
   the node's storage), ``cpu_psi``/``memory_psi``/``io_psi`` (the guests' pressure against 100),
   ``cpu_smart``/``memory_smart``/``io_smart`` (``w_X_usage · usage + w_X_psi · psi``) and
@@ -83,7 +83,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from opendrs.compat.proxlb.objective import (
+from opendrs.engine.constraints import Constraints, fails_back, movability
+from opendrs.engine.imbalance import Imbalance, resource_weights
+from opendrs.engine.objective import (
     BALANCINESS,
     DEFAULT_WEIGHTS,
     LOAD_SCALE,
@@ -95,9 +97,7 @@ from opendrs.compat.proxlb.objective import (
     over_thresholds,
     utilisation,
 )
-from opendrs.compat.proxlb.objective import initial_spread as proxlb_initial_spread
-from opendrs.engine.constraints import Constraints, fails_back, movability
-from opendrs.engine.imbalance import Imbalance, resource_weights
+from opendrs.engine.objective import initial_spread as proxlb_initial_spread
 from opendrs.engine.sparse_rows import RowMask
 from opendrs.engine.usage import LoadModel
 from opendrs.engine.view import CycleView
@@ -370,7 +370,7 @@ def initial_spread(
     """The spread the balanciness threshold is compared with (a fraction; proxlb-solver's rule).
 
     ``balance``: the weighted spread of the cpu and memory fractions (cluster's usage mode).
-    proxlb-solver's methods (:func:`opendrs.compat.proxlb.objective.initial_spread`): the
+    proxlb-solver's methods (:func:`opendrs.engine.objective.initial_spread`): the
     priority-weighted spread of the method's resource; ``X_smart`` the weighted mean of its usage
     and pressure spreads; ``global_smart`` the mean of the three usage spreads weighted by
     ``w_global_*``. Only usable nodes count. ``loads``: the cluster's balance loads, when they are
@@ -400,7 +400,7 @@ def thresholds_exceeded(
 
     Raw utilisation, without priorities: for proxlb-solver's methods measured CPU over cores,
     configured memory over memory and local disks over storage, without reserves (its rule,
-    :func:`opendrs.compat.proxlb.objective.utilisation`); for ``balance`` the cpu and memory
+    :func:`opendrs.engine.objective.utilisation`); for ``balance`` the cpu and memory
     fractions of the cluster's usage mode, net of reserves (``loads``: the cluster's balance
     loads, when they are built already).
     """

@@ -72,6 +72,13 @@ import numpy as np
 from opendrs.engine.constraints import Constraints
 from opendrs.engine.mcdm import ahp_weights, topsis_scores
 from opendrs.engine.placement import PlacementState
+from opendrs.engine.pve_selection import (
+    fraction_shift,
+    fractions_of,
+    pve_weights,
+    topsis_alternatives,
+    topsis_weights,
+)
 from opendrs.engine.usage import LoadModel, usage_loads
 from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster
@@ -88,15 +95,7 @@ from .base import (
     constraints_for,
     spread_options,
 )
-from .pve import (
-    Bundle,
-    fraction_shift,
-    fractions_of,
-    movable_bundles,
-    pve_weights,
-    topsis_alternatives,
-    topsis_weights,
-)
+from .pve import Bundle, movable_bundles
 
 NAME = "drs-pressure"
 

@@ -2,7 +2,8 @@
 
 Proxmox picks one migration per trigger among every movable guest (guests kept together by a hard
 positive affinity move as one bundle) and every allowed target. Two selection methods exist
-(``proxmox-resource-scheduling`` ``scheduler.rs``):
+(``proxmox-resource-scheduling`` ``scheduler.rs``; their arithmetic, batched, is
+:mod:`opendrs.engine.pve_selection`'s, which ``opendrs pve decide`` shares):
 
 * ``bruteforce`` — the move whose predicted imbalance is lowest. The imbalance is the coefficient
   of variation of the node loads, where a node's load is ``(cpu/maxcpu + mem/maxmem) / 2``; it is
@@ -44,16 +45,28 @@ proxmox-resource-scheduling 2.1.0), which the defaults follow:
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from opendrs.engine.constraints import Constraints, movability
+from opendrs.engine.constraints import movability
 from opendrs.engine.mcdm import topsis_scores
 from opendrs.engine.placement import PlacementState
-from opendrs.engine.usage import LoadModel
+from opendrs.engine.pve_selection import (
+    combine,
+    combined_loads,
+    cv_after_move,
+    cv_after_moves,
+    fraction_shift,
+    fractions_of,
+    load_cv,
+    pve_weights,
+    scale_of,
+    topsis_alternatives,
+    topsis_weights,
+    truncate_imbalance,
+)
 from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster
 
@@ -66,7 +79,6 @@ from .base import (
     bundle_moves,
     cluster_imbalance,
     constraints_for,
-    spread_options,
 )
 
 #: Proxmox's defaults: 30 % and 10 % (pve-cluster 9.1.5 ``DataCenterConfig.pm``), as fractions.
@@ -79,148 +91,29 @@ SCOPES = ("ha", "all")
 #: The imbalance's scale: ÷√(N−1) (proxmox-resource-scheduling 2.1.0), or the raw CV (2.0).
 IMBALANCES = ("normalised", "raw")
 
-#: Proxmox's TOPSIS criteria weights (``PVE_HA_TOPSIS_CRITERIA``): average (RMS) cpu, highest cpu,
-#: average (RMS) memory, highest memory — all minimised.
-TOPSIS_WEIGHTS: tuple[float, float, float, float] = (-1.0, -2.0, -5.0, -10.0)
 
+@dataclass(frozen=True)
+class PveOptions(StrategyOptions):
+    """The options of ``pve-bruteforce`` and ``pve-topsis`` (Proxmox's own defaults)."""
 
-def pve_weights(cluster: Cluster) -> np.ndarray | None:
-    """The cluster's (cpu, memory) weights summing to 1, or None when they are equal — then
-    the plain mean is used, bit for bit as Proxmox computes it."""
-    settings = cluster.settings
-    w = np.array([max(settings.weight_cpu, 0.0), max(settings.weight_memory, 0.0)])
-    if w[0] == w[1] or w.sum() <= 0:
-        return None
-    return w / w.sum()
+    threshold: float = DEFAULT_THRESHOLD
+    margin: float = DEFAULT_MARGIN
+    max_moves: int = DEFAULT_MAX_MOVES
+    #: ``ha``: HA resources in the state ``started`` (Proxmox); ``all``: every guest.
+    scope: str = "ha"
+    #: ``normalised``: CV ÷ √(N−1) (proxmox-resource-scheduling 2.1.0); ``raw``: the CV (2.0).
+    imbalance: str = "normalised"
 
-
-def combine(values: np.ndarray, weights: np.ndarray | None) -> np.ndarray:
-    """The (cpu, memory) values along the last axis combined: their mean, or weighted mean."""
-    if weights is None:
-        return values.mean(axis=-1)
-    return (values * weights).sum(axis=-1)
-
-
-def topsis_weights(weights: np.ndarray | None) -> tuple[float, ...]:
-    """:data:`TOPSIS_WEIGHTS` with the cpu and memory criteria scaled by ``2 · w``."""
-    if weights is None:
-        return TOPSIS_WEIGHTS
-    cpu, memory = (2.0 * float(w) for w in weights)
-    rms_cpu, max_cpu, rms_mem, max_mem = TOPSIS_WEIGHTS
-    return (rms_cpu * cpu, max_cpu * cpu, rms_mem * memory, max_mem * memory)
-
-
-def _combined(
-    node_load: np.ndarray, cap: np.ndarray, weights: np.ndarray | None = None
-) -> np.ndarray:
-    return combine(fractions_of(node_load, cap), weights)
-
-
-def _cv(values: np.ndarray) -> float:
-    n = values.size
-    total = float(values.sum())
-    if n < 2 or total == 0.0:
-        return 0.0
-    mean = total / n
-    return math.sqrt(float(((values - mean) ** 2).sum()) / n) / mean
-
-
-def scale_of(imbalance: str, nodes: int) -> float:
-    """What the raw coefficient of variation over ``nodes`` nodes is multiplied by on the
-    ``imbalance`` scale: 1/√(N−1) ``normalised`` (1 for fewer than two nodes), 1 ``raw``."""
-    if imbalance == "raw" or nodes < 2:
-        return 1.0
-    return 1.0 / math.sqrt(nodes - 1)
-
-
-def pve_imbalance(fractions: np.ndarray) -> float:
-    """Proxmox's node imbalance as proxmox-resource-scheduling 2.1.0 computes it: the CV of the
-    nodes' ``(cpu + memory) / 2`` load fractions (``fractions`` (N, 2)) divided by √(N−1)."""
-    combined = fractions.mean(axis=1)
-    return _cv(combined) * scale_of("normalised", combined.size)
-
-
-def _cv_after_moves(
-    combined: np.ndarray, usable: np.ndarray, src: int, targets: np.ndarray, shift: np.ndarray
-) -> np.ndarray:
-    """CV of the usable nodes' combined loads after moving a bundle from ``src`` to each target."""
-    together = _cv_after_all(combined, usable, np.array([src], dtype=np.intp), shift[None, :])
-    return together[0][np.asarray(targets, dtype=np.intp)]
-
-
-def _trunc(value: float) -> float:
-    return math.trunc(value * 1e15) / 1e15
-
-
-def fractions_of(node_load: np.ndarray, cap: np.ndarray) -> np.ndarray:
-    """Node load fractions (N, R); 0 where a node has no capacity."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(cap > 0, node_load / np.where(cap > 0, cap, 1.0), 0.0)
-
-
-def fraction_shift(demand: np.ndarray, cap: np.ndarray) -> np.ndarray:
-    """(N, R): the load fraction ``demand`` (R,) adds on each node (0 without capacity)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(cap > 0, demand[None, :] / np.where(cap > 0, cap, 1.0), 0.0)
-
-
-def topsis_alternatives(
-    fractions: np.ndarray,
-    usable: np.ndarray,
-    src: np.ndarray,
-    tgt: np.ndarray,
-    d_src: np.ndarray,
-    d_tgt: np.ndarray,
-) -> np.ndarray:
-    """Proxmox's TOPSIS alternative for each of K moves, vectorised: shape (K, 4).
-
-    ``fractions`` (N, 2) are the node load fractions (cpu, memory) now; move ``k`` takes the load
-    fraction ``d_src[k]`` (2,) off node ``src[k]`` (floored at 0; ``src[k] = -1``: the load is on no
-    node yet, as for a new guest) and adds ``d_tgt[k]`` on node ``tgt[k]``. Only ``usable`` nodes
-    count. The row is ``[1 + RMS cpu, 1 + max cpu, 1 + RMS mem, 1 + max mem]`` over those nodes
-    (``scheduler.rs`` ``PveTopsisAlternative``; RMS, not mean, and the maximum starts at 0).
-
-    The sums are updated incrementally (O(K) rather than O(K·N)); the maximum over the nodes a move
-    does not touch comes from the three largest fractions per resource.
-    """
-    k = len(tgt)
-    n_res = fractions.shape[1]
-    out = np.zeros((k, 2 * n_res))
-    n = int(usable.sum())
-    if k == 0 or n == 0:
-        out[:] = 1.0
-        return out
-    base = np.where(usable[:, None], fractions, 0.0)
-    squares = (base**2).sum(axis=0)  # (R,)
-    has_src = src >= 0
-    src_i = np.where(has_src, src, 0)
-    src_counts = (has_src & usable[src_i])[:, None]
-    tgt_counts = usable[tgt][:, None]
-    old_src = base[src_i]
-    new_src = np.maximum(old_src - d_src, 0.0)
-    old_tgt = base[tgt]
-    new_tgt = old_tgt + d_tgt
-    s2 = (
-        squares[None, :]
-        + np.where(src_counts, new_src**2 - old_src**2, 0.0)
-        + np.where(tgt_counts, new_tgt**2 - old_tgt**2, 0.0)
-    )
-    rms = np.sqrt(np.maximum(s2, 0.0) / n)
-    # The largest fraction among the usable nodes other than the source and the target.
-    ranked = np.where(usable[:, None], fractions, -np.inf)
-    top = np.argsort(-ranked, axis=0, kind="stable")[:3]  # (≤3, R) node indices
-    top_val = np.take_along_axis(ranked, top, axis=0)
-    others = np.full((k, n_res), -np.inf)
-    for level in range(top.shape[0] - 1, -1, -1):
-        idx = top[level][None, :]
-        free = (idx != np.where(has_src, src, -1)[:, None]) & (idx != tgt[:, None])
-        others = np.where(free & np.isfinite(top_val[level])[None, :], top_val[level], others)
-    highest = np.maximum(others, 0.0)
-    highest = np.maximum(highest, np.where(src_counts, new_src, 0.0))
-    highest = np.maximum(highest, np.where(tgt_counts, new_tgt, 0.0))
-    out[:, 0::2] = 1.0 + rms
-    out[:, 1::2] = 1.0 + highest
-    return out
+    def check(self) -> None:
+        if self.scope not in SCOPES:
+            raise ValueError(f"scope: expected ha or all, got {self.scope!r}")
+        if self.imbalance not in IMBALANCES:
+            raise ValueError(f"imbalance: expected normalised or raw, got {self.imbalance!r}")
+        if self.threshold > 1 and self.imbalance == "normalised":
+            raise ValueError(
+                f"threshold: {self.threshold:g} is above 1, the most a normalised imbalance "
+                f"reaches; write the fraction 0.3 for Proxmox's 30 %"
+            )
 
 
 # --------------------------------------------------------------------------------------------
@@ -347,67 +240,65 @@ Chooser = Callable[[PlacementState, np.ndarray, np.ndarray, np.ndarray, _Round],
 
 
 def _repeat(
-    cluster: Cluster,
+    view: CycleView,
+    request: Request,
+    options: PveOptions,
     name: str,
     choose: Chooser,
-    *,
-    forbidden: Iterable[tuple[str, str]],
-    constraints: Constraints | None,
-    loads: LoadModel | None,
-    threshold: float,
-    margin: float,
-    max_moves: int,
-    scope: str,
-    imbalance: str,
 ) -> Proposal:
-    """Proxmox's auto-rebalance round, repeated: while the imbalance is above ``threshold``, make
-    the move ``choose(state, capacity, usable, combined loads, round)`` picks if it improves the
-    imbalance by ``margin`` (relative), up to ``max_moves``. Basic mode never rebalances.
-    ``constraints`` and ``loads``: a cycle view's models, as :func:`propose_bruteforce` says."""
-    options = {
-        "threshold": threshold,
-        "margin": margin,
-        "max_moves": max_moves,
-        "scope": scope,
-        "imbalance": imbalance,
-    }
-    cons = constraints_for(cluster, forbidden, constraints)
-    state = PlacementState.build(cluster, cons, loads=loads)
+    """Proxmox's auto-rebalance round, repeated on ``view`` (:func:`_rounds`) up to the most
+    moves (``options``'s, or ``request``'s unless the option is set). Basic mode never
+    rebalances. The placements ``request`` forbids are refused on top of the view's constraints
+    (:func:`constraints_for`)."""
+    cluster = view.cluster
+    max_moves = options.pick("max_moves", request.max_moves)
+    values = {**options.values(), "max_moves": max_moves}
+    state = PlacementState.build(
+        cluster, constraints_for(cluster, request.forbidden, view.constraints), loads=view.loads
+    )
     before = cluster_imbalance(cluster, loads=state.loads)
-    cap = state.loads.capacity
-    usable = _usable(state)
     notes = tuple(str(p) for p in state.constraints.problems)
-    moves: list[ProposedMove] = []
     if cluster.settings.mode == "basic":
         stopped = "basic mode counts guests only: Proxmox never rebalances in it"
-        return Proposal(name, (), before, before, stopped, notes, options)
-    stopped = f"move limit {max_moves} reached"
+        return Proposal(name, (), before, before, stopped, notes, values)
+    moves, stopped = _rounds(state, options, max_moves, choose)
+    after = cluster_imbalance(cluster, state.assign, state.loads)
+    return Proposal(name, tuple(moves), before, after, stopped, notes, values)
+
+
+def _rounds(
+    state: PlacementState, options: PveOptions, max_moves: int, choose: Chooser
+) -> tuple[list[ProposedMove], str]:
+    """The rounds on ``state`` (committed to as they go): while the imbalance is above the
+    threshold, make the move ``choose(state, capacity, usable, combined loads, round)`` picks if
+    it improves the imbalance by the margin (relative), up to ``max_moves``. The moves, and why
+    the rounds stopped."""
+    cluster = state.cluster
+    threshold, margin, scope = options.threshold, options.margin, options.scope
+    cap = state.loads.capacity
+    usable = _usable(state)
+    moves: list[ProposedMove] = []
     weights = pve_weights(cluster)
-    round_ = _Round(started_members(cluster, scope), scale_of(imbalance, int(usable.sum())))
+    scale = scale_of(options.imbalance, int(usable.sum()))
+    round_ = _Round(started_members(cluster, scope), scale)
     while True:
-        combined = _combined(state.node_load, cap, weights)
-        imbalance_now = _cv(combined[usable]) * round_.scale
+        combined = combined_loads(state.node_load, cap, weights)
+        imbalance_now = load_cv(combined[usable]) * round_.scale
         if imbalance_now <= threshold:
-            stopped = f"imbalance {imbalance_now:.3f} at or below threshold {threshold:g}"
-            break
+            return moves, f"imbalance {imbalance_now:.3f} at or below threshold {threshold:g}"
         if len(moves) >= max_moves:
-            break
+            return moves, f"move limit {max_moves} reached"
         choice = choose(state, cap, usable, combined, round_)
         if choice is None:
-            stopped = (
-                "no started HA resource has an allowed target"
-                if scope == "ha"
-                else "no movable guest has an allowed target"
-            )
-            break
+            who = "started HA resource" if scope == "ha" else "movable guest"
+            return moves, f"no {who} has an allowed target"
         source, target = cluster.nodes[choice.src].name, cluster.nodes[choice.target].name
         value = choice.value
         if imbalance_now <= 0 or (imbalance_now - value) / imbalance_now < margin:
-            stopped = (
+            return moves, (
                 f"best move{choice.label} ({choice.leader} to {target}{choice.extra}) would bring "
                 f"{imbalance_now:.3f} to {value:.3f}, less than the margin {margin:g}"
             )
-            break
         moves += bundle_moves(
             cluster,
             choice.members.tolist(),
@@ -420,8 +311,6 @@ def _repeat(
             reason=f"{choice.why}imbalance {imbalance_now:.2f} -> {value:.2f}",
         )
         state.commit(choice.members, choice.target)
-    after = cluster_imbalance(cluster, state.assign, state.loads)
-    return Proposal(name, tuple(moves), before, after, stopped, notes, options)
 
 
 def _choose_bruteforce(
@@ -449,9 +338,9 @@ def _choose_bruteforce(
         per = np.where(cap[None, :, :] > 0, demand[:, None, :] / np.where(cap > 0, cap, 1.0), 0.0)
     shift = combine(per, pve_weights(cluster))  # (B, N)
     src = np.array([b.src for b in bundles], dtype=np.intp)
-    values = _cv_after_all(combined, usable, src, shift) * round_.scale  # (B, N)
+    values = cv_after_moves(combined, usable, src, shift) * round_.scale  # (B, N)
     values[np.arange(len(bundles)), src] = np.inf  # a move stays off its own node
-    truncated = np.trunc(values * 1e15) / 1e15
+    truncated = truncate_imbalance(values)
     flat = truncated.ravel()
     order = np.argsort(flat, kind="stable")
     names = [n.name for n in cluster.nodes]
@@ -476,66 +365,10 @@ def _choose_bruteforce(
     return None
 
 
-def _cv_after_all(
-    combined: np.ndarray, usable: np.ndarray, src: np.ndarray, shift: np.ndarray
-) -> np.ndarray:
-    """CV of the usable nodes' combined loads after moving bundle ``b`` from ``src[b]`` to each
-    node: (B, N). ``shift[b]`` is the combined load fraction the bundle adds on each node; the
-    source loses its own share, floored at 0 (Proxmox). The sums are updated incrementally."""
-    base = np.where(usable, combined, 0.0)
-    n = int(usable.sum())
-    n_bundles, n_nodes = shift.shape
-    if n < 2:
-        return np.zeros((n_bundles, n_nodes))
-    rows = np.arange(n_bundles)
-    s1 = np.full(n_bundles, base.sum())
-    s2 = np.full(n_bundles, (base**2).sum())
-    from_usable = usable[src]
-    old_s = base[src]
-    new_s = np.maximum(old_s - shift[rows, src], 0.0)
-    s1 = np.where(from_usable, s1 + (new_s - old_s), s1)
-    s2 = np.where(from_usable, s2 + (new_s**2 - old_s**2), s2)
-    old_t = base[None, :]
-    new_t = old_t + shift
-    s1 = s1[:, None] + np.where(usable[None, :], new_t - old_t, 0.0)
-    s2 = s2[:, None] + np.where(usable[None, :], new_t**2 - old_t**2, 0.0)
-    mean = s1 / n
-    var = np.maximum(s2 / n - mean**2, 0.0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(mean > 0, np.sqrt(var) / np.where(mean > 0, mean, 1.0), 0.0)
-
-
-def propose_bruteforce(
-    cluster: Cluster,
-    *,
-    forbidden: Iterable[tuple[str, str]] = (),
-    constraints: Constraints | None = None,
-    loads: LoadModel | None = None,
-    threshold: float = DEFAULT_THRESHOLD,
-    margin: float = DEFAULT_MARGIN,
-    max_moves: int = DEFAULT_MAX_MOVES,
-    scope: str = "ha",
-    imbalance: str = "normalised",
-) -> Proposal:
-    """Proxmox's bruteforce rebalancing choice, applied up to ``max_moves`` times.
-
-    ``constraints`` and ``loads`` are the models a cycle view built already — its constraints
-    (capacity on the usage it checks, ``forbidden`` not yet refused: :func:`constraints_for`) and
-    ``cluster``'s balance loads; without them they are built from ``cluster``.
-    """
-    return _repeat(
-        cluster,
-        "pve-bruteforce",
-        _choose_bruteforce,
-        forbidden=forbidden,
-        constraints=constraints,
-        loads=loads,
-        threshold=threshold,
-        margin=margin,
-        max_moves=max_moves,
-        scope=scope,
-        imbalance=imbalance,
-    )
+def propose_bruteforce(view: CycleView, request: Request, options: PveOptions) -> Proposal:
+    """Proxmox's bruteforce rebalancing choice, applied up to the most moves, on ``view``'s
+    models (its constraints, with the placements ``request`` forbids refused, and its loads)."""
+    return _repeat(view, request, options, "pve-bruteforce", _choose_bruteforce)
 
 
 # --------------------------------------------------------------------------------------------
@@ -576,7 +409,7 @@ def _choose_topsis(
     bundle = bundles[cand_bundle[k]]
     t = int(tgt[k])
     value = round_.scale * float(
-        _cv_after_moves(
+        cv_after_move(
             combined, usable, bundle.src, np.array([t]), combine(shift[cand_bundle[k]], weights)
         )[0]
     )
@@ -593,18 +426,7 @@ def _choose_topsis(
     )
 
 
-def propose_topsis(
-    cluster: Cluster,
-    *,
-    forbidden: Iterable[tuple[str, str]] = (),
-    constraints: Constraints | None = None,
-    loads: LoadModel | None = None,
-    threshold: float = DEFAULT_THRESHOLD,
-    margin: float = DEFAULT_MARGIN,
-    max_moves: int = DEFAULT_MAX_MOVES,
-    scope: str = "ha",
-    imbalance: str = "normalised",
-) -> Proposal:
+def propose_topsis(view: CycleView, request: Request, options: PveOptions) -> Proposal:
     """Proxmox's TOPSIS rebalancing choice, applied up to ``max_moves`` times.
 
     Per iteration, the candidates are those of ``pve-bruteforce`` (movable bundles × allowed
@@ -614,45 +436,9 @@ def propose_topsis(
     ranked by :func:`~opendrs.engine.mcdm.topsis_scores` with weights −1, −2, −5, −10. The best
     closeness wins, the first candidate on a tie. As in Proxmox, the winner is committed only if
     the (untruncated) imbalance — the CV of the combined loads — improves by at least ``margin``.
-    ``constraints`` and ``loads``: a cycle view's models, as :func:`propose_bruteforce` says.
+    ``view`` and ``request`` as :func:`propose_bruteforce` reads them.
     """
-    return _repeat(
-        cluster,
-        "pve-topsis",
-        _choose_topsis,
-        forbidden=forbidden,
-        constraints=constraints,
-        loads=loads,
-        threshold=threshold,
-        margin=margin,
-        max_moves=max_moves,
-        scope=scope,
-        imbalance=imbalance,
-    )
-
-
-@dataclass(frozen=True)
-class PveOptions(StrategyOptions):
-    """The options of ``pve-bruteforce`` and ``pve-topsis`` (Proxmox's own defaults)."""
-
-    threshold: float = DEFAULT_THRESHOLD
-    margin: float = DEFAULT_MARGIN
-    max_moves: int = DEFAULT_MAX_MOVES
-    #: ``ha``: HA resources in the state ``started`` (Proxmox); ``all``: every guest.
-    scope: str = "ha"
-    #: ``normalised``: CV ÷ √(N−1) (proxmox-resource-scheduling 2.1.0); ``raw``: the CV (2.0).
-    imbalance: str = "normalised"
-
-    def check(self) -> None:
-        if self.scope not in SCOPES:
-            raise ValueError(f"scope: expected ha or all, got {self.scope!r}")
-        if self.imbalance not in IMBALANCES:
-            raise ValueError(f"imbalance: expected normalised or raw, got {self.imbalance!r}")
-        if self.threshold > 1 and self.imbalance == "normalised":
-            raise ValueError(
-                f"threshold: {self.threshold:g} is above 1, the most a normalised imbalance "
-                f"reaches; write the fraction 0.3 for Proxmox's 30 %"
-            )
+    return _repeat(view, request, options, "pve-topsis", _choose_topsis)
 
 
 class PveBruteforce:
@@ -663,9 +449,7 @@ class PveBruteforce:
     Options = PveOptions
 
     def propose(self, view: CycleView, request: Request, options: PveOptions) -> Proposal:
-        return spread_options(
-            propose_bruteforce, view.cluster, view, request, options, ("max_moves",)
-        )
+        return propose_bruteforce(view, request, options)
 
 
 class PveTopsis:
@@ -676,7 +460,7 @@ class PveTopsis:
     Options = PveOptions
 
     def propose(self, view: CycleView, request: Request, options: PveOptions) -> Proposal:
-        return spread_options(propose_topsis, view.cluster, view, request, options, ("max_moves",))
+        return propose_topsis(view, request, options)
 
 
 STRATEGIES: tuple[Strategy, ...] = (

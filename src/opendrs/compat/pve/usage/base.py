@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from opendrs.engine.mcdm import McdmError
+from opendrs.engine.pve_selection import NodeStats, node_imbalance, score_nodes_to_start_service
 
-from ..scheduler import NodeStats, node_imbalance, score_nodes_to_start_service
 from ..status import ManagerStatus, Mode
 
 __all__ = ["TopsisUsage", "Usage", "get_used_service_nodes"]

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..scheduler import NodeStats
+from opendrs.engine.pve_selection import NodeStats
+
 from ..status import ManagerStatus, Mode
 from .base import TopsisUsage, get_used_service_nodes
 

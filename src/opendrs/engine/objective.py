@@ -12,7 +12,8 @@ below which nothing is balanced; utilisation thresholds may also gate balancing.
 This module holds those rules: the constants, each method's terms (:func:`method_parts`), a
 term's integer coefficients as the model counts them (:func:`load_term`), and the real-valued
 spread and utilisation the gates compare (:func:`initial_spread`, :func:`utilisation`,
-:func:`over_thresholds`). The ``optimal`` strategy builds its CP-SAT model from them.
+:func:`over_thresholds`). The ``optimal`` strategy builds its CP-SAT model from them; the
+scenario files and expectation checks are :mod:`opendrs.compat.proxlb`'s, which reads these.
 """
 
 from __future__ import annotations
