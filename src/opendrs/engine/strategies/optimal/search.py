@@ -28,6 +28,7 @@ def _hint_assign(
 ) -> tuple[np.ndarray, str]:
     """The warm start: the default (or named) strategy's placement on ``view``, else the current
     one."""
+    # Imported here: the registry lists this strategy.
     from opendrs.engine.strategies import DEFAULT_STRATEGY, get_strategy
 
     cluster = view.cluster
