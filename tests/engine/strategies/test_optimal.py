@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -44,11 +46,11 @@ def cluster(
     )
 
 
-def solve(c: Cluster, forbidden: object = (), **options: object):
+def solve(c: Cluster, forbidden: Iterable[tuple[str, str]] = (), **options: object):
     """``optimal`` on ``c`` with ``options`` (checked as a configuration's are), ``forbidden``
     placements refused."""
     typed = OptimalOptions.parse("optimal", {"time_limit": LIMIT, **options})
-    return propose_optimal(CycleView(c), Request(forbidden=frozenset(forbidden)), typed)  # type: ignore[arg-type]
+    return propose_optimal(CycleView(c), Request(forbidden=frozenset(forbidden)), typed)
 
 
 def targets(proposal) -> dict[str, str]:
