@@ -22,7 +22,7 @@ from opendrs.engine.policy import (
     repair,
 )
 from opendrs.engine.strategies.balance import propose_balance
-from opendrs.engine.strategies.optimal import solve_repair
+from opendrs.engine.strategies.exact_repair import solve_repair
 from opendrs.model.cluster import Cluster, Guest, Node, Settings
 from repairs import cluster
 

@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
 from clusters import clusters
 from opendrs.engine.constraints import Constraints, current_assign
+from opendrs.engine.objective import LOAD_SCALE, SOFT_PENALTY
 from opendrs.engine.strategies import DEFAULT_STRATEGY, get_strategy
+from opendrs.engine.strategies.base import Request
 from opendrs.engine.strategies.optimal import (
-    LOAD_SCALE,
-    SOFT_PENALTY,
+    OptimalOptions,
     initial_spread,
     propose_optimal,
     thresholds_exceeded,
 )
+from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster, Disk, Guest, Node, Pressure, Settings
 from opendrs.model.rules import GuestAffinity, NodeAffinity, Rules
 
@@ -42,8 +46,11 @@ def cluster(
     )
 
 
-def solve(c: Cluster, **options: object):
-    return propose_optimal(c, time_limit=LIMIT, **options)  # type: ignore[arg-type]
+def solve(c: Cluster, forbidden: Iterable[tuple[str, str]] = (), **options: object):
+    """``optimal`` on ``c`` with ``options`` (checked as a configuration's are), ``forbidden``
+    placements refused."""
+    typed = OptimalOptions.parse("optimal", {"time_limit": LIMIT, **options})
+    return propose_optimal(CycleView(c), Request(forbidden=frozenset(forbidden)), typed)
 
 
 def targets(proposal) -> dict[str, str]:
@@ -423,7 +430,7 @@ def test_assigned_usage_and_smart_weights() -> None:
 )
 def test_bad_options(options: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        propose_optimal(two_node_drift(), **options)
+        solve(two_node_drift(), **options)
 
 
 # --------------------------------------------------------------------------------------------
@@ -467,7 +474,7 @@ def test_hint_current_and_result_never_worse_than_hint() -> None:
 )
 @given(clusters(max_nodes=4, max_guests=10))
 def test_answers_keep_hard_constraints(c: Cluster) -> None:
-    p = propose_optimal(c, time_limit=1.0, balanciness=5)
+    p = propose_optimal(CycleView(c), Request(), OptimalOptions(time_limit=1.0, balanciness=5))
     info = solver(p)
     if not info["feasible"]:
         assert p.moves == ()

@@ -19,7 +19,7 @@ from opendrs.engine.strategies.balance import propose_balance
 from opendrs.engine.strategies.base import (
     Proposal,
 )
-from opendrs.engine.strategies.optimal import REPAIR_TIME_LIMIT
+from opendrs.engine.strategies.exact_repair import REPAIR_TIME_LIMIT
 from opendrs.engine.usage import CapacityModel, LoadModel, net_capacity, tolerance, usage_loads
 from opendrs.model.cluster import Cluster, Node
 

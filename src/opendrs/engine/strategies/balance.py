@@ -120,8 +120,8 @@ from .base import (
     migration_cost,
     spread_options,
 )
+from .exact_repair import REPAIR_TIME_LIMIT, solve_repair
 from .grain_polish import polish
-from .optimal import REPAIR_TIME_LIMIT, solve_repair
 from .set_exchange import SetExchange, set_round
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,139 @@
+"""The exact repair: the cheapest placement of some units that keeps every hard constraint, with
+CP-SAT — the fallback of ``balance``'s greedy repair (and what ``opendrs plan`` bounds in time).
+
+A small model of its own, on the units the caller hands it (their capacity demand, the nodes each
+may end on and what each costs, the pairs kept apart): it knows nothing of the ``optimal``
+strategy, whose CP-SAT habits it shares (:mod:`.cpsat`: one worker, a fixed seed, a deterministic
+budget, capacities in whole units).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .cpsat import as_units, budget_spent, new_solver
+
+if TYPE_CHECKING:
+    from ortools.sat.python import cp_model
+
+#: Wall-clock bound of an exact repair, seconds. With one worker a fifth of it in deterministic
+#: time normally ends the search first, so that the answer repeats (see :func:`.cpsat.new_solver`).
+REPAIR_TIME_LIMIT = 10.0
+
+
+@dataclass(frozen=True)
+class RepairSolution:
+    """What the exact repair model found: the node of each unit, or None without a solution.
+
+    ``status`` is CP-SAT's (OPTIMAL, FEASIBLE, INFEASIBLE, UNKNOWN); ``deterministic`` says that
+    the deterministic budget, not the wall clock, ended the search (the answer repeats).
+    """
+
+    status: str
+    choice: np.ndarray | None
+    deterministic: bool
+
+
+def solve_repair(
+    need: np.ndarray,
+    room: np.ndarray,
+    dims: tuple[str, ...],
+    domain: list[np.ndarray],
+    cost: list[np.ndarray],
+    apart: list[tuple[int, int]],
+    *,
+    time_limit: float = REPAIR_TIME_LIMIT,
+    seed: int = 0,
+) -> RepairSolution:
+    """The cheapest placement of some units that keeps every hard constraint, with CP-SAT.
+
+    ``need`` (U, D) is each unit's capacity demand, ``room`` (N, D) what the guests left out of
+    the model leave free on each node (negative where they alone are over a limit); ``domain[u]``
+    the nodes unit ``u`` may end on and ``cost[u]`` the migration cost of each of them (0 where
+    it is now); ``apart`` pairs of units that may not share a node. One worker, a fixed seed and a
+    deterministic budget: the same input gives the same answer.
+    """
+    from ortools.sat.python import cp_model  # imported when solving: it is large
+
+    if _repair_short(need, room, domain):
+        return RepairSolution("INFEASIBLE", None, True)
+    m = cp_model.CpModel()
+    y = _placement_vars(m, domain)
+    _repair_capacity(m, y, need, room, dims)
+    for a, b in apart:
+        for n in set(y[a]) & set(y[b]):
+            m.add(y[a][n] + y[b][n] <= 1)
+    terms = [
+        int(c) * y[u][int(n)]
+        for u, dom in enumerate(domain)
+        for n, c in zip(dom.tolist(), cost[u].tolist(), strict=True)
+        if c
+    ]
+    m.minimize(cp_model.LinearExpr.sum(terms))
+    for u, dom in enumerate(domain):
+        stay = dom[cost[u] == 0]
+        for n, var in y[u].items():
+            m.add_hint(var, int(stay.size > 0 and n == int(stay[0])))
+    solver = new_solver(time_limit, 1, seed)
+    status = solver.solve(m)
+    deterministic = status in (cp_model.OPTIMAL, cp_model.INFEASIBLE) or budget_spent(
+        solver, time_limit
+    )
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return RepairSolution(solver.status_name(status), None, deterministic)
+    choice = np.array(
+        [next(n for n, var in row.items() if solver.boolean_value(var)) for row in y],
+        dtype=np.intp,
+    )
+    return RepairSolution(solver.status_name(status), choice, deterministic)
+
+
+def _placement_vars(m: cp_model.CpModel, domain: list[np.ndarray]) -> list[dict[int, Any]]:
+    """One Boolean per unit and node of its ``domain``, exactly one true per unit."""
+    y: list[dict[int, Any]] = []
+    for u, dom in enumerate(domain):
+        row = {int(n): m.new_bool_var(f"y{u}_{n}") for n in dom.tolist()}
+        m.add_exactly_one(row.values())
+        y.append(row)
+    return y
+
+
+def _repair_short(need: np.ndarray, room: np.ndarray, domain: list[np.ndarray]) -> bool:
+    """Whether the units need more, in some dimension, than all their nodes have together (a
+    proof of infeasibility CP-SAT may take long to find)."""
+    if not domain:
+        return False
+    nodes = np.unique(np.concatenate(domain))
+    have = np.maximum(room[nodes], 0.0).sum(axis=0)
+    return bool(np.any(need.sum(axis=0) > have * (1 + 1e-9) + 1e-9))
+
+
+def _repair_capacity(
+    m: cp_model.CpModel,
+    y: list[dict[int, Any]],
+    need: np.ndarray,
+    room: np.ndarray,
+    dims: tuple[str, ...],
+) -> None:
+    """Capacity of every node and dimension, in whole model units (see :func:`.cpsat.as_units`)."""
+    from ortools.sat.python import cp_model  # imported when solving: it is large
+
+    on_node: dict[int, list[int]] = {}
+    for u, row in enumerate(y):
+        for n in row:
+            on_node.setdefault(n, []).append(u)
+    for d, dim in enumerate(dims):
+        dem, cap, _per_unit = as_units(need[:, d], room[:, d], dim)
+        for n, here in sorted(on_node.items()):
+            terms = [(y[u][n], int(dem[u])) for u in here if dem[u] > 0]
+            if sum(c for _, c in terms) > int(cap[n]):
+                m.add(
+                    cp_model.LinearExpr.weighted_sum([v for v, _ in terms], [c for _, c in terms])
+                    <= int(cap[n])
+                )
+
+
+__all__ = ["REPAIR_TIME_LIMIT", "RepairSolution", "solve_repair"]
