@@ -77,6 +77,13 @@ class CycleView:
         return with_usage(self.observed, self.average)
 
     @cached_property
+    def balancing_usage(self) -> MeasuredUsage:
+        """The usage balancing reads, as arrays: ``average``, or the observation's own — what
+        the balance loads are built on, for a strategy that models load its own way from the
+        guests' and nodes' measured usage (a peer's figures)."""
+        return self.average if self.average is not None else MeasuredUsage.of(self.observed)
+
+    @cached_property
     def checked(self) -> Cluster:
         """``observed`` with the usage capacity is checked on."""
         if self.recent is None:
@@ -131,7 +138,7 @@ class CycleView:
         """This view with capacity checked on ``recent`` and ``forbidden`` ruled out; what was
         built from the observation and ``average`` alone is kept."""
         other = CycleView(self.observed, self.average, recent, forbidden, self.hot)
-        for name in ("cluster", "loads", "usage_loads", "assign"):
+        for name in ("cluster", "balancing_usage", "loads", "usage_loads", "assign"):
             if name in self.__dict__:
                 other.__dict__[name] = self.__dict__[name]
         return other

@@ -35,7 +35,9 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "pve-topsis": propose_topsis,
 }
 #: The strategies whose function reads the typed options: ``function(view, request, options)``.
-TYPED = frozenset({"pve-bruteforce", "pve-topsis"})
+TYPED = frozenset(
+    {"pve-bruteforce", "pve-topsis", "static-greedy", "incus", "drs-pressure", "proxlb-greedy"}
+)
 
 
 def _skewed() -> Cluster:
