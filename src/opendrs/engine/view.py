@@ -22,9 +22,12 @@ purpose, and only two:
   proposals, plans ordered), so that a rise that lasts the hold counts at once.
 
 Without them (no smoothing, no recent usage) both are the observation's own. ``observed`` is the
-cluster as observed — placement, rules, settings, and its own measured values; ``cluster`` and
-``checked`` are that cluster with each usage written in, made only for what reads usage from a
-:class:`Cluster` rather than from the view's models (a peer's emulation, the repair's strategy).
+cluster as observed — placement, rules, settings, and its own measured values; a strategy reads
+it beside the view's models (``loads``, ``usage_loads``, ``constraints``), and a strategy that
+figures load its own way from the guests' and nodes' measured values (ProxLB's percentages) reads
+them as arrays, ``balancing_usage``. ``cluster`` and ``checked`` are the observation with each
+usage written in, made only for what reads usage from a :class:`Cluster` rather than from the
+view's models (a peer's emulation, the repair's strategy).
 """
 
 from __future__ import annotations

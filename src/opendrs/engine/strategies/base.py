@@ -171,6 +171,12 @@ def constraints_for(
     return constraints.forbidding(forbidden)
 
 
+def usable_nodes(state: PlacementState) -> np.ndarray:
+    """(N,) the nodes that may hold guests and have capacity in every resource of the state's
+    balance loads: the nodes a strategy balances."""
+    return state.constraints.usable & np.all(state.loads.capacity > 0, axis=1)
+
+
 @dataclass(frozen=True)
 class Start:
     """Where a strategy that moves guests on a :class:`PlacementState` starts, on one cycle's
@@ -183,6 +189,11 @@ class Start:
     state: PlacementState
     before: Imbalance
     notes: tuple[str, ...]
+
+    @property
+    def usable(self) -> np.ndarray:
+        """(N,) the nodes a strategy balances (:func:`usable_nodes` of the state)."""
+        return usable_nodes(self.state)
 
     def imbalance(self) -> Imbalance:
         """The imbalance of the state's placement now (after the moves committed to it)."""

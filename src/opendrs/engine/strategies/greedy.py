@@ -52,6 +52,7 @@ from .base import (
     StrategyOptions,
     bundle_moves,
     start,
+    usable_nodes,
 )
 from .pve import Bundle, movable_bundles
 
@@ -60,16 +61,12 @@ DEFAULT_KEEP = 0.005
 DEFAULT_PASSES = 1
 
 
-def _usable(state: PlacementState) -> np.ndarray:
-    return state.constraints.usable & np.all(state.loads.capacity > 0, axis=1)
-
-
 def balance_sigma(state: PlacementState) -> float:
     """The cluster's balance now: capacity-weighted σ of the usable nodes' fractions, combined.
 
     The same figure :meth:`PlacementState.evaluate` reports for a node, with nothing moved.
     """
-    usable = _usable(state)
+    usable = usable_nodes(state)
     cap = state.loads.capacity
     if not usable.any():
         return 0.0
@@ -81,7 +78,7 @@ def balance_sigma(state: PlacementState) -> float:
 def badness(state: PlacementState, bundles: list[Bundle]) -> np.ndarray:
     """Each bundle's share of its node's load above the cluster's mean fraction (see module)."""
     cap = state.loads.capacity
-    usable = _usable(state)
+    usable = usable_nodes(state)
     frac = fractions_of(state.node_load, cap)
     total_c = cap[usable].sum(axis=0)
     total_l = state.node_load[usable].sum(axis=0)

@@ -126,7 +126,7 @@ def propose_incus(view: CycleView, request: Request, options: IncusOptions) -> P
     }
     begun = start(view, request.forbidden)
     cluster = begun.cluster
-    usable = begun.state.constraints.usable & np.all(begun.state.loads.capacity > 0, axis=1)
+    usable = begun.usable
     blocked = {cluster.guest_index[g] for g in cooling if g in cluster.guest_index}
     run = _Run(begun, options.threshold, max_moves, blocked)
     outcome: list[str] = []

@@ -237,7 +237,7 @@ class _Pressure:
         self.state = begun.state
         self.cons = begun.state.constraints
         self.cap = begun.state.loads.capacity
-        self.usable = self.cons.usable & np.all(self.cap > 0, axis=1)
+        self.usable = begun.usable
         self.min_uptime = options.min_uptime
         self.cpu_pressure = options.cpu_pressure
         self.thresholds = thresholds

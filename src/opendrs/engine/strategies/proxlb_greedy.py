@@ -412,20 +412,9 @@ class _Run:
             if target is None:
                 self.note(f"{label}: no allowed node, it stays on {names[src]}")
                 continue
-            # ProxLB's only capacity check, against the most free node, member by member.
-            free = self.memory_free(target)
-            short = None
-            for m in members.tolist():
-                need = float(self.fig.g_used[m, 1])
-                if not need < free:
-                    short = (guests[m].id, need, free)
-                    break
-                free -= need
+            short = self.memory_short(members, target)
             if short is not None:
-                self.note(
-                    f"{short[0]}: ProxLB's memory check: needs {short[1] / 2**30:.2f} GiB, "
-                    f"{names[target]} has {short[2] / 2**30:.2f} GiB free; it stays"
-                )
+                self.note(short)
                 continue
             pct = self.balance_percent()
             why = (
@@ -441,6 +430,21 @@ class _Run:
                 continue
             self.commit(members, target, why)
         return stopped
+
+    def memory_short(self, members: np.ndarray, target: int) -> str | None:
+        """ProxLB's only capacity check, against the most free node ``target``, member by
+        member: why the first member that does not fit stays, or None when all fit."""
+        free = self.memory_free(target)
+        for m in members.tolist():
+            need = float(self.fig.g_used[m, 1])
+            if not need < free:
+                return (
+                    f"{self.cluster.guests[m].id}: ProxLB's memory check: needs "
+                    f"{need / 2**30:.2f} GiB, {self.cluster.nodes[target].name} has "
+                    f"{free / 2**30:.2f} GiB free; it stays"
+                )
+            free -= need
+        return None
 
     def redirect(
         self, members: np.ndarray, allowed: np.ndarray, target: int, why: str
