@@ -22,9 +22,12 @@ purpose, and only two:
   proposals, plans ordered), so that a rise that lasts the hold counts at once.
 
 Without them (no smoothing, no recent usage) both are the observation's own. ``observed`` is the
-cluster as observed — placement, rules, settings, and its own measured values; ``cluster`` and
-``checked`` are that cluster with each usage written in, made only for what reads usage from a
-:class:`Cluster` rather than from the view's models (a peer's emulation, the repair's strategy).
+cluster as observed — placement, rules, settings, and its own measured values; a strategy reads
+it beside the view's models (``loads``, ``usage_loads``, ``constraints``), and a strategy that
+figures load its own way from the guests' and nodes' measured values (ProxLB's percentages) reads
+them as arrays, ``balancing_usage``. ``cluster`` and ``checked`` are the observation with each
+usage written in, made only for what reads usage from a :class:`Cluster` rather than from the
+view's models (a peer's emulation, the repair's strategy).
 """
 
 from __future__ import annotations
@@ -75,6 +78,13 @@ class CycleView:
         if self.average is None:
             return self.observed
         return with_usage(self.observed, self.average)
+
+    @cached_property
+    def balancing_usage(self) -> MeasuredUsage:
+        """The usage balancing reads, as arrays: ``average``, or the observation's own — what
+        the balance loads are built on, for a strategy that models load its own way from the
+        guests' and nodes' measured usage (a peer's figures)."""
+        return self.average if self.average is not None else MeasuredUsage.of(self.observed)
 
     @cached_property
     def checked(self) -> Cluster:
@@ -131,7 +141,7 @@ class CycleView:
         """This view with capacity checked on ``recent`` and ``forbidden`` ruled out; what was
         built from the observation and ``average`` alone is kept."""
         other = CycleView(self.observed, self.average, recent, forbidden, self.hot)
-        for name in ("cluster", "loads", "usage_loads", "assign"):
+        for name in ("cluster", "balancing_usage", "loads", "usage_loads", "assign"):
             if name in self.__dict__:
                 other.__dict__[name] = self.__dict__[name]
         return other

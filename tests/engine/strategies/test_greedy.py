@@ -6,15 +6,19 @@ the arithmetic is in the comments), the keep tolerance, edge cases and propertie
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 
 from clusters import assert_moves_safe, clusters
 from opendrs.engine.placement import PlacementState
-from opendrs.engine.strategies.greedy import badness, balance_sigma, propose_greedy
+from opendrs.engine.strategies.base import Proposal, Request
+from opendrs.engine.strategies.greedy import GreedyOptions, badness, balance_sigma, propose_greedy
 from opendrs.engine.strategies.pve import movable_bundles
+from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster, Guest, Node, Settings
 from opendrs.model.rules import GuestAffinity, NodeAffinity, Rules
 
@@ -22,6 +26,15 @@ GiB = 1024**3
 
 MiB = 1024**2
 STATIC = Settings(mode="static")
+
+
+def _greedy(
+    cluster: Cluster, forbidden: Iterable[tuple[str, str]] = (), **options: Any
+) -> Proposal:
+    """:func:`propose_greedy` on a bare cluster's view, the options typed."""
+    return propose_greedy(
+        CycleView(cluster), Request(frozenset(forbidden)), GreedyOptions(**options)
+    )
 
 
 def _nodes(count: int = 3) -> tuple[Node, ...]:
@@ -57,7 +70,7 @@ def test_worst_guest_first_each_to_its_best_node() -> None:
     # node3 beats node1 by 0.155 ≥ 0.005: A moves. B next: off node1 (0, 0.2, 0.4); on node1
     # (0.2, 0.2, 0.4) σ 0.0943 beats node2 (0, 0.4, 0.4) σ 0.1886 and node3 σ 0.2494: B stays,
     # and C likewise.
-    proposal = propose_greedy(_abc())
+    proposal = _greedy(_abc())
     assert [(m.guest, m.source, m.target) for m in proposal.moves] == [("A", "node1", "node3")]
     (move,) = proposal.moves
     assert move.metric == "score"
@@ -83,10 +96,10 @@ def test_keep_tolerance() -> None:
     # Two equal nodes at 0.504 and 0.496: σ = |0.504 − 0.496| / 2 = 0.004. Moving vm:102 (0.004)
     # would make them equal (σ 0), but 0.004 − 0 < keep 0.005: it stays. With keep 0.003 it moves.
     # (vm:101 and vm:102 tie on badness 0.004, the excess; vm:101 goes first and stays.)
-    kept = propose_greedy(_two_nodes())
+    kept = _greedy(_two_nodes())
     assert kept.moves == ()
     assert kept.stopped == "pass 1 moved nothing: every guest is within 0.005 of its best node"
-    moved = propose_greedy(_two_nodes(), keep=0.003)
+    moved = _greedy(_two_nodes(), keep=0.003)
     assert [(m.guest, m.target) for m in moved.moves] == [("vm:102", "node2")]
     assert moved.moves[0].before == pytest.approx(0.004)
     assert moved.moves[0].after == pytest.approx(0.0, abs=1e-12)
@@ -97,7 +110,7 @@ def test_soft_rules_weigh_in_the_score() -> None:
     # rule), node1 0.2494 + 1, node2 0.2494: A goes to node2 (1.2494 -> 0.2494). Then C, taken off
     # node2 (0.2, 0.4, 0), is best on node3 (0.2, 0.4 → 0.2, 0.2): (0.2, 0.4, 0.2) σ 0.0943.
     rules = Rules(node_affinity=(NodeAffinity("pref", ("A",), {"node2": 1}),))
-    proposal = propose_greedy(_abc(rules=rules))
+    proposal = _greedy(_abc(rules=rules))
     assert [(m.guest, m.target) for m in proposal.moves] == [("A", "node2"), ("C", "node3")]
     assert proposal.moves[0].before == pytest.approx(1.2494438257849294)
     assert proposal.moves[0].after == pytest.approx(0.24944382578492943)
@@ -106,13 +119,13 @@ def test_soft_rules_weigh_in_the_score() -> None:
 def test_a_node_that_is_not_allowed_any_more_is_left_whatever_keep() -> None:
     nodes = (replace(_nodes()[0], maintenance=True), *_nodes()[1:])
     cluster = Cluster(nodes, (_guest("A", "node1", 1), _guest("B", "node2", 1)), settings=STATIC)
-    proposal = propose_greedy(cluster, keep=10.0)
+    proposal = _greedy(cluster, keep=10.0)
     assert [(m.guest, m.target) for m in proposal.moves] == [("A", "node3")]
     assert proposal.moves[0].reason.endswith("; node1 is not allowed any more")
 
 
 def test_passes_stop_when_a_pass_moves_nothing() -> None:
-    proposal = propose_greedy(_abc(), passes=3)
+    proposal = _greedy(_abc(), passes=3)
     assert [m.guest for m in proposal.moves] == ["A"]
     assert proposal.stopped.startswith("pass 2 moved nothing")
 
@@ -121,21 +134,21 @@ def test_bundles_move_together_and_edge_cases() -> None:
     # {A, B} (0.6 of node1) is one bundle: on node3 the fractions are (0, 0.2, 0.6), σ 0.2494 —
     # a tie with staying, and the current node wins ties: nothing moves (C ties likewise).
     pair = Rules(guest_affinity=(GuestAffinity("pair", ("A", "B"), positive=True),))
-    assert propose_greedy(_abc(rules=pair)).moves == ()
+    assert _greedy(_abc(rules=pair)).moves == ()
     # A bundle split over two nodes (A on node1, C on node2) is skipped, as Proxmox does; B alone
     # goes from (0.4 + 0.2, 0.2, 0) to node3: (0.4, 0.2, 0.2), σ 0.0943.
     split = Rules(guest_affinity=(GuestAffinity("split", ("A", "C"), positive=True),))
-    moved = propose_greedy(_abc(rules=split))
+    moved = _greedy(_abc(rules=split))
     assert [(m.guest, m.target) for m in moved.moves] == [("B", "node3")]
     locked = Cluster(
         _nodes(), tuple(replace(g, lock="backup") for g in _abc().guests), settings=STATIC
     )
-    assert propose_greedy(locked).stopped == "no movable guest"
-    assert propose_greedy(_abc(), passes=0).stopped == "no pass requested"
+    assert _greedy(locked).stopped == "no movable guest"
+    assert _greedy(_abc(), passes=0).stopped == "no pass requested"
 
 
 def test_forbidden_and_registry() -> None:
-    proposal = propose_greedy(_abc(), forbidden=[("A", "node3")])
+    proposal = _greedy(_abc(), forbidden=[("A", "node3")])
     assert all(not (m.guest == "A" and m.target == "node3") for m in proposal.moves)
 
 
@@ -167,6 +180,6 @@ def _moved_twice() -> Cluster:
 @given(clusters())
 @example(_moved_twice())
 def test_proposals_are_safe_and_deterministic(cluster: Cluster) -> None:
-    proposal = propose_greedy(cluster, passes=2)
-    assert proposal.as_dict() == propose_greedy(cluster, passes=2).as_dict()
+    proposal = _greedy(cluster, passes=2)
+    assert proposal.as_dict() == _greedy(cluster, passes=2).as_dict()
     assert_moves_safe(cluster, proposal.moves)

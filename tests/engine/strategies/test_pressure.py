@@ -5,7 +5,9 @@ Hand-checked cases (the arithmetic is in the comments), the AHP weights, edge ca
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -13,17 +15,29 @@ from hypothesis import strategies as st
 
 from clusters import assert_moves_safe, clusters
 from opendrs.engine.constraints import Constraints, current_assign
+from opendrs.engine.strategies.base import Proposal, Request
 from opendrs.engine.strategies.pressure import (
     AHP,
     BAD_GUEST_WEIGHTS,
     CRITERIA,
+    PressureOptions,
     broken_rules,
     propose_pressure,
 )
+from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster, Guest, Node, Pressure, Settings
 from opendrs.model.rules import GuestAffinity, NodeAffinity, Rules
 
 GiB = 1024**3
+
+
+def _pressure(
+    cluster: Cluster, forbidden: Iterable[tuple[str, str]] = (), **options: Any
+) -> Proposal:
+    """:func:`propose_pressure` on a bare cluster's view, the options typed."""
+    return propose_pressure(
+        CycleView(cluster), Request(frozenset(forbidden)), PressureOptions(**options)
+    )
 
 
 def _nodes() -> tuple[Node, ...]:
@@ -79,7 +93,7 @@ def test_memory_pressure_moves_the_guest_that_fixes_its_node() -> None:
     #   to node3: cpu (3, 4, 2)/16, mem (0.70, 0.50, 0.40): max cpu 0.25,   max mem 0.70
     # and RMS cpu 0.2083 vs 0.1909, RMS mem 0.5831 vs 0.5477: node3 is the ideal, closeness 1.
     # Afterwards node1 holds 70 GiB: nobody is bad any more.
-    proposal = propose_pressure(_memory_cluster())
+    proposal = _pressure(_memory_cluster())
     assert [(m.guest, m.source, m.target) for m in proposal.moves] == [("vm:103", "node1", "node3")]
     (move,) = proposal.moves
     assert (move.metric, move.before, move.after) == ("bad-guests", 3.0, 0.0)
@@ -101,9 +115,9 @@ def test_ksm_lowers_the_memory_threshold() -> None:
         _vm(105, "node3", 20, 1),
     )
     cluster = Cluster(_nodes(), guests)
-    assert propose_pressure(cluster).moves == ()
-    assert propose_pressure(cluster, ksm={"node1": 20 * GiB}).moves == ()  # exactly 20 %: no
-    proposal = propose_pressure(cluster, ksm={"node1": 25 * GiB})
+    assert _pressure(cluster).moves == ()
+    assert _pressure(cluster, ksm={"node1": 20 * GiB}).moves == ()  # exactly 20 %: no
+    proposal = _pressure(cluster, ksm={"node1": 25 * GiB})
     assert [(m.guest, m.target) for m in proposal.moves] == [("vm:103", "node3")]
     assert proposal.moves[0].reason.startswith("node1 memory 82% > 80%")
     assert proposal.options["ksm"] == {"node1": 25 * GiB}
@@ -124,8 +138,8 @@ def _ksm_cluster(node1_ksm: int) -> Cluster:
 
 def test_measured_ksm_lowers_the_memory_threshold() -> None:
     # As above, but node1 measures its KSM sharing itself (Proxmox's ksm.shared): no option needed.
-    assert propose_pressure(_ksm_cluster(20 * GiB)).moves == ()  # exactly 20 %: no
-    proposal = propose_pressure(_ksm_cluster(25 * GiB))
+    assert _pressure(_ksm_cluster(20 * GiB)).moves == ()  # exactly 20 %: no
+    proposal = _pressure(_ksm_cluster(25 * GiB))
     assert [(m.guest, m.target) for m in proposal.moves] == [("vm:103", "node3")]
     assert proposal.moves[0].reason.startswith("node1 memory 82% > 80%")
     assert proposal.options["ksm"] == {}  # the option was not given
@@ -134,13 +148,13 @@ def test_measured_ksm_lowers_the_memory_threshold() -> None:
 def test_the_ksm_option_overrides_the_measured_sharing_per_node() -> None:
     measured = _ksm_cluster(25 * GiB)
     # The option names node1: its value wins over the measured 25 GiB.
-    assert propose_pressure(measured, ksm={"node1": 0}).moves == ()
-    assert propose_pressure(measured, ksm={"node1": "10GiB"}).moves == ()
+    assert _pressure(measured, ksm={"node1": 0}).moves == ()
+    assert _pressure(measured, ksm={"node1": "10GiB"}).moves == ()
     # Nodes the option does not name keep their measured sharing.
-    assert len(propose_pressure(measured, ksm={"node2": 0}).moves) == 1
+    assert len(_pressure(measured, ksm={"node2": 0}).moves) == 1
     # And the option still works where nothing is measured, sizes with units too.
     unmeasured = _ksm_cluster(0)
-    proposal = propose_pressure(unmeasured, ksm={"node1": "25GiB"})
+    proposal = _pressure(unmeasured, ksm={"node1": "25GiB"})
     assert [(m.guest, m.target) for m in proposal.moves] == [("vm:103", "node3")]
     assert proposal.options["ksm"] == {"node1": "25GiB"}
 
@@ -152,7 +166,7 @@ def test_the_ksm_option_overrides_the_measured_sharing_per_node() -> None:
 )
 def test_a_bad_ksm_option_is_refused_with_one_line(ksm: object) -> None:
     with pytest.raises(ValueError, match=r"^ksm: ") as info:
-        propose_pressure(_ksm_cluster(0), ksm=ksm)  # type: ignore[arg-type]
+        _pressure(_ksm_cluster(0), ksm=ksm)  # type: ignore[arg-type]
     assert "\n" not in str(info.value)
 
 
@@ -188,7 +202,7 @@ def test_cpu_pressure_moves_the_guest_to_a_less_busy_node() -> None:
     # (differences 0.01662 and 0.05234 after normalising), node3 on RMS cpu (0.01308).
     # d+(node2) = 1/18 · 0.01308 = 0.00073; d−(node2) = √((5/18 · 0.01662)² + (10/18 · 0.05234)²)
     # = 0.02944; closeness(node2) = 0.02944 / (0.02944 + 0.00073) = 0.976.
-    proposal = propose_pressure(_cpu_cluster(80.0))
+    proposal = _pressure(_cpu_cluster(80.0))
     assert [(m.guest, m.source, m.target) for m in proposal.moves] == [("vm:201", "node1", "node2")]
     reason = proposal.moves[0].reason
     assert reason.startswith("cpu pressure 80% > 75%; rank 1 of 1 bad (closeness 0.000);")
@@ -197,11 +211,11 @@ def test_cpu_pressure_moves_the_guest_to_a_less_busy_node() -> None:
 
 def test_cpu_pressure_must_exceed_the_threshold() -> None:
     # 75 % is not above 0.75 (the RFC compares with >).
-    proposal = propose_pressure(_cpu_cluster(75.0))
+    proposal = _pressure(_cpu_cluster(75.0))
     assert proposal.moves == ()
     assert proposal.stopped.startswith("no bad guest: none has cpu pressure above 75%")
     # Read as a PSI percentage (0.75 %), the RFC's 0.75 makes vm:201 bad again.
-    assert len(propose_pressure(_cpu_cluster(75.0), cpu_pressure=0.0075).moves) == 1
+    assert len(_pressure(_cpu_cluster(75.0), cpu_pressure=0.0075).moves) == 1
 
 
 def test_cpu_pressure_without_a_less_busy_node_stays() -> None:
@@ -211,7 +225,7 @@ def test_cpu_pressure_without_a_less_busy_node_stays() -> None:
         _vm(202, "node2", 10, 8),
         _vm(203, "node3", 10, 2),
     )
-    proposal = propose_pressure(Cluster(_nodes(), guests))
+    proposal = _pressure(Cluster(_nodes(), guests))
     assert proposal.moves == ()
     assert proposal.stopped == "no bad guest has a node that relieves it (1 bad: vm:201)"
 
@@ -232,7 +246,7 @@ def test_broken_affinity_makes_a_guest_bad() -> None:
     # [1, 0, 0, 8 GiB, 1]: vm:301 (smaller) dominates, closeness 1. Its target must break fewer
     # rules (0 on node2 and node3); node3 (empty) leaves the flatter cluster: max cpu 2/16 and max
     # mem 0.10 instead of 3/16 and 0.14 on node2, the ideal. Then nobody breaks a rule.
-    proposal = propose_pressure(_affinity_cluster())
+    proposal = _pressure(_affinity_cluster())
     assert [(m.guest, m.target) for m in proposal.moves] == [("vm:301", "node3")]
     assert proposal.moves[0].reason.startswith("breaks 1 placement rule; rank 1 of 2 bad")
     assert (proposal.moves[0].before, proposal.moves[0].after) == (2.0, 0.0)
@@ -256,12 +270,12 @@ def test_broken_rules_counts_hard_and_soft_rules() -> None:
 
 def test_young_and_last_moved_guests_are_not_candidates() -> None:
     # vm:301 is up for 100 s (< 300 s): only vm:302 is bad, and it moves instead.
-    young = propose_pressure(_affinity_cluster(uptime=100))
+    young = _pressure(_affinity_cluster(uptime=100))
     assert [m.guest for m in young.moves] == ["vm:302"]
-    assert [m.guest for m in propose_pressure(_affinity_cluster(), last_moved="vm:301").moves] == [
+    assert [m.guest for m in _pressure(_affinity_cluster(), last_moved="vm:301").moves] == [
         "vm:302"
     ]
-    assert propose_pressure(_affinity_cluster(uptime=100), min_uptime=60).moves[0].guest == "vm:301"
+    assert _pressure(_affinity_cluster(uptime=100), min_uptime=60).moves[0].guest == "vm:301"
 
 
 def test_no_target_below_the_memory_threshold() -> None:
@@ -273,7 +287,7 @@ def test_no_target_below_the_memory_threshold() -> None:
         _vm(104, "node2", 80, 4),
         _vm(105, "node3", 80, 1),
     )
-    proposal = propose_pressure(Cluster(_nodes(), guests))
+    proposal = _pressure(Cluster(_nodes(), guests))
     assert proposal.moves == ()
     assert proposal.stopped == (
         "no bad guest has a node that relieves it (3 bad: vm:103, vm:102, vm:101)"
@@ -281,16 +295,16 @@ def test_no_target_below_the_memory_threshold() -> None:
 
 
 def test_move_limit_nothing_movable_and_basic_mode() -> None:
-    assert propose_pressure(_memory_cluster(), max_moves=0).stopped == "move limit 0 reached"
+    assert _pressure(_memory_cluster(), max_moves=0).stopped == "move limit 0 reached"
     locked = Cluster(_nodes(), tuple(replace(g, lock="backup") for g in _memory_cluster().guests))
-    assert propose_pressure(locked).moves == ()
-    assert propose_pressure(locked).stopped.startswith("no candidate: no running VM may move")
-    basic = propose_pressure(_memory_cluster(settings=Settings(mode="basic")))
+    assert _pressure(locked).moves == ()
+    assert _pressure(locked).stopped.startswith("no candidate: no running VM may move")
+    basic = _pressure(_memory_cluster(settings=Settings(mode="basic")))
     assert basic.moves == () and "basic mode" in basic.stopped
 
 
 def test_forbidden_and_registry() -> None:
-    proposal = propose_pressure(_memory_cluster(), forbidden=[("vm:103", "node3")])
+    proposal = _pressure(_memory_cluster(), forbidden=[("vm:103", "node3")])
     assert [(m.guest, m.target) for m in proposal.moves] == [("vm:103", "node2")]
 
 
@@ -305,8 +319,8 @@ def _pressured(draw: st.DrawFn) -> Cluster:
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_pressured())
 def test_proposals_are_safe_and_deterministic(cluster: Cluster) -> None:
-    proposal = propose_pressure(cluster, min_uptime=0)
-    assert proposal.as_dict() == propose_pressure(cluster, min_uptime=0).as_dict()
+    proposal = _pressure(cluster, min_uptime=0)
+    assert proposal.as_dict() == _pressure(cluster, min_uptime=0).as_dict()
     moved: set[str] = set()
     for move in proposal.moves:
         assert move.guest not in moved  # a guest moves at most once per proposal

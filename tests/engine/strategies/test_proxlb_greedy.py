@@ -10,19 +10,32 @@ from __future__ import annotations
 
 import random
 import sys
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clusters import assert_moves_safe, clusters
-from opendrs.engine.strategies.proxlb_greedy import propose_proxlb_greedy
+from opendrs.engine.strategies.base import Proposal, Request
+from opendrs.engine.strategies.proxlb_greedy import ProxlbGreedyOptions, propose_proxlb_greedy
+from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster, Guest, Node, Settings
 from opendrs.model.rules import GuestAffinity, NodeAffinity, Rules
 
 GiB = 1024**3
+
+
+def _proxlb_greedy(
+    cluster: Cluster, forbidden: Iterable[tuple[str, str]] = (), **options: Any
+) -> Proposal:
+    """:func:`propose_proxlb_greedy` on a bare cluster's view, the options typed."""
+    return propose_proxlb_greedy(
+        CycleView(cluster), Request(frozenset(forbidden)), ProxlbGreedyOptions(**options)
+    )
 
 
 def _nodes(*maintenance: str) -> tuple[Node, ...]:
@@ -58,7 +71,7 @@ def test_smaller_groups_first_and_the_break_rule() -> None:
     # b: spread 30; most free n2; n1 is the busiest -> n2.                  n1 30, n2 40, n3 20.
     # d: spread 20; most free n3; d's n2 is now the busiest (40) -> n3.     n1 30, n2 20, n3 40.
     # c: spread 20; c's n1 (30) is not the busiest (n3 40): skipped. ProxLB ends at a 20 pp spread.
-    proposal = propose_proxlb_greedy(_abcde())
+    proposal = _proxlb_greedy(_abcde())
     assert _moves(proposal) == [("a", "n1", "n3"), ("b", "n1", "n2"), ("d", "n2", "n3")]
     assert [round(m.before, 6) for m in proposal.moves] == [50, 30, 20]
     assert [round(m.after, 6) for m in proposal.moves] == [30, 20, 20]
@@ -69,7 +82,7 @@ def test_smaller_groups_first_and_the_break_rule() -> None:
 def test_larger_guests_first() -> None:
     # c 30, b 20, d 20, a 10, e 10. c: n1 busiest, most free n3 -> n3: n1 30, n2 20, n3 40.
     # b (n1 30) and d (n2 20) and a (n1): not the busiest. e: n3 is -> most free n2: 30/30/30.
-    proposal = propose_proxlb_greedy(_abcde(), larger_first=True)
+    proposal = _proxlb_greedy(_abcde(), larger_first=True)
     assert _moves(proposal) == [("c", "n1", "n3"), ("e", "n3", "n2")]
     assert proposal.after.resources["memory"].spread == pytest.approx(0.0)
 
@@ -77,11 +90,11 @@ def test_larger_guests_first() -> None:
 def test_balanciness_stops_the_run() -> None:
     # With 25 pp allowed: a moves (50 -> 30 pp), then e's check finds 30 > 25 and skips it, b moves
     # (30 -> 20 pp), and at d the spread 20 ≤ 25 ends the run.
-    proposal = propose_proxlb_greedy(_abcde(), balanciness=25)
+    proposal = _proxlb_greedy(_abcde(), balanciness=25)
     assert _moves(proposal) == [("a", "n1", "n3"), ("b", "n1", "n2")]
     assert proposal.stopped.startswith("balanced: memory used spread 20.0 pp ≤ balanciness 25 pp")
     # Balanced from the start: nothing at all.
-    still = propose_proxlb_greedy(_abcde(), balanciness=50)
+    still = _proxlb_greedy(_abcde(), balanciness=50)
     assert still.moves == () and still.stopped.startswith("balanced")
 
 
@@ -95,7 +108,7 @@ def test_assigned_mode_uses_configured_sizes() -> None:
     # node: stays.
     guests = (_g("a", "n1", 10), _g("b", "n1", 20), _g("d", "n2", 5, 50), _g("e", "n3", 10))
     cluster = Cluster(_nodes(), guests)
-    proposal = propose_proxlb_greedy(cluster, mode="assigned")
+    proposal = _proxlb_greedy(cluster, mode="assigned")
     assert _moves(proposal) == [("a", "n1", "n3")]
     assert "memory assigned" in proposal.moves[0].reason
 
@@ -110,7 +123,7 @@ def test_cpu_method() -> None:
         replace(_g("b", "n1", 1), cpu=4, cpu_used=4.0),
         replace(_g("c", "n3", 90), cpu=2, cpu_used=2.0),
     )
-    proposal = propose_proxlb_greedy(Cluster(_nodes(), guests), method="cpu")
+    proposal = _proxlb_greedy(Cluster(_nodes(), guests), method="cpu")
     assert _moves(proposal) == [("a", "n1", "n2"), ("b", "n1", "n3"), ("c", "n3", "n1")]
 
 
@@ -126,7 +139,7 @@ def test_maintenance_first_to_the_most_free_node_each() -> None:
         _g("f", "n3", 30),
         _g("g", "n3", 5),
     )
-    proposal = propose_proxlb_greedy(Cluster(_nodes("n3"), guests), balanciness=90)
+    proposal = _proxlb_greedy(Cluster(_nodes("n3"), guests), balanciness=90)
     assert _moves(proposal)[:2] == [("f", "n3", "n2"), ("g", "n3", "n2")]
     assert "n3 is in maintenance" in proposal.moves[0].reason
     # Then, with the flag set, groups g 5, a 10, b 20, d 20, c 30, f 30; n3 (in maintenance) is no
@@ -138,7 +151,7 @@ def test_maintenance_first_to_the_most_free_node_each() -> None:
 def test_memory_check_is_strict_and_against_the_most_free_node() -> None:
     # n1 holds a guest using 80 GiB; n2 is the most free with 80 GiB free: 80 < 80 fails, it stays.
     guests = (_g("big", "n1", 80), _g("x", "n2", 20), _g("y", "n3", 25))
-    proposal = propose_proxlb_greedy(Cluster(_nodes(), guests))
+    proposal = _proxlb_greedy(Cluster(_nodes(), guests))
     assert proposal.moves == ()
     assert any("memory check" in note and "big" in note for note in proposal.notes)
 
@@ -149,7 +162,7 @@ def test_anti_affinity_sends_to_the_first_unused_node() -> None:
     # n1 — x's own node — so x stays (ProxLB does just that). y: the first unused node is now n2.
     rules = Rules(guest_affinity=(GuestAffinity("apart", ("x", "y"), positive=False, hard=False),))
     guests = (_g("x", "n1", 10), _g("y", "n1", 20), _g("z", "n1", 40), _g("w", "n3", 20))
-    proposal = propose_proxlb_greedy(Cluster(_nodes(), guests, rules))
+    proposal = _proxlb_greedy(Cluster(_nodes(), guests, rules))
     assert _moves(proposal)[0] == ("y", "n1", "n2")
     assert "anti-affinity group apart" in proposal.moves[0].reason
     assert "x" not in {m.guest for m in proposal.moves}
@@ -161,7 +174,7 @@ def test_hard_anti_affinity_filters_the_first_unused_node() -> None:
     # yet and the first allowed one is n1, x's own: x stays. z: n1 busiest, most free n2 -> n2.
     rules = Rules(guest_affinity=(GuestAffinity("apart", ("x", "y"), positive=False),))
     guests = (_g("x", "n1", 10), _g("z", "n1", 50), _g("y", "n2", 5), _g("w", "n3", 20))
-    proposal = propose_proxlb_greedy(Cluster(_nodes(), guests, rules))
+    proposal = _proxlb_greedy(Cluster(_nodes(), guests, rules))
     assert _moves(proposal) == [("z", "n1", "n2")]
 
 
@@ -169,12 +182,12 @@ def test_pins_go_to_the_most_free_pinned_node() -> None:
     # p (strict to n1, n2) on the busiest n1: most free overall n3, but pinned: n2.
     strict = Rules(node_affinity=(NodeAffinity("pin", ("p",), {"n1": 1, "n2": 1}, strict=True),))
     guests = (_g("p", "n1", 10), _g("q", "n1", 50), _g("r", "n2", 30), _g("s", "n3", 20))
-    proposal = propose_proxlb_greedy(Cluster(_nodes(), guests, strict))
+    proposal = _proxlb_greedy(Cluster(_nodes(), guests, strict))
     assert _moves(proposal)[0] == ("p", "n1", "n2")
     assert "pinned by pin" in proposal.moves[0].reason
     # Non-strict: ProxLB adds the most free node overall to the list, which then wins: n3.
     loose = Rules(node_affinity=(NodeAffinity("pin", ("p",), {"n2": 1}, strict=False),))
-    proposal = propose_proxlb_greedy(Cluster(_nodes(), guests, loose))
+    proposal = _proxlb_greedy(Cluster(_nodes(), guests, loose))
     assert _moves(proposal)[0] == ("p", "n1", "n3")
 
 
@@ -183,11 +196,11 @@ def test_bundles_move_whole() -> None:
     # e (n3) and d (n2) are not on the busiest node. c: n1 (60) busiest, most free n3 (10) -> n3:
     # n1 30, n3 40. The group a+b, on n1, is no longer on the busiest node: it stays.
     rules = Rules(guest_affinity=(GuestAffinity("together", ("a", "b"), positive=True),))
-    proposal = propose_proxlb_greedy(_abcde(rules=rules))
+    proposal = _proxlb_greedy(_abcde(rules=rules))
     assert _moves(proposal) == [("c", "n1", "n3")]
     # Alone on the busiest node, the bundle moves as one: both members, one target.
     guests = (_g("a", "n1", 20), _g("b", "n1", 20), _g("d", "n2", 5), _g("e", "n3", 10))
-    proposal = propose_proxlb_greedy(Cluster(_nodes(), guests, rules))
+    proposal = _proxlb_greedy(Cluster(_nodes(), guests, rules))
     assert _moves(proposal) == [("a", "n1", "n2"), ("b", "n1", "n2")]
 
 
@@ -202,13 +215,13 @@ def test_never_breaks_capacity_that_proxlb_does_not_check() -> None:
         replace(_g("d", "n3", 5), cpu=2),
     )
     cluster = Cluster(nodes, guests, settings=Settings(cpu_overcommit=1.0))
-    proposal = propose_proxlb_greedy(cluster)
+    proposal = _proxlb_greedy(cluster)
     assert _moves(proposal)[0] == ("a", "n1", "n2")
     assert_moves_safe(cluster, proposal.moves)
 
 
 def test_forbidden_is_honoured() -> None:
-    proposal = propose_proxlb_greedy(_abcde(), forbidden={("a", "n3"), ("b", "n2")})
+    proposal = _proxlb_greedy(_abcde(), forbidden={("a", "n3"), ("b", "n2")})
     # a: the most free allowed node is n2 (20) -> n1 50, n2 30, n3 10. e: n3 is not the busiest.
     # b: the most free allowed node is n3 (n2 is forbidden) -> 30/30/30, balanced.
     assert _moves(proposal) == [("a", "n1", "n2"), ("b", "n1", "n3")]
@@ -218,8 +231,8 @@ def test_immovable_guests_stay_and_max_moves() -> None:
     cluster = replace(_abcde(), rules=Rules(ignored=frozenset({"a"})))
     # a is ignored: b goes first to n3 (10): n1 40, n3 30; then d (n2 20) is not the busiest, c
     # on n1 (40) is: -> n2 (20): 10/50/30; e not on the busiest.
-    assert _moves(propose_proxlb_greedy(cluster)) == [("b", "n1", "n3"), ("c", "n1", "n2")]
-    limited = propose_proxlb_greedy(_abcde(), max_moves=1)
+    assert _moves(_proxlb_greedy(cluster)) == [("b", "n1", "n3"), ("c", "n1", "n2")]
+    limited = _proxlb_greedy(_abcde(), max_moves=1)
     assert _moves(limited) == [("a", "n1", "n3")]
     assert limited.stopped == "move limit 1 reached"
 
@@ -227,7 +240,7 @@ def test_immovable_guests_stay_and_max_moves() -> None:
 def test_notes_about_guests_that_stay_are_capped() -> None:
     # 30 locked guests on n3, in maintenance: 20 notes, then a count.
     guests = tuple(_g(f"l{i}", "n3", 1, lock="backup") for i in range(30))
-    proposal = propose_proxlb_greedy(Cluster(_nodes("n3"), guests))
+    proposal = _proxlb_greedy(Cluster(_nodes("n3"), guests))
     assert proposal.moves == ()
     assert len(proposal.notes) == 21
     assert proposal.notes[0] == "maintenance: l0: locked (backup), it stays on n3"
@@ -243,18 +256,18 @@ def test_options_are_checked() -> None:
         ({"max_moves": -2}, "max_moves"),
     ):
         with pytest.raises(ValueError, match=word):
-            propose_proxlb_greedy(_abcde(), **kwargs)  # type: ignore[arg-type]
+            _proxlb_greedy(_abcde(), **kwargs)  # type: ignore[arg-type]
 
 
 def test_deterministic() -> None:
-    first = propose_proxlb_greedy(_abcde(), larger_first=True)
-    second = propose_proxlb_greedy(_abcde(), larger_first=True)
+    first = _proxlb_greedy(_abcde(), larger_first=True)
+    second = _proxlb_greedy(_abcde(), larger_first=True)
     assert first.moves == second.moves and first.stopped == second.stopped
 
 
 def test_no_running_guest() -> None:
     cluster = Cluster(_nodes(), (replace(_g("a", "n1", 10), state="stopped"),))
-    assert propose_proxlb_greedy(cluster).stopped == "no running guest to balance"
+    assert _proxlb_greedy(cluster).stopped == "no running guest to balance"
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -270,7 +283,7 @@ def test_property_safe_and_forbidden(
 ) -> None:
     pairs = [(g.id, n.name) for g in cluster.guests for n in cluster.nodes]
     forbidden = set(data.draw(st.lists(st.sampled_from(pairs), max_size=8)))
-    proposal = propose_proxlb_greedy(
+    proposal = _proxlb_greedy(
         cluster, forbidden=forbidden, method=method, mode=mode, larger_first=larger, balanciness=2
     )
     assert_moves_safe(cluster, proposal.moves)
@@ -324,5 +337,5 @@ def test_same_migrations_as_proxlb() -> None:
         cluster = _random_cluster(seed)
         for mode in ("used", "assigned"):
             expected = peer.run(cluster, mode=mode, balanciness=5).placement
-            proposal = propose_proxlb_greedy(cluster, mode=mode, balanciness=5)
+            proposal = _proxlb_greedy(cluster, mode=mode, balanciness=5)
             assert {m.guest: m.target for m in proposal.moves} == expected, (seed, mode)

@@ -37,7 +37,17 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "pve-topsis": propose_topsis,
 }
 #: The strategies whose function reads the typed options: ``function(view, request, options)``.
-TYPED = frozenset({"optimal", "pve-bruteforce", "pve-topsis"})
+TYPED = frozenset(
+    {
+        "drs-pressure",
+        "incus",
+        "optimal",
+        "proxlb-greedy",
+        "pve-bruteforce",
+        "pve-topsis",
+        "static-greedy",
+    }
+)
 
 
 def _skewed() -> Cluster:

@@ -20,6 +20,7 @@ import numpy as np
 from opendrs.engine import blas
 from opendrs.engine.constraints import Constraints
 from opendrs.engine.imbalance import Imbalance, summarise
+from opendrs.engine.placement import PlacementState
 from opendrs.engine.usage import RESOURCES, LoadModel, arch_groups
 from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster, Guest, Move, Settings
@@ -168,6 +169,48 @@ def constraints_for(
     if constraints is None:
         return Constraints.build(cluster, forbidden)
     return constraints.forbidding(forbidden)
+
+
+def usable_nodes(state: PlacementState) -> np.ndarray:
+    """(N,) the nodes that may hold guests and have capacity in every resource of the state's
+    balance loads: the nodes a strategy balances."""
+    return state.constraints.usable & np.all(state.loads.capacity > 0, axis=1)
+
+
+@dataclass(frozen=True)
+class Start:
+    """Where a strategy that moves guests on a :class:`PlacementState` starts, on one cycle's
+    view: the observation (``cluster``), the placement ``state`` (the view's constraints with the
+    request's forbidden placements refused, its balance loads or the loads given), the imbalance
+    ``before`` anything moves and the constraints' problems as ``notes``. Built by :func:`start`.
+    """
+
+    cluster: Cluster
+    state: PlacementState
+    before: Imbalance
+    notes: tuple[str, ...]
+
+    @property
+    def usable(self) -> np.ndarray:
+        """(N,) the nodes a strategy balances (:func:`usable_nodes` of the state)."""
+        return usable_nodes(self.state)
+
+    def imbalance(self) -> Imbalance:
+        """The imbalance of the state's placement now (after the moves committed to it)."""
+        return cluster_imbalance(self.cluster, self.state.assign, self.state.loads)
+
+
+def start(
+    view: CycleView, forbidden: Iterable[tuple[str, str]] = (), loads: LoadModel | None = None
+) -> Start:
+    """The preamble of a strategy's run on ``view``: its constraints with the placements
+    ``forbidden`` refused as well, a :class:`PlacementState` on them and on ``loads`` (default:
+    the view's balance loads), the imbalance before and the constraints' problems."""
+    cons = view.constraints.forbidding(forbidden)
+    loads = view.loads if loads is None else loads
+    state = PlacementState.build(view.observed, cons, loads=loads)
+    before = cluster_imbalance(view.observed, loads=loads)
+    return Start(view.observed, state, before, tuple(str(p) for p in cons.problems))
 
 
 def imbalance_by_arch(cluster: Cluster, assign: np.ndarray | None = None) -> dict[str, Imbalance]:

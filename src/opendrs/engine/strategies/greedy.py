@@ -34,29 +34,25 @@ stop early when a pass moves nothing. The order is fixed at the start of each pa
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
-from opendrs.engine.constraints import Constraints
 from opendrs.engine.imbalance import balance_objective
 from opendrs.engine.placement import PlacementState
 from opendrs.engine.pve_selection import fraction_shift, fractions_of
-from opendrs.engine.usage import LoadModel
 from opendrs.engine.view import CycleView
-from opendrs.model.cluster import Cluster
 
 from .base import (
     Proposal,
     ProposedMove,
     Request,
+    Start,
     Strategy,
     StrategyOptions,
     bundle_moves,
-    cluster_imbalance,
-    constraints_for,
-    spread_options,
+    start,
+    usable_nodes,
 )
 from .pve import Bundle, movable_bundles
 
@@ -65,16 +61,12 @@ DEFAULT_KEEP = 0.005
 DEFAULT_PASSES = 1
 
 
-def _usable(state: PlacementState) -> np.ndarray:
-    return state.constraints.usable & np.all(state.loads.capacity > 0, axis=1)
-
-
 def balance_sigma(state: PlacementState) -> float:
     """The cluster's balance now: capacity-weighted σ of the usable nodes' fractions, combined.
 
     The same figure :meth:`PlacementState.evaluate` reports for a node, with nothing moved.
     """
-    usable = _usable(state)
+    usable = usable_nodes(state)
     cap = state.loads.capacity
     if not usable.any():
         return 0.0
@@ -86,7 +78,7 @@ def balance_sigma(state: PlacementState) -> float:
 def badness(state: PlacementState, bundles: list[Bundle]) -> np.ndarray:
     """Each bundle's share of its node's load above the cluster's mean fraction (see module)."""
     cap = state.loads.capacity
-    usable = _usable(state)
+    usable = usable_nodes(state)
     frac = fractions_of(state.node_load, cap)
     total_c = cap[usable].sum(axis=0)
     total_l = state.node_load[usable].sum(axis=0)
@@ -111,82 +103,79 @@ def _current_score(state: PlacementState, bundle: Bundle) -> float:
     return balance_sigma(state) + penalty
 
 
-def propose_greedy(
-    cluster: Cluster,
-    *,
-    forbidden: Iterable[tuple[str, str]] = (),
-    constraints: Constraints | None = None,
-    loads: LoadModel | None = None,
-    keep: float = DEFAULT_KEEP,
-    passes: int = DEFAULT_PASSES,
-) -> Proposal:
+def propose_greedy(view: CycleView, request: Request, options: GreedyOptions) -> Proposal:
     """Place every movable guest, worst first, on its best node (see the module).
 
-    Args:
-        forbidden: (guest, node) placements that must not be chosen.
-        constraints, loads: the models a cycle view built already — its constraints (capacity
-            on the usage it checks, ``forbidden`` not yet refused: :func:`constraints_for`) and
-            ``cluster``'s balance loads; without them they are built from ``cluster``.
-        keep: a guest stays on its (allowed) node when that node's score is less than this much
-            above the best node's; in units of σ of the load fractions (plus soft penalties).
-        passes: how many times to go over the guests (a pass that moves nothing ends the run).
+    Reads the view's constraints, with the request's forbidden placements refused, and its
+    balance loads. ``options.keep``: a guest stays on its (allowed) node when that node's score
+    is less than this much above the best node's, in units of σ of the load fractions (plus soft
+    penalties); ``options.passes``: how many times to go over the guests (a pass that moves
+    nothing ends the run).
     """
-    options = {"keep": keep, "passes": passes}
-    cons = constraints_for(cluster, forbidden, constraints)
-    state = PlacementState.build(cluster, cons, loads=loads)
-    before = cluster_imbalance(cluster, loads=state.loads)
-    notes = tuple(str(p) for p in cons.problems)
+    begun = start(view, request.forbidden)
+    keep, passes = options.keep, options.passes
     moves: list[ProposedMove] = []
     stopped = f"{passes} pass{'es' if passes != 1 else ''} done"
     if passes < 1:
         stopped = "no pass requested"
     for number in range(1, passes + 1):
-        bundles = movable_bundles(state, cluster)
+        bundles = movable_bundles(begun.state, begun.cluster)
         if not bundles:
             stopped = "no movable guest"
             break
-        bad = badness(state, bundles)
-        order = sorted(range(len(bundles)), key=lambda i: (-round(float(bad[i]), 12), i))
-        moved = 0
-        for i in order:
-            bundle = bundles[i]
-            scored, _rejected = state.evaluate(bundle.members)
-            if not scored:
-                continue  # no node at all can take it, its own included: it stays
-            best_n, best_score, best_balance, best_penalty = scored[0]
-            src = bundle.src
-            if best_n == src:
-                continue
-            current = next((s for s in scored if s[0] == src), None)
-            if current is not None and current[1] - best_score < keep:
-                continue
-            here = current[1] if current is not None else _current_score(state, bundle)
-            source, target = cluster.nodes[src].name, cluster.nodes[best_n].name
-            reason = (
-                f"badness {bad[i]:.4f}; score {here:.4f} on {source} -> {best_score:.4f} on "
-                f"{target} (balance {best_balance:.4f}, penalty {best_penalty:g})"
-                + ("" if current is not None else f"; {source} is not allowed any more")
-            )
-            moves += bundle_moves(
-                cluster,
-                bundle.members.tolist(),
-                bundle.leader,
-                source,
-                target,
-                metric="score",
-                before=here,
-                after=best_score,
-                reason=reason,
-            )
-            state.commit(bundle.members, best_n)
-            moved += 1
-        if moved == 0:
+        if _greedy_pass(begun, bundles, keep, moves) == 0:
             stopped = (
                 f"pass {number} moved nothing: every guest is within {keep:g} of its best node"
             )
             break
-    after = cluster_imbalance(cluster, state.assign, state.loads)
-    return Proposal(NAME, tuple(moves), before, after, stopped, notes, dict(options))
+    return Proposal(
+        NAME, tuple(moves), begun.before, begun.imbalance(), stopped, begun.notes, options.values()
+    )
+
+
+def _greedy_pass(
+    begun: Start, bundles: list[Bundle], keep: float, moves: list[ProposedMove]
+) -> int:
+    """One pass over ``bundles``, worst first: each goes to its best node unless its own is
+    allowed and within ``keep`` of it; the moves are appended to ``moves`` and committed to the
+    state. How many bundles moved."""
+    state, cluster = begun.state, begun.cluster
+    bad = badness(state, bundles)
+    order = sorted(range(len(bundles)), key=lambda i: (-round(float(bad[i]), 12), i))
+    moved = 0
+    for i in order:
+        bundle = bundles[i]
+        scored, _rejected = state.evaluate(bundle.members)
+        if not scored:
+            continue  # no node at all can take it, its own included: it stays
+        best_n, best_score, best_balance, best_penalty = scored[0]
+        src = bundle.src
+        if best_n == src:
+            continue
+        current = next((s for s in scored if s[0] == src), None)
+        if current is not None and current[1] - best_score < keep:
+            continue
+        here = current[1] if current is not None else _current_score(state, bundle)
+        source, target = cluster.nodes[src].name, cluster.nodes[best_n].name
+        reason = (
+            f"badness {bad[i]:.4f}; score {here:.4f} on {source} -> {best_score:.4f} on "
+            f"{target} (balance {best_balance:.4f}, penalty {best_penalty:g})"
+            + ("" if current is not None else f"; {source} is not allowed any more")
+        )
+        moves += bundle_moves(
+            cluster,
+            bundle.members.tolist(),
+            bundle.leader,
+            source,
+            target,
+            metric="score",
+            before=here,
+            after=best_score,
+            reason=reason,
+        )
+        state.commit(bundle.members, best_n)
+        moved += 1
+    return moved
 
 
 @dataclass(frozen=True)
@@ -205,7 +194,7 @@ class Greedy:
     Options = GreedyOptions
 
     def propose(self, view: CycleView, request: Request, options: GreedyOptions) -> Proposal:
-        return spread_options(propose_greedy, view.cluster, view, request, options)
+        return propose_greedy(view, request, options)
 
 
 STRATEGIES: tuple[Strategy, ...] = (Greedy(),)

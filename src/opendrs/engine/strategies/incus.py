@@ -48,15 +48,12 @@ each target reaches the midpoint between the two. opendrs keeps that shape:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
-from opendrs.engine.constraints import Constraints
 from opendrs.engine.placement import PlacementState
 from opendrs.engine.pve_selection import fractions_of, pve_weights
-from opendrs.engine.usage import LoadModel
 from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster
 
@@ -64,12 +61,11 @@ from .base import (
     Proposal,
     ProposedMove,
     Request,
+    Start,
     Strategy,
     StrategyOptions,
     bundle_moves,
-    cluster_imbalance,
-    constraints_for,
-    spread_options,
+    start,
 )
 from .pve import Bundle, movable_bundles
 
@@ -102,57 +98,39 @@ def _by_name(cluster: Cluster, nodes: np.ndarray) -> np.ndarray:
     return nodes[np.argsort(names, kind="stable")]
 
 
-def propose_incus(
-    cluster: Cluster,
-    *,
-    forbidden: Iterable[tuple[str, str]] = (),
-    constraints: Constraints | None = None,
-    loads: LoadModel | None = None,
-    threshold: float = DEFAULT_THRESHOLD,
-    max_moves: int = DEFAULT_MAX_MOVES,
-    cooldown_until: Mapping[str, float] | None = None,
-    now: float | None = None,
-) -> Proposal:
-    """Incus's rebalancing run, fixed (see the module docstring).
+def propose_incus(view: CycleView, request: Request, options: IncusOptions) -> Proposal:
+    """Incus's rebalancing run, fixed (see the module docstring), on the view's constraints
+    (the request's forbidden placements refused as well) and its balance loads.
 
-    Args:
-        forbidden: (guest, node) placements that must not be chosen.
-        constraints, loads: the models a cycle view built already — its constraints (capacity
-            on the usage it checks, ``forbidden`` not yet refused: :func:`constraints_for`) and
-            ``cluster``'s balance loads; without them they are built from ``cluster``.
-        threshold: relative gap in percent between the busiest and the least busy member of an
-            architecture below which that architecture is left alone.
-        max_moves: moves at most in this run, all architectures together.
-        cooldown_until: per guest id, the time until which it may not move again.
-        now: the current time on the same clock as ``cooldown_until`` (required with it).
+    ``options.threshold``: the relative gap in percent between the busiest and the least busy
+    member of an architecture below which that architecture is left alone; ``max_moves`` (the
+    option when set, else the request's, else the option's default): moves at most in this run,
+    all architectures together. The request's ``cooldown_until`` (per guest id, the time until
+    which it may not move again) needs its ``now`` (on the same clock).
 
     Raises:
         ValueError: ``cooldown_until`` is given without ``now``.
     """
+    cooldown_until, now = request.cooldown_until, request.now
     if cooldown_until and now is None:
         raise ValueError("incus: cooldown_until needs now (the current time on the same clock)")
     cooling = sorted(
         g for g, until in (cooldown_until or {}).items() if now is not None and until > now
     )
-    options: dict[str, object] = {
-        "threshold": threshold,
+    max_moves: int = options.pick("max_moves", request.max_moves)
+    record: dict[str, object] = {
+        "threshold": options.threshold,
         "max_moves": max_moves,
         "now": now,
         "in_cooldown": cooling,
     }
-    cons = constraints_for(cluster, forbidden, constraints)
-    state = PlacementState.build(cluster, cons, loads=loads)
-    before = cluster_imbalance(cluster, loads=state.loads)
-    notes = tuple(str(p) for p in cons.problems)
-    cap = state.loads.capacity
-    usable = cons.usable & np.all(cap > 0, axis=1)
+    begun = start(view, request.forbidden)
+    cluster = begun.cluster
+    usable = begun.usable
     blocked = {cluster.guest_index[g] for g in cooling if g in cluster.guest_index}
-    moved: set[int] = set()
-    moves: list[ProposedMove] = []
-    made = 0
+    run = _Run(begun, options.threshold, max_moves, blocked)
     outcome: list[str] = []
     archs = sorted({n.arch for i, n in enumerate(cluster.nodes) if usable[i]})
-    weights = pve_weights(cluster)
     for arch in archs:
         group = _by_name(
             cluster,
@@ -161,60 +139,90 @@ def propose_incus(
                 dtype=np.intp,
             ),
         )
-        if made >= max_moves:
+        if run.made >= max_moves:
             outcome.append(f"{arch}: not visited, batch of {max_moves} spent")
-            continue
-        if group.size < 2:
+        elif group.size < 2:
             outcome.append(f"{arch}: fewer than 2 members")
-            continue
+        else:
+            outcome.append(run.rebalance(arch, group))
+    if not archs:
+        outcome.append("no usable node")
+    stopped = "; ".join(outcome)
+    return Proposal(
+        NAME, tuple(run.moves), begun.before, begun.imbalance(), stopped, begun.notes, record
+    )
+
+
+class _Run:
+    """One rebalancing run: the moves made so far and the guests that may not move (in
+    cooldown, or moved in this run already)."""
+
+    def __init__(self, begun: Start, threshold: float, max_moves: int, blocked: set[int]) -> None:
+        self.begun = begun
+        self.threshold = threshold
+        self.max_moves = max_moves
+        self.excluded = set(blocked)
+        self.weights = pve_weights(begun.cluster)
+        self.moves: list[ProposedMove] = []
+        self.made = 0
+
+    def rebalance(self, arch: str, group: np.ndarray) -> str:
+        """Moves within one architecture's ``group`` (its members by name), one at a time,
+        until its gap is below the threshold, no candidate fits or the batch is spent; why it
+        stopped."""
+        state, cluster = self.begun.state, self.begun.cluster
+        cap = state.loads.capacity
         in_group = np.zeros(len(cluster.nodes), dtype=bool)
         in_group[group] = True
         while True:
-            scores = server_scores(state.node_load, cap, weights)
+            scores = server_scores(state.node_load, cap, self.weights)
             src = int(group[np.argmax(scores[group])])  # the first by name among equals
-            top = float(scores[src])
             gap = relative_gap(scores[group])
-            if top <= 0:
-                outcome.append(f"{arch}: busiest member {cluster.nodes[src].name} is idle")
-                break
-            if gap < threshold:
-                outcome.append(f"{arch}: gap {gap:.1f}% below threshold {threshold:g}%")
-                break
-            if made >= max_moves:
-                outcome.append(f"{arch}: batch of {max_moves} spent")
-                break
-            best = _best_candidate(state, cluster, src, scores, in_group, blocked | moved)
+            if float(scores[src]) <= 0:
+                return f"{arch}: busiest member {cluster.nodes[src].name} is idle"
+            if gap < self.threshold:
+                return f"{arch}: gap {gap:.1f}% below threshold {self.threshold:g}%"
+            if self.made >= self.max_moves:
+                return f"{arch}: batch of {self.max_moves} spent"
+            best = _best_candidate(state, cluster, src, scores, in_group, self.excluded)
             if best is None:
-                outcome.append(
-                    f"{arch}: no VM on {cluster.nodes[src].name} fits below a target's midpoint"
-                )
-                break
-            bundle, t, midpoint, predicted = best
-            source, target = cluster.nodes[src].name, cluster.nodes[t].name
-            state.commit(bundle.members, t)
-            moved.update(bundle.members.tolist())
-            made += 1
-            after_scores = server_scores(state.node_load, cap, weights)
-            gap_after = relative_gap(after_scores[group])
-            reason = (
-                f"{arch} gap {gap:.1f}%: {source} score {top:.1f} -> {after_scores[src]:.1f}, "
-                f"{target} {scores[t]:.1f} -> {predicted:.1f} (midpoint {midpoint:.1f})"
-            )
-            moves += bundle_moves(
-                cluster,
-                bundle.members.tolist(),
-                bundle.leader,
-                source,
-                target,
-                metric="gap",
-                before=gap,
-                after=gap_after,
-                reason=reason,
-            )
-    if not archs:
-        outcome.append("no usable node")
-    after = cluster_imbalance(cluster, state.assign, state.loads)
-    return Proposal(NAME, tuple(moves), before, after, "; ".join(outcome), notes, options)
+                return f"{arch}: no VM on {cluster.nodes[src].name} fits below a target's midpoint"
+            self.move(arch, group, src, scores, best)
+
+    def move(
+        self,
+        arch: str,
+        group: np.ndarray,
+        src: int,
+        scores: np.ndarray,
+        best: tuple[Bundle, int, float, float],
+    ) -> None:
+        """Commit the chosen candidate and record its moves, with the group's gap before and
+        after (``scores``: the nodes' scores before)."""
+        state, cluster = self.begun.state, self.begun.cluster
+        bundle, t, midpoint, predicted = best
+        gap = relative_gap(scores[group])
+        source, target = cluster.nodes[src].name, cluster.nodes[t].name
+        state.commit(bundle.members, t)
+        self.excluded.update(bundle.members.tolist())
+        self.made += 1
+        after_scores = server_scores(state.node_load, state.loads.capacity, self.weights)
+        reason = (
+            f"{arch} gap {gap:.1f}%: {source} score {float(scores[src]):.1f} -> "
+            f"{after_scores[src]:.1f}, {target} {scores[t]:.1f} -> {predicted:.1f} "
+            f"(midpoint {midpoint:.1f})"
+        )
+        self.moves += bundle_moves(
+            cluster,
+            bundle.members.tolist(),
+            bundle.leader,
+            source,
+            target,
+            metric="gap",
+            before=gap,
+            after=relative_gap(after_scores[group]),
+            reason=reason,
+        )
 
 
 def _best_candidate(
@@ -273,14 +281,7 @@ class Incus:
     Options = IncusOptions
 
     def propose(self, view: CycleView, request: Request, options: IncusOptions) -> Proposal:
-        return spread_options(
-            propose_incus,
-            view.cluster,
-            view,
-            request,
-            options,
-            ("max_moves", "cooldown_until", "now"),
-        )
+        return propose_incus(view, request, options)
 
 
 STRATEGIES: tuple[Strategy, ...] = (Incus(),)

@@ -64,14 +64,13 @@ strategy does not run in it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
 from opendrs.engine.constraints import Constraints
 from opendrs.engine.mcdm import ahp_weights, topsis_scores
-from opendrs.engine.placement import PlacementState
 from opendrs.engine.pve_selection import (
     fraction_shift,
     fractions_of,
@@ -79,7 +78,6 @@ from opendrs.engine.pve_selection import (
     topsis_alternatives,
     topsis_weights,
 )
-from opendrs.engine.usage import LoadModel, usage_loads
 from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster
 from opendrs.model.units import UnitError, parse_bytes
@@ -88,12 +86,11 @@ from .base import (
     Proposal,
     ProposedMove,
     Request,
+    Start,
     Strategy,
     StrategyOptions,
     bundle_moves,
-    cluster_imbalance,
-    constraints_for,
-    spread_options,
+    start,
 )
 from .pve import Bundle, movable_bundles
 
@@ -218,28 +215,33 @@ def memory_thresholds(
     return fraction * capacity
 
 
+@dataclass(frozen=True)
+class Choice:
+    """The bad guest a drs-pressure iteration moves: its ``rank`` and TOPSIS ``closeness``
+    among the bad guests, its ``target`` node, that node's closeness and how many nodes were
+    scored."""
+
+    rank: int
+    candidate: BadGuest
+    closeness: float
+    target: int
+    node_closeness: float
+    scored: int
+
+
 class _Pressure:
     """One drs-pressure run: the evolving placement and what makes guests bad in it."""
 
-    def __init__(
-        self,
-        cluster: Cluster,
-        state: PlacementState,
-        *,
-        min_uptime: int,
-        cpu_pressure: float,
-        thresholds: np.ndarray,
-        last_moved: str | None,
-    ) -> None:
-        self.cluster = cluster
-        self.state = state
-        self.cons = state.constraints
-        self.cap = state.loads.capacity
-        self.usable = self.cons.usable & np.all(self.cap > 0, axis=1)
-        self.min_uptime = min_uptime
-        self.cpu_pressure = cpu_pressure
+    def __init__(self, begun: Start, options: PressureOptions, thresholds: np.ndarray) -> None:
+        self.cluster = begun.cluster
+        self.state = begun.state
+        self.cons = begun.state.constraints
+        self.cap = begun.state.loads.capacity
+        self.usable = begun.usable
+        self.min_uptime = options.min_uptime
+        self.cpu_pressure = options.cpu_pressure
         self.thresholds = thresholds
-        self.last_moved = last_moved
+        self.last_moved = options.last_moved
         self.moved: set[int] = set()
         #: (G,) guests some placement rule names (the others never break one).
         cons = self.cons
@@ -373,61 +375,102 @@ class _Pressure:
         best = int(np.argmax(scores))  # the first (by name) of equal scores
         return int(targets[best]), float(scores[best]), len(targets)
 
+    def relieve(self, max_moves: int) -> tuple[list[ProposedMove], str]:
+        """Move the best ranked bad guest that has a target, one at a time, until none is bad,
+        none has a target or ``max_moves`` are made: the moves and why the run stopped."""
+        moves: list[ProposedMove] = []
+        bad = self.bad_guests()
+        while True:
+            if not bad and not self.candidates:
+                return moves, (
+                    "no candidate: no running VM may move (containers, guests up for less than "
+                    f"{self.min_uptime} s, the last moved guest and guests already moved are "
+                    "skipped)"
+                )
+            if not bad:
+                return moves, (
+                    f"no bad guest: none has cpu pressure above {self.cpu_pressure:.0%}, sits on "
+                    "a node above its memory threshold or breaks a placement rule"
+                )
+            if len(moves) >= max_moves:
+                return moves, f"move limit {max_moves} reached"
+            ranked = self.ranked(bad)
+            chosen = self.choose(ranked)
+            if chosen is None:
+                return moves, (
+                    f"no bad guest has a node that relieves it ({_count(bad)} bad: "
+                    + ", ".join(b.bundle.leader for b, _ in ranked)
+                    + ")"
+                )
+            count_before = _count(bad)
+            bundle = chosen.candidate.bundle
+            self.state.commit(bundle.members, chosen.target)
+            self.moved.update(bundle.members.tolist())
+            bad = self.bad_guests()
+            moves += self.moves_of(chosen, len(ranked), count_before, _count(bad))
+
+    def choose(self, ranked: list[tuple[BadGuest, float]]) -> Choice | None:
+        """The first of the ranked bad guests that has a target, or None."""
+        for rank, (candidate, closeness) in enumerate(ranked, start=1):
+            found = self.target(candidate)
+            if found is not None:
+                return Choice(rank, candidate, closeness, *found)
+        return None
+
+    def moves_of(self, chosen: Choice, ranked: int, before: int, after: int) -> list[ProposedMove]:
+        """The moves of the chosen bundle, the bad guests counted ``before`` and ``after``."""
+        bundle = chosen.candidate.bundle
+        nodes = self.cluster.nodes
+        target = nodes[chosen.target].name
+        reason = (
+            "; ".join(chosen.candidate.why)
+            + f"; rank {chosen.rank} of {ranked} bad (closeness {chosen.closeness:.3f})"
+            + f"; {target} best of {chosen.scored} (closeness {chosen.node_closeness:.3f})"
+        )
+        return bundle_moves(
+            self.cluster,
+            bundle.members.tolist(),
+            bundle.leader,
+            nodes[bundle.src].name,
+            target,
+            metric="bad-guests",
+            before=float(before),
+            after=float(after),
+            reason=reason,
+        )
+
 
 def _count(bad: list[BadGuest]) -> int:
     return sum(len(b.bundle.members) for b in bad)
 
 
-def propose_pressure(
-    cluster: Cluster,
-    *,
-    forbidden: Iterable[tuple[str, str]] = (),
-    constraints: Constraints | None = None,
-    loads: LoadModel | None = None,
-    max_moves: int = DEFAULT_MAX_MOVES,
-    min_uptime: int = DEFAULT_MIN_UPTIME,
-    cpu_pressure: float = DEFAULT_CPU_PRESSURE,
-    memory_threshold: float = DEFAULT_MEMORY_THRESHOLD,
-    memory_threshold_ksm: float = DEFAULT_MEMORY_THRESHOLD_KSM,
-    ksm: Mapping[str, float | str] | None = None,
-    last_moved: str | None = None,
-) -> Proposal:
+def propose_pressure(view: CycleView, request: Request, options: PressureOptions) -> Proposal:
     """Relieve bad VMs one move at a time, worst first (see the module docstring).
 
-    Args:
-        forbidden: (guest, node) placements that must not be chosen.
-        constraints, loads: the models a cycle view built already — its constraints (capacity
-            on the usage it checks, ``forbidden`` not yet refused: :func:`constraints_for`) and
-            ``cluster``'s balance loads (used when they count usage: drs-pressure reads its
-            own signals); without them they are built from ``cluster``.
-        max_moves: moves at most (one bundle per iteration).
-        min_uptime: seconds a guest must have run (the RFC's 300 s), on top of the cluster's own
-            ``min_uptime`` setting.
-        cpu_pressure: a guest is bad above this cpu pressure, as a fraction (PSI % / 100).
-        memory_threshold: fraction of a node's memory above which its guests are bad.
-        memory_threshold_ksm: the same for a node whose KSM-shared memory exceeds 20 % of it.
-        ksm: KSM-shared bytes (or sizes such as ``"25GiB"``) per node name, overriding the
-            nodes' measured ``ksm_shared`` for the nodes it names.
-        last_moved: the guest the previous run moved; it is not moved again now.
+    Reads the view's constraints, with the request's forbidden placements refused, and its
+    loads in the usage mode (:attr:`~opendrs.engine.view.CycleView.usage_loads`: drs-pressure
+    reads its own signals, memory use and CPU pressure, whatever the balance source).
+    ``max_moves`` is the option when set, else the request's, else the option's default: moves
+    at most (one bundle per iteration). The other options (:class:`PressureOptions`):
+    ``min_uptime``, seconds a guest must have run (the RFC's 300 s), on top of the cluster's own
+    ``min_uptime`` setting; ``cpu_pressure``, a guest is bad above this cpu pressure, as a
+    fraction (PSI % / 100); ``memory_threshold``, the fraction of a node's memory above which
+    its guests are bad, ``memory_threshold_ksm`` the same for a node whose KSM-shared memory
+    exceeds 20 % of it; ``ksm``, KSM-shared bytes (or sizes such as ``"25GiB"``) per node name,
+    overriding the nodes' measured ``ksm_shared`` for the nodes it names; ``last_moved``, the
+    guest the previous run moved, not moved again now.
     """
-    ksm_overrides(ksm)  # a bad option is refused before anything else
-    options: dict[str, object] = {
+    ksm_overrides(options.ksm)  # a bad option is refused before anything else
+    max_moves: int = options.pick("max_moves", request.max_moves)
+    record: dict[str, object] = {
+        **options.values(),
         "max_moves": max_moves,
-        "min_uptime": min_uptime,
-        "cpu_pressure": cpu_pressure,
-        "memory_threshold": memory_threshold,
-        "memory_threshold_ksm": memory_threshold_ksm,
-        "ksm": dict(sorted((ksm or {}).items())),
-        "last_moved": last_moved,
+        "ksm": dict(sorted((options.ksm or {}).items())),
     }
+    begun = start(view, request.forbidden, view.usage_loads)
+    cluster = begun.cluster
+    notes = begun.notes
     source = cluster.settings.balance_source
-    if source != "usage":
-        # Its own signals are the nodes' memory use and the guests' CPU pressure, read here.
-        cluster = replace(cluster, settings=replace(cluster.settings, balance_source="usage"))
-    cons = constraints_for(cluster, forbidden, constraints)
-    state = PlacementState.build(cluster, cons, loads=usage_loads(cluster, loads))
-    before = cluster_imbalance(cluster, loads=state.loads)
-    notes = tuple(str(p) for p in state.constraints.problems)
     if source != "usage":
         notes += (
             f"drs-pressure reads memory use and CPU pressure itself: balance_source {source} "
@@ -435,75 +478,16 @@ def propose_pressure(
         )
     if cluster.settings.mode == "basic":
         stopped = "basic mode counts guests, not memory or CPU: drs-pressure does not run in it"
-        return Proposal(NAME, (), before, before, stopped, notes, options)
+        return Proposal(NAME, (), begun.before, begun.before, stopped, notes, record)
     thresholds = memory_thresholds(
-        cluster, state.loads.capacity[:, 1], ksm, memory_threshold, memory_threshold_ksm
-    )
-    run = _Pressure(
         cluster,
-        state,
-        min_uptime=min_uptime,
-        cpu_pressure=cpu_pressure,
-        thresholds=thresholds,
-        last_moved=last_moved,
+        begun.state.loads.capacity[:, 1],
+        options.ksm,
+        options.memory_threshold,
+        options.memory_threshold_ksm,
     )
-    moves: list[ProposedMove] = []
-    bad = run.bad_guests()
-    stopped = f"move limit {max_moves} reached"
-    while True:
-        if not bad and not run.candidates:
-            stopped = (
-                "no candidate: no running VM may move (containers, guests up for less than "
-                f"{min_uptime} s, the last moved guest and guests already moved are skipped)"
-            )
-            break
-        if not bad:
-            stopped = (
-                f"no bad guest: none has cpu pressure above {cpu_pressure:.0%}, sits on a node "
-                "above its memory threshold or breaks a placement rule"
-            )
-            break
-        if len(moves) >= max_moves:
-            break
-        ranked = run.ranked(bad)
-        chosen = None
-        for rank, (candidate, closeness) in enumerate(ranked, start=1):
-            found = run.target(candidate)
-            if found is not None:
-                chosen = (rank, candidate, closeness, *found)
-                break
-        if chosen is None:
-            stopped = (
-                f"no bad guest has a node that relieves it ({_count(bad)} bad: "
-                + ", ".join(b.bundle.leader for b, _ in ranked)
-                + ")"
-            )
-            break
-        rank, candidate, closeness, t, node_closeness, scored = chosen
-        bundle = candidate.bundle
-        source, target = cluster.nodes[bundle.src].name, cluster.nodes[t].name
-        state.commit(bundle.members, t)
-        run.moved.update(bundle.members.tolist())
-        count_before = _count(bad)
-        bad = run.bad_guests()
-        reason = (
-            "; ".join(candidate.why)
-            + f"; rank {rank} of {len(ranked)} bad (closeness {closeness:.3f})"
-            + f"; {target} best of {scored} (closeness {node_closeness:.3f})"
-        )
-        moves += bundle_moves(
-            cluster,
-            bundle.members.tolist(),
-            bundle.leader,
-            source,
-            target,
-            metric="bad-guests",
-            before=float(count_before),
-            after=float(_count(bad)),
-            reason=reason,
-        )
-    after = cluster_imbalance(cluster, state.assign, state.loads)
-    return Proposal(NAME, tuple(moves), before, after, stopped, notes, options)
+    moves, stopped = _Pressure(begun, options, thresholds).relieve(max_moves)
+    return Proposal(NAME, tuple(moves), begun.before, begun.imbalance(), stopped, notes, record)
 
 
 @dataclass(frozen=True)
@@ -532,9 +516,7 @@ class Pressure:
     Options = PressureOptions
 
     def propose(self, view: CycleView, request: Request, options: PressureOptions) -> Proposal:
-        return spread_options(
-            propose_pressure, view.cluster, view, request, options, ("max_moves",)
-        )
+        return propose_pressure(view, request, options)
 
 
 STRATEGIES: tuple[Strategy, ...] = (Pressure(),)

@@ -57,14 +57,13 @@ Deterministic: groups, nodes and rules are visited in the cluster's order.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
-from opendrs.engine.constraints import Constraints, movability
+from opendrs.engine.constraints import movability
 from opendrs.engine.placement import PlacementState
-from opendrs.engine.usage import LoadModel
+from opendrs.engine.usage import MeasuredUsage
 from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster
 from opendrs.model.rules import GuestAffinity, NodeAffinity
@@ -76,9 +75,7 @@ from .base import (
     Strategy,
     StrategyOptions,
     bundle_moves,
-    cluster_imbalance,
-    constraints_for,
-    spread_options,
+    start,
 )
 
 NAME = "proxlb-greedy"
@@ -115,7 +112,10 @@ class _Figures:
             self.assigned[dst] += self.g_assigned[j]
 
 
-def _figures(cluster: Cluster, proxlb_guest: np.ndarray, assign: np.ndarray) -> _Figures:
+def _figures(
+    cluster: Cluster, usage: MeasuredUsage, proxlb_guest: np.ndarray, assign: np.ndarray
+) -> _Figures:
+    """ProxLB's figures of ``cluster`` placed as ``assign``, measured use read from ``usage``."""
     nodes, guests = cluster.nodes, cluster.guests
     total = np.array(
         [
@@ -124,14 +124,10 @@ def _figures(cluster: Cluster, proxlb_guest: np.ndarray, assign: np.ndarray) -> 
         ],
         dtype=np.float64,
     ).reshape(len(nodes), 3)
-    used = np.array(
-        [[n.base_cpu, float(n.base_memory), 0.0] for n in nodes], dtype=np.float64
-    ).reshape(len(nodes), 3)
+    used = np.column_stack([usage.base_cpu, usage.base_memory, np.zeros(len(nodes))])
+    local_disks = np.array([float(g.local_disk_bytes) for g in guests], dtype=np.float64)
+    g_used = np.column_stack([usage.cpu, usage.memory, local_disks]).reshape(len(guests), 3)
     assigned = np.zeros((len(nodes), 3))
-    g_used = np.array(
-        [[g.cpu_load, float(g.memory_load), float(g.local_disk_bytes)] for g in guests],
-        dtype=np.float64,
-    ).reshape(len(guests), 3)
     g_assigned = np.array(
         [[g.cpu, float(g.memory), float(g.local_disk_bytes)] for g in guests], dtype=np.float64
     ).reshape(len(guests), 3)
@@ -178,6 +174,7 @@ class _Run:
         self,
         cluster: Cluster,
         state: PlacementState,
+        usage: MeasuredUsage,
         method: str,
         mode: str,
         balanciness: float,
@@ -196,7 +193,7 @@ class _Run:
         #: Guests ProxLB sees: running (or paused) on a node it sees.
         assign = state.assign
         self.proxlb_guest = state.running & (assign >= 0) & self.seen[np.maximum(assign, 0)]
-        self.fig = _figures(cluster, self.proxlb_guest, assign)
+        self.fig = _figures(cluster, usage, self.proxlb_guest, assign)
         self._cache: tuple[np.ndarray, float, int] | None = None
         self.moves: list[ProposedMove] = []
         self.moved: set[int] = set()
@@ -415,20 +412,9 @@ class _Run:
             if target is None:
                 self.note(f"{label}: no allowed node, it stays on {names[src]}")
                 continue
-            # ProxLB's only capacity check, against the most free node, member by member.
-            free = self.memory_free(target)
-            short = None
-            for m in members.tolist():
-                need = float(self.fig.g_used[m, 1])
-                if not need < free:
-                    short = (guests[m].id, need, free)
-                    break
-                free -= need
+            short = self.memory_short(members, target)
             if short is not None:
-                self.note(
-                    f"{short[0]}: ProxLB's memory check: needs {short[1] / 2**30:.2f} GiB, "
-                    f"{names[target]} has {short[2] / 2**30:.2f} GiB free; it stays"
-                )
+                self.note(short)
                 continue
             pct = self.balance_percent()
             why = (
@@ -444,6 +430,21 @@ class _Run:
                 continue
             self.commit(members, target, why)
         return stopped
+
+    def memory_short(self, members: np.ndarray, target: int) -> str | None:
+        """ProxLB's only capacity check, against the most free node ``target``, member by
+        member: why the first member that does not fit stays, or None when all fit."""
+        free = self.memory_free(target)
+        for m in members.tolist():
+            need = float(self.fig.g_used[m, 1])
+            if not need < free:
+                return (
+                    f"{self.cluster.guests[m].id}: ProxLB's memory check: needs "
+                    f"{need / 2**30:.2f} GiB, {self.cluster.nodes[target].name} has "
+                    f"{free / 2**30:.2f} GiB free; it stays"
+                )
+            free -= need
+        return None
 
     def redirect(
         self, members: np.ndarray, allowed: np.ndarray, target: int, why: str
@@ -484,56 +485,39 @@ class _Run:
 
 
 def propose_proxlb_greedy(
-    cluster: Cluster,
-    *,
-    forbidden: Iterable[tuple[str, str]] = (),
-    constraints: Constraints | None = None,
-    loads: LoadModel | None = None,
-    method: str | None = None,
-    mode: str | None = None,
-    balanciness: float = DEFAULT_BALANCINESS,
-    larger_first: bool = False,
-    max_moves: int | None = None,
+    view: CycleView, request: Request, options: ProxlbGreedyOptions
 ) -> Proposal:
-    """ProxLB's greedy run (see the module docstring), within opendrs's hard constraints.
+    """ProxLB's greedy run (see the module docstring), within opendrs's hard constraints: the
+    view's constraints, with the request's forbidden placements refused as well.
 
-    Args:
-        forbidden: (guest, node) placements that must not be chosen.
-        constraints, loads: the models a cycle view built already — its constraints (capacity
-            on the usage it checks, ``forbidden`` not yet refused: :func:`constraints_for`) and
-            ``cluster``'s balance loads; without them they are built from ``cluster``.
-        method: the one resource ProxLB balances: ``memory``, ``cpu`` or ``disk`` (default: the
-            cluster's, see the module docstring).
-        mode: ``used`` (measured use) or ``assigned`` (configured sizes) (default: ``used``, or
-            ``assigned`` for a cluster that weighs configured vCPUs alone).
-        balanciness: balance only while the spread of the method's percentages is above this many
-            percentage points (ProxLB's default 10).
-        larger_first: visit the groups with the most memory first (``balance_larger_guests_first``).
-        max_moves: at most this many migrations (None: no cap, as in ProxLB).
+    ProxLB's figures are its own, from the guests' and nodes' measured usage the view balances
+    on (:attr:`~opendrs.engine.view.CycleView.balancing_usage`) and their configured sizes. The
+    options (:class:`ProxlbGreedyOptions`): ``method``, the one resource ProxLB balances:
+    ``memory``, ``cpu`` or ``disk`` (default: the cluster's, see the module docstring);
+    ``mode``, ``used`` (measured use) or ``assigned`` (configured sizes) (default: ``used``, or
+    ``assigned`` for a cluster that weighs configured vCPUs alone); ``balanciness``, balance only
+    while the spread of the method's percentages is above this many percentage points (ProxLB's
+    default 10); ``larger_first``, visit the groups with the most memory first
+    (``balance_larger_guests_first``); ``max_moves`` (the option when set, else the request's):
+    at most this many migrations (None: no cap, as in ProxLB).
 
     Raises:
         ValueError: an option out of range (one line naming it).
     """
-    if method is None:
-        settings = cluster.settings
-        cpu_alone = settings.weight_memory <= 0 < settings.weight_cpu
-        method = "cpu" if cpu_alone else "memory"
-        if mode is None:
-            mode = "assigned" if cpu_alone and settings.mode == "static" else "used"
-    mode = "used" if mode is None else mode
+    method, mode = _method_and_mode(view.observed, options.method, options.mode)
+    max_moves: int | None = options.pick("max_moves", request.max_moves)
+    balanciness, larger_first = options.balanciness, options.larger_first
     _check_options(method, mode, balanciness, larger_first, max_moves)
-    options: dict[str, object] = {
+    record: dict[str, object] = {
         "method": method,
         "mode": mode,
         "balanciness": balanciness,
         "larger_first": larger_first,
         "max_moves": max_moves,
     }
-    cons = constraints_for(cluster, forbidden, constraints)
-    state = PlacementState.build(cluster, cons, loads=loads)
-    before = cluster_imbalance(cluster, loads=state.loads)
-    run = _Run(cluster, state, method, mode, balanciness, max_moves)
-    notes = [str(p) for p in state.constraints.problems]
+    begun = start(view, request.forbidden)
+    usage = view.balancing_usage
+    run = _Run(begun.cluster, begun.state, usage, method, mode, balanciness, max_moves)
     if not run.proxlb_guest.any():
         stopped = "no running guest to balance"
     else:
@@ -546,10 +530,21 @@ def propose_proxlb_greedy(
             )
         else:
             stopped = run.relocate(larger_first, enforce)
-    after = cluster_imbalance(cluster, state.assign, state.loads)
     if run.untold:
         run.notes.append(f"… and {run.untold} more guests that stay")
-    return Proposal(NAME, tuple(run.moves), before, after, stopped, (*notes, *run.notes), options)
+    notes = (*begun.notes, *run.notes)
+    return Proposal(NAME, tuple(run.moves), begun.before, begun.imbalance(), stopped, notes, record)
+
+
+def _method_and_mode(cluster: Cluster, method: str | None, mode: str | None) -> tuple[str, str]:
+    """The method and mode asked, a default for what is not: the cluster's (see the module)."""
+    if method is None:
+        settings = cluster.settings
+        cpu_alone = settings.weight_memory <= 0 < settings.weight_cpu
+        method = "cpu" if cpu_alone else "memory"
+        if mode is None:
+            mode = "assigned" if cpu_alone and settings.mode == "static" else "used"
+    return method, "used" if mode is None else mode
 
 
 @dataclass(frozen=True)
@@ -580,9 +575,7 @@ class ProxlbGreedy:
     Options = ProxlbGreedyOptions
 
     def propose(self, view: CycleView, request: Request, options: ProxlbGreedyOptions) -> Proposal:
-        return spread_options(
-            propose_proxlb_greedy, view.cluster, view, request, options, ("max_moves",)
-        )
+        return propose_proxlb_greedy(view, request, options)
 
 
 STRATEGIES: tuple[Strategy, ...] = (ProxlbGreedy(),)
