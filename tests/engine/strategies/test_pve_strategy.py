@@ -116,18 +116,18 @@ def test_the_best_move_is_the_best_allowed_one(cluster: Cluster) -> None:
         fraction_shift,
         truncate_imbalance,
     )
+    from opendrs.engine.strategies.base import usable_nodes
     from opendrs.engine.strategies.pve import (
         _bundle_demand,
         _choose_bruteforce,
         _Round,
         _targets,
-        _usable,
         movable_bundles,
     )
 
     state = PlacementState.build(cluster)
     cap = state.loads.capacity
-    usable = _usable(state)
+    usable = usable_nodes(state)
     combined = combined_loads(state.node_load, cap)
     best = None
     for bundle in movable_bundles(state, cluster):

@@ -77,8 +77,8 @@ from .base import (
     Strategy,
     StrategyOptions,
     bundle_moves,
-    cluster_imbalance,
-    constraints_for,
+    start,
+    usable_nodes,
 )
 
 #: Proxmox's defaults: 30 % and 10 % (pve-cluster 9.1.5 ``DataCenterConfig.pm``), as fractions.
@@ -202,10 +202,6 @@ def _bundle_demand(
     return state.loads.demand[members[counted]].sum(axis=0)
 
 
-def _usable(state: PlacementState) -> np.ndarray:
-    return state.constraints.usable & np.all(state.loads.capacity > 0, axis=1)
-
-
 # --------------------------------------------------------------------------------------------
 # pve-bruteforce
 
@@ -249,21 +245,17 @@ def _repeat(
     """Proxmox's auto-rebalance round, repeated on ``view`` (:func:`_rounds`) up to the most
     moves (``options``'s, or ``request``'s unless the option is set). Basic mode never
     rebalances. The placements ``request`` forbids are refused on top of the view's constraints
-    (:func:`constraints_for`)."""
-    cluster = view.cluster
+    (:func:`~.base.start`)."""
     max_moves = options.pick("max_moves", request.max_moves)
     values = {**options.values(), "max_moves": max_moves}
-    state = PlacementState.build(
-        cluster, constraints_for(cluster, request.forbidden, view.constraints), loads=view.loads
-    )
-    before = cluster_imbalance(cluster, loads=state.loads)
-    notes = tuple(str(p) for p in state.constraints.problems)
-    if cluster.settings.mode == "basic":
+    begun = start(view, request.forbidden)
+    if begun.cluster.settings.mode == "basic":
         stopped = "basic mode counts guests only: Proxmox never rebalances in it"
-        return Proposal(name, (), before, before, stopped, notes, values)
-    moves, stopped = _rounds(state, options, max_moves, choose)
-    after = cluster_imbalance(cluster, state.assign, state.loads)
-    return Proposal(name, tuple(moves), before, after, stopped, notes, values)
+        return Proposal(name, (), begun.before, begun.before, stopped, begun.notes, values)
+    moves, stopped = _rounds(begun.state, options, max_moves, choose)
+    return Proposal(
+        name, tuple(moves), begun.before, begun.imbalance(), stopped, begun.notes, values
+    )
 
 
 def _rounds(
@@ -276,7 +268,7 @@ def _rounds(
     cluster = state.cluster
     threshold, margin, scope = options.threshold, options.margin, options.scope
     cap = state.loads.capacity
-    usable = _usable(state)
+    usable = usable_nodes(state)
     moves: list[ProposedMove] = []
     weights = pve_weights(cluster)
     scale = scale_of(options.imbalance, int(usable.sum()))
