@@ -737,7 +737,7 @@ class Executor:
             return None
         # Room and anti-affinity can come free as migrations in flight end: wait for them.
         in_flight = self._running or any(g.migrating_to for g in cluster.guests)
-        if in_flight and refusal.filter in ("capacity", "anti-affinity"):
+        if in_flight and refusal.code in ("capacity", "anti-affinity"):
             return _WAIT
         return Precondition("refused", f"{moves[0].guest} → {target.name}: {refusal}")
 

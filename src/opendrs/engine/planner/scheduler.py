@@ -34,7 +34,7 @@ import numpy as np
 
 from opendrs.model.cluster import Cluster
 
-from ..constraints import Constraints
+from ..constraints import Constraints, RejectionCode
 from ..usage import loaded_nodes
 from .parking import DeadlockBreaker
 from .plan import Plan, PlannedMove
@@ -208,14 +208,14 @@ class Planner:
                 continue
             j = failing[0]
             checks = (
-                ("offline", online[t]),
-                ("maintenance", not_maint[t]),
-                ("arch", cons.arch_ok[j, t]),
-                ("platform", cons.limits_ok[j, t]),
-                ("node-affinity", cons.strict_ok[j, t]),
+                (RejectionCode.OFFLINE, online[t]),
+                (RejectionCode.MAINTENANCE, not_maint[t]),
+                (RejectionCode.ARCH, cons.arch_ok[j, t]),
+                (RejectionCode.PLATFORM, cons.limits_ok[j, t]),
+                (RejectionCode.NODE_AFFINITY, cons.strict_ok[j, t]),
             )
-            name = next(name for name, ok in checks if not ok)
-            reason = cons.explain(name, j, t, self.occupancy.position, empty, empty[0])
+            code = next(code for code, ok in checks if not ok)
+            reason = cons.rejection(code, j, t, self.occupancy.position, empty, empty[0])
             for m in guests:
                 self.unreachable.add((self.guest_ids[m], self.node_names[t]))
             who = f"guest {self.guest_ids[j]}"

@@ -11,7 +11,14 @@ from typing import Literal, NamedTuple
 
 import numpy as np
 
-from opendrs.engine.constraints import Constraints, committed_for, current_assign, movability
+from opendrs.engine.constraints import (
+    Constraints,
+    Rejection,
+    RejectionCode,
+    committed_for,
+    current_assign,
+    movability,
+)
 from opendrs.engine.planner import Plan, PlannedMove
 from opendrs.engine.policy.config import PolicyConfig
 from opendrs.engine.policy.planning import Limits, plan_within, truncate
@@ -407,32 +414,32 @@ def _rejections(
     kept = np.array([any((g, n.name) in forbidden for g in ids) for n in nodes], dtype=bool)
     kept &= left
     if kept.any():
-        policy = "kept off by the policy (cooldown, no return, minimum uptime or a failed move)"
-        groups[policy] = np.nonzero(kept)[0].tolist()
+        policy = Rejection(RejectionCode.POLICY, nodes[int(np.argmax(kept))].name)
+        groups[str(policy)] = np.nonzero(kept)[0].tolist()
         left &= ~kept
-    for name, masks in _unit_masks(cons, members, apart, headroom, demand):
+    for code, masks in _unit_masks(cons, members, apart, headroom, demand):
         mask = np.logical_and.reduce([mask for _m, mask in masks])
         failing = np.nonzero(left & ~mask)[0]
         left &= mask
         if failing.size == 0:
             continue
-        if name == "capacity":
+        if code is RejectionCode.CAPACITY:
             closest = int(failing[np.argmax(_room_share(headroom[failing], demand))])
-            why = cons.explain(name, j, closest, apart, headroom, demand)
+            why = str(cons.rejection(code, j, closest, apart, headroom, demand))
             if failing.size > 1:
                 why += f" on {nodes[closest].name}, the closest"
             groups.setdefault(why, []).extend(failing.tolist())
             continue
         for n in failing.tolist():
             who = next(m for m, mask in masks if not mask[n])
-            why = cons.explain(name, who, n, apart, headroom, demand)
+            why = str(cons.rejection(code, who, n, apart, headroom, demand))
             if who != j:
                 why = f"{guests[who].id}: {why}"
             groups.setdefault(why, []).append(n)
     # Nodes every filter allows the unit: what stops its group there (a partner that cannot
     # move, one the policy keeps off), never "allowed" without a reason.
     for n in np.nonzero(left)[0].tolist():
-        why = _group_blocks(cons, j, n, assign, headroom, forbidden)
+        why = str(_group_blocks(cons, j, n, assign, headroom, forbidden))
         groups.setdefault(why, []).append(n)
     together = (
         f", with its hard-affinity partners {', '.join(i for i in ids if i != guests[j].id)}"
@@ -451,13 +458,13 @@ def _unit_masks(
     assign: np.ndarray,
     headroom: np.ndarray,
     demand: np.ndarray,
-) -> list[tuple[str, list[tuple[int, np.ndarray]]]]:
+) -> list[tuple[RejectionCode, list[tuple[int, np.ndarray]]]]:
     """The hard filters of a unit's ``members`` in reporting order, each with every member's
     (N,) mask (``demand``: the unit's)."""
-    out: dict[str, list[tuple[int, np.ndarray]]] = {}
+    out: dict[RejectionCode, list[tuple[int, np.ndarray]]] = {}
     for m in members.tolist():
-        for name, mask in cons.hard_masks(m, assign, headroom, demand):
-            out.setdefault(name, []).append((m, mask))
+        for code, mask in cons.hard_masks(m, assign, headroom, demand):
+            out.setdefault(code, []).append((m, mask))
     return list(out.items())
 
 
@@ -492,7 +499,7 @@ def _group_blocks(
     assign: np.ndarray,
     headroom: np.ndarray,
     forbidden: frozenset[tuple[str, str]],
-) -> str:
+) -> Rejection:
     """Why node ``n``, which every hard filter allows guest ``j`` alone, does not take it: its
     hard-affinity partners cannot join it there (one cannot move, the policy keeps one off, a
     filter refuses one, or there is no room for them all), else that the repair left it."""
@@ -506,20 +513,25 @@ def _group_blocks(
         held = movability(partner, cluster, "balance")
         if held is not None:
             where = cluster.nodes[int(assign[k])].name
-            return f"its hard-affinity partner {partner.id} cannot move from {where} ({held})"
+            detail = f"its hard-affinity partner {partner.id} cannot move from {where} ({held})"
+            return Rejection(RejectionCode.GROUP, node, detail)
         if (partner.id, node) in forbidden:
-            return f"the policy keeps its hard-affinity partner {partner.id} off it"
+            detail = f"the policy keeps its hard-affinity partner {partner.id} off it"
+            return Rejection(RejectionCode.GROUP, node, detail)
     demand = cons.guest_demand(j) + sum((cons.guest_demand(k) for k in away), start=0.0)
     lacking = demand > headroom[n] + tolerance(cons.capacity.limit[n])
     if away and lacking.any():
         dims = ", ".join(cons.capacity.dims[d] for d in np.nonzero(lacking)[0].tolist())
-        return f"no room for its hard-affinity group there ({dims})"
+        detail = f"no room for its hard-affinity group there ({dims})"
+        return Rejection(RejectionCode.GROUP, node, detail)
     for k in away:
-        for name, mask in cons.hard_masks(k, assign, headroom):
-            if name not in ("affinity", "capacity") and not mask[n]:
-                why = cons.explain(name, k, n, assign, headroom, cons.guest_demand(k))
-                return f"its hard-affinity partner {cluster.guests[k].id}: {why}"
-    return "every hard rule allows it, but the repair moved it nowhere"
+        for code, mask in cons.hard_masks(k, assign, headroom):
+            if code not in (RejectionCode.AFFINITY, RejectionCode.CAPACITY) and not mask[n]:
+                why = cons.rejection(code, k, n, assign, headroom, cons.guest_demand(k))
+                detail = f"its hard-affinity partner {cluster.guests[k].id}: {why}"
+                return Rejection(RejectionCode.GROUP, node, detail)
+    detail = "every hard rule allows it, but the repair moved it nowhere"
+    return Rejection(RejectionCode.GROUP, node, detail)
 
 
 def _room_share(headroom: np.ndarray, demand: np.ndarray) -> np.ndarray:
