@@ -124,7 +124,7 @@ def test_capacity_with_overcommit_and_reserves() -> None:
     # The rejection as a value: the code, the node and each dimension short, in numbers.
     rejection = cons.rejection(RejectionCode.CAPACITY, 0, 1, where, room, cons.guest_demand(0))
     assert (rejection.code, rejection.node) == (RejectionCode.CAPACITY, "n2")
-    assert [(s.resource, s.need, s.free) for s in rejection.shortfalls] == [
+    assert [(str(s.resource), s.need, s.free) for s in rejection.shortfalls] == [
         ("memory", 8 * GiB, 2 * GiB)
     ]
     assert str(rejection) == "capacity: memory needs 8.0 GiB, free 2.0 GiB"

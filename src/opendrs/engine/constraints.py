@@ -47,7 +47,7 @@ from opendrs.model.rules import ORIGINS, GuestAffinity, NodeAffinity, Origin, Ru
 from opendrs.model.units import format_bytes, format_duration
 
 from .sparse_rows import Partners, RowMask, pairs_within
-from .usage import CapacityModel, MeasuredUsage, loaded_nodes, tolerance
+from .usage import CapacityModel, Dimension, MeasuredUsage, loaded_nodes, tolerance
 
 Purpose = Literal["balance", "evacuate", "recover", "new"]
 
@@ -816,12 +816,12 @@ _CODE_TEXT: Mapping[RejectionCode, str] = MappingProxyType(
 class Shortfall:
     """One capacity dimension a guest does not fit in on a node: what it needs, what is free."""
 
-    resource: str
+    resource: Dimension
     need: float
     free: float
 
     def __str__(self) -> str:
-        if self.resource in ("vcpus", "cpu_used"):
+        if self.resource.kind.in_cores:
             return f"{self.resource} needs {self.need:.1f}, free {self.free:.1f}"
         return f"{self.resource} needs {format_bytes(self.need)}, free {format_bytes(self.free)}"
 
@@ -1042,7 +1042,7 @@ class Constraints:
             room = headroom[n]
             short = tuple(
                 Shortfall(dim, float(demand[d]), float(max(room[d], 0)))
-                for d, dim in enumerate(self.capacity.dims)
+                for d, dim in enumerate(self.capacity.dimensions)
                 if demand[d] > room[d] + limit[d]
             )
             return Rejection(code, node.name, shortfalls=short)
@@ -1137,7 +1137,7 @@ class Constraints:
         committed = committed_for(self, assign)
         over = self.capacity.over(committed)
         for n, dim in zip(*np.nonzero(over), strict=True):
-            problems.append(f"node {names[n]} over capacity in {self.capacity.dims[dim]}")
+            problems.append(f"node {names[n]} over capacity in {self.capacity.dimensions[dim]}")
         return sorted(set(problems))
 
 
@@ -1157,7 +1157,7 @@ def committed_for(constraints: Constraints, assign: np.ndarray) -> np.ndarray:
     demand_compute = np.where(cap.storage_cols[None, :], 0.0, cap.demand)
     demand_storage = np.where(cap.storage_cols[None, :], cap.demand, 0.0)
     idx = np.nonzero(valid & compute)[0]
-    for col in range(len(cap.dims)):
+    for col in range(len(cap.dimensions)):
         if idx.size:
             out[:, col] += np.bincount(
                 assign[idx], weights=demand_compute[idx, col], minlength=n_nodes

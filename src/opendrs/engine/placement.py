@@ -165,7 +165,8 @@ class PlacementState:
         try:
             headroom = cons.capacity.limit - committed
             demand = sum(
-                (cons.guest_demand(j) for j in members.tolist()), np.zeros(len(cons.capacity.dims))
+                (cons.guest_demand(j) for j in members.tolist()),
+                np.zeros(len(cons.capacity.dimensions)),
             )
             ok = np.ones(len(self.cluster.nodes), dtype=bool)
             for j in members.tolist():
@@ -184,7 +185,8 @@ class PlacementState:
         assign, base_load, committed = self._without(members)
         headroom = cons.capacity.limit - committed
         demand_cap = sum(
-            (cons.guest_demand(j) for j in members.tolist()), np.zeros(len(cons.capacity.dims))
+            (cons.guest_demand(j) for j in members.tolist()),
+            np.zeros(len(cons.capacity.dimensions)),
         )
         demand_bal = np.zeros(len(RESOURCES))
         for j in members.tolist():

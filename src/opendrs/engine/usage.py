@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from enum import Enum
+from functools import cached_property
 
 import numpy as np
 
@@ -443,16 +445,54 @@ def safe_divide(num: np.ndarray, den: np.ndarray) -> np.ndarray:
 # Capacity
 
 
+class DimensionKind(Enum):
+    """What a capacity dimension counts."""
+
+    #: Configured vCPUs, against the cores times the CPU overcommit.
+    VCPUS = "vcpus"
+    #: Configured memory, against the memory times the memory overcommit.
+    MEMORY = "memory"
+    #: Measured CPU use in cores (dynamic mode), against the cores times the hot level.
+    CPU_USED = "cpu_used"
+    #: Measured memory use (dynamic mode), against the memory times the hot level.
+    MEMORY_USED = "memory_used"
+    #: Local disks in one storage pool, against the pool's size.
+    STORAGE = "storage"
+
+    @property
+    def measured(self) -> bool:
+        """Whether the dimension is measured usage rather than a configured size."""
+        return self in (DimensionKind.CPU_USED, DimensionKind.MEMORY_USED)
+
+    @property
+    def in_cores(self) -> bool:
+        """Whether the dimension counts CPUs (else bytes)."""
+        return self in (DimensionKind.VCPUS, DimensionKind.CPU_USED)
+
+
+@dataclass(frozen=True, slots=True)
+class Dimension:
+    """One hard capacity dimension: its kind and, for storage, the pool. ``str()`` is its name
+    in messages and JSON (``vcpus``, ``memory``, ``cpu_used``, ``memory_used``,
+    ``storage:POOL``)."""
+
+    kind: DimensionKind
+    pool: str | None = None
+
+    def __str__(self) -> str:
+        if self.kind is DimensionKind.STORAGE:
+            return f"storage:{self.pool}"
+        return self.kind.value
+
+
 @dataclass(frozen=True)
 class CapacityModel:
     """Hard capacity dimensions: committed amounts vs limits, as (N, D) and (G, D) arrays."""
 
-    dims: tuple[str, ...]
+    dimensions: tuple[Dimension, ...]
     limit: np.ndarray  # (N, D)
     demand: np.ndarray  # (G, D)
     base: np.ndarray  # (N, D) committed by the host itself
-    #: Which dimensions are storage pools.
-    storage_cols: np.ndarray  # (D,) bool
     #: (guest, node) pairs that commit cpu and memory in the current state.
     compute_guest: np.ndarray
     compute_node: np.ndarray
@@ -474,11 +514,11 @@ class CapacityModel:
             {p for n in cluster.nodes for p in n.storage}
             | {d.pool for g in cluster.guests for d in g.disks if d.local}
         )
-        dims: list[str] = ["vcpus", "memory"]
+        dims = [Dimension(DimensionKind.VCPUS), Dimension(DimensionKind.MEMORY)]
         dynamic = settings.mode == "dynamic"
         if dynamic:
-            dims += ["cpu_used", "memory_used"]
-        dims += [f"storage:{p}" for p in pools]
+            dims += [Dimension(DimensionKind.CPU_USED), Dimension(DimensionKind.MEMORY_USED)]
+        dims += [Dimension(DimensionKind.STORAGE, p) for p in pools]
         n_nodes, n_guests, n_dims = len(cluster.nodes), len(cluster.guests), len(dims)
         limit = np.zeros((n_nodes, n_dims))
         base = np.zeros((n_nodes, n_dims))
@@ -491,7 +531,7 @@ class CapacityModel:
             row += [float(node.storage.get(p, 0)) for p in pools]
             limit[i] = row
         demand = np.zeros((n_guests, n_dims))
-        pool_col = {p: dims.index(f"storage:{p}") for p in pools}
+        pool_col = {p: dims.index(Dimension(DimensionKind.STORAGE, p)) for p in pools}
         for j, guest in enumerate(cluster.guests):
             demand[j, 0] = guest.cpu
             demand[j, 1] = float(guest.memory)
@@ -520,19 +560,27 @@ class CapacityModel:
                 if idx is not None:
                     storage_g.append(j)
                     storage_n.append(idx)
-        storage_cols = np.array([d.startswith("storage:") for d in dims], dtype=bool)
         return cls(
-            dims=tuple(dims),
+            dimensions=tuple(dims),
             limit=limit,
             demand=demand,
             base=base,
-            storage_cols=storage_cols,
             compute_guest=np.array(compute_g, dtype=np.intp),
             compute_node=np.array(compute_n, dtype=np.intp),
             storage_guest=np.array(storage_g, dtype=np.intp),
             storage_node=np.array(storage_n, dtype=np.intp),
             measured_limit=measured_limit,
         )
+
+    @cached_property
+    def dims(self) -> tuple[str, ...]:
+        """The dimensions' names, for messages (and the strategies that still read names)."""
+        return tuple(str(d) for d in self.dimensions)
+
+    @cached_property
+    def storage_cols(self) -> np.ndarray:
+        """(D,) bool: the dimensions of storage pools."""
+        return np.array([d.kind is DimensionKind.STORAGE for d in self.dimensions], dtype=bool)
 
     def committed(self) -> np.ndarray:
         """Committed amounts (N, D) in the current state."""
@@ -553,10 +601,10 @@ class CapacityModel:
         """For one guest's demand (D,), which nodes (N,) have room for it."""
         return np.all(guest_demand[None, :] <= headroom + tolerance(self.limit), axis=1)
 
-    @property
+    @cached_property
     def measured_cols(self) -> np.ndarray:
         """(D,) bool: the dimensions of measured usage (dynamic mode)."""
-        return np.isin(np.array(self.dims, dtype=object), ("cpu_used", "memory_used"))
+        return np.array([d.kind.measured for d in self.dimensions], dtype=bool)
 
     def over(self, committed: np.ndarray) -> np.ndarray:
         """(N, D) boolean: where committed exceeds the limit (beyond rounding)."""
@@ -571,5 +619,5 @@ def tolerance(limit: np.ndarray) -> np.ndarray:
 def demand_rows(model: CapacityModel, guest_indices: Sequence[int]) -> np.ndarray:
     """The capacity demand of some guests, summed (D,)."""
     if not guest_indices:
-        return np.zeros(len(model.dims))
+        return np.zeros(len(model.dimensions))
     return model.demand[list(guest_indices)].sum(axis=0)

@@ -187,7 +187,7 @@ def _over(
     out: list[tuple[int, Broken]] = []
     for n in np.nonzero(over.any(axis=1))[0].tolist():
         cols = np.nonzero(over[n])[0]
-        dims = ", ".join(capacity.dims[d] for d in cols.tolist())
+        dims = ", ".join(str(capacity.dimensions[d]) for d in cols.tolist())
         if capacity.measured_limit < 1.0 and capacity.measured_cols[cols].all():
             full = capacity.limit[n, cols] / capacity.measured_limit
             if not np.any(committed[n, cols] > full + tolerance(full)):
@@ -521,7 +521,7 @@ def _group_blocks(
     demand = cons.guest_demand(j) + sum((cons.guest_demand(k) for k in away), start=0.0)
     lacking = demand > headroom[n] + tolerance(cons.capacity.limit[n])
     if away and lacking.any():
-        dims = ", ".join(cons.capacity.dims[d] for d in np.nonzero(lacking)[0].tolist())
+        dims = ", ".join(str(cons.capacity.dimensions[d]) for d in np.nonzero(lacking)[0].tolist())
         detail = f"no room for its hard-affinity group there ({dims})"
         return Rejection(RejectionCode.GROUP, node, detail)
     for k in away:
