@@ -217,7 +217,7 @@ def _claim_tier(
     here = cluster.node_index.get(guest.node, -1)
     if fails_back(guest):
         return tiers[0][0], here if guest.node in tiers[0][1] else -1
-    need = _demand(capacity, j, guest)
+    need = capacity.moving[j].copy()
 
     def room(n: int) -> np.ndarray:
         return headroom[n] + need if n == here else headroom[n]
@@ -242,14 +242,6 @@ def _claim_tier(
             headroom[target] -= need
             return priority, target
     return tiers[0][0], -1
-
-
-def _demand(capacity: CapacityModel, j: int, guest: Guest) -> np.ndarray:
-    """Capacity demand (D,) guest ``j`` brings to a new node (storage only if not running)."""
-    demand = capacity.demand[j].copy()
-    if not loaded_nodes(guest):
-        demand[~capacity.storage_cols] = 0.0
-    return demand
 
 
 def check_rules(cluster: Cluster) -> tuple[Rules, list[RuleProblem]]:
@@ -966,7 +958,7 @@ class Constraints:
 
     def guest_demand(self, j: int) -> np.ndarray:
         """Capacity demand (D,) guest ``j`` brings to a new node (storage only if not running)."""
-        return _demand(self.capacity, j, self.cluster.guests[j])
+        return self.capacity.moving[j].copy()
 
     def occupied(self, assign: np.ndarray, guests: np.ndarray) -> np.ndarray:
         """(N,) bool: nodes where any of ``guests`` sits (under ``assign``) or is migrating to."""

@@ -492,6 +492,9 @@ class CapacityModel:
     dimensions: tuple[Dimension, ...]
     limit: np.ndarray  # (N, D)
     demand: np.ndarray  # (G, D)
+    #: (G, D) what each guest brings to a node it moves to: its demand, only its storage when it
+    #: loads no node (stopped); read-only.
+    moving: np.ndarray
     base: np.ndarray  # (N, D) committed by the host itself
     #: (guest, node) pairs that commit cpu and memory in the current state.
     compute_guest: np.ndarray
@@ -542,33 +545,20 @@ class CapacityModel:
             measured = usage if usage is not None else MeasuredUsage.of(cluster)
             demand[:, 2:4] = measured.guest_columns
             base[:, 2:4] = measured.node_columns
-        compute_g: list[int] = []
-        compute_n: list[int] = []
-        storage_g: list[int] = []
-        storage_n: list[int] = []
-        for j, guest in enumerate(cluster.guests):
-            loaded = loaded_nodes(guest)
-            for node in loaded:
-                idx = cluster.node_index.get(node)
-                if idx is not None:
-                    compute_g.append(j)
-                    compute_n.append(idx)
-            # Local disks occupy their node's pools whatever the guest's state, and the target's
-            # too while a migration copies them.
-            for node in dict.fromkeys((guest.node, *loaded)):
-                idx = cluster.node_index.get(node)
-                if idx is not None:
-                    storage_g.append(j)
-                    storage_n.append(idx)
+        compute, storage, idle = _commitments(cluster)
+        storage_cols = np.array([d.kind is DimensionKind.STORAGE for d in dims], dtype=bool)
+        moving = np.where(idle[:, None] & ~storage_cols[None, :], 0.0, demand)
+        moving.setflags(write=False)
         return cls(
             dimensions=tuple(dims),
             limit=limit,
             demand=demand,
+            moving=moving,
             base=base,
-            compute_guest=np.array(compute_g, dtype=np.intp),
-            compute_node=np.array(compute_n, dtype=np.intp),
-            storage_guest=np.array(storage_g, dtype=np.intp),
-            storage_node=np.array(storage_n, dtype=np.intp),
+            compute_guest=compute[0],
+            compute_node=compute[1],
+            storage_guest=storage[0],
+            storage_node=storage[1],
             measured_limit=measured_limit,
         )
 
@@ -609,6 +599,37 @@ class CapacityModel:
     def over(self, committed: np.ndarray) -> np.ndarray:
         """(N, D) boolean: where committed exceeds the limit (beyond rounding)."""
         return committed > self.limit + tolerance(self.limit)
+
+
+Pairs = tuple[np.ndarray, np.ndarray]
+
+
+def _commitments(cluster: Cluster) -> tuple[Pairs, Pairs, np.ndarray]:
+    """The (guest, node) index pairs that commit cpu and memory now, those that commit local
+    storage, and (G,) whether each guest loads no node (stopped)."""
+    compute_g: list[int] = []
+    compute_n: list[int] = []
+    storage_g: list[int] = []
+    storage_n: list[int] = []
+    idle = np.zeros(len(cluster.guests), dtype=bool)
+    for j, guest in enumerate(cluster.guests):
+        loaded = loaded_nodes(guest)
+        idle[j] = not loaded
+        for node in loaded:
+            idx = cluster.node_index.get(node)
+            if idx is not None:
+                compute_g.append(j)
+                compute_n.append(idx)
+        # Local disks occupy their node's pools whatever the guest's state, and the target's
+        # too while a migration copies them.
+        for node in dict.fromkeys((guest.node, *loaded)):
+            idx = cluster.node_index.get(node)
+            if idx is not None:
+                storage_g.append(j)
+                storage_n.append(idx)
+    compute = (np.array(compute_g, dtype=np.intp), np.array(compute_n, dtype=np.intp))
+    storage = (np.array(storage_g, dtype=np.intp), np.array(storage_n, dtype=np.intp))
+    return compute, storage, idle
 
 
 def tolerance(limit: np.ndarray) -> np.ndarray:

@@ -35,7 +35,6 @@ import numpy as np
 from opendrs.model.cluster import Cluster
 
 from ..constraints import Constraints, RejectionCode
-from ..usage import loaded_nodes
 from .parking import DeadlockBreaker
 from .plan import Plan, PlannedMove
 from .state import Occupancy, Queues, UnitKind, Units, UnitState
@@ -196,7 +195,6 @@ class Planner:
             & cons.strict_ok[movers, targets]
         )
         bad = set(movers[~static].tolist())
-        self._set_guest_demand(movers)
 
         empty = np.zeros((len(cluster.nodes), len(self.occupancy.dim_names)))
         reachable: list[_Request] = []
@@ -223,15 +221,6 @@ class Planner:
                 who = "bundle " + ", ".join(self.guest_ids[m] for m in guests) + f" ({who})"
             self.problems.append(f"{who} cannot move to {self.node_names[t]}: {reason}")
         return reachable
-
-    def _set_guest_demand(self, movers: np.ndarray) -> None:
-        """The capacity demand of ``movers``: a guest that loads no node brings its storage only."""
-        capacity, guests = self.constraints.capacity, self.cluster.guests
-        rows = capacity.demand[movers].copy()
-        idle = np.array([not loaded_nodes(guests[j]) for j in movers.tolist()], dtype=bool)
-        if idle.any():
-            rows[np.ix_(idle, ~capacity.storage_cols)] = 0.0
-        self.occupancy.guest_demand[movers] = rows
 
     def _add_ranked(self, requested: list[_Request]) -> tuple[np.ndarray, np.ndarray]:
         """Add the units of ``requested`` in rank order; returns their targets and demand.
