@@ -386,6 +386,15 @@ def stuck_after(
     return tuple(out)
 
 
+class Refusal(NamedTuple):
+    """Why a guest's unit may not go to some nodes: the rejection (of ``who``, one of the unit's
+    guests, on one of them — for capacity the closest) and the nodes it stands for."""
+
+    rejection: Rejection
+    who: int
+    nodes: list[int]
+
+
 def _rejections(
     cons: Constraints,
     j: int,
@@ -393,11 +402,39 @@ def _rejections(
     room: np.ndarray,
     forbidden: frozenset[tuple[str, str]],
 ) -> str:
-    """``elsewhere: …``: what stops guest ``j`` on each other node (the first hard filter that
-    fails there), nodes with the same reason together; capacity with the numbers of the closest
-    node (``room``: each node's free capacity with ``j`` placed as ``assign``). A guest with hard
-    affinity partners moves with them: its unit is judged whole — their rules, their summed
-    demand — so that a group that fits nowhere says which room it lacks."""
+    """``elsewhere: …``: what stops guest ``j`` on each other node (:func:`_refusals`), nodes
+    with the same reason together; capacity with the numbers of the closest node."""
+    guests = cons.cluster.guests
+    groups: dict[str, list[int]] = {}
+    for refusal in _refusals(cons, j, assign, room, forbidden):
+        why = str(refusal.rejection)
+        if refusal.rejection.code is RejectionCode.CAPACITY and len(refusal.nodes) > 1:
+            why += f" on {refusal.rejection.node}, the closest"
+        elif refusal.who != j:
+            why = f"{guests[refusal.who].id}: {why}"
+        groups.setdefault(why, []).extend(refusal.nodes)
+    members = cons.unit_members(j)
+    partners = ", ".join(guests[m].id for m in members.tolist() if m != j)
+    together = f", with its hard-affinity partners {partners}" if members.size > 1 else ""
+    if not groups:
+        return f"elsewhere{together}: no other node"
+    reasons = "; ".join(f"{_names(cons, where)}: {why}" for why, where in groups.items())
+    return f"elsewhere{together}: {reasons}"
+
+
+def _refusals(
+    cons: Constraints,
+    j: int,
+    assign: np.ndarray,
+    room: np.ndarray,
+    forbidden: frozenset[tuple[str, str]],
+) -> list[Refusal]:
+    """What stops guest ``j`` on each other node, in reporting order: the policy's placements,
+    then the first hard filter that fails there (capacity once, on the closest node), then what
+    keeps its hard-affinity group off a node every filter allows (``room``: each node's free
+    capacity with ``j`` placed as ``assign``). A guest with hard affinity partners moves with
+    them: its unit is judged whole — their rules, their summed demand — so that a group that
+    fits nowhere says which room it lacks."""
     nodes, guests = cons.cluster.nodes, cons.cluster.guests
     members = cons.unit_members(j)
     headroom = room.copy()  # without the unit's guests
@@ -409,47 +446,32 @@ def _rejections(
     apart[members] = -1  # the unit's own partners move with it: no affinity filter among them
     left = np.ones(len(nodes), dtype=bool)
     left[int(assign[j])] = False
-    groups: dict[str, list[int]] = {}
+    out: list[Refusal] = []
     ids = [guests[m].id for m in members.tolist()]
     kept = np.array([any((g, n.name) in forbidden for g in ids) for n in nodes], dtype=bool)
     kept &= left
     if kept.any():
         policy = Rejection(RejectionCode.POLICY, nodes[int(np.argmax(kept))].name)
-        groups[str(policy)] = np.nonzero(kept)[0].tolist()
+        out.append(Refusal(policy, j, np.nonzero(kept)[0].tolist()))
         left &= ~kept
     for code, masks in _unit_masks(cons, members, apart, headroom, demand):
         mask = np.logical_and.reduce([mask for _m, mask in masks])
         failing = np.nonzero(left & ~mask)[0]
         left &= mask
-        if failing.size == 0:
-            continue
-        if code is RejectionCode.CAPACITY:
+        if failing.size and code is RejectionCode.CAPACITY:
             closest = int(failing[np.argmax(_room_share(headroom[failing], demand))])
-            why = str(cons.rejection(code, j, closest, apart, headroom, demand))
-            if failing.size > 1:
-                why += f" on {nodes[closest].name}, the closest"
-            groups.setdefault(why, []).extend(failing.tolist())
+            rejection = cons.rejection(code, j, closest, apart, headroom, demand)
+            out.append(Refusal(rejection, j, failing.tolist()))
             continue
         for n in failing.tolist():
             who = next(m for m, mask in masks if not mask[n])
-            why = str(cons.rejection(code, who, n, apart, headroom, demand))
-            if who != j:
-                why = f"{guests[who].id}: {why}"
-            groups.setdefault(why, []).append(n)
+            rejection = cons.rejection(code, who, n, apart, headroom, demand)
+            out.append(Refusal(rejection, who, [n]))
     # Nodes every filter allows the unit: what stops its group there (a partner that cannot
     # move, one the policy keeps off), never "allowed" without a reason.
     for n in np.nonzero(left)[0].tolist():
-        why = str(_group_blocks(cons, j, n, assign, headroom, forbidden))
-        groups.setdefault(why, []).append(n)
-    together = (
-        f", with its hard-affinity partners {', '.join(i for i in ids if i != guests[j].id)}"
-        if members.size > 1
-        else ""
-    )
-    if not groups:
-        return f"elsewhere{together}: no other node"
-    reasons = "; ".join(f"{_names(cons, where)}: {why}" for why, where in groups.items())
-    return f"elsewhere{together}: {reasons}"
+        out.append(Refusal(_group_blocks(cons, j, n, assign, headroom, forbidden), j, [n]))
+    return out
 
 
 def _unit_masks(
