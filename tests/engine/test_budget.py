@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import pytest
 
+from opendrs.engine.planner import final_placement
 from opendrs.engine.policy import (
     BUDGET_WINDOW,
     Decision,
@@ -21,7 +22,6 @@ from opendrs.engine.policy import (
     decide,
     parse_policy,
 )
-from opendrs.engine.policy.planning import final_placement
 from opendrs.model.cluster import Cluster, Guest, Node, Settings
 from opendrs.model.document import DocumentError, Reader
 
@@ -134,7 +134,7 @@ def test_the_budget_buys_the_most_balance_per_migration(budget: int) -> None:
     decision = _decide(cluster, replace(EAGER, max_migrations_per_day=budget))
     assert decision.act and decision.plan is not None
     assert len(decision.plan.moves) <= budget
-    got = _spread(cluster, final_placement(decision.plan))
+    got = _spread(cluster, final_placement(decision.plan.moves))
     assert decision.predicted == pytest.approx(got)
     nodes = [n.name for n in cluster.nodes]
     best = min(

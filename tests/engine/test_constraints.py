@@ -8,6 +8,7 @@ import numpy as np
 
 from opendrs.engine.constraints import (
     Constraints,
+    RejectionCode,
     check_rules,
     current_assign,
     hard_groups,
@@ -120,13 +121,10 @@ def test_capacity_with_overcommit_and_reserves() -> None:
     assert _masks(cons, 0)["capacity"] == [True, False]
     room = cons.capacity.limit - cons.capacity.committed()
     where = current_assign(cons.cluster)
-    assert "memory needs 8.0 GiB, free 2.0 GiB" in cons.explain(
-        "capacity", 0, 1, where, room, cons.guest_demand(0)
-    )
-    # The same rejection as a value: the filter, the node and each dimension short, in numbers.
-    rejection = cons.rejection("capacity", 0, 1, where, room, cons.guest_demand(0))
-    assert (rejection.filter, rejection.node) == ("capacity", "n2")
-    assert [(s.resource, s.need, s.free) for s in rejection.shortfalls] == [
+    # The rejection as a value: the code, the node and each dimension short, in numbers.
+    rejection = cons.rejection(RejectionCode.CAPACITY, 0, 1, where, room, cons.guest_demand(0))
+    assert (rejection.code, rejection.node) == (RejectionCode.CAPACITY, "n2")
+    assert [(str(s.resource), s.need, s.free) for s in rejection.shortfalls] == [
         ("memory", 8 * GiB, 2 * GiB)
     ]
     assert str(rejection) == "capacity: memory needs 8.0 GiB, free 2.0 GiB"

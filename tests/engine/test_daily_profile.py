@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 from clusters import assert_moves_safe, clusters
 from opendrs.engine.constraints import Constraints
+from opendrs.engine.planner import final_placement
 from opendrs.engine.policy import PastMigrations, PolicyConfig, PolicyState, decide, parse_policy
 from opendrs.engine.policy.dayplan import day_proposal
-from opendrs.engine.policy.planning import final_placement
 from opendrs.engine.policy.profile import (
     HOURS,
     DailyProfile,
@@ -166,7 +166,7 @@ def test_guests_whose_peaks_do_not_coincide_are_paired() -> None:
     # On the whole day: one guest of each kind on each node, balanced at every hour.
     whole_day = _decide_at(9, daily)
     assert whole_day.act and whole_day.plan is not None  # type: ignore[attr-defined]
-    placed = {g.id: g.node for g in cluster.guests} | final_placement(whole_day.plan)  # type: ignore[attr-defined]
+    placed = {g.id: g.node for g in cluster.guests} | final_placement(whole_day.plan.moves)  # type: ignore[attr-defined]
     assert sorted(placed[g] for g in ("a1", "a2")) == ["n1", "n2"]
     assert sorted(placed[g] for g in ("b1", "b2")) == ["n1", "n2"]
     assert whole_day.predicted == pytest.approx(0.0)  # type: ignore[attr-defined]

@@ -60,7 +60,7 @@ def test_new_guest_too_big_everywhere() -> None:
     result = place_new(cluster, Guest("x", "", cpu=4, memory=100 * GiB))
     assert result.ranking == ()
     assert [r.node for r in result.rejected] == ["a", "b", "c"]
-    assert all(r.reason.startswith("capacity: memory needs 100.0 GiB") for r in result.rejected)
+    assert all(str(r).startswith("capacity: memory needs 100.0 GiB") for r in result.rejected)
 
 
 def test_soft_anti_affinity_outweighs_a_small_balance_gain() -> None:

@@ -11,7 +11,13 @@ from hypothesis import strategies as st
 
 from clusters import clusters
 from opendrs.engine.constraints import Constraints, committed_for, current_assign
-from opendrs.engine.planner import Plan, PlannedMove, plan_moves, plan_with_retries
+from opendrs.engine.planner import (
+    Plan,
+    PlannedMove,
+    final_placement,
+    plan_moves,
+    plan_with_retries,
+)
 from opendrs.engine.strategies.base import Proposal, ProposedMove, cluster_imbalance
 from opendrs.engine.usage import tolerance
 from opendrs.model.cluster import Cluster, Disk, Guest, Node, Settings
@@ -642,3 +648,13 @@ def test_trades_under_rules_are_safe(case: tuple[Cluster, dict[str, str], int, i
     cluster, target, parallel, inflow = case
     plan = plan_moves(cluster, target, max_parallel=parallel, max_node_inflow=inflow)
     _check_plan(cluster, target, plan, parallel, inflow)
+
+
+def test_final_placement_the_last_move_wins() -> None:
+    moves = [
+        PlannedMove("1", "a", "c", 1, parking=True),
+        PlannedMove("2", "b", "a", 1),
+        PlannedMove("1", "c", "b", 2),
+    ]
+    assert final_placement(moves) == {"1": "b", "2": "a"}
+    assert list(final_placement(moves)) == ["1", "2"]

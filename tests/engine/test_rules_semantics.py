@@ -102,7 +102,7 @@ def test_a_full_top_priority_node_passes_the_guest_to_the_next_priority() -> Non
     assert cons.strict_ok[1].tolist() == [False, True, False]
     placement = place_guest(cons.cluster, "1")
     assert placement.best == "n2"
-    assert dict((r.node, r.reason) for r in placement.rejected)["n1"] == (
+    assert dict((r.node, str(r)) for r in placement.rejected)["n1"] == (
         "strict node affinity (tiers): priority 2 has no room for it, priority 1 is used"
     )
 
@@ -112,7 +112,7 @@ def test_the_top_priority_is_used_while_it_has_room() -> None:
     assert cons.strict_ok[1].tolist() == [True, False, False]
     placement = place_guest(cons.cluster, "1")
     assert placement.best == "n1"
-    assert dict((r.node, r.reason) for r in placement.rejected)["n2"] == (
+    assert dict((r.node, str(r)) for r in placement.rejected)["n2"] == (
         "strict node affinity (tiers): priority 1, while priority 2 can take it"
     )
 
@@ -162,7 +162,7 @@ def test_hard_anti_affine_guests_of_a_rule_spread_over_its_priorities() -> None:
     result = evacuate(cluster, "n3")
     assert sorted((m.guest, m.target) for m in result.moves) == [("1", "n1"), ("2", "n2")]
     assert result.stuck == ()
-    reasons = {r.node: r.reason for r in place_guest(cluster, "2").rejected}
+    reasons = {r.node: str(r) for r in place_guest(cluster, "2").rejected}
     assert reasons["n1"] == (
         "strict node affinity (tiers): priority 2 holds its hard anti-affinity partner 1, "
         "priority 1 is used"
@@ -174,7 +174,7 @@ def test_an_ha_managed_guest_keeps_the_top_priority_as_proxmox_fails_it_back() -
     assert cons.strict_ok[1].tolist() == [True, False, False]
     placement = place_guest(cons.cluster, "1")
     assert placement.best is None
-    assert dict((r.node, r.reason) for r in placement.rejected)["n1"].startswith("capacity: ")
+    assert dict((r.node, str(r)) for r in placement.rejected)["n1"].startswith("capacity: ")
 
 
 def test_a_non_strict_rule_prefers_the_next_priority_when_the_top_is_full() -> None:
@@ -234,5 +234,5 @@ def test_place_recover_never_ranks_the_failed_node() -> None:
     )
     placement = place_guest(_static(_nodes("a", "b", "c"), guests, Rules()), "1", "recover")
     assert [s.node for s in placement.ranking] == ["b", "c"]
-    assert [(r.node, r.reason) for r in placement.rejected] == [("a", "node offline")]
+    assert [(r.node, str(r)) for r in placement.rejected] == [("a", "node offline")]
     assert not np.any([s.current for s in placement.ranking])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from opendrs.engine.usage import CapacityModel, LoadModel, loaded_nodes
+from opendrs.engine.usage import CapacityModel, Dimension, DimensionKind, LoadModel, loaded_nodes
 from opendrs.model.cluster import Cluster, Disk, Guest, Node, Settings
 
 GiB = 1024**3
@@ -92,3 +92,10 @@ def test_capacity_dimensions_and_commitments() -> None:
     assert committed[0].tolist() == [3.0, 6.0 * GiB, 0.5 + 1.5 + 1.0, 6.0 * GiB, 10.0 * GiB]
     assert committed[1].tolist() == [3.0, 4.0 * GiB, 1.0, 3.0 * GiB, 0.0]
     assert not cap.over(committed).any()
+    # The dimensions are typed; their names are their string form.
+    assert cap.dimensions[-1] == Dimension(DimensionKind.STORAGE, "local")
+    assert cap.storage_cols.tolist() == [False, False, False, False, True]
+    assert cap.measured_cols.tolist() == [False, False, True, True, False]
+    # What a guest brings to a node it moves to: the stopped guest 2 only its local disk.
+    assert cap.moving[1].tolist() == [0.0, 0.0, 0.0, 0.0, 10.0 * GiB]
+    assert cap.moving[0].tolist() == cap.demand[0].tolist()

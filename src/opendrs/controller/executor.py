@@ -78,7 +78,7 @@ from opendrs.backends.base import (
 from opendrs.controller.history import History
 from opendrs.engine.constraints import Rejection, movability
 from opendrs.engine.placement import PlacementState
-from opendrs.engine.planner import Plan, PlannedMove, plan_moves
+from opendrs.engine.planner import Plan, PlannedMove, final_placement, plan_moves
 from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster, Guest, Move
 from opendrs.model.units import format_duration
@@ -737,7 +737,7 @@ class Executor:
             return None
         # Room and anti-affinity can come free as migrations in flight end: wait for them.
         in_flight = self._running or any(g.migrating_to for g in cluster.guests)
-        if in_flight and refusal.filter in ("capacity", "anti-affinity"):
+        if in_flight and refusal.code in ("capacity", "anti-affinity"):
             return _WAIT
         return Precondition("refused", f"{moves[0].guest} → {target.name}: {refusal}")
 
@@ -805,12 +805,10 @@ class Executor:
         if not self._queue:
             return
         decision = self._queue[0].decision
-        # Where each guest should end: the last move of each guest in the queue.
-        final: dict[str, str] = {}
+        final = final_placement(q.move for q in self._queue)
         expected: dict[str, str] = {}
         parking: set[str] = set()
         for q in self._queue:
-            final[q.move.guest] = q.move.target
             expected.setdefault(q.move.guest, q.move.source)
             if q.move.parking:
                 parking.add(q.move.guest)

@@ -36,6 +36,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from types import MappingProxyType
 from typing import Literal
 
@@ -46,7 +47,7 @@ from opendrs.model.rules import ORIGINS, GuestAffinity, NodeAffinity, Origin, Ru
 from opendrs.model.units import format_bytes, format_duration
 
 from .sparse_rows import Partners, RowMask, pairs_within
-from .usage import CapacityModel, MeasuredUsage, loaded_nodes, tolerance
+from .usage import CapacityModel, Dimension, MeasuredUsage, loaded_nodes, tolerance
 
 Purpose = Literal["balance", "evacuate", "recover", "new"]
 
@@ -216,7 +217,7 @@ def _claim_tier(
     here = cluster.node_index.get(guest.node, -1)
     if fails_back(guest):
         return tiers[0][0], here if guest.node in tiers[0][1] else -1
-    need = _demand(capacity, j, guest)
+    need = capacity.moving[j].copy()
 
     def room(n: int) -> np.ndarray:
         return headroom[n] + need if n == here else headroom[n]
@@ -241,14 +242,6 @@ def _claim_tier(
             headroom[target] -= need
             return priority, target
     return tiers[0][0], -1
-
-
-def _demand(capacity: CapacityModel, j: int, guest: Guest) -> np.ndarray:
-    """Capacity demand (D,) guest ``j`` brings to a new node (storage only if not running)."""
-    demand = capacity.demand[j].copy()
-    if not loaded_nodes(guest):
-        demand[~capacity.storage_cols] = 0.0
-    return demand
 
 
 def check_rules(cluster: Cluster) -> tuple[Rules, list[RuleProblem]]:
@@ -777,24 +770,36 @@ def _hard_negatives(
 # The constraint set of a cluster
 
 
-FilterName = Literal[
-    "offline",
-    "maintenance",
-    "arch",
-    "platform",
-    "node-affinity",
-    "forbidden",
-    "anti-affinity",
-    "affinity",
-    "capacity",
-]
-#: The sentence of each hard filter whose rejection needs no detail.
-_FILTER_TEXT: Mapping[str, str] = MappingProxyType(
+class RejectionCode(StrEnum):
+    """Why a node may not take a guest: the hard filter that refuses it (in reporting order),
+    or, for a repair, what else keeps the guest off (the policy, its hard-affinity group)."""
+
+    OFFLINE = "offline"
+    MAINTENANCE = "maintenance"
+    ARCH = "arch"
+    PLATFORM = "platform"
+    NODE_AFFINITY = "node-affinity"
+    FORBIDDEN = "forbidden"
+    ANTI_AFFINITY = "anti-affinity"
+    AFFINITY = "affinity"
+    CAPACITY = "capacity"
+    #: The policy keeps the guest (or a partner) off the node: cooldown, no return, minimum
+    #: uptime or a failed move.
+    POLICY = "policy"
+    #: The guest's hard-affinity partners cannot join it on the node.
+    GROUP = "group"
+
+
+#: The sentence of each rejection whose code says it all.
+_CODE_TEXT: Mapping[RejectionCode, str] = MappingProxyType(
     {
-        "offline": "node offline",
-        "maintenance": "node in maintenance",
-        "forbidden": "forbidden: no safe migration order reaches it",
-        "affinity": "hard affinity: its partners run elsewhere",
+        RejectionCode.OFFLINE: "node offline",
+        RejectionCode.MAINTENANCE: "node in maintenance",
+        RejectionCode.FORBIDDEN: "forbidden: no safe migration order reaches it",
+        RejectionCode.AFFINITY: "hard affinity: its partners run elsewhere",
+        RejectionCode.POLICY: (
+            "kept off by the policy (cooldown, no return, minimum uptime or a failed move)"
+        ),
     }
 )
 
@@ -803,31 +808,36 @@ _FILTER_TEXT: Mapping[str, str] = MappingProxyType(
 class Shortfall:
     """One capacity dimension a guest does not fit in on a node: what it needs, what is free."""
 
-    resource: str
+    resource: Dimension
     need: float
     free: float
 
     def __str__(self) -> str:
-        if self.resource in ("vcpus", "cpu_used"):
+        if self.resource.kind.in_cores:
             return f"{self.resource} needs {self.need:.1f}, free {self.free:.1f}"
         return f"{self.resource} needs {format_bytes(self.need)}, free {format_bytes(self.free)}"
 
 
 @dataclass(frozen=True, slots=True)
 class Rejection:
-    """A hard filter refusing a node: the filter's name, the node, and its details (``str()``
-    is the sentence an operator reads)."""
+    """Why not this node: the code of what refuses it, the node, and the facts (``str()`` is
+    the sentence an operator reads)."""
 
-    filter: FilterName
+    code: RejectionCode
     node: str
+    #: The facts of ``arch``, ``platform``, ``node-affinity``, ``anti-affinity`` and ``group``
+    #: (the other codes need none but the numbers below).
     detail: str = ""
     #: For ``capacity``: each dimension short, with the numbers.
     shortfalls: tuple[Shortfall, ...] = ()
 
     def __str__(self) -> str:
-        if self.filter == "capacity":
+        if self.code is RejectionCode.CAPACITY:
             return "capacity: " + "; ".join(str(s) for s in self.shortfalls)
-        return self.detail
+        return _CODE_TEXT.get(self.code, self.detail)
+
+    def as_dict(self) -> dict[str, str]:
+        return {"node": self.node, "reason": str(self)}
 
 
 @dataclass
@@ -948,7 +958,7 @@ class Constraints:
 
     def guest_demand(self, j: int) -> np.ndarray:
         """Capacity demand (D,) guest ``j`` brings to a new node (storage only if not running)."""
-        return _demand(self.capacity, j, self.cluster.guests[j])
+        return self.capacity.moving[j].copy()
 
     def occupied(self, assign: np.ndarray, guests: np.ndarray) -> np.ndarray:
         """(N,) bool: nodes where any of ``guests`` sits (under ``assign``) or is migrating to."""
@@ -968,8 +978,8 @@ class Constraints:
 
     def hard_masks(
         self, j: int, assign: np.ndarray, headroom: np.ndarray, demand: np.ndarray | None = None
-    ) -> list[tuple[str, np.ndarray]]:
-        """The hard filters for guest ``j`` as named (N,) masks, in reporting order.
+    ) -> list[tuple[RejectionCode, np.ndarray]]:
+        """The hard filters for guest ``j`` as (N,) masks with their codes, in reporting order.
 
         ``assign`` places the other guests; ``headroom`` (N, D) is the free capacity with guest
         ``j`` *not* counted on any node; ``demand`` overrides the guest's demand (bundles).
@@ -979,13 +989,13 @@ class Constraints:
         not_maint = np.array([not n.maintenance for n in nodes], dtype=bool)
         demand = self.guest_demand(j) if demand is None else demand
         masks = [
-            ("offline", online),
-            ("maintenance", not_maint),
-            ("arch", self.arch_ok[j]),
-            ("platform", self.limits_ok[j]),
-            ("node-affinity", self.strict_ok[j]),
-            ("forbidden", self.permitted[j]),
-            ("anti-affinity", ~self.occupied(assign, self.hard_neg[j])),
+            (RejectionCode.OFFLINE, online),
+            (RejectionCode.MAINTENANCE, not_maint),
+            (RejectionCode.ARCH, self.arch_ok[j]),
+            (RejectionCode.PLATFORM, self.limits_ok[j]),
+            (RejectionCode.NODE_AFFINITY, self.strict_ok[j]),
+            (RejectionCode.FORBIDDEN, self.permitted[j]),
+            (RejectionCode.ANTI_AFFINITY, ~self.occupied(assign, self.hard_neg[j])),
         ]
         pos = self.hard_pos[j]
         if pos.size:
@@ -993,9 +1003,9 @@ class Constraints:
             where = where[where >= 0]
             if where.size:
                 counts = np.bincount(where, minlength=len(nodes))
-                masks.append(("affinity", counts == counts.max()))
+                masks.append((RejectionCode.AFFINITY, counts == counts.max()))
         fits = np.all(demand[None, :] <= headroom + tolerance(self.capacity.limit), axis=1)
-        masks.append(("capacity", fits))
+        masks.append((RejectionCode.CAPACITY, fits))
         return masks
 
     def allowed(
@@ -1007,58 +1017,45 @@ class Constraints:
             ok &= mask
         return ok
 
-    def explain(
-        self,
-        name: str,
-        j: int,
-        n: int,
-        assign: np.ndarray,
-        headroom: np.ndarray,
-        demand: np.ndarray,
-    ) -> str:
-        """A sentence for hard filter ``name`` rejecting node ``n`` for guest ``j``."""
-        return str(self.rejection(name, j, n, assign, headroom, demand))
-
     def rejection(
         self,
-        name: str,
+        code: RejectionCode,
         j: int,
         n: int,
         assign: np.ndarray,
         headroom: np.ndarray,
         demand: np.ndarray,
     ) -> Rejection:
-        """Hard filter ``name`` rejecting node ``n`` for guest ``j``, with its details."""
+        """Hard filter ``code`` rejecting node ``n`` for guest ``j``, with its facts."""
         node = self.cluster.nodes[n]
         guest = self.cluster.guests[j]
-        if name == "capacity":
+        if code is RejectionCode.CAPACITY:
             limit = tolerance(self.capacity.limit)[n]
             room = headroom[n]
             short = tuple(
                 Shortfall(dim, float(demand[d]), float(max(room[d], 0)))
-                for d, dim in enumerate(self.capacity.dims)
+                for d, dim in enumerate(self.capacity.dimensions)
                 if demand[d] > room[d] + limit[d]
             )
-            return Rejection("capacity", node.name, shortfalls=short)
-        if name == "arch":
+            return Rejection(code, node.name, shortfalls=short)
+        detail = ""
+        if code is RejectionCode.ARCH:
             detail = f"architecture {node.arch}, guest needs {self.cluster.guest_arch(guest)}"
-        elif name == "platform":
+        elif code is RejectionCode.PLATFORM:
             detail = next(
                 (lim.reason for lim in guest.limits if node.name not in lim.nodes),
                 "the platform cannot move it there",
             )
-        elif name == "node-affinity":
+        elif code is RejectionCode.NODE_AFFINITY:
             detail = self._explain_node_affinity(j, n)
-        elif name == "anti-affinity":
+        elif code is RejectionCode.ANTI_AFFINITY:
             partners = [
                 self.cluster.guests[p].id for p in self.hard_neg[j].tolist() if assign[p] == n
             ]
             if not partners:
                 partners = [self.cluster.guests[p].id for p in self.hard_neg[j].tolist()]
             detail = "hard anti-affinity with " + ", ".join(partners)
-        else:
-            detail = _FILTER_TEXT[name]
-        return Rejection(name, node.name, detail)  # type: ignore[arg-type]
+        return Rejection(code, node.name, detail)
 
     def _explain_node_affinity(self, j: int, n: int) -> str:
         """Why guest ``j``'s strict node affinity (or its failback) rules out node ``n`` (a
@@ -1132,7 +1129,7 @@ class Constraints:
         committed = committed_for(self, assign)
         over = self.capacity.over(committed)
         for n, dim in zip(*np.nonzero(over), strict=True):
-            problems.append(f"node {names[n]} over capacity in {self.capacity.dims[dim]}")
+            problems.append(f"node {names[n]} over capacity in {self.capacity.dimensions[dim]}")
         return sorted(set(problems))
 
 
@@ -1152,7 +1149,7 @@ def committed_for(constraints: Constraints, assign: np.ndarray) -> np.ndarray:
     demand_compute = np.where(cap.storage_cols[None, :], 0.0, cap.demand)
     demand_storage = np.where(cap.storage_cols[None, :], cap.demand, 0.0)
     idx = np.nonzero(valid & compute)[0]
-    for col in range(len(cap.dims)):
+    for col in range(len(cap.dimensions)):
         if idx.size:
             out[:, col] += np.bincount(
                 assign[idx], weights=demand_compute[idx, col], minlength=n_nodes
@@ -1176,7 +1173,10 @@ __all__ = [
     "SOFT_PENALTY",
     "Constraints",
     "Purpose",
+    "Rejection",
+    "RejectionCode",
     "RuleProblem",
+    "Shortfall",
     "check_rules",
     "committed_for",
     "current_assign",

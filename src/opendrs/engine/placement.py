@@ -20,7 +20,15 @@ import numpy as np
 
 from opendrs.model.cluster import Cluster, Guest, Move
 
-from .constraints import Constraints, Purpose, committed_for, current_assign, movability
+from .constraints import (
+    Constraints,
+    Purpose,
+    Rejection,
+    RejectionCode,
+    committed_for,
+    current_assign,
+    movability,
+)
 from .imbalance import normalise_weights
 from .usage import RESOURCES, LoadModel, loaded_nodes
 
@@ -46,17 +54,6 @@ class NodeScore:
             "fractions": self.fractions,
             "current": self.current,
         }
-
-
-@dataclass(frozen=True, slots=True)
-class Rejection:
-    """A node that cannot take the guest, and why."""
-
-    node: str
-    reason: str
-
-    def as_dict(self) -> dict[str, str]:
-        return {"node": self.node, "reason": self.reason}
 
 
 @dataclass(frozen=True)
@@ -168,7 +165,8 @@ class PlacementState:
         try:
             headroom = cons.capacity.limit - committed
             demand = sum(
-                (cons.guest_demand(j) for j in members.tolist()), np.zeros(len(cons.capacity.dims))
+                (cons.guest_demand(j) for j in members.tolist()),
+                np.zeros(len(cons.capacity.dimensions)),
             )
             ok = np.ones(len(self.cluster.nodes), dtype=bool)
             for j in members.tolist():
@@ -179,22 +177,23 @@ class PlacementState:
 
     def evaluate(
         self, members: np.ndarray
-    ) -> tuple[list[tuple[int, float, float, float]], list[tuple[int, str]]]:
-        """Score every node for a bundle: ([(node, score, balance, penalty)], [(node, reason)])."""
+    ) -> tuple[list[tuple[int, float, float, float]], list[Rejection]]:
+        """Score every node for a bundle: ([(node, score, balance, penalty)], [Rejection])."""
         cons = self.constraints
         cluster = self.cluster
         n_nodes = len(cluster.nodes)
         assign, base_load, committed = self._without(members)
         headroom = cons.capacity.limit - committed
         demand_cap = sum(
-            (cons.guest_demand(j) for j in members.tolist()), np.zeros(len(cons.capacity.dims))
+            (cons.guest_demand(j) for j in members.tolist()),
+            np.zeros(len(cons.capacity.dimensions)),
         )
         demand_bal = np.zeros(len(RESOURCES))
         for j in members.tolist():
             if self.running[j]:
                 demand_bal = demand_bal + self.loads.demand[j]
         ok = np.ones(n_nodes, dtype=bool)
-        first_fail: dict[int, tuple[int, str]] = {}
+        first_fail: dict[int, tuple[int, RejectionCode]] = {}
         for j in members.tolist():
             for name, mask in cons.hard_masks(j, assign, headroom, demand_cap):
                 bad = np.nonzero(ok & ~mask)[0]
@@ -202,7 +201,7 @@ class PlacementState:
                     first_fail.setdefault(n, (j, name))
                 ok &= mask
         rejected = [
-            (n, cons.explain(first_fail[n][1], first_fail[n][0], n, assign, headroom, demand_cap))
+            cons.rejection(first_fail[n][1], first_fail[n][0], n, assign, headroom, demand_cap)
             for n in sorted(first_fail)
         ]
         balance = self._balance_after(base_load, demand_bal)
@@ -286,8 +285,7 @@ class PlacementState:
             )
             for n, score, balance, penalty in scored
         )
-        rejections = tuple(Rejection(cluster.nodes[n].name, reason) for n, reason in rejected)
-        return Placement(guest.id, member_ids, purpose, ranking, rejections, None, current)
+        return Placement(guest.id, member_ids, purpose, ranking, tuple(rejected), None, current)
 
     def violations(self) -> list[str]:
         return self.constraints.violations(self.assign)
@@ -393,7 +391,7 @@ def evacuate(cluster: Cluster, node: str, purpose: Purpose = "evacuate") -> Evac
             stuck.extend((drained.guests[m].id, result.blocked) for m in members.tolist())
             continue
         if not result.ranking:
-            why = "; ".join(f"{r.node}: {r.reason}" for r in result.rejected) or "no node"
+            why = "; ".join(f"{r.node}: {r}" for r in result.rejected) or "no node"
             stuck.extend(
                 (drained.guests[m].id, f"no node can take it ({why})") for m in members.tolist()
             )
@@ -417,7 +415,6 @@ __all__: Sequence[str] = (
     "NodeScore",
     "Placement",
     "PlacementState",
-    "Rejection",
     "evacuate",
     "place_guest",
     "place_new",

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from enum import Enum
+from functools import cached_property
 
 import numpy as np
 
@@ -443,16 +445,57 @@ def safe_divide(num: np.ndarray, den: np.ndarray) -> np.ndarray:
 # Capacity
 
 
+class DimensionKind(Enum):
+    """What a capacity dimension counts."""
+
+    #: Configured vCPUs, against the cores times the CPU overcommit.
+    VCPUS = "vcpus"
+    #: Configured memory, against the memory times the memory overcommit.
+    MEMORY = "memory"
+    #: Measured CPU use in cores (dynamic mode), against the cores times the hot level.
+    CPU_USED = "cpu_used"
+    #: Measured memory use (dynamic mode), against the memory times the hot level.
+    MEMORY_USED = "memory_used"
+    #: Local disks in one storage pool, against the pool's size.
+    STORAGE = "storage"
+
+    @property
+    def measured(self) -> bool:
+        """Whether the dimension is measured usage rather than a configured size."""
+        return self in (DimensionKind.CPU_USED, DimensionKind.MEMORY_USED)
+
+    @property
+    def in_cores(self) -> bool:
+        """Whether the dimension counts CPUs (else bytes)."""
+        return self in (DimensionKind.VCPUS, DimensionKind.CPU_USED)
+
+
+@dataclass(frozen=True, slots=True)
+class Dimension:
+    """One hard capacity dimension: its kind and, for storage, the pool. ``str()`` is its name
+    in messages and JSON (``vcpus``, ``memory``, ``cpu_used``, ``memory_used``,
+    ``storage:POOL``)."""
+
+    kind: DimensionKind
+    pool: str | None = None
+
+    def __str__(self) -> str:
+        if self.kind is DimensionKind.STORAGE:
+            return f"storage:{self.pool}"
+        return self.kind.value
+
+
 @dataclass(frozen=True)
 class CapacityModel:
     """Hard capacity dimensions: committed amounts vs limits, as (N, D) and (G, D) arrays."""
 
-    dims: tuple[str, ...]
+    dimensions: tuple[Dimension, ...]
     limit: np.ndarray  # (N, D)
     demand: np.ndarray  # (G, D)
+    #: (G, D) what each guest brings to a node it moves to: its demand, only its storage when it
+    #: loads no node (stopped); read-only.
+    moving: np.ndarray
     base: np.ndarray  # (N, D) committed by the host itself
-    #: Which dimensions are storage pools.
-    storage_cols: np.ndarray  # (D,) bool
     #: (guest, node) pairs that commit cpu and memory in the current state.
     compute_guest: np.ndarray
     compute_node: np.ndarray
@@ -474,11 +517,11 @@ class CapacityModel:
             {p for n in cluster.nodes for p in n.storage}
             | {d.pool for g in cluster.guests for d in g.disks if d.local}
         )
-        dims: list[str] = ["vcpus", "memory"]
+        dims = [Dimension(DimensionKind.VCPUS), Dimension(DimensionKind.MEMORY)]
         dynamic = settings.mode == "dynamic"
         if dynamic:
-            dims += ["cpu_used", "memory_used"]
-        dims += [f"storage:{p}" for p in pools]
+            dims += [Dimension(DimensionKind.CPU_USED), Dimension(DimensionKind.MEMORY_USED)]
+        dims += [Dimension(DimensionKind.STORAGE, p) for p in pools]
         n_nodes, n_guests, n_dims = len(cluster.nodes), len(cluster.guests), len(dims)
         limit = np.zeros((n_nodes, n_dims))
         base = np.zeros((n_nodes, n_dims))
@@ -491,7 +534,7 @@ class CapacityModel:
             row += [float(node.storage.get(p, 0)) for p in pools]
             limit[i] = row
         demand = np.zeros((n_guests, n_dims))
-        pool_col = {p: dims.index(f"storage:{p}") for p in pools}
+        pool_col = {p: dims.index(Dimension(DimensionKind.STORAGE, p)) for p in pools}
         for j, guest in enumerate(cluster.guests):
             demand[j, 0] = guest.cpu
             demand[j, 1] = float(guest.memory)
@@ -502,37 +545,32 @@ class CapacityModel:
             measured = usage if usage is not None else MeasuredUsage.of(cluster)
             demand[:, 2:4] = measured.guest_columns
             base[:, 2:4] = measured.node_columns
-        compute_g: list[int] = []
-        compute_n: list[int] = []
-        storage_g: list[int] = []
-        storage_n: list[int] = []
-        for j, guest in enumerate(cluster.guests):
-            loaded = loaded_nodes(guest)
-            for node in loaded:
-                idx = cluster.node_index.get(node)
-                if idx is not None:
-                    compute_g.append(j)
-                    compute_n.append(idx)
-            # Local disks occupy their node's pools whatever the guest's state, and the target's
-            # too while a migration copies them.
-            for node in dict.fromkeys((guest.node, *loaded)):
-                idx = cluster.node_index.get(node)
-                if idx is not None:
-                    storage_g.append(j)
-                    storage_n.append(idx)
-        storage_cols = np.array([d.startswith("storage:") for d in dims], dtype=bool)
+        compute, storage, idle = _commitments(cluster)
+        storage_cols = np.array([d.kind is DimensionKind.STORAGE for d in dims], dtype=bool)
+        moving = np.where(idle[:, None] & ~storage_cols[None, :], 0.0, demand)
+        moving.setflags(write=False)
         return cls(
-            dims=tuple(dims),
+            dimensions=tuple(dims),
             limit=limit,
             demand=demand,
+            moving=moving,
             base=base,
-            storage_cols=storage_cols,
-            compute_guest=np.array(compute_g, dtype=np.intp),
-            compute_node=np.array(compute_n, dtype=np.intp),
-            storage_guest=np.array(storage_g, dtype=np.intp),
-            storage_node=np.array(storage_n, dtype=np.intp),
+            compute_guest=compute[0],
+            compute_node=compute[1],
+            storage_guest=storage[0],
+            storage_node=storage[1],
             measured_limit=measured_limit,
         )
+
+    @cached_property
+    def dims(self) -> tuple[str, ...]:
+        """The dimensions' names, for messages (and the strategies that still read names)."""
+        return tuple(str(d) for d in self.dimensions)
+
+    @cached_property
+    def storage_cols(self) -> np.ndarray:
+        """(D,) bool: the dimensions of storage pools."""
+        return np.array([d.kind is DimensionKind.STORAGE for d in self.dimensions], dtype=bool)
 
     def committed(self) -> np.ndarray:
         """Committed amounts (N, D) in the current state."""
@@ -553,14 +591,45 @@ class CapacityModel:
         """For one guest's demand (D,), which nodes (N,) have room for it."""
         return np.all(guest_demand[None, :] <= headroom + tolerance(self.limit), axis=1)
 
-    @property
+    @cached_property
     def measured_cols(self) -> np.ndarray:
         """(D,) bool: the dimensions of measured usage (dynamic mode)."""
-        return np.isin(np.array(self.dims, dtype=object), ("cpu_used", "memory_used"))
+        return np.array([d.kind.measured for d in self.dimensions], dtype=bool)
 
     def over(self, committed: np.ndarray) -> np.ndarray:
         """(N, D) boolean: where committed exceeds the limit (beyond rounding)."""
         return committed > self.limit + tolerance(self.limit)
+
+
+Pairs = tuple[np.ndarray, np.ndarray]
+
+
+def _commitments(cluster: Cluster) -> tuple[Pairs, Pairs, np.ndarray]:
+    """The (guest, node) index pairs that commit cpu and memory now, those that commit local
+    storage, and (G,) whether each guest loads no node (stopped)."""
+    compute_g: list[int] = []
+    compute_n: list[int] = []
+    storage_g: list[int] = []
+    storage_n: list[int] = []
+    idle = np.zeros(len(cluster.guests), dtype=bool)
+    for j, guest in enumerate(cluster.guests):
+        loaded = loaded_nodes(guest)
+        idle[j] = not loaded
+        for node in loaded:
+            idx = cluster.node_index.get(node)
+            if idx is not None:
+                compute_g.append(j)
+                compute_n.append(idx)
+        # Local disks occupy their node's pools whatever the guest's state, and the target's
+        # too while a migration copies them.
+        for node in dict.fromkeys((guest.node, *loaded)):
+            idx = cluster.node_index.get(node)
+            if idx is not None:
+                storage_g.append(j)
+                storage_n.append(idx)
+    compute = (np.array(compute_g, dtype=np.intp), np.array(compute_n, dtype=np.intp))
+    storage = (np.array(storage_g, dtype=np.intp), np.array(storage_n, dtype=np.intp))
+    return compute, storage, idle
 
 
 def tolerance(limit: np.ndarray) -> np.ndarray:
@@ -571,5 +640,5 @@ def tolerance(limit: np.ndarray) -> np.ndarray:
 def demand_rows(model: CapacityModel, guest_indices: Sequence[int]) -> np.ndarray:
     """The capacity demand of some guests, summed (D,)."""
     if not guest_indices:
-        return np.zeros(len(model.dims))
+        return np.zeros(len(model.dimensions))
     return model.demand[list(guest_indices)].sum(axis=0)

@@ -320,7 +320,7 @@ def show_placement(report: Report, result: Placement) -> None:
         )
     if result.rejected:
         report.heading("Rejected")
-        report.table(("node", "reason"), [[r.node, r.reason] for r in result.rejected])
+        report.table(("node", "reason"), [[r.node, str(r)] for r in result.rejected])
 
 
 def show_evacuation(report: Report, result: Evacuation) -> None:

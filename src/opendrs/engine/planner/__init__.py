@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING
 from opendrs.model.cluster import Cluster
 
 from ..constraints import Constraints
-from .plan import Plan, PlannedMove
+from .plan import Moving, Plan, PlannedMove, final_placement
 from .scheduler import Planner
 
 if TYPE_CHECKING:
@@ -120,7 +120,7 @@ def plan_with_retries(
     while True:
         proposal = propose(frozenset(forbidden))
         attempts += 1
-        target = {m.guest: m.target for m in proposal.net_moves()}
+        target = final_placement(proposal.net_moves())
         plan = plan_moves(
             cluster,
             target,
@@ -156,4 +156,4 @@ def _requests(cluster: Cluster, target: Mapping[str, str]) -> list[tuple[int, in
     return out
 
 
-__all__ = ["Plan", "PlannedMove", "plan_moves", "plan_with_retries"]
+__all__ = ["Moving", "Plan", "PlannedMove", "final_placement", "plan_moves", "plan_with_retries"]

@@ -2,7 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Protocol
+
+
+class Moving(Protocol):
+    """Anything that moves a guest to a node: a proposed, planned or plain move."""
+
+    @property
+    def guest(self) -> str: ...
+
+    @property
+    def target(self) -> str: ...
+
+
+def final_placement(moves: Iterable[Moving]) -> dict[str, str]:
+    """Where each guest of ``moves`` ends: the target of its last move (the last move wins)."""
+    return {move.guest: move.target for move in moves}
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,8 +34,7 @@ import numpy as np
 
 from opendrs.model.cluster import Cluster
 
-from ..constraints import Constraints
-from ..usage import loaded_nodes
+from ..constraints import Constraints, RejectionCode
 from .parking import DeadlockBreaker
 from .plan import Plan, PlannedMove
 from .state import Occupancy, Queues, UnitKind, Units, UnitState
@@ -196,7 +195,6 @@ class Planner:
             & cons.strict_ok[movers, targets]
         )
         bad = set(movers[~static].tolist())
-        self._set_guest_demand(movers)
 
         empty = np.zeros((len(cluster.nodes), len(self.occupancy.dim_names)))
         reachable: list[_Request] = []
@@ -208,14 +206,14 @@ class Planner:
                 continue
             j = failing[0]
             checks = (
-                ("offline", online[t]),
-                ("maintenance", not_maint[t]),
-                ("arch", cons.arch_ok[j, t]),
-                ("platform", cons.limits_ok[j, t]),
-                ("node-affinity", cons.strict_ok[j, t]),
+                (RejectionCode.OFFLINE, online[t]),
+                (RejectionCode.MAINTENANCE, not_maint[t]),
+                (RejectionCode.ARCH, cons.arch_ok[j, t]),
+                (RejectionCode.PLATFORM, cons.limits_ok[j, t]),
+                (RejectionCode.NODE_AFFINITY, cons.strict_ok[j, t]),
             )
-            name = next(name for name, ok in checks if not ok)
-            reason = cons.explain(name, j, t, self.occupancy.position, empty, empty[0])
+            code = next(code for code, ok in checks if not ok)
+            reason = cons.rejection(code, j, t, self.occupancy.position, empty, empty[0])
             for m in guests:
                 self.unreachable.add((self.guest_ids[m], self.node_names[t]))
             who = f"guest {self.guest_ids[j]}"
@@ -223,15 +221,6 @@ class Planner:
                 who = "bundle " + ", ".join(self.guest_ids[m] for m in guests) + f" ({who})"
             self.problems.append(f"{who} cannot move to {self.node_names[t]}: {reason}")
         return reachable
-
-    def _set_guest_demand(self, movers: np.ndarray) -> None:
-        """The capacity demand of ``movers``: a guest that loads no node brings its storage only."""
-        capacity, guests = self.constraints.capacity, self.cluster.guests
-        rows = capacity.demand[movers].copy()
-        idle = np.array([not loaded_nodes(guests[j]) for j in movers.tolist()], dtype=bool)
-        if idle.any():
-            rows[np.ix_(idle, ~capacity.storage_cols)] = 0.0
-        self.occupancy.guest_demand[movers] = rows
 
     def _add_ranked(self, requested: list[_Request]) -> tuple[np.ndarray, np.ndarray]:
         """Add the units of ``requested`` in rank order; returns their targets and demand.

@@ -174,9 +174,9 @@ class Occupancy:
                 if p != j:
                     self.anti_partners.setdefault(j, set()).add(p)
                     self.anti_partners.setdefault(p, set()).add(j)
-        #: Capacity demand of each moving guest (guests × dimensions), filled in by the scheduler
-        #: for the guests it is asked to move.
-        self.guest_demand = np.zeros((len(cluster.guests), len(self.dim_names)))
+        #: Capacity demand each guest brings to its target (guests × dimensions), read-only:
+        #: the capacity model's :attr:`~opendrs.engine.usage.CapacityModel.moving`.
+        self.guest_demand = capacity.moving
 
     def fits(self, demand: np.ndarray, n: int) -> bool:
         """Whether ``demand`` fits on node ``n`` now."""

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from opendrs.engine.planner import Plan
+from opendrs.engine.planner import Plan, final_placement
 from opendrs.engine.policy.config import PolicyConfig, most_moves, strategy_request
 from opendrs.engine.policy.dayplan import day_proposal
 from opendrs.engine.policy.guards import failed_targets, forbidden_placements
@@ -21,7 +21,7 @@ from opendrs.engine.policy.metrics import (
     measure_by_arch,
     metric_label,
 )
-from opendrs.engine.policy.planning import final_placement, plan_within, truncate
+from opendrs.engine.policy.planning import plan_within, truncate
 from opendrs.engine.policy.profile import day_metric, worst_hour
 from opendrs.engine.policy.repair import (
     Repair,
@@ -235,7 +235,7 @@ class _Round:
         """The metric once ``plan`` has run (its guests are not migrating now: they may move)."""
         assign = self.view.assign.copy()
         guests, nodes = self.cluster.guest_index, self.cluster.node_index
-        for guest, target in final_placement(plan).items():
+        for guest, target in final_placement(plan.moves).items():
             assign[guests[guest]] = nodes[target]
         if self.daily:
             return day_metric(self.cluster, self.config.metric, self.view.loads, self.daily, assign)

@@ -7,10 +7,9 @@ import math
 from collections.abc import Mapping
 
 from opendrs.engine.constraints import current_assign, movability
-from opendrs.engine.planner import Plan, plan_moves
+from opendrs.engine.planner import Plan, final_placement, plan_moves
 from opendrs.engine.policy.config import PolicyConfig
 from opendrs.engine.policy.metrics import measure
-from opendrs.engine.policy.planning import final_placement
 from opendrs.engine.policy.state import PastMigrations
 from opendrs.engine.strategies.base import (
     Proposal,
@@ -98,7 +97,7 @@ def returns_from_maintenance(
     before = cluster_imbalance(cluster, None, view.loads)
     for move in plan.moves:
         assign[guest_index[move.guest]] = node_index[move.target]
-    moved = cluster.with_placement(final_placement(plan))
+    moved = cluster.with_placement(final_placement(plan.moves))
     moved_loads = LoadModel.build(moved, usage=view.average)
     metric_after = measure(moved, config.metric, moved_loads)
     moves = tuple(

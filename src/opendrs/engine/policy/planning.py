@@ -59,13 +59,6 @@ def truncate(
     return replace(proposal, moves=moves, after=after, stopped=stopped)
 
 
-def final_placement(plan: Plan) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for move in plan.moves:
-        out[move.guest] = move.target
-    return out
-
-
 class Limits(NamedTuple):
     """The executor limits a plan is made for (None: the cluster's settings)."""
 

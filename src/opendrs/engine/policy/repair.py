@@ -11,7 +11,14 @@ from typing import Literal, NamedTuple
 
 import numpy as np
 
-from opendrs.engine.constraints import Constraints, committed_for, current_assign, movability
+from opendrs.engine.constraints import (
+    Constraints,
+    Rejection,
+    RejectionCode,
+    committed_for,
+    current_assign,
+    movability,
+)
 from opendrs.engine.planner import Plan, PlannedMove
 from opendrs.engine.policy.config import PolicyConfig
 from opendrs.engine.policy.planning import Limits, plan_within, truncate
@@ -180,7 +187,7 @@ def _over(
     out: list[tuple[int, Broken]] = []
     for n in np.nonzero(over.any(axis=1))[0].tolist():
         cols = np.nonzero(over[n])[0]
-        dims = ", ".join(capacity.dims[d] for d in cols.tolist())
+        dims = ", ".join(str(capacity.dimensions[d]) for d in cols.tolist())
         if capacity.measured_limit < 1.0 and capacity.measured_cols[cols].all():
             full = capacity.limit[n, cols] / capacity.measured_limit
             if not np.any(committed[n, cols] > full + tolerance(full)):
@@ -379,6 +386,15 @@ def stuck_after(
     return tuple(out)
 
 
+class Refusal(NamedTuple):
+    """Why a guest's unit may not go to some nodes: the rejection (of ``who``, one of the unit's
+    guests, on one of them — for capacity the closest) and the nodes it stands for."""
+
+    rejection: Rejection
+    who: int
+    nodes: list[int]
+
+
 def _rejections(
     cons: Constraints,
     j: int,
@@ -386,11 +402,39 @@ def _rejections(
     room: np.ndarray,
     forbidden: frozenset[tuple[str, str]],
 ) -> str:
-    """``elsewhere: …``: what stops guest ``j`` on each other node (the first hard filter that
-    fails there), nodes with the same reason together; capacity with the numbers of the closest
-    node (``room``: each node's free capacity with ``j`` placed as ``assign``). A guest with hard
-    affinity partners moves with them: its unit is judged whole — their rules, their summed
-    demand — so that a group that fits nowhere says which room it lacks."""
+    """``elsewhere: …``: what stops guest ``j`` on each other node (:func:`_refusals`), nodes
+    with the same reason together; capacity with the numbers of the closest node."""
+    guests = cons.cluster.guests
+    groups: dict[str, list[int]] = {}
+    for refusal in _refusals(cons, j, assign, room, forbidden):
+        why = str(refusal.rejection)
+        if refusal.rejection.code is RejectionCode.CAPACITY and len(refusal.nodes) > 1:
+            why += f" on {refusal.rejection.node}, the closest"
+        elif refusal.who != j:
+            why = f"{guests[refusal.who].id}: {why}"
+        groups.setdefault(why, []).extend(refusal.nodes)
+    members = cons.unit_members(j)
+    partners = ", ".join(guests[m].id for m in members.tolist() if m != j)
+    together = f", with its hard-affinity partners {partners}" if members.size > 1 else ""
+    if not groups:
+        return f"elsewhere{together}: no other node"
+    reasons = "; ".join(f"{_names(cons, where)}: {why}" for why, where in groups.items())
+    return f"elsewhere{together}: {reasons}"
+
+
+def _refusals(
+    cons: Constraints,
+    j: int,
+    assign: np.ndarray,
+    room: np.ndarray,
+    forbidden: frozenset[tuple[str, str]],
+) -> list[Refusal]:
+    """What stops guest ``j`` on each other node, in reporting order: the policy's placements,
+    then the first hard filter that fails there (capacity once, on the closest node), then what
+    keeps its hard-affinity group off a node every filter allows (``room``: each node's free
+    capacity with ``j`` placed as ``assign``). A guest with hard affinity partners moves with
+    them: its unit is judged whole — their rules, their summed demand — so that a group that
+    fits nowhere says which room it lacks."""
     nodes, guests = cons.cluster.nodes, cons.cluster.guests
     members = cons.unit_members(j)
     headroom = room.copy()  # without the unit's guests
@@ -402,47 +446,32 @@ def _rejections(
     apart[members] = -1  # the unit's own partners move with it: no affinity filter among them
     left = np.ones(len(nodes), dtype=bool)
     left[int(assign[j])] = False
-    groups: dict[str, list[int]] = {}
+    out: list[Refusal] = []
     ids = [guests[m].id for m in members.tolist()]
     kept = np.array([any((g, n.name) in forbidden for g in ids) for n in nodes], dtype=bool)
     kept &= left
     if kept.any():
-        policy = "kept off by the policy (cooldown, no return, minimum uptime or a failed move)"
-        groups[policy] = np.nonzero(kept)[0].tolist()
+        policy = Rejection(RejectionCode.POLICY, nodes[int(np.argmax(kept))].name)
+        out.append(Refusal(policy, j, np.nonzero(kept)[0].tolist()))
         left &= ~kept
-    for name, masks in _unit_masks(cons, members, apart, headroom, demand):
+    for code, masks in _unit_masks(cons, members, apart, headroom, demand):
         mask = np.logical_and.reduce([mask for _m, mask in masks])
         failing = np.nonzero(left & ~mask)[0]
         left &= mask
-        if failing.size == 0:
-            continue
-        if name == "capacity":
+        if failing.size and code is RejectionCode.CAPACITY:
             closest = int(failing[np.argmax(_room_share(headroom[failing], demand))])
-            why = cons.explain(name, j, closest, apart, headroom, demand)
-            if failing.size > 1:
-                why += f" on {nodes[closest].name}, the closest"
-            groups.setdefault(why, []).extend(failing.tolist())
+            rejection = cons.rejection(code, j, closest, apart, headroom, demand)
+            out.append(Refusal(rejection, j, failing.tolist()))
             continue
         for n in failing.tolist():
             who = next(m for m, mask in masks if not mask[n])
-            why = cons.explain(name, who, n, apart, headroom, demand)
-            if who != j:
-                why = f"{guests[who].id}: {why}"
-            groups.setdefault(why, []).append(n)
+            rejection = cons.rejection(code, who, n, apart, headroom, demand)
+            out.append(Refusal(rejection, who, [n]))
     # Nodes every filter allows the unit: what stops its group there (a partner that cannot
     # move, one the policy keeps off), never "allowed" without a reason.
     for n in np.nonzero(left)[0].tolist():
-        why = _group_blocks(cons, j, n, assign, headroom, forbidden)
-        groups.setdefault(why, []).append(n)
-    together = (
-        f", with its hard-affinity partners {', '.join(i for i in ids if i != guests[j].id)}"
-        if members.size > 1
-        else ""
-    )
-    if not groups:
-        return f"elsewhere{together}: no other node"
-    reasons = "; ".join(f"{_names(cons, where)}: {why}" for why, where in groups.items())
-    return f"elsewhere{together}: {reasons}"
+        out.append(Refusal(_group_blocks(cons, j, n, assign, headroom, forbidden), j, [n]))
+    return out
 
 
 def _unit_masks(
@@ -451,13 +480,13 @@ def _unit_masks(
     assign: np.ndarray,
     headroom: np.ndarray,
     demand: np.ndarray,
-) -> list[tuple[str, list[tuple[int, np.ndarray]]]]:
+) -> list[tuple[RejectionCode, list[tuple[int, np.ndarray]]]]:
     """The hard filters of a unit's ``members`` in reporting order, each with every member's
     (N,) mask (``demand``: the unit's)."""
-    out: dict[str, list[tuple[int, np.ndarray]]] = {}
+    out: dict[RejectionCode, list[tuple[int, np.ndarray]]] = {}
     for m in members.tolist():
-        for name, mask in cons.hard_masks(m, assign, headroom, demand):
-            out.setdefault(name, []).append((m, mask))
+        for code, mask in cons.hard_masks(m, assign, headroom, demand):
+            out.setdefault(code, []).append((m, mask))
     return list(out.items())
 
 
@@ -492,7 +521,7 @@ def _group_blocks(
     assign: np.ndarray,
     headroom: np.ndarray,
     forbidden: frozenset[tuple[str, str]],
-) -> str:
+) -> Rejection:
     """Why node ``n``, which every hard filter allows guest ``j`` alone, does not take it: its
     hard-affinity partners cannot join it there (one cannot move, the policy keeps one off, a
     filter refuses one, or there is no room for them all), else that the repair left it."""
@@ -506,20 +535,25 @@ def _group_blocks(
         held = movability(partner, cluster, "balance")
         if held is not None:
             where = cluster.nodes[int(assign[k])].name
-            return f"its hard-affinity partner {partner.id} cannot move from {where} ({held})"
+            detail = f"its hard-affinity partner {partner.id} cannot move from {where} ({held})"
+            return Rejection(RejectionCode.GROUP, node, detail)
         if (partner.id, node) in forbidden:
-            return f"the policy keeps its hard-affinity partner {partner.id} off it"
+            detail = f"the policy keeps its hard-affinity partner {partner.id} off it"
+            return Rejection(RejectionCode.GROUP, node, detail)
     demand = cons.guest_demand(j) + sum((cons.guest_demand(k) for k in away), start=0.0)
     lacking = demand > headroom[n] + tolerance(cons.capacity.limit[n])
     if away and lacking.any():
-        dims = ", ".join(cons.capacity.dims[d] for d in np.nonzero(lacking)[0].tolist())
-        return f"no room for its hard-affinity group there ({dims})"
+        dims = ", ".join(str(cons.capacity.dimensions[d]) for d in np.nonzero(lacking)[0].tolist())
+        detail = f"no room for its hard-affinity group there ({dims})"
+        return Rejection(RejectionCode.GROUP, node, detail)
     for k in away:
-        for name, mask in cons.hard_masks(k, assign, headroom):
-            if name not in ("affinity", "capacity") and not mask[n]:
-                why = cons.explain(name, k, n, assign, headroom, cons.guest_demand(k))
-                return f"its hard-affinity partner {cluster.guests[k].id}: {why}"
-    return "every hard rule allows it, but the repair moved it nowhere"
+        for code, mask in cons.hard_masks(k, assign, headroom):
+            if code not in (RejectionCode.AFFINITY, RejectionCode.CAPACITY) and not mask[n]:
+                why = cons.rejection(code, k, n, assign, headroom, cons.guest_demand(k))
+                detail = f"its hard-affinity partner {cluster.guests[k].id}: {why}"
+                return Rejection(RejectionCode.GROUP, node, detail)
+    detail = "every hard rule allows it, but the repair moved it nowhere"
+    return Rejection(RejectionCode.GROUP, node, detail)
 
 
 def _room_share(headroom: np.ndarray, demand: np.ndarray) -> np.ndarray:
