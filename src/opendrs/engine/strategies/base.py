@@ -21,6 +21,7 @@ from opendrs.engine import blas
 from opendrs.engine.constraints import Constraints
 from opendrs.engine.imbalance import Imbalance, summarise
 from opendrs.engine.placement import PlacementState
+from opendrs.engine.planner.plan import final_placement
 from opendrs.engine.usage import RESOURCES, LoadModel, arch_groups
 from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster, Guest, Move, Settings
@@ -110,10 +111,7 @@ class Proposal:
     @property
     def placement(self) -> dict[str, str]:
         """Final node of every guest the proposal moves (its last move wins)."""
-        out: dict[str, str] = {}
-        for m in self.moves:
-            out[m.guest] = m.target
-        return out
+        return final_placement(self.moves)
 
     def net_moves(self) -> tuple[Move, ...]:
         """One move per guest that ends elsewhere: from its first source to its last target."""
