@@ -21,7 +21,7 @@ from opendrs.engine.policy import (
     decide,
     repair,
 )
-from opendrs.engine.strategies.balance import propose_balance
+from opendrs.engine.strategies.balance.strategy import propose_balance
 from opendrs.engine.strategies.optimal import solve_repair
 from opendrs.model.cluster import Cluster, Guest, Node, Settings
 from repairs import cluster

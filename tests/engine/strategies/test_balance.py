@@ -18,7 +18,7 @@ from opendrs.engine.bounds import migration_lower_bound
 from opendrs.engine.constraints import Constraints, committed_for, current_assign
 from opendrs.engine.imbalance import balance_objective, resource_weights
 from opendrs.engine.strategies import get_strategy
-from opendrs.engine.strategies.balance import _Idle, _pick, _State, propose_balance
+from opendrs.engine.strategies.balance.strategy import _Idle, _pick, _State, propose_balance
 from opendrs.engine.strategies.base import Request
 from opendrs.engine.usage import RESOURCES, LoadModel
 from opendrs.model.cluster import Cluster, Guest, Node, Settings
@@ -294,7 +294,7 @@ def test_guests_that_can_go_nowhere_are_not_searched_again_and_again(
     # a is 6 GiB over its 64 GiB. 60 one-GiB guests may go nowhere (forbidden on b); six 1 GiB
     # guests may go to b. Each repair move searches for a target once, for a guest that has one;
     # the stuck ones are screened together, not searched one by one before every move.
-    from opendrs.engine.strategies import balance
+    from opendrs.engine.strategies.balance import strategy as balance
 
     nodes = (Node("a", 16, 64 * GiB), Node("b", 16, 64 * GiB))
     stuck = [Guest(f"s{i:02d}", "a", memory=GiB) for i in range(60)]

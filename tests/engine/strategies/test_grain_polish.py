@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from clusters import assert_moves_safe, clusters
 from opendrs.engine.constraints import current_assign
 from opendrs.engine.imbalance import balance_objective, resource_weights
-from opendrs.engine.strategies.balance import propose_balance
+from opendrs.engine.strategies.balance.strategy import propose_balance
 from opendrs.engine.usage import RESOURCES, LoadModel
 from opendrs.model.cluster import Cluster, Guest, Node, Settings
 from opendrs.model.rules import NodeAffinity, Rules

@@ -11,7 +11,7 @@ import pytest
 
 from opendrs.engine.constraints import committed_for
 from opendrs.engine.strategies import REGISTRY, Proposal, get_strategy
-from opendrs.engine.strategies.balance import propose_balance
+from opendrs.engine.strategies.balance.strategy import propose_balance
 from opendrs.engine.strategies.base import Request
 from opendrs.engine.strategies.greedy import propose_greedy
 from opendrs.engine.strategies.incus import propose_incus

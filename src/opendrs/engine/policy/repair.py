@@ -15,7 +15,7 @@ from opendrs.engine.constraints import Constraints, committed_for, current_assig
 from opendrs.engine.planner import Plan, PlannedMove
 from opendrs.engine.policy.config import PolicyConfig
 from opendrs.engine.policy.planning import Limits, plan_within, truncate
-from opendrs.engine.strategies.balance import propose_balance
+from opendrs.engine.strategies.balance.strategy import propose_balance
 from opendrs.engine.strategies.base import (
     Proposal,
 )

@@ -41,7 +41,7 @@ from .grain_window import Window, common_step, levels, whole_step_window
 from .set_exchange import _keeps_headroom
 
 if TYPE_CHECKING:
-    from .balance import _State
+    from .strategy import _State
 
 #: Partner nodes a node outside its range looks at first (then all of its group).
 PARTNERS = 16

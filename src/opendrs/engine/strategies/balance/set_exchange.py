@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from .balance import _State
+    from .strategy import _State
 
 #: Most units a set may hold.
 SET_SIZE = 32

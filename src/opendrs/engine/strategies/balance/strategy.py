@@ -105,11 +105,12 @@ import numpy as np
 from opendrs.engine.constraints import Constraints, movability
 from opendrs.engine.imbalance import balance_objective, resource_weights
 from opendrs.engine.sparse_rows import RowMask
+from opendrs.engine.strategies.optimal import REPAIR_TIME_LIMIT, solve_repair
 from opendrs.engine.usage import RESOURCES, LoadModel, arch_groups, loaded_nodes, tolerance
 from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster
 
-from .base import (
+from ..base import (
     Proposal,
     ProposedMove,
     Request,
@@ -120,8 +121,7 @@ from .base import (
     migration_cost,
     spread_options,
 )
-from .grain_polish import polish
-from .optimal import REPAIR_TIME_LIMIT, solve_repair
+from .polish import polish
 from .set_exchange import SetExchange, set_round
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,1 @@
+"""``balance`` — opendrs's own rebalancing strategy, as a package (see :mod:`.strategy`)."""
