@@ -62,19 +62,7 @@ def shed_plan(state: BalanceState) -> np.ndarray:
         high = 1 + half[nodes] / e
         score = np.where(valid[:, :, None], scaled @ directions.T, -np.inf)  # (H, M, K)
         order = np.argsort(-score, axis=1, kind="stable").transpose(0, 2, 1)  # (H, K, M)
-        rows = np.arange(len(nodes))[:, None]
-        total = np.zeros((len(nodes), len(directions), dims))
-        taken = np.zeros(order.shape, dtype=bool)
-        active = np.ones((len(nodes), len(directions)), dtype=bool)
-        for p in range(width):
-            item = order[:, :, p]  # (H, K)
-            grown = total + scaled[rows, item]
-            take = active & valid[rows, item] & every(grown <= high[:, None, :])
-            total = np.where(take[:, :, None], grown, total)
-            taken[:, :, p] = take
-            active &= ~every(total >= low[:, None, :])
-            if not active.any():
-                break
+        total, taken = _sweep(order, scaled, valid, low, high)
         short = (np.maximum(low[:, None, :] - total, 0.0) * (e / typical)[:, None, :]).sum(axis=2)
         count = taken.sum(axis=2)
         best = np.argmin(count + PLAN_SHORTFALL * short, axis=1)  # (H,)
@@ -82,3 +70,27 @@ def shed_plan(state: BalanceState) -> np.ndarray:
             chosen = order[k, best[k]][taken[k, best[k]]]
             plan[index[k, chosen]] = True
     return plan
+
+
+def _sweep(
+    order: np.ndarray, scaled: np.ndarray, valid: np.ndarray, low: np.ndarray, high: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per hot node and direction, the units taken in ``order`` (H, K, M): each one unless it
+    would push the total (in excesses, ``scaled`` (H, M, R')) beyond ``high`` in some resource,
+    until the total reaches ``low`` in every one. The totals (H, K, R') and the units taken
+    (H, K, M)."""
+    n_nodes, n_directions, width = order.shape
+    rows = np.arange(n_nodes)[:, None]
+    total = np.zeros((n_nodes, n_directions, scaled.shape[2]))
+    taken = np.zeros(order.shape, dtype=bool)
+    active = np.ones((n_nodes, n_directions), dtype=bool)
+    for p in range(width):
+        item = order[:, :, p]  # (H, K)
+        grown = total + scaled[rows, item]
+        take = active & valid[rows, item] & every(grown <= high[:, None, :])
+        total = np.where(take[:, :, None], grown, total)
+        taken[:, :, p] = take
+        active &= ~every(total >= low[:, None, :])
+        if not active.any():
+            break
+    return total, taken

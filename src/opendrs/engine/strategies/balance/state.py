@@ -56,8 +56,20 @@ class BalanceState:
                 self.broken[u] = np.any(self.where[idx] != self.where[idx[0]])
         #: (U,) bundles broken at the start: they have no home to go back to.
         self.broken_at_start = self.broken.copy()
-        # Partner guests laid end to end (CSR), for vectorised anti-affinity masks: a unit may
-        # not go where any member of a partner unit is, a broken partner bundle's included.
+        #: Where each unit started: a unit away from it has already cost its migration.
+        self.origin = self.units.assign.copy()
+        #: The band: fractions within ``goal / 2`` of the mean.
+        self.goal = np.zeros(len(RESOURCES))
+        self._objective: float | None = None
+        self._init_partners()
+        self._init_typical(cap_total)
+        self._init_groups()
+        self._init_caches()
+
+    def _init_partners(self) -> None:
+        """Each unit's hard anti-affinity partner guests, laid end to end (CSR), for vectorised
+        anti-affinity masks: a unit may not go where any member of a partner unit is, a broken
+        partner bundle's included."""
         lengths = np.array([p.size for p in self.units.neg_guests], dtype=np.intp)
         self.has_neg = lengths > 0
         self.neg_start = np.concatenate([[0], np.cumsum(lengths)]).astype(np.intp)
@@ -66,8 +78,9 @@ class BalanceState:
             if lengths.sum()
             else np.zeros(0, dtype=np.intp)
         )
-        #: Where each unit started: a unit away from it has already cost its migration.
-        self.origin = self.units.assign.copy()
+
+    def _init_typical(self, cap_total: np.ndarray) -> None:
+        """The mean and the typical movable unit's demand (``cap_total``: the usable capacity)."""
         movable = self.units.demand[self.units.movable]
         #: The mean movable unit's demand.
         self.mean_demand = movable.mean(axis=0) if movable.size else np.ones(len(RESOURCES))
@@ -77,9 +90,9 @@ class BalanceState:
         self.typical = np.where(
             self.mean_demand > np.finfo(float).eps * cap_total, self.mean_demand, 1.0
         )
-        #: The band: fractions within ``goal / 2`` of the mean.
-        self.goal = np.zeros(len(RESOURCES))
-        self._objective: float | None = None
+
+    def _init_groups(self) -> None:
+        """Each architecture group's nodes and capacity, and the capacity's inverse."""
         #: Each architecture group's nodes (every node: a slice, no copy), and their capacity.
         groups = [
             np.nonzero(self.group == g)[0] for g in range(int(self.group.max(initial=-1)) + 1)
@@ -94,11 +107,14 @@ class BalanceState:
         self._weighted = np.nonzero(self.wnorm)[0].tolist()
         self._cap_den = np.where(self._cap_pos, self.cap, 1.0)
         self.inv_cap = np.where(self._cap_pos, 1.0 / self._cap_den, 0.0)
+
+    def _init_caches(self) -> None:
+        """What the state keeps between moves: fractions, means, units and kinds per node."""
         self._f: np.ndarray | None = None
         #: Nodes whose loads changed since the fractions were last brought up to date.
         self._touched: list[int] = []
         #: (N,) how many times a move has changed each node's load or units.
-        self.version = np.zeros(len(cluster.nodes), dtype=np.int64)
+        self.version = np.zeros(len(self.cluster.nodes), dtype=np.int64)
         self._means: np.ndarray | None = None
         #: The units on each node (by :attr:`Units.assign`), and the kinds of the movable ones
         #: on the nodes no move has touched since (see :meth:`node_kinds`).
@@ -112,8 +128,6 @@ class BalanceState:
         #: Best set exchanges of pairs of nodes, with the kinds of both when found
         #: (:mod:`.set_exchange`).
         self.set_exchanges: dict[tuple[int, int], tuple[Kinds, Kinds, Any]] = {}
-
-    # ---------------------------------------------------------------------------------------
 
     # ---------------------------------------------------------------------------------------
 

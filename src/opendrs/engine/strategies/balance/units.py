@@ -78,14 +78,7 @@ def build_units(cluster: Cluster, cons: Constraints, loads: LoadModel) -> Units:
             unit_need[u] += guest_need[j]
             cost[u] += guest_cost[j]
         static_index[u] = len(static.table) + len(bundle_rows)
-        row = np.logical_and.reduce(static[idx], axis=0)
-        fixed = idx[~free[idx]]
-        if fixed.size:
-            # Members that cannot move hold the bundle where they are: it may be gathered
-            # only there, and nowhere when they are on several nodes.
-            anchors = np.unique(loads.assign[fixed])
-            row &= np.arange(row.size) == (anchors[0] if anchors.size == 1 else -1)
-            anchored[u] = anchors.size == 1 and fixed.size < idx.size
+        row, anchored[u] = _bundle_row(static[idx], idx, free, loads.assign)
         bundle_rows.append(row)
         movable[u] = bool(free[idx].all())
         labels[u] = min(guests[j].id for j in idx.tolist())
@@ -104,6 +97,21 @@ def build_units(cluster: Cluster, cons: Constraints, loads: LoadModel) -> Units:
         guest_demand,
         guest_need,
     )
+
+
+def _bundle_row(
+    rows: np.ndarray, idx: np.ndarray, free: np.ndarray, assign: np.ndarray
+) -> tuple[np.ndarray, bool]:
+    """The nodes bundle ``idx`` (its members' allowed nodes: ``rows``) may be gathered on, and
+    whether it is anchored. Members that cannot move (not ``free``) hold the bundle where they
+    are: it may be gathered only there, and nowhere when they are on several nodes."""
+    row = np.logical_and.reduce(rows, axis=0)
+    fixed = idx[~free[idx]]
+    if not fixed.size:
+        return row, False
+    anchors = np.unique(assign[fixed])
+    row &= np.arange(row.size) == (anchors[0] if anchors.size == 1 else -1)
+    return row, bool(anchors.size == 1 and fixed.size < idx.size)
 
 
 def _unit_members(
