@@ -20,6 +20,14 @@ _PHASE_KINDS = {"rules": StepKind.REPAIR_RULES, "capacity": StepKind.REPAIR_CAPA
 
 
 @dataclass
+class ExactRepairMemo:
+    """The exact repair the first search found (moves and summary; None: not run yet), for the
+    second search, which starts from the same state."""
+
+    found: tuple[list[tuple[int, int, StepKind]], dict[str, Any]] | None = None
+
+
+@dataclass
 class RepairOutcome:
     """What the repair phase left: the units it could not repair, and what the exact repair
     found (None: it did not run)."""
@@ -32,19 +40,19 @@ def repair(
     history: History,
     limit: int,
     max_moves: int | None,
-    cache: dict[str, Any],
+    memo: ExactRepairMemo,
 ) -> RepairOutcome:
     """Repair ``history``'s state in at most ``limit`` steps of history (``max_moves``: the
-    option, for the note of an exact repair too long for it). ``cache`` keeps the exact repair
+    option, for the note of an exact repair too long for it). ``memo`` keeps the exact repair
     for a second search, which starts from the same state."""
     state = history.state
     outcome = RepairOutcome(_greedy_repair(history, limit))
     if outcome.stuck and len(history) < limit:
         # The greedy repair moves only the units that break something: when one can go
         # nowhere, the exact model may move others to make room (the same in both passes).
-        if "exact" not in cache:
-            cache["exact"] = exact_repair(state, list(dict.fromkeys(outcome.stuck)))
-        pairs, outcome.exact = cache["exact"]
+        if memo.found is None:
+            memo.found = exact_repair(state, list(dict.fromkeys(outcome.stuck)))
+        pairs, outcome.exact = memo.found
         if len(history) + len(pairs) > limit:
             # All or nothing: part of a repair may not repair anything.
             outcome.exact = {**outcome.exact, "needs": len(pairs), "max_moves": max_moves}

@@ -33,7 +33,19 @@ class StepKind(Enum):
     @property
     def is_repair(self) -> bool:
         """Whether the step mends a hard constraint (greedy or exact)."""
-        return self.value.startswith("repair")
+        return self in _REPAIRS
+
+
+_REPAIRS = frozenset(
+    {
+        StepKind.REPAIR_RULES,
+        StepKind.REPAIR_CAPACITY,
+        StepKind.REPAIR_MAINTENANCE,
+        StepKind.EXACT_REPAIR,
+        StepKind.EXACT_MAINTENANCE,
+        StepKind.EXACT_ROOM,
+    }
+)
 
 
 @dataclass(frozen=True)

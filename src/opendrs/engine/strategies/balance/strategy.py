@@ -29,7 +29,7 @@ from .exact_repair import exact_note
 from .options import BalanceOptions
 from .polish import polish_below_grain
 from .prune import prune
-from .repair import RepairOutcome, repair
+from .repair import ExactRepairMemo, RepairOutcome, repair
 from .rounds import balance_rounds, balanced_reason, grain_and_goal
 from .state import BalanceState
 from .steps import History, StepKind
@@ -62,15 +62,15 @@ def propose_balance(
     options.check()
     cons = constraints_for(cluster, forbidden, constraints)
     loads = loads if loads is not None else LoadModel.build(cluster)
-    cache: dict[str, Any] = {}
-    proposal, balanced = _search(cluster, cons, loads, options, shaped=True, cache=cache)
+    memo = ExactRepairMemo()
+    proposal, balanced = _search(cluster, cons, loads, options, shaped=True, memo=memo)
     if not balanced and len(cluster.guests) <= PLAIN_GUESTS:
         # With few, big guests per node the shaped search can end where no move or exchange
         # pays for itself; the plain one (no plan, moves chosen by objective gain) takes
         # another path, and is kept if it reaches the target. It repeats the whole search:
         # on a big cluster that doubles the time, for a path that did not reach the target
         # there either (#15), so it runs on small clusters only.
-        plain, plain_balanced = _search(cluster, cons, loads, options, shaped=False, cache=cache)
+        plain, plain_balanced = _search(cluster, cons, loads, options, shaped=False, memo=memo)
         if plain_balanced:
             return plain
     return proposal
@@ -83,17 +83,17 @@ def _search(
     options: BalanceOptions,
     *,
     shaped: bool,
-    cache: dict[str, Any],
+    memo: ExactRepairMemo,
 ) -> tuple[Proposal, bool]:
     """One search; ``shaped``: with the shedding plan and band-ordered moves. Also: balanced?
 
-    ``cache`` keeps the exact repair for the second search, which starts from the same state.
+    ``memo`` keeps the exact repair for the second search, which starts from the same state.
     """
     state = BalanceState(cluster, cons, loads)
     before = cluster_imbalance(cluster, loads=state.loads)
     history = History(state)
     limit = options.max_moves if options.max_moves is not None else 10**9
-    repaired = repair(history, limit, options.max_moves, cache)
+    repaired = repair(history, limit, options.max_moves, memo)
     grain, state.goal = grain_and_goal(state, options.target_spread)
     # Balancing never leaves the objective above what it is now (repairs may raise it).
     ceiling = state.objective()
