@@ -50,7 +50,7 @@ BUILDERS: dict[str, tuple[str, ...]] = {
     "capacity models": ("opendrs.engine.usage:CapacityModel.build",),
     "constraints": ("opendrs.engine.constraints:Constraints.build",),
     "units": (
-        "opendrs.engine.strategies.balance:_State._build_units",
+        "opendrs.engine.strategies.balance.state:build_units",
         "opendrs.engine.planner:_Planner._build_units",
         "opendrs.engine.planner.scheduler:Planner._build_units",
         "opendrs.engine.policy.repair:_first_units",

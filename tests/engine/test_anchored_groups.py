@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from daemon import opendrs, run_once
 from opendrs.engine.constraints import Constraints, movability
 from opendrs.engine.policy.repair import repair
-from opendrs.engine.strategies.balance import propose_balance
+from opendrs.engine.strategies.balance.strategy import propose_balance
 from opendrs.model.cluster import Cluster, Guest, Node
 from opendrs.model.rules import GuestAffinity, Rules
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from clusters import clusters
 from opendrs.engine.bounds import lower_bounds, migration_lower_bound, spread_lower_bound
-from opendrs.engine.strategies.balance import propose_balance
+from opendrs.engine.strategies.balance.strategy import propose_balance
 from opendrs.engine.usage import RESOURCES, LoadModel
 from opendrs.model.cluster import Cluster, Guest, Node, Settings
 from opendrs.model.rules import GuestAffinity, Rules

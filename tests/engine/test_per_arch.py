@@ -15,7 +15,7 @@ import pytest
 from opendrs.cli import main
 from opendrs.engine.bounds import lower_bounds
 from opendrs.engine.policy import PastMigrations, PolicyConfig, PolicyState, decide, measure
-from opendrs.engine.strategies.balance import propose_balance
+from opendrs.engine.strategies.balance.strategy import propose_balance
 from opendrs.model.snapshot import load
 
 EAGER = PolicyConfig(hold=1, margin=0.0, cooldown=0, no_return=0, min_uptime=0, smoothing=0)

@@ -21,7 +21,8 @@ from opendrs.engine.policy import (
     decide,
     repair,
 )
-from opendrs.engine.strategies.balance import propose_balance
+from opendrs.engine.strategies.balance.options import BalanceOptions
+from opendrs.engine.strategies.balance.strategy import propose_balance
 from opendrs.engine.strategies.exact_repair import solve_repair
 from opendrs.model.cluster import Cluster, Guest, Node, Settings
 from repairs import cluster
@@ -46,7 +47,7 @@ def _decide(cluster: Cluster, config: PolicyConfig) -> Decision:
 
 def test_two_full_nodes_swap_through_a_parking_move() -> None:
     swap = cluster("swap")
-    proposal = propose_balance(swap, target_spread=1e6)
+    proposal = propose_balance(swap, BalanceOptions(target_spread=1e6))
     assert not [n for n in proposal.notes if n.startswith("could not repair")]
     assert sorted((m.guest, m.target) for m in proposal.moves) == [("4", "a"), ("5", "b")]
     assert _steps(swap) == [
@@ -137,7 +138,9 @@ def test_a_batch_takes_the_first_steps_of_an_exact_repair_and_the_rest_follows()
 
 
 def test_an_exact_repair_is_made_whole_or_not_at_all_within_max_moves() -> None:
-    proposal = propose_balance(cluster("maintenance"), target_spread=1e6, max_moves=1)
+    proposal = propose_balance(
+        cluster("maintenance"), BalanceOptions(target_spread=1e6, max_moves=1)
+    )
     assert proposal.moves == ()
     assert proposal.options["repair"]["needs"] == 2
     assert "could not repair: 1" in proposal.notes

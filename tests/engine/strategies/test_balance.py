@@ -18,7 +18,10 @@ from opendrs.engine.bounds import migration_lower_bound
 from opendrs.engine.constraints import Constraints, committed_for, current_assign
 from opendrs.engine.imbalance import balance_objective, resource_weights
 from opendrs.engine.strategies import get_strategy
-from opendrs.engine.strategies.balance import _Idle, _pick, _State, propose_balance
+from opendrs.engine.strategies.balance.options import BalanceOptions
+from opendrs.engine.strategies.balance.picks import IdleWindows, pick
+from opendrs.engine.strategies.balance.state import BalanceState
+from opendrs.engine.strategies.balance.strategy import propose_balance
 from opendrs.engine.strategies.base import Request
 from opendrs.engine.usage import RESOURCES, LoadModel
 from opendrs.model.cluster import Cluster, Guest, Node, Settings
@@ -78,7 +81,12 @@ def test_swap_when_no_single_move_helps() -> None:
     assert sorted((m.guest, m.target) for m in proposal.net_moves()) == [("c1", "b"), ("m1", "a")]
     assert all("swap" in m.reason for m in proposal.moves)
     assert proposal.after.combined.spread == 0.0
-    assert propose_balance(Cluster(nodes, guests, Rules(), settings), swaps=False).moves == ()
+    assert (
+        propose_balance(
+            Cluster(nodes, guests, Rules(), settings), BalanceOptions(swaps=False)
+        ).moves
+        == ()
+    )
 
 
 def test_set_exchange_when_no_move_or_pair_helps() -> None:
@@ -107,7 +115,7 @@ def test_set_exchange_when_no_move_or_pair_helps() -> None:
     assert all(m.reason == "balance (set exchange)" for m in proposal.moves)
     assert proposal.after.resources["cpu"].spread == 0.0
     assert proposal.after.resources["memory"].spread < proposal.before.resources["memory"].spread
-    assert propose_balance(cluster, swaps=False).moves == ()
+    assert propose_balance(cluster, BalanceOptions(swaps=False)).moves == ()
 
 
 def test_sheds_the_mix_of_the_excess() -> None:
@@ -143,7 +151,7 @@ def _subnormal_demand() -> Cluster:
 @given(clusters(), st.floats(0.0, 0.2))
 @example(_subnormal_demand(), 0.0)
 def test_band_gains_are_the_band_distance_removed(cluster: Cluster, goal: float) -> None:
-    state = _State(cluster, Constraints.build(cluster))
+    state = BalanceState(cluster, Constraints.build(cluster))
     state.goal = np.full(len(RESOURCES), goal)
     # Moves between usable nodes of one architecture (which keep its mean, and so the band,
     # where it is).
@@ -182,12 +190,12 @@ def test_a_move_tried_without_moving_is_as_a_move_made_and_undone(
 ) -> None:
     # What pruning does with a move it tries: the spreads it would give, and the loads after
     # going there and back, the same bits as two moves (sums of usage can round).
-    state = _State(cluster, Constraints.build(cluster))
+    state = BalanceState(cluster, Constraints.build(cluster))
     moves = state.units_on(np.nonzero(state.usable)[0])
     targets = np.nonzero(state.usable)[0]
     if moves.size == 0:
         return
-    other = _State(cluster, Constraints.build(cluster))
+    other = BalanceState(cluster, Constraints.build(cluster))
     for _ in range(8):
         u, t = int(rng.choice(moves.tolist())), int(rng.choice(targets.tolist()))
         home = int(state.units.assign[u])
@@ -238,7 +246,7 @@ def test_a_clash_with_a_guest_that_cannot_move_is_repaired_by_the_other() -> Non
         Guest("y", "a", memory=GiB, lock="backup"),
     )
     rules = Rules(guest_affinity=(GuestAffinity("apart", ("x", "y"), positive=False),))
-    proposal = propose_balance(_two(*guests, rules=rules), target_spread=1e6)
+    proposal = propose_balance(_two(*guests, rules=rules), BalanceOptions(target_spread=1e6))
     assert [(m.guest, m.target) for m in proposal.net_moves()] == [("x", "b")]
     assert proposal.moves[0].reason.startswith("repair")
 
@@ -268,7 +276,7 @@ def test_an_overload_is_repaired_with_the_smallest_guest_that_covers_it() -> Non
         Guest("full", "b", memory=7 * GiB),
     )
     cluster = Cluster(nodes, guests, Rules(), MEMORY_ONLY)
-    proposal = propose_balance(cluster, target_spread=1e6)
+    proposal = propose_balance(cluster, BalanceOptions(target_spread=1e6))
     assert [(m.guest, m.target) for m in proposal.net_moves()] == [("s1", "b")]
     # When the guest that would do it may go nowhere (here: forbidden), the next one is tried,
     # and nothing is reported stuck.
@@ -281,7 +289,7 @@ def test_an_overload_is_repaired_with_the_smallest_guest_that_covers_it() -> Non
     )
     proposal = propose_balance(
         Cluster(nodes, guests, Rules(), MEMORY_ONLY),
-        target_spread=1e6,
+        BalanceOptions(target_spread=1e6),
         forbidden=[("mid", "b"), ("mid", "c")],
     )
     assert [(m.guest, m.target) for m in proposal.net_moves()] == [("big", "c")]
@@ -294,14 +302,14 @@ def test_guests_that_can_go_nowhere_are_not_searched_again_and_again(
     # a is 6 GiB over its 64 GiB. 60 one-GiB guests may go nowhere (forbidden on b); six 1 GiB
     # guests may go to b. Each repair move searches for a target once, for a guest that has one;
     # the stuck ones are screened together, not searched one by one before every move.
-    from opendrs.engine.strategies import balance
+    from opendrs.engine.strategies.balance import repair
 
     nodes = (Node("a", 16, 64 * GiB), Node("b", 16, 64 * GiB))
     stuck = [Guest(f"s{i:02d}", "a", memory=GiB) for i in range(60)]
     free = [Guest(f"f{i}", "a", memory=GiB) for i in range(10)]
     cluster = Cluster(nodes, (*stuck, *free), Rules(), MEMORY_ONLY)
     calls = 0
-    real_pick = balance._pick
+    real_pick = repair.pick
 
     def counting_pick(*args: object, **kwargs: object) -> object:
         nonlocal calls
@@ -309,8 +317,10 @@ def test_guests_that_can_go_nowhere_are_not_searched_again_and_again(
             calls += 1
         return real_pick(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(balance, "_pick", counting_pick)
-    proposal = propose_balance(cluster, target_spread=1e6, forbidden=[(g.id, "b") for g in stuck])
+    monkeypatch.setattr(repair, "pick", counting_pick)
+    proposal = propose_balance(
+        cluster, BalanceOptions(target_spread=1e6), forbidden=[(g.id, "b") for g in stuck]
+    )
     moved = {m.guest for m in proposal.net_moves()}
     assert len(moved) == 6 and moved <= {g.id for g in free}
     assert calls == 6
@@ -354,7 +364,7 @@ def test_a_broken_bundle_keeps_its_partners_off_every_node_it_is_on() -> None:
     # x is kept apart from p, so from the whole bundle {p, q}: while the bundle is split over a
     # and b, x may go to neither; once it is gathered on d, only d is closed to x.
     cluster = _split_pair()
-    state = _State(cluster, Constraints.build(cluster))
+    state = BalanceState(cluster, Constraints.build(cluster))
     bundle, x = (state.units.unit_of[cluster.guest_index[g]] for g in ("p", "x"))
     nodes = np.arange(4)
     assert state.broken[bundle] and not state.broken[x]
@@ -388,7 +398,7 @@ def test_an_evacuated_partner_avoids_every_node_of_a_broken_bundle() -> None:
         )
     )
     cluster = Cluster(nodes, guests, rules, MEMORY_ONLY)
-    proposal = propose_balance(cluster, target_spread=1e6)
+    proposal = propose_balance(cluster, BalanceOptions(target_spread=1e6))
     assert_moves_safe(cluster, proposal.net_moves())
     assert (proposal.moves[0].guest, proposal.moves[0].target) == ("x", "d")
 
@@ -404,10 +414,10 @@ def test_a_partner_sharing_a_node_with_a_split_member_is_repaired() -> None:
         cluster.rules,
         cluster.settings,
     )
-    state = _State(cluster, Constraints.build(cluster))
+    state = BalanceState(cluster, Constraints.build(cluster))
     unit = state.units.unit_of[cluster.guest_index["x"]]
     assert unit in state.violating_units()
-    proposal = propose_balance(cluster, target_spread=1e6)
+    proposal = propose_balance(cluster, BalanceOptions(target_spread=1e6))
     assert_moves_safe(cluster, proposal.net_moves())
     final = {g.id: g.node for g in cluster.guests} | proposal.placement
     assert final["p"] == final["q"] != final["x"]
@@ -429,7 +439,7 @@ def test_a_broken_bundle_is_gathered_where_it_needs_room_for_the_rest_only() -> 
     )
     rules = Rules(guest_affinity=(GuestAffinity("together", ("p", "q"), positive=True),))
     cluster = Cluster(nodes, guests, rules, MEMORY_ONLY)
-    proposal = propose_balance(cluster, target_spread=1e6)
+    proposal = propose_balance(cluster, BalanceOptions(target_spread=1e6))
     assert [(m.guest, m.source, m.target) for m in proposal.net_moves()] == [("q", "b", "a")]
     assert proposal.moves[0].reason.startswith("repair")
     assert_moves_safe(cluster, proposal.net_moves())
@@ -439,7 +449,7 @@ def test_a_gathered_bundle_is_not_pruned_apart() -> None:
     # Gathering {p, q} is a repair: pruning must not undo it, even when the cluster is as
     # balanced without it.
     cluster = _split_pair()
-    proposal = propose_balance(cluster, target_spread=1e6)
+    proposal = propose_balance(cluster, BalanceOptions(target_spread=1e6))
     final = {g.id: g.node for g in cluster.guests} | proposal.placement
     assert final["p"] == final["q"]
     assert len(proposal.net_moves()) == 1
@@ -453,14 +463,14 @@ def test_moves_keep_the_state_exact(cluster: Cluster) -> None:
     # bundle leaves its own node), and the objective gain is the objective's fall — for units
     # on usable nodes: one leaving an unusable node moves the mean, which gains() leaves out.
     cons = Constraints.build(cluster)
-    probe = _State(cluster, cons)
+    probe = BalanceState(cluster, cons)
     order = np.lexsort((np.arange(len(probe.broken)), ~probe.broken))
     units = [u for u in order.tolist() if probe.units.movable[u]][:6]
     nodes = np.arange(len(cluster.nodes))
     for u in units:
         allowed = probe.allowed(np.array([u]), nodes)[0]
         for t in np.nonzero(allowed)[0].tolist():
-            state = _State(cluster, cons)
+            state = BalanceState(cluster, cons)
             gain = state.gains(np.array([u]), np.array([t]))[0, 0]
             before = state.objective()
             state.move(u, t)
@@ -480,10 +490,13 @@ def test_registered_and_default() -> None:
     # What the policy asks (its target, its batch) yields to an option set explicitly.
     asked = Request(target_spread=0.5, max_moves=1)
     assert info.propose(cluster, asked).as_dict() == (
-        propose_balance(cluster, target_spread=0.5, max_moves=1).as_dict()
+        propose_balance(cluster, BalanceOptions(target_spread=0.5, max_moves=1)).as_dict()
     )
     mixed = info.propose(cluster, asked, {"max_moves": 2})
-    assert mixed.as_dict() == propose_balance(cluster, target_spread=0.5, max_moves=2).as_dict()
+    assert (
+        mixed.as_dict()
+        == propose_balance(cluster, BalanceOptions(target_spread=0.5, max_moves=2)).as_dict()
+    )
 
 
 def _broken_bundle() -> Cluster:
@@ -571,7 +584,7 @@ def test_the_incremental_objective_is_the_defined_one_after_random_moves(
     afresh from the placement by its one definition (imbalance.balance_objective), and the moves
     made all at once (move_all) give the values made one by one, bit for bit."""
     cons = Constraints.build(cluster)
-    state, batch = _State(cluster, cons), _State(cluster, cons)
+    state, batch = BalanceState(cluster, cons), BalanceState(cluster, cons)
     loads, weights = state.loads, resource_weights(cluster.settings)
 
     def defined() -> float:
@@ -600,7 +613,7 @@ def test_the_incremental_objective_is_the_defined_one_after_random_moves(
         assert state.objective() == pytest.approx(after, rel=1e-9, abs=1e-12)
         if from_usable:  # leaving an unusable node moves the mean, which gains() leaves out
             assert gain == pytest.approx(before - after, rel=1e-9, abs=1e-12)
-    replay = _State(cluster, cons)
+    replay = BalanceState(cluster, cons)
     for (u, t), (_src, value) in zip(made, batch.move_all(made), strict=True):
         replay.move(u, t)
         assert value == replay.objective()
@@ -611,10 +624,10 @@ def test_the_incremental_objective_is_the_defined_one_after_random_moves(
 def test_a_window_found_idle_is_searched_again_only_where_moves_changed_it(
     cluster: Cluster, rnd: Random, shaped: bool
 ) -> None:
-    state = _State(cluster, Constraints.build(cluster))
+    state = BalanceState(cluster, Constraints.build(cluster))
     state.goal = np.full(len(RESOURCES), 0.01)
     nodes = list(range(len(cluster.nodes)))
-    idle = _Idle(state)
+    idle = IdleWindows(state)
     windows = {
         w: tuple(np.array(sorted(rnd.sample(nodes, rnd.randint(1, len(nodes))))) for _ in "st")
         for w in (1, 2)
@@ -623,7 +636,7 @@ def test_a_window_found_idle_is_searched_again_only_where_moves_changed_it(
     def search(w: int) -> tuple[list[tuple[float, int, int]], list[tuple[float, int, int]]]:
         sources, targets = windows[w]
         cand = state.units_on(sources)
-        whole = _pick(state, cand, targets, forced=False, shaped=shaped, limit=8)
+        whole = pick(state, cand, targets, forced=False, shaped=shaped, limit=8)
         return idle.pick(cand, sources, targets, w, 8, shaped), whole
 
     for w, (sources, targets) in windows.items():

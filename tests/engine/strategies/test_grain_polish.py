@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from clusters import assert_moves_safe, clusters
 from opendrs.engine.constraints import current_assign
 from opendrs.engine.imbalance import balance_objective, resource_weights
-from opendrs.engine.strategies.balance import propose_balance
+from opendrs.engine.strategies.balance.options import BalanceOptions
+from opendrs.engine.strategies.balance.strategy import propose_balance
 from opendrs.engine.usage import RESOURCES, LoadModel
 from opendrs.model.cluster import Cluster, Guest, Node, Settings
 from opendrs.model.rules import NodeAffinity, Rules
@@ -87,7 +88,7 @@ def test_a_hard_rule_that_blocks_every_step_leaves_the_plan_as_it_was() -> None:
 
 
 def test_without_exchanges_only_moves_are_tried() -> None:
-    proposal = propose_balance(_cluster(), swaps=False)
+    proposal = propose_balance(_cluster(), BalanceOptions(swaps=False))
     assert proposal.moves == ()
     assert "the window was not reached" in proposal.stopped
 
@@ -100,7 +101,7 @@ def test_a_memory_only_balance_leaves_the_cpu_alone() -> None:
 
 def test_max_moves_caps_the_polish() -> None:
     # The exchange needs two migrations: with one allowed it is not made.
-    proposal = propose_balance(_cluster(), max_moves=1)
+    proposal = propose_balance(_cluster(), BalanceOptions(max_moves=1))
     assert proposal.moves == ()
     assert "the window was not reached" in proposal.stopped
 

@@ -1,4 +1,4 @@
-"""The whole-step window rule (``engine/strategies/grain_window.py``), against brute force."""
+"""The whole-step window rule (``strategies/balance/grain_window.py``), against brute force."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from opendrs.engine.strategies.grain_window import (
+from opendrs.engine.strategies.balance.grain_window import (
     common_step,
     levels,
     whole_step_window,

@@ -22,7 +22,8 @@ from opendrs.engine.constraints import (
 from opendrs.engine.planner import Plan, PlannedMove
 from opendrs.engine.policy.config import PolicyConfig
 from opendrs.engine.policy.planning import Limits, plan_within, truncate
-from opendrs.engine.strategies.balance import propose_balance
+from opendrs.engine.strategies.balance.options import BalanceOptions
+from opendrs.engine.strategies.balance.strategy import propose_balance
 from opendrs.engine.strategies.base import (
     Proposal,
 )
@@ -246,10 +247,9 @@ def repair(
         def propose(forb: frozenset[tuple[str, str]]) -> Proposal:
             found = propose_balance(
                 cluster,
+                BalanceOptions(target_spread=_REPAIR_ONLY, max_moves=most),
                 forbidden=forb,
                 constraints=cons,
-                target_spread=_REPAIR_ONLY,
-                max_moves=most,
             )
             found = replace(found, stopped="repairs only")
             return found if "repair" in found.options else truncate(cluster, found, batch, cons)

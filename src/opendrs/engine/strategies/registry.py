@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from . import balance, greedy, incus, optimal, pressure, proxlb_greedy, pve
+from . import greedy, incus, optimal, pressure, proxlb_greedy, pve
+from .balance import strategy as balance
 from .base import StrategyInfo
 
 DEFAULT_STRATEGY = "balance"

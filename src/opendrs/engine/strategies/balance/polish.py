@@ -20,7 +20,7 @@ other weighted resource's spread of the group within ``target_spread`` (or no wi
 a memory spread of 0.98 pp may grow to 1 pp, not beyond), and the
 objective no higher than it was when the balancing began (balancing never makes it worse); and it
 keeps every hard constraint, as the search's moves and exchanges do (rules, capacity, and, for an
-exchange, the measured headroom of :func:`.set_exchange._keeps_headroom`). Among the steps,
+exchange, the measured headroom of :func:`.set_exchange.keeps_headroom`). Among the steps,
 most steps fixed per migration added first (one that adds none counts four times its fall), then
 the one that leaves the other resources' spread smallest, then the cheapest migration, then the
 lowest node and unit indices: the same input, the same steps. A node for which no partner offers a
@@ -31,17 +31,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from opendrs.engine.usage import RESOURCES
 
 from .grain_window import Window, common_step, levels, whole_step_window
-from .set_exchange import _keeps_headroom
-
-if TYPE_CHECKING:
-    from .balance import _State
+from .set_exchange import keeps_headroom
+from .state import BalanceState
+from .steps import History, StepKind
 
 #: Partner nodes a node outside its range looks at first (then all of its group).
 PARTNERS = 16
@@ -68,7 +66,7 @@ class _Group:
 
 
 def polish(
-    state: _State,
+    state: BalanceState,
     r: int,
     width: float,
     ceiling: float,
@@ -117,7 +115,7 @@ def _name(r: int, width: float) -> str:
 
 
 def _groups(
-    state: _State, r: int, step: float, width: float, free: np.ndarray
+    state: BalanceState, r: int, step: float, width: float, free: np.ndarray
 ) -> list[_Group] | None:
     """Each architecture group's window (every group must have one), or None. A group already
     within ``width`` is left as it is."""
@@ -129,7 +127,7 @@ def _groups(
         nodes = np.nonzero(state.group == g)[0]
         if nodes.size < 2:
             continue
-        f = state._fractions()[nodes, r]
+        f = state.kept_fractions()[nodes, r]
         if f.max() - f.min() <= width + 1e-12:
             continue
         load = state.node_load[nodes, r]
@@ -146,7 +144,7 @@ class _Search:
 
     def __init__(
         self,
-        state: _State,
+        state: BalanceState,
         r: int,
         step: float,
         group: _Group,
@@ -162,7 +160,7 @@ class _Search:
         self.kmax = group.window.kmax
         self.exchanges = exchanges
         self.others = [o for o in np.nonzero(state.weights > 0)[0].tolist() if o != r]
-        f = state._fractions()[self.nodes]
+        f = state.kept_fractions()[self.nodes]
         spread = f.max(axis=0) - f.min(axis=0)
         #: What each other resource's spread may be after a step: the target (the width), or no
         #: wider than it is.
@@ -214,7 +212,7 @@ class _Search:
     def _rank(self, at: int, candidates: np.ndarray, dist: np.ndarray, gives: bool) -> np.ndarray:
         """Partners: those outside their range (the other way) first, then those whose other
         resources take most easily what a move would carry, then by index."""
-        f = self.state._fractions()[self.nodes]
+        f = self.state.kept_fractions()[self.nodes]
         sign = 1.0 if gives else -1.0
         ease = sign * (f[at, self.others] - f[candidates][:, self.others]).sum(axis=1)
         return candidates[np.lexsort((candidates, -ease, -dist[candidates]))]
@@ -256,7 +254,7 @@ class _Search:
         state, units, r = self.state, self.state.units, self.r
         g, t = int(self.nodes[giver]), int(self.nodes[taker])
         most = int(min(k[giver] - self.kmin[giver], self.kmax[taker] - k[taker]))
-        xs = state._node_kinds(g).units
+        xs = state.node_kinds(g).units
         xs = xs[units.static_ok[xs, t]] if xs.size else xs
         if most < 1 or xs.size == 0:
             return None
@@ -266,7 +264,7 @@ class _Search:
             q = qx
             carried = units.demand[xs]
         else:
-            on_t = state._node_kinds(t).units
+            on_t = state.node_kinds(t).units
             on_t = on_t[units.static_ok[on_t, g]] if on_t.size else on_t
             if on_t.size == 0:
                 return None
@@ -290,11 +288,11 @@ class _Search:
         if not ok.any():
             return None
         xs, ys, fall, spread = xs[ok], ys[ok], fall[ok], spread[ok]
-        added = state._added_one(xs, np.full(xs.size, t))
-        cost = np.where(state._moved(xs), 0.0, units.cost[xs])
+        added = state.added_migrations(xs, np.full(xs.size, t))
+        cost = np.where(state.moved_of(xs), 0.0, units.cost[xs])
         if kind == "exchange":
-            added = added + state._added_one(ys, np.full(ys.size, g))
-            cost = cost + np.where(state._moved(ys), 0.0, units.cost[ys])
+            added = added + state.added_migrations(ys, np.full(ys.size, g))
+            cost = cost + np.where(state.moved_of(ys), 0.0, units.cost[ys])
         score = np.where(added > 0, fall / np.maximum(added, 1), 4.0 * fall)
         worst = spread.max(axis=1) if spread.shape[1] else np.zeros(xs.size)
         return score, worst, cost, np.full(xs.size, partner), xs, ys
@@ -305,7 +303,7 @@ class _Search:
         state = self.state
         if not self.others:
             return np.zeros((carried.shape[0], 0))
-        f = state._fractions()[self.nodes][:, self.others]
+        f = state.kept_fractions()[self.nodes][:, self.others]
         rest = np.delete(f, [giver, taker], axis=0)
         high = rest.max(axis=0) if rest.size else np.full(len(self.others), -np.inf)
         low = rest.min(axis=0) if rest.size else np.full(len(self.others), np.inf)
@@ -324,19 +322,61 @@ class _Search:
             return False
         if y < 0:
             return state.allowed_one(x, taker)
-        check = state._swap_check(giver, np.array([x]), np.array([y]))
+        check = state.swap_check(giver, np.array([x]), np.array([y]))
         if not bool(check(np.array([0]), np.array([0]))[0]):
             return False
-        return _keeps_headroom(state, giver, taker, units.need[x] - units.need[y])
+        return keeps_headroom(state, giver, taker, units.need[x] - units.need[y])
 
 
-def _gain(state: _State, a: int, b: int, t: np.ndarray) -> float:
+def _gain(state: BalanceState, a: int, b: int, t: np.ndarray) -> float:
     """The objective's fall when ``t`` (R,) moves from node ``a`` to node ``b`` of one group (see
     :mod:`.set_exchange`)."""
-    f, inv, w = state._fractions(), state._inv_cap, state.wnorm
+    f, inv, w = state.kept_fractions(), state.inv_cap, state.wnorm
     return float((2 * w * (f[a] - f[b]) * t - w * (inv[a] + inv[b]) * t * t).sum())
 
 
 def _outside(k: np.ndarray | int, kmin: np.ndarray | int, kmax: np.ndarray | int) -> np.ndarray:
     """Steps outside the range ``[kmin, kmax]``."""
     return np.maximum(np.asarray(k) - kmax, 0) + np.maximum(kmin - np.asarray(k), 0)
+
+
+def polish_below_grain(
+    history: History,
+    grain: np.ndarray,
+    target_spread: float,
+    ceiling: float,
+    limit: int,
+    exchanges: bool,
+) -> list[str]:
+    """The final phase of a balanced search: each weighted resource whose grain is coarser than
+    ``target_spread`` and whose spread is above it, brought within it in whole steps where a
+    window allows (:func:`polish`), each move recorded in ``history`` (at most ``limit``
+    steps), the objective never above ``ceiling``; a polish that does not reach the window is
+    undone, and the resource keeps its grain goal. ``state.goal`` is tightened to
+    ``target_spread`` for the resources polished. One clause per resource tried, for the stop
+    reason."""
+    state = history.state
+    goal = state.goal
+    clauses: list[str] = []
+    coarse = (state.weights > 0) & (grain > target_spread)
+    for r in np.nonzero(coarse)[0].tolist():
+        if state.spreads()[r] <= target_spread + 1e-12:
+            goal[r] = target_spread + 1e-12
+            continue
+        mark = len(history)
+        result = polish(
+            state,
+            r,
+            target_spread,
+            ceiling,
+            limit - mark,
+            exchanges,
+            lambda u, t: history.record(u, t, StepKind.BELOW_GRAIN),
+        )
+        if result.reached:
+            goal[r] = target_spread + 1e-12
+            clauses.append(result.note)
+            continue
+        history.undo_since(mark)
+        clauses.append(result.note + f"; its goal stays one step ({grain[r] * 100:.2f} pp)")
+    return clauses

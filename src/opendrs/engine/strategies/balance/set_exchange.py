@@ -10,13 +10,13 @@ together they make it better.
 Between two nodes ``a`` and ``b`` of one architecture group, moving demand ``t`` (a vector over
 the resources) from ``a`` to ``b`` changes the objective by ``Σ_r k_r t_r² − 2 g_r t_r`` with
 ``g_r = w_r (f_ar − f_br)`` and ``k_r = w_r (1/C_ar + 1/C_br)`` (``w_r``: the resource's weight
-over the group's capacity; see :meth:`balance._State.gains`). The gain is largest for
+over the group's capacity; see :meth:`.BalanceState.gains`). The gain is largest for
 ``t* = g / k`` and falls by ``Σ_r k_r (t_r − t*_r)²`` away from it. A set exchange sends a unit
 ``x`` from ``a`` to ``b`` and a set ``S`` of units from ``b`` to ``a``: ``t = d_x − Σ_S d``. For
 each unit ``x`` on ``a`` the set is chosen greedily — each time the unit of ``b`` that brings
 ``Σ_S d`` closest to ``d_x − t*`` in that metric, while one does — which is exact in what it
 scores: every step lowers the objective of the exchange so far. A set of one is an exchange of
-two units, searched here with other partners than :meth:`balance._State.best_swap`'s.
+two units, searched here with other partners than :meth:`.BalanceState.best_swap`'s.
 
 The nodes: the ones farthest outside the target band are heads (what the target still asks
 for; the objective can be dominated by a resource already as even as its grain allows); each
@@ -29,12 +29,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from .balance import _State
+from .state import BalanceState
 
 #: Most units a set may hold.
 SET_SIZE = 32
@@ -60,12 +58,12 @@ class SetExchange:
     added: int
 
 
-def heads_and_partners(state: _State, heads: int) -> list[tuple[int, np.ndarray]]:
-    """The ``heads`` nodes farthest outside the band (see :meth:`balance._State.band_gains`) in
+def heads_and_partners(state: BalanceState, heads: int) -> list[tuple[int, np.ndarray]]:
+    """The ``heads`` nodes farthest outside the band (see :meth:`.BalanceState.band_gains`) in
     the resources still above their goal, each with its partner nodes: those of its group
     farthest the other way in the resources it is outside the band of, best first."""
-    f = state._fractions()
-    mean = state._mean()
+    f = state.kept_fractions()
+    mean = state.kept_mean()
     usable = state.usable
     half = state.goal / 2
     above = np.maximum(f - mean - half, 0.0)
@@ -89,7 +87,7 @@ def heads_and_partners(state: _State, heads: int) -> list[tuple[int, np.ndarray]
     return out
 
 
-def best_set_exchange(state: _State, a: int, b: int) -> SetExchange | None:
+def best_set_exchange(state: BalanceState, a: int, b: int) -> SetExchange | None:
     """The best set exchange between nodes ``a`` and ``b`` (a unit of ``a`` against a set of
     ``b``'s, or of ``b`` against ``a``'s), by gain per migration added; None if none gains."""
     one = _one_way(state, a, b)
@@ -98,19 +96,19 @@ def best_set_exchange(state: _State, a: int, b: int) -> SetExchange | None:
     return max(found, key=lambda e: (e.score, -e.unit)) if found else None
 
 
-def _one_way(state: _State, a: int, b: int) -> SetExchange | None:
+def _one_way(state: BalanceState, a: int, b: int) -> SetExchange | None:
     """A unit of ``a`` to ``b`` against a set of ``b``'s units to ``a``."""
     units = state.units
     # The movable, whole units on each node, kept until a move touches it.
-    xs = state._node_kinds(a).units
-    ys = state._node_kinds(b).units
+    xs = state.node_kinds(a).units
+    ys = state.node_kinds(b).units
     if xs.size == 0 or ys.size == 0:
         return None
     xs = xs[units.static_ok[xs, b]]
     ys = ys[units.static_ok[ys, a] & ~state.has_neg[ys]]
     if xs.size == 0 or ys.size == 0:
         return None
-    f, inv, w = state._fractions(), state._inv_cap, state.wnorm
+    f, inv, w = state.kept_fractions(), state.inv_cap, state.wnorm
     g = w * (f[a] - f[b])
     k = w * (inv[a] + inv[b])
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -135,8 +133,8 @@ def _one_way(state: _State, a: int, b: int) -> SetExchange | None:
     ok = (count >= 1) & (gain > 0)
     if not ok.any():
         return None
-    moved_x = state._moved(xs)
-    moved_y = state._moved(ys)
+    moved_x = state.moved_of(xs)
+    moved_y = state.moved_of(ys)
     added = (~moved_x).astype(np.int64) + (taken & ~moved_y[None, :]).sum(axis=1)
     score = np.where(added > 0, gain / np.maximum(added, 1), 4 * gain)
     score = np.where(ok, score, -np.inf)
@@ -178,16 +176,16 @@ def _greedy_sets(want: np.ndarray, dy: np.ndarray, k: np.ndarray) -> np.ndarray:
     return taken
 
 
-def _allowed(state: _State, x: int, others: np.ndarray, a: int, b: int) -> bool:
+def _allowed(state: BalanceState, x: int, others: np.ndarray, a: int, b: int) -> bool:
     """Whether the exchange keeps every hard constraint — capacity on both nodes after it, no
     hard anti-affinity partner of ``x`` on ``b`` (the set's units have none) — and the headroom
-    in what the guests use (:func:`_keeps_headroom`)."""
+    in what the guests use (:func:`keeps_headroom`)."""
     units = state.units
     room = state.limit - state.committed + state.tol
     into_b = units.need[x] - units.need[others].sum(axis=0)
     if np.any(into_b > room[b]) or np.any(-into_b > room[a]):
         return False
-    if not _keeps_headroom(state, a, b, into_b):
+    if not keeps_headroom(state, a, b, into_b):
         return False
     if state.has_neg[x] and state.blocked_at(np.array([x]), np.array([b]))[0]:
         return False
@@ -195,7 +193,7 @@ def _allowed(state: _State, x: int, others: np.ndarray, a: int, b: int) -> bool:
 
 
 def set_round(
-    state: _State, heads: int, pays: Callable[[SetExchange], bool], room: int
+    state: BalanceState, heads: int, pays: Callable[[SetExchange], bool], room: int
 ) -> list[SetExchange]:
     """The set exchanges of one round: each head's best that pays for itself, best score first,
     on disjoint nodes, adding at most ``room`` migrations in all."""
@@ -217,21 +215,21 @@ def set_round(
     return out
 
 
-def _kept(state: _State, a: int, b: int) -> SetExchange | None:
+def _kept(state: BalanceState, a: int, b: int) -> SetExchange | None:
     """:func:`best_set_exchange` of ``a`` and ``b``, kept while neither node changes: it depends
     only on their loads, commitments and units (a move within a group keeps its mean)."""
-    kinds = (state._node_kinds(a), state._node_kinds(b))
-    kept = state._set_exchanges.get((a, b))
+    kinds = (state.node_kinds(a), state.node_kinds(b))
+    kept = state.set_exchanges.get((a, b))
     if kept is not None and kept[0] is kinds[0] and kept[1] is kinds[1]:
         return kept[2]
-    if len(state._set_exchanges) > SET_KEPT:
-        state._set_exchanges.clear()
+    if len(state.set_exchanges) > SET_KEPT:
+        state.set_exchanges.clear()
     found = best_set_exchange(state, a, b)
-    state._set_exchanges[(a, b)] = (kinds[0], kinds[1], found)
+    state.set_exchanges[(a, b)] = (kinds[0], kinds[1], found)
     return found
 
 
-def _keeps_headroom(state: _State, a: int, b: int, into_b: np.ndarray) -> bool:
+def keeps_headroom(state: BalanceState, a: int, b: int, into_b: np.ndarray) -> bool:
     """Whether the tighter of the two nodes keeps at least the share of its limit it had free, in
     every dimension of measured use (``cpu_used``, ``memory_used``). The balance loads can be a
     smoothed usage that lags behind the use that capacity is judged on (a guest that has just

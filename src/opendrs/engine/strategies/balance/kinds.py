@@ -1,0 +1,115 @@
+"""Units by kind for ``balance``'s exchanges (:class:`Kinds`): units alike pair alike, so an
+exchange's gain and score are computed per pair of kinds, and pairs of units only for the best."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+#: An exchange's score over its gain, by the migrations it adds (−2 to 2): 1 / added, or 4.
+SWAP_FACTOR = np.array([4.0, 4.0, 4.0, 1.0, 0.5])
+
+
+@dataclass
+class Kinds:
+    """Units by kind: ``units`` (by index); per kind, one unit (``first``) and how many there are
+    (``count``); the units' positions kind after kind (``by_kind``), and where each kind's start
+    there (``start``)."""
+
+    units: np.ndarray
+    first: np.ndarray
+    count: np.ndarray
+    by_kind: np.ndarray
+    start: np.ndarray
+
+    @classmethod
+    def of(cls, units: np.ndarray, first: np.ndarray, kind: np.ndarray) -> Kinds:
+        """``units`` of the kinds ``kind`` (each one's), ``first``: one position of each."""
+        count = np.bincount(kind, minlength=first.size)
+        by_kind = np.argsort(kind, kind="stable")
+        return cls(units, units[first], count, by_kind, np.cumsum(count) - count)
+
+    @classmethod
+    def join(cls, parts: list[Kinds]) -> Kinds:
+        """The units of ``parts`` one part after the other, each part's kinds its own."""
+        at = np.cumsum([0] + [p.units.size for p in parts]).tolist()
+        return cls(
+            np.concatenate([p.units for p in parts]),
+            np.concatenate([p.first for p in parts]),
+            np.concatenate([p.count for p in parts]),
+            np.concatenate([p.by_kind + k for p, k in zip(parts, at, strict=False)]),
+            np.concatenate([p.start + k for p, k in zip(parts, at, strict=False)]),
+        )
+
+
+def first_allowed(
+    check: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    x: Kinds,
+    o: Kinds,
+    xk: np.ndarray,
+    ok: np.ndarray,
+) -> tuple[int, int, int] | None:
+    """The first allowed pair of units, by unit index, of the kind pairs (``xk[i]``, ``ok[i]``):
+    its positions in ``x`` and ``o``, and ``i``. None if no pair is allowed."""
+    # The very first pair, most often allowed: the lowest unit of the kinds of x, with the
+    # lowest unit of the kinds of o paired with its kind.
+    lowest_x, lowest_o = x.by_kind[x.start[xk]], o.by_kind[o.start[ok]]
+    with_first = np.flatnonzero(xk == xk[np.argmin(x.units[lowest_x])])
+    i = int(with_first[np.argmin(o.units[lowest_o[with_first]])])
+    if check(lowest_x[i : i + 1], lowest_o[i : i + 1])[0]:
+        return int(lowest_x[i]), int(lowest_o[i]), i
+    xs, os, kinds = unit_pairs(x, o, xk, ok)
+    order = np.lexsort((o.units[os], x.units[xs]))
+    allowed = check(xs[order], os[order])
+    if not allowed.any():
+        return None
+    pair = order[int(np.argmax(allowed))]
+    return int(xs[pair]), int(os[pair]), int(kinds[pair])
+
+
+def runs(reach: np.ndarray, ends: np.ndarray, least: int) -> Iterable[tuple[int, int]]:
+    """Runs [begin, end) of kind pairs, each of whole tie groups (``ends``: where each ends) and
+    of at least ``least`` pairs of units but the last (``reach``: how many up to each)."""
+    begin = 0
+    while begin < reach.size:
+        done = int(reach[begin - 1]) if begin else 0
+        j = int(np.searchsorted(reach[ends - 1], done + least))
+        end = int(ends[j]) if j < ends.size else reach.size
+        yield begin, end
+        begin = end
+
+
+def unit_pairs(
+    x: Kinds, o: Kinds, xk: np.ndarray, ok: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every pair of units of the kind pairs (``xk[i]``, ``ok[i]``): the positions of the units
+    in ``x`` and ``o``, and the kind pair (i) each pair of units is of."""
+    sizes = x.count[xk] * o.count[ok]
+    kinds = np.repeat(np.arange(xk.size), sizes)
+    offset = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    width = o.count[ok[kinds]]
+    xs = x.by_kind[x.start[xk[kinds]] + offset // width]
+    os = o.by_kind[o.start[ok[kinds]] + offset % width]
+    return xs, os, kinds
+
+
+def distinct_rows(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For the rows of ``key`` (n, k): one index of each distinct row, and for each row which of
+    those it equals."""
+    order = np.lexsort(key.T[::-1])
+    ranked = key[order]
+    new = np.ones(len(key), dtype=bool)
+    new[1:] = np.any(ranked[1:] != ranked[:-1], axis=1)
+    inverse = np.empty(len(key), dtype=np.intp)
+    inverse[order] = np.cumsum(new) - 1
+    return order[new], inverse
+
+
+def every(mask: np.ndarray) -> np.ndarray:
+    """``mask.all(axis=-1)``, one column at a time (a reduction over a short last axis is slow)."""
+    out = mask[..., 0].copy()
+    for k in range(1, mask.shape[-1]):
+        out &= mask[..., k]
+    return out

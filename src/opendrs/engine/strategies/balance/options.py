@@ -1,0 +1,50 @@
+"""``balance``'s options (:class:`BalanceOptions`), read by every phase."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..base import StrategyOptions
+
+DEFAULT_TARGET_SPREAD = 0.01
+DEFAULT_MARGIN = 0.05
+DEFAULT_WIDE = 64
+
+
+def _check_options(
+    target_spread: float, margin: float, max_moves: int | None, wide: int, swaps: bool
+) -> None:
+    """ValueError naming the first bad option."""
+
+    def number(name: str, value: object) -> None:
+        if isinstance(value, bool) or not isinstance(value, int | float) or not np.isfinite(value):
+            raise ValueError(f"{name}: expected a finite number, got {value!r}")
+        if value < 0:
+            raise ValueError(f"{name}: must not be negative, got {value!r}")
+
+    number("target_spread", target_spread)
+    number("margin", margin)
+    if max_moves is not None and (
+        isinstance(max_moves, bool) or not isinstance(max_moves, int) or max_moves < 0
+    ):
+        raise ValueError(f"max_moves: expected a whole number ≥ 0, got {max_moves!r}")
+    if isinstance(wide, bool) or not isinstance(wide, int) or wide < 1:
+        raise ValueError(f"wide: expected a whole number ≥ 1, got {wide!r}")
+    if not isinstance(swaps, bool):
+        raise ValueError(f"swaps: expected true or false, got {swaps!r}")
+
+
+@dataclass(frozen=True)
+class BalanceOptions(StrategyOptions):
+    """``balance``'s options (see :func:`propose_balance`)."""
+
+    target_spread: float = DEFAULT_TARGET_SPREAD
+    margin: float = DEFAULT_MARGIN
+    max_moves: int | None = None
+    wide: int = DEFAULT_WIDE
+    swaps: bool = True
+
+    def check(self) -> None:
+        _check_options(self.target_spread, self.margin, self.max_moves, self.wide, self.swaps)

@@ -1,0 +1,218 @@
+"""``balance`` as a strategy (:class:`Balance`, :func:`propose_balance`): one search runs the
+phases in order — repair, shedding plan and rounds, pruning, the polish below the grain — and
+its history becomes the proposal; see the package's documentation for what each phase does."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from opendrs.engine.constraints import Constraints
+from opendrs.engine.imbalance import Imbalance
+from opendrs.engine.usage import LoadModel
+from opendrs.engine.view import CycleView
+from opendrs.model.cluster import Cluster
+
+from ..base import (
+    Proposal,
+    ProposedMove,
+    Request,
+    Strategy,
+    cluster_imbalance,
+    constraints_for,
+    migration_cost,
+)
+from .exact import exact_note
+from .options import BalanceOptions
+from .polish import polish_below_grain
+from .prune import prune
+from .repair import ExactRepairMemo, RepairOutcome, repair
+from .rounds import balance_rounds, balanced_reason, grain_and_goal
+from .state import BalanceState
+from .steps import History, StepKind
+
+#: The plain second search runs only on clusters of at most this many guests.
+PLAIN_GUESTS = 5_000
+#: The objective in the proposal's moves: in squared percentage points.
+OBJECTIVE_SCALE = 1e4
+
+
+def propose_balance(
+    cluster: Cluster,
+    options: BalanceOptions | None = None,
+    *,
+    forbidden: Iterable[tuple[str, str]] = (),
+    constraints: Constraints | None = None,
+    loads: LoadModel | None = None,
+) -> Proposal:
+    """Balance the cluster to ``options.target_spread`` with the fewest and smallest migrations.
+
+    ``options.margin`` is the least fall of the balance σ, in percentage points, a move must
+    bring per percent of the cluster's total migration cost it spends; ``options.max_moves``
+    caps the migrations (None: no cap); ``options.wide`` bounds the sources and targets looked
+    at per round on big clusters. ``constraints`` and ``loads`` are the models a cycle view
+    built already (capacity checked on its usage, ``forbidden`` not yet refused:
+    :func:`constraints_for`; ``cluster``'s balance loads); without them they are built from
+    ``cluster``. ``options``: the defaults when None. ValueError naming the first bad option.
+    """
+    options = options if options is not None else BalanceOptions()
+    options.check()
+    cons = constraints_for(cluster, forbidden, constraints)
+    loads = loads if loads is not None else LoadModel.build(cluster)
+    memo = ExactRepairMemo()
+    proposal, balanced = _search(cluster, cons, loads, options, shaped=True, memo=memo)
+    if not balanced and len(cluster.guests) <= PLAIN_GUESTS:
+        # With few, big guests per node the shaped search can end where no move or exchange
+        # pays for itself; the plain one (no plan, moves chosen by objective gain) takes
+        # another path, and is kept if it reaches the target. It repeats the whole search:
+        # on a big cluster that doubles the time, for a path that did not reach the target
+        # there either (#15), so it runs on small clusters only.
+        plain, plain_balanced = _search(cluster, cons, loads, options, shaped=False, memo=memo)
+        if plain_balanced:
+            return plain
+    return proposal
+
+
+def _search(
+    cluster: Cluster,
+    cons: Constraints,
+    loads: LoadModel,
+    options: BalanceOptions,
+    *,
+    shaped: bool,
+    memo: ExactRepairMemo,
+) -> tuple[Proposal, bool]:
+    """One search; ``shaped``: with the shedding plan and band-ordered moves. Also: balanced?
+
+    ``memo`` keeps the exact repair for the second search, which starts from the same state.
+    """
+    state = BalanceState(cluster, cons, loads)
+    before = cluster_imbalance(cluster, loads=state.loads)
+    history = History(state)
+    limit = options.max_moves if options.max_moves is not None else 10**9
+    repaired = repair(history, limit, options.max_moves, memo)
+    grain, state.goal = grain_and_goal(state, options.target_spread)
+    # Balancing never leaves the objective above what it is now (repairs may raise it).
+    ceiling = state.objective()
+    stopped, reached_goal = balance_rounds(history, options, limit, shaped=shaped)
+    prune(history)
+    if reached_goal:
+        # A resource whose goal was one step on the smallest node, brought within
+        # target_spread in whole steps where they can add up.
+        target_spread = options.target_spread
+        polished = polish_below_grain(history, grain, target_spread, ceiling, limit, options.swaps)
+        if polished:
+            stopped = balanced_reason(target_spread, state.spreads(), polished)
+    proposal = Proposal(
+        "balance",
+        _proposed_moves(history),
+        before,
+        _imbalance_after(state),
+        stopped,
+        _notes(state, repaired),
+        _proposal_options(options, repaired),
+    )
+    return proposal, reached_goal
+
+
+def _proposed_moves(history: History) -> tuple[ProposedMove, ...]:
+    """Each guest the search moved, from where it started to where it ends, in the order its
+    unit first moved, with the objective before that first move and after its last, and the
+    first move's reason (a pruned unit is back home: it does not move)."""
+    state = history.state
+    cluster, units = state.cluster, state.units
+    first_seen: dict[int, int] = {}
+    j_before: dict[int, float] = {}
+    j_after: dict[int, float] = {}
+    why: dict[int, str] = {}
+    for i, step in enumerate(history.steps):
+        if step.kind is StepKind.PRUNED:
+            continue
+        u = step.unit
+        first_seen.setdefault(u, i)
+        j_before.setdefault(u, step.before)
+        j_after[u] = step.after
+        why.setdefault(u, step.kind.reason)
+    final, guests = units.assign, cluster.guests
+    moves: list[ProposedMove] = []
+    for u in sorted(np.nonzero(state.moved())[0].tolist(), key=lambda u: first_seen[u]):
+        tgt = cluster.nodes[int(final[u])].name
+        for j in units.members[u].tolist():
+            origin = int(state.loads.assign[j])
+            if origin == int(final[u]):
+                continue  # a bundle member that was already there
+            partner = f" (with {units.label[u]})" if guests[j].id != units.label[u] else ""
+            moves.append(
+                ProposedMove(
+                    guest=guests[j].id,
+                    source=cluster.nodes[origin].name,
+                    target=tgt,
+                    metric="weighted variance (pp²)",
+                    before=j_before[u] * OBJECTIVE_SCALE,
+                    after=j_after[u] * OBJECTIVE_SCALE,
+                    cost=migration_cost(guests[j], cluster.settings),
+                    reason=why[u] + partner,
+                )
+            )
+    return tuple(moves)
+
+
+def _imbalance_after(state: BalanceState) -> Imbalance:
+    """The cluster's imbalance with every moved unit where the search left it."""
+    assign = np.array(state.loads.assign, copy=True)
+    moved = state.moved()
+    for u, idx in enumerate(state.units.members):
+        if moved[u]:
+            assign[idx] = state.units.assign[u]
+    return cluster_imbalance(state.cluster, assign, state.loads)
+
+
+def _notes(state: BalanceState, repaired: RepairOutcome) -> tuple[str, ...]:
+    """The proposal's notes: the constraints' problems, the exact repair, what was not
+    repaired."""
+    notes = [str(p) for p in state.cons.problems]
+    if repaired.exact is not None:
+        notes.append(exact_note(repaired.exact))
+    if repaired.stuck:
+        names = sorted({state.units.label[u] for u in repaired.stuck})
+        more = f" (and {len(names) - 10} more)" if len(names) > 10 else ""
+        notes.append("could not repair: " + ", ".join(names[:10]) + more)
+    return tuple(notes)
+
+
+def _proposal_options(options: BalanceOptions, repaired: RepairOutcome) -> dict[str, Any]:
+    """The proposal's options: the options searched with, and what an exact repair found."""
+    values: dict[str, Any] = options.values()
+    if repaired.exact is not None:
+        values["repair"] = repaired.exact
+    return values
+
+
+class Balance:
+    """The strategy as the registry lists it (see :class:`.base.Strategy`)."""
+
+    name = "balance"
+    summary = "opendrs: fewest, smallest migrations to a target spread; all rules hard"
+    Options = BalanceOptions
+
+    def propose(self, view: CycleView, request: Request, options: BalanceOptions) -> Proposal:
+        """:func:`propose_balance` of the observed cluster with the view's models; the request's
+        target spread and move cap unless the options set them."""
+        asked = replace(
+            options,
+            target_spread=options.pick("target_spread", request.target_spread),
+            max_moves=options.pick("max_moves", request.max_moves),
+        )
+        return propose_balance(
+            view.observed,
+            asked,
+            forbidden=request.forbidden,
+            constraints=view.constraints,
+            loads=view.loads,
+        )
+
+
+STRATEGIES: tuple[Strategy, ...] = (Balance(),)
