@@ -11,7 +11,7 @@ predicted cluster metrics before and after.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Protocol, Self
 
@@ -369,31 +369,6 @@ class Strategy(Protocol):
     def Options(self) -> type[StrategyOptions]: ...
 
     def propose(self, view: CycleView, request: Request, options: Any) -> Proposal: ...
-
-
-def spread_options(
-    function: Callable[..., Proposal],
-    cluster: Cluster,
-    view: CycleView,
-    request: Request,
-    options: StrategyOptions,
-    asks: tuple[str, ...] = (),
-) -> Proposal:
-    """Transitional: ``function(cluster, *, forbidden, constraints, loads, **options)`` with
-    each option spread into a keyword (and each :class:`Request` field in ``asks``, unless an
-    option of that name is set explicitly). To be gone once every strategy reads its options."""
-    values = options.values()
-    own = set(options.names())
-    for key in asks:
-        asked = getattr(request, key)
-        values[key] = options.pick(key, asked) if key in own else asked
-    return function(
-        cluster,
-        forbidden=request.forbidden,
-        constraints=view.constraints,
-        loads=view.loads,
-        **values,
-    )
 
 
 @dataclass(frozen=True)
