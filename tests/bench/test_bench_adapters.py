@@ -69,7 +69,7 @@ def test_generate_respects_node_capacity_and_rules(size: str, rules: bool) -> No
     assign = current_assign(cluster)
     assert cons.violations(assign) == []
     committed = committed_for(cons, assign)
-    memory = cons.capacity.dims.index("memory")
+    memory = [str(d) for d in cons.capacity.dimensions].index("memory")
     assert np.all(committed[:, memory] <= 0.97 * cons.capacity.limit[:, memory] + 1)
     if rules:
         assert cluster.rules.node_affinity and cluster.rules.guest_affinity

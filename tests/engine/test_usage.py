@@ -83,7 +83,13 @@ def test_loads_for_another_assignment() -> None:
 
 def test_capacity_dimensions_and_commitments() -> None:
     cap = CapacityModel.build(_cluster("dynamic", cpu_overcommit=2.0, reserve_memory=GiB))
-    assert cap.dims == ("vcpus", "memory", "cpu_used", "memory_used", "storage:local")
+    assert tuple(map(str, cap.dimensions)) == (
+        "vcpus",
+        "memory",
+        "cpu_used",
+        "memory_used",
+        "storage:local",
+    )
     # a: 8 cores * 2; 32 GiB - 1 GiB default reserve; b has its own reserves.
     assert cap.limit[0].tolist() == [16.0, 31.0 * GiB, 8.0, 31.0 * GiB, 100.0 * GiB]
     assert cap.limit[1].tolist() == [28.0, 60.0 * GiB, 14.0, 60.0 * GiB, 0.0]

@@ -67,7 +67,8 @@ def test_usage_stays_the_default_and_can_be_asked_for() -> None:
 
 def test_the_hard_capacity_checks_do_not_change() -> None:
     pressure, usage = CapacityModel.build(_cluster()), CapacityModel.build(_cluster("usage"))
-    assert pressure.dims == usage.dims == ("vcpus", "memory", "cpu_used", "memory_used")
+    assert pressure.dimensions == usage.dimensions
+    assert tuple(map(str, usage.dimensions)) == ("vcpus", "memory", "cpu_used", "memory_used")
     np.testing.assert_array_equal(pressure.limit, usage.limit)
     np.testing.assert_array_equal(pressure.demand, usage.demand)
     np.testing.assert_array_equal(pressure.committed(), usage.committed())

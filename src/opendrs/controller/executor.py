@@ -882,7 +882,9 @@ def _refusal(state: PlacementState, bundle: np.ndarray, n: int) -> Rejection | N
     cons = state.constraints
     assign = _without(state.assign, bundle)
     headroom = cons.capacity.limit - _committed_without(state, bundle)
-    demand = sum((cons.guest_demand(j) for j in bundle.tolist()), np.zeros(len(cons.capacity.dims)))
+    demand = sum(
+        (cons.guest_demand(j) for j in bundle.tolist()), np.zeros(len(cons.capacity.dimensions))
+    )
     for j in bundle.tolist():
         for name, mask in cons.hard_masks(j, assign, headroom, demand):
             if mask[n] or (name == "affinity" and not _with_partners(state, j, bundle)):

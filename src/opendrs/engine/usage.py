@@ -563,11 +563,6 @@ class CapacityModel:
         )
 
     @cached_property
-    def dims(self) -> tuple[str, ...]:
-        """The dimensions' names, for messages (and the strategies that still read names)."""
-        return tuple(str(d) for d in self.dimensions)
-
-    @cached_property
     def storage_cols(self) -> np.ndarray:
         """(D,) bool: the dimensions of storage pools."""
         return np.array([d.kind is DimensionKind.STORAGE for d in self.dimensions], dtype=bool)

@@ -255,7 +255,7 @@ def _show_problems(
         report.heading("Over capacity now")
         for n, d in zip(*np.nonzero(over), strict=True):
             report.line(
-                f"  {cluster.nodes[n].name}: {cons.capacity.dims[d]} "
+                f"  {cluster.nodes[n].name}: {cons.capacity.dimensions[d]} "
                 f"{committed[n, d]:.4g} > {limit[n, d]:.4g}",
                 "red",
             )

@@ -190,7 +190,7 @@ class DeadlockBreaker:
                 mover_units.append(u)
                 mover_guests.append(g)
         movers = np.array(mover_guests, dtype=np.intp)
-        leaving = np.zeros((len(occupancy.node_names), len(occupancy.dim_names)))
+        leaving = np.zeros((len(occupancy.node_names), len(occupancy.dimensions)))
         np.add.at(leaving, occupancy.position[movers], occupancy.guest_demand[movers])
         targets = units.target_array[stuck]
         return _Stuck(
@@ -250,7 +250,7 @@ class DeadlockBreaker:
         need = occupancy.committed[t] - leaving[t] + units.demand[u] > occupancy.bound[t]
         label, where = units.label(u), occupancy.node_names[t]
         if need.any():
-            dims = ", ".join(occupancy.dim_names[d] for d in np.nonzero(need)[0].tolist())
+            dims = ", ".join(str(occupancy.dimensions[d]) for d in np.nonzero(need)[0].tolist())
             return (
                 f"{label} cannot move to {where}: not enough room there ({dims}) "
                 "even after every planned move off it"

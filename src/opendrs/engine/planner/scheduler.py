@@ -196,7 +196,7 @@ class Planner:
         )
         bad = set(movers[~static].tolist())
 
-        empty = np.zeros((len(cluster.nodes), len(self.occupancy.dim_names)))
+        empty = np.zeros((len(cluster.nodes), len(self.occupancy.dimensions)))
         reachable: list[_Request] = []
         for (_key, t), members in bundles.items():
             guests = tuple(sorted(members, key=self.guest_ids.__getitem__))
@@ -228,7 +228,7 @@ class Planner:
         Rank: free the most room on congested nodes, then the busiest targets, then guest id.
         """
         occupancy = self.occupancy
-        n_nodes, n_dims = len(self.node_names), len(occupancy.dim_names)
+        n_nodes, n_dims = len(self.node_names), len(occupancy.dimensions)
         unit_of = np.array([k for k, (guests, _t) in enumerate(requested) for _g in guests])
         members = np.array([g for guests, _t in requested for g in guests], dtype=np.intp)
         targets = np.array([t for _guests, t in requested], dtype=np.intp)

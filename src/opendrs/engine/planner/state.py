@@ -151,8 +151,8 @@ class Occupancy:
     def __init__(self, cluster: Cluster, constraints: Constraints, node_names: list[str]) -> None:
         capacity = constraints.capacity
         self.node_names = node_names
-        #: The names of the hard capacity dimensions.
-        self.dim_names = capacity.dims
+        #: The hard capacity dimensions.
+        self.dimensions = capacity.dimensions
         #: What every node may hold (nodes × dimensions), and the same with the capacity model's
         #: rounding tolerance: what the checks compare with.
         self.limit = capacity.limit

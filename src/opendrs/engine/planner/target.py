@@ -176,7 +176,7 @@ class _TargetState:
                 break
             if u in self.dropped:
                 continue
-            dims = ", ".join(occupancy.dim_names[d] for d in np.nonzero(need)[0].tolist())
+            dims = ", ".join(str(occupancy.dimensions[d]) for d in np.nonzero(need)[0].tolist())
             self._drop(
                 u,
                 f"{units.label(u)} cannot move to {occupancy.node_names[t]}: the target "

@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from opendrs.engine.usage import Dimension
+
 if TYPE_CHECKING:
     from ortools.sat.python import cp_model
 
 #: The CPU dimensions of a capacity model (counted in thousandths of a core).
-CPU_DIMS = ("vcpus", "cpu_used")
 #: Largest number of units a capacity dimension may sum to in the model (keeps CP-SAT exact).
 _MAX_UNITS = 2**48
 #: Tolerance, in model units, when turning a real value into whole units.
@@ -56,7 +57,9 @@ def budget_spent(solver: cp_model.CpSolver, time_limit: float) -> bool:
     return solver.deterministic_time >= time_limit * DETERMINISTIC_SHARE * 0.999
 
 
-def as_units(dem: np.ndarray, room: np.ndarray, dim: str) -> tuple[np.ndarray, np.ndarray, float]:
+def as_units(
+    dem: np.ndarray, room: np.ndarray, dim: Dimension
+) -> tuple[np.ndarray, np.ndarray, float]:
     """Demands (G,) and room (N,) of one capacity dimension in whole model units.
 
     Returns the integer demands (rounded up), the integer room (rounded down) and how many of the
@@ -64,7 +67,7 @@ def as_units(dem: np.ndarray, room: np.ndarray, dim: str) -> tuple[np.ndarray, n
     byte dimensions in the greatest common divisor of their sizes, coarsened if the sums would be
     too large for exact arithmetic.
     """
-    if dim in CPU_DIMS:
+    if dim.kind.in_cores:
         per_unit = 1e-3
         dem_units, room_units = dem * 1000.0, room * 1000.0
     else:
@@ -86,4 +89,4 @@ def as_units(dem: np.ndarray, room: np.ndarray, dim: str) -> tuple[np.ndarray, n
     return np.maximum(dem_int, 0), room_int, per_unit
 
 
-__all__ = ["CPU_DIMS", "DETERMINISTIC_SHARE", "as_units", "budget_spent", "new_solver"]
+__all__ = ["DETERMINISTIC_SHARE", "as_units", "budget_spent", "new_solver"]

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from opendrs.engine.usage import Dimension
+
 from .cpsat import as_units, budget_spent, new_solver
 
 if TYPE_CHECKING:
@@ -40,7 +42,7 @@ class RepairSolution:
 def solve_repair(
     need: np.ndarray,
     room: np.ndarray,
-    dims: tuple[str, ...],
+    dims: tuple[Dimension, ...],
     domain: list[np.ndarray],
     cost: list[np.ndarray],
     apart: list[tuple[int, int]],
@@ -116,7 +118,7 @@ def _repair_capacity(
     y: list[dict[int, Any]],
     need: np.ndarray,
     room: np.ndarray,
-    dims: tuple[str, ...],
+    dims: tuple[Dimension, ...],
 ) -> None:
     """Capacity of every node and dimension, in whole model units (see :func:`.cpsat.as_units`)."""
     from ortools.sat.python import cp_model  # imported when solving: it is large

@@ -188,7 +188,7 @@ def _repair_inputs(
         net = (price[:, None] * away).sum(axis=0).astype(np.int64)
         cost.append(np.where(net > 0, scale * net + fill[domain[i]], 0))
     need = units.need[model] if model else np.zeros((0, room.shape[1]))
-    return need, room, state.cons.capacity.dims, domain, cost, apart
+    return need, room, state.cons.capacity.dimensions, domain, cost, apart
 
 
 def exact_note(info: dict[str, Any]) -> str:

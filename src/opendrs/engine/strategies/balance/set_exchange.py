@@ -235,7 +235,7 @@ def keeps_headroom(state: BalanceState, a: int, b: int, into_b: np.ndarray) -> b
     smoothed usage that lags behind the use that capacity is judged on (a guest that has just
     grown); a set exchange is a big step taken on those loads, and must not fill a node up with
     what its guests really use. Without measured use (configured sizes) it always holds."""
-    dims = [d for d, name in enumerate(state.cons.capacity.dims) if name.endswith("_used")]
+    dims = [d for d, dim in enumerate(state.cons.capacity.dimensions) if dim.kind.measured]
     if not dims:
         return True
     limit = state.limit[[a, b]][:, dims]

@@ -61,7 +61,7 @@ def build_units(cluster: Cluster, cons: Constraints, loads: LoadModel) -> Units:
         guest_cost[j] = migration_cost(guests[j], cluster.settings)
     # A unit of one guest has its guest's figures (added to zeros, as a bundle's are).
     demand = np.zeros((n_units, len(RESOURCES))) + guest_demand[heads]
-    unit_need = np.zeros((n_units, len(capacity.dims))) + guest_need[heads]
+    unit_need = np.zeros((n_units, len(capacity.dimensions))) + guest_need[heads]
     cost = np.zeros(n_units) + guest_cost[heads]
     movable = free[heads]
     static = cons.static_ok()

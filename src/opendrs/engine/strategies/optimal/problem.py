@@ -15,12 +15,12 @@ import numpy as np
 from opendrs.engine.constraints import Constraints
 from opendrs.engine.objective import SOFT_PENALTY
 from opendrs.engine.sparse_rows import RowMask
-from opendrs.engine.usage import LoadModel
+from opendrs.engine.usage import Dimension, DimensionKind, LoadModel
 from opendrs.model.cluster import Cluster
 from opendrs.model.units import format_bytes
 
 from ..base import migration_cost
-from ..cpsat import CPU_DIMS, as_units
+from ..cpsat import as_units
 from .terms import SpreadTerm, spread_terms
 from .units import Messages, UnitBuilder, contradictions, current_nodes
 
@@ -52,7 +52,7 @@ class Problem:
     units: list[np.ndarray]  # guest indices
     unit_of: np.ndarray  # (G,) unit index, -1 for absent guests
     domain: list[np.ndarray]  # per unit: allowed node indices (sorted)
-    dims: tuple[str, ...]
+    dims: tuple[Dimension, ...]
     dem: np.ndarray  # (G, D) int64 capacity demand in model units
     cap: np.ndarray  # (N, D) int64 room in model units (after relaxations)
     units_of_dim: list[float]  # bytes (or cores) per model unit, per dimension
@@ -111,12 +111,16 @@ class Problem:
         return Score(objective, spread, cost, penalty)
 
 
-def _fmt_amount(dim: str, value: float) -> str:
+def _fmt_amount(dim: Dimension, value: float) -> str:
     """``30 vCPUs``, ``3.5 cores in use``, ``72.0 GiB of memory``, ``100 GiB of storage local``."""
-    if dim in CPU_DIMS:
+    if dim.kind.in_cores:
         number = f"{value:g}" if value == int(value) else f"{value:.2f}"
-        return f"{number} vCPUs" if dim == "vcpus" else f"{number} cores in use"
-    what = {"memory": "memory", "memory_used": "memory in use"}.get(dim, dim.replace(":", " "))
+        return f"{number} vCPUs" if dim.kind is DimensionKind.VCPUS else f"{number} cores in use"
+    what = {
+        DimensionKind.MEMORY: "memory",
+        DimensionKind.MEMORY_USED: "memory in use",
+        DimensionKind.STORAGE: f"storage {dim.pool}",
+    }[dim.kind]
     return f"{format_bytes(value)} of {what}"
 
 
@@ -126,7 +130,7 @@ def _model_capacity(
     """Each guest's demand (G, D) and node's room (N, D) in whole model units, and the size of
     a unit per dimension; in relaxed mode room is never below what held guests need."""
     cluster, capm = cons.cluster, cons.capacity
-    guests, dims = cluster.guests, capm.dims
+    guests, dims = cluster.guests, capm.dimensions
     n_guests, n_nodes = len(guests), len(cluster.nodes)
     raw_dem = (
         np.stack([cons.guest_demand(j) for j in range(n_guests)])
@@ -289,7 +293,7 @@ def build_problem(
         units=cut.units,
         unit_of=unit_of,
         domain=cut.domain,
-        dims=cons.capacity.dims,
+        dims=cons.capacity.dimensions,
         dem=dem,
         cap=cap,
         units_of_dim=per_units,
