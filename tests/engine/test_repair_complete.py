@@ -24,11 +24,15 @@ from opendrs.engine.policy import (
 from opendrs.engine.strategies.balance.options import BalanceOptions
 from opendrs.engine.strategies.balance.strategy import propose_balance
 from opendrs.engine.strategies.exact_repair import solve_repair
+from opendrs.engine.usage import Dimension, DimensionKind
 from opendrs.model.cluster import Cluster, Guest, Node, Settings
 from repairs import cluster
 
 GiB = 1024**3
 NOW = 1_000_000.0
+
+
+VCPUS = Dimension(DimensionKind.VCPUS)
 
 
 def _steps(cluster: Cluster, **kw: object) -> list[tuple[int, str, str, str, bool]]:
@@ -191,15 +195,15 @@ def test_the_exact_model_sees_a_shortfall_without_searching() -> None:
     room = np.array([[1.0], [2.0]])
     domain = [np.array([0, 1]), np.array([0, 1])]
     cost = [np.array([1, 1]), np.array([1, 1])]
-    found = solve_repair(need, room, ("vcpus",), domain, cost, [])
+    found = solve_repair(need, room, (VCPUS,), domain, cost, [])
     assert found.status == "INFEASIBLE" and found.choice is None and found.deterministic
     # With room, anti-affine units take different nodes, the cheaper way.
     room = np.array([[2.0], [2.0]])
-    found = solve_repair(need, room, ("vcpus",), domain, [np.array([0, 5]), np.array([3, 1])], [])
+    found = solve_repair(need, room, (VCPUS,), domain, [np.array([0, 5]), np.array([3, 1])], [])
     assert found.status == "OPTIMAL" and found.choice is not None
     assert found.choice.tolist() == [0, 1]
     roomy = np.array([[4.0], [4.0]])
     apart = solve_repair(
-        need, roomy, ("vcpus",), domain, [np.array([0, 5]), np.array([0, 5])], [(0, 1)]
+        need, roomy, (VCPUS,), domain, [np.array([0, 5]), np.array([0, 5])], [(0, 1)]
     )
     assert apart.choice is not None and sorted(apart.choice.tolist()) == [0, 1]
