@@ -16,7 +16,7 @@ from opendrs.model.cluster import Cluster
 
 from ..base import Proposal, ProposedMove, cluster_imbalance, migration_cost
 from .problem import Problem, Score
-from .units import rejection
+from .units import phrase, rejection
 
 _MAX_EXPLAIN = 8
 
@@ -39,9 +39,9 @@ def _move_reason(p: Problem, g: int, current_ok_nodes: set[int]) -> str:
         return f"leaves {node.name}: offline"
     if node.maintenance:
         return f"leaves {node.name}: maintenance"
-    reason = rejection(cons, g, n)
-    if reason != "allowed":
-        return f"leaves {node.name}: {reason}"
+    refused = rejection(cons, g, n)
+    if refused is not None:
+        return f"leaves {node.name}: {phrase(refused)}"
     if n not in current_ok_nodes:
         return f"leaves {node.name}: over capacity"
     u = int(p.unit_of[g])

@@ -7,9 +7,11 @@ from typing import Any
 
 import numpy as np
 
+from opendrs.engine.constraints import RejectionCode
+
 from ..cpsat import new_solver
 from .problem import Problem
-from .units import rejection
+from .units import phrase, rejection
 
 
 class _Explainer:
@@ -63,15 +65,15 @@ class _Explainer:
         """Guest ``g`` off each node the static constraints refuse it, labelled by why."""
         guests, nodes = self.p.cluster.guests, self.p.cluster.nodes
         for n in range(self.n_nodes):
-            reason = rejection(self.p.cons, g, n)
-            if reason == "allowed":
+            refused = rejection(self.p.cons, g, n)
+            if refused is None:
                 continue
-            if reason in ("offline", "maintenance"):
-                label = f"node {nodes[n].name} is {reason}"
-            elif reason == "forbidden":
+            if refused.code in (RejectionCode.OFFLINE, RejectionCode.MAINTENANCE):
+                label = f"node {nodes[n].name} is {refused.code.value}"
+            elif refused.code is RejectionCode.FORBIDDEN:
                 label = "forbidden placements (no safe migration order)"
             else:
-                label = f"guest {guests[g].id}: {reason}"
+                label = f"guest {guests[g].id}: {phrase(refused)}"
             self.m.add(self.x[g][n] == 0).only_enforce_if(self.lit(label))
 
     def add_capacity(self) -> None:

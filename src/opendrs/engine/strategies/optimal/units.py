@@ -8,7 +8,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from opendrs.engine.constraints import Constraints, fails_back, movability
+from opendrs.engine.constraints import (
+    Constraints,
+    Rejection,
+    RejectionCode,
+    fails_back,
+    movability,
+)
 from opendrs.model.cluster import Cluster
 
 
@@ -36,25 +42,35 @@ def _negative_conflicts(cons: Constraints) -> list[tuple[str, list[str]]]:
     return out
 
 
-def rejection(cons: Constraints, j: int, n: int) -> str:
-    """Why node ``n`` is not allowed for guest ``j`` by the static constraints."""
+def rejection(cons: Constraints, j: int, n: int) -> Rejection | None:
+    """Why the static constraints refuse node ``n`` to guest ``j`` (None: they allow it); the
+    detail of an architecture or node-affinity refusal is this model's short phrase for it."""
     node = cons.cluster.nodes[n]
     if not node.online:
-        return "offline"
+        return Rejection(RejectionCode.OFFLINE, node.name)
     if node.maintenance:
-        return "maintenance"
+        return Rejection(RejectionCode.MAINTENANCE, node.name)
     if not cons.arch_ok[j, n]:
-        return f"architecture {node.arch}"
+        return Rejection(RejectionCode.ARCH, node.name, f"architecture {node.arch}")
     if not cons.strict_ok[j, n]:
         guest = cons.cluster.guests[j]
         rules = cons.rules.node_rules_for(guest.id)
         names = [r.name for r in rules if r.strict]
         if not names and fails_back(guest):
-            return "HA failback (" + ", ".join(r.name for r in rules) + ")"
-        return "strict node affinity" + (f" ({', '.join(names)})" if names else "")
+            detail = "HA failback (" + ", ".join(r.name for r in rules) + ")"
+        else:
+            detail = "strict node affinity" + (f" ({', '.join(names)})" if names else "")
+        return Rejection(RejectionCode.NODE_AFFINITY, node.name, detail)
     if not cons.permitted[j, n]:
-        return "forbidden"
-    return "allowed"
+        return Rejection(RejectionCode.FORBIDDEN, node.name)
+    return None
+
+
+def phrase(refused: Rejection | None) -> str:
+    """This model's short phrase for a static refusal, in its notes and reasons."""
+    if refused is None:
+        return "allowed"
+    return refused.detail or refused.code.value
 
 
 @dataclass
@@ -179,14 +195,14 @@ class UnitBuilder:
                 self.say.infeasible.append(
                     f"guest {guest_id} may not move ({self.why_fixed[j]}) but node "
                     f"{names[cur[j]]} is not allowed for it "
-                    f"({rejection(self.cons, j, int(cur[j]))})"
+                    f"({phrase(rejection(self.cons, j, int(cur[j])))})"
                 )
             self.hold(j)
             return
         dom = np.nonzero(self.static[j])[0]
         if dom.size == 0:
             reasons = "; ".join(
-                f"{names[n]}: {rejection(self.cons, j, n)}" for n in range(len(names))
+                f"{names[n]}: {phrase(rejection(self.cons, j, n))}" for n in range(len(names))
             )
             text = f"no node can take guest {guest_id} ({reasons or 'no nodes'})"
             self.say.either(text, f": it stays on {names[cur[j]]}")
