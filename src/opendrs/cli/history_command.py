@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 
 from rich.console import Console
 
-from opendrs.controller.commands import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, UsageError
+from opendrs.cli.commands import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, UsageError
 from opendrs.controller.config import Config, load_config
 from opendrs.controller.history import DecisionRecord, History, HistoryError, MigrationRecord
 from opendrs.controller.records import (

@@ -28,6 +28,13 @@ from opendrs.backends.generated import (
     shape_of,
 )
 from opendrs.backends.sim import HOT, Scenario, Simulator, builtin_scenario, load_scenario
+from opendrs.cli.simulate import (
+    PolicyTrace,
+    StabilityReport,
+    report_from,
+    run_policy,
+    simulated_config,
+)
 from opendrs.controller.config import (
     BackendConfig,
     Config,
@@ -42,13 +49,6 @@ from opendrs.controller.history import History, HistoryError
 from opendrs.controller.http_server import HttpError, start_server
 from opendrs.controller.loop import Controller, Cycle, InstanceLock, LockError
 from opendrs.controller.metrics import DaemonMetrics
-from opendrs.controller.simulate import (
-    PolicyTrace,
-    StabilityReport,
-    report_from,
-    run_policy,
-    simulated_config,
-)
 from opendrs.engine.policy import PRESETS, PolicyConfig, parse_policy
 from opendrs.engine.policy.config import (
     BUDGET_WINDOW_RANGE,
@@ -467,8 +467,8 @@ def _write_simulation_report(
 ) -> None:
     """``simulate --report FILE``: HTML, or Markdown for a ``.md`` file (imported here: only
     this option needs the templates and the charts)."""
-    from opendrs.controller.report_command import file_format, write_report
-    from opendrs.report.simulation_report import simulation_document
+    from opendrs.cli.report_command import file_format, write_report
+    from opendrs.cli.simulation_report import simulation_document
 
     write_report(simulation_document(name, runs), file_format(path), path, "--report")
 

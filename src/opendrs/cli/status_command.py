@@ -3,7 +3,7 @@
 Four parts, each read without disturbing a running daemon:
 
 - the cluster, observed once through the configured backend as the daemon observes it
-  (:func:`opendrs.controller.snapshot_command.observe_once`): each node's load per resource, and
+  (:func:`opendrs.cli.snapshot_command.observe_once`): each node's load per resource, and
   the spread per CPU architecture where the usable nodes have several; the rules it drops or
   ignores (also a ``warning: rules:`` line each on standard error); and what a repair of it
   leaves breaking a hard constraint (:func:`opendrs.engine.policy.stuck_now`) — every guest
@@ -15,7 +15,7 @@ Four parts, each read without disturbing a running daemon:
 
 A part that cannot be read is said in one line and the others are still shown. Times are the
 backend's clock; *now* is the wall clock, or for the simulator the latest time in the history
-(:func:`opendrs.controller.history_command.history_now`).
+(:func:`opendrs.cli.history_command.history_now`).
 
 Exit status: 0 everything read; 1 the cluster could not be observed, or the history or the lock
 could not be read (the rest is shown); 2 a bad configuration or option.
@@ -32,13 +32,13 @@ from typing import Any
 from rich.console import Console
 
 from opendrs.backends.base import BackendError
-from opendrs.controller.commands import EXIT_OK, EXIT_PROBLEM, setup_logging
+from opendrs.cli.commands import EXIT_OK, EXIT_PROBLEM, setup_logging
+from opendrs.cli.history_command import history_now, open_history
+from opendrs.cli.snapshot_command import observe_once
 from opendrs.controller.config import Config, load_config
 from opendrs.controller.history import Avoid, Cooldown, HistoryError
-from opendrs.controller.history_command import history_now, open_history
 from opendrs.controller.loop import InstanceLock, LockError
 from opendrs.controller.records import decision_object, iso_time, migration_now
-from opendrs.controller.snapshot_command import observe_once
 from opendrs.controller.views import (
     arch_spreads,
     cluster_summary,

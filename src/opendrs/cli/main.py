@@ -15,15 +15,7 @@ from typing import Any, NoReturn
 from rich.console import Console
 
 from opendrs import __version__
-from opendrs.compat.proxlb import (
-    Scenario,
-    check_paths,
-    is_proxlb_scenario,
-    junit_xml,
-    scenario_files,
-    scenario_from_dict,
-)
-from opendrs.controller.commands import (
+from opendrs.cli.commands import (
     EXIT_OK,
     EXIT_PROBLEM,
     EXIT_USAGE,
@@ -33,13 +25,22 @@ from opendrs.controller.commands import (
     add_simulate_parser,
     parse_number,
 )
+from opendrs.cli.history_command import add_history_parser
+from opendrs.cli.maintenance_command import add_maintenance_parser
+from opendrs.cli.plan_report import plan_document
+from opendrs.cli.planning import PlanResult, make_plan
+from opendrs.cli.report_command import report_of_history, write_report
+from opendrs.cli.snapshot_command import add_snapshot_parser
+from opendrs.cli.status_command import add_status_parser
+from opendrs.compat.proxlb import (
+    Scenario,
+    check_paths,
+    is_proxlb_scenario,
+    junit_xml,
+    scenario_files,
+    scenario_from_dict,
+)
 from opendrs.controller.history import HistoryError
-from opendrs.controller.history_command import add_history_parser
-from opendrs.controller.maintenance_command import add_maintenance_parser
-from opendrs.controller.planning import PlanResult, make_plan
-from opendrs.controller.report_command import report_of_history, write_report
-from opendrs.controller.snapshot_command import add_snapshot_parser
-from opendrs.controller.status_command import add_status_parser
 from opendrs.controller.views import stuck_rows
 from opendrs.engine.breaks import rule_breaks
 from opendrs.engine.constraints import Constraints, movability, platform_balancer
@@ -71,7 +72,6 @@ from opendrs.model.snapshot import (
 )
 from opendrs.model.units import UnitError, parse_bytes
 from opendrs.report.data import json_text
-from opendrs.report.plan_report import plan_document
 from opendrs.report.render import FORMATS as REPORT_FORMATS
 from opendrs.report.text import (
     Report,
