@@ -25,18 +25,17 @@ from datetime import UTC, datetime
 
 from rich.console import Console
 
-from opendrs.cli.commands import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, UsageError
+from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, UsageError
 from opendrs.controller.config import Config, load_config
 from opendrs.controller.history import DecisionRecord, History, HistoryError, MigrationRecord
 from opendrs.controller.records import (
     decision_object,
-    iso_time,
     jsonl,
     migration_now,
     timeline,
 )
 from opendrs.model.units import UnitError, format_duration, parse_duration
-from opendrs.report.data import json_text
+from opendrs.report.data import iso_time, json_text
 from opendrs.report.text import Report
 
 __all__ = ["add_history_parser", "cmd_history", "history_now", "open_history", "parse_since"]

@@ -15,20 +15,12 @@ from typing import Any, NoReturn
 from rich.console import Console
 
 from opendrs import __version__
-from opendrs.cli.commands import (
-    EXIT_OK,
-    EXIT_PROBLEM,
-    EXIT_USAGE,
-    UsageError,
-    add_demo_parser,
-    add_run_parser,
-    add_simulate_parser,
-    parse_number,
-)
+from opendrs.cli.commands import add_demo_parser, add_run_parser, add_simulate_parser, parse_number
 from opendrs.cli.history_command import add_history_parser
 from opendrs.cli.maintenance_command import add_maintenance_parser
 from opendrs.cli.plan_report import plan_document
 from opendrs.cli.planning import PlanResult, make_plan
+from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, UsageError
 from opendrs.cli.report_command import report_of_history, write_report
 from opendrs.cli.snapshot_command import add_snapshot_parser
 from opendrs.cli.status_command import add_status_parser

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from opendrs.backends.base import Backend, BackendError, PlatformMaintenance
-from opendrs.cli.commands import EXIT_OK, EXIT_PROBLEM, UsageError, setup_logging
+from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, UsageError, setup_logging
 from opendrs.controller.config import load_config
 from opendrs.model.cluster import Cluster
 from opendrs.report.data import json_text

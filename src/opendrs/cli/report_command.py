@@ -17,8 +17,8 @@ import os
 import sys
 from pathlib import Path
 
-from opendrs.cli.commands import UsageError
 from opendrs.cli.history_report import history_document
+from opendrs.cli.process import UsageError
 from opendrs.controller.config import load_config
 from opendrs.controller.history import History
 from opendrs.report.render import Document, render

@@ -36,7 +36,7 @@ from types import FrameType
 from typing import Any
 
 from opendrs.backends.base import BackendError
-from opendrs.cli.commands import EXIT_OK, EXIT_PROBLEM, UsageError, setup_logging
+from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, UsageError, setup_logging
 from opendrs.controller.config import Config, load_config
 from opendrs.controller.loop import observe_as_configured
 from opendrs.engine.constraints import platform_balancer
