@@ -213,7 +213,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             config.policy.strategy,
             "" if controller.config.active else " — nothing will be migrated",
         )
-        until = getattr(backend, "end", None) if backend.name == "sim" else None
+        until = backend.end if isinstance(backend, Simulator) else None
         controller.run(
             once=args.once,
             until=until,

@@ -31,7 +31,7 @@ from typing import Any
 
 from rich.console import Console
 
-from opendrs.backends.base import BackendError
+from opendrs.backends.base import Backend, BackendError, Standby
 from opendrs.cli.history_command import history_now, open_history
 from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, setup_logging
 from opendrs.cli.snapshot_command import observe_once
@@ -112,10 +112,9 @@ def read_status(config: Config) -> Status:
     return status
 
 
-def _standby(status: Status, backend: Any) -> None:
+def _standby(status: Status, backend: Backend) -> None:
     """Why a daemon with this configuration stands by now (the backend's ``standby``)."""
-    ask = getattr(backend, "standby", None)
-    status.standby = ask() if ask is not None else None
+    status.standby = backend.standby() if isinstance(backend, Standby) else None
 
 
 def _read_history(status: Status) -> None:
