@@ -381,9 +381,9 @@ def test_a_reserve_that_takes_a_whole_node_is_refused(
 
 
 def test_json_output_never_holds_inf_or_nan(capsys: pytest.CaptureFixture[str]) -> None:
-    from opendrs.cli.main import _dump_json
+    from opendrs.cli.output import dump_json
 
-    _dump_json({"load": {"cpu": float("inf"), "memory": float("nan")}, "x": [1.5, -float("inf")]})
+    dump_json({"load": {"cpu": float("inf"), "memory": float("nan")}, "x": [1.5, -float("inf")]})
     out = capsys.readouterr().out
     assert json.loads(out) == {"load": {"cpu": None, "memory": None}, "x": [1.5, None]}
     assert "Infinity" not in out and "NaN" not in out

@@ -1,0 +1,44 @@
+"""The argparse value types of the snapshot commands' options: whole numbers, numbers, seconds."""
+
+from __future__ import annotations
+
+import argparse
+
+from opendrs.cli.commands import parse_number
+
+__all__ = ["at_least_one", "non_negative", "positive_seconds", "whole_number"]
+
+
+def whole_number(text: str) -> int:
+    """A whole number ≥ 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("must not be negative")
+    return value
+
+
+def at_least_one(text: str) -> int:
+    """A whole number ≥ 1."""
+    value = whole_number(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """A number of seconds > 0."""
+    value = non_negative(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError("must be more than 0 seconds")
+    return value
+
+
+def non_negative(text: str) -> float:
+    """A finite number ≥ 0."""
+    value = parse_number(text)
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError("must be a finite number ≥ 0")
+    return value
