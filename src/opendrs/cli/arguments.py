@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from opendrs.cli.commands import parse_number
+from opendrs.cli.run_command import parse_number
 
 __all__ = ["at_least_one", "non_negative", "positive_seconds", "whole_number"]
 
