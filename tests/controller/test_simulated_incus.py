@@ -76,7 +76,7 @@ def test_opendrs_moves_containers_by_restart_only_when_allowed() -> None:
 
 
 def test_a_policy_files_own_keys_win_over_the_clusters(tmp_path: Path) -> None:
-    from opendrs.cli.run_command import _policies
+    from opendrs.cli.simulate_command import _policies
 
     path = tmp_path / "mine.yaml"
     path.write_text("policy:\n  preset: incus\n  cooldown: 1h\n", encoding="utf-8")

@@ -1,12 +1,25 @@
-"""The argparse value types of the snapshot commands' options: whole numbers, numbers, seconds."""
+"""The argparse value types of the commands' options: numbers, whole numbers, seconds."""
 
 from __future__ import annotations
 
 import argparse
 
-from opendrs.cli.run_command import parse_number
+__all__ = [
+    "at_least_one",
+    "non_negative",
+    "parse_number",
+    "positive_seconds",
+    "simulated_days",
+    "whole_number",
+]
 
-__all__ = ["at_least_one", "non_negative", "positive_seconds", "whole_number"]
+
+def parse_number(text: str) -> float:
+    """An argparse number: a clear message for what is not one."""
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
 
 
 def whole_number(text: str) -> int:
@@ -41,4 +54,12 @@ def non_negative(text: str) -> float:
     value = parse_number(text)
     if not 0 <= value < float("inf"):
         raise argparse.ArgumentTypeError("must be a finite number ≥ 0")
+    return value
+
+
+def simulated_days(text: str) -> float:
+    """A number of simulated days: more than 0, at most 3660 (ten years)."""
+    value = parse_number(text)
+    if not 0 < value <= 3660:
+        raise argparse.ArgumentTypeError("must be more than 0 and at most 3660")
     return value
