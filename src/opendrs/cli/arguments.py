@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any, Protocol
 
 __all__ = [
     "at_least_one",
@@ -12,6 +13,13 @@ __all__ = [
     "simulated_days",
     "whole_number",
 ]
+
+
+class Subcommands(Protocol):
+    """What a command module adds its parser to: the ``opendrs`` parser's subcommands (what
+    :meth:`argparse.ArgumentParser.add_subparsers` returns)."""
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser: ...
 
 
 def parse_number(text: str) -> float:

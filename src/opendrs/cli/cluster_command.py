@@ -6,6 +6,7 @@ import argparse
 import sys
 from dataclasses import replace
 
+from opendrs.cli.arguments import Subcommands
 from opendrs.cli.output import add_format_option, dump_json, new_console
 from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, UsageError
 from opendrs.compat.proxlb import Scenario, is_proxlb_scenario, scenario_from_dict
@@ -248,7 +249,7 @@ def _evacuation_repair(cluster: Cluster, greedy: Evacuation) -> tuple[Evacuation
     return Evacuation(node, moves, reasons), fixed.plan
 
 
-def add_cluster_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_cluster_parsers(sub: Subcommands) -> None:
     """``validate``, ``show`` and ``place``."""
     p = sub.add_parser("validate", help="check a snapshot file and its rules")
     p.add_argument("snapshot", metavar="SNAPSHOT")

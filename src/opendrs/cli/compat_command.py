@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from opendrs.cli.arguments import positive_seconds
+from opendrs.cli.arguments import Subcommands, positive_seconds
 from opendrs.cli.output import add_format_option, dump_json, new_console
 from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, UsageError
 from opendrs.compat.proxlb import check_paths, junit_xml, scenario_files
@@ -65,7 +65,7 @@ def cmd_pve_decide(args: argparse.Namespace) -> int:
     return serve(stdin, sys.stdout)
 
 
-def add_compat_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_compat_parsers(sub: Subcommands) -> None:
     """``proxlb check`` and ``pve decide``."""
     p = sub.add_parser("proxlb", help="proxlb-solver compatibility")
     proxlb_sub = p.add_subparsers(dest="proxlb_command", metavar="COMMAND", required=True)

@@ -13,7 +13,7 @@ from rich.live import Live
 from rich.table import Table
 
 from opendrs.backends.sim import Simulator, builtin_scenario
-from opendrs.cli.arguments import parse_number, simulated_days
+from opendrs.cli.arguments import Subcommands, parse_number, simulated_days
 from opendrs.cli.process import (
     EXIT_OK,
     EXIT_PROBLEM,
@@ -200,7 +200,7 @@ def _spread(values: Sequence[float]) -> float:
     return (max(values) - min(values)) if len(values) > 1 else 0.0
 
 
-def add_demo_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_demo_parser(sub: Subcommands) -> None:
     p = sub.add_parser(
         "demo",
         help="the controller in active mode against a simulated cluster, live (built-in scenario)",

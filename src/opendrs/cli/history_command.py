@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 
 from rich.console import Console
 
+from opendrs.cli.arguments import Subcommands
 from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, UsageError
 from opendrs.controller.config import Config, load_config
 from opendrs.controller.history import DecisionRecord, History, HistoryError, MigrationRecord
@@ -236,7 +237,7 @@ def show_history(
     )
 
 
-def add_history_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_history_parser(sub: Subcommands) -> None:
     p = sub.add_parser(
         "history",
         help="the daemon's decisions (with why and why not) and migrations, from its history",

@@ -9,7 +9,13 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from opendrs.cli.arguments import at_least_one, non_negative, positive_seconds, whole_number
+from opendrs.cli.arguments import (
+    Subcommands,
+    at_least_one,
+    non_negative,
+    positive_seconds,
+    whole_number,
+)
 from opendrs.cli.cluster_command import read_snapshot
 from opendrs.cli.output import add_format_option, dump_json, new_console
 from opendrs.cli.plan_report import plan_document
@@ -188,7 +194,7 @@ def add_plan_options(p: argparse.ArgumentParser, *option_flags: str) -> None:
     )
 
 
-def add_plan_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_plan_parsers(sub: Subcommands) -> None:
     """``plan``, ``report`` and ``strategies``."""
     p = sub.add_parser(
         "plan",

@@ -12,6 +12,7 @@ from typing import TypeVar
 
 from opendrs.backends.base import BackendError
 from opendrs.backends.sim import Simulator
+from opendrs.cli.arguments import Subcommands
 from opendrs.cli.process import (
     EXIT_LASTING,
     EXIT_OK,
@@ -209,7 +210,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         lock.release()
 
 
-def add_run_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_run_parser(sub: Subcommands) -> None:
     p = sub.add_parser(
         "run",
         help="the daemon: observe, decide and (in active mode) migrate, every interval",

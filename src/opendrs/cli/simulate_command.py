@@ -22,7 +22,7 @@ from opendrs.backends.generated import (
     shape_of,
 )
 from opendrs.backends.sim import HOT, Scenario, builtin_scenario, load_scenario
-from opendrs.cli.arguments import parse_number, simulated_days
+from opendrs.cli.arguments import Subcommands, parse_number, simulated_days
 from opendrs.cli.process import (
     EXIT_OK,
     UsageError,
@@ -279,7 +279,7 @@ def show_stability(report: Report, reports: Sequence[StabilityReport], name: str
     report.table(header, rows, right=tuple(sorted(right)))
 
 
-def add_simulate_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_simulate_parser(sub: Subcommands) -> None:
     p = sub.add_parser(
         "simulate",
         help="run the controller against the simulator, one run per policy, side by side",

@@ -32,6 +32,7 @@ from typing import Any
 from rich.console import Console
 
 from opendrs.backends.base import Backend, BackendError, Standby
+from opendrs.cli.arguments import Subcommands
 from opendrs.cli.history_command import history_now, open_history
 from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, setup_logging
 from opendrs.cli.snapshot_command import observe_once
@@ -326,7 +327,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     return EXIT_PROBLEM if status.problem else EXIT_OK
 
 
-def add_status_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_status_parser(sub: Subcommands) -> None:
     p = sub.add_parser(
         "status",
         help="the cluster now, whether the daemon runs, its last decision, migrations in "
