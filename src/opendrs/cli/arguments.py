@@ -6,6 +6,7 @@ import argparse
 from typing import Any, Protocol
 
 __all__ = [
+    "Subcommands",
     "at_least_one",
     "non_negative",
     "parse_number",
