@@ -120,10 +120,10 @@ def count_acting_cycle(scenario_arg: str) -> dict[str, Any]:
     """Builds of the first acting cycle of the controller on ``scenario_arg``'s simulator."""
     from opendrs.backends.scenario import builtin_scenario, load_scenario
     from opendrs.backends.sim import Simulator
+    from opendrs.cli.simulate import simulated_config
     from opendrs.controller.config import BackendConfig
     from opendrs.controller.history import History
     from opendrs.controller.loop import Controller
-    from opendrs.controller.simulate import simulated_config
     from opendrs.engine.policy import PRESETS
 
     name = scenario_arg.removeprefix("builtin:")
@@ -164,10 +164,10 @@ def daemon_cycle(size: str, seed: int, rules: bool, generator: str = "basic") ->
     from bench.worker import peak_rss_bytes
     from opendrs.backends.scenario import Scenario
     from opendrs.backends.sim import Simulator
+    from opendrs.cli.simulate import simulated_config
     from opendrs.controller.config import BackendConfig
     from opendrs.controller.history import History
     from opendrs.controller.loop import Controller
-    from opendrs.controller.simulate import simulated_config
     from opendrs.engine.policy import PRESETS
 
     cluster = generated(generator, size, seed=seed, rules=rules)

@@ -41,7 +41,7 @@ import numpy as np
 from bench.month import Month, above, day_zero, foresight
 from bench.pareto import run
 from opendrs.backends.scenario import builtin_scenario
-from opendrs.controller.simulate import run_policy
+from opendrs.cli.simulate import run_policy
 from opendrs.engine.policy import PRESETS
 
 DAYS = 14

@@ -34,7 +34,7 @@ from typing import Any
 
 from opendrs.backends.generated import DEFAULT_GUESTS, DEFAULT_NODES, generated_scenario
 from opendrs.backends.scenario import Scenario, builtin_scenario
-from opendrs.controller.simulate import run_policy
+from opendrs.cli.simulate import run_policy
 from opendrs.engine.policy import PRESETS, PolicyConfig
 from opendrs.engine.policy.spending import reach
 

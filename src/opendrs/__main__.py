@@ -2,6 +2,6 @@
 
 import sys
 
-from opendrs.cli import main
+from opendrs.cli.main import main
 
 sys.exit(main())

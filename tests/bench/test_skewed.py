@@ -10,7 +10,7 @@ from bench.clusters import GENERATORS, generated
 from bench.generate import SIZES
 from bench.skewed import GENERATIONS, GROUPED_SHARE, OVERCOMMITS, PINNED_SHARE, generate
 
-from opendrs.cli import main
+from opendrs.cli.main import main
 from opendrs.engine.constraints import Constraints
 from opendrs.model.cluster import Cluster
 from opendrs.model.snapshot import dump, dumps

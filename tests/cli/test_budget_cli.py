@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from daemon import opendrs
-from opendrs.controller.commands import with_budget
+from opendrs.cli.simulate_command import with_budget
 from opendrs.engine.policy import PolicyConfig
 
 

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from opendrs.cli import main
+from opendrs.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = str(ROOT / "examples" / "small.yaml")
@@ -159,7 +159,7 @@ def test_pve_decide_streams_answers(
 
 def test_console_script_runs_as_a_process() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "opendrs.cli", "show", "/nonexistent.yaml"],
+        [sys.executable, "-m", "opendrs", "show", "/nonexistent.yaml"],
         capture_output=True,
         text=True,
         check=False,
@@ -381,9 +381,9 @@ def test_a_reserve_that_takes_a_whole_node_is_refused(
 
 
 def test_json_output_never_holds_inf_or_nan(capsys: pytest.CaptureFixture[str]) -> None:
-    from opendrs.cli import _dump_json
+    from opendrs.cli.output import dump_json
 
-    _dump_json({"load": {"cpu": float("inf"), "memory": float("nan")}, "x": [1.5, -float("inf")]})
+    dump_json({"load": {"cpu": float("inf"), "memory": float("nan")}, "x": [1.5, -float("inf")]})
     out = capsys.readouterr().out
     assert json.loads(out) == {"load": {"cpu": None, "memory": None}, "x": [1.5, None]}
     assert "Infinity" not in out and "NaN" not in out
@@ -478,7 +478,7 @@ def test_an_internal_error_as_a_process_is_one_line() -> None:
         "    def propose(self, view, request, options):\n"
         "        raise RuntimeError('Unable to cast Python instance of type int to C++ type')\n"
         "REGISTRY['balance'] = StrategyInfo(Broken())\n"
-        "from opendrs.cli import main\n"
+        "from opendrs.cli.main import main\n"
         "sys.exit(main(['plan', 'demo']))\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)

@@ -12,7 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from daemon import fetch
-from opendrs.cli import main
+from opendrs.cli.main import main
 
 DASHBOARD = re.compile(r"dashboard: http://(127\.0\.0\.1:\d+)/ — served while the demo runs")
 

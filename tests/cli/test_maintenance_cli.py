@@ -14,7 +14,7 @@ pytest.importorskip("aiohttp", reason="the fake Incus API is an aiohttp server")
 
 from backends.fakeincus import FakeIncus, Served, socket_path
 from backends.incus_fixture import small_cluster
-from opendrs.cli import main
+from opendrs.cli.main import main
 
 pytestmark = pytest.mark.usefixtures("restore_logging")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from opendrs.cli import main
+from opendrs.cli.main import main
 
 # Guest 1 sits alone on the emptiest node: were a ranked, it would come first.
 SNAPSHOT = """\

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from daemon import run_once
-from opendrs.cli import main
+from opendrs.cli.main import main
 from repairs import write, write_config
 
 STUCK = (

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from opendrs.cli import main
+from opendrs.cli.main import main
 from opendrs.engine.breaks import rule_breaks
 from opendrs.model.snapshot import load
 

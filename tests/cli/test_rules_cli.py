@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from opendrs.cli import main
+from opendrs.cli.main import main
 
 # n1 (priority 2) is full: 'big' is pinned there with 14 of 16 GiB. Guest 1 (4 GiB) sits outside
 # its strict rule on n3 and must go to n2, the next priority.

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from opendrs.cli import main
+from opendrs.cli.main import main
 from opendrs.compat.proxlb import Balancing, balance_metric, check_scenario, loads_scenario
 from opendrs.engine.bounds import lower_bounds, migration_lower_bound
 from opendrs.engine.strategies import DEFAULT_STRATEGY, get_strategy

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
-from opendrs.cli import main
+from opendrs.cli.main import main
 from opendrs.compat.proxlb import Scenario, check_scenario, load_scenario
 from opendrs.engine.constraints import check_rules
 from opendrs.engine.strategies import DEFAULT_STRATEGY

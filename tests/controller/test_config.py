@@ -174,7 +174,7 @@ def _config(tmp_path: Path, extra: str) -> Path:
 def test_out_of_range_values_are_refused_by_run_once(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: str, field: str, reason: str
 ) -> None:
-    from opendrs.cli import main
+    from opendrs.cli.main import main
 
     path = _config(tmp_path, extra)
     code = main(["run", "--config", str(path), "--once"])
@@ -186,7 +186,7 @@ def test_out_of_range_values_are_refused_by_run_once(
 
 
 def test_in_range_values_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from opendrs.cli import main
+    from opendrs.cli.main import main
 
     path = _config(
         tmp_path,

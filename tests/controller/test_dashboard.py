@@ -15,13 +15,13 @@ import pytest
 from daemon import fetch
 from fakes import FakeBackend, FakeClock, cluster, guest, node
 from opendrs.backends.paced import PacedClock
+from opendrs.cli.simulate import simulated_config
 from opendrs.controller.config import BackendConfig, Config, HttpConfig
 from opendrs.controller.dashboard import CONTENT_SECURITY_POLICY, Dashboard, simulated_time
 from opendrs.controller.history import History
 from opendrs.controller.http_server import start_server
 from opendrs.controller.loop import Controller, Cycle
 from opendrs.controller.metrics import DaemonMetrics
-from opendrs.controller.simulate import simulated_config
 from opendrs.engine.policy import PolicyConfig
 
 

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from opendrs.controller.commands import setup_logging
+from opendrs.cli.process import setup_logging
 
 
 @pytest.mark.usefixtures("restore_logging")

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from opendrs.backends.scenario import Fault, loads_scenario
 from opendrs.backends.sim import Simulator, builtin_scenario
+from opendrs.cli.simulate import executor_config, ping_pongs, report_from
 from opendrs.controller.config import BackendConfig, Config
 from opendrs.controller.history import History
 from opendrs.controller.loop import Controller
-from opendrs.controller.simulate import executor_config, ping_pongs, report_from
 from opendrs.engine.policy import BUDGET_WINDOW, PRESETS, PolicyConfig
 from opendrs.model.snapshot import loads
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from opendrs.backends.sim import Simulator, load_scenario
+from opendrs.cli.simulate import report_from, simulated_config
 from opendrs.controller.config import BackendConfig
 from opendrs.controller.history import History
 from opendrs.controller.loop import Controller
-from opendrs.controller.simulate import report_from, simulated_config
 from opendrs.engine.policy import PRESETS
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "scenarios" / "incus-week.yaml"
@@ -76,7 +76,7 @@ def test_opendrs_moves_containers_by_restart_only_when_allowed() -> None:
 
 
 def test_a_policy_files_own_keys_win_over_the_clusters(tmp_path: Path) -> None:
-    from opendrs.controller.commands import _policies
+    from opendrs.cli.simulate_command import _policies
 
     path = tmp_path / "mine.yaml"
     path.write_text("policy:\n  preset: incus\n  cooldown: 1h\n", encoding="utf-8")

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from opendrs.cli import main
+from opendrs.cli.main import main
 from opendrs.engine.bounds import lower_bounds
 from opendrs.engine.policy import PastMigrations, PolicyConfig, PolicyState, decide, measure
 from opendrs.engine.strategies.balance.strategy import propose_balance

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from opendrs.cli import main
+from opendrs.cli.main import main
 from opendrs.model.snapshot import SnapshotError, dumps, loads
 
 DOCUMENT = """\

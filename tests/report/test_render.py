@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from opendrs.controller.simulate import PolicyTrace
+from opendrs.cli.simulate import PolicyTrace
+from opendrs.cli.simulation_report import _hourly, _per_day
 from opendrs.report.charts import line_chart
 from opendrs.report.render import Document, inline_svg, render
-from opendrs.report.simulation_report import _hourly, _per_day
 
 
 def test_inline_svg_names_no_url_and_keeps_the_drawing() -> None:

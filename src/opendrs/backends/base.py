@@ -15,6 +15,11 @@ this protocol, the way pve-ha-manager runs one manager against real and simulate
 A backend whose platform evacuates a node itself and brings its guests back (Incus's evacuate and
 restore) also has the optional hook :class:`PlatformMaintenance`, which ``opendrs maintenance``
 drives; the others (Proxmox VE, whose API has no such call; the simulator; a file) have not.
+The other optional abilities are small protocols too, each checked with :func:`isinstance`:
+:class:`Standby` (a daemon that only acts where it leads: Proxmox VE, Incus), :class:`LastMoves`
+(moves the platform records, by any balancer: Incus), :class:`PolicyDefaults` (policy fields the
+platform's own settings set: Incus, the simulator of an Incus scenario) and
+:class:`PlatformMotions` (moves the platform makes itself: Proxmox VE's HA manager).
 
 Time also comes from the backend (:class:`Clock`): the real clock for a real cluster, simulated
 time for the simulator, whose ``sleep`` advances the simulation. The controller never calls
@@ -28,9 +33,9 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Final, Literal, Protocol, runtime_checkable
+from typing import Any, Final, Literal, Protocol, runtime_checkable
 
 from opendrs.model.cluster import Cluster, Move
 from opendrs.model.snapshot import refused
@@ -44,9 +49,13 @@ __all__ = [
     "Handle",
     "HttpError",
     "Interrupts",
+    "LastMoves",
     "NotStarted",
     "PlatformMaintenance",
+    "PlatformMotions",
+    "PolicyDefaults",
     "Progress",
+    "Standby",
     "StartGate",
     "SystemClock",
     "after_tries",
@@ -333,4 +342,44 @@ class PlatformMaintenance(Protocol):
 
     def restore(self, node: str) -> None:
         """Take ``node`` out of maintenance: the platform brings its guests back."""
+        ...
+
+
+@runtime_checkable
+class Standby(Protocol):
+    """The optional ability of a backend whose daemon acts only where it leads (``leader_only``):
+    another node or member may be the one that acts."""
+
+    def standby(self) -> str | None:
+        """Why this instance stays idle, as the last observation saw it; ``None`` when it acts."""
+        ...
+
+
+@runtime_checkable
+class LastMoves(Protocol):
+    """The optional ability of a backend whose platform records when each guest last moved, by
+    any balancer (Incus's ``volatile.rebalance.last_move``)."""
+
+    def last_moves(self) -> Mapping[str, float]:
+        """When each guest last moved (seconds on the backend's clock), as last observed."""
+        ...
+
+
+@runtime_checkable
+class PolicyDefaults(Protocol):
+    """The optional ability of a backend whose platform's own settings set policy fields
+    (Incus's ``cluster.rebalance.*``)."""
+
+    def policy_defaults(self, strategy: str) -> tuple[dict[str, Any], list[str]]:
+        """The policy fields the platform sets for ``strategy``, and notes to log."""
+        ...
+
+
+@runtime_checkable
+class PlatformMotions(Protocol):
+    """The optional ability of a backend whose platform moves guests itself (Proxmox VE's HA
+    manager): no migration starts while it does."""
+
+    def platform_motions(self) -> dict[str, str]:
+        """The moves the platform has queued or under way now, by guest id (read now)."""
         ...

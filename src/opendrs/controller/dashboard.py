@@ -28,7 +28,6 @@ import jinja2
 from opendrs.controller.config import Config
 from opendrs.controller.executor import Event
 from opendrs.controller.loop import Controller, Cycle
-from opendrs.controller.records import iso_time
 from opendrs.controller.views import (
     arch_spreads,
     cluster_summary,
@@ -40,7 +39,7 @@ from opendrs.engine.policy import Decision
 from opendrs.engine.policy.metrics import format_metric, metric_scale
 from opendrs.engine.usage import LoadModel
 from opendrs.report.charts import Line, line_chart
-from opendrs.report.data import json_text
+from opendrs.report.data import iso_time, json_text
 
 __all__ = ["Dashboard", "Snapshot"]
 

@@ -72,7 +72,9 @@ from opendrs.backends.base import (
     BackendError,
     Clock,
     Handle,
+    PlatformMotions,
     Progress,
+    Standby,
     StartGate,
 )
 from opendrs.controller.history import History
@@ -365,8 +367,7 @@ class Executor:
     def _standby(self) -> str | None:
         """Why this instance must stay idle, as the backend's last observation says (Incus's
         ``leader_only``: the member no longer leads), or ``None``."""
-        ask: Callable[[], str | None] | None = getattr(self.backend, "standby", None)
-        return ask() if ask is not None else None
+        return self.backend.standby() if isinstance(self.backend, Standby) else None
 
     def _stalled(self) -> bool:
         """A queue with nothing of it in flight that has not moved for ``stall_timeout``."""
@@ -561,11 +562,10 @@ class Executor:
     def _platform_moving(self) -> bool:
         """Whether the platform moves guests itself now (the backend's ``platform_motions``),
         other than the executor's own migrations: nothing starts meanwhile."""
-        ask: Callable[[], dict[str, str]] | None = getattr(self.backend, "platform_motions", None)
-        if ask is None:
+        if not isinstance(self.backend, PlatformMotions):
             return False
         try:
-            motions = ask()
+            motions = self.backend.platform_motions()
         except BackendError as exc:
             log.warning("no migration starts now: %s", exc)
             return True

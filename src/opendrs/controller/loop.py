@@ -40,7 +40,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from opendrs.backends.base import Backend, BackendError, Clock, SystemClock
+from opendrs.backends.base import (
+    Backend,
+    BackendError,
+    Clock,
+    LastMoves,
+    PolicyDefaults,
+    Standby,
+    SystemClock,
+)
 from opendrs.controller.config import Config, with_platform_defaults
 from opendrs.controller.executor import Event, Executor
 from opendrs.controller.history import History
@@ -344,10 +352,8 @@ class Controller:
         departures = self.history.departures(now - self.policy.no_return)
         cooldowns = self.history.cooldowns(now)
         # Moves the platform records (Incus's volatile.rebalance.last_move), by any balancer.
-        last_moves: Callable[[], dict[str, float]] | None = getattr(
-            self.backend, "last_moves", None
-        )
-        for guest, moved in (last_moves() if last_moves is not None else {}).items():
+        last_moves = self.backend.last_moves() if isinstance(self.backend, LastMoves) else {}
+        for guest, moved in last_moves.items():
             until = moved + self.policy.cooldown
             if until > max(now, cooldowns.get(guest, now)):
                 cooldowns[guest] = until
@@ -374,13 +380,10 @@ class Controller:
     def platform_defaults(self) -> None:
         """Once per configuration: the policy defaults the platform sets (Incus's
         ``cluster.rebalance.*``) where the configuration's policy section does not."""
-        ask: Callable[[str], tuple[dict[str, object], list[str]]] | None = getattr(
-            self.backend, "policy_defaults", None
-        )
-        if self._platform_asked or ask is None:
+        if self._platform_asked or not isinstance(self.backend, PolicyDefaults):
             return
         try:
-            fields, notes = ask(self.policy.strategy)
+            fields, notes = self.backend.policy_defaults(self.policy.strategy)
         except BackendError as exc:
             log.warning("cannot read the platform's policy defaults (asked again later): %s", exc)
             return
@@ -408,8 +411,7 @@ class Controller:
 
     def standby(self) -> str | None:
         """Why this instance stays idle now (the backend's ``standby``: not the leader)."""
-        ask: Callable[[], str | None] | None = getattr(self.backend, "standby", None)
-        reason = ask() if ask is not None else None
+        reason = self.backend.standby() if isinstance(self.backend, Standby) else None
         if reason != self._standby:
             if reason is not None:
                 log.info("standing by: %s", reason)

@@ -41,18 +41,15 @@ task log does).
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
 from typing import Any
 
 from opendrs.controller.executor import PENDING
 from opendrs.controller.history import DecisionRecord, MigrationRecord
-from opendrs.report.data import finite
+from opendrs.report.data import finite, iso_time
 
 __all__ = [
     "decision_object",
-    "iso_time",
     "jsonl",
     "migration_events",
     "migration_now",
@@ -63,18 +60,6 @@ __all__ = [
 
 #: The fields of a plan's move in a decision object.
 _MOVE_FIELDS = ("guest", "source", "target", "step", "parking")
-
-
-def iso_time(at: float) -> str:
-    """``at`` (seconds since the epoch) in ISO 8601, UTC, to the second:
-    ``2025-11-26T16:00:00Z``; empty for a time no calendar holds."""
-    if not math.isfinite(at):
-        return ""
-    try:
-        moment = datetime.fromtimestamp(at, UTC)
-    except (OverflowError, OSError, ValueError):
-        return ""
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def decision_object(record: DecisionRecord) -> dict[str, Any]:

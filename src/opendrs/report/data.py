@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
-__all__ = ["finite", "json_text"]
+__all__ = ["finite", "iso_time", "json_text"]
 
 
 def finite(data: Any) -> Any:
@@ -27,3 +28,15 @@ def json_text(data: Any, *, sort_keys: bool = True) -> str:
     return (
         json.dumps(finite(data), indent=2, sort_keys=sort_keys, allow_nan=False, default=str) + "\n"
     )
+
+
+def iso_time(at: float) -> str:
+    """``at`` (seconds since the epoch) in ISO 8601, UTC, to the second:
+    ``2025-11-26T16:00:00Z``; empty for a time no calendar holds."""
+    if not math.isfinite(at):
+        return ""
+    try:
+        moment = datetime.fromtimestamp(at, UTC)
+    except (OverflowError, OSError, ValueError):
+        return ""
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")

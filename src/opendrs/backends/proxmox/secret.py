@@ -10,22 +10,36 @@ a token — sent in an HTTP header — Latin-1 only.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
 from opendrs.backends.base import BackendError
 from opendrs.secret_file import SecretError, check_secret, read_secret_file
 
-__all__ = ["ENV_PASSWORD", "ENV_TOKEN", "environ_secret", "load_secret"]
-
-if TYPE_CHECKING:
-    from opendrs.backends.proxmox.config import ProxmoxConfig
+__all__ = ["ENV_PASSWORD", "ENV_TOKEN", "Login", "environ_secret", "load_secret"]
 
 #: Environment variables that hold the secret when no file is configured.
 ENV_TOKEN: Final = "OPENDRS_PROXMOX_TOKEN"
 ENV_PASSWORD: Final = "OPENDRS_PROXMOX_PASSWORD"
 
 
-def load_secret(config: ProxmoxConfig, environ: Mapping[str, str]) -> str:
+class Login(Protocol):
+    """Who logs in and where the secret is: what :func:`load_secret` reads of the ``backend:``
+    section (a :class:`~opendrs.backends.proxmox.config.ProxmoxConfig`)."""
+
+    @property
+    def token_name(self) -> str | None: ...
+
+    @property
+    def token_file(self) -> str | None: ...
+
+    @property
+    def password_file(self) -> str | None: ...
+
+    @property
+    def auth_id(self) -> str: ...
+
+
+def load_secret(config: Login, environ: Mapping[str, str]) -> str:
     """The token secret or password: from its file, else from the environment."""
     file = config.token_file if config.token_name else config.password_file
     token = config.token_name is not None

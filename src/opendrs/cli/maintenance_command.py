@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from opendrs.backends.base import Backend, BackendError, PlatformMaintenance
-from opendrs.controller.commands import EXIT_OK, EXIT_PROBLEM, UsageError, setup_logging
+from opendrs.cli.arguments import Subcommands
+from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, UsageError, setup_logging
 from opendrs.controller.config import load_config
 from opendrs.model.cluster import Cluster
 from opendrs.report.data import json_text
@@ -170,7 +171,7 @@ def cmd_maintenance(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def add_maintenance_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_maintenance_parser(sub: Subcommands) -> None:
     p = sub.add_parser(
         "maintenance",
         help="put a node into the platform's maintenance (evacuate it) or take it out (restore)",

@@ -17,10 +17,10 @@ import os
 import sys
 from pathlib import Path
 
-from opendrs.controller.commands import UsageError
+from opendrs.cli.history_report import history_document
+from opendrs.cli.process import UsageError
 from opendrs.controller.config import load_config
 from opendrs.controller.history import History
-from opendrs.report.history_report import history_document
 from opendrs.report.render import Document, render
 
 __all__ = ["file_format", "report_of_history", "write_report"]

@@ -3,7 +3,7 @@
 Four parts, each read without disturbing a running daemon:
 
 - the cluster, observed once through the configured backend as the daemon observes it
-  (:func:`opendrs.controller.snapshot_command.observe_once`): each node's load per resource, and
+  (:func:`opendrs.cli.snapshot_command.observe_once`): each node's load per resource, and
   the spread per CPU architecture where the usable nodes have several; the rules it drops or
   ignores (also a ``warning: rules:`` line each on standard error); and what a repair of it
   leaves breaking a hard constraint (:func:`opendrs.engine.policy.stuck_now`) — every guest
@@ -15,7 +15,7 @@ Four parts, each read without disturbing a running daemon:
 
 A part that cannot be read is said in one line and the others are still shown. Times are the
 backend's clock; *now* is the wall clock, or for the simulator the latest time in the history
-(:func:`opendrs.controller.history_command.history_now`).
+(:func:`opendrs.cli.history_command.history_now`).
 
 Exit status: 0 everything read; 1 the cluster could not be observed, or the history or the lock
 could not be read (the rest is shown); 2 a bad configuration or option.
@@ -31,14 +31,15 @@ from typing import Any
 
 from rich.console import Console
 
-from opendrs.backends.base import BackendError
-from opendrs.controller.commands import EXIT_OK, EXIT_PROBLEM, setup_logging
+from opendrs.backends.base import Backend, BackendError, Standby
+from opendrs.cli.arguments import Subcommands
+from opendrs.cli.history_command import history_now, open_history
+from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, setup_logging
+from opendrs.cli.snapshot_command import observe_once
 from opendrs.controller.config import Config, load_config
 from opendrs.controller.history import Avoid, Cooldown, HistoryError
-from opendrs.controller.history_command import history_now, open_history
 from opendrs.controller.loop import InstanceLock, LockError
-from opendrs.controller.records import decision_object, iso_time, migration_now
-from opendrs.controller.snapshot_command import observe_once
+from opendrs.controller.records import decision_object, migration_now
 from opendrs.controller.views import (
     arch_spreads,
     cluster_summary,
@@ -51,7 +52,7 @@ from opendrs.engine.policy import stuck_now
 from opendrs.engine.usage import RESOURCES
 from opendrs.model.cluster import Cluster
 from opendrs.model.units import format_duration
-from opendrs.report.data import json_text
+from opendrs.report.data import iso_time, json_text
 from opendrs.report.text import Report, bar, show_stuck
 
 __all__ = [
@@ -112,10 +113,9 @@ def read_status(config: Config) -> Status:
     return status
 
 
-def _standby(status: Status, backend: Any) -> None:
+def _standby(status: Status, backend: Backend) -> None:
     """Why a daemon with this configuration stands by now (the backend's ``standby``)."""
-    ask = getattr(backend, "standby", None)
-    status.standby = ask() if ask is not None else None
+    status.standby = backend.standby() if isinstance(backend, Standby) else None
 
 
 def _read_history(status: Status) -> None:
@@ -327,7 +327,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     return EXIT_PROBLEM if status.problem else EXIT_OK
 
 
-def add_status_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_status_parser(sub: Subcommands) -> None:
     p = sub.add_parser(
         "status",
         help="the cluster now, whether the daemon runs, its last decision, migrations in "

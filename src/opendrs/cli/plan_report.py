@@ -1,6 +1,6 @@
 """The report of a snapshot and its plan (``opendrs report SNAPSHOT``).
 
-Everything comes from the :class:`~opendrs.controller.planning.PlanResult` that ``opendrs plan``
+Everything comes from the :class:`~opendrs.cli.planning.PlanResult` that ``opendrs plan``
 prints — its JSON document for the moves, the reasons, the metrics and the bounds — plus the node
 loads of the cluster before and after the plan, and its rules. Nothing is computed a second way.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from opendrs.controller.planning import PlanResult
+from opendrs.cli.planning import PlanResult
 from opendrs.engine.breaks import rule_breaks
 from opendrs.engine.usage import RESOURCES, LoadModel
 from opendrs.model.cluster import Cluster

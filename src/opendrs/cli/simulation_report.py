@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from opendrs.controller.simulate import DAY, PolicyTrace, StabilityReport
+from opendrs.cli.simulate import DAY, PolicyTrace, StabilityReport
 from opendrs.report.charts import Line, bar_chart, line_chart
 from opendrs.report.render import Document
 

@@ -36,7 +36,8 @@ from types import FrameType
 from typing import Any
 
 from opendrs.backends.base import BackendError
-from opendrs.controller.commands import EXIT_OK, EXIT_PROBLEM, UsageError, setup_logging
+from opendrs.cli.arguments import Subcommands
+from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, UsageError, setup_logging
 from opendrs.controller.config import Config, load_config
 from opendrs.controller.loop import observe_as_configured
 from opendrs.engine.constraints import platform_balancer
@@ -232,7 +233,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def add_snapshot_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_snapshot_parser(sub: Subcommands) -> None:
     p = sub.add_parser(
         "snapshot",
         help="write the live cluster, as the configured backend observes it, as a snapshot file",

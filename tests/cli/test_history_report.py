@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from opendrs.cli.report_command import report_of_history
 from opendrs.controller.history import History
-from opendrs.controller.report_command import report_of_history
 from opendrs.report.render import render
 
 

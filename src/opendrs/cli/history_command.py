@@ -25,18 +25,18 @@ from datetime import UTC, datetime
 
 from rich.console import Console
 
-from opendrs.controller.commands import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, UsageError
+from opendrs.cli.arguments import Subcommands
+from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, UsageError
 from opendrs.controller.config import Config, load_config
 from opendrs.controller.history import DecisionRecord, History, HistoryError, MigrationRecord
 from opendrs.controller.records import (
     decision_object,
-    iso_time,
     jsonl,
     migration_now,
     timeline,
 )
 from opendrs.model.units import UnitError, format_duration, parse_duration
-from opendrs.report.data import json_text
+from opendrs.report.data import iso_time, json_text
 from opendrs.report.text import Report
 
 __all__ = ["add_history_parser", "cmd_history", "history_now", "open_history", "parse_since"]
@@ -237,7 +237,7 @@ def show_history(
     )
 
 
-def add_history_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_history_parser(sub: Subcommands) -> None:
     p = sub.add_parser(
         "history",
         help="the daemon's decisions (with why and why not) and migrations, from its history",

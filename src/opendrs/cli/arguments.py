@@ -1,0 +1,74 @@
+"""The argparse value types of the commands' options: numbers, whole numbers, seconds."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, Protocol
+
+__all__ = [
+    "Subcommands",
+    "at_least_one",
+    "non_negative",
+    "parse_number",
+    "positive_seconds",
+    "simulated_days",
+    "whole_number",
+]
+
+
+class Subcommands(Protocol):
+    """What a command module adds its parser to: the ``opendrs`` parser's subcommands (what
+    :meth:`argparse.ArgumentParser.add_subparsers` returns)."""
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser: ...
+
+
+def parse_number(text: str) -> float:
+    """An argparse number: a clear message for what is not one."""
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+
+
+def whole_number(text: str) -> int:
+    """A whole number ≥ 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("must not be negative")
+    return value
+
+
+def at_least_one(text: str) -> int:
+    """A whole number ≥ 1."""
+    value = whole_number(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """A number of seconds > 0."""
+    value = non_negative(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError("must be more than 0 seconds")
+    return value
+
+
+def non_negative(text: str) -> float:
+    """A finite number ≥ 0."""
+    value = parse_number(text)
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError("must be a finite number ≥ 0")
+    return value
+
+
+def simulated_days(text: str) -> float:
+    """A number of simulated days: more than 0, at most 3660 (ten years)."""
+    value = parse_number(text)
+    if not 0 < value <= 3660:
+        raise argparse.ArgumentTypeError("must be more than 0 and at most 3660")
+    return value

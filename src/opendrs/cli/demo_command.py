@@ -1,0 +1,242 @@
+"""``opendrs demo``: the controller in active mode against the built-in demo scenario, live on the
+terminal and on the dashboard."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from opendrs.backends.sim import Simulator, builtin_scenario
+from opendrs.cli.arguments import Subcommands, parse_number, simulated_days
+from opendrs.cli.process import (
+    EXIT_OK,
+    EXIT_PROBLEM,
+    EXIT_USAGE,
+)
+from opendrs.cli.run_command import each
+from opendrs.cli.simulate import (
+    report_from,
+    simulated_config,
+)
+from opendrs.cli.simulate_command import quiet_logs, show_stability
+from opendrs.controller.config import (
+    BackendConfig,
+    HttpConfig,
+    parse_listen,
+)
+from opendrs.controller.dashboard import Dashboard
+from opendrs.controller.executor import Event
+from opendrs.controller.history import History
+from opendrs.controller.http_server import HttpError, start_server
+from opendrs.controller.loop import Controller, Cycle
+from opendrs.controller.metrics import DaemonMetrics
+from opendrs.engine.policy import PRESETS
+from opendrs.report.text import Report, bar
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """The controller in active mode against the built-in demo scenario, live — and on the
+    dashboard while it runs."""
+    quiet_logs()  # the live view prints every migration and failure itself
+    scenario = builtin_scenario("demo")
+    policy = PRESETS["opendrs"]
+    console = Console(highlight=False, soft_wrap=False)
+    report = Report(console)
+    sim = Simulator(scenario, days=args.days, threshold=policy.threshold)
+    config = simulated_config(
+        policy, "<demo>", BackendConfig("sim", builtin="demo", days=args.days)
+    )
+    history = History(":memory:")
+    pace = args.seconds if args.seconds is not None else 0.0
+    if args.seconds is None and not args.fast and console.is_terminal:
+        pace = DEMO_PACE
+    live = LiveView(report, sim, pace=pace)
+    metrics = DaemonMetrics()
+    dashboard = None if args.no_dashboard else Dashboard(config, command="opendrs demo")
+    controller = Controller(
+        config,
+        sim,
+        sim,
+        history,
+        on_event=each(live.event, metrics.event, dashboard and dashboard.event),
+        on_cycle=each(metrics.cycle, dashboard and dashboard.cycle, live.cycle),
+    )
+    metrics.follow(controller)
+    start = scenario.cluster
+    report.heading(
+        f"opendrs demo: {len(start.nodes)} nodes, {len(start.guests)} guests, "
+        f"{sim.end / 3600:g} simulated hours, active mode against the simulator"
+    )
+    server = None
+    if dashboard is not None:
+        dashboard.follow(controller)
+        try:
+            server = start_server(args.listen, metrics, dashboard)
+        except HttpError as exc:
+            history.close()
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_USAGE if exc.usage else EXIT_PROBLEM
+        _show_address(report, server.address, args.listen.loopback, pace)
+    live.start()
+    try:
+        controller.run(until=sim.end)
+    finally:
+        live.stop()
+        if server is not None:
+            server.stop()
+    try:
+        summary = report_from(sim, policy, policy.threshold, history, live.elapsed())
+    finally:
+        history.close()
+    show_stability(report, [summary], "builtin:demo")
+    return EXIT_OK
+
+
+#: Wall seconds a demo on a terminal is spread over (``--seconds``, ``--fast``).
+DEMO_PACE = 8.0
+
+
+def _show_address(report: Report, address: str, loopback: bool, pace: float) -> None:
+    how_long = f"about {pace:g} s" if pace > 0 else "as fast as it computes"
+    report.line(
+        f"dashboard: http://{address}/ — served while the demo runs ({how_long}; "
+        "--seconds 120 leaves time to watch it)"
+    )
+    if not loopback:
+        report.line(
+            f"warning: {address} is not a loopback address: other hosts may connect", "yellow"
+        )
+
+
+class LiveView:
+    """Node loads as bars, refreshed as the simulation runs; migrations printed as they happen."""
+
+    def __init__(self, report: Report, sim: Simulator, *, pace: float) -> None:
+        self.report = report
+        self.sim = sim
+        self.pace = pace
+        self._live: Live | None = None
+        self._started = time.perf_counter()
+        self._last_print = -1.0
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self._started
+
+    def start(self) -> None:
+        self._started = time.perf_counter()
+        if self.report.rich:
+            self._live = Live(self._table(), console=self.report.console, refresh_per_second=8)
+            self._live.start()
+        else:
+            self._print_loads()
+
+    def stop(self) -> None:
+        if self._live is not None:
+            self._live.update(self._table())
+            self._live.stop()
+        else:
+            self._print_loads()
+
+    def _table(self) -> Table:
+        now = self.sim.node_fractions()
+        names, cpu, memory = now.names, now.cpu, now.memory
+        hours = self.sim.now() / 3600
+        table = Table(
+            title=f"simulated time {hours:5.1f} h   spread: cpu "
+            f"{100 * _spread(cpu):.1f} pp, memory {100 * _spread(memory):.1f} pp",
+            show_edge=False,
+            header_style="bold",
+        )
+        table.add_column("node")
+        table.add_column("cpu", justify="left")
+        table.add_column("", justify="right")
+        table.add_column("memory", justify="left")
+        table.add_column("", justify="right")
+        for name, c, m in zip(names, cpu, memory, strict=True):
+            table.add_row(name, bar(c), f"{100 * c:.0f} %", bar(m), f"{100 * m:.0f} %")
+        return table
+
+    def _print_loads(self) -> None:
+        now = self.sim.node_fractions()
+        names, cpu, memory = now.names, now.cpu, now.memory
+        self.report.line(
+            f"t={self.sim.now() / 3600:5.1f} h  spread cpu {100 * _spread(cpu):.1f} pp, "
+            f"memory {100 * _spread(memory):.1f} pp  |  "
+            + "  ".join(f"{n} {100 * m:.0f}%" for n, m in zip(names, memory, strict=True))
+        )
+
+    def cycle(self, cycle: Cycle) -> None:
+        if self._live is not None:
+            self._live.update(self._table())
+        elif self.sim.now() - self._last_print >= 3 * 3600:
+            self._last_print = self.sim.now()
+            self._print_loads()
+        if self.pace > 0:
+            # Spread the run over about ``pace`` seconds so the convergence can be watched: the
+            # pause comes after the cycle, with the migrations it started in flight.
+            share = self.sim.now() / max(self.sim.end, 1.0)
+            ahead = share * self.pace - self.elapsed()
+            if ahead > 0:
+                time.sleep(min(ahead, 1.0))
+
+    def event(self, event: Event) -> None:
+        if event.kind in ("started", "replanned"):
+            return
+        stamp = f"{event.at / 3600:5.1f} h"
+        line = f"{stamp}  {event}"
+        if self._live is not None:
+            self._live.console.print(line, markup=False, highlight=False)
+        else:
+            self.report.line(line)
+
+
+def _spread(values: Sequence[float]) -> float:
+    return (max(values) - min(values)) if len(values) > 1 else 0.0
+
+
+def add_demo_parser(sub: Subcommands) -> None:
+    p = sub.add_parser(
+        "demo",
+        help="the controller in active mode against a simulated cluster, live (built-in scenario)",
+    )
+    p.add_argument("--days", type=simulated_days, help="simulated days (default: the scenario's)")
+    p.add_argument(
+        "--fast", action="store_true", help="do not pace the run (the default off a terminal)"
+    )
+    p.add_argument(
+        "--seconds",
+        type=_seconds,
+        metavar="S",
+        help=f"spread the run over about S seconds of wall time (default {DEMO_PACE:g} on a "
+        "terminal, else as fast as it computes)",
+    )
+    p.add_argument(
+        "--listen",
+        type=_listen,
+        default="127.0.0.1:0",
+        metavar="HOST:PORT",
+        help="where to serve the dashboard, /metrics and /healthz while the demo runs "
+        "(default 127.0.0.1:0: a free loopback port; the address is printed)",
+    )
+    p.add_argument("--no-dashboard", action="store_true", help="serve no dashboard")
+    p.set_defaults(func=cmd_demo)
+
+
+def _seconds(text: str) -> float:
+    value = parse_number(text)
+    if not 0 <= value <= 86400:
+        raise argparse.ArgumentTypeError("must be from 0 to 86400 seconds")
+    return value
+
+
+def _listen(text: str) -> HttpConfig:
+    try:
+        return parse_listen(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

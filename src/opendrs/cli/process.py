@@ -1,0 +1,41 @@
+"""What every ``opendrs`` command shares as a process: its exit statuses, the usage error (one
+line, exit status 2) and its log lines on stderr."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+__all__ = ["EXIT_LASTING", "EXIT_OK", "EXIT_PROBLEM", "EXIT_USAGE", "UsageError", "setup_logging"]
+
+EXIT_OK = 0
+#: A problem that may pass (an API that cannot be reached, another instance running): the
+#: shipped systemd unit restarts the daemon after it.
+EXIT_PROBLEM = 1
+#: Bad input: the command line or the configuration.
+EXIT_USAGE = 2
+#: A problem a restart cannot cure (a corrupt history, a schema newer than this opendrs, a
+#: history of another cluster, a lock path that is a link): the systemd unit does not restart.
+EXIT_LASTING = 3
+
+
+class UsageError(Exception):
+    """Bad input from the user: reported as one line, exit status 2."""
+
+
+def setup_logging(level: str) -> None:
+    """Log lines to stderr: time, level, message — never a secret (backends make sure)."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(message)s"))
+    root.addHandler(handler)
+    chosen = getattr(logging, level.upper(), logging.INFO)
+    root.setLevel(chosen)
+    # httpx (the Incus backend's client) logs every request at INFO and httpcore every step of
+    # it at DEBUG: each request is shown at the debug level only, httpcore's steps never.
+    logging.getLogger("httpx").setLevel(
+        logging.INFO if chosen <= logging.DEBUG else logging.WARNING
+    )
+    logging.getLogger("httpcore").setLevel(logging.WARNING)

@@ -1,0 +1,432 @@
+"""``opendrs simulate``: the controller against the simulator, one run per policy, side by side,
+printed (and drawn with ``--report``)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+from opendrs.backends.generated import (
+    DEFAULT_GUESTS,
+    DEFAULT_NODES,
+    GUESTS_RANGE,
+    NODES_RANGE,
+    generated_scenario,
+    shape_of,
+)
+from opendrs.backends.sim import HOT, Scenario, builtin_scenario, load_scenario
+from opendrs.cli.arguments import Subcommands, parse_number, simulated_days
+from opendrs.cli.process import (
+    EXIT_OK,
+    UsageError,
+)
+from opendrs.cli.simulate import (
+    PolicyTrace,
+    StabilityReport,
+    run_policy,
+)
+from opendrs.engine.policy import PRESETS, PolicyConfig, parse_policy
+from opendrs.engine.policy.config import (
+    BUDGET_WINDOW_RANGE,
+    budget_problem,
+    budget_window_problem,
+    parse_budget,
+)
+from opendrs.model.document import Reader, parse, read_file
+from opendrs.model.units import UnitError, format_duration, parse_duration
+from opendrs.report.data import json_text
+from opendrs.report.text import Report
+
+DEFAULT_POLICIES = "opendrs,proxmox,incus,proxlb"
+
+
+def _policies(spec: Sequence[str]) -> list[tuple[PolicyConfig, frozenset[str]]]:
+    """Policies from preset names (comma-separated) or YAML files holding a policy mapping, each
+    with the keys its file sets (a preset sets none: as ``policy: {preset: NAME}`` in a
+    configuration, it takes the platform's own defaults)."""
+    out: list[tuple[PolicyConfig, frozenset[str]]] = []
+    for item in spec:
+        for name in (p.strip() for p in item.split(",")):
+            if not name:
+                continue
+            if name in PRESETS:
+                out.append((PRESETS[name], frozenset()))
+                continue
+            if not Path(name).exists():
+                known = ", ".join(sorted(PRESETS))
+                raise UsageError(f"--policy: no preset or file {name!r} (presets: {known})")
+            filename, data = read_file(name)
+            document = parse(data, filename=filename)
+            reader = Reader(filename)
+            mapping = reader.mapping(document, ())
+            value = mapping.get("policy", mapping)
+            path: tuple[str, ...] = ("policy",) if "policy" in mapping else ()
+            policy = parse_policy(reader, value, path)
+            keys = frozenset(str(k) for k in reader.mapping(value, path))
+            if policy.name == PolicyConfig().name and "name" not in keys:
+                policy = replace(policy, name=Path(name).stem)
+            out.append((policy, keys))
+    if not out:
+        raise UsageError("--policy: no policy given")
+    return out
+
+
+#: The emulated peers' presets: ``simulate --budget`` leaves them as they are.
+PEERS: frozenset[str] = frozenset(PRESETS) - {PolicyConfig().name}
+
+
+def with_budget(
+    policies: list[PolicyConfig],
+    budget: float | None,
+    window: int | None = None,
+    spend: bool = False,
+) -> list[PolicyConfig]:
+    """``policies`` with ``max_migrations_per_day`` set to ``budget``,
+    ``migration_budget_window`` to ``window`` and ``spend_budget`` on when ``spend`` (a policy
+    file's own ``spend_budget: true`` is kept) on opendrs's own (every policy not named after an
+    emulated peer); ``budget`` None: unchanged."""
+    if budget is None:
+        return policies
+    return [
+        p
+        if p.name in PEERS
+        else replace(
+            p,
+            max_migrations_per_day=budget,
+            migration_budget_window=window,
+            spend_budget=spend or p.spend_budget,
+        )
+        for p in policies
+    ]
+
+
+def _scenario(args: argparse.Namespace) -> Scenario:
+    """The scenario the command line names: a file, ``builtin:NAME`` or ``--generate SEED``."""
+    sized = [f for f, v in (("--nodes", args.nodes), ("--guests", args.guests)) if v is not None]
+    if args.generate is None:
+        if sized:
+            raise UsageError(f"{sized[0]}: only with --generate SEED")
+        return _named_scenario(args.scenario)
+    if args.scenario is not None:
+        raise UsageError(f"--generate: makes its own scenario, not with {args.scenario!r}")
+    return generated_scenario(
+        args.generate,
+        DEFAULT_NODES if args.nodes is None else args.nodes,
+        DEFAULT_GUESTS if args.guests is None else args.guests,
+    )
+
+
+def _named_scenario(arg: str | None) -> Scenario:
+    if arg is None:
+        return builtin_scenario("month")
+    if arg.startswith("builtin:"):
+        try:
+            return builtin_scenario(arg.removeprefix("builtin:"))
+        except KeyError as exc:
+            raise UsageError(str(exc.args[0])) from None
+    return load_scenario(arg)
+
+
+def quiet_logs() -> None:
+    """Simulated faults are expected: their warnings would only drown the report."""
+    logging.getLogger("opendrs").setLevel(logging.ERROR)
+
+
+def _check_budget_args(args: argparse.Namespace) -> None:
+    """``--budget-window`` and ``--spend-budget`` only with a ``--budget`` they fit."""
+    if args.budget is None:
+        if args.budget_window is not None:
+            raise UsageError("--budget-window: only with --budget N")
+        if args.spend_budget:
+            raise UsageError("--spend-budget: only with --budget N")
+        return
+    if args.budget_window is not None:
+        problem = budget_window_problem(args.budget, args.budget_window)
+        if problem:
+            raise UsageError(f"--budget-window: {problem}")
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    quiet_logs()
+    scenario = _scenario(args)
+    chosen = _policies(args.policy or [DEFAULT_POLICIES])
+    _check_budget_args(args)
+    policies = with_budget(
+        [policy for policy, _ in chosen], args.budget, args.budget_window, args.spend_budget
+    )
+    console = Console(stderr=True)
+    show_progress = not args.no_progress and console.is_terminal
+    reports: list[StabilityReport] = []
+    traces: list[PolicyTrace] = []
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.percentage:>3.0f}%"),
+        TimeElapsedColumn(),
+        console=console,
+        disable=not show_progress,
+        transient=True,
+    ) as progress:
+        for policy, (_, keys) in zip(policies, chosen, strict=True):
+            task = progress.add_task(f"{policy.name:10}", total=1.0)
+
+            def update(now: float, end: float, task: TaskID = task) -> None:
+                progress.update(task, completed=now / end if end > 0 else 1.0)
+
+            reports.append(
+                run_policy(
+                    scenario,
+                    policy,
+                    days=args.days,
+                    threshold=args.threshold,
+                    hot=args.hot,
+                    progress=update,
+                    policy_keys=keys,
+                    traces=traces if args.report is not None else None,
+                )
+            )
+            progress.update(task, completed=1.0)
+    if args.report is not None:
+        runs = list(zip(reports, traces, strict=True))
+        _write_simulation_report(args.report, scenario_name(args, scenario), runs)
+    if args.format == "json":
+        sys.stdout.write(json_text([r.as_dict() for r in reports], sort_keys=False))
+        return EXIT_OK
+    report = Report(Console(highlight=False, soft_wrap=False))
+    show_stability(report, reports, scenario_name(args, scenario))
+    return EXIT_OK
+
+
+def _write_simulation_report(
+    path: str, name: str, runs: Sequence[tuple[StabilityReport, PolicyTrace]]
+) -> None:
+    """``simulate --report FILE``: HTML, or Markdown for a ``.md`` file (imported here: only
+    this option needs the templates and the charts)."""
+    from opendrs.cli.report_command import file_format, write_report
+    from opendrs.cli.simulation_report import simulation_document
+
+    write_report(simulation_document(name, runs), file_format(path), path, "--report")
+
+
+def scenario_name(args: argparse.Namespace, scenario: Scenario) -> str:
+    if args.generate is not None:
+        cluster = scenario.cluster
+        return (
+            f"generated:{args.generate} ({len(cluster.nodes)} nodes, {len(cluster.guests)} "
+            f"guests: {shape_of(args.generate).describe()})"
+        )
+    return "builtin:month" if args.scenario is None else args.scenario
+
+
+def show_stability(report: Report, reports: Sequence[StabilityReport], name: str) -> None:
+    first = reports[0]
+    report.heading(
+        f"Stability over {first.days:g} simulated days of {name} "
+        f"(threshold: spread above {100 * first.threshold:g} pp; hot: a node above "
+        f"{100 * first.hot:g} %)"
+    )
+    rows = [
+        [
+            r.policy,
+            r.strategy,
+            str(r.migrations),
+            str(r.repair_migrations),
+            f"{r.migrations_per_day:.1f}",
+            str(r.ping_pongs),
+            f"{r.pct_time_above_threshold:.1f} %",
+            f"{100 * r.mean_imbalance:.1f} pp",
+            str(r.capacity_violations),
+            f"{r.failed_migrations} ({r.failures_moved_later} moved later)",
+            f"{100 * r.max_node_load:.0f} %",
+            f"{r.hot_node_minutes:,.0f}",
+            f"{r.max_hot_minutes_per_node:,.0f}",
+            f"{100 * r.p95_node_load:.0f} %",
+            f"{r.wall_seconds:.1f} s",
+        ]
+        for r in reports
+    ]
+    header = [
+        "policy",
+        "strategy",
+        "migrations",
+        "repairs",
+        "per day",
+        "ping-pongs",
+        "above threshold",
+        "mean spread",
+        "capacity violations",
+        "failed",
+        "max node load",
+        "hot node-min",
+        "hot min, worst node",
+        "p95 node load",
+        "wall time",
+    ]
+    right = [2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 13, 14]
+    if any(r.restart_migrations for r in reports):
+        # Restart moves (containers on an Incus scenario), after "failed".
+        header.insert(10, "restarts (down)")
+        right = [i + (i >= 10) for i in right] + [10]
+        for row, r in zip(rows, reports, strict=True):
+            row.insert(10, f"{r.restart_migrations} ({r.restart_downtime_minutes:,.1f} min)")
+    report.table(header, rows, right=tuple(sorted(right)))
+
+
+def add_simulate_parser(sub: Subcommands) -> None:
+    p = sub.add_parser(
+        "simulate",
+        help="run the controller against the simulator, one run per policy, side by side",
+        description="Run the controller (active mode, history in memory) against a simulated "
+        "cluster (see docs/scenarios.md), once per policy, and print a stability report. "
+        "Policies are presets (opendrs, proxmox, incus, proxlb: the peers' behaviour emulated) "
+        "or YAML files with a policy section (see docs/configuration.md).",
+    )
+    p.add_argument(
+        "scenario",
+        metavar="SCENARIO",
+        nargs="?",
+        help="a scenario file, or builtin:NAME (default: builtin:month, 16 nodes, 400 guests)",
+    )
+    p.add_argument(
+        "--generate",
+        type=_seed,
+        metavar="SEED",
+        help="instead of SCENARIO, a 30-day month generated from SEED: node sizes, packing at "
+        "the start, workload mix and faults drawn from it (see docs/scenarios.md)",
+    )
+    p.add_argument(
+        "--nodes",
+        type=_whole(*NODES_RANGE),
+        metavar="N",
+        help=f"nodes of the generated month (default {DEFAULT_NODES})",
+    )
+    p.add_argument(
+        "--guests",
+        type=_whole(*GUESTS_RANGE),
+        metavar="M",
+        help=f"guests of the generated month (default {DEFAULT_GUESTS})",
+    )
+    p.add_argument("--days", type=simulated_days, help="simulated days (default: the scenario's)")
+    p.add_argument(
+        "--policy",
+        action="append",
+        metavar="NAMES|FILE",
+        help=f"policies to compare, comma-separated (default {DEFAULT_POLICIES}); repeatable",
+    )
+    p.add_argument(
+        "--threshold",
+        type=_fraction,
+        default=PolicyConfig().threshold,
+        help="imbalance yardstick of the report: spread as a fraction "
+        f"(default {PolicyConfig().threshold:g})",
+    )
+    p.add_argument(
+        "--hot",
+        type=_hot,
+        default=HOT,
+        help="a node runs hot above this load (cpu or memory, a fraction of capacity net of "
+        f"reserves, 5-minute average; default {HOT:g})",
+    )
+    p.add_argument(
+        "--budget",
+        type=_budget,
+        metavar="N",
+        help="a migration budget: at most N balancing migrations in any 24 hours, or with a "
+        "fraction below 1 (0.5, 1/3) one in any 1/N days (policy.max_migrations_per_day) for "
+        "opendrs's own policies; the emulated peers' presets (proxmox, incus, proxlb) are left "
+        "as they are",
+    )
+    p.add_argument(
+        "--spend-budget",
+        action="store_true",
+        help="with --budget, spend what the budget leaves on a faster reaction "
+        "(policy.spend_budget): above one migration per 6-hour smoothing window (4 a day), "
+        "usage closer to the last half hour's and a shorter hold while much of it is left",
+    )
+    p.add_argument(
+        "--budget-window",
+        type=parse_budget_window,
+        metavar="DURATION",
+        help="with --budget, the budget's rolling window (policy.migration_budget_window): "
+        "at most N × the window in days migrations (rounded down) in any such window, free to be "
+        "spent together — --budget 0.5 --budget-window 14d: 7 in any 14 days",
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--format", choices=("text", "json"), default="text", help="output format")
+    p.add_argument(
+        "--report",
+        metavar="FILE",
+        help="also write the policies side by side, with the spread over time and the "
+        "migrations per day of each on one chart: a self-contained HTML file, or Markdown when "
+        "FILE ends in .md",
+    )
+    p.set_defaults(func=cmd_simulate)
+
+
+def _hot(text: str) -> float:
+    value = parse_number(text)
+    if not 0 < value <= 10:
+        raise argparse.ArgumentTypeError("must be a load fraction more than 0 and at most 10")
+    return value
+
+
+def _budget(text: str) -> int | float:
+    value = parse_budget(text)
+    problem = budget_problem(value, text)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    assert isinstance(value, int | float)  # budget_problem refuses anything else
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def parse_budget_window(text: str) -> int:
+    """An argparse duration for ``--budget-window``, from an hour to a year."""
+    try:
+        seconds = parse_duration(text)
+    except UnitError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    shortest, longest = BUDGET_WINDOW_RANGE
+    if not shortest <= seconds <= longest:
+        raise argparse.ArgumentTypeError(
+            f"must be from {format_duration(shortest)} to {format_duration(longest)}, got {text!r}"
+        )
+    return seconds
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 0 <= value < 2**63:
+        raise argparse.ArgumentTypeError("must be a whole number from 0 to 2^63 - 1")
+    return value
+
+
+def _whole(low: int, high: int) -> Callable[[str], int]:
+    """An argparse whole number from ``low`` to ``high``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be a whole number from {low} to {high}")
+        return value
+
+    return parse
+
+
+def _fraction(text: str) -> float:
+    value = parse_number(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError("must be a fraction from 0 to 1")
+    return value
