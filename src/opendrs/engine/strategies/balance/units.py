@@ -51,9 +51,7 @@ def build_units(cluster: Cluster, cons: Constraints, loads: LoadModel) -> Units:
     n_units = len(members)
     running = np.array([bool(loaded_nodes(g)) for g in guests], dtype=bool)
     guest_demand = np.where(running[:, None], loads.demand, 0.0)
-    # As Constraints.guest_demand: a guest that is not running needs only its storage.
-    need = np.where(running[:, None] | capacity.storage_cols[None, :], capacity.demand, 0.0)
-    guest_need = np.where((unit_of >= 0)[:, None], need, 0.0)
+    guest_need = np.where((unit_of >= 0)[:, None], capacity.moving, 0.0)
     free = np.zeros(len(guests), dtype=bool)
     guest_cost = np.zeros(len(guests))
     for j in np.nonzero(unit_of >= 0)[0].tolist():
