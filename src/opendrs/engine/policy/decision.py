@@ -5,8 +5,9 @@ decision carries data; text is made only at the edge (logs, history, reports).""
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import ClassVar, Literal
 
@@ -24,6 +25,12 @@ from opendrs.engine.strategies.base import Proposal
 from opendrs.model.units import format_duration
 
 DecisionKind = Literal["none", "plan", "repair"]
+
+#: A count of things the sentence names with a noun ("1 guest", "2 guests"): its gist is none,
+#: one or many (:meth:`Decision.gist`).
+_NOUN = {"count": "noun"}
+#: A count the sentence names only when there is any: its gist is whether it is zero.
+_ANY = {"count": "any"}
 
 
 class DecisionCode(StrEnum):
@@ -99,8 +106,8 @@ class BudgetSpent:
     spent: int
     allowed: int
     window: int
-    left: int
-    needed: int | None = None
+    left: int = field(metadata=_ANY)
+    needed: int | None = field(default=None, metadata=_NOUN)
     frees_in: float | None = None
 
 
@@ -108,7 +115,7 @@ class BudgetSpent:
 class Stranded:
     """Guests left on nodes in maintenance that may not move (each logged at WARNING)."""
 
-    guests: int
+    guests: int = field(metadata=_NOUN)
     nodes: tuple[str, ...]
 
 
@@ -118,7 +125,7 @@ class RepairBlocked:
     budget that stops it (None: no allowed migration reaches it)."""
 
     needed: str
-    more: int
+    more: int = field(metadata=_ANY)
     budget: BudgetSpent | None = None
 
 
@@ -151,8 +158,8 @@ class Repaired:
 
     code: ClassVar[DecisionCode] = DecisionCode.REPAIR
     needed: str
-    more: int
-    migrations: int
+    more: int = field(metadata=_ANY)
+    migrations: int = field(metadata=_NOUN)
     hot_only: bool
     overridden: bool
 
@@ -162,7 +169,7 @@ class Returned:
     """``guests`` back to ``nodes`` out of maintenance."""
 
     code: ClassVar[DecisionCode] = DecisionCode.RETURN
-    guests: int
+    guests: int = field(metadata=_NOUN)
     nodes: tuple[str, ...]
 
 
@@ -220,7 +227,7 @@ class BelowMargin:
     code: ClassVar[DecisionCode] = DecisionCode.BELOW_MARGIN
     trigger: Trigger
     predicted: float
-    migrations: int
+    migrations: int = field(metadata=_NOUN)
     gain: float
     margin: float
 
@@ -233,7 +240,7 @@ class Planned:
 
     code: ClassVar[DecisionCode] = DecisionCode.PLAN
     trigger: Trigger
-    migrations: int
+    migrations: int = field(metadata=_NOUN)
     predicted: float | None
     stopped: str
     whole: int | None = None
@@ -319,16 +326,34 @@ class Decision:
         }
 
 
-def _gist(value: object) -> Hashable:
-    """``value`` with its numbers left out: a count keeps only whether it is zero."""
-    if isinstance(value, bool) or value is None or isinstance(value, str):
+#: A figure within a text fact (a strategy's note, a guest's or node's name).
+_FIGURES = re.compile(r"[0-9][0-9.,]*")
+
+
+def _gist(value: object, count: str | None = None) -> Hashable:
+    """``value`` with its figures left out: a number drops out — but for a count the sentence's
+    words follow (``count``: ``"noun"``, none, one or many; ``"any"``, whether there is any) —
+    and a text fact (a strategy's note, a name) drops the figures within it."""
+    if isinstance(value, bool) or value is None:
         return value
-    if isinstance(value, int):
-        return value == 0
-    if isinstance(value, float):
+    if isinstance(value, str):
+        return _FIGURES.sub("#", value)
+    if isinstance(value, int) and count is not None:
+        return min(value, 2) if count == "noun" else value == 0
+    if isinstance(value, int | float):
         return "#"
+    if isinstance(value, Measurement):
+        # Which architecture is the worst is said when there are several; the hour is a figure.
+        by_arch = dict(value.by_arch)
+        worst = max(by_arch.values(), default=0.0)
+        shown = min(a for a, v in by_arch.items() if v == worst) if len(by_arch) > 1 else None
+        return (value.metric, _gist(tuple(by_arch)), _gist(shown), value.hour is None)
+    if isinstance(value, WhyNot):
+        labels = tuple(_gist(label) for label, _n in value.excluded)
+        return (_gist(value.candidates, "noun"), _gist(value.movable, "any"), labels)
     if dataclasses.is_dataclass(value):
-        return tuple(_gist(getattr(value, f.name)) for f in dataclasses.fields(value))
+        fields = dataclasses.fields(value)
+        return tuple(_gist(getattr(value, f.name), f.metadata.get("count")) for f in fields)
     if isinstance(value, tuple):
         return tuple(_gist(v) for v in value)
     raise TypeError(f"no gist for {type(value).__name__}")
