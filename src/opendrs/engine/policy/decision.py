@@ -369,39 +369,41 @@ def explain(decision: Decision) -> str:
         return _busy(facts)
     if isinstance(facts, Repaired):
         return _repaired(facts)
-    return _explain_after_repair(facts) + _note(decision.note)
-
-
-def _explain_after_repair(facts: Facts) -> str:
-    """The sentence of a decision made past the repair guard, before its repair note."""
     if isinstance(facts, Returned):
-        return (
+        text = (
             f"{_guests(facts.guests)} back to {', '.join(facts.nodes)}, out of maintenance, "
             "bypassing threshold, hold and margin"
         )
-    if isinstance(facts, Balanced):
-        shown = _shown(facts.measured)
+    elif isinstance(facts, Balanced):
         limit = format_threshold(facts.measured.metric, facts.threshold)
-        return f"{shown} at or below threshold {limit}: nothing to do"
-    trigger = _trigger(facts.trigger)  # type: ignore[union-attr]
-    if isinstance(facts, Holding):
-        return f"{trigger}; waiting"
-    if isinstance(facts, OverBudget):
-        return f"{trigger}; {_budget(facts.budget)}"
-    if isinstance(facts, NoProposal):
-        stopped = "" if facts.stopped is None else f" ({facts.stopped})"
-        strategy = facts.trigger.strategy
-        return f"{trigger}; strategy {strategy} proposes no migration{stopped}; {facts.why}"
-    if isinstance(facts, Unordered):
-        return f"{trigger}; none of the proposed migrations can be ordered safely ({facts.problem})"
-    if isinstance(facts, BelowMargin):
-        after = format_metric(facts.trigger.measured.metric, facts.predicted)
-        return (
-            f"{trigger}; the plan would bring it to {after} with {_migrations(facts.migrations)}, "
-            f"{facts.gain * 100:.0f} % better, less than the margin {facts.margin * 100:g} %"
-        )
-    assert isinstance(facts, Planned)
-    return f"{trigger}; {_planned(facts)}"
+        text = f"{_shown(facts.measured)} at or below threshold {limit}: nothing to do"
+    else:
+        text = f"{_trigger(facts.trigger)}; {_after_trigger(facts)}"
+    return text + _note(decision.note)
+
+
+def _after_trigger(
+    facts: Holding | OverBudget | NoProposal | Unordered | BelowMargin | Planned,
+) -> str:
+    """What a decision made once the threshold was crossed says after its trigger."""
+    match facts:
+        case Holding():
+            return "waiting"
+        case OverBudget(budget=budget):
+            return _budget(budget)
+        case NoProposal(trigger=trigger, stopped=stopped, why=why):
+            said = "" if stopped is None else f" ({stopped})"
+            return f"strategy {trigger.strategy} proposes no migration{said}; {why}"
+        case Unordered(problem=problem):
+            return f"none of the proposed migrations can be ordered safely ({problem})"
+        case BelowMargin():
+            after = format_metric(facts.trigger.measured.metric, facts.predicted)
+            return (
+                f"the plan would bring it to {after} with {_migrations(facts.migrations)}, "
+                f"{facts.gain * 100:.0f} % better, less than the margin {facts.margin * 100:g} %"
+            )
+        case Planned():
+            return _planned(facts)
 
 
 def _planned(facts: Planned) -> str:
