@@ -31,6 +31,8 @@ DecisionKind = Literal["none", "plan", "repair"]
 _NOUN = {"count": "noun"}
 #: A count the sentence names only when there is any: its gist is whether it is zero.
 _ANY = {"count": "any"}
+#: A duration in seconds the sentence shows in units (``21h 5m``): its gist is which units.
+_UNITS = {"count": "units"}
 
 
 class DecisionCode(StrEnum):
@@ -108,7 +110,7 @@ class BudgetSpent:
     window: int
     left: int = field(metadata=_ANY)
     needed: int | None = field(default=None, metadata=_NOUN)
-    frees_in: float | None = None
+    frees_in: float | None = field(default=None, metadata=_UNITS)
 
 
 @dataclass(frozen=True)
@@ -332,12 +334,15 @@ _FIGURES = re.compile(r"[0-9][0-9.,]*")
 
 def _gist(value: object, count: str | None = None) -> Hashable:
     """``value`` with its figures left out: a number drops out — but for a count the sentence's
-    words follow (``count``: ``"noun"``, none, one or many; ``"any"``, whether there is any) —
-    and a text fact (a strategy's note, a name) drops the figures within it."""
+    words follow (``count``: ``"noun"``, none, one or many; ``"any"``, whether there is any;
+    ``"units"``, which units a duration is shown in) — and a text fact (a strategy's note, a
+    name) drops the figures within it."""
     if isinstance(value, bool) or value is None:
         return value
     if isinstance(value, str):
         return _FIGURES.sub("#", value)
+    if isinstance(value, float) and count == "units":
+        return _FIGURES.sub("#", format_duration(value))
     if isinstance(value, int) and count is not None:
         return min(value, 2) if count == "noun" else value == 0
     if isinstance(value, int | float):
