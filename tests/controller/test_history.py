@@ -785,3 +785,39 @@ def test_an_intent_whose_request_was_not_sent_is_withdrawn_and_tells_no_listener
         with pytest.raises(HistoryError, match="must be an integer"):
             h.migration_withdrawn("1")  # type: ignore[arg-type]
         assert [r.outcome for r in h.migrations()] == ["failed"]
+
+
+def test_a_decision_keeps_its_code_in_a_column_taken_from_the_summary_when_not_given() -> None:
+    with History(":memory:") as h:
+        given = decision(h, code="plan", summary={"code": "other"})
+        from_summary = decision(h, at=1.0, summary={"code": "balanced", "nodes": 3})
+        without = decision(h, at=2.0)
+        codes = {r.id: r.code for r in h.decisions()}
+        with raises("decision code must be a non-empty string"):
+            decision(h, at=3.0, code="")
+    assert codes == {given: "plan", from_summary: "balanced", without: None}
+
+
+def test_a_version_3_file_gets_the_code_column_filled_from_each_summary(path: Path) -> None:
+    db = sqlite3.connect(path)  # a version-3 file: decisions kept their code in the summary
+    for step in history_module._MIGRATIONS[:3]:
+        for statement in step:
+            db.execute(statement)
+    db.execute("INSERT INTO state VALUES ('cluster', 'lab')")
+    for id_, summary in ((1, '{"code": "holding", "nodes": 3}'), (2, '{"nodes": 3}')):
+        db.execute(
+            "INSERT INTO decisions (id, at, cluster, mode, policy, action, reason, moves, "
+            "summary, plan) VALUES (?, ?, 'lab', 'shadow', 'balance', 'none', 'why', 0, ?, '[]')",
+            (id_, float(id_), summary),
+        )
+    db.execute(f"PRAGMA application_id = {history_module.APPLICATION_ID}")
+    db.execute("PRAGMA user_version = 3")
+    db.commit()
+    db.close()
+    with History(path) as h:  # upgraded to the current version
+        later = decision(h, at=5.0, summary={"code": "plan"})
+        codes = {r.id: r.code for r in h.decisions()}
+        summaries = {r.id: dict(r.summary) for r in h.decisions()}
+    assert codes == {1: "holding", 2: None, later: "plan"}
+    assert summaries[1] == {"code": "holding", "nodes": 3}  # the summary is left as it was
+    assert raw(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4

@@ -18,11 +18,13 @@ from clusters import assert_moves_safe, clusters
 from opendrs.engine.policy import (
     PRESETS,
     Decision,
+    DecisionCode,
     PastMigrations,
     PolicyConfig,
     PolicyState,
     UsageWindow,
     decide,
+    explain,
     forbidden_placements,
     may_need_repair,
     measure,
@@ -31,6 +33,7 @@ from opendrs.engine.policy import (
     track_evacuations,
     truncate,
 )
+from opendrs.engine.policy.decision import Balanced, Holding, Measurement, Planned
 from opendrs.engine.strategies.base import Proposal, ProposedMove, cluster_imbalance
 from opendrs.engine.usage import with_usage
 from opendrs.model.cluster import Cluster, Guest, Node, Settings
@@ -143,6 +146,25 @@ def test_threshold_and_hold_counting_with_reset() -> None:
     assert third.act and third.kind == "plan" and third.code == "plan"
     assert third.reason.startswith("spread 80.0 pp above threshold 15 pp for 3 of 3 observations;")
     assert third.state == PolicyState(hold=0, last_attempt=NOW + 5, last_action=NOW + 5)
+
+
+def test_a_decision_holds_its_code_and_facts_and_explain_says_them() -> None:
+    config = replace(EAGER, hold=3)
+    first = _decide(_skewed(), config)
+    assert first.code is DecisionCode.HOLDING and not first.act and first.kind == "none"
+    assert isinstance(first.facts, Holding)
+    trigger = first.facts.trigger
+    assert (trigger.count, trigger.need, trigger.hastened) == (1, 3, None)
+    assert trigger.measured == Measurement("spread", (("x86_64", pytest.approx(0.8)),))
+    assert explain(first) == first.reason == first.as_dict()["reason"]
+    # The same kind of reason, another count: the same gist; another code: another gist.
+    second = _decide(_skewed(), config, first.state)
+    assert second.reason != first.reason and second.gist() == first.gist()
+    even = _decide(_cluster(_g("a", "n1", 2), _g("b", "n2", 2), _g("c", "n3", 2)), config)
+    assert isinstance(even.facts, Balanced) and even.gist() != first.gist()
+    acted = _decide(_skewed())
+    assert acted.code is DecisionCode.PLAN and acted.act and acted.kind == "plan"
+    assert isinstance(acted.facts, Planned) and acted.facts.migrations == len(_moved(acted))
 
 
 def test_at_threshold_is_not_above() -> None:

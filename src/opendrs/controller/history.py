@@ -10,7 +10,7 @@ All times are floats in seconds of the *backend clock* (:class:`opendrs.backends
 seconds since the epoch on a real cluster, simulated seconds in the simulator. This module never
 reads the clock itself.
 
-Schema (version 2)
+Schema (version 4)
 ==================
 
 The version is kept in ``PRAGMA user_version``; ``PRAGMA application_id`` is ``0x6F647273``
@@ -29,7 +29,10 @@ The version is kept in ``PRAGMA user_version``; ``PRAGMA application_id`` is ``0
     imbalance before); ``predicted`` (REAL or NULL, the imbalance predicted after the plan);
     ``moves`` (INTEGER, the number of entries in ``plan``); ``summary`` (TEXT, a JSON object: a
     summary of the inputs — nodes, guests, loads…); ``plan`` (TEXT, a JSON array: the ordered moves,
-    each a JSON object such as ``{"guest": "101", "source": "pve1", "target": "pve2", …}``).
+    each a JSON object such as ``{"guest": "101", "source": "pve1", "target": "pve2", …}``);
+    ``code`` (TEXT or NULL, what the decision is: ``balanced``, ``plan``… — the policy's
+    ``DecisionCode``; filled from the summary's ``code`` for rows written before version 4, NULL
+    where it has none).
 
 ``migrations`` — one row per migration the controller really started.
     ``id`` (INTEGER primary key); ``decision`` (INTEGER or NULL, ``decisions.id`` of the decision
@@ -200,6 +203,15 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         # How long a done move stopped its guest (NULL: it ran throughout).
         "ALTER TABLE migrations ADD COLUMN downtime REAL",
     ),
+    (
+        # What each decision is (the policy's DecisionCode), a column of its own; older rows
+        # kept it only in their summary.
+        "ALTER TABLE decisions ADD COLUMN code TEXT",
+        """UPDATE decisions SET code = CASE WHEN json_valid(summary) THEN
+            CASE WHEN json_type(summary, '$.code') = 'text' THEN json_extract(summary, '$.code')
+            END END""",
+        "CREATE INDEX decisions_code ON decisions (code, at)",
+    ),
 )
 
 #: The schema version this code writes.
@@ -275,6 +287,8 @@ class DecisionRecord:
     predicted: float | None
     summary: Mapping[str, Any]
     plan: tuple[Mapping[str, Any], ...]
+    #: What the decision is (the policy's ``DecisionCode``); None for a row that never said.
+    code: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -603,8 +617,10 @@ class History:
         predicted: float | None,
         summary: Mapping[str, Any],
         plan: Sequence[Mapping[str, Any]],
+        code: str | None = None,
     ) -> int:
-        """Record one decision; returns its id."""
+        """Record one decision; returns its id. ``code`` is what the decision is (the policy's
+        ``DecisionCode``); without it, the summary's ``code`` when it has one."""
         at = _time("at", at)
         cluster = _name("cluster", cluster)
         mode = cast(Mode, _choice("mode", mode, MODES))
@@ -613,17 +629,10 @@ class History:
         reason = _text("reason", reason)
         imbalance = _optional_number("imbalance", imbalance)
         predicted = _optional_number("predicted", predicted)
-        if not isinstance(summary, Mapping):
-            raise HistoryError(f"decision summary must be a mapping, got {type(summary).__name__}")
-        if isinstance(plan, str | bytes) or not isinstance(plan, Sequence):
-            raise HistoryError(f"decision plan must be a sequence, got {type(plan).__name__}")
-        for index, step in enumerate(plan):
-            if not isinstance(step, Mapping):
-                raise HistoryError(
-                    f"decision plan[{index}] must be a mapping, got {type(step).__name__}"
-                )
-        summary_json = _json("decision summary", summary)
-        plan_json = _json("decision plan", list(plan))
+        summary_json, plan_json = _decision_json(summary, plan)
+        if code is None and isinstance(summary.get("code"), str):
+            code = summary["code"]
+        code = None if code is None else _name("decision code", code)
         with self._write("record a decision") as db:
             bound = _bound(db)
             if bound is not None and bound != cluster:
@@ -633,7 +642,8 @@ class History:
                 )
             cursor = db.execute(
                 "INSERT INTO decisions (at, cluster, mode, policy, action, reason, imbalance, "
-                "predicted, moves, summary, plan) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "predicted, moves, summary, plan, code) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     at,
                     cluster,
@@ -646,6 +656,7 @@ class History:
                     len(plan),
                     summary_json,
                     plan_json,
+                    code,
                 ),
             )
             decision_id = int(cursor.lastrowid or 0)
@@ -1105,7 +1116,22 @@ def _decision(row: sqlite3.Row) -> DecisionRecord:
         predicted=None if row["predicted"] is None else float(row["predicted"]),
         summary=MappingProxyType(json.loads(row["summary"])),
         plan=tuple(MappingProxyType(step) for step in json.loads(row["plan"])),
+        code=row["code"],
     )
+
+
+def _decision_json(summary: object, plan: object) -> tuple[str, str]:
+    """A decision's summary (a mapping) and plan (a sequence of mappings) as JSON text."""
+    if not isinstance(summary, Mapping):
+        raise HistoryError(f"decision summary must be a mapping, got {type(summary).__name__}")
+    if isinstance(plan, str | bytes) or not isinstance(plan, Sequence):
+        raise HistoryError(f"decision plan must be a sequence, got {type(plan).__name__}")
+    for index, step in enumerate(plan):
+        if not isinstance(step, Mapping):
+            raise HistoryError(
+                f"decision plan[{index}] must be a mapping, got {type(step).__name__}"
+            )
+    return _json("decision summary", summary), _json("decision plan", list(plan))
 
 
 def _migration(row: sqlite3.Row) -> MigrationRecord:

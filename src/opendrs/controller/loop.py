@@ -34,10 +34,9 @@ import errno
 import fcntl
 import logging
 import os
-import re
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, replace
 
 from opendrs.backends.base import (
@@ -73,7 +72,6 @@ log = logging.getLogger(__name__)
 
 #: A decision not to act is recorded when its kind of reason changes, or after this long.
 RECORD_EVERY = 3600.0
-_DIGITS = re.compile(r"[0-9][0-9.,]*")
 
 __all__ = ["Controller", "Cycle", "InstanceLock", "LockError", "observe_as_configured"]
 
@@ -297,7 +295,7 @@ class Controller:
         #: Usage per hour of the day (``policy.daily_profile``), rebuilt after a restart.
         self.profile = DailyProfile()
         self.cycles: list[Cycle] = []
-        self._last_none: tuple[str, float] | None = None
+        self._last_none: tuple[Hashable, float] | None = None
         self._cluster_bound = False
         #: Whether the backend's policy defaults were asked for under this configuration.
         self._platform_asked = False
@@ -549,10 +547,9 @@ class Controller:
         decision not to act says why (which filter stopped it, with counts). Stuck repairs are
         logged at WARNING by :meth:`cycle`, once per decision (``decide`` stays pure), never here.
         """
-        kind = decision.kind if decision.act else "none"
-        # The kind of reason: the decision's code, and its sentence with the numbers left out
-        # (the same code can stop at different filters).
-        category = f"{decision.code}: {_DIGITS.sub('#', decision.reason)}"
+        # The kind of reason: the decision's code and its facts with the numbers left out (the
+        # same code can stop at different filters).
+        category = decision.gist()
         if not decision.act:
             last = self._last_none
             if last is not None and last[0] == category and now - last[1] < RECORD_EVERY:
@@ -560,9 +557,10 @@ class Controller:
             self._last_none = (category, now)
         else:
             self._last_none = None
-        log.info("decision (%s): %s", self.config.mode, decision.reason)
+        reason = decision.reason
+        log.info("decision (%s): %s", self.config.mode, reason)
         summary = {
-            "code": decision.code,
+            "code": decision.code.value,
             "budgeted": decision.budgeted,
             "nodes": len(cluster.nodes),
             "usable_nodes": sum(1 for n in cluster.nodes if n.usable),
@@ -577,8 +575,9 @@ class Controller:
             cluster=cluster.name,
             mode=self.config.mode,
             policy=policy.name,
-            action=kind,
-            reason=decision.reason,
+            action=decision.kind,
+            code=decision.code.value,
+            reason=reason,
             imbalance=decision.metric,
             predicted=decision.predicted,
             summary=summary,

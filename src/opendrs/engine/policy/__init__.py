@@ -113,7 +113,8 @@ from opendrs.engine.policy.config import (
     parse_policy,
     strategy_problem,
 )
-from opendrs.engine.policy.decide import Decision, DecisionKind, decide
+from opendrs.engine.policy.decide import decide
+from opendrs.engine.policy.decision import Decision, DecisionCode, DecisionKind, explain
 from opendrs.engine.policy.guards import forbidden_placements
 from opendrs.engine.policy.maintenance import track_evacuations
 from opendrs.engine.policy.metrics import format_by_arch, format_metric, measure, measure_by_arch
@@ -145,6 +146,7 @@ __all__ = [
     "POLICY_KEYS",
     "PRESETS",
     "Decision",
+    "DecisionCode",
     "DecisionKind",
     "Metric",
     "PastMigrations",
@@ -156,6 +158,7 @@ __all__ = [
     "budget_allowance",
     "budget_window",
     "decide",
+    "explain",
     "first_moves",
     "forbidden_placements",
     "format_by_arch",

@@ -5,35 +5,46 @@ margin — each returning a :class:`Decision` or passing to the next."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from typing import Literal
+from dataclasses import dataclass, field, replace
 
 from opendrs.engine.planner import Plan, final_placement
 from opendrs.engine.policy.config import PolicyConfig, most_moves, strategy_request
 from opendrs.engine.policy.dayplan import day_proposal
+from opendrs.engine.policy.decision import (
+    Balanced,
+    BelowMargin,
+    BudgetSpent,
+    Busy,
+    Decision,
+    DecisionCode,
+    Facts,
+    Holding,
+    Measurement,
+    NoProposal,
+    OverBudget,
+    Planned,
+    RepairBlocked,
+    Repaired,
+    RepairNote,
+    Returned,
+    Stranded,
+    Trigger,
+    Unordered,
+)
 from opendrs.engine.policy.guards import failed_targets, forbidden_placements
 from opendrs.engine.policy.maintenance import returns_from_maintenance, track_evacuations
-from opendrs.engine.policy.metrics import (
-    format_by_arch,
-    format_metric,
-    format_threshold,
-    measure,
-    measure_by_arch,
-    metric_label,
-)
+from opendrs.engine.policy.metrics import measure, measure_by_arch
 from opendrs.engine.policy.planning import plan_within, truncate
 from opendrs.engine.policy.profile import day_metric, worst_hour
 from opendrs.engine.policy.repair import (
-    Repair,
     left_in_maintenance,
     may_need_repair,
     only_hot,
     repair_within_guards,
 )
 from opendrs.engine.policy.smoothing import overloads
-from opendrs.engine.policy.spending import react
+from opendrs.engine.policy.spending import Hastening, react
 from opendrs.engine.policy.state import (
-    BUDGET_WINDOW,
     PastMigrations,
     PolicyState,
     budget_allowance,
@@ -45,80 +56,6 @@ from opendrs.engine.strategies.base import Proposal
 from opendrs.engine.usage import MeasuredUsage
 from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster
-from opendrs.model.units import format_duration
-
-DecisionKind = Literal["none", "plan", "repair"]
-#: What a decision is, for code (the reason is for the operator):
-#:
-#: * ``busy`` — a plan is still executing; nothing decided;
-#: * ``repair`` — a plan that repairs a broken hard constraint (acts);
-#: * ``return`` — evacuated guests back to their node out of maintenance (acts);
-#: * ``balanced`` — the metric at or below the threshold;
-#: * ``holding`` — above the threshold for fewer observations than the hold;
-#: * ``budget`` — the migration budget is spent (or too little is left for the plan);
-#: * ``no-proposal`` — the strategy proposes no migration;
-#: * ``unordered`` — no proposed migration can be ordered safely;
-#: * ``below-margin`` — the plan improves the metric by less than the margin;
-#: * ``plan`` — a balancing plan (acts).
-DecisionCode = Literal[
-    "busy",
-    "repair",
-    "return",
-    "balanced",
-    "holding",
-    "budget",
-    "no-proposal",
-    "unordered",
-    "below-margin",
-    "plan",
-]
-_ACTING: frozenset[str] = frozenset({"repair", "return", "plan"})
-
-
-@dataclass(frozen=True)
-class Decision:
-    """The policy's answer for one observation."""
-
-    act: bool
-    kind: DecisionKind
-    #: One sentence for the operator.
-    reason: str
-    #: The metric now, and predicted after the plan (None when no plan was made).
-    metric: float
-    predicted: float | None
-    proposal: Proposal | None
-    plan: Plan | None
-    #: The (guest, node) placements ruled out (cooldown, no-return, avoid, minimum uptime).
-    forbidden: frozenset[tuple[str, str]]
-    state: PolicyState
-    #: Guests a repair leaves breaking a hard constraint, each with what stops it (logged at
-    #: WARNING when decided; see :func:`repair`).
-    stuck: tuple[tuple[str, str], ...] = ()
-    #: What the decision is (:data:`DecisionCode`).
-    code: DecisionCode = "balanced"
-    #: Whether its migrations count against the migration budget: a balancing plan, or a repair
-    #: of nodes that only run hot (the history keeps it; see ``max_migrations_per_day``).
-    budgeted: bool = False
-
-    def as_dict(self) -> dict[str, object]:
-        return {
-            "act": self.act,
-            "kind": self.kind,
-            "code": self.code,
-            "reason": self.reason,
-            "metric": self.metric,
-            "predicted": self.predicted,
-            "proposal": self.proposal.as_dict() if self.proposal is not None else None,
-            "plan": self.plan.as_dict() if self.plan is not None else None,
-            "forbidden": [list(p) for p in sorted(self.forbidden)],
-            "stuck": [list(s) for s in self.stuck],
-            "state": {
-                "hold": self.state.hold,
-                "last_attempt": self.state.last_attempt,
-                "last_action": self.state.last_action,
-                "evacuated": dict(sorted(self.state.evacuated.items())),
-            },
-        }
 
 
 def decide(
@@ -149,69 +86,80 @@ def decide(
     every hour. Pure and deterministic. Raises ValueError for a usage made for another cluster
     (the strategy's options were checked when ``config`` was made).
     """
-    usages = (average, recent, latest)
-    round_ = _Round(cluster, now, config, state, past, usages, busy, daily)
-    for guard in (_busy, _repair, _back_from_maintenance, _balanced, _holding, _budget):
+    round_ = _observe(cluster, now, config, state, past, (average, recent, latest), busy, daily)
+    decision = _busy(round_)
+    if decision is not None:
+        return decision
+    round_ = round_.guarded()
+    found = _repair(round_)
+    if isinstance(found, Decision):
+        return found
+    round_ = replace(round_, stuck=found[0], note=found[1])
+    for guard in (_back_from_maintenance, _balanced):
         decision = guard(round_)
         if decision is not None:
             return decision
-    return _balance(round_)
+    trigger = round_.trigger()
+    for held in (_holding, _budget):
+        decision = held(round_, trigger)
+        if decision is not None:
+            return decision
+    return _balance(round_, trigger)
 
 
-class _Round:
-    """One decision in the making: its inputs, the cycle's view, what earlier guards found."""
+@dataclass(frozen=True)
+class _Budget:
+    """The migration budget at the decision: its rolling ``window`` (seconds), how many budgeted
+    migrations it ``allowed``, when those ``spent`` within it started (oldest first), and how
+    many more may start (``left``; None: no budget)."""
 
-    def __init__(
-        self,
-        cluster: Cluster,
-        now: float,
-        config: PolicyConfig,
-        state: PolicyState,
-        past: PastMigrations,
-        usages: tuple[MeasuredUsage | None, MeasuredUsage | None, MeasuredUsage | None],
-        busy: bool,
-        daily: Sequence[MeasuredUsage] | None = None,
-    ) -> None:
-        average, recent, latest = usages
-        self.now, self.past, self.recent, self.busy = now, past, recent, busy
-        self._count_budget(config)
-        #: The policy as the budget left lets it react (unchanged without a budget).
-        reaction = react(config, self.left, average, latest)
-        self.config = config = reaction.config
-        #: What the trigger adds while the budget left hastens the decision.
-        self.hastened = reaction.note
-        self.view = CycleView(cluster, reaction.average, hot=config.hot)
-        #: The usage of each hour of the day (None: balance on ``average``).
-        self.daily = daily
-        hour = None
-        if daily:
-            hour = worst_hour(cluster, config.metric, self.view.loads, daily)
-            self.view = CycleView(cluster, daily[hour], hot=config.hot)
-        by_arch = measure_by_arch(cluster, config.metric, self.view.loads)
-        self.metric = max(by_arch.values(), default=0.0)
-        self.label = metric_label(config.metric)
-        self.shown = format_by_arch(config.metric, by_arch)
-        if hour is not None:
-            self.shown += f" at {hour:02d}:00 of the daily profile"
-        self.limit = format_threshold(config.metric, config.threshold)
-        tracked = track_evacuations(cluster, state.evacuated) if config.maintenance_return else {}
-        self.state = state if tracked == state.evacuated else replace(state, evacuated=tracked)
-        #: The repair, once made: every later decision names what it leaves stuck.
-        self.repair = Repair(())
-        #: What a repair that could not be made adds to every later decision's reason.
-        self.repair_note = ""
-        #: Where the threshold and the hold stand, as the reason's first words.
-        self.trigger = ""
+    window: int
+    allowed: int
+    spent: tuple[float, ...]
+    left: int | None
 
-    def _count_budget(self, config: PolicyConfig) -> None:
-        """The budgeted migrations started within the window, oldest first, and how many more
-        may start now (``left``; None: no budget)."""
+    @classmethod
+    def count(cls, config: PolicyConfig, past: PastMigrations, now: float) -> _Budget:
         budget, window = config.max_migrations_per_day, config.migration_budget_window
-        self.window = budget_window(budget or 0, window)
-        #: How many budgeted migrations the window holds.
-        self.allowed = budget_allowance(budget or 0, window)
-        self.spent = sorted(t for t in self.past.budget_spent if self.now - t < self.window)
-        self.left = None if budget is None else max(self.allowed - len(self.spent), 0)
+        seconds = budget_window(budget or 0, window)
+        allowed = budget_allowance(budget or 0, window)
+        spent = tuple(sorted(t for t in past.budget_spent if now - t < seconds))
+        left = None if budget is None else max(allowed - len(spent), 0)
+        return cls(seconds, allowed, spent, left)
+
+    def stops(self, moves: int) -> bool:
+        """Whether a plan of ``moves`` migrations is more than the budget leaves."""
+        return self.left is not None and moves > self.left
+
+    def facts(self, now: float, needed: int | None = None) -> BudgetSpent:
+        """Why the budget stops a plan of ``needed`` migrations (None: it is all spent)."""
+        frees = max(self.spent[0] + self.window - now, 1.0) if self.spent else None
+        return BudgetSpent(
+            len(self.spent), self.allowed, self.window, self.left or 0, needed, frees
+        )
+
+
+@dataclass(frozen=True)
+class _Round:
+    """One decision in the making: its inputs, the cycle's view, the metric measured on it, and
+    — past the repair guard — what the repair leaves stuck and the note every later decision
+    carries."""
+
+    now: float
+    past: PastMigrations
+    recent: MeasuredUsage | None
+    busy: bool
+    #: The usage of each hour of the day (None: balance on the average).
+    daily: Sequence[MeasuredUsage] | None
+    #: The policy as the budget left lets it react (unchanged without a budget).
+    config: PolicyConfig
+    view: CycleView
+    budget: _Budget
+    hastened: Hastening | None
+    measured: Measurement
+    state: PolicyState
+    stuck: tuple[tuple[str, str], ...] = ()
+    note: RepairNote = field(default_factory=RepairNote)
 
     @property
     def cluster(self) -> Cluster:
@@ -219,11 +167,22 @@ class _Round:
         models, never from it)."""
         return self.view.observed
 
-    def guard(self) -> None:
+    @property
+    def metric(self) -> float:
+        return max((v for _arch, v in self.measured.by_arch), default=0.0)
+
+    def guarded(self) -> _Round:
         """From here on the decision may plan: the guards' forbidden placements, and capacity
         checked on the recent usage."""
         forbidden = forbidden_placements(self.cluster, self.now, self.config, self.past)
-        self.view = self.view.guarding(self.recent, forbidden)
+        return replace(self, view=self.view.guarding(self.recent, forbidden))
+
+    def trigger(self) -> Trigger:
+        """Where the threshold and the hold stand, counting this observation."""
+        config = self.config
+        need = max(config.hold, 1)
+        count = min(self.state.hold + 1, need)
+        return Trigger(self.measured, config.threshold, count, need, config.strategy, self.hastened)
 
     def attempted(self) -> PolicyState:
         return replace(self.state, hold=0, last_attempt=self.now)
@@ -243,8 +202,7 @@ class _Round:
 
     def decision(
         self,
-        code: DecisionCode,
-        reason: str,
+        facts: Facts,
         state: PolicyState,
         *,
         predicted: float | None = None,
@@ -253,42 +211,48 @@ class _Round:
         forbidden: frozenset[tuple[str, str]] | None = None,
         budgeted: bool = False,
     ) -> Decision:
-        act = code in _ACTING
-        kind: DecisionKind = "plan" if code == "plan" else "repair" if act else "none"
-        if forbidden is None:
-            forbidden = self.view.forbidden
         return Decision(
-            act,
-            kind,
-            reason,
+            facts,
             self.metric,
             predicted,
             proposal,
             plan,
-            forbidden,
+            self.view.forbidden if forbidden is None else forbidden,
             state,
-            self.repair.stuck,
-            code,
-            budgeted or code == "plan",
+            self.stuck,
+            budgeted or facts.code is DecisionCode.PLAN,
+            self.note,
         )
 
-    def budget_spent(self, needed: int | None = None) -> str:
-        """Why the budget stops a plan: all spent, or fewer left than ``needed``; and when the
-        oldest budgeted migration of the window leaves it."""
-        last = "24 h" if self.window == BUDGET_WINDOW else format_duration(self.window)
-        spent = f"{len(self.spent)} of {self.allowed} in the last {last}"
-        if needed is None or not self.left:
-            what = f"the migration budget is spent: {spent}"
-        else:
-            what = f"the plan needs {_migrations(needed)}, more than the budget leaves ({spent})"
-        if not self.spent:
-            return what
-        frees = self.spent[0] + self.window - self.now
-        return f"{what}; the next is free in {format_duration(max(frees, 1.0))}"
 
-
-def _migrations(n: int) -> str:
-    return f"{n} migration{'s' if n != 1 else ''}"
+def _observe(
+    cluster: Cluster,
+    now: float,
+    config: PolicyConfig,
+    state: PolicyState,
+    past: PastMigrations,
+    usages: tuple[MeasuredUsage | None, MeasuredUsage | None, MeasuredUsage | None],
+    busy: bool,
+    daily: Sequence[MeasuredUsage] | None,
+) -> _Round:
+    """The round's inputs, its view (on the hour the placement balances worst, with a daily
+    profile) and the metric measured on it."""
+    average, recent, latest = usages
+    budget = _Budget.count(config, past, now)
+    reaction = react(config, budget.left, average, latest)
+    config = reaction.config
+    view = CycleView(cluster, reaction.average, hot=config.hot)
+    hour = None
+    if daily:
+        hour = worst_hour(cluster, config.metric, view.loads, daily)
+        view = CycleView(cluster, daily[hour], hot=config.hot)
+    by_arch = measure_by_arch(cluster, config.metric, view.loads)
+    measured = Measurement(config.metric, tuple(by_arch.items()), hour)
+    tracked = track_evacuations(cluster, state.evacuated) if config.maintenance_return else {}
+    state = state if tracked == state.evacuated else replace(state, evacuated=tracked)
+    return _Round(
+        now, past, recent, busy, daily, config, view, budget, reaction.hastened, measured, state
+    )
 
 
 def _busy(r: _Round) -> Decision | None:
@@ -296,12 +260,9 @@ def _busy(r: _Round) -> Decision | None:
     decided, and the hold count stands still."""
     moving = moving_guest(r.cluster) if r.config.wait_for_motions else None
     if not r.busy and moving is None:
-        r.guard()
         return None
-    what = "" if r.config.metric == "none" else f" ({r.label} {r.shown})"
-    if r.busy:
-        return r.decision("busy", f"a plan is still executing: no new decision{what}", r.state)
-    return r.decision("busy", f"{moving} is moving: no new decision until it ends{what}", r.state)
+    measured = None if r.config.metric == "none" else r.measured
+    return r.decision(Busy(None if r.busy else moving, measured), r.state)
 
 
 def moving_guest(cluster: Cluster) -> str | None:
@@ -315,68 +276,59 @@ def moving_guest(cluster: Cluster) -> str | None:
 _HA_MOTIONS = frozenset({"migrate", "relocate"})
 
 
-def _repair(r: _Round) -> Decision | None:
+def _repair(r: _Round) -> Decision | tuple[tuple[tuple[str, str], ...], RepairNote]:
     """What breaks a hard constraint is repaired at once, bypassing threshold, hold and margin;
     so is a node whose recent measured load is above the hot level (``config.hot``) while the
     metric on the average usage is above the threshold — a lasting hot spot, bypassing hold and
     margin (hot on the recent usage alone, balanced on the average, is loads taking turns:
-    relieving one turn only makes room for the next elsewhere). A repair that cannot be made is
-    noted on every later decision."""
+    relieving one turn only makes room for the next elsewhere). Without a repair made: what
+    every later decision names — the guests stuck, and the repair that could not be made."""
     view, config = r.view, r.config
     limit = 1.0 if config.hot is None else config.hot
     screen = may_need_repair(r.cluster, view.usage_loads, config.hot) or (
         r.recent is not None and overloads(view.usage_loads, r.recent, limit)
     )
     if not screen:
-        return None
+        return (), RepairNote()
     # Guests left on a node in maintenance that may not move: named whatever comes next.
-    r.repair = Repair((), stuck=left_in_maintenance(r.cluster))
-    r.repair_note = _left_note(r.cluster, r.repair.stuck)
+    left = left_in_maintenance(r.cluster)
+    stranded = _stranded(r.cluster, left)
     hot_only = only_hot(r.cluster, view.constraints)
     lasting = config.metric == "none" or r.metric > config.threshold
     if config.hot is not None and hot_only and not lasting:
-        return None
+        return left, RepairNote(stranded)
     failed = failed_targets(r.cluster, r.now, r.past)
-    r.repair, kept_off = repair_within_guards(
+    made, kept_off = repair_within_guards(
         view.checked, view.constraints, config, view.forbidden, failed
     )
-    needed = r.repair.needed
-    if not needed or r.repair.proposal is None or r.repair.plan is None:
-        return None
-    what = needed[0] + (f" (and {len(needed) - 1} more)" if len(needed) > 1 else "")
-    plan = r.repair.plan
+    needed, plan = made.needed, made.plan
+    if not needed or made.proposal is None or plan is None:
+        return made.stuck, RepairNote(stranded)
     if not plan.moves:
-        r.repair_note += f"; repair needed ({what}) but no allowed migration reaches it"
-        return None
-    if hot_only and r.left is not None and len(plan.moves) > r.left:
-        r.repair_note += f"; repair needed ({what}) but {r.budget_spent(len(plan.moves))}"
-        return None
-    overridden = (
-        ""
-        if kept_off == view.forbidden
-        else " and the cooldown, minimum uptime and no-return it could not keep"
+        return made.stuck, RepairNote(stranded, RepairBlocked(needed[0], len(needed) - 1))
+    if hot_only and r.budget.stops(len(plan.moves)):
+        budget = r.budget.facts(r.now, len(plan.moves))
+        return made.stuck, RepairNote(stranded, RepairBlocked(needed[0], len(needed) - 1, budget))
+    facts = Repaired(
+        needed[0], len(needed) - 1, len(plan.moves), hot_only, kept_off != view.forbidden
     )
-    return r.decision(
-        "repair",
-        f"repair: {what}; {_migrations(len(plan.moves))}, "
-        f"bypassing {'hold' if hot_only else 'threshold, hold'} and margin{overridden}",
+    return replace(r, stuck=made.stuck, note=RepairNote()).decision(
+        facts,
         r.acted(),
         predicted=r.predicted(plan),
-        proposal=r.repair.proposal,
+        proposal=made.proposal,
         plan=plan,
         forbidden=kept_off,
         budgeted=hot_only,
     )
 
 
-def _left_note(cluster: Cluster, left: tuple[tuple[str, str], ...]) -> str:
-    """What the reason adds for the guests ``left`` on nodes in maintenance (each a WARNING)."""
+def _stranded(cluster: Cluster, left: tuple[tuple[str, str], ...]) -> Stranded | None:
+    """The guests ``left`` on nodes in maintenance (each a WARNING), and those nodes."""
     if not left:
-        return ""
+        return None
     guests, index = cluster.guests, cluster.guest_index
-    nodes = ", ".join(sorted({guests[index[g]].node for g, _why in left}))
-    n = len(left)
-    return f"; {n} guest{'s' if n != 1 else ''} may not leave {nodes}, in maintenance"
+    return Stranded(len(left), tuple(sorted({guests[index[g]].node for g, _why in left})))
 
 
 def _back_from_maintenance(r: _Round) -> Decision | None:
@@ -387,12 +339,9 @@ def _back_from_maintenance(r: _Round) -> Decision | None:
     if back is None:
         return None
     proposal, plan, predicted = back
-    nodes = ", ".join(sorted({m.target for m in plan.moves}))
-    n = len(plan.moves)
+    nodes = tuple(sorted({m.target for m in plan.moves}))
     return r.decision(
-        "return",
-        f"{n} guest{'s' if n != 1 else ''} back to {nodes}, out of maintenance, "
-        f"bypassing threshold, hold and margin{r.repair_note}",
+        Returned(len(plan.moves), nodes),
         r.acted(),
         predicted=predicted,
         proposal=proposal,
@@ -405,105 +354,72 @@ def _balanced(r: _Round) -> Decision | None:
     config = r.config
     if config.metric == "none" or r.metric > config.threshold:
         return None
-    return r.decision(
-        "balanced",
-        f"{r.label} {r.shown} at or below threshold {r.limit}: nothing to do{r.repair_note}",
-        replace(r.state, hold=0),
-    )
+    return r.decision(Balanced(r.measured, config.threshold), replace(r.state, hold=0))
 
 
-def _holding(r: _Round) -> Decision | None:
+def _holding(r: _Round, trigger: Trigger) -> Decision | None:
     """The metric must stay above the threshold for the hold before the strategy is asked."""
-    config = r.config
-    need = max(config.hold, 1)
     count = r.state.hold + 1
-    if config.metric == "none":
-        r.trigger = f"no policy metric: strategy {config.strategy}'s own trigger decides"
-    else:
-        r.trigger = (
-            f"{r.label} {r.shown} above threshold {r.limit} for {min(count, need)} of {need} "
-            f"observations{r.hastened}"
-        )
-    if count >= need:
+    if count >= trigger.need:
         return None
-    return r.decision(
-        "holding", f"{r.trigger}; waiting{r.repair_note}", replace(r.state, hold=count)
-    )
+    return r.decision(Holding(trigger), replace(r.state, hold=count))
 
 
-def _budget(r: _Round) -> Decision | None:
+def _budget(r: _Round, trigger: Trigger) -> Decision | None:
     """With the migration budget spent, the strategy is not asked (the hold stays reached)."""
-    if r.left is None or r.left > 0:
+    if r.budget.left is None or r.budget.left > 0:
         return None
-    need = max(r.config.hold, 1)
-    state = replace(r.state, hold=min(r.state.hold + 1, need))
-    return r.decision("budget", f"{r.trigger}; {r.budget_spent()}{r.repair_note}", state)
+    state = replace(r.state, hold=min(r.state.hold + 1, trigger.need))
+    return r.decision(OverBudget(trigger, r.budget.facts(r.now)), state)
 
 
-def _balance(r: _Round) -> Decision:
+def _balance(r: _Round, trigger: Trigger) -> Decision:
     """Ask the strategy, order its proposal, and act if the plan clears the margin (and, with a
     migration budget, fits in what is left: :func:`_within_budget`)."""
-    config, view, note = r.config, r.view, r.repair_note
+    config, view = r.config, r.view
     propose = _proposer(r, config.batch)
     proposal, plan = plan_within(r.cluster, propose, view.forbidden, config, view.constraints)
     if not proposal.net_moves():
         why = why_not(r.cluster, r.now, config, r.past, view.constraints)
         # All excluded: that is the reason, whatever the strategy says.
-        stopped = f" ({proposal.stopped})" if why.movable or not why.candidates else ""
-        reason = f"{r.trigger}; strategy {config.strategy} proposes no migration{stopped}; {why}"
-        return r.decision("no-proposal", reason + note, r.attempted(), proposal=proposal, plan=plan)
+        stopped = proposal.stopped if why.movable or not why.candidates else None
+        facts: Facts = NoProposal(trigger, stopped, why)
+        return r.decision(facts, r.attempted(), proposal=proposal, plan=plan)
     if not plan.moves:
         problem = plan.problems[0] if plan.problems else "no safe order"
-        reason = f"{r.trigger}; none of the proposed migrations can be ordered safely ({problem})"
-        return r.decision("unordered", reason + note, r.attempted(), proposal=proposal, plan=plan)
-    migrations = _migrations(len(plan.moves))
+        return r.decision(Unordered(trigger, problem), r.attempted(), proposal=proposal, plan=plan)
+    moves = len(plan.moves)
     if config.metric == "none":
-        if r.left is not None and len(plan.moves) > r.left:
-            return _within_budget(r, len(plan.moves))
-        reason = f"{r.trigger}; it proposes {migrations} ({proposal.stopped}){note}"
-        return r.decision("plan", reason, r.acted(), proposal=proposal, plan=plan)
+        if r.budget.stops(moves):
+            return _within_budget(r, trigger, moves)
+        facts = Planned(trigger, moves, None, proposal.stopped)
+        return r.decision(facts, r.acted(), proposal=proposal, plan=plan)
     predicted = r.predicted(plan)
-    after = format_metric(config.metric, predicted)
     gain = (r.metric - predicted) / r.metric if r.metric > 0 else 0.0
     if config.margin > 0 and gain < config.margin - 1e-12:
-        reason = (
-            f"{r.trigger}; the plan would bring it to {after} with {migrations}, "
-            f"{gain * 100:.0f} % better, less than the margin {config.margin * 100:g} %"
-        )
-        return r.decision(
-            "below-margin",
-            reason + note,
-            r.attempted(),
-            predicted=predicted,
-            proposal=proposal,
-            plan=plan,
-        )
-    if r.left is not None and len(plan.moves) > r.left:
-        return _within_budget(r, len(plan.moves))
-    reason = f"{r.trigger}; plan brings it to {after} with {migrations}{note}"
-    return r.decision("plan", reason, r.acted(), predicted=predicted, proposal=proposal, plan=plan)
+        facts = BelowMargin(trigger, predicted, moves, gain, config.margin)
+        return r.decision(facts, r.attempted(), predicted=predicted, proposal=proposal, plan=plan)
+    if r.budget.stops(moves):
+        return _within_budget(r, trigger, moves)
+    facts = Planned(trigger, moves, predicted, proposal.stopped)
+    return r.decision(facts, r.acted(), predicted=predicted, proposal=proposal, plan=plan)
 
 
-def _within_budget(r: _Round, whole: int) -> Decision:
+def _within_budget(r: _Round, trigger: Trigger, whole: int) -> Decision:
     """The plan of ``whole`` migrations cleared the margin but the budget leaves fewer: the
     strategy is asked again for at most what is left — the moves that buy the most balance for
     a strategy that takes ``max_moves`` — and that part is made if it does not make the metric
     worse (the margin was the whole plan's to clear)."""
-    config, view, note = r.config, r.view, r.repair_note
-    left = r.left or 0
+    config, view = r.config, r.view
+    left = r.budget.left or 0
     propose = _proposer(r, most_moves(config.batch, left) or 0)
     proposal, plan = plan_within(r.cluster, propose, view.forbidden, config, view.constraints)
     predicted = r.predicted(plan) if plan.moves and config.metric != "none" else None
     if not plan.moves or len(plan.moves) > left or (predicted or 0.0) > r.metric + 1e-12:
-        reason = f"{r.trigger}; {r.budget_spent(whole)}"
-        return r.decision("budget", reason + note, r.attempted(), proposal=proposal, plan=plan)
-    part = f"{_migrations(len(plan.moves))}, what the budget leaves of a plan of {whole}"
-    if predicted is None:
-        reason = f"{r.trigger}; it proposes {part} ({proposal.stopped}){note}"
-    else:
-        after = format_metric(config.metric, predicted)
-        reason = f"{r.trigger}; plan brings it to {after} with {part}{note}"
-    return r.decision("plan", reason, r.acted(), predicted=predicted, proposal=proposal, plan=plan)
+        facts: Facts = OverBudget(trigger, r.budget.facts(r.now, whole))
+        return r.decision(facts, r.attempted(), proposal=proposal, plan=plan)
+    facts = Planned(trigger, len(plan.moves), predicted, proposal.stopped, whole)
+    return r.decision(facts, r.acted(), predicted=predicted, proposal=proposal, plan=plan)
 
 
 def _proposer(r: _Round, most: int) -> Callable[[frozenset[tuple[str, str]]], Proposal]:

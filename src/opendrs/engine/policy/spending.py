@@ -24,7 +24,6 @@ from opendrs.engine.policy.config import PolicyConfig
 from opendrs.engine.policy.smoothing import overload_span
 from opendrs.engine.policy.state import BUDGET_WINDOW, budget_allowance, budget_window
 from opendrs.engine.usage import MeasuredUsage
-from opendrs.model.units import format_duration
 
 
 def reach(config: PolicyConfig) -> float:
@@ -57,16 +56,26 @@ def eagerness(config: PolicyConfig, left: int | None) -> float:
 
 
 @dataclass(frozen=True)
+class Hastening:
+    """How the budget left hastens a decision: ``left`` of ``allowed`` budgeted migrations
+    unspent; balancing reads usage ``eagerness`` (0..1) of the way to the mean over the last
+    ``span`` seconds (None: no usage was given to move, only the hold shrinks)."""
+
+    left: int
+    allowed: int
+    eagerness: float
+    span: int | None = None
+
+
+@dataclass(frozen=True)
 class Reaction:
     """The policy as the budget left lets it react: the hold it decides with, and the usage
     balancing reads."""
 
     config: PolicyConfig
     average: MeasuredUsage | None
-    #: What the trigger of the decision's reason adds while the budget hastens it (else
-    #: nothing): ``(hastened by the budget left, 30 of 30: usage 95 % of the way to the last
-    #: 30m)``.
-    note: str = ""
+    #: How the budget hastens the decision (None: it does not).
+    hastened: Hastening | None = None
 
 
 def react(
@@ -85,12 +94,11 @@ def react(
     hold = max(math.ceil(max(config.hold, 1) * (1.0 - e) - 1e-9), 1)
     faster = replace(config, hold=hold)
     allowed = budget_allowance(config.max_migrations_per_day or 0, config.migration_budget_window)
-    note = f" (hastened by the budget left, {left} of {allowed}"
+    assert left is not None  # eagerness is 0 without a budget
     if average is None or latest is None:
-        return Reaction(faster, average, note + ")")
-    span = format_duration(overload_span(config))
-    note += f": usage {e * 100:.0f} % of the way to the last {span})"
-    return Reaction(faster, blend(average, latest, e), note)
+        return Reaction(faster, average, Hastening(left, allowed, e))
+    hastened = Hastening(left, allowed, e, overload_span(config))
+    return Reaction(faster, blend(average, latest, e), hastened)
 
 
 def blend(average: MeasuredUsage, latest: MeasuredUsage, weight: float) -> MeasuredUsage:

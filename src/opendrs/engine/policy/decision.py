@@ -1,0 +1,508 @@
+"""What the policy decided, as a code and typed facts (:class:`Decision`), and the one place that
+turns them into the operator's sentence (:func:`explain`) — Kubernetes' ``Status`` shape: the
+decision carries data; text is made only at the edge (logs, history, reports)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import ClassVar, Literal
+
+from opendrs.engine.planner import Plan
+from opendrs.engine.policy.metrics import (
+    format_by_arch,
+    format_metric,
+    format_threshold,
+    metric_label,
+)
+from opendrs.engine.policy.spending import Hastening
+from opendrs.engine.policy.state import BUDGET_WINDOW, PolicyState
+from opendrs.engine.policy.why import WhyNot
+from opendrs.engine.strategies.base import Proposal
+from opendrs.model.units import format_duration
+
+DecisionKind = Literal["none", "plan", "repair"]
+
+#: A count of things the sentence names with a noun ("1 guest", "2 guests"): its gist is none,
+#: one or many (:meth:`Decision.gist`).
+_NOUN = {"count": "noun"}
+#: A count the sentence names only when there is any: its gist is whether it is zero.
+_ANY = {"count": "any"}
+#: A duration in seconds the sentence shows in units (``21h 5m``): its gist is which units.
+_UNITS = {"count": "units"}
+
+
+class DecisionCode(StrEnum):
+    """What a decision is, for code (:func:`explain` says it to the operator)."""
+
+    #: A plan is still executing (or a guest moving); nothing decided.
+    BUSY = "busy"
+    #: A plan that repairs a broken hard constraint (acts).
+    REPAIR = "repair"
+    #: Evacuated guests back to their node out of maintenance (acts).
+    RETURN = "return"
+    #: The metric at or below the threshold.
+    BALANCED = "balanced"
+    #: Above the threshold for fewer observations than the hold.
+    HOLDING = "holding"
+    #: The migration budget is spent (or too little is left for the plan).
+    BUDGET = "budget"
+    #: The strategy proposes no migration.
+    NO_PROPOSAL = "no-proposal"
+    #: No proposed migration can be ordered safely.
+    UNORDERED = "unordered"
+    #: The plan improves the metric by less than the margin.
+    BELOW_MARGIN = "below-margin"
+    #: A balancing plan (acts).
+    PLAN = "plan"
+
+    @property
+    def acts(self) -> bool:
+        """Whether a decision of this code carries a plan to carry out."""
+        return self in (DecisionCode.REPAIR, DecisionCode.RETURN, DecisionCode.PLAN)
+
+    @property
+    def kind(self) -> DecisionKind:
+        """The history's ``action``: ``plan``, ``repair`` (any other plan that acts), ``none``."""
+        if self is DecisionCode.PLAN:
+            return "plan"
+        return "repair" if self.acts else "none"
+
+
+# -- the facts every decision may name --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """The policy metric on the observation: per CPU architecture, and at which hour of the daily
+    profile (None: on the average usage)."""
+
+    metric: str
+    by_arch: tuple[tuple[str, float], ...]
+    hour: int | None = None
+
+
+@dataclass(frozen=True)
+class Trigger:
+    """Where the threshold and the hold stand once the policy may ask the strategy: ``count`` of
+    ``need`` observations above ``threshold`` (with no policy metric, the strategy's own trigger
+    decides), and how the budget left hastens it (None: it does not)."""
+
+    measured: Measurement
+    threshold: float
+    count: int
+    need: int
+    strategy: str
+    hastened: Hastening | None = None
+
+
+@dataclass(frozen=True)
+class BudgetSpent:
+    """Why the budget stops a plan: ``spent`` of ``allowed`` budgeted migrations started within
+    the ``window`` (seconds), ``left`` may start; the plan ``needed`` that many (None: the budget
+    is all spent); the oldest leaves the window in ``frees_in`` seconds (None: none spent)."""
+
+    spent: int
+    allowed: int
+    window: int
+    left: int = field(metadata=_ANY)
+    needed: int | None = field(default=None, metadata=_NOUN)
+    frees_in: float | None = field(default=None, metadata=_UNITS)
+
+
+@dataclass(frozen=True)
+class Stranded:
+    """Guests left on nodes in maintenance that may not move (each logged at WARNING)."""
+
+    guests: int = field(metadata=_NOUN)
+    nodes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RepairBlocked:
+    """A repair needed but not made: the first thing it must repair, how many more, and the
+    budget that stops it (None: no allowed migration reaches it)."""
+
+    needed: str
+    more: int = field(metadata=_ANY)
+    budget: BudgetSpent | None = None
+
+
+@dataclass(frozen=True)
+class RepairNote:
+    """What every decision after the repair guard names of a repair it did not make."""
+
+    stranded: Stranded | None = None
+    blocked: RepairBlocked | None = None
+
+
+# -- the facts of each code -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Busy:
+    """A plan executes (``moving`` None) or ``moving`` is a guest on the move; the metric is
+    shown unless the policy has none (``measured`` None)."""
+
+    code: ClassVar[DecisionCode] = DecisionCode.BUSY
+    moving: str | None
+    measured: Measurement | None
+
+
+@dataclass(frozen=True)
+class Repaired:
+    """A repair of ``needed`` (and ``more``) in ``migrations``, bypassing the hold and margin —
+    and the threshold unless it only relieves hot nodes (``hot_only``); ``overridden``: it
+    could not keep the cooldown, minimum uptime and no-return."""
+
+    code: ClassVar[DecisionCode] = DecisionCode.REPAIR
+    needed: str
+    more: int = field(metadata=_ANY)
+    migrations: int = field(metadata=_NOUN)
+    hot_only: bool
+    overridden: bool
+
+
+@dataclass(frozen=True)
+class Returned:
+    """``guests`` back to ``nodes`` out of maintenance."""
+
+    code: ClassVar[DecisionCode] = DecisionCode.RETURN
+    guests: int = field(metadata=_NOUN)
+    nodes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Balanced:
+    """The metric at or below ``threshold``."""
+
+    code: ClassVar[DecisionCode] = DecisionCode.BALANCED
+    measured: Measurement
+    threshold: float
+
+
+@dataclass(frozen=True)
+class Holding:
+    """Above the threshold for fewer observations than the hold."""
+
+    code: ClassVar[DecisionCode] = DecisionCode.HOLDING
+    trigger: Trigger
+
+
+@dataclass(frozen=True)
+class OverBudget:
+    """The migration budget stops the plan (or the strategy is not asked)."""
+
+    code: ClassVar[DecisionCode] = DecisionCode.BUDGET
+    trigger: Trigger
+    budget: BudgetSpent
+
+
+@dataclass(frozen=True)
+class NoProposal:
+    """The strategy proposes no migration: where it ``stopped`` (None: not said, every
+    candidate being excluded) and why the candidates stay."""
+
+    code: ClassVar[DecisionCode] = DecisionCode.NO_PROPOSAL
+    trigger: Trigger
+    stopped: str | None
+    why: WhyNot
+
+
+@dataclass(frozen=True)
+class Unordered:
+    """None of the proposed migrations can be ordered safely: the planner's first ``problem``."""
+
+    code: ClassVar[DecisionCode] = DecisionCode.UNORDERED
+    trigger: Trigger
+    problem: str
+
+
+@dataclass(frozen=True)
+class BelowMargin:
+    """The plan's ``migrations`` bring the metric to ``predicted``, ``gain`` better (a share),
+    less than the ``margin``."""
+
+    code: ClassVar[DecisionCode] = DecisionCode.BELOW_MARGIN
+    trigger: Trigger
+    predicted: float
+    migrations: int = field(metadata=_NOUN)
+    gain: float
+    margin: float
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A balancing plan of ``migrations`` — part of a plan of ``whole`` the budget cut (None:
+    the whole plan) — bringing the metric to ``predicted`` (None: no policy metric; the
+    strategy said where it ``stopped``)."""
+
+    code: ClassVar[DecisionCode] = DecisionCode.PLAN
+    trigger: Trigger
+    migrations: int = field(metadata=_NOUN)
+    predicted: float | None
+    stopped: str
+    whole: int | None = None
+
+
+Facts = (
+    Busy
+    | Repaired
+    | Returned
+    | Balanced
+    | Holding
+    | OverBudget
+    | NoProposal
+    | Unordered
+    | BelowMargin
+    | Planned
+)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The policy's answer for one observation: its facts (whose type gives its code), the
+    repair it did not make, and the plan it carries."""
+
+    facts: Facts
+    #: The metric now, and predicted after the plan (None when no plan was made).
+    metric: float
+    predicted: float | None
+    proposal: Proposal | None
+    plan: Plan | None
+    #: The (guest, node) placements ruled out (cooldown, no-return, avoid, minimum uptime).
+    forbidden: frozenset[tuple[str, str]]
+    state: PolicyState
+    #: Guests a repair leaves breaking a hard constraint, each with what stops it (logged at
+    #: WARNING when decided; see :func:`repair`).
+    stuck: tuple[tuple[str, str], ...] = ()
+    #: Whether its migrations count against the migration budget: a balancing plan, or a repair
+    #: of nodes that only run hot (the history keeps it; see ``max_migrations_per_day``).
+    budgeted: bool = False
+    #: What a repair that could not be made adds to the decision.
+    note: RepairNote = RepairNote()
+
+    @property
+    def code(self) -> DecisionCode:
+        return self.facts.code
+
+    @property
+    def act(self) -> bool:
+        return self.code.acts
+
+    @property
+    def kind(self) -> DecisionKind:
+        return self.code.kind
+
+    @property
+    def reason(self) -> str:
+        """One sentence for the operator: :func:`explain`."""
+        return explain(self)
+
+    def gist(self) -> Hashable:
+        """The kind of reason: the code and its facts without their numbers (two decisions with
+        the same gist say the same thing, the figures aside)."""
+        return (self.code.value, _gist(self.facts), _gist(self.note))
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "act": self.act,
+            "kind": self.kind,
+            "code": self.code.value,
+            "reason": self.reason,
+            "metric": self.metric,
+            "predicted": self.predicted,
+            "proposal": self.proposal.as_dict() if self.proposal is not None else None,
+            "plan": self.plan.as_dict() if self.plan is not None else None,
+            "forbidden": [list(p) for p in sorted(self.forbidden)],
+            "stuck": [list(s) for s in self.stuck],
+            "state": {
+                "hold": self.state.hold,
+                "last_attempt": self.state.last_attempt,
+                "last_action": self.state.last_action,
+                "evacuated": dict(sorted(self.state.evacuated.items())),
+            },
+        }
+
+
+#: A figure within a text fact (a strategy's note, a guest's or node's name).
+_FIGURES = re.compile(r"[0-9][0-9.,]*")
+
+
+def _gist(value: object, count: str | None = None) -> Hashable:
+    """``value`` with its figures left out: a number drops out — but for a count the sentence's
+    words follow (``count``: ``"noun"``, none, one or many; ``"any"``, whether there is any;
+    ``"units"``, which units a duration is shown in) — and a text fact (a strategy's note, a
+    name) drops the figures within it."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, str):
+        return _FIGURES.sub("#", value)
+    if isinstance(value, float) and count == "units":
+        return _FIGURES.sub("#", format_duration(value))
+    if isinstance(value, int) and count is not None:
+        return min(value, 2) if count == "noun" else value == 0
+    if isinstance(value, int | float):
+        return "#"
+    if isinstance(value, Measurement):
+        # Which architecture is the worst is said when there are several; the hour is a figure.
+        by_arch = dict(value.by_arch)
+        worst = max(by_arch.values(), default=0.0)
+        shown = min(a for a, v in by_arch.items() if v == worst) if len(by_arch) > 1 else None
+        return (value.metric, _gist(tuple(by_arch)), _gist(shown), value.hour is None)
+    if isinstance(value, WhyNot):
+        labels = tuple(_gist(label) for label, _n in value.excluded)
+        return (_gist(value.candidates, "noun"), _gist(value.movable, "any"), labels)
+    if dataclasses.is_dataclass(value):
+        fields = dataclasses.fields(value)
+        return tuple(_gist(getattr(value, f.name), f.metadata.get("count")) for f in fields)
+    if isinstance(value, tuple):
+        return tuple(_gist(v) for v in value)
+    raise TypeError(f"no gist for {type(value).__name__}")
+
+
+# -- the sentence -----------------------------------------------------------------------------
+
+
+def explain(decision: Decision) -> str:
+    """The decision as one sentence for the operator (logs, history, reports)."""
+    facts = decision.facts
+    if isinstance(facts, Busy):
+        return _busy(facts)
+    if isinstance(facts, Repaired):
+        return _repaired(facts)
+    if isinstance(facts, Returned):
+        text = (
+            f"{_guests(facts.guests)} back to {', '.join(facts.nodes)}, out of maintenance, "
+            "bypassing threshold, hold and margin"
+        )
+    elif isinstance(facts, Balanced):
+        limit = format_threshold(facts.measured.metric, facts.threshold)
+        text = f"{_shown(facts.measured)} at or below threshold {limit}: nothing to do"
+    else:
+        text = f"{_trigger(facts.trigger)}; {_after_trigger(facts)}"
+    return text + _note(decision.note)
+
+
+def _after_trigger(
+    facts: Holding | OverBudget | NoProposal | Unordered | BelowMargin | Planned,
+) -> str:
+    """What a decision made once the threshold was crossed says after its trigger."""
+    match facts:
+        case Holding():
+            return "waiting"
+        case OverBudget(budget=budget):
+            return _budget(budget)
+        case NoProposal(trigger=trigger, stopped=stopped, why=why):
+            said = "" if stopped is None else f" ({stopped})"
+            return f"strategy {trigger.strategy} proposes no migration{said}; {why}"
+        case Unordered(problem=problem):
+            return f"none of the proposed migrations can be ordered safely ({problem})"
+        case BelowMargin():
+            after = format_metric(facts.trigger.measured.metric, facts.predicted)
+            return (
+                f"the plan would bring it to {after} with {_migrations(facts.migrations)}, "
+                f"{facts.gain * 100:.0f} % better, less than the margin {facts.margin * 100:g} %"
+            )
+        case Planned():
+            return _planned(facts)
+
+
+def _planned(facts: Planned) -> str:
+    part = _migrations(facts.migrations)
+    if facts.whole is not None:
+        part += f", what the budget leaves of a plan of {facts.whole}"
+    if facts.predicted is None:
+        return f"it proposes {part} ({facts.stopped})"
+    after = format_metric(facts.trigger.measured.metric, facts.predicted)
+    return f"plan brings it to {after} with {part}"
+
+
+def _busy(facts: Busy) -> str:
+    what = "" if facts.measured is None else f" ({_shown(facts.measured)})"
+    if facts.moving is None:
+        return f"a plan is still executing: no new decision{what}"
+    return f"{facts.moving} is moving: no new decision until it ends{what}"
+
+
+def _repaired(facts: Repaired) -> str:
+    bypassed = "hold" if facts.hot_only else "threshold, hold"
+    overridden = (
+        " and the cooldown, minimum uptime and no-return it could not keep"
+        if facts.overridden
+        else ""
+    )
+    return (
+        f"repair: {_needed(facts.needed, facts.more)}; {_migrations(facts.migrations)}, "
+        f"bypassing {bypassed} and margin{overridden}"
+    )
+
+
+def _shown(measured: Measurement) -> str:
+    """The metric's label and value: ``spread 12.0 pp``."""
+    shown = format_by_arch(measured.metric, dict(measured.by_arch))
+    if measured.hour is not None:
+        shown += f" at {measured.hour:02d}:00 of the daily profile"
+    return f"{metric_label(measured.metric)} {shown}"
+
+
+def _trigger(trigger: Trigger) -> str:
+    if trigger.measured.metric == "none":
+        return f"no policy metric: strategy {trigger.strategy}'s own trigger decides"
+    limit = format_threshold(trigger.measured.metric, trigger.threshold)
+    return (
+        f"{_shown(trigger.measured)} above threshold {limit} for {trigger.count} of "
+        f"{trigger.need} observations{_hastened(trigger.hastened)}"
+    )
+
+
+def _hastened(hastened: Hastening | None) -> str:
+    if hastened is None:
+        return ""
+    text = f" (hastened by the budget left, {hastened.left} of {hastened.allowed}"
+    if hastened.span is None:
+        return text + ")"
+    share = hastened.eagerness * 100
+    return text + f": usage {share:.0f} % of the way to the last {format_duration(hastened.span)})"
+
+
+def _budget(budget: BudgetSpent) -> str:
+    last = "24 h" if budget.window == BUDGET_WINDOW else format_duration(budget.window)
+    spent = f"{budget.spent} of {budget.allowed} in the last {last}"
+    if budget.needed is None or not budget.left:
+        what = f"the migration budget is spent: {spent}"
+    else:
+        what = f"the plan needs {_migrations(budget.needed)}, more than the budget leaves ({spent})"
+    if budget.frees_in is None:
+        return what
+    return f"{what}; the next is free in {format_duration(budget.frees_in)}"
+
+
+def _note(note: RepairNote) -> str:
+    text = ""
+    if note.stranded is not None:
+        nodes = ", ".join(note.stranded.nodes)
+        text += f"; {_guests(note.stranded.guests)} may not leave {nodes}, in maintenance"
+    blocked = note.blocked
+    if blocked is not None:
+        what = _needed(blocked.needed, blocked.more)
+        but = (
+            "no allowed migration reaches it" if blocked.budget is None else _budget(blocked.budget)
+        )
+        text += f"; repair needed ({what}) but {but}"
+    return text
+
+
+def _needed(first: str, more: int) -> str:
+    return first + (f" (and {more} more)" if more else "")
+
+
+def _migrations(n: int) -> str:
+    return f"{n} migration{'s' if n != 1 else ''}"
+
+
+def _guests(n: int) -> str:
+    return f"{n} guest{'s' if n != 1 else ''}"
