@@ -64,7 +64,6 @@ _MOVE_FIELDS = ("guest", "source", "target", "step", "parking")
 
 def decision_object(record: DecisionRecord) -> dict[str, Any]:
     """The JSON object of a recorded decision."""
-    code = record.summary.get("code")
     return {
         "kind": "decision",
         "at": record.at,
@@ -75,7 +74,7 @@ def decision_object(record: DecisionRecord) -> dict[str, Any]:
         "policy": record.policy,
         "action": record.action,
         "act": record.action != "none",
-        "code": code if isinstance(code, str) else None,
+        "code": record.code,
         "reason": record.reason,
         "imbalance": record.imbalance,
         "predicted": record.predicted,
