@@ -96,8 +96,8 @@ def hard_affinity_groups(cluster: Cluster, rules: Rules) -> tuple[list[np.ndarra
 
 
 def hard_groups(cluster: Cluster) -> list[np.ndarray]:
-    """The hard-affinity bundles of ``cluster``, as :attr:`Constraints.groups` holds them, without
-    building the rest of the constraint set."""
+    """The hard-affinity bundles of ``cluster``, as :attr:`~.constraint_set.Constraints.groups`
+    holds them, without building the rest of the constraint set."""
     return hard_affinity_groups(cluster, check_rules(cluster)[0])[0]
 
 
