@@ -45,10 +45,14 @@ BUILDERS: dict[str, tuple[str, ...]] = {
         "opendrs.engine.usage:guest_demand",
         "opendrs.engine.usage:_load_pairs",
         "opendrs.engine.constraints:current_assign",
+        "opendrs.engine.constraints.constraint_set:current_assign",
     ),
     "load models": ("opendrs.engine.usage:LoadModel.build",),
     "capacity models": ("opendrs.engine.usage:CapacityModel.build",),
-    "constraints": ("opendrs.engine.constraints:Constraints.build",),
+    "constraints": (
+        "opendrs.engine.constraints:Constraints.build",
+        "opendrs.engine.constraints.constraint_set:Constraints.build",
+    ),
     "units": (
         "opendrs.engine.strategies.balance.state:build_units",
         "opendrs.engine.planner:_Planner._build_units",

@@ -1,0 +1,87 @@
+"""Why a node may not take a guest: the :class:`Rejection` verdict, the :class:`RejectionCode`
+of what refuses it and, for capacity, the :class:`Shortfall` of each dimension short; ``str()``
+of each is the sentence an operator reads."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from types import MappingProxyType
+
+from opendrs.model.units import format_bytes
+
+from ..usage import Dimension
+
+
+class RejectionCode(StrEnum):
+    """Why a node may not take a guest: the hard filter that refuses it (in reporting order),
+    or, for a repair, what else keeps the guest off (the policy, its hard-affinity group)."""
+
+    OFFLINE = "offline"
+    MAINTENANCE = "maintenance"
+    ARCH = "arch"
+    PLATFORM = "platform"
+    NODE_AFFINITY = "node-affinity"
+    FORBIDDEN = "forbidden"
+    ANTI_AFFINITY = "anti-affinity"
+    AFFINITY = "affinity"
+    CAPACITY = "capacity"
+    #: The policy keeps the guest (or a partner) off the node: cooldown, no return, minimum
+    #: uptime or a failed move.
+    POLICY = "policy"
+    #: The guest's hard-affinity partners cannot join it on the node.
+    GROUP = "group"
+
+
+#: The sentence of each rejection whose code says it all.
+_CODE_TEXT: Mapping[RejectionCode, str] = MappingProxyType(
+    {
+        RejectionCode.OFFLINE: "node offline",
+        RejectionCode.MAINTENANCE: "node in maintenance",
+        RejectionCode.FORBIDDEN: "forbidden: no safe migration order reaches it",
+        RejectionCode.AFFINITY: "hard affinity: its partners run elsewhere",
+        RejectionCode.POLICY: (
+            "kept off by the policy (cooldown, no return, minimum uptime or a failed move)"
+        ),
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Shortfall:
+    """One capacity dimension a guest does not fit in on a node: what it needs, what is free."""
+
+    resource: Dimension
+    need: float
+    free: float
+
+    def __str__(self) -> str:
+        if self.resource.kind.in_cores:
+            return f"{self.resource} needs {self.need:.1f}, free {self.free:.1f}"
+        return f"{self.resource} needs {format_bytes(self.need)}, free {format_bytes(self.free)}"
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """Why not this node: the code of what refuses it, the node, and the facts (``str()`` is
+    the sentence an operator reads)."""
+
+    code: RejectionCode
+    node: str
+    #: The facts of ``arch``, ``platform``, ``node-affinity``, ``anti-affinity`` and ``group``
+    #: (the other codes need none but the numbers below).
+    detail: str = ""
+    #: For ``capacity``: each dimension short, with the numbers.
+    shortfalls: tuple[Shortfall, ...] = ()
+
+    def __str__(self) -> str:
+        if self.code is RejectionCode.CAPACITY:
+            return "capacity: " + "; ".join(str(s) for s in self.shortfalls)
+        return _CODE_TEXT.get(self.code, self.detail)
+
+    def as_dict(self) -> dict[str, str]:
+        return {"node": self.node, "reason": str(self)}
+
+
+__all__ = ["Rejection", "RejectionCode", "Shortfall"]

@@ -1,0 +1,349 @@
+"""Rules that contradict each other or cannot be met, found up front (:func:`check_rules`) and
+dropped with a message naming them (:class:`RuleProblem`), as Proxmox's HA rule checks do; and
+the hard positive rules merged into groups that share guests (:func:`positive_components`)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from opendrs.model.cluster import Cluster
+from opendrs.model.rules import ORIGINS, GuestAffinity, NodeAffinity, Origin, Rules, precedence
+
+
+@dataclass(frozen=True, slots=True)
+class RuleProblem:
+    """A rule dropped because it contradicts others or cannot be met.
+
+    ``over`` names the rules of an earlier origin (:data:`~opendrs.model.rules.ORIGINS`) that
+    it contradicts, when they hold instead: the dropped rules are then *ignored* — a warning, not
+    an error in the rules (``origin`` is theirs)."""
+
+    rules: tuple[str, ...]
+    reason: str
+    over: tuple[str, ...] = ()
+    origin: Origin = "config"
+
+    @property
+    def ignored(self) -> bool:
+        """Whether rules of an earlier origin hold instead (a warning)."""
+        return bool(self.over)
+
+    def __str__(self) -> str:
+        names = ", ".join(f"'{r}'" for r in self.rules)
+        noun = "rule" if len(self.rules) == 1 else "rules"
+        if self.over:
+            return f"Ignore {_ORIGIN_WORDS[self.origin]} {noun} {names}, because {self.reason}"
+        return f"Drop {noun} {names}, because {self.reason}"
+
+
+#: How a message names the rules of each origin.
+_ORIGIN_WORDS: Mapping[str, str] = MappingProxyType(
+    {"platform": "platform", "config": "configured", "tag": "tag"}
+)
+
+AnyRule = NodeAffinity | GuestAffinity
+
+
+class _Dropping:
+    """The rules dropped so far (node and guest rules apart: an Incus node rule's name is shared
+    by every instance it confines) and a problem per drop."""
+
+    def __init__(self) -> None:
+        self.node: set[str] = set()
+        self.guest: set[str] = set()
+        self.problems: list[RuleProblem] = []
+
+    def kept(self, rule: AnyRule) -> bool:
+        return rule.name not in (self.node if isinstance(rule, NodeAffinity) else self.guest)
+
+    def drop(self, rules: Sequence[AnyRule], problem: RuleProblem) -> None:
+        self.drop_quietly(rules)
+        self.problems.append(problem)
+
+    def drop_quietly(self, rules: Sequence[AnyRule]) -> None:
+        """Drop ``rules`` that a problem already names."""
+        for rule in rules:
+            (self.node if isinstance(rule, NodeAffinity) else self.guest).add(rule.name)
+
+    def by_origin(self, involved: Sequence[AnyRule], what: str) -> bool:
+        """When the ``involved`` rules of one contradiction (``what``: what it is) are of
+        different origins, drop those of the latest origin, as ignored in
+        favour of the earliest ones; True if so. False (nothing dropped) when all are of one
+        origin."""
+        ranks = {precedence(r.origin) for r in involved}
+        if len(ranks) < 2:
+            return False
+        first, last = min(ranks), max(ranks)
+        holding = tuple(dict.fromkeys(r.name for r in involved if precedence(r.origin) == first))
+        going = [r for r in involved if precedence(r.origin) == last]
+        origin = going[0].origin
+        names = ", ".join(f"'{n}'" for n in holding)
+        held = _ORIGIN_WORDS[ORIGINS[first]]
+        noun = "rule" if len(holding) == 1 else "rules"
+        verb = "holds" if len(holding) == 1 else "hold"
+        reason = f"{what}, and {held} {noun} {names} {verb}"
+        problem = RuleProblem(tuple(dict.fromkeys(r.name for r in going)), reason, holding, origin)
+        self.drop(going, problem)
+        return True
+
+
+def check_rules(cluster: Cluster) -> tuple[Rules, list[RuleProblem]]:
+    """Drop contradictory rules; return the rules that remain and a problem per dropped rule.
+
+    Mirrors Proxmox's HA rule checks (``PVE::HA::Rules`` and its plugins), on opendrs's rules:
+
+    * a guest in more than one node-affinity rule: all those rules are dropped;
+    * a guest-affinity rule with fewer than two guests;
+    * a hard negative rule with more guests than the cluster has nodes — usable or not: a node in
+      maintenance or offline keeps the rule, whose guests stay apart where they can (Proxmox
+      counts the configured nodes);
+    * a positive and a negative rule that share two or more guests: both dropped when both are
+      hard or both soft; a soft rule never makes a hard one go: only the soft one is dropped.
+      Likewise a hard negative rule with two guests that hard positive rules join through shared
+      guests;
+    * hard negative members confined by strict node affinity to fewer nodes than members;
+    * a hard positive group whose members' strict node affinities have no node in common.
+
+    Rules of different origins that contradict each other: those of the latest origin
+    (:data:`~opendrs.model.rules.ORIGINS`: platform, config, tag) are ignored — problems whose
+    ``over`` names the rules that hold — and the check is made again on the rest.
+    """
+    rules = cluster.rules
+    configured = frozenset(n.name for n in cluster.nodes)
+    dropping = _Dropping()
+    _node_rule_overlaps(rules.node_affinity, dropping)
+    _malformed_guest_rules(rules.guest_affinity, len(configured), dropping)
+    _opposite_rules(rules.guest_affinity, dropping)
+    _merged_contradictions(rules.guest_affinity, dropping)
+    _confined_negatives(rules, configured, dropping)
+    _no_common_node(rules, configured, dropping)
+    kept = Rules(
+        node_affinity=tuple(r for r in rules.node_affinity if dropping.kept(r)),
+        guest_affinity=tuple(r for r in rules.guest_affinity if dropping.kept(r)),
+        ignored=rules.ignored,
+        ignore_reasons=rules.ignore_reasons,
+    )
+    return kept, dropping.problems
+
+
+#: One contradiction a check finds: the rules involved (every origin), the rules that go when
+#: they are of one origin, the problem then, and what the contradiction is (for a rule ignored
+#: in favour of one of an earlier origin, after "… because").
+Contradiction = tuple[list[AnyRule], list[AnyRule], RuleProblem, str]
+
+
+def _settle(find: Callable[[], Iterator[Contradiction]], dropping: _Dropping) -> None:
+    """Settle the contradictions ``find`` yields (on the rules kept when it is called): first,
+    again and again, each between rules of different origins — the later origin's go — then
+    those left, each among rules of one origin, as the check drops them."""
+    while any(dropping.by_origin(involved, what) for involved, _, _, what in find()):
+        pass
+    for _, going, problem, _ in find():
+        dropping.drop(going, problem)
+
+
+def _node_rule_overlaps(rules: Sequence[NodeAffinity], dropping: _Dropping) -> None:
+    """The node-affinity rules that share a guest: all are dropped (a problem per guest)."""
+
+    def find() -> Iterator[Contradiction]:
+        by_guest: dict[str, list[NodeAffinity]] = defaultdict(list)
+        for rule in rules:
+            if dropping.kept(rule):
+                for guest in rule.guests:
+                    by_guest[guest].append(rule)
+        for guest, named in sorted(by_guest.items()):
+            if len(named) > 1:
+                fresh = tuple(r.name for r in named if dropping.kept(r))
+                what = f"guest '{guest}' is in more than one node-affinity rule"
+                yield list(named), list(named), RuleProblem(fresh, what), what
+
+    def find_fresh() -> Iterator[Contradiction]:
+        for involved, going, problem, what in find():
+            if problem.rules:
+                yield involved, going, problem, what
+            else:
+                dropping.drop_quietly(going)
+
+    _settle(find_fresh, dropping)
+
+
+def _malformed_guest_rules(
+    rules: Sequence[GuestAffinity], n_nodes: int, dropping: _Dropping
+) -> None:
+    """Guest-affinity rules with fewer than two guests, hard negative ones with more guests than
+    the ``n_nodes`` nodes."""
+    for rule in rules:
+        if len(set(rule.guests)) < 2:
+            dropping.drop([rule], RuleProblem((rule.name,), "it names fewer than two guests"))
+        elif not rule.positive and rule.hard and len(set(rule.guests)) > n_nodes:
+            dropping.drop(
+                [rule],
+                RuleProblem(
+                    (rule.name,),
+                    f"it keeps {len(set(rule.guests))} guests apart on only {n_nodes} nodes",
+                ),
+            )
+
+
+def _sharing_two(
+    guests: Iterable[str], rules: Sequence[GuestAffinity], by_guest: Mapping[str, list[int]]
+) -> list[GuestAffinity]:
+    """The ``rules`` that name two or more of ``guests``, in their order (``by_guest``: the
+    :func:`_rules_by_guest` of ``rules``; no pair of rules is compared)."""
+    hits: dict[int, int] = defaultdict(int)
+    for guest in set(guests):
+        for k in by_guest.get(guest, ()):
+            hits[k] += 1
+    return [rules[k] for k in sorted(k for k, n in hits.items() if n >= 2)]
+
+
+def _rules_by_guest(rules: Sequence[GuestAffinity]) -> dict[str, list[int]]:
+    """guest → the positions in ``rules`` of the rules naming it (each once)."""
+    out: dict[str, list[int]] = defaultdict(list)
+    for k, rule in enumerate(rules):
+        for guest in dict.fromkeys(rule.guests):
+            out[guest].append(k)
+    return out
+
+
+def _opposite_rules(rules: Sequence[GuestAffinity], dropping: _Dropping) -> None:
+    """A positive and a negative rule sharing two or more guests: the soft one goes, or both if
+    alike."""
+
+    def find() -> Iterator[Contradiction]:
+        positives = [r for r in rules if r.positive and dropping.kept(r)]
+        negatives = [r for r in rules if not r.positive and dropping.kept(r)]
+        by_guest = _rules_by_guest(negatives)
+        for pos in positives:
+            for neg in _sharing_two(pos.guests, negatives, by_guest):
+                shared = sorted(set(pos.guests) & set(neg.guests))
+                if len(shared) >= 2:
+                    problem = _contradiction(pos, neg, shared)
+                    going = [r for r in (pos, neg) if r.name in problem.rules]
+                    guests = ", ".join(f"'{g}'" for g in shared)
+                    what = f"guests {guests} are kept both together and apart"
+                    yield [pos, neg], going, problem, what
+
+    _settle(find, dropping)
+
+
+def _merged_contradictions(rules: Sequence[GuestAffinity], dropping: _Dropping) -> None:
+    """After merging, positive rules that share guests keep a whole component together: a hard
+    negative rule with two guests in one component contradicts it (Proxmox's merged rules)."""
+
+    def find() -> Iterator[Contradiction]:
+        hard_pos = [r for r in rules if r.positive and r.hard and dropping.kept(r)]
+        negatives = [r for r in rules if not r.positive and r.hard]
+        by_guest = _rules_by_guest(negatives)
+        for comp_rules, members in positive_components(hard_pos):
+            for neg in _sharing_two(members, negatives, by_guest):
+                shared = sorted(set(neg.guests) & members)
+                if dropping.kept(neg) and len(shared) >= 2:
+                    names = (*sorted(r.name for r in comp_rules), neg.name)
+                    guests = ", ".join(f"'{g}'" for g in shared)
+                    why = "both together (through shared guests) and apart"
+                    involved = [*comp_rules, neg]
+                    problem = RuleProblem(names, f"they keep guests {guests} {why}")
+                    yield involved, involved, problem, f"guests {guests} are kept {why}"
+
+    _settle(find, dropping)
+
+
+def _strict_rules(
+    rules: Rules, configured: frozenset[str], dropping: _Dropping
+) -> dict[str, tuple[NodeAffinity, frozenset[str]]]:
+    """guest -> its kept strict node-affinity rule and every configured node it names, whatever
+    the priority (a lower priority is used when the higher ones are unavailable)."""
+    out: dict[str, tuple[NodeAffinity, frozenset[str]]] = {}
+    for rule in rules.node_affinity:
+        if rule.strict and dropping.kept(rule):
+            nodes = frozenset(rule.nodes) & configured
+            for guest in rule.guests:
+                out[guest] = (rule, nodes)
+    return out
+
+
+def _confined_negatives(rules: Rules, configured: frozenset[str], dropping: _Dropping) -> None:
+    """Hard negative rules whose guests strict node affinity confines to fewer nodes than
+    guests."""
+
+    def find() -> Iterator[Contradiction]:
+        strict = _strict_rules(rules, configured, dropping)
+        for neg in rules.guest_affinity:
+            if neg.positive or not neg.hard or not dropping.kept(neg):
+                continue
+            members = sorted(set(neg.guests))
+            if all(g in strict for g in members):
+                reachable = frozenset().union(*(strict[g][1] for g in members))
+                if len(reachable) < len(members):
+                    confining = list({strict[g][0].name: strict[g][0] for g in members}.values())
+                    what = (
+                        f"{len(members)} guests are confined to {len(reachable)} nodes "
+                        "by strict node affinity"
+                    )
+                    problem = RuleProblem((neg.name,), f"its {what}")
+                    yield [neg, *confining], [neg], problem, f"{what} and kept apart"
+
+    _settle(find, dropping)
+
+
+def _no_common_node(rules: Rules, configured: frozenset[str], dropping: _Dropping) -> None:
+    """Hard positive groups whose guests' strict node affinities share no node."""
+    what = "strict node affinity leaves their guests no common node"
+
+    def find() -> Iterator[Contradiction]:
+        positives = [r for r in rules.guest_affinity if r.positive and r.hard and dropping.kept(r)]
+        strict = _strict_rules(rules, configured, dropping)
+        for group_rules, members in positive_components(positives):
+            confined = [strict[g] for g in sorted(members) if g in strict]
+            if confined and not frozenset.intersection(*(nodes for _, nodes in confined)):
+                confining = list({r.name: r for r, _ in confined}.values())
+                problem = RuleProblem(tuple(sorted(r.name for r in group_rules)), what)
+                yield [*group_rules, *confining], list(group_rules), problem, what
+
+    _settle(find, dropping)
+
+
+def _contradiction(pos: GuestAffinity, neg: GuestAffinity, shared: list[str]) -> RuleProblem:
+    """A positive and a negative rule sharing ``shared``: the soft one goes, or both if alike."""
+    guests = ", ".join(f"'{g}'" for g in shared)
+    if pos.hard == neg.hard:
+        return RuleProblem(
+            (pos.name, neg.name), f"they keep guests {guests} both together and apart"
+        )
+    soft, hard = (neg, pos) if pos.hard else (pos, neg)
+    verb = "together" if hard.positive else "apart"
+    return RuleProblem((soft.name,), f"hard rule '{hard.name}' keeps guests {guests} {verb}")
+
+
+def positive_components(
+    rules: Sequence[GuestAffinity],
+) -> list[tuple[list[GuestAffinity], set[str]]]:
+    """Connected components of positive rules that share guests (Proxmox merges them)."""
+    parent: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        while parent.setdefault(x, x) != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for rule in rules:
+        first = rule.guests[0]
+        for guest in rule.guests[1:]:
+            ra, rb = find(first), find(guest)
+            if ra != rb:
+                parent[max(ra, rb)] = min(ra, rb)
+    comps: dict[str, tuple[list[GuestAffinity], set[str]]] = {}
+    for rule in rules:
+        root = find(rule.guests[0])
+        entry = comps.setdefault(root, ([], set()))
+        entry[0].append(rule)
+        entry[1].update(rule.guests)
+    return [comps[k] for k in sorted(comps)]
+
+
+__all__ = ["RuleProblem", "check_rules", "positive_components"]
