@@ -4,7 +4,7 @@ strategy, and the checks of a migration budget (one-line reasons)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
@@ -98,101 +98,153 @@ class PolicyConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "options", frozen_mapping(self.options))
-        for flag in ("maintenance_return", "spend_budget", "wait_for_motions"):
-            got = getattr(self, flag)
-            if not isinstance(got, bool):
-                raise ValueError(f"policy {flag}: expected true or false, got {got!r}")
-        if self.spend_budget and self.max_migrations_per_day is None:
-            raise ValueError(
-                "policy spend_budget: needs max_migrations_per_day, the budget it spends"
-            )
-        if not self.name or not isinstance(self.name, str):
-            raise ValueError(f"policy name: expected a non-empty name, got {self.name!r}")
-        if self.metric not in METRICS:
-            raise ValueError(
-                f"policy metric: expected one of {', '.join(METRICS)}, got {self.metric!r}"
-            )
-        if self.hot is not None and (
-            isinstance(self.hot, bool)
-            or not isinstance(self.hot, int | float)
-            or not 0 < self.hot <= 1
-        ):
-            raise ValueError(
-                f"policy hot: expected a fraction above 0 and at most 1, or none, got {self.hot!r}"
-            )
-        for key in ("threshold", "target", "margin"):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise ValueError(f"policy {key}: expected a number, got {value!r}")
-            if not math.isfinite(value) or value < 0:
-                raise ValueError(f"policy {key}: expected a finite number ≥ 0, got {value!r}")
-        for key in (
-            "interval",
-            "hold",
-            "cooldown",
-            "no_return",
-            "batch",
-            "min_uptime",
-            "smoothing",
-            "avoid_after_failure",
-            "daily_profile",
-        ):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"policy {key}: expected a whole number ≥ 0, got {value!r}")
-        if self.interval < 1:
-            raise ValueError(f"policy interval: must be at least 1 second, got {self.interval}")
-        if self.daily_profile % 86400:
-            raise ValueError(
-                f"policy daily_profile: expected whole days (0: off), got {self.daily_profile} s"
-            )
-        if self.daily_profile and self.metric == "none":
-            raise ValueError(
-                "policy daily_profile: needs a metric (with metric none no hour is ever above "
-                "the target, so the day's plan would never move a guest)"
-            )
-        span = self.daily_profile_window
-        if (
-            isinstance(span, bool)
-            or not isinstance(span, int)
-            or span % 3600
-            or not (3600 <= span <= 86400)
-        ):
-            raise ValueError(
-                f"policy daily_profile_window: expected whole hours from 1h to 24h, got {span!r}"
-            )
+        for check in _FIELD_CHECKS:
+            check(self)
         budget = self.max_migrations_per_day
-        if budget is not None and budget_problem(budget):
-            raise ValueError(f"policy max_migrations_per_day: {budget_problem(budget)}")
         if isinstance(budget, float) and budget.is_integer():
             object.__setattr__(self, "max_migrations_per_day", int(budget))
-        window = self.migration_budget_window
-        if window is not None and budget_window_problem(budget, window):
-            raise ValueError(
-                f"policy migration_budget_window: {budget_window_problem(budget, window)}"
-            )
-        for key in ("max_parallel", "max_node_inflow"):
-            value = getattr(self, key)
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int) or value < 1
-            ):
-                raise ValueError(
-                    f"policy {key}: expected a whole number ≥ 1 or none, got {value!r}"
-                )
-        if self.strategy not in REGISTRY:
-            raise ValueError(
-                f"policy strategy: unknown strategy {self.strategy!r} "
-                f"(known: {', '.join(sorted(REGISTRY))})"
-            )
-        try:
-            self.strategy_options  # noqa: B018  (parsed here to refuse bad options at once)
-        except ValueError as exc:
-            raise ValueError(f"policy {self.name}: {exc}") from None
 
     @property
     def strategy_options(self) -> StrategyOptions:
         """``options`` as the strategy's typed options (ValueError when it refuses them)."""
         return REGISTRY[self.strategy].options.parse(self.strategy, self.options)
+
+
+#: The fields of :class:`PolicyConfig` that are on or off.
+FLAGS: tuple[str, ...] = ("maintenance_return", "spend_budget", "wait_for_motions")
+
+#: The fields of :class:`PolicyConfig` that are fractions or factors (a number ≥ 0).
+NUMBERS: tuple[str, ...] = ("threshold", "target", "margin")
+
+#: The fields of :class:`PolicyConfig` that are whole numbers ≥ 0: durations and counts.
+WHOLE_NUMBERS: tuple[str, ...] = (
+    "interval",
+    "hold",
+    "cooldown",
+    "no_return",
+    "batch",
+    "min_uptime",
+    "smoothing",
+    "avoid_after_failure",
+    "daily_profile",
+)
+
+#: The executor limits a policy may set: a whole number ≥ 1, or None.
+LIMITS: tuple[str, ...] = ("max_parallel", "max_node_inflow")
+
+
+def _check_flags(config: PolicyConfig) -> None:
+    """The :data:`FLAGS` are booleans, and ``spend_budget`` has a budget to spend."""
+    for flag in FLAGS:
+        got = getattr(config, flag)
+        if not isinstance(got, bool):
+            raise ValueError(f"policy {flag}: expected true or false, got {got!r}")
+    if config.spend_budget and config.max_migrations_per_day is None:
+        raise ValueError("policy spend_budget: needs max_migrations_per_day, the budget it spends")
+
+
+def _check_name_and_metric(config: PolicyConfig) -> None:
+    """A non-empty name, a metric of :data:`METRICS`, and ``hot`` a fraction in (0, 1] or None."""
+    if not config.name or not isinstance(config.name, str):
+        raise ValueError(f"policy name: expected a non-empty name, got {config.name!r}")
+    if config.metric not in METRICS:
+        raise ValueError(
+            f"policy metric: expected one of {', '.join(METRICS)}, got {config.metric!r}"
+        )
+    hot = config.hot
+    if hot is not None and (
+        isinstance(hot, bool) or not isinstance(hot, int | float) or not 0 < hot <= 1
+    ):
+        raise ValueError(
+            f"policy hot: expected a fraction above 0 and at most 1, or none, got {hot!r}"
+        )
+
+
+def _check_numbers(config: PolicyConfig) -> None:
+    """The :data:`NUMBERS` are finite numbers ≥ 0, the :data:`WHOLE_NUMBERS` whole numbers ≥ 0,
+    and the interval at least a second."""
+    for key in NUMBERS:
+        value = getattr(config, key)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"policy {key}: expected a number, got {value!r}")
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"policy {key}: expected a finite number ≥ 0, got {value!r}")
+    for key in WHOLE_NUMBERS:
+        value = getattr(config, key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"policy {key}: expected a whole number ≥ 0, got {value!r}")
+    if config.interval < 1:
+        raise ValueError(f"policy interval: must be at least 1 second, got {config.interval}")
+
+
+def _check_daily_profile(config: PolicyConfig) -> None:
+    """``daily_profile`` in whole days and not with ``metric: none``; its window in whole hours
+    from 1 to 24."""
+    if config.daily_profile % 86400:
+        raise ValueError(
+            f"policy daily_profile: expected whole days (0: off), got {config.daily_profile} s"
+        )
+    if config.daily_profile and config.metric == "none":
+        raise ValueError(
+            "policy daily_profile: needs a metric (with metric none no hour is ever above "
+            "the target, so the day's plan would never move a guest)"
+        )
+    span = config.daily_profile_window
+    if (
+        isinstance(span, bool)
+        or not isinstance(span, int)
+        or span % 3600
+        or not (3600 <= span <= 86400)
+    ):
+        raise ValueError(
+            f"policy daily_profile_window: expected whole hours from 1h to 24h, got {span!r}"
+        )
+
+
+def _check_budget(config: PolicyConfig) -> None:
+    """The migration budget (:func:`budget_problem`) and its window
+    (:func:`budget_window_problem`)."""
+    budget = config.max_migrations_per_day
+    if budget is not None and budget_problem(budget):
+        raise ValueError(f"policy max_migrations_per_day: {budget_problem(budget)}")
+    window = config.migration_budget_window
+    if window is not None and budget_window_problem(budget, window):
+        raise ValueError(f"policy migration_budget_window: {budget_window_problem(budget, window)}")
+
+
+def _check_limits(config: PolicyConfig) -> None:
+    """The :data:`LIMITS` are whole numbers ≥ 1 or None."""
+    for key in LIMITS:
+        value = getattr(config, key)
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):
+            raise ValueError(f"policy {key}: expected a whole number ≥ 1 or none, got {value!r}")
+
+
+def _check_strategy(config: PolicyConfig) -> None:
+    """A strategy of the registry, that takes the ``options`` (its typed options parse)."""
+    if config.strategy not in REGISTRY:
+        raise ValueError(
+            f"policy strategy: unknown strategy {config.strategy!r} "
+            f"(known: {', '.join(sorted(REGISTRY))})"
+        )
+    try:
+        config.strategy_options  # noqa: B018  (parsed here to refuse bad options at once)
+    except ValueError as exc:
+        raise ValueError(f"policy {config.name}: {exc}") from None
+
+
+#: The checks of a new :class:`PolicyConfig`, in order: the first refusal is the one raised.
+_FIELD_CHECKS: tuple[Callable[[PolicyConfig], None], ...] = (
+    _check_flags,
+    _check_name_and_metric,
+    _check_numbers,
+    _check_daily_profile,
+    _check_budget,
+    _check_limits,
+    _check_strategy,
+)
 
 
 #: The emulated peers (see the package docstring), and opendrs's own defaults.
