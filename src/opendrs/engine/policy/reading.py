@@ -10,6 +10,8 @@ from types import MappingProxyType
 from typing import Any
 
 from opendrs.engine.policy.config import (
+    FLAGS,
+    LIMITS,
     MAX_COUNT,
     METRICS,
     PRESETS,
@@ -175,29 +177,81 @@ def parse_policy(
     reader.check_keys(mapping, path, POLICY_KEYS)
     if "preset" in mapping:
         start = PRESETS[reader.choice(mapping["preset"], (*path, "preset"), tuple(PRESETS))]
+    fields = _read_fields(reader, mapping, path, start)
+    options = _read_options(reader, mapping, path, start, fields.get("strategy", start.strategy))
+    _check_spending(reader, mapping, path, fields, start)
+    _check_daily_profile(reader, mapping, path, fields, start)
+    try:  # the options are checked below, where a refusal can name the option
+        config = replace(start, **fields, options={})
+    except ValueError as exc:
+        reader.fail(path, str(exc))
+    _check_samples(reader, mapping, path, config)
+    _check_strategy_takes(reader, mapping, path, config, options)
+    return replace(config, options=options)
+
+
+def _read_fields(
+    reader: Reader, mapping: Mapping[str, object], path: Path, start: PolicyConfig
+) -> dict[str, Any]:
+    """The fields written in ``mapping`` (all but ``preset`` and ``options``), each checked on
+    its own; the first refusal, in this order, is the one reported."""
     fields: dict[str, Any] = {}
     if "name" in mapping:
         # The history keeps this name: no blanks around it, no control characters.
         fields["name"] = reader.plain_name(mapping["name"], (*path, "name"))
-    for key, (shortest, longest) in _DURATIONS.items():
-        if key in mapping:
-            fields[key] = reader.duration(
-                mapping[key], (*path, key), minimum=shortest, maximum=longest
-            )
-    if fields.get("interval") == 0:
-        reader.fail((*path, "interval"), "must be at least 1 second")
+    fields |= _read_durations(reader, mapping, path)
     if "metric" in mapping:
         fields["metric"] = reader.choice(mapping["metric"], (*path, "metric"), METRICS)
+    fields |= _read_thresholds(reader, mapping, path)
+    fields |= _read_limits(reader, mapping, path)
+    fields |= _read_budget(reader, mapping, path, start)
+    for flag in FLAGS:
+        if flag in mapping:
+            fields[flag] = reader.boolean(mapping[flag], (*path, flag))
+    if "strategy" in mapping:
+        fields["strategy"] = _read_strategy(reader, mapping["strategy"], (*path, "strategy"))
+    return fields
+
+
+def _read_durations(reader: Reader, mapping: Mapping[str, object], path: Path) -> dict[str, int]:
+    """The :data:`_DURATIONS` written, in seconds within their ranges; an interval of at least a
+    second."""
+    durations: dict[str, int] = {}
+    for key, (shortest, longest) in _DURATIONS.items():
+        if key in mapping:
+            durations[key] = reader.duration(
+                mapping[key], (*path, key), minimum=shortest, maximum=longest
+            )
+    if durations.get("interval") == 0:
+        reader.fail((*path, "interval"), "must be at least 1 second")
+    return durations
+
+
+def _read_thresholds(
+    reader: Reader, mapping: Mapping[str, object], path: Path
+) -> dict[str, float | int]:
+    """The :data:`_FRACTIONS` written (a number or a percentage), then ``hold`` and ``batch``
+    (whole numbers from 0)."""
+    values: dict[str, float | int] = {}
     for key, largest in _FRACTIONS.items():
         if key in mapping:
-            fields[key] = _fraction(reader, mapping[key], (*path, key), largest)
+            values[key] = _fraction(reader, mapping[key], (*path, key), largest)
     for key, most in (("hold", _MAX_HOLD), ("batch", MAX_COUNT)):
         if key in mapping:
-            fields[key] = reader.integer(mapping[key], (*path, key), minimum=0, maximum=most)
-    for key in ("max_parallel", "max_node_inflow"):
+            values[key] = reader.integer(mapping[key], (*path, key), minimum=0, maximum=most)
+    return values
+
+
+def _read_limits(
+    reader: Reader, mapping: Mapping[str, object], path: Path
+) -> dict[str, float | int | None]:
+    """The executor :data:`LIMITS` written (whole numbers from 1, or null), then ``hot`` (a
+    fraction above 0 and at most 1, or null)."""
+    limits: dict[str, float | int | None] = {}
+    for key in LIMITS:
         if key in mapping:
             item = mapping[key]
-            fields[key] = (
+            limits[key] = (
                 None
                 if item is None
                 else reader.integer(item, (*path, key), minimum=1, maximum=MAX_COUNT)
@@ -205,56 +259,73 @@ def parse_policy(
     if "hot" in mapping:
         item = mapping["hot"]
         hpath = (*path, "hot")
-        fields["hot"] = None if item is None else _fraction(reader, item, hpath, 1.0)
-        if fields["hot"] == 0:
+        limits["hot"] = None if item is None else _fraction(reader, item, hpath, 1.0)
+        if limits["hot"] == 0:
             reader.fail(hpath, "must be above 0 (write null to turn it off)")
+    return limits
+
+
+def _read_budget(
+    reader: Reader, mapping: Mapping[str, object], path: Path, start: PolicyConfig
+) -> dict[str, Any]:
+    """``max_migrations_per_day`` written (:func:`parse_budget`, :func:`budget_problem`), then
+    ``migration_budget_window``, checked against the budget written or ``start``'s; null turns
+    either off."""
+    budget_fields: dict[str, Any] = {}
     if "max_migrations_per_day" in mapping:
         item = mapping["max_migrations_per_day"]
-        bpath = (*path, "max_migrations_per_day")
         budget = None if item is None else parse_budget(item)
         problem = None if budget is None else budget_problem(budget, item)
         if problem:
-            reader.fail(bpath, problem)
-        fields["max_migrations_per_day"] = budget
+            reader.fail((*path, "max_migrations_per_day"), problem)
+        budget_fields["max_migrations_per_day"] = budget
     if "migration_budget_window" in mapping:
         item = mapping["migration_budget_window"]
         wpath = (*path, "migration_budget_window")
         window = None if item is None else reader.duration(item, wpath)
-        budget = fields.get("max_migrations_per_day", start.max_migrations_per_day)
+        budget = budget_fields.get("max_migrations_per_day", start.max_migrations_per_day)
         problem = None if window is None else budget_window_problem(budget, window)
         if problem:
             reader.fail(wpath, problem)
-        fields["migration_budget_window"] = window
-    for flag in ("maintenance_return", "spend_budget", "wait_for_motions"):
-        if flag in mapping:
-            fields[flag] = reader.boolean(mapping[flag], (*path, flag))
-    strategy = start.strategy
-    if "strategy" in mapping:
-        spath = (*path, "strategy")
-        strategy = reader.text(mapping["strategy"], spath)
-        if strategy not in REGISTRY:
-            known = ", ".join(sorted(REGISTRY))
-            reader.fail(spath, f"unknown strategy {describe(strategy)} (known: {known})")
-        fields["strategy"] = strategy
-    options: Mapping[str, object] = start.options
-    if strategy != start.strategy:
-        options = {}
-    kind = REGISTRY[strategy].options
-    defaults = kind.defaults()
-    if "options" in mapping:
-        opath = (*path, "options")
-        given = reader.mapping(mapping["options"], opath)
-        reader.check_keys(given, opath, tuple(sorted(defaults)), f" for strategy {strategy}")
-        options = {
-            key: _option_value(reader, item, (*opath, key), defaults[key])
-            for key, item in given.items()
-        }
-    _check_spending(reader, mapping, path, fields, start)
-    _check_daily_profile(reader, mapping, path, fields, start)
-    try:  # the options are checked below, where a refusal can name the option
-        config = replace(start, **fields, options={})
-    except ValueError as exc:
-        reader.fail(path, str(exc))
+        budget_fields["migration_budget_window"] = window
+    return budget_fields
+
+
+def _read_strategy(reader: Reader, value: object, path: Path) -> str:
+    """A strategy's name, known to the registry."""
+    strategy = reader.text(value, path)
+    if strategy not in REGISTRY:
+        known = ", ".join(sorted(REGISTRY))
+        reader.fail(path, f"unknown strategy {describe(strategy)} (known: {known})")
+    return strategy
+
+
+def _read_options(
+    reader: Reader,
+    mapping: Mapping[str, object],
+    path: Path,
+    start: PolicyConfig,
+    strategy: str,
+) -> Mapping[str, object]:
+    """The ``options`` written, each named by ``strategy``'s options and of its default's type;
+    without them, ``start``'s options, or none for a new strategy."""
+    if "options" not in mapping:
+        return start.options if strategy == start.strategy else {}
+    defaults = REGISTRY[strategy].options.defaults()
+    opath = (*path, "options")
+    given = reader.mapping(mapping["options"], opath)
+    reader.check_keys(given, opath, tuple(sorted(defaults)), f" for strategy {strategy}")
+    return {
+        key: _option_value(reader, item, (*opath, key), defaults[key])
+        for key, item in given.items()
+    }
+
+
+def _check_samples(
+    reader: Reader, mapping: Mapping[str, object], path: Path, config: PolicyConfig
+) -> None:
+    """The smoothing window keeps at most :data:`_MAX_SAMPLES` observations: refused naming the
+    ``smoothing`` or ``interval`` written, else the section."""
     samples = config.smoothing // config.interval
     if samples > _MAX_SAMPLES:
         where = next((k for k in ("smoothing", "interval") if k in mapping), None)
@@ -264,16 +335,27 @@ def parse_policy(
             f"{format_duration(config.interval)} keeps {samples} observations, at most "
             f"{_MAX_SAMPLES}: shorten the smoothing or lengthen the interval",
         )
-    if options:
-        request = strategy_request(config, PastMigrations(), 0.0)
-        refused = strategy_problem(config.strategy, options, request)
-        if refused is not None:
-            key, problem = refused
-            where: Path = path
-            if "options" in mapping:
-                where = (*path, "options", key) if key in options else (*path, "options")
-            reader.fail(where, f"strategy {config.strategy}: {problem}")
-    return replace(config, options=options)
+
+
+def _check_strategy_takes(
+    reader: Reader,
+    mapping: Mapping[str, object],
+    path: Path,
+    config: PolicyConfig,
+    options: Mapping[str, object],
+) -> None:
+    """The strategy takes the ``options`` when tried (:func:`strategy_problem`): refused naming
+    the option refused on its own, else ``options``, else the section."""
+    if not options:
+        return
+    request = strategy_request(config, PastMigrations(), 0.0)
+    refused = strategy_problem(config.strategy, options, request)
+    if refused is not None:
+        key, problem = refused
+        where: Path = path
+        if "options" in mapping:
+            where = (*path, "options", key) if key in options else (*path, "options")
+        reader.fail(where, f"strategy {config.strategy}: {problem}")
 
 
 def _trial_cluster() -> Cluster:
