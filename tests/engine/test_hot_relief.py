@@ -8,7 +8,8 @@ from dataclasses import replace
 import pytest
 
 from opendrs.engine.policy import PastMigrations, PolicyConfig, PolicyState, decide
-from opendrs.engine.policy.config import PRESETS, parse_policy
+from opendrs.engine.policy.config import PRESETS
+from opendrs.engine.policy.reading import parse_policy
 from opendrs.model.cluster import Cluster, Guest, Node, Settings
 from opendrs.model.document import DocumentError, Reader
 

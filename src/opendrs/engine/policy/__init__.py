@@ -104,21 +104,14 @@ remembered): the balance decides what the node gets.
   hold, margin, cooldown or smoothing (ProxLB reads the current memory use).
 """
 
-from opendrs.engine.policy.config import (
-    METRICS,
-    POLICY_KEYS,
-    PRESETS,
-    Metric,
-    PolicyConfig,
-    parse_policy,
-    strategy_problem,
-)
+from opendrs.engine.policy.config import METRICS, PRESETS, Metric, PolicyConfig
 from opendrs.engine.policy.decide import decide
 from opendrs.engine.policy.decision import Decision, DecisionCode, DecisionKind, explain
 from opendrs.engine.policy.guards import forbidden_placements
 from opendrs.engine.policy.maintenance import track_evacuations
 from opendrs.engine.policy.metrics import format_by_arch, format_metric, measure, measure_by_arch
 from opendrs.engine.policy.planning import truncate
+from opendrs.engine.policy.reading import POLICY_KEYS, parse_policy, strategy_problem
 from opendrs.engine.policy.repair import (
     Repair,
     first_moves,
