@@ -37,8 +37,6 @@ class NodeReader(Reader):
             None if memory is None else self.size(memory, (*path, "memory")),
         )
 
-    # -- document ---------------------------------------------------------------------------
-
     def storage(self, value: object, path: Path) -> frozenset[str]:
         """The catalogue of pools: the names of the shared ones."""
         if value is None:
