@@ -18,7 +18,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from opendrs.model.cluster import Cluster
-from opendrs.model.snapshot import from_dict, parse
+from opendrs.model.document import parse
+from opendrs.model.snapshot import from_dict
 
 SWAP = """\
 version: 1

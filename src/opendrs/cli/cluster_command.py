@@ -19,7 +19,8 @@ from opendrs.engine.policy import repair, stuck_now, warn_stuck
 from opendrs.engine.strategies.base import cluster_imbalance, imbalance_by_arch
 from opendrs.engine.usage import LoadModel
 from opendrs.model.cluster import GUEST_KINDS, Cluster, Guest, Move
-from opendrs.model.snapshot import MAX_BYTES, MAX_CORES, from_dict, load_demo, parse, read_file
+from opendrs.model.document import parse, read_file
+from opendrs.model.snapshot import MAX_BYTES, MAX_CORES, from_dict, load_demo
 from opendrs.model.units import UnitError, parse_bytes
 from opendrs.report.text import (
     Report,
