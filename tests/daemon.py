@@ -233,10 +233,20 @@ def served(daemon: Daemon) -> str:
     return match.group(1)
 
 
-def eventually(check: Callable[[], bool], timeout: float = 60.0) -> None:
+def eventually(
+    check: Callable[[], bool],
+    timeout: float = 60.0,
+    *,
+    what: str = "",
+    log: Callable[[], str] | None = None,
+) -> None:
+    """Wait until ``check()`` is true; fail after ``timeout`` seconds, saying ``what`` was
+    awaited and, given ``log``, ``log()`` (a daemon's log)."""
     deadline = time.monotonic() + timeout
     while not check():
-        assert time.monotonic() < deadline, "not within the time"
+        if time.monotonic() > deadline:
+            said = f"not {what} within {timeout:g}s" if what else "not within the time"
+            raise AssertionError(said if log is None else f"{said}:\n{log()}")
         time.sleep(0.1)
 
 

@@ -10,29 +10,23 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from backends.fakepve_fixture import FakeCluster, GiB
-from daemon import write_proxmox_config
+from backends.fakepve_fixture import TOKEN_ID, TOKEN_SECRET, FakeCluster, GiB, proxmox_config
 
 __all__ = [
-    "SECRET",
-    "TOKEN_ID",
     "clean_environment",
     "fake_cluster",
     "secret_file",
     "shadow_config",
 ]
 
-SECRET = "9f1c2e7a-5b3d-4c1e-8a6f-0d2b4e6f8a1c"
-TOKEN_ID = "opendrs@pve!drs"
-
 
 @contextlib.contextmanager
 def fake_cluster(folder: Path, *, nodes: int = 3, vms: int = 4) -> Iterator[FakeCluster]:
     """``nodes`` nodes (pve1…) and ``vms`` running VMs of 1 core and 3 GiB, all on pve1, up a
-    day; the token ``TOKEN_ID`` with ``SECRET``."""
+    day; the token ``TOKEN_ID`` with ``TOKEN_SECRET``."""
     cluster = FakeCluster(str(folder), time_scale=0.01)
     pve = cluster.pve
-    pve.apitokens[TOKEN_ID] = SECRET
+    pve.apitokens[TOKEN_ID] = TOKEN_SECRET
     for index in range(1, nodes + 1):
         pve.add_node(f"pve{index}", cpu=8, memory=32 * GiB, base_memory=1 * GiB)
     for i in range(vms):
@@ -58,7 +52,7 @@ def shadow_config(
     directory: Path,
     fake: FakeCluster,
     *,
-    token: str = SECRET,
+    token: str = TOKEN_SECRET,
     http_token: Path | None = None,
     http: bool = False,
     extra: str = "",
@@ -70,9 +64,7 @@ def shadow_config(
     if http or http_token is not None:
         guard = "" if http_token is None else f", token_file: {http_token}"
         extra = f"http: {{listen: '127.0.0.1:0'{guard}}}\n" + extra
-    return write_proxmox_config(
-        directory, fake.address, fake.cafile, user=TOKEN_ID, token=token, mode="shadow", extra=extra
-    )
+    return proxmox_config(directory, fake, mode="shadow", token=token, extra=extra)
 
 
 def clean_environment(**variables: str) -> dict[str, str]:

@@ -1054,8 +1054,18 @@ def three_nodes(
     return cluster
 
 
-def shadow_config(directory: Path, cluster: FakeCluster) -> Path:
-    """``directory/opendrs.yaml``: shadow mode against ``cluster`` with :data:`TOKEN_ID`."""
+def proxmox_config(
+    directory: Path,
+    cluster: FakeCluster,
+    *,
+    mode: str,
+    token: str = TOKEN_SECRET,
+    executor: str = "{max_parallel: 1, poll_interval: 1s}",
+    extra: str = "",
+) -> Path:
+    """``directory/opendrs.yaml`` against ``cluster`` as :data:`TOKEN_ID` with ``token``
+    (``daemon.write_proxmox_config``: a policy that acts at the first observation, every second,
+    ``extra`` appended as it is)."""
     from daemon import write_proxmox_config
 
     return write_proxmox_config(
@@ -1063,6 +1073,13 @@ def shadow_config(directory: Path, cluster: FakeCluster) -> Path:
         cluster.address,
         cluster.cafile,
         user=TOKEN_ID,
-        token=TOKEN_SECRET,
-        mode="shadow",
+        token=token,
+        mode=mode,
+        executor=executor,
+        extra=extra,
     )
+
+
+def shadow_config(directory: Path, cluster: FakeCluster) -> Path:
+    """``directory/opendrs.yaml``: shadow mode against ``cluster`` with :data:`TOKEN_ID`."""
+    return proxmox_config(directory, cluster, mode="shadow")

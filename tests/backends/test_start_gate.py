@@ -19,7 +19,16 @@ from backends.fakeincus import Served
 from backends.fakepve_fixture import FakeCluster
 from backends.incus_fixture import served, socket_config
 from backends.test_proxmox import SECRET, TOKEN_ID, config_for, populate, requests_to
-from opendrs.backends.base import Abandoned, Backend, BackendError, NotStarted, StartGate
+from opendrs.backends.base import (
+    STOPPING,
+    Abandoned,
+    Backend,
+    BackendError,
+    Interrupts,
+    NotStarted,
+    StartGate,
+    stop_reason,
+)
 from opendrs.backends.incus import IncusBackend
 from opendrs.backends.proxmox import ProxmoxBackend
 from opendrs.backends.scenario import builtin_scenario
@@ -74,8 +83,10 @@ def test_proxmox_gives_up_a_late_precheck_when_the_gate_closes(
 ) -> None:
     pve.pve.withhold("GET", "/qemu/100/migrate", secs=20)
     gate = closes_when(lambda: bool(pve.pve.held_back))
-    _, took = refused(proxmox, Move("100", "pve1", "pve2"), gate)
+    error, took = refused(proxmox, Move("100", "pve1", "pve2"), gate)
     assert took < 5, f"the precheck was waited for ({took:.1f}s)"
+    # The call cut short names the gate's reason, not a stop.
+    assert str(error).endswith(f"given up: {RELOAD}") and STOPPING not in str(error), error
     assert requests_to(pve, "POST", "/qemu/100/migrate") == 0
 
 
@@ -119,6 +130,34 @@ def test_incus_sends_no_move_once_the_gate_closed(served: Served) -> None:
     finally:
         backend.close()
     assert served.fake.instance("c1").status == "Running"
+
+
+def test_incus_names_the_gate_s_reason_for_a_read_it_cut_short(served: Served) -> None:
+    backend = IncusBackend(socket_config(served, timeout=30.0), Settings())
+    try:
+        backend.observe()
+        path = "/1.0/instances/vm1"
+        served.fake.hang("GET", path, 5.0)  # the fake ends it before it closes
+        gate = closes_when(lambda: bool(served.fake.calls("GET", path)))
+        error, took = refused(backend, Move("vm1", "m1", "m2"), gate)
+        assert took < 3, f"the read was waited for ({took:.1f}s)"
+        assert not isinstance(error, NotStarted)
+        assert str(error).endswith(f"given up: {RELOAD}") and STOPPING not in str(error), error
+        assert served.fake.calls("POST", path) == []
+    finally:
+        backend.close()
+
+
+def test_interrupts_say_why_calls_end() -> None:
+    """A stop says :data:`STOPPING`; a closed gate of the start under way, its own reason."""
+    stopping = False
+    interrupts = Interrupts(lambda: stopping)
+    assert interrupts.reason() is None and stop_reason(interrupts) is None
+    with interrupts.starting(StartGate(lambda: RELOAD)):
+        assert interrupts() and interrupts.reason() == stop_reason(interrupts) == RELOAD
+        stopping = True
+        assert interrupts.reason() == STOPPING
+    assert stop_reason(lambda: True) == STOPPING and stop_reason(lambda: False) is None
 
 
 def test_the_simulator_starts_nothing_through_a_closed_gate() -> None:

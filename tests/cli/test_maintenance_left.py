@@ -71,6 +71,24 @@ def write(folder: Path, name: str, text: str, policy: str = "") -> tuple[Path, P
     return snapshot, run_config(snapshot, policy)
 
 
+def pve2_in_maintenance(
+    name: str, *, memory: tuple[int, int, int], guests: list[tuple[int, str, int]], rules: str = ""
+) -> str:
+    """A snapshot (static mode): pve1, pve2 (in maintenance), pve3 of 16 cores and ``memory``
+    GiB each; ``guests`` as (id, node, GiB) of 2 cores, up a day; ``rules`` its ``rules:`` items
+    (YAML lines), if any."""
+    nodes = "".join(
+        f"  pve{i}: {{cpu: 16, memory: {gib}GiB{', maintenance: true' if i == 2 else ''}}}\n"
+        for i, gib in enumerate(memory, 1)
+    )
+    rows = "".join(
+        f"  - {{id: {g}, node: {node}, cpu: 2, memory: {gib}GiB, uptime: 1d}}\n"
+        for g, node, gib in guests
+    )
+    text = f"version: 1\nname: {name}\nsettings: {{mode: static}}\nnodes:\n{nodes}guests:\n{rows}"
+    return text + (f"rules:\n{rules}" if rules else "")
+
+
 def plan_json(snapshot: Path, *args: str) -> tuple[int, dict[str, Any], str]:
     done = opendrs("plan", str(snapshot), "--format", "json", *args, timeout=120)
     return done.returncode, json.loads(done.stdout), done.stderr
@@ -153,20 +171,11 @@ def test_show_lists_the_guests_left(tmp_path: Path) -> None:
 # Item 7: plan --strategy NAME previews the daemon with that strategy
 
 #: pve2 in maintenance with two guests that may move; pve1 and pve3 have room for both.
-EVACUATE = """\
-version: 1
-name: evacuate
-settings: {mode: static}
-nodes:
-  pve1: {cpu: 16, memory: 64GiB}
-  pve2: {cpu: 16, memory: 64GiB, maintenance: true}
-  pve3: {cpu: 16, memory: 64GiB}
-guests:
-  - {id: 101, node: pve2, cpu: 2, memory: 4GiB, uptime: 1d}
-  - {id: 102, node: pve2, cpu: 2, memory: 4GiB, uptime: 1d}
-  - {id: 201, node: pve1, cpu: 2, memory: 4GiB, uptime: 1d}
-  - {id: 301, node: pve3, cpu: 2, memory: 4GiB, uptime: 1d}
-"""
+EVACUATE = pve2_in_maintenance(
+    "evacuate",
+    memory=(64, 64, 64),
+    guests=[(101, "pve2", 4), (102, "pve2", 4), (201, "pve1", 4), (301, "pve3", 4)],
+)
 
 
 @pytest.mark.parametrize("strategy", ["pve-bruteforce", "pve-topsis", "incus", "drs-pressure"])
@@ -190,23 +199,18 @@ def test_plan_with_a_peer_strategy_makes_the_daemons_repair(tmp_path: Path, stra
 
 #: A hard-affinity group of three 16 GiB guests on pve2, in maintenance: 48 GiB together, and
 #: the most any other node has free is 30 GiB (pve3).
-GROUP = """\
-version: 1
-name: group
-settings: {mode: static}
-nodes:
-  pve1: {cpu: 16, memory: 32GiB}
-  pve2: {cpu: 16, memory: 64GiB, maintenance: true}
-  pve3: {cpu: 16, memory: 32GiB}
-guests:
-  - {id: 101, node: pve2, cpu: 2, memory: 16GiB, uptime: 1d}
-  - {id: 102, node: pve2, cpu: 2, memory: 16GiB, uptime: 1d}
-  - {id: 103, node: pve2, cpu: 2, memory: 16GiB, uptime: 1d}
-  - {id: 201, node: pve1, cpu: 2, memory: 4GiB, uptime: 1d}
-  - {id: 301, node: pve3, cpu: 2, memory: 2GiB, uptime: 1d}
-rules:
-  - {type: affinity, name: app, guests: [101, 102, 103]}
-"""
+GROUP = pve2_in_maintenance(
+    "group",
+    memory=(32, 64, 32),
+    guests=[
+        (101, "pve2", 16),
+        (102, "pve2", 16),
+        (103, "pve2", 16),
+        (201, "pve1", 4),
+        (301, "pve3", 2),
+    ],
+    rules="  - {type: affinity, name: app, guests: [101, 102, 103]}\n",
+)
 
 
 def test_a_group_that_fits_nowhere_names_the_room_it_lacks(tmp_path: Path) -> None:

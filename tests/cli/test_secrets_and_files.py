@@ -17,9 +17,9 @@ pytest.importorskip(
 )
 pytest.importorskip("cryptography", reason="fakepve's certificates need cryptography")
 
-from backends.fakepve_fixture import FakeCluster
+from backends.fakepve_fixture import TOKEN_ID, TOKEN_SECRET, FakeCluster
 from daemon import opendrs
-from pve_daemon import SECRET, TOKEN_ID, clean_environment, fake_cluster, secret_file, shadow_config
+from pve_daemon import clean_environment, fake_cluster, secret_file, shadow_config
 
 #: A token with a character outside Latin-1 (the euro sign).
 NOT_LATIN1 = "9f1c2e7a-5b3d-4c1e-8a6f-0d2b4e6f8a1\u20ac"
@@ -85,7 +85,7 @@ def test_a_token_from_the_environment_outside_latin1_is_a_configuration_error(
     assert NOT_LATIN1 not in line
 
 
-@pytest.mark.parametrize("value", [SECRET + " extra", "x" * 5000])
+@pytest.mark.parametrize("value", [TOKEN_SECRET + " extra", "x" * 5000])
 def test_a_secret_from_the_environment_is_held_to_the_rules_of_a_file(
     tmp_path: Path, fake: FakeCluster, value: str
 ) -> None:
@@ -102,7 +102,7 @@ def test_a_secret_from_the_environment_is_held_to_the_rules_of_a_file(
 
 
 def test_a_good_token_from_the_environment_still_works(tmp_path: Path, fake: FakeCluster) -> None:
-    result = run_once(env_config(tmp_path, fake), **{ENV_TOKEN: SECRET})
+    result = run_once(env_config(tmp_path, fake), **{ENV_TOKEN: TOKEN_SECRET})
     assert result.returncode == 0, result.stderr
 
 

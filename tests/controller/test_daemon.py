@@ -17,21 +17,22 @@ pytest.importorskip(
 )
 pytest.importorskip("cryptography", reason="fakepve's certificates need cryptography")
 
-from backends.fakepve_fixture import FakeCluster, packed
-from daemon import Daemon, write_proxmox_config
-
-SECRET = "9f1c2e7a-5b3d-4c1e-8a6f-0d2b4e6f8a1c"
-TOKEN_ID = "opendrs@pve!drs"
+from backends.fakepve_fixture import (
+    TOKEN_SECRET,
+    FakeCluster,
+    proxmox_config,
+    running_on_pve1,
+    three_nodes,
+)
+from daemon import Daemon
 
 
 @pytest.fixture
 def fake(tmp_path: Path) -> Iterator[FakeCluster]:
     """Three nodes, eight running VMs all on pve1: any balancer plans about five moves."""
-    cluster = FakeCluster(str(tmp_path), time_scale=0.01)
-    pve = cluster.pve
-    pve.apitokens[TOKEN_ID] = SECRET
-    pve.migrate_secs = 200  # two seconds of real time
-    packed(pve, range(100, 108))
+    cluster = three_nodes(str(tmp_path))
+    cluster.pve.migrate_secs = 200  # two seconds of real time
+    running_on_pve1(cluster.pve, range(100, 108))
     try:
         yield cluster
     finally:
@@ -39,11 +40,14 @@ def fake(tmp_path: Path) -> Iterator[FakeCluster]:
 
 
 def write_config(
-    tmp_path: Path, fake: FakeCluster, *, mode: str = "active", token: str = SECRET, extra: str = ""
+    tmp_path: Path,
+    fake: FakeCluster,
+    *,
+    mode: str = "active",
+    token: str = TOKEN_SECRET,
+    extra: str = "",
 ) -> Path:
-    return write_proxmox_config(
-        tmp_path, fake.address, fake.cafile, user=TOKEN_ID, token=token, mode=mode, extra=extra
-    )
+    return proxmox_config(tmp_path, fake, mode=mode, token=token, extra=extra)
 
 
 def migration_requests(fake: FakeCluster) -> int:
@@ -98,7 +102,7 @@ def test_once_exits_with_status_1_when_it_cannot_observe(tmp_path: Path, fake: F
         assert status == 1, daemon.log()
         errors = [line for line in daemon.lines if line.startswith("error:")]
         assert len(errors) == 1 and "authentication failed" in errors[0]
-        assert SECRET not in daemon.log()
+        assert TOKEN_SECRET not in daemon.log()
 
 
 def test_failed_observations_in_a_row_are_reported_at_error(
@@ -150,7 +154,7 @@ def test_the_decision_log_against_proxmox_has_every_migration_and_no_secret(
         daemon.wait_for(r"done \d+ pve1 → ", timeout=60)
         assert daemon.stop() == 0
     text = (tmp_path / "decisions.jsonl").read_text()
-    assert SECRET not in text and fake.address not in text
+    assert TOKEN_SECRET not in text and fake.address not in text
     items = [json.loads(line) for line in text.splitlines()]
     ended = {o["id"]: o["outcome"] for o in items if o["kind"] == "migration" and o["outcome"]}
     assert ended and {i: o for i, o in ended.items() if o} == {

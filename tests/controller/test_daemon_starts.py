@@ -17,11 +17,9 @@ pytest.importorskip(
 )
 pytest.importorskip("cryptography", reason="fakepve's certificates need cryptography")
 
-from backends.fakepve_fixture import FakeCluster, packed
-from daemon import Daemon, eventually, run_once, write_proxmox_config
+from backends.fakepve_fixture import FakeCluster, proxmox_config, running_on_pve1, three_nodes
+from daemon import Daemon, eventually, run_once
 
-SECRET = "4b7e1d2c-8a3f-4e6b-9c0d-1f2a3b4c5d6e"
-TOKEN_ID = "opendrs@pve!drs"
 #: Seconds the fake holds back the answer to Proxmox's migration precheck (within the 5 s timeout).
 LATE = 4.0
 
@@ -29,11 +27,8 @@ LATE = 4.0
 @pytest.fixture
 def fake(tmp_path: Path) -> Iterator[FakeCluster]:
     """Three nodes, six running VMs all on pve1; a migration takes about a second."""
-    cluster = FakeCluster(str(tmp_path), time_scale=0.01)
-    pve = cluster.pve
-    pve.apitokens[TOKEN_ID] = SECRET
-    pve.migrate_secs = 100
-    packed(pve, range(100, 106), memory_gib=4)
+    cluster = three_nodes(str(tmp_path))
+    running_on_pve1(cluster.pve, range(100, 106), memory_gib=4)
     try:
         yield cluster
     finally:
@@ -41,12 +36,9 @@ def fake(tmp_path: Path) -> Iterator[FakeCluster]:
 
 
 def write_config(tmp_path: Path, fake: FakeCluster, *, mode: str, parallel: int = 1) -> Path:
-    return write_proxmox_config(
+    return proxmox_config(
         tmp_path,
-        fake.address,
-        fake.cafile,
-        user=TOKEN_ID,
-        token=SECRET,
+        fake,
         mode=mode,
         executor=f"{{max_parallel: {parallel}, poll_interval: 1s}}",
     )

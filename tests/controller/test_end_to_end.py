@@ -16,8 +16,7 @@ import json
 import sqlite3
 import stat
 import subprocess
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -28,14 +27,20 @@ pytest.importorskip(
 )
 pytest.importorskip("cryptography", reason="fakepve's certificates need cryptography")
 
-from backends.fakepve_fixture import DEFAULT_UPTIME, FakeCluster, GiB, running_on_pve1, three_nodes
-from daemon import Daemon, write_proxmox_config
+from backends.fakepve_fixture import (
+    DEFAULT_UPTIME,
+    TOKEN_SECRET,
+    FakeCluster,
+    GiB,
+    proxmox_config,
+    running_on_pve1,
+    three_nodes,
+)
+from daemon import Daemon, eventually
 from daemon import opendrs as run_opendrs
 from opendrs.model import snapshot
 from opendrs.model.cluster import Cluster
 
-SECRET = "3b7e9d21-6c4a-4f8e-9a2d-5e1f7c3b8a64"
-TOKEN_ID = "opendrs@pve!drs"
 NODES = ("pve1", "pve2", "pve3")
 VMS = tuple(range(100, 109))
 #: A run that has not ended after this long is broken: it is killed and the test fails.
@@ -49,7 +54,7 @@ DEADLINE = 120.0
 @pytest.fixture
 def fake(tmp_path: Path) -> Iterator[FakeCluster]:
     """Three nodes of 8 cores and 32 GiB; nine running VMs of 3 GiB, all on pve1."""
-    cluster = three_nodes(str(tmp_path), TOKEN_ID, SECRET)
+    cluster = three_nodes(str(tmp_path))
     pve = cluster.pve
     pve.capacity["pve3"]["ksm_shared"] = 2 * GiB
     running_on_pve1(pve, VMS)
@@ -60,13 +65,11 @@ def fake(tmp_path: Path) -> Iterator[FakeCluster]:
 
 
 def write_config(
-    tmp_path: Path, fake: FakeCluster, *, mode: str, token: str = SECRET, extra: str = ""
+    tmp_path: Path, fake: FakeCluster, *, mode: str, token: str = TOKEN_SECRET, extra: str = ""
 ) -> Path:
-    return write_proxmox_config(
+    return proxmox_config(
         tmp_path,
-        fake.address,
-        fake.cafile,
-        user=TOKEN_ID,
+        fake,
         token=token,
         mode=mode,
         executor="{max_parallel: 2, poll_interval: 1s}",
@@ -114,23 +117,14 @@ def migrations(tmp_path: Path) -> list[tuple[str, str, str, str | None]]:
 def assert_no_secret(tmp_path: Path, *outputs: str) -> None:
     """The secret is in no output and in no file but its own (the history's bytes included)."""
     for text in outputs:
-        assert SECRET not in text
+        assert TOKEN_SECRET not in text
     written = [
         p
         for p in tmp_path.rglob("*")
         if p.is_file() and not p.is_symlink() and p.name != "token" and p.parent.name != "tls"
     ]
     for path in written:
-        assert SECRET.encode() not in path.read_bytes(), path
-
-
-def wait_until(what: str, predicate: Callable[[], bool], log: Callable[[], str]) -> None:
-    """Wait for ``predicate`` (a broken run fails after :data:`DEADLINE`, with its log)."""
-    deadline = time.monotonic() + DEADLINE
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not {what} within {DEADLINE:g}s:\n{log()}")
-        time.sleep(0.05)
+        assert TOKEN_SECRET.encode() not in path.read_bytes(), path
 
 
 # --------------------------------------------------------------------------------------------
@@ -364,18 +358,24 @@ def test_the_daemon_balances_over_a_few_cycles_then_holds_still(
 
     with Daemon(config) as daemon:
         daemon.wait_for(r"started \d+ pve1 → ")
-        wait_until(
-            "balanced",
+        eventually(
             lambda: (
                 sorted(list(placement(fake).values()).count(n) for n in NODES) == [3, 3, 3]
                 and not any(vm.lock for vm in fake.pve.vms)
             ),
-            daemon.log,
+            DEADLINE,
+            what="balanced",
+            log=daemon.log,
         )
         requested = len(fake.pve.migrations)
         # Three more observations of the balanced cluster: nothing more is asked for.
         seen = observations()
-        wait_until("observed three more times", lambda: observations() >= seen + 3, daemon.log)
+        eventually(
+            lambda: observations() >= seen + 3,
+            DEADLINE,
+            what="observed three more times",
+            log=daemon.log,
+        )
         assert len(fake.pve.migrations) == requested
         assert daemon.stop() == 0
         log = daemon.log()

@@ -24,12 +24,9 @@ pytest.importorskip(
 )
 pytest.importorskip("cryptography", reason="fakepve's certificates need cryptography")
 
-from backends.fakepve_fixture import FakeCluster, GiB
-from daemon import Daemon, eventually, fetch, opendrs, run_once, served, write_proxmox_config
+from backends.fakepve_fixture import FakeCluster, GiB, proxmox_config, three_nodes
+from daemon import Daemon, eventually, fetch, opendrs, run_once, served
 from repairs import left_on
-
-SECRET = "5d1c0a9e-7b3f-4e21-8c6d-2f9a4b7e1c30"
-TOKEN_ID = "opendrs@pve!drs"
 
 #: Why each guest stays on pve2, as the daemon says it.
 STAYS = {
@@ -47,13 +44,8 @@ SAID = left_on("pve2", STAYS)
 
 @pytest.fixture
 def fake(tmp_path: Path) -> Iterator[FakeCluster]:
-    cluster = FakeCluster(str(tmp_path), time_scale=0.01)
+    cluster = three_nodes(str(tmp_path))
     pve = cluster.pve
-    pve.apitokens[TOKEN_ID] = SECRET
-    pve.migrate_secs = 100  # a second of real time
-    for name in ("pve1", "pve2", "pve3"):
-        pve.add_node(name, cpu=8, memory=32 * GiB, base_memory=1 * GiB)
-    pve.add_ceph_storage("ceph")
     pve.ha_maintenance.add("pve2")
 
     def vm(vmid: int, node: str = "pve2", uptime: float = 86400, **config: str) -> None:
@@ -91,12 +83,9 @@ def fake(tmp_path: Path) -> Iterator[FakeCluster]:
 
 
 def write_config(tmp_path: Path, fake: FakeCluster, *, mode: str, extra: str = "") -> Path:
-    return write_proxmox_config(
+    return proxmox_config(
         tmp_path,
-        fake.address,
-        fake.cafile,
-        user=TOKEN_ID,
-        token=SECRET,
+        fake,
         mode=mode,
         extra="history: history.sqlite\nsettings: {min_uptime: 10m}\n" + extra,
     )

@@ -30,12 +30,10 @@ pytest.importorskip(
 )
 pytest.importorskip("cryptography", reason="fakepve's certificates need cryptography")
 
-from backends.fakepve_fixture import FakeCluster, GiB, three_nodes
-from daemon import Daemon, eventually, fetch, served, write_proxmox_config
+from backends.fakepve_fixture import FakeCluster, GiB, proxmox_config, three_nodes
+from daemon import Daemon, eventually, fetch, served
 from daemon import opendrs as run_opendrs
 
-SECRET = "5d2c8e41-7a3b-4f6e-9c1d-2b8a4e6f0c37"
-TOKEN_ID = "opendrs@pve!drs"
 NODES = ("pve1", "pve2", "pve3")
 DEADLINE = 120.0
 
@@ -43,7 +41,7 @@ DEADLINE = 120.0
 @pytest.fixture
 def fake(tmp_path: Path) -> Iterator[FakeCluster]:
     """Three nodes of 8 cores and 32 GiB, shared Ceph storage, no guests yet."""
-    cluster = three_nodes(str(tmp_path), TOKEN_ID, SECRET)
+    cluster = three_nodes(str(tmp_path))
     try:
         yield cluster
     finally:
@@ -69,14 +67,10 @@ def add_vm(fake: FakeCluster, vmid: int, node: str, gib: int, **config: object) 
 def write_config(
     tmp_path: Path, fake: FakeCluster, *, mode: str = "active", backend: str = "", extra: str = ""
 ) -> Path:
-    config = write_proxmox_config(
+    config = proxmox_config(
         tmp_path,
-        fake.address,
-        fake.cafile,
-        user=TOKEN_ID,
-        token=SECRET,
+        fake,
         mode=mode,
-        executor="{max_parallel: 1, poll_interval: 1s}",
         extra="log: {level: debug}\n" + extra,
     )
     if backend:

@@ -24,29 +24,19 @@ pytest.importorskip(
 )
 pytest.importorskip("cryptography", reason="fakepve's certificates need cryptography")
 
-from backends.fakepve_fixture import FakeCluster, GiB
-from daemon import Daemon, fetch, served, write_proxmox_config
+from backends.fakepve_fixture import FakeCluster, GiB, proxmox_config, three_nodes
+from daemon import Daemon, eventually, fetch, served
 from daemon import opendrs as run_opendrs
 
-SECRET = "5c1e7a90-2b4d-4e6f-8a1c-9d3e5f7b2a40"
-TOKEN_ID = "opendrs@pve!drs"
-NODES = ("pve1", "pve2", "pve3")
 DEADLINE = 120.0
 
 
 @pytest.fixture
 def fake(tmp_path: Path) -> Iterator[FakeCluster]:
     """Three nodes of 8 cores and 32 GiB, shared storage, no guests yet."""
-    tls = tmp_path / "tls"
-    tls.mkdir()
-    cluster = FakeCluster(str(tls), time_scale=0.01)
-    pve = cluster.pve
-    pve.apitokens[TOKEN_ID] = SECRET
-    pve.migrate_secs = 50  # half a second of real time
-    pve.ha_delay = 1
-    for name in NODES:
-        pve.add_node(name, cpu=8, memory=32 * GiB, base_memory=1 * GiB)
-    pve.add_ceph_storage("ceph")
+    cluster = three_nodes(str(tmp_path))
+    cluster.pve.migrate_secs = 50  # half a second of real time
+    cluster.pve.ha_delay = 1
     try:
         yield cluster
     finally:
@@ -70,12 +60,9 @@ def add_vm(
 
 
 def write_config(tmp_path: Path, fake: FakeCluster, *, mode: str, extra: str = "") -> Path:
-    return write_proxmox_config(
+    return proxmox_config(
         tmp_path,
-        fake.address,
-        fake.cafile,
-        user=TOKEN_ID,
-        token=SECRET,
+        fake,
         mode=mode,
         executor="{max_parallel: 2, poll_interval: 1s}",
         extra=extra,
@@ -115,14 +102,6 @@ def observations(fake: FakeCluster) -> int:
     )
 
 
-def wait_until(what: str, predicate: Callable[[], bool], log: Callable[[], str]) -> None:
-    deadline = time.monotonic() + DEADLINE
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not {what} within {DEADLINE:g}s:\n{log()}")
-        time.sleep(0.05)
-
-
 def daemon_beside_the_ha_manager(tmp_path: Path, fake: FakeCluster, first: str) -> str:
     """Run the daemon (active) while the fake's HA manager runs its rounds: from its first line
     matching ``first``, eight more observations; its log."""
@@ -131,7 +110,12 @@ def daemon_beside_the_ha_manager(tmp_path: Path, fake: FakeCluster, first: str) 
     with Daemon(config) as daemon:
         daemon.wait_for(first)
         seen = observations(fake)
-        wait_until("observed eight more times", lambda: observations(fake) >= seen + 8, daemon.log)
+        eventually(
+            lambda: observations(fake) >= seen + 8,
+            DEADLINE,
+            what="observed eight more times",
+            log=daemon.log,
+        )
         assert daemon.stop() == 0
         return daemon.log()
 
@@ -335,7 +319,7 @@ def test_the_daemon_shows_the_other_balancer(tmp_path: Path, fake: FakeCluster) 
             line = re.compile(rf"^opendrs_platform_balancer {value}$", re.M)
             return lambda: bool(line.search(fetch(address, "/metrics")[1]))
 
-        wait_until("the metric at 1", platform_balancer("1.0"), daemon.log)
+        eventually(platform_balancer("1.0"), DEADLINE, what="the metric at 1", log=daemon.log)
         _, state = fetch(address, "/api/state")
         assert "Proxmox VE balances its HA guests itself" in (
             json.loads(state)["cluster"]["platform_balancer"] or ""
@@ -345,12 +329,13 @@ def test_the_daemon_shows_the_other_balancer(tmp_path: Path, fake: FakeCluster) 
         # Proxmox's balancer turned off: opendrs says so and balances HA guests again.
         fake.pve.crs = {"ha": "static"}
         daemon.wait_for("opendrs balances them again")
-        wait_until(
-            "an HA guest moved",
+        eventually(
             lambda: any(moves_asked(fake, vmid) for vmid in (100, 101, 102)),
-            daemon.log,
+            DEADLINE,
+            what="an HA guest moved",
+            log=daemon.log,
         )
-        wait_until("the metric at 0", platform_balancer("0.0"), daemon.log)
+        eventually(platform_balancer("0.0"), DEADLINE, what="the metric at 0", log=daemon.log)
         assert daemon.stop() == 0
     assert daemon.count("not balancing HA guests") == 1
 
@@ -383,7 +368,9 @@ def test_the_daemon_moves_it_when_told_not_to_honour_the_flag(
     config = write_config(tmp_path, fake, mode="active")
     with_backend(config, "respect_auto_rebalance: false")
     with Daemon(config) as daemon:
-        wait_until("VM 100 moved", lambda: node_of(fake, 100) != "pve1", daemon.log)
+        eventually(
+            lambda: node_of(fake, 100) != "pve1", DEADLINE, what="VM 100 moved", log=daemon.log
+        )
         assert daemon.stop() == 0
     assert moves_asked(fake, 100) == 1
 
@@ -426,10 +413,11 @@ def test_once_the_proxmox_preset_waits_for_a_queued_ha_move(
     ), reason
     # The HA manager carries the move out; once it is over, the preset makes its one move.
     fake.run(fake.pve.carry_out_ha_motions())
-    wait_until(
-        "the HA manager's move over",
+    eventually(
         lambda: node_of(fake, 105) == "pve3" and fake.pve.guest(105).ha_state == "started",
-        lambda: result.stderr,
+        DEADLINE,
+        what="the HA manager's move over",
+        log=lambda: result.stderr,
     )
     result = opendrs("run", "--once", "--config", str(config))
     assert result.returncode == 0, result.stderr

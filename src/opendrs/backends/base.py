@@ -42,6 +42,7 @@ from opendrs.model.snapshot import refused
 
 __all__ = [
     "GATEWAY_STATUS",
+    "STOPPING",
     "Abandoned",
     "Backend",
     "BackendError",
@@ -60,12 +61,16 @@ __all__ = [
     "SystemClock",
     "after_tries",
     "check_observation",
+    "stop_reason",
 ]
 
 #: HTTP statuses a proxy in front of an API answers when the API behind it gave no usable answer
 #: (502 Bad Gateway) or none in time (504 Gateway Timeout): a request that changes the cluster may
 #: have reached the API and taken effect all the same, so its outcome is uncertain.
 GATEWAY_STATUS: Final = frozenset({502, 504})
+
+#: Why the calls of a backend's API client end when opendrs is stopping.
+STOPPING: Final = "opendrs is stopping"
 
 ProgressState = Literal["running", "done", "failed"]
 
@@ -183,15 +188,24 @@ class StartGate:
 class Interrupts:
     """When the calls of a backend's API client must end early: opendrs is stopping
     (``should_stop()``), or the start under way (:meth:`starting`) may no longer send its
-    request. A backend gives it to its client as the client's ``should_stop``."""
+    request. A backend gives it to its client as the client's ``should_stop``; :meth:`reason`
+    says which (:func:`stop_reason`)."""
 
     def __init__(self, should_stop: Callable[[], bool]) -> None:
         self._should_stop = should_stop
         self._gate: StartGate | None = None
 
     def __call__(self) -> bool:
+        return self.reason() is not None
+
+    def reason(self) -> str | None:
+        """Why the calls must end now: opendrs is stopping, or why the start under way may no
+        longer send its request (its gate's :meth:`StartGate.closed`); ``None`` while they may
+        go on."""
+        if self._should_stop():
+            return STOPPING
         gate = self._gate
-        return self._should_stop() or (gate is not None and gate.closed() is not None)
+        return None if gate is None else gate.closed()
 
     @contextlib.contextmanager
     def starting(self, gate: StartGate) -> Iterator[StartGate]:
@@ -201,6 +215,15 @@ class Interrupts:
             yield gate
         finally:
             self._gate = None
+
+
+def stop_reason(should_stop: Callable[[], bool]) -> str | None:
+    """Why an API client's calls must end now, given its ``should_stop``: the reason an
+    :class:`Interrupts` gives (a stop, or a closed start gate), else :data:`STOPPING` when
+    ``should_stop()`` is true; ``None`` while they may go on."""
+    if isinstance(should_stop, Interrupts):
+        return should_stop.reason()
+    return STOPPING if should_stop() else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,6 +41,7 @@ from opendrs.backends.base import (
     BackendError,
     HttpError,
     after_tries,
+    stop_reason,
 )
 from opendrs.backends.incus.config import IncusConfig
 from opendrs.backends.incus.values import clip
@@ -264,7 +265,8 @@ class Client:
             return client
 
     def _stop_reason(self) -> str | None:
-        return "opendrs is stopping" if self._should_stop() else None
+        """Why calls must end now, if they must (:func:`stop_reason`)."""
+        return stop_reason(self._should_stop)
 
     def _pause(self, seconds: float) -> None:
         pause(seconds, self._should_stop)

@@ -35,6 +35,7 @@ from opendrs.backends.base import (
     BackendError,
     HttpError,
     after_tries,
+    stop_reason,
 )
 from opendrs.backends.proxmox.config import ProxmoxConfig, host_text, parse_host
 from opendrs.backends.proxmox.transport import close_api, connect
@@ -147,9 +148,10 @@ class Client:
             close_api(api)
 
     def _stop_reason(self) -> str | None:
-        """Why calls must end now, if they must."""
-        if self._should_stop():
-            return "opendrs is stopping"
+        """Why calls must end now, if they must: :func:`stop_reason`, or another read failed."""
+        reason = stop_reason(self._should_stop)
+        if reason is not None:
+            return reason
         abort: threading.Event | None = getattr(_local, "abort", None)
         if abort is not None and abort.is_set():
             return "another read of the observation failed"
