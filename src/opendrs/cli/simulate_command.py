@@ -288,6 +288,15 @@ def add_simulate_parser(sub: Subcommands) -> None:
         "Policies are presets (opendrs, proxmox, incus, proxlb: the peers' behaviour emulated) "
         "or YAML files with a policy section (see docs/configuration.md).",
     )
+    add_scenario_arguments(p)
+    add_policy_arguments(p)
+    add_budget_arguments(p)
+    add_output_arguments(p)
+    p.set_defaults(func=cmd_simulate)
+
+
+def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
+    """``simulate``'s scenario: a file, ``builtin:NAME`` or a generated month, and its days."""
     p.add_argument(
         "scenario",
         metavar="SCENARIO",
@@ -314,6 +323,10 @@ def add_simulate_parser(sub: Subcommands) -> None:
         help=f"guests of the generated month (default {DEFAULT_GUESTS})",
     )
     p.add_argument("--days", type=simulated_days, help="simulated days (default: the scenario's)")
+
+
+def add_policy_arguments(p: argparse.ArgumentParser) -> None:
+    """``simulate``'s policies to compare and the report's yardsticks (threshold, hot)."""
     p.add_argument(
         "--policy",
         action="append",
@@ -334,6 +347,10 @@ def add_simulate_parser(sub: Subcommands) -> None:
         help="a node runs hot above this load (cpu or memory, a fraction of capacity net of "
         f"reserves, 5-minute average; default {HOT:g})",
     )
+
+
+def add_budget_arguments(p: argparse.ArgumentParser) -> None:
+    """``simulate``'s migration budget for opendrs's own policies."""
     p.add_argument(
         "--budget",
         type=_budget,
@@ -358,6 +375,10 @@ def add_simulate_parser(sub: Subcommands) -> None:
         "at most N × the window in days migrations (rounded down) in any such window, free to be "
         "spent together — --budget 0.5 --budget-window 14d: 7 in any 14 days",
     )
+
+
+def add_output_arguments(p: argparse.ArgumentParser) -> None:
+    """What ``simulate`` shows: progress, the output format and the ``--report`` file."""
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--format", choices=("text", "json"), default="text", help="output format")
     p.add_argument(
@@ -367,7 +388,6 @@ def add_simulate_parser(sub: Subcommands) -> None:
         "migrations per day of each on one chart: a self-contained HTML file, or Markdown when "
         "FILE ends in .md",
     )
-    p.set_defaults(func=cmd_simulate)
 
 
 def _hot(text: str) -> float:
