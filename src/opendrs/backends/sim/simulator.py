@@ -61,9 +61,9 @@ from opendrs.engine.usage import loaded_nodes, net_capacity, safe_divide, tolera
 from opendrs.model.cluster import Cluster, Guest, Move, Node, updater
 from opendrs.model.units import format_duration
 
-from .base import DONE, RUNNING, BackendError, Handle, Progress, StartGate, failed
-from .scenario import Fault, Scenario, builtin_scenario, load_scenario
-from .workload import UsageGenerator
+from ..base import DONE, RUNNING, BackendError, Handle, Progress, StartGate, failed
+from ..scenario import Fault, Scenario, builtin_scenario, load_scenario
+from ..workload import UsageGenerator
 
 __all__ = [
     "MigrationRecord",
