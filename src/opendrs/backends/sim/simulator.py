@@ -1,84 +1,30 @@
-"""The simulated cluster: a :class:`~opendrs.backends.base.Backend` and a
-:class:`~opendrs.backends.base.Clock` in one.
-
-The controller drives the :class:`Simulator` exactly as it drives a real cluster — ``observe``,
-``start_migration``, ``poll``, ``set_maintenance`` — and takes its time from it: ``now()`` is
-simulated seconds since the start and ``sleep(s)`` advances the simulation by ``s`` seconds. A
-scenario (:mod:`opendrs.backends.scenario`) gives the cluster at time 0, each guest's workload, the
-migration speed and the faults.
-
-Time moves in steps of ``scenario.step`` seconds: the usage of every guest is sampled once per step
-(:mod:`opendrs.backends.workload`), and the statistics of the stability report are taken once per
-step, at its start, after the events of that instant (a migration ending, a node failing) and before
-whatever the controller does then. Events themselves happen at their exact time: a migration of
-``b`` bytes takes ``setup + b / bandwidth`` seconds and loads both nodes meanwhile.
-
-The HA manager also fails guests back: an HA guest with ``failback`` on that a migration of the
-controller's leaves outside the highest priority of its node affinity among the usable nodes is
-moved back there (to the one with the fewest guests, then by name) a round
-(:data:`FAILBACK_ROUND`) later, as Proxmox's ``select_service_node`` does every round.
-
-Node failures follow an HA manager: after ``recovery_delay`` the HA-managed guests of the failed
-node restart elsewhere, one at a time, each on the node that
-:meth:`opendrs.engine.placement.PlacementState.place` ranks first for ``purpose="recover"`` (with
-each restart seen by the next); guests that fit nowhere are tried again every hour and whenever a
-node comes back or leaves maintenance. Guests that are not HA-managed stay down on the failed node
-and start again when it returns. Maintenance only sets the node's flag: moving guests off is the
-controller's job. A migration of the controller's may fail part-way, **hang** (it ends only when
-:meth:`Simulator.cancel` stops it or one of its nodes fails) or lose its answer (it starts, but
-``start_migration`` raises an ``uncertain`` :class:`~opendrs.backends.base.BackendError`).
-
-A guest never moves to a node of another CPU architecture. On ``platform: incus`` a running
-container cannot move live: it moves by a **restart** — stopped (loading no node) while its local
-disks are copied, ``setup + disks / bandwidth`` seconds, then started on the target (on its source
-when the move fails) — and only when the settings allow restart migration.
-
-The simulator is deterministic: the same scenario and the same sequence of calls give the same
-results, byte for byte. Randomness comes from numpy generators seeded from the scenario seed —
-one per guest and workload component, one per random fault, one per migration (whether it fails,
-when, whether it hangs or loses its answer), one for random API errors.
-
-Accounting follows :mod:`opendrs.engine.usage` exactly, vectorised over steps: the balance
-statistics use dynamic-mode loads as :class:`~opendrs.engine.usage.LoadModel` computes them
-(the host's base load plus the measured use of the guests that load the node; a migrating guest
-loads both nodes) over the capacity net of reserves; capacity violations follow
-:class:`~opendrs.engine.usage.CapacityModel`.
-"""
+"""The :class:`Simulator`: the simulated cluster's state, driven through the
+:class:`~opendrs.backends.base.Backend` protocol and its :class:`~opendrs.backends.base.Clock`
+(the package's docstring, :mod:`opendrs.backends.sim`, tells how it behaves)."""
 
 from __future__ import annotations
 
-import bisect
-import heapq
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from typing import Any, Final, Literal
+from dataclasses import replace
+from typing import Any, Final
 
 import numpy as np
 
 from opendrs.engine.placement import PlacementState
 from opendrs.engine.usage import loaded_nodes, net_capacity, safe_divide, tolerance
 from opendrs.model.cluster import Cluster, Guest, Move, Node, updater
-from opendrs.model.units import format_duration
 
 from ..base import DONE, RUNNING, BackendError, Handle, Progress, StartGate, failed
-from ..scenario import Fault, Scenario, builtin_scenario, load_scenario
+from ..scenario import Scenario
 from ..workload import UsageGenerator
+from .clock import EventQueue, count_steps
+from .faults import FAIL_AFTER, FaultPlan
+from .migration import Migration
+from .pairs import Pairs
+from .results import Cause, MigrationRecord, NodeEvent, NodeFractions, SimStats
+from .statistics import HOT, HOT_WINDOW, StepStatistics, percentile, steps_in
 
-__all__ = [
-    "MigrationRecord",
-    "NodeEvent",
-    "NodeFractions",
-    "Scenario",
-    "SimStats",
-    "Simulator",
-    "builtin_scenario",
-    "load_scenario",
-]
-
-Outcome = Literal["running", "done", "failed"]
-Cause = Literal["controller", "recovery", "snapshot", "failback"]
-NodeEventKind = Literal["failed", "recovered", "maintenance-on", "maintenance-off"]
+__all__ = ["BLOCK_CELLS", "FAILBACK_ROUND", "MAX_BLOCK", "RECOVERY_RETRY", "Simulator"]
 
 #: Seconds from a migration that leaves an HA guest below its top node-affinity tier to the HA
 #: manager's round that moves it back (failback; a CRM round is about 10 s, pve-ha-manager
@@ -86,125 +32,10 @@ NodeEventKind = Literal["failed", "recovered", "maintenance-on", "maintenance-of
 FAILBACK_ROUND: Final = 10.0
 #: Pending HA recoveries are tried again at least this often (seconds).
 RECOVERY_RETRY: Final = 3600.0
-#: A migration that fails does so after this share of its duration (drawn uniformly between).
-FAIL_AFTER: Final = (0.1, 0.9)
 #: Steps of usage generated at once (fewer for very large clusters, to bound memory).
 MAX_BLOCK: Final = 1440
-_BLOCK_CELLS: Final = 2_000_000
-
-
-# --------------------------------------------------------------------------------------------
-# Results
-
-
-@dataclass(frozen=True, slots=True)
-class MigrationRecord:
-    """One migration: started by the controller, an HA recovery, or in flight in the snapshot.
-
-    An HA recovery is a restart, not a migration: it starts and ends at the same moment.
-    """
-
-    handle: str
-    guest: str
-    source: str
-    target: str
-    started: float
-    ended: float | None
-    outcome: Outcome
-    reason: str | None
-    cause: Cause
-    #: Bytes copied (measured memory plus local disks) — 0 for a recovery.
-    bytes: int
-    #: A restart move (a running container on ``platform: incus``): the guest is stopped from
-    #: ``started`` to ``ended`` and starts again on the target (on its source when it fails).
-    restart: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class NodeEvent:
-    """A node failed or came back, or entered or left maintenance."""
-
-    time: float
-    node: str
-    kind: NodeEventKind
-    #: ``fault`` (the scenario) or ``controller`` (``set_maintenance``).
-    cause: Literal["fault", "controller"]
-
-
-@dataclass(frozen=True, slots=True)
-class NodeFractions:
-    """Every node's load now, as fractions of its capacity net of reserves (dynamic mode)."""
-
-    names: tuple[str, ...]
-    cpu: tuple[float, ...]
-    memory: tuple[float, ...]
-    online: tuple[bool, ...]
-    maintenance: tuple[bool, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class SimStats:
-    """The figures of a run so far, for the stability report."""
-
-    #: Simulated seconds, and steps taken (each step is sampled once).
-    seconds: float
-    steps: int
-    #: The imbalance yardstick (:func:`~opendrs.engine.imbalance.balance_spread`) per step.
-    threshold: float
-    steps_above: int
-    mean_imbalance: float
-    max_imbalance: float
-    last_imbalance: float
-    #: Highest load fraction (cpu or memory) of any online node at any step.
-    max_node_load: float
-    #: The hot level, and for each online node the steps whose cpu or memory load, averaged over
-    #: the hot window (5 minutes), was above it (``hot_steps``: the total; ``max_hot_steps``: of
-    #: the node with the most).
-    hot: float
-    hot_steps: int
-    max_hot_steps: int
-    #: The 95th percentile over the steps of the most loaded online node's load (the same
-    #: averaged cpu or memory fraction).
-    p95_node_load: float
-    #: (node, step) pairs where some hard capacity dimension was exceeded.
-    capacity_violations: int
-    #: Migrations the controller started, and how they ended so far.
-    migrations: int
-    migrations_done: int
-    migrations_failed: int
-    migrations_running: int
-    #: Bytes copied by the controller's migrations.
-    migrated_bytes: int
-    #: Guests restarted elsewhere by HA after a node failure.
-    recoveries: int
-    node_failures: int
-    #: Calls refused with a simulated API error.
-    api_errors: int
-    #: The controller's migrations that hung (``migration-hang``), and requests whose answer was
-    #: lost although the migration started (``api-lost-answer``).
-    hung_migrations: int = 0
-    lost_answers: int = 0
-    #: The controller's restart moves, and the seconds they kept their guests stopped.
-    restart_migrations: int = 0
-    restart_downtime: float = 0.0
-
-    @property
-    def fraction_above(self) -> float:
-        """Share of the steps whose spread was above the threshold."""
-        return self.steps_above / self.steps if self.steps else 0.0
-
-
-#: The load fraction above which a node runs hot, and the window its load is averaged over for it.
-HOT: Final = 0.85
-HOT_WINDOW: Final = 300.0
-#: Node load fractions (cpu, memory), each (nodes, steps).
-Fractions = tuple[np.ndarray, np.ndarray]
-
-
-def _percentile(parts: list[np.ndarray], q: float) -> float:
-    """The ``q``-th percentile of the values of ``parts`` together (0 when there are none)."""
-    values = np.concatenate(parts) if parts else np.zeros(0)
-    return float(np.percentile(values, q)) if values.size else 0.0
+#: Usage cells (guests × steps) a block holds at most.
+BLOCK_CELLS: Final = 2_000_000
 
 
 #: Guest fields the simulator changes; the others stay as in the snapshot. ``observe()`` copies
@@ -219,75 +50,6 @@ _DYNAMIC: Final = (
     "migrating_to",
 )
 _BUILD_GUEST: Final = updater(Guest, *_DYNAMIC)
-
-
-# --------------------------------------------------------------------------------------------
-# The simulator
-
-
-class _Migration:
-    """A migration in the simulator's books (mutable until it ends)."""
-
-    __slots__ = (
-        "bytes",
-        "cause",
-        "ended",
-        "guest",
-        "handle",
-        "hangs",
-        "lost_answer",
-        "move",
-        "outcome",
-        "reason",
-        "restart",
-        "source",
-        "started",
-        "target",
-    )
-
-    def __init__(
-        self,
-        handle: str,
-        move: Move,
-        guest: int,
-        source: int,
-        target: int,
-        started: float,
-        cause: Cause,
-        size: int,
-        restart: bool = False,
-    ) -> None:
-        self.handle = handle
-        self.move = move
-        self.guest = guest
-        self.source = source
-        self.target = target
-        self.started = started
-        self.cause: Cause = cause
-        self.bytes = size
-        self.restart = restart
-        self.ended: float | None = None
-        self.outcome: Outcome = "running"
-        self.reason: str | None = None
-        #: It hangs: it ends only when cancelled or when one of its nodes fails.
-        self.hangs = False
-        #: The request's answer is lost: ``start_migration`` raises although it started.
-        self.lost_answer = False
-
-    def record(self) -> MigrationRecord:
-        return MigrationRecord(
-            self.handle,
-            self.move.guest,
-            self.move.source,
-            self.move.target,
-            self.started,
-            self.ended,
-            self.outcome,
-            self.reason,
-            self.cause,
-            self.bytes,
-            self.restart,
-        )
 
 
 class Simulator:
@@ -315,31 +77,34 @@ class Simulator:
         hot: float = HOT,
         hot_window: float = HOT_WINDOW,
     ) -> None:
-        if days is not None and not (days > 0 and math.isfinite(days)):
-            raise ValueError(f"days must be a positive number, got {days!r}")
-        for name, seconds in (("window", window), ("hot window", hot_window)):
-            if not (seconds >= 0 and math.isfinite(seconds)):
-                raise ValueError(f"{name} must be a number of seconds ≥ 0, got {seconds!r}")
-        if not (threshold >= 0 and math.isfinite(threshold)):
-            raise ValueError(f"threshold must be a number ≥ 0, got {threshold!r}")
-        if not (hot > 0 and math.isfinite(hot)):
-            raise ValueError(f"hot must be a load fraction > 0, got {hot!r}")
+        check_arguments(
+            days=days, threshold=threshold, window=window, hot=hot, hot_window=hot_window
+        )
         self.scenario = scenario
         self.threshold = float(threshold)
         self.hot = float(hot)
-        cluster = scenario.cluster
-        settings = cluster.settings
-        self._cluster0 = cluster
+        self._cluster0 = scenario.cluster
         self._step = float(scenario.step)
         self.end = float(days * 86400.0 if days is not None else scenario.duration)
         self._now = 0.0
         self._closed = False
         self._version = 0
-        self._n_steps = self._count_steps(self.end, inclusive=False)
+        self._n_steps = count_steps(self.end, self._step, inclusive=False)
+        pools = local_pools(scenario.cluster)
+        self._init_nodes(pools)
+        self._init_guests(pools)
+        self._init_usage()
+        self._init_statistics(window, hot_window)
+        self._init_events()
+        self._start()
 
-        # -- nodes ----------------------------------------------------------------------------
+    def _init_nodes(self, pools: list[str]) -> None:
+        """The nodes' books: capacities, base loads, limits, online and maintenance."""
+        cluster = self._cluster0
+        settings = cluster.settings
         nodes = cluster.nodes
         self._nodes: list[Node] = list(nodes)
+        self._nodes_tuple: tuple[Node, ...] = tuple(self._nodes)
         self._node_names = [n.name for n in nodes]
         self._node_index = dict(cluster.node_index)
         n_nodes = len(nodes)
@@ -351,20 +116,19 @@ class Simulator:
         self._fail_count = np.array([0 if n.online else 1 for n in nodes], dtype=np.int64)
         self._maint_manual = np.array([n.maintenance for n in nodes], dtype=bool)
         self._maint_count = np.zeros(n_nodes, dtype=np.int64)
-        self._weights = (float(settings.weight_cpu), float(settings.weight_memory))
-        self._dynamic = settings.mode == "dynamic"
-        pools = sorted(
-            {p for n in nodes for p in n.storage}
-            | {d.pool for g in cluster.guests for d in g.disks if d.local}
-        )
         self._cfg_limit = self._cap * np.array(
             [settings.cpu_overcommit, settings.memory_overcommit]
         )
         self._disk_limit = np.array(
             [[float(n.storage.get(p, 0)) for p in pools] for n in nodes], dtype=np.float64
         ).reshape(n_nodes, len(pools))
+        self._derived_version = -1
+        self._cfg_over = np.zeros(n_nodes, dtype=bool)
+        self._usable = np.zeros(n_nodes, dtype=bool)
 
-        # -- guests ---------------------------------------------------------------------------
+    def _init_guests(self, pools: list[str]) -> None:
+        """The guests' books: where each is and what it loads, and what never changes."""
+        cluster = self._cluster0
         guests = cluster.guests
         n_guests = len(guests)
         self._ids = [g.id for g in guests]
@@ -377,16 +141,11 @@ class Simulator:
         self._node = np.array([self._node_index[g.node] for g in guests], dtype=np.int64)
         self._guest_node_names = [g.node for g in guests]
         self._target_names: list[str | None] = [None] * n_guests
-        self._migration_of: list[_Migration | None] = [None] * n_guests
+        self._migration_of: list[Migration | None] = [None] * n_guests
         self._down = np.zeros(n_guests, dtype=bool)
         self._uptime_offset = np.array([float(g.uptime) for g in guests])
         self._up = np.zeros(n_guests)
-        #: Nodes each guest loads (``loaded_nodes``), and nodes its local disks occupy.
-        self._load_nodes: list[tuple[int, ...]] = [()] * n_guests
-        self._hold_nodes: list[tuple[int, ...]] = [()] * n_guests
-        self._pairs_version = -1
-        self._load_pairs = _Pairs.build([], n_nodes)
-        self._hold_pairs = _Pairs.build([], n_nodes)
+        self._init_pairs(n_guests)
         self._cfg = np.array([[g.cpu, float(g.memory)] for g in guests], dtype=np.float64).reshape(
             n_guests, 2
         )
@@ -403,7 +162,7 @@ class Simulator:
         #: moves to a node of another.
         self._arch = [cluster.guest_arch(g) for g in guests]
         #: Running containers move by a restart (stop, move, start), if the settings allow it.
-        self._restart_moves = scenario.platform == "incus"
+        self._restart_moves = self.scenario.platform == "incus"
         self._pending: set[int] = set()
         self._down_at = np.zeros(n_guests)
         #: Bumped when a guest's state changes; with its use, what decides rebuilding it.
@@ -411,81 +170,75 @@ class Simulator:
         self._last_built: (
             tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, tuple[Guest, ...]] | None
         ) = None
+        self._observed: tuple[tuple[float, int], Cluster] | None = None
         for j in range(n_guests):
             self._refresh(j)
 
-        # -- usage ----------------------------------------------------------------------------
-        block = max(1, min(MAX_BLOCK, _BLOCK_CELLS // max(n_guests, 1)))
+    def _init_pairs(self, n_guests: int) -> None:
+        """Nodes each guest loads (``loaded_nodes``), and nodes its local disks occupy."""
+        n_nodes = len(self._node_names)
+        self._load_nodes: list[tuple[int, ...]] = [()] * n_guests
+        self._hold_nodes: list[tuple[int, ...]] = [()] * n_guests
+        self._pairs_version = -1
+        self._load_pairs = Pairs.build([], n_nodes)
+        self._hold_pairs = Pairs.build([], n_nodes)
+
+    def _init_usage(self) -> None:
+        """The guests' usage, generated a block of steps at a time."""
+        n_guests = len(self._ids)
+        block = max(1, min(MAX_BLOCK, BLOCK_CELLS // max(n_guests, 1)))
         self._block = block
         self._usage = UsageGenerator(
-            guests,
-            scenario.patterns(),
-            seed=scenario.seed,
+            self._cluster0.guests,
+            self.scenario.patterns(),
+            seed=self.scenario.seed,
             step=self._step,
             block=block,
-            trace=scenario.trace,
+            trace=self.scenario.trace,
         )
         self._usage_index = -1
         self._usage_cpu = np.zeros((n_guests, 0))
         self._usage_mem = np.zeros((n_guests, 0))
 
-        # -- statistics -------------------------------------------------------------------------
+    def _init_statistics(self, window: float, hot_window: float) -> None:
+        """The statistics of the steps, recorded lazily (``_recorded``: the steps done)."""
+        settings = self._cluster0.settings
         self._recorded = 0
-        self._spreads: list[np.ndarray] = []
-        #: Steps averaged for the spread and for the hot level, and the node fractions (cpu,
-        #: memory) of the last steps the longer of the two needs.
-        self._window_steps = max(1, round(window / self._step))
-        self._hot_steps = max(1, round(hot_window / self._step))
-        self._tail: tuple[np.ndarray, np.ndarray] | None = None
-        #: Per node, the steps it ran hot; per step, the most loaded online node's load.
-        self._hot_count = np.zeros(n_nodes, dtype=np.int64)
-        self._peaks: list[np.ndarray] = []
-        self._violations = 0
-        self._max_load = 0.0
-        self._derived_version = -1
-        self._cfg_over = np.zeros(n_nodes, dtype=bool)
-        self._usable = np.zeros(n_nodes, dtype=bool)
+        self._statistics = StepStatistics(
+            len(self._node_names),
+            weights=(float(settings.weight_cpu), float(settings.weight_memory)),
+            dynamic=settings.mode == "dynamic",
+            hot=self.hot,
+            window_steps=steps_in(window, self._step),
+            hot_steps=steps_in(hot_window, self._step),
+        )
 
-        # -- events -----------------------------------------------------------------------------
-        self._events: list[tuple[float, int, str, tuple[Any, ...]]] = []
-        self._seq = 0
+    def _init_events(self) -> None:
+        """The event queue, the migrations and node events so far, and the planned faults."""
+        self._events = EventQueue()
         self._handles = 0
-        self._migrations: list[_Migration] = []
-        self._by_handle: dict[str, _Migration] = {}
+        self._migrations: list[Migration] = []
+        self._by_handle: dict[str, Migration] = {}
         self._node_events: list[NodeEvent] = []
         self._recoveries = 0
         self._node_failures = 0
         self._api_errors = 0
         self._recover_at: set[float] = set()
-        self._armed: list[tuple[float, str | None]] = []  # scheduled migration failures
-        #: Scheduled hangs and lost answers (``at``, guest), and their per-migration odds
-        #: (probability, guest) — a guest of ``None``: any guest.
-        self._armed_hangs: list[tuple[float, str | None]] = []
-        self._armed_lost: list[tuple[float, str | None]] = []
-        self._hang_odds: list[tuple[float, str | None]] = []
-        self._lost_odds: list[tuple[float, str | None]] = []
         self._hung = 0
         self._lost_answers = 0
-        self._windows: list[tuple[float, float]] = []
-        probability = 0.0
-        for index, fault in enumerate(scenario.faults):
-            probability = self._plan_fault(index, fault, probability)
-        self._windows = _merge(self._windows)
-        self._window_starts = [start for start, _ in self._windows]
-        self._api_probability = probability
-        self._api_rng = np.random.Generator(
-            np.random.PCG64(np.random.SeedSequence(scenario.seed, spawn_key=(4,)))
-        )
-        self._observed: tuple[tuple[float, int], Cluster] | None = None
-        self._nodes_tuple: tuple[Node, ...] = tuple(self._nodes)
-        # Guests on a node that is down at the start are down until it returns (HA: recovered).
-        for j in range(n_guests):
+        self._faults = FaultPlan(self.scenario, self.end, self._node_names, self._node_index)
+        for when, kind, node, duration in self._faults.node_faults:
+            self._push(when, kind, node, duration)
+
+    def _start(self) -> None:
+        """Time 0: guests on a node that is down at the start are down until it returns (HA:
+        recovered); migrations in flight in the snapshot go on from time 0 (and succeed)."""
+        for j in range(len(self._ids)):
             if not self._online[self._node[j]] and self._state[j] != "stopped":
                 self._take_down(j)
         if self._pending:
-            self._request_recovery(scenario.recovery_delay)
-        # Migrations in flight in the snapshot go on from time 0 (and succeed).
-        for j, g in enumerate(guests):
+            self._request_recovery(self.scenario.recovery_delay)
+        for j, g in enumerate(self._cluster0.guests):
             if g.migrating_to is not None and self._state[j] != "stopped":
                 self._begin(j, self._node_index[g.migrating_to], "snapshot", fail=False)
         self._advance(0.0)
@@ -663,6 +416,7 @@ class Simulator:
         self._flush(self._due())
         spreads = self.imbalance_series()
         controller = [m for m in self._migrations if m.cause == "controller"]
+        statistics = self._statistics
         return SimStats(
             seconds=self._now,
             steps=int(spreads.size),
@@ -671,12 +425,12 @@ class Simulator:
             mean_imbalance=float(spreads.mean()) if spreads.size else 0.0,
             max_imbalance=float(spreads.max()) if spreads.size else 0.0,
             last_imbalance=float(spreads[-1]) if spreads.size else 0.0,
-            max_node_load=self._max_load,
+            max_node_load=statistics.max_load,
             hot=self.hot,
-            hot_steps=int(self._hot_count.sum()),
-            max_hot_steps=int(self._hot_count.max(initial=0)),
-            p95_node_load=_percentile(self._peaks, 95.0),
-            capacity_violations=self._violations,
+            hot_steps=int(statistics.hot_count.sum()),
+            max_hot_steps=int(statistics.hot_count.max(initial=0)),
+            p95_node_load=percentile(statistics.peaks, 95.0),
+            capacity_violations=statistics.violations,
             migrations=len(controller),
             migrations_done=sum(m.outcome == "done" for m in controller),
             migrations_failed=sum(m.outcome == "failed" for m in controller),
@@ -708,7 +462,8 @@ class Simulator:
     def imbalance_series(self) -> np.ndarray:
         """The balance spread of every step so far (a copy)."""
         self._flush(self._due())
-        return np.concatenate(self._spreads) if self._spreads else np.zeros(0)
+        spreads = self._statistics.spreads
+        return np.concatenate(spreads) if spreads else np.zeros(0)
 
     def node_fractions(self) -> NodeFractions:
         """Every node's cpu and memory load fraction now — cheap, for a live display."""
@@ -724,38 +479,23 @@ class Simulator:
 
     # -- time and steps -------------------------------------------------------------------------
 
-    def _count_steps(self, t: float, *, inclusive: bool) -> int:
-        """How many step starts ``k·step`` are ``≤ t`` (``< t`` unless ``inclusive``), uncapped."""
-        step = self._step
-        if t < 0:
-            return 0
-        k = int(t // step) + 1
-        while k > 0 and ((k - 1) * step > t if inclusive else (k - 1) * step >= t):
-            k -= 1
-        while k * step <= t if inclusive else k * step < t:
-            k += 1
-        return k
-
     def _due(self) -> int:
         """Steps whose start has been reached (they are recorded lazily)."""
-        return min(self._count_steps(self._now, inclusive=True), self._n_steps)
+        return min(count_steps(self._now, self._step, inclusive=True), self._n_steps)
 
     def _advance(self, target: float) -> None:
         """Process every event up to ``target`` in order, then set the time to ``target``."""
-        events = self._events
-        while events and events[0][0] <= target:
-            when = events[0][0]
+        while (when := self._events.next_time(target)) is not None:
             # Steps before the event see the state before it; a step at the event's instant
             # sees the state after it.
-            self._flush(min(self._count_steps(when, inclusive=False), self._n_steps))
-            _, _, kind, args = heapq.heappop(events)
+            self._flush(min(count_steps(when, self._step, inclusive=False), self._n_steps))
+            kind, args = self._events.pop()
             self._now = max(self._now, when)
             self._handle(kind, args)
         self._now = max(self._now, target)
 
     def _push(self, when: float, kind: str, *args: Any) -> None:
-        self._seq += 1
-        heapq.heappush(self._events, (when, self._seq, kind, args))
+        self._events.push(when, kind, args)
 
     def _columns(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Usage of every guest at step ``k`` (cpu cores, memory bytes)."""
@@ -773,7 +513,7 @@ class Simulator:
             self._usage_index = b
 
     def _step_now(self) -> int:
-        return max(self._count_steps(self._now, inclusive=True) - 1, 0)
+        return max(count_steps(self._now, self._step, inclusive=True) - 1, 0)
 
     # -- statistics -----------------------------------------------------------------------------
 
@@ -807,76 +547,14 @@ class Simulator:
         loads = self._pairs()[0]
         cpu = self._base[:, 0:1] + loads.sum(self._usage_cpu[:, c0:c1] * up)
         mem = self._base[:, 1:2] + loads.sum(self._usage_mem[:, c0:c1] * up)
-        cap_cpu = self._cap[:, 0:1]
-        cap_mem = self._cap[:, 1:2]
-        f_cpu = safe_divide(cpu, cap_cpu)
-        f_mem = safe_divide(mem, cap_mem)
-        spread = np.zeros(c1 - c0)
-        usable = self._usable
-        averaged, short = self._averaged(f_cpu, f_mem)
-        self._count_hot(short)
-        for fractions, weight in ((averaged[0], self._weights[0]), (averaged[1], self._weights[1])):
-            if weight <= 0:
-                continue
-            values = fractions[usable]
-            if values.shape[0] < 2:
-                continue
-            finite = np.isfinite(values)
-            high = np.where(finite, values, -np.inf).max(axis=0)
-            low = np.where(finite, values, np.inf).min(axis=0)
-            spread = np.maximum(spread, np.where(finite.sum(axis=0) >= 2, high - low, 0.0))
-        self._spreads.append(spread)
-        online = self._online
-        if online.any():
-            both = np.concatenate((f_cpu[online], f_mem[online]))
-            both = both[np.isfinite(both)]
-            if both.size:
-                self._max_load = max(self._max_load, float(both.max()))
-        over = np.broadcast_to(self._cfg_over[:, None], cpu.shape)
-        if self._dynamic:
-            over = (
-                over | (cpu > cap_cpu + tolerance(cap_cpu)) | (mem > cap_mem + tolerance(cap_mem))
-            )
-        self._violations += int(np.count_nonzero(over))
-
-    def _averaged(self, f_cpu: np.ndarray, f_mem: np.ndarray) -> tuple[Fractions, Fractions]:
-        """Node fractions (cpu, memory), each (N, steps), averaged over the window ending at each
-        step: the spread's window, and the hot level's."""
-        keep = max(self._window_steps, self._hot_steps) - 1
-        out: list[np.ndarray] = []
-        short: list[np.ndarray] = []
-        tails: list[np.ndarray] = []
-        for k, block in enumerate((f_cpu, f_mem)):
-            tail = self._tail[k] if self._tail is not None else block[:, :0]
-            joined = np.concatenate((tail, block), axis=1)
-            sums = np.cumsum(np.concatenate((np.zeros((joined.shape[0], 1)), joined), axis=1), 1)
-            ends = np.arange(tail.shape[1] + 1, joined.shape[1] + 1)
-            for w, into in ((self._window_steps, out), (self._hot_steps, short)):
-                if w <= 1:
-                    into.append(block)
-                    continue
-                starts = np.maximum(ends - w, 0)
-                with np.errstate(invalid="ignore"):
-                    into.append((sums[:, ends] - sums[:, starts]) / (ends - starts))
-            tails.append(joined[:, max(joined.shape[1] - keep, 0) :])
-        self._tail = (tails[0], tails[1])
-        return (out[0], out[1]), (short[0], short[1])
-
-    def _count_hot(self, fractions: Fractions) -> None:
-        """Count the steps each online node ran above the hot level, and keep each step's most
-        loaded node's load (fractions averaged over the hot window; unknown ones left out)."""
-        online = self._online
-        load = np.fmax(fractions[0][online], fractions[1][online])
-        load = np.where(np.isfinite(load), load, np.nan)
-        steps = load.shape[1]
-        if not load.shape[0]:
-            self._peaks.append(np.zeros(steps))
-            return
-        self._hot_count[online] += np.count_nonzero(load > self.hot, axis=1)
-        known = np.isfinite(load).any(axis=0)
-        peak = np.zeros(steps)
-        peak[known] = np.nanmax(load[:, known], axis=0)
-        self._peaks.append(peak)
+        self._statistics.record(
+            cpu,
+            mem,
+            self._cap,
+            usable=self._usable,
+            online=self._online,
+            cfg_over=self._cfg_over,
+        )
 
     def _fractions_now(self) -> tuple[np.ndarray, np.ndarray]:
         cpu_use, mem_use = self._columns(self._step_now())
@@ -885,12 +563,12 @@ class Simulator:
         mem = self._base[:, 1] + loads.sum(mem_use * self._up)
         return safe_divide(cpu, self._cap[:, 0]), safe_divide(mem, self._cap[:, 1])
 
-    def _pairs(self) -> tuple[_Pairs, _Pairs]:
+    def _pairs(self) -> tuple[Pairs, Pairs]:
         """The (guest, node) pairs of load and of local storage, rebuilt after changes."""
         if self._pairs_version != self._version:
             n_nodes = len(self._node_names)
-            self._load_pairs = _Pairs.build(self._load_nodes, n_nodes)
-            self._hold_pairs = _Pairs.build(self._hold_nodes, n_nodes)
+            self._load_pairs = Pairs.build(self._load_nodes, n_nodes)
+            self._hold_pairs = Pairs.build(self._hold_nodes, n_nodes)
             self._pairs_version = self._version
         return self._load_pairs, self._hold_pairs
 
@@ -959,7 +637,7 @@ class Simulator:
 
     def _begin(
         self, j: int, target: int, cause: Cause, *, fail: bool, restart: bool = False
-    ) -> _Migration:
+    ) -> Migration:
         """Start moving guest ``j``: live, or by a restart (stopped meanwhile, its local disks
         copied but not its memory)."""
         self._handles += 1
@@ -971,7 +649,7 @@ class Simulator:
         duration = migration_model.setup + size / migration_model.bandwidth
         source = int(self._node[j])
         move = Move(self._ids[j], self._node_names[source], self._node_names[target])
-        migration = _Migration(handle, move, j, source, target, self._now, cause, size, restart)
+        migration = Migration(handle, move, j, source, target, self._now, cause, size, restart)
         self._migrations.append(migration)
         self._by_handle[handle] = migration
         rng = np.random.Generator(
@@ -980,16 +658,10 @@ class Simulator:
         # Two draws more than before the hang and lost-answer faults: the first two are the same.
         draw, share, hang_draw, lost_draw = rng.random(4)
         reason: str | None = None
-        gid = self._ids[j]
         if fail:
-            # A hanging migration has no end of its own: a failure armed for it waits for the next.
-            migration.hangs = self._strikes(self._armed_hangs, self._hang_odds, gid, hang_draw)
-            if not migration.hangs:
-                if self._disarm(self._armed, gid):
-                    reason = "simulated migration failure (scheduled)"
-                elif draw < migration_model.failure_rate:
-                    reason = "simulated migration failure"
-            migration.lost_answer = self._strikes(self._armed_lost, self._lost_odds, gid, lost_draw)
+            migration.hangs, reason, migration.lost_answer = self._faults.migration_faults(
+                self._ids[j], self._now, (draw, hang_draw, lost_draw), migration_model.failure_rate
+            )
         if migration.hangs:
             self._hung += 1
         elif reason is None:
@@ -1006,32 +678,7 @@ class Simulator:
         self._refresh(j)
         return migration
 
-    def _disarm(self, armed: list[tuple[float, str | None]], gid: str) -> bool:
-        """Whether a scheduled fault is due for a migration of ``gid`` now (it is used up)."""
-        for index, (at, guest) in enumerate(armed):
-            if at <= self._now and (guest is None or guest == gid):
-                del armed[index]
-                return True
-        return False
-
-    def _strikes(
-        self,
-        armed: list[tuple[float, str | None]],
-        odds: list[tuple[float, str | None]],
-        gid: str,
-        draw: float,
-    ) -> bool:
-        """Whether a hang (or a lost answer) strikes a migration of ``gid`` starting now: a
-        scheduled one is due, or ``draw`` falls under the combined odds of the entries for it."""
-        if self._disarm(armed, gid):
-            return True
-        miss = 1.0
-        for probability, guest in odds:
-            if guest is None or guest == gid:
-                miss *= 1.0 - probability
-        return draw < 1.0 - miss
-
-    def _end(self, migration: _Migration, reason: str | None) -> None:
+    def _end(self, migration: Migration, reason: str | None) -> None:
         """A migration ends: done (``reason`` is None) or failed."""
         if migration.outcome != "running":
             return
@@ -1086,47 +733,6 @@ class Simulator:
         target = self._fails_back_to(j)
         if target is not None:
             self._begin(j, target, "failback", fail=False)
-
-    # -- faults ---------------------------------------------------------------------------------
-
-    def _plan_fault(self, index: int, fault: Fault, probability: float) -> float:
-        """Schedule one fault entry; returns the combined per-call API error probability."""
-        if fault.type in ("migration-hang", "api-lost-answer"):
-            armed = self._armed_hangs if fault.type == "migration-hang" else self._armed_lost
-            odds = self._hang_odds if fault.type == "migration-hang" else self._lost_odds
-            if fault.probability is not None:
-                odds.append((fault.probability, fault.guest))
-            elif fault.at is not None:
-                armed.append((fault.at, fault.guest))
-            return probability
-        if fault.probability is not None:  # api-error per call
-            return 1.0 - (1.0 - probability) * (1.0 - fault.probability)
-        if fault.at is not None:
-            times: list[tuple[float, int]] = [(fault.at, -1)]
-        else:
-            candidates = fault.nodes or tuple(self._node_names)
-            rng = np.random.Generator(
-                np.random.PCG64(np.random.SeedSequence(self.scenario.seed, spawn_key=(2, index)))
-            )
-            times = []
-            t = 0.0
-            while True:
-                t += float(rng.exponential(86400.0 / fault.per_day))
-                pick = int(rng.integers(len(candidates)))
-                if t >= self.end:
-                    break
-                times.append((t, self._node_index[candidates[pick]]))
-        for when, pick in times:
-            node = self._node_index[fault.node] if fault.node is not None else pick
-            if fault.type == "node-failure":
-                self._push(when, "node-failure", node, fault.duration)
-            elif fault.type == "maintenance":
-                self._push(when, "maintenance", node, fault.duration)
-            elif fault.type == "api-error":
-                self._windows.append((when, when + (fault.duration or 0.0)))
-            else:  # migration-failure
-                self._armed.append((when, fault.guest))
-        return probability
 
     def _handle(self, kind: str, args: tuple[Any, ...]) -> None:
         if kind == "migration-end":
@@ -1228,7 +834,7 @@ class Simulator:
                 self._restart(m, target)
                 self._recoveries += 1
                 move = Move(self._ids[m], source, self._node_names[target])
-                record = _Migration(
+                record = Migration(
                     f"recovery-{self._recoveries}",
                     move,
                     m,
@@ -1248,19 +854,13 @@ class Simulator:
     # -- API errors -----------------------------------------------------------------------------
 
     def _api(self, operation: str) -> None:
+        """Refuse a backend call when the simulator is closed or a simulated API error strikes."""
         if self._closed:
             raise BackendError("the simulator is closed", transient=False)
-        index = bisect.bisect_right(self._window_starts, self._now) - 1
-        if index >= 0 and self._now < self._windows[index][1]:
+        message = self._faults.api_error(operation, self._now)
+        if message is not None:
             self._api_errors += 1
-            raise BackendError(
-                f"simulated API error: {operation} failed (the API is unavailable until "
-                f"{format_duration(self._windows[index][1])} after the start)",
-                transient=True,
-            )
-        if self._api_probability > 0 and self._api_rng.random() < self._api_probability:
-            self._api_errors += 1
-            raise BackendError(f"simulated API error: {operation} failed", transient=True)
+            raise BackendError(message, transient=True)
 
     # -- the observed cluster -------------------------------------------------------------------
 
@@ -1320,44 +920,24 @@ class Simulator:
         return Cluster(self._nodes_tuple, guests, c0.rules, c0.settings, c0.name)
 
 
-@dataclass(frozen=True, slots=True)
-class _Pairs:
-    """(guest, node) pairs, to add per-guest values up per node without a dense matrix."""
-
-    n_nodes: int
-    #: Pairs in guest order (as :func:`opendrs.engine.usage.accumulate` adds them).
-    guest: np.ndarray
-    node: np.ndarray
-    #: The same pairs grouped by node, for :func:`numpy.add.reduceat`.
-    grouped: np.ndarray
-    starts: np.ndarray
-    present: np.ndarray
-
-    @classmethod
-    def build(cls, nodes_of: Sequence[tuple[int, ...]], n_nodes: int) -> _Pairs:
-        guest = np.array([j for j, nodes in enumerate(nodes_of) for _ in nodes], dtype=np.intp)
-        node = np.array([n for nodes in nodes_of for n in nodes], dtype=np.intp)
-        order = np.argsort(node, kind="stable")
-        by_node = node[order]
-        starts = np.flatnonzero(np.r_[True, by_node[1:] != by_node[:-1]]) if node.size else node
-        return cls(n_nodes, guest, node, guest[order], starts, by_node[starts])
-
-    def sum(self, values: np.ndarray) -> np.ndarray:
-        """Per node, the sum of ``values`` (guests first) over the guests paired with it."""
-        if values.ndim == 1:
-            return np.bincount(self.node, weights=values[self.guest], minlength=self.n_nodes)
-        out = np.zeros((self.n_nodes, *values.shape[1:]))
-        if self.guest.size:
-            out[self.present] = np.add.reduceat(values[self.grouped], self.starts, axis=0)
-        return out
+def check_arguments(
+    *, days: float | None, threshold: float, window: float, hot: float, hot_window: float
+) -> None:
+    """Raise :class:`ValueError` when a :class:`Simulator` argument is out of range."""
+    if days is not None and not (days > 0 and math.isfinite(days)):
+        raise ValueError(f"days must be a positive number, got {days!r}")
+    for name, seconds in (("window", window), ("hot window", hot_window)):
+        if not (seconds >= 0 and math.isfinite(seconds)):
+            raise ValueError(f"{name} must be a number of seconds ≥ 0, got {seconds!r}")
+    if not (threshold >= 0 and math.isfinite(threshold)):
+        raise ValueError(f"threshold must be a number ≥ 0, got {threshold!r}")
+    if not (hot > 0 and math.isfinite(hot)):
+        raise ValueError(f"hot must be a load fraction > 0, got {hot!r}")
 
 
-def _merge(windows: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
-    """Sorted, non-overlapping windows."""
-    out: list[tuple[float, float]] = []
-    for start, stop in sorted(windows):
-        if out and start <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], stop))
-        else:
-            out.append((start, stop))
-    return out
+def local_pools(cluster: Cluster) -> list[str]:
+    """The storage pools of the nodes and of the guests' local disks, sorted."""
+    return sorted(
+        {p for n in cluster.nodes for p in n.storage}
+        | {d.pool for g in cluster.guests for d in g.disks if d.local}
+    )
