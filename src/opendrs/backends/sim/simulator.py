@@ -12,7 +12,7 @@ import numpy as np
 
 from opendrs.engine.placement import PlacementState
 from opendrs.engine.usage import loaded_nodes, net_capacity, safe_divide, tolerance
-from opendrs.model.cluster import Cluster, Guest, Move, Node, updater
+from opendrs.model.cluster import Cluster, Guest, Move, Node
 
 from ..base import DONE, RUNNING, BackendError, Handle, Progress, StartGate, failed
 from ..scenario import Scenario
@@ -20,6 +20,7 @@ from ..workload import UsageGenerator
 from .clock import EventQueue, count_steps
 from .faults import FAIL_AFTER, FaultPlan
 from .migration import Migration
+from .observe import GuestBuilder
 from .pairs import Pairs
 from .results import Cause, MigrationRecord, NodeEvent, NodeFractions, SimStats
 from .statistics import HOT, HOT_WINDOW, StepStatistics, percentile, steps_in
@@ -36,20 +37,6 @@ RECOVERY_RETRY: Final = 3600.0
 MAX_BLOCK: Final = 1440
 #: Usage cells (guests × steps) a block holds at most.
 BLOCK_CELLS: Final = 2_000_000
-
-
-#: Guest fields the simulator changes; the others stay as in the snapshot. ``observe()`` copies
-#: every running guest each time (its use and uptime change every step), with a fast ``replace``.
-_DYNAMIC: Final = (
-    "node",
-    "state",
-    "cpu_used",
-    "memory_used",
-    "uptime",
-    "ha_state",
-    "migrating_to",
-)
-_BUILD_GUEST: Final = updater(Guest, *_DYNAMIC)
 
 
 class Simulator:
@@ -133,7 +120,7 @@ class Simulator:
         n_guests = len(guests)
         self._ids = [g.id for g in guests]
         self._guest_index = dict(cluster.guest_index)
-        self._static = list(guests)  # templates for the fields that never change
+        self._guest_builder = GuestBuilder(guests)
         self._ha = [g.ha for g in guests]
         self._ha_state0 = [g.ha_state for g in guests]
         self._ha_state = list(self._ha_state0)
@@ -167,9 +154,6 @@ class Simulator:
         self._down_at = np.zeros(n_guests)
         #: Bumped when a guest's state changes; with its use, what decides rebuilding it.
         self._stamp = np.zeros(n_guests, dtype=np.int64)
-        self._last_built: (
-            tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, tuple[Guest, ...]] | None
-        ) = None
         self._observed: tuple[tuple[float, int], Cluster] | None = None
         for j in range(n_guests):
             self._refresh(j)
@@ -865,16 +849,13 @@ class Simulator:
     # -- the observed cluster -------------------------------------------------------------------
 
     def _build_cluster(self, *, recovering: bool = False) -> Cluster:
-        """The cluster now. Guests whose observed fields did not change since the last call are
-        the same objects; the others are built anew (running guests change every step: their
-        use and their uptime)."""
+        """The cluster now; ``recovering``: with the guests waiting for HA recovery as running
+        where they were (with the use they will have), for the placement engine."""
         cpu_use, mem_use = self._columns(self._step_now())
         up = self._up
         states = self._state
         ha_states = self._ha_state
         if recovering:
-            # The guests waiting for HA recovery, as running where they were (with the use they
-            # will have), for the placement engine.
             up = up.copy()
             states = list(states)
             ha_states = list(ha_states)
@@ -883,39 +864,20 @@ class Simulator:
                 states[j] = "running"
                 if ha_states[j] is not None:
                     ha_states[j] = "recovery"
-        cpu = cpu_use * up
-        memory = (mem_use * up).astype(np.int64)
         uptime = np.where(
             up > 0, np.floor(np.maximum(self._now + self._uptime_offset, 0.0)), 0.0
         ).astype(np.int64)
-        last = None if recovering else self._last_built
-        if last is None:
-            changed = None
-        else:
-            changed = np.flatnonzero(
-                (cpu != last[0])
-                | (memory != last[1])
-                | (uptime != last[2])
-                | (self._stamp != last[3])
-            )
-        columns = (
-            self._guest_node_names,
-            states,
-            cpu.tolist(),
-            memory.tolist(),
-            uptime.tolist(),
-            ha_states,
-            self._target_names,
+        guests = self._guest_builder.build(
+            nodes=self._guest_node_names,
+            states=states,
+            cpu=cpu_use * up,
+            memory=(mem_use * up).astype(np.int64),
+            uptime=uptime,
+            ha_states=ha_states,
+            targets=self._target_names,
+            stamp=self._stamp,
+            remember=not recovering,
         )
-        if last is None or changed is None or changed.size > len(self._static) // 2:
-            guests = tuple(map(_BUILD_GUEST, self._static, *columns))
-        else:
-            built = list(last[4])
-            for j in changed.tolist():
-                built[j] = _BUILD_GUEST(self._static[j], *(column[j] for column in columns))
-            guests = tuple(built)
-        if not recovering:
-            self._last_built = (cpu, memory, uptime, self._stamp.copy(), guests)
         c0 = self._cluster0
         return Cluster(self._nodes_tuple, guests, c0.rules, c0.settings, c0.name)
 
