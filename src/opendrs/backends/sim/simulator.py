@@ -11,14 +11,15 @@ from typing import Any, Final
 import numpy as np
 
 from opendrs.engine.placement import PlacementState
-from opendrs.engine.usage import loaded_nodes, net_capacity, safe_divide, tolerance
-from opendrs.model.cluster import Cluster, Guest, Move, Node
+from opendrs.engine.usage import net_capacity, safe_divide, tolerance
+from opendrs.model.cluster import Cluster, Move, Node
 
 from ..base import DONE, RUNNING, BackendError, Handle, Progress, StartGate, failed
 from ..scenario import Scenario
 from ..workload import UsageGenerator
 from .clock import EventQueue, count_steps
 from .faults import FAIL_AFTER, FaultPlan
+from .guests import GuestBooks
 from .migration import Migration
 from .observe import GuestBuilder
 from .pairs import Pairs
@@ -114,62 +115,24 @@ class Simulator:
         self._usable = np.zeros(n_nodes, dtype=bool)
 
     def _init_guests(self, pools: list[str]) -> None:
-        """The guests' books: where each is and what it loads, and what never changes."""
-        cluster = self._cluster0
-        guests = cluster.guests
-        n_guests = len(guests)
-        self._ids = [g.id for g in guests]
-        self._guest_index = dict(cluster.guest_index)
+        """The guests' books, and what shows them."""
+        guests = self._cluster0.guests
+        self._guests = GuestBooks(self._cluster0, pools, self._node_index)
         self._guest_builder = GuestBuilder(guests)
-        self._ha = [g.ha for g in guests]
-        self._ha_state0 = [g.ha_state for g in guests]
-        self._ha_state = list(self._ha_state0)
-        self._state = [g.state for g in guests]
-        self._node = np.array([self._node_index[g.node] for g in guests], dtype=np.int64)
-        self._guest_node_names = [g.node for g in guests]
-        self._target_names: list[str | None] = [None] * n_guests
-        self._migration_of: list[Migration | None] = [None] * n_guests
-        self._down = np.zeros(n_guests, dtype=bool)
-        self._uptime_offset = np.array([float(g.uptime) for g in guests])
-        self._up = np.zeros(n_guests)
-        self._init_pairs(n_guests)
-        self._cfg = np.array([[g.cpu, float(g.memory)] for g in guests], dtype=np.float64).reshape(
-            n_guests, 2
-        )
-        pool_col = {p: i for i, p in enumerate(pools)}
-        self._disks = np.zeros((n_guests, len(pools)))
-        for j, g in enumerate(guests):
-            for d in g.disks:
-                if d.local:
-                    self._disks[j, pool_col[d.pool]] += float(d.size)
-        self._local_bytes = [g.local_disk_bytes for g in guests]
-        self._devices = [g.devices for g in guests]
-        self._kind = [g.kind for g in guests]
-        #: The architecture each guest needs (its own, else its node's at the start): it never
-        #: moves to a node of another.
-        self._arch = [cluster.guest_arch(g) for g in guests]
         #: Running containers move by a restart (stop, move, start), if the settings allow it.
         self._restart_moves = self.scenario.platform == "incus"
-        self._pending: set[int] = set()
-        self._down_at = np.zeros(n_guests)
-        #: Bumped when a guest's state changes; with its use, what decides rebuilding it.
-        self._stamp = np.zeros(n_guests, dtype=np.int64)
         self._observed: tuple[tuple[float, int], Cluster] | None = None
-        for j in range(n_guests):
-            self._refresh(j)
-
-    def _init_pairs(self, n_guests: int) -> None:
-        """Nodes each guest loads (``loaded_nodes``), and nodes its local disks occupy."""
+        #: The (guest, node) pairs of load and of local storage, as of ``_pairs_version``.
         n_nodes = len(self._node_names)
-        self._load_nodes: list[tuple[int, ...]] = [()] * n_guests
-        self._hold_nodes: list[tuple[int, ...]] = [()] * n_guests
         self._pairs_version = -1
         self._load_pairs = Pairs.build([], n_nodes)
         self._hold_pairs = Pairs.build([], n_nodes)
+        for j in range(len(guests)):
+            self._refresh(j)
 
     def _init_usage(self) -> None:
         """The guests' usage, generated a block of steps at a time."""
-        n_guests = len(self._ids)
+        n_guests = len(self._guests.ids)
         block = max(1, min(MAX_BLOCK, BLOCK_CELLS // max(n_guests, 1)))
         self._block = block
         self._usage = UsageGenerator(
@@ -217,13 +180,13 @@ class Simulator:
     def _start(self) -> None:
         """Time 0: guests on a node that is down at the start are down until it returns (HA:
         recovered); migrations in flight in the snapshot go on from time 0 (and succeed)."""
-        for j in range(len(self._ids)):
-            if not self._online[self._node[j]] and self._state[j] != "stopped":
+        for j in range(len(self._guests.ids)):
+            if not self._online[self._guests.node[j]] and self._guests.state[j] != "stopped":
                 self._take_down(j)
-        if self._pending:
+        if self._guests.pending:
             self._request_recovery(self.scenario.recovery_delay)
         for j, g in enumerate(self._cluster0.guests):
-            if g.migrating_to is not None and self._state[j] != "stopped":
+            if g.migrating_to is not None and self._guests.state[j] != "stopped":
                 self._begin(j, self._node_index[g.migrating_to], "snapshot", fail=False)
         self._advance(0.0)
 
@@ -269,39 +232,40 @@ class Simulator:
         if gate is not None:
             gate.enter(f"start_migration of {move.guest} to {move.target}")
         self._api("start_migration")
-        j = self._guest_index.get(move.guest)
+        j = self._guests.index.get(move.guest)
         if j is None:
             raise BackendError(f"guest {move.guest} does not exist", transient=False)
         target = self._node_index.get(move.target)
         if target is None:
             raise BackendError(f"node {move.target} does not exist", transient=False)
-        current = self._guest_node_names[j]
+        current = self._guests.node_names[j]
         if current != move.source:
             raise BackendError(
                 f"guest {move.guest} is on {current}, not on {move.source}", transient=False
             )
         if move.target == move.source:
             raise BackendError(f"guest {move.guest} is already on {move.target}", transient=False)
-        if self._migration_of[j] is not None:
+        if self._guests.migration_of[j] is not None:
             raise BackendError(
-                f"guest {move.guest} is already migrating to {self._target_names[j]}",
+                f"guest {move.guest} is already migrating to {self._guests.targets[j]}",
                 transient=True,
             )
-        if self._state[j] == "stopped":
-            why = f" (node {current} is down)" if self._down[j] else ""
+        if self._guests.state[j] == "stopped":
+            why = f" (node {current} is down)" if self._guests.down[j] else ""
             raise BackendError(f"guest {move.guest} is not running{why}", transient=False)
-        if self._devices[j]:
+        if self._guests.devices[j]:
             raise BackendError(
-                f"guest {move.guest} cannot be live-migrated: local device {self._devices[j][0]}",
+                f"guest {move.guest} cannot be live-migrated: local device "
+                f"{self._guests.devices[j][0]}",
                 transient=False,
             )
-        if self._nodes[target].arch != self._arch[j]:
+        if self._nodes[target].arch != self._guests.arch[j]:
             raise BackendError(
-                f"guest {move.guest} ({self._arch[j]}) cannot move to node {move.target} "
+                f"guest {move.guest} ({self._guests.arch[j]}) cannot move to node {move.target} "
                 f"({self._nodes[target].arch}): another architecture",
                 transient=False,
             )
-        restart = self._restart_moves and self._kind[j] == "ct"
+        restart = self._restart_moves and self._guests.kind[j] == "ct"
         if restart and not self._cluster0.settings.allow_restart_migration:
             raise BackendError(
                 f"guest {move.guest} is a running container: it can only move by a restart "
@@ -508,10 +472,10 @@ class Simulator:
         self._derived_version = self._version
         maintenance = self._maint_manual | (self._maint_count > 0)
         self._usable = self._online & ~maintenance
-        committed = self._pairs()[0].sum(self._cfg)
+        committed = self._pairs()[0].sum(self._guests.cfg)
         over = np.any(committed > self._cfg_limit + tolerance(self._cfg_limit), axis=1)
-        if self._disks.shape[1]:
-            stored = self._pairs()[1].sum(self._disks)
+        if self._guests.disks.shape[1]:
+            stored = self._pairs()[1].sum(self._guests.disks)
             over |= np.any(stored > self._disk_limit + tolerance(self._disk_limit), axis=1)
         self._cfg_over = over
 
@@ -527,7 +491,7 @@ class Simulator:
 
     def _record(self, c0: int, c1: int) -> None:
         self._derive()
-        up = self._up[:, None]
+        up = self._guests.up[:, None]
         loads = self._pairs()[0]
         cpu = self._base[:, 0:1] + loads.sum(self._usage_cpu[:, c0:c1] * up)
         mem = self._base[:, 1:2] + loads.sum(self._usage_mem[:, c0:c1] * up)
@@ -543,16 +507,16 @@ class Simulator:
     def _fractions_now(self) -> tuple[np.ndarray, np.ndarray]:
         cpu_use, mem_use = self._columns(self._step_now())
         loads = self._pairs()[0]
-        cpu = self._base[:, 0] + loads.sum(cpu_use * self._up)
-        mem = self._base[:, 1] + loads.sum(mem_use * self._up)
+        cpu = self._base[:, 0] + loads.sum(cpu_use * self._guests.up)
+        mem = self._base[:, 1] + loads.sum(mem_use * self._guests.up)
         return safe_divide(cpu, self._cap[:, 0]), safe_divide(mem, self._cap[:, 1])
 
     def _pairs(self) -> tuple[Pairs, Pairs]:
         """The (guest, node) pairs of load and of local storage, rebuilt after changes."""
         if self._pairs_version != self._version:
             n_nodes = len(self._node_names)
-            self._load_pairs = Pairs.build(self._load_nodes, n_nodes)
-            self._hold_pairs = Pairs.build(self._hold_nodes, n_nodes)
+            self._load_pairs = Pairs.build(self._guests.load_nodes, n_nodes)
+            self._hold_pairs = Pairs.build(self._guests.hold_nodes, n_nodes)
             self._pairs_version = self._version
         return self._load_pairs, self._hold_pairs
 
@@ -562,21 +526,8 @@ class Simulator:
         return bool(self._maint_manual[n] or self._maint_count[n] > 0)
 
     def _refresh(self, j: int) -> None:
-        """Recompute which nodes guest ``j`` loads, after its state changed."""
-        status = Guest(
-            self._ids[j],
-            self._guest_node_names[j],
-            state=self._state[j],  # type: ignore[arg-type]
-            ha=self._ha[j],
-            ha_state=self._ha_state[j],
-            migrating_to=self._target_names[j],
-        )
-        loaded = loaded_nodes(status)
-        index = self._node_index
-        self._load_nodes[j] = tuple(index[name] for name in loaded)
-        self._hold_nodes[j] = tuple(index[name] for name in dict.fromkeys((status.node, *loaded)))
-        self._up[j] = 0.0 if self._state[j] == "stopped" else 1.0
-        self._stamp[j] += 1
+        """Guest ``j``'s state changed: recompute which nodes it loads."""
+        self._guests.refresh(j)
         self._version += 1
 
     def _node_changed(self, n: int, maintenance_before: bool, cause: str) -> None:
@@ -592,30 +543,18 @@ class Simulator:
         usable_before = node.online and not node.maintenance
         self._nodes_tuple = tuple(self._nodes)
         self._version += 1
-        if online and not maintenance and not usable_before and self._pending:
+        if online and not maintenance and not usable_before and self._guests.pending:
             self._request_recovery(self._now)
 
     def _take_down(self, j: int) -> None:
         """Guest ``j`` stops because its node failed."""
-        self._down[j] = True
-        self._down_at[j] = self._now
-        self._state[j] = "stopped"
-        if self._ha[j]:
-            self._pending.add(j)
-            if self._ha_state0[j] is not None:
-                self._ha_state[j] = "fence"
-        self._refresh(j)
+        self._guests.take_down(j, self._now)
+        self._version += 1
 
     def _restart(self, j: int, n: int) -> None:
         """Guest ``j`` starts (again) on node ``n``, with uptime 0."""
-        self._down[j] = False
-        self._pending.discard(j)
-        self._state[j] = "running"
-        self._ha_state[j] = self._ha_state0[j]
-        self._node[j] = n
-        self._guest_node_names[j] = self._node_names[n]
-        self._uptime_offset[j] = -self._now
-        self._refresh(j)
+        self._guests.restart(j, n, self._node_names[n], self._now)
+        self._version += 1
 
     # -- migrations -----------------------------------------------------------------------------
 
@@ -628,11 +567,11 @@ class Simulator:
         number = self._handles
         handle = f"sim-{number}"
         _, memory = self._columns(self._step_now())
-        size = (0 if restart else int(memory[j])) + self._local_bytes[j]
+        size = (0 if restart else int(memory[j])) + self._guests.local_bytes[j]
         migration_model = self.scenario.migration
         duration = migration_model.setup + size / migration_model.bandwidth
-        source = int(self._node[j])
-        move = Move(self._ids[j], self._node_names[source], self._node_names[target])
+        source = int(self._guests.node[j])
+        move = Move(self._guests.ids[j], self._node_names[source], self._node_names[target])
         migration = Migration(handle, move, j, source, target, self._now, cause, size, restart)
         self._migrations.append(migration)
         self._by_handle[handle] = migration
@@ -644,7 +583,10 @@ class Simulator:
         reason: str | None = None
         if fail:
             migration.hangs, reason, migration.lost_answer = self._faults.migration_faults(
-                self._ids[j], self._now, (draw, hang_draw, lost_draw), migration_model.failure_rate
+                self._guests.ids[j],
+                self._now,
+                (draw, hang_draw, lost_draw),
+                migration_model.failure_rate,
             )
         if migration.hangs:
             self._hung += 1
@@ -653,12 +595,12 @@ class Simulator:
         else:
             after = FAIL_AFTER[0] + (FAIL_AFTER[1] - FAIL_AFTER[0]) * float(share)
             self._push(self._now + after * duration, "migration-end", migration, reason)
-        self._migration_of[j] = migration
-        self._target_names[j] = self._node_names[target]
+        self._guests.migration_of[j] = migration
+        self._guests.targets[j] = self._node_names[target]
         if restart:
-            self._state[j] = "stopped"
-        if self._ha_state0[j] is not None:
-            self._ha_state[j] = "stopped" if restart else "migrate"
+            self._guests.state[j] = "stopped"
+        if self._guests.ha_state0[j] is not None:
+            self._guests.ha_state[j] = "stopped" if restart else "migrate"
         self._refresh(j)
         return migration
 
@@ -670,19 +612,19 @@ class Simulator:
         migration.ended = self._now
         migration.outcome = "done" if reason is None else "failed"
         migration.reason = reason
-        self._migration_of[j] = None
-        self._target_names[j] = None
+        self._guests.migration_of[j] = None
+        self._guests.targets[j] = None
         if reason is None:
-            self._node[j] = migration.target
-            self._guest_node_names[j] = self._node_names[migration.target]
-            if self._kind[j] == "ct":
-                self._uptime_offset[j] = -self._now  # a container restarts on its new node
+            self._guests.node[j] = migration.target
+            self._guests.node_names[j] = self._node_names[migration.target]
+            if self._guests.kind[j] == "ct":
+                self._guests.uptime_offset[j] = -self._now  # a container restarts on its new node
         if migration.restart:
             # It starts again: on the target, or where it was (a failed node takes it down next).
-            self._state[j] = "running"
-            self._uptime_offset[j] = -self._now
-        if not self._down[j]:
-            self._ha_state[j] = self._ha_state0[j]
+            self._guests.state[j] = "running"
+            self._guests.uptime_offset[j] = -self._now
+        if not self._guests.down[j]:
+            self._guests.ha_state[j] = self._guests.ha_state0[j]
         self._refresh(j)
         if (
             reason is None
@@ -695,17 +637,17 @@ class Simulator:
         """The node the HA manager moves guest ``j`` back to, or None: an HA guest with failback
         on, running outside the top tier of its node affinity among the usable nodes."""
         guest = self._cluster0.guests[j]
-        if not (guest.ha and guest.failback) or self._down[j]:
+        if not (guest.ha and guest.failback) or self._guests.down[j]:
             return None
-        if self._migration_of[j] is not None or self._state[j] != "running":
+        if self._guests.migration_of[j] is not None or self._guests.state[j] != "running":
             return None
         self._derive()
         usable = {self._node_names[n] for n in np.nonzero(self._usable)[0].tolist()}
         for rule in self._cluster0.rules.node_rules_for(guest.id):
             top = rule.top_nodes(usable)
-            if not top or self._node_names[int(self._node[j])] in top:
+            if not top or self._node_names[int(self._guests.node[j])] in top:
                 return None
-            count = np.bincount(self._node, minlength=len(self._node_names))
+            count = np.bincount(self._guests.node, minlength=len(self._node_names))
             return min(
                 (self._node_index[name] for name in top),
                 key=lambda n: (int(count[n]), self._node_names[n]),
@@ -756,10 +698,10 @@ class Simulator:
             if migration.outcome == "running" and n in (migration.source, migration.target):
                 self._end(migration, f"node {name} failed")
         lost = False
-        for j in np.nonzero(self._node == n)[0].tolist():
-            if self._state[j] != "stopped":
+        for j in np.nonzero(self._guests.node == n)[0].tolist():
+            if self._guests.state[j] != "stopped":
                 self._take_down(j)
-                lost = lost or self._ha[j]
+                lost = lost or self._guests.ha[j]
         before = self._maintenance(n)
         self._node_changed(n, before, "fault")
         if lost:
@@ -771,7 +713,7 @@ class Simulator:
             return
         self._online[n] = True
         self._node_events.append(NodeEvent(self._now, self._node_names[n], "recovered", "fault"))
-        for j in np.nonzero((self._node == n) & self._down)[0].tolist():
+        for j in np.nonzero((self._guests.node == n) & self._guests.down)[0].tolist():
             self._restart(j, n)
         before = self._maintenance(n)
         self._node_changed(n, before, "fault")
@@ -787,37 +729,39 @@ class Simulator:
         ready = self._now - self.scenario.recovery_delay
         pending = [
             j
-            for j in sorted(self._pending)
-            if not self._online[self._node[j]] and self._down_at[j] <= ready
+            for j in sorted(self._guests.pending)
+            if not self._online[self._guests.node[j]] and self._guests.down_at[j] <= ready
         ]
         if not pending:
             return
         cluster = self._build_cluster(recovering=True)
         state = PlacementState.build(cluster)
         pending.sort(
-            key=lambda j: (-cluster.guests[j].memory, -cluster.guests[j].cpu, self._ids[j])
+            key=lambda j: (-cluster.guests[j].memory, -cluster.guests[j].cpu, self._guests.ids[j])
         )
         ready_set = set(pending)
         for j in pending:
-            if j not in self._pending:
+            if j not in self._guests.pending:
                 continue
             placement = state.place(j, "recover")
             if placement.best is None:
                 if placement.blocked is not None:
                     # Local disks or devices: it can only start again on its own node.
-                    self._pending.discard(j)
-                if self._ha_state0[j] is not None and self._ha_state[j] != "recovery":
-                    self._ha_state[j] = "recovery"
+                    self._guests.pending.discard(j)
+                if self._guests.ha_state0[j] is not None and self._guests.ha_state[j] != "recovery":
+                    self._guests.ha_state[j] = "recovery"
                     self._refresh(j)
                 continue
             target = self._node_index[placement.best]
-            members = [m for m in state.bundle(j).tolist() if m in ready_set and m in self._pending]
+            members = [
+                m for m in state.bundle(j).tolist() if m in ready_set and m in self._guests.pending
+            ]
             state.commit(np.array(members, dtype=np.intp), target)
             for m in members:
-                source = self._guest_node_names[m]
+                source = self._guests.node_names[m]
                 self._restart(m, target)
                 self._recoveries += 1
-                move = Move(self._ids[m], source, self._node_names[target])
+                move = Move(self._guests.ids[m], source, self._node_names[target])
                 record = Migration(
                     f"recovery-{self._recoveries}",
                     move,
@@ -832,7 +776,7 @@ class Simulator:
                 record.outcome = "done"
                 record.reason = f"HA recovery: node {source} failed"
                 self._migrations.append(record)
-        if self._pending and not any(t > self._now for t in self._recover_at):
+        if self._guests.pending and not any(t > self._now for t in self._recover_at):
             self._request_recovery(self._now + RECOVERY_RETRY)
 
     # -- API errors -----------------------------------------------------------------------------
@@ -852,30 +796,30 @@ class Simulator:
         """The cluster now; ``recovering``: with the guests waiting for HA recovery as running
         where they were (with the use they will have), for the placement engine."""
         cpu_use, mem_use = self._columns(self._step_now())
-        up = self._up
-        states = self._state
-        ha_states = self._ha_state
+        up = self._guests.up
+        states = self._guests.state
+        ha_states = self._guests.ha_state
         if recovering:
             up = up.copy()
             states = list(states)
             ha_states = list(ha_states)
-            for j in self._pending:
+            for j in self._guests.pending:
                 up[j] = 1.0
                 states[j] = "running"
                 if ha_states[j] is not None:
                     ha_states[j] = "recovery"
         uptime = np.where(
-            up > 0, np.floor(np.maximum(self._now + self._uptime_offset, 0.0)), 0.0
+            up > 0, np.floor(np.maximum(self._now + self._guests.uptime_offset, 0.0)), 0.0
         ).astype(np.int64)
         guests = self._guest_builder.build(
-            nodes=self._guest_node_names,
+            nodes=self._guests.node_names,
             states=states,
             cpu=cpu_use * up,
             memory=(mem_use * up).astype(np.int64),
             uptime=uptime,
             ha_states=ha_states,
-            targets=self._target_names,
-            stamp=self._stamp,
+            targets=self._guests.targets,
+            stamp=self._guests.stamp,
             remember=not recovering,
         )
         c0 = self._cluster0
