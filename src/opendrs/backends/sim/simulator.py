@@ -238,6 +238,23 @@ class Simulator:
         target = self._node_index.get(move.target)
         if target is None:
             raise BackendError(f"node {move.target} does not exist", transient=False)
+        self._check_movable(move, j)
+        restart = self._check_target(move, j, target)
+        self._flush(self._due())
+        migration = self._begin(j, target, "controller", fail=True, restart=restart)
+        if migration.lost_answer:
+            self._lost_answers += 1
+            raise BackendError(
+                f"simulated lost answer: start_migration of {move.guest} to {move.target} got no "
+                "answer (the migration may have started)",
+                transient=True,
+                uncertain=True,
+            )
+        return Handle(migration.handle, move, migration.started)
+
+    def _check_movable(self, move: Move, j: int) -> None:
+        """Refuse (:class:`BackendError`) a move of guest ``j`` that is not where ``move`` says,
+        is moving already, is not running or has a local device."""
         current = self._guests.node_names[j]
         if current != move.source:
             raise BackendError(
@@ -259,6 +276,11 @@ class Simulator:
                 f"{self._guests.devices[j][0]}",
                 transient=False,
             )
+
+    def _check_target(self, move: Move, j: int, target: int) -> bool:
+        """Refuse (:class:`BackendError`) a move of guest ``j`` to node ``target`` of another
+        architecture, offline or in maintenance, or a restart move the settings do not allow;
+        whether the move is a restart."""
         if self._nodes[target].arch != self._guests.arch[j]:
             raise BackendError(
                 f"guest {move.guest} ({self._guests.arch[j]}) cannot move to node {move.target} "
@@ -276,17 +298,7 @@ class Simulator:
             raise BackendError(f"node {move.target} is offline", transient=True)
         if self._maintenance(target):
             raise BackendError(f"node {move.target} is in maintenance", transient=True)
-        self._flush(self._due())
-        migration = self._begin(j, target, "controller", fail=True, restart=restart)
-        if migration.lost_answer:
-            self._lost_answers += 1
-            raise BackendError(
-                f"simulated lost answer: start_migration of {move.guest} to {move.target} got no "
-                "answer (the migration may have started)",
-                transient=True,
-                uncertain=True,
-            )
-        return Handle(migration.handle, move, migration.started)
+        return restart
 
     def poll(self, handle: Handle) -> Progress:
         """Where a migration this simulator started stands now."""
