@@ -14,6 +14,7 @@ from clusters import clusters
 from opendrs.backends.base import DONE, RUNNING, Backend, BackendError, Clock, Handle
 from opendrs.backends.scenario import Fault, MigrationModel, Scenario, builtin_scenario
 from opendrs.backends.sim import MigrationRecord, NodeEvent, Simulator
+from opendrs.backends.sim.statistics import HOT, HOT_WINDOW, StepStatistics, steps_in
 from opendrs.backends.workload import (
     Diurnal,
     Pattern,
@@ -1018,23 +1019,30 @@ def test_the_month_fits_when_balanced() -> None:
     assert kinds == ["failed", "recovered", "maintenance-on", "maintenance-off"]
 
 
+def statistics(window_steps: int, hot_steps: int = 5) -> StepStatistics:
+    """The statistics of a two-node run (hot window: 5 one-minute steps, the default)."""
+    return StepStatistics(
+        2, weights=(1.0, 1.0), dynamic=True, hot=HOT, window_steps=window_steps, hot_steps=hot_steps
+    )
+
+
 def test_the_spread_is_taken_on_loads_averaged_over_the_window() -> None:
-    nodes, guests = (node("a"), node("b")), (guest("1", "a"),)
-    assert simulator(nodes, guests)._window_steps == 1  # window 0: instantaneous
-    windowed = simulator(nodes, guests, window=120)  # two one-minute steps
-    assert windowed._window_steps == 2
+    assert steps_in(0.0, 60.0) == 1  # window 0: instantaneous
+    assert steps_in(120.0, 60.0) == 2  # two one-minute steps
+    assert steps_in(HOT_WINDOW, 60.0) == 5
+    windowed = statistics(2)
     f_cpu = np.array([[0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
     f_mem = np.zeros_like(f_cpu)
-    (cpu, _), (hot_cpu, _) = windowed._averaged(f_cpu[:, :2], f_mem[:, :2])
+    (cpu, _), (hot_cpu, _) = windowed.averaged(f_cpu[:, :2], f_mem[:, :2])
     assert cpu[0].tolist() == [0.0, 0.5]  # a one-step spike counts half
     assert hot_cpu[0].tolist() == [0.0, 0.5]  # over 5 steps: what there is of them so far
-    (cpu, _), (hot_cpu, _) = windowed._averaged(f_cpu[:, 2:], f_mem[:, 2:])  # continued
+    (cpu, _), (hot_cpu, _) = windowed.averaged(f_cpu[:, 2:], f_mem[:, 2:])  # continued
     assert cpu[0].tolist() == [0.5, 0.0]
     assert cpu[1].tolist() == [0.0, 0.0]
     assert hot_cpu[0].tolist() == [1 / 3, 0.25]
     # Blocks of one step each keep the longer window's tail whole.
-    stepwise = simulator(nodes, guests, window=120)
-    seen = [stepwise._averaged(f_cpu[:, k : k + 1], f_mem[:, k : k + 1]) for k in range(4)]
+    stepwise = statistics(2)
+    seen = [stepwise.averaged(f_cpu[:, k : k + 1], f_mem[:, k : k + 1]) for k in range(4)]
     assert [float(s[0][0][0, 0]) for s in seen] == [0.0, 0.5, 0.5, 0.0]
     assert [float(s[1][0][0, 0]) for s in seen] == [0.0, 0.5, 1 / 3, 0.25]
 
