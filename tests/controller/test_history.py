@@ -23,8 +23,8 @@ from opendrs.controller.history import (
     HistoryError,
     MigrationRecord,
 )
-from opendrs.controller.records import timeline
 from opendrs.model.cluster import Move
+from opendrs.records import timeline
 
 
 def raises(match: str) -> Any:

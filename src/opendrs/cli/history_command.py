@@ -29,13 +29,13 @@ from opendrs.cli.arguments import Subcommands
 from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, UsageError
 from opendrs.controller.config import Config, load_config
 from opendrs.controller.history import DecisionRecord, History, HistoryError, MigrationRecord
-from opendrs.controller.records import (
+from opendrs.model.units import UnitError, format_duration, parse_duration
+from opendrs.records import (
     decision_object,
     jsonl,
     migration_now,
     timeline,
 )
-from opendrs.model.units import UnitError, format_duration, parse_duration
 from opendrs.report.data import iso_time, json_text
 from opendrs.report.text import Report
 

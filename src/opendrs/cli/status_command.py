@@ -39,7 +39,6 @@ from opendrs.cli.snapshot_command import observe_once
 from opendrs.controller.config import Config, load_config
 from opendrs.controller.history import Avoid, Cooldown, HistoryError
 from opendrs.controller.loop import InstanceLock, LockError
-from opendrs.controller.records import decision_object, migration_now
 from opendrs.controller.views import (
     arch_spreads,
     cluster_summary,
@@ -52,6 +51,7 @@ from opendrs.engine.policy import stuck_now
 from opendrs.engine.usage import RESOURCES
 from opendrs.model.cluster import Cluster
 from opendrs.model.units import format_duration
+from opendrs.records import decision_object, migration_now
 from opendrs.report.data import iso_time, json_text
 from opendrs.report.text import Report, bar, show_stuck
 
