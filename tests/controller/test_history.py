@@ -18,13 +18,11 @@ from opendrs.controller import history as history_module
 from opendrs.controller.history import (
     APPLICATION_ID,
     SCHEMA_VERSION,
-    DecisionRecord,
     History,
     HistoryError,
-    MigrationRecord,
 )
 from opendrs.model.cluster import Move
-from opendrs.records import timeline
+from opendrs.records import DecisionRecord, MigrationRecord, timeline
 
 
 def raises(match: str) -> Any:

@@ -28,9 +28,11 @@ from rich.console import Console
 from opendrs.cli.arguments import Subcommands
 from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, UsageError
 from opendrs.controller.config import Config, load_config
-from opendrs.controller.history import DecisionRecord, History, HistoryError, MigrationRecord
+from opendrs.controller.history import History, HistoryError
 from opendrs.model.units import UnitError, format_duration, parse_duration
 from opendrs.records import (
+    DecisionRecord,
+    MigrationRecord,
     decision_object,
     jsonl,
     migration_now,

@@ -37,7 +37,7 @@ from opendrs.cli.history_command import history_now, open_history
 from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, setup_logging
 from opendrs.cli.snapshot_command import observe_once
 from opendrs.controller.config import Config, load_config
-from opendrs.controller.history import Avoid, Cooldown, HistoryError
+from opendrs.controller.history import HistoryError
 from opendrs.controller.loop import InstanceLock, LockError
 from opendrs.controller.views import (
     arch_spreads,
@@ -51,7 +51,7 @@ from opendrs.engine.policy import stuck_now
 from opendrs.engine.usage import RESOURCES
 from opendrs.model.cluster import Cluster
 from opendrs.model.units import format_duration
-from opendrs.records import decision_object, migration_now
+from opendrs.records import Avoid, Cooldown, decision_object, migration_now
 from opendrs.report.data import iso_time, json_text
 from opendrs.report.text import Report, bar, show_stuck
 

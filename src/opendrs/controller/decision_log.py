@@ -24,8 +24,7 @@ import logging
 import os
 import stat
 
-from opendrs.controller.history import DecisionRecord, MigrationRecord
-from opendrs.records import jsonl, record_object
+from opendrs.records import DecisionRecord, MigrationRecord, jsonl, record_object
 
 log = logging.getLogger(__name__)
 

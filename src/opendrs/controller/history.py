@@ -105,35 +105,31 @@ import sqlite3
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, is_dataclass
+from dataclasses import asdict, is_dataclass
 from types import MappingProxyType, TracebackType
-from typing import Any, Final, Literal, cast, get_args
+from typing import Any, Final, cast
 
-from opendrs.backends.base import Handle
 from opendrs.model.cluster import Move
+from opendrs.records import (
+    ACTIONS,
+    MODES,
+    OUTCOMES,
+    Action,
+    Avoid,
+    Cooldown,
+    DecisionRecord,
+    MigrationRecord,
+    Mode,
+    Outcome,
+)
 
 __all__ = [
     "APPLICATION_ID",
     "SCHEMA_VERSION",
-    "Action",
-    "Avoid",
-    "Cooldown",
-    "DecisionRecord",
     "History",
     "HistoryError",
     "Listener",
-    "MigrationRecord",
-    "Mode",
-    "Outcome",
 ]
-
-Mode = Literal["shadow", "active"]
-Action = Literal["none", "plan", "repair"]
-Outcome = Literal["done", "failed", "lost"]
-
-MODES: Final[tuple[str, ...]] = get_args(Mode)
-ACTIONS: Final[tuple[str, ...]] = get_args(Action)
-OUTCOMES: Final[tuple[str, ...]] = get_args(Outcome)
 
 #: ``PRAGMA application_id`` of an opendrs history: ``"odrs"`` in ASCII.
 APPLICATION_ID: Final = 0x6F647273
@@ -270,75 +266,6 @@ def _sqlite_error(prefix: str, exc: sqlite3.Error) -> HistoryError:
     code = getattr(exc, "sqlite_errorcode", None)
     passing = isinstance(code, int) and (code & 0xFF) in _PASSING_CODES
     return HistoryError(f"{prefix}: {exc}", passing=passing)
-
-
-@dataclass(frozen=True, slots=True)
-class DecisionRecord:
-    """One row of ``decisions``; ``summary`` and ``plan`` are the decoded JSON."""
-
-    id: int
-    at: float
-    cluster: str
-    mode: Mode
-    policy: str
-    action: Action
-    reason: str
-    imbalance: float | None
-    predicted: float | None
-    summary: Mapping[str, Any]
-    plan: tuple[Mapping[str, Any], ...]
-    #: What the decision is (the policy's ``DecisionCode``); None for a row that never said.
-    code: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class MigrationRecord:
-    """One row of ``migrations``; ``outcome`` is ``None`` while the migration is in flight."""
-
-    id: int
-    decision: int | None
-    move: Move
-    handle: str
-    started: float
-    parking: bool
-    ended: float | None
-    outcome: Outcome | None
-    error: str | None
-    #: Where its outcome comes among all recorded outcomes (1, 2, …); ``None`` while in flight.
-    ended_order: int | None = None
-    #: Seconds a done move stopped the guest; ``None`` when it ran throughout.
-    downtime: float | None = None
-
-    @property
-    def guest(self) -> str:
-        return self.move.guest
-
-    @property
-    def in_flight(self) -> bool:
-        return self.outcome is None
-
-    def as_handle(self) -> Handle:
-        """The backend handle, to poll the migration again (e.g. after a restart)."""
-        return Handle(id=self.handle, move=self.move, started=self.started)
-
-
-@dataclass(frozen=True, slots=True)
-class Cooldown:
-    """One row of ``cooldowns``: ``guest`` is not moved before ``until``."""
-
-    guest: str
-    until: float
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Avoid:
-    """One row of ``avoid``: ``guest`` keeps off ``node`` until ``until``."""
-
-    guest: str
-    node: str
-    until: float
-    reason: str
 
 
 #: Told of every decision recorded, every migration whose platform task became known (its
