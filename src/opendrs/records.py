@@ -52,8 +52,8 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal, get_args
 
 from opendrs.backends.base import Handle
+from opendrs.json_data import finite, iso_time
 from opendrs.model.cluster import Move
-from opendrs.report.data import finite, iso_time
 
 __all__ = [
     "ACTIONS",

@@ -16,9 +16,9 @@ from opendrs.controller.config import ConfigError, parse_config
 from opendrs.controller.decision_log import DecisionLog, DecisionLogError
 from opendrs.controller.history import History
 from opendrs.controller.loop import InstanceLock, LockError
+from opendrs.json_data import iso_time
 from opendrs.model.cluster import Move
 from opendrs.records import PENDING, jsonl, timeline
-from opendrs.report.data import iso_time
 
 #: The decision log's logger (a command run in this process may have quietened "opendrs").
 LOGGER = "opendrs.controller.decision_log"

@@ -29,6 +29,7 @@ from opendrs.cli.arguments import Subcommands
 from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, UsageError
 from opendrs.controller.config import Config, load_config
 from opendrs.controller.history import History, HistoryError
+from opendrs.json_data import iso_time, json_text
 from opendrs.model.units import UnitError, format_duration, parse_duration
 from opendrs.records import (
     DecisionRecord,
@@ -38,7 +39,6 @@ from opendrs.records import (
     migration_now,
     timeline,
 )
-from opendrs.report.data import iso_time, json_text
 from opendrs.report.text import Report
 
 __all__ = ["add_history_parser", "cmd_history", "history_now", "open_history", "parse_since"]

@@ -49,10 +49,10 @@ from opendrs.controller.views import (
 from opendrs.engine.constraints import check_rules
 from opendrs.engine.policy import stuck_now
 from opendrs.engine.usage import RESOURCES
+from opendrs.json_data import iso_time, json_text
 from opendrs.model.cluster import Cluster
 from opendrs.model.units import format_duration
 from opendrs.records import Avoid, Cooldown, decision_object, migration_now
-from opendrs.report.data import iso_time, json_text
 from opendrs.report.text import Report, bar, show_stuck
 
 __all__ = [
