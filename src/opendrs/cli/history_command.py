@@ -28,7 +28,8 @@ from rich.console import Console
 from opendrs.cli.arguments import Subcommands
 from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, UsageError
 from opendrs.controller.config import Config, load_config
-from opendrs.controller.history import History, HistoryError
+from opendrs.controller.history import History
+from opendrs.controller.history_file import HistoryError
 from opendrs.json_data import iso_time, json_text
 from opendrs.model.units import UnitError, format_duration, parse_duration
 from opendrs.records import (

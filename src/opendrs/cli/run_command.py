@@ -26,7 +26,8 @@ from opendrs.controller.config import (
 )
 from opendrs.controller.dashboard import Dashboard
 from opendrs.controller.decision_log import DecisionLog, DecisionLogError
-from opendrs.controller.history import History, HistoryError
+from opendrs.controller.history import History
+from opendrs.controller.history_file import HistoryError
 from opendrs.controller.http_server import HttpError, start_server
 from opendrs.controller.loop import Controller, InstanceLock, LockError
 from opendrs.controller.metrics import DaemonMetrics

@@ -37,7 +37,7 @@ from opendrs.cli.history_command import history_now, open_history
 from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, setup_logging
 from opendrs.cli.snapshot_command import observe_once
 from opendrs.controller.config import Config, load_config
-from opendrs.controller.history import HistoryError
+from opendrs.controller.history_file import HistoryError
 from opendrs.controller.loop import InstanceLock, LockError
 from opendrs.controller.views import (
     arch_spreads,
