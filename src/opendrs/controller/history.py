@@ -50,10 +50,9 @@ from opendrs.controller.history_rows import (
     bound_cluster,
     check_choice,
     check_name,
-    check_number,
     check_text,
     check_time,
-    decision_json,
+    decision_columns,
     decision_record,
     migration_record,
 )
@@ -245,18 +244,20 @@ class History:
     ) -> int:
         """Record one decision; returns its id. ``code`` is what the decision is (the policy's
         ``DecisionCode``); without it, the summary's ``code`` when it has one."""
-        at = check_time("at", at)
-        cluster = check_name("cluster", cluster)
-        mode = cast(Mode, check_choice("mode", mode, MODES))
-        policy = check_name("policy", policy)
-        action = cast(Action, check_choice("action", action, ACTIONS))
-        reason = check_text("reason", reason)
-        imbalance = check_number("imbalance", imbalance)
-        predicted = check_number("predicted", predicted)
-        summary_json, plan_json = decision_json(summary, plan)
-        if code is None and isinstance(summary.get("code"), str):
-            code = summary["code"]
-        code = None if code is None else check_name("decision code", code)
+        columns = decision_columns(
+            at=at,
+            cluster=cluster,
+            mode=mode,
+            policy=policy,
+            action=action,
+            reason=reason,
+            imbalance=imbalance,
+            predicted=predicted,
+            summary=summary,
+            plan=plan,
+            code=code,
+        )
+        cluster = columns["cluster"]
         with self._write("record a decision") as db:
             bound = bound_cluster(db)
             if bound is not None and bound != cluster:
@@ -265,23 +266,9 @@ class History:
                     f"not {cluster!r}; decision not recorded"
                 )
             cursor = db.execute(
-                "INSERT INTO decisions (at, cluster, mode, policy, action, reason, imbalance, "
-                "predicted, moves, summary, plan, code) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    at,
-                    cluster,
-                    mode,
-                    policy,
-                    action,
-                    reason,
-                    imbalance,
-                    predicted,
-                    len(plan),
-                    summary_json,
-                    plan_json,
-                    code,
-                ),
+                f"INSERT INTO decisions ({', '.join(columns)}) "
+                f"VALUES ({', '.join('?' * len(columns))})",
+                tuple(columns.values()),
             )
             decision_id = int(cursor.lastrowid or 0)
             row = (

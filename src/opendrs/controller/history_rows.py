@@ -12,10 +12,11 @@ import sqlite3
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, is_dataclass
 from types import MappingProxyType
+from typing import Any
 
 from opendrs.controller.history_file import HistoryError, one_line
 from opendrs.model.cluster import Move
-from opendrs.records import DecisionRecord, MigrationRecord
+from opendrs.records import ACTIONS, MODES, Action, DecisionRecord, MigrationRecord, Mode
 
 __all__ = [
     "bound_cluster",
@@ -24,6 +25,7 @@ __all__ = [
     "check_number",
     "check_text",
     "check_time",
+    "decision_columns",
     "decision_json",
     "decision_record",
     "json_column",
@@ -118,6 +120,40 @@ def decision_record(row: sqlite3.Row) -> DecisionRecord:
         plan=tuple(MappingProxyType(step) for step in json.loads(row["plan"])),
         code=row["code"],
     )
+
+
+def decision_columns(
+    *,
+    at: float,
+    cluster: str,
+    mode: Mode,
+    policy: str,
+    action: Action,
+    reason: str,
+    imbalance: float | None,
+    predicted: float | None,
+    summary: Mapping[str, Any],
+    plan: Sequence[Mapping[str, Any]],
+    code: str | None,
+) -> dict[str, object]:
+    """A decision's row of ``decisions``, column → value, checked (see
+    :meth:`~opendrs.controller.history.History.record_decision`); all but ``id``."""
+    columns: dict[str, object] = {
+        "at": check_time("at", at),
+        "cluster": check_name("cluster", cluster),
+        "mode": check_choice("mode", mode, MODES),
+        "policy": check_name("policy", policy),
+        "action": check_choice("action", action, ACTIONS),
+        "reason": check_text("reason", reason),
+        "imbalance": check_number("imbalance", imbalance),
+        "predicted": check_number("predicted", predicted),
+    }
+    summary_json, plan_json = decision_json(summary, plan)
+    columns.update(moves=len(plan), summary=summary_json, plan=plan_json)
+    if code is None and isinstance(summary.get("code"), str):
+        code = summary["code"]
+    columns["code"] = None if code is None else check_name("decision code", code)
+    return columns
 
 
 def decision_json(summary: object, plan: object) -> tuple[str, str]:
