@@ -105,12 +105,13 @@ from opendrs.backends.base import BackendError, Handle, NotStarted, Progress, St
 from opendrs.backends.scenario import Fault, Scenario, builtin_scenario
 from opendrs.backends.sim import Simulator
 from opendrs.controller.config import BackendConfig, Config
-from opendrs.controller.executor import PENDING, Event, ExecutorConfig
+from opendrs.controller.executor import Event, ExecutorConfig
 from opendrs.controller.history import History
 from opendrs.controller.loop import Controller, Cycle
 from opendrs.engine.policy import PolicyConfig
 from opendrs.model.cluster import Cluster, Guest, Move
 from opendrs.model.rules import GuestAffinity, NodeAffinity, Rules
+from opendrs.records import PENDING
 
 DAY = 86_400.0
 #: The faults of a mix, as the summary counts them.

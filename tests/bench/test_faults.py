@@ -22,11 +22,12 @@ from opendrs.backends.base import Handle, StartGate
 from opendrs.backends.scenario import Fault, MigrationModel, Scenario, builtin_scenario
 from opendrs.backends.sim import Simulator
 from opendrs.controller.executor import Executor
-from opendrs.controller.history import History, Outcome
+from opendrs.controller.history import History
 from opendrs.controller.loop import Controller, Cycle
 from opendrs.engine.policy import PolicyConfig
 from opendrs.model.cluster import Cluster, Disk, Guest, Move, Node, Settings
 from opendrs.model.rules import GuestAffinity, NodeAffinity, Rules
+from opendrs.records import Outcome
 
 GiB = 1024**3
 HOUR = 3600.0

@@ -14,12 +14,11 @@ import pytest
 
 from opendrs.controller.config import ConfigError, parse_config
 from opendrs.controller.decision_log import DecisionLog, DecisionLogError
-from opendrs.controller.executor import PENDING
 from opendrs.controller.history import History
 from opendrs.controller.loop import InstanceLock, LockError
-from opendrs.controller.records import jsonl, timeline
+from opendrs.json_data import iso_time
 from opendrs.model.cluster import Move
-from opendrs.report.data import iso_time
+from opendrs.records import PENDING, jsonl, timeline
 
 #: The decision log's logger (a command run in this process may have quietened "opendrs").
 LOGGER = "opendrs.controller.decision_log"

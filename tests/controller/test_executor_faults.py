@@ -11,11 +11,12 @@ import pytest
 
 from fakes import FakeBackend, FakeClock, cluster, guest, node, run_executor, setup_executor
 from opendrs.backends.base import Handle, StartGate
-from opendrs.controller.executor import PENDING, Executor, ExecutorConfig
+from opendrs.controller.executor import Executor, ExecutorConfig
 from opendrs.controller.history import History
 from opendrs.engine.planner import plan_moves
 from opendrs.model.cluster import Cluster, Move
 from opendrs.model.rules import Rules
+from opendrs.records import PENDING
 
 _run = run_executor
 _setup = setup_executor

@@ -14,17 +14,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from opendrs.backends.base import Handle
-from opendrs.controller import history as history_module
-from opendrs.controller.history import (
-    APPLICATION_ID,
-    SCHEMA_VERSION,
-    DecisionRecord,
-    History,
-    HistoryError,
-    MigrationRecord,
-)
-from opendrs.controller.records import timeline
+from opendrs.controller import history_file
+from opendrs.controller.history import History
+from opendrs.controller.history_file import APPLICATION_ID, SCHEMA_VERSION, HistoryError
 from opendrs.model.cluster import Move
+from opendrs.records import DecisionRecord, MigrationRecord, timeline
 
 
 def raises(match: str) -> Any:
@@ -293,9 +287,9 @@ def test_older_schema_is_migrated_in_one_transaction(
         "UPDATE migrations SET note = 'from before'",
     )
     broken = (*step, "CREATE TABLE cooldowns (x)")  # fails after two statements
-    current = history_module._MIGRATIONS
-    monkeypatch.setattr(history_module, "_MIGRATIONS", (*current, broken))
-    monkeypatch.setattr(history_module, "SCHEMA_VERSION", now + 1)
+    current = history_file.UPGRADES
+    monkeypatch.setattr(history_file, "UPGRADES", (*current, broken))
+    monkeypatch.setattr(history_file, "SCHEMA_VERSION", now + 1)
     with raises(
         rf"cannot upgrade the history schema from version {now} to {now + 1}: table cooldowns"
     ):
@@ -309,7 +303,7 @@ def test_older_schema_is_migrated_in_one_transaction(
         f"version {now} is older than this opendrs [(]{now + 1}[)]; open it once read-write"
     ):
         History(path, readonly=True)
-    monkeypatch.setattr(history_module, "_MIGRATIONS", (*current, step))
+    monkeypatch.setattr(history_file, "UPGRADES", (*current, step))
     with History(path) as h:
         assert h.cluster == "lab"
         assert [r.id for r in h.in_flight()] == [m]
@@ -710,7 +704,7 @@ TestStartFinish.settings = settings(
 
 
 def test_module_docstring_documents_every_column() -> None:
-    doc = history_module.__doc__ or ""
+    doc = history_file.__doc__ or ""
     with tempfile.TemporaryDirectory() as tmp, History(Path(tmp) / "h.db"):
         db = raw(Path(tmp) / "h.db")
         tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
@@ -743,14 +737,14 @@ def test_outcomes_are_told_in_the_order_recorded_and_older_files_are_numbered_by
     path: Path,
 ) -> None:
     db = sqlite3.connect(path)  # a version-1 file: one migration ended, as version 1 wrote it
-    for statement in history_module._MIGRATIONS[0]:
+    for statement in history_file.UPGRADES[0]:
         db.execute(statement)
     db.execute("INSERT INTO state VALUES ('cluster', 'lab')")
     db.execute(
         "INSERT INTO migrations (id, guest, source, target, handle, started, ended, outcome) "
         "VALUES (1, '101', 'a', 'b', 't1', 1, 2, 'done')"
     )
-    db.execute(f"PRAGMA application_id = {history_module.APPLICATION_ID}")
+    db.execute(f"PRAGMA application_id = {history_file.APPLICATION_ID}")
     db.execute("PRAGMA user_version = 1")
     db.commit()
     db.close()
@@ -800,7 +794,7 @@ def test_a_decision_keeps_its_code_in_a_column_taken_from_the_summary_when_not_g
 
 def test_a_version_3_file_gets_the_code_column_filled_from_each_summary(path: Path) -> None:
     db = sqlite3.connect(path)  # a version-3 file: decisions kept their code in the summary
-    for step in history_module._MIGRATIONS[:3]:
+    for step in history_file.UPGRADES[:3]:
         for statement in step:
             db.execute(statement)
     db.execute("INSERT INTO state VALUES ('cluster', 'lab')")
@@ -810,7 +804,7 @@ def test_a_version_3_file_gets_the_code_column_filled_from_each_summary(path: Pa
             "summary, plan) VALUES (?, ?, 'lab', 'shadow', 'balance', 'none', 'why', 0, ?, '[]')",
             (id_, float(id_), summary),
         )
-    db.execute(f"PRAGMA application_id = {history_module.APPLICATION_ID}")
+    db.execute(f"PRAGMA application_id = {history_file.APPLICATION_ID}")
     db.execute("PRAGMA user_version = 3")
     db.commit()
     db.close()

@@ -28,15 +28,18 @@ from rich.console import Console
 from opendrs.cli.arguments import Subcommands
 from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, UsageError
 from opendrs.controller.config import Config, load_config
-from opendrs.controller.history import DecisionRecord, History, HistoryError, MigrationRecord
-from opendrs.controller.records import (
+from opendrs.controller.history import History
+from opendrs.controller.history_file import HistoryError
+from opendrs.json_data import iso_time, json_text
+from opendrs.model.units import UnitError, format_duration, parse_duration
+from opendrs.records import (
+    DecisionRecord,
+    MigrationRecord,
     decision_object,
     jsonl,
     migration_now,
     timeline,
 )
-from opendrs.model.units import UnitError, format_duration, parse_duration
-from opendrs.report.data import iso_time, json_text
 from opendrs.report.text import Report
 
 __all__ = ["add_history_parser", "cmd_history", "history_now", "open_history", "parse_since"]

@@ -14,11 +14,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from opendrs.controller.config import Config
-from opendrs.controller.history import Avoid, DecisionRecord, History, MigrationRecord
-from opendrs.controller.records import decision_object
+from opendrs.controller.history import History
 from opendrs.engine.policy.metrics import format_metric, metric_label, metric_scale
+from opendrs.json_data import iso_time
+from opendrs.records import Avoid, DecisionRecord, MigrationRecord, decision_object
 from opendrs.report.charts import Line, bar_chart, line_chart
-from opendrs.report.data import iso_time
 from opendrs.report.render import Document
 
 __all__ = ["history_document"]

@@ -33,8 +33,8 @@ from opendrs.backends.base import Backend, BackendError, PlatformMaintenance
 from opendrs.cli.arguments import Subcommands
 from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, UsageError, setup_logging
 from opendrs.controller.config import load_config
+from opendrs.json_data import json_text
 from opendrs.model.cluster import Cluster
-from opendrs.report.data import json_text
 
 __all__ = ["add_maintenance_parser", "cmd_maintenance"]
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from rich.console import Console
 
-from opendrs.report.data import json_text
+from opendrs.json_data import json_text
 
 __all__ = ["add_format_option", "dump_json", "new_console"]
 

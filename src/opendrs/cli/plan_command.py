@@ -22,7 +22,7 @@ from opendrs.cli.plan_report import plan_document
 from opendrs.cli.planning import PlanResult, make_plan
 from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, UsageError
 from opendrs.cli.report_command import report_of_history, write_report
-from opendrs.controller.history import HistoryError
+from opendrs.controller.history_file import HistoryError
 from opendrs.engine.policy import strategy_problem
 from opendrs.engine.strategies import DEFAULT_STRATEGY, REGISTRY, get_strategy
 from opendrs.engine.strategies.base import typed_option

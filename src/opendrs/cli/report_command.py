@@ -30,7 +30,7 @@ def report_of_history(config_file: str) -> Document:
     """The report of the history of the configuration in ``config_file``.
 
     :class:`UsageError` when the configuration keeps no history file, or it does not exist;
-    :class:`~opendrs.controller.history.HistoryError` when it cannot be read."""
+    :class:`~opendrs.controller.history_file.HistoryError` when it cannot be read."""
     config = load_config(config_file)
     if config.history == ":memory:":
         raise UsageError(f"{config_file}: history: kept in memory, there is no history to report")

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import TypeVar
 
-from opendrs.backends.base import Backend, BackendError, Clock
+from opendrs.backends.base import STOPPING, Backend, BackendError, Clock
 from opendrs.backends.sim import Simulator
 from opendrs.cli.arguments import Subcommands
 from opendrs.cli.process import (
@@ -27,7 +27,8 @@ from opendrs.controller.config import (
 )
 from opendrs.controller.dashboard import Dashboard
 from opendrs.controller.decision_log import DecisionLog, DecisionLogError
-from opendrs.controller.history import History, HistoryError
+from opendrs.controller.history import History
+from opendrs.controller.history_file import HistoryError
 from opendrs.controller.http_server import HttpError, MetricsServer, start_server
 from opendrs.controller.loop import Controller, InstanceLock, LockError
 from opendrs.controller.metrics import DaemonMetrics
@@ -79,7 +80,7 @@ class DaemonSignals:
     def holding(self) -> str | None:
         """Why no migration may start now: a stop or a reload was asked for and not yet done."""
         if self.stop:
-            return "opendrs is stopping"
+            return STOPPING
         if self.reload:
             return "the configuration is being reloaded"
         return None

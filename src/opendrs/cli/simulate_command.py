@@ -39,9 +39,9 @@ from opendrs.engine.policy.config import (
     budget_window_problem,
     parse_budget,
 )
+from opendrs.json_data import json_text
 from opendrs.model.document import Reader, parse, read_file
 from opendrs.model.units import UnitError, format_duration, parse_duration
-from opendrs.report.data import json_text
 from opendrs.report.text import Report
 
 DEFAULT_POLICIES = "opendrs,proxmox,incus,proxlb"

@@ -37,9 +37,8 @@ from opendrs.cli.history_command import history_now, open_history
 from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, setup_logging
 from opendrs.cli.snapshot_command import observe_once
 from opendrs.controller.config import Config, load_config
-from opendrs.controller.history import Avoid, Cooldown, HistoryError
+from opendrs.controller.history_file import HistoryError
 from opendrs.controller.loop import InstanceLock, LockError
-from opendrs.controller.records import decision_object, migration_now
 from opendrs.controller.views import (
     arch_spreads,
     cluster_summary,
@@ -50,9 +49,10 @@ from opendrs.controller.views import (
 from opendrs.engine.constraints import check_rules
 from opendrs.engine.policy import stuck_now
 from opendrs.engine.usage import RESOURCES
+from opendrs.json_data import iso_time, json_text
 from opendrs.model.cluster import Cluster
 from opendrs.model.units import format_duration
-from opendrs.report.data import iso_time, json_text
+from opendrs.records import Avoid, Cooldown, decision_object, migration_now
 from opendrs.report.text import Report, bar, show_stuck
 
 __all__ = [

@@ -38,8 +38,8 @@ from opendrs.controller.views import (
 from opendrs.engine.policy import Decision
 from opendrs.engine.policy.metrics import format_metric, metric_scale
 from opendrs.engine.usage import LoadModel
+from opendrs.json_data import iso_time, json_text
 from opendrs.report.charts import Line, line_chart
-from opendrs.report.data import iso_time, json_text
 
 __all__ = ["Dashboard", "Snapshot"]
 

@@ -2,7 +2,7 @@
 
 ``log: {decisions: FILE}`` in the configuration. The daemon appends to ``FILE`` what it records in
 the history as it records it — each decision, each migration whose platform task became known
-(``started``), each migration outcome — in the form :mod:`opendrs.controller.records` defines,
+(``started``), each migration outcome — in the form :mod:`opendrs.records` defines,
 the one ``opendrs history --format jsonl`` prints. Each line is written with one ``write`` on a
 file opened append-only, so a log shipper never reads half a line and two writers never mix
 theirs.
@@ -24,8 +24,7 @@ import logging
 import os
 import stat
 
-from opendrs.controller.history import DecisionRecord, MigrationRecord
-from opendrs.controller.records import jsonl, record_object
+from opendrs.records import DecisionRecord, MigrationRecord, jsonl, record_object
 
 log = logging.getLogger(__name__)
 

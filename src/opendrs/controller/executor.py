@@ -62,7 +62,7 @@ import logging
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Final, Literal
+from typing import Literal
 
 import numpy as np
 
@@ -84,6 +84,7 @@ from opendrs.engine.planner import Plan, PlannedMove, final_placement, plan_move
 from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster, Guest, Move
 from opendrs.model.units import format_duration
+from opendrs.records import PENDING
 
 log = logging.getLogger(__name__)
 
@@ -91,9 +92,6 @@ EventKind = Literal["started", "done", "failed", "skipped", "replanned", "lost",
 #: What became of one start: the request went (or may have: followed), the platform refused it,
 #: or it was held back before its request (starts are no longer allowed; its move stays queued).
 StartOutcome = Literal["started", "refused", "held"]
-
-#: Handle of a migration recorded before its request was answered (or whose answer was lost).
-PENDING: Final = "(pending)"
 
 
 @dataclass(frozen=True, slots=True)

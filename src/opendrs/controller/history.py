@@ -10,68 +10,7 @@ All times are floats in seconds of the *backend clock* (:class:`opendrs.backends
 seconds since the epoch on a real cluster, simulated seconds in the simulator. This module never
 reads the clock itself.
 
-Schema (version 4)
-==================
-
-The version is kept in ``PRAGMA user_version``; ``PRAGMA application_id`` is ``0x6F647273``
-(``"odrs"``), so ``file(1)`` and this module can tell an opendrs history from another database.
-
-``state`` — a small key/value table.
-    ``key`` (TEXT, primary key), ``value`` (TEXT). Keys in use: ``cluster``, the name of the
-    cluster the file belongs to (set by :meth:`History.bind`; one history file is never used for
-    two clusters).
-
-``decisions`` — one row per controller cycle that reached a decision.
-    ``id`` (INTEGER primary key); ``at`` (REAL, backend clock); ``cluster`` (TEXT, cluster name);
-    ``mode`` (``shadow`` | ``active``); ``policy`` (TEXT, the policy/strategy name); ``action``
-    (``none``: nothing to do, ``plan``: a rebalancing plan, ``repair``: moves forced by a broken
-    rule or a node leaving); ``reason`` (TEXT, one sentence); ``imbalance`` (REAL or NULL, the
-    imbalance before); ``predicted`` (REAL or NULL, the imbalance predicted after the plan);
-    ``moves`` (INTEGER, the number of entries in ``plan``); ``summary`` (TEXT, a JSON object: a
-    summary of the inputs — nodes, guests, loads…); ``plan`` (TEXT, a JSON array: the ordered moves,
-    each a JSON object such as ``{"guest": "101", "source": "pve1", "target": "pve2", …}``);
-    ``code`` (TEXT or NULL, what the decision is: ``balanced``, ``plan``… — the policy's
-    ``DecisionCode``; filled from the summary's ``code`` for rows written before version 4, NULL
-    where it has none).
-
-``migrations`` — one row per migration the controller really started.
-    ``id`` (INTEGER primary key); ``decision`` (INTEGER or NULL, ``decisions.id`` of the decision
-    that asked for it; NULL for a migration started without one, e.g. by hand); ``guest``,
-    ``source``, ``target`` (TEXT; ``source`` ≠ ``target``); ``parking`` (0/1: a transient move to a
-    parking node, part of a longer chain); ``handle`` (TEXT, the backend's own id for the task, e.g.
-    a Proxmox UPID — with guest, source and target it is enough to poll the task again after a
-    restart; ``(pending)`` from the moment the intent is recorded until the platform answers the
-    request, and for good when the answer was lost — an intent whose request was then not sent,
-    because starts were no longer allowed, is removed); ``started`` (REAL); ``ended`` (REAL or
-    NULL); ``outcome`` (NULL while in flight, then ``done``, ``failed``, or ``lost``: the guest
-    disappeared or ended on another node than either end of the migration);
-    ``error`` (TEXT or NULL, one line, for ``failed`` and ``lost``); ``ended_order`` (INTEGER or
-    NULL: 1, 2, … in the order the outcomes were recorded, so that migrations ending at one
-    instant are told in that order; added in version 2, which numbers older outcomes by ``id``);
-    ``downtime`` (REAL or NULL, added in version 3: for ``done``, the seconds the guest did not run
-    because the move stopped it — a restart move, or a VM moved by a stateful stop and start;
-    NULL for a live migration, and for rows older than version 3).
-    ``ended`` and ``outcome`` are NULL together. A partial unique index (``migrations_in_flight``)
-    makes it impossible to hold two in-flight rows for one guest.
-
-    *Shadow moves are not migrations.* In shadow mode nothing is migrated; the moves shadow mode
-    would have made are only in the decision's ``plan`` (``decisions.mode = 'shadow'``). Keeping
-    them out of this table means that every row here happened to the cluster: departures,
-    in-flight reconciliation and outcome counts need no filter, and a shadow move can never block
-    a real one as a "recent departure". :meth:`History.summary` counts shadow moves from the plans.
-
-``cooldowns`` — guests that must not be moved before a time.
-    ``guest`` (TEXT, primary key); ``until`` (REAL: the cooldown is active while ``now < until``);
-    ``reason`` (TEXT). Setting a cooldown again replaces it.
-
-``avoid`` — a target node a guest must keep off, e.g. after a failed migration there.
-    ``guest``, ``node`` (TEXT, primary key together); ``until`` (REAL, active while
-    ``now < until``); ``reason`` (TEXT). Setting it again replaces it.
-
-Example, the last ten migrations with their decision::
-
-    sqlite3 -readonly history.db "SELECT m.guest, m.source, m.target, m.outcome, d.reason
-        FROM migrations m LEFT JOIN decisions d ON d.id = m.decision ORDER BY m.id DESC LIMIT 10"
+The file's schema and the upgrades of older files are in :mod:`opendrs.controller.history_file`.
 
 Durability and concurrency
 ==========================
@@ -99,246 +38,39 @@ opens an older file; a file newer than this code is refused, never touched.
 from __future__ import annotations
 
 import json
-import math
 import os
 import sqlite3
-import urllib.parse
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, is_dataclass
-from types import MappingProxyType, TracebackType
-from typing import Any, Final, Literal, cast, get_args
+from types import TracebackType
+from typing import Any, cast
 
-from opendrs.backends.base import Handle
+from opendrs.controller.history_file import HistoryError, connect, sqlite_error
+from opendrs.controller.history_rows import (
+    bound_cluster,
+    check_choice,
+    check_name,
+    check_text,
+    check_time,
+    decision_columns,
+    decision_record,
+    migration_record,
+)
 from opendrs.model.cluster import Move
-
-__all__ = [
-    "APPLICATION_ID",
-    "SCHEMA_VERSION",
-    "Action",
-    "Avoid",
-    "Cooldown",
-    "DecisionRecord",
-    "History",
-    "HistoryError",
-    "Listener",
-    "MigrationRecord",
-    "Mode",
-    "Outcome",
-]
-
-Mode = Literal["shadow", "active"]
-Action = Literal["none", "plan", "repair"]
-Outcome = Literal["done", "failed", "lost"]
-
-MODES: Final[tuple[str, ...]] = get_args(Mode)
-ACTIONS: Final[tuple[str, ...]] = get_args(Action)
-OUTCOMES: Final[tuple[str, ...]] = get_args(Outcome)
-
-#: ``PRAGMA application_id`` of an opendrs history: ``"odrs"`` in ASCII.
-APPLICATION_ID: Final = 0x6F647273
-
-#: ``_MIGRATIONS[n]`` upgrades a file from schema version ``n`` to ``n + 1`` (version 0 is an
-#: empty database). Append a step to change the schema; never edit a released one.
-_MIGRATIONS: tuple[tuple[str, ...], ...] = (
-    (
-        """CREATE TABLE state (
-            key   TEXT PRIMARY KEY NOT NULL,
-            value TEXT NOT NULL
-        ) WITHOUT ROWID""",
-        """CREATE TABLE decisions (
-            id        INTEGER PRIMARY KEY,
-            at        REAL    NOT NULL,
-            cluster   TEXT    NOT NULL,
-            mode      TEXT    NOT NULL CHECK (mode IN ('shadow', 'active')),
-            policy    TEXT    NOT NULL,
-            action    TEXT    NOT NULL CHECK (action IN ('none', 'plan', 'repair')),
-            reason    TEXT    NOT NULL,
-            imbalance REAL,
-            predicted REAL,
-            moves     INTEGER NOT NULL CHECK (moves >= 0),
-            summary   TEXT    NOT NULL,
-            plan      TEXT    NOT NULL
-        )""",
-        "CREATE INDEX decisions_at ON decisions (at)",
-        """CREATE TABLE migrations (
-            id       INTEGER PRIMARY KEY,
-            decision INTEGER REFERENCES decisions (id),
-            guest    TEXT    NOT NULL,
-            source   TEXT    NOT NULL,
-            target   TEXT    NOT NULL CHECK (target <> source),
-            parking  INTEGER NOT NULL DEFAULT 0 CHECK (parking IN (0, 1)),
-            handle   TEXT    NOT NULL,
-            started  REAL    NOT NULL,
-            ended    REAL,
-            outcome  TEXT    CHECK (outcome IN ('done', 'failed', 'lost')),
-            error    TEXT,
-            CHECK ((ended IS NULL) = (outcome IS NULL))
-        )""",
-        "CREATE UNIQUE INDEX migrations_in_flight ON migrations (guest) WHERE outcome IS NULL",
-        "CREATE INDEX migrations_started ON migrations (started)",
-        "CREATE INDEX migrations_guest ON migrations (guest, started)",
-        "CREATE INDEX migrations_ended ON migrations (ended)",
-        "CREATE INDEX migrations_decision ON migrations (decision)",
-        """CREATE TABLE cooldowns (
-            guest  TEXT PRIMARY KEY NOT NULL,
-            until  REAL NOT NULL,
-            reason TEXT NOT NULL
-        ) WITHOUT ROWID""",
-        """CREATE TABLE avoid (
-            guest  TEXT NOT NULL,
-            node   TEXT NOT NULL,
-            until  REAL NOT NULL,
-            reason TEXT NOT NULL,
-            PRIMARY KEY (guest, node)
-        ) WITHOUT ROWID""",
-    ),
-    (
-        # The order in which outcomes were recorded: two migrations that end at one instant are
-        # told in that order (by the decision log as it goes, by `opendrs history` afterwards).
-        "ALTER TABLE migrations ADD COLUMN ended_order INTEGER",
-        "UPDATE migrations SET ended_order = id WHERE outcome IS NOT NULL",
-    ),
-    (
-        # How long a done move stopped its guest (NULL: it ran throughout).
-        "ALTER TABLE migrations ADD COLUMN downtime REAL",
-    ),
-    (
-        # What each decision is (the policy's DecisionCode), a column of its own; older rows
-        # kept it only in their summary.
-        "ALTER TABLE decisions ADD COLUMN code TEXT",
-        """UPDATE decisions SET code = CASE WHEN json_valid(summary) THEN
-            CASE WHEN json_type(summary, '$.code') = 'text' THEN json_extract(summary, '$.code')
-            END END""",
-        "CREATE INDEX decisions_code ON decisions (code, at)",
-    ),
+from opendrs.records import (
+    ACTIONS,
+    MODES,
+    OUTCOMES,
+    Action,
+    Avoid,
+    Cooldown,
+    DecisionRecord,
+    MigrationRecord,
+    Mode,
+    Outcome,
 )
 
-#: The schema version this code writes.
-SCHEMA_VERSION: Final = len(_MIGRATIONS)
-
-_MEMORY = ":memory:"
-
-
-class HistoryError(Exception):
-    """A history file cannot be opened, read or written, or a call was invalid; one line.
-
-    ``passing`` is true for a problem that may pass by itself (the file is busy or locked by
-    another connection, the disk is full, an I/O error): a restart may cure it. Every other
-    problem (a corrupt or foreign file, a schema newer than this code, a history that belongs
-    to another cluster) lasts until someone acts. ``foreign`` is true when the file is not an
-    opendrs history at all (not an SQLite database, another program's database, an empty file
-    opened read-only): the configuration names the wrong file.
-    """
-
-    def __init__(self, reason: str, *, passing: bool = False, foreign: bool = False) -> None:
-        super().__init__(_one_line(reason))
-        self.passing = passing
-        self.foreign = foreign
-
-
-#: SQLite's primary result codes of problems that may pass: BUSY, LOCKED, IOERR, FULL.
-_PASSING_CODES: Final = frozenset({5, 6, 10, 13})
-
-
-#: SQLite's result code of a file that is not a database, and the first bytes of every one.
-_NOTADB: Final = 26
-_SQLITE_MAGIC: Final = b"SQLite format 3\x00"
-
-
-def _open_error(name: str, exc: sqlite3.Error) -> HistoryError:
-    """The error of a history that cannot be opened: a file that does not even start as an
-    SQLite database is said to be no history at all (a damaged one is corrupt)."""
-    code = getattr(exc, "sqlite_errorcode", None)
-    if isinstance(code, int) and (code & 0xFF) == _NOTADB and not _sqlite_header(name):
-        return HistoryError(
-            f"{name}: not an opendrs history (not an SQLite database)", foreign=True
-        )
-    return _sqlite_error(f"{name}: cannot open history", exc)
-
-
-def _sqlite_header(name: str) -> bool:
-    """Whether the file starts as every SQLite database does."""
-    try:
-        with open(name, "rb") as stream:
-            return stream.read(len(_SQLITE_MAGIC)) == _SQLITE_MAGIC
-    except OSError:
-        return False
-
-
-def _sqlite_error(prefix: str, exc: sqlite3.Error) -> HistoryError:
-    code = getattr(exc, "sqlite_errorcode", None)
-    passing = isinstance(code, int) and (code & 0xFF) in _PASSING_CODES
-    return HistoryError(f"{prefix}: {exc}", passing=passing)
-
-
-@dataclass(frozen=True, slots=True)
-class DecisionRecord:
-    """One row of ``decisions``; ``summary`` and ``plan`` are the decoded JSON."""
-
-    id: int
-    at: float
-    cluster: str
-    mode: Mode
-    policy: str
-    action: Action
-    reason: str
-    imbalance: float | None
-    predicted: float | None
-    summary: Mapping[str, Any]
-    plan: tuple[Mapping[str, Any], ...]
-    #: What the decision is (the policy's ``DecisionCode``); None for a row that never said.
-    code: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class MigrationRecord:
-    """One row of ``migrations``; ``outcome`` is ``None`` while the migration is in flight."""
-
-    id: int
-    decision: int | None
-    move: Move
-    handle: str
-    started: float
-    parking: bool
-    ended: float | None
-    outcome: Outcome | None
-    error: str | None
-    #: Where its outcome comes among all recorded outcomes (1, 2, …); ``None`` while in flight.
-    ended_order: int | None = None
-    #: Seconds a done move stopped the guest; ``None`` when it ran throughout.
-    downtime: float | None = None
-
-    @property
-    def guest(self) -> str:
-        return self.move.guest
-
-    @property
-    def in_flight(self) -> bool:
-        return self.outcome is None
-
-    def as_handle(self) -> Handle:
-        """The backend handle, to poll the migration again (e.g. after a restart)."""
-        return Handle(id=self.handle, move=self.move, started=self.started)
-
-
-@dataclass(frozen=True, slots=True)
-class Cooldown:
-    """One row of ``cooldowns``: ``guest`` is not moved before ``until``."""
-
-    guest: str
-    until: float
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Avoid:
-    """One row of ``avoid``: ``guest`` keeps off ``node`` until ``until``."""
-
-    guest: str
-    node: str
-    until: float
-    reason: str
+__all__ = ["History", "Listener"]
 
 
 #: Told of every decision recorded, every migration whose platform task became known (its
@@ -347,7 +79,7 @@ Listener = Callable[[DecisionRecord | MigrationRecord], None]
 
 
 class History:
-    """An opendrs history file (see the module documentation for the schema).
+    """An opendrs history file (its schema: :mod:`opendrs.controller.history_file`).
 
     ``History(":memory:")`` keeps everything in memory (tests, one-shot runs). ``readonly=True``
     opens an existing file for reading only: it is never created, migrated or written. ``timeout``
@@ -360,119 +92,8 @@ class History:
         name = os.fsdecode(os.fspath(path))
         self._name = name
         self._readonly = readonly
-        self._db: sqlite3.Connection | None = None
         self._listeners: list[Listener] = []
-        if not name:
-            raise HistoryError("history path is empty")
-        if isinstance(timeout, bool) or not (
-            isinstance(timeout, int | float) and math.isfinite(timeout) and timeout >= 0
-        ):
-            raise HistoryError(f"history timeout must be a number of seconds ≥ 0, got {timeout!r}")
-        memory = name == _MEMORY
-        if memory and readonly:
-            raise HistoryError("an in-memory history cannot be opened read-only")
-        if not memory:
-            self._check_path(name, readonly)
-        try:
-            if memory:
-                db = sqlite3.connect(_MEMORY, timeout=timeout, isolation_level=None)
-            elif readonly:
-                uri = "file:" + urllib.parse.quote(os.path.abspath(name)) + "?mode=ro"
-                db = sqlite3.connect(uri, uri=True, timeout=timeout, isolation_level=None)
-            else:
-                db = sqlite3.connect(name, timeout=timeout, isolation_level=None)
-        except sqlite3.Error as exc:
-            raise _open_error(name, exc) from None
-        db.row_factory = sqlite3.Row
-        try:
-            self._open(db, memory)
-        except sqlite3.Error as exc:
-            db.close()
-            raise _open_error(name, exc) from None
-        except BaseException:
-            db.close()
-            raise
-        self._db = db
-
-    # ------------------------------------------------------------------ opening and schema
-
-    @staticmethod
-    def _check_path(name: str, readonly: bool) -> None:
-        if os.path.isdir(name):
-            raise HistoryError(f"{name}: cannot open history: it is a directory")
-        if readonly:
-            if not os.path.exists(name):
-                raise HistoryError(f"{name}: cannot open history: no such file")
-            return
-        parent = os.path.dirname(os.path.abspath(name))
-        if not os.path.isdir(parent):
-            raise HistoryError(f"{name}: cannot open history: directory {parent} does not exist")
-
-    def _open(self, db: sqlite3.Connection, memory: bool) -> None:
-        version = self._check_schema(db)
-        if not self._readonly and not memory:
-            db.execute("PRAGMA journal_mode = WAL")
-            db.execute("PRAGMA synchronous = FULL")
-        db.execute("PRAGMA foreign_keys = ON")
-        if version == SCHEMA_VERSION:
-            return
-        if self._readonly:
-            raise HistoryError(
-                f"{self._name}: history schema version {version} is older than this opendrs "
-                f"({SCHEMA_VERSION}); open it once read-write to upgrade it"
-            )
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            version = self._check_schema(db)  # another process may have upgraded it meanwhile
-            for target, step in enumerate(_MIGRATIONS[version:], start=version + 1):
-                try:
-                    for statement in step:
-                        db.execute(statement)
-                except sqlite3.Error as exc:
-                    raise HistoryError(
-                        f"{self._name}: cannot upgrade the history schema from version "
-                        f"{target - 1} to {target}: {exc}"
-                    ) from None
-            db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            db.execute("COMMIT")
-        finally:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-
-    def _check_schema(self, db: sqlite3.Connection) -> int:
-        """The file's schema version, after checking that it is an opendrs history we can read."""
-        application = int(db.execute("PRAGMA application_id").fetchone()[0])
-        version = int(db.execute("PRAGMA user_version").fetchone()[0])
-        if application not in (0, APPLICATION_ID):
-            raise HistoryError(
-                f"{self._name}: not an opendrs history (SQLite application id {application:#x})",
-                foreign=True,
-            )
-        if version > SCHEMA_VERSION:
-            raise HistoryError(
-                f"{self._name}: history schema version {version} is newer than this opendrs "
-                f"({SCHEMA_VERSION}); upgrade opendrs"
-            )
-        if version == 0:
-            tables = [
-                row[0]
-                for row in db.execute(
-                    "SELECT name FROM sqlite_master WHERE type = 'table' "
-                    "AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY name"
-                )
-            ]
-            if tables:
-                shown = ", ".join(tables[:5]) + (", …" if len(tables) > 5 else "")
-                raise HistoryError(
-                    f"{self._name}: not an opendrs history (a database with tables {shown})",
-                    foreign=True,
-                )
-            if self._readonly:  # nothing to upgrade: an empty file, never written by opendrs
-                raise HistoryError(
-                    f"{self._name}: not an opendrs history (an empty database)", foreign=True
-                )
-        return version
+        self._db: sqlite3.Connection | None = connect(name, readonly=readonly, timeout=timeout)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -537,7 +158,7 @@ class History:
                 if db.in_transaction:
                     db.execute("ROLLBACK")
         except sqlite3.Error as exc:
-            raise _sqlite_error(f"{self._name}: cannot {what}", exc) from None
+            raise sqlite_error(f"{self._name}: cannot {what}", exc) from None
 
     @contextmanager
     def _read(self, what: str) -> Iterator[sqlite3.Connection]:
@@ -551,7 +172,7 @@ class History:
                 if db.in_transaction:
                     db.execute("COMMIT")
         except sqlite3.Error as exc:
-            raise _sqlite_error(f"{self._name}: cannot {what}", exc) from None
+            raise sqlite_error(f"{self._name}: cannot {what}", exc) from None
 
     # ------------------------------------------------------------------ cluster binding
 
@@ -559,13 +180,13 @@ class History:
     def cluster(self) -> str | None:
         """The cluster this history belongs to, or ``None`` before :meth:`bind`."""
         with self._read("read the history's cluster") as db:
-            return _bound(db)
+            return bound_cluster(db)
 
     def bind(self, cluster: str) -> None:
         """Declare that this history belongs to ``cluster``; refused if it belongs to another."""
-        cluster = _name("cluster", cluster)
+        cluster = check_name("cluster", cluster)
         with self._write("bind the history to a cluster") as db:
-            bound = _bound(db)
+            bound = bound_cluster(db)
             if bound is None:
                 db.execute("INSERT INTO state (key, value) VALUES ('cluster', ?)", (cluster,))
             elif bound != cluster:
@@ -594,7 +215,9 @@ class History:
 
     def set_evacuated(self, evacuated: Mapping[str, str]) -> None:
         """Remember which guests were evacuated from which node (replacing what was there)."""
-        value = json.dumps({_name("guest", g): _name("node", n) for g, n in evacuated.items()})
+        value = json.dumps(
+            {check_name("guest", g): check_name("node", n) for g, n in evacuated.items()}
+        )
         with self._write("record the evacuated guests") as db:
             db.execute(
                 "INSERT INTO state (key, value) VALUES ('evacuated', ?) "
@@ -621,43 +244,31 @@ class History:
     ) -> int:
         """Record one decision; returns its id. ``code`` is what the decision is (the policy's
         ``DecisionCode``); without it, the summary's ``code`` when it has one."""
-        at = _time("at", at)
-        cluster = _name("cluster", cluster)
-        mode = cast(Mode, _choice("mode", mode, MODES))
-        policy = _name("policy", policy)
-        action = cast(Action, _choice("action", action, ACTIONS))
-        reason = _text("reason", reason)
-        imbalance = _optional_number("imbalance", imbalance)
-        predicted = _optional_number("predicted", predicted)
-        summary_json, plan_json = _decision_json(summary, plan)
-        if code is None and isinstance(summary.get("code"), str):
-            code = summary["code"]
-        code = None if code is None else _name("decision code", code)
+        columns = decision_columns(
+            at=at,
+            cluster=cluster,
+            mode=mode,
+            policy=policy,
+            action=action,
+            reason=reason,
+            imbalance=imbalance,
+            predicted=predicted,
+            summary=summary,
+            plan=plan,
+            code=code,
+        )
+        cluster = columns["cluster"]
         with self._write("record a decision") as db:
-            bound = _bound(db)
+            bound = bound_cluster(db)
             if bound is not None and bound != cluster:
                 raise HistoryError(
                     f"{self._name}: this history belongs to cluster {bound!r}, "
                     f"not {cluster!r}; decision not recorded"
                 )
             cursor = db.execute(
-                "INSERT INTO decisions (at, cluster, mode, policy, action, reason, imbalance, "
-                "predicted, moves, summary, plan, code) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    at,
-                    cluster,
-                    mode,
-                    policy,
-                    action,
-                    reason,
-                    imbalance,
-                    predicted,
-                    len(plan),
-                    summary_json,
-                    plan_json,
-                    code,
-                ),
+                f"INSERT INTO decisions ({', '.join(columns)}) "
+                f"VALUES ({', '.join('?' * len(columns))})",
+                tuple(columns.values()),
             )
             decision_id = int(cursor.lastrowid or 0)
             row = (
@@ -666,7 +277,7 @@ class History:
                 else None
             )
         if row is not None:
-            self._tell(_decision(row))
+            self._tell(decision_record(row))
         return decision_id
 
     def decisions(
@@ -676,7 +287,7 @@ class History:
         clauses, params = [], []
         if since is not None:
             clauses.append("at >= ?")
-            params.append(_time("since", since))
+            params.append(check_time("since", since))
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
             raise HistoryError(f"limit must be an integer, got {limit!r}")
         if limit is not None and limit < 0:
@@ -687,7 +298,7 @@ class History:
             query += f" LIMIT {limit}"
         with self._read("read decisions") as db:
             rows = db.execute(query, params).fetchall()
-        return [_decision(row) for row in reversed(rows)]
+        return [decision_record(row) for row in reversed(rows)]
 
     # ------------------------------------------------------------------ migrations
 
@@ -707,13 +318,13 @@ class History:
         """
         if not isinstance(move, Move):
             raise HistoryError(f"move must be a Move, got {type(move).__name__}")
-        guest = _name("move guest", move.guest)
-        source = _name("move source", move.source)
-        target = _name("move target", move.target)
+        guest = check_name("move guest", move.guest)
+        source = check_name("move source", move.source)
+        target = check_name("move target", move.target)
         if source == target:
             raise HistoryError(f"migration of {guest}: source and target are both {source!r}")
-        handle = _name("migration handle", handle)
-        at = _time("at", at)
+        handle = check_name("migration handle", handle)
+        at = check_time("at", at)
         if not isinstance(parking, bool):
             raise HistoryError(f"parking must be true or false, got {parking!r}")
         if decision is not None and (isinstance(decision, bool) or not isinstance(decision, int)):
@@ -747,8 +358,8 @@ class History:
         """Set the backend's handle of a migration recorded before its request was answered."""
         if isinstance(migration_id, bool) or not isinstance(migration_id, int):
             raise HistoryError(f"migration id must be an integer, got {migration_id!r}")
-        handle = _name("migration handle", handle)
-        started = _time("started", started)
+        handle = check_name("migration handle", handle)
+        started = check_time("started", started)
         with self._write("record a migration's handle") as db:
             changed = db.execute(
                 "UPDATE migrations SET handle = ?, started = ? WHERE id = ? AND outcome IS NULL",
@@ -762,7 +373,7 @@ class History:
                 else None
             )
         if row is not None:
-            self._tell(_migration(row))
+            self._tell(migration_record(row))
 
     def migration_finished(
         self,
@@ -782,16 +393,16 @@ class History:
         """
         if isinstance(migration_id, bool) or not isinstance(migration_id, int):
             raise HistoryError(f"migration id must be an integer, got {migration_id!r}")
-        at = _time("at", at)
-        outcome = cast(Outcome, _choice("outcome", outcome, OUTCOMES))
+        at = check_time("at", at)
+        outcome = cast(Outcome, check_choice("outcome", outcome, OUTCOMES))
         if error is not None:
             if outcome == "done":
                 raise HistoryError(f"migration {migration_id}: an error for outcome 'done'")
-            error = _text("error", error)
+            error = check_text("error", error)
         if downtime is not None:
             if outcome != "done":
                 raise HistoryError(f"migration {migration_id}: a downtime for outcome {outcome!r}")
-            downtime = _time("downtime", downtime)
+            downtime = check_time("downtime", downtime)
             if downtime < 0:
                 raise HistoryError(f"downtime must be at least 0 seconds, got {downtime!r}")
         with self._write("record a migration outcome") as db:
@@ -804,7 +415,7 @@ class History:
                         f"migration {migration_id} of {row['guest']} already ended as "
                         f"{row['outcome']!r}; cannot record {outcome!r}"
                     )
-                return _migration(row)
+                return migration_record(row)
             db.execute(
                 "UPDATE migrations SET ended = ?, outcome = ?, error = ?, downtime = ?, "
                 "ended_order = (SELECT COALESCE(MAX(ended_order), 0) + 1 FROM migrations) "
@@ -812,7 +423,7 @@ class History:
                 (at, outcome, error, downtime, migration_id),
             )
             row = db.execute("SELECT * FROM migrations WHERE id = ?", (migration_id,)).fetchone()
-        record = _migration(row)
+        record = migration_record(row)
         self._tell(record)
         return record
 
@@ -836,7 +447,7 @@ class History:
             rows = db.execute(
                 "SELECT * FROM migrations WHERE outcome IS NULL ORDER BY started, id"
             ).fetchall()
-        return [_migration(row) for row in rows]
+        return [migration_record(row) for row in rows]
 
     def migrations(
         self, since: float | None = None, guest: str | None = None
@@ -845,23 +456,23 @@ class History:
         clauses, params = [], []
         if since is not None:
             clauses.append("started >= ?")
-            params.append(_time("since", since))
+            params.append(check_time("since", since))
         if guest is not None:
             clauses.append("guest = ?")
-            params.append(_name("guest", guest))
+            params.append(check_name("guest", guest))
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         with self._read("read migrations") as db:
             rows = db.execute(
                 f"SELECT * FROM migrations {where} ORDER BY started, id", params
             ).fetchall()
-        return [_migration(row) for row in rows]
+        return [migration_record(row) for row in rows]
 
     def budget_spent(self, since: float) -> list[float]:
         """When each migration that counts against the migration budget started, at or after
         ``since``, oldest first: those of a decision whose summary says ``budgeted`` (a balancing
         plan, or a repair of nodes that only run hot); for a decision recorded without it, those
         of a balancing plan (``action = 'plan'``)."""
-        since = _time("since", since)
+        since = check_time("since", since)
         with self._read("read the migration budget spent") as db:
             rows = db.execute(
                 "SELECT m.started FROM migrations m JOIN decisions d ON d.id = m.decision "
@@ -878,7 +489,7 @@ class History:
         Each entry is ``(source node, ended)``, oldest first. Failed and lost migrations are not
         departures: the guest may never have left.
         """
-        since = _time("since", since)
+        since = check_time("since", since)
         result: dict[str, list[tuple[str, float]]] = {}
         with self._read("read departures") as db:
             for row in db.execute(
@@ -893,9 +504,9 @@ class History:
 
     def set_cooldown(self, guest: str, until: float, reason: str) -> None:
         """Keep ``guest`` still until ``until`` (replaces any cooldown it had)."""
-        guest = _name("guest", guest)
-        until = _time("until", until)
-        reason = _text("reason", reason)
+        guest = check_name("guest", guest)
+        until = check_time("until", until)
+        reason = check_text("reason", reason)
         with self._write("set a cooldown") as db:
             db.execute(
                 "INSERT INTO cooldowns (guest, until, reason) VALUES (?, ?, ?) "
@@ -910,7 +521,7 @@ class History:
 
     def cooldown_entries(self, now: float) -> list[Cooldown]:
         """The cooldowns still active at ``now`` (``now < until``), with their reasons, by guest."""
-        now = _time("now", now)
+        now = check_time("now", now)
         with self._read("read cooldowns") as db:
             rows = db.execute(
                 "SELECT guest, until, reason FROM cooldowns WHERE until > ? ORDER BY guest", (now,)
@@ -919,10 +530,10 @@ class History:
 
     def avoid(self, guest: str, node: str, until: float, reason: str) -> None:
         """Keep ``guest`` off ``node`` until ``until`` (replaces any such entry)."""
-        guest = _name("guest", guest)
-        node = _name("node", node)
-        until = _time("until", until)
-        reason = _text("reason", reason)
+        guest = check_name("guest", guest)
+        node = check_name("node", node)
+        until = check_time("until", until)
+        reason = check_text("reason", reason)
         with self._write("record a node to avoid") as db:
             db.execute(
                 "INSERT INTO avoid (guest, node, until, reason) VALUES (?, ?, ?, ?) "
@@ -937,7 +548,7 @@ class History:
 
     def avoid_entries(self, now: float) -> list[Avoid]:
         """The nodes guests keep off at ``now`` (``now < until``), with reasons, by guest, node."""
-        now = _time("now", now)
+        now = check_time("now", now)
         with self._read("read avoided nodes") as db:
             rows = db.execute(
                 "SELECT guest, node, until, reason FROM avoid WHERE until > ? ORDER BY guest, node",
@@ -968,7 +579,7 @@ class History:
         refers to. Migrations in flight are always kept, and so are their decisions. Call it with
         ``now - retention``.
         """
-        before = _time("before", before)
+        before = check_time("before", before)
         with self._write("prune the history") as db:
             migrations = db.execute(
                 "DELETE FROM migrations WHERE outcome IS NOT NULL AND ended < ?", (before,)
@@ -995,7 +606,7 @@ class History:
         that ended since ``since``, and ``in_flight``, the number in flight now; ``started``:
         migrations started since ``since``.
         """
-        since = _time("since", since)
+        since = check_time("since", since)
         decisions = dict.fromkeys(ACTIONS, 0)
         modes = dict.fromkeys(MODES, 0)
         migrations = dict.fromkeys(OUTCOMES, 0)
@@ -1030,121 +641,3 @@ class History:
             "migrations": {**migrations, "in_flight": in_flight},
             "started": started,
         }
-
-
-# ---------------------------------------------------------------------- helpers
-
-
-def _one_line(text: str) -> str:
-    return " ".join(str(text).split()) or "unknown error"
-
-
-def _bound(db: sqlite3.Connection) -> str | None:
-    row = db.execute("SELECT value FROM state WHERE key = 'cluster'").fetchone()
-    return None if row is None else str(row[0])
-
-
-def _time(what: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise HistoryError(f"{what} must be a time in seconds, got {value!r}")
-    if not math.isfinite(value):
-        raise HistoryError(f"{what} must be a finite time in seconds, got {value!r}")
-    return float(value)
-
-
-def _optional_number(what: str, value: object) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise HistoryError(f"{what} must be a finite number or None, got {value!r}")
-    return float(value)
-
-
-def _name(what: str, value: object) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise HistoryError(f"{what} must be a non-empty string, got {value!r}")
-    if value != value.strip() or any(c in value for c in "\r\n\t\0"):
-        raise HistoryError(f"{what} must be one word without surrounding blanks, got {value!r}")
-    return value
-
-
-def _text(what: str, value: object) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise HistoryError(f"{what} must be a non-empty string, got {value!r}")
-    return _one_line(value)
-
-
-def _choice(what: str, value: object, choices: tuple[str, ...]) -> str:
-    if value not in choices or not isinstance(value, str):
-        raise HistoryError(f"{what} must be one of {', '.join(choices)}; got {value!r}")
-    return value
-
-
-def _json_default(value: object) -> object:
-    if is_dataclass(value) and not isinstance(value, type):
-        return asdict(value)
-    if isinstance(value, Mapping):
-        return dict(value)
-    if isinstance(value, set | frozenset):
-        return sorted(value)
-    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
-
-
-def _json(what: str, value: object) -> str:
-    try:
-        return json.dumps(
-            value,
-            default=_json_default,
-            allow_nan=False,
-            ensure_ascii=False,
-            separators=(",", ":"),
-        )
-    except (TypeError, ValueError, RecursionError) as exc:
-        raise HistoryError(f"{what} cannot be stored as JSON: {exc}") from None
-
-
-def _decision(row: sqlite3.Row) -> DecisionRecord:
-    return DecisionRecord(
-        id=int(row["id"]),
-        at=float(row["at"]),
-        cluster=row["cluster"],
-        mode=row["mode"],
-        policy=row["policy"],
-        action=row["action"],
-        reason=row["reason"],
-        imbalance=None if row["imbalance"] is None else float(row["imbalance"]),
-        predicted=None if row["predicted"] is None else float(row["predicted"]),
-        summary=MappingProxyType(json.loads(row["summary"])),
-        plan=tuple(MappingProxyType(step) for step in json.loads(row["plan"])),
-        code=row["code"],
-    )
-
-
-def _decision_json(summary: object, plan: object) -> tuple[str, str]:
-    """A decision's summary (a mapping) and plan (a sequence of mappings) as JSON text."""
-    if not isinstance(summary, Mapping):
-        raise HistoryError(f"decision summary must be a mapping, got {type(summary).__name__}")
-    if isinstance(plan, str | bytes) or not isinstance(plan, Sequence):
-        raise HistoryError(f"decision plan must be a sequence, got {type(plan).__name__}")
-    for index, step in enumerate(plan):
-        if not isinstance(step, Mapping):
-            raise HistoryError(
-                f"decision plan[{index}] must be a mapping, got {type(step).__name__}"
-            )
-    return _json("decision summary", summary), _json("decision plan", list(plan))
-
-
-def _migration(row: sqlite3.Row) -> MigrationRecord:
-    return MigrationRecord(
-        id=int(row["id"]),
-        decision=None if row["decision"] is None else int(row["decision"]),
-        move=Move(row["guest"], row["source"], row["target"]),
-        handle=row["handle"],
-        started=float(row["started"]),
-        parking=bool(row["parking"]),
-        ended=None if row["ended"] is None else float(row["ended"]),
-        outcome=row["outcome"],
-        error=row["error"],
-        ended_order=None if row["ended_order"] is None else int(row["ended_order"]),
-        downtime=None if row["downtime"] is None else float(row["downtime"]),
-    )

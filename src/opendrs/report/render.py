@@ -23,8 +23,8 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
 from opendrs import __version__
+from opendrs.json_data import iso_time
 from opendrs.model.units import format_bytes, format_duration
-from opendrs.report.data import iso_time
 
 __all__ = ["FORMATS", "Document", "inline_svg", "render"]
 

@@ -1,4 +1,10 @@
-"""The one JSON form of what the history records: decisions and migration events.
+"""What the history records — decisions, migrations, cooldowns, avoids — and their one JSON form.
+
+The record types (:class:`DecisionRecord`, :class:`MigrationRecord`, :class:`Cooldown`,
+:class:`Avoid`), the values their fields take (:data:`Mode`, :data:`Action`, :data:`Outcome`,
+:data:`PENDING`) and their JSON objects live here, below the controller that writes them
+(:mod:`opendrs.controller.history`, the SQLite store) and the commands, reports and dashboard
+that present them.
 
 ``opendrs history --format json|jsonl``, ``opendrs status --format json`` and the daemon's
 decision log (``log: {decisions: FILE}``) all write these objects, built here and nowhere else,
@@ -42,13 +48,25 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Final, Literal, get_args
 
-from opendrs.controller.executor import PENDING
-from opendrs.controller.history import DecisionRecord, MigrationRecord
-from opendrs.report.data import finite, iso_time
+from opendrs.backends.base import Handle
+from opendrs.json_data import finite, iso_time
+from opendrs.model.cluster import Move
 
 __all__ = [
+    "ACTIONS",
+    "MODES",
+    "OUTCOMES",
+    "PENDING",
+    "Action",
+    "Avoid",
+    "Cooldown",
+    "DecisionRecord",
+    "MigrationRecord",
+    "Mode",
+    "Outcome",
     "decision_object",
     "jsonl",
     "migration_events",
@@ -57,6 +75,87 @@ __all__ = [
     "record_object",
     "timeline",
 ]
+
+Mode = Literal["shadow", "active"]
+Action = Literal["none", "plan", "repair"]
+Outcome = Literal["done", "failed", "lost"]
+
+MODES: Final[tuple[str, ...]] = get_args(Mode)
+ACTIONS: Final[tuple[str, ...]] = get_args(Action)
+OUTCOMES: Final[tuple[str, ...]] = get_args(Outcome)
+
+#: Handle of a migration recorded before its request was answered (or whose answer was lost).
+PENDING: Final = "(pending)"
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionRecord:
+    """One row of ``decisions``; ``summary`` and ``plan`` are the decoded JSON."""
+
+    id: int
+    at: float
+    cluster: str
+    mode: Mode
+    policy: str
+    action: Action
+    reason: str
+    imbalance: float | None
+    predicted: float | None
+    summary: Mapping[str, Any]
+    plan: tuple[Mapping[str, Any], ...]
+    #: What the decision is (the policy's ``DecisionCode``); None for a row that never said.
+    code: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MigrationRecord:
+    """One row of ``migrations``; ``outcome`` is ``None`` while the migration is in flight."""
+
+    id: int
+    decision: int | None
+    move: Move
+    handle: str
+    started: float
+    parking: bool
+    ended: float | None
+    outcome: Outcome | None
+    error: str | None
+    #: Where its outcome comes among all recorded outcomes (1, 2, …); ``None`` while in flight.
+    ended_order: int | None = None
+    #: Seconds a done move stopped the guest; ``None`` when it ran throughout.
+    downtime: float | None = None
+
+    @property
+    def guest(self) -> str:
+        return self.move.guest
+
+    @property
+    def in_flight(self) -> bool:
+        return self.outcome is None
+
+    def as_handle(self) -> Handle:
+        """The backend handle, to poll the migration again (e.g. after a restart)."""
+        return Handle(id=self.handle, move=self.move, started=self.started)
+
+
+@dataclass(frozen=True, slots=True)
+class Cooldown:
+    """One row of ``cooldowns``: ``guest`` is not moved before ``until``."""
+
+    guest: str
+    until: float
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Avoid:
+    """One row of ``avoid``: ``guest`` keeps off ``node`` until ``until``."""
+
+    guest: str
+    node: str
+    until: float
+    reason: str
+
 
 #: The fields of a plan's move in a decision object.
 _MOVE_FIELDS = ("guest", "source", "target", "step", "parking")
