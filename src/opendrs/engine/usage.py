@@ -28,7 +28,15 @@ from functools import cached_property
 
 import numpy as np
 
-from opendrs.model.cluster import BalanceSource, Cluster, Guest, Node, UsageMode, updater
+from opendrs.model.cluster import (
+    BalanceSource,
+    Cluster,
+    Guest,
+    Node,
+    Settings,
+    UsageMode,
+    updater,
+)
 
 _guest_with_usage = updater(Guest, "cpu_used", "memory_used")
 
@@ -503,7 +511,8 @@ class CapacityModel:
     storage_guest: np.ndarray
     storage_node: np.ndarray
     #: The share of a node's capacity measured usage may fill (dynamic mode): 1, or the policy's
-    #: hot level, above which a node runs hot.
+    #: hot level, above which a node runs hot; 1 where ``Settings.measured_overcommit`` makes
+    #: the overcommits the limits (:func:`measured_capacity_factor`).
     measured_limit: float = 1.0
 
     @classmethod
@@ -511,7 +520,8 @@ class CapacityModel:
         cls, cluster: Cluster, usage: MeasuredUsage | None = None, measured_limit: float = 1.0
     ) -> CapacityModel:
         """The capacity dimensions of ``cluster``, measured usage (dynamic mode) from ``usage``
-        (default: the cluster's own) against ``measured_limit`` of each node's capacity."""
+        (default: the cluster's own) against ``measured_limit`` of each node's capacity, or the
+        overcommits (:func:`measured_capacity_factor`)."""
         settings = cluster.settings
         pools = sorted(
             {p for n in cluster.nodes for p in n.storage}
@@ -526,11 +536,14 @@ class CapacityModel:
         limit = np.zeros((n_nodes, n_dims))
         base = np.zeros((n_nodes, n_dims))
         net = net_capacity(cluster)
+        measured_factor = measured_capacity_factor(settings, measured_limit)
+        if settings.measured_overcommit:
+            measured_limit = 1.0
         for i, node in enumerate(cluster.nodes):
             cores, mem = float(net[i, 0]), float(net[i, 1])
             row = [cores * settings.cpu_overcommit, mem * settings.memory_overcommit]
             if dynamic:
-                row += [cores * measured_limit, mem * measured_limit]
+                row += [cores * measured_factor[0], mem * measured_factor[1]]
             row += [float(node.storage.get(p, 0)) for p in pools]
             limit[i] = row
         demand = np.zeros((n_guests, n_dims))
@@ -594,6 +607,16 @@ class CapacityModel:
     def over(self, committed: np.ndarray) -> np.ndarray:
         """(N, D) boolean: where committed exceeds the limit (beyond rounding)."""
         return committed > self.limit + tolerance(self.limit)
+
+
+def measured_capacity_factor(settings: Settings, hot: float | None) -> tuple[float, float]:
+    """The share (cpu, memory) of each node's capacity net of reserves that measured usage may
+    fill in dynamic mode: the ``hot`` level (None: all of it), or the overcommits where
+    ``settings.measured_overcommit`` (proxlb-solver's limits)."""
+    if settings.measured_overcommit:
+        return settings.cpu_overcommit, settings.memory_overcommit
+    level = 1.0 if hot is None else hot
+    return level, level
 
 
 Pairs = tuple[np.ndarray, np.ndarray]

@@ -179,6 +179,11 @@ class Settings:
     cpu_overcommit: float = 4.0
     #: Configured memory a node may carry per byte of RAM (1.0: no overcommit).
     memory_overcommit: float = 1.0
+    #: Whether measured use (dynamic mode) is checked against the same limits as configured
+    #: sizes — cores × ``cpu_overcommit``, memory × ``memory_overcommit`` — rather than against
+    #: the hot level of each node's capacity: proxlb-solver's limits, whose only CPU check is
+    #: vCPUs against cores × overcommit. Set by the proxlb-solver import; not in snapshots.
+    measured_overcommit: bool = False
     #: Default per-node reserves (cores, bytes) kept free for the host itself.
     reserve_cpu: float = 0.0
     reserve_memory: int = 0

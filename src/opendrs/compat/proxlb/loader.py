@@ -12,11 +12,13 @@ Unknown keys are ignored, as proxlb-solver does (each is listed in ``Scenario.no
 
 The opendrs cluster's usage mode, balance source and resource weights are the scenario's
 ``balancing.method`` (:func:`~.metric.balance_metric`); ``cpu_usage`` is the measured CPU use,
-containers may move by restart and local disks may be copied. ``evacuate_node`` puts that node in
-maintenance. Node reserves become node reserves. **Storage**: proxlb-solver takes a node's *free*
-space as its capacity, so guests that already sit on a pool count twice and a valid state turns
-infeasible (three 40 GB containers on a node with 50 GB free). opendrs's capacity of a pool is
-what it really is: ``storage_free`` plus what the node's own guests use there, less the reserve.
+checked (dynamic mode) against cores × ``cpu_overcommit`` as the vCPUs are — proxlb-solver's only
+CPU limit (``Settings.measured_overcommit``), not the cores alone; containers may move by restart
+and local disks may be copied. ``evacuate_node`` puts that node in maintenance. Node reserves become
+node reserves. **Storage**: proxlb-solver takes a node's *free* space as its capacity, so guests
+that already sit on a pool count twice and a valid state turns infeasible (three 40 GB containers on
+a node with 50 GB free). opendrs's capacity of a pool is what it really is: ``storage_free`` plus
+what the node's own guests use there, less the reserve.
 """
 
 from __future__ import annotations
@@ -640,6 +642,7 @@ class _Reader(Reader):
             balance_source=metric.source,
             cpu_overcommit=balancing.cpu_overcommit,
             memory_overcommit=1.0,
+            measured_overcommit=True,
             allow_restart_migration=True,
             allow_local_disks=True,
             min_uptime=0,

@@ -28,7 +28,14 @@ from opendrs.engine.strategies.base import (
     Proposal,
 )
 from opendrs.engine.strategies.exact_repair import REPAIR_TIME_LIMIT
-from opendrs.engine.usage import CapacityModel, LoadModel, net_capacity, tolerance, usage_loads
+from opendrs.engine.usage import (
+    CapacityModel,
+    LoadModel,
+    measured_capacity_factor,
+    net_capacity,
+    tolerance,
+    usage_loads,
+)
 from opendrs.model.cluster import Cluster, Node
 
 #: ``target_spread`` that asks ``balance`` for its repairs only.
@@ -114,7 +121,7 @@ def may_need_repair(
         return True
     if settings.mode == "dynamic":
         model = usage_loads(cluster, loads)
-        capacity = model.capacity * (1.0 if hot is None else hot)
+        capacity = model.capacity * np.array(measured_capacity_factor(settings, hot))
         if np.any(model.loads() > capacity + tolerance(capacity)):
             return True
     return False
