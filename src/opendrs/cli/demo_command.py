@@ -35,7 +35,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from opendrs.backends.sim import Simulator, builtin_scenario
-    from opendrs.cli.run_command import each
+    from opendrs.cli.daemon import each
     from opendrs.cli.simulate import report_from, simulated_config
     from opendrs.cli.simulate_command import quiet_logs, show_stability
     from opendrs.controller.config import BackendConfig
