@@ -1,8 +1,8 @@
-"""``opendrs run``: the daemon's command — configuration, lock, history, signals, logging."""
+"""The daemon of ``opendrs run`` — configuration, lock, history, signals, logging — run by
+:mod:`.run_command`."""
 
 from __future__ import annotations
 
-import argparse
 import logging
 import signal
 import sys
@@ -13,7 +13,6 @@ from typing import TypeVar
 
 from opendrs.backends.base import STOPPING, Backend, BackendError, Clock
 from opendrs.backends.sim import Simulator
-from opendrs.cli.arguments import Subcommands
 from opendrs.cli.process import (
     EXIT_LASTING,
     EXIT_OK,
@@ -279,45 +278,3 @@ class DaemonRun:
             )
             return EXIT_PROBLEM
         return EXIT_OK
-
-
-def cmd_run(args: argparse.Namespace) -> int:
-    """``opendrs run``: read the configuration, open the files, serve, run: the exit status."""
-    config = load_config(args.config)
-    setup_logging("debug" if args.verbose else config.log_level)
-    signals = DaemonSignals(args.config)
-    try:
-        files = open_files(config)
-        published = start_serving(config, files)
-    except CannotStart as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.status
-    daemon = DaemonRun(config, signals, files, published, once=args.once, shadow=args.shadow)
-    return daemon.run()
-
-
-def add_run_parser(sub: Subcommands) -> None:
-    p = sub.add_parser(
-        "run",
-        help="the daemon: observe, decide and (in active mode) migrate, every interval",
-        description="Run the controller with a configuration file (see docs/configuration.md). "
-        "Shadow mode, the default, only records and logs what it would do; migrations happen "
-        "only with 'mode: active' in the file. SIGHUP reloads the file (and opens the decision "
-        "log again), SIGTERM stops cleanly. Exit status: 0 stopped, 1 a problem that may pass "
-        "(retry), 2 bad configuration (or a decision log that cannot be opened), 3 a problem a "
-        "restart cannot cure (corrupt or foreign history).",
-    )
-    p.add_argument("--config", required=True, metavar="FILE", help="the configuration (YAML)")
-    p.add_argument(
-        "--once",
-        action="store_true",
-        help="one cycle (no hold), then follow its migrations to the end and exit; exit status 1 "
-        "when the cluster could not be observed",
-    )
-    p.add_argument(
-        "--shadow",
-        action="store_true",
-        help="never migrate, whatever the file says, through every reload",
-    )
-    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    p.set_defaults(func=cmd_run)

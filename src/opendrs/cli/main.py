@@ -13,12 +13,12 @@ from typing import NoReturn
 from opendrs import __version__
 from opendrs.cli.cluster_command import add_cluster_parsers
 from opendrs.cli.compat_command import add_compat_parsers
-from opendrs.cli.daemon import add_run_parser
 from opendrs.cli.demo_command import add_demo_parser
 from opendrs.cli.history_command import add_history_parser
 from opendrs.cli.maintenance_command import add_maintenance_parser
 from opendrs.cli.plan_command import add_plan_parsers
 from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, UsageError
+from opendrs.cli.run_command import add_run_parser
 from opendrs.cli.simulate_command import add_simulate_parser
 from opendrs.cli.snapshot_command import add_snapshot_parser
 from opendrs.cli.status_command import add_status_parser
