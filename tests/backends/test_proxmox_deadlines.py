@@ -463,7 +463,7 @@ def test_sigterm_during_a_hanging_api_call_stops_the_daemon(
 ) -> None:
     """``opendrs run`` against an API that never answers (timeout 1h): SIGTERM ends it in seconds.
 
-    Needs ``config.make_backend(should_stop=lambda: signals.stop)`` in cli/run_command.py.
+    Needs ``config.make_backend(should_stop=lambda: signals.stop)`` in cli/daemon.py.
     """
     with hostile("hang", certs, max_seconds=120) as server:
         config = tmp_path / "opendrs.yaml"

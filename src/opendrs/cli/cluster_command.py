@@ -5,12 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from opendrs.cli.arguments import Subcommands
 from opendrs.cli.output import add_format_option, dump_json, new_console
 from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, UsageError
-from opendrs.compat.proxlb import Scenario, is_proxlb_scenario, scenario_from_dict
-from opendrs.controller.views import stuck_rows
 from opendrs.engine.breaks import rule_breaks
 from opendrs.engine.constraints import Constraints, movability, platform_balancer
 from opendrs.engine.placement import Evacuation, evacuate, place_guest, place_new
@@ -31,6 +30,9 @@ from opendrs.report.text import (
     show_stuck,
 )
 
+if TYPE_CHECKING:
+    from opendrs.compat.proxlb import Scenario
+
 __all__ = ["add_cluster_parsers", "read_cluster", "read_snapshot"]
 
 
@@ -41,6 +43,9 @@ def read_snapshot(path: str) -> tuple[Cluster, Scenario | None]:
     filename, data = read_file(path)
     document = parse(data, filename=filename)
     del data  # the bytes are not kept while the cluster is built
+    # imported for a file only: the proxlb compatibility layer is large, the demo needs none of it
+    from opendrs.compat.proxlb import is_proxlb_scenario, scenario_from_dict
+
     if is_proxlb_scenario(document):
         scenario = scenario_from_dict(document, filename=filename)
         return scenario.cluster, scenario
@@ -87,6 +92,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     cluster = read_cluster(args.snapshot)
     stuck = stuck_now(cluster)
     if args.format == "json":
+        from opendrs.controller.views import stuck_rows  # imported here: it loads the controller
+
         loads = LoadModel.build(cluster)
         fractions = loads.fractions()
         dump_json(

@@ -11,7 +11,6 @@ from typing import Any
 from opendrs.cli.arguments import Subcommands, positive_seconds
 from opendrs.cli.output import add_format_option, dump_json, new_console
 from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, UsageError
-from opendrs.compat.proxlb import check_paths, junit_xml, scenario_files
 from opendrs.engine.strategies import get_strategy
 from opendrs.report.text import Report
 
@@ -19,6 +18,9 @@ __all__ = ["add_compat_parsers"]
 
 
 def cmd_proxlb_check(args: argparse.Namespace) -> int:
+    # imported when the command runs: the proxlb compatibility layer is large
+    from opendrs.compat.proxlb import check_paths, junit_xml, scenario_files
+
     try:
         get_strategy(args.strategy)
     except KeyError as exc:

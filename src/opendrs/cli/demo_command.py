@@ -7,42 +7,46 @@ import argparse
 import sys
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.live import Live
-from rich.table import Table
-
-from opendrs.backends.sim import Simulator, builtin_scenario
 from opendrs.cli.arguments import Subcommands, parse_number, simulated_days
 from opendrs.cli.process import (
     EXIT_OK,
     EXIT_PROBLEM,
     EXIT_USAGE,
 )
-from opendrs.cli.run_command import each
-from opendrs.cli.simulate import (
-    report_from,
-    simulated_config,
-)
-from opendrs.cli.simulate_command import quiet_logs, show_stability
-from opendrs.controller.config import (
-    BackendConfig,
-    HttpConfig,
-    parse_listen,
-)
-from opendrs.controller.dashboard import Dashboard
-from opendrs.controller.executor import Event
-from opendrs.controller.history import History
-from opendrs.controller.http_server import HttpError, start_server
-from opendrs.controller.loop import Controller, Cycle
-from opendrs.controller.metrics import DaemonMetrics
-from opendrs.engine.policy import PRESETS
-from opendrs.report.text import Report, bar
+
+if TYPE_CHECKING:
+    from rich.live import Live
+    from rich.table import Table
+
+    from opendrs.backends.sim import Simulator
+    from opendrs.controller.config import HttpConfig
+    from opendrs.controller.executor import Event
+    from opendrs.controller.loop import Cycle
+    from opendrs.report.text import Report
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """The controller in active mode against the built-in demo scenario, live — and on the
     dashboard while it runs."""
+    # imported when the demo runs: the simulator, the controller, its server and rich are large,
+    # and every other command would pay for them when the parser is built
+    from rich.console import Console
+
+    from opendrs.backends.sim import Simulator, builtin_scenario
+    from opendrs.cli.daemon import each
+    from opendrs.cli.simulate import report_from, simulated_config
+    from opendrs.cli.simulate_command import quiet_logs, show_stability
+    from opendrs.controller.config import BackendConfig
+    from opendrs.controller.dashboard import Dashboard
+    from opendrs.controller.history import History
+    from opendrs.controller.http_server import HttpError, start_server
+    from opendrs.controller.loop import Controller
+    from opendrs.controller.metrics import DaemonMetrics
+    from opendrs.engine.policy import PRESETS
+    from opendrs.report.text import Report
+
     quiet_logs()  # the live view prints every migration and failure itself
     scenario = builtin_scenario("demo")
     policy = PRESETS["opendrs"]
@@ -131,6 +135,8 @@ class LiveView:
     def start(self) -> None:
         self._started = time.perf_counter()
         if self.report.rich:
+            from rich.live import Live  # imported when the demo runs, as in cmd_demo
+
             self._live = Live(self._table(), console=self.report.console, refresh_per_second=8)
             self._live.start()
         else:
@@ -144,6 +150,10 @@ class LiveView:
             self._print_loads()
 
     def _table(self) -> Table:
+        from rich.table import Table  # imported when the demo runs, as in cmd_demo
+
+        from opendrs.report.text import bar
+
         now = self.sim.node_fractions()
         names, cpu, memory = now.names, now.cpu, now.memory
         hours = self.sim.now() / 3600
@@ -236,6 +246,8 @@ def _seconds(text: str) -> float:
 
 
 def _listen(text: str) -> HttpConfig:
+    from opendrs.controller.config import parse_listen  # imported when the option is read
+
     try:
         return parse_listen(text)
     except ValueError as exc:

@@ -22,13 +22,12 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from opendrs.cli.arguments import Subcommands
 from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, UsageError
-from opendrs.controller.config import Config, load_config
-from opendrs.controller.history import History
 from opendrs.controller.history_file import HistoryError
 from opendrs.json_data import iso_time, json_text
 from opendrs.model.units import UnitError, format_duration, parse_duration
@@ -42,6 +41,11 @@ from opendrs.records import (
 )
 from opendrs.report.text import Report
 
+if TYPE_CHECKING:
+    from opendrs.controller.config import Config
+    from opendrs.controller.history import History
+
+
 __all__ = ["add_history_parser", "cmd_history", "history_now", "open_history", "parse_since"]
 
 FORMATS = ("text", "json", "jsonl")
@@ -51,6 +55,9 @@ _ISO = re.compile(r"\d{4}-\d{2}-\d{2}")
 def open_history(config: Config) -> History:
     """The configuration's history, read-only; :class:`HistoryError` (one line) when it cannot
     be opened — a missing file said as such."""
+    # imported when the command runs: the controller is large
+    from opendrs.controller.history import History
+
     return History(config.history, readonly=True)
 
 
@@ -134,6 +141,9 @@ def select(
 
 
 def cmd_history(args: argparse.Namespace) -> int:
+    # imported when the command runs: the controller is large
+    from opendrs.controller.config import load_config
+
     config = load_config(args.config)
     since = parse_since(args.since) if args.since is not None else None
     guest = _name("--guest", args.guest) if args.guest is not None else None

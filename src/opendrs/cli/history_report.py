@@ -11,15 +11,18 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from opendrs.controller.config import Config
-from opendrs.controller.history import History
 from opendrs.engine.policy.metrics import format_metric, metric_label, metric_scale
 from opendrs.json_data import iso_time
 from opendrs.records import Avoid, DecisionRecord, MigrationRecord, decision_object
 from opendrs.report.charts import Line, bar_chart, line_chart
 from opendrs.report.render import Document
+
+if TYPE_CHECKING:
+    from opendrs.controller.config import Config
+    from opendrs.controller.history import History
+
 
 __all__ = ["history_document"]
 

@@ -32,7 +32,6 @@ from typing import Any, Final
 from opendrs.backends.base import Backend, BackendError, PlatformMaintenance
 from opendrs.cli.arguments import Subcommands
 from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, UsageError, setup_logging
-from opendrs.controller.config import load_config
 from opendrs.json_data import json_text
 from opendrs.model.cluster import Cluster
 
@@ -153,6 +152,9 @@ def show_outcome(outcome: Outcome) -> str:
 
 
 def cmd_maintenance(args: argparse.Namespace) -> int:
+    # imported when the command runs: the controller is large
+    from opendrs.controller.config import load_config
+
     config = load_config(args.config)
     setup_logging(config.log_level)
     enter = args.action == "enter"

@@ -19,8 +19,6 @@ from pathlib import Path
 
 from opendrs.cli.history_report import history_document
 from opendrs.cli.process import UsageError
-from opendrs.controller.config import load_config
-from opendrs.controller.history import History
 from opendrs.report.render import Document, render
 
 __all__ = ["file_format", "report_of_history", "write_report"]
@@ -31,6 +29,10 @@ def report_of_history(config_file: str) -> Document:
 
     :class:`UsageError` when the configuration keeps no history file, or it does not exist;
     :class:`~opendrs.controller.history_file.HistoryError` when it cannot be read."""
+    # imported when the command runs: the controller is large
+    from opendrs.controller.config import load_config
+    from opendrs.controller.history import History
+
     config = load_config(config_file)
     if config.history == ":memory:":
         raise UsageError(f"{config_file}: history: kept in memory, there is no history to report")

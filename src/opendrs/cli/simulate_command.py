@@ -9,9 +9,9 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from opendrs.backends.generated import (
     DEFAULT_GUESTS,
@@ -27,11 +27,6 @@ from opendrs.cli.process import (
     EXIT_OK,
     UsageError,
 )
-from opendrs.cli.simulate import (
-    PolicyTrace,
-    StabilityReport,
-    run_policy,
-)
 from opendrs.engine.policy import PRESETS, PolicyConfig, parse_policy
 from opendrs.engine.policy.config import (
     BUDGET_WINDOW_RANGE,
@@ -43,6 +38,11 @@ from opendrs.json_data import json_text
 from opendrs.model.document import Reader, parse, read_file
 from opendrs.model.units import UnitError, format_duration, parse_duration
 from opendrs.report.text import Report
+
+if TYPE_CHECKING:
+    from rich.progress import TaskID
+
+    from opendrs.cli.simulate import PolicyTrace, StabilityReport
 
 DEFAULT_POLICIES = "opendrs,proxmox,incus,proxlb"
 
@@ -154,6 +154,11 @@ def _check_budget_args(args: argparse.Namespace) -> None:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
+    # imported when the simulation runs: the controller and rich's progress bar are large
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from opendrs.cli.simulate import run_policy
+
     quiet_logs()
     scenario = _scenario(args)
     chosen = _policies(args.policy or [DEFAULT_POLICIES])

@@ -33,18 +33,20 @@ import tempfile
 import threading
 from collections.abc import Callable
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opendrs.backends.base import BackendError
 from opendrs.cli.arguments import Subcommands
 from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, UsageError, setup_logging
-from opendrs.controller.config import Config, load_config
-from opendrs.controller.loop import observe_as_configured
 from opendrs.engine.constraints import platform_balancer
 from opendrs.engine.policy import UsageWindow
 from opendrs.model import snapshot
 from opendrs.model.cluster import Cluster
 from opendrs.model.document import one_line
+
+if TYPE_CHECKING:
+    from opendrs.controller.config import Config
+
 
 __all__ = ["add_snapshot_parser", "cmd_snapshot", "observe_once", "render", "write_atomically"]
 
@@ -64,6 +66,9 @@ def observe_once(
     Raises :class:`BackendError` when it cannot be observed (or a configured reserve leaves a
     node no capacity).
     """
+    # imported when the command runs: the controller is large
+    from opendrs.controller.loop import observe_as_configured
+
     backend, clock = config.make_backend(should_stop=should_stop)
     try:
         cluster = observe_as_configured(backend, config)
@@ -205,6 +210,9 @@ class _Stop:
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
+    # imported when the command runs: the controller is large
+    from opendrs.controller.config import load_config
+
     config = load_config(args.config)
     fmt = _output_format(args.format, args.output)
     if args.output is not None:

@@ -27,7 +27,7 @@ import argparse
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
@@ -36,16 +36,7 @@ from opendrs.cli.arguments import Subcommands
 from opendrs.cli.history_command import history_now, open_history
 from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, setup_logging
 from opendrs.cli.snapshot_command import observe_once
-from opendrs.controller.config import Config, load_config
 from opendrs.controller.history_file import HistoryError
-from opendrs.controller.loop import InstanceLock, LockError
-from opendrs.controller.views import (
-    arch_spreads,
-    cluster_summary,
-    node_loads,
-    policy_summary,
-    stuck_rows,
-)
 from opendrs.engine.constraints import check_rules
 from opendrs.engine.policy import stuck_now
 from opendrs.engine.usage import RESOURCES
@@ -54,6 +45,10 @@ from opendrs.model.cluster import Cluster
 from opendrs.model.units import format_duration
 from opendrs.records import Avoid, Cooldown, decision_object, migration_now
 from opendrs.report.text import Report, bar, show_stuck
+
+if TYPE_CHECKING:
+    from opendrs.controller.config import Config
+
 
 __all__ = [
     "Status",
@@ -96,6 +91,9 @@ class Status:
 
 def read_status(config: Config) -> Status:
     """Observe the cluster, read the history (read-only) and probe the lock."""
+    # imported when the command runs: the controller is large
+    from opendrs.controller.loop import InstanceLock, LockError
+
     status = Status(config)
     try:
         status.cluster = observe_once(config, then=lambda backend: _standby(status, backend))
@@ -151,6 +149,15 @@ def _until(entry: Cooldown | Avoid) -> dict[str, Any]:
 
 def status_data(status: Status) -> dict[str, Any]:
     """The JSON document of ``opendrs status --format json``."""
+    # imported when the command runs: the controller is large
+    from opendrs.controller.views import (
+        arch_spreads,
+        cluster_summary,
+        node_loads,
+        policy_summary,
+        stuck_rows,
+    )
+
     cluster = status.cluster
     config = status.config
     return {
@@ -225,6 +232,9 @@ def show_status(report: Report, status: Status) -> None:
 
 
 def _show_cluster(report: Report, status: Status) -> None:
+    # imported when the command runs: the controller is large
+    from opendrs.controller.views import arch_spreads, cluster_summary, node_loads
+
     cluster = status.cluster
     if cluster is None:
         report.line(f"cannot observe the cluster: {status.observe_error}", "red")
@@ -307,6 +317,9 @@ def _show_history(report: Report, status: Status, history: dict[str, Any]) -> No
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    # imported when the command runs: the controller is large
+    from opendrs.controller.config import load_config
+
     config = load_config(args.config)
     setup_logging(config.log_level)
     status = read_status(config)

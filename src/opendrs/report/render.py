@@ -17,14 +17,17 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
-from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
 from opendrs import __version__
 from opendrs.json_data import iso_time
 from opendrs.model.units import format_bytes, format_duration
+
+if TYPE_CHECKING:
+    from jinja2 import Environment
 
 __all__ = ["FORMATS", "Document", "inline_svg", "render"]
 
@@ -55,7 +58,7 @@ def render(document: Document, fmt: str) -> str:
     """``document`` as ``html`` or ``md`` text."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown report format {fmt!r}")
-    environment = _HTML if fmt == "html" else _MARKDOWN
+    environment = _environment(html=fmt == "html")
     charts: Mapping[str, Markup] = {}
     if fmt == "html":
         charts = {name: inline_svg(svg) for name, svg in document.charts().items()}
@@ -117,7 +120,12 @@ def _md_text(value: object) -> object:
     return " ".join(text.splitlines())
 
 
+@cache
 def _environment(*, html: bool) -> Environment:
+    """The Jinja2 environment of HTML or Markdown reports, built at the first report."""
+    # imported here: Jinja2 is large, and only a command that writes a report needs it
+    from jinja2 import Environment, PackageLoader, StrictUndefined
+
     environment = Environment(
         loader=PackageLoader("opendrs.report", "templates"),
         autoescape=html,
@@ -129,7 +137,3 @@ def _environment(*, html: bool) -> Environment:
     )
     environment.filters.update(_FILTERS)
     return environment
-
-
-_HTML = _environment(html=True)
-_MARKDOWN = _environment(html=False)

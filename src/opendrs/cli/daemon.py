@@ -1,0 +1,280 @@
+"""The daemon of ``opendrs run`` — configuration, lock, history, signals, logging — run by
+:mod:`.run_command`."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import FrameType
+from typing import TypeVar
+
+from opendrs.backends.base import STOPPING, Backend, BackendError, Clock
+from opendrs.backends.sim import Simulator
+from opendrs.cli.process import (
+    EXIT_LASTING,
+    EXIT_OK,
+    EXIT_PROBLEM,
+    EXIT_USAGE,
+    setup_logging,
+)
+from opendrs.controller.config import (
+    Config,
+    load_config,
+)
+from opendrs.controller.dashboard import Dashboard
+from opendrs.controller.decision_log import DecisionLog, DecisionLogError
+from opendrs.controller.history import History
+from opendrs.controller.history_file import HistoryError
+from opendrs.controller.http_server import HttpError, MetricsServer, start_server
+from opendrs.controller.loop import Controller, InstanceLock, LockError
+from opendrs.controller.metrics import DaemonMetrics
+from opendrs.model.document import DocumentError
+
+log = logging.getLogger("opendrs")
+
+T = TypeVar("T")
+
+
+def each(*hooks: Callable[[T], None] | None) -> Callable[[T], None]:
+    """One hook that calls each of ``hooks`` in turn (``None`` ones left out)."""
+    called = [hook for hook in hooks if hook is not None]
+
+    def call(value: T) -> None:
+        for hook in called:
+            hook(value)
+
+    return call
+
+
+class DaemonSignals:
+    """SIGTERM/SIGINT ask to stop after the current step; SIGHUP asks to reload."""
+
+    def __init__(self, config_path: str) -> None:
+        self.config_path = config_path
+        self.stop = False
+        self.reload = False
+        self._previous: dict[int, object] = {}
+
+    def install(self) -> None:
+        for sig, handler in (
+            (signal.SIGTERM, self._on_stop),
+            (signal.SIGINT, self._on_stop),
+            (signal.SIGHUP, self._on_hup),
+        ):
+            self._previous[sig] = signal.signal(sig, handler)
+
+    def restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]
+
+    def _on_stop(self, signum: int, frame: FrameType | None) -> None:
+        self.stop = True
+
+    def _on_hup(self, signum: int, frame: FrameType | None) -> None:
+        self.reload = True
+
+    def holding(self) -> str | None:
+        """Why no migration may start now: a stop or a reload was asked for and not yet done."""
+        if self.stop:
+            return STOPPING
+        if self.reload:
+            return "the configuration is being reloaded"
+        return None
+
+    def take_reload(self) -> Config | None:
+        if not self.reload:
+            return None
+        self.reload = False
+        try:
+            config = load_config(self.config_path)
+        except DocumentError as exc:
+            log.error("reload refused, keeping the running configuration: %s", exc)
+            return None
+        setup_logging(config.log_level)
+        return config
+
+
+class CannotStart(Exception):
+    """The daemon cannot start: ``str()`` is the one-line error, ``status`` the exit status."""
+
+    def __init__(self, reason: Exception, status: int) -> None:
+        super().__init__(str(reason))
+        self.status = status
+
+
+@dataclass(frozen=True)
+class DaemonFiles:
+    """The files the daemon holds while it runs: the instance lock, the decision log and the
+    history (whose decisions the log records)."""
+
+    lock: InstanceLock
+    decisions: DecisionLog
+    history: History
+
+    def close(self) -> None:
+        """Close the history and the decision log, then release the lock."""
+        self.history.close()
+        self.decisions.close()
+        self.lock.release()
+
+
+def open_files(config: Config) -> DaemonFiles:
+    """Take the instance lock, open the decision log, then the history; when one cannot be
+    opened, those opened before it are closed and :class:`CannotStart` says why."""
+    try:
+        lock = InstanceLock(config.lock, config.history)
+        lock.acquire()
+    except LockError as exc:
+        raise CannotStart(exc, EXIT_LASTING if exc.lasting else EXIT_PROBLEM) from None
+    try:
+        decisions = DecisionLog(config.decision_log)
+    except DecisionLogError as exc:
+        lock.release()
+        raise CannotStart(exc, EXIT_USAGE) from None
+    try:
+        history = History(config.history)
+    except HistoryError as exc:
+        decisions.close()
+        lock.release()
+        raise CannotStart(exc, EXIT_PROBLEM if exc.passing else EXIT_LASTING) from None
+    history.listen(decisions.record)
+    return DaemonFiles(lock, decisions, history)
+
+
+@dataclass(frozen=True)
+class Published:
+    """What the daemon shows of itself: its metrics, and with an http section the dashboard and
+    the server serving both (``None`` without one)."""
+
+    metrics: DaemonMetrics
+    dashboard: Dashboard | None
+    server: MetricsServer | None
+
+
+def start_serving(config: Config, files: DaemonFiles) -> Published:
+    """The metrics and dashboard, served when the configuration has an http section; when the
+    server cannot start, ``files`` are closed and :class:`CannotStart` says why."""
+    metrics = DaemonMetrics()
+    dashboard = Dashboard(config) if config.http is not None else None
+    try:
+        server = start_server(config.http, metrics, dashboard) if config.http is not None else None
+    except HttpError as exc:
+        files.close()
+        raise CannotStart(exc, EXIT_USAGE if exc.usage else EXIT_PROBLEM) from None
+    return Published(metrics, dashboard, server)
+
+
+@dataclass(frozen=True)
+class DaemonRun:
+    """One ``opendrs run``, its files open and its server started: ``once`` and ``shadow`` are
+    its ``--once`` and ``--shadow``."""
+
+    config: Config
+    signals: DaemonSignals
+    files: DaemonFiles
+    published: Published
+    once: bool
+    shadow: bool
+
+    def run(self) -> int:
+        """Catch the signals, make the backend and run the controller: the exit status. Whatever
+        happens, the signals are given back and everything opened is closed."""
+        backend = None
+        self.signals.install()
+        try:
+            backend, clock = self.config.make_backend(should_stop=lambda: self.signals.stop)
+            return self.control(backend, clock)
+        except BackendError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_PROBLEM
+        except HistoryError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_PROBLEM if exc.passing else EXIT_LASTING
+        finally:
+            self.signals.restore()
+            if self.published.server is not None:
+                self.published.server.stop()
+            if backend is not None:
+                backend.close()
+            self.files.close()
+
+    def control(self, backend: Backend, clock: Clock) -> int:
+        """Log the start, run the controller until it stops (or one cycle): the exit status."""
+        controller = self.controller(backend, clock)
+        log.info(
+            "opendrs %s: %s backend, %s mode, policy %s (strategy %s)%s",
+            "one cycle" if self.once else "started",
+            backend.name,
+            controller.config.mode,
+            self.config.policy.name,
+            self.config.policy.strategy,
+            "" if controller.config.active else " — nothing will be migrated",
+        )
+        until = backend.end if isinstance(backend, Simulator) else None
+        controller.run(
+            once=self.once,
+            until=until,
+            should_stop=lambda: self.signals.stop,
+            take_reload=self.take_reload,
+            reload_pending=lambda: self.signals.reload,
+        )
+        return self.exit_status(controller)
+
+    def controller(self, backend: Backend, clock: Clock) -> Controller:
+        """The controller on ``backend``, its events and cycles fed to the metrics and the
+        dashboard, which follow it."""
+        published = self.published
+        dashboard = published.dashboard
+        controller = Controller(
+            self.config,
+            backend,
+            clock,
+            self.files.history,
+            force_shadow=self.shadow,
+            # Between a signal and its handling nothing starts (the file may say shadow now), not
+            # even a start whose request is about to be sent: its reads are given up on.
+            hold_starts=self.signals.holding,
+            on_event=each(published.metrics.event, dashboard and dashboard.event),
+            on_cycle=each(published.metrics.cycle, dashboard and dashboard.cycle),
+        )
+        published.metrics.follow(controller)
+        if dashboard is not None:
+            dashboard.follow(controller)
+        return controller
+
+    def take_reload(self) -> Config | None:
+        """The configuration a SIGHUP asked for, if any: the decision log opened again with it,
+        a change of the http section warned about (it waits for a restart)."""
+        fresh = self.signals.take_reload()
+        if fresh is not None:
+            decisions = self.files.decisions
+            server = self.published.server
+            try:  # a rotated log is opened again; a renamed one, or none, follows the file
+                decisions.reopen(fresh.decision_log)
+            except DecisionLogError as exc:
+                log.error("%s; the decision log stays %s", exc, decisions.path)
+            if server is not None and fresh.http != server.config:
+                log.warning(
+                    "the http section changed: it takes effect at the next restart "
+                    "(still serving on http://%s)",
+                    server.address,
+                )
+            elif server is None and fresh.http is not None:
+                log.warning("the http section is new: it takes effect at the next restart")
+        return fresh
+
+    def exit_status(self, controller: Controller) -> int:
+        """0 when stopped or done; with ``--once``, 1 (and why) when the cluster could not be
+        observed."""
+        if self.signals.stop:
+            log.info("stopping: state recorded; migrations in flight are followed after restart")
+        elif self.once and controller.cycles and controller.cycles[-1].error is not None:
+            print(
+                f"error: cannot observe the cluster: {controller.cycles[-1].error}",
+                file=sys.stderr,
+            )
+            return EXIT_PROBLEM
+        return EXIT_OK
