@@ -4,6 +4,8 @@ the hard positive rules merged into groups that share guests (:func:`positive_co
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -73,9 +75,10 @@ class _Dropping:
         different origins, drop those of the latest origin, as ignored in
         favour of the earliest ones; True if so. False (nothing dropped) when all are of one
         origin."""
-        ranks = {precedence(r.origin) for r in involved}
-        if len(ranks) < 2:
+        origins = {r.origin for r in involved}
+        if len(origins) < 2:
             return False
+        ranks = {precedence(o) for o in origins}
         first, last = min(ranks), max(ranks)
         holding = tuple(dict.fromkeys(r.name for r in involved if precedence(r.origin) == first))
         going = [r for r in involved if precedence(r.origin) == last]
@@ -90,7 +93,28 @@ class _Dropping:
         return True
 
 
+#: The last few results of :func:`check_rules`: ``id(rules)`` → the rules, the configured nodes and
+#: the result. The rules are held, so their id is not reused while the entry lives; a result is
+#: a pure function of the two, so a cluster never sees another's (oldest entry evicted first).
+_CHECKED: dict[int, tuple[Rules, frozenset[str], Rules, tuple[RuleProblem, ...]]] = {}
+_CHECKED_SIZE = 8
+
+
 def check_rules(cluster: Cluster) -> tuple[Rules, list[RuleProblem]]:
+    """The rules of ``cluster`` that :func:`find_rule_problems` keeps and the problems it finds,
+    computed once for the same rules and nodes (a plan checks them in several places)."""
+    configured = frozenset(n.name for n in cluster.nodes)
+    hit = _CHECKED.get(id(cluster.rules))
+    if hit is not None and hit[0] is cluster.rules and hit[1] == configured:
+        return hit[2], list(hit[3])
+    kept, problems = find_rule_problems(cluster.rules, configured)
+    if len(_CHECKED) >= _CHECKED_SIZE:
+        _CHECKED.pop(next(iter(_CHECKED)), None)
+    _CHECKED[id(cluster.rules)] = (cluster.rules, configured, kept, tuple(problems))
+    return kept, problems
+
+
+def find_rule_problems(rules: Rules, configured: frozenset[str]) -> tuple[Rules, list[RuleProblem]]:
     """Drop contradictory rules; return the rules that remain and a problem per dropped rule.
 
     Mirrors Proxmox's HA rule checks (``PVE::HA::Rules`` and its plugins), on opendrs's rules:
@@ -111,8 +135,6 @@ def check_rules(cluster: Cluster) -> tuple[Rules, list[RuleProblem]]:
     (:data:`~opendrs.model.rules.ORIGINS`: platform, config, tag) are ignored — problems whose
     ``over`` names the rules that hold — and the check is made again on the rest.
     """
-    rules = cluster.rules
-    configured = frozenset(n.name for n in cluster.nodes)
     dropping = _Dropping()
     _node_rule_overlaps(rules.node_affinity, dropping)
     _malformed_guest_rules(rules.guest_affinity, len(configured), dropping)
@@ -211,7 +233,10 @@ def _rules_by_guest(rules: Sequence[GuestAffinity]) -> dict[str, list[int]]:
 
 def _opposite_rules(rules: Sequence[GuestAffinity], dropping: _Dropping) -> None:
     """A positive and a negative rule sharing two or more guests: the soft one goes, or both if
-    alike."""
+    alike.
+
+    Across origins in one pass: dropping rules only takes pairs away, so going on past the pairs
+    of dropped rules finds what :func:`_settle`'s new start would."""
 
     def find() -> Iterator[Contradiction]:
         positives = [r for r in rules if r.positive and dropping.kept(r)]
@@ -227,29 +252,57 @@ def _opposite_rules(rules: Sequence[GuestAffinity], dropping: _Dropping) -> None
                     what = f"guests {guests} are kept both together and apart"
                     yield [pos, neg], going, problem, what
 
-    _settle(find, dropping)
+    for involved, _, _, what in find():
+        if all(dropping.kept(r) for r in involved):
+            dropping.by_origin(involved, what)
+    for _, going, problem, _ in find():
+        dropping.drop(going, problem)
 
 
 def _merged_contradictions(rules: Sequence[GuestAffinity], dropping: _Dropping) -> None:
     """After merging, positive rules that share guests keep a whole component together: a hard
-    negative rule with two guests in one component contradicts it (Proxmox's merged rules)."""
+    negative rule with two guests in one component contradicts it (Proxmox's merged rules).
 
-    def find() -> Iterator[Contradiction]:
-        hard_pos = [r for r in rules if r.positive and r.hard and dropping.kept(r)]
-        negatives = [r for r in rules if not r.positive and r.hard]
-        by_guest = _rules_by_guest(negatives)
-        for comp_rules, members in positive_components(hard_pos):
-            for neg in _sharing_two(members, negatives, by_guest):
-                shared = sorted(set(neg.guests) & members)
-                if dropping.kept(neg) and len(shared) >= 2:
-                    names = (*sorted(r.name for r in comp_rules), neg.name)
-                    guests = ", ".join(f"'{g}'" for g in shared)
-                    why = "both together (through shared guests) and apart"
-                    involved = [*comp_rules, neg]
-                    problem = RuleProblem(names, f"they keep guests {guests} {why}")
-                    yield involved, involved, problem, f"guests {guests} are kept {why}"
+    Across origins, components are settled in order of their first guest: dropping rules of one
+    leaves the others as they were, so only its pieces are checked again (what :func:`_settle`'s
+    new start would find)."""
+    negatives = [r for r in rules if not r.positive and r.hard]
+    by_guest = _rules_by_guest(negatives)
 
-    _settle(find, dropping)
+    def hard_components() -> list[tuple[list[GuestAffinity], set[str]]]:
+        return positive_components([r for r in rules if r.positive and r.hard and dropping.kept(r)])
+
+    def within(
+        comp_rules: list[GuestAffinity], members: set[str], across: bool = False
+    ) -> Iterator[Contradiction]:
+        """The contradictions of one component; ``across``: only those between origins."""
+        comp_names = tuple(sorted(r.name for r in comp_rules))
+        origins = {r.origin for r in comp_rules}
+        for neg in _sharing_two(members, negatives, by_guest):
+            if across and origins.issuperset((neg.origin,)) and len(origins) == 1:
+                continue
+            shared = sorted(set(neg.guests) & members)
+            if dropping.kept(neg) and len(shared) >= 2:
+                guests = ", ".join(f"'{g}'" for g in shared)
+                why = "both together (through shared guests) and apart"
+                involved = [*comp_rules, neg]
+                problem = RuleProblem((*comp_names, neg.name), f"they keep guests {guests} {why}")
+                yield involved, involved, problem, f"guests {guests} are kept {why}"
+
+    order = itertools.count()
+    pending = [(min(m), next(order), r, m) for r, m in hard_components()]
+    while pending:
+        _, _, comp_rules, members = heapq.heappop(pending)
+        if any(
+            dropping.by_origin(involved, what)
+            for involved, _, _, what in within(comp_rules, members, across=True)
+        ):
+            pieces = positive_components([r for r in comp_rules if dropping.kept(r)])
+            for r, m in pieces:
+                heapq.heappush(pending, (min(m), next(order), r, m))
+    for comp_rules, members in hard_components():
+        for _, going, problem, _ in within(comp_rules, members):
+            dropping.drop(going, problem)
 
 
 def _strict_rules(
@@ -346,4 +399,4 @@ def positive_components(
     return [comps[k] for k in sorted(comps)]
 
 
-__all__ = ["RuleProblem", "check_rules", "positive_components"]
+__all__ = ["RuleProblem", "check_rules", "find_rule_problems", "positive_components"]
