@@ -9,8 +9,11 @@ from collections.abc import Callable, Iterator, Sequence
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from opendrs.engine.constraints import RuleProblem, check_rules
+from opendrs.cli.planning import make_plan
+from opendrs.engine.constraints import RuleProblem, check_rules, rule_checks
 from opendrs.engine.constraints.rule_checks import find_rule_problems, positive_components
+from opendrs.engine.strategies import get_strategy
+from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster, Guest, Node, Settings
 from opendrs.model.rules import ORIGINS, GuestAffinity, Rules, precedence
 
@@ -141,15 +144,47 @@ def test_the_indexed_checks_find_what_comparing_every_pair_finds(specs) -> None:
     ]
 
 
-def test_check_rules_is_computed_once_for_the_same_rules_and_nodes() -> None:
+def _counting_checks(monkeypatch) -> list[object]:
+    """The calls of :func:`find_rule_problems` from now on (check_rules makes one each)."""
+    calls: list[object] = []
+    checked = rule_checks.find_rule_problems
+
+    def counted(*args: object) -> object:
+        calls.append(args)
+        return checked(*args)
+
+    monkeypatch.setattr(rule_checks, "find_rule_problems", counted)
+    return calls
+
+
+def test_a_cycle_view_checks_the_rules_once_and_hands_them_down(monkeypatch) -> None:
     cluster = _cluster([(["g0", "g1"], True, True, "config"), (["g0", "g1"], False, True, "tag")])
-    first_kept, first = check_rules(cluster)
-    first.clear()
-    again_kept, again = check_rules(cluster)
-    assert again_kept is first_kept
-    assert [str(p) for p in again] == [
+    calls = _counting_checks(monkeypatch)
+    view = CycleView(cluster)
+    cons = view.constraints
+    assert cons.rules is view.rule_check.rules and cons.problems is view.rule_check.problems
+    assert view.guarding(None, frozenset({("g0", "b")})).constraints.rules is cons.rules
+    assert CycleView.holding(cluster, constraints=cons).rule_check.rules is cons.rules
+    assert CycleView(cluster).with_rule_check(view.rule_check).constraints.rules is cons.rules
+    assert len(calls) == 1
+    assert [str(p) for p in view.rule_check.problems] == [
         "Ignore tag rule 'r1', because guests 'g0', 'g1' are kept both together and apart, "
         "and configured rule 'r0' holds"
     ]
-    fewer_nodes = Cluster(cluster.nodes[:1], cluster.guests, cluster.rules, cluster.settings)
-    assert check_rules(fewer_nodes)[0] is not first_kept
+    # Nothing is kept between calls: check_rules checks again.
+    assert check_rules(cluster) == view.rule_check
+    assert len(calls) == 2
+
+
+def test_a_plan_checks_the_rules_once(monkeypatch) -> None:
+    cluster = _cluster([(["g0", "g1"], True, True, "config"), (["g2", "g3"], False, True, "tag")])
+    calls = _counting_checks(monkeypatch)
+    strategy = get_strategy("balance")
+    make_plan(
+        cluster,
+        strategy,
+        strategy.options.parse("balance", {}),
+        max_parallel=None,
+        max_node_inflow=None,
+    )
+    assert len(calls) == 1

@@ -27,6 +27,7 @@ def plan_document(result: PlanResult, source: str) -> Document:
     plan = result.as_dict()
     nodes = _nodes(result.cluster, result.placed)
     by_arch = plan["metrics"].get("by_arch", {})
+    kept = result.constraints.rules  # the rules checked once, for the plan
     data = {
         "source": source,
         "cluster": result.cluster.name,
@@ -43,8 +44,8 @@ def plan_document(result: PlanResult, source: str) -> Document:
         "bounds": _bounds(plan),
         "rules": _rules(result.cluster.rules),
         "problems": [str(p) for p in result.constraints.problems],
-        "breaks_before": [str(b) for b in rule_breaks(result.cluster)],
-        "breaks_after": [str(b) for b in rule_breaks(result.placed)],
+        "breaks_before": [str(b) for b in rule_breaks(result.cluster, kept)],
+        "breaks_after": [str(b) for b in rule_breaks(result.placed, kept)],
     }
 
     def charts() -> dict[str, str]:

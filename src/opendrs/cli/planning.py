@@ -26,6 +26,7 @@ from opendrs.engine.strategies.base import (
     worst_spreads,
 )
 from opendrs.engine.usage import RESOURCES
+from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster
 
 __all__ = ["PlanResult", "make_plan"]
@@ -91,24 +92,27 @@ def make_plan(
 ) -> PlanResult:
     """Propose with ``strategy`` (its typed ``options``), order the moves into safe steps
     (asking the strategy again without what cannot be ordered), check what a repair leaves
-    stuck (warned in the log) and measure the result against the lower bounds."""
+    stuck (warned in the log) and measure the result against the lower bounds. The rules are
+    checked and the constraints built once, for all of it."""
 
     def propose(forbidden: frozenset[tuple[str, str]]) -> Proposal:
-        return strategy.propose(cluster, Request(forbidden=forbidden), options)
+        view = CycleView.holding(cluster, constraints=cons)
+        return strategy.propose(view, Request(forbidden=forbidden), options)
 
     with blas.one_thread():  # the engine's products, the bounds' included (engine/blas.py)
-        return _planned(cluster, strategy.name, propose, max_parallel, max_node_inflow)
+        cons = CycleView(cluster).constraints
+        return _planned(cluster, cons, strategy.name, propose, max_parallel, max_node_inflow)
 
 
 def _planned(
     cluster: Cluster,
+    cons: Constraints,
     name: str,
     propose: Callable[[frozenset[tuple[str, str]]], Proposal],
     max_parallel: int | None,
     max_node_inflow: int | None,
 ) -> PlanResult:
-    """:func:`make_plan`'s work, on one BLAS thread."""
-    cons = Constraints.build(cluster)
+    """:func:`make_plan`'s work, on one BLAS thread, on the constraints ``cons`` of ``cluster``."""
     screen = may_need_repair(cluster)
     fixed = (
         repair(
@@ -148,5 +152,5 @@ def _planned(
         stuck=stuck,
         by_arch=by_arch,
         achieved=achieved,
-        bounds=migration_lower_bound(cluster, achieved),
+        bounds=migration_lower_bound(cluster, achieved, kept=cons.rules),
     )

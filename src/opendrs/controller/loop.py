@@ -51,7 +51,7 @@ from opendrs.backends.base import (
 from opendrs.controller.config import Config, with_platform_defaults
 from opendrs.controller.executor import Event, Executor
 from opendrs.controller.history import History
-from opendrs.engine.constraints import check_rules, platform_balancer
+from opendrs.engine.constraints import RuleCheck, check_rules, platform_balancer
 from opendrs.engine.planner import Plan
 from opendrs.engine.policy import (
     Decision,
@@ -398,10 +398,11 @@ class Controller:
         """Why this instance stood by at its last look (``leader_only``), or ``None``."""
         return self._standby
 
-    def warn_rules(self, cluster: Cluster) -> None:
+    def warn_rules(self, rule_check: RuleCheck) -> None:
         """Each rule the observation's rules drop or ignore (contradictions, a tag against a
-        platform rule) at WARNING, once while it lasts."""
-        problems = [str(p) for p in check_rules(cluster)[1]]
+        platform rule: ``rule_check``, :func:`check_rules` of it) at WARNING, once while it
+        lasts."""
+        problems = [str(p) for p in rule_check.problems]
         for problem in problems:
             if problem not in self._rule_problems:
                 log.warning("rules: %s", problem)
@@ -457,7 +458,9 @@ class Controller:
         if self.failed_observations:
             log.info("observing again after %d failed observations", self.failed_observations)
             self.failed_observations = 0
-        self.warn_rules(cluster)
+        # The rules are checked once per observation: for the warnings and the decision.
+        rule_check = check_rules(cluster)
+        self.warn_rules(rule_check)
         if self.executor.watching:
             self.executor.settle(cluster)
         if self.standby() is not None:
@@ -465,7 +468,7 @@ class Controller:
             self._done(result, started)
             return result
         self._note_platform_balancer(cluster)
-        decision = self._decide(now, cluster, policy)
+        decision = self._decide(now, cluster, policy, rule_check)
         if decision.state.evacuated != self.state.evacuated:
             self.history.set_evacuated(decision.state.evacuated)
         self.state = decision.state
@@ -479,9 +482,11 @@ class Controller:
         self._done(result, started)
         return result
 
-    def _decide(self, now: float, cluster: Cluster, policy: PolicyConfig) -> Decision:
-        """The policy's decision on ``cluster``, with the usage the window (and, when on, the
-        daily profile) has kept up to this observation."""
+    def _decide(
+        self, now: float, cluster: Cluster, policy: PolicyConfig, rule_check: RuleCheck
+    ) -> Decision:
+        """The policy's decision on ``cluster`` (its rules checked: ``rule_check``), with the
+        usage the window (and, when on, the daily profile) has kept up to this observation."""
         self.window = self.window.add(now, cluster, policy.smoothing)
         # Capacity is checked on usage that rises after the hold, not after the whole window.
         span = overload_span(policy)
@@ -512,6 +517,7 @@ class Controller:
             recent=recent,
             latest=latest,
             daily=daily,
+            rule_check=rule_check,
         )
 
     def _hand_on(self, plan: Plan, decision_id: int | None) -> None:

@@ -67,30 +67,31 @@ def balanced_resources(cluster: Cluster) -> tuple[str, ...]:
     return chosen or RESOURCES
 
 
-def _movable(cluster: Cluster) -> np.ndarray:
+def _movable(cluster: Cluster, kept: Rules | None = None) -> np.ndarray:
     """(G,) guests that may move to rebalance (the others keep their load where it is).
 
-    Guests kept together by hard affinity move as one: if one of them may not move, none may.
+    Guests kept together by hard affinity move as one: if one of them may not move, none may
+    (``kept``: the rules :func:`~.constraints.check_rules` keeps, when the caller has them).
     """
     movable = np.array(
         [movability(g, cluster, "balance") is None for g in cluster.guests], dtype=bool
     )
-    for group in hard_groups(cluster):
+    for group in hard_groups(cluster, kept):
         if not movable[group].all():
             movable[group] = False
     return movable
 
 
-def arch_parts(cluster: Cluster) -> list[Cluster]:
+def arch_parts(cluster: Cluster, kept: Rules | None = None) -> list[Cluster]:
     """The cluster cut by CPU architecture: each part holds the nodes of one architecture, the
     guests on them and the rules among those guests (guests cannot move between parts). A guest
     that may not move in the whole cluster (a member of a hard-affinity bundle split across
     architectures, say) is ignored in its part, so that it may not move there either. The
-    cluster itself when its nodes share one architecture."""
+    cluster itself when its nodes share one architecture. ``kept``: as for :func:`_movable`."""
     arches = sorted({n.arch for n in cluster.nodes})
     if len(arches) < 2:
         return [cluster]
-    movable = _movable(cluster)
+    movable = _movable(cluster, kept)
     held = {g.id for g, free in zip(cluster.guests, movable, strict=True) if not free}
     parts = []
     for arch in arches:
@@ -117,17 +118,21 @@ def arch_parts(cluster: Cluster) -> list[Cluster]:
     return parts
 
 
-def spread_lower_bound(cluster: Cluster, loads: LoadModel | None = None) -> dict[str, float]:
+def spread_lower_bound(
+    cluster: Cluster, loads: LoadModel | None = None, kept: Rules | None = None
+) -> dict[str, float]:
     """Per resource, a spread no placement can beat (of the worst CPU architecture, where the
-    nodes have several: each is balanced on its own)."""
-    parts = arch_parts(cluster)
+    nodes have several: each is balanced on its own). ``kept``: as for :func:`_movable`."""
+    parts = arch_parts(cluster, kept)
     if len(parts) > 1:
         each = [_spread_lower_bound(part) for part in parts]
         return {r: max(bound[r] for bound in each) for r in RESOURCES}
-    return _spread_lower_bound(cluster, loads)
+    return _spread_lower_bound(cluster, loads, kept)
 
 
-def _spread_lower_bound(cluster: Cluster, loads: LoadModel | None = None) -> dict[str, float]:
+def _spread_lower_bound(
+    cluster: Cluster, loads: LoadModel | None = None, kept: Rules | None = None
+) -> dict[str, float]:
     loads = loads or LoadModel.build(cluster)
     usable = np.array([n.usable for n in cluster.nodes], dtype=bool) & np.all(
         loads.capacity > 0, axis=1
@@ -135,7 +140,7 @@ def _spread_lower_bound(cluster: Cluster, loads: LoadModel | None = None) -> dic
     out = dict.fromkeys(RESOURCES, 0.0)
     if usable.sum() < 2:
         return out
-    movable = _movable(cluster)
+    movable = _movable(cluster, kept)
     total = _redistributable_total(loads, usable, movable)
     cap = loads.capacity[usable]
     mean = total / cap.sum(axis=0)
@@ -403,8 +408,10 @@ def migration_lower_bound(
     target_spread: Mapping[str, float] | Sequence[float] | float,
     loads: LoadModel | None = None,
     resources: Sequence[str] | None = None,
+    kept: Rules | None = None,
 ) -> LowerBounds:
-    """Bounds on the migrations and moved memory needed to bring every spread to ``target``.
+    """Bounds on the migrations and moved memory needed to bring every spread to ``target``
+    (``kept``: the rules :func:`~.constraints.check_rules` keeps, when the caller has them).
 
     ``resources`` are the resources held to their target (default: those the cluster balances,
     :func:`balanced_resources`); any other may end with any spread. A placement that meets the
@@ -445,7 +452,7 @@ def migration_lower_bound(
     memory column does not count bytes (basic mode counts guests, ``balance_source: pressure``
     balances pressure).
     """
-    parts = arch_parts(cluster)
+    parts = arch_parts(cluster, kept)
     if len(parts) > 1:
         return _parts_added_up(
             [migration_lower_bound(part, target_spread, None, resources) for part in parts]
@@ -458,8 +465,8 @@ def migration_lower_bound(
     usable = np.array([n.usable for n in cluster.nodes], dtype=bool) & np.all(
         loads.capacity > 0, axis=1
     )
-    spread_lb = spread_lower_bound(cluster, loads)
-    movable = _movable(cluster) & loads.active
+    spread_lb = spread_lower_bound(cluster, loads, kept)
+    movable = _movable(cluster, kept) & loads.active
     if usable.sum() < 2:
         # No spread to speak of: only what must leave unusable nodes has to move.
         leaving = movable & (loads.assign >= 0) & ~usable[np.maximum(loads.assign, 0)]

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from opendrs.engine.constraints import check_rules
 from opendrs.model.cluster import Cluster
+from opendrs.model.rules import Rules
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,9 +53,10 @@ class RuleBreak:
         }
 
 
-def rule_breaks(cluster: Cluster) -> list[RuleBreak]:
-    """Every rule broken now, hard ones first, then by rule name."""
-    rules, _problems = check_rules(cluster)
+def rule_breaks(cluster: Cluster, kept: Rules | None = None) -> list[RuleBreak]:
+    """Every rule broken now, hard ones first, then by rule name (``kept``: the rules
+    :func:`check_rules` keeps, when the caller has them)."""
+    rules = kept if kept is not None else check_rules(cluster).rules
     where = {g.id: g.node for g in cluster.guests}
     found: list[RuleBreak] = []
     for rule in rules.guest_affinity:

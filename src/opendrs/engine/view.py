@@ -37,7 +37,7 @@ from functools import cached_property
 
 import numpy as np
 
-from opendrs.engine.constraints import Constraints, current_assign
+from opendrs.engine.constraints import Constraints, RuleCheck, check_rules, current_assign
 from opendrs.engine.usage import LoadModel, MeasuredUsage, usage_loads, with_usage
 from opendrs.model.cluster import Cluster
 
@@ -105,11 +105,22 @@ class CycleView:
         return usage_loads(self.observed, self.loads, self.average)
 
     @cached_property
+    def rule_check(self) -> RuleCheck:
+        """The observation's rules kept and the problems of those dropped (:func:`check_rules`):
+        checked once per decision, for every stage that reads the rules."""
+        return check_rules(self.observed)
+
+    @cached_property
     def constraints(self) -> Constraints:
         """The hard and soft constraints, capacity on ``checked_usage`` up to the ``hot`` level,
-        nothing forbidden."""
+        nothing forbidden; on :attr:`rule_check`."""
         limit = 1.0 if self.hot is None else self.hot
-        return Constraints.build(self.observed, usage=self.checked_usage, measured_limit=limit)
+        return Constraints.build(
+            self.observed,
+            usage=self.checked_usage,
+            measured_limit=limit,
+            rule_check=self.rule_check,
+        )
 
     @cached_property
     def assign(self) -> np.ndarray:
@@ -133,15 +144,24 @@ class CycleView:
         view = cls(cluster)
         if constraints is not None:
             view.__dict__["constraints"] = constraints
+            view.__dict__["rule_check"] = RuleCheck(constraints.rules, constraints.problems)
         if loads is not None:
             view.__dict__["loads"] = loads
         return view
+
+    def with_rule_check(self, rule_check: RuleCheck | None) -> CycleView:
+        """This view on ``rule_check``, :func:`check_rules` of its observation made already (a
+        controller's, which warns of the rules dropped): the rules are not checked again. None:
+        the view as it is."""
+        if rule_check is not None:
+            self.__dict__.setdefault("rule_check", rule_check)
+        return self
 
     def guarding(self, recent: MeasuredUsage | None, forbidden: Placements) -> CycleView:
         """This view with capacity checked on ``recent`` and ``forbidden`` ruled out; what was
         built from the observation and ``average`` alone is kept."""
         other = CycleView(self.observed, self.average, recent, forbidden, self.hot)
-        for name in ("cluster", "balancing_usage", "loads", "usage_loads", "assign"):
+        for name in ("cluster", "balancing_usage", "loads", "usage_loads", "assign", "rule_check"):
             if name in self.__dict__:
                 other.__dict__[name] = self.__dict__[name]
         return other

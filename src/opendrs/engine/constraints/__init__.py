@@ -25,7 +25,9 @@ Soft rules become penalties (:data:`SOFT_PENALTY` each): a non-strict node affin
 soft positive partner elsewhere, a soft negative partner on the same node.
 
 Rules that contradict each other are found up front (:func:`check_rules`) and dropped with a
-message naming them, as Proxmox's HA rule checks do.
+message naming them, as Proxmox's HA rule checks do: once per decision (a
+:class:`~opendrs.engine.view.CycleView`'s ``rule_check``, a :class:`RuleCheck`), handed to what
+reads the rules kept rather than checked again.
 
 The (guest, node) masks are stored by distinct row (:class:`~opendrs.engine.sparse_rows.RowMask`)
 and the partner lists as one flat array (:class:`~opendrs.engine.sparse_rows.Partners`), built
@@ -45,7 +47,7 @@ from .held import HA_HELD, Held, Purpose, movability, platform_balancer
 from .masks import hard_groups
 from .node_affinity import fails_back
 from .rejection import Rejection, RejectionCode, Shortfall
-from .rule_checks import RuleProblem, check_rules
+from .rule_checks import RuleCheck, RuleProblem, check_rules
 
 __all__ = [
     "HA_HELD",
@@ -55,6 +57,7 @@ __all__ = [
     "Purpose",
     "Rejection",
     "RejectionCode",
+    "RuleCheck",
     "RuleProblem",
     "Shortfall",
     "check_rules",

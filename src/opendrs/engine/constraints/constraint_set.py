@@ -25,7 +25,7 @@ from .masks import (
 )
 from .node_affinity import affinity_tiers, binding, node_affinity_masks
 from .rejection import Rejection, RejectionCode, Shortfall
-from .rule_checks import RuleProblem, check_rules
+from .rule_checks import RuleCheck, RuleProblem, check_rules
 
 #: Penalty added to a placement score for each broken soft rule.
 SOFT_PENALTY = 1.0
@@ -74,11 +74,14 @@ class Constraints:
         forbidden: Iterable[tuple[str, str]] = (),
         usage: MeasuredUsage | None = None,
         measured_limit: float = 1.0,
+        rule_check: RuleCheck | None = None,
     ) -> Constraints:
         """The constraints of ``cluster``; ``forbidden``: (guest, node) placements to refuse;
         ``usage``: the measured usage capacity is checked on (default: the cluster's own), up to
-        ``measured_limit`` of each node's capacity (the policy's hot level, or all of it)."""
-        rules, problems = check_rules(cluster)
+        ``measured_limit`` of each node's capacity (the policy's hot level, or all of it);
+        ``rule_check``: :func:`check_rules` of ``cluster``, when the caller has it already
+        (a cycle view's), else computed here."""
+        rules, problems = rule_check if rule_check is not None else check_rules(cluster)
         cluster_r = replace_rules(cluster, rules)
         n_guests = len(cluster.guests)
         usable = np.array([n.usable for n in cluster.nodes], dtype=bool)

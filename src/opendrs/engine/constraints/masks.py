@@ -95,10 +95,12 @@ def hard_affinity_groups(cluster: Cluster, rules: Rules) -> tuple[list[np.ndarra
     return groups, group_of
 
 
-def hard_groups(cluster: Cluster) -> list[np.ndarray]:
+def hard_groups(cluster: Cluster, kept: Rules | None = None) -> list[np.ndarray]:
     """The hard-affinity bundles of ``cluster``, as :attr:`~.constraint_set.Constraints.groups`
-    holds them, without building the rest of the constraint set."""
-    return hard_affinity_groups(cluster, check_rules(cluster)[0])[0]
+    holds them, without building the rest of the constraint set (``kept``: the rules
+    :func:`check_rules` keeps, when the caller has them; else checked here)."""
+    rules = kept if kept is not None else check_rules(cluster).rules
+    return hard_affinity_groups(cluster, rules)[0]
 
 
 def hard_negatives(

@@ -10,6 +10,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import NamedTuple
 
 from opendrs.model.cluster import Cluster
 from opendrs.model.rules import ORIGINS, GuestAffinity, NodeAffinity, Origin, Rules, precedence
@@ -93,25 +94,19 @@ class _Dropping:
         return True
 
 
-#: The last few results of :func:`check_rules`: ``id(rules)`` → the rules, the configured nodes and
-#: the result. The rules are held, so their id is not reused while the entry lives; a result is
-#: a pure function of the two, so a cluster never sees another's (oldest entry evicted first).
-_CHECKED: dict[int, tuple[Rules, frozenset[str], Rules, tuple[RuleProblem, ...]]] = {}
-_CHECKED_SIZE = 8
+class RuleCheck(NamedTuple):
+    """What :func:`check_rules` finds: the rules kept and a problem per rule dropped. Computed
+    once per decision (a :class:`~opendrs.engine.view.CycleView`'s ``rule_check``) and handed to
+    what reads the rules kept (:meth:`~.constraint_set.Constraints.build`)."""
+
+    rules: Rules
+    problems: list[RuleProblem]
 
 
-def check_rules(cluster: Cluster) -> tuple[Rules, list[RuleProblem]]:
-    """The rules of ``cluster`` that :func:`find_rule_problems` keeps and the problems it finds,
-    computed once for the same rules and nodes (a plan checks them in several places)."""
-    configured = frozenset(n.name for n in cluster.nodes)
-    hit = _CHECKED.get(id(cluster.rules))
-    if hit is not None and hit[0] is cluster.rules and hit[1] == configured:
-        return hit[2], list(hit[3])
-    kept, problems = find_rule_problems(cluster.rules, configured)
-    if len(_CHECKED) >= _CHECKED_SIZE:
-        _CHECKED.pop(next(iter(_CHECKED)), None)
-    _CHECKED[id(cluster.rules)] = (cluster.rules, configured, kept, tuple(problems))
-    return kept, problems
+def check_rules(cluster: Cluster) -> RuleCheck:
+    """The rules of ``cluster`` that :func:`find_rule_problems` keeps and the problems it finds
+    (the configured nodes count, usable or not)."""
+    return RuleCheck(*find_rule_problems(cluster.rules, frozenset(n.name for n in cluster.nodes)))
 
 
 def find_rule_problems(rules: Rules, configured: frozenset[str]) -> tuple[Rules, list[RuleProblem]]:
@@ -399,4 +394,4 @@ def positive_components(
     return [comps[k] for k in sorted(comps)]
 
 
-__all__ = ["RuleProblem", "check_rules", "find_rule_problems", "positive_components"]
+__all__ = ["RuleCheck", "RuleProblem", "check_rules", "find_rule_problems", "positive_components"]

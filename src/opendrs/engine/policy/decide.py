@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from opendrs.engine.constraints import RuleCheck
 from opendrs.engine.planner import Plan, final_placement
 from opendrs.engine.policy.config import PolicyConfig, most_moves, strategy_request
 from opendrs.engine.policy.dayplan import day_proposal
@@ -70,6 +71,7 @@ def decide(
     recent: MeasuredUsage | None = None,
     latest: MeasuredUsage | None = None,
     daily: Sequence[MeasuredUsage] | None = None,
+    rule_check: RuleCheck | None = None,
 ) -> Decision:
     """Whether to act on ``cluster`` at ``now``, and with which plan (see the package docstring).
 
@@ -83,10 +85,13 @@ def decide(
     moves balancing towards (:func:`react`; the hold shrinks alike). ``daily``, when given, is the
     usage of each hour of the day (:meth:`DailyProfile.hours`, ``policy.daily_profile``):
     balancing then decides on the hour the placement balances worst, and a plan is predicted on
-    every hour. Pure and deterministic. Raises ValueError for a usage made for another cluster
-    (the strategy's options were checked when ``config`` was made).
+    every hour. ``rule_check``, when given, is :func:`~opendrs.engine.constraints.check_rules` of
+    ``cluster``, made already by the caller: the rules are checked once per decision. Pure and
+    deterministic. Raises ValueError for a usage made for another cluster (the strategy's options
+    were checked when ``config`` was made).
     """
-    round_ = _observe(cluster, now, config, state, past, (average, recent, latest), busy, daily)
+    usages = (average, recent, latest)
+    round_ = _observe(cluster, now, config, state, past, usages, busy, daily, rule_check)
     decision = _busy(round_)
     if decision is not None:
         return decision
@@ -234,6 +239,7 @@ def _observe(
     usages: tuple[MeasuredUsage | None, MeasuredUsage | None, MeasuredUsage | None],
     busy: bool,
     daily: Sequence[MeasuredUsage] | None,
+    rule_check: RuleCheck | None = None,
 ) -> _Round:
     """The round's inputs, its view (on the hour the placement balances worst, with a daily
     profile) and the metric measured on it."""
@@ -241,11 +247,11 @@ def _observe(
     budget = _Budget.count(config, past, now)
     reaction = react(config, budget.left, average, latest)
     config = reaction.config
-    view = CycleView(cluster, reaction.average, hot=config.hot)
+    view = CycleView(cluster, reaction.average, hot=config.hot).with_rule_check(rule_check)
     hour = None
     if daily:
         hour = worst_hour(cluster, config.metric, view.loads, daily)
-        view = CycleView(cluster, daily[hour], hot=config.hot)
+        view = CycleView(cluster, daily[hour], hot=config.hot).with_rule_check(rule_check)
     by_arch = measure_by_arch(cluster, config.metric, view.loads)
     measured = Measurement(config.metric, tuple(by_arch.items()), hour)
     tracked = track_evacuations(cluster, state.evacuated) if config.maintenance_return else {}
