@@ -70,10 +70,12 @@ def _greedy_repair(history: History, limit: int) -> list[int]:
     state = history.state
     all_nodes = np.arange(len(state.cluster.nodes), dtype=np.intp)
     stuck: list[int] = []
+    # The units repaired so far, kept as the repair records them (not gathered from the whole
+    # history after each move).
+    repaired = {step.unit for step in history.steps if step.kind.is_repair}
     for phase in ("rules", "capacity"):
         for _ in range(len(state.units.assign) + 1):
             todo = state.violating_units() if phase == "rules" else state.overloaded_units()
-            repaired = {step.unit for step in history.steps if step.kind.is_repair}
             todo = [u for u in todo if u not in repaired]
             if not todo or len(history) >= limit:
                 break
@@ -82,6 +84,7 @@ def _greedy_repair(history: History, limit: int) -> list[int]:
                 stuck.extend(todo)
                 break
             history.record(move[0], move[1], _repair_kind(state, move[0], phase))
+            repaired.add(move[0])
     return stuck
 
 

@@ -254,11 +254,8 @@ class BalanceState:
             return out
         column = np.full(len(self.cluster.nodes), -1, dtype=np.intp)
         column[nodes] = np.arange(len(nodes))
-        first = self.neg_start[units[rows]]
-        count = self.neg_start[units[rows] + 1] - first
-        row_of = np.repeat(rows, count)
-        offset = np.repeat(first - np.concatenate([[0], np.cumsum(count)[:-1]]), count)
-        partners = self.neg_flat[offset + np.arange(int(count.sum()))]
+        at, partners = self._partners_of(units[rows])
+        row_of = rows[at]
         col = column[self.where[partners]]
         hit = col >= 0
         out[row_of[hit], col[hit]] = True
@@ -269,13 +266,19 @@ class BalanceState:
         out = np.zeros(len(units), dtype=bool)
         rows = np.nonzero(self.has_neg[units])[0]
         if rows.size:
-            first = self.neg_start[units[rows]]
-            count = self.neg_start[units[rows] + 1] - first
-            row_of = np.repeat(rows, count)
-            offset = np.repeat(first - np.concatenate([[0], np.cumsum(count)[:-1]]), count)
-            partners = self.neg_flat[offset + np.arange(int(count.sum()))]
+            at, partners = self._partners_of(units[rows])
+            row_of = rows[at]
             out[row_of[self.where[partners] == nodes[row_of]]] = True
         return out
+
+    def _partners_of(self, units: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The hard negative partner guests of ``units``, laid end to end, and for each the
+        position in ``units`` of the unit it is a partner of."""
+        first = self.neg_start[units]
+        count = self.neg_start[units + 1] - first
+        at = np.repeat(np.arange(len(units)), count)
+        offset = np.repeat(first - np.concatenate([[0], np.cumsum(count)[:-1]]), count)
+        return at, self.neg_flat[offset + np.arange(int(count.sum()))]
 
     def gains(self, units: np.ndarray, targets: np.ndarray) -> np.ndarray:
         """(len(units), len(targets)) objective reduction of moving each unit to each target.
@@ -682,18 +685,34 @@ class BalanceState:
         on_unusable = ~self.cons.usable[assign]
         for u in np.nonzero((~here_ok | on_unusable) & units.movable)[0].tolist():
             out.append(u)
-        # Hard anti-affinity broken (a member of the unit shares a node with a member of a
-        # partner unit): the unit with the larger label moves, or the one that can.
-        for u in np.nonzero(units.movable & self.has_neg)[0].tolist():
-            partners = units.neg_guests[u]
-            shared = np.isin(self.where[partners], self.occupied(u))
-            clash = units.unit_of[partners[shared]]
-            if any(units.label[u] > units.label[c] or not units.movable[c] for c in clash.tolist()):
-                out.append(u)
+        out.extend(self._clashing_units().tolist())
         # Split hard-affinity bundles are gathered by moving the whole bundle; one anchored by
         # members that cannot move, by moving the others to them.
         out.extend(np.nonzero((units.movable | units.anchored) & self.broken)[0].tolist())
         return list(dict.fromkeys(out))
+
+    def _clashing_units(self) -> np.ndarray:
+        """The movable units that break hard anti-affinity and must move, in index order: a
+        member shares a node with a member of a partner unit whose label is smaller or that
+        cannot move (the unit with the larger label moves, or the one that can). All units'
+        partners at once; a broken bundle, on several nodes, one by one."""
+        units = self.units
+        checked = np.nonzero(units.movable & self.has_neg)[0]
+        must = np.zeros(len(units.assign), dtype=bool)
+        whole = checked[~self.broken[checked]]
+        at, partners = self._partners_of(whole)
+        shared = self.where[partners] == units.assign[whole][at]
+        for u, c in zip(
+            whole[at[shared]].tolist(), units.unit_of[partners[shared]].tolist(), strict=True
+        ):
+            must[u] |= units.label[u] > units.label[c] or not units.movable[c]
+        for u in checked[self.broken[checked]].tolist():
+            partners = units.neg_guests[u]
+            clash = units.unit_of[partners[np.isin(self.where[partners], self.occupied(u))]]
+            must[u] = any(
+                units.label[u] > units.label[c] or not units.movable[c] for c in clash.tolist()
+            )
+        return np.nonzero(must)[0]
 
     def overloaded_units(self) -> list[int]:
         """For each node over a capacity limit, its movable units in the order to try moving them.
