@@ -15,6 +15,9 @@ from .picks import pick
 from .state import BalanceState
 from .steps import History, StepKind
 
+#: The units of the greedy repair's list checked at once first (:func:`_first_placeable`).
+FIRST_BLOCK = 64
+
 #: The greedy repair's kinds of step by phase; a unit on a node in maintenance is that instead.
 _PHASE_KINDS = {"rules": StepKind.REPAIR_RULES, "capacity": StepKind.REPAIR_CAPACITY}
 
@@ -93,15 +96,20 @@ def _first_placeable(
 ) -> tuple[int, int] | None:
     """The first unit of ``todo`` with an allowed target, and its best one; None if none has.
 
-    The units that have an allowed target at all are found in one vectorised check of them all
-    rather than a search per unit, so a node full of units that can go nowhere costs one pass
-    per repair move, not one search per unit."""
+    The units that have an allowed target at all are found in vectorised checks of many at once
+    rather than a search per unit, so a node full of units that can go nowhere costs a pass,
+    not one search per unit. The checks go through ``todo`` in order, in blocks that double
+    (:data:`FIRST_BLOCK` first): a unit's check does not depend on the others, and most often
+    the first block holds the unit moved, so a repair move checks a block, not all ``todo``."""
     candidates = np.array(todo, dtype=np.intp)
-    placeable = candidates[state.allowed(candidates, all_nodes).any(axis=1)]
-    for u in placeable.tolist():
-        picks = pick(state, np.array([u], dtype=np.intp), all_nodes, forced=True)
-        if picks:
-            return u, picks[0][2]
+    begin, size = 0, FIRST_BLOCK
+    while begin < candidates.size:
+        block = candidates[begin : begin + size]
+        for u in block[state.allowed(block, all_nodes).any(axis=1)].tolist():
+            picks = pick(state, np.array([u], dtype=np.intp), all_nodes, forced=True)
+            if picks:
+                return u, picks[0][2]
+        begin, size = begin + size, 2 * size
     return None
 
 

@@ -125,6 +125,8 @@ class BalanceState:
         self._joined: dict[tuple[int, ...], tuple[list[Kinds], Kinds]] = {}
         self._swap_blocks: dict[tuple[int, int], tuple[Kinds, Kinds, np.ndarray, np.ndarray]] = {}
         self._unit_kinds: tuple[np.ndarray, int] | None = None
+        #: :meth:`scattered` of the broken units asked about, until they move.
+        self._scattered: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         #: Best set exchanges of pairs of nodes, with the kinds of both when found
         #: (:mod:`.set_exchange`).
         self.set_exchanges: dict[tuple[int, int], tuple[Kinds, Kinds, Any]] = {}
@@ -209,13 +211,20 @@ class BalanceState:
         )
 
     def scattered(self, u: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Where broken unit ``u``'s members are: (nodes, demand (k, R), need (k, D)) per node."""
+        """Where broken unit ``u``'s members are: (nodes, demand (k, R), need (k, D)) per node;
+        read-only, kept until ``u`` moves (only its own move moves its members)."""
+        kept = self._scattered.get(u)
+        if kept is not None:
+            return kept
         idx = self.units.members[u]
         nodes, at = np.unique(self.where[idx], return_inverse=True)
         demand = np.zeros((len(nodes), self.units.guest_demand.shape[1]))
         need = np.zeros((len(nodes), self.units.guest_need.shape[1]))
         np.add.at(demand, at, self.units.guest_demand[idx])
         np.add.at(need, at, self.units.guest_need[idx])
+        for part in (nodes, demand, need):
+            part.setflags(write=False)
+        self._scattered[u] = (nodes, demand, need)
         return nodes, demand, need
 
     def occupied(self, u: int) -> np.ndarray:
@@ -252,8 +261,7 @@ class BalanceState:
         rows = np.nonzero(self.has_neg[units])[0]
         if rows.size == 0:
             return out
-        column = np.full(len(self.cluster.nodes), -1, dtype=np.intp)
-        column[nodes] = np.arange(len(nodes))
+        column = self._columns(nodes)
         at, partners = self._partners_of(units[rows])
         row_of = rows[at]
         col = column[self.where[partners]]
@@ -299,7 +307,9 @@ class BalanceState:
         out = (2 * d * w) @ f[targets].T
         np.subtract(own[:, None], out, out=out)
         out -= (d**2 * w) @ inv[targets].T
-        for row in np.nonzero(self.broken[units])[0].tolist():
+        broken = np.nonzero(self.broken[units])[0].tolist()
+        column = self._columns(targets) if broken else targets[:0]
+        for row in broken:
             # A broken bundle leaves each of its members' nodes e_n; on a target b where some
             # of it already is, the load becomes L_b − e_b + D, which adds 2·D·e_b/C_b.
             nodes, e, _need = self.scattered(int(units[row]))
@@ -310,9 +320,8 @@ class BalanceState:
                 - (2 * dr * w) @ f[targets].T
                 - (dr**2 * w) @ inv[targets].T
             )
-            column = {int(t): k for k, t in enumerate(targets.tolist())}
             for n, e_n in zip(nodes.tolist(), e, strict=True):
-                if n in column:
+                if column[n] >= 0:
                     out[row, column[n]] += float((2 * dr * e_n * inv[n] * w).sum())
         return out
 
@@ -412,18 +421,26 @@ class BalanceState:
         fits = np.ones(ok.shape, dtype=bool)
         for dim in range(need.shape[1]):
             fits &= need[:, dim : dim + 1] <= headroom[None, :, dim]
-        for row in np.nonzero(broken)[0].tolist():
+        rows = np.nonzero(broken)[0].tolist()
+        column = self._columns(targets) if rows else targets[:0]
+        for row in rows:
             nodes, _demand, there = self.scattered(int(units[row]))
             extra = np.broadcast_to(need[row], headroom.shape).copy()
-            column = {int(t): k for k, t in enumerate(targets.tolist())}
-            for n, need_n in zip(nodes.tolist(), there, strict=True):
-                if n in column:
-                    extra[column[n]] -= need_n
+            cols = column[nodes]
+            hit = cols >= 0
+            extra[cols[hit]] -= there[hit]  # the nodes differ: one subtraction each
             fits[row] = np.all(extra <= headroom, axis=1)
         ok &= fits
         if self.has_neg[units].any():
             ok &= ~self.blocked_by_partners(units, targets)
         return ok
+
+    def _columns(self, targets: np.ndarray) -> np.ndarray:
+        """(N,) each node's column in ``targets`` (the last, where a target repeats); -1 for a
+        node that is not one."""
+        column = np.full(len(self.cluster.nodes), -1, dtype=np.intp)
+        column[targets] = np.arange(len(targets))
+        return column
 
     def allowed_one(self, u: int, t: int) -> bool:
         """:meth:`allowed` for one unit and one target."""
@@ -669,6 +686,7 @@ class BalanceState:
             self._kinds_on.pop(n, None)
         self._units_at[int(units.assign[u])].discard(u)
         self._units_at[target].add(u)
+        self._scattered.pop(u, None)
         units.assign[u] = target
         self.where[idx] = target
         self._objective = None
