@@ -10,9 +10,10 @@ Shape, at the sizes of :data:`bench.generate.SIZES` (the node count includes the
   :func:`rack_size` nodes, in order (tag ``rackN``, plus ``genN``);
 - **guest sizes heavy-tailed as in public cloud traces**: vCPUs from :data:`VCPU_SHARES` (most
   1–4, a tail to 64) and 2, 4 or 8 GiB per vCPU (at most 256 GiB); memory and vCPUs are scaled by
-  one factor (vCPUs never up, at least 1) so that the guests fill a share of the cluster's memory drawn per seed in
-  :data:`MEMORY_FILL` (85–92 %), lowered where the skew's nodes cannot hold that much under
-  :data:`NODE_FILL` (small sizes with a new node); quarter-GiB steps, at least 0.5 GiB;
+  one factor (vCPUs never up, at least 1) so that the guests fill a share of the cluster's memory
+  drawn per seed in :data:`MEMORY_FILL` (85–92 %), lowered where the skew's nodes cannot hold
+  that much under :data:`NODE_FILL` (small sizes with a new node); quarter-GiB steps, at least
+  0.5 GiB;
 - **16 % of the guests with a local disk** (:data:`LOCAL_DISK_SHARE`) of 32–512 GiB,
   heavy-tailed (``allow_local_disks``: they may move, at the cost of copying the disk);
 - **placement by target fill**: every node gets a target share of its memory (the skew's, ±3 pp
@@ -44,6 +45,7 @@ from functools import partial
 import numpy as np
 
 from bench.generate import SIZES, Size, bench_guest
+from bench.skewed import apart_chunks
 from opendrs.model.cluster import Cluster, Disk, Guest, Node, Settings
 from opendrs.model.rules import GuestAffinity, NodeAffinity, Rules
 
@@ -244,23 +246,7 @@ def _chunks(
                 chunks.append((True, members[:want]))
                 members = members[want:]
         return chunks
-    rest = [int(j) for j in pool]
-    while len(rest) >= 2:
-        want = int(rng.integers(2, 6))
-        chunk: list[int] = []
-        seen: set[int] = set()
-        for j in rest:
-            if int(node_idx[j]) not in seen:
-                chunk.append(j)
-                seen.add(int(node_idx[j]))
-            if len(chunk) == want:
-                break
-        if len(chunk) < 2:
-            break
-        taken = set(chunk)
-        rest = [j for j in rest if j not in taken]
-        chunks.append((False, chunk))
-    return chunks
+    return [(False, chunk) for chunk in apart_chunks(rng, pool, node_idx, smallest=2)]
 
 
 #: Generator name → ``generate(size, *, seed, rules)``, one per skew.
