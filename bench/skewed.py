@@ -180,24 +180,34 @@ def _groups(
             for i in range(0, len(members), 4)
         ]
     else:
-        chunks = []
-        rest = [int(j) for j in pool]
-        while len(rest) >= 3:
-            want = int(rng.integers(3, 6))
-            chunk: list[int] = []
-            seen: set[int] = set()
-            for j in rest:
-                if int(node_idx[j]) not in seen:
-                    chunk.append(j)
-                    seen.add(int(node_idx[j]))
-                if len(chunk) == want:
-                    break
-            if len(chunk) < 3:
-                break
-            rest = [j for j in rest if j not in set(chunk)]
-            chunks.append(chunk)
+        chunks = apart_chunks(rng, pool, node_idx, smallest=3)
     for chunk in chunks:
         if len(chunk) >= 2:
             ids = tuple(str(100 + j) for j in chunk)
             groups.append(GuestAffinity(f"{kind}-{len(groups)}", ids, positive=together))
     return tuple(groups)
+
+
+def apart_chunks(
+    rng: np.random.Generator, pool: np.ndarray, node_idx: np.ndarray, *, smallest: int
+) -> list[list[int]]:
+    """Groups of ``smallest``–5 guests of ``pool``, each on distinct nodes, taken in the pool's
+    order until no such group is left."""
+    chunks: list[list[int]] = []
+    rest = [int(j) for j in pool]
+    while len(rest) >= smallest:
+        want = int(rng.integers(smallest, 6))
+        chunk: list[int] = []
+        seen: set[int] = set()
+        for j in rest:
+            if int(node_idx[j]) not in seen:
+                chunk.append(j)
+                seen.add(int(node_idx[j]))
+            if len(chunk) == want:
+                break
+        if len(chunk) < smallest:
+            break
+        taken = set(chunk)
+        rest = [j for j in rest if j not in taken]
+        chunks.append(chunk)
+    return chunks

@@ -76,8 +76,8 @@ def test_a_snapshot_of_it_validates(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert err == "" and out.startswith(f"{path}: valid (")
 
 
-def test_the_registry_names_both_generators() -> None:
-    assert set(GENERATORS) == {"basic", "skewed"}
+def test_the_registry_names_every_generator() -> None:
+    assert set(GENERATORS) == {"basic", "skewed", "new-node", "hot-rack", "mixed"}
     assert dumps(generated("skewed", "S", seed=2)) == dumps(generate("S", seed=2))
     with pytest.raises(ValueError, match="unknown generator"):
         generated("uniform", "S")
