@@ -4,7 +4,7 @@ after each drop finds — the same problems, in the same order, with the same wo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -15,45 +15,18 @@ from opendrs.engine.constraints.rule_checks import find_rule_problems, positive_
 from opendrs.engine.strategies import get_strategy
 from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster, Guest, Node, Settings
-from opendrs.model.rules import ORIGINS, GuestAffinity, Rules, precedence
+from opendrs.model.rules import ORIGINS, GuestAffinity, Rules
+from rule_reference import Found, StartingOver
 
 GiB = 1024**3
-WORDS = {"platform": "platform", "config": "configured", "tag": "tag"}
-Found = tuple[list[GuestAffinity], list[GuestAffinity], RuleProblem, str]
 
 
 def reference(rules: Sequence[GuestAffinity], n_nodes: int) -> list[RuleProblem]:
     """Guest-rule problems, every pair compared and every search started over after a drop."""
-    dropped: set[str] = set()
-    problems: list[RuleProblem] = []
-
-    def drop(going: Sequence[GuestAffinity], problem: RuleProblem) -> None:
-        dropped.update(r.name for r in going)
-        problems.append(problem)
-
-    def by_origin(involved: list[GuestAffinity], what: str) -> bool:
-        ranks = {precedence(r.origin) for r in involved}
-        if len(ranks) < 2:
-            return False
-        holding = tuple(
-            dict.fromkeys(r.name for r in involved if precedence(r.origin) == min(ranks))
-        )
-        going = [r for r in involved if precedence(r.origin) == max(ranks)]
-        noun, verb = ("rule", "holds") if len(holding) == 1 else ("rules", "hold")
-        names = ", ".join(f"'{n}'" for n in holding)
-        reason = f"{what}, and {WORDS[ORIGINS[min(ranks)]]} {noun} {names} {verb}"
-        going_names = tuple(dict.fromkeys(r.name for r in going))
-        drop(going, RuleProblem(going_names, reason, holding, going[0].origin))
-        return True
-
-    def settle(find: Callable[[], Iterator[Found]]) -> None:
-        while any(by_origin(involved, what) for involved, _, _, what in find()):
-            pass
-        for _, going, problem, _ in find():
-            drop(going, problem)
+    done = StartingOver()
 
     def opposite() -> Iterator[Found]:
-        kept = [r for r in rules if r.name not in dropped]
+        kept = [r for r in rules if done.kept(r)]
         for pos in [r for r in kept if r.positive]:
             for neg in [r for r in kept if not r.positive]:
                 shared = sorted(set(pos.guests) & set(neg.guests))
@@ -77,11 +50,11 @@ def reference(rules: Sequence[GuestAffinity], n_nodes: int) -> list[RuleProblem]
                 )
 
     def merged() -> Iterator[Found]:
-        hard_pos = [r for r in rules if r.positive and r.hard and r.name not in dropped]
+        hard_pos = [r for r in rules if r.positive and r.hard and done.kept(r)]
         for comp_rules, members in positive_components(hard_pos):
             for neg in [r for r in rules if not r.positive and r.hard]:
                 shared = sorted(set(neg.guests) & members)
-                if neg.name not in dropped and len(shared) >= 2:
+                if done.kept(neg) and len(shared) >= 2:
                     guests = ", ".join(f"'{g}'" for g in shared)
                     why = "both together (through shared guests) and apart"
                     names = (*sorted(r.name for r in comp_rules), neg.name)
@@ -91,13 +64,13 @@ def reference(rules: Sequence[GuestAffinity], n_nodes: int) -> list[RuleProblem]
 
     for rule in rules:
         if len(set(rule.guests)) < 2:
-            drop([rule], RuleProblem((rule.name,), "it names fewer than two guests"))
+            done.drop([rule], RuleProblem((rule.name,), "it names fewer than two guests"))
         elif not rule.positive and rule.hard and len(set(rule.guests)) > n_nodes:
             why = f"it keeps {len(set(rule.guests))} guests apart on only {n_nodes} nodes"
-            drop([rule], RuleProblem((rule.name,), why))
-    settle(opposite)
-    settle(merged)
-    return problems
+            done.drop([rule], RuleProblem((rule.name,), why))
+    done.settle(opposite)
+    done.settle(merged)
+    return done.problems
 
 
 GUESTS = [f"g{k}" for k in range(6)]

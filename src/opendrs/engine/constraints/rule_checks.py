@@ -163,28 +163,39 @@ def _settle(find: Callable[[], Iterator[Contradiction]], dropping: _Dropping) ->
 
 
 def _node_rule_overlaps(rules: Sequence[NodeAffinity], dropping: _Dropping) -> None:
-    """The node-affinity rules that share a guest: all are dropped (a problem per guest)."""
+    """The node-affinity rules that share a guest: all are dropped (a problem per guest).
 
-    def find() -> Iterator[Contradiction]:
+    Across origins in one pass, guest by guest: a guest's kept rules only shrink as rules drop,
+    so a guest passed has no contradiction between origins again, and each guest is settled
+    (its latest origin's rules ignored, again while several origins are left) before the next —
+    what :func:`_settle`'s new start after each drop would find, without the new starts."""
+
+    def named_by_guest() -> list[tuple[str, list[NodeAffinity]]]:
         by_guest: dict[str, list[NodeAffinity]] = defaultdict(list)
         for rule in rules:
             if dropping.kept(rule):
                 for guest in rule.guests:
                     by_guest[guest].append(rule)
-        for guest, named in sorted(by_guest.items()):
+        return sorted(by_guest.items())
+
+    def what(guest: str) -> str:
+        return f"guest '{guest}' is in more than one node-affinity rule"
+
+    def find() -> Iterator[Contradiction]:
+        for guest, named in named_by_guest():
             if len(named) > 1:
                 fresh = tuple(r.name for r in named if dropping.kept(r))
-                what = f"guest '{guest}' is in more than one node-affinity rule"
-                yield list(named), list(named), RuleProblem(fresh, what), what
+                yield list(named), list(named), RuleProblem(fresh, what(guest)), what(guest)
 
-    def find_fresh() -> Iterator[Contradiction]:
-        for involved, going, problem, what in find():
-            if problem.rules:
-                yield involved, going, problem, what
-            else:
-                dropping.drop_quietly(going)
-
-    _settle(find_fresh, dropping)
+    for guest, named in named_by_guest():
+        live: list[AnyRule] = [r for r in named if dropping.kept(r)]
+        while len(live) > 1 and dropping.by_origin(live, what(guest)):
+            live = [r for r in live if dropping.kept(r)]
+    for _, going, problem, _ in find():
+        if problem.rules:
+            dropping.drop(going, problem)
+        else:
+            dropping.drop_quietly(going)
 
 
 def _malformed_guest_rules(
@@ -316,26 +327,45 @@ def _strict_rules(
 
 def _confined_negatives(rules: Rules, configured: frozenset[str], dropping: _Dropping) -> None:
     """Hard negative rules whose guests strict node affinity confines to fewer nodes than
-    guests."""
+    guests.
 
-    def find() -> Iterator[Contradiction]:
-        strict = _strict_rules(rules, configured, dropping)
-        for neg in rules.guest_affinity:
-            if neg.positive or not neg.hard or not dropping.kept(neg):
-                continue
-            members = sorted(set(neg.guests))
-            if all(g in strict for g in members):
-                reachable = frozenset().union(*(strict[g][1] for g in members))
-                if len(reachable) < len(members):
-                    confining = list({strict[g][0].name: strict[g][0] for g in members}.values())
-                    what = (
-                        f"{len(members)} guests are confined to {len(reachable)} nodes "
-                        "by strict node affinity"
-                    )
-                    problem = RuleProblem((neg.name,), f"its {what}")
-                    yield [neg, *confining], [neg], problem, f"{what} and kept apart"
+    Across origins in one pass, rule by rule: each guest is in one kept node-affinity rule at
+    most (:func:`_node_rule_overlaps` ran first), so a drop only frees guests of strict node
+    affinity — a rule passed stays as it was, or loses its contradiction — and the guests the
+    dropped strict rules confined are let go of as they drop: what :func:`_settle`'s new start
+    after each drop would find, without the new starts."""
 
-    _settle(find, dropping)
+    def contradiction(
+        neg: GuestAffinity, strict: Mapping[str, tuple[NodeAffinity, frozenset[str]]]
+    ) -> Contradiction | None:
+        if neg.positive or not neg.hard or not dropping.kept(neg):
+            return None
+        members = sorted(set(neg.guests))
+        if not all(g in strict for g in members):
+            return None
+        reachable = frozenset().union(*(strict[g][1] for g in members))
+        if len(reachable) >= len(members):
+            return None
+        confining = list({strict[g][0].name: strict[g][0] for g in members}.values())
+        what = (
+            f"{len(members)} guests are confined to {len(reachable)} nodes by strict node affinity"
+        )
+        problem = RuleProblem((neg.name,), f"its {what}")
+        return [neg, *confining], [neg], problem, f"{what} and kept apart"
+
+    strict = _strict_rules(rules, configured, dropping)
+    for neg in rules.guest_affinity:
+        found = contradiction(neg, strict)
+        if found is not None and dropping.by_origin(found[0], found[3]):
+            for rule in found[0]:
+                if isinstance(rule, NodeAffinity) and not dropping.kept(rule):
+                    for guest in rule.guests:
+                        strict.pop(guest, None)
+    strict = _strict_rules(rules, configured, dropping)
+    for neg in rules.guest_affinity:
+        found = contradiction(neg, strict)
+        if found is not None:
+            dropping.drop(found[1], found[2])
 
 
 def _no_common_node(rules: Rules, configured: frozenset[str], dropping: _Dropping) -> None:
