@@ -7,7 +7,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import NamedTuple
@@ -152,23 +152,13 @@ def find_rule_problems(rules: Rules, configured: frozenset[str]) -> tuple[Rules,
 Contradiction = tuple[list[AnyRule], list[AnyRule], RuleProblem, str]
 
 
-def _settle(find: Callable[[], Iterator[Contradiction]], dropping: _Dropping) -> None:
-    """Settle the contradictions ``find`` yields (on the rules kept when it is called): first,
-    again and again, each between rules of different origins — the later origin's go — then
-    those left, each among rules of one origin, as the check drops them."""
-    while any(dropping.by_origin(involved, what) for involved, _, _, what in find()):
-        pass
-    for _, going, problem, _ in find():
-        dropping.drop(going, problem)
-
-
 def _node_rule_overlaps(rules: Sequence[NodeAffinity], dropping: _Dropping) -> None:
     """The node-affinity rules that share a guest: all are dropped (a problem per guest).
 
     Across origins in one pass, guest by guest: a guest's kept rules only shrink as rules drop,
     so a guest passed has no contradiction between origins again, and each guest is settled
     (its latest origin's rules ignored, again while several origins are left) before the next —
-    what :func:`_settle`'s new start after each drop would find, without the new starts."""
+    what a search started over after each drop would find, without the new starts."""
 
     def named_by_guest() -> list[tuple[str, list[NodeAffinity]]]:
         by_guest: dict[str, list[NodeAffinity]] = defaultdict(list)
@@ -242,7 +232,7 @@ def _opposite_rules(rules: Sequence[GuestAffinity], dropping: _Dropping) -> None
     alike.
 
     Across origins in one pass: dropping rules only takes pairs away, so going on past the pairs
-    of dropped rules finds what :func:`_settle`'s new start would."""
+    of dropped rules finds what a search started over after each drop would."""
 
     def find() -> Iterator[Contradiction]:
         positives = [r for r in rules if r.positive and dropping.kept(r)]
@@ -270,8 +260,8 @@ def _merged_contradictions(rules: Sequence[GuestAffinity], dropping: _Dropping) 
     negative rule with two guests in one component contradicts it (Proxmox's merged rules).
 
     Across origins, components are settled in order of their first guest: dropping rules of one
-    leaves the others as they were, so only its pieces are checked again (what :func:`_settle`'s
-    new start would find)."""
+    leaves the others as they were, so only its pieces are checked again (what a search started
+    over after each drop would find)."""
     negatives = [r for r in rules if not r.positive and r.hard]
     by_guest = _rules_by_guest(negatives)
 
@@ -332,8 +322,8 @@ def _confined_negatives(rules: Rules, configured: frozenset[str], dropping: _Dro
     Across origins in one pass, rule by rule: each guest is in one kept node-affinity rule at
     most (:func:`_node_rule_overlaps` ran first), so a drop only frees guests of strict node
     affinity — a rule passed stays as it was, or loses its contradiction — and the guests the
-    dropped strict rules confined are let go of as they drop: what :func:`_settle`'s new start
-    after each drop would find, without the new starts."""
+    dropped strict rules confined are let go of as they drop (:func:`_let_go`): what a search
+    started over after each drop would find, without the new starts."""
 
     def contradiction(
         neg: GuestAffinity, strict: Mapping[str, tuple[NodeAffinity, frozenset[str]]]
@@ -357,10 +347,7 @@ def _confined_negatives(rules: Rules, configured: frozenset[str], dropping: _Dro
     for neg in rules.guest_affinity:
         found = contradiction(neg, strict)
         if found is not None and dropping.by_origin(found[0], found[3]):
-            for rule in found[0]:
-                if isinstance(rule, NodeAffinity) and not dropping.kept(rule):
-                    for guest in rule.guests:
-                        strict.pop(guest, None)
+            _let_go(strict, found[0], dropping)
     strict = _strict_rules(rules, configured, dropping)
     for neg in rules.guest_affinity:
         found = contradiction(neg, strict)
@@ -369,20 +356,59 @@ def _confined_negatives(rules: Rules, configured: frozenset[str], dropping: _Dro
 
 
 def _no_common_node(rules: Rules, configured: frozenset[str], dropping: _Dropping) -> None:
-    """Hard positive groups whose guests' strict node affinities share no node."""
+    """Hard positive groups whose guests' strict node affinities share no node.
+
+    Across origins in one pass, group by group in order of their first guest, as
+    :func:`_merged_contradictions`: a drop either splits the group (its pieces are checked in
+    their turn) or lets guests go of strict node affinity (removed from the map as they drop, the
+    group checked again) — a group passed stays as it was or loses its contradiction: what
+    a search started over after each drop would find, without the new starts."""
     what = "strict node affinity leaves their guests no common node"
 
-    def find() -> Iterator[Contradiction]:
-        positives = [r for r in rules.guest_affinity if r.positive and r.hard and dropping.kept(r)]
-        strict = _strict_rules(rules, configured, dropping)
-        for group_rules, members in positive_components(positives):
-            confined = [strict[g] for g in sorted(members) if g in strict]
-            if confined and not frozenset.intersection(*(nodes for _, nodes in confined)):
-                confining = list({r.name: r for r, _ in confined}.values())
-                problem = RuleProblem(tuple(sorted(r.name for r in group_rules)), what)
-                yield [*group_rules, *confining], list(group_rules), problem, what
+    def contradiction(
+        group_rules: list[GuestAffinity],
+        members: set[str],
+        strict: Mapping[str, tuple[NodeAffinity, frozenset[str]]],
+    ) -> Contradiction | None:
+        confined = [strict[g] for g in sorted(members) if g in strict]
+        if not confined or frozenset.intersection(*(nodes for _, nodes in confined)):
+            return None
+        confining = list({r.name: r for r, _ in confined}.values())
+        problem = RuleProblem(tuple(sorted(r.name for r in group_rules)), what)
+        return [*group_rules, *confining], list(group_rules), problem, what
 
-    _settle(find, dropping)
+    def hard_groups() -> list[tuple[list[GuestAffinity], set[str]]]:
+        positives = [r for r in rules.guest_affinity if r.positive and r.hard and dropping.kept(r)]
+        return positive_components(positives)
+
+    strict = _strict_rules(rules, configured, dropping)
+    order = itertools.count()
+    pending = [(min(m), next(order), r, m) for r, m in hard_groups()]
+    while pending:
+        _, _, group_rules, members = heapq.heappop(pending)
+        found = contradiction(group_rules, members, strict)
+        if found is not None and dropping.by_origin(found[0], found[3]):
+            _let_go(strict, found[0], dropping)
+            for r, m in positive_components([r for r in group_rules if dropping.kept(r)]):
+                heapq.heappush(pending, (min(m), next(order), r, m))
+    strict = _strict_rules(rules, configured, dropping)
+    for group_rules, members in hard_groups():
+        found = contradiction(group_rules, members, strict)
+        if found is not None:
+            dropping.drop(found[1], found[2])
+
+
+def _let_go(
+    strict: dict[str, tuple[NodeAffinity, frozenset[str]]],
+    involved: Sequence[AnyRule],
+    dropping: _Dropping,
+) -> None:
+    """Remove from ``strict`` (:func:`_strict_rules`) the guests of the node rules of
+    ``involved`` that are dropped now (each guest is in one kept node rule at most)."""
+    for rule in involved:
+        if isinstance(rule, NodeAffinity) and not dropping.kept(rule):
+            for guest in rule.guests:
+                strict.pop(guest, None)
 
 
 def _contradiction(pos: GuestAffinity, neg: GuestAffinity, shared: list[str]) -> RuleProblem:
