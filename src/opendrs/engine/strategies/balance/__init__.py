@@ -21,19 +21,22 @@ guests (its load outside the band over the mean movable guest's demand, summed o
 resources), is the *band distance*: it says how much is left to move, and a move that brings a
 node exactly into the band is worth as much as it moves, where the variance would rather halve
 the gap between two nodes and leave both to be fixed again. Moves are therefore *chosen* by how
-much band distance they remove (the variance breaks ties and decides when no move shortens it),
-and *allowed* only when they also lower ``J``.
+much band distance they remove per guest they migrate (a bundle of hard-affinity guests is as
+many migrations; the variance, also per guest, decides when no move shortens it), and *allowed*
+only when they also lower ``J``.
 
 **Shedding plan.** A node above the band in every weighted resource must shed its excess; the
 fewest guests that do it carry cpu and memory in the proportions of that excess, not the biggest
 ones (which are memory-heavy: they balance memory long before cpu, and the node then takes guests
-back). For each such node the plan sweeps directions in the (cpu, memory) plane: guests in the
-order of their projection on the direction, each taken if it does not overshoot the excess by
-more than half the band, until the excess is covered; the direction needing the fewest guests
-(a shortfall counted as extra guests) wins — a rounding of the linear relaxation behind
-:func:`opendrs.engine.bounds.migration_lower_bound`. Until the planned guests have left (or none
-of them helps any more), the rounds below move only them, each to where it removes the most band
-distance.
+back). For each such node the plan sweeps directions in the (cpu, memory) plane: units in the
+order of their projection on the direction per guest, each taken if it does not overshoot the
+excess by more than half the band, until the excess is covered; the direction needing the fewest
+migrations (a bundle counts each of its guests; a shortfall counts as extra guests) wins — a
+rounding of the linear relaxation behind :func:`opendrs.engine.bounds.migration_lower_bound`.
+Where one to three of the node's units land it in the band with fewer migrations (every such
+choice tried, on nodes whose units are of few kinds), they are the plan instead. Until the
+planned guests have left (or none of them helps any more), the rounds below move only them, each
+to where it removes the most band distance per guest it migrates.
 
 **Rounds of moves.** What the plan leaves is finished by rounds of greedy moves over a vectorised
 (unit × node) matrix — a *unit* is a guest, or a bundle of guests kept together by hard affinity.

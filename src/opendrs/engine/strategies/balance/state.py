@@ -47,6 +47,8 @@ class BalanceState:
         self.wnorm = np.where(cap_total > 0, w / np.where(cap_total > 0, cap_total, 1.0), 0.0)
         self.weights = w
         self.units = build_units(cluster, cons, loads)
+        #: (U,) the guests in each unit: the migrations its move makes.
+        self.unit_guests = np.array([m.size for m in self.units.members], dtype=np.intp)
         #: (G,) the node each guest of a unit is on now (a broken bundle's members differ).
         self.where = np.array(loads.assign, dtype=np.intp, copy=True)
         #: (U,) bundles whose members are on different nodes now; moving one gathers it.
@@ -315,9 +317,9 @@ class BalanceState:
 
     def unit_kinds(self) -> tuple[np.ndarray, int]:
         """(U,) each unit's kind, and how many there are: units of a kind have the same demand,
-        capacity demand and allowed nodes (:attr:`Units.static_ok`), so on one node the same
-        gains and hard constraints. A bundle broken at the start, or a unit kept apart from
-        others, is a kind of its own."""
+        capacity demand, allowed nodes (:attr:`Units.static_ok`) and number of guests, so on one
+        node the same gains, hard constraints and migrations. A bundle broken at the start, or a
+        unit kept apart from others, is a kind of its own."""
         if self._unit_kinds is None:
             u = self.units
             static = u.static_ok.distinct()
@@ -326,6 +328,7 @@ class BalanceState:
                 u.demand.view(np.int64),
                 u.need.view(np.int64),
                 static,
+                self.unit_guests,
                 np.where(alone, np.arange(len(alone)), -1),
             ]
             key = np.hstack([c.astype(np.int64).reshape(len(alone), -1) for c in column])
