@@ -81,6 +81,12 @@ not repaired, and ``Proposal.options["repair"]`` says what the exact repair foun
 **Pruning.** Afterwards, every move is tried undone (most expensive first): if the cluster still
 meets the target and the constraints without it, it is dropped.
 
+**Compaction.** Then pairs of moves that pass load on — a unit from ``a`` to ``b`` and another
+from ``b`` to ``c``, or two units from ``a`` to ``b`` — are replaced by one move of a unit of
+``a`` to ``c`` (or ``b``) that adds fewer migrations, where every weighted resource stays within
+its goal and the objective at most what it was when balancing began (:mod:`.compact`); again
+after the phase below the grain.
+
 **Below the grain.** A resource whose goal was one step on the smallest node, coarser than
 ``target_spread``, is then brought within ``target_spread`` in whole steps where the nodes' whole
 steps can add up inside one such window (:mod:`.grain_window`, :mod:`.polish`); where
@@ -98,8 +104,8 @@ sources and ``wide`` least loaded targets, which keeps a round cheap at 1,000 no
 **The modules.** :mod:`.state` (the search state, :class:`~.state.BalanceState`; its units in
 :mod:`.units`, exchange kinds in :mod:`.kinds`), :mod:`.steps` (the history of typed steps), one
 module per phase — :mod:`.repair` (with :mod:`.exact`), :mod:`.shed_plan` and
-:mod:`.rounds` (with :mod:`.picks` and :mod:`.set_exchange`), :mod:`.prune`, :mod:`.polish`
-(with :mod:`.grain_window`) — and :mod:`.strategy`, which runs them in order
+:mod:`.rounds` (with :mod:`.picks` and :mod:`.set_exchange`), :mod:`.prune`, :mod:`.compact`,
+:mod:`.polish` (with :mod:`.grain_window`) — and :mod:`.strategy`, which runs them in order
 (:func:`~.strategy.propose_balance`, the registry's :class:`~.strategy.Balance`). The phases
 import the state, the strategy imports the phases.
 """
