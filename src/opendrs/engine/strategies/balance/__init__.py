@@ -49,9 +49,9 @@ a guest that has already moved, or back home, spends nothing) — and the search
 every weighted resource is within its goal: no moves while balanced. When no single move helps,
 units are exchanged between the nodes that deviate most (four, or one in 64 on big clusters) and
 nodes that deviate the other way, on disjoint pairs of nodes, the exchange with the largest gain
-per migration it adds first (one between guests that have both moved already adds none). When no
-exchange of two pays either, one unit is exchanged against a set of another node's units, all
-its moves evaluated together (:mod:`.set_exchange`).
+per migration it adds first (one between guests that have both moved already adds none; a bundle
+adds one per guest). When no exchange of two pays either, one unit is exchanged against a set of
+another node's units, all its moves evaluated together (:mod:`.set_exchange`).
 
 **Idle windows.** A move's gain depends only on its two nodes' loads, and whether it is allowed
 only on its unit and its target: a window in which a round found no move that lowers the
@@ -84,8 +84,8 @@ meets the target and the constraints without it, it is dropped.
 **Compaction.** Then pairs of moves that pass load on — a unit from ``a`` to ``b`` and another
 from ``b`` to ``c``, or two units from ``a`` to ``b`` — are replaced by one move of a unit of
 ``a`` to ``c`` (or ``b``) that adds fewer migrations, where every weighted resource stays within
-its goal and the objective at most what it was when balancing began (:mod:`.compact`); again
-after the phase below the grain.
+its goal and the objective at most what it was when balancing began (:mod:`.compact`, within
+a budget of tries per move); again after the phase below the grain.
 
 **Below the grain.** A resource whose goal was one step on the smallest node, coarser than
 ``target_spread``, is then brought within ``target_spread`` in whole steps where the nodes' whole

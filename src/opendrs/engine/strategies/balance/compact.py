@@ -8,10 +8,13 @@ the two included) to ``c``, or to ``b``, with fewer guests than the two, chosen 
 weighted resource stays within its goal, the objective stays at most ``ceiling``, and every hard
 constraint holds. Among the units that do, the fewest guests, then the cheapest migration, then
 the lowest index: the same input, the same moves. Pairs are tried most expensive first, in passes
-until one makes no replacement.
-"""
+until one makes no replacement, each screened on the loads before anything moves, within a
+budget of tries per unit moved; a pair tried in vain is not tried again while its nodes' loads
+stay the same."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -22,18 +25,34 @@ from .steps import History, Step, StepKind
 COMPACT_PASSES = 8
 #: Pairs of moves tried per pass at most (most expensive first), on big clusters.
 COMPACT_PAIRS = 4_000
+#: Replacements a search tries at most, per unit moved when its first compaction begins.
+TRIES_PER_MOVE = 8
 
 
-def compact(history: History, ceiling: float) -> int:
+@dataclass
+class CompactMemo:
+    """What the compactions of one search share: the pairs (u, v, source, target) tried in vain,
+    with their nodes' loads then (not tried again while those are the same: the goals only
+    tighten), and the tries left (:data:`TRIES_PER_MOVE` per unit moved when the first began)."""
+
+    tried: dict[tuple[int, int, int, int], bytes] = field(default_factory=dict)
+    left: int | None = None
+
+
+def compact(history: History, ceiling: float, memo: CompactMemo | None = None) -> int:
     """Replace pairs of moves by one where that keeps the goal (see the module); how many
-    migrations that saved. Only when every weighted resource is within its goal."""
+    migrations that saved. Only when every weighted resource is within its goal. ``memo``: what
+    an earlier compaction of the same search left (see :class:`CompactMemo`)."""
     state = history.state
     weighted = state.weights > 0
     if not np.all(state.spreads()[weighted] <= state.goal[weighted]):
         return 0
+    memo = memo if memo is not None else CompactMemo()
+    if memo.left is None:
+        memo.left = TRIES_PER_MOVE * int(state.moved().sum())
     saved = 0
     for _ in range(COMPACT_PASSES):
-        found = _one_pass(history, ceiling)
+        found = _one_pass(history, ceiling, memo)
         if not found:
             break
         saved += found
@@ -65,24 +84,33 @@ def _pairs(state: BalanceState) -> list[tuple[int, int, int, int]]:
     return out[:COMPACT_PAIRS]
 
 
-def _one_pass(history: History, ceiling: float) -> int:
-    """One pass over the pairs; the migrations it saved. A pair whose moves or nodes an earlier
-    replacement of the pass changed is left for the next pass."""
+def _one_pass(history: History, ceiling: float, memo: CompactMemo) -> int:
+    """One pass over the pairs, within the tries left; the migrations it saved. A pair with a
+    unit an earlier replacement of the pass moved is left for the next pass; one tried in vain
+    before is tried again only once the loads of its nodes have changed since (a pair that would
+    do only because other nodes changed is missed: fewer tries, the same answer for the same
+    input)."""
     state = history.state
     saved = 0
     units_changed: set[int] = set()
-    nodes_changed: set[int] = set()
     for u, v, src, tgt in _pairs(state):
-        b, c = int(state.units.assign[u]), int(state.units.assign[v])
-        if units_changed & {u, v} or nodes_changed & {src, tgt, b, c}:
+        if units_changed & {u, v}:
             continue
+        b, c = int(state.units.assign[u]), int(state.units.assign[v])
+        nodes = np.array([src, tgt, b, c], dtype=np.intp)
+        if memo.tried.get((u, v, src, tgt)) == state.node_load[nodes].tobytes():
+            continue
+        if not memo.left:
+            break
+        memo.left -= 1
         before = int(state.unit_guests[u] + state.unit_guests[v])
         found = _replace(history, u, v, src, tgt, ceiling)
-        if found is not None:
-            w, added = found
-            saved += before - added
-            units_changed.update({u, v, w})
-            nodes_changed.update({src, tgt, b, c})
+        if found is None:
+            memo.tried[u, v, src, tgt] = state.node_load[nodes].tobytes()
+            continue
+        w, added = found
+        saved += before - added
+        units_changed.update({u, v, w})
     return saved
 
 
@@ -100,13 +128,15 @@ def _replace(
     keeps the goal (see the module); the unit moved and the migrations its move adds, or None
     (then nothing changed)."""
     state = history.state
+    fewer_than = int(state.unit_guests[u] + state.unit_guests[v])
+    if not _may_stand_in(state, u, v, src, tgt, fewer_than):
+        return None
     undone: list[tuple[int, int]] = []
     for x in (u, v):
         if not _home_again(state, x):
             break
         undone.append((x, int(state.units.assign[x])))
         state.move(x, int(state.origin[x]))
-    fewer_than = int(state.unit_guests[u] + state.unit_guests[v])
     found = _stand_in(state, src, tgt, fewer_than) if len(undone) == 2 else None
     if found is not None:
         w, added = found
@@ -124,52 +154,72 @@ def _replace(
     return None
 
 
-def _stand_in(state: BalanceState, src: int, tgt: int, fewer_than: int) -> tuple[int, int] | None:
-    """The unit of ``src`` whose move to ``tgt`` adds fewer than ``fewer_than`` migrations (a
-    unit that has moved already adds none), is allowed, and leaves every weighted resource within
-    its goal: the fewest migrations added, then the cheapest, then the lowest index; with the
-    migrations it adds. None if there is none."""
+def _may_stand_in(state: BalanceState, u: int, v: int, src: int, tgt: int, fewer_than: int) -> bool:
+    """Whether some unit of ``src`` not moved, of fewer than ``fewer_than`` guests, would keep
+    every weighted resource within its goal from ``src`` to ``tgt`` with ``u`` and ``v`` back
+    home: a screen on the loads alone, before anything moves (rules and capacity are checked
+    after)."""
     if state.group[src] != state.group[tgt] or state.group[src] < 0:
-        return None
-    cand = state.units_on(np.array([src], dtype=np.intp))
-    added = np.where(state.moved_of(cand), 0, state.unit_guests[cand])
-    keep = added < fewer_than
-    cand, added = cand[keep], added[keep]
+        return False
+    loads: dict[int, np.ndarray] = {}
+    for x in (u, v):
+        d = state.units.demand[x]
+        for n, sign in ((int(state.units.assign[x]), -1.0), (int(state.origin[x]), 1.0)):
+            loads[n] = loads.get(n, state.node_load[n]) + sign * d
+    for n in (src, tgt):
+        loads.setdefault(n, state.node_load[n])
+    home = [x for x in (u, v) if int(state.origin[x]) == src]
+    cand = state.units_at(src)
+    cand = np.concatenate([cand[~state.moved_of(cand)], np.array(home, dtype=np.intp)])
+    cand = cand[state.unit_guests[cand] < fewer_than]
+    return bool(cand.size and _within_goal(state, cand, src, tgt, loads).any())
+
+
+def _stand_in(state: BalanceState, src: int, tgt: int, fewer_than: int) -> tuple[int, int] | None:
+    """The unit of ``src`` not moved yet, of fewer than ``fewer_than`` guests, whose move to
+    ``tgt`` is allowed and leaves every weighted resource within its goal: the fewest guests,
+    then the cheapest, then the lowest index; with the migrations it adds. None if there is
+    none."""
+    cand = state.units_at(src)
+    cand = cand[~state.moved_of(cand) & (state.unit_guests[cand] < fewer_than)]
     if cand.size:
-        keep = _within_goal(state, cand, src, tgt)
-        cand, added = cand[keep], added[keep]
+        loads = {n: state.node_load[n] for n in (src, tgt)}
+        cand = cand[_within_goal(state, cand, src, tgt, loads)]
     if cand.size:
-        keep = state.allowed(cand, np.array([tgt], dtype=np.intp))[:, 0]
-        cand, added = cand[keep], added[keep]
+        cand = cand[state.allowed(cand, np.array([tgt], dtype=np.intp))[:, 0]]
     if cand.size == 0:
         return None
-    k = int(np.lexsort((cand, state.units.cost[cand], added))[0])
-    return int(cand[k]), int(added[k])
+    guests = state.unit_guests[cand]
+    k = int(np.lexsort((cand, state.units.cost[cand], guests))[0])
+    return int(cand[k]), int(guests[k])
 
 
-def _within_goal(state: BalanceState, cand: np.ndarray, src: int, tgt: int) -> np.ndarray:
+def _within_goal(
+    state: BalanceState, cand: np.ndarray, src: int, tgt: int, loads: dict[int, np.ndarray]
+) -> np.ndarray:
     """(len(cand),) whether moving each unit of ``cand`` from ``src`` to ``tgt`` leaves every
-    weighted resource's spread within its goal (``src`` and ``tgt`` in one architecture group)."""
+    weighted resource's spread within its goal, with the nodes of ``loads`` (``src`` and ``tgt``
+    among them) at those loads and the others as they are (``src`` and ``tgt`` in one
+    architecture group)."""
     f = state.kept_fractions()
     weighted = np.nonzero(state.weights > 0)[0]
     group = state.group
-    same = np.nonzero(group == group[src])[0]
-    others = same[(same != src) & (same != tgt)]
+    inv = state.inv_cap[:, weighted]
     d = state.units.demand[cand][:, weighted]
-    cap = state.cap[:, weighted]
-    inv = np.where(cap > 0, 1.0 / np.where(cap > 0, cap, 1.0), 0.0)
-    f_src = (state.node_load[src, weighted] - d) * inv[src]
-    f_tgt = (state.node_load[tgt, weighted] + d) * inv[tgt]
-    high = np.maximum(f_src, f_tgt)
-    low = np.minimum(f_src, f_tgt)
-    if others.size:
-        high = np.maximum(high, f[others][:, weighted].max(axis=0))
-        low = np.minimum(low, f[others][:, weighted].min(axis=0))
-    rest = np.zeros(len(weighted))
+    f_src = (loads[src][weighted] - d) * inv[src]
+    f_tgt = (loads[tgt][weighted] + d) * inv[tgt]
+    high, low = np.maximum(f_src, f_tgt), np.minimum(f_src, f_tgt)
+    same = group == group[src]
+    same[list(loads)] = False
+    fixed = [loads[n][weighted] * inv[n] for n in loads if n not in (src, tgt)]
+    rows = np.vstack([f[same][:, weighted], *fixed]) if fixed else f[same][:, weighted]
+    if rows.shape[0]:
+        high = np.maximum(high, rows.max(axis=0))
+        low = np.minimum(low, rows.min(axis=0))
+    spread = high - low
     for g in range(int(group.max(initial=-1)) + 1):
         members = np.nonzero(group == g)[0]
         if g != group[src] and members.size >= 2:
             fg = f[members][:, weighted]
-            rest = np.maximum(rest, fg.max(axis=0) - fg.min(axis=0))
-    spread = np.maximum(high - low, rest)
+            spread = np.maximum(spread, fg.max(axis=0) - fg.min(axis=0))
     return np.all(spread <= state.goal[weighted], axis=1)

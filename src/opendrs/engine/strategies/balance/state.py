@@ -14,7 +14,7 @@ from opendrs.engine.imbalance import balance_objective, resource_weights
 from opendrs.engine.usage import RESOURCES, LoadModel, arch_groups, tolerance
 from opendrs.model.cluster import Cluster
 
-from .kinds import SWAP_FACTOR, Kinds, distinct_rows, every, first_allowed, runs, unit_pairs
+from .kinds import Kinds, distinct_rows, every, first_allowed, runs, unit_pairs
 from .units import build_units
 
 #: Node loads (moves × nodes × resources) whose objectives are computed at once.
@@ -192,6 +192,11 @@ class BalanceState:
         mask = np.zeros(len(self.cluster.nodes), dtype=bool)
         mask[nodes] = True
         return np.nonzero(self.units.movable & ~self.broken & mask[self.units.assign])[0]
+
+    def units_at(self, n: int) -> np.ndarray:
+        """:meth:`units_on` of node ``n`` alone, from the units kept per node."""
+        at = np.array(sorted(self._units_at[n]), dtype=np.intp)
+        return at[self.units.movable[at] & ~self.broken[at]]
 
     def moved(self) -> np.ndarray:
         """(U,) units that have moved: away from where they started, or (broken) gathered."""
@@ -586,21 +591,25 @@ class BalanceState:
             part -= t
             part *= self.wnorm[r]
             gain -= part
-        # Migrations added: one each, unless a unit has moved already (see added_migrations).
+        # Migrations added: a unit's guests, unless it has moved already (added_migrations).
         moved_x, moved_o = self.moved_of(xs).any(), self.moved_of(os).any()
-        if not (moved_x or moved_o):
+        guests_x, guests_o = self.unit_guests[xs], self.unit_guests[os]
+        if not (moved_x or moved_o) and guests_x.max() == 1 and guests_o.max() == 1:
             return gain, gain / 2
-        added_x = self.added_migrations(xs[:, None], b[None, :]) if moved_x else 1
-        added_o = self.added_migrations(os, np.full_like(os, a)) if moved_o else 1
-        # gain / added where it adds some, else 4 × gain: factors of two, the same bits.
-        return gain, gain * SWAP_FACTOR[np.asarray(added_x + added_o) + 2]
+        added_x = self.added_migrations(xs[:, None], b[None, :]) if moved_x else guests_x[:, None]
+        added_o = self.added_migrations(os, np.full_like(os, a)) if moved_o else guests_o
+        added = np.asarray(added_x + added_o)
+        # gain / added where it adds some, else 4 × gain.
+        return gain, np.where(added > 0, gain / np.maximum(added, 1), 4 * gain)
 
     def added_migrations(self, units: np.ndarray, targets: np.ndarray) -> np.ndarray:
-        """Migrations each move (units[k] to targets[k]) adds: 1, 0 (already moved) or −1 (home)."""
+        """Migrations each move (units[k] to targets[k]) adds: the unit's guests, none (already
+        moved) or as many fewer (back home)."""
         home = self.origin[units]
         away = self.moved_of(units)
         back = (targets == home) & ~self.broken_at_start[units]
-        return np.where(away, np.where(back, -1, 0), 1)
+        guests = self.unit_guests[units]
+        return np.where(away, np.where(back, -guests, 0), guests)
 
     def move_all(self, moves: list[tuple[int, int]]) -> list[tuple[int, float]]:
         """Make ``moves`` (unit, target) in order; for each, where the unit was and the objective

@@ -26,7 +26,7 @@ from ..base import (
     constraints_for,
     migration_cost,
 )
-from .compact import compact
+from .compact import CompactMemo, compact
 from .exact import exact_note
 from .options import BalanceOptions
 from .polish import polish_below_grain
@@ -101,14 +101,15 @@ def _search(
     ceiling = state.objective()
     stopped, reached_goal = balance_rounds(history, options, limit, shaped=shaped)
     prune(history)
-    compact(history, ceiling)
+    compaction = CompactMemo()
+    compact(history, ceiling, compaction)
     if reached_goal:
         # A resource whose goal was one step on the smallest node, brought within
         # target_spread in whole steps where they can add up.
         target_spread = options.target_spread
         polished = polish_below_grain(history, grain, target_spread, ceiling, limit, options.swaps)
         if polished:
-            compact(history, ceiling)
+            compact(history, ceiling, compaction)
             stopped = balanced_reason(target_spread, state.spreads(), polished)
     proposal = Proposal(
         "balance",
