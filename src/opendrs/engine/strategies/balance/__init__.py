@@ -97,7 +97,8 @@ stop reason says why.
 **A second path.** With few, big guests per node the search above can end short of the target,
 where no move or exchange pays for itself. Then, on a cluster of at most
 :data:`.strategy.PLAIN_GUESTS` guests, the plain search — no plan, moves chosen by objective
-gain — runs from the start, and its answer is kept if it reaches the target.
+gain — runs from the start, and its answer is kept if it reaches the target, or if it ends
+nearer the target (the largest weighted spread over its goal smaller) when neither does.
 
 On large clusters (more than ``wide`` nodes) each round looks only at the ``wide`` most loaded
 sources and ``wide`` least loaded targets, which keeps a round cheap at 1,000 nodes.
