@@ -29,11 +29,10 @@ only when they also lower ``J``.
 fewest guests that do it carry cpu and memory in the proportions of that excess, not the biggest
 ones (which are memory-heavy: they balance memory long before cpu, and the node then takes guests
 back). For each such node the plan sweeps directions in the (cpu, memory) plane: units in the
-order of their projection on the direction (and again per guest), each taken if it does not
-overshoot the excess by more than half the band, until the excess is covered; the sweep needing
-the fewest migrations (a bundle counts each of its guests; a shortfall counts as extra guests)
-wins — a rounding of the linear relaxation behind
-:func:`opendrs.engine.bounds.migration_lower_bound`.
+order of their projection on the direction per guest, each taken if it does not overshoot the
+excess by more than half the band, until the excess is covered; the direction needing the fewest
+migrations (a bundle counts each of its guests; a shortfall counts as extra guests) wins — a
+rounding of the linear relaxation behind :func:`opendrs.engine.bounds.migration_lower_bound`.
 Where one to three of the node's units land it in the band with fewer migrations (every such
 choice tried, on nodes whose units are of few kinds), they are the plan instead. Until the
 planned guests have left (or none of them helps any more), the rounds below move only them, each

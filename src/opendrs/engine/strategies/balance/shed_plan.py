@@ -25,9 +25,8 @@ def shed_plan(state: BalanceState) -> np.ndarray:
 
     Per such node, with its excess ``e`` over the mean (per weighted resource) and ``h`` half the
     band: for each of :data:`PLAN_DIRECTIONS` directions, the node's movable units in the order of
-    their projection (demand / ``e``) on the direction, and again in the order of their
-    projection per guest, each taken unless it would push the total beyond ``e + h`` in some
-    resource, until the total reaches ``e − h`` in every one.
+    their projection (demand / ``e``) on the direction per guest, each taken unless it would push
+    the total beyond ``e + h`` in some resource, until the total reaches ``e − h`` in every one.
     The direction with the fewest migrations (a bundle's guests each count) wins, a shortfall
     counting :data:`PLAN_SHORTFALL` migrations per missing typical unit; one to three units whose
     total lies within ``e ± h`` with fewer migrations still (:func:`_fewest_within`) replace it.
@@ -81,12 +80,9 @@ def _plan_chunk(
     )
     scaled = demand / e[:, None, :]  # (H, M, R')
     low, high = 1 - half / e, 1 + half / e
-    # Migrations, not units: a bundle of k guests counts k; each direction is swept twice, the
-    # units in the order of their projection and of their projection per guest.
+    # Migrations, not units: a bundle of k guests counts k, and carries per guest.
     guests = np.where(valid, state.unit_guests[np.maximum(index, 0)], 1)  # (H, M)
-    projected = scaled @ directions.T
-    projected = np.concatenate([projected, projected / guests[:, :, None]], axis=2)
-    score = np.where(valid[:, :, None], projected, -np.inf)
+    score = np.where(valid[:, :, None], scaled @ directions.T / guests[:, :, None], -np.inf)
     order = np.argsort(-score, axis=1, kind="stable").transpose(0, 2, 1)  # (H, K, M)
     total, taken = _sweep(order, scaled, valid, low, high)
     typical = state.typical[counted]
