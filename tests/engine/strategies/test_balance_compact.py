@@ -50,7 +50,7 @@ def test_a_chain_of_two_moves_becomes_one_move_past_the_middle_node() -> None:
     ceiling = history.state.objective()
     history.record(_unit(history, "g"), 1, StepKind.BALANCE)
     history.record(_unit(history, "h"), 2, StepKind.BALANCE)
-    assert compact(history, ceiling) == 1
+    assert compact(history, ceiling, GOAL) == 1
     assert _moves(history) == {"g": "n2"}
     assert history.state.spreads()[1] <= GOAL
     assert [s.kind for s in history.steps[2:]] == [StepKind.PRUNED] * 2 + [StepKind.BALANCE]
@@ -63,7 +63,7 @@ def test_two_small_moves_become_one_of_their_size() -> None:
     )
     ceiling = history.state.objective()
     history.record_all([(_unit(history, "s1"), 1), (_unit(history, "s2"), 1)], StepKind.BALANCE)
-    assert compact(history, ceiling) == 1
+    assert compact(history, ceiling, GOAL) == 1
     assert _moves(history) == {"big": "n1"}
 
 
@@ -80,7 +80,7 @@ def test_no_stand_in_that_a_rule_forbids_and_no_change_then() -> None:
     ceiling = history.state.objective()
     history.record_all([(_unit(history, "s1"), 1), (_unit(history, "s2"), 1)], StepKind.BALANCE)
     load = history.state.node_load.copy()
-    assert compact(history, ceiling) == 0
+    assert compact(history, ceiling, GOAL) == 0
     assert _moves(history) == {"s1": "n1", "s2": "n1"}
     assert np.array_equal(history.state.node_load, load) and len(history) == 2
 
@@ -91,4 +91,17 @@ def test_nothing_is_compacted_while_a_spread_is_above_its_goal() -> None:
     )
     ceiling = history.state.objective()
     history.record_all([(_unit(history, "s1"), 1), (_unit(history, "s2"), 1)], StepKind.BALANCE)
-    assert compact(history, ceiling) == 0 and len(history) == 2
+    assert compact(history, ceiling, GOAL) == 0 and len(history) == 2
+
+
+def test_a_spread_widens_up_to_the_target_only_whatever_the_goal() -> None:
+    # The only stand-in (9 GiB for two of 4) leaves 31 and 33 GiB: 3.1 pp, within a 5 pp goal
+    # (as one step on the smallest node can be) but not within a 1 pp target.
+    guests = [("s1", "n0", 4), ("s2", "n0", 4), ("big", "n0", 9), ("f", "n0", 23), ("e", "n1", 24)]
+    for target, saved in ((GOAL, 0), (0.05, 1)):
+        history = _history(2, guests)
+        history.state.goal[:] = 0.05 + 1e-12
+        ceiling = history.state.objective()
+        history.record_all([(_unit(history, "s1"), 1), (_unit(history, "s2"), 1)], StepKind.BALANCE)
+        assert compact(history, ceiling, target) == saved
+        assert history.state.goal[1] == 0.05 + 1e-12

@@ -81,17 +81,19 @@ not repaired, and ``Proposal.options["repair"]`` says what the exact repair foun
 **Pruning.** Afterwards, every move is tried undone (most expensive first): if the cluster still
 meets the target and the constraints without it, it is dropped.
 
-**Compaction.** Then pairs of moves that pass load on — a unit from ``a`` to ``b`` and another
-from ``b`` to ``c``, or two units from ``a`` to ``b`` — are replaced by one move of a unit of
-``a`` to ``c`` (or ``b``) that adds fewer migrations, where every weighted resource stays within
-its goal and the objective at most what it was when balancing began (:mod:`.compact`, within
-a budget of tries per move); again after the phase below the grain.
-
 **Below the grain.** A resource whose goal was one step on the smallest node, coarser than
 ``target_spread``, is then brought within ``target_spread`` in whole steps where the nodes' whole
 steps can add up inside one such window (:mod:`.grain_window`, :mod:`.polish`); where
 they cannot, or the polish does not get every node in, it keeps the grain as its goal and the
 stop reason says why.
+
+**Compaction.** Last, pairs of moves that pass load on — a unit from ``a`` to ``b`` and another
+from ``b`` to ``c``, or two units from ``a`` to ``b`` — are replaced by one move of a unit of
+``a`` to ``c`` (or ``b``) that adds fewer migrations (none for a unit that has moved already),
+where every weighted resource stays within its goal — and no wider than ``target_spread`` or
+than it is already, so a resource whose goal is one step on the smallest node keeps the spread
+reached — and the objective at most what it was
+when balancing began (:mod:`.compact`, within a budget of tries per move).
 
 **A second path.** With few, big guests per node the search above can end short of the target,
 where no move or exchange pays for itself. Then, on a cluster of at most
@@ -105,8 +107,8 @@ sources and ``wide`` least loaded targets, which keeps a round cheap at 1,000 no
 **The modules.** :mod:`.state` (the search state, :class:`~.state.BalanceState`; its units in
 :mod:`.units`, exchange kinds in :mod:`.kinds`), :mod:`.steps` (the history of typed steps), one
 module per phase — :mod:`.repair` (with :mod:`.exact`), :mod:`.shed_plan` and
-:mod:`.rounds` (with :mod:`.picks` and :mod:`.set_exchange`), :mod:`.prune`, :mod:`.compact`,
-:mod:`.polish` (with :mod:`.grain_window`) — and :mod:`.strategy`, which runs them in order
+:mod:`.rounds` (with :mod:`.picks` and :mod:`.set_exchange`), :mod:`.prune`, :mod:`.polish`
+(with :mod:`.grain_window`), :mod:`.compact` — and :mod:`.strategy`, which runs them in order
 (:func:`~.strategy.propose_balance`, the registry's :class:`~.strategy.Balance`). The phases
 import the state, the strategy imports the phases.
 """

@@ -4,13 +4,14 @@ The rounds reach the target a move at a time, and a node often passes load on: a
 ``a`` to ``b`` and another from ``b`` to ``c`` (a *chain*), or two small guests go from ``a`` to
 ``b`` where one of twice the size would do. Pruning undoes single moves only; this phase undoes
 such a pair — both guests back home — and makes one move in their place: a unit of ``a`` (one of
-the two included) to ``c``, or to ``b``, with fewer guests than the two, chosen so that every
-weighted resource stays within its goal, the objective stays at most ``ceiling``, and every hard
-constraint holds. Among the units that do, the fewest guests, then the cheapest migration, then
-the lowest index: the same input, the same moves. Pairs are tried most expensive first, in passes
-until one makes no replacement, each screened on the loads before anything moves, within a
-budget of tries per unit moved; a pair tried in vain is not tried again while its nodes' loads
-stay the same."""
+the two included) to ``c``, or to ``b``, adding fewer migrations than the two (a unit that has
+moved already adds none), chosen so that every weighted resource stays within its goal, the
+objective stays at most ``ceiling``, and every hard constraint holds. Among the units that do,
+the fewest migrations added, then the cheapest, then the lowest index: the same input, the same
+moves. Pairs are tried most expensive first, in passes until one makes no replacement, each
+screened on the loads before anything moves, within a budget of tries per unit moved; a pair tried
+in vain is not tried again while its nodes' loads stay the same.
+"""
 
 from __future__ import annotations
 
@@ -39,23 +40,32 @@ class CompactMemo:
     left: int | None = None
 
 
-def compact(history: History, ceiling: float, memo: CompactMemo | None = None) -> int:
+def compact(
+    history: History, ceiling: float, target_spread: float, memo: CompactMemo | None = None
+) -> int:
     """Replace pairs of moves by one where that keeps the goal (see the module); how many
-    migrations that saved. Only when every weighted resource is within its goal. ``memo``: what
-    an earlier compaction of the same search left (see :class:`CompactMemo`)."""
+    migrations that saved. Only when every weighted resource is within its goal; a spread may
+    widen up to its goal, and no further than ``target_spread`` or where it is now (a resource
+    whose goal is one step on the smallest node keeps the spread the search reached). ``memo``:
+    what an earlier compaction of the same search left (see :class:`CompactMemo`)."""
     state = history.state
     weighted = state.weights > 0
-    if not np.all(state.spreads()[weighted] <= state.goal[weighted]):
+    spreads, goal = state.spreads(), state.goal
+    if not np.all(spreads[weighted] <= goal[weighted]):
         return 0
     memo = memo if memo is not None else CompactMemo()
     if memo.left is None:
         memo.left = TRIES_PER_MOVE * int(state.moved().sum())
     saved = 0
-    for _ in range(COMPACT_PASSES):
-        found = _one_pass(history, ceiling, memo)
-        if not found:
-            break
-        saved += found
+    state.goal = np.minimum(goal, np.maximum(spreads, target_spread + 1e-12))
+    try:
+        for _ in range(COMPACT_PASSES):
+            found = _one_pass(history, ceiling, memo)
+            if not found:
+                break
+            saved += found
+    finally:
+        state.goal = goal
     return saved
 
 
@@ -155,10 +165,10 @@ def _replace(
 
 
 def _may_stand_in(state: BalanceState, u: int, v: int, src: int, tgt: int, fewer_than: int) -> bool:
-    """Whether some unit of ``src`` not moved, of fewer than ``fewer_than`` guests, would keep
-    every weighted resource within its goal from ``src`` to ``tgt`` with ``u`` and ``v`` back
-    home: a screen on the loads alone, before anything moves (rules and capacity are checked
-    after)."""
+    """Whether some unit of ``src`` adding fewer than ``fewer_than`` migrations (see
+    :func:`_stand_in`) would keep every weighted resource within its goal from ``src`` to
+    ``tgt`` with ``u`` and ``v`` back home: a screen on the loads alone, before anything moves
+    (rules and capacity are checked after)."""
     if state.group[src] != state.group[tgt] or state.group[src] < 0:
         return False
     loads: dict[int, np.ndarray] = {}
@@ -168,30 +178,32 @@ def _may_stand_in(state: BalanceState, u: int, v: int, src: int, tgt: int, fewer
             loads[n] = loads.get(n, state.node_load[n]) + sign * d
     for n in (src, tgt):
         loads.setdefault(n, state.node_load[n])
-    home = [x for x in (u, v) if int(state.origin[x]) == src]
+    home = np.array([x for x in (u, v) if int(state.origin[x]) == src], dtype=np.intp)
     cand = state.units_at(src)
-    cand = np.concatenate([cand[~state.moved_of(cand)], np.array(home, dtype=np.intp)])
-    cand = cand[state.unit_guests[cand] < fewer_than]
+    added = np.r_[state.added_migrations(cand, np.full(cand.size, tgt)), state.unit_guests[home]]
+    cand = np.concatenate([cand, home])[added < fewer_than]
     return bool(cand.size and _within_goal(state, cand, src, tgt, loads).any())
 
 
 def _stand_in(state: BalanceState, src: int, tgt: int, fewer_than: int) -> tuple[int, int] | None:
-    """The unit of ``src`` not moved yet, of fewer than ``fewer_than`` guests, whose move to
-    ``tgt`` is allowed and leaves every weighted resource within its goal: the fewest guests,
-    then the cheapest, then the lowest index; with the migrations it adds. None if there is
-    none."""
+    """The unit of ``src`` whose move to ``tgt`` adds fewer than ``fewer_than`` migrations (its
+    guests; none for a unit that has moved already, fewer for one going back home), is allowed
+    and leaves every weighted resource within its goal: the fewest migrations added, then the
+    cheapest, then the lowest index; with the migrations it adds. None if there is none."""
     cand = state.units_at(src)
-    cand = cand[~state.moved_of(cand) & (state.unit_guests[cand] < fewer_than)]
-    if cand.size:
+    added = state.added_migrations(cand, np.full(cand.size, tgt))
+    keep = added < fewer_than
+    if keep.any():
         loads = {n: state.node_load[n] for n in (src, tgt)}
-        cand = cand[_within_goal(state, cand, src, tgt, loads)]
-    if cand.size:
-        cand = cand[state.allowed(cand, np.array([tgt], dtype=np.intp))[:, 0]]
+        keep[keep] = _within_goal(state, cand[keep], src, tgt, loads)
+    if keep.any():
+        keep[keep] = state.allowed(cand[keep], np.array([tgt], dtype=np.intp))[:, 0]
+    cand, added = cand[keep], added[keep]
     if cand.size == 0:
         return None
-    guests = state.unit_guests[cand]
-    k = int(np.lexsort((cand, state.units.cost[cand], guests))[0])
-    return int(cand[k]), int(guests[k])
+    cost = np.where(state.moved_of(cand), 0.0, state.units.cost[cand])
+    k = int(np.lexsort((cand, cost, added))[0])
+    return int(cand[k]), int(added[k])
 
 
 def _within_goal(

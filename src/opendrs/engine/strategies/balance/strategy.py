@@ -1,7 +1,7 @@
 """``balance`` as a strategy (:class:`Balance`, :func:`propose_balance`): one search runs the
-phases in order — repair, shedding plan and rounds, pruning, compaction, the polish below the
-grain (and compaction again) — and its history becomes the proposal; see the package's
-documentation for what each phase does."""
+phases in order — repair, shedding plan and rounds, pruning, the polish below the grain,
+compaction — and its history becomes the proposal; see the package's documentation for what each
+phase does."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from ..base import (
     constraints_for,
     migration_cost,
 )
-from .compact import CompactMemo, compact
+from .compact import compact
 from .exact import exact_note
 from .options import BalanceOptions
 from .polish import polish_below_grain
@@ -104,15 +104,14 @@ def _search(
     ceiling = state.objective()
     stopped, reached_goal = balance_rounds(history, options, limit, shaped=shaped)
     prune(history)
-    compaction = CompactMemo()
-    compact(history, ceiling, compaction)
     if reached_goal:
         # A resource whose goal was one step on the smallest node, brought within
         # target_spread in whole steps where they can add up.
         target_spread = options.target_spread
         polished = polish_below_grain(history, grain, target_spread, ceiling, limit, options.swaps)
+        # Then fewer moves within the goals reached (a polished resource's is target_spread).
+        compact(history, ceiling, target_spread)
         if polished:
-            compact(history, ceiling, compaction)
             stopped = balanced_reason(target_spread, state.spreads(), polished)
     proposal = Proposal(
         "balance",
