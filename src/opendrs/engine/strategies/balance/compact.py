@@ -32,30 +32,25 @@ TRIES_PER_MOVE = 8
 
 @dataclass
 class CompactMemo:
-    """What the compactions of one search share: the pairs (u, v, source, target) tried in vain,
-    with their nodes' loads then (not tried again while those are the same: the goals only
-    tighten), and the tries left (:data:`TRIES_PER_MOVE` per unit moved when the first began)."""
+    """What a compaction keeps from pass to pass: the pairs (u, v, source, target) tried in
+    vain, with their nodes' loads then (not tried again while those are the same), and the tries
+    left (:data:`TRIES_PER_MOVE` per unit moved when it began)."""
 
+    left: int
     tried: dict[tuple[int, int, int, int], bytes] = field(default_factory=dict)
-    left: int | None = None
 
 
-def compact(
-    history: History, ceiling: float, target_spread: float, memo: CompactMemo | None = None
-) -> int:
+def compact(history: History, ceiling: float, target_spread: float) -> int:
     """Replace pairs of moves by one where that keeps the goal (see the module); how many
     migrations that saved. Only when every weighted resource is within its goal; a spread may
     widen up to its goal, and no further than ``target_spread`` or where it is now (a resource
-    whose goal is one step on the smallest node keeps the spread the search reached). ``memo``:
-    what an earlier compaction of the same search left (see :class:`CompactMemo`)."""
+    whose goal is one step on the smallest node keeps the spread the search reached)."""
     state = history.state
     weighted = state.weights > 0
     spreads, goal = state.spreads(), state.goal
     if not np.all(spreads[weighted] <= goal[weighted]):
         return 0
-    memo = memo if memo is not None else CompactMemo()
-    if memo.left is None:
-        memo.left = TRIES_PER_MOVE * int(state.moved().sum())
+    memo = CompactMemo(TRIES_PER_MOVE * int(state.moved().sum()))
     saved = 0
     state.goal = np.minimum(goal, np.maximum(spreads, target_spread + 1e-12))
     try:
