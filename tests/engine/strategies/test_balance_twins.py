@@ -42,11 +42,11 @@ def test_the_diskless_twins_move() -> None:
 
 def test_a_twin_with_a_rule_is_not_taken() -> None:
     # 102 is kept apart from 105 (on b): a guest bound by a rule is no twin, even where it
-    # could go (to c); 101 stands in for one of the moves, 100 with its disk for the other.
+    # could go (to c); 101 stands in for one of a's moves, 100 with its disk for the other.
     rules = Rules(guest_affinity=(GuestAffinity("apart", ("102", "105"), positive=False),))
     cluster = _cluster(*_three_on_a(), Guest("105", "b", cpu=1, memory=GiB), rules=rules)
     moved = sorted(m.guest for m in propose_balance(cluster).net_moves())
-    assert moved == ["100", "101"]
+    assert "100" in moved and "101" in moved and "102" not in moved
 
 
 @st.composite
