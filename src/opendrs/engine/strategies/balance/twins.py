@@ -44,14 +44,8 @@ def cheaper_twins(history: History) -> int:
 def _twin_candidates(state: BalanceState) -> np.ndarray:
     """(U,) units that may stand in for another: one guest, free to move, in no rule."""
     units = state.units
-    rules = state.cons.rules
-    ruled = {g for r in (*rules.node_affinity, *rules.guest_affinity) for g in r.guests}
-    guests = state.cluster.guests
     alone = np.array([m.size == 1 for m in units.members], dtype=bool)
-    named = np.array(
-        [any(guests[j].id in ruled for j in m.tolist()) for m in units.members], dtype=bool
-    )
-    return alone & units.movable & ~named & ~state.broken_at_start & ~state.has_neg
+    return alone & units.movable & ~units.ruled & ~state.broken_at_start & ~state.has_neg
 
 
 def _pool(state: BalanceState, free: np.ndarray) -> dict[tuple[int, bytes], list[int]]:
