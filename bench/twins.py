@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from bench.clusters import GENERATORS, generated
+from bench.generate import SIZES
 from opendrs.engine.constraints import Constraints, committed_for, current_assign, movability
 from opendrs.engine.strategies import get_strategy, migration_cost
 from opendrs.engine.usage import LoadModel, loaded_nodes
@@ -163,7 +164,7 @@ def _rules_variants(choice: str) -> Iterable[bool]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.twins", description=__doc__)
     parser.add_argument("--generator", nargs="+", default=["mixed"], choices=tuple(GENERATORS))
-    parser.add_argument("--sizes", nargs="+", default=["L"])
+    parser.add_argument("--sizes", nargs="+", default=["L"], choices=tuple(SIZES))
     parser.add_argument("--seeds", nargs="+", type=int, default=[1])
     parser.add_argument("--rules", default="both", choices=("no", "yes", "both"))
     args = parser.parse_args(argv)
