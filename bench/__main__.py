@@ -3,7 +3,7 @@
 ``python -m bench [--sizes S,M,L] [--strategies A,B] [--peers proxlb-greedy,proxlb-solver]
 [--rules both|with|without] [--time-limit S] [--seed N] [--generator basic|skewed|both]
 [--methods memory] [--method-seeds 1,2,3] [--no-reading] [--no-endtoend]
-[--endtoend-sizes L,XL,XXL] [--markdown FILE] [--json FILE]``
+[--endtoend-sizes L,XL,XXL] [--no-startup] [--startup-repeats N] [--markdown FILE] [--json FILE]``
 
 For every generator (:data:`bench.clusters.GENERATORS`: :mod:`bench.generate`'s ``basic`` and
 :mod:`bench.skewed`'s ``skewed``, both by default), size and rules case the same seeded cluster
@@ -34,6 +34,11 @@ scenario, and on each file, each in a fresh process from start to exit, ``opendr
 --format json``, proxlb-solver's own CLI (scenarios, up to L) and ProxLB's greedy steps on the
 file (up to XL), with wall and CPU time, peak RSS and the placement evaluated, against the #15
 targets at 100,000 guests (:mod:`bench.endtoend`).
+
+And **start-up** (``--no-startup`` skips it): ``opendrs plan`` on the three-node
+``examples/small.yaml`` and on the L snapshot, each ``--startup-repeats`` times in a fresh
+process, beside the interpreter's own start, with the median wall and CPU time and the peak RSS
+(:mod:`bench.startup`).
 """
 
 from __future__ import annotations
@@ -70,6 +75,9 @@ from bench.reading import Reading
 from bench.reading import run as run_reading
 from bench.reading import section as reading_section
 from bench.report import Case, MethodCase, Row, method_section, section
+from bench.startup import Startup
+from bench.startup import run as run_startup
+from bench.startup import section as startup_section
 from bench.worker import RunnerKind, Spec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -223,15 +231,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MEMBERSxINSTANCES",
         help="the Incus backend's observation at this scale (bench/incus.py); 'none' to skip",
     )
-    parser.add_argument(
-        "--reading",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="measure reading the XXL snapshot (YAML, JSON) and a 100,000-VM proxlb-solver "
+    _add_repeated(
+        parser,
+        "reading",
+        "measure reading the XXL snapshot (YAML, JSON) and a 100,000-VM proxlb-solver "
         "scenario (bench/reading.py; default on)",
-    )
-    parser.add_argument(
-        "--reading-repeats", type=int, default=3, metavar="N", help="readings per input (3)"
+        3,
+        "readings per input (3)",
     )
     parser.add_argument(
         "--endtoend",
@@ -253,9 +259,28 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="kill an end-to-end run after this long (900)",
     )
+    _add_repeated(
+        parser,
+        "startup",
+        "measure `opendrs plan` on a three-node snapshot and on L, each run a fresh process "
+        "(bench/startup.py; default on)",
+        10,
+        "runs per command (10)",
+    )
     parser.add_argument("--markdown", type=Path, default=None, metavar="FILE")
     parser.add_argument("--json", type=Path, default=None, metavar="FILE")
     return parser
+
+
+def _add_repeated(
+    parser: argparse.ArgumentParser, name: str, about: str, repeats: int, repeats_about: str
+) -> None:
+    """``--NAME`` / ``--no-NAME`` (on by default) and ``--NAME-repeats N``."""
+    on_off = argparse.BooleanOptionalAction
+    parser.add_argument(f"--{name}", action=on_off, default=True, help=about)
+    parser.add_argument(
+        f"--{name}-repeats", type=int, default=repeats, metavar="N", help=repeats_about
+    )
 
 
 def time_limit(size: str, cap: float | None) -> float:
@@ -519,6 +544,8 @@ def main(argv: list[str] | None = None) -> int:
         methods = []
     if args.reading_repeats < 1:
         parser.error("--reading-repeats: expected at least 1")
+    if args.startup_repeats < 1:
+        parser.error("--startup-repeats: expected at least 1")
     endtoend_sizes = _split(args.endtoend_sizes)
     unknown = [s for s in endtoend_sizes if s not in SIZES]
     if unknown:
@@ -586,6 +613,12 @@ def main(argv: list[str] | None = None) -> int:
         sections.append(endtoend_section(endtoend))
         print(sections[-1], flush=True)
 
+    startup: list[Startup] = []
+    if args.startup:
+        startup = run_startup(args.startup_repeats, args.seed)
+        sections.append(startup_section(startup))
+        print(sections[-1], flush=True)
+
     command = "python -m bench " + shlex.join(sys.argv[1:] if argv is None else argv)
     seeds_text = f", method cases seeds {', '.join(map(str, method_seeds))}" if method_cases else ""
     header = [
@@ -616,6 +649,7 @@ def main(argv: list[str] | None = None) -> int:
         ]
         payload += [{"reading": asdict(reading)} for reading in readings]
         payload += [{"endtoend": asdict(result)} for result in endtoend]
+        payload += [{"startup": asdict(result)} for result in startup]
         args.json.write_text(json.dumps(payload, indent=1, default=str), encoding="utf-8")
         _progress(f"wrote {args.json}")
     return 0
