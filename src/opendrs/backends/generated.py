@@ -32,6 +32,7 @@ from typing import Final
 
 import numpy as np
 
+from opendrs.backends.generated_hotspots import hot_spot_jobs, job_workloads, pinned
 from opendrs.backends.scenario import Fault, MigrationModel, Scenario, builtin_scenario
 from opendrs.backends.simgen import MONTH_KINDS, db_pairs, make_guests, place_guests
 from opendrs.backends.workload import Pattern, Workload
@@ -90,12 +91,18 @@ class Shape:
     maintenance: int
     api_outages: int
     failure_rate: float
+    #: Hot spots: lasting ones (a job's usage up for hours on one node) and alternating ones
+    #: (two jobs on two nodes taking turns) (:mod:`.generated_hotspots`).
+    lasting_hot_spots: int
+    alternating_hot_spots: int
 
     def describe(self) -> str:
         return (
             f"{self.nodes} nodes, {self.packing}, {self.mix}; {self.node_failures} node "
             f"failure(s), {self.maintenance} maintenance window(s), {self.api_outages} API "
-            f"outage(s), {100 * self.failure_rate:g} % of migrations failing"
+            f"outage(s), {100 * self.failure_rate:g} % of migrations failing; "
+            f"{self.lasting_hot_spots} lasting and {self.alternating_hot_spots} alternating "
+            "hot spot(s)"
         )
 
 
@@ -110,6 +117,8 @@ def shape_of(seed: int) -> Shape:
         maintenance=int(rng.integers(0, 3)),
         api_outages=int(rng.integers(0, 4)),
         failure_rate=float(rng.choice((0.0, 0.01, 0.02, 0.05))),
+        lasting_hot_spots=int(rng.integers(1, 4)),
+        alternating_hot_spots=int(rng.integers(1, 3)),
     )
 
 
@@ -125,6 +134,16 @@ def generated_scenario(
     rng = np.random.default_rng([seed, 1, nodes, guests])
     cluster = _cluster(rng, shape, nodes, guests, f"generated-{seed}")
     node_names = tuple(n.name for n in cluster.nodes)
+    workloads = _workloads(rng)
+    faults = _faults(rng, shape, node_names)
+    jobs = hot_spot_jobs(
+        np.random.default_rng([seed, 2, nodes, guests]),
+        cluster,
+        shape.lasting_hot_spots,
+        shape.alternating_hot_spots,
+        DAYS,
+    )
+    cluster = pinned(cluster, jobs)
     return Scenario(
         cluster=cluster,
         name=f"generated-{seed}",
@@ -132,8 +151,8 @@ def generated_scenario(
         step=60.0,
         duration=DAYS * DAY,
         migration=MigrationModel(failure_rate=shape.failure_rate),
-        workloads=_workloads(rng),
-        faults=_faults(rng, shape, node_names),
+        workloads=job_workloads(cluster, jobs, workloads),
+        faults=faults,
         file=f"generated:{seed}",
     )
 
