@@ -1,7 +1,7 @@
 """Generated months: simulator scenarios of different shapes from a seed.
 
 ``opendrs simulate --generate SEED [--nodes N --guests M]`` runs the policies on the month this
-module makes from ``SEED``. The seed alone draws the month's **shape** — four independent choices:
+module makes from ``SEED``. The seed alone draws the month's **shape** — five independent choices:
 
 * **node sizes** — ``uniform`` (one size), ``two sizes`` (half big, half medium) or ``mixed``
   (each node its own size); scaled so that the guests' configured memory fills 55–70 % of the
@@ -15,7 +15,10 @@ module makes from ``SEED``. The seed alone draws the month's **shape** — four 
   for its tag (``opendrs/data/scenarios/month.yaml``), with its levels, peak hours, burst rates,
   trends and walks drawn anew around it;
 * **faults** — 0–2 node failures (1–8 h), 0–2 maintenance windows (2–6 h), 0–3 API outages
-  (5–45 min), and 0–5 % of migrations failing part-way.
+  (5–45 min), and 0–5 % of migrations failing part-way;
+* **hot spots** — 1–3 lasting (a job's CPU up for 2–8 hours on one node) and 1–2 alternating (two
+  jobs on two nodes taking hourly turns), the jobs pinned to their node
+  (:mod:`.generated_hotspots`).
 
 ``--nodes`` and ``--guests`` change the size, not the shape: the same seed gives the same shape at
 any size. Everything is deterministic: the same ``(seed, nodes, guests)`` gives the same scenario,

@@ -2,11 +2,11 @@
 
 A *job* is a few guests of one node that no scheduler moves (ignored, as an HA resource set to
 ``ignored`` is: a batch job's workers pinned to their node), so that they load that node together
-whatever a policy does. Its guests follow their kind's
-pattern plus :class:`~opendrs.backends.workload.Surge` s that raise a node at the cluster's mean
-CPU load at the start — where balancing brings it — to about 93 % of its CPU net of reserves
-(hot, not over capacity) if nothing else moves, the job's own guests using at most 75 % of it
-(moving the others off relieves the node):
+whatever a policy does. Its guests follow their kind's pattern plus
+:class:`~opendrs.backends.workload.Surge` s, each in proportion to its unused vCPUs, that would
+raise a node at the cluster's mean CPU load at the start to its full CPU net of reserves — with
+the mean of the workloads lower than the snapshot's, in practice 85–100 %: hot — the job's own
+guests using at most 80 % of it (moving the others off relieves the node):
 
 * a **lasting** hot spot: one job's usage rises over 30–90 minutes, stays up 2–8 hours, and falls
   back as slowly. Moving guests off its node relieves it for good;
