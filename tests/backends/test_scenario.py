@@ -26,6 +26,7 @@ from opendrs.backends.workload import (
     Ramp,
     Selector,
     Spikes,
+    Surge,
     TraceSeries,
     Walk,
     Weekly,
@@ -105,7 +106,9 @@ workloads:
     cpu: {constant: 0.4, diurnal: {amplitude: 0.2, peak: 9.5}, weekly: {weekend: 0.5}}
     memory: 0.5
   - tag: web
-    cpu: {spikes: {rate: 3, height: 0.5, duration: 15m}}
+    cpu:
+      spikes: {rate: 3, height: 0.5, duration: 15m}
+      surges: [{at: 1d, height: 0.4, last: 2h, rise: 30m}]
   - memory: {weekly: {weekday: 1.2}}
 trace: trace.csv
 faults:
@@ -143,7 +146,9 @@ faults:
         constant=0.4, diurnal=Diurnal(0.2, 9.5), weekly=Weekly(weekday=1.0, weekend=0.5)
     )
     assert w[1].memory == Pattern(constant=0.5)
-    assert w[2].cpu == Pattern(spikes=Spikes(3.0, 0.5, 900.0)) and w[2].memory is None
+    surge = Surge(at=86400.0, height=0.4, last=7200.0, rise=1800.0)
+    assert w[2].cpu == Pattern(spikes=Spikes(3.0, 0.5, 900.0), surges=(surge,))
+    assert w[2].memory is None
     assert w[3].selector == Selector() and w[3].cpu is None
     assert w[3].memory == Pattern(weekly=Weekly(weekday=1.2, weekend=1.0))
     assert scenario.trace is not None
@@ -271,6 +276,14 @@ BAD = [
         "workloads[0].cpu.spikes.rate: must be greater than 0",
     ),
     ("workloads: [{tag: web, cpu: {}}]", "workloads[0].cpu: expected at least one of"),
+    (
+        "workloads: [{tag: web, cpu: {surges: [{at: 1h, height: 0.5}]}}]",
+        "workloads[0].cpu.surges[0].last: required key is missing",
+    ),
+    (
+        "workloads: [{tag: web, cpu: {surges: {at: 1h}}}]",
+        "workloads[0].cpu.surges: expected a list, got",
+    ),
     ("faults: [{type: node-failur, node: pve1, at: 1h}]", "did you mean 'node-failure'?"),
     ("faults: [{type: node-failure, node: pve4, at: 1h}]", "faults[0].node: unknown node 'pve4'"),
     ("faults: [{type: node-failure, at: 1h}]", "faults[0].node: required key is missing"),

@@ -21,6 +21,7 @@ from opendrs.backends.workload import (
     Ramp,
     Selector,
     Spikes,
+    Surge,
     Trace,
     TraceSeries,
     UsageGenerator,
@@ -720,6 +721,17 @@ def test_spikes_have_their_height_duration_and_rate() -> None:
     assert runs.min() >= 30  # 30 minutes at least (overlapping bursts run longer)
     expected = 1 - np.exp(-4 * 0.5 / 24)  # share of time in a burst
     assert abs(on.mean() - expected) < 0.03
+
+
+def test_surges_rise_hold_fall_and_add_up() -> None:
+    first = Surge(at=3600.0, height=0.4, last=7200.0, rise=1800.0)
+    second = Surge(at=3600.0 + 2400.0, height=0.3, last=600.0)
+    cpu, _ = generate([(Pattern(constant=0.1, surges=(first, second)), None)], step=60, steps=360)
+    at = {minute: round(float(cpu[0, minute]), 9) for minute in (59, 60, 75, 90, 150, 225, 240)}
+    # 0.1 before; half way up after 15 of 30 minutes; 0.5 held (with the second surge from 100 to
+    # 110 minutes on top); half way down 15 minutes into the fall; 0.1 after 4 hours.
+    assert at == {59: 0.1, 60: 0.1, 75: 0.3, 90: 0.5, 150: 0.5, 225: 0.3, 240: 0.1}
+    assert round(float(cpu[0, 100]), 9) == 0.8 and round(float(cpu[0, 110]), 9) == 0.5
 
 
 def test_noise_has_its_standard_deviation() -> None:

@@ -42,6 +42,15 @@ def test_a_generated_month_is_simulated_the_same_way_twice() -> None:
     assert other != first
 
 
+def test_an_alternating_hot_spot_gives_no_ping_pong_under_the_default_policy() -> None:
+    # Seed 38 at 8 nodes and 120 guests: two jobs heat node01 and node06 in turns from day 1.22
+    # (tests/backends/test_generated_hotspots.py); the default policy (hot level 85 %) runs.
+    args = ("simulate", "--generate", "38", "--nodes", "8", "--guests", "120", "--days", "1.6")
+    (report,) = _reports(opendrs(*args, "--policy", "opendrs", "--format", "json", "--no-progress"))
+    assert report["hot_node_minutes"] > 0
+    assert report["ping_pongs"] == 0 and report["capacity_violations"] == 0
+
+
 def test_the_text_report_names_the_generated_month_and_its_shape() -> None:
     done = opendrs("simulate", "--generate", "3", *SMALL, "--policy", "opendrs")
     assert done.returncode == 0, done.stderr

@@ -92,7 +92,9 @@ def test_the_hot_level_is_read_checked_and_off_for_the_peers() -> None:
     assert parse_policy(reader, {"hot": "90%"}, ("policy",)).hot == 0.9
     assert parse_policy(reader, {"hot": 0.8}, ("policy",)).hot == 0.8
     assert parse_policy(reader, {"hot": None}, ("policy",)).hot is None
-    assert all(p.hot is None for p in PRESETS.values())  # off unless asked for
+    # On by default at the simulator's hot level; the emulated peers have none.
+    assert PolicyConfig().hot == PRESETS["opendrs"].hot == 0.85
+    assert all(p.hot is None for name, p in PRESETS.items() if name != "opendrs")
     for bad, why in ((0, "must be above 0"), (1.5, "not be more than 1"), ("x", "number")):
         with pytest.raises(DocumentError, match=why):
             parse_policy(reader, {"hot": bad}, ("policy",))

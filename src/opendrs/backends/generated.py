@@ -1,7 +1,7 @@
 """Generated months: simulator scenarios of different shapes from a seed.
 
 ``opendrs simulate --generate SEED [--nodes N --guests M]`` runs the policies on the month this
-module makes from ``SEED``. The seed alone draws the month's **shape** — four independent choices:
+module makes from ``SEED``. The seed alone draws the month's **shape** — five independent choices:
 
 * **node sizes** — ``uniform`` (one size), ``two sizes`` (half big, half medium) or ``mixed``
   (each node its own size); scaled so that the guests' configured memory fills 55–70 % of the
@@ -15,7 +15,10 @@ module makes from ``SEED``. The seed alone draws the month's **shape** — four 
   for its tag (``opendrs/data/scenarios/month.yaml``), with its levels, peak hours, burst rates,
   trends and walks drawn anew around it;
 * **faults** — 0–2 node failures (1–8 h), 0–2 maintenance windows (2–6 h), 0–3 API outages
-  (5–45 min), and 0–5 % of migrations failing part-way.
+  (5–45 min), and 0–5 % of migrations failing part-way;
+* **hot spots** — 1–3 lasting (a job's CPU up for 2–8 hours on one node) and 1–2 alternating (two
+  jobs on two nodes taking hourly turns), the jobs pinned to their node
+  (:mod:`.generated_hotspots`).
 
 ``--nodes`` and ``--guests`` change the size, not the shape: the same seed gives the same shape at
 any size. Everything is deterministic: the same ``(seed, nodes, guests)`` gives the same scenario,
@@ -32,6 +35,7 @@ from typing import Final
 
 import numpy as np
 
+from opendrs.backends.generated_hotspots import hot_spot_jobs, job_workloads, pinned
 from opendrs.backends.scenario import Fault, MigrationModel, Scenario, builtin_scenario
 from opendrs.backends.simgen import MONTH_KINDS, db_pairs, make_guests, place_guests
 from opendrs.backends.workload import Pattern, Workload
@@ -90,12 +94,18 @@ class Shape:
     maintenance: int
     api_outages: int
     failure_rate: float
+    #: Hot spots: lasting ones (a job's usage up for hours on one node) and alternating ones
+    #: (two jobs on two nodes taking turns) (:mod:`.generated_hotspots`).
+    lasting_hot_spots: int
+    alternating_hot_spots: int
 
     def describe(self) -> str:
         return (
             f"{self.nodes} nodes, {self.packing}, {self.mix}; {self.node_failures} node "
             f"failure(s), {self.maintenance} maintenance window(s), {self.api_outages} API "
-            f"outage(s), {100 * self.failure_rate:g} % of migrations failing"
+            f"outage(s), {100 * self.failure_rate:g} % of migrations failing; "
+            f"{self.lasting_hot_spots} lasting and {self.alternating_hot_spots} alternating "
+            "hot spot(s)"
         )
 
 
@@ -110,6 +120,8 @@ def shape_of(seed: int) -> Shape:
         maintenance=int(rng.integers(0, 3)),
         api_outages=int(rng.integers(0, 4)),
         failure_rate=float(rng.choice((0.0, 0.01, 0.02, 0.05))),
+        lasting_hot_spots=int(rng.integers(1, 4)),
+        alternating_hot_spots=int(rng.integers(1, 3)),
     )
 
 
@@ -125,6 +137,16 @@ def generated_scenario(
     rng = np.random.default_rng([seed, 1, nodes, guests])
     cluster = _cluster(rng, shape, nodes, guests, f"generated-{seed}")
     node_names = tuple(n.name for n in cluster.nodes)
+    workloads = _workloads(rng)
+    faults = _faults(rng, shape, node_names)
+    jobs = hot_spot_jobs(
+        np.random.default_rng([seed, 2, nodes, guests]),
+        cluster,
+        shape.lasting_hot_spots,
+        shape.alternating_hot_spots,
+        DAYS,
+    )
+    cluster = pinned(cluster, jobs)
     return Scenario(
         cluster=cluster,
         name=f"generated-{seed}",
@@ -132,8 +154,8 @@ def generated_scenario(
         step=60.0,
         duration=DAYS * DAY,
         migration=MigrationModel(failure_rate=shape.failure_rate),
-        workloads=_workloads(rng),
-        faults=_faults(rng, shape, node_names),
+        workloads=job_workloads(cluster, jobs, workloads),
+        faults=faults,
         file=f"generated:{seed}",
     )
 

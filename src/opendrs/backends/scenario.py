@@ -43,6 +43,7 @@ from .workload import (
     Ramp,
     Selector,
     Spikes,
+    Surge,
     Trace,
     TraceSeries,
     Walk,
@@ -103,13 +104,23 @@ _INCUS_KEYS: Final = ("config",)
 _MIGRATION_KEYS: Final = ("bandwidth", "setup", "failure_rate")
 _SELECTOR_KEYS: Final = ("guests", "match", "tag")
 _WORKLOAD_KEYS: Final = (*_SELECTOR_KEYS, "cpu", "memory")
-_PATTERN_KEYS: Final = ("constant", "walk", "ramp", "diurnal", "weekly", "spikes", "noise")
+_PATTERN_KEYS: Final = (
+    "constant",
+    "walk",
+    "ramp",
+    "diurnal",
+    "weekly",
+    "spikes",
+    "surges",
+    "noise",
+)
 _BASE_KEYS: Final = ("constant", "walk", "ramp")
 _WALK_KEYS: Final = ("mean", "volatility", "half_life", "min", "max")
 _RAMP_KEYS: Final = ("from", "to", "at", "over")
 _DIURNAL_KEYS: Final = ("amplitude", "peak")
 _WEEKLY_KEYS: Final = ("weekday", "weekend")
 _SPIKE_KEYS: Final = ("rate", "height", "duration")
+_SURGE_KEYS: Final = ("at", "height", "last", "rise")
 _FAULT_KEYS: Final[Mapping[str, tuple[str, ...]]] = {
     "node-failure": ("type", "at", "node", "duration", "per_day", "nodes"),
     "maintenance": ("type", "at", "node", "duration", "per_day", "nodes"),
@@ -491,6 +502,8 @@ class _ScenarioReader(Reader):
             fields["weekly"] = self.weekly(mapping["weekly"], (*path, "weekly"))
         if "spikes" in mapping:
             fields["spikes"] = self.spikes(mapping["spikes"], (*path, "spikes"))
+        if "surges" in mapping:
+            fields["surges"] = self.surges(mapping["surges"], (*path, "surges"))
         if "noise" in mapping:
             fields["noise"] = self.fraction(mapping["noise"], (*path, "noise"))
         return Pattern(**fields)
@@ -560,6 +573,26 @@ class _ScenarioReader(Reader):
             else 600.0
         )
         return Spikes(rate, height, duration)
+
+    def surges(self, value: object, path: Path) -> tuple[Surge, ...]:
+        items = self.sequence(value, path)
+        if not items:
+            self.fail(path, "expected at least one surge")
+        return tuple(self.surge(item, (*path, i)) for i, item in enumerate(items))
+
+    def surge(self, value: object, path: Path) -> Surge:
+        mapping = self.mapping(value, path)
+        self.check_keys(mapping, path, _SURGE_KEYS)
+        return Surge(
+            at=float(self.duration(self.require(mapping, "at", path), (*path, "at"))),
+            height=self.fraction(self.require(mapping, "height", path), (*path, "height")),
+            last=float(
+                self.positive_duration(self.require(mapping, "last", path), (*path, "last"))
+            ),
+            rise=float(self.duration(mapping["rise"], (*path, "rise")))
+            if "rise" in mapping
+            else 0.0,
+        )
 
     # -- trace ------------------------------------------------------------------------------
 

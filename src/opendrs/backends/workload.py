@@ -3,11 +3,12 @@
 A guest's use of a resource (CPU or memory) is a *fraction* of its configured size (vCPUs,
 configured memory), built from components (see ``docs/scenarios.md``)::
 
-    fraction = clip((base + diurnal + spikes) × weekly + noise, 0, 1)
+    fraction = clip((base + diurnal + spikes) × weekly + surges + noise, 0, 1)
 
 where ``base`` is a constant, a mean-reverting random walk or a ramp (by default the snapshot's
 measured use), ``diurnal`` a daily cosine, ``spikes`` random bursts, ``weekly`` a weekday/weekend
-factor and ``noise`` Gaussian noise drawn anew every step. A CSV trace of measured use overrides
+factor, ``surges`` rises at given times (up, held, back down) and ``noise`` Gaussian noise drawn
+anew every step. A CSV trace of measured use overrides
 the pattern of the guests it lists, from their first sample on.
 
 :class:`UsageGenerator` evaluates all guests at once, one block of steps at a time. Everything
@@ -37,6 +38,7 @@ __all__ = [
     "Ramp",
     "Selector",
     "Spikes",
+    "Surge",
     "Trace",
     "TraceSeries",
     "UsageGenerator",
@@ -82,6 +84,31 @@ class Spikes:
 
 
 @dataclass(frozen=True, slots=True)
+class Surge:
+    """A rise of ``height`` at a given time: from ``at``, up linearly over ``rise`` seconds, held
+    for ``last`` seconds, and back down over ``rise`` (0: at once)."""
+
+    at: float
+    height: float
+    last: float
+    rise: float = 0.0
+
+    @property
+    def end(self) -> float:
+        """When it is back down."""
+        return self.at + 2 * self.rise + self.last
+
+    def level(self, times: np.ndarray) -> np.ndarray:
+        """The height it adds at each of ``times`` (seconds)."""
+        top = self.at + self.rise + self.last
+        if self.rise <= 0:
+            return np.where((times >= self.at) & (times < top), self.height, 0.0)
+        up = np.clip((times - self.at) / self.rise, 0.0, 1.0)
+        down = np.clip(1.0 - (times - top) / self.rise, 0.0, 1.0)
+        return self.height * np.minimum(up, down)
+
+
+@dataclass(frozen=True, slots=True)
 class Walk:
     """A mean-reverting random walk, kept within ``[low, high]``.
 
@@ -120,6 +147,7 @@ class Pattern:
     weekly: Weekly | None = None
     spikes: Spikes | None = None
     noise: float = 0.0
+    surges: tuple[Surge, ...] = ()
 
     @property
     def random(self) -> bool:
@@ -220,6 +248,8 @@ class _Resource:
         walk: list[tuple[int, Walk, float]] = []
         ramp: list[tuple[int, Ramp, float]] = []
         spikes: list[tuple[int, Spikes]] = []
+        #: Each surge with the row of its guest.
+        self.surges: list[tuple[int, Surge]] = []
         for g, pattern in enumerate(patterns):
             if pattern is None:
                 continue
@@ -237,6 +267,7 @@ class _Resource:
                 weekend[g] = pattern.weekly.weekend
             if pattern.spikes is not None:
                 spikes.append((g, pattern.spikes))
+            self.surges.extend((g, surge) for surge in pattern.surges)
             self.noise[g] = pattern.noise
         # Diurnal: a·cos(ω(h − p)) = a·cos(ωp)·cos(ωh) + a·sin(ωp)·sin(ωh).
         self.diurnal_rows = np.nonzero(amplitude)[0]
@@ -439,6 +470,9 @@ class UsageGenerator:
             value[res.weekly_rows] *= np.where(
                 weekend[None, :], res.weekend[:, None], res.weekday[:, None]
             )
+        for g, surge in res.surges:
+            if surge.at <= times[-1] and surge.end > times[0]:
+                value[g] += surge.level(times)
         if res.noise_rows.size:
             value += res.noise[:, None] * res.noise_z
         np.clip(value, 0.0, 1.0, out=value)

@@ -313,7 +313,8 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
         type=_seed,
         metavar="SEED",
         help="instead of SCENARIO, a 30-day month generated from SEED: node sizes, packing at "
-        "the start, workload mix and faults drawn from it (see docs/scenarios.md)",
+        "the start, workload mix, faults and hot spots (lasting, alternating) drawn from it "
+        "(see docs/scenarios.md)",
     )
     p.add_argument(
         "--nodes",

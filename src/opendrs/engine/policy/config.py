@@ -70,8 +70,9 @@ class PolicyConfig:
     #: In dynamic mode, the share of a node's capacity its measured usage may fill: a node above
     #: it on the recent usage runs hot and, while the metric on the average usage is above the
     #: threshold, is relieved like an overload (within the cooldown and no-return guards); no
-    #: plan fills a node beyond it. None (the default): only the capacity itself counts.
-    hot: float | None = None
+    #: plan fills a node beyond it. 0.85 by default, the simulator's hot level (the emulated
+    #: peers have none); None: only the capacity itself counts.
+    hot: float | None = 0.85
     #: Most migrations that balance (plans, and repairs of nodes that only run hot) over a
     #: rolling 24 hours — or, a fraction below 1 such as 0.5, one over a rolling ``1 / budget``
     #: days (48 hours); repairs of maintenance, failures and hard rules, and returns from
@@ -256,6 +257,7 @@ PRESETS: Mapping[str, PolicyConfig] = MappingProxyType(
         # observation of a minute —, one move at a time, none while any guest moves.
         "proxmox": PolicyConfig(
             name="proxmox",
+            hot=None,
             interval=PVE_PRESET_INTERVAL,
             metric="pve-imbalance",
             threshold=0.3,
@@ -274,6 +276,7 @@ PRESETS: Mapping[str, PolicyConfig] = MappingProxyType(
         ),
         "incus": PolicyConfig(
             name="incus",
+            hot=None,
             interval=15 * 60,
             metric="none",
             threshold=0.0,
@@ -291,6 +294,7 @@ PRESETS: Mapping[str, PolicyConfig] = MappingProxyType(
         ),
         "proxlb": PolicyConfig(
             name="proxlb",
+            hot=None,
             interval=12 * 3600,
             metric="memory-spread",
             threshold=0.10,

@@ -38,6 +38,7 @@ from opendrs.engine.policy.metrics import measure, measure_by_arch
 from opendrs.engine.policy.planning import plan_within, truncate
 from opendrs.engine.policy.profile import day_metric, worst_hour
 from opendrs.engine.policy.repair import (
+    Repair,
     left_in_maintenance,
     may_need_repair,
     only_hot,
@@ -163,6 +164,9 @@ class _Round:
     hastened: Hastening | None
     measured: Measurement
     state: PolicyState
+    #: The metric on the smoothed usage itself, however the budget left hastens balancing: what
+    #: tells a lasting hot spot from loads taking turns (:func:`_repair`).
+    steady: float = 0.0
     stuck: tuple[tuple[str, str], ...] = ()
     note: RepairNote = field(default_factory=RepairNote)
 
@@ -254,10 +258,25 @@ def _observe(
         view = CycleView(cluster, daily[hour], hot=config.hot).with_rule_check(rule_check)
     by_arch = measure_by_arch(cluster, config.metric, view.loads)
     measured = Measurement(config.metric, tuple(by_arch.items()), hour)
+    steady = max(by_arch.values(), default=0.0)
+    if reaction.hastened is not None and average is not None and hour is None:
+        plain = CycleView(cluster, average).loads
+        steady = max(measure_by_arch(cluster, config.metric, plain).values(), default=0.0)
     tracked = track_evacuations(cluster, state.evacuated) if config.maintenance_return else {}
     state = state if tracked == state.evacuated else replace(state, evacuated=tracked)
     return _Round(
-        now, past, recent, busy, daily, config, view, budget, reaction.hastened, measured, state
+        now,
+        past,
+        recent,
+        busy,
+        daily,
+        config,
+        view,
+        budget,
+        reaction.hastened,
+        measured,
+        state,
+        steady,
     )
 
 
@@ -287,7 +306,8 @@ def _repair(r: _Round) -> Decision | tuple[tuple[tuple[str, str], ...], RepairNo
     so is a node whose recent measured load is above the hot level (``config.hot``) while the
     metric on the average usage is above the threshold — a lasting hot spot, bypassing hold and
     margin (hot on the recent usage alone, balanced on the average, is loads taking turns:
-    relieving one turn only makes room for the next elsewhere). Without a repair made: what
+    relieving one turn only makes room for the next elsewhere; the average itself, not the one a
+    budget left hastens towards the recent usage). Without a repair made: what
     every later decision names — the guests stuck, and the repair that could not be made."""
     view, config = r.view, r.config
     limit = 1.0 if config.hot is None else config.hot
@@ -300,14 +320,17 @@ def _repair(r: _Round) -> Decision | tuple[tuple[tuple[str, str], ...], RepairNo
     left = left_in_maintenance(r.cluster)
     stranded = _stranded(r.cluster, left)
     hot_only = only_hot(r.cluster, view.constraints)
-    lasting = config.metric == "none" or r.metric > config.threshold
+    lasting = config.metric == "none" or r.steady > config.threshold
     if config.hot is not None and hot_only and not lasting:
         return left, RepairNote(stranded)
     failed = failed_targets(r.cluster, r.now, r.past)
     made, kept_off = repair_within_guards(
         view.checked, view.constraints, config, view.forbidden, failed
     )
-    needed, plan = made.needed, made.plan
+    needed = made.needed
+    if config.hot is not None and hot_only and needed:
+        made, kept_off = _deeper_relief(view, config, failed, (made, kept_off))
+    plan = made.plan
     if not needed or made.proposal is None or plan is None:
         return made.stuck, RepairNote(stranded)
     if not plan.moves:
@@ -327,6 +350,30 @@ def _repair(r: _Round) -> Decision | tuple[tuple[tuple[str, str], ...], RepairNo
         forbidden=kept_off,
         budgeted=hot_only,
     )
+
+
+#: How far under the hot level a relief brings a node when it can: a load still rising is not
+#: hot again at the next observation.
+RELIEF_MARGIN = 0.1
+
+
+def _deeper_relief(
+    view: CycleView,
+    config: PolicyConfig,
+    failed: frozenset[tuple[str, str]],
+    made: tuple[Repair, frozenset[tuple[str, str]]],
+) -> tuple[Repair, frozenset[tuple[str, str]]]:
+    """The relief of nodes that only run hot, made to :data:`RELIEF_MARGIN` under the hot level
+    — every node of the cluster under that, targets included — when that is a plan that leaves
+    no more guests stuck than ``made``, the relief to the hot level; else ``made``."""
+    assert config.hot is not None
+    level = max(config.hot - RELIEF_MARGIN, 0.0)
+    deeper = CycleView(view.observed, view.average, view.recent, view.forbidden, level)
+    found = repair_within_guards(deeper.checked, deeper.constraints, config, view.forbidden, failed)
+    plan = found[0].plan
+    if plan is None or not plan.moves or len(found[0].stuck) > len(made[0].stuck):
+        return made
+    return found
 
 
 def _stranded(cluster: Cluster, left: tuple[tuple[str, str], ...]) -> Stranded | None:
