@@ -74,7 +74,7 @@ def measure(
         limit = TIME_LIMITS[case.size]
         limit = limit if time_limit is None else min(limit, time_limit)
         spread = ref.evaluation.after.memory_spread
-        out.yardstick = fewest_moves(cluster, spread, limit, hint=warm_start(cluster))
+        out.yardstick = fewest_moves(cluster, spread, limit, hint=warm_start(cluster, spread))
     return out
 
 

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from opendrs.engine.constraints import movability
+from opendrs.engine.strategies import cluster_imbalance
 from opendrs.engine.strategies.cpsat import new_solver
 from opendrs.engine.usage import RESOURCES, CapacityModel, LoadModel
 from opendrs.model.cluster import Cluster
@@ -169,19 +170,39 @@ def _classes(cluster: Cluster, free: np.ndarray, units: _Units) -> Classes:
     return classes
 
 
-def warm_start(cluster: Cluster, free: np.ndarray | None = None) -> dict[str, str]:
-    """A first placement for the search: opendrs's default strategy on the cluster with every
-    guest but the free ones held where it is and memory alone balanced (guest id → node)."""
+#: The targets, as shares of the search's, the warm start hands opendrs's default strategy in
+#: turn until one leaves the memory spread within the search's target.
+WARM_TARGETS: tuple[float, ...] = (1.0, 0.5, 0.25, 0.0)
+
+
+def warm_start(
+    cluster: Cluster, target_spread: float, free: np.ndarray | None = None
+) -> dict[str, str]:
+    """A first placement for the search (guest id → node): opendrs's default strategy on the
+    cluster with every guest but the free ones held where it is and memory alone balanced, to
+    ``target_spread`` and, while its spread stays above that, to the smaller targets of
+    :data:`WARM_TARGETS` (the last one tried when none reaches it)."""
     from opendrs.engine.strategies import DEFAULT_STRATEGY, get_strategy
 
     free = free_guests(cluster) if free is None else free
     held = frozenset(g.id for g, f in zip(cluster.guests, free.tolist(), strict=True) if not f)
     rules = replace(cluster.rules, ignored=cluster.rules.ignored | held)
     settings = replace(cluster.settings, weight_cpu=0.0)
-    proposal = get_strategy(DEFAULT_STRATEGY).propose(
-        replace(cluster, rules=rules, settings=settings)
-    )
-    return {m.guest: m.target for m in proposal.net_moves()}
+    alone = replace(cluster, rules=rules, settings=settings)
+    strategy = get_strategy(DEFAULT_STRATEGY)
+    placement: dict[str, str] = {}
+    for share in WARM_TARGETS:
+        proposal = strategy.propose(alone, options={"target_spread": target_spread * share})
+        placement = {m.guest: m.target for m in proposal.net_moves()}
+        if memory_spread(cluster, placement) <= target_spread * (1 + _SLACK):
+            break
+    return placement
+
+
+def memory_spread(cluster: Cluster, placement: Mapping[str, str]) -> float:
+    """The memory spread of the usable nodes once ``placement`` (guest id → node) is applied."""
+    moved = {g: n for g, n in placement.items() if cluster.guest(g).node != n}
+    return float(cluster_imbalance(cluster.with_placement(moved)).resources["memory"].spread)
 
 
 def fewest_moves(
@@ -339,4 +360,12 @@ def _placement(
     return placement
 
 
-__all__ = ["SEED", "TIME_LIMITS", "Yardstick", "fewest_moves", "free_guests", "warm_start"]
+__all__ = [
+    "SEED",
+    "TIME_LIMITS",
+    "Yardstick",
+    "fewest_moves",
+    "free_guests",
+    "memory_spread",
+    "warm_start",
+]

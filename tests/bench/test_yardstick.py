@@ -6,7 +6,7 @@ from bench.generate import bench_guest
 from bench.metrics import Evaluator
 from bench.realistic_report import measure, section
 from bench.report import Case, Row
-from bench.yardstick import fewest_moves, free_guests, warm_start
+from bench.yardstick import fewest_moves, free_guests, memory_spread, warm_start
 
 from opendrs.model.cluster import Cluster, Disk, Node, Settings
 from opendrs.model.rules import NodeAffinity, Rules
@@ -83,8 +83,9 @@ def test_a_hint_is_a_start_not_an_answer() -> None:
     hint = {"100": "c", "101": "c", "104": "c"}
     found = fewest_moves(cluster, 0.125, 10.0, hint=hint)
     assert (found.moves, found.optimal) == (2, True)
-    start = warm_start(cluster)
-    assert Evaluator(cluster).evaluate(start).after.memory_spread <= 0.125 + 1e-12
+    start = warm_start(cluster, 0.125)
+    assert memory_spread(cluster, start) <= 0.125 + 1e-12
+    assert memory_spread(cluster, start) == Evaluator(cluster).evaluate(start).after.memory_spread
 
 
 def test_the_realistic_table_puts_the_search_beside_the_default_strategy() -> None:
