@@ -109,26 +109,33 @@ class Result:
 
 
 def write_inputs(
-    folder: Path, generator: str, size: str, seed: int, rules: bool = False
+    folder: Path,
+    generator: str,
+    size: str,
+    seed: int,
+    rules: bool = False,
+    forms: Sequence[str] = FORMS,
 ) -> list[Input]:
     """The generated cluster of ``(generator, size, seed, rules)`` as a snapshot and as a
-    scenario."""
+    scenario, those of ``forms``."""
     from bench.proxlb_scale import dumps
     from bench.scenario import scenario_document
     from opendrs.model.snapshot import dump
 
     cluster = generated(generator, size, seed=seed, rules=rules)
     stem = f"{generator}-{size}" + ("-rules" if rules else "")
-    snapshot = folder / f"{stem}.yaml"
-    dump(cluster, snapshot, "yaml")
-    scenario = folder / f"{stem}-scenario" / f"{stem}.yaml"  # alone in its folder, for the CLI
-    scenario.parent.mkdir(parents=True, exist_ok=True)
-    scenario.write_text(dumps(scenario_document(cluster, "memory")), encoding="utf-8")
     guests = len(cluster.guests)
-    return [
-        Input(generator, size, "snapshot", snapshot, guests, rules),
-        Input(generator, size, "scenario", scenario, guests, rules),
-    ]
+    inputs = []
+    if "snapshot" in forms:
+        snapshot = folder / f"{stem}.yaml"
+        dump(cluster, snapshot, "yaml")
+        inputs.append(Input(generator, size, "snapshot", snapshot, guests, rules))
+    if "scenario" in forms:
+        scenario = folder / f"{stem}-scenario" / f"{stem}.yaml"  # alone in its folder, for the CLI
+        scenario.parent.mkdir(parents=True, exist_ok=True)
+        scenario.write_text(dumps(scenario_document(cluster, "memory")), encoding="utf-8")
+        inputs.append(Input(generator, size, "scenario", scenario, guests, rules))
+    return inputs
 
 
 # The runners: each a command on a file, writing its output to ``out``, and a reader of it.
@@ -302,9 +309,8 @@ def run(
             (g, s, r) for g in generators for s in sizes for r in rules
         ):
             _progress(f"[end to end] writing {generator} {size} into {folder} …")
-            for item in write_inputs(folder, generator, size, seed, with_rules):
-                if item.form in forms:
-                    results.append(run_input(item, peers, timeout, folder))
+            for item in write_inputs(folder, generator, size, seed, with_rules, forms):
+                results.append(run_input(item, peers, timeout, folder))
     return results
 
 

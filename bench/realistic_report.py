@@ -143,22 +143,26 @@ def rows(rc: RealisticCase) -> list[list[str]]:
 
 
 def note_lines(cases: Sequence[RealisticCase]) -> list[str]:
-    """Per case, the search's details and the runners not run."""
+    """Per case, the search's details; then the runners not run, each reason once."""
     lines = []
+    skipped: dict[str, list[str]] = {}
     for rc in cases:
         title = f"{rc.case.generator} {rc.case.size} {'with' if rc.case.rules else 'without'} rules"
         ys = rc.yardstick
         if ys is not None:
             lines.append(
                 f"- {title}: exact search for ≤ {ys.target_spread * 100:.2f} pp ({rc.reference}'s "
-                f"spread): {ys.status}, best {ys.summary}, its lower bound {ys.bound:,}; "
-                f"{ys.free_guests:,} free guests in {ys.classes:,} classes; "
-                f"{ys.seconds:.1f} s, {ys.deterministic:.1f} deterministic units"
+                f"spread): {ys.status}, best {ys.summary}; {ys.free_guests:,} free guests in "
+                f"{ys.classes:,} classes; {ys.seconds:.1f} s, {ys.deterministic:.1f} "
+                "deterministic units"
             )
         elif rc.skipped:
             lines.append(f"- {title}: no exact search: {rc.skipped}")
-        for skipped in rc.case.skipped:
-            lines.append(f"- {title}: skipped {skipped}")
+        for reason in rc.case.skipped:
+            skipped.setdefault(reason, []).append(title)
+    for reason, titles in skipped.items():
+        where = "every cluster" if len(titles) == len(cases) else ", ".join(titles)
+        lines.append(f"- not run on {where}: {reason}")
     return lines
 
 
