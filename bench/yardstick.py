@@ -128,10 +128,11 @@ class _Units:
 
 
 def _units(cluster: Cluster, free: np.ndarray) -> _Units:
-    """The cluster's figures in whole model units (ValueError where memory is not bytes)."""
+    """The cluster's figures in whole model units; ValueError unless the cluster balances
+    configured sizes (usage mode ``static``), where a guest's load and commitment are one."""
     loads = LoadModel.build(cluster)
-    if not loads.memory_is_bytes:
-        raise ValueError("the yardstick measures memory in bytes: usage mode basic or pressure")
+    if cluster.settings.mode != "static" or not loads.memory_is_bytes:
+        raise ValueError("the yardstick balances configured memory: usage mode static only")
     cap = CapacityModel.build(cluster)
     demand = loads.demand[:, _MEMORY]
     balance_cap = loads.capacity[:, _MEMORY]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from bench.generate import bench_guest
 from bench.metrics import Evaluator
 from bench.realistic_report import measure, section
@@ -112,3 +113,10 @@ def test_the_realistic_table_puts_the_search_beside_the_default_strategy() -> No
         "1.5×",
     )
     assert by_name["cost GiB"] == "6"
+
+
+def test_only_configured_sizes_are_measured() -> None:
+    cluster = _cluster()
+    dynamic = Cluster(cluster.nodes, cluster.guests, cluster.rules, Settings(mode="dynamic"))
+    with pytest.raises(ValueError, match="static"):
+        fewest_moves(dynamic, 0.125, 1.0)
