@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from bench.metrics import Evaluation, Evaluator
 from bench.report import Case, Row, _padded, ratio
 from bench.yardstick import TIME_LIMITS, Yardstick, fewest_moves, warm_start
 from opendrs.model.cluster import Cluster
@@ -33,6 +34,8 @@ class RealisticCase:
     reference: str = ""
     #: Why the yardstick did not run, when it did not.
     skipped: str = ""
+    #: The search's placement measured as every row is (None: no search or no placement).
+    search_evaluation: Evaluation | None = None
 
 
 def memory_bound(cluster: Cluster, spread: float) -> int | None:
@@ -75,6 +78,8 @@ def measure(
         limit = limit if time_limit is None else min(limit, time_limit)
         spread = ref.evaluation.after.memory_spread
         out.yardstick = fewest_moves(cluster, spread, limit, hint=warm_start(cluster, spread))
+        if out.yardstick.moves is not None:
+            out.search_evaluation = Evaluator(cluster).evaluate(out.yardstick.placement)
     return out
 
 
@@ -148,12 +153,20 @@ def note_lines(cases: Sequence[RealisticCase]) -> list[str]:
     skipped: dict[str, list[str]] = {}
     for rc in cases:
         title = f"{rc.case.generator} {rc.case.size} {'with' if rc.case.rules else 'without'} rules"
-        ys = rc.yardstick
+        ys, found = rc.yardstick, rc.search_evaluation
         if ys is not None:
+            reached = (
+                ""
+                if found is None
+                else (
+                    f", its placement {found.after.memory_spread * 100:.2f} pp with "
+                    f"{len(found.violations)} violations"
+                )
+            )
             lines.append(
                 f"- {title}: exact search for ≤ {ys.target_spread * 100:.2f} pp ({rc.reference}'s "
-                f"spread): {ys.status}, best {ys.summary}; {ys.free_guests:,} free guests in "
-                f"{ys.classes:,} classes; {ys.seconds:.1f} s, {ys.deterministic:.1f} "
+                f"spread): {ys.status}, best {ys.summary}{reached}; {ys.free_guests:,} free "
+                f"guests in {ys.classes:,} classes; {ys.seconds:.1f} s, {ys.deterministic:.1f} "
                 "deterministic units"
             )
         elif rc.skipped:

@@ -99,6 +99,8 @@ def test_the_realistic_table_puts_the_search_beside_the_default_strategy() -> No
     measured = measure(case, cluster, 1, "balance", 5.0)
     assert measured.yardstick is not None and measured.yardstick.moves == 2
     assert measured.memory_bound["balance"] <= 2
+    assert measured.search_evaluation is not None
+    assert measured.search_evaluation.violations == ()
     table = section([measured])
     line = next(ln for ln in table.splitlines() if "| balance" in ln)
     cells = [c.strip() for c in line.strip("|").split("|")]
@@ -113,6 +115,7 @@ def test_the_realistic_table_puts_the_search_beside_the_default_strategy() -> No
         "1.5×",
     )
     assert by_name["cost GiB"] == "6"
+    assert "its placement 12.50 pp with 0 violations" in table
 
 
 def test_only_configured_sizes_are_measured() -> None:
