@@ -53,3 +53,12 @@ def test_the_growth_exponent_is_the_slope_in_log_log() -> None:
     assert exponent([(1_000, 1.0), (10_000, 10.0), (100_000, 100.0)]) == pytest.approx(1.0)
     assert exponent([(1_000, 2.0), (10_000, 200.0)]) == pytest.approx(2.0)
     assert exponent([(1_000, 2.0), (1_000, 3.0)]) is None
+
+
+def test_size_lists_are_checked_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    parser = bench_main.build_parser()
+    assert bench_main._sizes(parser, "--growth-sizes", "S, XXL") == ["S", "XXL"]
+    with pytest.raises(SystemExit) as exited:
+        bench_main.main(["--growth-sizes", "S,XXXL"])
+    assert exited.value.code == 2
+    assert "--growth-sizes: unknown size 'XXXL'" in capsys.readouterr().err
