@@ -4,7 +4,8 @@
 [--rules both|with|without] [--time-limit S] [--seed N] [--generator NAME,…|both|all]
 [--no-yardstick] [--yardstick-time-limit S] [--methods memory] [--method-seeds 1,2,3]
 [--no-reading] [--no-endtoend] [--endtoend-sizes L,XL,XXL] [--no-growth]
-[--growth-sizes S,M,L,XL,XXL] [--markdown FILE] [--json FILE]``
+[--growth-sizes S,M,L,XL,XXL] [--no-startup] [--startup-repeats N] [--markdown FILE]
+[--json FILE]``
 
 For every generator (:data:`bench.clusters.GENERATORS`: :mod:`bench.generate`'s ``basic``,
 :mod:`bench.skewed`'s ``skewed`` and :mod:`bench.realistic`'s production-like ``new-node``,
@@ -42,6 +43,11 @@ file (up to XL), with wall and CPU time, peak RSS and the placement evaluated, a
 targets at 100,000 guests (:mod:`bench.endtoend`); the earlier generators only. On the
 production-like ones, **growth** (``--no-growth`` skips it): ``opendrs plan SNAPSHOT`` alone, with
 and without rules, at ``--growth-sizes`` (S to XXL), and the exponent of its time in the guests.
+
+And **start-up** (``--no-startup`` skips it): ``opendrs plan`` on the three-node
+``examples/small.yaml`` and on the L snapshot, each ``--startup-repeats`` times in a fresh
+process, beside the interpreter's own start, with the median wall and CPU time and the peak RSS
+(:mod:`bench.startup`).
 """
 
 from __future__ import annotations
@@ -82,6 +88,9 @@ from bench.realistic_report import RealisticCase
 from bench.realistic_report import measure as measure_realistic
 from bench.realistic_report import section as realistic_section
 from bench.report import Case, MethodCase, Row, method_section, section
+from bench.startup import Startup
+from bench.startup import run as run_startup
+from bench.startup import section as startup_section
 from bench.worker import RunnerKind, Spec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -256,15 +265,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MEMBERSxINSTANCES",
         help="the Incus backend's observation at this scale (bench/incus.py); 'none' to skip",
     )
-    parser.add_argument(
-        "--reading",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="measure reading the XXL snapshot (YAML, JSON) and a 100,000-VM proxlb-solver "
+    _add_repeated(
+        parser,
+        "reading",
+        "measure reading the XXL snapshot (YAML, JSON) and a 100,000-VM proxlb-solver "
         "scenario (bench/reading.py; default on)",
-    )
-    parser.add_argument(
-        "--reading-repeats", type=int, default=3, metavar="N", help="readings per input (3)"
+        3,
+        "readings per input (3)",
     )
     parser.add_argument(
         "--endtoend",
@@ -299,9 +306,28 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="kill an end-to-end run after this long (900)",
     )
+    _add_repeated(
+        parser,
+        "startup",
+        "measure `opendrs plan` on a three-node snapshot and on L, each run a fresh process "
+        "(bench/startup.py; default on)",
+        10,
+        "runs per command (10)",
+    )
     parser.add_argument("--markdown", type=Path, default=None, metavar="FILE")
     parser.add_argument("--json", type=Path, default=None, metavar="FILE")
     return parser
+
+
+def _add_repeated(
+    parser: argparse.ArgumentParser, name: str, about: str, repeats: int, repeats_about: str
+) -> None:
+    """``--NAME`` / ``--no-NAME`` (on by default) and ``--NAME-repeats N``."""
+    on_off = argparse.BooleanOptionalAction
+    parser.add_argument(f"--{name}", action=on_off, default=True, help=about)
+    parser.add_argument(
+        f"--{name}-repeats", type=int, default=repeats, metavar="N", help=repeats_about
+    )
 
 
 def time_limit(size: str, cap: float | None) -> float:
@@ -574,6 +600,8 @@ def main(argv: list[str] | None = None) -> int:
         methods = []
     if args.reading_repeats < 1:
         parser.error("--reading-repeats: expected at least 1")
+    if args.startup_repeats < 1:
+        parser.error("--startup-repeats: expected at least 1")
     endtoend_sizes = _sizes(parser, "--endtoend-sizes", args.endtoend_sizes)
     growth_sizes = _sizes(parser, "--growth-sizes", args.growth_sizes)
 
@@ -664,6 +692,12 @@ def main(argv: list[str] | None = None) -> int:
         sections.append(growth_section(growth))
         print(sections[-1], flush=True)
 
+    startup: list[Startup] = []
+    if args.startup:
+        startup = run_startup(args.startup_repeats, args.seed)
+        sections.append(startup_section(startup))
+        print(sections[-1], flush=True)
+
     command = "python -m bench " + shlex.join(sys.argv[1:] if argv is None else argv)
     seeds_text = f", method cases seeds {', '.join(map(str, method_seeds))}" if method_cases else ""
     header = [
@@ -695,6 +729,7 @@ def main(argv: list[str] | None = None) -> int:
         payload += [{"reading": asdict(reading)} for reading in readings]
         payload += [{"endtoend": asdict(result)} for result in [*endtoend, *growth]]
         payload += [{"realistic": _realistic_json(item)} for item in realistic]
+        payload += [{"startup": asdict(result)} for result in startup]
         args.json.write_text(json.dumps(payload, indent=1, default=str), encoding="utf-8")
         _progress(f"wrote {args.json}")
     return 0

@@ -1,9 +1,9 @@
 """Run a command in a fresh process and measure it: wall time, CPU time and peak RSS.
 
 The peak is the kernel's high-water mark of the process's own address space (``VmHWM``,
-:func:`bench.worker.peak_rss_bytes`), sampled every :data:`SAMPLE_S` while the process runs: it
-only grows, so the last sample is the peak up to then (growth in the last interval before the
-process exits is not seen). ``ru_maxrss`` is not used for it: Linux carries it across fork and
+:func:`bench.worker.peak_rss_bytes`), sampled every :data:`SAMPLE_S` (or as asked) while the process
+runs: it only grows, so the last sample is the peak up to then (growth in the last interval before
+the process exits is not seen). ``ru_maxrss`` is not used for it: Linux carries it across fork and
 exec. The CPU time (user + system) is the child's own, from ``os.wait4``; the wall time runs from
 just before the process is started until it is reaped, the interpreter's start included. A process
 still running at its timeout is killed, and reported as such with what it had used so far.
@@ -59,8 +59,10 @@ def measure(
     env: Mapping[str, str] | None = None,
     stdout: IO[str] | int | None = subprocess.DEVNULL,
     stderr: IO[str] | int | None = subprocess.DEVNULL,
+    sample_s: float = SAMPLE_S,
 ) -> Measured:
-    """Run ``cmd`` to its end (or kill it after ``timeout`` seconds) and measure it."""
+    """Run ``cmd`` to its end (or kill it after ``timeout`` seconds) and measure it, its peak
+    RSS sampled every ``sample_s`` seconds."""
     started = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=stdout, stderr=stderr)
     deadline = started + timeout
@@ -74,7 +76,7 @@ def measure(
         if killed is None and time.perf_counter() > deadline:
             proc.kill()
             killed = timeout
-        time.sleep(SAMPLE_S)
+        time.sleep(sample_s)
     wall = time.perf_counter() - started
     proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
     return Measured(wall, usage.ru_utime + usage.ru_stime, peak, proc.returncode, killed)

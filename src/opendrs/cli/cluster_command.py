@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -43,12 +44,13 @@ def read_snapshot(path: str) -> tuple[Cluster, Scenario | None]:
     filename, data = read_file(path)
     document = parse(data, filename=filename)
     del data  # the bytes are not kept while the cluster is built
-    # imported for a file only: the proxlb compatibility layer is large, the demo needs none of it
-    from opendrs.compat.proxlb import is_proxlb_scenario, scenario_from_dict
+    if isinstance(document, Mapping) and "vms" in document:  # a snapshot has none
+        # imported for such a file only: the proxlb compatibility layer is large
+        from opendrs.compat.proxlb import is_proxlb_scenario, scenario_from_dict
 
-    if is_proxlb_scenario(document):
-        scenario = scenario_from_dict(document, filename=filename)
-        return scenario.cluster, scenario
+        if is_proxlb_scenario(document):
+            scenario = scenario_from_dict(document, filename=filename)
+            return scenario.cluster, scenario
     return from_dict(document, filename=filename), None
 
 

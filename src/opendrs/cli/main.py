@@ -5,27 +5,52 @@ and exit status 1."""
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 import traceback
 from collections.abc import Sequence
 from typing import NoReturn
 
 from opendrs import __version__
-from opendrs.cli.cluster_command import add_cluster_parsers
-from opendrs.cli.compat_command import add_compat_parsers
-from opendrs.cli.demo_command import add_demo_parser
-from opendrs.cli.history_command import add_history_parser
-from opendrs.cli.maintenance_command import add_maintenance_parser
-from opendrs.cli.plan_command import add_plan_parsers
+from opendrs.cli.arguments import Subcommands
 from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, UsageError
-from opendrs.cli.run_command import add_run_parser
-from opendrs.cli.simulate_command import add_simulate_parser
-from opendrs.cli.snapshot_command import add_snapshot_parser
-from opendrs.cli.status_command import add_status_parser
 from opendrs.model.document import one_line
 from opendrs.model.snapshot import SnapshotError
 
-__all__ = ["build_parser", "main"]
+__all__ = ["COMMANDS", "build_parser", "main"]
+
+#: The modules that add the commands' parsers, each with its function, in ``--help``'s order.
+PARSER_MODULES: tuple[tuple[str, str], ...] = (
+    ("cluster_command", "add_cluster_parsers"),
+    ("plan_command", "add_plan_parsers"),
+    ("run_command", "add_run_parser"),
+    ("status_command", "add_status_parser"),
+    ("history_command", "add_history_parser"),
+    ("snapshot_command", "add_snapshot_parser"),
+    ("maintenance_command", "add_maintenance_parser"),
+    ("simulate_command", "add_simulate_parser"),
+    ("demo_command", "add_demo_parser"),
+    ("compat_command", "add_compat_parsers"),
+)
+#: Each command and the module (of :data:`PARSER_MODULES`) that adds it: a command line naming
+#: one imports that module alone (a module imports what its commands need, which is much).
+COMMANDS: dict[str, str] = {
+    "validate": "cluster_command",
+    "show": "cluster_command",
+    "place": "cluster_command",
+    "plan": "plan_command",
+    "report": "plan_command",
+    "strategies": "plan_command",
+    "run": "run_command",
+    "status": "status_command",
+    "history": "history_command",
+    "snapshot": "snapshot_command",
+    "maintenance": "maintenance_command",
+    "simulate": "simulate_command",
+    "demo": "demo_command",
+    "proxlb": "compat_command",
+    "pve": "compat_command",
+}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -35,7 +60,8 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"error: {self.prog}: {message} (see --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command, or of ``command``'s module's alone (see :data:`COMMANDS`)."""
     parser = _Parser(
         prog="opendrs",
         description="An open Distributed Resource Scheduler for Proxmox VE and Incus clusters.",
@@ -49,23 +75,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="on an internal error (a bug), print its traceback as well",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-
-    add_cluster_parsers(sub)
-    add_plan_parsers(sub)
-    add_run_parser(sub)
-    add_status_parser(sub)
-    add_history_parser(sub)
-    add_snapshot_parser(sub)
-    add_maintenance_parser(sub)
-    add_simulate_parser(sub)
-    add_demo_parser(sub)
-
-    add_compat_parsers(sub)
+    for module, function in PARSER_MODULES:
+        if command is None or COMMANDS[command] == module:
+            _add_parsers(sub, module, function)
     return parser
 
 
+def _add_parsers(sub: Subcommands, module: str, function: str) -> None:
+    getattr(importlib.import_module(f"opendrs.cli.{module}"), function)(sub)
+
+
+def named_command(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` names, when it is one of :data:`COMMANDS` (the first argument that
+    is not an option: ``opendrs``'s own options take no value); None otherwise."""
+    first = next((arg for arg in argv if not arg.startswith("-")), None)
+    return first if first in COMMANDS else None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(named_command(argv))
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))

@@ -18,11 +18,8 @@ from opendrs.cli.arguments import (
 )
 from opendrs.cli.cluster_command import read_snapshot
 from opendrs.cli.output import add_format_option, dump_json, new_console
-from opendrs.cli.plan_report import plan_document
 from opendrs.cli.planning import PlanResult, make_plan
 from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, UsageError
-from opendrs.cli.report_command import report_of_history, write_report
-from opendrs.controller.history_file import HistoryError
 from opendrs.engine.policy import strategy_problem
 from opendrs.engine.strategies import DEFAULT_STRATEGY, REGISTRY, get_strategy
 from opendrs.engine.strategies.base import typed_option
@@ -100,6 +97,11 @@ _PLAN_OPTIONS = (
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    # Imported here: the reports' modules (charts, templates) are not the plan's.
+    from opendrs.cli.plan_report import plan_document
+    from opendrs.cli.report_command import report_of_history, write_report
+    from opendrs.controller.history_file import HistoryError
+
     if (args.snapshot is None) == (args.config is None):
         raise UsageError("report: give a SNAPSHOT or --config FILE (one of them)")
     if args.config is not None:
@@ -146,7 +148,7 @@ def _strategy_option(item: str, strategy: str, defaults: Mapping[str, object]) -
 
 def cmd_strategies(args: argparse.Namespace) -> int:
     for name in sorted(REGISTRY):
-        print(f"{name:16} {REGISTRY[name].summary}")
+        print(f"{name:16} {REGISTRY.summary(name)}")
     return EXIT_OK
 
 

@@ -19,6 +19,7 @@ from opendrs.engine.strategies.optimal import propose_optimal
 from opendrs.engine.strategies.pressure import propose_pressure
 from opendrs.engine.strategies.proxlb_greedy import propose_proxlb_greedy
 from opendrs.engine.strategies.pve import propose_bruteforce, propose_topsis
+from opendrs.engine.strategies.registry import LISTED
 from opendrs.engine.usage import MeasuredUsage
 from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster, Guest, Node
@@ -149,3 +150,46 @@ def test_the_runner_refuses_the_request_forbidden_placements_on_the_view_constra
     assert not balance.propose(view, Request(forbidden=forbidden)).net_moves()
     # The view's own constraints keep nothing forbidden: the next request may go to n3.
     assert _targets(balance.propose(view)) == {"n3"}
+
+
+def _defined_strategies() -> dict[str, Any]:
+    """Every strategy some module of the package defines in its ``STRATEGIES``, by name."""
+    import importlib
+    import pkgutil
+
+    import opendrs.engine.strategies as package
+
+    found: dict[str, Any] = {}
+    for module_info in pkgutil.walk_packages(package.__path__, f"{package.__name__}."):
+        module = importlib.import_module(module_info.name)
+        for strategy in getattr(module, "STRATEGIES", ()):
+            found[strategy.name] = strategy
+    return found
+
+
+def test_the_listing_says_what_each_module_defines() -> None:
+    """The registry lists names and summaries without importing the modules: they are the
+    strategies' own, every strategy defined is listed, and from the module that holds it."""
+    import importlib
+
+    defined = _defined_strategies()
+    assert {e.name: e.summary for e in LISTED} == {s.name: s.summary for s in defined.values()}
+    for entry in LISTED:
+        assert defined[entry.name] in importlib.import_module(entry.module).STRATEGIES
+        assert REGISTRY.summary(entry.name) == entry.summary
+        assert get_strategy(entry.name).strategy is defined[entry.name]
+
+
+def test_the_registry_lists_names_and_summaries_without_importing_a_strategy() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from opendrs.engine.strategies import REGISTRY\n"
+        "listed = [(name, REGISTRY.summary(name)) for name in REGISTRY]\n"
+        "print(len(listed), sorted(m for m in sys.modules if m.startswith('opendrs.engine.st')))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    imported = "['opendrs.engine.strategies', 'opendrs.engine.strategies.base', "
+    assert proc.stdout == f"{len(LISTED)} {imported}'opendrs.engine.strategies.registry']\n"

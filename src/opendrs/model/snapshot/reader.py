@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from importlib import resources
 from pathlib import PurePath
 from typing import Any, Final
 
@@ -82,6 +81,8 @@ def from_dict(data: object, *, filename: str = "<dict>") -> Cluster:
 
 def load_demo() -> Cluster:
     """The built-in demo cluster (``opendrs/data/demo.yaml``)."""
+    from importlib import resources  # imported here: a snapshot file needs none of it
+
     resource = resources.files("opendrs") / "data" / "demo.yaml"
     return loads(resource.read_bytes(), filename="demo.yaml")
 

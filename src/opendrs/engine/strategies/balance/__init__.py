@@ -84,6 +84,12 @@ steps can add up inside one such window (:mod:`.grain_window`, :mod:`.polish`); 
 they cannot, or the polish does not get every node in, it keeps the grain as its goal and the
 stop reason says why.
 
+**Cheaper twins.** Last, a moved guest whose place a cheaper guest that balances alike could
+take gives it that place (:mod:`.twins`): a guest left at home on the same source node, with the
+same balance load, a lower migration cost (no local disk to copy), in no rule and free to move,
+goes to the target where the hard constraints allow, and the first one stays home. The loads, the
+spreads and the moves are the same; the cost falls.
+
 **A second path.** With few, big guests per node the search above can end short of the target,
 where no move or exchange pays for itself. Then, on a cluster of at most
 :data:`.strategy.PLAIN_GUESTS` guests, the plain search — no plan, moves chosen by objective
@@ -96,7 +102,7 @@ sources and ``wide`` least loaded targets, which keeps a round cheap at 1,000 no
 :mod:`.units`, exchange kinds in :mod:`.kinds`), :mod:`.steps` (the history of typed steps), one
 module per phase — :mod:`.repair` (with :mod:`.exact`), :mod:`.shed_plan` and
 :mod:`.rounds` (with :mod:`.picks` and :mod:`.set_exchange`), :mod:`.prune`, :mod:`.polish`
-(with :mod:`.grain_window`) — and :mod:`.strategy`, which runs them in order
+(with :mod:`.grain_window`), :mod:`.twins` — and :mod:`.strategy`, which runs them in order
 (:func:`~.strategy.propose_balance`, the registry's :class:`~.strategy.Balance`). The phases
 import the state, the strategy imports the phases.
 """

@@ -1,6 +1,7 @@
 """``balance`` as a strategy (:class:`Balance`, :func:`propose_balance`): one search runs the
-phases in order — repair, shedding plan and rounds, pruning, the polish below the grain — and
-its history becomes the proposal; see the package's documentation for what each phase does."""
+phases in order — repair, shedding plan and rounds, pruning, the polish below the grain, the
+cheaper twins — and its history becomes the proposal; see the package's documentation for what
+each phase does."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ from .repair import ExactRepairMemo, RepairOutcome, repair
 from .rounds import balance_rounds, balanced_reason, grain_and_goal
 from .state import BalanceState
 from .steps import History, StepKind
+from .twins import cheaper_twins
 
 #: The plain second search runs only on clusters of at most this many guests.
 PLAIN_GUESTS = 5_000
@@ -106,6 +108,8 @@ def _search(
         polished = polish_below_grain(history, grain, target_spread, ceiling, limit, options.swaps)
         if polished:
             stopped = balanced_reason(target_spread, state.spreads(), polished)
+    # The same loads for less: a moved guest's cheaper twin left at home goes in its place.
+    cheaper_twins(history)
     proposal = Proposal(
         "balance",
         _proposed_moves(history),

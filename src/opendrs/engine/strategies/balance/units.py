@@ -10,7 +10,7 @@ import numpy as np
 from opendrs.engine.constraints import Constraints, movability
 from opendrs.engine.sparse_rows import RowMask
 from opendrs.engine.usage import RESOURCES, LoadModel, loaded_nodes
-from opendrs.model.cluster import Cluster
+from opendrs.model.cluster import Cluster, Guest
 
 from ..base import migration_cost
 
@@ -40,6 +40,9 @@ class Units:
     unit_of: np.ndarray  # (G,) unit index of each guest, or -1
     guest_demand: np.ndarray  # (G, R) balance load of each guest (running ones only)
     guest_need: np.ndarray  # (G, D) capacity demand of each guest
+    #: (U,) units a rule names (a member in a node or guest affinity, hard or soft): no cheaper
+    #: twin stands in for another with one (:mod:`.twins`).
+    ruled: np.ndarray
 
 
 def build_units(cluster: Cluster, cons: Constraints, loads: LoadModel) -> Units:
@@ -94,7 +97,16 @@ def build_units(cluster: Cluster, cons: Constraints, loads: LoadModel) -> Units:
         unit_of,
         guest_demand,
         guest_need,
+        _ruled(cons, members, guests),
     )
+
+
+def _ruled(cons: Constraints, members: list[np.ndarray], guests: tuple[Guest, ...]) -> np.ndarray:
+    """(U,) units with a member that a rule names (node or guest affinity, hard or soft)."""
+    rules = cons.rules
+    named = {g for r in (*rules.node_affinity, *rules.guest_affinity) for g in r.guests}
+    guest_ruled = np.array([g.id in named for g in guests], dtype=bool)
+    return np.array([bool(guest_ruled[m].any()) for m in members], dtype=bool)
 
 
 def _bundle_row(

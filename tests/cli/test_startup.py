@@ -1,0 +1,115 @@
+"""What a command imports, not how fast (that is bench/startup.py): a command line builds its own
+command's parser alone, and ``opendrs plan`` of a small snapshot loads neither the other commands'
+modules nor the libraries it has no use for."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from opendrs.cli.main import COMMANDS, PARSER_MODULES, build_parser, named_command
+
+SMALL = Path(__file__).resolve().parents[2] / "examples" / "small.yaml"
+
+#: What ``opendrs plan`` of a snapshot by the default strategy never uses: the solver, the
+#: reports' charts and templates, the daemon's metrics, the backends' clients, the other
+#: commands and strategies, and the proxlb compatibility layer (a snapshot is no scenario).
+NOT_FOR_PLAN = (
+    "ortools",
+    "matplotlib",
+    "jinja2",
+    "prometheus_client",
+    "proxmoxer",
+    "requests",
+    "httpx",
+    "starlark",
+    "opendrs.backends",
+    "opendrs.controller",
+    "opendrs.compat",
+    "opendrs.report.charts",
+    "opendrs.cli.simulate_command",
+    "opendrs.cli.status_command",
+    "opendrs.engine.strategies.optimal",
+    "opendrs.engine.strategies.pressure",
+    "opendrs.engine.strategies.greedy",
+)
+
+
+def _imported_by(*argv: str) -> tuple[int, set[str]]:
+    """``opendrs ARGV``'s exit status in a fresh interpreter, and the modules it imported."""
+    code = (
+        "import contextlib, io, json, sys\n"
+        "from opendrs.cli.main import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    status = main(sys.argv[1:])\n"
+        "print(json.dumps([status, sorted(sys.modules)]))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *argv], capture_output=True, text=True, check=True
+    )
+    status, modules = json.loads(proc.stdout)
+    return status, set(modules)
+
+
+def _loaded(modules: set[str], name: str) -> bool:
+    return any(m == name or m.startswith(f"{name}.") for m in modules)
+
+
+def test_plan_of_a_small_snapshot_imports_only_what_it_uses() -> None:
+    status, modules = _imported_by("plan", str(SMALL))
+    assert status == 0
+    assert "opendrs.engine.strategies.balance.strategy" in modules  # it did plan
+    assert [name for name in NOT_FOR_PLAN if _loaded(modules, name)] == []
+
+
+def test_listing_the_strategies_imports_no_strategy_it_lists_only() -> None:
+    """(The policy's presets, checked when the policy is imported, import their strategies.)"""
+    status, modules = _imported_by("strategies")
+    assert status == 0
+    for name in ("optimal", "pressure", "greedy"):
+        assert not _loaded(modules, f"opendrs.engine.strategies.{name}")
+
+
+def _added_by(module: str, function: str) -> set[str]:
+    sub = argparse.ArgumentParser().add_subparsers()
+    getattr(importlib.import_module(f"opendrs.cli.{module}"), function)(sub)
+    return set(sub.choices)
+
+
+@pytest.mark.parametrize(("module", "function"), PARSER_MODULES)
+def test_the_command_table_names_what_each_module_adds(module: str, function: str) -> None:
+    assert _added_by(module, function) == {c for c, m in COMMANDS.items() if m == module}
+
+
+def test_the_full_parser_has_every_command_of_the_table() -> None:
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert list(sub.choices) == list(COMMANDS)
+
+
+@pytest.mark.parametrize(
+    ("argv", "command"),
+    [
+        (["plan", "x.yaml"], "plan"),
+        (["--debug", "plan", "--strategy", "optimal", "x"], "plan"),
+        (["--help"], None),
+        ([], None),
+        (["plann", "x"], None),
+        (["x.yaml", "plan"], None),
+    ],
+)
+def test_the_command_named_is_the_first_argument_not_an_option(
+    argv: list[str], command: str | None
+) -> None:
+    assert named_command(argv) == command
+
+
+def test_a_command_alone_parses_as_in_the_full_parser() -> None:
+    argv = ["--debug", "plan", str(SMALL), "--strategy", "incus", "-o", "max_moves=3"]
+    alone, full = build_parser("plan").parse_args(argv), build_parser().parse_args(argv)
+    assert vars(alone) == vars(full)
