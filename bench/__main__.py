@@ -455,6 +455,7 @@ def _row(runner: Runner, result: dict[str, Any], evaluator: Evaluator) -> Row:
     row.rss_setup = int(result["rss_setup"])
     row.info = result.get("info", {})
     row.notes = tuple(result.get("notes", ()))
+    row.placement = dict(result["placement"])
     try:
         row.evaluation = evaluator.evaluate(result["placement"])
     except ValueError as exc:

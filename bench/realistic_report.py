@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from bench.metrics import Evaluation, Evaluator
 from bench.report import Case, Row, _padded, ratio
+from bench.twins import TwinFigures, twin_figures
 from bench.yardstick import TIME_LIMITS, Yardstick, fewest_moves, warm_start
 from opendrs.model.cluster import Cluster
 
@@ -36,6 +37,8 @@ class RealisticCase:
     skipped: str = ""
     #: The search's placement measured as every row is (None: no search or no placement).
     search_evaluation: Evaluation | None = None
+    #: Runner → its local-disk moves and those with a cheaper twin left behind (bench/twins.py).
+    twins: dict[str, TwinFigures] = field(default_factory=dict)
 
 
 def memory_bound(cluster: Cluster, spread: float) -> int | None:
@@ -66,6 +69,7 @@ def measure(
             bound = memory_bound(cluster, row.evaluation.after.memory_spread)
             if bound is not None:
                 out.memory_bound[row.runner] = bound
+            out.twins[row.runner] = twin_figures(cluster, row.placement)
     ref = case.row(reference)
     if not search:
         out.skipped = "not asked for (--no-yardstick)"
@@ -97,6 +101,11 @@ def _per_bound(rc: RealisticCase, row: Row) -> str:
     return ratio(ev.migrations if ev else None, rc.memory_bound.get(row.runner))
 
 
+def _twins(rc: RealisticCase, row: Row) -> str:
+    twins = rc.twins.get(row.runner)
+    return "—" if twins is None else f"{twins.with_twin:,} / {twins.local_disk_moves:,}"
+
+
 def _best(rc: RealisticCase, row: Row) -> str:
     ys = rc.yardstick
     return ys.summary if ys is not None and row.runner == rc.reference else ""
@@ -122,6 +131,7 @@ COLUMNS: tuple[Column, ...] = (
     ("best found", _best),
     ("moved/best", _per_best),
     ("cost GiB", lambda rc, row: f"{row.evaluation.cost_gib:,.0f}"),
+    ("disk moves with a twin", _twins),
     ("time s", lambda rc, row: f"{row.seconds:.3g}"),
     ("peak RSS MiB", lambda rc, row: f"{(row.rss_peak or 0) / MiB:,.0f}"),
     ("violations", lambda rc, row: str(len(row.evaluation.violations))),
@@ -197,7 +207,9 @@ def section(cases: Sequence[RealisticCase], level: int = 3) -> str:
         "(bench/yardstick.py, CP-SAT, one worker, seed 1, time limit "
         f"{limits}) finds for the default strategy's memory spread, moving only guests in no "
         "rule and without a local disk, `(optimal)` when proven, else `(≥ its lower bound)`; "
-        "*cost*: moved memory + 4 × moved local disk; *time*, *peak RSS*: the runner's own "
+        "*cost*: moved memory + 4 × moved local disk; *disk moves with a twin*: of the moves "
+        "of guests with a local disk, those where a guest alike without one stayed on the same "
+        "node and could have gone instead (bench/twins.py); *time*, *peak RSS*: the runner's own "
         "process",
         *note_lines(cases),
         "",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from bench.generate import bench_guest
 from bench.metrics import Evaluator
@@ -94,7 +96,8 @@ def test_the_realistic_table_puts_the_search_beside_the_default_strategy() -> No
     evaluator = Evaluator(cluster)
     # Three moves (two from a, one from b) reach 12.5 pp; the search needs two.
     evaluation = evaluator.evaluate({"100": "c", "101": "c", "104": "c"})
-    row = Row("balance", "strategy", seconds=0.5, rss_peak=64 * 1024**2, evaluation=evaluation)
+    placement = {"100": "c", "101": "c", "104": "c"}
+    row = Row("balance", "strategy", 0.5, 64 * 1024**2, evaluation=evaluation, placement=placement)
     case = Case("S", 3, 8, False, evaluator.before, None, True, [row], generator="new-node")
     measured = measure(case, cluster, 1, "balance", 5.0)
     assert measured.yardstick is not None and measured.yardstick.moves == 2
@@ -115,6 +118,7 @@ def test_the_realistic_table_puts_the_search_beside_the_default_strategy() -> No
         "1.5×",
     )
     assert by_name["cost GiB"] == "6"
+    assert by_name["disk moves with a twin"] == "0 / 0"
     assert "its placement 12.50 pp with 0 violations" in table
 
 
@@ -123,3 +127,20 @@ def test_only_configured_sizes_are_measured() -> None:
     dynamic = Cluster(cluster.nodes, cluster.guests, cluster.rules, Settings(mode="dynamic"))
     with pytest.raises(ValueError, match="static"):
         fewest_moves(dynamic, 0.125, 1.0)
+
+
+def test_the_table_counts_the_disk_moves_a_cheaper_twin_could_have_made() -> None:
+    # Guest 100 has a local disk and moves; 101-103, alike without one, stay on its node.
+    cluster = _cluster(disk_on=0)
+    evaluator = Evaluator(cluster)
+    placement = {"100": "c", "104": "c"}
+    evaluation = evaluator.evaluate(placement)
+    row = Row("balance", "strategy", 0.5, 1, evaluation=evaluation, placement=placement)
+    case = Case("S", 3, 8, False, evaluator.before, None, True, [row], generator="new-node")
+    measured = measure(case, cluster, 1, "balance", 5.0, search=False)
+    assert (measured.twins["balance"].with_twin, measured.twins["balance"].local_disk_moves) == (
+        1,
+        1,
+    )
+    assert "| 1 / 1 |" in re.sub(" +", " ", section([measured]))
+    assert measured.yardstick is None and "--no-yardstick" in measured.skipped
