@@ -727,9 +727,9 @@ def main(argv: list[str] | None = None) -> int:
             }
             for case in [*cases, *method_cases]
         ]
+        payload += [{"realistic": _realistic_json(item)} for item in realistic]
         payload += [{"reading": asdict(reading)} for reading in readings]
         payload += [{"endtoend": asdict(result)} for result in [*endtoend, *growth]]
-        payload += [{"realistic": _realistic_json(item)} for item in realistic]
         payload += [{"startup": asdict(result)} for result in startup]
         args.json.write_text(json.dumps(payload, indent=1, default=str), encoding="utf-8")
         _progress(f"wrote {args.json}")

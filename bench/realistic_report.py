@@ -76,7 +76,7 @@ def measure(
     elif case.size not in TIME_LIMITS:
         out.skipped = f"the exact search runs up to L ({case.size} is beyond)"
     elif ref is None or ref.evaluation is None:
-        out.skipped = f"{reference} did not finish"
+        out.skipped = f"no result of {reference} here (not run, or it failed)"
     else:
         limit = TIME_LIMITS[case.size]
         limit = limit if time_limit is None else min(limit, time_limit)
