@@ -21,19 +21,22 @@ guests (its load outside the band over the mean movable guest's demand, summed o
 resources), is the *band distance*: it says how much is left to move, and a move that brings a
 node exactly into the band is worth as much as it moves, where the variance would rather halve
 the gap between two nodes and leave both to be fixed again. Moves are therefore *chosen* by how
-much band distance they remove (the variance breaks ties and decides when no move shortens it),
-and *allowed* only when they also lower ``J``.
+much band distance they remove per guest they migrate (a bundle of hard-affinity guests is as
+many migrations; the variance, also per guest, decides when no move shortens it), and *allowed*
+only when they also lower ``J``.
 
 **Shedding plan.** A node above the band in every weighted resource must shed its excess; the
 fewest guests that do it carry cpu and memory in the proportions of that excess, not the biggest
 ones (which are memory-heavy: they balance memory long before cpu, and the node then takes guests
-back). For each such node the plan sweeps directions in the (cpu, memory) plane: guests in the
-order of their projection on the direction, each taken if it does not overshoot the excess by
-more than half the band, until the excess is covered; the direction needing the fewest guests
-(a shortfall counted as extra guests) wins — a rounding of the linear relaxation behind
-:func:`opendrs.engine.bounds.migration_lower_bound`. Until the planned guests have left (or none
-of them helps any more), the rounds below move only them, each to where it removes the most band
-distance.
+back). For each such node the plan sweeps directions in the (cpu, memory) plane: units in the
+order of their projection on the direction per guest, each taken if it does not overshoot the
+excess by more than half the band, until the excess is covered; the direction needing the fewest
+migrations (a bundle counts each of its guests; a shortfall counts as extra guests) wins — a
+rounding of the linear relaxation behind :func:`opendrs.engine.bounds.migration_lower_bound`.
+Where one to three of the node's units land it in the band with fewer migrations (every such
+choice tried, on nodes whose units are of few kinds), they are the plan instead. Until the
+planned guests have left (or none of them helps any more), the rounds below move only them, each
+to where it removes the most band distance per guest it migrates.
 
 **Rounds of moves.** What the plan leaves is finished by rounds of greedy moves over a vectorised
 (unit × node) matrix — a *unit* is a guest, or a bundle of guests kept together by hard affinity.
@@ -46,9 +49,9 @@ a guest that has already moved, or back home, spends nothing) — and the search
 every weighted resource is within its goal: no moves while balanced. When no single move helps,
 units are exchanged between the nodes that deviate most (four, or one in 64 on big clusters) and
 nodes that deviate the other way, on disjoint pairs of nodes, the exchange with the largest gain
-per migration it adds first (one between guests that have both moved already adds none). When no
-exchange of two pays either, one unit is exchanged against a set of another node's units, all
-its moves evaluated together (:mod:`.set_exchange`).
+per migration it adds first (one between guests that have both moved already adds none; a bundle
+adds one per guest). When no exchange of two pays either, one unit is exchanged against a set of
+another node's units, all its moves evaluated together (:mod:`.set_exchange`).
 
 **Idle windows.** A move's gain depends only on its two nodes' loads, and whether it is allowed
 only on its unit and its target: a window in which a round found no move that lowers the
@@ -84,6 +87,14 @@ steps can add up inside one such window (:mod:`.grain_window`, :mod:`.polish`); 
 they cannot, or the polish does not get every node in, it keeps the grain as its goal and the
 stop reason says why.
 
+**Compaction.** Then pairs of moves that pass load on — a unit from ``a`` to ``b`` and another
+from ``b`` to ``c``, or two units from ``a`` to ``b`` — are replaced by one move of a unit of
+``a`` to ``c`` (or ``b``) that adds fewer migrations (none for a unit that has moved already),
+where every weighted resource stays within its goal — and no wider than ``target_spread`` or
+than it is already, so a resource whose goal is one step on the smallest node keeps the spread
+reached — and the objective at most what it was when balancing began (:mod:`.compact`, within
+a budget of tries per move).
+
 **Cheaper twins.** Last, a moved guest whose place a cheaper guest that balances alike could
 take gives it that place (:mod:`.twins`): a guest left at home on the same source node, with the
 same balance load, a lower migration cost (no local disk to copy), in no rule and free to move,
@@ -93,7 +104,8 @@ spreads and the moves are the same; the cost falls.
 **A second path.** With few, big guests per node the search above can end short of the target,
 where no move or exchange pays for itself. Then, on a cluster of at most
 :data:`.strategy.PLAIN_GUESTS` guests, the plain search — no plan, moves chosen by objective
-gain — runs from the start, and its answer is kept if it reaches the target.
+gain — runs from the start, and its answer is kept if it reaches the target, or if it ends
+nearer the target (the largest weighted spread over its goal smaller) when neither does.
 
 On large clusters (more than ``wide`` nodes) each round looks only at the ``wide`` most loaded
 sources and ``wide`` least loaded targets, which keeps a round cheap at 1,000 nodes.
@@ -102,7 +114,7 @@ sources and ``wide`` least loaded targets, which keeps a round cheap at 1,000 no
 :mod:`.units`, exchange kinds in :mod:`.kinds`), :mod:`.steps` (the history of typed steps), one
 module per phase — :mod:`.repair` (with :mod:`.exact`), :mod:`.shed_plan` and
 :mod:`.rounds` (with :mod:`.picks` and :mod:`.set_exchange`), :mod:`.prune`, :mod:`.polish`
-(with :mod:`.grain_window`), :mod:`.twins` — and :mod:`.strategy`, which runs them in order
-(:func:`~.strategy.propose_balance`, the registry's :class:`~.strategy.Balance`). The phases
-import the state, the strategy imports the phases.
+(with :mod:`.grain_window`), :mod:`.compact`, :mod:`.twins` — and :mod:`.strategy`, which runs
+them in order (:func:`~.strategy.propose_balance`, the registry's :class:`~.strategy.Balance`).
+The phases import the state, the strategy imports the phases.
 """

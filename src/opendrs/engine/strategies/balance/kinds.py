@@ -8,9 +8,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-#: An exchange's score over its gain, by the migrations it adds (−2 to 2): 1 / added, or 4.
-SWAP_FACTOR = np.array([4.0, 4.0, 4.0, 1.0, 0.5])
-
 
 @dataclass
 class Kinds:

@@ -56,8 +56,8 @@ def pick(
 
     Forced (repair) moves go to the target with the largest objective gain, whatever it is.
     Balancing moves must lower the objective; among them, when ``shaped``, the band distance they
-    remove decides (the objective gain where no move removes any), else the objective gain; then
-    the cheaper migration.
+    remove decides (the objective gain where no move removes any), else the objective gain, both
+    per guest the unit migrates; then the cheaper migration.
     """
     if units.size == 0 or targets.size == 0:
         return []
@@ -158,8 +158,9 @@ def _scores(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(len(kinds), len(targets)) the objective gain of moving one unit of each kind (``kinds``:
     positions in ``units``) to each target, and what the move is chosen by, -inf where it may not
-    be made: the objective gain (forced: any; else a positive one), or when ``shaped`` the band
-    distance removed by a move that lowers the objective, if any move removes some."""
+    be made: the objective gain (forced: any; else a positive one, per guest of the unit), or
+    when ``shaped`` the band distance removed per guest by a move that lowers the objective, if
+    any move removes some."""
     rows = units[kinds]
     # The gains' matrix product rounds as it does for every unit only with two rows or more (a
     # single row takes numpy's vector path): a lone kind of several units is computed twice.
@@ -173,7 +174,9 @@ def _scores(
     ok = np.zeros(gain.shape, dtype=bool)
     if some.size:
         ok[some] = state.allowed(rows[some], targets)
-    score = np.where(ok & lowers, gain, -np.inf)
+    # Per migration: a bundle of k guests must do k times as much as one guest.
+    per_guest = state.unit_guests[rows][:, None]
+    score = np.where(ok & lowers, gain / per_guest, -np.inf)
     live = np.isfinite(score)
     count = np.count_nonzero(live) if shaped else 0
     if count:
@@ -182,10 +185,10 @@ def _scores(
             at = np.nonzero(live)
             band = np.full(score.shape, -np.inf)
             found = state.band_gains(rows, targets, at)
-            band[at] = np.where(found > 1e-9, found, -np.inf)
+            band[at] = np.where(found > 1e-9, found / per_guest[at[0], 0], -np.inf)
         else:
             band = state.band_gains(rows, targets)
-            band = np.where(live & (band > 1e-9), band, -np.inf)
+            band = np.where(live & (band > 1e-9), band / per_guest, -np.inf)
         if np.isfinite(band).any():
             return gain, band
     return gain, score

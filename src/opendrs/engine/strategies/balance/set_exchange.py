@@ -135,7 +135,9 @@ def _one_way(state: BalanceState, a: int, b: int) -> SetExchange | None:
         return None
     moved_x = state.moved_of(xs)
     moved_y = state.moved_of(ys)
-    added = (~moved_x).astype(np.int64) + (taken & ~moved_y[None, :]).sum(axis=1)
+    # Migrations added: each unit's guests, unless it has moved already.
+    guests_x, guests_y = state.unit_guests[xs], state.unit_guests[ys]
+    added = np.where(moved_x, 0, guests_x) + (taken & ~moved_y[None, :]) @ guests_y
     score = np.where(added > 0, gain / np.maximum(added, 1), 4 * gain)
     score = np.where(ok, score, -np.inf)
     for row in np.argsort(-score, kind="stable").tolist():

@@ -14,7 +14,7 @@ from opendrs.engine.imbalance import balance_objective, resource_weights
 from opendrs.engine.usage import RESOURCES, LoadModel, arch_groups, tolerance
 from opendrs.model.cluster import Cluster
 
-from .kinds import SWAP_FACTOR, Kinds, distinct_rows, every, first_allowed, runs, unit_pairs
+from .kinds import Kinds, distinct_rows, every, first_allowed, runs, unit_pairs
 from .units import build_units
 
 #: Node loads (moves × nodes × resources) whose objectives are computed at once.
@@ -47,6 +47,8 @@ class BalanceState:
         self.wnorm = np.where(cap_total > 0, w / np.where(cap_total > 0, cap_total, 1.0), 0.0)
         self.weights = w
         self.units = build_units(cluster, cons, loads)
+        #: (U,) the guests in each unit: the migrations its move makes.
+        self.unit_guests = np.array([m.size for m in self.units.members], dtype=np.intp)
         #: (G,) the node each guest of a unit is on now (a broken bundle's members differ).
         self.where = np.array(loads.assign, dtype=np.intp, copy=True)
         #: (U,) bundles whose members are on different nodes now; moving one gathers it.
@@ -191,6 +193,11 @@ class BalanceState:
         mask[nodes] = True
         return np.nonzero(self.units.movable & ~self.broken & mask[self.units.assign])[0]
 
+    def units_at(self, n: int) -> np.ndarray:
+        """:meth:`units_on` of node ``n`` alone, from the units kept per node."""
+        at = np.array(sorted(self._units_at[n]), dtype=np.intp)
+        return at[self.units.movable[at] & ~self.broken[at]]
+
     def moved(self) -> np.ndarray:
         """(U,) units that have moved: away from where they started, or (broken) gathered."""
         return (self.units.assign != self.origin) | (self.broken_at_start & ~self.broken)
@@ -315,9 +322,9 @@ class BalanceState:
 
     def unit_kinds(self) -> tuple[np.ndarray, int]:
         """(U,) each unit's kind, and how many there are: units of a kind have the same demand,
-        capacity demand and allowed nodes (:attr:`Units.static_ok`), so on one node the same
-        gains and hard constraints. A bundle broken at the start, or a unit kept apart from
-        others, is a kind of its own."""
+        capacity demand, allowed nodes (:attr:`Units.static_ok`) and number of guests, so on one
+        node the same gains, hard constraints and migrations. A bundle broken at the start, or a
+        unit kept apart from others, is a kind of its own."""
         if self._unit_kinds is None:
             u = self.units
             static = u.static_ok.distinct()
@@ -326,6 +333,7 @@ class BalanceState:
                 u.demand.view(np.int64),
                 u.need.view(np.int64),
                 static,
+                self.unit_guests,
                 np.where(alone, np.arange(len(alone)), -1),
             ]
             key = np.hstack([c.astype(np.int64).reshape(len(alone), -1) for c in column])
@@ -583,21 +591,25 @@ class BalanceState:
             part -= t
             part *= self.wnorm[r]
             gain -= part
-        # Migrations added: one each, unless a unit has moved already (see added_migrations).
+        # Migrations added: a unit's guests, unless it has moved already (added_migrations).
         moved_x, moved_o = self.moved_of(xs).any(), self.moved_of(os).any()
-        if not (moved_x or moved_o):
+        guests_x, guests_o = self.unit_guests[xs], self.unit_guests[os]
+        if not (moved_x or moved_o) and guests_x.max() == 1 and guests_o.max() == 1:
             return gain, gain / 2
-        added_x = self.added_migrations(xs[:, None], b[None, :]) if moved_x else 1
-        added_o = self.added_migrations(os, np.full_like(os, a)) if moved_o else 1
-        # gain / added where it adds some, else 4 × gain: factors of two, the same bits.
-        return gain, gain * SWAP_FACTOR[np.asarray(added_x + added_o) + 2]
+        added_x = self.added_migrations(xs[:, None], b[None, :]) if moved_x else guests_x[:, None]
+        added_o = self.added_migrations(os, np.full_like(os, a)) if moved_o else guests_o
+        added = np.asarray(added_x + added_o)
+        # gain / added where it adds some, else 4 × gain.
+        return gain, np.where(added > 0, gain / np.maximum(added, 1), 4 * gain)
 
     def added_migrations(self, units: np.ndarray, targets: np.ndarray) -> np.ndarray:
-        """Migrations each move (units[k] to targets[k]) adds: 1, 0 (already moved) or −1 (home)."""
+        """Migrations each move (units[k] to targets[k]) adds: the unit's guests, none (already
+        moved) or as many fewer (back home)."""
         home = self.origin[units]
         away = self.moved_of(units)
         back = (targets == home) & ~self.broken_at_start[units]
-        return np.where(away, np.where(back, -1, 0), 1)
+        guests = self.unit_guests[units]
+        return np.where(away, np.where(back, -guests, 0), guests)
 
     def move_all(self, moves: list[tuple[int, int]]) -> list[tuple[int, float]]:
         """Make ``moves`` (unit, target) in order; for each, where the unit was and the objective

@@ -1,7 +1,7 @@
 """``balance`` as a strategy (:class:`Balance`, :func:`propose_balance`): one search runs the
-phases in order — repair, shedding plan and rounds, pruning, the polish below the grain, the
-cheaper twins — and its history becomes the proposal; see the package's documentation for what
-each phase does."""
+phases in order — repair, shedding plan and rounds, pruning, the polish below the grain,
+compaction, the cheaper twins — and its history becomes the proposal; see the package's
+documentation for what each phase does."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from ..base import (
     constraints_for,
     migration_cost,
 )
+from .compact import compact
 from .exact import exact_note
 from .options import BalanceOptions
 from .polish import polish_below_grain
@@ -65,15 +66,17 @@ def propose_balance(
     cons = constraints_for(cluster, forbidden, constraints)
     loads = loads if loads is not None else LoadModel.build(cluster)
     memo = ExactRepairMemo()
-    proposal, balanced = _search(cluster, cons, loads, options, shaped=True, memo=memo)
+    proposal, balanced, short = _search(cluster, cons, loads, options, shaped=True, memo=memo)
     if not balanced and len(cluster.guests) <= PLAIN_GUESTS:
         # With few, big guests per node the shaped search can end where no move or exchange
         # pays for itself; the plain one (no plan, moves chosen by objective gain) takes
-        # another path, and is kept if it reaches the target. It repeats the whole search:
-        # on a big cluster that doubles the time, for a path that did not reach the target
-        # there either (#15), so it runs on small clusters only.
-        plain, plain_balanced = _search(cluster, cons, loads, options, shaped=False, memo=memo)
-        if plain_balanced:
+        # another path, and is kept if it reaches the target, or ends nearer it. It repeats
+        # the whole search: on a big cluster that doubles the time, for a path that did not
+        # reach the target there either (#15), so it runs on small clusters only.
+        plain, plain_balanced, plain_short = _search(
+            cluster, cons, loads, options, shaped=False, memo=memo
+        )
+        if plain_balanced or plain_short < short:
             return plain
     return proposal
 
@@ -86,8 +89,9 @@ def _search(
     *,
     shaped: bool,
     memo: ExactRepairMemo,
-) -> tuple[Proposal, bool]:
-    """One search; ``shaped``: with the shedding plan and band-ordered moves. Also: balanced?
+) -> tuple[Proposal, bool, float]:
+    """One search; ``shaped``: with the shedding plan and band-ordered moves. Also: balanced?,
+    and how far it ended from its goals (the largest weighted spread over its goal).
 
     ``memo`` keeps the exact repair for the second search, which starts from the same state.
     """
@@ -106,6 +110,8 @@ def _search(
         # target_spread in whole steps where they can add up.
         target_spread = options.target_spread
         polished = polish_below_grain(history, grain, target_spread, ceiling, limit, options.swaps)
+        # Then fewer moves within the goals reached (a polished resource's is target_spread).
+        compact(history, ceiling, target_spread)
         if polished:
             stopped = balanced_reason(target_spread, state.spreads(), polished)
     # The same loads for less: a moved guest's cheaper twin left at home goes in its place.
@@ -119,7 +125,9 @@ def _search(
         _notes(state, repaired),
         _proposal_options(options, repaired),
     )
-    return proposal, reached_goal
+    weighted = state.weights > 0
+    short = float(np.max(state.spreads()[weighted] / state.goal[weighted], initial=0.0))
+    return proposal, reached_goal, short
 
 
 def _proposed_moves(history: History) -> tuple[ProposedMove, ...]:
