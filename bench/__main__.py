@@ -1,12 +1,15 @@
 """Benchmark opendrs's strategies against ProxLB's greedy balancer and proxlb-solver, in one run.
 
 ``python -m bench [--sizes S,M,L] [--strategies A,B] [--peers proxlb-greedy,proxlb-solver]
-[--rules both|with|without] [--time-limit S] [--seed N] [--generator basic|skewed|both]
-[--methods memory] [--method-seeds 1,2,3] [--no-reading] [--no-endtoend]
-[--endtoend-sizes L,XL,XXL] [--no-startup] [--startup-repeats N] [--markdown FILE] [--json FILE]``
+[--rules both|with|without] [--time-limit S] [--seed N] [--generator NAME,…|both|all]
+[--no-yardstick] [--yardstick-time-limit S] [--methods memory] [--method-seeds 1,2,3]
+[--no-reading] [--no-endtoend] [--endtoend-sizes L,XL,XXL] [--no-growth]
+[--growth-sizes S,M,L,XL,XXL] [--no-startup] [--startup-repeats N] [--markdown FILE]
+[--json FILE]``
 
-For every generator (:data:`bench.clusters.GENERATORS`: :mod:`bench.generate`'s ``basic`` and
-:mod:`bench.skewed`'s ``skewed``, both by default), size and rules case the same seeded cluster
+For every generator (:data:`bench.clusters.GENERATORS`: :mod:`bench.generate`'s ``basic``,
+:mod:`bench.skewed`'s ``skewed`` and :mod:`bench.realistic`'s production-like ``new-node``,
+``hot-rack`` and ``mixed``, all by default), size and rules case the same seeded cluster
 goes to every runner. Each runner runs once, in a fresh subprocess (:mod:`bench.worker`), which
 reports its wall time and its peak RSS; the placement it returns is evaluated here with
 opendrs's code (:mod:`bench.metrics`), whoever produced it. One table per case goes to stdout,
@@ -15,7 +18,11 @@ the same run (see ``docs/performance.md``).
 
 Default runners: every registered opendrs strategy and both peers, each up to the largest size it
 is fast enough for (:data:`DEFAULT_MAX_SIZE`); a runner named in ``--strategies`` or ``--peers``
-runs at every size asked for.
+runs at every size asked for. On the production-like generators the default strategy and the
+peers alone run unless ``--strategies`` names others, and their cases make one table
+(:mod:`bench.realistic_report`): per cluster and runner the moves against the memory-only lower
+bound and, up to L, against the fewest moves the exact search (:mod:`bench.yardstick`) finds for
+the default strategy's memory spread, the cost, the time and the peak memory.
 
 Then the **method cases**: for every size, rules variant, ``--methods`` entry (default ``memory``)
 and ``--method-seeds`` seed (default 1, 2, 3), the generated cluster is written as a proxlb-solver
@@ -33,7 +40,9 @@ size (L, XL, XXL by default) the cluster written as a YAML snapshot and as a pro
 scenario, and on each file, each in a fresh process from start to exit, ``opendrs plan FILE
 --format json``, proxlb-solver's own CLI (scenarios, up to L) and ProxLB's greedy steps on the
 file (up to XL), with wall and CPU time, peak RSS and the placement evaluated, against the #15
-targets at 100,000 guests (:mod:`bench.endtoend`).
+targets at 100,000 guests (:mod:`bench.endtoend`); the earlier generators only. On the
+production-like ones, **growth** (``--no-growth`` skips it): ``opendrs plan SNAPSHOT`` alone, with
+and without rules, at ``--growth-sizes`` (S to XXL), and the exponent of its time in the guests.
 
 And **start-up** (``--no-startup`` skips it): ``opendrs plan`` on the three-node
 ``examples/small.yaml`` and on the L snapshot, each ``--startup-repeats`` times in a fresh
@@ -61,10 +70,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from bench.clusters import GENERATORS, generated
+from bench.clusters import EARLIER, GENERATORS, REALISTIC, generated, generator_names
 from bench.endtoend import DEFAULT_SIZES as ENDTOEND_SIZES
 from bench.endtoend import Result as EndToEnd
 from bench.endtoend import run as run_endtoend
+from bench.endtoend_report import growth_section
 from bench.endtoend_report import section as endtoend_section
 from bench.generate import SIZES
 from bench.incus import section as incus_section
@@ -74,6 +84,9 @@ from bench.process import checkout_env, measure
 from bench.reading import Reading
 from bench.reading import run as run_reading
 from bench.reading import section as reading_section
+from bench.realistic_report import RealisticCase
+from bench.realistic_report import measure as measure_realistic
+from bench.realistic_report import section as realistic_section
 from bench.report import Case, MethodCase, Row, method_section, section
 from bench.startup import Startup
 from bench.startup import run as run_startup
@@ -82,6 +95,8 @@ from bench.worker import RunnerKind, Spec
 
 ROOT = Path(__file__).resolve().parent.parent
 SIZE_ORDER: tuple[str, ...] = tuple(SIZES)
+#: Sizes of the growth runs on the production-like generators (the exponent's fit).
+GROWTH_SIZES: tuple[str, ...] = tuple(SIZES)
 #: Balancing methods the method cases run (those opendrs's strategies balance exactly).
 METHODS: tuple[str, ...] = ("memory", "cpu")
 
@@ -151,7 +166,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Benchmark opendrs's strategies against ProxLB and proxlb-solver.",
     )
     parser.add_argument(
-        "--sizes", default="S,M,L", help=f"comma-separated sizes ({', '.join(SIZES)})"
+        "--sizes",
+        default="S,M,L",
+        help=f"comma-separated sizes ({', '.join(SIZES)}); 'none' for no cases (the other "
+        "sections alone)",
     )
     parser.add_argument(
         "--strategies",
@@ -176,10 +194,26 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
         "--generator",
-        choices=("both", *GENERATORS),
-        default="both",
-        help="cluster generator: basic (bench/generate.py), skewed (bench/skewed.py) or both "
-        "(default); the method cases and the reading use the basic one",
+        default="all",
+        metavar="NAME,…",
+        help=f"cluster generators, a comma list of {', '.join(GENERATORS)}, or both (the earlier "
+        "two: basic, skewed) or all (default); the production-like ones run the default "
+        "strategy and the peers unless --strategies names others, the method cases and the "
+        "reading use the basic one",
+    )
+    parser.add_argument(
+        "--yardstick",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="on the production-like clusters up to L, the exact search for the fewest moves "
+        "that reach the default strategy's memory spread (bench/yardstick.py; default on)",
+    )
+    parser.add_argument(
+        "--yardstick-time-limit",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="cap on the exact search's time limits (S 10, M 30, L 60 s)",
     )
     parser.add_argument(
         "--solver-balanciness", type=int, default=4, help="proxlb-solver level 1–5 (default 4)"
@@ -251,6 +285,19 @@ def build_parser() -> argparse.ArgumentParser:
         default=",".join(ENDTOEND_SIZES),
         help=f"sizes of the end-to-end runs (default {','.join(ENDTOEND_SIZES)}; the peers run "
         "up to the largest they finish: proxlb-solver L, ProxLB XL)",
+    )
+    parser.add_argument(
+        "--growth",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="on the production-like generators, `opendrs plan SNAPSHOT` end to end with and "
+        "without rules at --growth-sizes, and the exponent of its wall time in the guests "
+        "(default on)",
+    )
+    parser.add_argument(
+        "--growth-sizes",
+        default=",".join(GROWTH_SIZES),
+        help=f"sizes of the growth runs (default {','.join(GROWTH_SIZES)})",
     )
     parser.add_argument(
         "--endtoend-timeout",
@@ -408,6 +455,7 @@ def _row(runner: Runner, result: dict[str, Any], evaluator: Evaluator) -> Row:
     row.rss_setup = int(result["rss_setup"])
     row.info = result.get("info", {})
     row.notes = tuple(result.get("notes", ()))
+    row.placement = dict(result["placement"])
     try:
         row.evaluation = evaluator.evaluate(result["placement"])
     except ValueError as exc:
@@ -442,6 +490,20 @@ def run_method_case(
         _progress(f"{label}: {row.error or f'{row.seconds:.2f} s'}")
         case.rows.append(row)
     return case
+
+
+def _realistic(case: Case, args: argparse.Namespace, reference: str) -> RealisticCase:
+    """A production-like case's bounds and, with ``--yardstick``, its exact search."""
+    cluster = generated(case.generator, case.size, seed=args.seed, rules=case.rules)
+    if args.yardstick:
+        _progress(f"[{case.title}] exact search …")
+    measured = measure_realistic(
+        case, cluster, args.seed, reference, args.yardstick_time_limit, search=args.yardstick
+    )
+    if measured.yardstick is not None:
+        ys = measured.yardstick
+        _progress(f"[{case.title}] exact search: {ys.summary} ({ys.seconds:.1f} s)")
+    return measured
 
 
 def machine() -> str:
@@ -502,12 +564,9 @@ def _limits_line(cases: Sequence[Case], args: argparse.Namespace) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    sizes = _split(args.sizes)
-    unknown = [s for s in sizes if s not in SIZES]
-    if unknown:
-        parser.error(f"unknown size {unknown[0]!r} (known: {', '.join(SIZES)})")
+    sizes = [] if args.sizes == "none" else _sizes(parser, "--sizes", args.sizes)
 
-    from opendrs.engine.strategies import REGISTRY
+    from opendrs.engine.strategies import DEFAULT_STRATEGY, REGISTRY
 
     def chosen(value: str | None, known: list[str], what: str) -> tuple[list[str], bool]:
         """(names, named explicitly): all known by default, none for 'none'."""
@@ -535,8 +594,6 @@ def main(argv: list[str] | None = None) -> int:
         method_seeds = [int(s) for s in _split(args.method_seeds)]
     except ValueError:
         parser.error(f"--method-seeds: expected whole numbers, got {args.method_seeds!r}")
-    from opendrs.engine.strategies import DEFAULT_STRATEGY
-
     method_names, _explicit = chosen(
         args.method_strategies or DEFAULT_STRATEGY, sorted(REGISTRY), "strategy"
     )
@@ -546,29 +603,37 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--reading-repeats: expected at least 1")
     if args.startup_repeats < 1:
         parser.error("--startup-repeats: expected at least 1")
-    endtoend_sizes = _split(args.endtoend_sizes)
-    unknown = [s for s in endtoend_sizes if s not in SIZES]
-    if unknown:
-        parser.error(f"--endtoend-sizes: unknown size {unknown[0]!r} (known: {', '.join(SIZES)})")
+    endtoend_sizes = _sizes(parser, "--endtoend-sizes", args.endtoend_sizes)
+    growth_sizes = _sizes(parser, "--growth-sizes", args.growth_sizes)
 
-    generators = list(GENERATORS) if args.generator == "both" else [args.generator]
+    try:
+        generators = generator_names(args.generator)
+    except ValueError as exc:
+        parser.error(f"--generator: {exc}")
     started = datetime.now(UTC)
     cases: list[Case] = []
     sections: list[str] = []
+    realistic: list[RealisticCase] = []
     for generator, size in ((g, s) for g in generators for s in sizes):
+        named = strategies if strategies_explicit or generator in EARLIER else [DEFAULT_STRATEGY]
         runners: list[Runner] = []
         for name in peers:
             options = {**peer_options(name, size, args), **extra.get(name, {})}
             runners.append(Runner("peer", name, options, peers_explicit))
-        for name in strategies:
+        for name in named:
             options = {**strategy_options(name, size, args.time_limit), **extra.get(name, {})}
             runners.append(Runner("strategy", name, options, strategies_explicit))
         for rules in variants:
             case = run_case(size, rules, runners, args, generator)
             cases.append(case)
-            text = section(case)
-            sections.append(text)
-            print(text, flush=True)
+            if generator in REALISTIC:
+                realistic.append(_realistic(case, args, DEFAULT_STRATEGY))
+                continue
+            sections.append(section(case))
+            print(sections[-1], flush=True)
+    if realistic:
+        sections.append(realistic_section(realistic))
+        print(sections[-1], flush=True)
 
     method_cases: list[MethodCase] = []
     for method in methods:
@@ -606,11 +671,26 @@ def main(argv: list[str] | None = None) -> int:
         print(text, flush=True)
 
     endtoend: list[EndToEnd] = []
-    if args.endtoend and endtoend_sizes:
+    earlier = [g for g in generators if g in EARLIER]
+    if args.endtoend and endtoend_sizes and earlier:
         endtoend = run_endtoend(
-            generators, endtoend_sizes, seed=args.seed, peers=peers, timeout=args.endtoend_timeout
+            earlier, endtoend_sizes, seed=args.seed, peers=peers, timeout=args.endtoend_timeout
         )
         sections.append(endtoend_section(endtoend))
+        print(sections[-1], flush=True)
+    growth: list[EndToEnd] = []
+    production = [g for g in generators if g in REALISTIC]
+    if args.growth and growth_sizes and production:
+        growth = run_endtoend(
+            production,
+            growth_sizes,
+            seed=args.seed,
+            forms=("snapshot",),
+            peers=(),
+            timeout=args.endtoend_timeout,
+            rules=(False, True),
+        )
+        sections.append(growth_section(growth))
         print(sections[-1], flush=True)
 
     startup: list[Startup] = []
@@ -647,12 +727,37 @@ def main(argv: list[str] | None = None) -> int:
             }
             for case in [*cases, *method_cases]
         ]
+        payload += [{"realistic": _realistic_json(item)} for item in realistic]
         payload += [{"reading": asdict(reading)} for reading in readings]
-        payload += [{"endtoend": asdict(result)} for result in endtoend]
+        payload += [{"endtoend": asdict(result)} for result in [*endtoend, *growth]]
         payload += [{"startup": asdict(result)} for result in startup]
         args.json.write_text(json.dumps(payload, indent=1, default=str), encoding="utf-8")
         _progress(f"wrote {args.json}")
     return 0
+
+
+def _sizes(parser: argparse.ArgumentParser, option: str, text: str) -> list[str]:
+    """A comma list of sizes (each in :data:`SIZES`)."""
+    sizes = _split(text)
+    unknown = [s for s in sizes if s not in SIZES]
+    if unknown:
+        parser.error(f"{option}: unknown size {unknown[0]!r} (known: {', '.join(SIZES)})")
+    return sizes
+
+
+def _realistic_json(item: RealisticCase) -> dict[str, Any]:
+    """A production-like case's bounds and search as JSON (its rows are in the cases')."""
+    search = None if item.yardstick is None else asdict(item.yardstick)
+    return {
+        "generator": item.case.generator,
+        "size": item.case.size,
+        "rules": item.case.rules,
+        "seed": item.seed,
+        "memory_bound": item.memory_bound,
+        "reference": item.reference,
+        "yardstick": search,
+        "skipped": item.skipped,
+    }
 
 
 def _scale(parser: argparse.ArgumentParser, text: str) -> tuple[int, int]:

@@ -1,14 +1,16 @@
 """End to end: ``opendrs plan FILE`` beside proxlb-solver's CLI and ProxLB, each a fresh process.
 
-``python -m bench.endtoend [--sizes L,XL,XXL] [--generator both] [--forms snapshot,scenario]
-[--peers proxlb-solver,proxlb-greedy] [--seed 1] [--timeout 900] [--keep DIR] [--markdown FILE]``
-(also the last section of ``python -m bench``).
+``python -m bench.endtoend [--sizes L,XL,XXL] [--generator both|all|NAME,…]
+[--rules without|with|both] [--forms snapshot,scenario] [--peers proxlb-solver,proxlb-greedy]
+[--seed 1] [--timeout 900] [--keep DIR] [--markdown FILE]`` (also the last sections of
+``python -m bench``: the earlier generators with the peers, the production-like ones alone with
+and without rules, for the growth exponent of :func:`bench.endtoend_report.growth_section`).
 
-For every generator (:data:`bench.clusters.GENERATORS`) and size the generated cluster (without
-rules) is written as the files an operator or a peer would hand in (:data:`FORMS`): a snapshot as
-``opendrs snapshot`` writes it by default (YAML) and the proxlb-solver scenario of
-:mod:`bench.scenario` (``method: memory``: what proxlb-solver reads). Then, on each file, each in
-a fresh process, from its start to its exit:
+For every generator (:data:`bench.clusters.GENERATORS`), size and rules variant (``--rules``,
+without by default) the generated cluster is written as the files an operator or a peer would
+hand in (:data:`FORMS`): a snapshot as ``opendrs snapshot`` writes it by default (YAML) and the
+proxlb-solver scenario of :mod:`bench.scenario` (``method: memory``: what proxlb-solver reads).
+Then, on each file, each in a fresh process, from its start to its exit:
 
 * ``opendrs plan FILE --format json`` (``python -m opendrs``): read, balance, bounds, ordered plan;
 * proxlb-solver's own CLI, ``proxlb-solver --scenarios DIR --quiet --markdown OUT`` on the scenario
@@ -38,7 +40,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.clusters import GENERATORS, generated
+from bench.clusters import GENERATORS, GROUPS, generated, generator_names
 from bench.generate import SIZES
 from bench.metrics import Evaluation, Evaluator, Snapshot
 from bench.process import ROOT, Measured, checkout_env, measure
@@ -60,6 +62,8 @@ TARGET_GUESTS = 100_000
 TARGET_WALL = 20.0
 TARGET_RSS = int(1.5 * GiB)
 OPENDRS = "opendrs plan"
+#: ``--rules`` → the rule variants of each cluster.
+RULES: dict[str, tuple[bool, ...]] = {"without": (False,), "with": (True,), "both": (False, True)}
 
 
 @dataclass(frozen=True)
@@ -71,10 +75,12 @@ class Input:
     form: str
     path: Path
     guests: int
+    rules: bool = False
 
     @property
     def label(self) -> str:
-        return f"{self.generator} {self.size}, {self.form}"
+        rules = " with rules" if self.rules else ""
+        return f"{self.generator} {self.size}{rules}, {self.form}"
 
 
 @dataclass
@@ -102,24 +108,34 @@ class Result:
         return next((r for r in self.rows if r.runner == runner), None)
 
 
-def write_inputs(folder: Path, generator: str, size: str, seed: int) -> list[Input]:
-    """The generated cluster of ``(generator, size, seed)`` as a snapshot and as a scenario."""
+def write_inputs(
+    folder: Path,
+    generator: str,
+    size: str,
+    seed: int,
+    rules: bool = False,
+    forms: Sequence[str] = FORMS,
+) -> list[Input]:
+    """The generated cluster of ``(generator, size, seed, rules)`` as a snapshot and as a
+    scenario, those of ``forms``."""
     from bench.proxlb_scale import dumps
     from bench.scenario import scenario_document
     from opendrs.model.snapshot import dump
 
-    cluster = generated(generator, size, seed=seed)
-    stem = f"{generator}-{size}"
-    snapshot = folder / f"{stem}.yaml"
-    dump(cluster, snapshot, "yaml")
-    scenario = folder / f"{stem}-scenario" / f"{stem}.yaml"  # alone in its folder, for the CLI
-    scenario.parent.mkdir(parents=True, exist_ok=True)
-    scenario.write_text(dumps(scenario_document(cluster, "memory")), encoding="utf-8")
+    cluster = generated(generator, size, seed=seed, rules=rules)
+    stem = f"{generator}-{size}" + ("-rules" if rules else "")
     guests = len(cluster.guests)
-    return [
-        Input(generator, size, "snapshot", snapshot, guests),
-        Input(generator, size, "scenario", scenario, guests),
-    ]
+    inputs = []
+    if "snapshot" in forms:
+        snapshot = folder / f"{stem}.yaml"
+        dump(cluster, snapshot, "yaml")
+        inputs.append(Input(generator, size, "snapshot", snapshot, guests, rules))
+    if "scenario" in forms:
+        scenario = folder / f"{stem}-scenario" / f"{stem}.yaml"  # alone in its folder, for the CLI
+        scenario.parent.mkdir(parents=True, exist_ok=True)
+        scenario.write_text(dumps(scenario_document(cluster, "memory")), encoding="utf-8")
+        inputs.append(Input(generator, size, "scenario", scenario, guests, rules))
+    return inputs
 
 
 # The runners: each a command on a file, writing its output to ``out``, and a reader of it.
@@ -281,18 +297,20 @@ def run(
     peers: Sequence[str] = tuple(PEER_MAX_SIZE),
     timeout: float = 900.0,
     keep: Path | None = None,
+    rules: Sequence[bool] = (False,),
 ) -> list[Result]:
-    """Write the inputs of every ``(generator, size)``; run the runners on those of ``forms``."""
+    """Write the inputs of every ``(generator, size, rules)``; run the runners on those of
+    ``forms``."""
     results: list[Result] = []
     with tempfile.TemporaryDirectory(prefix="opendrs-endtoend-") as tmp:
         folder = keep or Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
-        for generator in generators:
-            for size in sizes:
-                _progress(f"[end to end] writing {generator} {size} into {folder} …")
-                for item in write_inputs(folder, generator, size, seed):
-                    if item.form in forms:
-                        results.append(run_input(item, peers, timeout, folder))
+        for generator, size, with_rules in (
+            (g, s, r) for g in generators for s in sizes for r in rules
+        ):
+            _progress(f"[end to end] writing {generator} {size} into {folder} …")
+            for item in write_inputs(folder, generator, size, seed, with_rules, forms):
+                results.append(run_input(item, peers, timeout, folder))
     return results
 
 
@@ -313,7 +331,13 @@ def build_parser() -> argparse.ArgumentParser:
         description="Measure `opendrs plan FILE` end to end beside proxlb-solver and ProxLB.",
     )
     parser.add_argument("--sizes", default=",".join(DEFAULT_SIZES))
-    parser.add_argument("--generator", choices=("both", *GENERATORS), default="both")
+    parser.add_argument(
+        "--generator",
+        default="both",
+        metavar="NAME,…",
+        help=f"a comma list of {', '.join([*GENERATORS, *GROUPS])} (default both: basic, skewed)",
+    )
+    parser.add_argument("--rules", choices=tuple(RULES), default="without")
     parser.add_argument("--forms", default=",".join(FORMS), help="snapshot, scenario or both")
     parser.add_argument("--peers", default=",".join(PEER_MAX_SIZE), help="'none' for none")
     parser.add_argument("--seed", type=int, default=1)
@@ -331,7 +355,10 @@ def main(argv: list[str] | None = None) -> int:
     sizes = _names(args.sizes, list(SIZES), "size", parser)
     forms = _names(args.forms, FORMS, "form", parser)
     peers = _names(args.peers, list(PEER_MAX_SIZE), "peer", parser)
-    generators = list(GENERATORS) if args.generator == "both" else [args.generator]
+    try:
+        generators = generator_names(args.generator)
+    except ValueError as exc:
+        parser.error(f"--generator: {exc}")
     results = run(
         generators,
         sizes,
@@ -340,6 +367,7 @@ def main(argv: list[str] | None = None) -> int:
         peers=peers,
         timeout=args.timeout,
         keep=args.keep,
+        rules=RULES[args.rules],
     )
     emit(section(results), args.markdown)
     return 0

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from bench.endtoend import (
     OPENDRS,
     SOLVER_CLI_TIME_LIMIT,
@@ -131,4 +133,90 @@ def section(results: Sequence[Result]) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-__all__ = ["HEADER", "cells", "note_lines", "section", "target_lines"]
+def exponent(points: Sequence[tuple[int, float]]) -> float | None:
+    """The slope of log time against log guests (least squares) over ``(guests, seconds)``
+    points: time grows as guests to this power; None with fewer than two sizes."""
+    if len({g for g, _t in points}) < 2 or any(t <= 0 for _g, t in points):
+        return None
+    guests, seconds = np.log([g for g, _t in points]), np.log([t for _g, t in points])
+    return float(np.polyfit(guests, seconds, 1)[0])
+
+
+def _timed(results: Sequence[Result]) -> list[tuple[Result, float, float]]:
+    """``opendrs plan``'s finished runs: (result, wall s, CPU s)."""
+    timed = []
+    for result in results:
+        row = result.row(OPENDRS)
+        if row is not None and row.error is None and row.measured is not None:
+            timed.append((result, row.measured.wall, row.measured.cpu))
+    return timed
+
+
+#: The smallest runs the second fit leaves out: below this many guests the interpreter's start
+#: and imports (about 2 s) hide the work.
+GROWTH_FROM = 3_000
+
+
+def _fit(timed: Sequence[tuple[Result, float, float]], column: int, least: int = 0) -> str:
+    points = [(r.input.guests, (w, c)[column]) for r, w, c in timed if r.input.guests >= least]
+    found = exponent(points)
+    return "—" if found is None else f"{found:.2f}"
+
+
+def growth_section(results: Sequence[Result]) -> str:
+    """``opendrs plan SNAPSHOT``'s wall time per size, with and without rules, and the exponent
+    of its growth in the guests (per generator and over them all)."""
+    timed = _timed(results)
+    sizes = list(dict.fromkeys(r.input.size for r in results))
+    generators = list(dict.fromkeys(r.input.generator for r in results))
+    header = [
+        "generator",
+        "rules",
+        *(f"{s} wall s" for s in sizes),
+        "exponent wall",
+        "CPU",
+        f"wall from {GROWTH_FROM:,}",
+        f"CPU from {GROWTH_FROM:,}",
+    ]
+    body = []
+    for rules in (False, True):
+        for generator in [*generators, "all"]:
+            mine = [
+                t
+                for t in timed
+                if t[0].input.rules == rules and generator in ("all", t[0].input.generator)
+            ]
+            walls = {
+                s: "; ".join(f"{w:.1f}" for r, w, _c in mine if r.input.size == s) or "—"
+                for s in sizes
+            }
+            label = generator if generator != "all" else f"all {len(generators)}"
+            row = [label, "with" if rules else "without", *walls.values()]
+            fits = [_fit(mine, 0), _fit(mine, 1)]
+            fits += [_fit(mine, 0, GROWTH_FROM), _fit(mine, 1, GROWTH_FROM)]
+            body.append([*row, *fits])
+    failed = [f"- {r.input.label}: {row.error}" for r in results for row in r.rows if row.error]
+    lines = [
+        "### Growth: `opendrs plan SNAPSHOT` on the production-like clusters",
+        "",
+        "Each run a fresh process from start to exit (the default strategy, the snapshot as YAML); "
+        "the exponent is the slope of log time against log guests (least squares over the sizes "
+        f"{', '.join(sizes)}, then over those of {GROWTH_FROM:,} guests or more, where the "
+        "interpreter's start no longer hides the work): time ∝ guests^exponent.",
+        "",
+        _padded(header, body, left=2),
+        "",
+        *failed,
+    ]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+__all__ = [
+    "HEADER",
+    "cells",
+    "exponent",
+    "growth_section",
+    "note_lines",
+    "section",
+    "target_lines",
+]

@@ -56,10 +56,19 @@ class Evaluation:
     #: Lower bounds on migrations and moved bytes for the spreads this result reaches (or None).
     lb_migrations: int | None = None
     lb_moved_bytes: int | None = None
+    #: Bytes of local disk the moves copy.
+    moved_disk_bytes: int = 0
+    #: What the cluster's cost counts a GiB of local disk as (its ``cost_disk_factor``).
+    disk_factor: float = 4.0
 
     @property
     def moved_gib(self) -> float:
         return self.moved_bytes / GiB
+
+    @property
+    def cost_gib(self) -> float:
+        """The moves' cost in GiB: their memory plus the factor × their local disks."""
+        return (self.moved_bytes + self.disk_factor * self.moved_disk_bytes) / GiB
 
 
 class Evaluator:
@@ -112,6 +121,8 @@ class Evaluator:
             violations=tuple(self.constraints.violations(assign)),
             lb_migrations=lb_migrations,
             lb_moved_bytes=lb_moved,
+            moved_disk_bytes=sum(g.local_disk_bytes for g in moved),
+            disk_factor=float(cluster.settings.cost_disk_factor),
         )
 
 

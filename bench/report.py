@@ -35,6 +35,8 @@ class Row:
     info: Mapping[str, object] = field(default_factory=dict)
     notes: Sequence[str] = ()
     error: str | None = None
+    #: The guests the runner moves: guest id → node.
+    placement: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
