@@ -44,10 +44,10 @@ from functools import partial
 
 import numpy as np
 
-from bench.generate import SIZES, Size, bench_guest
-from bench.skewed import apart_chunks
-from opendrs.model.cluster import Cluster, Disk, Guest, Node, Settings
-from opendrs.model.rules import GuestAffinity, NodeAffinity, Rules
+from bench.generate import SIZES, Size
+from bench.skewed import apart_chunks, generation_pins, placed_guests
+from opendrs.model.cluster import Cluster, Guest, Node, Settings
+from opendrs.model.rules import GuestAffinity, Rules
 
 GiB = 1024**3
 #: Node generations: (cores, memory GiB), oldest first.
@@ -180,18 +180,7 @@ def generate(size: Size | str, *, skew: str, seed: int = 1, rules: bool = False)
         ]
     )
     node_idx = _place(rng, np.column_stack([memory, cpu, disk]), capacity, target[:-1])
-    util = rng.beta(2, 5, size.guests)
-    guests = [
-        bench_guest(
-            j,
-            nodes[int(node_idx[j])].name,
-            cpu[j],
-            memory[j],
-            util[j],
-            (Disk("local-lvm", int(disk[j]) * GiB),) if disk[j] else (),
-        )
-        for j in range(size.guests)
-    ]
+    guests = placed_guests(rng, nodes, node_idx, cpu, memory, disk)
     rule_set = Rules()
     if rules:
         rule_set, guests = _rules(rng, nodes, node_idx, guests)
@@ -205,14 +194,7 @@ def _rules(
     """Pins and groups the placement satisfies; tag groups also as tags on their guests."""
     order = rng.permutation(len(guests))
     pinned = order[: max(1, round(PINNED_SHARE * len(guests)))]
-    gens = np.array([n.tags[0] for n in nodes])
-    pins = []
-    for j in pinned:
-        here = int(node_idx[j])
-        peers = np.flatnonzero(gens == gens[here])
-        extra = rng.choice(peers, size=min(len(peers), int(rng.integers(0, 3))), replace=False)
-        allowed = {nodes[here].name: 0} | {nodes[int(k)].name: 0 for k in extra}
-        pins.append(NodeAffinity(f"pin-{guests[j].id}", (guests[j].id,), allowed, strict=True))
+    pins = generation_pins(rng, nodes, node_idx, pinned)
     pool = order[len(pinned) : len(pinned) + round(GROUPED_SHARE * len(guests))]
     chunks = _chunks(rng, pool[: len(pool) // 2], node_idx, together=True)
     chunks += _chunks(rng, pool[len(pool) // 2 :], node_idx, together=False)

@@ -34,7 +34,7 @@ from __future__ import annotations
 import numpy as np
 
 from bench.generate import SIZES, Size, bench_guest
-from opendrs.model.cluster import Cluster, Disk, Node, Settings
+from opendrs.model.cluster import Cluster, Disk, Guest, Node, Settings
 from opendrs.model.rules import GuestAffinity, NodeAffinity, Rules
 
 GiB = 1024**3
@@ -125,8 +125,24 @@ def generate(size: Size | str, *, seed: int = 1, rules: bool = False) -> Cluster
         [mem_cap * NODE_FILL, cores * CPU_OVERCOMMIT, np.full(size.nodes, float(LOCAL_POOL_GIB))]
     )
     node_idx = _placement(rng, demand, capacity)
-    util = rng.beta(2, 5, size.guests)
-    guests = tuple(
+    guests = tuple(placed_guests(rng, nodes, node_idx, cpu, memory, disk))
+    rule_set = _rules(rng, nodes, node_idx) if rules else Rules()
+    settings = Settings(mode="static", cpu_overcommit=CPU_OVERCOMMIT, allow_local_disks=True)
+    return Cluster(nodes, guests, rule_set, settings, name=f"skewed-{size.name}")
+
+
+def placed_guests(
+    rng: np.random.Generator,
+    nodes: tuple[Node, ...],
+    node_idx: np.ndarray,
+    cpu: np.ndarray,
+    memory: np.ndarray,
+    disk: np.ndarray,
+) -> list[Guest]:
+    """The guests on their nodes (``node_idx``), each with its vCPUs, memory (GiB), a local disk
+    on ``local-lvm`` where ``disk`` (GiB) is not 0, and a use drawn from Beta(2, 5)."""
+    util = rng.beta(2, 5, len(node_idx))
+    return [
         bench_guest(
             j,
             nodes[int(node_idx[j])].name,
@@ -135,19 +151,15 @@ def generate(size: Size | str, *, seed: int = 1, rules: bool = False) -> Cluster
             util[j],
             (Disk("local-lvm", int(disk[j]) * GiB),) if disk[j] else (),
         )
-        for j in range(size.guests)
-    )
-    rule_set = _rules(rng, nodes, node_idx) if rules else Rules()
-    settings = Settings(mode="static", cpu_overcommit=CPU_OVERCOMMIT, allow_local_disks=True)
-    return Cluster(nodes, guests, rule_set, settings, name=f"skewed-{size.name}")
+        for j in range(len(node_idx))
+    ]
 
 
-def _rules(rng: np.random.Generator, nodes: tuple[Node, ...], node_idx: np.ndarray) -> Rules:
-    """Pins, hard anti-affinity and hard affinity groups the placement ``node_idx`` satisfies."""
-    count = len(node_idx)
-    order = rng.permutation(count)
-    pinned = order[: max(1, round(PINNED_SHARE * count))]
-    free = order[len(pinned) :]
+def generation_pins(
+    rng: np.random.Generator, nodes: tuple[Node, ...], node_idx: np.ndarray, pinned: np.ndarray
+) -> list[NodeAffinity]:
+    """Strict pins of the guests ``pinned`` (guest ``j`` is ``100 + j``) to their node and zero
+    to two other nodes of its generation (the node's first tag)."""
     gens = np.array([n.tags[0] for n in nodes])
     pins = []
     for j in pinned:
@@ -156,6 +168,16 @@ def _rules(rng: np.random.Generator, nodes: tuple[Node, ...], node_idx: np.ndarr
         extra = rng.choice(peers, size=min(len(peers), int(rng.integers(0, 3))), replace=False)
         allowed = {nodes[here].name: 0} | {nodes[int(k)].name: 0 for k in extra}
         pins.append(NodeAffinity(f"pin-{100 + j}", (str(100 + j),), allowed, strict=True))
+    return pins
+
+
+def _rules(rng: np.random.Generator, nodes: tuple[Node, ...], node_idx: np.ndarray) -> Rules:
+    """Pins, hard anti-affinity and hard affinity groups the placement ``node_idx`` satisfies."""
+    count = len(node_idx)
+    order = rng.permutation(count)
+    pinned = order[: max(1, round(PINNED_SHARE * count))]
+    free = order[len(pinned) :]
+    pins = generation_pins(rng, nodes, node_idx, pinned)
     budget = round(GROUPED_SHARE * count)
     apart = _groups(rng, free[: budget // 2], node_idx, together=False)
     together = _groups(rng, free[budget // 2 : budget], node_idx, together=True)
