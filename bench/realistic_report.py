@@ -1,7 +1,8 @@
 """The production-like clusters' table (``python -m bench``, generators of :mod:`bench.realistic`):
-per cluster and runner the memory spread reached, the guests moved against the memory-only lower
-bound and against the fewest moves the exact search (:mod:`bench.yardstick`) finds for the same
-spread, the migration cost, the time and the peak memory.
+per cluster and runner the memory and vCPU spreads reached, the guests moved against the
+memory-only lower bound and against the fewest moves the exact search (:mod:`bench.yardstick`)
+finds for the same memory spread, and for the same memory and vCPU spreads, the migration cost,
+the time and the peak memory.
 
 Each column is one entry of :data:`COLUMNS` (a header and a function of the case and the row), so
 a further figure is one more entry.
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from bench.metrics import Evaluation, Evaluator
 from bench.report import Case, Row, _padded, ratio
 from bench.twins import TwinFigures, twin_figures
-from bench.yardstick import TIME_LIMITS, Yardstick, fewest_moves, warm_start
+from bench.yardstick import TIME_LIMITS, Yardstick, fewest_moves, warm_start, within
 from opendrs.model.cluster import Cluster
 
 MiB = 1024**2
@@ -37,6 +38,10 @@ class RealisticCase:
     skipped: str = ""
     #: The search's placement measured as every row is (None: no search or no placement).
     search_evaluation: Evaluation | None = None
+    #: The exact search for the default strategy's memory and vCPU spreads (None: not run).
+    both: Yardstick | None = None
+    #: Its placement measured as every row is (None: no search or no placement).
+    both_evaluation: Evaluation | None = None
     #: Runner → its local-disk moves and those with a cheaper twin left behind (bench/twins.py).
     twins: dict[str, TwinFigures] = field(default_factory=dict)
 
@@ -61,8 +66,9 @@ def measure(
     search: bool = True,
 ) -> RealisticCase:
     """Bounds for every finished row, and with ``search`` the yardstick for ``reference``'s
-    spread when it ran and the size has a yardstick limit (capped by ``time_limit``), started
-    from :func:`bench.yardstick.warm_start`."""
+    memory spread, then for its memory and vCPU spreads, when it ran and the size has a
+    yardstick limit (capped by ``time_limit``), started from :func:`bench.yardstick.warm_start`
+    (the second without a start unless that one is within both spreads)."""
     out = RealisticCase(case, seed, reference=reference)
     for row in case.rows:
         if row.ok and row.evaluation is not None:
@@ -80,11 +86,21 @@ def measure(
     else:
         limit = TIME_LIMITS[case.size]
         limit = limit if time_limit is None else min(limit, time_limit)
-        spread = ref.evaluation.after.memory_spread
-        out.yardstick = fewest_moves(cluster, spread, limit, hint=warm_start(cluster, spread))
-        if out.yardstick.moves is not None:
-            out.search_evaluation = Evaluator(cluster).evaluate(out.yardstick.placement)
+        _search(out, cluster, ref.evaluation, limit)
     return out
+
+
+def _search(out: RealisticCase, cluster: Cluster, reached: Evaluation, limit: float) -> None:
+    """The two exact searches for the spreads ``reached``: memory alone, memory and vCPUs."""
+    spread, cpu = reached.after.memory_spread, reached.after.cpu_spread
+    out.yardstick = fewest_moves(cluster, spread, limit, hint=warm_start(cluster, spread))
+    if out.yardstick.moves is not None:
+        out.search_evaluation = Evaluator(cluster).evaluate(out.yardstick.placement)
+    start = warm_start(cluster, spread, cpu_spread=cpu)
+    hint = start if within(cluster, start, spread, cpu) else None
+    out.both = fewest_moves(cluster, spread, limit, hint=hint, cpu_spread=cpu)
+    if out.both.moves is not None:
+        out.both_evaluation = Evaluator(cluster).evaluate(out.both.placement)
 
 
 def _moves(rc: RealisticCase, row: Row) -> str:
@@ -106,13 +122,12 @@ def _twins(rc: RealisticCase, row: Row) -> str:
     return "—" if twins is None else f"{twins.with_twin:,} / {twins.local_disk_moves:,}"
 
 
-def _best(rc: RealisticCase, row: Row) -> str:
-    ys = rc.yardstick
+def _best(rc: RealisticCase, row: Row, ys: Yardstick | None) -> str:
     return ys.summary if ys is not None and row.runner == rc.reference else ""
 
 
-def _per_best(rc: RealisticCase, row: Row) -> str:
-    ys, ev = rc.yardstick, row.evaluation
+def _per_best(rc: RealisticCase, row: Row, ys: Yardstick | None) -> str:
+    ev = row.evaluation
     if ys is None or row.runner != rc.reference or ys.moves is None or ev is None:
         return ""
     if ys.moves == 0:
@@ -125,11 +140,14 @@ Column = tuple[str, Callable[[RealisticCase, Row], str]]
 COLUMNS: tuple[Column, ...] = (
     ("mem spread before pp", lambda rc, row: f"{rc.case.before.memory_spread * 100:.2f}"),
     ("mem spread pp", lambda rc, row: f"{row.evaluation.after.memory_spread * 100:.2f}"),
+    ("vCPU spread pp", lambda rc, row: f"{row.evaluation.after.cpu_spread * 100:.2f}"),
     ("moved", _moves),
     ("LB (mem only)", _bound),
     ("moved/LB", _per_bound),
-    ("best found", _best),
-    ("moved/best", _per_best),
+    ("best found", lambda rc, row: _best(rc, row, rc.yardstick)),
+    ("moved/best", lambda rc, row: _per_best(rc, row, rc.yardstick)),
+    ("best found, memory and vCPUs", lambda rc, row: _best(rc, row, rc.both)),
+    ("moved/best (both)", lambda rc, row: _per_best(rc, row, rc.both)),
     ("cost GiB", lambda rc, row: f"{row.evaluation.cost_gib:,.0f}"),
     ("disk moves with a twin", _twins),
     ("time s", lambda rc, row: f"{row.seconds:.3g}"),
@@ -163,23 +181,11 @@ def note_lines(cases: Sequence[RealisticCase]) -> list[str]:
     skipped: dict[str, list[str]] = {}
     for rc in cases:
         title = f"{rc.case.generator} {rc.case.size} {'with' if rc.case.rules else 'without'} rules"
-        ys, found = rc.yardstick, rc.search_evaluation
-        if ys is not None:
-            reached = (
-                ""
-                if found is None
-                else (
-                    f", its placement {found.after.memory_spread * 100:.2f} pp with "
-                    f"{len(found.violations)} violations"
-                )
-            )
-            lines.append(
-                f"- {title}: exact search for ≤ {ys.target_spread * 100:.2f} pp ({rc.reference}'s "
-                f"spread): {ys.status}, best {ys.summary}{reached}; {ys.free_guests:,} free "
-                f"guests in {ys.classes:,} classes; {ys.seconds:.1f} s, {ys.deterministic:.1f} "
-                "deterministic units"
-            )
-        elif rc.skipped:
+        if rc.yardstick is not None:
+            lines.append(f"- {title}: {_search_note(rc, rc.yardstick, rc.search_evaluation)}")
+        if rc.both is not None:
+            lines.append(f"- {title}: {_search_note(rc, rc.both, rc.both_evaluation)}")
+        elif rc.yardstick is None and rc.skipped:
             lines.append(f"- {title}: no exact search: {rc.skipped}")
         for reason in rc.case.skipped:
             skipped.setdefault(reason, []).append(title)
@@ -187,6 +193,22 @@ def note_lines(cases: Sequence[RealisticCase]) -> list[str]:
         where = "every cluster" if len(titles) == len(cases) else ", ".join(titles)
         lines.append(f"- not run on {where}: {reason}")
     return lines
+
+
+def _search_note(rc: RealisticCase, ys: Yardstick, found: Evaluation | None) -> str:
+    """One search's target, answer, placement's spreads and effort."""
+    target = f"≤ {ys.target_spread * 100:.2f} pp memory"
+    reached = "" if found is None else f", its placement {found.after.memory_spread * 100:.2f} pp"
+    if ys.cpu_spread is not None:
+        target += f" and ≤ {ys.cpu_spread * 100:.2f} pp vCPUs"
+        reached += "" if found is None else f" and {found.after.cpu_spread * 100:.2f} pp"
+    reached += "" if found is None else f" with {len(found.violations)} violations"
+    start = "from the warm start" if ys.hinted else "with no start (none within the targets)"
+    return (
+        f"exact search for {target} ({rc.reference}'s spreads), {start}: {ys.status}, best "
+        f"{ys.summary}{reached}; {ys.free_guests:,} free guests in {ys.classes:,} classes; "
+        f"{ys.seconds:.1f} s, {ys.deterministic:.1f} deterministic units"
+    )
 
 
 def section(cases: Sequence[RealisticCase], level: int = 3) -> str:
@@ -207,6 +229,8 @@ def section(cases: Sequence[RealisticCase], level: int = 3) -> str:
         "(bench/yardstick.py, CP-SAT, one worker, seed 1, time limit "
         f"{limits}) finds for the default strategy's memory spread, moving only guests in no "
         "rule and without a local disk, `(optimal)` when proven, else `(≥ its lower bound)`; "
+        "*best found, memory and vCPUs*: the same search holding the default strategy's vCPU "
+        "spread (configured vCPUs over cores) too; "
         "*cost*: moved memory + 4 × moved local disk; *disk moves with a twin*: of the moves "
         "of guests with a local disk, those where a guest alike without one stayed on the same "
         "node and could have gone instead (bench/twins.py); *time*, *peak RSS*: the runner's own "

@@ -1,11 +1,14 @@
-"""The exact-search yardstick: the fewest moves that bring a cluster's memory spread to a target.
+"""The exact-search yardstick: the fewest moves that bring a cluster's memory spread (and, if
+asked, its vCPU spread) to a target.
 
 ``fewest_moves(cluster, target_spread, time_limit)`` builds a CP-SAT model of the cluster and
 searches it for the placement with the fewest migrations whose memory spread (max − min of the
 usable nodes' memory fractions, as :func:`opendrs.engine.strategies.cluster_imbalance` measures
-it) is at most ``target_spread``. The benchmark gives it the spread opendrs's default strategy
+it) is at most ``target_spread``; with ``cpu_spread`` the usable nodes' vCPUs over cores must
+also differ by at most that. The benchmark gives it the spreads opendrs's default strategy
 reached, so "opendrs's moves / best found" says how many more moves opendrs spent on its balance
-than an exact search needs for the same memory spread (``python -m bench``'s realistic table).
+than an exact search needs for the same memory spread, and for the same memory and vCPU spreads
+(``python -m bench``'s realistic table).
 
 The model keeps itself small and its answers valid:
 
@@ -19,7 +22,9 @@ The model keeps itself small and its answers valid:
   vCPU overcommit) stay within the limits; local disks stay where they are.
 - **Spread, exactly**: for every two usable nodes ``n, m``, ``L_n·C_m − L_m·C_n ≤ ⌊s·C_n·C_m⌋``
   with ``L`` the memory load and ``C`` the memory capacity in whole units (the greatest common
-  divisor of every size, so no rounding) — the same as ``L_n/C_n − L_m/C_m ≤ s``.
+  divisor of every size, so no rounding) — the same as ``L_n/C_n − L_m/C_m ≤ s``. The vCPU
+  spread, when asked, is held the same way with ``L`` the configured vCPUs and ``C`` the cores
+  net of reserves (whole thousandths, divided by their greatest common divisor).
 - **Guests of one size on one node are alike**: a class ``(home node, memory, vCPUs)`` has an
   integer per node (how many of its guests end there) instead of a boolean per guest — the same
   optimum, far fewer variables.
@@ -62,6 +67,7 @@ SEED = 1
 #: Relative slack on the target spread, so a placement that reaches it to the last bit is in.
 _SLACK = 1e-9
 _MEMORY = RESOURCES.index("memory")
+_CPU = RESOURCES.index("cpu")
 
 
 @dataclass(frozen=True)
@@ -85,6 +91,10 @@ class Yardstick:
     deterministic: float
     #: Guest id → node for the guests the best placement moves.
     placement: dict[str, str] = field(default_factory=dict)
+    #: The vCPU spread the search held too (None: memory alone).
+    cpu_spread: float | None = None
+    #: The search started from a hint (a placement within its targets, or not).
+    hinted: bool = False
 
     @property
     def summary(self) -> str:
@@ -125,6 +135,9 @@ class _Units:
     balance_capacity: np.ndarray  # (N,) memory the spread divides by, units
     committed_fixed: np.ndarray  # (N, 2) vCPUs (thousandths) and memory (units) committed
     limit: np.ndarray  # (N, 2) the same dimensions' limits
+    cpu_unit: int  # vCPU thousandths per unit of the vCPU spread
+    cpu_load_fixed: np.ndarray  # (N,) vCPUs of what stays, cpu units
+    cpu_capacity: np.ndarray  # (N,) cores the vCPU spread divides by, cpu units
 
 
 def _units(cluster: Cluster, free: np.ndarray) -> _Units:
@@ -146,6 +159,7 @@ def _units(cluster: Cluster, free: np.ndarray) -> _Units:
     unit = math.gcd(*(int(x) for w in whole for x in w.tolist())) or 1
     memory = [w // unit for w in whole]
     cpu = np.rint(cap.demand[:, 0] * 1000).astype(np.int64)
+    cpu_unit, cpu_fixed, cpu_capacity = _cpu_spread_units(loads, free)
     return _Units(
         memory_unit=unit,
         guest_memory=memory[0],
@@ -158,7 +172,22 @@ def _units(cluster: Cluster, free: np.ndarray) -> _Units:
         limit=np.column_stack([np.floor(cap.limit[:, 0] * 1000 + 1e-6), memory[4]]).astype(
             np.int64
         ),
+        cpu_unit=cpu_unit,
+        cpu_load_fixed=cpu_fixed,
+        cpu_capacity=cpu_capacity,
     )
+
+
+def _cpu_spread_units(loads: LoadModel, free: np.ndarray) -> tuple[int, np.ndarray, np.ndarray]:
+    """The vCPU spread's unit (thousandths of a vCPU), the vCPUs of what stays and the cores per
+    node in that unit: configured vCPUs over cores net of reserves, as the balance loads read."""
+    demand = loads.demand[:, _CPU] * 1000
+    capacity = loads.capacity[:, _CPU] * 1000
+    fixed = loads.fractions(None)[:, _CPU] * capacity
+    fixed -= np.bincount(loads.assign[free], demand[free], minlength=loads.n_nodes)
+    whole = [np.rint(v).astype(np.int64) for v in (demand, capacity, fixed)]
+    unit = math.gcd(*(int(x) for w in whole for x in w.tolist())) or 1
+    return unit, whole[2] // unit, whole[1] // unit
 
 
 def _classes(cluster: Cluster, free: np.ndarray, units: _Units) -> Classes:
@@ -177,33 +206,59 @@ WARM_TARGETS: tuple[float, ...] = (1.0, 0.5, 0.25, 0.0)
 
 
 def warm_start(
-    cluster: Cluster, target_spread: float, free: np.ndarray | None = None
+    cluster: Cluster,
+    target_spread: float,
+    free: np.ndarray | None = None,
+    *,
+    cpu_spread: float | None = None,
 ) -> dict[str, str]:
     """A first placement for the search (guest id → node): opendrs's default strategy on the
-    cluster with every guest but the free ones held where it is and memory alone balanced, to
-    ``target_spread`` and, while its spread stays above that, to the smaller targets of
-    :data:`WARM_TARGETS` (the last one tried when none reaches it)."""
+    cluster with every guest but the free ones held where it is and memory alone balanced (with
+    ``cpu_spread``, memory and vCPUs), to the target (the smaller of the two) and, while a spread
+    stays above its target, to the smaller targets of :data:`WARM_TARGETS` (the last one tried
+    when none reaches them)."""
     from opendrs.engine.strategies import DEFAULT_STRATEGY, get_strategy
 
     free = free_guests(cluster) if free is None else free
     held = frozenset(g.id for g, f in zip(cluster.guests, free.tolist(), strict=True) if not f)
     rules = replace(cluster.rules, ignored=cluster.rules.ignored | held)
-    settings = replace(cluster.settings, weight_cpu=0.0)
+    settings = (
+        cluster.settings if cpu_spread is not None else replace(cluster.settings, weight_cpu=0.0)
+    )
     alone = replace(cluster, rules=rules, settings=settings)
     strategy = get_strategy(DEFAULT_STRATEGY)
+    target = target_spread if cpu_spread is None else min(target_spread, cpu_spread)
     placement: dict[str, str] = {}
     for share in WARM_TARGETS:
-        proposal = strategy.propose(alone, options={"target_spread": target_spread * share})
+        proposal = strategy.propose(alone, options={"target_spread": target * share})
         placement = {m.guest: m.target for m in proposal.net_moves()}
-        if memory_spread(cluster, placement) <= target_spread * (1 + _SLACK):
+        if within(cluster, placement, target_spread, cpu_spread):
             break
     return placement
 
 
+def within(
+    cluster: Cluster, placement: Mapping[str, str], target_spread: float, cpu_spread: float | None
+) -> bool:
+    """``placement`` leaves the memory spread within ``target_spread`` and, unless None, the
+    vCPU spread within ``cpu_spread``."""
+    memory, cpu = spreads(cluster, placement)
+    return memory <= target_spread * (1 + _SLACK) and (
+        cpu_spread is None or cpu <= cpu_spread * (1 + _SLACK)
+    )
+
+
+def spreads(cluster: Cluster, placement: Mapping[str, str]) -> tuple[float, float]:
+    """The memory and vCPU spreads of the usable nodes once ``placement`` (guest id → node) is
+    applied."""
+    moved = {g: n for g, n in placement.items() if cluster.guest(g).node != n}
+    resources = cluster_imbalance(cluster.with_placement(moved)).resources
+    return float(resources["memory"].spread), float(resources["cpu"].spread)
+
+
 def memory_spread(cluster: Cluster, placement: Mapping[str, str]) -> float:
     """The memory spread of the usable nodes once ``placement`` (guest id → node) is applied."""
-    moved = {g: n for g, n in placement.items() if cluster.guest(g).node != n}
-    return float(cluster_imbalance(cluster.with_placement(moved)).resources["memory"].spread)
+    return spreads(cluster, placement)[0]
 
 
 def fewest_moves(
@@ -213,10 +268,12 @@ def fewest_moves(
     *,
     seed: int = SEED,
     hint: Mapping[str, str] | None = None,
+    cpu_spread: float | None = None,
 ) -> Yardstick:
     """The fewest moves of free guests found in ``time_limit`` s that bring the memory spread of
-    the usable nodes to at most ``target_spread`` (a fraction); ``hint`` (guest id → node, e.g.
-    :func:`warm_start`'s) is where the search starts."""
+    the usable nodes to at most ``target_spread`` (a fraction) and, unless ``cpu_spread`` is
+    None, their vCPU spread (configured vCPUs over cores) to at most ``cpu_spread``; ``hint``
+    (guest id → node, e.g. :func:`warm_start`'s) is where the search starts."""
     from ortools.sat.python import cp_model
 
     started = time.perf_counter()
@@ -229,7 +286,12 @@ def fewest_moves(
     model = cp_model.CpModel()
     counts = _class_counts(model, classes, units, usable)
     _capacity(model, counts, classes, units, usable)
-    _spread(model, counts, classes, units, usable, target_spread)
+    memory = _Balanced(units.load_fixed, units.balance_capacity, 1, 1)
+    _spread(model, counts, classes, memory, usable, target_spread)
+    if cpu_spread is not None:
+        cpu = _Balanced(units.cpu_load_fixed, units.cpu_capacity, 2, units.cpu_unit)
+        cpu_usable = [n for n in usable if units.cpu_capacity[n] > 0]
+        _spread(model, counts, classes, cpu, cpu_usable, cpu_spread)
     stays = [counts[c][home] for c, (home, _mem, _cpu) in enumerate(classes) if home in counts[c]]
     model.minimize(int(free.sum()) - sum(stays))
     if hint:
@@ -250,6 +312,8 @@ def fewest_moves(
         seconds=time.perf_counter() - started,
         deterministic=float(solver.deterministic_time),
         placement=placement,
+        cpu_spread=cpu_spread,
+        hinted=bool(hint),
     )
 
 
@@ -297,21 +361,41 @@ def _capacity(
             model.add(arriving <= max(room, now))
 
 
+@dataclass(frozen=True)
+class _Balanced:
+    """One balanced resource in whole units: what stays per node, the capacity the spread
+    divides by, the class key's field of a guest's load (1 memory, 2 vCPUs) and how many of
+    that field's units make one of the spread's."""
+
+    load_fixed: np.ndarray
+    capacity: np.ndarray
+    what: int
+    unit: int
+
+
 def _spread(
     model: CpModel,
     counts: Counts,
     classes: Classes,
-    units: _Units,
+    resource: _Balanced,
     usable: Sequence[int],
     target: float,
 ) -> None:
-    """``L_n·C_m − L_m·C_n ≤ ⌊s·C_n·C_m⌋`` for every two usable nodes (memory)."""
-    cap = units.balance_capacity
-    top = int(units.load_fixed.max()) + sum(key[1] * len(m) for key, m in classes.items())
+    """``L_n·C_m − L_m·C_n ≤ ⌊s·C_n·C_m⌋`` for every two usable nodes (one resource)."""
+    cap, what, unit = resource.capacity, resource.what, resource.unit
+    if any(key[what] % unit for key in classes):
+        raise ValueError("a guest's load is not a whole number of the spread's units")
+    scaled = [key[what] // unit for key in classes]
+    top = int(resource.load_fixed.max()) + sum(
+        w * len(m) for w, m in zip(scaled, classes.values(), strict=True)
+    )
     load = {}
     for n in usable:
-        total = model.new_int_var(0, top, f"load{n}")
-        model.add(total == int(units.load_fixed[n]) + _node_sum(counts, classes, n, 1))
+        arriving = sum(
+            w * per_node[n] for w, per_node in zip(scaled, counts, strict=True) if n in per_node
+        )
+        total = model.new_int_var(0, top, f"load{what}n{n}")
+        model.add(total == int(resource.load_fixed[n]) + arriving)
         load[n] = total
     for n in usable:
         for m in usable:
@@ -368,5 +452,7 @@ __all__ = [
     "fewest_moves",
     "free_guests",
     "memory_spread",
+    "spreads",
     "warm_start",
+    "within",
 ]

@@ -9,7 +9,7 @@ from bench.generate import bench_guest
 from bench.metrics import Evaluator
 from bench.realistic_report import measure, section
 from bench.report import Case, Row
-from bench.yardstick import fewest_moves, free_guests, memory_spread, warm_start
+from bench.yardstick import fewest_moves, free_guests, memory_spread, spreads, warm_start, within
 
 from opendrs.model.cluster import Cluster, Disk, Node, Settings
 from opendrs.model.rules import NodeAffinity, Rules
@@ -89,6 +89,50 @@ def test_a_hint_is_a_start_not_an_answer() -> None:
     start = warm_start(cluster, 0.125)
     assert memory_spread(cluster, start) <= 0.125 + 1e-12
     assert memory_spread(cluster, start) == Evaluator(cluster).evaluate(start).after.memory_spread
+
+
+def _cpu_cluster() -> Cluster:
+    """Two nodes of 8 cores and 16 GiB; on a, 4 GiB with 1 vCPU, 2 GiB with 2, 1 GiB with 1 and
+    1 GiB with 2 (8 GiB, 6 vCPUs); b is empty.
+
+    Memory alone within 12.5 pp: moving the 4-GiB guest evens memory (one move, 0 pp) but leaves
+    5 vCPUs against 1 (50 pp). With vCPUs even too (0 pp) no single move is within 12.5 pp of
+    memory (the others leave 25 pp or more), and two are: 2 + 1 GiB with 2 + 1 vCPUs (12.5 pp,
+    0 pp) or 4 + 1 GiB with 1 + 2. Memory and vCPUs both even need 4 GiB with 3 vCPUs on b: no
+    set of a's guests is that.
+    """
+    nodes = tuple(Node(name, 8, 16 * GiB) for name in "ab")
+    sizes = ((1, 4.0), (2, 2.0), (1, 1.0), (2, 1.0))
+    guests = tuple(bench_guest(j, "a", cpu, mem, 0.5) for j, (cpu, mem) in enumerate(sizes))
+    return Cluster(nodes, guests, Rules(), Settings(mode="static", cpu_overcommit=4.0))
+
+
+def test_holding_vcpus_too_costs_a_second_move_proven_the_fewest() -> None:
+    cluster = _cpu_cluster()
+    memory_alone = fewest_moves(cluster, 0.125, 10.0)
+    assert (memory_alone.moves, memory_alone.optimal) == (1, True)
+    assert memory_alone.placement == {"100": "b"}
+    assert spreads(cluster, memory_alone.placement) == (0.0, 0.5)
+    both = fewest_moves(cluster, 0.125, 10.0, cpu_spread=0.0)
+    assert (both.moves, both.optimal, both.bound, both.status) == (2, True, 2, "OPTIMAL")
+    assert both.cpu_spread == 0.0
+    assert spreads(cluster, both.placement) == (0.125, 0.0)
+    assert Evaluator(cluster).evaluate(both.placement).violations == ()
+
+
+def test_memory_and_vcpus_both_even_are_proven_infeasible() -> None:
+    cluster = _cpu_cluster()
+    assert fewest_moves(cluster, 0.0, 10.0).moves == 1
+    found = fewest_moves(cluster, 0.0, 10.0, cpu_spread=0.0)
+    assert (found.moves, found.optimal, found.status) == (None, True, "INFEASIBLE")
+
+
+def test_the_warm_start_holds_vcpus_when_asked() -> None:
+    cluster = _cpu_cluster()
+    start = warm_start(cluster, 0.125, cpu_spread=0.25)
+    assert within(cluster, start, 0.125, 0.25)
+    found = fewest_moves(cluster, 0.125, 10.0, hint=start, cpu_spread=0.25)
+    assert (found.moves, found.optimal, found.hinted) == (2, True, True)
 
 
 def test_the_realistic_table_puts_the_search_beside_the_default_strategy() -> None:
