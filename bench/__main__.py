@@ -22,7 +22,8 @@ runs at every size asked for. On the production-like generators the default stra
 peers alone run unless ``--strategies`` names others, and their cases make one table
 (:mod:`bench.realistic_report`): per cluster and runner the moves against the memory-only lower
 bound and, up to L, against the fewest moves the exact search (:mod:`bench.yardstick`) finds for
-the default strategy's memory spread, the cost, the time and the peak memory.
+the default strategy's memory spread, and for its memory and vCPU spreads, the cost, the time and
+the peak memory.
 
 Then the **method cases**: for every size, rules variant, ``--methods`` entry (default ``memory``)
 and ``--method-seeds`` seed (default 1, 2, 3), the generated cluster is written as a proxlb-solver
@@ -206,7 +207,8 @@ def build_parser() -> argparse.ArgumentParser:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="on the production-like clusters up to L, the exact search for the fewest moves "
-        "that reach the default strategy's memory spread (bench/yardstick.py; default on)",
+        "that reach the default strategy's memory spread, then its memory and vCPU spreads "
+        "(bench/yardstick.py; default on)",
     )
     parser.add_argument(
         "--yardstick-time-limit",
@@ -500,9 +502,9 @@ def _realistic(case: Case, args: argparse.Namespace, reference: str) -> Realisti
     measured = measure_realistic(
         case, cluster, args.seed, reference, args.yardstick_time_limit, search=args.yardstick
     )
-    if measured.yardstick is not None:
-        ys = measured.yardstick
-        _progress(f"[{case.title}] exact search: {ys.summary} ({ys.seconds:.1f} s)")
+    for what, ys in (("memory", measured.yardstick), ("memory and vCPUs", measured.both)):
+        if ys is not None:
+            _progress(f"[{case.title}] exact search, {what}: {ys.summary} ({ys.seconds:.1f} s)")
     return measured
 
 
@@ -748,6 +750,7 @@ def _sizes(parser: argparse.ArgumentParser, option: str, text: str) -> list[str]
 def _realistic_json(item: RealisticCase) -> dict[str, Any]:
     """A production-like case's bounds and search as JSON (its rows are in the cases')."""
     search = None if item.yardstick is None else asdict(item.yardstick)
+    both = None if item.both is None else asdict(item.both)
     return {
         "generator": item.case.generator,
         "size": item.case.size,
@@ -756,6 +759,7 @@ def _realistic_json(item: RealisticCase) -> dict[str, Any]:
         "memory_bound": item.memory_bound,
         "reference": item.reference,
         "yardstick": search,
+        "yardstick_memory_and_vcpus": both,
         "skipped": item.skipped,
     }
 
