@@ -162,8 +162,16 @@ def test_the_realistic_table_puts_the_search_beside_the_default_strategy() -> No
         "1.5×",
     )
     assert by_name["cost GiB"] == "6"
+    # One vCPU per 2 GiB on like nodes: the vCPU spread is the memory's, and so is the search.
+    assert by_name["vCPU spread pp"] == "12.50"
+    assert (by_name["best found, memory and vCPUs"], by_name["moved/best (both)"]) == (
+        "2 (optimal)",
+        "1.5×",
+    )
+    assert measured.both_evaluation is not None and measured.both_evaluation.violations == ()
     assert by_name["disk moves with a twin"] == "0 / 0"
     assert "its placement 12.50 pp with 0 violations" in table
+    assert "≤ 12.50 pp vCPUs (balance's spreads), from the warm start: OPTIMAL" in table
 
 
 def test_only_configured_sizes_are_measured() -> None:
