@@ -10,9 +10,11 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from opendrs.cli.planning import make_plan
+from opendrs.engine.bounds import migration_lower_bound
 from opendrs.engine.constraints import RuleProblem, check_rules, rule_checks
 from opendrs.engine.constraints.rule_checks import find_rule_problems, positive_components
 from opendrs.engine.strategies import get_strategy
+from opendrs.engine.usage import LoadModel
 from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster, Guest, Node, Settings
 from opendrs.model.rules import ORIGINS, GuestAffinity, Rules
@@ -161,3 +163,30 @@ def test_a_plan_checks_the_rules_once(monkeypatch) -> None:
         max_node_inflow=None,
     )
     assert len(calls) == 1
+
+
+def test_a_plan_builds_the_balance_loads_once(monkeypatch) -> None:
+    """The strategy and the lower bounds read the loads the plan built, the cluster's own (its
+    rules hold: no repair)."""
+    cluster = _cluster([(["g0", "g1"], True, True, "config")])
+    built: list[Cluster] = []
+    build = LoadModel.build.__func__  # type: ignore[attr-defined]
+
+    def counting(cls, of: Cluster, *args, **kwargs) -> LoadModel:
+        built.append(of)
+        return build(cls, of, *args, **kwargs)
+
+    monkeypatch.setattr(LoadModel, "build", classmethod(counting))
+    strategy = get_strategy("balance")
+    result = make_plan(
+        cluster,
+        strategy,
+        strategy.options.parse("balance", {}),
+        max_parallel=None,
+        max_node_inflow=None,
+    )
+    assert result.plan.moves
+    assert [of for of in built if of is cluster] == [cluster]
+    monkeypatch.undo()
+    kept = result.constraints.rules
+    assert result.bounds == migration_lower_bound(cluster, result.achieved, kept=kept)

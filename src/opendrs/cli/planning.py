@@ -25,7 +25,7 @@ from opendrs.engine.strategies.base import (
     imbalance_by_arch,
     worst_spreads,
 )
-from opendrs.engine.usage import RESOURCES
+from opendrs.engine.usage import RESOURCES, LoadModel
 from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster
 
@@ -93,26 +93,31 @@ def make_plan(
     """Propose with ``strategy`` (its typed ``options``), order the moves into safe steps
     (asking the strategy again without what cannot be ordered), check what a repair leaves
     stuck (warned in the log) and measure the result against the lower bounds. The rules are
-    checked and the constraints built once, for all of it."""
+    checked, and the constraints and balance loads built, once for all of it."""
 
     def propose(forbidden: frozenset[tuple[str, str]]) -> Proposal:
-        view = CycleView.holding(cluster, constraints=cons)
+        view = CycleView.holding(cluster, constraints=cons, loads=loads)
         return strategy.propose(view, Request(forbidden=forbidden), options)
 
     with blas.one_thread():  # the engine's products, the bounds' included (engine/blas.py)
-        cons = CycleView(cluster).constraints
-        return _planned(cluster, cons, strategy.name, propose, max_parallel, max_node_inflow)
+        first = CycleView(cluster)
+        cons, loads = first.constraints, first.loads
+        return _planned(
+            cluster, (cons, loads), strategy.name, propose, max_parallel, max_node_inflow
+        )
 
 
 def _planned(
     cluster: Cluster,
-    cons: Constraints,
+    models: tuple[Constraints, LoadModel],
     name: str,
     propose: Callable[[frozenset[tuple[str, str]]], Proposal],
     max_parallel: int | None,
     max_node_inflow: int | None,
 ) -> PlanResult:
-    """:func:`make_plan`'s work, on one BLAS thread, on the constraints ``cons`` of ``cluster``."""
+    """:func:`make_plan`'s work, on one BLAS thread, on the constraints and balance loads
+    (``models``) of ``cluster``."""
+    cons, loads = models
     screen = may_need_repair(cluster)
     fixed = (
         repair(
@@ -152,5 +157,5 @@ def _planned(
         stuck=stuck,
         by_arch=by_arch,
         achieved=achieved,
-        bounds=migration_lower_bound(cluster, achieved, kept=cons.rules),
+        bounds=migration_lower_bound(cluster, achieved, loads, kept=cons.rules),
     )

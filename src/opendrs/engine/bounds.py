@@ -131,8 +131,13 @@ def spread_lower_bound(
 
 
 def _spread_lower_bound(
-    cluster: Cluster, loads: LoadModel | None = None, kept: Rules | None = None
+    cluster: Cluster,
+    loads: LoadModel | None = None,
+    kept: Rules | None = None,
+    movable: np.ndarray | None = None,
 ) -> dict[str, float]:
+    """:func:`spread_lower_bound` of one architecture's nodes (``movable``: :func:`_movable` of
+    the cluster, when the caller has it)."""
     loads = loads or LoadModel.build(cluster)
     usable = np.array([n.usable for n in cluster.nodes], dtype=bool) & np.all(
         loads.capacity > 0, axis=1
@@ -140,7 +145,7 @@ def _spread_lower_bound(
     out = dict.fromkeys(RESOURCES, 0.0)
     if usable.sum() < 2:
         return out
-    movable = _movable(cluster, kept)
+    movable = movable if movable is not None else _movable(cluster, kept)
     total = _redistributable_total(loads, usable, movable)
     cap = loads.capacity[usable]
     mean = total / cap.sum(axis=0)
@@ -465,8 +470,10 @@ def migration_lower_bound(
     usable = np.array([n.usable for n in cluster.nodes], dtype=bool) & np.all(
         loads.capacity > 0, axis=1
     )
-    spread_lb = spread_lower_bound(cluster, loads, kept)
-    movable = _movable(cluster, kept) & loads.active
+    free = _movable(cluster, kept)
+    # One architecture (parts added up above): spread_lower_bound, on the guests found free once.
+    spread_lb = _spread_lower_bound(cluster, loads, movable=free)
+    movable = free & loads.active
     if usable.sum() < 2:
         # No spread to speak of: only what must leave unusable nodes has to move.
         leaving = movable & (loads.assign >= 0) & ~usable[np.maximum(loads.assign, 0)]

@@ -127,6 +127,7 @@ class BalanceState:
         self._joined: dict[tuple[int, ...], tuple[list[Kinds], Kinds]] = {}
         self._swap_blocks: dict[tuple[int, int], tuple[Kinds, Kinds, np.ndarray, np.ndarray]] = {}
         self._unit_kinds: tuple[np.ndarray, int] | None = None
+        self._pair_kinds: tuple[np.ndarray, int] | None = None
         #: :meth:`scattered` of the broken units asked about, until they move.
         self._scattered: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         #: Best set exchanges of pairs of nodes, with the kinds of both when found
@@ -338,20 +339,30 @@ class BalanceState:
         node the same gains, hard constraints and migrations. A bundle broken at the start, or a
         unit kept apart from others, is a kind of its own."""
         if self._unit_kinds is None:
-            u = self.units
-            static = u.static_ok.distinct()
-            alone = self.broken_at_start | self.has_neg
-            column = [
-                u.demand.view(np.int64),
-                u.need.view(np.int64),
-                static,
-                self.unit_guests,
-                np.where(alone, np.arange(len(alone)), -1),
-            ]
-            key = np.hstack([c.astype(np.int64).reshape(len(alone), -1) for c in column])
-            first, kind = distinct_rows(key)
-            self._unit_kinds = (kind, first.size)
+            self._unit_kinds = self._kinds_apart(self.broken_at_start | self.has_neg)
         return self._unit_kinds
+
+    def pair_kinds(self) -> tuple[np.ndarray, int]:
+        """:meth:`unit_kinds` for the exchanges, which check hard anti-affinity pair by pair of
+        units (:meth:`swap_check`): a unit kept apart from others is of its kind, only a bundle
+        broken at the start is a kind of its own."""
+        if self._pair_kinds is None:
+            self._pair_kinds = self._kinds_apart(self.broken_at_start)
+        return self._pair_kinds
+
+    def _kinds_apart(self, alone: np.ndarray) -> tuple[np.ndarray, int]:
+        """(U,) each unit's kind and how many there are; each of the units ``alone`` its own."""
+        u = self.units
+        column = [
+            u.demand.view(np.int64),
+            u.need.view(np.int64),
+            u.static_ok.distinct(),
+            self.unit_guests,
+            np.where(alone, np.arange(len(alone)), -1),
+        ]
+        key = np.hstack([c.astype(np.int64).reshape(len(alone), -1) for c in column])
+        first, kind = distinct_rows(key)
+        return kind, first.size
 
     def band_gains(
         self,
@@ -575,14 +586,14 @@ class BalanceState:
         return kept[1]
 
     def node_kinds(self, n: int) -> Kinds:
-        """The movable, whole units on node ``n`` by kind (:meth:`unit_kinds`), not moved yet (a
+        """The movable, whole units on node ``n`` by kind (:meth:`pair_kinds`), not moved yet (a
         unit that has moved is a kind of its own: its way home is free). Kept until a move
         touches the node."""
         kinds = self._kinds_on.get(n)
         if kinds is None:
             on = np.array(sorted(self._units_at[n]), dtype=np.intp)
             on = on[self.units.movable[on] & ~self.broken[on]]
-            kind, n_kinds = self.unit_kinds()
+            kind, n_kinds = self.pair_kinds()
             code = np.where(self.moved_of(on), n_kinds + on, kind[on])
             _, first, of = np.unique(code, return_index=True, return_inverse=True)
             kinds = self._kinds_on[n] = Kinds.of(on, first, of)
