@@ -25,17 +25,13 @@ from typing import Any
 import numpy as np
 
 from bench.clusters import generated
+from bench.endtoend_report import exponent
 from bench.generate import SIZES
 from bench.process import checkout_env, measure
 from opendrs.model.cluster import Cluster
 from opendrs.model.snapshot import dump
 
 MiB = 1024**2
-
-
-def exponent(guests: list[int], seconds: list[float]) -> float:
-    """The least-squares slope of log ``seconds`` against log ``guests``."""
-    return float(np.polyfit(np.log(guests), np.log(seconds), 1)[0])
 
 
 def split_groups(cluster: Cluster, share: float, seed: int) -> Cluster:
@@ -79,12 +75,13 @@ def fitted(rows: list[dict]) -> dict[str, float]:
     """The growth exponents of a series: CPU and wall, over every size and from L up (none for
     a single size)."""
     out: dict[str, float] = {}
-    for key in ("cpu_s", "wall_s") if len(rows) > 1 else ():
-        out[key] = round(exponent([r["guests"] for r in rows], [r[key] for r in rows]), 2)
-        large = [r for r in rows if r["size"] not in ("S", "M")]
-        if 1 < len(large) < len(rows):
-            guests, seconds = [r["guests"] for r in large], [r[key] for r in large]
-            out[f"{key}_from_L"] = round(exponent(guests, seconds), 2)
+    large = [r for r in rows if r["size"] not in ("S", "M")]
+    for key in ("cpu_s", "wall_s"):
+        series = {key: rows, f"{key}_from_L": large if len(large) < len(rows) else []}
+        for name, chosen in series.items():
+            slope = exponent([(r["guests"], r[key]) for r in chosen])
+            if slope is not None:
+                out[name] = round(slope, 2)
     return out
 
 

@@ -62,3 +62,14 @@ def test_size_lists_are_checked_one_line_and_exit_2(capsys: pytest.CaptureFixtur
         bench_main.main(["--growth-sizes", "S,XXXL"])
     assert exited.value.code == 2
     assert "--growth-sizes: unknown size 'XXXL'" in capsys.readouterr().err
+
+
+def test_the_growth_command_fits_each_series_and_from_l_up() -> None:
+    from bench.growth import fitted
+
+    sizes = [("S", 200, 0.5), ("M", 1_000, 0.6), ("L", 3_000, 0.9), ("XL", 20_000, 4.0)]
+    rows = [{"size": s, "guests": g, "cpu_s": t, "wall_s": 2 * t} for s, g, t in sizes]
+    found = fitted(rows)
+    assert found["cpu_s"] == found["wall_s"] == round(exponent([(g, t) for _s, g, t in sizes]), 2)
+    assert found["cpu_s_from_L"] == round(exponent([(3_000, 0.9), (20_000, 4.0)]), 2)
+    assert fitted(rows[:1]) == {} and "cpu_s_from_L" not in fitted(rows[2:])
