@@ -23,7 +23,7 @@ from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, UsageError
 from opendrs.engine.policy import strategy_problem
 from opendrs.engine.strategies import DEFAULT_STRATEGY, REGISTRY, get_strategy
 from opendrs.engine.strategies.base import typed_option
-from opendrs.report.render import FORMATS as REPORT_FORMATS
+from opendrs.report import FORMATS as REPORT_FORMATS
 from opendrs.report.text import Report, show_bounds, show_plan, show_proposal
 
 __all__ = ["add_plan_options", "add_plan_parsers", "planned"]

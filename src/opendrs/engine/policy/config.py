@@ -4,8 +4,9 @@ strategy, and the checks of a migration budget (one-line reasons)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import MappingProxyType
 from typing import Literal
 
@@ -248,9 +249,9 @@ _FIELD_CHECKS: tuple[Callable[[PolicyConfig], None], ...] = (
 )
 
 
-#: The emulated peers (see the package docstring), and opendrs's own defaults.
-PRESETS: Mapping[str, PolicyConfig] = MappingProxyType(
-    {
+def _presets() -> dict[str, PolicyConfig]:
+    """The emulated peers (see the package docstring), and opendrs's own defaults."""
+    return {
         "opendrs": PolicyConfig(),
         # Proxmox VE 9.1+ (pve-ha-manager 5.2.0, proxmox-resource-scheduling 2.1.0): the
         # normalised imbalance against 30 %, held for 3 CRM rounds of about 10 s — within one
@@ -311,7 +312,31 @@ PRESETS: Mapping[str, PolicyConfig] = MappingProxyType(
             max_node_inflow=5,
         ),
     }
-)
+
+
+class _Presets(Mapping[str, PolicyConfig]):
+    """:data:`PRESETS`, made when first read: checking a preset imports its strategy's module,
+    which ``opendrs plan`` with another strategy has no use for."""
+
+    @cached_property
+    def _made(self) -> Mapping[str, PolicyConfig]:
+        return MappingProxyType(_presets())
+
+    def __getitem__(self, name: str) -> PolicyConfig:
+        return self._made[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._made)
+
+    def __len__(self) -> int:
+        return len(self._made)
+
+    def __repr__(self) -> str:
+        return f"PRESETS({dict(self._made)!r})"
+
+
+#: The emulated peers (see the package docstring), and opendrs's own defaults, by name.
+PRESETS: Mapping[str, PolicyConfig] = _Presets()
 
 
 def strategy_request(

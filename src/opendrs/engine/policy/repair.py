@@ -19,6 +19,7 @@ from opendrs.engine.constraints import (
     current_assign,
     movability,
 )
+from opendrs.engine.distinct import distinct
 from opendrs.engine.planner import Plan, PlannedMove
 from opendrs.engine.policy.config import PolicyConfig
 from opendrs.engine.policy.planning import Limits, plan_within, truncate
@@ -175,7 +176,7 @@ def _broken(
             )
             why.setdefault(j, Broken("anti-affinity", text))
     for group in cons.groups:
-        if np.unique(assign[group]).size > 1:
+        if distinct(assign[group]).size > 1:
             for j in group.tolist():
                 text = f"{guests[j].id} is apart from its hard-affinity partners"
                 why.setdefault(j, Broken("affinity", text))

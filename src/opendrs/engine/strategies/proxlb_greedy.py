@@ -62,6 +62,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from opendrs.engine.constraints import movability
+from opendrs.engine.distinct import distinct
 from opendrs.engine.placement import PlacementState
 from opendrs.engine.usage import MeasuredUsage
 from opendrs.engine.view import CycleView
@@ -265,11 +266,11 @@ class _Run:
             return True
         for group in self.state.constraints.groups:
             members = group[placed[group]]
-            if np.unique(assign[members]).size > 1:
+            if distinct(assign[members]).size > 1:
                 return True
         for _rule, members in self.anti:
             where = assign[members]
-            if np.unique(where).size < where.size:
+            if distinct(where).size < where.size:
                 return True
         return False
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from opendrs.engine.distinct import distinct
+
 from .state import BalanceState
 
 #: Candidate moves a round's greedy pass first screens at once for the next one it can take
@@ -220,7 +222,7 @@ def _candidates(
     rows = np.repeat(unit_rows, per_unit)
     cols = top.ravel()
     keep = np.isfinite(score[kind[rows], cols])
-    n_sources = len(np.unique(state.units.assign[units[unit_rows]]))
+    n_sources = len(distinct(state.units.assign[units[unit_rows]]))
     return rows[keep], cols[keep], n_sources
 
 

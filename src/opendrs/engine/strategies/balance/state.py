@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from opendrs.engine.constraints import Constraints
+from opendrs.engine.distinct import distinct
 from opendrs.engine.imbalance import balance_objective, resource_weights
 from opendrs.engine.usage import RESOURCES, LoadModel, arch_groups, tolerance
 from opendrs.model.cluster import Cluster
@@ -238,7 +239,7 @@ class BalanceState:
     def occupied(self, u: int) -> np.ndarray:
         """The nodes unit ``u``'s members are on (one, unless it is a broken bundle)."""
         if self.broken[u]:
-            return np.unique(self.where[self.units.members[u]])
+            return distinct(self.where[self.units.members[u]])
         return self.units.assign[u : u + 1]
 
     def mean(self) -> np.ndarray:
@@ -651,7 +652,7 @@ class BalanceState:
             start = self.node_load.copy()
             touched: list[tuple[np.ndarray, np.ndarray]] = []
             for u, t in moves[begin : begin + step]:
-                nodes = np.unique(np.append(self.where[self.units.members[u]], t))
+                nodes = distinct(np.append(self.where[self.units.members[u]], t))
                 out.append((int(self.units.assign[u]), 0.0))
                 self.move(u, t)
                 touched.append((nodes, self.node_load[nodes]))
