@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Mapping
 from dataclasses import replace
@@ -161,6 +162,7 @@ def _parse_new(spec: str) -> Guest:
     def size(key: str) -> int | None:
         if key not in fields:
             return None
+        _refuse_bare_size(key, fields[key])
         try:
             value = parse_bytes(fields[key])
         except UnitError as exc:
@@ -196,6 +198,21 @@ def _parse_new(spec: str) -> Guest:
         memory_used=memory_used,
         arch=fields.get("arch"),
         priority=int(priority),
+    )
+
+
+def _refuse_bare_size(key: str, text: str) -> None:
+    """A size without a unit is refused: Proxmox writes memory in MiB, a snapshot in bytes, so a
+    bare ``memory=4096`` means either; the hint names both readings' spellings."""
+    try:
+        number = float(text)
+    except ValueError:
+        return  # a unit, or not a size: parse_bytes says which
+    if not math.isfinite(number):
+        return
+    larger = f"{number / 1024:g}G" if number >= 1024 else "8G"
+    raise UsageError(
+        f"--new: {key}={text}: give a unit, e.g. {number:g}M or {larger} ({number:g}B for bytes)"
     )
 
 
