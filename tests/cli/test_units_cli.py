@@ -6,6 +6,8 @@ warning)."""
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -55,3 +57,19 @@ def test_plan_o_still_sets_an_option_with_a_warning() -> None:
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["options"]["target_spread"] == 0.05
     assert done.stderr.startswith("warning: plan -o NAME=VALUE is now -O NAME=VALUE")
+
+
+def test_a_scenario_share_takes_a_percentage(tmp_path: Path) -> None:
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    shutil.copy(examples / "small.yaml", tmp_path)
+    shutil.copytree(examples / "scenarios", tmp_path / "scenarios")
+    scenario = tmp_path / "scenarios" / "small-week.yaml"
+    text = scenario.read_text()
+    assert "failure_rate: 0.01\n" in text
+    scenario.write_text(text.replace("failure_rate: 0.01\n", "failure_rate: 2\n"))
+    argv = ("simulate", str(scenario), "--days", "0.02", "--policy", "opendrs", "--no-progress")
+    done = opendrs(*argv, timeout=120)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "migration.failure_rate: 2 as a fraction is 200 %: did you mean 2 %?" in done.stderr
+    scenario.write_text(text.replace("failure_rate: 0.01\n", "failure_rate: 1%\n"))
+    assert opendrs(*argv, timeout=300).returncode == 0
