@@ -110,6 +110,8 @@ def test_init_writes_a_starting_configuration_that_validates(tmp_path: Path, pla
         checked.stdout
     )
     assert "dashboard http://127.0.0.1:9180 (this host only)" in checked.stdout
+    moves = "migrations: 1 at once, 1 into any one node; a migrated guest stays put 6h"
+    assert f"  moves     {moves}\n" in checked.stdout
 
 
 @pytest.mark.parametrize("platform", ["proxmox", "incus"])

@@ -160,6 +160,7 @@ def config_summary(config: Config) -> dict[str, str]:
             else "shadow: watches and records what it would migrate, migrates nothing"
         ),
         "policy": _policy(config.policy),
+        "moves": _moves(config),
         "history": config.history,
     }
     if config.http is not None:
@@ -188,6 +189,19 @@ def _platform(config: Config) -> str:
         return f"the snapshot file {backend.path} (read-only: every migration fails)"
     scenario = backend.scenario or f"builtin:{backend.builtin}"
     return f"the simulator, scenario {scenario}"
+
+
+def _moves(config: Config) -> str:
+    """How many migrations run at once, and how long a migrated guest stays put."""
+    executor, settings = config.executor, config.settings
+    parallel = executor.max_parallel or (settings.max_parallel if settings else None)
+    inflow = executor.max_node_inflow or (settings.max_node_inflow if settings else None)
+    by_cluster = "the cluster's setting ({} by default)"
+    return (
+        f"migrations: {parallel or by_cluster.format(4)} at once, "
+        f"{inflow or by_cluster.format(1)} into any one node; "
+        f"a migrated guest stays put {format_duration(executor.cooldown)}"
+    )
 
 
 def _policy(policy: PolicyConfig) -> str:
