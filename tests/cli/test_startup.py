@@ -152,7 +152,7 @@ def test_the_command_named_is_the_first_argument_not_an_option(
 
 
 def test_a_command_alone_parses_as_in_the_full_parser() -> None:
-    argv = ["--debug", "plan", str(SMALL), "--strategy", "incus", "-o", "max_moves=3"]
+    argv = ["--debug", "plan", str(SMALL), "--strategy", "incus", "-O", "max_moves=3"]
     alone, full = build_parser("plan").parse_args(argv), build_parser().parse_args(argv)
     assert vars(alone) == vars(full)
 

@@ -33,6 +33,7 @@ from rich.console import Console
 
 from opendrs.backends.base import Backend, BackendError, Standby
 from opendrs.cli.arguments import Subcommands
+from opendrs.cli.config_file import add_config_option
 from opendrs.cli.history_command import history_now, open_history
 from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, setup_logging
 from opendrs.cli.snapshot_command import observe_once
@@ -354,7 +355,7 @@ def add_status_parser(sub: Subcommands) -> None:
         "cluster could not be observed or the history or lock could not be read (the rest is "
         "shown), 2 a bad configuration or option.",
     )
-    p.add_argument("--config", required=True, metavar="FILE", help="the configuration (YAML)")
+    add_config_option(p)
     p.add_argument(
         "--format", choices=("text", "json"), default="text", help="output format (default text)"
     )

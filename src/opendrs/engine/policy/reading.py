@@ -3,7 +3,6 @@ errors naming the key), and a strategy's options checked when they are read."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import replace
 from types import MappingProxyType
@@ -23,10 +22,10 @@ from opendrs.engine.policy.config import (
 )
 from opendrs.engine.policy.state import PastMigrations
 from opendrs.engine.strategies import REGISTRY
-from opendrs.engine.strategies.base import Request, typed_option
+from opendrs.engine.strategies.base import Request, StrategyOptions, option_value
 from opendrs.model.cluster import Cluster, Guest, Node
 from opendrs.model.document import Path, Reader, describe
-from opendrs.model.units import format_duration
+from opendrs.model.units import UnitError, format_duration, parse_fraction
 
 #: The keys of a policy section.
 POLICY_KEYS: tuple[str, ...] = (
@@ -74,8 +73,8 @@ _DURATIONS: Mapping[str, tuple[int, int]] = MappingProxyType(
 )
 
 
-#: Each fraction's largest value: a spread or CV threshold and target (100 = 10000 %), and the
-#: relative improvement a plan must bring (at most all of it).
+#: Each fraction's largest value: a spread or CV threshold and target (a bare number at most 1,
+#: a percentage up to 10000 %), and the relative improvement a plan must bring (at most all).
 _FRACTIONS: Mapping[str, float] = MappingProxyType(
     {"threshold": 100.0, "target": 100.0, "margin": 1.0}
 )
@@ -91,25 +90,22 @@ _MAX_SAMPLES = 10_000
 
 
 def _fraction(reader: Reader, value: object, path: Path, maximum: float) -> float:
-    """A number from 0 to ``maximum``, or a percentage written ``15%`` (0.15)."""
-    if isinstance(value, str) and value.strip().endswith("%"):
-        text = value.strip()[:-1].strip()
-        try:
-            number = float(text)
-        except ValueError:
-            reader.fail(path, f"cannot read {describe(value)} as a percentage (example: 15%)")
-        if not math.isfinite(number) or number < 0:
-            reader.fail(path, f"must be a finite percentage ≥ 0, got {describe(value)}")
-        if number / 100 > maximum:
-            reader.fail(path, f"must not be more than {maximum * 100:g}%, got {describe(value)}")
-        return number / 100
-    return reader.number(value, path, maximum=maximum)
-
-
-def _option_value(reader: Reader, value: object, path: Path, default: object) -> object:
-    """A strategy option checked against the type of its default, as ``opendrs plan -o`` does."""
+    """A fraction from 0 to 1 (``0.15``), or a percentage up to ``maximum`` (``15%``: 0.15); a
+    bare number above 1 is refused with the percentage it probably meant
+    (:func:`parse_fraction`)."""
     try:
-        value = typed_option(value, default, describe(value))
+        return parse_fraction(value, maximum)
+    except UnitError as exc:
+        reader.fail(path, str(exc))
+
+
+def _option_value(
+    reader: Reader, options: type[StrategyOptions], name: str, value: object, path: Path
+) -> object:
+    """A strategy option read as ``opendrs plan -O`` reads it (:func:`option_value`): a share as
+    a fraction or a percentage, then the type of its default."""
+    try:
+        value = option_value(options, name, value, describe(value))
     except ValueError as exc:
         reader.fail(path, str(exc))
     return tuple(value) if isinstance(value, list) else value
@@ -311,13 +307,12 @@ def _read_options(
     without them, ``start``'s options, or none for a new strategy."""
     if "options" not in mapping:
         return start.options if strategy == start.strategy else {}
-    defaults = REGISTRY[strategy].options.defaults()
+    options = REGISTRY[strategy].options
     opath = (*path, "options")
     given = reader.mapping(mapping["options"], opath)
-    reader.check_keys(given, opath, tuple(sorted(defaults)), f" for strategy {strategy}")
+    reader.check_keys(given, opath, tuple(sorted(options.defaults())), f" for strategy {strategy}")
     return {
-        key: _option_value(reader, item, (*opath, key), defaults[key])
-        for key, item in given.items()
+        key: _option_value(reader, options, key, item, (*opath, key)) for key, item in given.items()
     }
 
 

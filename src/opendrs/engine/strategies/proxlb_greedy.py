@@ -58,6 +58,7 @@ Deterministic: groups, nodes and rules are visited in the cluster's order.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -551,6 +552,8 @@ def _method_and_mode(cluster: Cluster, method: str | None, mode: str | None) -> 
 @dataclass(frozen=True)
 class ProxlbGreedyOptions(StrategyOptions):
     """``proxlb-greedy``'s options (see :func:`propose_proxlb_greedy`)."""
+
+    percents: ClassVar[frozenset[str]] = frozenset({"balanciness"})
 
     method: str | None = None
     mode: str | None = None

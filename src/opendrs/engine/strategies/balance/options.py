@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -39,6 +40,8 @@ def _check_options(
 @dataclass(frozen=True)
 class BalanceOptions(StrategyOptions):
     """``balance``'s options (see :func:`propose_balance`)."""
+
+    fractions: ClassVar[frozenset[str]] = frozenset({"target_spread"})
 
     target_spread: float = DEFAULT_TARGET_SPREAD
     margin: float = DEFAULT_MARGIN
