@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from opendrs.engine.usage import RESOURCES
+
 if TYPE_CHECKING:
     from .state import BalanceState
 
@@ -92,18 +94,54 @@ def keeps_held(state: BalanceState, a: np.ndarray, b: np.ndarray, shift: np.ndar
     return ok
 
 
-def keeps_held_moves(state: BalanceState, units: np.ndarray, targets: np.ndarray) -> np.ndarray:
-    """(len(units), len(targets)) :func:`keeps_held` of moving each whole unit to each target;
-    a broken bundle, which leaves several nodes, against the spreads the move leaves."""
-    k, t = len(units), len(targets)
-    a = np.repeat(state.units.assign[units], t)
-    b = np.tile(targets, k)
-    shift = np.repeat(state.units.demand[units], t, axis=0)
-    ok = keeps_held(state, a, b, shift).reshape(k, t)
-    for row in np.nonzero(state.broken[units])[0].tolist():
-        u = int(units[row])
-        ok[row] = [keeps_held_after(state, [(u, int(n))]) for n in targets.tolist()]
+def keeps_held_moves(
+    state: BalanceState, units: np.ndarray, targets: np.ndarray, asked: np.ndarray | None = None
+) -> np.ndarray:
+    """(len(units), len(targets)) :func:`keeps_held` of moving each whole unit to each target,
+    only where ``asked`` (the same shape; default: everywhere) — True elsewhere; a broken
+    bundle, which leaves several nodes, against the spreads the move leaves.
+
+    A demand ``d ≥ 0`` moved from ``a`` to ``b`` keeps a spread within ``g`` exactly when ``b``
+    stays within ``g`` of the others' lowest, ``a`` within ``g`` of the others' highest, and
+    ``b`` within ``g`` of ``a``: three most demands per pair of nodes, which the units on the
+    same node share."""
+    if asked is None:
+        asked = np.ones((len(units), len(targets)), dtype=bool)
+    src = state.units.assign[units]
+    sources, at = np.unique(src, return_inverse=True)
+    most = _most_demand(state, sources, targets)  # (R, S, T)
+    demand = state.units.demand[units]
+    ok = np.ones(asked.shape, dtype=bool)
+    for r in np.nonzero(state.held)[0].tolist():
+        ok &= demand[:, r : r + 1] <= most[r][at]
+    ok |= ~asked
+    for row, col in zip(*np.nonzero(asked & state.broken[units][:, None]), strict=True):
+        ok[row, col] = keeps_held_after(state, [(int(units[row]), int(targets[col]))])
     return ok
+
+
+def _most_demand(state: BalanceState, sources: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """(R, S, T) for each held resource, the most of it a move from each of ``sources`` to each
+    of ``targets`` may carry and keep its spread within its goal (inf where any)."""
+    f, inv = state.kept_fractions(), state.inv_cap
+    a = np.repeat(sources, len(targets))
+    b = np.tile(targets, len(sources))
+    same = state.group[a] == state.group[b]
+    out = np.full((len(RESOURCES), len(sources), len(targets)), np.inf)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for r in np.nonzero(state.held)[0].tolist():
+            top_v, top_i, low_v, low_i = group_extremes(state, r)
+            rest_max = _first_other(top_v[b], top_i[b], a, b)
+            rest_min = _first_other(low_v[b], low_i[b], a, b)
+            g = state.goal[r]
+            most = np.where(inv[b, r] > 0, (g + rest_min - f[b, r]) / inv[b, r], np.inf)
+            from_a = np.where(inv[a, r] > 0, (g - rest_max + f[a, r]) / inv[a, r], np.inf)
+            both = (g + f[a, r] - f[b, r]) / (inv[a, r] + inv[b, r])
+            most = np.minimum(most, np.where(same, np.minimum(from_a, both), np.inf))
+            # A group of one node (or a node in none) has no spread.
+            alone = (state.group[b] < 0) | (top_i[b, 1] < 0)
+            out[r] = np.where(alone, np.inf, most).reshape(len(sources), len(targets))
+    return out
 
 
 def keeps_held_after(state: BalanceState, moves: list[tuple[int, int]]) -> bool:

@@ -488,7 +488,7 @@ class BalanceState:
         if self.has_neg[units].any():
             ok &= ~self.blocked_by_partners(units, targets)
         if self.held.any() and ok.any():
-            ok &= keeps_held_moves(self, units, targets)
+            ok &= keeps_held_moves(self, units, targets, ok)
         return ok
 
     def _columns(self, targets: np.ndarray) -> np.ndarray:
