@@ -34,9 +34,9 @@ def round_window(
     n_nodes = len(f)
     if n_nodes <= wide:
         return np.arange(n_nodes, dtype=np.intp), usable_idx
-    projected = (f * (state.wnorm * state.mean_demand)[None, :]).sum(axis=1)[usable_idx]
+    projected = (f * (state.steer_wnorm * state.mean_demand)[None, :]).sum(axis=1)[usable_idx]
     mean = f[usable_idx].mean(axis=0)
-    contribution = ((state.cap * (f - mean) ** 2) * state.wnorm[None, :]).sum(axis=1)
+    contribution = ((state.cap * (f - mean) ** 2) * state.steer_wnorm[None, :]).sum(axis=1)
     top = usable_idx[np.argsort(-contribution[usable_idx], kind="stable")[: max(wide // 2, 1)]]
     order = np.argsort(-projected, kind="stable")
     sources = usable_idx[order[:wide]]

@@ -15,6 +15,7 @@ from opendrs.engine.imbalance import balance_objective, resource_weights
 from opendrs.engine.usage import RESOURCES, LoadModel, arch_groups, tolerance
 from opendrs.model.cluster import Cluster
 
+from .hold import keeps_held, keeps_held_moves
 from .kinds import Kinds, distinct_rows, every, first_allowed, runs, unit_pairs
 from .units import build_units
 
@@ -47,6 +48,12 @@ class BalanceState:
         #: Per-resource weight that turns Σ L²/C into the weighted variance of fractions.
         self.wnorm = np.where(cap_total > 0, w / np.where(cap_total > 0, cap_total, 1.0), 0.0)
         self.weights = w
+        #: (R,) the resources held within their goal (:mod:`.hold`): none until :meth:`steer`.
+        self.held = np.zeros(len(RESOURCES), dtype=bool)
+        #: :attr:`weights` and :attr:`wnorm` without the held resources: what chooses moves.
+        self.steer_weights = w.copy()
+        self.steer_wnorm = self.wnorm.copy()
+        self._steered: float | None = None
         self.units = build_units(cluster, cons, loads)
         #: (U,) the guests in each unit: the migrations its move makes.
         self.unit_guests = np.array([m.size for m in self.units.members], dtype=np.intp)
@@ -106,8 +113,8 @@ class BalanceState:
         ]
         self._group_cap = [self.cap[idx].sum(axis=0) for idx in self._groups]
         self._cap_pos = self.cap > 0
-        #: The resources the objective weighs.
-        self._weighted = np.nonzero(self.wnorm)[0].tolist()
+        #: The resources that steer the exchanges' gains.
+        self._weighted = np.nonzero(self.steer_wnorm)[0].tolist()
         self._cap_den = np.where(self._cap_pos, self.cap, 1.0)
         self.inv_cap = np.where(self._cap_pos, 1.0 / self._cap_den, 0.0)
 
@@ -119,6 +126,8 @@ class BalanceState:
         #: (N,) how many times a move has changed each node's load or units.
         self.version = np.zeros(len(self.cluster.nodes), dtype=np.int64)
         self._means: np.ndarray | None = None
+        #: :func:`.hold.group_extremes` by (resource, total of :attr:`version`).
+        self.extremes: dict[tuple[int, int], tuple[np.ndarray, ...]] = {}
         #: The units on each node (by :attr:`Units.assign`), and the kinds of the movable ones
         #: on the nodes no move has touched since (see :meth:`node_kinds`).
         self._units_at: list[set[int]] = [set() for _ in range(len(self.cap))]
@@ -155,7 +164,7 @@ class BalanceState:
 
     def spreads(self) -> np.ndarray:
         """(R,) the largest spread of any architecture group's usable nodes, per resource."""
-        return self._spreads_of(self.kept_fractions())
+        return self.spreads_of(self.kept_fractions())
 
     def spreads_moved(self, u: int, target: int) -> np.ndarray:
         """:meth:`spreads` were whole unit ``u`` on ``target`` (the same bits), not moving it."""
@@ -165,10 +174,10 @@ class BalanceState:
         load[1] += self.units.demand[u]
         f = self.kept_fractions().copy()
         f[rows] = np.where(self._cap_pos[rows], load / self._cap_den[rows], 0.0)
-        return self._spreads_of(f)
+        return self.spreads_of(f)
 
-    def _spreads_of(self, f: np.ndarray) -> np.ndarray:
-        """:meth:`spreads` of the fractions ``f``."""
+    def spreads_of(self, f: np.ndarray) -> np.ndarray:
+        """:meth:`spreads` of the fractions ``f`` (N, R)."""
         out = np.zeros(len(RESOURCES))
         for idx, size in zip(self._groups, self._group_size, strict=True):
             if size >= 2:
@@ -187,6 +196,32 @@ class BalanceState:
                 balance_objective(self.node_load, self.cap, self.weights, self.group)
             )
         return self._objective
+
+    def steer(self, held: np.ndarray) -> None:
+        """Hold the resources ``held`` (R,): no weight in choosing moves, their spread kept
+        within its goal by :meth:`allowed` and :meth:`swap_check` (see :mod:`.hold`). What was
+        kept of gains computed with the weights before is dropped."""
+        held = np.asarray(held, dtype=bool) & (self.weights > 0)
+        if np.array_equal(held, self.held):
+            return
+        self.held = held
+        self.steer_weights = np.where(held, 0.0, self.weights)
+        self.steer_wnorm = np.where(held, 0.0, self.wnorm)
+        self._weighted = np.nonzero(self.steer_wnorm)[0].tolist()
+        self._steered = None
+        self._swap_blocks.clear()
+        self.set_exchanges.clear()
+
+    def steered_objective(self) -> float:
+        """:meth:`objective` with the held resources' weights left out: what a move's gain
+        (:meth:`gains`) is a part of."""
+        if not self.held.any():
+            return self.objective()
+        if self._steered is None:
+            self._steered = float(
+                balance_objective(self.node_load, self.cap, self.steer_weights, self.group)
+            )
+        return self._steered
 
     def units_on(self, nodes: np.ndarray) -> np.ndarray:
         """The movable units on ``nodes``, in index order: candidates for balancing moves.
@@ -309,7 +344,7 @@ class BalanceState:
         src = self.units.assign[units]
         f = self.kept_fractions()
         inv = self.inv_cap
-        w = self.wnorm
+        w = self.steer_wnorm
         own = ((2 * d * f[src] - d**2 * inv[src]) * w).sum(axis=1)
         own = np.where(self.usable[src], own, 0.0)
         # own − (2d·w) fᵀ − (d²·w) invᵀ, in place.
@@ -388,7 +423,7 @@ class BalanceState:
             np.maximum(left - high[src], 0.0) + np.maximum(low[src] - left, 0.0)
         )
         at_source = np.where(self.usable[src][:, None], at_source, d)
-        scale = (self.weights > 0) / self.typical
+        scale = (self.steer_weights > 0) / self.typical
         if at is None:
             shape = (len(units), len(targets))
 
@@ -453,6 +488,8 @@ class BalanceState:
         ok &= fits
         if self.has_neg[units].any():
             ok &= ~self.blocked_by_partners(units, targets)
+        if self.held.any() and ok.any():
+            ok &= keeps_held_moves(self, units, targets, ok)
         return ok
 
     def _columns(self, targets: np.ndarray) -> np.ndarray:
@@ -471,8 +508,10 @@ class BalanceState:
         headroom = (self.limit[t] - self.committed[t]) + self.tol[t]
         if not (np.all(headroom >= self.tol[t]) and np.all(self.units.need[u] <= headroom)):
             return False
-        return not (
-            self.has_neg[u] and self.blocked_by_partners(np.array([u]), np.array([t])).any()
+        if self.has_neg[u] and self.blocked_by_partners(np.array([u]), np.array([t])).any():
+            return False
+        return not self.held.any() or bool(
+            keeps_held_moves(self, np.array([u]), np.array([t]))[0, 0]
         )
 
     def best_swap(self, a: int, partners: np.ndarray) -> tuple[float, float, int, int] | None:
@@ -545,6 +584,9 @@ class BalanceState:
             ok &= every(-shift <= room[a][None, :])
             if partners:
                 ok &= ~self.blocked_at(xu, on) & ~self.blocked_at(ou, np.full_like(ou, a))
+            if self.held.any():
+                shift = units.demand[xu] - units.demand[ou]
+                ok &= keeps_held(self, np.full_like(on, a), on, shift)
             return ok
 
         return check
@@ -621,7 +663,7 @@ class BalanceState:
             t *= 2
             t *= gap
             part -= t
-            part *= self.wnorm[r]
+            part *= self.steer_wnorm[r]
             gain -= part
         # Migrations added: a unit's guests, unless it has moved already (added_migrations).
         moved_x, moved_o = self.moved_of(xs).any(), self.moved_of(os).any()
@@ -662,6 +704,7 @@ class BalanceState:
             found = self._objectives(loads)
             out[begin:] = [(src, j) for (src, _), j in zip(out[begin:], found, strict=True)]
             self._objective = found[-1]
+            self._steered = None
         return out
 
     def _objectives(self, loads: np.ndarray) -> list[float]:
@@ -687,6 +730,7 @@ class BalanceState:
         for n in touched:
             self._kinds_on.pop(n, None)
         self._objective = None
+        self._steered = None
         self._means = None
 
     def move(self, u: int, target: int) -> None:
@@ -714,6 +758,7 @@ class BalanceState:
         units.assign[u] = target
         self.where[idx] = target
         self._objective = None
+        self._steered = None
         self._means = None
 
     # ---------------------------------------------------------------------------------------
