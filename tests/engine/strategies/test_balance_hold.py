@@ -109,7 +109,7 @@ def _plan(path: Path, *options: str) -> dict[str, object]:
 def test_plan_holds_the_vcpus_within_their_goal(tmp_path: Path) -> None:
     path = tmp_path / "cluster.yaml"
     dump(_memory_skewed(), path)
-    held = _plan(path, "-o", "hold=true", "-o", "cpu_commit_spread=0.25")
+    held = _plan(path, "-O", "hold=true", "-O", "cpu_commit_spread=25%")
     metrics = held["metrics"]
     assert isinstance(metrics, dict)
     cpu_before = metrics["before"]["cpu"]["spread"]

@@ -48,7 +48,7 @@ def _check_options(
 class BalanceOptions(StrategyOptions):
     """``balance``'s options (see :func:`propose_balance`)."""
 
-    fractions: ClassVar[frozenset[str]] = frozenset({"target_spread"})
+    fractions: ClassVar[frozenset[str]] = frozenset({"target_spread", "cpu_commit_spread"})
 
     target_spread: float = DEFAULT_TARGET_SPREAD
     margin: float = DEFAULT_MARGIN
