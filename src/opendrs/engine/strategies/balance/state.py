@@ -612,6 +612,8 @@ class BalanceState:
         """The scores of the exchanges ``pairs`` (rows in ``xs``, columns in ``os``, gains) of
         :meth:`_swap_gains`: the gain per migration each adds, four times the gain for none."""
         rows, cols, gain = pairs
+        if gain.size == 0:  # no pair gains (a node without movable units has none)
+            return gain
         # Migrations added: a unit's guests, unless it has moved already (added_migrations).
         moved_x, moved_o = self.moved_of(xs).any(), self.moved_of(os).any()
         guests_x, guests_o = self.unit_guests[xs], self.unit_guests[os]
