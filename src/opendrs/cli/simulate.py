@@ -79,6 +79,12 @@ class StabilityReport:
     recoveries: int
     decisions: int
     wall_seconds: float
+    #: The policy's migration windows and blackouts in words (None: migrations start at any
+    #: time), and when each balancing migration started (simulated seconds; the simulated
+    #: clock's 0 is read as 1970-01-01 00:00 UTC), with how many of them the windows refused.
+    windows: str | None = None
+    balancing_starts: tuple[float, ...] = ()
+    balancing_outside_windows: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -207,6 +213,8 @@ def report_from(
     action = {d.id: d.action for d in decisions}
     repairs = {m.handle for m in history.migrations() if action.get(m.decision) == "repair"}
     repaired = sum(1 for r in ours if r.handle in repairs)
+    balancing = tuple(r.started for r in ours if r.handle not in repairs)
+    schedule = policy.schedule
     days = max(stats.seconds / DAY, 1e-9)
     minutes = sim.scenario.step / 60.0
     failed = [r for r in ours if r.outcome == "failed"]
@@ -240,4 +248,7 @@ def report_from(
         recoveries=sum(1 for r in sim.migrations if r.cause == "recovery"),
         decisions=len(decisions),
         wall_seconds=wall,
+        windows=None if schedule.empty else schedule.summary(),
+        balancing_starts=balancing,
+        balancing_outside_windows=sum(1 for t in balancing if not schedule.open(t, "balance")),
     )

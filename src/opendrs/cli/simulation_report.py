@@ -65,6 +65,7 @@ def _labelled(
 def _figures(report: StabilityReport) -> dict[str, Any]:
     figures = report.as_dict()
     del figures["wall_seconds"]  # the machine's, not the simulation's: not in the report
+    del figures["balancing_starts"]  # the migrations chart shows them
     return figures
 
 

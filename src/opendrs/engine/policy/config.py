@@ -11,6 +11,7 @@ from types import MappingProxyType
 from typing import Literal
 
 from opendrs.engine.policy.state import PastMigrations, frozen_mapping
+from opendrs.engine.policy.windows import Schedule
 from opendrs.engine.strategies import REGISTRY
 from opendrs.engine.strategies.base import Request, StrategyOptions
 from opendrs.model.document import describe
@@ -97,6 +98,9 @@ class PolicyConfig:
     #: (whole hours, 1 to 24) up to it — 6 hours, as the ``smoothing`` average at that time of
     #: day; 1 hour balances every hour on its own (more migrations, more balance).
     daily_profile_window: int = 6 * 3600
+    #: When migrations may start (``windows``, ``blackouts``, their ``timezone`` and what each
+    #: applies to: :mod:`.windows`). The default: at any time.
+    schedule: Schedule = field(default_factory=Schedule)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "options", frozen_mapping(self.options))
