@@ -71,7 +71,7 @@ def test_simulate_starts_no_balancing_migration_outside_the_window(tmp_path: Pat
     )
     done = opendrs(
         "simulate", "builtin:demo", "--days", "2", "--policy", f"{policy},opendrs", "--format",
-        "json", "--no-progress",
+        "json", "--no-progress", "--report", str(tmp_path / "report.html"),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     nightly, plain = json.loads(done.stdout)
@@ -83,5 +83,11 @@ def test_simulate_starts_no_balancing_migration_outside_the_window(tmp_path: Pat
     assert starts and nightly["balancing_outside_windows"] == 0
     # Read apart from opendrs: 22:00-02:00 in Berlin in January is 21:00-01:00 UTC.
     assert all(t % 86400 >= 21 * HOUR or t % 86400 < 1 * HOUR for t in starts)
+    # The report lists them.
+    page = (tmp_path / "report.html").read_text()
+    assert (
+        "Migration windows of nightly: balance may start migrations only within daily "
+        "22:00-02:00 (Europe/Berlin); balancing migrations started outside them: 0."
+    ) in page
     # The unrestricted policy starts at once, outside those hours.
     assert any(1 * HOUR <= t % 86400 < 21 * HOUR for t in plain["balancing_starts"])
