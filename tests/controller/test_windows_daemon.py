@@ -47,6 +47,18 @@ def test_the_daemon_starts_balancing_only_within_its_window(tmp_path: Path) -> N
     # Every migration that started ended: none was aborted when the window closed.
     ended = {r["id"] for r in records if r["kind"] == "migration" and r["event"] != "started"}
     assert {r["id"] for r in starts} <= ended
+    # Status, at the history's last time (Thursday noon): closed, and when it opens next.
+    status = opendrs("status", "--config", str(config), timeout=120)
+    assert status.returncode == 0, status.stderr
+    assert (
+        "  balance: closed now (outside the migration window Thu 06:00-06:01 UTC); next opens "
+        "1970-01-08 06:00\n"
+    ) in status.stdout
+    shown = json.loads(
+        opendrs("status", "--config", str(config), "--format", "json", timeout=120).stdout
+    )
+    balance = shown["windows"]["now"]["balance"]
+    assert balance["open"] is False and balance["opens"] == 7 * 86400 + 6 * HOUR
 
 
 def test_a_bad_window_is_one_line_and_exit_2(tmp_path: Path) -> None:
