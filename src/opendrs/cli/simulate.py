@@ -43,6 +43,7 @@ from opendrs.controller.executor import ExecutorConfig
 from opendrs.controller.history import History
 from opendrs.controller.loop import Controller
 from opendrs.engine.policy import PolicyConfig
+from opendrs.engine.policy.windows import Schedule
 
 __all__ = ["PolicyTrace", "StabilityReport", "ping_pongs", "run_policy"]
 
@@ -214,7 +215,7 @@ def report_from(
     repairs = {m.handle for m in history.migrations() if action.get(m.decision) == "repair"}
     repaired = sum(1 for r in ours if r.handle in repairs)
     balancing = tuple(r.started for r in ours if r.handle not in repairs)
-    schedule = policy.schedule
+    schedule = policy.schedule or Schedule()
     days = max(stats.seconds / DAY, 1e-9)
     minutes = sim.scenario.step / 60.0
     failed = [r for r in ours if r.outcome == "failed"]

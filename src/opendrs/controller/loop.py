@@ -524,7 +524,10 @@ class Controller:
     def _window_closed(self, activity: str) -> str | None:
         """Why the executor may start no more of a plan that does ``activity`` now (its window
         closed, a blackout began: ``policy.windows``), or None."""
-        reason = self.policy.schedule.closed_reason(self.clock.now(), activity)
+        schedule = self.policy.schedule
+        if schedule is None:
+            return None
+        reason = schedule.closed_reason(self.clock.now(), activity)
         return None if reason is None else f"{reason} now: no more of the plan starts"
 
     def _hand_on(self, plan: Plan, decision_id: int | None, activity: str | None) -> None:

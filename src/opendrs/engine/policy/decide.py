@@ -249,7 +249,7 @@ class _Round:
         """Why ``activity`` may start no migration now (``policy.windows``, ``blackouts``), or
         None when it may."""
         schedule = self.config.schedule
-        if schedule.empty:
+        if schedule is None or schedule.empty:
             return None
         blackout = schedule.blackout_at(self.now, activity)
         if blackout is None and not schedule.outside_windows(self.now, activity):

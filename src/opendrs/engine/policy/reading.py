@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from opendrs.engine.policy.config import (
     FLAGS,
@@ -21,12 +21,14 @@ from opendrs.engine.policy.config import (
     strategy_request,
 )
 from opendrs.engine.policy.state import PastMigrations
-from opendrs.engine.policy.windows import ACTIVITIES, Schedule, parse_blackout, parse_weekly, zone
 from opendrs.engine.strategies import REGISTRY
 from opendrs.engine.strategies.base import Request, StrategyOptions, option_value
 from opendrs.model.cluster import Cluster, Guest, Node
 from opendrs.model.document import Path, Reader, describe
 from opendrs.model.units import UnitError, format_duration, parse_fraction
+
+if TYPE_CHECKING:
+    from opendrs.engine.policy.windows import Schedule
 
 #: The keys of a policy section.
 POLICY_KEYS: tuple[str, ...] = (
@@ -212,9 +214,8 @@ def _read_fields(
             fields[flag] = reader.boolean(mapping[flag], (*path, flag))
     if "strategy" in mapping:
         fields["strategy"] = _read_strategy(reader, mapping["strategy"], (*path, "strategy"))
-    schedule = _read_schedule(reader, mapping, path, start.schedule)
-    if schedule is not start.schedule:
-        fields["schedule"] = schedule
+    if any(key in mapping for key in _SCHEDULE_KEYS):
+        fields["schedule"] = _read_schedule(reader, mapping, path, start.schedule)
     return fields
 
 
@@ -225,12 +226,19 @@ _SCHEDULE_KEYS = ("windows", "blackouts", "timezone", "windows_apply_to", "black
 
 
 def _read_schedule(
-    reader: Reader, mapping: Mapping[str, object], path: Path, start: Schedule
+    reader: Reader, mapping: Mapping[str, object], path: Path, start: Schedule | None
 ) -> Schedule:
     """The migration windows and blackouts written (``start``'s where not), each entry parsed
     (:func:`parse_weekly`, :func:`parse_blackout`); a time zone is required with either."""
-    if not any(key in mapping for key in _SCHEDULE_KEYS):
-        return start
+    from opendrs.engine.policy.windows import (
+        ACTIVITIES,
+        Schedule,
+        parse_blackout,
+        parse_weekly,
+        zone,
+    )
+
+    start = start or Schedule()
     windows, blackouts = start.windows, start.blackouts
     if "windows" in mapping:
         windows = tuple(_read_spans(reader, mapping["windows"], (*path, "windows"), parse_weekly))

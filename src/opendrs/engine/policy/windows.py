@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import date, datetime, time, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 #: What a plan that acts does, as a window's ``*_apply_to`` names it: ``balance`` (a balancing
@@ -181,11 +181,11 @@ class Schedule:
         return f"{'; '.join(parts)} ({self.timezone})"
 
 
-def schedule_now(schedule: Schedule, now: float) -> dict[str, object] | None:
+def schedule_now(schedule: Schedule | None, now: float) -> dict[str, object] | None:
     """Whether each activity a window or blackout applies to may start migrations at ``now``:
     ``open``, ``closed`` (why, None when open) and ``opens`` (when it next may, None when open
     or not within a year); None without windows and blackouts (``opendrs status``)."""
-    if schedule.empty:
+    if schedule is None or schedule.empty:
         return None
     applies = (schedule.windows_apply_to if schedule.windows else frozenset()) | (
         schedule.blackouts_apply_to if schedule.blackouts else frozenset()
@@ -282,8 +282,3 @@ def format_opening(at: float, now: float, timezone: str) -> str:
     if at - now < 6 * 86400:
         return f"{DAY_NAMES[local.weekday()]} {local:%H:%M}"
     return f"{local:%Y-%m-%d %H:%M}"
-
-
-def utc(at: float) -> str:
-    """``at`` as an ISO 8601 UTC time (JSON output)."""
-    return datetime.fromtimestamp(at, UTC).isoformat().replace("+00:00", "Z")
