@@ -303,3 +303,32 @@ def test_a_late_opening_is_given_with_its_date() -> None:
     assert decision.reason.endswith("next opens 2026-12-21 22:00")
     assert far.next_open(at("2026-12-02 12:00"), "balance") == at("2026-12-21 22:00")
     assert timedelta(seconds=far.next_open(at("2026-12-02 12:00"), "balance") or 0) > timedelta(0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sets(st.integers(0, 6), min_size=1),
+    st.integers(0, 24 * 60 - 1),
+    st.integers(1, 24 * 60),
+    st.integers(0, 7 * 24 * 60 - 1),
+)
+def test_any_window_written_reads_back_and_covers_what_it_says(
+    days: set[int], start: int, end: int, minute_of_week: int
+) -> None:
+    """A window written from days and two times parses to them, and covers a local time when
+    that time is after the start on one of its days, or (crossing midnight) before the end on
+    the day after one."""
+    if start == end:
+        end = (end % (24 * 60)) + 1
+    names = ",".join(("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")[d] for d in sorted(days))
+    text = f"{names} {start // 60:02d}:{start % 60:02d}-{end // 60:02d}:{end % 60:02d}"
+    window = parse_weekly(text)
+    assert (window.days, window.start, window.end) == (days, start, end)
+    # 2026-11-30 is a Monday.
+    local = datetime(2026, 11, 30) + timedelta(minutes=minute_of_week)
+    day, minute = local.weekday(), local.hour * 60 + local.minute
+    if start < end:
+        expected = day in days and start <= minute < end
+    else:
+        expected = (day in days and minute >= start) or ((day - 1) % 7 in days and minute < end)
+    assert window.covers(local) is expected
