@@ -101,5 +101,6 @@ def test_simulate_starts_no_balancing_migration_outside_the_window(tmp_path: Pat
         "Migration windows of nightly: balance may start migrations only within daily "
         "22:00-02:00 (Europe/Berlin); balancing migrations started outside them: 0."
     ) in page
+    assert "nightly: balancing may start" in page  # the windows shaded on the spread chart
     # The unrestricted policy starts at once, outside those hours.
     assert any(1 * HOUR <= t % 86400 < 21 * HOUR for t in plain["balancing_starts"])

@@ -107,6 +107,9 @@ class PolicyTrace:
     #: Start times of the migrations the controller started, and of those that failed.
     migrations: tuple[float, ...]
     failed: tuple[float, ...]
+    #: When the policy's migration windows let balancing start migrations, as (from, to)
+    #: simulated seconds, each step of the run read (None: the policy has no windows).
+    open_spans: tuple[tuple[float, float], ...] | None = None
 
 
 def ping_pongs(records: Iterable[Any], window: float = PING_PONG_WINDOW) -> int:
@@ -201,7 +204,28 @@ def trace_of(sim: Simulator, policy: PolicyConfig) -> PolicyTrace:
         spreads=tuple(sim.imbalance_series().tolist()),
         migrations=tuple(r.started for r in ours),
         failed=tuple(r.started for r in ours if r.outcome == "failed"),
+        open_spans=_open_spans(policy, float(sim.scenario.step), sim.now()),
     )
+
+
+def _open_spans(
+    policy: PolicyConfig, step: float, end: float
+) -> tuple[tuple[float, float], ...] | None:
+    """When ``policy``'s windows let balancing start migrations over the run, read at each
+    simulated step up to ``end``: (from, to) in simulated seconds (None without windows)."""
+    schedule = policy.schedule
+    if schedule is None or schedule.empty:
+        return None
+    spans: list[tuple[float, float]] = []
+    at = 0.0
+    while at < end:
+        if schedule.open(at, "balance"):
+            if spans and spans[-1][1] == at:
+                spans[-1] = (spans[-1][0], at + step)
+            else:
+                spans.append((at, at + step))
+        at += step
+    return tuple(spans)
 
 
 def report_from(
