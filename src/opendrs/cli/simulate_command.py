@@ -282,6 +282,12 @@ def show_stability(report: Report, reports: Sequence[StabilityReport], name: str
         for row, r in zip(rows, reports, strict=True):
             row.insert(10, f"{r.restart_migrations} ({r.restart_downtime_minutes:,.1f} min)")
     report.table(header, rows, right=tuple(sorted(right)))
+    for r in reports:
+        if r.windows is not None:
+            report.line(
+                f"migration windows of {r.policy}: {r.windows}; balancing migrations started "
+                f"outside them: {r.balancing_outside_windows}"
+            )
 
 
 def add_simulate_parser(sub: Subcommands) -> None:

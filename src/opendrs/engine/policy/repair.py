@@ -320,8 +320,23 @@ def repair_within_guards(
 def only_hot(cluster: Cluster, cons: Constraints) -> bool:
     """Whether all that breaks now is nodes running hot (no hard constraint): relieving them is
     balancing, and it counts against the migration budget."""
+    return broken_kinds(cluster, cons) <= {"hot"}
+
+
+def broken_kinds(cluster: Cluster, cons: Constraints) -> frozenset[str]:
+    """What breaks now (:attr:`Broken.kind` of each guest that may move)."""
     broken = _broken(cluster, cons, current_assign(cluster), cons.capacity.committed())
-    return all(b.kind == "hot" for b in broken.values())
+    return frozenset(b.kind for b in broken.values())
+
+
+def repair_activity(cluster: Cluster, cons: Constraints) -> str:
+    """What a repair of ``cluster`` is, as migration windows name it: ``balance`` (nodes that
+    only run hot), ``maintenance`` (nothing but nodes in maintenance, and hot ones), else
+    ``repair`` (a hard rule or a capacity limit)."""
+    kinds = broken_kinds(cluster, cons) - {"hot"}
+    if not kinds:
+        return "balance"
+    return "maintenance" if kinds == {"maintenance"} else "repair"
 
 
 def first_moves(plan: Plan, batch: int, cluster: Cluster, cons: Constraints) -> Plan:
