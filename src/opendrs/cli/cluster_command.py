@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from opendrs.cli.arguments import Subcommands
-from opendrs.cli.output import add_format_option, dump_json, new_console
+from opendrs.cli.arguments import Subcommands, guest_by_name_or_id
+from opendrs.cli.output import add_format_option, add_verbose_option, dump_json, new_console
 from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, UsageError
 from opendrs.engine.breaks import rule_breaks
 from opendrs.engine.constraints import Constraints, movability, platform_balancer
@@ -215,22 +215,24 @@ def cmd_place(args: argparse.Namespace) -> int:
                 data["plan"] = plan.as_dict()
             dump_json(data)
         else:
-            show_evacuation(report, result)
+            show_evacuation(report, result, cluster)
             if plan is not None:
-                show_plan(report, plan)
+                show_plan(report, plan, cluster)
         return EXIT_PROBLEM if result.stuck else EXIT_OK
     if args.guest is not None:
-        if args.guest not in cluster.guest_index:
-            raise UsageError(f"--guest: no guest {args.guest!r} in {args.snapshot}")
-        placement = place_guest(cluster, args.guest, "recover" if args.failed else "balance")
+        names = {g.id: g.name for g in cluster.guests}
+        guest = guest_by_name_or_id(args.guest, names, "--guest", args.snapshot)
+        placement = place_guest(cluster, guest, "recover" if args.failed else "balance")
     else:
         if args.failed:
             raise UsageError("--failed goes with --guest or --evacuate, not --new")
-        placement = place_new(cluster, _parse_new(args.new))
+        new = _parse_new(args.new)
+        placement = place_new(cluster, new)
+        cluster = replace(cluster, guests=(*cluster.guests, new))  # to name it, and its rules
     if args.format == "json":
         dump_json(placement.as_dict())
     else:
-        show_placement(report, placement)
+        show_placement(report, placement, cluster, verbose=args.verbose)
     return EXIT_OK if placement.ranking else EXIT_PROBLEM
 
 
@@ -281,7 +283,9 @@ def add_cluster_parsers(sub: Subcommands) -> None:
     )
     p.add_argument("snapshot", metavar="SNAPSHOT")
     what = p.add_mutually_exclusive_group(required=True)
-    what.add_argument("--guest", metavar="ID", help="an existing guest: where should it be?")
+    what.add_argument(
+        "--guest", metavar="GUEST", help="an existing guest, by name or id: where should it be?"
+    )
     what.add_argument(
         "--new",
         metavar="SPEC",
@@ -295,4 +299,5 @@ def add_cluster_parsers(sub: Subcommands) -> None:
         help="the guest's node (or NODE) has failed: recovery rules (restart elsewhere)",
     )
     add_format_option(p)
+    add_verbose_option(p)
     p.set_defaults(func=cmd_place)

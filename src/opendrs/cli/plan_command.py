@@ -17,7 +17,7 @@ from opendrs.cli.arguments import (
     whole_number,
 )
 from opendrs.cli.cluster_command import read_snapshot
-from opendrs.cli.output import add_format_option, dump_json, new_console
+from opendrs.cli.output import add_format_option, add_verbose_option, dump_json, new_console
 from opendrs.cli.planning import PlanResult, make_plan
 from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, UsageError
 from opendrs.engine.policy import strategy_problem
@@ -75,8 +75,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
         dump_json(result.as_dict())
     else:
         report = Report(new_console())
-        show_proposal(report, result.proposal, result.by_arch)
-        show_plan(report, result.plan)
+        show_proposal(
+            report, result.proposal, result.by_arch, cluster=result.cluster, verbose=args.verbose
+        )
+        show_plan(report, result.plan, result.cluster)
         for _guest, reason in result.stuck:
             report.line(f"Repair stuck: {reason}", "red")
         show_bounds(report, result.proposal, result.bounds, result.achieved)
@@ -214,6 +216,7 @@ def add_plan_parsers(sub: Subcommands) -> None:
     p.add_argument("snapshot", metavar="SNAPSHOT")
     add_plan_options(p, "-o", "--option")
     add_format_option(p)
+    add_verbose_option(p)
     p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser(

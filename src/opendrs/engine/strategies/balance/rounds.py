@@ -11,6 +11,7 @@ from itertools import islice
 
 import numpy as np
 
+from opendrs.engine.strategies.base import Stop
 from opendrs.engine.usage import RESOURCES
 
 from .options import BalanceOptions
@@ -39,6 +40,12 @@ def balanced_reason(target_spread: float, spreads: np.ndarray, more: Iterable[st
         + ")"
     )
     return "; ".join([text, *more])
+
+
+def balanced_stop(target_spread: float, spreads: np.ndarray) -> Stop:
+    """The stop of a search that ended balanced: the goal and each resource's spread."""
+    figures = {f"{r}_spread": float(s) for r, s in zip(RESOURCES, spreads, strict=True)}
+    return Stop("balanced", {"target_spread": target_spread, **figures})
 
 
 @dataclass(frozen=True)
@@ -91,11 +98,11 @@ def grain_and_goal(state: BalanceState, target_spread: float) -> tuple[np.ndarra
 
 def balance_rounds(
     history: History, options: BalanceOptions, limit: int, *, shaped: bool
-) -> tuple[str, bool]:
+) -> tuple[str, Stop]:
     """Rounds of moves (and exchanges) on ``history``'s state until every weighted resource is
     within its goal (``state.goal``), at most ``limit`` steps of history; ``shaped``: the
-    shedding plan's units first, moves chosen by band distance. The stop reason, and whether
-    the goal was reached."""
+    shedding plan's units first, moves chosen by band distance. The stop reason, as a sentence
+    and as a :class:`Stop` (``balanced`` when the goal was reached)."""
     state = history.state
     weighted = state.weights > 0
     price = Price.of(state, options.margin)
@@ -107,7 +114,8 @@ def balance_rounds(
     while len(history) < limit:
         spreads = state.spreads()
         if np.all(spreads[weighted] <= state.goal[weighted]):
-            return balanced_reason(options.target_spread, spreads), True
+            stop = balanced_stop(options.target_spread, spreads)
+            return balanced_reason(options.target_spread, spreads), stop
         f = state.fractions()
         objective = state.objective()
         picks, shedding = _round_picks(state, plan, idle, f, options.wide, shaped, len(history))
@@ -124,8 +132,8 @@ def balance_rounds(
             return (
                 "no allowed move pays for itself (margin "
                 f"{options.margin:g} pp of σ per % of the cluster's migration cost)"
-            ), False
-    return "move limit reached", False
+            ), Stop("no_move_pays", {"margin": options.margin})
+    return "move limit reached", Stop("move_limit", {"max_moves": limit})
 
 
 def _round_picks(
