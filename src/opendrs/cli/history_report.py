@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from opendrs.engine.policy.metrics import format_metric, metric_label, metric_scale
 from opendrs.json_data import iso_time
+from opendrs.model.cluster import guest_label
 from opendrs.records import Avoid, DecisionRecord, MigrationRecord, decision_object
 from opendrs.report.charts import Line, bar_chart, line_chart
 from opendrs.report.render import Document
@@ -40,6 +41,7 @@ def history_document(config: Config, history: History) -> Document:
     migrations = history.migrations()
     latest = history.latest()
     avoided = history.avoid_entries(latest) if latest is not None else []
+    names = history.guest_names()
     metric = config.policy.metric
     threshold = config.policy.threshold
     spread = [(d.at, d.imbalance) for d in decisions if d.imbalance is not None]
@@ -57,10 +59,10 @@ def history_document(config: Config, history: History) -> Document:
         "counts": _counts(decisions, migrations),
         "codes": _codes(decisions),
         "days": days,
-        "failures": _failures(migrations, avoided),
+        "failures": _with_labels(_failures(migrations, avoided), names),
         "avoid_after_failure": config.executor.avoid_after_failure,
-        "avoided": [_avoid(a) for a in avoided],
-        "movers": _movers(migrations),
+        "avoided": _with_labels([_avoid(a) for a in avoided], names),
+        "movers": _with_labels(_movers(migrations), names),
         "actions": [decision_object(d) for d in decisions if d.action != "none"][-LATEST_ACTIONS:],
     }
 
@@ -68,6 +70,13 @@ def history_document(config: Config, history: History) -> Document:
         return _charts(spread, days, metric, threshold)
 
     return Document("history", f"opendrs history report: {data['cluster']}", data, charts)
+
+
+def _with_labels(rows: list[dict[str, Any]], names: Mapping[str, str]) -> list[dict[str, Any]]:
+    """``rows`` with each guest's ``label`` (``name (id)``, by the ``names`` the history
+    recorded) beside its id."""
+    label = [guest_label(row["guest"], names.get(row["guest"], "")) for row in rows]
+    return [{**row, "label": text} for row, text in zip(rows, label, strict=True)]
 
 
 def _outcome(migration: MigrationRecord) -> str:

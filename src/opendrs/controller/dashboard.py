@@ -39,6 +39,7 @@ from opendrs.engine.policy import Decision
 from opendrs.engine.policy.metrics import format_metric, metric_scale
 from opendrs.engine.usage import LoadModel
 from opendrs.json_data import iso_time, json_text
+from opendrs.model.cluster import guest_label
 from opendrs.report.charts import Line, line_chart
 
 __all__ = ["Dashboard", "Snapshot"]
@@ -87,6 +88,8 @@ class Dashboard:
         #: What the chart draws: the points of the last day, every n-th beyond CHART_POINTS.
         self._chart_points: list[list[float]] = []
         self._would: dict[str, Any] | None = None
+        #: Each guest's name, from the last cluster observed: the page says ``name (id)``.
+        self._names: dict[str, str] = {}
         self._snapshot = Snapshot(0, {"version": 0, **self._document()})
         self._rendered: dict[tuple[int, str], str] = {}
         self._drawn: tuple[object, str] | None = None
@@ -103,6 +106,7 @@ class Dashboard:
             self._base["observation"] = {"ok": False, "error": cycle.error, **self._at(cycle.at)}
         elif cycle.cluster is not None:
             cluster = cycle.cluster
+            self._names = {g.id: g.name for g in cluster.guests}
             loads = LoadModel.build(cluster)
             self._base.update(
                 observation={"ok": True, "error": None, **self._at(cycle.at)},
@@ -127,7 +131,7 @@ class Dashboard:
             self._ended.appendleft(
                 {
                     **self._at(event.at),
-                    "guest": move.guest,
+                    **self._guest(move.guest),
                     "source": move.source,
                     "target": move.target,
                     "outcome": event.kind,
@@ -173,7 +177,7 @@ class Dashboard:
             "act": decision.act,
             "reason": decision.reason,
             "metric": format_metric(metric, decision.metric) if metric != "none" else None,
-            "moves": _moves(decision),
+            "moves": [{**m, **self._guest(m["guest"])} for m in _moves(decision)],
         }
         self._base["now"] = summary
         if cycle.decision_id is not None:
@@ -186,6 +190,10 @@ class Dashboard:
                 self._points.popleft()
             stride = max(1, -(-len(self._points) // CHART_POINTS))
             self._chart_points = [[at, v] for at, v in list(self._points)[::stride]]
+
+    def _guest(self, guest: str) -> dict[str, str]:
+        """A guest's fields on the page: its ``guest`` id, and its ``label``, ``name (id)``."""
+        return {"guest": guest, "label": guest_label(guest, self._names.get(guest, ""))}
 
     @property
     def _config(self) -> Config:
@@ -202,7 +210,7 @@ class Dashboard:
             since = self._started.get(move.guest)
             rows.append(
                 {
-                    "guest": move.guest,
+                    **self._guest(move.guest),
                     "source": move.source,
                     "target": move.target,
                     "since": None if since is None else self._at(since)["time"],

@@ -477,7 +477,7 @@ class Controller:
             self.stuck = decision.stuck
         decision_id = self._record(now, cluster, decision, policy)
         if decision.act and decision.plan is not None and decision.plan.moves:
-            self._hand_on(decision.plan, decision_id)
+            self._hand_on(decision.plan, decision_id, cluster)
         result = Cycle(now, cluster, decision, decision_id, stuck=self.stuck)
         self._done(result, started)
         return result
@@ -520,8 +520,9 @@ class Controller:
             rule_check=rule_check,
         )
 
-    def _hand_on(self, plan: Plan, decision_id: int | None) -> None:
-        """In active mode, ``plan`` to the executor; in shadow mode, each move it would make."""
+    def _hand_on(self, plan: Plan, decision_id: int | None, cluster: Cluster) -> None:
+        """In active mode, ``plan`` to the executor; in shadow mode, each move it would make
+        (the guests of ``cluster`` by name)."""
         if self.config.active:
             self.executor.submit(plan, decision_id)
             self.executor.tick()
@@ -529,7 +530,7 @@ class Controller:
         for move in plan.moves:
             log.info(
                 "shadow: would migrate %s %s → %s (step %d)",
-                move.guest,
+                cluster.guest_label(move.guest),
                 move.source,
                 move.target,
                 move.step,
@@ -575,7 +576,9 @@ class Controller:
             "metric": policy.metric,
             "strategy": policy.strategy,
         }
-        plan = decision.plan.as_dict()["moves"] if decision.plan is not None else []
+        # Each move with its guest's name: the history, status and the reports say it by name.
+        moves = decision.plan.as_dict()["moves"] if decision.plan is not None else []
+        plan = [{**m, "name": cluster.guest(m["guest"]).name} for m in moves]
         return self.history.record_decision(
             at=now,
             cluster=cluster.name,
