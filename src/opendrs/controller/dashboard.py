@@ -36,11 +36,18 @@ from opendrs.controller.views import (
     stuck_rows,
 )
 from opendrs.engine.policy import Decision
-from opendrs.engine.policy.metrics import format_metric, metric_scale
+from opendrs.engine.policy.metrics import (
+    format_metric,
+    measure_by_arch,
+    metric_label,
+    metric_scale,
+)
 from opendrs.engine.usage import LoadModel
 from opendrs.json_data import iso_time, json_text
-from opendrs.model.cluster import guest_label
+from opendrs.model.cluster import Cluster, guest_label
+from opendrs.model.units import format_duration
 from opendrs.report.charts import Line, line_chart
+from opendrs.report.words import purpose_words
 
 __all__ = ["Dashboard", "Snapshot"]
 
@@ -111,7 +118,11 @@ class Dashboard:
             self._base.update(
                 observation={"ok": True, "error": None, **self._at(cycle.at)},
                 cluster=cluster_summary(cluster),
-                groups=_groups(node_loads(cluster, loads), arch_spreads(cluster, loads)),
+                groups=_groups(
+                    node_loads(cluster, loads),
+                    arch_spreads(cluster, loads),
+                    self._measured(cluster, loads),
+                ),
             )
             if cycle.decision is not None:
                 self._base["stuck"] = stuck_rows(cluster, cycle.stuck)
@@ -177,7 +188,7 @@ class Dashboard:
             "act": decision.act,
             "reason": decision.reason,
             "metric": format_metric(metric, decision.metric) if metric != "none" else None,
-            "moves": [{**m, **self._guest(m["guest"])} for m in _moves(decision)],
+            "moves": [self._move(m) for m in _moves(decision)],
         }
         self._base["now"] = summary
         if cycle.decision_id is not None:
@@ -191,9 +202,25 @@ class Dashboard:
             stride = max(1, -(-len(self._points) // CHART_POINTS))
             self._chart_points = [[at, v] for at, v in list(self._points)[::stride]]
 
+    def _measured(self, cluster: Cluster, loads: LoadModel) -> dict[str, str]:
+        """The policy's metric on each CPU architecture's nodes now, as the header names it."""
+        metric = self._config.policy.metric
+        if metric == "none":
+            return {}
+        values = measure_by_arch(cluster, metric, loads)
+        return {arch: format_metric(metric, value) for arch, value in values.items()}
+
     def _guest(self, guest: str) -> dict[str, str]:
         """A guest's fields on the page: its ``guest`` id, and its ``label``, ``name (id)``."""
-        return {"guest": guest, "label": guest_label(guest, self._names.get(guest, ""))}
+        return {"guest": guest, "label": self._label(guest)}
+
+    def _label(self, guest: str) -> str:
+        return guest_label(guest, self._names.get(guest, ""))
+
+    def _move(self, move: dict[str, Any]) -> dict[str, Any]:
+        """A plan's move on the page: its guest named, its reason code in ``words``."""
+        label = self._guest(move["guest"])
+        return {**move, **label, "words": purpose_words(move["reason"], self._label)}
 
     @property
     def _config(self) -> Config:
@@ -226,7 +253,13 @@ class Dashboard:
             "command": self.command,
             "backend": config.backend.type,
             "simulated": self._simulated,
-            "policy": policy_summary(config),
+            "policy": {
+                **policy_summary(config),
+                "metric_label": metric_label(config.policy.metric),
+                "smoothing": format_duration(config.policy.smoothing)
+                if config.policy.smoothing
+                else "",
+            },
             "observation": self._base.get("observation"),
             # Why this instance stays idle (leader_only: another node leads), or None.
             "standby": self._controller.standing_by if self._controller is not None else None,
@@ -302,13 +335,22 @@ def simulated_time(at: float) -> str:
 
 
 def _groups(
-    nodes: list[dict[str, Any]], spreads: dict[str, dict[str, float]]
+    nodes: list[dict[str, Any]], spreads: dict[str, dict[str, float]], measured: dict[str, str]
 ) -> list[dict[str, Any]]:
-    """The nodes by CPU architecture where the usable ones have several, else one group."""
+    """The nodes by CPU architecture where the usable ones have several, else one group; each
+    with its spread per resource and the policy's metric on it now (``measured``, per
+    architecture: what the header's threshold is compared with)."""
     if len(spreads) < 2:
-        return [{"arch": None, "nodes": nodes, "spread": next(iter(spreads.values()), {})}]
+        spread = next(iter(spreads.values()), {})
+        metric = next(iter(measured.values()), None)
+        return [{"arch": None, "nodes": nodes, "spread": spread, "metric": metric}]
     return [
-        {"arch": arch, "nodes": [n for n in nodes if n["arch"] == arch], "spread": spread}
+        {
+            "arch": arch,
+            "nodes": [n for n in nodes if n["arch"] == arch],
+            "spread": spread,
+            "metric": measured.get(arch),
+        }
         for arch, spread in spreads.items()
     ]
 

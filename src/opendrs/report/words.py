@@ -9,7 +9,7 @@ in ``--format json`` and ``--verbose``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -24,6 +24,7 @@ __all__ = [
     "copied_bytes",
     "move_sentences",
     "penalty_rules",
+    "purpose_words",
     "stop_sentence",
 ]
 
@@ -70,7 +71,7 @@ def move_sentences(cluster: Cluster, moves: Sequence[ProposedMove]) -> list[str]
             f"moves {cluster.guests[j].label} off {move.source} ({_loads(fractions[s], shown)}) "
             f"to {move.target} ({_loads(fractions[t], shown)})"
         )
-        purpose = _purpose(move.reason, cluster)
+        purpose = purpose_words(move.reason, cluster.guest_label)
         sentences.append(
             sentence + (f" {purpose}" if purpose else "") + f"; copies "
             f"{format_bytes(copied_bytes(cluster.guests[j]))}"
@@ -92,14 +93,14 @@ def _loads(node: np.ndarray, shown: list[int]) -> str:
     return ", ".join(f"{RESOURCES[r]} {_percent(node[r])}" for r in shown)
 
 
-def _purpose(reason: str, cluster: Cluster) -> str:
-    """A move's reason code in words, with the guest it moves with (``(with ID)``)."""
+def purpose_words(reason: str, label: Callable[[str], str] = str) -> str:
+    """A move's reason code in words ("" for balancing alone, and for another strategy's own
+    sentence, whose figures are for ``--verbose``), with the guest it moves with (``(with
+    ID)``, named by ``label``)."""
     code, _, partner = reason.partition(" (with ")
-    words = _PURPOSES.get(code)
-    if words is None:  # another strategy's own sentence: its figures are for --verbose
-        words = ""
+    words = _PURPOSES.get(code, "")
     if partner:
-        words = f"{words} together with {cluster.guest_label(partner.rstrip(')'))}".strip()
+        words = f"{words} together with {label(partner.rstrip(')'))}".strip()
     return words
 
 
