@@ -5,6 +5,7 @@ the width they get."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -109,3 +110,45 @@ def test_show_on_an_80_column_terminal_keeps_one_line_per_node() -> None:
     rows = plain[start + 2 : start + 7]
     assert [row.split()[0] for row in rows] == ["pve1", "pve2", "pve3", "pve4", "pve5"]
     assert all(len(row) <= 80 and row.rstrip().endswith("%") for row in rows)
+
+
+def _commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found += [(*path, name), *_commands(sub, (*path, name))]
+    return found
+
+
+def test_every_command_has_a_description_and_help_points_to_what_is_installed() -> None:
+    from opendrs.cli.main import build_parser
+
+    commands = _commands(build_parser())
+    assert len(commands) >= 17
+    for command in commands:
+        proc = opendrs(*command, "--help", columns=100)
+        assert proc.returncode == 0, command
+        described = proc.stdout.split("\n\n")[1]  # usage, then the description
+        assert not described.startswith(("positional arguments", "options")), command
+        assert "docs/" not in proc.stdout, command  # not installed: the man page is
+    top = opendrs("--help", columns=100).stdout
+    assert "'man opendrs'" in top and "'opendrs COMMAND --help'" in top
+    wrong = opendrs("plan")
+    assert wrong.returncode == 2 and wrong.stderr.endswith("(see 'opendrs plan --help')\n")
+
+
+def test_pve_decide_names_the_field_and_its_json_kind() -> None:
+    lines = '{"nodes": null}\n{"nodes": {"a": 5}}\n{"nodes": {"a": {}}, "services": []}\n'
+    proc = subprocess.run(
+        [sys.executable, "-m", "opendrs", "pve", "decide"],
+        input=lines,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    answers = [json.loads(line)["error"] for line in proc.stdout.splitlines()]
+    assert answers[0] == "line 1: field 'nodes' must be an object, got null."
+    assert answers[1] == "line 2: field 'nodes.a' must be an object, got the number 5."
+    assert answers[2] == "line 3: field 'services' must be an object, got an array."
+    assert not any("NoneType" in a or "int" in a.split() or "list" in a for a in answers)

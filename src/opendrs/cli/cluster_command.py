@@ -263,7 +263,14 @@ def _evacuation_repair(cluster: Cluster, greedy: Evacuation) -> tuple[Evacuation
 
 def add_cluster_parsers(sub: Subcommands) -> None:
     """``validate``, ``show`` and ``place``."""
-    p = sub.add_parser("validate", help="check a snapshot file and its rules")
+    p = sub.add_parser(
+        "validate",
+        help="check a snapshot file and its rules",
+        description="Read a snapshot file and check its rules as Proxmox's HA rule checks do "
+        "(contradictions, rules no placement can keep). A rule ignored in favour of one of an "
+        "earlier origin is a warning. Exit status: 0 valid, 2 unreadable, invalid, or rules "
+        "dropped.",
+    )
     p.add_argument("snapshot", metavar="SNAPSHOT")
     add_format_option(p)
     p.set_defaults(func=cmd_validate)
@@ -271,6 +278,10 @@ def add_cluster_parsers(sub: Subcommands) -> None:
     p = sub.add_parser(
         "show",
         help="nodes with load bars, guests per node, imbalance figures, rules broken now",
+        description="Show a snapshot: each node's load per resource as a bar (as wide as the "
+        "terminal lets it be) and its size, the imbalance of the usable nodes, the guests per "
+        "node as name (id), the rules dropped and broken now, the nodes over capacity and what "
+        "a repair would leave stuck. Exit status: 0 shown, 2 bad input.",
     )
     p.add_argument("snapshot", metavar="SNAPSHOT")
     p.add_argument("--no-guests", action="store_true", help="leave out the guest table")
@@ -280,6 +291,11 @@ def add_cluster_parsers(sub: Subcommands) -> None:
     p = sub.add_parser(
         "place",
         help="rank the nodes for a guest, a new guest, or every guest of a node to evacuate",
+        description="Rank the nodes that can take a guest (by name or id), a new guest, or "
+        "each guest of a node to evacuate: the hard constraints filter the nodes, each rejected "
+        "node says why, and the others rank by how even the loads would be, each soft rule "
+        "broken (named) counting against a node. -v adds the engine's score. Exit status: 0 "
+        "placed, 1 no node can take it or guests stay on the node, 2 bad input.",
     )
     p.add_argument("snapshot", metavar="SNAPSHOT")
     what = p.add_mutually_exclusive_group(required=True)

@@ -214,6 +214,11 @@ def add_demo_parser(sub: Subcommands) -> None:
     p = sub.add_parser(
         "demo",
         help="the controller in active mode against a simulated cluster, live (built-in scenario)",
+        description="Run the controller in active mode against the built-in demo cluster (8 "
+        "nodes, 80 guests packed onto a few of them, a day of office-hours load, 2 % of "
+        "migrations failing): on a terminal a live table of node loads converges while the "
+        "migrations print, paced to about eight seconds; elsewhere as fast as it computes. A "
+        "summary ends it. Nothing real is touched.",
     )
     p.add_argument("--days", type=simulated_days, help="simulated days (default: the scenario's)")
     p.add_argument(

@@ -185,7 +185,7 @@ def add_plan_options(p: argparse.ArgumentParser, *option_flags: str) -> None:
         action="append",
         default=[],
         metavar="NAME=VALUE",
-        help="any other strategy option (see docs/strategies.md), e.g. "
+        help="any other strategy option (each strategy's options: 'man opendrs'), e.g. "
         f"{option_flags[0]} balanciness=4",
     )
     p.add_argument(
@@ -242,5 +242,10 @@ def add_plan_parsers(sub: Subcommands) -> None:
     add_plan_options(p, "--option")
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("strategies", help="list the rebalancing strategies")
+    p = sub.add_parser(
+        "strategies",
+        help="list the rebalancing strategies",
+        description="List the strategies 'plan --strategy' and a policy's strategy take, one "
+        "line each: its name and what it does.",
+    )
     p.set_defaults(func=cmd_strategies)
