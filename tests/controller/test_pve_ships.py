@@ -409,7 +409,7 @@ def test_once_the_proxmox_preset_waits_for_a_queued_ha_move(
     assert all(moves_asked(fake, vmid) == 0 for vmid in range(100, 106))
     [(action, reason)] = decisions(tmp_path)
     assert action == "none" and reason.startswith(
-        "105 (vm105) is moving: no new decision until it ends (imbalance "
+        "vm105 (105) is moving: no new decision until it ends (imbalance "
     ), reason
     # The HA manager carries the move out; once it is over, the preset makes its one move.
     fake.run(fake.pve.carry_out_ha_motions())
