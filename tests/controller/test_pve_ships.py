@@ -164,7 +164,7 @@ def test_the_daemon_never_puts_the_guest_on_a_node_it_avoids(
     tmp_path: Path, fake: FakeCluster
 ) -> None:
     never_on_pve3(fake)
-    log = daemon_beside_the_ha_manager(tmp_path, fake, r"started \d+ pve1 → ")
+    log = daemon_beside_the_ha_manager(tmp_path, fake, r"started (?:\S+ \()?\d+\)? pve1 → ")
     assert not [m for m in migrations(tmp_path) if m[0] == "100" and m[2] == "pve3"], log
     assert node_of(fake, 100) != "pve3" and fake.pve.crm_moves == [], log
 
