@@ -102,7 +102,7 @@ def test_strategies_and_demo(capsys: pytest.CaptureFixture[str]) -> None:
     assert "pve-bruteforce" in out and "optimal" in out
     code, out, _ = run(capsys, "demo", "--fast", "--days", "0.5")
     assert code == 0 and "opendrs demo:" in out
-    assert "Stability over 0.5 simulated days of builtin:demo" in out
+    assert "What opendrs did over 0.5 simulated days of the demo cluster" in out
     assert " done " in out  # migrations as they happen
 
 

@@ -164,6 +164,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     scenario = _scenario(args)
     chosen = _policies(args.policy or [DEFAULT_POLICIES])
     _check_budget_args(args)
+    if args.report is not None:
+        from opendrs.cli.report_command import check_writable
+
+        check_writable(args.report, "--report")
     policies = with_budget(
         [policy for policy, _ in chosen], args.budget, args.budget_window, args.spend_budget
     )
