@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from opendrs.cli.arguments import Subcommands
-from opendrs.cli.output import add_format_option, dump_json, new_console
+from opendrs.cli.arguments import Subcommands, guest_by_name_or_id
+from opendrs.cli.output import add_format_option, add_verbose_option, dump_json, new_console
 from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, UsageError
 from opendrs.engine.breaks import rule_breaks
 from opendrs.engine.constraints import Constraints, movability, platform_balancer
@@ -256,22 +256,24 @@ def cmd_place(args: argparse.Namespace) -> int:
                 data["plan"] = plan.as_dict()
             dump_json(data)
         else:
-            show_evacuation(report, result)
+            show_evacuation(report, result, cluster)
             if plan is not None:
-                show_plan(report, plan)
+                show_plan(report, plan, cluster)
         return EXIT_PROBLEM if result.stuck else EXIT_OK
     if args.guest is not None:
-        if args.guest not in cluster.guest_index:
-            raise UsageError(f"--guest: no guest {args.guest!r} in {args.snapshot}")
-        placement = place_guest(cluster, args.guest, "recover" if args.failed else "balance")
+        names = {g.id: g.name for g in cluster.guests}
+        guest = guest_by_name_or_id(args.guest, names, "--guest", args.snapshot)
+        placement = place_guest(cluster, guest, "recover" if args.failed else "balance")
     else:
         if args.failed:
             raise UsageError("--failed goes with --guest or --evacuate, not --new")
-        placement = place_new(cluster, _parse_new(args.new))
+        new = _parse_new(args.new)
+        placement = place_new(cluster, new)
+        cluster = replace(cluster, guests=(*cluster.guests, new))  # to name it, and its rules
     if args.format == "json":
         dump_json(placement.as_dict())
     else:
-        show_placement(report, placement)
+        show_placement(report, placement, cluster, verbose=args.verbose)
     return EXIT_OK if placement.ranking else EXIT_PROBLEM
 
 
@@ -305,10 +307,12 @@ def add_cluster_parsers(sub: Subcommands) -> None:
     p = sub.add_parser(
         "validate",
         help="check a snapshot file and its rules, or a configuration file",
-        description="SNAPSHOT: check the snapshot and its rules (a rule set aside for another "
-        "is a warning). --config FILE: check a configuration as 'opendrs run' reads it, a "
-        "problem in each section it has one in, and say what it would make opendrs do. One "
-        "line per problem: file, field, reason. Exit status: 0 valid, 2 a problem.",
+        description="SNAPSHOT: read a snapshot file and check its rules as Proxmox's HA rule "
+        "checks do (contradictions, rules no placement can keep); a rule ignored in favour of "
+        "one of an earlier origin is a warning. --config FILE: check a configuration as "
+        "'opendrs run' reads it, a problem in each section it has one in, and say what it would "
+        "make opendrs do. One line per problem: file, field, reason. Exit status: 0 valid, 2 "
+        "unreadable, invalid, or rules dropped.",
     )
     p.add_argument("snapshot", metavar="SNAPSHOT", nargs="?", help="a snapshot, or 'demo'")
     p.add_argument("--config", metavar="FILE", help="a configuration file to check instead")
@@ -318,6 +322,10 @@ def add_cluster_parsers(sub: Subcommands) -> None:
     p = sub.add_parser(
         "show",
         help="nodes with load bars, guests per node, imbalance figures, rules broken now",
+        description="Show a snapshot: each node's load per resource as a bar (as wide as the "
+        "terminal lets it be) and its size, the imbalance of the usable nodes, the guests per "
+        "node as name (id), the rules dropped and broken now, the nodes over capacity and what "
+        "a repair would leave stuck. Exit status: 0 shown, 2 bad input.",
     )
     p.add_argument("snapshot", metavar="SNAPSHOT")
     p.add_argument("--no-guests", action="store_true", help="leave out the guest table")
@@ -327,10 +335,17 @@ def add_cluster_parsers(sub: Subcommands) -> None:
     p = sub.add_parser(
         "place",
         help="rank the nodes for a guest, a new guest, or every guest of a node to evacuate",
+        description="Rank the nodes that can take a guest (by name or id), a new guest, or "
+        "each guest of a node to evacuate: the hard constraints filter the nodes, each rejected "
+        "node says why, and the others rank by how even the loads would be, each soft rule "
+        "broken (named) counting against a node. -v adds the engine's score. Exit status: 0 "
+        "placed, 1 no node can take it or guests stay on the node, 2 bad input.",
     )
     p.add_argument("snapshot", metavar="SNAPSHOT")
     what = p.add_mutually_exclusive_group(required=True)
-    what.add_argument("--guest", metavar="ID", help="an existing guest: where should it be?")
+    what.add_argument(
+        "--guest", metavar="GUEST", help="an existing guest, by name or id: where should it be?"
+    )
     what.add_argument(
         "--new",
         metavar="SPEC",
@@ -344,4 +359,5 @@ def add_cluster_parsers(sub: Subcommands) -> None:
         help="the guest's node (or NODE) has failed: recovery rules (restart elsewhere)",
     )
     add_format_option(p)
+    add_verbose_option(p)
     p.set_defaults(func=cmd_place)
