@@ -10,11 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from opendrs.cli.planning import PlanResult
+from opendrs.cli.planning import PlanResult, rules_document
 from opendrs.engine.breaks import rule_breaks
 from opendrs.engine.usage import RESOURCES, LoadModel
 from opendrs.model.cluster import Cluster
-from opendrs.model.rules import Rules
 from opendrs.report.charts import Line, bar_chart
 from opendrs.report.render import Document
 from opendrs.report.text import node_state
@@ -42,7 +41,7 @@ def plan_document(result: PlanResult, source: str) -> Document:
         "imbalance_by_arch": {arch: _imbalance(metrics) for arch, metrics in by_arch.items()},
         "steps": _steps(plan["moves"], plan["proposed"]),
         "bounds": _bounds(plan),
-        "rules": _rules(result.cluster.rules),
+        "rules": rules_document(result.cluster.rules),
         "problems": [str(p) for p in result.constraints.problems],
         "breaks_before": [str(b) for b in rule_breaks(result.cluster, kept)],
         "breaks_after": [str(b) for b in rule_breaks(result.placed, kept)],
@@ -154,34 +153,3 @@ def _bounds(plan: Mapping[str, Any]) -> dict[str, Any]:
         "ratio": migrations / bounds["migrations"] if bounds["migrations"] else None,
         "moved_bytes": bounds["moved_bytes"],
     }
-
-
-def _rules(rules: Rules) -> dict[str, Any]:
-    return {
-        "node_affinity": [
-            {
-                "name": r.name,
-                "guests": list(r.guests),
-                "nodes": _nodes_of(r.nodes),
-                "strict": r.strict,
-            }
-            for r in rules.node_affinity
-        ],
-        "guest_affinity": [
-            {
-                "name": r.name,
-                "guests": list(r.guests),
-                "together": r.positive,
-                "hard": r.hard,
-            }
-            for r in rules.guest_affinity
-        ],
-        "ignored": sorted(rules.ignored),
-    }
-
-
-def _nodes_of(priorities: Mapping[str, int]) -> list[str]:
-    """A node affinity's nodes, each with its priority where they are not all the same."""
-    if len(set(priorities.values())) <= 1:
-        return list(priorities)
-    return [f"{node} (priority {priority})" for node, priority in priorities.items()]

@@ -18,6 +18,7 @@ from opendrs.engine.planner import Plan
 from opendrs.engine.strategies.base import Proposal, cluster_imbalance, imbalance_by_arch
 from opendrs.engine.usage import RESOURCES, LoadModel
 from opendrs.model.cluster import Cluster, Guest, Node
+from opendrs.model.rules import Rules
 from opendrs.model.units import format_bytes
 
 BAR_WIDTH = 20
@@ -167,7 +168,29 @@ def show_cluster(report: Report, cluster: Cluster, *, guests: bool = True) -> No
     if guests:
         report.heading("Guests")
         report.table(_GUEST_HEADERS, _guest_rows(cluster), right=(5, 6, 7, 8))
+    _show_rules(report, cluster.rules)
     _show_problems(report, cluster, cons, committed)
+
+
+def _show_rules(report: Report, rules: Rules) -> None:
+    """Each node and guest rule: its name, what it does, its guests and its origin."""
+    if not rules.node_affinity and not rules.guest_affinity:
+        return
+    report.heading("Rules")
+    for node_rule in rules.node_affinity:
+        strength = "strict" if node_rule.strict else "preferred"
+        nodes = ", ".join(node_rule.nodes)
+        report.line(
+            f"  {node_rule.name}: {', '.join(node_rule.guests)} on {nodes} ({strength}), "
+            f"origin {node_rule.origin}"
+        )
+    for guest_rule in rules.guest_affinity:
+        kind = "together" if guest_rule.positive else "apart"
+        strength = "hard" if guest_rule.hard else "soft"
+        report.line(
+            f"  {guest_rule.name}: {', '.join(guest_rule.guests)} kept {kind} ({strength}), "
+            f"origin {guest_rule.origin}"
+        )
 
 
 def _node_rows(
@@ -381,6 +404,19 @@ def show_plan(report: Report, plan: Plan) -> None:
         report.line(f"  {guest} cannot reach {target} safely", "red")
     for problem in plan.problems:
         report.line(f"  {problem}", "yellow")
+
+
+def show_plan_breaks(report: Report, before: Cluster, after: Cluster, kept: Rules) -> None:
+    """The rules (``kept``: those the checks keep) broken before the plan, and those it leaves
+    broken, each with its origin; nothing when none is broken before or after."""
+    origins = {r.name: r.origin for r in (*kept.node_affinity, *kept.guest_affinity)}
+    for title, cluster in (("before the plan", before), ("after the plan", after)):
+        breaks = rule_breaks(cluster, kept)
+        if breaks:
+            report.heading(f"Rules broken {title}")
+        for broken in breaks:
+            origin = origins.get(broken.rule, "config")
+            report.line(f"  {broken}; origin {origin}", "red" if broken.hard else "yellow")
 
 
 def show_bounds(
