@@ -197,3 +197,42 @@ def test_without_an_http_token_the_place_api_is_off(tmp_path: Path) -> None:
     finally:
         cluster.stop()
     assert status == 403 and answer == {"error": "/api/place needs http.token_file"}
+
+
+# -- the answer, without the daemon ---------------------------------------------------------
+
+SNAPSHOT = """\
+version: 1
+nodes:
+  pve1: {cpu: 16, memory: 64GiB}
+  pve2: {cpu: 16, memory: 64GiB}
+  pve3: {cpu: 16, memory: 64GiB, maintenance: true}
+guests:
+  - {id: 100, node: pve1, cpu: 2, memory: 4GiB}
+  - {id: 101, node: pve2, cpu: 2, memory: 4GiB}
+rules:
+  - {type: anti-affinity, name: plb_anti_affinity_dns, guests: [100, 101], origin: tag, hard: false}
+"""
+
+
+def _answer(request: dict[str, Any]) -> dict[str, Any]:
+    from opendrs.controller.place_api import place_for
+    from opendrs.model.snapshot import loads
+
+    return place_for(loads(SNAPSHOT), request)
+
+
+def test_a_tag_joins_its_rule_and_a_soft_break_is_a_reason() -> None:
+    answer = _answer({"memory": "2GiB", "tags": ["plb_anti_affinity_dns", "other"]})
+    assert answer["rules"] == ["plb_anti_affinity_dns"]
+    assert answer["notes"] == ["no rule 'other' in the daemon's view"]
+    rows = {row["node"]: row for row in answer["nodes"]}
+    soft = "breaks anti-affinity 'plb_anti_affinity_dns' (soft, origin tag)"
+    assert rows["pve1"]["fits"] and rows["pve1"]["reasons"] == [soft]
+    assert rows["pve3"] == {"node": "pve3", "fits": False, "reasons": ["node in maintenance"]}
+
+
+def test_a_hard_affinity_names_the_partner_that_moves_with_it() -> None:
+    answer = _answer({"memory": "2GiB", "affinity": [100]})
+    assert answer["members"] == ["100"] and answer["rules"] == ["request affinity"]
+    assert answer["best"] in ("pve1", "pve2")

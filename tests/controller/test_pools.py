@@ -105,6 +105,27 @@ def test_snapshot_show_and_plan_carry_the_pool_rule(tmp_path: Path, pve: Any) ->
     assert len(set(ends.values())) >= 2, plan["moves"]  # a soft rule: a penalty to lessen
 
 
+def test_an_ha_rule_holds_over_a_pool_rule(tmp_path: Path, pve: Any) -> None:
+    """An HA resource-affinity keeping 100 and 101 together (a platform rule) holds; the pool's
+    anti-affinity, of a later origin, is ignored with a warning naming both."""
+    pve.pve.ha_rules = [
+        {
+            "rule": "web-pair",
+            "type": "resource-affinity",
+            "resources": "vm:100,vm:101",
+            "affinity": "positive",
+            "digest": "0" * 40,
+        }
+    ]
+    done = run_once(_config(tmp_path, pve, "{web: anti-affinity}"))
+    assert done.returncode == 0, done.stderr
+    ignored = (
+        "Ignore pool rule 'pool web', because guests '100', '101' are kept both together and "
+        "apart, and platform rule 'web-pair' holds"
+    )
+    assert any(line.endswith(ignored) for line in done.stderr.splitlines()), done.stderr
+
+
 @pytest.mark.parametrize(
     ("pools", "error"),
     [
