@@ -197,3 +197,34 @@ def test_no_plan_breaks_a_pool_kept_apart(
         max_node_inflow=None,
     )
     assert not [b for b in rule_breaks(result.placed) if b.rule == "pool web"], result.plan.moves
+
+
+class _BeforeEightOne:
+    """A client of a Proxmox VE before 8.1: ``GET /pools`` takes no ``poolid`` (400), and
+    ``GET /pools/{poolid}`` answers the pool's members."""
+
+    def __init__(self) -> None:
+        self.paths: list[str] = []
+
+    def get(self, path: str, **params: Any) -> Any:
+        from opendrs.backends.base import HttpError
+
+        self.paths.append(path + "".join(f"?{k}={v}" for k, v in params.items()))
+        if path == "pools" and params:
+            raise HttpError("400 parameter verification failed", 400, "poolid", transient=False)
+        if path == "pools":
+            return [{"poolid": "web"}, {"poolid": "other"}]
+        members = [{"vmid": 100, "type": "qemu"}, {"vmid": 101}, {"id": "storage/pve1/local"}]
+        return {"members": members}
+
+
+def test_the_members_are_read_from_the_older_path_before_proxmox_8_1() -> None:
+    from opendrs.backends.proxmox.pools import PoolRule, pool_rules
+
+    client = _BeforeEightOne()
+    warnings: list[str] = []
+    setting = {"web": PoolRule(positive=False)}
+    rules = pool_rules(client, setting, {"100", "101", "102"}, warnings.append)  # type: ignore[arg-type]
+    assert rules == [GuestAffinity("pool web", ("100", "101"), False, True, origin="pool")]
+    assert client.paths == ["pools", "pools?poolid=web", "pools/web"]
+    assert warnings == []

@@ -8,9 +8,9 @@ rule of every pool the setting does not name. ProxLB's ``pin`` is not taken: a p
 affinity is an HA rule's work.
 
 Each observation lists the pools (``GET /pools``, which shows the pools the token may audit:
-``Pool.Audit``) and reads the members of those the setting covers (``GET /pools?poolid=``); a pool
-with two or more of the observed guests becomes the :class:`~opendrs.model.rules.GuestAffinity`
-``pool <poolid>`` of origin ``pool``. A pool the setting names that the API does not list is
+``Pool.Audit``) and reads the members of those the setting covers (``GET /pools?poolid=``, or
+``GET /pools/{poolid}`` before Proxmox VE 8.1); a pool with two or more of the observed guests
+becomes the :class:`~opendrs.model.rules.GuestAffinity` ``pool <poolid>`` of origin ``pool``. A pool the setting names that the API does not list is
 warned about, once.
 """
 
@@ -21,7 +21,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from opendrs.backends.proxmox.values import as_list
+from opendrs.backends.base import HttpError
+from opendrs.backends.proxmox.values import as_dict, as_list
 from opendrs.model.document import Path, Reader, describe
 from opendrs.model.rules import POOL_RULE_PREFIX, GuestAffinity
 
@@ -90,8 +91,16 @@ def pool_rules(
 
 
 def _members(client: Client, pool: str, ids: set[str]) -> tuple[str, ...]:
-    """The guests of ``pool`` among ``ids``, by vmid."""
-    answer = as_list(client.get("pools", poolid=pool), f"/pools?poolid={pool}")
-    members = answer[0].get("members", []) if answer else []
+    """The guests of ``pool`` among ``ids``, by vmid: ``GET /pools?poolid=`` (Proxmox VE 8.1+),
+    else ``GET /pools/{poolid}`` (before 8.1 the former refuses the parameter with a 400)."""
+    try:
+        answer = as_list(client.get("pools", poolid=pool), f"/pools?poolid={pool}")
+        members = answer[0].get("members", []) if answer else []
+    except HttpError as exc:
+        if exc.status != 400:
+            raise
+        members = as_dict(client.get(f"pools/{pool}"), f"/pools/{pool}").get("members", [])
+    if not isinstance(members, list):
+        members = []
     vmids = {str(m.get("vmid")) for m in members if isinstance(m, dict) and "vmid" in m}
     return tuple(sorted(vmids & ids, key=int))
