@@ -236,3 +236,23 @@ def test_a_hard_affinity_names_the_partner_that_moves_with_it() -> None:
     answer = _answer({"memory": "2GiB", "affinity": [100]})
     assert answer["members"] == ["100"] and answer["rules"] == ["request affinity"]
     assert answer["best"] in ("pve1", "pve2")
+
+
+def test_a_bug_placing_is_a_json_500_and_the_server_goes_on() -> None:
+    from opendrs.controller.config import HttpConfig
+    from opendrs.controller.http_server import MetricsServer
+    from opendrs.controller.metrics import DaemonMetrics
+    from opendrs.controller.place_api import PlaceView
+
+    class Broken(PlaceView):
+        def answer(self, body: bytes) -> Any:
+            raise RuntimeError("a bug")
+
+    server = MetricsServer(HttpConfig("127.0.0.1", 0), DaemonMetrics(), HTTP_TOKEN, None, Broken())
+    server.start()
+    try:
+        status, answer, _ = post(server.address, {"memory": "1G"})
+        assert (status, answer) == (500, {"error": "cannot place: see the log"})
+        assert post(server.address, {"memory": "1G"})[0] == 500  # still answering
+    finally:
+        server.stop()

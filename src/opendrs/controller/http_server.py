@@ -143,7 +143,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._not_allowed()
 
     def __getattr__(self, name: str) -> Callable[[], None]:
-        """Every other method (``do_POST``, ``do_PUT``…): 405, nothing changes."""
+        """Every other method (``do_PUT``, ``do_DELETE``…): 405, nothing changes."""
         if name.startswith("do_"):
             return self._not_allowed
         raise AttributeError(name)
@@ -214,8 +214,13 @@ class _Handler(BaseHTTPRequestHandler):
             status, reason, headers = refused
             self._send(*json_error(status, reason), {**headers, **_JSON})
             return
-        length = int(self.headers.get("Content-Length", ""))
-        self._send(*place.answer(self.rfile.read(length)), _JSON)
+        body = self.rfile.read(int(self.headers.get("Content-Length", "")))
+        try:
+            answer = place.answer(body)
+        except Exception:  # a bug placing the guest must not reach the daemon: 500, logged
+            log.exception("http %s: cannot answer %s", self.address_string(), _PLACE)
+            answer = json_error(HTTPStatus.INTERNAL_SERVER_ERROR, "cannot place: see the log")
+        self._send(*answer, _JSON)
 
     def _place_refused(self) -> tuple[HTTPStatus, str, dict[str, str]] | None:
         """Why ``POST /api/place`` is refused before its body is read (status, reason, headers),
