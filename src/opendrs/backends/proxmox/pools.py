@@ -10,8 +10,8 @@ affinity is an HA rule's work.
 Each observation lists the pools (``GET /pools``, which shows the pools the token may audit:
 ``Pool.Audit``) and reads the members of those the setting covers (``GET /pools?poolid=``, or
 ``GET /pools/{poolid}`` before Proxmox VE 8.1); a pool with two or more of the observed guests
-becomes the :class:`~opendrs.model.rules.GuestAffinity` ``pool <poolid>`` of origin ``pool``. A pool the setting names that the API does not list is
-warned about, once.
+becomes the :class:`~opendrs.model.rules.GuestAffinity` ``pool <poolid>`` of origin ``pool``. A
+pool the setting names that the API does not list is warned about, once.
 """
 
 from __future__ import annotations
