@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from collections.abc import Mapping
 from dataclasses import replace
@@ -19,10 +18,10 @@ from opendrs.engine.planner import Plan
 from opendrs.engine.policy import repair, stuck_now, warn_stuck
 from opendrs.engine.strategies.base import cluster_imbalance, imbalance_by_arch
 from opendrs.engine.usage import LoadModel
-from opendrs.model.cluster import GUEST_KINDS, Cluster, Guest, Move
+from opendrs.model.cluster import Cluster, Guest, Move
 from opendrs.model.document import DocumentError, parse, read_file
-from opendrs.model.snapshot import MAX_BYTES, MAX_CORES, from_dict, load_demo
-from opendrs.model.units import UnitError, parse_bytes
+from opendrs.model.new_guest import NewGuestError, new_guest
+from opendrs.model.snapshot import from_dict, load_demo
 from opendrs.report.text import (
     Report,
     show_cluster,
@@ -166,78 +165,10 @@ def _parse_new(spec: str) -> Guest:
             raise UsageError(f"--new: {part!r} is not key=value (example: cpu=4,memory=8GiB)")
         key, value = (s.strip() for s in part.split("=", 1))
         fields[key] = value
-    allowed = {"cpu", "memory", "kind", "arch", "name", "id", "cpu_used", "memory_used", "priority"}
-    unknown = sorted(set(fields) - allowed)
-    if unknown:
-        raise UsageError(f"--new: unknown key {unknown[0]!r} (known: {', '.join(sorted(allowed))})")
-    if "memory" not in fields:
-        raise UsageError("--new: memory is required (example: cpu=4,memory=8GiB)")
-
-    def number(key: str, default: str) -> float:
-        text = fields.get(key, default)
-        try:
-            value = float(text)
-        except ValueError:
-            raise UsageError(f"--new: {key}: {text!r} is not a number") from None
-        if not 0 <= value < float("inf"):
-            raise UsageError(f"--new: {key}: must be a finite number ≥ 0")
-        return value
-
-    def size(key: str) -> int | None:
-        if key not in fields:
-            return None
-        _refuse_bare_size(key, fields[key])
-        try:
-            value = parse_bytes(fields[key])
-        except UnitError as exc:
-            raise UsageError(f"--new: {key}: {exc}") from None
-        if value > MAX_BYTES:
-            raise UsageError(f"--new: {key}: size too large (at most 8 PiB)")
-        return value
-
-    cpu = number("cpu", "1")
-    if not 0 < cpu <= 100_000:
-        raise UsageError("--new: cpu: must be a positive number of vCPUs, at most 100000")
-    memory = size("memory") or 0
-    if memory <= 0:
-        raise UsageError("--new: memory: must be greater than 0")
-    cpu_used = number("cpu_used", "0") if "cpu_used" in fields else None
-    if cpu_used is not None and cpu_used > MAX_CORES:
-        raise UsageError(f"--new: cpu_used: must be at most {MAX_CORES} cores")
-    memory_used = size("memory_used")
-    priority = fields.get("priority", "2")
-    if priority not in ("1", "2", "3"):
-        raise UsageError("--new: priority: must be 1, 2 or 3")
-    kind = fields.get("kind", "vm")
-    if kind not in GUEST_KINDS:
-        raise UsageError(f"--new: kind must be one of {', '.join(GUEST_KINDS)}")
-    return Guest(
-        id=fields.get("id", "new"),
-        node="",
-        kind=kind,  # type: ignore[arg-type]
-        name=fields.get("name", ""),
-        cpu=cpu,
-        memory=memory,
-        cpu_used=cpu_used,
-        memory_used=memory_used,
-        arch=fields.get("arch"),
-        priority=int(priority),
-    )
-
-
-def _refuse_bare_size(key: str, text: str) -> None:
-    """A size without a unit is refused: Proxmox writes memory in MiB, a snapshot in bytes, so a
-    bare ``memory=4096`` means either; the hint names both readings' spellings."""
     try:
-        number = float(text)
-    except ValueError:
-        return  # a unit, or not a size: parse_bytes says which
-    if not math.isfinite(number):
-        return
-    larger = f"{number / 1024:g}G" if number >= 1024 else "8G"
-    raise UsageError(
-        f"--new: {key}={text}: give a unit, e.g. {number:g}M or {larger} ({number:g}B for bytes)"
-    )
+        return new_guest(fields)
+    except NewGuestError as exc:
+        raise UsageError(f"--new: {exc}") from None
 
 
 def cmd_place(args: argparse.Namespace) -> int:

@@ -23,7 +23,7 @@ from opendrs.engine.policy import strategy_problem
 from opendrs.engine.strategies import DEFAULT_STRATEGY, REGISTRY, get_strategy
 from opendrs.engine.strategies.base import StrategyOptions, option_value
 from opendrs.report import FORMATS as REPORT_FORMATS
-from opendrs.report.text import Report, show_bounds, show_plan, show_proposal
+from opendrs.report.text import Report, show_bounds, show_plan, show_plan_breaks, show_proposal
 
 __all__ = ["add_plan_options", "add_plan_parsers", "planned"]
 
@@ -85,6 +85,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             report, result.proposal, result.by_arch, cluster=result.cluster, verbose=args.verbose
         )
         show_plan(report, result.plan, result.cluster)
+        show_plan_breaks(report, result.cluster, result.placed, result.constraints.rules)
         for _guest, reason in result.stuck:
             report.line(f"Repair stuck: {reason}", "red")
         show_bounds(report, result.proposal, result.bounds, result.achieved)

@@ -10,11 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from opendrs.cli.planning import PlanResult
+from opendrs.cli.planning import PlanResult, rules_document
 from opendrs.engine.breaks import rule_breaks
 from opendrs.engine.usage import RESOURCES, LoadModel
 from opendrs.model.cluster import Cluster
-from opendrs.model.rules import Rules
 from opendrs.model.units import format_bytes
 from opendrs.report.charts import Line, bar_chart
 from opendrs.report.render import Document
@@ -48,7 +47,7 @@ def plan_document(result: PlanResult, source: str) -> Document:
         "copied": format_bytes(_copied(result)),
         "labels": {g.id: g.label for g in result.cluster.guests},
         "bounds": _bounds(plan),
-        "rules": _rules(result.cluster.rules),
+        "rules": rules_document(result.cluster.rules),
         "problems": [str(p) for p in result.constraints.problems],
         "breaks_before": [b.describe(label) for b in rule_breaks(result.cluster, kept)],
         "breaks_after": [b.describe(label) for b in rule_breaks(result.placed, kept)],
@@ -177,34 +176,3 @@ def _bounds(plan: Mapping[str, Any]) -> dict[str, Any]:
         "ratio": migrations / bounds["migrations"] if bounds["migrations"] else None,
         "moved_bytes": bounds["moved_bytes"],
     }
-
-
-def _rules(rules: Rules) -> dict[str, Any]:
-    return {
-        "node_affinity": [
-            {
-                "name": r.name,
-                "guests": list(r.guests),
-                "nodes": _nodes_of(r.nodes),
-                "strict": r.strict,
-            }
-            for r in rules.node_affinity
-        ],
-        "guest_affinity": [
-            {
-                "name": r.name,
-                "guests": list(r.guests),
-                "together": r.positive,
-                "hard": r.hard,
-            }
-            for r in rules.guest_affinity
-        ],
-        "ignored": sorted(rules.ignored),
-    }
-
-
-def _nodes_of(priorities: Mapping[str, int]) -> list[str]:
-    """A node affinity's nodes, each with its priority where they are not all the same."""
-    if len(set(priorities.values())) <= 1:
-        return list(priorities)
-    return [f"{node} (priority {priority})" for node, priority in priorities.items()]

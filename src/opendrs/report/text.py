@@ -18,6 +18,7 @@ from opendrs.engine.planner import Plan
 from opendrs.engine.strategies.base import Proposal, cluster_imbalance, imbalance_by_arch
 from opendrs.engine.usage import RESOURCES, LoadModel
 from opendrs.model.cluster import Cluster, Guest, Node
+from opendrs.model.rules import Rules
 from opendrs.model.units import format_bytes
 from opendrs.report.words import copied_bytes, move_sentences, penalty_rules, stop_sentence
 
@@ -152,7 +153,31 @@ def show_cluster(report: Report, cluster: Cluster, *, guests: bool = True) -> No
             "Guests (cpu: cores used/vCPUs; memory: used/size; flags: state if not running)"
         )
         report.table(_GUEST_HEADERS, _guest_rows(cluster), right=(3, 4))
+    _show_rules(report, cluster)
     _show_problems(report, cluster, cons, committed)
+
+
+def _show_rules(report: Report, cluster: Cluster) -> None:
+    """Each node and guest rule: its name, what it does, its guests (as ``name (id)``) and its
+    origin."""
+    rules = cluster.rules
+    if not rules.node_affinity and not rules.guest_affinity:
+        return
+    report.heading("Rules")
+    for node_rule in rules.node_affinity:
+        strength = "strict" if node_rule.strict else "preferred"
+        nodes = ", ".join(node_rule.nodes)
+        guests = ", ".join(map(cluster.guest_label, node_rule.guests))
+        report.line(
+            f"  {node_rule.name}: {guests} on {nodes} ({strength}), origin {node_rule.origin}"
+        )
+    for guest_rule in rules.guest_affinity:
+        kind = "together" if guest_rule.positive else "apart"
+        strength = "hard" if guest_rule.hard else "soft"
+        guests = ", ".join(map(cluster.guest_label, guest_rule.guests))
+        report.line(
+            f"  {guest_rule.name}: {guests} kept {kind} ({strength}), origin {guest_rule.origin}"
+        )
 
 
 def _load_rows(cluster: Cluster, fractions: np.ndarray, width: int) -> list[list[str | Text]]:
@@ -451,6 +476,20 @@ def show_plan(report: Report, plan: Plan, cluster: Cluster) -> None:
         report.line(f"  {cluster.guest_label(guest)} cannot reach {target} safely", "red")
     for problem in plan.problems:
         report.line(f"  {problem}", "yellow")
+
+
+def show_plan_breaks(report: Report, before: Cluster, after: Cluster, kept: Rules) -> None:
+    """The rules (``kept``: those the checks keep) broken before the plan, and those it leaves
+    broken, each with its origin; nothing when none is broken before or after."""
+    origins = {r.name: r.origin for r in (*kept.node_affinity, *kept.guest_affinity)}
+    for title, cluster in (("before the plan", before), ("after the plan", after)):
+        breaks = rule_breaks(cluster, kept)
+        if breaks:
+            report.heading(f"Rules broken {title}")
+        for broken in breaks:
+            origin = origins.get(broken.rule, "config")
+            text = broken.describe(cluster.guest_label)
+            report.line(f"  {text}; origin {origin}", "red" if broken.hard else "yellow")
 
 
 def show_bounds(
