@@ -1,12 +1,12 @@
 # opendrs — every target creates .venv when missing and installs what it needs: `make demo` the
-# program alone, the other targets the test tools too (the dev extra).
+# program alone, the other targets the test tools too (the dev extra), `make dist` the build tool.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo screenshot test lint unit test-packages properties bench faults clean
+.PHONY: demo screenshot test lint unit test-packages properties bench faults dist deb clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -73,5 +73,29 @@ FAULTS_ARGS ?=
 faults: $(TEST_STAMP)
 	$(BIN)/python -m bench.faults $(FAULTS_ARGS)
 
+# The sdist and the wheel, in dist/ (python -m build makes the wheel from the sdist).
+DIST := dist
+BUILD_STAMP := $(VENV)/.installed-build
+
+$(BUILD_STAMP): | $(BIN)/python
+	$(BIN)/python -m pip install --quiet 'build>=1.2'
+	@touch $(BUILD_STAMP)
+
+dist: $(BUILD_STAMP)
+	rm -f $(DIST)/opendrs-*.tar.gz $(DIST)/opendrs-*.whl
+	$(BIN)/python -m build --outdir $(DIST) .
+
+# The Debian package for this machine's release (Debian 12 or 13: it bundles a venv for that
+# release's python3), in dist/, built from the sdist by debian/rules with PyPI's wheels. Needs
+# dpkg-buildpackage and debhelper (make test-packages installs them, as root).
+DEB_BUILD := build/deb
+
+deb: dist
+	rm -rf $(DEB_BUILD) $(DIST)/opendrs_*.deb
+	mkdir -p $(DEB_BUILD)
+	tar -xzf $(DIST)/opendrs-*.tar.gz -C $(DEB_BUILD)
+	cd $(DEB_BUILD)/opendrs-*/ && dpkg-buildpackage --build=binary --no-sign
+	cp $(DEB_BUILD)/opendrs_*.deb $(DIST)/
+
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .ruff_cache
