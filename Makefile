@@ -87,7 +87,7 @@ dist: $(BUILD_STAMP)
 
 # The Debian package for this machine's release (Debian 12 or 13: it bundles a venv for that
 # release's python3), in dist/, built from the sdist by debian/rules with PyPI's wheels. Needs
-# dpkg-buildpackage and debhelper (make test-packages installs them, as root).
+# build-essential, debhelper and python3-venv (make test-packages installs them, as root).
 DEB_BUILD := build/deb
 
 deb: dist

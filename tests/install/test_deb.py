@@ -7,7 +7,9 @@ remove leaves the configuration, purge leaves nothing but the system user.
 Root only (debootstrap, chroot, mount), with debootstrap and debhelper installed (``make
 test-packages``, as root), on Debian 12 or 13 (the package is built for the machine's release):
 skipped, with the reason, elsewhere. A few minutes; the first run also makes the root (cold).
-``OPENDRS_TEST_DEB=FILE`` tries a package built before instead of building one."""
+``OPENDRS_TEST_DEB=FILE`` tries a package built before instead of building one, in a root of
+the release ``OPENDRS_TEST_RELEASE`` names (default: the machine's), for a package built on
+another release."""
 
 from __future__ import annotations
 
@@ -40,6 +42,13 @@ def host_release() -> str:
     return fields.get("VERSION_CODENAME", "").strip('"')
 
 
+def release() -> str:
+    """The release of the root the package is tried in (see the module's note)."""
+    if os.environ.get("OPENDRS_TEST_DEB"):
+        return os.environ.get("OPENDRS_TEST_RELEASE") or host_release()
+    return host_release()
+
+
 def why_not_here() -> str | None:
     """Why the package cannot be built and tried here, or None."""
     if os.geteuid() != 0:
@@ -47,8 +56,8 @@ def why_not_here() -> str | None:
     for tool in ("debootstrap", "dpkg-buildpackage", "dh", "chroot"):
         if shutil.which(tool) is None:
             return f"{tool} is missing: make test-packages installs it, as root"
-    if host_release() not in RELEASES:
-        return f"the package is built for Debian 12 or 13, not {host_release() or 'this system'}"
+    if release() not in RELEASES:
+        return f"the package is built for Debian 12 or 13, not {release() or 'this system'}"
     return None
 
 
@@ -72,7 +81,7 @@ def root(deb: Path) -> Iterator[ScratchRoot]:
     """A clean root of this release with the package's dependencies, then the package, installed
     by apt; ``before`` is its file list before the package itself."""
     try:
-        with scratch_root(host_release()) as scratch:
+        with scratch_root(release()) as scratch:
             scratch.run("apt-get", "update", "-qq")
             fields = [field(deb, name) for name in ("Depends", "Recommends")]
             needs = ", ".join(f for f in fields if f)
