@@ -1,14 +1,17 @@
 """``balance`` over many seeds, one process: what it reaches, at what cost, against the bounds.
 
 ``python -m bench.seeds [--generator basic|skewed] [--sizes S,M,L] [--seeds 1,2,3]
-[--rules both|with|without] [--no-bounds]``
+[--rules both|with|without] [--no-bounds] [--option NAME=VALUE …]``
 
 For every (size, seed, rules) cluster of the generator (:data:`bench.clusters.GENERATORS`) it runs
-the default strategy's ``propose`` once and prints one JSON line: the memory and CPU spread after
-it (pp, as :mod:`bench.metrics` measures them), the migrations, whether it stopped balanced, its
-CPU time (this process's user and system time, which other jobs on a shared machine barely
-change) and wall time, the process's peak RSS so far, and — unless ``--no-bounds`` — the lower
-bound on migrations for the spreads reached (:class:`bench.metrics.Evaluator`) and the ratio.
+the default strategy's ``propose`` once (with the ``--option`` values, JSON, as ``opendrs plan -o``
+gives them) and prints one JSON line: the memory and CPU spread after it (pp, as
+:mod:`bench.metrics` measures them), the migrations and their cost (GiB: moved memory plus the
+disk factor times moved local disk), whether it stopped balanced, its CPU time (this process's
+user and system time, which other jobs on a shared machine barely change) and wall time, the
+process's peak RSS so far, and — unless ``--no-bounds`` — the lower bound on migrations for the
+spreads reached (:class:`bench.metrics.Evaluator`) and for the memory spread alone
+(:func:`bench.realistic_report.memory_bound`), and the ratios.
 Every case runs in the same process, so the peak RSS is the largest so far, not the case's own;
 ``python -m bench`` gives each case its own process.
 """
@@ -22,18 +25,27 @@ from typing import Any
 
 from bench.clusters import GENERATORS, generated
 from bench.generate import SIZES
-from bench.metrics import Evaluator, Snapshot
+from bench.metrics import Evaluator, GiB, Snapshot
+from bench.realistic_report import memory_bound
 from bench.worker import peak_rss_bytes
 from opendrs.engine.strategies import get_strategy
+from opendrs.model.cluster import Cluster
 
 RULES = {"both": (False, True), "with": (True,), "without": (False,)}
 
 
-def measure(generator: str, size: str, seed: int, rules: bool, bounds: bool) -> dict[str, Any]:
-    """One cluster balanced, measured."""
+def measure(
+    generator: str,
+    size: str,
+    seed: int,
+    rules: bool,
+    bounds: bool,
+    options: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One cluster balanced (with ``options``), measured."""
     cluster = generated(generator, size, seed=seed, rules=rules)
     wall, cpu = time.perf_counter(), time.process_time()
-    proposal = get_strategy("balance").propose(cluster, options={})
+    proposal = get_strategy("balance").propose(cluster, options=options or {})
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     placement = {m.guest: m.target for m in proposal.net_moves()}
     after = Snapshot.of(cluster.with_placement(placement))
@@ -50,13 +62,36 @@ def measure(generator: str, size: str, seed: int, rules: bool, bounds: bool) -> 
         "wall_s": round(wall, 2),
         "peak_rss_mib": round((peak_rss_bytes() or 0) / 2**20),
     }
+    line["cost_gib"] = round(_cost_gib(cluster, placement))
     if bounds:
         evaluation = Evaluator(cluster).evaluate(placement)
         line["lb_migrations"] = evaluation.lb_migrations
         if evaluation.lb_migrations:
             line["migrations_per_lb"] = round(len(placement) / evaluation.lb_migrations, 3)
+        memory_lb = memory_bound(cluster, after.memory_spread)
+        line["lb_memory_migrations"] = memory_lb
+        if memory_lb:
+            line["migrations_per_memory_lb"] = round(len(placement) / memory_lb, 3)
         line["violations"] = len(evaluation.violations)
     return line
+
+
+def _cost_gib(cluster: Cluster, placement: dict[str, str]) -> float:
+    """The moves' cost in GiB, as :attr:`bench.metrics.Evaluation.cost_gib` counts it."""
+    factor = float(cluster.settings.cost_disk_factor)
+    moved = [g for g in cluster.guests if placement.get(g.id, g.node) != g.node]
+    return sum(g.memory + factor * g.local_disk_bytes for g in moved) / GiB
+
+
+def _option(text: str) -> tuple[str, Any]:
+    """``NAME=VALUE`` with a JSON value (a bare word where it is not JSON)."""
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    try:
+        return name, json.loads(value)
+    except json.JSONDecodeError:
+        return name, value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,6 +101,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", default="1,2,3")
     parser.add_argument("--rules", default="both", choices=tuple(RULES))
     parser.add_argument("--no-bounds", action="store_true", help="leave the lower bounds out")
+    parser.add_argument(
+        "--option",
+        type=_option,
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a balance option (JSON value), repeatable, e.g. --option hold=true",
+    )
     args = parser.parse_args(argv)
     sizes = [s for s in args.sizes.split(",") if s]
     unknown = [s for s in sizes if s not in SIZES]
@@ -78,7 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     for size in sizes:
         for seed in seeds:
             for rules in RULES[args.rules]:
-                line = measure(args.generator, size, seed, rules, not args.no_bounds)
+                line = measure(
+                    args.generator, size, seed, rules, not args.no_bounds, dict(args.option)
+                )
                 print(json.dumps(line), flush=True)
     return 0
 

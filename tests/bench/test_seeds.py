@@ -23,3 +23,25 @@ def test_a_bad_size_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
         main(["--sizes", "S,XXXL"])
     assert exit_.value.code == 2
     assert "unknown size 'XXXL'" in capsys.readouterr().err
+
+
+def test_options_and_the_memory_bound(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--generator", "hot-rack", "--sizes", "S", "--seeds", "1", "--rules", "with"]
+    assert main([*argv, "--option", "hold=true", "--option", "cpu_commit_spread=0.5"]) == 0
+    loose = json.loads(capsys.readouterr().out)
+    assert main(argv) == 0
+    tight = json.loads(capsys.readouterr().out)
+    for line in (loose, tight):
+        assert line["balanced"] and line["violations"] == 0
+        assert line["migrations"] >= line["lb_memory_migrations"] > 0
+        assert line["cost_gib"] > 0
+    # A vCPU goal of 50 pp: the vCPUs spread wider, for fewer moves.
+    assert tight["cpu_spread_pp"] < loose["cpu_spread_pp"] <= 50.0
+    assert loose["migrations"] <= tight["migrations"]
+
+
+def test_a_bad_option_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["--option", "hold"])
+    assert exit_.value.code == 2
+    assert "expected NAME=VALUE" in capsys.readouterr().err

@@ -285,30 +285,33 @@ def test_plan_option_the_strategy_lacks(capsys: pytest.CaptureFixture[str]) -> N
 
 def test_plan_passes_any_strategy_option(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(
-        capsys, "plan", "demo", "--strategy", "incus", "-o", "threshold=95", "--format", "json"
+        capsys, "plan", "demo", "--strategy", "incus", "-O", "threshold=95", "--format", "json"
     )
     data = json.loads(out)
     assert code == 0 and data["options"]["threshold"] == 95 and data["moves"] == []
-    code, _, err = run(capsys, "plan", "demo", "-o", "nope=1")
-    assert code == 2 and err.startswith("error: -o nope: strategy balance has no such option")
-    code, _, err = run(capsys, "plan", "demo", "--strategy", "optimal", "-o", "balanciness=9")
+    code, _, err = run(capsys, "plan", "demo", "-O", "nope=1")
+    assert code == 2 and err.startswith("error: -O nope: strategy balance has no such option")
+    code, _, err = run(capsys, "plan", "demo", "--strategy", "optimal", "-O", "balanciness=9")
     assert code == 2 and err.count("\n") == 1
 
 
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["plan", SMALL, "-o", "wide=0"], "error: wide: expected a whole number ≥ 1"),
-        (["plan", SMALL, "-o", "max_moves=1.5"], "error: max_moves: expected a whole number"),
-        (["plan", SMALL, "-o", "swaps=yes"], "error: -o swaps: expected true or false"),
-        (["plan", SMALL, "-o", "target_spread=abc"], "error: -o target_spread: expected a number"),
-        (["plan", SMALL, "--strategy", "pve-topsis", "-o", "threshold=NaN"], "error: -o threshold"),
+        (["plan", SMALL, "-O", "wide=0"], "error: wide: expected a whole number ≥ 1"),
+        (["plan", SMALL, "-O", "max_moves=1.5"], "error: max_moves: expected a whole number"),
+        (["plan", SMALL, "-O", "swaps=yes"], "error: -O swaps: expected true or false"),
+        (["plan", SMALL, "-O", "target_spread=abc"], "error: -O target_spread: cannot read"),
+        (["plan", SMALL, "--strategy", "pve-topsis", "-O", "threshold=NaN"], "error: -O threshold"),
         (["plan", SMALL, "--max-parallel", "0"], "error: opendrs plan: argument --max-parallel"),
         (["proxlb", "check", SMALL, "--time-limit", "0"], "error: opendrs proxlb check: argument"),
         (["place", "demo", "--new", "cpu=1e308,memory=1G"], "error: --new: cpu: must be"),
         (["place", "demo", "--new", "cpu=1,memory=1G", "--failed"], "error: --failed goes with"),
-        (["plan", SMALL, "-o", "wide=100000000000"], "error: -o wide: must be from"),
-        (["plan", SMALL, "-o", "target_spread=1e300"], "error: -o target_spread: must be from"),
+        (["plan", SMALL, "-O", "wide=100000000000"], "error: -O wide: must be from"),
+        (
+            ["plan", SMALL, "-O", "target_spread=1e300"],
+            "error: -O target_spread: must be a fraction from 0 to 1",
+        ),
         (["place", "demo", "--new", "cpu=1,memory=9PiB"], "error: --new: memory: size too large"),
         (
             ["place", "demo", "--new", "cpu=1,memory=1G,cpu_used=1e300"],
@@ -456,7 +459,7 @@ def test_a_strategys_internal_error_is_a_bug_not_a_usage_error(
             return real.strategy.propose(view, request, options)
 
     monkeypatch.setitem(REGISTRY, "balance", StrategyInfo(Broken()))
-    code, out, err = run(capsys, "plan", "demo", "-o", "wide=8")
+    code, out, err = run(capsys, "plan", "demo", "-O", "wide=8")
     assert code == 1 and out == ""
     assert err.startswith("error: internal error (a bug in opendrs, please report it): ")
     assert type(error).__name__ in err and err.count("\n") == 1 and "Traceback" not in err
@@ -464,7 +467,7 @@ def test_a_strategys_internal_error_is_a_bug_not_a_usage_error(
     assert code == 1 and "Traceback (most recent call last)" in err
     assert err.splitlines()[-1].startswith("error: internal error")
     # An option the strategy refuses is still a usage error.
-    code, out, err = run(capsys, "plan", "demo", "-o", "wide=0")
+    code, out, err = run(capsys, "plan", "demo", "-O", "wide=0")
     assert code == 2 and err.startswith("error: wide: expected a whole number ≥ 1")
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -19,11 +20,16 @@ SMALL = Path(__file__).resolve().parents[2] / "examples" / "small.yaml"
 
 #: What ``opendrs plan`` of a snapshot by the default strategy never uses: the solver, the
 #: reports' charts and templates, the daemon's metrics, the backends' clients, the other
-#: commands and strategies, and the proxlb compatibility layer (a snapshot is no scenario).
+#: commands and strategies (the policy's presets name some), the proxlb compatibility layer (a
+#: snapshot is no scenario), the policy's decisions (a plan needs its repair alone), numpy's
+#: masked arrays (``np.unique`` imports them: the engine asks ``engine.distinct``), the migration
+#: windows and their time zones (a snapshot has none), rich's emoji
+#: table and the "did you mean" of a mistake.
 NOT_FOR_PLAN = (
     "ortools",
     "matplotlib",
     "jinja2",
+    "markupsafe",
     "prometheus_client",
     "proxmoxer",
     "requests",
@@ -33,11 +39,24 @@ NOT_FOR_PLAN = (
     "opendrs.controller",
     "opendrs.compat",
     "opendrs.report.charts",
+    "opendrs.report.render",
     "opendrs.cli.simulate_command",
     "opendrs.cli.status_command",
     "opendrs.engine.strategies.optimal",
     "opendrs.engine.strategies.pressure",
     "opendrs.engine.strategies.greedy",
+    "opendrs.engine.strategies.incus",
+    "opendrs.engine.strategies.pve",
+    "opendrs.engine.strategies.proxlb_greedy",
+    "opendrs.engine.policy.decide",
+    "opendrs.engine.policy.decision",
+    "opendrs.engine.policy.smoothing",
+    "opendrs.engine.policy.why",
+    "opendrs.engine.policy.windows",
+    "zoneinfo",
+    "numpy.ma",
+    "rich._emoji_codes",
+    "difflib",
 )
 
 
@@ -69,11 +88,37 @@ def test_plan_of_a_small_snapshot_imports_only_what_it_uses() -> None:
 
 
 def test_listing_the_strategies_imports_no_strategy_it_lists_only() -> None:
-    """(The policy's presets, checked when the policy is imported, import their strategies.)"""
     status, modules = _imported_by("strategies")
     assert status == 0
-    for name in ("optimal", "pressure", "greedy"):
+    for name in ("optimal", "pressure", "greedy", "incus", "pve", "proxlb_greedy"):
         assert not _loaded(modules, f"opendrs.engine.strategies.{name}")
+
+
+def _help(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "opendrs", *argv, "--help"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_every_command_has_its_help_in_a_fresh_process(command: str) -> None:
+    """A command's parser is built alone, its module imported first: nothing it needs may come
+    from another command's module."""
+    proc = _help(command)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"usage: opendrs {command}")
+    assert proc.stderr == ""
+
+
+def test_the_help_of_opendrs_lists_every_command() -> None:
+    proc = _help()
+    assert proc.returncode == 0, proc.stderr
+    listed = re.findall(r"^    (\S+)", proc.stdout, re.MULTILINE)
+    assert listed == list(COMMANDS)
 
 
 def _added_by(module: str, function: str) -> set[str]:
@@ -110,6 +155,48 @@ def test_the_command_named_is_the_first_argument_not_an_option(
 
 
 def test_a_command_alone_parses_as_in_the_full_parser() -> None:
-    argv = ["--debug", "plan", str(SMALL), "--strategy", "incus", "-o", "max_moves=3"]
+    argv = ["--debug", "plan", str(SMALL), "--strategy", "incus", "-O", "max_moves=3"]
     alone, full = build_parser("plan").parse_args(argv), build_parser().parse_args(argv)
     assert vars(alone) == vars(full)
+
+
+def _policy_names_after(first: str) -> dict[str, str]:
+    """In a fresh interpreter that imports ``first``, then the policy package: each name of the
+    package, as what it is and where it is defined."""
+    code = (
+        "import importlib, json, sys\n"
+        f"importlib.import_module({first!r})\n"
+        "import opendrs.engine.policy as policy\n"
+        "out = {}\n"
+        "for name in policy.__all__:\n"
+        "    value = getattr(policy, name)\n"
+        "    where = policy._DEFINED_IN[name]\n"
+        "    module = importlib.import_module(f'opendrs.engine.policy.{where}')\n"
+        "    assert value is getattr(module, name), name\n"
+        "    out[name] = type(value).__name__\n"
+        "print(json.dumps(out))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    return json.loads(proc.stdout)
+
+
+@pytest.mark.parametrize(
+    "first",
+    ["opendrs.engine.policy", "opendrs.engine.policy.decide", "opendrs.engine.policy.repair"],
+)
+def test_the_policy_package_gives_each_name_from_its_module_whatever_came_first(first: str) -> None:
+    """The package imports a module when one of its names is asked for; its functions ``decide``
+    and ``repair`` stay functions when their modules (of the same names) are imported first."""
+    names = _policy_names_after(first)
+    assert names["decide"] == names["repair"] == "function"
+
+
+def test_the_policy_package_lists_what_it_defines() -> None:
+    import opendrs.engine.policy as policy
+
+    assert sorted(policy.__all__) == sorted(policy._DEFINED_IN)
+    assert set(policy.__all__) <= set(dir(policy))
+    with pytest.raises(AttributeError):
+        _ = policy.no_such_name

@@ -132,10 +132,14 @@ OUT_OF_RANGE = [
     ("policy: {hold: 1000000}", "policy.hold", "between 0 and 10000"),
     ("policy: {batch: 10000000}", "policy.batch", "between 0 and 100000"),
     ("policy: {max_parallel: 1000000}", "policy.max_parallel", "between 1 and 100000"),
-    ("policy: {threshold: 1000}", "policy.threshold", "not be more than 100"),
-    ("policy: {threshold: '1e300%'}", "policy.threshold", "not be more than 100"),
-    ("policy: {target: 1.0e+15}", "policy.target", "not be more than 100"),
-    ("policy: {margin: 2}", "policy.margin", "not be more than 1"),
+    ("policy: {threshold: 15}", "policy.threshold", "did you mean 15 %? (write 15% or 0.15)"),
+    ("policy: {threshold: '1e300%'}", "policy.threshold", "not be more than 10000%"),
+    ("policy: {threshold: '10001%'}", "policy.threshold", "not be more than 10000%"),
+    ("policy: {target: 1.0e+15}", "policy.target", "a fraction from 0 to 1 or a percentage"),
+    ("policy: {margin: 2}", "policy.margin", "did you mean 2 %?"),
+    ("policy: {margin: '101%'}", "policy.margin", "not be more than 100%"),
+    ("policy: {hot: 85}", "policy.hot", "did you mean 85 %?"),
+    ("policy: {options: {target_spread: 5}}", "policy.options.target_spread", "did you mean 5 %"),
     ("policy: {options: {wide: 0}}", "policy.options.wide", "wide"),
     ("policy: {options: {max_moves: -1}}", "policy.options.max_moves", "max_moves"),
     ("policy: {options: {max_moves: 1, wide: -1}}", "policy.options.wide", "wide"),
@@ -192,7 +196,7 @@ def test_in_range_values_run(tmp_path: Path, capsys: pytest.CaptureFixture[str])
         tmp_path,
         "cluster: prod\n"
         "policy: {interval: 7d, cooldown: 365d, smoothing: 30d, hold: 10000, margin: 1,"
-        " threshold: 100, name: mine}\n"
+        " threshold: '10000%', name: mine}\n"
         "executor: {timeout: 7d, poll_interval: 1h}\n"
         "settings: {cpu_overcommit: 1000, min_uptime: 365d, reserve: {cpu: 1}}\n",
     )

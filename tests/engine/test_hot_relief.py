@@ -95,7 +95,13 @@ def test_the_hot_level_is_read_checked_and_off_for_the_peers() -> None:
     # On by default at the simulator's hot level; the emulated peers have none.
     assert PolicyConfig().hot == PRESETS["opendrs"].hot == 0.85
     assert all(p.hot is None for name, p in PRESETS.items() if name != "opendrs")
-    for bad, why in ((0, "must be above 0"), (1.5, "not be more than 1"), ("x", "number")):
+    for bad, why in (
+        (0, "must be above 0"),
+        (1.5, r"1.5 is more than 1 \(100 %\)"),
+        (85, r"did you mean 85 %\?"),
+        ("101%", "not be more than 100%"),
+        ("x", "cannot read 'x' as a fraction or a percentage"),
+    ):
         with pytest.raises(DocumentError, match=why):
             parse_policy(reader, {"hot": bad}, ("policy",))
     with pytest.raises(ValueError, match="policy hot"):

@@ -35,7 +35,7 @@ from opendrs.model.document import (
     read_file,
     render_path,
 )
-from opendrs.model.units import UnitError, parse_bytes, parse_duration
+from opendrs.model.units import UnitError, parse_bytes, parse_duration, parse_fraction
 
 from .workload import (
     Diurnal,
@@ -311,7 +311,12 @@ class _ScenarioReader(Reader):
     # -- helpers ----------------------------------------------------------------------------
 
     def fraction(self, value: object, path: Path) -> float:
-        return self.number(value, path, maximum=1.0)
+        """A share from 0 to 1: ``0.75`` or ``75%`` (a bare number above 1 is refused with the
+        percentage it probably meant)."""
+        try:
+            return parse_fraction(value)
+        except UnitError as exc:
+            self.fail(path, str(exc))
 
     def positive_duration(self, value: object, path: Path) -> int:
         seconds = self.duration(value, path)
@@ -476,7 +481,7 @@ class _ScenarioReader(Reader):
         return selector
 
     def pattern(self, value: object, path: Path) -> Pattern:
-        if isinstance(value, int | float) and not isinstance(value, bool):
+        if isinstance(value, int | float | str) and not isinstance(value, bool):
             return Pattern(constant=self.fraction(value, path))
         if not isinstance(value, Mapping):
             self.fail(

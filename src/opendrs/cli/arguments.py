@@ -1,16 +1,21 @@
-"""The argparse value types of the commands' options: numbers, whole numbers, seconds."""
+"""The argparse value types of the commands' options: numbers, whole numbers, shares (a
+fraction or a percentage), seconds."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any, Protocol
 
+from opendrs.model.units import UnitError, parse_fraction
+
 __all__ = [
     "Subcommands",
     "at_least_one",
     "non_negative",
+    "number_or_percentage",
     "parse_number",
     "positive_seconds",
+    "share",
     "simulated_days",
     "whole_number",
 ]
@@ -64,6 +69,23 @@ def non_negative(text: str) -> float:
     if not 0 <= value < float("inf"):
         raise argparse.ArgumentTypeError("must be a finite number ≥ 0")
     return value
+
+
+def number_or_percentage(text: str) -> float | str:
+    """A finite number ≥ 0, or a percentage as written (``"15%"``), for the option it is given
+    to to read (a share as a fraction: :func:`opendrs.model.units.parse_fraction`)."""
+    if text.strip().endswith("%"):
+        return text.strip()
+    return non_negative(text)
+
+
+def share(text: str) -> float:
+    """A share of a whole: a fraction from 0 to 1 (``0.15``) or a percentage (``15%``); a bare
+    number above 1 is refused with the percentage it probably meant."""
+    try:
+        return parse_fraction(text)
+    except UnitError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def simulated_days(text: str) -> float:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Mapping
 from dataclasses import replace
@@ -19,7 +20,7 @@ from opendrs.engine.policy import repair, stuck_now, warn_stuck
 from opendrs.engine.strategies.base import cluster_imbalance, imbalance_by_arch
 from opendrs.engine.usage import LoadModel
 from opendrs.model.cluster import GUEST_KINDS, Cluster, Guest, Move
-from opendrs.model.document import parse, read_file
+from opendrs.model.document import DocumentError, parse, read_file
 from opendrs.model.snapshot import MAX_BYTES, MAX_CORES, from_dict, load_demo
 from opendrs.model.units import UnitError, parse_bytes
 from opendrs.report.text import (
@@ -59,7 +60,21 @@ def read_cluster(path: str) -> Cluster:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    cluster = read_cluster(args.snapshot)
+    if (args.snapshot is None) == (args.config is None):
+        raise UsageError("validate: give a SNAPSHOT or --config FILE (one of them)")
+    if args.config is not None:
+        from opendrs.cli.config_command import validate_config  # the controller's reader
+
+        return validate_config(args.config, args.format)
+    try:
+        cluster = read_cluster(args.snapshot)
+    except DocumentError:
+        if _is_configuration(args.snapshot):
+            raise UsageError(
+                f"{args.snapshot} is a configuration file, not a snapshot: opendrs validate "
+                f"--config {args.snapshot}"
+            ) from None
+        raise
     cons = Constraints.build(cluster)
     # A rule ignored in favour of one of an earlier origin is a warning; a dropped one an error.
     problems = [str(p) for p in cons.problems if not p.ignored]
@@ -88,6 +103,16 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 f"{len(cluster.guests)} guests, {n_rules} rules{ignored})"
             )
     return EXIT_USAGE if problems else EXIT_OK
+
+
+def _is_configuration(path: str) -> bool:
+    """Whether ``path`` holds a configuration (a mapping with a ``backend``), not a snapshot."""
+    try:
+        filename, data = read_file(path)
+        document = parse(data, filename=filename)
+    except DocumentError:
+        return False
+    return isinstance(document, Mapping) and "backend" in document
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -161,6 +186,7 @@ def _parse_new(spec: str) -> Guest:
     def size(key: str) -> int | None:
         if key not in fields:
             return None
+        _refuse_bare_size(key, fields[key])
         try:
             value = parse_bytes(fields[key])
         except UnitError as exc:
@@ -196,6 +222,21 @@ def _parse_new(spec: str) -> Guest:
         memory_used=memory_used,
         arch=fields.get("arch"),
         priority=int(priority),
+    )
+
+
+def _refuse_bare_size(key: str, text: str) -> None:
+    """A size without a unit is refused: Proxmox writes memory in MiB, a snapshot in bytes, so a
+    bare ``memory=4096`` means either; the hint names both readings' spellings."""
+    try:
+        number = float(text)
+    except ValueError:
+        return  # a unit, or not a size: parse_bytes says which
+    if not math.isfinite(number):
+        return
+    larger = f"{number / 1024:g}G" if number >= 1024 else "8G"
+    raise UsageError(
+        f"--new: {key}={text}: give a unit, e.g. {number:g}M or {larger} ({number:g}B for bytes)"
     )
 
 
@@ -261,8 +302,16 @@ def _evacuation_repair(cluster: Cluster, greedy: Evacuation) -> tuple[Evacuation
 
 def add_cluster_parsers(sub: Subcommands) -> None:
     """``validate``, ``show`` and ``place``."""
-    p = sub.add_parser("validate", help="check a snapshot file and its rules")
-    p.add_argument("snapshot", metavar="SNAPSHOT")
+    p = sub.add_parser(
+        "validate",
+        help="check a snapshot file and its rules, or a configuration file",
+        description="SNAPSHOT: check the snapshot and its rules (a rule set aside for another "
+        "is a warning). --config FILE: check a configuration as 'opendrs run' reads it, a "
+        "problem in each section it has one in, and say what it would make opendrs do. One "
+        "line per problem: file, field, reason. Exit status: 0 valid, 2 a problem.",
+    )
+    p.add_argument("snapshot", metavar="SNAPSHOT", nargs="?", help="a snapshot, or 'demo'")
+    p.add_argument("--config", metavar="FILE", help="a configuration file to check instead")
     add_format_option(p)
     p.set_defaults(func=cmd_validate)
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 
 from opendrs.cli.arguments import Subcommands
+from opendrs.cli.config_file import add_config_option
 from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, UsageError
 from opendrs.controller.history_file import HistoryError
 from opendrs.json_data import iso_time, json_text
@@ -261,7 +262,7 @@ def add_history_parser(sub: Subcommands) -> None:
         "decisions whose plan has such a move. Exit status: 0 shown, 1 the history cannot be "
         "read, 2 a bad configuration or option, or a file that is not an opendrs history.",
     )
-    p.add_argument("--config", required=True, metavar="FILE", help="the configuration (YAML)")
+    add_config_option(p)
     p.add_argument(
         "--since",
         metavar="WHEN",

@@ -13,6 +13,7 @@ from typing import NoReturn
 
 from opendrs import __version__
 from opendrs.cli.arguments import Subcommands
+from opendrs.cli.config_file import resolve_config
 from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, UsageError
 from opendrs.model.document import one_line
 from opendrs.model.snapshot import SnapshotError
@@ -23,6 +24,7 @@ __all__ = ["COMMANDS", "build_parser", "main"]
 PARSER_MODULES: tuple[tuple[str, str], ...] = (
     ("cluster_command", "add_cluster_parsers"),
     ("plan_command", "add_plan_parsers"),
+    ("config_command", "add_init_parser"),
     ("run_command", "add_run_parser"),
     ("status_command", "add_status_parser"),
     ("history_command", "add_history_parser"),
@@ -41,6 +43,7 @@ COMMANDS: dict[str, str] = {
     "plan": "plan_command",
     "report": "plan_command",
     "strategies": "plan_command",
+    "init": "config_command",
     "run": "run_command",
     "status": "status_command",
     "history": "history_command",
@@ -97,6 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(named_command(argv))
     args = parser.parse_args(argv)
     try:
+        resolve_config(args)
         return int(args.func(args))
     except SnapshotError as exc:
         print(f"error: {exc}", file=sys.stderr)

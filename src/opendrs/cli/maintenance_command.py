@@ -31,6 +31,7 @@ from typing import Any, Final
 
 from opendrs.backends.base import Backend, BackendError, PlatformMaintenance
 from opendrs.cli.arguments import Subcommands
+from opendrs.cli.config_file import add_config_option
 from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, UsageError, setup_logging
 from opendrs.json_data import json_text
 from opendrs.model.cluster import Cluster
@@ -189,7 +190,7 @@ def add_maintenance_parser(sub: Subcommands) -> None:
     )
     p.add_argument("action", choices=("enter", "leave"), help="enter or leave maintenance")
     p.add_argument("node", metavar="NODE", help="the node (an Incus member)")
-    p.add_argument("--config", required=True, metavar="FILE", help="the configuration (YAML)")
+    add_config_option(p)
     p.add_argument(
         "--format", choices=("text", "json"), default="text", help="output format (default text)"
     )

@@ -20,8 +20,9 @@ def dump_json(data: Any) -> None:
 
 
 def new_console() -> Console:
-    """The console rich text is written on: standard output, no highlighting, no wrapping."""
-    return Console(highlight=False, soft_wrap=False)
+    """The console rich text is written on: standard output, no highlighting, no wrapping, and
+    no emoji (a name with ``:fire:`` in it is written as it is)."""
+    return Console(highlight=False, soft_wrap=False, emoji=False)
 
 
 def add_format_option(p: argparse.ArgumentParser) -> None:

@@ -6,13 +6,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Mapping
 from typing import Any
 
 from opendrs.cli.arguments import (
     Subcommands,
     at_least_one,
-    non_negative,
+    number_or_percentage,
     positive_seconds,
     whole_number,
 )
@@ -22,8 +21,8 @@ from opendrs.cli.planning import PlanResult, make_plan
 from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, UsageError
 from opendrs.engine.policy import strategy_problem
 from opendrs.engine.strategies import DEFAULT_STRATEGY, REGISTRY, get_strategy
-from opendrs.engine.strategies.base import typed_option
-from opendrs.report.render import FORMATS as REPORT_FORMATS
+from opendrs.engine.strategies.base import StrategyOptions, option_value
+from opendrs.report import FORMATS as REPORT_FORMATS
 from opendrs.report.text import Report, show_bounds, show_plan, show_proposal
 
 __all__ = ["add_plan_options", "add_plan_parsers", "planned"]
@@ -37,7 +36,6 @@ def planned(args: argparse.Namespace) -> PlanResult:
         strategy = get_strategy(args.strategy)
     except KeyError as exc:
         raise UsageError(f"--strategy: {exc.args[0]}") from None
-    defaults = strategy.options.defaults()
     options: dict[str, Any] = {}
     if scenario is not None and strategy.name == "optimal":
         options.update(scenario.options)
@@ -45,13 +43,21 @@ def planned(args: argparse.Namespace) -> PlanResult:
         value = getattr(args, name)
         if value is None:
             continue
-        if name not in defaults:
-            raise UsageError(
-                f"--{name.replace('_', '-')}: strategy {strategy.name} has no such option"
-            )
-        options[name] = value
-    for item in args.option:
-        name, value = _strategy_option(item, strategy.name, defaults)
+        flag = f"--{name.replace('_', '-')}"
+        if name not in strategy.options.names():
+            raise UsageError(f"{flag}: strategy {strategy.name} has no such option")
+        try:
+            options[name] = option_value(strategy.options, name, value, repr(value))
+        except ValueError as exc:
+            raise UsageError(f"{flag}: {exc}") from None
+    if args.old_option:
+        print(
+            "warning: plan -o NAME=VALUE is now -O NAME=VALUE (--option); -o will mean "
+            "--output, as in report and snapshot, in the next release",
+            file=sys.stderr,
+        )
+    for item in [*args.old_option, *args.option]:
+        name, value = _strategy_option(item, strategy.name, strategy.options)
         options[name] = value
     if options:
         # The CLI checked the types, the strategy checks the values: an option it refuses is a
@@ -120,30 +126,31 @@ def cmd_report(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _strategy_option(item: str, strategy: str, defaults: Mapping[str, object]) -> tuple[str, Any]:
+def _strategy_option(item: str, strategy: str, options: type[StrategyOptions]) -> tuple[str, Any]:
     """``NAME=VALUE`` for a strategy option: VALUE read as JSON (number, true/false, list, …),
-    or as plain text when it is not JSON; checked against the type of the option's default."""
+    or as plain text when it is not JSON (``15%``); checked as a policy's options are
+    (:func:`option_value`: a share as a fraction or a percentage, the type of the default)."""
     if "=" not in item:
-        raise UsageError(f"-o: {item!r} is not NAME=VALUE")
+        raise UsageError(f"-O: {item!r} is not NAME=VALUE")
     name, text = (part.strip() for part in item.split("=", 1))
     if len(text) > 4000:  # no option needs more; a longer text would fill the error line
-        raise UsageError(f"-o {name}: the value is longer than 4000 characters")
+        raise UsageError(f"-O {name}: the value is longer than 4000 characters")
     name = name.replace("-", "_")
-    if name not in defaults:
-        known = ", ".join(sorted(defaults))
-        raise UsageError(f"-o {name}: strategy {strategy} has no such option (options: {known})")
+    if name not in options.names():
+        known = ", ".join(sorted(options.names()))
+        raise UsageError(f"-O {name}: strategy {strategy} has no such option (options: {known})")
 
     def no_constants(constant: str) -> Any:
-        raise UsageError(f"-o {name}: {constant} is not a finite number")
+        raise UsageError(f"-O {name}: {constant} is not a finite number")
 
     try:
         value = json.loads(text, parse_constant=no_constants)
     except ValueError:
         value = text
-    try:  # as in a policy's options: the type of the default, a number no strategy means
-        return name, typed_option(value, defaults[name], repr(text))
+    try:  # as in a policy's options: a number no strategy means, a share above 100 %
+        return name, option_value(options, name, value, repr(text))
     except ValueError as exc:
-        raise UsageError(f"-o {name}: {exc}") from None
+        raise UsageError(f"-O {name}: {exc}") from None
 
 
 def cmd_strategies(args: argparse.Namespace) -> int:
@@ -161,17 +168,21 @@ def add_plan_options(p: argparse.ArgumentParser, *option_flags: str) -> None:
         help=f"rebalancing strategy (default {DEFAULT_STRATEGY}; see 'opendrs strategies')",
     )
     p.add_argument(
-        "--target-spread", type=non_negative, help="balance: stop when every spread is within this"
+        "--target-spread",
+        type=number_or_percentage,
+        help="balance: stop when every spread is within this (0.05 or 5%%: 5 points)",
     )
     p.add_argument(
         "--threshold",
-        type=non_negative,
-        help="pve-*: act only above this imbalance (0.3: the CV ÷ √(N−1), 30 %%)",
+        type=number_or_percentage,
+        help="pve-*: act only above this imbalance (0.3 or 30%%: the CV ÷ √(N−1)); incus: above "
+        "this gap in percent (20 or 20%%)",
     )
     p.add_argument(
         "--margin",
-        type=non_negative,
-        help="minimum improvement a move must bring (meaning depends on the strategy)",
+        type=number_or_percentage,
+        help="minimum improvement a move must bring (pve-*: 0.1 or 10%%; balance: points of σ "
+        "per %% of the cluster's migration cost)",
     )
     p.add_argument("--max-moves", type=whole_number, help="at most this many migrations")
     p.add_argument(
@@ -184,8 +195,9 @@ def add_plan_options(p: argparse.ArgumentParser, *option_flags: str) -> None:
         default=[],
         metavar="NAME=VALUE",
         help="any other strategy option (see docs/strategies.md), e.g. "
-        f"{option_flags[0]} balanciness=4",
+        f"{option_flags[0]} balanciness=4; a share as 0.15 or 15%%",
     )
+    p.set_defaults(old_option=[])
     p.add_argument(
         "--max-parallel", type=at_least_one, help="migrations at once (default: the snapshot's)"
     )
@@ -212,7 +224,9 @@ def add_plan_parsers(sub: Subcommands) -> None:
         "repair has no solution or a guest is left on a node in maintenance; 2 bad input.",
     )
     p.add_argument("snapshot", metavar="SNAPSHOT")
-    add_plan_options(p, "-o", "--option")
+    add_plan_options(p, "-O", "--option")
+    # -o NAME=VALUE before -O: kept for one release, with a warning (-o is --output elsewhere).
+    p.add_argument("-o", dest="old_option", action="append", default=[], help=argparse.SUPPRESS)
     add_format_option(p)
     p.set_defaults(func=cmd_plan)
 
@@ -236,7 +250,7 @@ def add_plan_parsers(sub: Subcommands) -> None:
     p.add_argument(
         "--format", choices=REPORT_FORMATS, default="html", help="html (default) or md (Markdown)"
     )
-    add_plan_options(p, "--option")
+    add_plan_options(p, "-O", "--option")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("strategies", help="list the rebalancing strategies")

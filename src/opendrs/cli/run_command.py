@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from opendrs.cli.arguments import Subcommands
+from opendrs.cli.config_file import add_config_option
 from opendrs.cli.process import setup_logging
 
 __all__ = ["add_run_parser"]
@@ -41,7 +42,7 @@ def add_run_parser(sub: Subcommands) -> None:
         "(retry), 2 bad configuration (or a decision log that cannot be opened), 3 a problem a "
         "restart cannot cure (corrupt or foreign history).",
     )
-    p.add_argument("--config", required=True, metavar="FILE", help="the configuration (YAML)")
+    add_config_option(p)
     p.add_argument(
         "--once",
         action="store_true",

@@ -22,7 +22,7 @@ from opendrs.backends.generated import (
     shape_of,
 )
 from opendrs.backends.sim import HOT, Scenario, builtin_scenario, load_scenario
-from opendrs.cli.arguments import Subcommands, parse_number, simulated_days
+from opendrs.cli.arguments import Subcommands, share, simulated_days
 from opendrs.cli.process import (
     EXIT_OK,
     UsageError,
@@ -36,7 +36,7 @@ from opendrs.engine.policy.config import (
 )
 from opendrs.json_data import json_text
 from opendrs.model.document import Reader, parse, read_file
-from opendrs.model.units import UnitError, format_duration, parse_duration
+from opendrs.model.units import UnitError, format_duration, parse_duration, parse_fraction
 from opendrs.report.text import Report
 
 if TYPE_CHECKING:
@@ -282,6 +282,12 @@ def show_stability(report: Report, reports: Sequence[StabilityReport], name: str
         for row, r in zip(rows, reports, strict=True):
             row.insert(10, f"{r.restart_migrations} ({r.restart_downtime_minutes:,.1f} min)")
     report.table(header, rows, right=tuple(sorted(right)))
+    for r in reports:
+        if r.windows is not None:
+            report.line(
+                f"migration windows of {r.policy}: {r.windows}; balancing migrations started "
+                f"outside them: {r.balancing_outside_windows}"
+            )
 
 
 def add_simulate_parser(sub: Subcommands) -> None:
@@ -341,17 +347,18 @@ def add_policy_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--threshold",
-        type=_fraction,
+        type=share,
         default=PolicyConfig().threshold,
-        help="imbalance yardstick of the report: spread as a fraction "
-        f"(default {PolicyConfig().threshold:g})",
+        help="imbalance yardstick of the report: a spread, as a fraction or a percentage "
+        f"(default {PolicyConfig().threshold:g}, {PolicyConfig().threshold * 100:g}%%)",
     )
     p.add_argument(
         "--hot",
         type=_hot,
         default=HOT,
-        help="a node runs hot above this load (cpu or memory, a fraction of capacity net of "
-        f"reserves, 5-minute average; default {HOT:g})",
+        help="a node runs hot above this load (cpu or memory, a share of capacity net of "
+        f"reserves, 5-minute average, as 0.85 or 85%%; default {HOT:g}; above 100%% as a "
+        "percentage)",
     )
 
 
@@ -397,9 +404,13 @@ def add_output_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _hot(text: str) -> float:
-    value = parse_number(text)
-    if not 0 < value <= 10:
-        raise argparse.ArgumentTypeError("must be a load fraction more than 0 and at most 10")
+    """A load: a fraction above 0 and at most 1 (``0.85``), or a percentage up to 1000 %."""
+    try:
+        value = parse_fraction(text, maximum=10)
+    except UnitError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError("must be more than 0")
     return value
 
 
@@ -449,10 +460,3 @@ def _whole(low: int, high: int) -> Callable[[str], int]:
         return value
 
     return parse
-
-
-def _fraction(text: str) -> float:
-    value = parse_number(text)
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError("must be a fraction from 0 to 1")
-    return value

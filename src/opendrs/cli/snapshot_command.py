@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from opendrs.backends.base import BackendError
 from opendrs.cli.arguments import Subcommands
+from opendrs.cli.config_file import add_config_option
 from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, UsageError, setup_logging
 from opendrs.engine.constraints import platform_balancer
 from opendrs.engine.policy import UsageWindow
@@ -251,7 +252,7 @@ def add_snapshot_parser(sub: Subcommands) -> None:
         "Exit status: 0 written, 1 the cluster could not be observed, 2 a bad configuration or "
         "option.",
     )
-    p.add_argument("--config", required=True, metavar="FILE", help="the configuration (YAML)")
+    add_config_option(p)
     p.add_argument(
         "-o",
         "--output",

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -33,12 +34,14 @@ from rich.console import Console
 
 from opendrs.backends.base import Backend, BackendError, Standby
 from opendrs.cli.arguments import Subcommands
+from opendrs.cli.config_file import add_config_option
 from opendrs.cli.history_command import history_now, open_history
 from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, setup_logging
 from opendrs.cli.snapshot_command import observe_once
 from opendrs.controller.history_file import HistoryError
 from opendrs.engine.constraints import check_rules
 from opendrs.engine.policy import stuck_now
+from opendrs.engine.policy.windows import schedule_now
 from opendrs.engine.usage import RESOURCES
 from opendrs.json_data import iso_time, json_text
 from opendrs.model.cluster import Cluster
@@ -173,6 +176,10 @@ def status_data(status: Status) -> dict[str, Any]:
         },
         "observation": {"ok": cluster is not None, "error": status.observe_error},
         "policy": policy_summary(config),
+        # The windows at the history's time (the simulator's clock), else the wall clock.
+        "windows": schedule_now(
+            config.policy.schedule, time.time() if status.now is None else status.now
+        ),
         "daemon": {
             "lock": config.lock,
             "running": status.lock_held or status.history_held
@@ -211,6 +218,7 @@ def show_status(report: Report, status: Status) -> None:
         f"{format_duration(policy['interval'])}, {when} (strategy {policy['strategy']}, "
         f"target {policy['target']:g})"
     )
+    _show_windows(report, data["windows"])
     report.heading("Daemon")
     daemon = data["daemon"]
     if daemon["error"] is not None:
@@ -229,6 +237,19 @@ def show_status(report: Report, status: Status) -> None:
     if daemon["standby"] is not None:
         report.line(f"standing by: {daemon['standby']}", "yellow")
     _show_history(report, status, data["history"])
+
+
+def _show_windows(report: Report, windows: dict[str, Any] | None) -> None:
+    """The migration windows, and whether each activity they apply to may start one now."""
+    if windows is None:
+        return
+    report.line(f"windows: {windows['summary']}")
+    for activity, now in windows["now"].items():
+        if now["open"]:
+            report.line(f"  {activity}: open now", "green")
+            continue
+        opens = now["opens_text"] or "not within a year"
+        report.line(f"  {activity}: closed now ({now['closed']}); next opens {opens}", "yellow")
 
 
 def _show_cluster(report: Report, status: Status) -> None:
@@ -354,7 +375,7 @@ def add_status_parser(sub: Subcommands) -> None:
         "cluster could not be observed or the history or lock could not be read (the rest is "
         "shown), 2 a bad configuration or option.",
     )
-    p.add_argument("--config", required=True, metavar="FILE", help="the configuration (YAML)")
+    add_config_option(p)
     p.add_argument(
         "--format", choices=("text", "json"), default="text", help="output format (default text)"
     )

@@ -287,6 +287,7 @@ class Controller:
         self.executor.active = config.active
         if hold_starts is not None:
             self.executor.hold = hold_starts
+        self.executor.closed = self._window_closed
         #: Observations that failed in a row (reported at ERROR from ``log.failed_observations``).
         self.failed_observations = 0
         # Guests evacuated for maintenance outlive a restart (``maintenance_return``).
@@ -477,7 +478,7 @@ class Controller:
             self.stuck = decision.stuck
         decision_id = self._record(now, cluster, decision, policy)
         if decision.act and decision.plan is not None and decision.plan.moves:
-            self._hand_on(decision.plan, decision_id)
+            self._hand_on(decision.plan, decision_id, decision.activity)
         result = Cycle(now, cluster, decision, decision_id, stuck=self.stuck)
         self._done(result, started)
         return result
@@ -520,10 +521,19 @@ class Controller:
             rule_check=rule_check,
         )
 
-    def _hand_on(self, plan: Plan, decision_id: int | None) -> None:
+    def _window_closed(self, activity: str) -> str | None:
+        """Why the executor may start no more of a plan that does ``activity`` now (its window
+        closed, a blackout began: ``policy.windows``), or None."""
+        schedule = self.policy.schedule
+        if schedule is None:
+            return None
+        reason = schedule.closed_reason(self.clock.now(), activity)
+        return None if reason is None else f"{reason} now: no more of the plan starts"
+
+    def _hand_on(self, plan: Plan, decision_id: int | None, activity: str | None) -> None:
         """In active mode, ``plan`` to the executor; in shadow mode, each move it would make."""
         if self.config.active:
-            self.executor.submit(plan, decision_id)
+            self.executor.submit(plan, decision_id, activity)
             self.executor.tick()
             return
         for move in plan.moves:

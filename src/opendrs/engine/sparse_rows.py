@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from opendrs.engine.distinct import distinct
+
 
 def _frozen(array: np.ndarray) -> np.ndarray:
     array.flags.writeable = False
@@ -135,7 +137,7 @@ class Partners:
         guest = np.asarray(guest, dtype=np.int64)
         partner = np.asarray(partner, dtype=np.int64)
         keep = guest != partner
-        pairs = np.unique(guest[keep] * max(n_guests, 1) + partner[keep])
+        pairs = distinct(guest[keep] * max(n_guests, 1) + partner[keep])
         owner = pairs // max(n_guests, 1)
         start = np.zeros(n_guests + 1, dtype=np.intp)
         np.cumsum(np.bincount(owner, minlength=n_guests), out=start[1:])

@@ -14,7 +14,6 @@ did-you-mean suggestions); each file format subclasses it.
 from __future__ import annotations
 
 import codecs
-import difflib
 import gc
 import json
 import math
@@ -102,6 +101,14 @@ def render_path(path: Path) -> str:
 
 def clip(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def closest(word: str, choices: Sequence[str]) -> str | None:
+    """The choice ``word`` was likely meant to be (a message's "did you mean"), if any."""
+    import difflib  # here: only a mistake needs it, and every command reads a document
+
+    close = difflib.get_close_matches(clip(word, 100), choices, n=1, cutoff=0.6)
+    return close[0] if close else None
 
 
 def describe(value: object) -> str:
@@ -376,9 +383,9 @@ class Reader:
             if isinstance(key, str) and key in allowed:
                 continue
             if isinstance(key, str):
-                close = difflib.get_close_matches(clip(key, 100), allowed, n=1, cutoff=0.6)
-                if close:
-                    self.fail((*path, key), f"unknown key (did you mean '{close[0]}'?){hint}")
+                close = closest(key, allowed)
+                if close is not None:
+                    self.fail((*path, key), f"unknown key (did you mean '{close}'?){hint}")
             self.fail((*path, key_text(key)), f"unknown key (expected {one_of(allowed)}){hint}")
 
     def require(self, mapping: Mapping[Any, Any], key: str, path: Path) -> Any:
@@ -497,9 +504,9 @@ class Reader:
         if isinstance(value, str) and value in choices:
             return value
         if isinstance(value, str):
-            close = difflib.get_close_matches(clip(value, 100), choices, n=1, cutoff=0.6)
-            if close:
-                self.fail(path, f"unknown value {describe(value)} (did you mean '{close[0]}'?)")
+            close = closest(value, choices)
+            if close is not None:
+                self.fail(path, f"unknown value {describe(value)} (did you mean '{close}'?)")
         self.fail(path, f"expected {one_of(choices)}, got {describe(value)}")
 
     def text_list(self, value: object, path: Path) -> tuple[str, ...]:

@@ -162,3 +162,54 @@ def format_duration(seconds: float) -> str:
             parts.append(f"{secs // size}{unit}")
             secs %= size
     return " ".join(parts)
+
+
+def parse_fraction(value: object, maximum: float = 1.0) -> float:
+    """A share written as a fraction (``0.15``) or a percentage (``15%``, ``"15 %"``): the
+    fraction, from 0 to ``maximum`` (a percentage may say more than 100 % when ``maximum`` is
+    above 1; a bare number never more than 1).
+
+    A bare number above 1 is refused with the percentage it probably meant — ``15`` is 1500 %,
+    not 15 % —, so that a threshold written in percent never silently stops acting."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.endswith("%"):
+            return _percentage(value, text[:-1].strip(), maximum)
+        try:
+            value = float(text)
+        except ValueError:
+            raise UnitError(
+                f"cannot read {_shown(value)} as a fraction or a percentage (examples: 0.15, 15%)"
+            ) from None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise UnitError(
+            f"expected a fraction such as 0.15 or a percentage such as 15%, got {_shown(value)}"
+        )
+    if value < 0 or value > 1e6 or not math.isfinite(value):  # no share is a million times
+        raise UnitError(f"must be a fraction from 0 to 1 or a percentage, got {_shown(value)}")
+    if 1 < value < 2:  # no percentage is likelier than another: 1.5 % or 150 %
+        raise UnitError(
+            f"{value:g} is more than 1 (100 %): write a fraction from 0 to 1, or a percentage "
+            "such as 15%"
+        )
+    if value > 1:
+        raise UnitError(
+            f"{value:g} as a fraction is {value * 100:g} %: did you mean {value:g} %? "
+            f"(write {value:g}% or {value / 100:g})"
+        )
+    if value > maximum:
+        raise UnitError(f"must not be more than {maximum:g} ({maximum * 100:g}%), got {value:g}")
+    return float(value)
+
+
+def _percentage(value: str, number: str, maximum: float) -> float:
+    """:func:`parse_fraction` of a text ending in ``%`` (``number`` is what precedes it)."""
+    try:
+        percent = float(number)
+    except ValueError:
+        raise UnitError(f"cannot read {_shown(value)} as a percentage (example: 15%)") from None
+    if not math.isfinite(percent) or percent < 0:
+        raise UnitError(f"must be a finite percentage ≥ 0, got {_shown(value)}")
+    if percent / 100 > maximum:
+        raise UnitError(f"must not be more than {maximum * 100:g}%, got {_shown(value)}")
+    return percent / 100

@@ -25,14 +25,12 @@ from markupsafe import Markup
 from opendrs import __version__
 from opendrs.json_data import iso_time
 from opendrs.model.units import format_bytes, format_duration
+from opendrs.report import FORMATS
 
 if TYPE_CHECKING:
     from jinja2 import Environment
 
 __all__ = ["FORMATS", "Document", "inline_svg", "render"]
-
-#: Report formats: a self-contained HTML page, or Markdown.
-FORMATS = ("html", "md")
 
 _METADATA = re.compile(r"\s*<metadata>.*?</metadata>", re.DOTALL)
 _XMLNS = re.compile(r'\s+xmlns(?::\w+)?="[^"]*"')

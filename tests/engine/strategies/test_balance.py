@@ -484,7 +484,15 @@ def test_moves_keep_the_state_exact(cluster: Cluster) -> None:
 
 def test_registered_and_default() -> None:
     info = get_strategy("balance")
-    assert info.options.names() == ("target_spread", "margin", "max_moves", "wide", "swaps")
+    assert info.options.names() == (
+        "target_spread",
+        "margin",
+        "max_moves",
+        "wide",
+        "swaps",
+        "hold",
+        "cpu_commit_spread",
+    )
     cluster = load_demo()
     assert info.propose(cluster).as_dict() == propose_balance(cluster).as_dict()
     # What the policy asks (its target, its batch) yields to an option set explicitly.

@@ -136,14 +136,19 @@ def test_the_imbalance_is_normalised_by_the_square_root_of_n_minus_1() -> None:
 
 def test_a_threshold_written_as_thirty_is_refused_with_the_fix() -> None:
     options = get_strategy("pve-bruteforce").options
-    with pytest.raises(ValueError, match=r"threshold: 30 is above 1") as refused:
+    with pytest.raises(ValueError, match=r"threshold: 30 as a fraction is 3000 %") as refused:
         options.parse("pve-bruteforce", {"threshold": 30})
-    # The fix it names is one an option takes (a strategy option is a plain number, not "30%").
-    assert "write the fraction 0.3 for Proxmox's 30 %" in str(refused.value)
+    # The fix it names is one an option takes: the percentage, or the fraction.
+    assert "did you mean 30 %? (write 30% or 0.3)" in str(refused.value)
     assert options.parse("pve-bruteforce", {"threshold": 0.3}).threshold == 0.3
+    assert options.parse("pve-bruteforce", {"threshold": "30%"}).threshold == 0.3
     with pytest.raises(ValueError, match="scope: expected ha or all"):
         options.parse("pve-bruteforce", {"scope": "vms"})
-    assert options.parse("pve-bruteforce", {"threshold": 30, "imbalance": "raw"}).threshold == 30
+    # A raw coefficient of variation may pass 1: written as a percentage, it is taken.
+    raw = options.parse("pve-bruteforce", {"threshold": "3000%", "imbalance": "raw"})
+    assert raw.threshold == 30
+    with pytest.raises(ValueError, match=r"threshold: 1.5 is above 1"):
+        options.parse("pve-bruteforce", {"threshold": "150%"})
 
 
 def _preset_decide(cluster: Cluster, state: PolicyState, now: float = 0.0):  # type: ignore[no-untyped-def]

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from opendrs.engine.distinct import distinct
 from opendrs.model.cluster import Cluster
 from opendrs.model.rules import Rules
 
@@ -135,7 +136,7 @@ class Constraints:
         if not known:
             return self
         rows, cols = (np.array(c, dtype=np.intp) for c in zip(*known, strict=True))
-        named = np.unique(rows)
+        named = distinct(rows)
         # The guests named get rows of their own: their rows now, without the new placements.
         index = self.permitted.index.copy()
         own = self.permitted.table[index[named]].copy()

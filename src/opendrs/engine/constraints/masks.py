@@ -13,6 +13,7 @@ import numpy as np
 from opendrs.model.cluster import Cluster
 from opendrs.model.rules import Rules
 
+from ..distinct import distinct
 from ..sparse_rows import Partners, RowMask, pairs_within
 from .rule_checks import check_rules, positive_components
 
@@ -115,7 +116,9 @@ def hard_negatives(
     unit = np.where(group_of >= 0, group_of, len(groups) + np.arange(n_guests))
     apart = unit[guest] != unit[partner]
     ua, ub = unit[guest][apart], unit[partner][apart]
-    unit_pairs = np.unique(np.stack([np.r_[ua, ub], np.r_[ub, ua]], axis=1), axis=0)
+    n_units = len(groups) + n_guests  # a pair (a, b) as a * n_units + b, in (a, b) order
+    coded = distinct(np.r_[ua, ub] * n_units + np.r_[ub, ua])
+    unit_pairs = np.stack([coded // n_units, coded % n_units], axis=1)
 
     def members(u: int) -> np.ndarray:
         return groups[u] if u < len(groups) else np.array([u - len(groups)], dtype=np.intp)

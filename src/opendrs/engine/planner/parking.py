@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from opendrs.engine.distinct import distinct
 from opendrs.model.cluster import Cluster
 
 from ..constraints import Constraints
@@ -160,7 +161,7 @@ class DeadlockBreaker:
         waiting = np.fromiter(
             itertools.chain.from_iterable(self.queues.waiting), dtype=np.intp, count=-1
         )
-        stuck = np.unique(waiting[units.state[waiting] == UnitState.PENDING])
+        stuck = distinct(waiting[units.state[waiting] == UnitState.PENDING])
         # A parking move that no longer fits its spare is dropped; its guest waits where it is.
         for u in stuck[units.rank_array[stuck] < 0].tolist():
             units.set_state(u, UnitState.CANCELLED)

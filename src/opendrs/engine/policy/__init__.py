@@ -55,6 +55,13 @@ the next state. Every guard the peers use against flapping is here, each one con
   (:mod:`~opendrs.engine.policy.spending`): balancing reads usage closer to its plain mean over
   the hold, which the controller passes as ``latest``, and the hold shrinks, both by the share
   of the budget left.
+* **Windows** (off by default: ``windows``, ``blackouts``; :mod:`.windows`) — balancing starts
+  migrations only within its migration windows and none in a blackout, read at ``now`` in the
+  policy's explicit time zone; a repair, an evacuation for maintenance or a return from it as
+  ``windows_apply_to`` and ``blackouts_apply_to`` say (by default windows hold back balancing
+  only, blackouts all but the repair of hard rules and capacity). Held back, the decision says
+  so (codes ``outside-window``, ``blackout``) and when it may start next; balancing's hold counts
+  on meanwhile.
 * **Busy** — while a plan is executing nothing is decided and the hold count stands still (Proxmox
   skips its rounds without counting while a service migrates); with ``wait_for_motions``, likewise
   while any guest of the cluster moves — a migration opendrs did not start, an HA migrate or
@@ -104,34 +111,90 @@ remembered): the balance decides what the node gets.
   hold, margin, cooldown or smoothing (ProxLB reads the current memory use).
 """
 
-from opendrs.engine.policy.config import METRICS, PRESETS, Metric, PolicyConfig
-from opendrs.engine.policy.decide import decide
-from opendrs.engine.policy.decision import Decision, DecisionCode, DecisionKind, explain
-from opendrs.engine.policy.guards import forbidden_placements
-from opendrs.engine.policy.maintenance import track_evacuations
-from opendrs.engine.policy.metrics import format_by_arch, format_metric, measure, measure_by_arch
-from opendrs.engine.policy.planning import truncate
-from opendrs.engine.policy.reading import POLICY_KEYS, parse_policy, strategy_problem
-from opendrs.engine.policy.repair import (
-    Repair,
-    first_moves,
-    left_in_maintenance,
-    may_need_repair,
-    repair,
-    repairs_needed,
-    stuck_after,
-    stuck_now,
-    warn_stuck,
-)
-from opendrs.engine.policy.smoothing import UsageWindow, overload_span
-from opendrs.engine.policy.state import (
-    BUDGET_WINDOW,
-    PastMigrations,
-    PolicyState,
-    budget_allowance,
-    budget_window,
-)
-from opendrs.engine.policy.why import WhyNot, why_not
+from __future__ import annotations
+
+import importlib
+import sys
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from opendrs.engine.policy.config import METRICS, PRESETS, Metric, PolicyConfig
+    from opendrs.engine.policy.decide import decide
+    from opendrs.engine.policy.decision import Decision, DecisionCode, DecisionKind, explain
+    from opendrs.engine.policy.guards import forbidden_placements
+    from opendrs.engine.policy.maintenance import track_evacuations
+    from opendrs.engine.policy.metrics import (
+        format_by_arch,
+        format_metric,
+        measure,
+        measure_by_arch,
+    )
+    from opendrs.engine.policy.planning import truncate
+    from opendrs.engine.policy.reading import POLICY_KEYS, parse_policy, strategy_problem
+    from opendrs.engine.policy.repair import (
+        Repair,
+        first_moves,
+        left_in_maintenance,
+        may_need_repair,
+        repair,
+        repairs_needed,
+        stuck_after,
+        stuck_now,
+        warn_stuck,
+    )
+    from opendrs.engine.policy.smoothing import UsageWindow, overload_span
+    from opendrs.engine.policy.state import (
+        BUDGET_WINDOW,
+        PastMigrations,
+        PolicyState,
+        budget_allowance,
+        budget_window,
+    )
+    from opendrs.engine.policy.why import WhyNot, why_not
+
+#: Each name of the package and the module that defines it, imported when the name is first asked
+#: for (:func:`__getattr__`): ``opendrs plan`` needs the repair, not the decisions and their
+#: guards, whose dataclasses cost a tenth of its start-up.
+_DEFINED_IN: dict[str, str] = {
+    "METRICS": "config",
+    "PRESETS": "config",
+    "Metric": "config",
+    "PolicyConfig": "config",
+    "decide": "decide",
+    "Decision": "decision",
+    "DecisionCode": "decision",
+    "DecisionKind": "decision",
+    "explain": "decision",
+    "forbidden_placements": "guards",
+    "track_evacuations": "maintenance",
+    "format_by_arch": "metrics",
+    "format_metric": "metrics",
+    "measure": "metrics",
+    "measure_by_arch": "metrics",
+    "truncate": "planning",
+    "POLICY_KEYS": "reading",
+    "parse_policy": "reading",
+    "strategy_problem": "reading",
+    "Repair": "repair",
+    "first_moves": "repair",
+    "left_in_maintenance": "repair",
+    "may_need_repair": "repair",
+    "repair": "repair",
+    "repairs_needed": "repair",
+    "stuck_after": "repair",
+    "stuck_now": "repair",
+    "warn_stuck": "repair",
+    "UsageWindow": "smoothing",
+    "overload_span": "smoothing",
+    "BUDGET_WINDOW": "state",
+    "PastMigrations": "state",
+    "PolicyState": "state",
+    "budget_allowance": "state",
+    "budget_window": "state",
+    "WhyNot": "why",
+    "why_not": "why",
+}
 
 __all__ = [
     "BUDGET_WINDOW",
@@ -172,3 +235,32 @@ __all__ = [
     "warn_stuck",
     "why_not",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """A name of :data:`_DEFINED_IN`, from its module, imported now (then kept here)."""
+    module = _DEFINED_IN.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_DEFINED_IN})
+
+
+class _Package(ModuleType):
+    """This package, whose functions :func:`decide` and :func:`repair` have the names of their
+    modules: importing a module sets it as an attribute of its package, which would hide the
+    function of that name; the module is not set (it stays in ``sys.modules``), so the name is
+    the function's, imported or not yet."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if isinstance(value, ModuleType) and _DEFINED_IN.get(name) == name:
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

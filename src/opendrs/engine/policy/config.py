@@ -4,16 +4,20 @@ strategy, and the checks of a migration budget (one-line reasons)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import MappingProxyType
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from opendrs.engine.policy.state import PastMigrations, frozen_mapping
 from opendrs.engine.strategies import REGISTRY
 from opendrs.engine.strategies.base import Request, StrategyOptions
 from opendrs.model.document import describe
 from opendrs.model.units import format_duration
+
+if TYPE_CHECKING:
+    from opendrs.engine.policy.windows import Schedule
 
 Metric = Literal["spread", "cv", "pve-imbalance", "memory-spread", "none"]
 
@@ -96,6 +100,10 @@ class PolicyConfig:
     #: (whole hours, 1 to 24) up to it — 6 hours, as the ``smoothing`` average at that time of
     #: day; 1 hour balances every hour on its own (more migrations, more balance).
     daily_profile_window: int = 6 * 3600
+    #: When migrations may start (``windows``, ``blackouts``, their ``timezone`` and what each
+    #: applies to: :mod:`.windows`). None (the default): at any time — and :mod:`.windows`
+    #: is not imported by a command that reads no windows.
+    schedule: Schedule | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "options", frozen_mapping(self.options))
@@ -248,9 +256,9 @@ _FIELD_CHECKS: tuple[Callable[[PolicyConfig], None], ...] = (
 )
 
 
-#: The emulated peers (see the package docstring), and opendrs's own defaults.
-PRESETS: Mapping[str, PolicyConfig] = MappingProxyType(
-    {
+def _presets() -> dict[str, PolicyConfig]:
+    """The emulated peers (see the package docstring), and opendrs's own defaults."""
+    return {
         "opendrs": PolicyConfig(),
         # Proxmox VE 9.1+ (pve-ha-manager 5.2.0, proxmox-resource-scheduling 2.1.0): the
         # normalised imbalance against 30 %, held for 3 CRM rounds of about 10 s — within one
@@ -311,7 +319,31 @@ PRESETS: Mapping[str, PolicyConfig] = MappingProxyType(
             max_node_inflow=5,
         ),
     }
-)
+
+
+class _Presets(Mapping[str, PolicyConfig]):
+    """:data:`PRESETS`, made when first read: checking a preset imports its strategy's module,
+    which ``opendrs plan`` with another strategy has no use for."""
+
+    @cached_property
+    def _made(self) -> Mapping[str, PolicyConfig]:
+        return MappingProxyType(_presets())
+
+    def __getitem__(self, name: str) -> PolicyConfig:
+        return self._made[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._made)
+
+    def __len__(self) -> int:
+        return len(self._made)
+
+    def __repr__(self) -> str:
+        return f"PRESETS({dict(self._made)!r})"
+
+
+#: The emulated peers (see the package docstring), and opendrs's own defaults, by name.
+PRESETS: Mapping[str, PolicyConfig] = _Presets()
 
 
 def strategy_request(

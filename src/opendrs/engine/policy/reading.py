@@ -3,11 +3,10 @@ errors naming the key), and a strategy's options checked when they are read."""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from opendrs.engine.policy.config import (
     FLAGS,
@@ -23,10 +22,13 @@ from opendrs.engine.policy.config import (
 )
 from opendrs.engine.policy.state import PastMigrations
 from opendrs.engine.strategies import REGISTRY
-from opendrs.engine.strategies.base import Request, typed_option
+from opendrs.engine.strategies.base import Request, StrategyOptions, option_value
 from opendrs.model.cluster import Cluster, Guest, Node
 from opendrs.model.document import Path, Reader, describe
-from opendrs.model.units import format_duration
+from opendrs.model.units import UnitError, format_duration, parse_fraction
+
+if TYPE_CHECKING:
+    from opendrs.engine.policy.windows import Schedule
 
 #: The keys of a policy section.
 POLICY_KEYS: tuple[str, ...] = (
@@ -56,6 +58,11 @@ POLICY_KEYS: tuple[str, ...] = (
     "spend_budget",
     "daily_profile",
     "daily_profile_window",
+    "windows",
+    "blackouts",
+    "timezone",
+    "windows_apply_to",
+    "blackouts_apply_to",
 )
 
 
@@ -74,8 +81,8 @@ _DURATIONS: Mapping[str, tuple[int, int]] = MappingProxyType(
 )
 
 
-#: Each fraction's largest value: a spread or CV threshold and target (100 = 10000 %), and the
-#: relative improvement a plan must bring (at most all of it).
+#: Each fraction's largest value: a spread or CV threshold and target (a bare number at most 1,
+#: a percentage up to 10000 %), and the relative improvement a plan must bring (at most all).
 _FRACTIONS: Mapping[str, float] = MappingProxyType(
     {"threshold": 100.0, "target": 100.0, "margin": 1.0}
 )
@@ -91,25 +98,22 @@ _MAX_SAMPLES = 10_000
 
 
 def _fraction(reader: Reader, value: object, path: Path, maximum: float) -> float:
-    """A number from 0 to ``maximum``, or a percentage written ``15%`` (0.15)."""
-    if isinstance(value, str) and value.strip().endswith("%"):
-        text = value.strip()[:-1].strip()
-        try:
-            number = float(text)
-        except ValueError:
-            reader.fail(path, f"cannot read {describe(value)} as a percentage (example: 15%)")
-        if not math.isfinite(number) or number < 0:
-            reader.fail(path, f"must be a finite percentage ≥ 0, got {describe(value)}")
-        if number / 100 > maximum:
-            reader.fail(path, f"must not be more than {maximum * 100:g}%, got {describe(value)}")
-        return number / 100
-    return reader.number(value, path, maximum=maximum)
-
-
-def _option_value(reader: Reader, value: object, path: Path, default: object) -> object:
-    """A strategy option checked against the type of its default, as ``opendrs plan -o`` does."""
+    """A fraction from 0 to 1 (``0.15``), or a percentage up to ``maximum`` (``15%``: 0.15); a
+    bare number above 1 is refused with the percentage it probably meant
+    (:func:`parse_fraction`)."""
     try:
-        value = typed_option(value, default, describe(value))
+        return parse_fraction(value, maximum)
+    except UnitError as exc:
+        reader.fail(path, str(exc))
+
+
+def _option_value(
+    reader: Reader, options: type[StrategyOptions], name: str, value: object, path: Path
+) -> object:
+    """A strategy option read as ``opendrs plan -O`` reads it (:func:`option_value`): a share as
+    a fraction or a percentage, then the type of its default."""
+    try:
+        value = option_value(options, name, value, describe(value))
     except ValueError as exc:
         reader.fail(path, str(exc))
     return tuple(value) if isinstance(value, list) else value
@@ -210,7 +214,79 @@ def _read_fields(
             fields[flag] = reader.boolean(mapping[flag], (*path, flag))
     if "strategy" in mapping:
         fields["strategy"] = _read_strategy(reader, mapping["strategy"], (*path, "strategy"))
+    if any(key in mapping for key in _SCHEDULE_KEYS):
+        fields["schedule"] = _read_schedule(reader, mapping, path, start.schedule)
     return fields
+
+
+_Span = TypeVar("_Span")
+
+#: The keys of a policy section that make its :class:`Schedule`.
+_SCHEDULE_KEYS = ("windows", "blackouts", "timezone", "windows_apply_to", "blackouts_apply_to")
+
+
+def _read_schedule(
+    reader: Reader, mapping: Mapping[str, object], path: Path, start: Schedule | None
+) -> Schedule:
+    """The migration windows and blackouts written (``start``'s where not), each entry parsed
+    (:func:`parse_weekly`, :func:`parse_blackout`); a time zone is required with either."""
+    from opendrs.engine.policy.windows import (
+        ACTIVITIES,
+        Schedule,
+        parse_blackout,
+        parse_weekly,
+        zone,
+    )
+
+    start = start or Schedule()
+    windows, blackouts = start.windows, start.blackouts
+    if "windows" in mapping:
+        windows = tuple(_read_spans(reader, mapping["windows"], (*path, "windows"), parse_weekly))
+    if "blackouts" in mapping:
+        blackouts = tuple(
+            _read_spans(reader, mapping["blackouts"], (*path, "blackouts"), parse_blackout)
+        )
+    timezone = start.timezone
+    if "timezone" in mapping:
+        timezone = reader.text(mapping["timezone"], (*path, "timezone"))
+        try:
+            zone(timezone)
+        except ValueError:
+            reader.fail(
+                (*path, "timezone"),
+                f"unknown time zone {describe(timezone)} (an IANA name such as Europe/Berlin, "
+                "or UTC)",
+            )
+    elif windows or blackouts:
+        key = "windows" if "windows" in mapping else "blackouts"
+        if key in mapping:
+            reader.fail(
+                (*path, key),
+                "needs timezone, the time zone its times are in (such as Europe/Berlin or UTC)",
+            )
+    applies = {}
+    for key in ("windows_apply_to", "blackouts_apply_to"):
+        applies[key] = getattr(start, key)
+        if key in mapping:
+            kinds = reader.text_list(mapping[key], (*path, key))
+            for index, kind in enumerate(kinds):
+                reader.choice(kind, (*path, key, index), ACTIVITIES)
+            applies[key] = frozenset(kinds)
+    return Schedule(windows, blackouts, timezone, **applies)
+
+
+def _read_spans(
+    reader: Reader, value: object, path: Path, parse: Callable[[str], _Span]
+) -> list[_Span]:
+    """Each entry of the list at ``path`` parsed by ``parse``: refused naming the entry, what
+    was written and why."""
+    spans = []
+    for index, item in enumerate(reader.sequence(value, path)):
+        try:
+            spans.append(parse(item))
+        except (ValueError, TypeError) as exc:
+            reader.fail((*path, index), f"{describe(item)}: {exc}")
+    return spans
 
 
 def _read_durations(reader: Reader, mapping: Mapping[str, object], path: Path) -> dict[str, int]:
@@ -311,13 +387,12 @@ def _read_options(
     without them, ``start``'s options, or none for a new strategy."""
     if "options" not in mapping:
         return start.options if strategy == start.strategy else {}
-    defaults = REGISTRY[strategy].options.defaults()
+    options = REGISTRY[strategy].options
     opath = (*path, "options")
     given = reader.mapping(mapping["options"], opath)
-    reader.check_keys(given, opath, tuple(sorted(defaults)), f" for strategy {strategy}")
+    reader.check_keys(given, opath, tuple(sorted(options.defaults())), f" for strategy {strategy}")
     return {
-        key: _option_value(reader, item, (*opath, key), defaults[key])
-        for key, item in given.items()
+        key: _option_value(reader, options, key, item, (*opath, key)) for key, item in given.items()
     }
 
 

@@ -19,6 +19,7 @@ from opendrs.engine.constraints import (
     current_assign,
     movability,
 )
+from opendrs.engine.distinct import distinct
 from opendrs.engine.planner import Plan, PlannedMove
 from opendrs.engine.policy.config import PolicyConfig
 from opendrs.engine.policy.planning import Limits, plan_within, truncate
@@ -175,7 +176,7 @@ def _broken(
             )
             why.setdefault(j, Broken("anti-affinity", text))
     for group in cons.groups:
-        if np.unique(assign[group]).size > 1:
+        if distinct(assign[group]).size > 1:
             for j in group.tolist():
                 text = f"{guests[j].id} is apart from its hard-affinity partners"
                 why.setdefault(j, Broken("affinity", text))
@@ -319,8 +320,23 @@ def repair_within_guards(
 def only_hot(cluster: Cluster, cons: Constraints) -> bool:
     """Whether all that breaks now is nodes running hot (no hard constraint): relieving them is
     balancing, and it counts against the migration budget."""
+    return broken_kinds(cluster, cons) <= {"hot"}
+
+
+def broken_kinds(cluster: Cluster, cons: Constraints) -> frozenset[str]:
+    """What breaks now (:attr:`Broken.kind` of each guest that may move)."""
     broken = _broken(cluster, cons, current_assign(cluster), cons.capacity.committed())
-    return all(b.kind == "hot" for b in broken.values())
+    return frozenset(b.kind for b in broken.values())
+
+
+def repair_activity(cluster: Cluster, cons: Constraints) -> str:
+    """What a repair of ``cluster`` is, as migration windows name it: ``balance`` (nodes that
+    only run hot), ``maintenance`` (nothing but nodes in maintenance, and hot ones), else
+    ``repair`` (a hard rule or a capacity limit)."""
+    kinds = broken_kinds(cluster, cons) - {"hot"}
+    if not kinds:
+        return "balance"
+    return "maintenance" if kinds == {"maintenance"} else "repair"
 
 
 def first_moves(plan: Plan, batch: int, cluster: Cluster, cons: Constraints) -> Plan:

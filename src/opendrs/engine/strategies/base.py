@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Protocol, Self
+from typing import Any, ClassVar, Protocol, Self
 
 import numpy as np
 
@@ -25,6 +25,7 @@ from opendrs.engine.planner.plan import final_placement
 from opendrs.engine.usage import RESOURCES, LoadModel, arch_groups
 from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster, Guest, Move, Settings
+from opendrs.model.units import UnitError, parse_fraction
 
 
 def migration_cost(guest: Guest, settings: Settings | None = None) -> int:
@@ -266,6 +267,11 @@ class StrategyOptions:
     """
 
     given: frozenset[str] = field(default=_NO_OPTIONS, repr=False, compare=False)
+    #: The options that are shares of a whole: written as a fraction (``0.15``) or a percentage
+    #: (``"15%"``); a bare number above 1 is refused with the percentage it probably meant.
+    fractions: ClassVar[frozenset[str]] = frozenset()
+    #: The options counted in percent (``20`` is 20 %), which take ``"20%"`` as well.
+    percents: ClassVar[frozenset[str]] = frozenset()
 
     def check(self) -> None:
         """Raise ValueError (``"NAME: …"``) for a value the strategy refuses."""
@@ -291,7 +297,7 @@ class StrategyOptions:
             if name not in defaults:
                 known = ", ".join(sorted(defaults))
                 raise ValueError(f"strategy {strategy} has no option {name!r} (options: {known})")
-            values[name] = _typed(strategy, name, value, defaults[name])
+            values[name] = _typed(strategy, cls, name, value)
         options = cls(given=frozenset(values), **values)
         try:
             options.check()
@@ -343,9 +349,35 @@ def typed_option(value: object, default: object, shown: str | None = None) -> ob
     return value
 
 
-def _typed(strategy: str, name: str, value: object, default: object) -> object:
+#: The largest share an option may be written as, as a percentage (10000 %): a strategy's own
+#: check says what is too much for it (a normalised imbalance is at most 1).
+_LARGEST_SHARE = 100.0
+
+
+def option_value(
+    options: type[StrategyOptions], name: str, value: object, shown: str | None = None
+) -> object:
+    """``value`` of option ``name`` of ``options``: a share read as a fraction (``"15%"``:
+    0.15; a bare number above 1 refused, a percentage up to 10000 %), a percentage's ``%``
+    dropped (``"20%"``: 20), then checked by :func:`typed_option` against the type of the
+    option's default. ValueError with the reason. What a policy's ``options``, ``opendrs plan
+    -O`` and :meth:`StrategyOptions.parse` read an option with."""
+    if name in options.fractions and value is not None:
+        try:
+            value = parse_fraction(value, _LARGEST_SHARE)
+        except UnitError as exc:
+            raise ValueError(str(exc)) from None
+    elif name in options.percents and isinstance(value, str) and value.strip().endswith("%"):
+        try:
+            value = float(value.strip()[:-1])
+        except ValueError:
+            raise ValueError(f"cannot read {value!r} as a percentage (example: 20%)") from None
+    return typed_option(value, options.defaults()[name], shown)
+
+
+def _typed(strategy: str, options: type[StrategyOptions], name: str, value: object) -> object:
     try:
-        return typed_option(value, default)
+        return option_value(options, name, value)
     except ValueError as exc:
         raise ValueError(f"strategy {strategy} option {name}: {exc}") from None
 

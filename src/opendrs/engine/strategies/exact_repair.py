@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from opendrs.engine.distinct import distinct
 from opendrs.engine.usage import Dimension
 
 from .cpsat import as_units, budget_spent, new_solver
@@ -108,7 +109,7 @@ def _repair_short(need: np.ndarray, room: np.ndarray, domain: list[np.ndarray]) 
     proof of infeasibility CP-SAT may take long to find)."""
     if not domain:
         return False
-    nodes = np.unique(np.concatenate(domain))
+    nodes = distinct(np.concatenate(domain))
     have = np.maximum(room[nodes], 0.0).sum(axis=0)
     return bool(np.any(need.sum(axis=0) > have * (1 + 1e-9) + 1e-9))
 

@@ -49,6 +49,7 @@ each target reaches the midpoint between the two. opendrs keeps that shape:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -268,6 +269,8 @@ def _best_candidate(
 @dataclass(frozen=True)
 class IncusOptions(StrategyOptions):
     """``incus``'s options (see :func:`propose_incus`)."""
+
+    percents: ClassVar[frozenset[str]] = frozenset({"threshold"})
 
     threshold: float = DEFAULT_THRESHOLD
     max_moves: int = DEFAULT_MAX_MOVES

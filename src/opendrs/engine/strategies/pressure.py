@@ -66,6 +66,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -493,6 +494,10 @@ def propose_pressure(view: CycleView, request: Request, options: PressureOptions
 @dataclass(frozen=True)
 class PressureOptions(StrategyOptions):
     """``drs-pressure``'s options (see :func:`propose_pressure`)."""
+
+    fractions: ClassVar[frozenset[str]] = frozenset(
+        {"cpu_pressure", "memory_threshold", "memory_threshold_ksm"}
+    )
 
     max_moves: int = DEFAULT_MAX_MOVES
     min_uptime: int = DEFAULT_MIN_UPTIME

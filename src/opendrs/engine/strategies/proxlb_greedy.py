@@ -58,10 +58,12 @@ Deterministic: groups, nodes and rules are visited in the cluster's order.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
 from opendrs.engine.constraints import movability
+from opendrs.engine.distinct import distinct
 from opendrs.engine.placement import PlacementState
 from opendrs.engine.usage import MeasuredUsage
 from opendrs.engine.view import CycleView
@@ -265,11 +267,11 @@ class _Run:
             return True
         for group in self.state.constraints.groups:
             members = group[placed[group]]
-            if np.unique(assign[members]).size > 1:
+            if distinct(assign[members]).size > 1:
                 return True
         for _rule, members in self.anti:
             where = assign[members]
-            if np.unique(where).size < where.size:
+            if distinct(where).size < where.size:
                 return True
         return False
 
@@ -550,6 +552,8 @@ def _method_and_mode(cluster: Cluster, method: str | None, mode: str | None) -> 
 @dataclass(frozen=True)
 class ProxlbGreedyOptions(StrategyOptions):
     """``proxlb-greedy``'s options (see :func:`propose_proxlb_greedy`)."""
+
+    percents: ClassVar[frozenset[str]] = frozenset({"balanciness"})
 
     method: str | None = None
     mode: str | None = None

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -95,6 +96,8 @@ IMBALANCES = ("normalised", "raw")
 @dataclass(frozen=True)
 class PveOptions(StrategyOptions):
     """The options of ``pve-bruteforce`` and ``pve-topsis`` (Proxmox's own defaults)."""
+
+    fractions: ClassVar[frozenset[str]] = frozenset({"threshold", "margin"})
 
     threshold: float = DEFAULT_THRESHOLD
     margin: float = DEFAULT_MARGIN

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 from typing import Any
 
 from opendrs.model.cluster import Node, Pressure, Settings
-from opendrs.model.document import Path, Reader, clip, describe
+from opendrs.model.document import Path, Reader, closest, describe
 from opendrs.model.snapshot.schema import MAX_CORES, MIN_NODE_CORES, NODE_KEYS, PRESSURE_KEYS
 from opendrs.model.snapshot.write import number_out, size_out
 
@@ -140,5 +139,5 @@ class NodeReader(Reader):
 def _suggest(name: str, known: Mapping[str, Any]) -> str:
     if len(known) > 1000:
         return ""
-    close = difflib.get_close_matches(clip(name, 100), list(known), n=1, cutoff=0.6)
-    return f" (did you mean '{close[0]}'?)" if close else ""
+    close = closest(name, list(known))
+    return f" (did you mean '{close}'?)" if close is not None else ""

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from opendrs.engine.distinct import distinct
 from opendrs.engine.strategies.exact_repair import REPAIR_TIME_LIMIT, solve_repair
 
 from ..base import migration_cost
@@ -52,7 +53,7 @@ def exact_repair(
         complete = bool(complete and np.all(allow[:, usable]))
         model, domain = _repair_model_domains(state, model, allow)
         found = solve_repair(*_repair_inputs(state, model, domain), time_limit=REPAIR_TIME_LIMIT)
-        nodes = np.unique(np.concatenate(domain)).size if domain else 0
+        nodes = distinct(np.concatenate(domain)).size if domain else 0
         info.update(exact=found.status, units=len(model), nodes=nodes, complete=complete)
         info["deterministic"] = found.deterministic
         small = n_movable * np.count_nonzero(usable) <= REPAIR_PAIRS
@@ -180,7 +181,7 @@ def _repair_inputs(
     cost: list[np.ndarray] = []
     apart: list[tuple[int, int]] = []
     for i, u in enumerate(model):
-        partners = np.unique(units.unit_of[units.neg_guests[u]]).tolist()
+        partners = distinct(units.unit_of[units.neg_guests[u]]).tolist()
         apart.extend((i, index[p]) for p in partners if index.get(p, -1) > i)
         idx = units.members[u]
         price = np.array([migration_cost(guests[j], settings) for j in idx.tolist()])

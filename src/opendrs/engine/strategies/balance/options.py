@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -14,7 +15,12 @@ DEFAULT_WIDE = 64
 
 
 def _check_options(
-    target_spread: float, margin: float, max_moves: int | None, wide: int, swaps: bool
+    target_spread: float,
+    margin: float,
+    max_moves: int | None,
+    wide: int,
+    flags: dict[str, bool],
+    cpu_commit_spread: float,
 ) -> None:
     """ValueError naming the first bad option."""
 
@@ -26,25 +32,42 @@ def _check_options(
 
     number("target_spread", target_spread)
     number("margin", margin)
+    number("cpu_commit_spread", cpu_commit_spread)
     if max_moves is not None and (
         isinstance(max_moves, bool) or not isinstance(max_moves, int) or max_moves < 0
     ):
         raise ValueError(f"max_moves: expected a whole number ≥ 0, got {max_moves!r}")
     if isinstance(wide, bool) or not isinstance(wide, int) or wide < 1:
         raise ValueError(f"wide: expected a whole number ≥ 1, got {wide!r}")
-    if not isinstance(swaps, bool):
-        raise ValueError(f"swaps: expected true or false, got {swaps!r}")
+    for name, flag in flags.items():
+        if not isinstance(flag, bool):
+            raise ValueError(f"{name}: expected true or false, got {flag!r}")
 
 
 @dataclass(frozen=True)
 class BalanceOptions(StrategyOptions):
     """``balance``'s options (see :func:`propose_balance`)."""
 
+    fractions: ClassVar[frozenset[str]] = frozenset({"target_spread", "cpu_commit_spread"})
+
     target_spread: float = DEFAULT_TARGET_SPREAD
     margin: float = DEFAULT_MARGIN
     max_moves: int | None = None
     wide: int = DEFAULT_WIDE
     swaps: bool = True
+    #: Hold each resource within its goal (:mod:`.hold`): no weight in choosing moves, never
+    #: taken above its goal.
+    hold: bool = False
+    #: The least goal of the vCPU commitments' spread (static mode): 0, one vCPU on the
+    #: smallest node (or ``target_spread``, where coarser).
+    cpu_commit_spread: float = 0.0
 
     def check(self) -> None:
-        _check_options(self.target_spread, self.margin, self.max_moves, self.wide, self.swaps)
+        _check_options(
+            self.target_spread,
+            self.margin,
+            self.max_moves,
+            self.wide,
+            {"swaps": self.swaps, "hold": self.hold},
+            self.cpu_commit_spread,
+        )

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from opendrs.engine.distinct import distinct
+
 from .state import BalanceState
 
 #: Candidate moves a round's greedy pass first screens at once for the next one it can take
@@ -32,9 +34,9 @@ def round_window(
     n_nodes = len(f)
     if n_nodes <= wide:
         return np.arange(n_nodes, dtype=np.intp), usable_idx
-    projected = (f * (state.wnorm * state.mean_demand)[None, :]).sum(axis=1)[usable_idx]
+    projected = (f * (state.steer_wnorm * state.mean_demand)[None, :]).sum(axis=1)[usable_idx]
     mean = f[usable_idx].mean(axis=0)
-    contribution = ((state.cap * (f - mean) ** 2) * state.wnorm[None, :]).sum(axis=1)
+    contribution = ((state.cap * (f - mean) ** 2) * state.steer_wnorm[None, :]).sum(axis=1)
     top = usable_idx[np.argsort(-contribution[usable_idx], kind="stable")[: max(wide // 2, 1)]]
     order = np.argsort(-projected, kind="stable")
     sources = usable_idx[order[:wide]]
@@ -220,7 +222,7 @@ def _candidates(
     rows = np.repeat(unit_rows, per_unit)
     cols = top.ravel()
     keep = np.isfinite(score[kind[rows], cols])
-    n_sources = len(np.unique(state.units.assign[units[unit_rows]]))
+    n_sources = len(distinct(state.units.assign[units[unit_rows]]))
     return rows[keep], cols[keep], n_sources
 
 

@@ -348,17 +348,18 @@ def polish_below_grain(
     limit: int,
     exchanges: bool,
 ) -> list[str]:
-    """The final phase of a balanced search: each weighted resource whose grain is coarser than
-    ``target_spread`` and whose spread is above it, brought within it in whole steps where a
-    window allows (:func:`polish`), each move recorded in ``history`` (at most ``limit``
-    steps), the objective never above ``ceiling``; a polish that does not reach the window is
-    undone, and the resource keeps its grain goal. ``state.goal`` is tightened to
+    """The final phase of a balanced search: each weighted resource whose goal is its grain,
+    coarser than ``target_spread``, and whose spread is above it, brought within it in whole
+    steps where a window allows (:func:`polish`), each move recorded in ``history`` (at most
+    ``limit`` steps), the objective never above ``ceiling``; a polish that does not reach the
+    window is undone, and the resource keeps its grain goal. ``state.goal`` is tightened to
     ``target_spread`` for the resources polished. One clause per resource tried, for the stop
     reason."""
     state = history.state
     goal = state.goal
     clauses: list[str] = []
-    coarse = (state.weights > 0) & (grain > target_spread)
+    # A goal looser than the grain (``cpu_commit_spread``) was asked for: no polish below it.
+    coarse = (state.weights > 0) & (grain > target_spread) & (goal <= grain + 1e-9)
     for r in np.nonzero(coarse)[0].tolist():
         if state.spreads()[r] <= target_spread + 1e-12:
             goal[r] = target_spread + 1e-12

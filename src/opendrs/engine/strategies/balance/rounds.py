@@ -13,6 +13,7 @@ import numpy as np
 
 from opendrs.engine.usage import RESOURCES
 
+from .hold import keeps_held_after
 from .options import BalanceOptions
 from .picks import IdleWindows, round_window
 from .set_exchange import SetExchange, set_round
@@ -30,11 +31,13 @@ PAIR_BUDGET = 4_000_000
 SWAP_NODES_PER = 64
 
 
-def balanced_reason(target_spread: float, spreads: np.ndarray, more: Iterable[str] = ()) -> str:
+def balanced_reason(options: BalanceOptions, spreads: np.ndarray, more: Iterable[str] = ()) -> str:
     """The stop reason of a search that ended balanced, with ``more`` clauses."""
+    commit = options.cpu_commit_spread
+    looser = f", vCPU commitments {commit * 100:.2f} pp" if commit > options.target_spread else ""
     text = (
         "balanced: every spread within its goal "
-        f"({target_spread * 100:.2f} pp, or one guest's step where coarser): ("
+        f"({options.target_spread * 100:.2f} pp{looser}, or one guest's step where coarser): ("
         + ", ".join(f"{r} {s * 100:.2f} pp" for r, s in zip(RESOURCES, spreads, strict=True))
         + ")"
     )
@@ -66,7 +69,7 @@ class Price:
     def exchange_pays(self, state: BalanceState, moving: Iterable[int], gain: float) -> bool:
         """Whether an exchange moving the units ``moving`` for ``gain`` pays for itself: a gain
         within rounding of nothing is none (no exchange back)."""
-        objective = state.objective()
+        objective = state.steered_objective()
         fresh = [v for v in moving if not state.is_moved(v)]
         drop = np.sqrt(max(objective, 0.0)) - np.sqrt(max(objective - gain, 0.0))
         spent = float(state.units.cost[fresh].sum()) if fresh else 0.0
@@ -75,9 +78,12 @@ class Price:
         return bool(drop * 100 >= self.margin * 100 * spent / self.total_cost)
 
 
-def grain_and_goal(state: BalanceState, target_spread: float) -> tuple[np.ndarray, np.ndarray]:
+def grain_and_goal(
+    state: BalanceState, target_spread: float, cpu_commit_spread: float = 0.0
+) -> tuple[np.ndarray, np.ndarray]:
     """(R,) each resource's grain — the smallest movable step on the smallest usable node: a
-    spread finer than it cannot be asked for — and its goal, the coarser of the two."""
+    spread finer than it cannot be asked for — and its goal, the coarser of the two; the vCPU
+    commitments' (static mode) at least ``cpu_commit_spread``."""
     units = state.units
     movable_demand = units.demand[units.movable]
     usable_cap = state.cap[state.usable]
@@ -86,7 +92,10 @@ def grain_and_goal(state: BalanceState, target_spread: float) -> tuple[np.ndarra
         grain = np.nan_to_num(positive.min(axis=0) / usable_cap.min(axis=0), posinf=0.0)
     else:
         grain = np.zeros(len(RESOURCES))
-    return grain, np.maximum(target_spread, grain) + 1e-12
+    least = np.full(len(RESOURCES), target_spread)
+    if state.loads.mode == "static" and state.loads.source == "usage":
+        least[RESOURCES.index("cpu")] = max(target_spread, cpu_commit_spread)
+    return grain, np.maximum(least, grain) + 1e-12
 
 
 def balance_rounds(
@@ -94,11 +103,27 @@ def balance_rounds(
 ) -> tuple[str, bool]:
     """Rounds of moves (and exchanges) on ``history``'s state until every weighted resource is
     within its goal (``state.goal``), at most ``limit`` steps of history; ``shaped``: the
-    shedding plan's units first, moves chosen by band distance. The stop reason, and whether
-    the goal was reached."""
+    shedding plan's units first, moves chosen by band distance. Each round, the resources
+    within their goal are held there when ``options.hold`` (:mod:`.hold`); none is once the
+    rounds end. The stop reason, and whether the goal was reached."""
+    state = history.state
+    if not options.hold:
+        return _rounds(history, options, limit, shaped=shaped)
+    try:
+        return _rounds(history, options, limit, shaped=shaped)
+    finally:
+        state.steer(np.zeros(len(RESOURCES), dtype=bool))
+
+
+def _rounds(
+    history: History, options: BalanceOptions, limit: int, *, shaped: bool
+) -> tuple[str, bool]:
+    """:func:`balance_rounds`, with the held resources steered."""
     state = history.state
     weighted = state.weights > 0
     price = Price.of(state, options.margin)
+    hold = weighted if options.hold else np.zeros_like(weighted)
+    state.steer(hold & (state.spreads() <= state.goal))
     # The shedding plan of the nodes above the band: its units move first.
     plan = np.zeros(len(state.units.assign), dtype=bool)
     if shaped and not np.all(state.spreads()[weighted] <= state.goal[weighted]):
@@ -107,9 +132,14 @@ def balance_rounds(
     while len(history) < limit:
         spreads = state.spreads()
         if np.all(spreads[weighted] <= state.goal[weighted]):
-            return balanced_reason(options.target_spread, spreads), True
+            return balanced_reason(options, spreads), True
+        held = state.held
+        state.steer(hold & (spreads <= state.goal))
+        if state.held is not held:
+            # The windows found idle were judged with other weights.
+            idle = IdleWindows(state)
         f = state.fractions()
-        objective = state.objective()
+        objective = state.steered_objective()
         picks, shedding = _round_picks(state, plan, idle, f, options.wide, shaped, len(history))
         made = _take_moves(history, picks, price, objective, limit)
         if made == 0 and options.swaps:
@@ -185,7 +215,10 @@ def _take_moves(
     for gain, u, t in picks[: max(4, len(state.cluster.nodes) // 8)]:
         if len(history) + len(chosen) >= limit:
             break
-        if price.move_pays(state, u, gain, objective):
+        # Each move was allowed on the round's loads: together they must keep the held too.
+        if price.move_pays(state, u, gain, objective) and keeps_held_after(
+            state, [*chosen, (u, t)]
+        ):
             chosen.append((u, t))
     history.record_all(chosen, StepKind.BALANCE)
     return len(chosen)
@@ -200,9 +233,9 @@ def _exchange_pairs(history: History, f: np.ndarray, price: Price, limit: int) -
     state = history.state
     units, n_nodes = state.units, len(state.cluster.nodes)
     mean_f = f[state.usable].mean(axis=0)
-    dev = np.abs(f - mean_f) @ state.weights
+    dev = np.abs(f - mean_f) @ state.steer_weights
     dev = np.where(state.usable, dev, -1.0)
-    signed = (f - mean_f) * state.weights[None, :]
+    signed = (f - mean_f) * state.steer_weights[None, :]
     busy = np.zeros(n_nodes, dtype=bool)
     ranked: dict[bytes, list[int]] = {}
 
@@ -223,6 +256,8 @@ def _exchange_pairs(history: History, f: np.ndarray, price: Price, limit: int) -
             found = again
         _, _, x, y = found
         b = int(units.assign[y])
+        if not keeps_held_after(state, [(x, b), (y, a)]):
+            continue
         busy[[a, b]] = True
         history.record_all([(x, b), (y, a)], StepKind.SWAP)
         made += 2
@@ -269,6 +304,8 @@ def _exchange_sets(history: History, price: Price, limit: int) -> int:
     made = 0
     heads = max(4, len(state.cluster.nodes) // SWAP_NODES_PER)
     for e in set_round(state, heads, pays, limit - len(history)):
+        if not keeps_held_after(state, [(e.unit, e.b), *((y, e.a) for y in e.others)]):
+            continue
         history.record_all([(e.unit, e.b), *((y, e.a) for y in e.others)], StepKind.SET_EXCHANGE)
         made += 1 + len(e.others)
     return made

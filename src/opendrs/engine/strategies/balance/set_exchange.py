@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .hold import keeps_held
 from .state import BalanceState
 
 #: Most units a set may hold.
@@ -70,7 +71,7 @@ def heads_and_partners(state: BalanceState, heads: int) -> list[tuple[int, np.nd
     below = np.maximum(mean - half - f, 0.0)
     # Only the resources whose spread is still above its goal: one within it may have nodes
     # outside the band (the band is centred on the mean) that no exchange needs to move.
-    counted = (state.weights > 0) & (state.spreads() > state.goal)
+    counted = (state.steer_weights > 0) & (state.spreads() > state.goal)
     outside = ((above + below) * state.cap / state.typical)[:, counted].sum(axis=1)
     outside = np.where(usable, outside, 0.0)
     order = np.argsort(-outside, kind="stable")[:heads]
@@ -79,7 +80,7 @@ def heads_and_partners(state: BalanceState, heads: int) -> list[tuple[int, np.nd
         if outside[a] <= 0:
             break
         side = (np.sign(above[a]) - np.sign(below[a])) * counted  # +1 above, -1 below
-        toward = ((f[a] - f) * side[None, :] * state.weights[None, :]).sum(axis=1)
+        toward = ((f[a] - f) * side[None, :] * state.steer_weights[None, :]).sum(axis=1)
         toward = np.where(usable & (state.group == state.group[a]), toward, 0.0)
         toward[a] = 0.0
         partners = np.argsort(-toward, kind="stable")[:SET_PARTNERS]
@@ -108,7 +109,7 @@ def _one_way(state: BalanceState, a: int, b: int) -> SetExchange | None:
     ys = ys[units.static_ok[ys, a] & ~state.has_neg[ys]]
     if xs.size == 0 or ys.size == 0:
         return None
-    f, inv, w = state.kept_fractions(), state.inv_cap, state.wnorm
+    f, inv, w = state.kept_fractions(), state.inv_cap, state.steer_wnorm
     g = w * (f[a] - f[b])
     k = w * (inv[a] + inv[b])
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -180,8 +181,9 @@ def _greedy_sets(want: np.ndarray, dy: np.ndarray, k: np.ndarray) -> np.ndarray:
 
 def _allowed(state: BalanceState, x: int, others: np.ndarray, a: int, b: int) -> bool:
     """Whether the exchange keeps every hard constraint — capacity on both nodes after it, no
-    hard anti-affinity partner of ``x`` on ``b`` (the set's units have none) — and the headroom
-    in what the guests use (:func:`keeps_headroom`)."""
+    hard anti-affinity partner of ``x`` on ``b`` (the set's units have none), every held
+    resource within its goal (:mod:`.hold`) — and the headroom in what the guests use
+    (:func:`keeps_headroom`)."""
     units = state.units
     room = state.limit - state.committed + state.tol
     into_b = units.need[x] - units.need[others].sum(axis=0)
@@ -190,6 +192,9 @@ def _allowed(state: BalanceState, x: int, others: np.ndarray, a: int, b: int) ->
     if not keeps_headroom(state, a, b, into_b):
         return False
     if state.has_neg[x] and state.blocked_at(np.array([x]), np.array([b]))[0]:
+        return False
+    moved = units.demand[x] - units.demand[others].sum(axis=0)
+    if not keeps_held(state, np.array([a]), np.array([b]), moved[None, :])[0]:
         return False
     return bool(state.usable[a] and state.usable[b])
 

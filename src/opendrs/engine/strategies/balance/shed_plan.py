@@ -34,7 +34,7 @@ def shed_plan(state: BalanceState) -> np.ndarray:
     """
     units = state.units
     plan = np.zeros(len(units.assign), dtype=bool)
-    counted = state.weights > 0
+    counted = state.steer_weights > 0
     if state.usable.sum() < 2 or not counted.any():
         return plan
     excess = (state.node_load - state.mean() * state.cap)[:, counted]  # (N, R')
@@ -67,7 +67,7 @@ def _plan_chunk(
     """The units planned to leave each of a chunk of hot nodes (``members``: their candidate
     units; ``e``, ``half``: their excesses and half bands, (H, R')): the sweep's best direction,
     or the fewest migrations of :func:`_fewest_within` where that needs fewer."""
-    counted = state.weights > 0
+    counted = state.steer_weights > 0
     width = max((m.size for m in members), default=0)
     if width == 0:
         return []

@@ -10,17 +10,25 @@ from typing import Any
 import numpy as np
 
 from opendrs.engine.constraints import Constraints
+from opendrs.engine.distinct import distinct
 from opendrs.engine.imbalance import balance_objective, resource_weights
 from opendrs.engine.usage import RESOURCES, LoadModel, arch_groups, tolerance
 from opendrs.model.cluster import Cluster
 
-from .kinds import Kinds, distinct_rows, every, first_allowed, runs, unit_pairs
+from .hold import keeps_held, keeps_held_moves
+from .kinds import (
+    GainingPairs,
+    Kinds,
+    best_allowed,
+    distinct_rows,
+    every,
+)
 from .units import build_units
 
 #: Node loads (moves × nodes × resources) whose objectives are computed at once.
 MOVES_AT_ONCE = 1 << 18
 
-#: Parts of exchange tables kept (see :meth:`BalanceState._swap_table`).
+#: Parts of exchange tables kept (see :meth:`BalanceState._gaining_pairs`).
 SWAP_BLOCKS = 1024
 
 
@@ -46,6 +54,12 @@ class BalanceState:
         #: Per-resource weight that turns Σ L²/C into the weighted variance of fractions.
         self.wnorm = np.where(cap_total > 0, w / np.where(cap_total > 0, cap_total, 1.0), 0.0)
         self.weights = w
+        #: (R,) the resources held within their goal (:mod:`.hold`): none until :meth:`steer`.
+        self.held = np.zeros(len(RESOURCES), dtype=bool)
+        #: :attr:`weights` and :attr:`wnorm` without the held resources: what chooses moves.
+        self.steer_weights = w.copy()
+        self.steer_wnorm = self.wnorm.copy()
+        self._steered: float | None = None
         self.units = build_units(cluster, cons, loads)
         #: (U,) the guests in each unit: the migrations its move makes.
         self.unit_guests = np.array([m.size for m in self.units.members], dtype=np.intp)
@@ -105,8 +119,8 @@ class BalanceState:
         ]
         self._group_cap = [self.cap[idx].sum(axis=0) for idx in self._groups]
         self._cap_pos = self.cap > 0
-        #: The resources the objective weighs.
-        self._weighted = np.nonzero(self.wnorm)[0].tolist()
+        #: The resources that steer the exchanges' gains.
+        self._weighted = np.nonzero(self.steer_wnorm)[0].tolist()
         self._cap_den = np.where(self._cap_pos, self.cap, 1.0)
         self.inv_cap = np.where(self._cap_pos, 1.0 / self._cap_den, 0.0)
 
@@ -118,6 +132,8 @@ class BalanceState:
         #: (N,) how many times a move has changed each node's load or units.
         self.version = np.zeros(len(self.cluster.nodes), dtype=np.int64)
         self._means: np.ndarray | None = None
+        #: :func:`.hold.group_extremes` by (resource, total of :attr:`version`).
+        self.extremes: dict[tuple[int, int], tuple[np.ndarray, ...]] = {}
         #: The units on each node (by :attr:`Units.assign`), and the kinds of the movable ones
         #: on the nodes no move has touched since (see :meth:`node_kinds`).
         self._units_at: list[set[int]] = [set() for _ in range(len(self.cap))]
@@ -125,7 +141,7 @@ class BalanceState:
             self._units_at[n].add(u)
         self._kinds_on: dict[int, Kinds] = {}
         self._joined: dict[tuple[int, ...], tuple[list[Kinds], Kinds]] = {}
-        self._swap_blocks: dict[tuple[int, int], tuple[Kinds, Kinds, np.ndarray, np.ndarray]] = {}
+        self._swap_blocks: dict[tuple[int, int], tuple[Kinds, Kinds, GainingPairs]] = {}
         self._unit_kinds: tuple[np.ndarray, int] | None = None
         self._pair_kinds: tuple[np.ndarray, int] | None = None
         #: :meth:`scattered` of the broken units asked about, until they move.
@@ -154,7 +170,7 @@ class BalanceState:
 
     def spreads(self) -> np.ndarray:
         """(R,) the largest spread of any architecture group's usable nodes, per resource."""
-        return self._spreads_of(self.kept_fractions())
+        return self.spreads_of(self.kept_fractions())
 
     def spreads_moved(self, u: int, target: int) -> np.ndarray:
         """:meth:`spreads` were whole unit ``u`` on ``target`` (the same bits), not moving it."""
@@ -164,10 +180,10 @@ class BalanceState:
         load[1] += self.units.demand[u]
         f = self.kept_fractions().copy()
         f[rows] = np.where(self._cap_pos[rows], load / self._cap_den[rows], 0.0)
-        return self._spreads_of(f)
+        return self.spreads_of(f)
 
-    def _spreads_of(self, f: np.ndarray) -> np.ndarray:
-        """:meth:`spreads` of the fractions ``f``."""
+    def spreads_of(self, f: np.ndarray) -> np.ndarray:
+        """:meth:`spreads` of the fractions ``f`` (N, R)."""
         out = np.zeros(len(RESOURCES))
         for idx, size in zip(self._groups, self._group_size, strict=True):
             if size >= 2:
@@ -186,6 +202,32 @@ class BalanceState:
                 balance_objective(self.node_load, self.cap, self.weights, self.group)
             )
         return self._objective
+
+    def steer(self, held: np.ndarray) -> None:
+        """Hold the resources ``held`` (R,): no weight in choosing moves, their spread kept
+        within its goal by :meth:`allowed` and :meth:`swap_check` (see :mod:`.hold`). What was
+        kept of gains computed with the weights before is dropped."""
+        held = np.asarray(held, dtype=bool) & (self.weights > 0)
+        if np.array_equal(held, self.held):
+            return
+        self.held = held
+        self.steer_weights = np.where(held, 0.0, self.weights)
+        self.steer_wnorm = np.where(held, 0.0, self.wnorm)
+        self._weighted = np.nonzero(self.steer_wnorm)[0].tolist()
+        self._steered = None
+        self._swap_blocks.clear()
+        self.set_exchanges.clear()
+
+    def steered_objective(self) -> float:
+        """:meth:`objective` with the held resources' weights left out: what a move's gain
+        (:meth:`gains`) is a part of."""
+        if not self.held.any():
+            return self.objective()
+        if self._steered is None:
+            self._steered = float(
+                balance_objective(self.node_load, self.cap, self.steer_weights, self.group)
+            )
+        return self._steered
 
     def units_on(self, nodes: np.ndarray) -> np.ndarray:
         """The movable units on ``nodes``, in index order: candidates for balancing moves.
@@ -238,7 +280,7 @@ class BalanceState:
     def occupied(self, u: int) -> np.ndarray:
         """The nodes unit ``u``'s members are on (one, unless it is a broken bundle)."""
         if self.broken[u]:
-            return np.unique(self.where[self.units.members[u]])
+            return distinct(self.where[self.units.members[u]])
         return self.units.assign[u : u + 1]
 
     def mean(self) -> np.ndarray:
@@ -308,7 +350,7 @@ class BalanceState:
         src = self.units.assign[units]
         f = self.kept_fractions()
         inv = self.inv_cap
-        w = self.wnorm
+        w = self.steer_wnorm
         own = ((2 * d * f[src] - d**2 * inv[src]) * w).sum(axis=1)
         own = np.where(self.usable[src], own, 0.0)
         # own − (2d·w) fᵀ − (d²·w) invᵀ, in place.
@@ -387,7 +429,7 @@ class BalanceState:
             np.maximum(left - high[src], 0.0) + np.maximum(low[src] - left, 0.0)
         )
         at_source = np.where(self.usable[src][:, None], at_source, d)
-        scale = (self.weights > 0) / self.typical
+        scale = (self.steer_weights > 0) / self.typical
         if at is None:
             shape = (len(units), len(targets))
 
@@ -452,6 +494,8 @@ class BalanceState:
         ok &= fits
         if self.has_neg[units].any():
             ok &= ~self.blocked_by_partners(units, targets)
+        if self.held.any() and ok.any():
+            ok &= keeps_held_moves(self, units, targets, ok)
         return ok
 
     def _columns(self, targets: np.ndarray) -> np.ndarray:
@@ -470,8 +514,10 @@ class BalanceState:
         headroom = (self.limit[t] - self.committed[t]) + self.tol[t]
         if not (np.all(headroom >= self.tol[t]) and np.all(self.units.need[u] <= headroom)):
             return False
-        return not (
-            self.has_neg[u] and self.blocked_by_partners(np.array([u]), np.array([t])).any()
+        if self.has_neg[u] and self.blocked_by_partners(np.array([u]), np.array([t])).any():
+            return False
+        return not self.held.any() or bool(
+            keeps_held_moves(self, np.array([u]), np.array([t]))[0, 0]
         )
 
     def best_swap(self, a: int, partners: np.ndarray) -> tuple[float, float, int, int] | None:
@@ -487,45 +533,19 @@ class BalanceState:
         if not self.usable[a] or not nodes:
             return None
         x = self.node_kinds(a)
-        o = self._nodes_kinds(nodes)
+        parts = [self.node_kinds(n) for n in nodes]
+        o = self._nodes_kinds(nodes, parts)
         if x.units.size == 0 or o.units.size == 0:
             return None
         # Units alike (same demand and node, not moved yet) pair alike: gains and scores are
         # computed per kind, and pairs of units only for the best of them.
-        gain, score = self._swap_table(a, x, nodes)
-        check = self.swap_check(a, x.units, o.units)
-        # Most often a pair of the best-scoring kinds is allowed.
-        score = np.where(gain > 0, score, -np.inf)
-        best = score.max(initial=-np.inf)
-        if best == -np.inf:
+        found = best_allowed(
+            self.swap_check(a, x.units, o.units), x, o, self._gaining_pairs(a, x, nodes, parts)
+        )
+        if found is None:
             return None
-        xk, ok = np.nonzero(score == best)
-        if (first := first_allowed(check, x, o, xk, ok)) is not None:
-            at_x, at_o, k = first
-            return float(best), float(gain[xk[k], ok[k]]), int(x.units[at_x]), int(o.units[at_o])
-        xk, ok = np.nonzero(score > -np.inf)
-        values = score[xk, ok]
-        rank = np.argsort(-values, kind="stable")
-        xk, ok, values = xk[rank], ok[rank], values[rank]
-        # Pairs of units best first, by unit index among equal scores; their constraints checked
-        # 256 (and every pair tied with the last of them) at a time.
-        ties = np.flatnonzero(np.append(values[1:] != values[:-1], True)) + 1
-        for begin, end in runs(np.cumsum(x.count[xk] * o.count[ok]), ties, 256):
-            xs, os, kinds = unit_pairs(x, o, xk[begin:end], ok[begin:end])
-            order = np.lexsort((o.units[os], x.units[xs], -values[begin:end][kinds]))
-            xs, os, kinds = xs[order], os[order], kinds[order]
-            for at in range(0, xs.size, 256):
-                allowed = check(xs[at : at + 256], os[at : at + 256])
-                if allowed.any():
-                    pair = at + int(np.argmax(allowed))
-                    k = begin + int(kinds[pair])
-                    return (
-                        float(values[k]),
-                        float(gain[xk[k], ok[k]]),
-                        int(x.units[xs[pair]]),
-                        int(o.units[os[pair]]),
-                    )
-        return None
+        score, gain, at_x, at_o = found
+        return score, gain, int(x.units[at_x]), int(o.units[at_o])
 
     def swap_check(
         self, a: int, on_a: np.ndarray, others: np.ndarray
@@ -544,15 +564,20 @@ class BalanceState:
             ok &= every(-shift <= room[a][None, :])
             if partners:
                 ok &= ~self.blocked_at(xu, on) & ~self.blocked_at(ou, np.full_like(ou, a))
+            if self.held.any():
+                shift = units.demand[xu] - units.demand[ou]
+                ok &= keeps_held(self, np.full_like(on, a), on, shift)
             return ok
 
         return check
 
-    def _swap_table(self, a: int, x: Kinds, nodes: list[int]) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`_swap_scores` of the kinds on ``a`` with those on ``nodes``, one node after the
-        other. Each node's part is kept while neither it nor ``a`` changes (a move drops the
-        kinds of the nodes it touches)."""
-        parts = [self.node_kinds(n) for n in nodes]
+    def _gaining_pairs(
+        self, a: int, x: Kinds, nodes: list[int], parts: list[Kinds]
+    ) -> GainingPairs:
+        """The exchanges of the kinds ``x`` on ``a`` with the kinds ``parts`` on ``nodes`` (one
+        node after the other) that gain (:meth:`_swap_gains`), with their scores. Each node's
+        part is kept while neither it nor ``a`` changes (a move drops the kinds of the nodes it
+        touches)."""
         kept = self._swap_blocks
         blocks = [kept.get((a, n)) for n in nodes]
         fresh = [
@@ -561,22 +586,25 @@ class BalanceState:
             if block is None or block[0] is not x or block[1] is not part
         ]
         if fresh:
-            firsts = [parts[i].first for i in fresh]
-            gain, score = self._swap_scores(a, x.first, np.concatenate(firsts))
-            at = np.cumsum([0] + [f.size for f in firsts]).tolist()
+            os = np.concatenate([parts[i].first for i in fresh])
+            gain = self._swap_gains(a, x.first, os)
+            # Column after column: each node's pairs together.
+            cols, rows = np.nonzero((gain > 0).T)
+            values = gain[rows, cols]
+            scores = self._swap_scores(a, x.first, os, (rows, cols, values))
+            found = GainingPairs(rows, cols, values, scores)
             if len(kept) > SWAP_BLOCKS:
                 kept.clear()
-            for i, lo, hi in zip(fresh, at, at[1:], strict=False):
-                blocks[i] = kept[(a, nodes[i])] = (x, parts[i], gain[:, lo:hi], score[:, lo:hi])
+            widths = [parts[i].first.size for i in fresh]
+            for i, block in zip(fresh, found.split(widths), strict=True):
+                blocks[i] = kept[(a, nodes[i])] = (x, parts[i], block)
             if len(fresh) == len(nodes):
-                return gain, score
-        if len(blocks) == 1:
-            return blocks[0][2], blocks[0][3]
-        return np.hstack([b[2] for b in blocks]), np.hstack([b[3] for b in blocks])
+                return found
+        return GainingPairs.join([b[2] for b in blocks], [p.first.size for p in parts])
 
-    def _nodes_kinds(self, nodes: list[int]) -> Kinds:
-        """:meth:`node_kinds` of ``nodes``, one node after the other; the last ones kept."""
-        parts = [self.node_kinds(n) for n in nodes]
+    def _nodes_kinds(self, nodes: list[int], parts: list[Kinds]) -> Kinds:
+        """``parts``, the :meth:`node_kinds` of ``nodes``, one node after the other; the last ones
+        kept."""
         key = tuple(nodes)
         kept = self._joined.get(key)
         if kept is None or any(p is not q for p, q in zip(parts, kept[0], strict=True)):
@@ -599,10 +627,9 @@ class BalanceState:
             kinds = self._kinds_on[n] = Kinds.of(on, first, of)
         return kinds
 
-    def _swap_scores(self, a: int, xs: np.ndarray, os: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _swap_gains(self, a: int, xs: np.ndarray, os: np.ndarray) -> np.ndarray:
         """(len(xs), len(os)) the objective gain of exchanging each unit ``xs`` on node ``a``
-        with each unit ``os`` elsewhere, and its score (the gain per migration it adds, four
-        times the gain for none)."""
+        with each unit ``os`` elsewhere."""
         units = self.units
         f = self.kept_fractions()
         inv = self.inv_cap
@@ -620,18 +647,33 @@ class BalanceState:
             t *= 2
             t *= gap
             part -= t
-            part *= self.wnorm[r]
+            part *= self.steer_wnorm[r]
             gain -= part
+        return gain
+
+    def _swap_scores(
+        self,
+        a: int,
+        xs: np.ndarray,
+        os: np.ndarray,
+        pairs: tuple[np.ndarray, np.ndarray, np.ndarray],
+    ) -> np.ndarray:
+        """The scores of the exchanges ``pairs`` (rows in ``xs``, columns in ``os``, gains) of
+        :meth:`_swap_gains`: the gain per migration each adds, four times the gain for none."""
+        rows, cols, gain = pairs
+        if gain.size == 0:  # no pair gains (a node without movable units has none)
+            return gain
         # Migrations added: a unit's guests, unless it has moved already (added_migrations).
         moved_x, moved_o = self.moved_of(xs).any(), self.moved_of(os).any()
         guests_x, guests_o = self.unit_guests[xs], self.unit_guests[os]
         if not (moved_x or moved_o) and guests_x.max() == 1 and guests_o.max() == 1:
-            return gain, gain / 2
-        added_x = self.added_migrations(xs[:, None], b[None, :]) if moved_x else guests_x[:, None]
-        added_o = self.added_migrations(os, np.full_like(os, a)) if moved_o else guests_o
+            return gain / 2
+        x, o = xs[rows], os[cols]
+        added_x = self.added_migrations(x, self.units.assign[o]) if moved_x else guests_x[rows]
+        added_o = self.added_migrations(o, np.full_like(o, a)) if moved_o else guests_o[cols]
         added = np.asarray(added_x + added_o)
         # gain / added where it adds some, else 4 × gain.
-        return gain, np.where(added > 0, gain / np.maximum(added, 1), 4 * gain)
+        return np.where(added > 0, gain / np.maximum(added, 1), 4 * gain)
 
     def added_migrations(self, units: np.ndarray, targets: np.ndarray) -> np.ndarray:
         """Migrations each move (units[k] to targets[k]) adds: the unit's guests, none (already
@@ -651,7 +693,7 @@ class BalanceState:
             start = self.node_load.copy()
             touched: list[tuple[np.ndarray, np.ndarray]] = []
             for u, t in moves[begin : begin + step]:
-                nodes = np.unique(np.append(self.where[self.units.members[u]], t))
+                nodes = distinct(np.append(self.where[self.units.members[u]], t))
                 out.append((int(self.units.assign[u]), 0.0))
                 self.move(u, t)
                 touched.append((nodes, self.node_load[nodes]))
@@ -661,6 +703,7 @@ class BalanceState:
             found = self._objectives(loads)
             out[begin:] = [(src, j) for (src, _), j in zip(out[begin:], found, strict=True)]
             self._objective = found[-1]
+            self._steered = None
         return out
 
     def _objectives(self, loads: np.ndarray) -> list[float]:
@@ -686,6 +729,7 @@ class BalanceState:
         for n in touched:
             self._kinds_on.pop(n, None)
         self._objective = None
+        self._steered = None
         self._means = None
 
     def move(self, u: int, target: int) -> None:
@@ -713,6 +757,7 @@ class BalanceState:
         units.assign[u] = target
         self.where[idx] = target
         self._objective = None
+        self._steered = None
         self._means = None
 
     # ---------------------------------------------------------------------------------------

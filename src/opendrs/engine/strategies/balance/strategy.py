@@ -100,7 +100,7 @@ def _search(
     history = History(state)
     limit = options.max_moves if options.max_moves is not None else 10**9
     repaired = repair(history, limit, options.max_moves, memo)
-    grain, state.goal = grain_and_goal(state, options.target_spread)
+    grain, state.goal = grain_and_goal(state, options.target_spread, options.cpu_commit_spread)
     # Balancing never leaves the objective above what it is now (repairs may raise it).
     ceiling = state.objective()
     stopped, reached_goal = balance_rounds(history, options, limit, shaped=shaped)
@@ -113,7 +113,7 @@ def _search(
         # Then fewer moves within the goals reached (a polished resource's is target_spread).
         compact(history, ceiling, target_spread)
         if polished:
-            stopped = balanced_reason(target_spread, state.spreads(), polished)
+            stopped = balanced_reason(options, state.spreads(), polished)
     # The same loads for less: a moved guest's cheaper twin left at home goes in its place.
     cheaper_twins(history)
     proposal = Proposal(

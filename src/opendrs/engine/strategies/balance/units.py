@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from opendrs.engine.constraints import Constraints, movability
+from opendrs.engine.distinct import distinct
 from opendrs.engine.sparse_rows import RowMask
 from opendrs.engine.usage import RESOURCES, LoadModel, loaded_nodes
 from opendrs.model.cluster import Cluster, Guest
@@ -119,7 +120,7 @@ def _bundle_row(
     fixed = idx[~free[idx]]
     if not fixed.size:
         return row, False
-    anchors = np.unique(assign[fixed])
+    anchors = distinct(assign[fixed])
     row &= np.arange(row.size) == (anchors[0] if anchors.size == 1 else -1)
     return row, bool(anchors.size == 1 and fixed.size < idx.size)
 
@@ -157,7 +158,7 @@ def _neg_guests(
     none.flags.writeable = False
     out = [none] * len(members)
     apart = cons.hard_neg.counts() > 0
-    for u in np.unique(unit_of[apart & (unit_of >= 0)]).tolist():
+    for u in distinct(unit_of[apart & (unit_of >= 0)]).tolist():
         partners: set[int] = set()
         for j in members[u].tolist():
             partners.update(unit_of[cons.hard_neg[j]].tolist())

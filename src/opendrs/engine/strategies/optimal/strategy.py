@@ -9,7 +9,7 @@ import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from opendrs.engine.objective import BALANCINESS, DEFAULT_WEIGHTS, USAGES
 from opendrs.engine.usage import LoadModel
@@ -80,6 +80,10 @@ class OptimalOptions(StrategyOptions):
     * ``hint``: the strategy whose answer warms the search (default: the default strategy);
       ``current`` starts from the current placement.
     """
+
+    percents: ClassVar[frozenset[str]] = frozenset(
+        {"cpu_threshold", "memory_threshold", "disk_threshold"}
+    )
 
     method: str = "balance"
     balanciness: int = 3

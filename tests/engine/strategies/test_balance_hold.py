@@ -1,0 +1,129 @@
+"""``balance``'s held resources (``hold``) and the vCPU commitments' goal (``cpu_commit_spread``):
+the exact check a move is held to, and the promise a plan keeps — a resource within its goal
+before the rounds is within it after the plan."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from clusters import GiB, assert_moves_safe, clusters
+from opendrs.engine.constraints import Constraints
+from opendrs.engine.strategies import get_strategy
+from opendrs.engine.strategies.balance.hold import keeps_held_after, keeps_held_moves
+from opendrs.engine.strategies.balance.options import BalanceOptions
+from opendrs.engine.strategies.balance.rounds import grain_and_goal
+from opendrs.engine.strategies.balance.state import BalanceState
+from opendrs.engine.strategies.balance.strategy import propose_balance
+from opendrs.engine.usage import RESOURCES
+from opendrs.model.cluster import Cluster, Guest, Node, Settings
+from opendrs.model.rules import Rules
+from opendrs.model.snapshot import dump
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _state(cluster: Cluster) -> BalanceState:
+    return BalanceState(cluster, Constraints.build(cluster))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters(max_nodes=6, max_guests=20))
+def test_the_vectorised_check_is_the_spreads_after_the_move(cluster: Cluster) -> None:
+    # Every resource held at its spread now: a move is allowed exactly when the spreads it
+    # leaves (computed again from the loads) stay within. Guests never move between
+    # architectures: a move leaves a usable node for one of its group.
+    state = _state(cluster)
+    state.goal = state.spreads() + 1e-12
+    state.steer(state.weights > 0)
+    units = np.nonzero(state.units.movable)[0]
+    targets = np.nonzero(state.usable)[0]
+    assume(units.size and targets.size)
+    fast = keeps_held_moves(state, units, targets)
+    for i, u in enumerate(units.tolist()):
+        for k, t in enumerate(targets.tolist()):
+            a = state.units.assign[u]
+            if (a == t and not state.broken[u]) or state.group[a] not in (-1, state.group[t]):
+                continue
+            assert fast[i, k] == keeps_held_after(state, [(u, t)]), (u, t)
+
+
+def _spreads_after(cluster: Cluster, placement: dict[str, str]) -> np.ndarray:
+    return _state(cluster.with_placement(placement)).spreads()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters(max_nodes=6, max_guests=24), st.sampled_from([0.0, 0.05, 0.25]))
+def test_a_resource_within_its_goal_stays_within_it(cluster: Cluster, commit: float) -> None:
+    options = BalanceOptions(hold=True, cpu_commit_spread=commit)
+    proposal = propose_balance(cluster, options)
+    assert_moves_safe(cluster, proposal.moves)
+    # Repairs come before the rounds and may take a spread anywhere.
+    assume(not any(m.reason.startswith("repair") for m in proposal.moves))
+    state = _state(cluster)
+    _grain, goal = grain_and_goal(state, options.target_spread, commit)
+    before = state.spreads()
+    after = _spreads_after(cluster, {m.guest: m.target for m in proposal.net_moves()})
+    within = (state.weights > 0) & (before <= goal)
+    assert np.all(after[within] <= goal[within]), (before, after, goal)
+
+
+def test_options_are_checked() -> None:
+    with pytest.raises(ValueError, match="hold: expected true or false"):
+        BalanceOptions(hold="yes").check()  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="cpu_commit_spread: must not be negative"):
+        BalanceOptions(cpu_commit_spread=-0.1).check()
+
+
+def _memory_skewed() -> Cluster:
+    """Four 32-core nodes with 8 vCPUs each (the vCPU commitments even); a's memory full, the
+    others' a quarter: balancing memory alone needs three moves."""
+    nodes = tuple(Node(n, 32, 128 * GiB) for n in "abcd")
+    guests = [Guest(f"a{i}", "a", cpu=1, memory=16 * GiB) for i in range(8)]
+    for n in "bcd":
+        guests += [Guest(f"{n}{i}", n, cpu=2, memory=8 * GiB) for i in range(4)]
+    return Cluster(nodes, tuple(guests), Rules(), Settings(mode="static", cpu_overcommit=4.0))
+
+
+def _plan(path: Path, *options: str) -> dict[str, object]:
+    done = subprocess.run(
+        [sys.executable, "-m", "opendrs", "plan", str(path), "--format", "json", *options],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"},
+    )
+    assert done.returncode == 0, done.stderr
+    result: dict[str, object] = json.loads(done.stdout)
+    return result
+
+
+def test_plan_holds_the_vcpus_within_their_goal(tmp_path: Path) -> None:
+    path = tmp_path / "cluster.yaml"
+    dump(_memory_skewed(), path)
+    held = _plan(path, "-O", "hold=true", "-O", "cpu_commit_spread=25%")
+    metrics = held["metrics"]
+    assert isinstance(metrics, dict)
+    cpu_before = metrics["before"]["cpu"]["spread"]
+    assert cpu_before == 0.0
+    # The vCPUs, even, steer nothing: memory alone chooses, and they stay within 25 pp.
+    assert metrics["after"]["cpu"]["spread"] <= 0.25
+    assert metrics["after"]["memory"]["spread"] <= 0.01
+    assert held["options"] == {
+        **get_strategy("balance").options.defaults(),
+        "hold": True,
+        "cpu_commit_spread": 0.25,
+    }
+    assert "vCPU commitments 25.00 pp" in str(held["stopped"])
+    # Without the hold, the vCPUs' goal is one vCPU on a 32-core node.
+    plain = _plan(path)
+    assert plain["metrics"]["after"]["cpu"]["spread"] <= 1 / 32 + 1e-9  # type: ignore[index]
+    assert RESOURCES == ("cpu", "memory")
