@@ -116,7 +116,7 @@ def test_its_configuration_is_in_shadow_mode_and_the_unit_verifies(root: Scratch
     once = root.run(
         "opendrs", "run", "--once", "--config", "/etc/opendrs/opendrs.yaml", check=False
     )
-    assert once.returncode == 2 and "/etc/opendrs/proxmox.token" in once.stderr, once.stderr
+    assert once.returncode == 2 and "proxmox.token" in once.stderr, once.stderr
     unit = (root.path / "usr/lib/systemd/system/opendrs.service").read_text()  # /lib: merged /usr
     assert "ExecStart=/usr/bin/opendrs run --config /etc/opendrs/opendrs.yaml" in unit
     assert "ProtectSystem=strict" in unit

@@ -55,7 +55,6 @@ def test_the_wheel_and_the_sdist_hold_the_package_and_its_licence(dist: Path) ->
         "LICENSE",
         "debian/rules",
         "contrib/opendrs.service",
-        "examples/proxmox.yaml",
     } <= members
 
 
