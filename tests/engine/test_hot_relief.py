@@ -58,13 +58,42 @@ def test_a_hot_node_is_relieved_before_balancing_with_the_fewest_migrations() ->
     assert not _decide(_cluster((4.0, 2.0, 1.0, 1.0)), config).act
 
 
-def test_a_hot_node_is_not_relieved_while_the_average_is_balanced() -> None:
-    # The same hot node, but the metric on the (average) usage at or below the threshold: hot
-    # on the recent usage alone is loads taking turns, not a lasting hot spot.
+def test_a_hot_node_is_relieved_at_once_even_while_the_average_is_balanced() -> None:
+    # The same hot node with the metric at or below the threshold: it is relieved all the same
+    # (a lasting hot spot starts as a rise the average does not show yet), and the decision
+    # remembers n1 as seen running hot.
     hot = _cluster((5.0, 3.6, 0.3, 0.3))
     decision = _decide(hot, replace(EAGER, threshold=1.0))
-    assert not decision.act and decision.code == "balanced"
-    assert "repair" not in decision.reason
+    assert decision.act and decision.code == "repair"
+    assert dict(decision.state.hot_seen) == {"n1": NOW}
+
+
+def test_no_guest_goes_to_a_node_seen_running_hot_lately() -> None:
+    # n2 ran hot an hour ago (its load taking turns, idle now): n1's relief goes to n3, and no
+    # plan may fill n2 either; once the memory (the longer of smoothing and no-return) is over,
+    # n2 is a target again.
+    config = replace(EAGER, no_return=DAY)
+    hot = _cluster((5.0, 3.6, 0.3, 0.3))
+    seen = PolicyState(hot_seen={"n2": NOW - 3600})
+    decision = decide(hot, NOW, config, seen, PastMigrations(), busy=False)
+    assert decision.act and decision.code == "repair" and decision.plan is not None
+    assert {m.target for m in decision.plan.moves} == {"n3"}
+    assert ("g2", "n2") in decision.forbidden
+    assert dict(decision.state.hot_seen) == {"n1": NOW, "n2": NOW - 3600}
+    later = decide(hot, NOW + DAY, config, seen, PastMigrations(), busy=False)
+    assert dict(later.state.hot_seen) == {"n1": NOW + DAY}
+    assert ("g2", "n2") not in later.forbidden
+
+
+def test_relief_does_not_empty_a_node_its_pinned_guests_keep_above_the_relief_level() -> None:
+    # n1 at 8.9 cores of 10: a pinned guest uses 8.0 of them (80 %, above the relief level of
+    # 75 %), three movable ones 0.3 each. Moving all three would not bring n1 under 75 %: the
+    # relief moves the fewest that bring it under 85 % — two.
+    cluster = _cluster((8.0, 0.3, 0.3, 0.3))
+    rules = replace(cluster.rules, ignored=frozenset({"g0"}))
+    decision = _decide(replace(cluster, rules=rules), EAGER)
+    assert decision.act and decision.code == "repair" and decision.plan is not None
+    assert len(decision.plan.moves) == 2 and "g0" not in {m.guest for m in decision.plan.moves}
 
 
 def test_relief_never_makes_another_node_hot() -> None:
