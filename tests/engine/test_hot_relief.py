@@ -131,17 +131,28 @@ def test_the_hot_level_is_read_checked_and_off_for_the_peers() -> None:
         PolicyConfig(hot=2.0)
 
 
-def test_relief_keeps_the_cooldown_a_hard_repair_would_override() -> None:
-    config = replace(EAGER, hold=2, cooldown=6 * 3600)
+def test_relief_lifts_only_the_cooldown_where_the_guards_leave_the_node_hot() -> None:
+    config = replace(EAGER, hold=2, cooldown=6 * 3600, no_return=DAY)
     hot = _cluster((5.0, 3.6, 0.3, 0.3))
     cooling = {g: NOW + 3600 for g in ("g0", "g1", "g2", "g3")}
+    # Every guest of n1 in cooldown (a plan has just moved them there): the relief moves one
+    # all the same, and says so.
     decision = decide(
         hot, NOW, config, PolicyState(), PastMigrations(cooldown_until=cooling), busy=False
     )
-    assert not decision.act
-    assert "repair needed (n1 runs hot (cpu_used above 85 %)) but no allowed migration" in (
-        decision.reason
-    )
+    assert decision.act and decision.code == "repair" and decision.plan is not None
+    assert decision.reason.endswith("bypassing hold and margin and the cooldown it could not keep")
+    # No return to a node a guest left holds still: with g0 and g1 come from n2 and n3 lately,
+    # only the small guests move (n1 stays hot: the repair names what is stuck).
+    left = {g: (("n2", NOW - 60), ("n3", NOW - 60)) for g in ("g0", "g1")}
+    past = PastMigrations(cooldown_until=cooling, departures=left)
+    kept = decide(hot, NOW, config, PolicyState(), past, busy=False)
+    assert kept.plan is not None and {m.guest for m in kept.plan.moves} == {"g2", "g3"}
+    assert {g for g, _why in kept.stuck} == {"g0", "g1"}
+    # No node seen running hot holds still: with n2 and n3 seen hot, nothing relieves n1.
+    seen = PolicyState(hot_seen={"n2": NOW - 60, "n3": NOW - 60})
+    cooled = decide(hot, NOW, config, seen, PastMigrations(cooldown_until=cooling), busy=False)
+    assert not cooled.act
     # A node over its capacity itself is repaired whatever the cooldown.
     full = _cluster((5.0, 3.6, 1.5, 0.3))
     forced = decide(

@@ -350,6 +350,8 @@ def _repair(r: _Round) -> Decision | tuple[tuple[tuple[str, str], ...], RepairNo
     needed = made.needed
     if config.hot is not None and hot_only and needed:
         made, kept_off = _deeper_relief(view, config, failed, (made, kept_off))
+        if made.stuck:
+            made, kept_off = _relief_past_cooldown(r, failed, (made, kept_off))
     plan = made.plan
     if not needed or made.proposal is None or plan is None:
         return made.stuck, RepairNote(stranded)
@@ -377,21 +379,48 @@ def _repair(r: _Round) -> Decision | tuple[tuple[tuple[str, str], ...], RepairNo
 RELIEF_MARGIN = 0.1
 
 
+def _relief_past_cooldown(
+    r: _Round,
+    failed: frozenset[tuple[str, str]],
+    made: tuple[Repair, frozenset[tuple[str, str]]],
+) -> tuple[Repair, frozenset[tuple[str, str]]]:
+    """The relief of nodes that only run hot with the cooldown lifted, when it leaves fewer
+    guests stuck than ``made``: a guest a plan has just moved onto a node whose load then rises
+    may leave it again. Every other guard holds — no return to a node it left, no node seen
+    running hot, the minimum uptime, the failed targets —, so nothing goes back and forth."""
+    past = replace(r.past, cooldown_until={})
+    lifted = forbidden_placements(r.cluster, r.now, r.config, past)
+    lifted |= hot_targets(r.cluster, r.state.hot_seen)
+    if lifted == r.view.forbidden:
+        return made
+    view, config = r.view, r.config
+    found = repair_within_guards(view.checked, view.constraints, config, lifted, failed)
+    if found[0].needed:
+        found = _deeper_relief(view, config, failed, found, lifted)
+    plan = found[0].plan
+    if plan is None or not plan.moves or len(found[0].stuck) >= len(made[0].stuck):
+        return made
+    return found
+
+
 def _deeper_relief(
     view: CycleView,
     config: PolicyConfig,
     failed: frozenset[tuple[str, str]],
     made: tuple[Repair, frozenset[tuple[str, str]]],
+    forbidden: frozenset[tuple[str, str]] | None = None,
 ) -> tuple[Repair, frozenset[tuple[str, str]]]:
     """The relief of nodes that only run hot, made to :data:`RELIEF_MARGIN` under the hot level
     — every node of the cluster under that, targets included — when that is a plan that leaves
     no more guests stuck than ``made``, the relief to the hot level, and brings every node it
     takes guests from under that level (a node whose unmovable guests alone load it more would
-    be emptied for nothing); else ``made``."""
+    be emptied for nothing); else ``made``. ``forbidden``: the placements kept off (None: the
+    view's)."""
     assert config.hot is not None
     level = max(config.hot - RELIEF_MARGIN, 0.0)
-    deeper = CycleView(view.observed, view.average, view.recent, view.forbidden, level)
-    found = repair_within_guards(deeper.checked, deeper.constraints, config, view.forbidden, failed)
+    kept_off = view.forbidden if forbidden is None else forbidden
+    deeper = CycleView(view.observed, view.average, view.recent, kept_off, level)
+    found = repair_within_guards(deeper.checked, deeper.constraints, config, kept_off, failed)
     plan = found[0].plan
     if plan is None or not plan.moves or len(found[0].stuck) > len(made[0].stuck):
         return made
