@@ -297,7 +297,8 @@ def repair_within_guards(
     and failed targets); when that leaves guests stuck, the repair kept off only the ``failed``
     targets, if it leaves fewer — a guest must leave a node in maintenance or a broken rule
     whatever its cooldown. Not for a node that only runs hot: relieving it is worth no flapping,
-    so the guards always hold there. Also the placements the repair kept off."""
+    so the guards hold there (the policy may lift the cooldown alone for it:
+    ``decide._relief_past_cooldown``). Also the placements the repair kept off."""
 
     def attempt(forbidden: frozenset[tuple[str, str]]) -> Repair:
         return repair(
