@@ -34,7 +34,15 @@ from opendrs.model.cluster import Cluster, Guest, Move
 from .placement import PlacementState, place_biggest_first
 from .usage import loaded_nodes
 
-__all__ = ["MAX_CASES", "FailureCase", "Headroom", "failover_headroom", "ha_guests"]
+__all__ = [
+    "MAX_CASES",
+    "FailureCase",
+    "Headroom",
+    "failover_headroom",
+    "guests_phrase",
+    "ha_guests",
+    "nodes_phrase",
+]
 
 #: The most failure cases checked: every ``k``-subset of the online nodes up to this many.
 MAX_CASES: Final = 64
@@ -101,8 +109,22 @@ class Headroom:
         stranded guests of every case together (lower is better; (0, 0) when it has it)."""
         return self.unrestartable, sum(len(case.stranded) for case in self.cases)
 
+    def summary(self) -> str:
+        """``failover headroom: yes, for any 1 node failing (41 HA guests)``, or ``failover
+        headroom: no, 3 HA guests cannot restart when pve2 fails`` (the worst case)."""
+        nodes = f"{self.failures} node{'' if self.failures == 1 else 's'} failing"
+        if self.ok:
+            return f"failover headroom: yes, for any {nodes} ({guests_phrase(self.ha_total)})"
+        worst = max(self.cases, key=lambda c: len(c.stranded))
+        verb = "fails" if len(worst.failed) == 1 else "fail"
+        return (
+            f"failover headroom: no, {guests_phrase(self.unrestartable)} cannot restart when "
+            f"{nodes_phrase(worst.failed)} {verb}"
+        )
+
     def as_dict(self) -> dict[str, Any]:
         return {
+            "summary": self.summary(),
             "failures": self.failures,
             "ok": self.ok,
             "unrestartable": self.unrestartable,
@@ -111,6 +133,16 @@ class Headroom:
             "exhaustive": self.exhaustive,
             "cases": [case.as_dict() for case in self.cases],
         }
+
+
+def nodes_phrase(failed: Sequence[str]) -> str:
+    """``pve1``, ``pve1 and pve2``, ``pve1, pve2 and pve3``."""
+    return failed[0] if len(failed) == 1 else " and ".join((", ".join(failed[:-1]), failed[-1]))
+
+
+def guests_phrase(count: int) -> str:
+    """``1 HA guest``, ``3 HA guests``."""
+    return f"{count} HA guest{'' if count == 1 else 's'}"
 
 
 def ha_guests(cluster: Cluster) -> tuple[tuple[Guest, ...], bool]:

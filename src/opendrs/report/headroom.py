@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from opendrs.engine.headroom import FailureCase, Headroom
+from opendrs.engine.headroom import FailureCase, Headroom, guests_phrase, nodes_phrase
 from opendrs.model.cluster import Cluster
 
-__all__ = ["case_line", "headroom_lines", "summary_line"]
+__all__ = ["case_line", "headroom_lines"]
 
 #: Guests named in one line before "and N more".
 NAMED = 5
@@ -21,25 +21,17 @@ def _labels(cluster: Cluster, guest_ids: Sequence[str]) -> str:
     return ", ".join(names[:NAMED]) + more
 
 
-def _nodes(failed: Sequence[str]) -> str:
-    return failed[0] if len(failed) == 1 else " and ".join((", ".join(failed[:-1]), failed[-1]))
-
-
-def _guests(count: int) -> str:
-    return f"{count} HA guest{'' if count == 1 else 's'}"
-
-
 def case_line(cluster: Cluster, case: FailureCase) -> str:
     """``if pve3 fails: all 41 HA guests restart (worst survivor pve1 at 87 % memory)``, or the
     guests that cannot restart."""
     verb = "fails" if len(case.failed) == 1 else "fail"
-    head = f"if {_nodes(case.failed)} {verb}: "
+    head = f"if {nodes_phrase(case.failed)} {verb}: "
     if case.ha_guests == 0:
         return head + "no HA guest runs there"
     if case.stranded:
         count = len(case.stranded)
         which = _labels(cluster, [g for g, _why in case.stranded])
-        return head + f"{_guests(count)} of {case.ha_guests} cannot restart: {which}"
+        return head + f"{guests_phrase(count)} of {case.ha_guests} cannot restart: {which}"
     worst = (
         f" (worst survivor {case.worst_node} at {100 * case.worst_memory:.0f} % memory)"
         if case.worst_node is not None
@@ -50,22 +42,10 @@ def case_line(cluster: Cluster, case: FailureCase) -> str:
     return head + f"all {case.ha_guests} HA guests restart{worst}"
 
 
-def summary_line(headroom: Headroom) -> str:
-    """``failover headroom: yes, for 1 node failing`` or ``no: 3 HA guests cannot restart …``."""
-    nodes = f"{headroom.failures} node{'' if headroom.failures == 1 else 's'} failing"
-    if headroom.ok:
-        return f"failover headroom: yes, for any {nodes} ({_guests(headroom.ha_total)})"
-    worst = max(headroom.cases, key=lambda c: len(c.stranded))
-    return (
-        f"failover headroom: no, {_guests(headroom.unrestartable)} cannot restart when "
-        f"{_nodes(worst.failed)} {'fails' if len(worst.failed) == 1 else 'fail'}"
-    )
-
-
 def headroom_lines(cluster: Cluster, headroom: Headroom, *, reasons: bool = True) -> list[str]:
     """``opendrs headroom``'s text: a summary, notes, a line per case (with each stranded
     guest's reason when ``reasons``)."""
-    lines = [f"{cluster.name}: {summary_line(headroom)}"]
+    lines = [f"{cluster.name}: {headroom.summary()}"]
     if headroom.assumed:
         lines.append("  note: no guest is HA-managed: every running guest is counted as one")
     if not headroom.exhaustive:

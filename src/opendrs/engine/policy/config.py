@@ -97,6 +97,10 @@ class PolicyConfig:
     #: (whole hours, 1 to 24) up to it — 6 hours, as the ``smoothing`` average at that time of
     #: day; 1 hour balances every hour on its own (more migrations, more balance).
     daily_profile_window: int = 6 * 3600
+    #: Keep the failover headroom for this many nodes failing at once (:mod:`.failover`): every
+    #: HA guest restarts on the nodes left. A balancing plan that would lose it is refused, a
+    #: cluster without it is repaired toward it. 0 (the default): off.
+    keep_failover: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "options", frozen_mapping(self.options))
@@ -129,6 +133,7 @@ WHOLE_NUMBERS: tuple[str, ...] = (
     "smoothing",
     "avoid_after_failure",
     "daily_profile",
+    "keep_failover",
 )
 
 #: The executor limits a policy may set: a whole number ≥ 1, or None.

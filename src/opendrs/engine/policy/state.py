@@ -67,6 +67,40 @@ class PastMigrations:
 
 
 @dataclass(frozen=True, slots=True)
+class FailoverCheck:
+    """The failover headroom (``policy.keep_failover``) of one placement, as last checked: the
+    placement's ``key`` (each guest's node, each node's state), when it was checked, how far it
+    is from the headroom (:attr:`~opendrs.engine.headroom.Headroom.shortfall`), the operator's
+    summary, and whether a repair was tried on it and found nothing."""
+
+    key: tuple[object, ...]
+    at: float
+    failures: int
+    shortfall: tuple[int, int]
+    summary: str
+    ha_guests: int = 0
+    repair_tried: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.shortfall == (0, 0)
+
+    @property
+    def unrestartable(self) -> int:
+        """HA guests that cannot restart in the worst case."""
+        return self.shortfall[0]
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "failures": self.failures,
+            "ok": self.ok,
+            "unrestartable": self.unrestartable,
+            "ha_guests": self.ha_guests,
+            "summary": self.summary,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class PolicyState:
     """What the policy carries from one decision to the next; ``PolicyState()`` to start."""
 
@@ -78,6 +112,8 @@ class PolicyState:
     #: Guest id → the node it was on while that node was in maintenance: where it goes back to
     #: with ``maintenance_return`` (kept until it is back there, or gone).
     evacuated: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    #: The failover headroom last checked (``policy.keep_failover``; None: not checked).
+    failover: FailoverCheck | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "evacuated", frozen_mapping(self.evacuated))
