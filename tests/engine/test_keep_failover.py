@@ -1,6 +1,6 @@
 """``policy.keep_failover``: a cluster short of the failover headroom is repaired toward it, a
-balancing plan that would lose it is refused, and a placement no repair helps is not searched
-again until it changes."""
+balancing plan that would lose it is refused, and after a repair that found nothing none is
+searched for an hour."""
 
 from __future__ import annotations
 
@@ -80,6 +80,6 @@ def test_off_by_default_and_no_search_twice_on_one_placement() -> None:
     decision = _decide(stuck, KEEP, PolicyState())
     assert decision.code is not DecisionCode.REPAIR
     check = decision.state.failover
-    assert check is not None and check.repair_tried and check.unrestartable == 3
+    assert check is not None and check.repair_tried == 0.0 and check.unrestartable == 3
     again = _decide(stuck, KEEP, decision.state, 60.0)
     assert again.state.failover is check  # kept: the same placement, not checked again

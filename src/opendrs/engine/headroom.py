@@ -31,6 +31,7 @@ from typing import Any, Final
 
 from opendrs.model.cluster import Cluster, Guest, Move
 
+from .constraints import movability
 from .placement import PlacementState, place_biggest_first
 from .usage import loaded_nodes
 
@@ -61,6 +62,9 @@ class FailureCase:
     #: The surviving node with the highest memory load after the restarts, and that load (0–1+).
     worst_node: str | None
     worst_memory: float
+    #: Of ``stranded``, the guests that may not restart elsewhere at all, whatever the placement
+    #: (an ignore rule, local disks, local devices): no move gives them a node.
+    held: frozenset[str] = frozenset()
 
     @property
     def covered(self) -> bool:
@@ -74,7 +78,9 @@ class FailureCase:
             "restarts": [
                 {"guest": m.guest, "from": m.source, "to": m.target} for m in self.restarts
             ],
-            "stranded": [{"guest": g, "reason": r} for g, r in self.stranded],
+            "stranded": [
+                {"guest": g, "reason": r, "held": g in self.held} for g, r in self.stranded
+            ],
             "worst_node": self.worst_node,
             "worst_memory": self.worst_memory,
         }
@@ -105,9 +111,11 @@ class Headroom:
 
     @property
     def shortfall(self) -> tuple[int, int]:
-        """How far the cluster is from its headroom: the worst case's stranded guests, then the
-        stranded guests of every case together (lower is better; (0, 0) when it has it)."""
-        return self.unrestartable, sum(len(case.stranded) for case in self.cases)
+        """How far the placement is from the headroom: the worst case's stranded guests, then
+        the stranded guests of every case together, leaving out those no placement gives a node
+        (:attr:`FailureCase.held`); lower is better, (0, 0) when no move could do more."""
+        counts = [len(case.stranded) - len(case.held) for case in self.cases]
+        return max(counts, default=0), sum(counts)
 
     def summary(self) -> str:
         """``failover headroom: yes, for any 1 node failing (41 HA guests)``, or ``failover
@@ -122,7 +130,8 @@ class Headroom:
             f"{nodes_phrase(worst.failed)} {verb}"
         )
 
-    def as_dict(self) -> dict[str, Any]:
+    def brief(self) -> dict[str, Any]:
+        """What status shows: the verdict, and the guests each failure leaves down."""
         return {
             "summary": self.summary(),
             "failures": self.failures,
@@ -131,8 +140,16 @@ class Headroom:
             "ha_guests": self.ha_total,
             "assumed_ha": self.assumed,
             "exhaustive": self.exhaustive,
-            "cases": [case.as_dict() for case in self.cases],
+            "stranded": [
+                {"failed": list(case.failed), "guests": [g for g, _why in case.stranded]}
+                for case in self.cases
+                if case.stranded
+            ],
         }
+
+    def as_dict(self) -> dict[str, Any]:
+        """``opendrs headroom --format json``: :meth:`brief` and every case in full."""
+        return {**self.brief(), "cases": [case.as_dict() for case in self.cases]}
 
 
 def nodes_phrase(failed: Sequence[str]) -> str:
@@ -207,4 +224,10 @@ def _fail(cluster: Cluster, failed: Sequence[str], counted: frozenset[str]) -> F
     # Only the guests of the failed nodes: a guest's bundle may hold a partner elsewhere.
     restarting = frozenset(broken.guests[j].id for j in on_failed)
     stranded = tuple((g, why) for g, why in stranded if g in restarting)
-    return FailureCase(tuple(failed), len(on_failed), restarts, stranded, worst_node, worst_memory)
+    index = broken.guest_index
+    held = frozenset(
+        g for g, _why in stranded if movability(broken.guests[index[g]], broken, "recover")
+    )
+    return FailureCase(
+        tuple(failed), len(on_failed), restarts, stranded, worst_node, worst_memory, held
+    )

@@ -33,7 +33,12 @@ from opendrs.engine.policy.decision import (
     Trigger,
     Unordered,
 )
-from opendrs.engine.policy.failover import check_failover, failover_after, failover_repair
+from opendrs.engine.policy.failover import (
+    RECHECK,
+    check_failover,
+    failover_after,
+    failover_repair,
+)
 from opendrs.engine.policy.guards import failed_targets, forbidden_placements
 from opendrs.engine.policy.maintenance import (
     planned_proposal,
@@ -416,20 +421,22 @@ def _back_from_maintenance(r: _Round) -> Decision | None:
 def _failover(r: _Round) -> tuple[_Round, Decision | None]:
     """With ``keep_failover``, the failover headroom checked (kept in the state), and a cluster
     short of it repaired toward it where moves give some back (bypassing threshold, hold and
-    margin, within the guards; not counted against the budget). A placement no repair helps is
-    not tried again until it changes (:func:`check_failover`)."""
+    margin, within the guards; not counted against the budget). After a repair that found
+    nothing, none is tried for :data:`RECHECK` seconds."""
     failures = r.config.keep_failover
     if failures <= 0:
         return r, None
     check = check_failover(r.cluster, failures, r.now, r.state.failover)
     r = replace(r, state=replace(r.state, failover=check))
-    if check is None or check.ok or check.repair_tried:
+    if check is None or check.shortfall == (0, 0):
+        return r, None
+    if check.repair_tried is not None and r.now - check.repair_tried < RECHECK:
         return r, None
     found = failover_repair(r.view, failures, r.now, r.config.batch)
     plan = None if found is None else _failover_plan(r, found[0])
     reached = None if plan is None else failover_after(r.cluster, plan, failures, r.now)
     if plan is None or reached is None or reached.shortfall >= check.shortfall:
-        tried = replace(check, repair_tried=True)
+        tried = replace(check, repair_tried=r.now)
         return replace(r, state=replace(r.state, failover=tried)), None
     said = ("failover", "failover headroom", "closer to the failover headroom")
     proposal, predicted = planned_proposal(r.view, plan, r.config.metric, r.metric, said)

@@ -15,12 +15,13 @@ toward it.
 The check costs a placement per HA guest per failure case, so it is kept
 (:class:`~opendrs.engine.policy.state.FailoverCheck` in the policy's state) and made again only
 when the placement or a node's state changes, or after :data:`RECHECK` seconds (usage moves
-capacity in dynamic mode); a repair that found nothing is not tried again on the same placement
-until then. Pure and deterministic.
+capacity in dynamic mode); after a repair that found nothing, none is tried for
+:data:`RECHECK` seconds, whatever changes. Pure and deterministic.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Final
 
 import numpy as np
@@ -75,6 +76,7 @@ def _record(cluster: Cluster, headroom: Headroom, now: float) -> FailoverCheck:
         headroom.failures,
         headroom.shortfall,
         headroom.summary(),
+        headroom.unrestartable,
         headroom.ha_total,
     )
 
@@ -84,7 +86,8 @@ def check_failover(
 ) -> FailoverCheck | None:
     """The headroom of ``cluster`` for ``failures`` nodes failing: ``kept`` when it checked the
     same placement for as many failures less than :data:`RECHECK` seconds before ``now``, else
-    checked now. None when the cluster has too few online nodes to lose that many."""
+    checked now (keeping when a repair last found nothing). None when the cluster has too few
+    online nodes to lose that many."""
     if not _possible(cluster, failures):
         return None
     if (
@@ -94,7 +97,8 @@ def check_failover(
         and kept.key == placement_key(cluster)
     ):
         return kept
-    return _record(cluster, failover_headroom(cluster, failures), now)
+    check = _record(cluster, failover_headroom(cluster, failures), now)
+    return check if kept is None else replace(check, repair_tried=kept.repair_tried)
 
 
 def failover_after(cluster: Cluster, plan: Plan, failures: int, now: float) -> FailoverCheck:

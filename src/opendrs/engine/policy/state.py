@@ -70,25 +70,25 @@ class PastMigrations:
 class FailoverCheck:
     """The failover headroom (``policy.keep_failover``) of one placement, as last checked: the
     placement's ``key`` (each guest's node, each node's state), when it was checked, how far it
-    is from the headroom (:attr:`~opendrs.engine.headroom.Headroom.shortfall`), the operator's
-    summary, and whether a repair was tried on it and found nothing."""
+    is from the headroom that moves could give back
+    (:attr:`~opendrs.engine.headroom.Headroom.shortfall`), the operator's summary, and when a
+    repair last found nothing."""
 
     key: tuple[object, ...]
     at: float
     failures: int
     shortfall: tuple[int, int]
     summary: str
+    #: HA guests that cannot restart in the worst case, those no placement helps included.
+    unrestartable: int = 0
     ha_guests: int = 0
-    repair_tried: bool = False
+    #: When a repair toward the headroom last found no move (None: not since it was lost).
+    repair_tried: float | None = None
 
     @property
     def ok(self) -> bool:
-        return self.shortfall == (0, 0)
-
-    @property
-    def unrestartable(self) -> int:
-        """HA guests that cannot restart in the worst case."""
-        return self.shortfall[0]
+        """Every HA guest restarts in every case."""
+        return self.unrestartable == 0
 
     def as_dict(self) -> dict[str, object]:
         return {
