@@ -1,6 +1,6 @@
 """``policy.keep_failover``: a cluster short of the failover headroom is repaired toward it, a
 balancing plan that would lose it is refused, and after a repair that found nothing none is
-searched for an hour."""
+searched for six hours."""
 
 from __future__ import annotations
 

@@ -10,7 +10,9 @@ settings count it: configured vCPUs against cores × overcommit, memory, measure
 mode; anti-affinity, strict node affinity, pins, the platform's limits, architecture), each
 restart seen by the next. That is first-fit decreasing by memory, the usual HA admission check,
 with the engine's best node for "first". A guest no node can take, or that may not restart
-elsewhere at all (local disks, passed-through devices), *cannot restart*.
+elsewhere at all (an ignore rule, local disks, passed-through devices: *held*, which no
+placement changes), *cannot restart*. Guests that are not HA-managed stay down with their
+node.
 
 Which guests are HA guests: those the platform manages (:attr:`Guest.ha`, read by the Proxmox
 backend from ``/cluster/ha/resources``). A cluster with none marked (Incus, a snapshot without

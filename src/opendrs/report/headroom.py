@@ -1,5 +1,6 @@
 """The failover headroom (:mod:`opendrs.engine.headroom`) in the operator's words: a line per
-failure case, and a one-line summary for status, the dashboard and the report."""
+failure case, and ``opendrs headroom``'s text (the one-line summary status, the dashboard and
+the report show is :meth:`~opendrs.engine.headroom.Headroom.summary`)."""
 
 from __future__ import annotations
 

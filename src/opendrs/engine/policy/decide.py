@@ -34,7 +34,7 @@ from opendrs.engine.policy.decision import (
     Unordered,
 )
 from opendrs.engine.policy.failover import (
-    RECHECK,
+    REPAIR_RETRY,
     check_failover,
     failover_after,
     failover_repair,
@@ -422,7 +422,7 @@ def _failover(r: _Round) -> tuple[_Round, Decision | None]:
     """With ``keep_failover``, the failover headroom checked (kept in the state), and a cluster
     short of it repaired toward it where moves give some back (bypassing threshold, hold and
     margin, within the guards; not counted against the budget). After a repair that found
-    nothing, none is tried for :data:`RECHECK` seconds."""
+    nothing, none is tried for :data:`REPAIR_RETRY` seconds."""
     failures = r.config.keep_failover
     if failures <= 0:
         return r, None
@@ -430,7 +430,7 @@ def _failover(r: _Round) -> tuple[_Round, Decision | None]:
     r = replace(r, state=replace(r.state, failover=check))
     if check is None or check.shortfall == (0, 0):
         return r, None
-    if check.repair_tried is not None and r.now - check.repair_tried < RECHECK:
+    if check.repair_tried is not None and r.now - check.repair_tried < REPAIR_RETRY:
         return r, None
     found = failover_repair(r.view, failures, r.now, r.config.batch)
     plan = None if found is None else _failover_plan(r, found[0])

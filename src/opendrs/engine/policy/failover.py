@@ -16,7 +16,7 @@ The check costs a placement per HA guest per failure case, so it is kept
 (:class:`~opendrs.engine.policy.state.FailoverCheck` in the policy's state) and made again only
 when the placement or a node's state changes, or after :data:`RECHECK` seconds (usage moves
 capacity in dynamic mode); after a repair that found nothing, none is tried for
-:data:`RECHECK` seconds, whatever changes. Pure and deterministic.
+:data:`REPAIR_RETRY` seconds, whatever changes. Pure and deterministic.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ __all__ = [
     "CANDIDATES",
     "RECHECK",
     "REPAIR_MOVES",
+    "REPAIR_RETRY",
     "TARGETS",
     "check_failover",
     "failover_after",
@@ -54,6 +55,8 @@ CANDIDATES: Final = 3
 TARGETS: Final = 3
 #: Seconds after which a kept check is made again although the placement is the same.
 RECHECK: Final = 3600
+#: Seconds after a repair that found no move before the next is searched for, whatever changes.
+REPAIR_RETRY: Final = 6 * 3600
 
 
 def placement_key(cluster: Cluster) -> tuple[object, ...]:
@@ -169,4 +172,6 @@ def _best_move(
             after = failover_headroom(cluster.with_placement(trial), current.failures)
             if after.shortfall < (best[2] if best else current).shortfall:
                 best = (members, cluster.node_index[name], after)
+                if after.shortfall == (0, 0):
+                    return best
     return best
