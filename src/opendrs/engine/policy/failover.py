@@ -8,9 +8,10 @@ toward it.
 * A cluster short of it is repaired where moves give it back (:func:`failover_repair`): greedily,
   at most :data:`REPAIR_MOVES` migrations a decision, each the one move that brings the cluster
   closest to the headroom among those of the :data:`CANDIDATES` biggest HA guests of the worst
-  failure's nodes (spreading what must restart) and of the :data:`CANDIDATES` biggest running
-  guests of the other nodes (making room where it can restart), each to its :data:`TARGETS`
-  best nodes (the guards and hard rules allowing); it stops when no such move helps.
+  failure's nodes (spreading what must restart) and of the biggest running guest of each of the
+  :data:`CANDIDATES` other nodes with the most free memory (making room where it can restart)
+  — guests that may move —, each to its :data:`TARGETS` best nodes (the guards and hard rules
+  allowing); it stops when no such move helps.
 
 The check costs a placement per HA guest per failure case, so it is kept
 (:class:`~opendrs.engine.policy.state.FailoverCheck` in the policy's state) and made again only
@@ -26,6 +27,7 @@ from typing import Final
 
 import numpy as np
 
+from opendrs.engine.constraints import movability
 from opendrs.engine.headroom import Headroom, failover_headroom, ha_guests
 from opendrs.engine.placement import PlacementState
 from opendrs.engine.planner import Plan, final_placement
@@ -48,8 +50,8 @@ __all__ = [
 
 #: Most migrations one failover repair makes.
 REPAIR_MOVES: Final = 4
-#: Guests tried per repair move, biggest first: HA guests of the worst failure's nodes, and as
-#: many running guests of the other nodes.
+#: Guests tried per repair move: the biggest HA guests of the worst failure's nodes, and the
+#: biggest guest of as many other nodes (those with the most free memory).
 CANDIDATES: Final = 3
 #: Best nodes (by the placement engine's score) tried for each of them.
 TARGETS: Final = 3
@@ -152,12 +154,21 @@ def _best_move(
     counted = {g.id for g in ha_guests(cluster)[0]}
     failed = {cluster.node_index[name] for name in worst.failed}
     biggest = sorted(
-        (j for j, g in enumerate(cluster.guests) if g.id not in targets and loaded_nodes(g)),
+        (
+            j
+            for j, g in enumerate(cluster.guests)
+            if g.id not in targets and loaded_nodes(g) and movability(g, cluster) is None
+        ),
         key=lambda j: (-cluster.guests[j].memory, cluster.guests[j].id),
     )
     leaving = [j for j in biggest if cluster.guests[j].id in counted and state.assign[j] in failed]
-    making_room = [j for j in biggest if state.assign[j] >= 0 and state.assign[j] not in failed]
-    candidates = leaving[:CANDIDATES] + making_room[:CANDIDATES]
+    # Room is made on the surviving nodes with the most free memory: the biggest guest of each.
+    free = state.constraints.capacity.limit[:, 1] - state.committed[:, 1]
+    survivors = [n for n in np.argsort(-free, kind="stable").tolist() if n not in failed]
+    making_room = [
+        next((j for j in biggest if state.assign[j] == n), None) for n in survivors[:CANDIDATES]
+    ]
+    candidates = leaving[:CANDIDATES] + [j for j in making_room if j is not None]
     best: tuple[np.ndarray, int, Headroom] | None = None
     for j in candidates:
         placement = state.place(j, "balance")
