@@ -12,6 +12,7 @@ from typing import Any
 
 from opendrs.cli.planning import PlanResult, rules_document
 from opendrs.engine.breaks import rule_breaks
+from opendrs.engine.headroom import failover_headroom
 from opendrs.engine.usage import RESOURCES, LoadModel
 from opendrs.model.cluster import Cluster
 from opendrs.model.units import format_bytes
@@ -51,12 +52,21 @@ def plan_document(result: PlanResult, source: str) -> Document:
         "problems": [str(p) for p in result.constraints.problems],
         "breaks_before": [b.describe(label) for b in rule_breaks(result.cluster, kept)],
         "breaks_after": [b.describe(label) for b in rule_breaks(result.placed, kept)],
+        "failover": _failover(result.cluster, result.placed),
     }
 
     def charts() -> dict[str, str]:
         return {r: _load_chart(nodes, r) for r in RESOURCES}
 
     return Document("plan", f"opendrs plan report: {result.cluster.name}", data, charts)
+
+
+def _failover(before: Cluster, after: Cluster) -> dict[str, Any] | None:
+    """The failover headroom for one node failing, before and after the plan (None with fewer
+    than two online nodes)."""
+    if sum(1 for n in before.nodes if n.online) < 2:
+        return None
+    return {"before": failover_headroom(before).brief(), "after": failover_headroom(after).brief()}
 
 
 def _nodes(before: Cluster, after: Cluster) -> list[dict[str, Any]]:

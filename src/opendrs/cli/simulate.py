@@ -23,6 +23,12 @@ The stability report of a run:
 * ``restart_migrations`` — migrations that were restart moves (a running container on an Incus
   scenario: stopped, moved, started again), and ``restart_downtime_minutes``, the time they kept
   their guests stopped;
+* ``recoveries`` — guests the simulated HA manager restarted elsewhere after a node failure;
+  ``ha_unrestartable`` — HA guests of a failed node it could not restart elsewhere when it first
+  tried (no node with room, or the rules keeping them off every one), once each time their node
+  fails (what ``policy.keep_failover`` keeps at 0); ``ha_held`` — HA guests of a failed node
+  that may not restart elsewhere at all (an ignore rule, local disks or devices), which wait for
+  their node;
 * ``max_node_load`` — the highest cpu or memory fraction of any node at any step;
 * hot spots, on each online node's load — the higher of its cpu and memory fractions of capacity
   net of reserves, averaged over 5 minutes: ``hot_node_minutes``, the node-minutes above the
@@ -78,6 +84,8 @@ class StabilityReport:
     max_hot_minutes_per_node: float
     p95_node_load: float
     recoveries: int
+    ha_unrestartable: int
+    ha_held: int
     decisions: int
     wall_seconds: float
     #: The policy's migration windows and blackouts in words (None: migrations start at any
@@ -271,6 +279,8 @@ def report_from(
         max_hot_minutes_per_node=stats.max_hot_steps * minutes,
         p95_node_load=stats.p95_node_load,
         recoveries=sum(1 for r in sim.migrations if r.cause == "recovery"),
+        ha_unrestartable=stats.unrestartable,
+        ha_held=stats.held,
         decisions=len(decisions),
         wall_seconds=wall,
         windows=None if schedule.empty else schedule.summary(),

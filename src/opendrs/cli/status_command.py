@@ -5,7 +5,9 @@ Four parts, each read without disturbing a running daemon:
 - the cluster, observed once through the configured backend as the daemon observes it
   (:func:`opendrs.cli.snapshot_command.observe_once`): each node's load per resource, and
   the spread per CPU architecture where the usable nodes have several; the rules it drops or
-  ignores (also a ``warning: rules:`` line each on standard error); and what a repair of it
+  ignores (also a ``warning: rules:`` line each on standard error); its failover headroom
+  (:mod:`opendrs.engine.headroom`, for ``policy.keep_failover`` nodes failing, one when off)
+  with each failure that leaves HA guests unable to restart; and what a repair of it
   leaves breaking a hard constraint (:func:`opendrs.engine.policy.stuck_now`) — every guest
   left on a node in maintenance that may not move or that no node can take;
 - the daemon: whether another process holds its lock (:meth:`InstanceLock.probe`, which never
@@ -40,6 +42,7 @@ from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, setup_logging
 from opendrs.cli.snapshot_command import observe_once
 from opendrs.controller.history_file import HistoryError
 from opendrs.engine.constraints import check_rules
+from opendrs.engine.headroom import Headroom, failover_headroom
 from opendrs.engine.policy import stuck_now
 from opendrs.engine.policy.windows import schedule_now
 from opendrs.engine.usage import RESOURCES
@@ -47,6 +50,7 @@ from opendrs.json_data import iso_time, json_text
 from opendrs.model.cluster import Cluster, guest_label
 from opendrs.model.units import format_duration
 from opendrs.records import Avoid, Cooldown, decision_object, migration_now
+from opendrs.report.headroom import case_line
 from opendrs.report.text import Report, bar, show_stuck
 
 if TYPE_CHECKING:
@@ -86,6 +90,9 @@ class Status:
     lock_error: str | None = None
     #: Why a daemon here stands by (``leader_only``: another node leads), as the backend says.
     standby: str | None = None
+    #: The failover headroom of the observed cluster, for ``policy.keep_failover`` nodes failing
+    #: (one when off); None when it has too few online nodes.
+    failover: Headroom | None = None
     #: The guests' names the history recorded (the observed cluster's, where it has them).
     names: dict[str, str] = field(default_factory=dict)
 
@@ -112,6 +119,9 @@ def read_status(config: Config) -> Status:
         status.observe_error = str(exc)
     else:
         status.stuck = stuck_now(status.cluster)
+        failures = max(config.policy.keep_failover, 1)
+        if failures < sum(1 for n in status.cluster.nodes if n.online):
+            status.failover = failover_headroom(status.cluster, failures)
     _read_history(status)
     try:
         lock = InstanceLock(config.lock, config.history)
@@ -182,6 +192,7 @@ def status_data(status: Status) -> dict[str, Any]:
             "spread": arch_spreads(cluster),
             "stuck": stuck_rows(cluster, status.stuck),
             "rules": [{"problem": str(p), "ignored": p.ignored} for p in check_rules(cluster)[1]],
+            "failover": None if status.failover is None else status.failover.brief(),
         },
         "observation": {"ok": cluster is not None, "error": status.observe_error},
         "policy": policy_summary(config),
@@ -297,6 +308,12 @@ def _show_cluster(report: Report, status: Status) -> None:
         )
     for problem in check_rules(cluster)[1]:
         report.line(f"rules: {problem}", "yellow")
+    headroom = status.failover
+    if headroom is not None:
+        report.line(headroom.summary(), "green" if headroom.ok else "red")
+        for case in headroom.cases:
+            if not case.covered:
+                report.line(f"  {case_line(cluster, case)}", "red")
 
 
 def _show_history(report: Report, status: Status, history: dict[str, Any]) -> None:

@@ -29,6 +29,7 @@ from opendrs.controller.config import Config
 from opendrs.controller.executor import Event
 from opendrs.controller.loop import Controller, Cycle
 from opendrs.controller.views import (
+    FailoverWatch,
     arch_spreads,
     cluster_summary,
     node_loads,
@@ -100,6 +101,7 @@ class Dashboard:
         self._snapshot = Snapshot(0, {"version": 0, **self._document()})
         self._rendered: dict[tuple[int, str], str] = {}
         self._drawn: tuple[object, str] | None = None
+        self._failover = FailoverWatch()
 
     def follow(self, controller: Controller) -> None:
         """Read the configuration and the migrations of ``controller`` from now on."""
@@ -126,6 +128,10 @@ class Dashboard:
             )
             if cycle.decision is not None:
                 self._base["stuck"] = stuck_rows(cluster, cycle.stuck)
+            decided = cycle.decision.state.failover if cycle.decision is not None else None
+            keep = self._config.policy.keep_failover
+            check = self._failover.update(cluster, cycle.at, keep, decided)
+            self._base["failover"] = None if check is None else check.as_dict()
         if cycle.decision is not None:
             self._decided(cycle, cycle.decision)
         self._publish()
@@ -267,6 +273,7 @@ class Dashboard:
             "groups": self._base.get("groups", []),
             "now": self._base.get("now"),
             "stuck": self._base.get("stuck", []),
+            "failover": self._base.get("failover"),
             "decisions": list(self._decisions),
             "would": self._would if not config.active else None,
             "in_flight": in_flight,

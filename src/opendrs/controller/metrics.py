@@ -19,7 +19,7 @@ from prometheus_client.registry import Collector
 
 from opendrs.controller.executor import Event
 from opendrs.controller.loop import Controller, Cycle
-from opendrs.controller.views import stuck_rows
+from opendrs.controller.views import FailoverWatch, stuck_rows
 from opendrs.engine.usage import RESOURCES, LoadModel
 from opendrs.model.cluster import Cluster
 
@@ -109,6 +109,18 @@ class DaemonMetrics:
             "node can take them",
             registry=r,
         )
+        self.failover = Gauge(
+            "opendrs_failover_headroom",
+            "1 while every HA guest can restart if any node fails (any keep_failover nodes), 0 "
+            "when some cannot",
+            registry=r,
+        )
+        self.unrestartable = Gauge(
+            "opendrs_failover_unrestartable_guests",
+            "HA guests that could not restart on the nodes left in the worst node failure",
+            registry=r,
+        )
+        self._failover = FailoverWatch()
         self.last_observation = Gauge(
             "opendrs_last_observation_timestamp_seconds",
             "Unix time of the last successful observation",
@@ -142,6 +154,7 @@ class DaemonMetrics:
         self.last_observation.set(time.time())
         if cycle.cluster is not None:
             self.platform_balancer.set(1 if cycle.cluster.ha_auto_rebalance else 0)
+            self._failover_headroom(cycle)
         if cycle.decision is not None and cycle.cluster is not None:
             self.node_loads.update(cycle.cluster)
             self.spread.set(cycle.decision.metric)
@@ -153,6 +166,15 @@ class DaemonMetrics:
             self.threshold.set(self._controller.policy.threshold)
             self.in_flight.set(len(self._controller.executor.in_flight))
             self.standby.set(self._controller.standing_by is not None)
+
+    def _failover_headroom(self, cycle: Cycle) -> None:
+        assert cycle.cluster is not None
+        keep = self._controller.policy.keep_failover if self._controller is not None else 0
+        decided = cycle.decision.state.failover if cycle.decision is not None else None
+        check = self._failover.update(cycle.cluster, cycle.at, keep, decided)
+        if check is not None:
+            self.failover.set(1 if check.ok else 0)
+            self.unrestartable.set(check.unrestartable)
 
     def event(self, event: Event) -> None:
         """``Executor.on_event``."""

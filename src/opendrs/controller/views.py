@@ -8,12 +8,21 @@ from typing import Any
 
 from opendrs.controller.config import Config
 from opendrs.engine.constraints import platform_balancer
+from opendrs.engine.policy.failover import check_failover
+from opendrs.engine.policy.state import FailoverCheck
 from opendrs.engine.strategies.base import cluster_imbalance, imbalance_by_arch
 from opendrs.engine.usage import RESOURCES, LoadModel
 from opendrs.model.cluster import Cluster
 from opendrs.report.text import node_state
 
-__all__ = ["arch_spreads", "cluster_summary", "node_loads", "policy_summary", "stuck_rows"]
+__all__ = [
+    "FailoverWatch",
+    "arch_spreads",
+    "cluster_summary",
+    "node_loads",
+    "policy_summary",
+    "stuck_rows",
+]
 
 
 def cluster_summary(cluster: Cluster) -> dict[str, Any]:
@@ -50,6 +59,30 @@ def arch_spreads(cluster: Cluster, loads: LoadModel | None = None) -> dict[str, 
         arch: {r: imbalance.resources[r].spread for r in RESOURCES}
         for arch, imbalance in groups.items()
     }
+
+
+class FailoverWatch:
+    """The failover headroom of each observation, for the dashboard and the metrics: the
+    decision's own check when the policy keeps the headroom (``keep_failover``), else checked
+    here for as many nodes failing (one when off), again only when the placement or a node's
+    state changes, or after an hour (:func:`check_failover`)."""
+
+    def __init__(self) -> None:
+        self.check: FailoverCheck | None = None
+
+    def update(
+        self,
+        cluster: Cluster,
+        at: float,
+        failures: int,
+        decided: FailoverCheck | None = None,
+    ) -> FailoverCheck | None:
+        """The check for ``cluster`` observed at ``at`` (``decided``: the decision's)."""
+        if decided is not None:
+            self.check = decided
+        else:
+            self.check = check_failover(cluster, max(failures, 1), at, self.check)
+        return self.check
 
 
 def policy_summary(config: Config) -> dict[str, Any]:

@@ -380,40 +380,65 @@ def evacuate(cluster: Cluster, node: str, purpose: Purpose = "evacuate") -> Evac
     state = PlacementState.build(drained)
     src = drained.node_index[node]
     on_node = [j for j, g in enumerate(drained.guests) if state.assign[j] == src]
-    # Biggest first (configured memory, then vCPUs), then by id: big guests are hardest to fit.
-    on_node.sort(
-        key=lambda j: (-drained.guests[j].memory, -drained.guests[j].cpu, drained.guests[j].id)
-    )
+    moves, stuck = place_biggest_first(state, on_node, purpose)
+    return Evacuation(node, moves, stuck)
+
+
+def place_biggest_first(
+    state: PlacementState, guests: Sequence[int], purpose: Purpose
+) -> tuple[tuple[Move, ...], tuple[tuple[str, str], ...]]:
+    """Place ``guests`` (indices) one after another on the best node each, biggest first
+    (configured memory, then vCPUs, then id: big guests are hardest to fit), each placement
+    committed to ``state`` and so seen by the next; a guest takes its bundle along.
+
+    Returns the moves made and the guests that found no node, each with why.
+    """
+    cluster = state.cluster
+    biggest = [(-g.memory, -g.cpu, g.id) for g in cluster.guests]
+    order = sorted(guests, key=biggest.__getitem__)
     moves: list[Move] = []
     stuck: list[tuple[str, str]] = []
     done: set[int] = set()
-    for j in on_node:
+    for j in order:
         if j in done:
             continue
         members = state.bundle(j)
         done.update(members.tolist())
-        result = state.place(j, purpose)
-        if result.blocked is not None:
-            stuck.extend((drained.guests[m].id, result.blocked) for m in members.tolist())
+        blocked = next(
+            (
+                f"{'' if m == j else f'partner {cluster.guests[m].id}: '}{held}"
+                for m in members.tolist()
+                if (held := movability(cluster.guests[m], cluster, purpose)) is not None
+            ),
+            None,
+        )
+        if blocked is not None:
+            stuck.extend((cluster.guests[m].id, blocked) for m in members.tolist())
             continue
-        if not result.ranking:
-            why = "; ".join(f"{r.node}: {r}" for r in result.rejected) or "no node"
+        # The best node alone: what :meth:`PlacementState.place` ranks, without each node's
+        # load fractions (the ranking is not shown).
+        scored, rejected = state.evaluate(members)
+        if purpose == "recover":  # a failed node is offline: that it cannot take a guest is moot
+            rejected = [r for r in rejected if r.code is not RejectionCode.OFFLINE]
+        if not scored:
+            why = "; ".join(f"{r.node}: {r}" for r in rejected)
             stuck.extend(
-                (drained.guests[m].id, f"no node can take it ({why})") for m in members.tolist()
+                (cluster.guests[m].id, f"no node can take it ({why or 'no node'})")
+                for m in members.tolist()
             )
             continue
-        target = drained.node_index[result.ranking[0].node]
+        target = scored[0][0]
         for m in members.tolist():
             if 0 <= int(state.assign[m]) != target:
                 moves.append(
                     Move(
-                        drained.guests[m].id,
-                        drained.nodes[int(state.assign[m])].name,
-                        drained.nodes[target].name,
+                        cluster.guests[m].id,
+                        cluster.nodes[int(state.assign[m])].name,
+                        cluster.nodes[target].name,
                     )
                 )
         state.commit(members, target)
-    return Evacuation(node, tuple(moves), tuple(stuck))
+    return tuple(moves), tuple(stuck)
 
 
 __all__: Sequence[str] = (
@@ -423,6 +448,7 @@ __all__: Sequence[str] = (
     "PlacementState",
     "evacuate",
     "fresh_id",
+    "place_biggest_first",
     "place_guest",
     "place_new",
 )

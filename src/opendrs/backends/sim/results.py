@@ -108,6 +108,13 @@ class SimStats:
     #: The controller's migrations that hung (``migration-hang``), and requests whose answer was
     #: lost although the migration started (``api-lost-answer``).
     hung_migrations: int = 0
+    #: HA guests of a failed node that HA recovery could not restart elsewhere when it first
+    #: tried — no node had room, or the rules kept them off every one —, counted once each time
+    #: their node fails, whether they restarted later or not.
+    unrestartable: int = 0
+    #: HA guests of a failed node that may not restart elsewhere at all (an ignore rule, local
+    #: disks or devices): they wait for their node.
+    held: int = 0
     lost_answers: int = 0
     #: The controller's restart moves, and the seconds they kept their guests stopped.
     restart_migrations: int = 0

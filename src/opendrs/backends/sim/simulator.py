@@ -168,6 +168,12 @@ class Simulator:
         self._by_handle: dict[str, Migration] = {}
         self._node_events: list[NodeEvent] = []
         self._recoveries = 0
+        #: HA guests no node could take when recovery first tried them (once each time their
+        #: node fails), those of them still waiting, and HA guests that may not restart
+        #: elsewhere at all (an ignore rule, local disks or devices).
+        self._unrestartable = 0
+        self._stranded: set[int] = set()
+        self._held = 0
         self._node_failures = 0
         self._api_errors = 0
         self._recover_at: set[float] = set()
@@ -397,6 +403,8 @@ class Simulator:
             migrations_running=sum(m.outcome == "running" for m in controller),
             migrated_bytes=sum(m.bytes for m in controller),
             recoveries=self._recoveries,
+            unrestartable=self._unrestartable,
+            held=self._held,
             node_failures=self._node_failures,
             api_errors=self._api_errors,
             hung_migrations=self._hung,
@@ -566,6 +574,7 @@ class Simulator:
     def _restart(self, j: int, n: int) -> None:
         """Guest ``j`` starts (again) on node ``n``, with uptime 0."""
         self._guests.restart(j, n, self._node_names[n], self._now)
+        self._stranded.discard(j)
         self._version += 1
 
     # -- migrations -----------------------------------------------------------------------------
@@ -760,6 +769,10 @@ class Simulator:
                 if placement.blocked is not None:
                     # Local disks or devices: it can only start again on its own node.
                     self._guests.pending.discard(j)
+                    self._held += 1
+                elif j not in self._stranded:
+                    self._stranded.add(j)
+                    self._unrestartable += 1
                 if self._guests.ha_state0[j] is not None and self._guests.ha_state[j] != "recovery":
                     self._guests.ha_state[j] = "recovery"
                     self._refresh(j)

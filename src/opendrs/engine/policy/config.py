@@ -104,6 +104,10 @@ class PolicyConfig:
     #: applies to: :mod:`.windows`). None (the default): at any time — and :mod:`.windows`
     #: is not imported by a command that reads no windows.
     schedule: Schedule | None = None
+    #: Keep the failover headroom for this many nodes failing at once (:mod:`.failover`): every
+    #: HA guest restarts on the nodes left. A balancing plan that would lose it is refused, a
+    #: cluster without it is repaired toward it. 0 (the default): off.
+    keep_failover: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "options", frozen_mapping(self.options))
@@ -136,6 +140,7 @@ WHOLE_NUMBERS: tuple[str, ...] = (
     "smoothing",
     "avoid_after_failure",
     "daily_profile",
+    "keep_failover",
 )
 
 #: The executor limits a policy may set: a whole number ≥ 1, or None.

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from opendrs.engine.constraints import RuleCheck
-from opendrs.engine.planner import Plan, final_placement
+from opendrs.engine.planner import Plan, final_placement, plan_moves
 from opendrs.engine.policy.config import PolicyConfig, most_moves, strategy_request
 from opendrs.engine.policy.dayplan import day_proposal
 from opendrs.engine.policy.decision import (
@@ -20,6 +20,7 @@ from opendrs.engine.policy.decision import (
     Decision,
     DecisionCode,
     Facts,
+    FailoverLost,
     Holding,
     InBlackout,
     Measurement,
@@ -35,8 +36,18 @@ from opendrs.engine.policy.decision import (
     Trigger,
     Unordered,
 )
+from opendrs.engine.policy.failover import (
+    REPAIR_RETRY,
+    check_failover,
+    failover_after,
+    failover_repair,
+)
 from opendrs.engine.policy.guards import failed_targets, forbidden_placements, hot_targets
-from opendrs.engine.policy.maintenance import returns_from_maintenance, track_evacuations
+from opendrs.engine.policy.maintenance import (
+    planned_proposal,
+    returns_from_maintenance,
+    track_evacuations,
+)
 from opendrs.engine.policy.metrics import measure, measure_by_arch
 from opendrs.engine.policy.planning import plan_within, truncate
 from opendrs.engine.policy.profile import day_metric, worst_hour
@@ -105,10 +116,15 @@ def decide(
     if isinstance(found, Decision):
         return found
     round_ = replace(round_, stuck=found[0], note=found[1])
-    for guard in (_back_from_maintenance, _balanced):
-        decision = guard(round_)
-        if decision is not None:
-            return decision
+    decision = _back_from_maintenance(round_)
+    if decision is not None:
+        return decision
+    round_, decision = _failover(round_)
+    if decision is not None:
+        return decision
+    decision = _balanced(round_)
+    if decision is not None:
+        return decision
     trigger = round_.trigger()
     for held in (_outside_window, _holding, _budget):
         decision = held(round_, trigger)
@@ -503,6 +519,66 @@ def _back_from_maintenance(r: _Round) -> Decision | None:
     )
 
 
+def _failover(r: _Round) -> tuple[_Round, Decision | None]:
+    """With ``keep_failover``, the failover headroom checked (kept in the state), and a cluster
+    short of it repaired toward it where moves give some back (bypassing threshold, hold and
+    margin, within the guards and balancing's windows; not counted against the budget). After
+    a repair that found nothing, none is tried for :data:`REPAIR_RETRY` seconds."""
+    failures = r.config.keep_failover
+    if failures <= 0:
+        return r, None
+    check = check_failover(r.cluster, failures, r.now, r.state.failover)
+    r = replace(r, state=replace(r.state, failover=check))
+    if check is None or check.shortfall == (0, 0):
+        return r, None
+    if check.repair_tried is not None and r.now - check.repair_tried < REPAIR_RETRY:
+        return r, None
+    found = failover_repair(r.view, failures, r.now, r.config.batch)
+    plan = None if found is None else _failover_plan(r, found[0])
+    reached = None if plan is None else failover_after(r.cluster, plan, failures, r.now)
+    if plan is None or reached is None or reached.shortfall >= check.shortfall:
+        tried = replace(check, repair_tried=r.now)
+        return replace(r, state=replace(r.state, failover=tried)), None
+    said = ("failover", "failover headroom", "closer to the failover headroom")
+    proposal, predicted = planned_proposal(r.view, plan, r.config.metric, r.metric, said)
+    # Not urgent as a broken rule is: it starts within balancing's windows.
+    closed = r.closed("balance", needed=f"{len(plan.moves)} toward the failover headroom")
+    if closed is not None:
+        return r, r.decision(closed, r.state, proposal=proposal, plan=plan)
+    facts = Repaired(check.summary, 0, len(plan.moves), False, False)
+    decision = r.decision(
+        facts, r.acted(), predicted=predicted, proposal=proposal, plan=plan, activity="balance"
+    )
+    return r, decision
+
+
+def _failover_plan(r: _Round, targets: dict[str, str]) -> Plan | None:
+    """The repair's ``targets`` ordered by the planner, off the guards' placements."""
+    plan = plan_moves(
+        r.cluster,
+        targets,
+        max_parallel=r.config.max_parallel,
+        max_node_inflow=r.config.max_node_inflow,
+        constraints=r.view.constraints.forbidding(r.view.forbidden),
+    )
+    return plan if plan.moves else None
+
+
+def _kept_failover(
+    r: _Round, trigger: Trigger, plan: Plan, proposal: Proposal, predicted: float | None
+) -> Decision | None:
+    """With ``keep_failover``, a balancing plan that would take the cluster further from the
+    failover headroom is refused."""
+    before = r.state.failover
+    if r.config.keep_failover <= 0 or before is None:
+        return None
+    after = failover_after(r.cluster, plan, r.config.keep_failover, r.now)
+    if after.shortfall <= before.shortfall:
+        return None
+    facts = FailoverLost(trigger, len(plan.moves), before.summary, after.summary)
+    return r.decision(facts, r.attempted(), predicted=predicted, proposal=proposal, plan=plan)
+
+
 def _balanced(r: _Round) -> Decision | None:
     """Nothing happens while the metric is at or below the threshold."""
     config = r.config
@@ -560,6 +636,9 @@ def _balance(r: _Round, trigger: Trigger) -> Decision:
     if config.metric == "none":
         if r.budget.stops(moves):
             return _within_budget(r, trigger, moves)
+        refused = _kept_failover(r, trigger, plan, proposal, None)
+        if refused is not None:
+            return refused
         facts = Planned(trigger, moves, None, proposal.stopped)
         return r.decision(facts, r.acted(), proposal=proposal, plan=plan)
     predicted = r.predicted(plan)
@@ -569,6 +648,9 @@ def _balance(r: _Round, trigger: Trigger) -> Decision:
         return r.decision(facts, r.attempted(), predicted=predicted, proposal=proposal, plan=plan)
     if r.budget.stops(moves):
         return _within_budget(r, trigger, moves)
+    refused = _kept_failover(r, trigger, plan, proposal, predicted)
+    if refused is not None:
+        return refused
     facts = Planned(trigger, moves, predicted, proposal.stopped)
     return r.decision(facts, r.acted(), predicted=predicted, proposal=proposal, plan=plan)
 
@@ -586,6 +668,9 @@ def _within_budget(r: _Round, trigger: Trigger, whole: int) -> Decision:
     if not plan.moves or len(plan.moves) > left or (predicted or 0.0) > r.metric + 1e-12:
         facts: Facts = OverBudget(trigger, r.budget.facts(r.now, whole))
         return r.decision(facts, r.attempted(), proposal=proposal, plan=plan)
+    refused = _kept_failover(r, trigger, plan, proposal, predicted)
+    if refused is not None:
+        return refused
     facts = Planned(trigger, len(plan.moves), predicted, proposal.stopped, whole)
     return r.decision(facts, r.acted(), predicted=predicted, proposal=proposal, plan=plan)
 

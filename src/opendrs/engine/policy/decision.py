@@ -57,6 +57,8 @@ class DecisionCode(StrEnum):
     UNORDERED = "unordered"
     #: The plan improves the metric by less than the margin.
     BELOW_MARGIN = "below-margin"
+    #: A balancing plan refused: it would lose the failover headroom (``keep_failover``).
+    FAILOVER = "failover"
     #: A balancing plan (acts).
     PLAN = "plan"
     #: A plan that would act, outside every migration window (``policy.windows``).
@@ -241,6 +243,18 @@ class BelowMargin:
 
 
 @dataclass(frozen=True)
+class FailoverLost:
+    """The plan's ``migrations`` would take the cluster from the failover headroom it keeps
+    (``before``, the summary now) to ``after``: refused."""
+
+    code: ClassVar[DecisionCode] = DecisionCode.FAILOVER
+    trigger: Trigger
+    migrations: int = field(metadata=_NOUN)
+    before: str
+    after: str
+
+
+@dataclass(frozen=True)
 class Planned:
     """A balancing plan of ``migrations`` — part of a plan of ``whole`` the budget cut (None:
     the whole plan) — bringing the metric to ``predicted`` (None: no policy metric; the
@@ -291,6 +305,7 @@ Facts = (
     | NoProposal
     | Unordered
     | BelowMargin
+    | FailoverLost
     | Planned
     | OutsideWindow
     | InBlackout
@@ -364,7 +379,13 @@ class Decision:
                 "last_action": self.state.last_action,
                 "evacuated": dict(sorted(self.state.evacuated.items())),
             },
+            **self._failover(),
         }
+
+    def _failover(self) -> dict[str, object]:
+        """The failover headroom checked (``keep_failover``), when it was."""
+        check = self.state.failover
+        return {} if check is None else {"failover": check.as_dict()}
 
 
 #: A figure within a text fact (a strategy's note, a guest's or node's name).
@@ -429,7 +450,7 @@ def explain(decision: Decision) -> str:
 
 
 def _after_trigger(
-    facts: Holding | OverBudget | NoProposal | Unordered | BelowMargin | Planned,
+    facts: Holding | OverBudget | NoProposal | Unordered | BelowMargin | FailoverLost | Planned,
 ) -> str:
     """What a decision made once the threshold was crossed says after its trigger."""
     match facts:
@@ -447,6 +468,13 @@ def _after_trigger(
             return (
                 f"the plan would bring it to {after} with {_migrations(facts.migrations)}, "
                 f"{facts.gain * 100:.0f} % better, less than the margin {facts.margin * 100:g} %"
+            )
+        case FailoverLost(migrations=migrations, before=before, after=after):
+            had = before.startswith("failover headroom: yes")
+            lose = "lose the failover headroom" if had else "leave more HA guests unable to restart"
+            return (
+                f"the plan of {_migrations(migrations)} would {lose} ({after}; now {before}): "
+                "refused (keep_failover)"
             )
         case Planned():
             return _planned(facts)

@@ -93,31 +93,50 @@ def returns_from_maintenance(
     )
     if not plan.moves:
         return None
+    proposal, metric_after = planned_proposal(
+        view,
+        plan,
+        config.metric,
+        metric,
+        ("maintenance-return", "back from maintenance", "evacuated guests back on their nodes"),
+    )
+    return proposal, plan, metric_after
+
+
+def planned_proposal(
+    view: CycleView, plan: Plan, metric_name: str, metric: float, said: tuple[str, str, str]
+) -> tuple[Proposal, float]:
+    """The proposal of a plan the policy made itself (not a strategy's), with the metric
+    ``metric_name`` predicted after it (``metric``: its value now) on the view's usage; ``said``
+    is the proposal's strategy name, each move's reason and where it stopped."""
+    cluster = view.observed
+    node_index, guest_index = cluster.node_index, cluster.guest_index
+    strategy, reason, stopped = said
     assign = current_assign(cluster)
     before = cluster_imbalance(cluster, None, view.loads)
     for move in plan.moves:
         assign[guest_index[move.guest]] = node_index[move.target]
     moved = cluster.with_placement(final_placement(plan.moves))
     moved_loads = LoadModel.build(moved, usage=view.average)
-    metric_after = measure(moved, config.metric, moved_loads)
+    metric_after = measure(moved, metric_name, moved_loads)
     moves = tuple(
         ProposedMove(
             guest=move.guest,
             source=move.source,
             target=move.target,
-            metric=config.metric,
+            metric=metric_name,
             before=metric,
             after=metric_after,
             cost=migration_cost(cluster.guests[guest_index[move.guest]], cluster.settings),
-            reason="back from maintenance",
+            reason=reason,
         )
         for move in plan.moves
     )
     proposal = Proposal(
-        strategy="maintenance-return",
+        strategy=strategy,
         moves=moves,
         before=before,
         after=cluster_imbalance(cluster, assign, view.loads),
-        stopped="evacuated guests back on their nodes",
+        stopped=stopped,
     )
-    return proposal, plan, metric_after
+    return proposal, metric_after

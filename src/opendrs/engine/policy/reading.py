@@ -63,6 +63,7 @@ POLICY_KEYS: tuple[str, ...] = (
     "timezone",
     "windows_apply_to",
     "blackouts_apply_to",
+    "keep_failover",
 )
 
 
@@ -86,6 +87,10 @@ _DURATIONS: Mapping[str, tuple[int, int]] = MappingProxyType(
 _FRACTIONS: Mapping[str, float] = MappingProxyType(
     {"threshold": 100.0, "target": 100.0, "margin": 1.0}
 )
+
+
+#: The most nodes ``keep_failover`` keeps the headroom for.
+_MAX_FAILOVER = 8
 
 
 #: The longest hold, in observations.
@@ -306,13 +311,13 @@ def _read_durations(reader: Reader, mapping: Mapping[str, object], path: Path) -
 def _read_thresholds(
     reader: Reader, mapping: Mapping[str, object], path: Path
 ) -> dict[str, float | int]:
-    """The :data:`_FRACTIONS` written (a number or a percentage), then ``hold`` and ``batch``
-    (whole numbers from 0)."""
+    """The :data:`_FRACTIONS` written (a number or a percentage), then ``hold``, ``batch`` and
+    ``keep_failover`` (whole numbers from 0)."""
     values: dict[str, float | int] = {}
     for key, largest in _FRACTIONS.items():
         if key in mapping:
             values[key] = _fraction(reader, mapping[key], (*path, key), largest)
-    for key, most in (("hold", _MAX_HOLD), ("batch", MAX_COUNT)):
+    for key, most in (("hold", _MAX_HOLD), ("batch", MAX_COUNT), ("keep_failover", _MAX_FAILOVER)):
         if key in mapping:
             values[key] = reader.integer(mapping[key], (*path, key), minimum=0, maximum=most)
     return values

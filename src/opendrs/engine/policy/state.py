@@ -67,6 +67,40 @@ class PastMigrations:
 
 
 @dataclass(frozen=True, slots=True)
+class FailoverCheck:
+    """The failover headroom (``policy.keep_failover``) of one placement, as last checked: the
+    placement's ``key`` (each guest's node, each node's state), when it was checked, how far it
+    is from the headroom that moves could give back
+    (:attr:`~opendrs.engine.headroom.Headroom.shortfall`), the operator's summary, and when a
+    repair last found nothing."""
+
+    key: tuple[object, ...]
+    at: float
+    failures: int
+    shortfall: tuple[int, int]
+    summary: str
+    #: HA guests that cannot restart in the worst case, those no placement helps included.
+    unrestartable: int = 0
+    ha_guests: int = 0
+    #: When a repair toward the headroom last found no move (None: not since it was lost).
+    repair_tried: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Every HA guest restarts in every case."""
+        return self.unrestartable == 0
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "failures": self.failures,
+            "ok": self.ok,
+            "unrestartable": self.unrestartable,
+            "ha_guests": self.ha_guests,
+            "summary": self.summary,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class PolicyState:
     """What the policy carries from one decision to the next; ``PolicyState()`` to start."""
 
@@ -83,6 +117,8 @@ class PolicyState:
     #: no plan and no relief moves a guest there meanwhile — a node that ran hot may run hot
     #: again (loads taking turns).
     hot_seen: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    #: The failover headroom last checked (``policy.keep_failover``; None: not checked).
+    failover: FailoverCheck | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "evacuated", frozen_mapping(self.evacuated))

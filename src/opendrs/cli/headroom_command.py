@@ -1,0 +1,88 @@
+"""``opendrs headroom SNAPSHOT|--config FILE [--failures K]``: the failover headroom — if any
+node (any ``K`` nodes) fails, can every HA guest restart on the nodes left, within capacity and
+the rules? (:mod:`opendrs.engine.headroom` says how it is checked.)
+
+A snapshot (or ``demo``) is read as ``show`` and ``plan`` read it; ``--config FILE`` observes the
+live cluster once, as ``opendrs snapshot`` and ``status`` do.
+
+Exit status: 0 the cluster has the headroom (every HA guest restarts in every case); 1 it has not
+(or the cluster could not be observed); 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from opendrs.backends.base import BackendError
+from opendrs.cli.arguments import Subcommands, at_least_one
+from opendrs.cli.output import add_format_option, dump_json
+from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, UsageError, setup_logging
+from opendrs.engine.headroom import MAX_CASES, failover_headroom
+from opendrs.model.cluster import Cluster
+
+__all__ = ["add_headroom_parser", "cmd_headroom"]
+
+
+def _cluster(args: argparse.Namespace) -> Cluster:
+    if (args.snapshot is None) == (args.config is None):
+        raise UsageError("headroom: give a SNAPSHOT or --config FILE (one of them)")
+    if args.snapshot is not None:
+        from opendrs.cli.cluster_command import read_cluster
+
+        return read_cluster(args.snapshot)
+    from opendrs.cli.snapshot_command import observe_once
+    from opendrs.controller.config import load_config
+
+    config = load_config(args.config)
+    setup_logging(config.log_level)
+    return observe_once(config)
+
+
+def cmd_headroom(args: argparse.Namespace) -> int:
+    try:
+        cluster = _cluster(args)
+    except BackendError as exc:
+        print(f"error: cannot observe the cluster: {exc}", file=sys.stderr)
+        return EXIT_PROBLEM
+    online = sum(1 for n in cluster.nodes if n.online)
+    if args.failures >= online:
+        raise UsageError(
+            f"--failures {args.failures}: the cluster has {online} online node"
+            f"{'' if online == 1 else 's'}: at most {max(online - 1, 0)} can fail with one left"
+        )
+    headroom = failover_headroom(cluster, args.failures)
+    if args.format == "json":
+        dump_json({"cluster": cluster.name, **headroom.as_dict()})
+    else:
+        from opendrs.report.headroom import headroom_lines
+
+        sys.stdout.write("\n".join(headroom_lines(cluster, headroom)) + "\n")
+    return EXIT_OK if headroom.ok else EXIT_PROBLEM
+
+
+def add_headroom_parser(sub: Subcommands) -> None:
+    p = sub.add_parser(
+        "headroom",
+        help="failover headroom: can every HA guest restart if any node (any K nodes) fails?",
+        description="For each online node (each K nodes with --failures K) failing, restart "
+        "its HA guests that run on the other nodes, biggest first (configured memory), each on "
+        "the best node capacity and the rules allow (anti-affinity, node affinity, pins, local "
+        "disks), as the HA manager would, and say which cannot restart. HA guests are those "
+        "the platform manages (Proxmox VE's HA resources); a cluster with none counts every "
+        "running guest. Every combination of K nodes is checked up to "
+        f"{MAX_CASES}; beyond, the {MAX_CASES} whose nodes carry the most HA memory. "
+        "Exit status: 0 every HA guest restarts in every case, 1 not (or the cluster could "
+        "not be observed), 2 bad input.",
+    )
+    p.add_argument("snapshot", metavar="SNAPSHOT", nargs="?", help="a snapshot, or 'demo'")
+    p.add_argument("--config", metavar="FILE", help="a configuration: observe its live cluster")
+    p.add_argument(
+        "--failures",
+        type=at_least_one,
+        default=1,
+        metavar="K",
+        help="nodes failing at once (default 1)",
+    )
+    add_format_option(p)
+    p.set_defaults(func=cmd_headroom)
