@@ -1022,11 +1022,11 @@ def test_first_problem_wins() -> None:
 
 
 def test_unexpected_internal_errors_are_converted(monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(self: Any, value: object, path: Any, shared: Any) -> Any:
+    def broken(self: Any, value: object, path: Any) -> Any:
         raise KeyError("boom")
 
-    monkeypatch.setattr(snapshot.SnapshotReader, "disks", broken)
-    document = _set(_BASE, ("guests", 0, "disks"), [])
+    monkeypatch.setattr(snapshot.SnapshotReader, "storage", broken)
+    document = _set(_BASE, ("storage",), {})
     with pytest.raises(
         SnapshotError, match=r"internal error while reading the snapshot \(KeyError"
     ):

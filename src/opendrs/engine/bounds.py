@@ -169,9 +169,16 @@ def _cover_count(sizes_desc: np.ndarray, amount: float) -> int:
     """Fewest items from ``sizes_desc`` (sorted descending) whose sum reaches ``amount``."""
     if amount <= 0:
         return 0
-    csum = np.cumsum(sizes_desc)
+    return _prefix_cover_count(np.cumsum(sizes_desc), amount)
+
+
+def _prefix_cover_count(csum: np.ndarray, amount: float) -> int:
+    """:func:`_cover_count` from the running sums ``csum`` of the sizes sorted descending
+    (computed once for many amounts)."""
+    if amount <= 0:
+        return 0
     k = int(np.searchsorted(csum, amount * (1 - 1e-12), side="left")) + 1
-    return min(k, len(sizes_desc)) if len(sizes_desc) else 0
+    return min(k, len(csum)) if len(csum) else 0
 
 
 #: Directions the joint migration bound looks at (a multiple of 4, so the axes are among them).
@@ -220,16 +227,21 @@ def _joint_migration_bound(
     d = demand[guests] / unit
     u = _directions(d.shape[1])
     proj = d @ u.T  # (g, K)
-    # Arrivals: the i largest positive parts of −u·d over every movable guest, for i = 0..I.
-    arrive = np.sort(np.maximum(-proj, 0.0), axis=0)[::-1]
-    arrive = np.vstack([np.zeros(len(u)), np.cumsum(arrive, axis=0)])
+    # Arrivals: the i largest positive parts of −u·d over every movable guest, for i = 0..I,
+    # and all of them (sorted in place: the array is as large as ``proj``).
+    arrive = np.negative(proj)
+    np.maximum(arrive, 0.0, out=arrive)
+    arrive.sort(axis=0)
+    arrive = np.cumsum(arrive[::-1], axis=0)
     n_arrivals = min(len(guests), MAX_ARRIVALS)
+    arrivals = np.vstack([np.zeros(len(u)), arrive[:n_arrivals], arrive[-1:]])  # (I+2, K)
+    del arrive
     with np.errstate(invalid="ignore", over="ignore"):
         lo = low / unit
         hi = high / unit
         terms = np.minimum(u[None, :, :] * lo[:, None, :], u[None, :, :] * hi[:, None, :])
     support = np.where(u[None, :, :] == 0, 0.0, terms).sum(axis=2)  # (N, K): min over the box
-    table, beyond = _departure_table(proj, assign[guests], usable, support, arrive, n_arrivals)
+    table, beyond = _departure_table(proj, assign[guests], usable, support, arrivals)
     count = leaving[np.nonzero(usable)[0]].astype(float)
     return _best_lambda(table, beyond, count, evacuated)
 
@@ -239,16 +251,15 @@ def _departure_table(
     where: np.ndarray,
     usable: np.ndarray,
     support: np.ndarray,
-    arrive: np.ndarray,
-    n_arrivals: int,
+    arrivals: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per usable node, the fewest departures that keep it in its box (``support`` (N, K)),
-    given i = 0..``n_arrivals`` arrivals, and whatever the arrivals: (rows, I+1) and (rows,).
+    given i = 0..I arrivals, and whatever the arrivals: (rows, I+1) and (rows,).
 
     ``proj`` (g, K): the movable guests' demands along each direction, ``where`` their nodes;
-    ``arrive`` (g+1, K): the sums of the i largest arrivals along each direction."""
-    arrive_i = arrive[: n_arrivals + 1]  # (I+1, K)
-    arrive_all = arrive[-1]  # (K,)
+    ``arrivals`` (I+2, K): the sums of the i largest arrivals along each direction, i = 0..I,
+    then the sum of them all."""
+    n_arrivals = arrivals.shape[0] - 2
     order = np.argsort(where, kind="stable")
     starts = np.searchsorted(where[order], np.arange(len(usable) + 1))
     rows = np.nonzero(usable)[0]
@@ -258,8 +269,8 @@ def _departure_table(
         mine = proj[order[starts[n] : starts[n + 1]]]
         depart = np.sort(np.maximum(mine, 0.0), axis=0)[::-1]
         depart = np.vstack([np.zeros(proj.shape[1]), np.cumsum(depart, axis=0)])  # (o+1, K)
-        need = support[n][None, :] - np.vstack([arrive_i, arrive_all])  # (I+2, K)
-        need = need - 1e-9 * (1.0 + np.abs(support[n]) + np.vstack([arrive_i, arrive_all]))
+        need = support[n][None, :] - arrivals  # (I+2, K)
+        need = need - 1e-9 * (1.0 + np.abs(support[n]) + arrivals)
         fewest = _fewest(depart, need)
         fewest = np.where(fewest < depart.shape[0], fewest, np.inf)
         table[k] = fewest[:-1]
@@ -380,7 +391,7 @@ def _tally(
     in_need = np.zeros(len(RESOURCES))
     in_counts: list[int] = []
     all_movable = demand[movable]
-    sorted_all = [np.sort(all_movable[:, r])[::-1] for r in range(len(RESOURCES))]
+    sums_all = [np.cumsum(np.sort(all_movable[:, r])[::-1]) for r in range(len(RESOURCES))]
     low = np.zeros_like(cap)
     high = np.zeros_like(cap)
     for n in range(len(usable)):
@@ -401,7 +412,7 @@ def _tally(
         k_in = 0
         for r in cols:
             if deficit[r] > 0:
-                k_in = max(k_in, _cover_count(sorted_all[r], deficit[r]))
+                k_in = max(k_in, _prefix_cover_count(sums_all[r], deficit[r]))
                 in_need[r] += deficit[r]
         in_counts.append(k_in)
     in_bytes = float(in_need[memory_col]) if loads.memory_is_bytes else 0.0

@@ -235,6 +235,13 @@ def _json_object(pairs: list[tuple[str, Any]]) -> _JsonObject:
     return obj
 
 
+def sound_mapping(value: object) -> bool:
+    """Whether ``value`` is a mapping :meth:`Reader.mapping` takes as it is: a dict, or a JSON
+    object with no key written twice."""
+    kind = type(value)
+    return kind is dict or (kind is _JsonObject and value.duplicate is None)  # type: ignore[union-attr]
+
+
 def _line_col(text: str, position: int) -> tuple[int, int]:
     """1-based line and column of ``position`` in ``text``, with YAML's line breaks."""
     lines = _YAML_LINE_BREAK.split(text[:position])

@@ -33,12 +33,37 @@ def cheaper_twins(history: History) -> int:
     state = history.state
     free = _twin_candidates(state)
     pool = _pool(state, free)
+    steps_of = _StepOwners()
     made = 0
     while True:
-        found = _one_pass(history, free, pool)
+        found = _one_pass(state, steps_of, free, pool)
         made += found
         if not found:
+            steps_of.hand_over(history)
             return made
+
+
+class _StepOwners:
+    """Whose steps each unit takes over as the exchanges are made, handed to the history once at
+    the end (the same steps as relabelling it at each exchange, without walking it each time)."""
+
+    def __init__(self) -> None:
+        #: unit -> the unit whose recorded steps are now its own.
+        self.holds: dict[int, int] = {}
+
+    def exchange(self, u: int, v: int) -> None:
+        """``u`` and ``v`` take each other's steps."""
+        holds = self.holds
+        holds[u], holds[v] = holds.get(v, v), holds.get(u, u)
+
+    def hand_over(self, history: History) -> None:
+        """Give each step of the history to the unit that holds it now."""
+        now_of = {was: unit for unit, was in self.holds.items() if was != unit}
+        if now_of:
+            history.steps = [
+                replace(step, unit=now_of[step.unit]) if step.unit in now_of else step
+                for step in history.steps
+            ]
 
 
 def _twin_candidates(state: BalanceState) -> np.ndarray:
@@ -62,9 +87,13 @@ def _key(state: BalanceState, u: int, node: int) -> tuple[int, bytes]:
     return node, np.ascontiguousarray(state.units.demand[u]).tobytes()
 
 
-def _one_pass(history: History, free: np.ndarray, pool: dict[tuple[int, bytes], list[int]]) -> int:
+def _one_pass(
+    state: BalanceState,
+    steps_of: _StepOwners,
+    free: np.ndarray,
+    pool: dict[tuple[int, bytes], list[int]],
+) -> int:
     """One pass over the moved units, most expensive first: the exchanges it made."""
-    state = history.state
     units = state.units
     moved = np.flatnonzero(state.moved() & ~state.broken_at_start)
     made = 0
@@ -77,7 +106,8 @@ def _one_pass(history: History, free: np.ndarray, pool: dict[tuple[int, bytes], 
             if units.cost[v] >= units.cost[u]:
                 break
             if _may_exchange(state, u, v):
-                _exchange(history, u, v)
+                _exchange(state, u, v)
+                steps_of.exchange(u, v)
                 del twins[k]
                 if free[u]:
                     _insert(state, twins, u)
@@ -105,17 +135,12 @@ def _may_exchange(state: BalanceState, u: int, v: int) -> bool:
     )
 
 
-def _exchange(history: History, u: int, v: int) -> None:
-    """``u`` home, ``v`` to ``u``'s node; in the history each takes the other's steps."""
-    state = history.state
+def _exchange(state: BalanceState, u: int, v: int) -> None:
+    """``u`` home, ``v`` to ``u``'s node (in the history each takes the other's steps:
+    :class:`_StepOwners`)."""
     home, target = int(state.origin[u]), int(state.units.assign[u])
     state.move(u, home)
     state.move(v, target)
-    swapped = {u: v, v: u}
-    history.steps = [
-        replace(step, unit=swapped[step.unit]) if step.unit in swapped else step
-        for step in history.steps
-    ]
 
 
 def _insert(state: BalanceState, twins: list[int], u: int) -> None:
