@@ -240,3 +240,29 @@ def test_a_threshold_in_the_configuration_takes_a_percentage(tmp_path: Path) -> 
     config.write_text(config.read_text().replace("15%", "15"))
     done = opendrs("validate", "--config", str(config), timeout=60)
     assert done.returncode == 2 and "policy.threshold: 15 as a fraction is 1500 %" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("policy", "field", "reason"),
+    [
+        ("{threshold: 150%}", "policy.threshold", "150 % is more than the spread can be (100 %)"),
+        ("{threshold: 15%, target: 20%}", "policy.target", "the target (20 %) is above the"),
+        ("{threshold: 5%}", "policy.threshold", "the target (8 %) is above the threshold (5 %)"),
+        ("{target: 150%}", "policy.target", "must not be more than 100%"),
+    ],
+)
+def test_a_threshold_balancing_would_never_act_on_is_refused(
+    tmp_path: Path, policy: str, field: str, reason: str
+) -> None:
+    config = file_config(tmp_path)
+    config.write_text(config.read_text() + f"policy: {policy}\n")
+    done = opendrs("validate", "--config", str(config), timeout=60)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith(f"error: {config}: {field}: ") and reason in done.stderr
+
+
+def test_a_coefficient_of_variation_may_be_above_100_percent(tmp_path: Path) -> None:
+    config = file_config(tmp_path)
+    config.write_text(config.read_text() + "policy: {metric: cv, threshold: 150%}\n")
+    done = opendrs("validate", "--config", str(config), timeout=60)
+    assert done.returncode == 0, done.stderr
