@@ -318,6 +318,9 @@ def add_cluster_parsers(sub: Subcommands) -> None:
     p = sub.add_parser(
         "show",
         help="nodes with load bars, guests per node, imbalance figures, rules broken now",
+        description="Show a snapshot: each node's CPU and memory load as bars, the guests on "
+        "each node, the spread and other imbalance figures, and the rules broken now. Nothing "
+        "is planned or moved. Exit status: 0 shown, 2 bad input.",
     )
     p.add_argument("snapshot", metavar="SNAPSHOT")
     p.add_argument("--no-guests", action="store_true", help="leave out the guest table")
@@ -327,6 +330,12 @@ def add_cluster_parsers(sub: Subcommands) -> None:
     p = sub.add_parser(
         "place",
         help="rank the nodes for a guest, a new guest, or every guest of a node to evacuate",
+        description="Rank the nodes that could take a guest (an existing one, a new one "
+        "described by --new, or every guest of a node to evacuate), best first, each with the "
+        "cluster's balance after it and the soft rules it would break, then the nodes that "
+        "capacity or a hard rule excludes, each with why. A memory size needs a unit (4G, "
+        "4096M). Exit status: 0 placed, 1 no node takes the guest (or a guest of NODE), 2 bad "
+        "input.",
     )
     p.add_argument("snapshot", metavar="SNAPSHOT")
     what = p.add_mutually_exclusive_group(required=True)

@@ -69,11 +69,18 @@ def cmd_pve_decide(args: argparse.Namespace) -> int:
 
 def add_compat_parsers(sub: Subcommands) -> None:
     """``proxlb check`` and ``pve decide``."""
-    p = sub.add_parser("proxlb", help="proxlb-solver compatibility")
+    p = sub.add_parser(
+        "proxlb",
+        help="proxlb-solver compatibility",
+        description="Run proxlb-solver's scenario files with an opendrs strategy.",
+    )
     proxlb_sub = p.add_subparsers(dest="proxlb_command", metavar="COMMAND", required=True)
     q = proxlb_sub.add_parser(
         "check",
         help="run proxlb-solver scenario files and check their expect blocks",
+        description="Run each proxlb-solver scenario file (or every *.yaml in a folder) with a "
+        "strategy and check the plan against the file's expect block: PASS or FAIL per file. "
+        "Exit status: 0 all passed, 1 one failed, 2 bad input.",
     )
     q.add_argument("paths", metavar="PATH", nargs="+", help="scenario files or folders of them")
     q.add_argument("--strategy", default="optimal", help="strategy to run (default optimal)")
@@ -87,10 +94,18 @@ def add_compat_parsers(sub: Subcommands) -> None:
     add_format_option(q)
     q.set_defaults(func=cmd_proxlb_check)
 
-    p = sub.add_parser("pve", help="Proxmox VE compatibility")
+    p = sub.add_parser(
+        "pve",
+        help="Proxmox VE compatibility",
+        description="Answer the questions Proxmox VE's cluster resource scheduler asks.",
+    )
     pve_sub = p.add_subparsers(dest="pve_command", metavar="COMMAND", required=True)
     q = pve_sub.add_parser(
         "decide",
         help="answer Proxmox CRS decision queries: JSON Lines on stdin, one answer per line",
+        description="Read Proxmox CRS decision queries, one JSON object per line on standard "
+        "input, and write one JSON answer per line to standard output until the input ends; a "
+        "query that cannot be read gets an error answer, and the stream goes on. Exit status: "
+        "0 at the end of the input.",
     )
     q.set_defaults(func=cmd_pve_decide)

@@ -68,7 +68,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser = _Parser(
         prog="opendrs",
         description="An open Distributed Resource Scheduler for Proxmox VE and Incus clusters.",
-        epilog="SNAPSHOT is a snapshot file (YAML or JSON; see docs/snapshot-format.md), "
+        epilog="SNAPSHOT is a snapshot file (YAML or JSON, as 'opendrs snapshot' writes one), "
         "or 'demo' for the built-in example cluster.",
     )
     parser.add_argument("--version", action="version", version=f"opendrs {__version__}")

@@ -194,7 +194,7 @@ def add_plan_options(p: argparse.ArgumentParser, *option_flags: str) -> None:
         action="append",
         default=[],
         metavar="NAME=VALUE",
-        help="any other strategy option (see docs/strategies.md), e.g. "
+        help="any other strategy option (an unknown NAME lists the strategy's), e.g. "
         f"{option_flags[0]} balanciness=4; a share as 0.15 or 15%%",
     )
     p.set_defaults(old_option=[])
@@ -253,5 +253,11 @@ def add_plan_parsers(sub: Subcommands) -> None:
     add_plan_options(p, "-O", "--option")
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("strategies", help="list the rebalancing strategies")
+    p = sub.add_parser(
+        "strategies",
+        help="list the rebalancing strategies",
+        description="List the rebalancing strategies 'opendrs plan --strategy' and a policy's "
+        "strategy take, each with what it does in a line. An option a strategy does not have, "
+        "given to plan with -O, is refused with the list of those it has.",
+    )
     p.set_defaults(func=cmd_strategies)

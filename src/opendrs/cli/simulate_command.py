@@ -295,9 +295,9 @@ def add_simulate_parser(sub: Subcommands) -> None:
         "simulate",
         help="run the controller against the simulator, one run per policy, side by side",
         description="Run the controller (active mode, history in memory) against a simulated "
-        "cluster (see docs/scenarios.md), once per policy, and print a stability report. "
+        "cluster, once per policy, and print a stability report. "
         "Policies are presets (opendrs, proxmox, incus, proxlb: the peers' behaviour emulated) "
-        "or YAML files with a policy section (see docs/configuration.md).",
+        "or YAML files with a policy section, as in a configuration file.",
     )
     add_scenario_arguments(p)
     add_policy_arguments(p)
@@ -319,8 +319,7 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
         type=_seed,
         metavar="SEED",
         help="instead of SCENARIO, a 30-day month generated from SEED: node sizes, packing at "
-        "the start, workload mix, faults and hot spots (lasting, alternating) drawn from it "
-        "(see docs/scenarios.md)",
+        "the start, workload mix, faults and hot spots (lasting, alternating) drawn from it",
     )
     p.add_argument(
         "--nodes",
