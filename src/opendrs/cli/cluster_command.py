@@ -20,7 +20,7 @@ from opendrs.engine.policy import repair, stuck_now, warn_stuck
 from opendrs.engine.strategies.base import cluster_imbalance, imbalance_by_arch
 from opendrs.engine.usage import LoadModel
 from opendrs.model.cluster import GUEST_KINDS, Cluster, Guest, Move
-from opendrs.model.document import DocumentError, parse, read_file
+from opendrs.model.document import DocumentError, closest, parse, read_file
 from opendrs.model.snapshot import MAX_BYTES, MAX_CORES, from_dict, load_demo
 from opendrs.model.units import UnitError, parse_bytes
 from opendrs.report.text import (
@@ -156,8 +156,23 @@ def cmd_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _parse_new(spec: str) -> Guest:
-    """``cpu=4,memory=8GiB[,kind=ct][,arch=aarch64][,name=web9][,id=900]`` -> Guest."""
+#: The keys of ``place --new``'s SPEC.
+_NEW_GUEST_KEYS = (
+    "arch",
+    "cpu",
+    "cpu_used",
+    "id",
+    "kind",
+    "memory",
+    "memory_used",
+    "name",
+    "priority",
+)
+
+
+def _new_guest_fields(spec: str) -> dict[str, str]:
+    """``place --new``'s SPEC as key → value: each key known (else "did you mean") and given
+    once."""
     fields: dict[str, str] = {}
     for part in spec.split(","):
         if not part.strip():
@@ -165,11 +180,19 @@ def _parse_new(spec: str) -> Guest:
         if "=" not in part:
             raise UsageError(f"--new: {part!r} is not key=value (example: cpu=4,memory=8GiB)")
         key, value = (s.strip() for s in part.split("=", 1))
+        if key not in _NEW_GUEST_KEYS:
+            meant = closest(key, _NEW_GUEST_KEYS)
+            hint = f"did you mean {meant!r}?" if meant else f"known: {', '.join(_NEW_GUEST_KEYS)}"
+            raise UsageError(f"--new: unknown key {key!r} ({hint})")
+        if key in fields:
+            raise UsageError(f"--new: {key} is given twice ({fields[key]!r} and {value!r})")
         fields[key] = value
-    allowed = {"cpu", "memory", "kind", "arch", "name", "id", "cpu_used", "memory_used", "priority"}
-    unknown = sorted(set(fields) - allowed)
-    if unknown:
-        raise UsageError(f"--new: unknown key {unknown[0]!r} (known: {', '.join(sorted(allowed))})")
+    return fields
+
+
+def _parse_new(spec: str) -> Guest:
+    """``cpu=4,memory=8GiB[,kind=ct][,arch=aarch64][,name=web9][,id=900]`` -> Guest."""
+    fields = _new_guest_fields(spec)
     if "memory" not in fields:
         raise UsageError("--new: memory is required (example: cpu=4,memory=8GiB)")
 
