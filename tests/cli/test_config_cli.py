@@ -130,8 +130,8 @@ def test_the_commented_migration_windows_validate_once_uncommented(
     assert checked.returncode == 0, checked.stderr
     assert (
         "  windows   balance may start migrations only within Mon-Fri 22:00-06:00, "
-        "Sat,Sun 00:00-24:00; balance, maintenance, return start none in Sun 01:00-04:00 "
-        "(Europe/Berlin)\n"
+        "Sat,Sun 00:00-24:00; no balance, maintenance or return migration starts in Sun "
+        "01:00-04:00 (Europe/Berlin)\n"
     ) in checked.stdout
 
 
@@ -266,3 +266,14 @@ def test_a_coefficient_of_variation_may_be_above_100_percent(tmp_path: Path) -> 
     config.write_text(config.read_text() + "policy: {metric: cv, threshold: 150%}\n")
     done = opendrs("validate", "--config", str(config), timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+def test_windows_or_blackouts_applied_to_nothing_are_refused(tmp_path: Path) -> None:
+    config = file_config(tmp_path)
+    config.write_text(
+        config.read_text() + "policy: {timezone: UTC, blackouts: ['Sun 01:00-04:00'], "
+        "blackouts_apply_to: []}\n"
+    )
+    done = opendrs("validate", "--config", str(config), timeout=60)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "policy.blackouts_apply_to: an empty list holds nothing back" in done.stderr

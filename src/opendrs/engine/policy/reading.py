@@ -235,13 +235,7 @@ def _read_schedule(
 ) -> Schedule:
     """The migration windows and blackouts written (``start``'s where not), each entry parsed
     (:func:`parse_weekly`, :func:`parse_blackout`); a time zone is required with either."""
-    from opendrs.engine.policy.windows import (
-        ACTIVITIES,
-        Schedule,
-        parse_blackout,
-        parse_weekly,
-        zone,
-    )
+    from opendrs.engine.policy.windows import Schedule, parse_blackout, parse_weekly, zone
 
     start = start or Schedule()
     windows, blackouts = start.windows, start.blackouts
@@ -269,15 +263,31 @@ def _read_schedule(
                 (*path, key),
                 "needs timezone, the time zone its times are in (such as Europe/Berlin or UTC)",
             )
+    return Schedule(windows, blackouts, timezone, **_read_applies(reader, mapping, path, start))
+
+
+def _read_applies(
+    reader: Reader, mapping: Mapping[str, object], path: Path, start: Schedule
+) -> dict[str, frozenset[str]]:
+    """``windows_apply_to`` and ``blackouts_apply_to``: each written one a list, not empty, of
+    :data:`ACTIVITIES` (``start``'s where not written)."""
+    from opendrs.engine.policy.windows import ACTIVITIES
+
     applies = {}
     for key in ("windows_apply_to", "blackouts_apply_to"):
         applies[key] = getattr(start, key)
         if key in mapping:
             kinds = reader.text_list(mapping[key], (*path, key))
+            if not kinds:
+                reader.fail(
+                    (*path, key),
+                    f"an empty list holds nothing back: name what the {key.split('_')[0]} "
+                    f"apply to ({', '.join(ACTIVITIES)}), or remove them",
+                )
             for index, kind in enumerate(kinds):
                 reader.choice(kind, (*path, key, index), ACTIVITIES)
             applies[key] = frozenset(kinds)
-    return Schedule(windows, blackouts, timezone, **applies)
+    return applies
 
 
 def _read_spans(
