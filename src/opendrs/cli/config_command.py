@@ -209,16 +209,17 @@ def _moves(config: Config) -> str:
 
 def _policy(policy: PolicyConfig) -> str:
     """When the policy acts, in words."""
+    from opendrs.engine.policy.config import metric_text
+
     every = format_duration(policy.interval)
     if policy.metric == "none":
         return f"{policy.name}: looks every {every}; repairs only (metric none), never balances"
     hold = max(policy.hold, 1)
     held = format_duration(hold * policy.interval)
-    unit = "pp" if policy.metric.endswith("spread") else "%"  # points of load, or a ratio
     return (
         f"{policy.name}: looks every {every}; balances when the {policy.metric} stays above "
-        f"{policy.threshold * 100:g} {unit} for {hold} looks ({held}), down to "
-        f"{policy.target * 100:g} {unit}, with the {policy.strategy} strategy"
+        f"{metric_text(policy.threshold, policy.metric)} for {hold} looks ({held}), down to a "
+        f"spread of {metric_text(policy.target, 'spread')}, with the {policy.strategy} strategy"
     )
 
 
