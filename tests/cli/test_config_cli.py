@@ -277,3 +277,23 @@ def test_windows_or_blackouts_applied_to_nothing_are_refused(tmp_path: Path) -> 
     done = opendrs("validate", "--config", str(config), timeout=60)
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "policy.blackouts_apply_to: an empty list holds nothing back" in done.stderr
+
+
+def test_a_warning_while_reading_is_one_line_once_beside_the_problems(tmp_path: Path) -> None:
+    config = tmp_path / "opendrs.yaml"
+    assert opendrs("init", "--platform", "proxmox", "-o", str(config), timeout=60).returncode == 0
+    proxmox_files(tmp_path)
+    (tmp_path / "proxmox.token").chmod(0o644)
+    readable = f"warning: {config}: the secret file {tmp_path / 'proxmox.token'} is readable by"
+    valid = opendrs("validate", "--config", str(config), timeout=60)
+    assert valid.returncode == 0 and valid.stderr.startswith(readable), valid.stderr
+    assert valid.stderr.count("\n") == 1
+    config.write_text(config.read_text() + "foo: 1\n")  # the reader runs again after a problem
+    refused = opendrs("validate", "--config", str(config), timeout=60)
+    assert refused.returncode == 2 and refused.stderr.count(readable) == 1, refused.stderr
+    assert refused.stderr.splitlines()[1] == f"error: {config}: foo: unknown key " + (
+        "(expected one of version, cluster, mode, backend, history, lock, policy, executor, "
+        "settings, log, http)"
+    )
+    as_json = json.loads(opendrs("validate", "--config", str(config), "--format", "json").stdout)
+    assert len(as_json["warnings"]) == 1 and "readable by every user" in as_json["warnings"][0]
