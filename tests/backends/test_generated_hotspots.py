@@ -84,11 +84,11 @@ def test_the_default_policy_relieves_a_lasting_hot_spot() -> None:
     assert PRESETS["opendrs"].hot == 0.85
     relieved, left = _run(seed, days, 0.85), _run(seed, days, None)
     # Left alone (no hot level) node01 runs hot for hours while the job is near its top;
-    # relieved, at most half as long: each relief brings it 10 points under 85 % on the last
-    # half hour's usage, which lags the job's rise, so some minutes stay hot before and between
-    # reliefs (23 of 214 when this was written).
+    # relieved at the first observation above 85 %, a tenth as long at most: the observations
+    # are 5 minutes apart, so a few minutes stay hot before a relief (7 of 212 when this was
+    # written; 23 when a relief waited for the rise to last the hold).
     assert left.max_hot_minutes_per_node >= 120
-    assert relieved.hot_node_minutes <= 0.5 * left.hot_node_minutes
+    assert relieved.hot_node_minutes <= 0.1 * left.hot_node_minutes
     assert relieved.repair_migrations > 0
     assert relieved.ping_pongs == 0 and relieved.capacity_violations == 0
 
@@ -96,11 +96,12 @@ def test_the_default_policy_relieves_a_lasting_hot_spot() -> None:
 def test_the_default_policy_does_not_chase_an_alternating_hot_spot() -> None:
     seed, days = ALTERNATING
     report, without = _run(seed, days, 0.85), _run(seed, days, None)
-    # The two jobs heat node01 and node06 in turns. Relieved, no guest goes back to a node it
-    # left (the turns are not chased), and the node that runs hot longest runs hot no longer
-    # than without a hot level. The total may be higher or lower than without: reliefs shift
-    # load between the two nodes that take turns (94 against 76 minutes when the balance's
-    # compaction landed, 56 against 62 on the worst node).
-    assert report.hot_node_minutes > 0 and without.hot_node_minutes > 0
+    # The two jobs heat node01 and node06 in turns. Each is relieved in its turn, never onto a
+    # node seen running hot, and no plan refills a relieved one: no guest goes back to a node
+    # it left (the turns are not chased), fewer hot minutes and no more migrations than without
+    # a hot level (0 against 76 minutes, 31 against 50 migrations when this was written).
+    assert without.hot_node_minutes > 0
+    assert report.hot_node_minutes < without.hot_node_minutes
     assert report.max_hot_minutes_per_node <= without.max_hot_minutes_per_node
+    assert report.migrations <= without.migrations
     assert report.ping_pongs == 0 and without.ping_pongs == 0

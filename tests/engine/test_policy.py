@@ -34,6 +34,7 @@ from opendrs.engine.policy import (
     truncate,
 )
 from opendrs.engine.policy.decision import Balanced, Holding, Measurement, Planned
+from opendrs.engine.policy.guards import hot_targets
 from opendrs.engine.strategies.base import Proposal, ProposedMove, cluster_imbalance
 from opendrs.engine.usage import with_usage
 from opendrs.model.cluster import Cluster, Guest, Node, Settings
@@ -863,6 +864,8 @@ def test_property_decisions_respect_the_guards(cluster: Cluster, data: st.DataOb
     )
     decision = _decide(cluster, config, memory=memory)
     guarded = forbidden_placements(cluster, NOW, config, memory)
+    # No guest onto a node seen running hot (this observation's included).
+    guarded |= hot_targets(cluster, decision.state.hot_seen)
     # A repair keeps to the guards where it can; else only failed targets stay off limits.
     failed = frozenset(pair for pair, until in memory.avoid.items() if until > NOW)
     relaxed = decision.kind == "repair" and decision.forbidden == failed != guarded

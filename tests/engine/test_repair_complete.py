@@ -109,7 +109,7 @@ def test_a_guest_kept_in_place_by_the_policy_is_named_with_the_policy() -> None:
     assert [g for g, _ in fixed.stuck] == ["1"]
     assert fixed.stuck[0][1] == (
         "1 is on m, in maintenance; elsewhere: t, s: kept off by the policy (cooldown, no "
-        "return, minimum uptime or a failed move)"
+        "return, minimum uptime, a failed move or a node that ran hot)"
     )
 
 

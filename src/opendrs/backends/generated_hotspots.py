@@ -12,7 +12,7 @@ guests using at most 80 % of it (moving the others off relieves the node):
   back as slowly. Moving guests off its node relieves it for good;
 * an **alternating** one: two jobs on two nodes take turns, an hour busy and an hour idle each,
   for 6–12 hours. Each node runs hot in its turn, but the average over the turns is steady:
-  relieving one turn only makes room for the next elsewhere.
+  relieving one turn onto the other node only moves the heat to the next turn.
 
 Everything comes from ``rng``: the same seed and size give the same jobs and surges.
 """

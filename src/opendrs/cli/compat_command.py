@@ -72,15 +72,17 @@ def add_compat_parsers(sub: Subcommands) -> None:
     p = sub.add_parser(
         "proxlb",
         help="proxlb-solver compatibility",
-        description="Run proxlb-solver's scenario files with an opendrs strategy.",
+        description="Run proxlb-solver's scenario files through opendrs ('opendrs proxlb check "
+        "--help').",
     )
     proxlb_sub = p.add_subparsers(dest="proxlb_command", metavar="COMMAND", required=True)
     q = proxlb_sub.add_parser(
         "check",
         help="run proxlb-solver scenario files and check their expect blocks",
-        description="Run each proxlb-solver scenario file (or every *.yaml in a folder) with a "
-        "strategy and check the plan against the file's expect block: PASS or FAIL per file. "
-        "Exit status: 0 all passed, 1 one failed, 2 bad input.",
+        description="Run proxlb-solver scenario files (files, or folders searched for *.yaml) "
+        "through a strategy and the planner, and check each scenario's expect block with "
+        "proxlb-solver's semantics. One line per scenario (PASS/FAIL, migrations, time) and the "
+        "failing checks. Exit status: 0 all passed, 1 a check failed, 2 bad input.",
     )
     q.add_argument("paths", metavar="PATH", nargs="+", help="scenario files or folders of them")
     q.add_argument("--strategy", default="optimal", help="strategy to run (default optimal)")
@@ -97,15 +99,16 @@ def add_compat_parsers(sub: Subcommands) -> None:
     p = sub.add_parser(
         "pve",
         help="Proxmox VE compatibility",
-        description="Answer the questions Proxmox VE's cluster resource scheduler asks.",
+        description="Answer Proxmox VE's cluster resource scheduler queries ('opendrs pve "
+        "decide --help').",
     )
     pve_sub = p.add_subparsers(dest="pve_command", metavar="COMMAND", required=True)
     q = pve_sub.add_parser(
         "decide",
         help="answer Proxmox CRS decision queries: JSON Lines on stdin, one answer per line",
-        description="Read Proxmox CRS decision queries, one JSON object per line on standard "
-        "input, and write one JSON answer per line to standard output until the input ends; a "
-        "query that cannot be read gets an error answer, and the stream goes on. Exit status: "
-        "0 at the end of the input.",
+        description="Answer Proxmox CRS decision queries: JSON Lines on standard input, one "
+        'answer per line on standard output, in order. A bad line gets an {"error": ...} '
+        "answer naming the field at fault, and the stream goes on. Exit status 0 when the input "
+        "ends.",
     )
     q.set_defaults(func=cmd_pve_decide)

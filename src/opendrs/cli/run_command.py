@@ -35,8 +35,7 @@ def add_run_parser(sub: Subcommands) -> None:
     p = sub.add_parser(
         "run",
         help="the daemon: observe, decide and (in active mode) migrate, every interval",
-        description="Run the controller with a configuration file ('opendrs init' writes a "
-        "starting one, 'opendrs validate --config FILE' checks one). "
+        description="Run the controller with a configuration file (its keys: 'man opendrs'). "
         "Shadow mode, the default, only records and logs what it would do; migrations happen "
         "only with 'mode: active' in the file. SIGHUP reloads the file (and opens the decision "
         "log again), SIGTERM stops cleanly. Exit status: 0 stopped, 1 a problem that may pass "

@@ -45,7 +45,7 @@ from opendrs.engine.policy.config import metric_text
 from opendrs.engine.policy.windows import schedule_now
 from opendrs.engine.usage import RESOURCES
 from opendrs.json_data import iso_time, json_text
-from opendrs.model.cluster import Cluster
+from opendrs.model.cluster import Cluster, guest_label
 from opendrs.model.units import format_duration
 from opendrs.records import Avoid, Cooldown, decision_object, migration_now
 from opendrs.report.text import Report, bar, show_stuck
@@ -87,6 +87,14 @@ class Status:
     lock_error: str | None = None
     #: Why a daemon here stands by (``leader_only``: another node leads), as the backend says.
     standby: str | None = None
+    #: The guests' names the history recorded (the observed cluster's, where it has them).
+    names: dict[str, str] = field(default_factory=dict)
+
+    def label(self, guest: str) -> str:
+        """A guest as the operator knows it: ``name (id)``."""
+        if self.cluster is not None and guest in self.cluster.guest_index:
+            return self.cluster.guest_label(guest)
+        return guest_label(guest, self.names.get(guest, ""))
 
     @property
     def problem(self) -> bool:
@@ -132,6 +140,7 @@ def _read_history(status: Status) -> None:
         return
     try:
         with history:
+            status.names = history.guest_names()
             now = history_now(config, history)
             last = history.decisions(limit=1)
             status.last_decision = decision_object(last[0]) if last else None
@@ -316,7 +325,7 @@ def _show_history(report: Report, status: Status, history: dict[str, Any]) -> No
             [
                 [
                     m["time"],
-                    m["guest"],
+                    status.label(m["guest"]),
                     m["source"],
                     m["target"],
                     m["handle"],
@@ -329,13 +338,16 @@ def _show_history(report: Report, status: Status, history: dict[str, Any]) -> No
     if history["cooldowns"]:
         report.table(
             ("guest", "until", "reason"),
-            [[c["guest"], c["time"], c["reason"]] for c in history["cooldowns"]],
+            [[status.label(c["guest"]), c["time"], c["reason"]] for c in history["cooldowns"]],
         )
     report.heading(f"Kept off a target ({len(history['avoid'])})")
     if history["avoid"]:
         report.table(
             ("guest", "node", "until", "reason"),
-            [[a["guest"], a["node"], a["time"], a["reason"]] for a in history["avoid"]],
+            [
+                [status.label(a["guest"]), a["node"], a["time"], a["reason"]]
+                for a in history["avoid"]
+            ],
         )
 
 

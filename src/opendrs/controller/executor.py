@@ -126,7 +126,12 @@ class Event:
     detail: str = ""
 
     def __str__(self) -> str:
-        what = f"{self.move.guest} {self.move.source} → {self.move.target}" if self.move else ""
+        return self.describe()
+
+    def describe(self, label: Callable[[str], str] = str) -> str:
+        """The event in a line, its guest as ``label`` names it (default: its id)."""
+        move = self.move
+        what = f"{label(move.guest)} {move.source} → {move.target}" if move else ""
         return " ".join(p for p in (self.kind, what, self.detail) if p)
 
 
@@ -248,7 +253,9 @@ class Executor:
         level = (
             logging.WARNING if kind in ("failed", "lost", "skipped", "watching") else logging.INFO
         )
-        log.log(level, "%s", event)
+        # the log names the guest as the operator knows it, from the last observation
+        label = self._view.observed.guest_label if self._view is not None else str
+        log.log(level, "%s", event.describe(label))
         if self._on_event is not None:
             self._on_event(event)
         return event

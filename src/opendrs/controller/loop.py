@@ -478,7 +478,7 @@ class Controller:
             self.stuck = decision.stuck
         decision_id = self._record(now, cluster, decision, policy)
         if decision.act and decision.plan is not None and decision.plan.moves:
-            self._hand_on(decision.plan, decision_id, decision.activity)
+            self._hand_on(decision.plan, decision_id, decision.activity, cluster)
         result = Cycle(now, cluster, decision, decision_id, stuck=self.stuck)
         self._done(result, started)
         return result
@@ -530,8 +530,11 @@ class Controller:
         reason = schedule.closed_reason(self.clock.now(), activity)
         return None if reason is None else f"{reason} now: no more of the plan starts"
 
-    def _hand_on(self, plan: Plan, decision_id: int | None, activity: str | None) -> None:
-        """In active mode, ``plan`` to the executor; in shadow mode, each move it would make."""
+    def _hand_on(
+        self, plan: Plan, decision_id: int | None, activity: str | None, cluster: Cluster
+    ) -> None:
+        """In active mode, ``plan`` to the executor; in shadow mode, each move it would make
+        (the guests of ``cluster`` by name)."""
         if self.config.active:
             self.executor.submit(plan, decision_id, activity)
             self.executor.tick()
@@ -539,7 +542,7 @@ class Controller:
         for move in plan.moves:
             log.info(
                 "shadow: would migrate %s %s → %s (step %d)",
-                move.guest,
+                cluster.guest_label(move.guest),
                 move.source,
                 move.target,
                 move.step,
@@ -585,7 +588,9 @@ class Controller:
             "metric": policy.metric,
             "strategy": policy.strategy,
         }
-        plan = decision.plan.as_dict()["moves"] if decision.plan is not None else []
+        # Each move with its guest's name: the history, status and the reports say it by name.
+        moves = decision.plan.as_dict()["moves"] if decision.plan is not None else []
+        plan = [{**m, "name": cluster.guest(m["guest"]).name} for m in moves]
         return self.history.record_decision(
             at=now,
             cluster=cluster.name,

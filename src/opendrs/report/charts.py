@@ -120,6 +120,10 @@ def bar_chart(
         for label in axes.get_xticklabels():
             label.set_horizontalalignment("right")
     _reference_lines(axes, lines)
+    # Counts and loads: the axis starts at 0 (nothing to show is 0 to 1, not an axis around 0).
+    highest = max((v for values in groups.values() for v in values), default=0.0)
+    if min((v for values in groups.values() for v in values), default=0.0) >= 0:
+        axes.set_ylim(bottom=0.0, top=None if highest > 0 else 1.0)
     _finish(axes, title=title, xlabel="", ylabel=ylabel, legend=count > 1 or bool(lines))
     return _svg(figure)
 

@@ -42,7 +42,8 @@ _CODE_TEXT: Mapping[RejectionCode, str] = MappingProxyType(
         RejectionCode.FORBIDDEN: "forbidden: no safe migration order reaches it",
         RejectionCode.AFFINITY: "hard affinity: its partners run elsewhere",
         RejectionCode.POLICY: (
-            "kept off by the policy (cooldown, no return, minimum uptime or a failed move)"
+            "kept off by the policy (cooldown, no return, minimum uptime, a failed move or a "
+            "node that ran hot)"
         ),
     }
 )

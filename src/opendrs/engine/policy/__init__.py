@@ -13,7 +13,11 @@ the next state. Every guard the peers use against flapping is here, each one con
   ``average``. Capacity is checked on usage that rises faster: each value at the higher of its
   mean and its mean over the hold (:func:`overload_span`), which the controller passes as
   ``recent`` — an overload that lasts the hold is repaired, and no plan puts more on a
-  node than its recent usage leaves room for, however empty the long average shows it.
+  node than its recent usage leaves room for, however empty the long average shows it. With a
+  ``hot`` level each value is raised to the observation's own where that is higher
+  (:func:`~.smoothing.with_last`): a node above the hot level is relieved at the first
+  observation that sees it, and never refilled by a plan while it counts as having run hot
+  (:attr:`PolicyState.hot_seen`).
 * **Demand per time of day** (off by default: ``daily_profile``; :mod:`.profile`,
   :mod:`.dayplan`) — the controller also keeps each guest's usage per hour of the day
   (:class:`~opendrs.engine.policy.profile.DailyProfile`) and, once it has seen a day, passes the

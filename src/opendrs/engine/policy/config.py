@@ -79,10 +79,10 @@ class PolicyConfig:
     #: rebalancer waits (``Manager.pm`` ``any_resource_motion_queued_or_running``).
     wait_for_motions: bool = False
     #: In dynamic mode, the share of a node's capacity its measured usage may fill: a node above
-    #: it on the recent usage runs hot and, while the metric on the average usage is above the
-    #: threshold, is relieved like an overload (within the cooldown and no-return guards); no
-    #: plan fills a node beyond it. 0.85 by default, the simulator's hot level (the emulated
-    #: peers have none); None: only the capacity itself counts.
+    #: it on the recent usage (or the last observation's, where higher) runs hot and is relieved
+    #: at once like an overload (within the cooldown and no-return guards); no plan fills a node
+    #: beyond it, nor moves a guest onto a node seen running hot lately. 0.85 by default, the
+    #: simulator's hot level (the emulated peers have none); None: only the capacity counts.
     hot: float | None = 0.85
     #: Most migrations that balance (plans, and repairs of nodes that only run hot) over a
     #: rolling 24 hours — or, a fraction below 1 such as 0.5, one over a rolling ``1 / budget``

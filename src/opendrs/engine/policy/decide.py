@@ -35,7 +35,7 @@ from opendrs.engine.policy.decision import (
     Trigger,
     Unordered,
 )
-from opendrs.engine.policy.guards import failed_targets, forbidden_placements
+from opendrs.engine.policy.guards import failed_targets, forbidden_placements, hot_targets
 from opendrs.engine.policy.maintenance import returns_from_maintenance, track_evacuations
 from opendrs.engine.policy.metrics import measure, measure_by_arch
 from opendrs.engine.policy.planning import plan_within, truncate
@@ -48,7 +48,7 @@ from opendrs.engine.policy.repair import (
     repair_activity,
     repair_within_guards,
 )
-from opendrs.engine.policy.smoothing import overloads
+from opendrs.engine.policy.smoothing import hot_nodes, overloads, with_last
 from opendrs.engine.policy.spending import Hastening, react
 from opendrs.engine.policy.state import (
     PastMigrations,
@@ -168,9 +168,6 @@ class _Round:
     hastened: Hastening | None
     measured: Measurement
     state: PolicyState
-    #: The metric on the smoothed usage itself, however the budget left hastens balancing: what
-    #: tells a lasting hot spot from loads taking turns (:func:`_repair`).
-    steady: float = 0.0
     stuck: tuple[tuple[str, str], ...] = ()
     note: RepairNote = field(default_factory=RepairNote)
 
@@ -185,9 +182,11 @@ class _Round:
         return max((v for _arch, v in self.measured.by_arch), default=0.0)
 
     def guarded(self) -> _Round:
-        """From here on the decision may plan: the guards' forbidden placements, and capacity
-        checked on the recent usage."""
+        """From here on the decision may plan: the guards' forbidden placements — and no guest
+        onto a node seen running hot lately (:func:`hot_targets`, :func:`hot_memory`) —, and
+        capacity checked on the recent usage."""
         forbidden = forbidden_placements(self.cluster, self.now, self.config, self.past)
+        forbidden |= hot_targets(self.cluster, self.state.hot_seen)
         return replace(self, view=self.view.guarding(self.recent, forbidden))
 
     def trigger(self) -> Trigger:
@@ -281,6 +280,8 @@ def _observe(
     """The round's inputs, its view (on the hour the placement balances worst, with a daily
     profile) and the metric measured on it."""
     average, recent, latest = usages
+    if config.hot is not None and recent is not None:
+        recent = with_last(recent, cluster)
     budget = _Budget.count(config, past, now)
     reaction = react(config, budget.left, average, latest)
     config = reaction.config
@@ -291,12 +292,9 @@ def _observe(
         view = CycleView(cluster, daily[hour], hot=config.hot).with_rule_check(rule_check)
     by_arch = measure_by_arch(cluster, config.metric, view.loads)
     measured = Measurement(config.metric, tuple(by_arch.items()), hour)
-    steady = max(by_arch.values(), default=0.0)
-    if reaction.hastened is not None and average is not None and hour is None:
-        plain = CycleView(cluster, average).loads
-        steady = max(measure_by_arch(cluster, config.metric, plain).values(), default=0.0)
     tracked = track_evacuations(cluster, state.evacuated) if config.maintenance_return else {}
     state = state if tracked == state.evacuated else replace(state, evacuated=tracked)
+    state = _seen_hot(state, now, config, view, recent)
     return _Round(
         now,
         past,
@@ -309,8 +307,33 @@ def _observe(
         reaction.hastened,
         measured,
         state,
-        steady,
     )
+
+
+def _seen_hot(
+    state: PolicyState,
+    now: float,
+    config: PolicyConfig,
+    view: CycleView,
+    recent: MeasuredUsage | None,
+) -> PolicyState:
+    """``state`` with the nodes seen running hot within :func:`hot_memory`, those above the
+    hot level on ``recent`` now included (:attr:`PolicyState.hot_seen`)."""
+    if config.hot is None:
+        return state
+    usage = recent if recent is not None else view.balancing_usage
+    seen = {n: t for n, t in state.hot_seen.items() if now - t < hot_memory(config)}
+    nodes = view.observed.nodes
+    for n in hot_nodes(view.usage_loads, usage, config.hot):
+        seen[nodes[n].name] = now
+    return state if seen == dict(state.hot_seen) else replace(state, hot_seen=seen)
+
+
+def hot_memory(config: PolicyConfig) -> int:
+    """How long, in seconds, a node seen running hot stays no target of any plan: the
+    ``smoothing`` window or the ``no_return`` window, whichever is longer — a node relieved of
+    a turn is not refilled on the average of its turns before a day has shown it cool."""
+    return max(config.smoothing, config.no_return)
 
 
 def _busy(r: _Round) -> Decision | None:
@@ -336,12 +359,12 @@ _HA_MOTIONS = frozenset({"migrate", "relocate"})
 
 def _repair(r: _Round) -> Decision | tuple[tuple[tuple[str, str], ...], RepairNote]:
     """What breaks a hard constraint is repaired at once, bypassing threshold, hold and margin;
-    so is a node whose recent measured load is above the hot level (``config.hot``) while the
-    metric on the average usage is above the threshold — a lasting hot spot, bypassing hold and
-    margin (hot on the recent usage alone, balanced on the average, is loads taking turns:
-    relieving one turn only makes room for the next elsewhere; the average itself, not the one a
-    budget left hastens towards the recent usage). Without a repair made: what
-    every later decision names — the guests stuck, and the repair that could not be made."""
+    so is a node whose recent measured load — the last observation's, when higher — is above
+    the hot level (``config.hot``), at once, bypassing hold and margin, never onto a node seen
+    running hot lately (:func:`hot_memory`: where loads take turns, each turn's relief goes to
+    a node that stays cool, so none is undone, and no plan refills a relieved node). Without
+    a repair made: what every later decision names — the guests stuck, and the repair that
+    could not be made."""
     view, config = r.view, r.config
     limit = 1.0 if config.hot is None else config.hot
     screen = may_need_repair(r.cluster, view.usage_loads, config.hot) or (
@@ -353,9 +376,6 @@ def _repair(r: _Round) -> Decision | tuple[tuple[tuple[str, str], ...], RepairNo
     left = left_in_maintenance(r.cluster)
     stranded = _stranded(r.cluster, left)
     hot_only = only_hot(r.cluster, view.constraints)
-    lasting = config.metric == "none" or r.steady > config.threshold
-    if config.hot is not None and hot_only and not lasting:
-        return left, RepairNote(stranded)
     failed = failed_targets(r.cluster, r.now, r.past)
     made, kept_off = repair_within_guards(
         view.checked, view.constraints, config, view.forbidden, failed
@@ -363,6 +383,8 @@ def _repair(r: _Round) -> Decision | tuple[tuple[tuple[str, str], ...], RepairNo
     needed = made.needed
     if config.hot is not None and hot_only and needed:
         made, kept_off = _deeper_relief(view, config, failed, (made, kept_off))
+        if made.stuck:
+            made, kept_off = _relief_past_cooldown(r, failed, (made, kept_off))
     plan = made.plan
     if not needed or made.proposal is None or plan is None:
         return made.stuck, RepairNote(stranded)
@@ -396,21 +418,58 @@ def _repair(r: _Round) -> Decision | tuple[tuple[tuple[str, str], ...], RepairNo
 RELIEF_MARGIN = 0.1
 
 
+def _relief_past_cooldown(
+    r: _Round,
+    failed: frozenset[tuple[str, str]],
+    made: tuple[Repair, frozenset[tuple[str, str]]],
+) -> tuple[Repair, frozenset[tuple[str, str]]]:
+    """The relief of nodes that only run hot with the cooldown lifted, when it leaves fewer
+    guests stuck than ``made``: a guest a plan has just moved onto a node whose load then rises
+    may leave it again. Every other guard holds — no return to a node it left, no node seen
+    running hot, the minimum uptime, the failed targets —, so nothing goes back and forth."""
+    past = replace(r.past, cooldown_until={})
+    lifted = forbidden_placements(r.cluster, r.now, r.config, past)
+    lifted |= hot_targets(r.cluster, r.state.hot_seen)
+    if lifted == r.view.forbidden:
+        return made
+    view, config = r.view, r.config
+    found = repair_within_guards(view.checked, view.constraints, config, lifted, failed)
+    if found[0].needed:
+        found = _deeper_relief(view, config, failed, found, lifted)
+    plan = found[0].plan
+    if plan is None or not plan.moves or len(found[0].stuck) >= len(made[0].stuck):
+        return made
+    return found
+
+
 def _deeper_relief(
     view: CycleView,
     config: PolicyConfig,
     failed: frozenset[tuple[str, str]],
     made: tuple[Repair, frozenset[tuple[str, str]]],
+    forbidden: frozenset[tuple[str, str]] | None = None,
 ) -> tuple[Repair, frozenset[tuple[str, str]]]:
     """The relief of nodes that only run hot, made to :data:`RELIEF_MARGIN` under the hot level
     — every node of the cluster under that, targets included — when that is a plan that leaves
-    no more guests stuck than ``made``, the relief to the hot level; else ``made``."""
+    no more guests stuck than ``made``, the relief to the hot level, and brings every node it
+    takes guests from under that level (a node whose unmovable guests alone load it more would
+    be emptied for nothing); else ``made``. ``forbidden``: the placements kept off (None: the
+    view's)."""
     assert config.hot is not None
     level = max(config.hot - RELIEF_MARGIN, 0.0)
-    deeper = CycleView(view.observed, view.average, view.recent, view.forbidden, level)
-    found = repair_within_guards(deeper.checked, deeper.constraints, config, view.forbidden, failed)
+    kept_off = view.forbidden if forbidden is None else forbidden
+    deeper = CycleView(view.observed, view.average, view.recent, kept_off, level)
+    found = repair_within_guards(deeper.checked, deeper.constraints, config, kept_off, failed)
     plan = found[0].plan
     if plan is None or not plan.moves or len(found[0].stuck) > len(made[0].stuck):
+        return made
+    assign = view.assign.copy()
+    guests, nodes = view.observed.guest_index, view.observed.node_index
+    for guest, target in final_placement(plan.moves).items():
+        assign[guests[guest]] = nodes[target]
+    sources = {nodes[m.source] for m in plan.moves}
+    usage = view.checked_usage or MeasuredUsage.of(view.observed)
+    if sources & set(hot_nodes(view.usage_loads, usage, level, assign)):
         return made
     return found
 

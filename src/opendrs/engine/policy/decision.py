@@ -161,7 +161,8 @@ class Busy:
 class Repaired:
     """A repair of ``needed`` (and ``more``) in ``migrations``, bypassing the hold and margin —
     and the threshold unless it only relieves hot nodes (``hot_only``); ``overridden``: it
-    could not keep the cooldown, minimum uptime and no-return."""
+    could not keep the cooldown, minimum uptime and no-return (only the cooldown, relieving hot
+    nodes)."""
 
     code: ClassVar[DecisionCode] = DecisionCode.REPAIR
     needed: str
@@ -499,11 +500,8 @@ def _busy(facts: Busy) -> str:
 
 def _repaired(facts: Repaired) -> str:
     bypassed = "hold" if facts.hot_only else "threshold, hold"
-    overridden = (
-        " and the cooldown, minimum uptime and no-return it could not keep"
-        if facts.overridden
-        else ""
-    )
+    kept = "the cooldown" if facts.hot_only else "the cooldown, minimum uptime and no-return"
+    overridden = f" and {kept} it could not keep" if facts.overridden else ""
     return (
         f"repair: {_needed(facts.needed, facts.more)}; {_migrations(facts.migrations)}, "
         f"bypassing {bypassed} and margin{overridden}"

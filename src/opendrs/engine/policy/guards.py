@@ -1,7 +1,9 @@
-"""The placements the policy's guards rule out at a time: cooldown, minimum uptime, no-return
-and targets avoided after a failed migration."""
+"""The placements the policy's guards rule out at a time: cooldown, minimum uptime, no-return,
+targets avoided after a failed migration, and nodes seen running hot."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from opendrs.engine.policy.config import PolicyConfig
 from opendrs.engine.policy.state import PastMigrations
@@ -42,6 +44,15 @@ def forbidden_placements(
                 if now - when < config.no_return and node in node_known:
                     out.add((guest_id, node))
     return frozenset(out) | failed_targets(cluster, now, past)
+
+
+def hot_targets(cluster: Cluster, hot_seen: Mapping[str, float]) -> frozenset[tuple[str, str]]:
+    """The placements onto a node seen running hot lately (``hot_seen``,
+    :attr:`PolicyState.hot_seen`), for every guest not on it: a node that ran hot may run hot
+    again — where loads take turns, the node idle now is the next to — so no plan and no relief
+    fills it meanwhile, and no relief of one turn is undone by the next."""
+    names = [n for n in hot_seen if n in cluster.node_index]
+    return frozenset((g.id, n) for g in cluster.guests for n in names if g.node != n)
 
 
 def failed_targets(

@@ -184,6 +184,35 @@ def overloads(loads: LoadModel, usage: MeasuredUsage, limit: float = 1.0) -> boo
     return bool(np.any(measured.loads() > capacity + tolerance(capacity)))
 
 
+def with_last(recent: MeasuredUsage, cluster: Cluster) -> MeasuredUsage:
+    """``recent`` with each value raised to the last observation's (``cluster``'s own usage)
+    where that is higher: what a node running hot is found on — at the first observation above
+    the hot level, not once the rise has lasted the hold."""
+    recent.check(cluster)
+    own = MeasuredUsage.of(cluster)
+    return MeasuredUsage.replacing(
+        cluster,
+        np.fmax(recent.cpu, own.cpu),
+        np.fmax(recent.memory, own.memory),
+        np.fmax(recent.base_cpu, own.base_cpu),
+        np.fmax(recent.base_memory, own.base_memory),
+    )
+
+
+def hot_nodes(
+    loads: LoadModel, usage: MeasuredUsage, limit: float, assign: np.ndarray | None = None
+) -> tuple[int, ...]:
+    """The nodes (indexes) whose load with ``usage`` is over ``limit`` of their capacity, in
+    dynamic mode (none otherwise), with the guests where they are or where ``assign`` puts
+    them; ``loads`` as for :func:`overloads`."""
+    if loads.mode != "dynamic":
+        return ()
+    measured = replace(loads, demand=usage.guest_columns, base=usage.node_columns)
+    capacity = loads.capacity * limit
+    over = measured.loads(assign) > capacity + tolerance(capacity)
+    return tuple(int(n) for n in np.nonzero(over.any(axis=1))[0])
+
+
 def overload_span(config: PolicyConfig) -> int:
     """Seconds after which a rise in usage counts for capacity: the hold (``hold`` observations,
     at least one, ``interval`` apart). A spike shorter than that does not; a rise that lasts is

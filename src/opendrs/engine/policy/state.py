@@ -78,6 +78,12 @@ class PolicyState:
     #: Guest id → the node it was on while that node was in maintenance: where it goes back to
     #: with ``maintenance_return`` (kept until it is back there, or gone).
     evacuated: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    #: Node name → when it was last seen running hot (above the policy's ``hot`` level on the
+    #: usage capacity is checked on), kept for the longer of ``smoothing`` and ``no_return``:
+    #: no plan and no relief moves a guest there meanwhile — a node that ran hot may run hot
+    #: again (loads taking turns).
+    hot_seen: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "evacuated", frozen_mapping(self.evacuated))
+        object.__setattr__(self, "hot_seen", frozen_mapping(self.hot_seen))
