@@ -130,8 +130,8 @@ def test_the_commented_migration_windows_validate_once_uncommented(
     assert checked.returncode == 0, checked.stderr
     assert (
         "  windows   balance may start migrations only within Mon-Fri 22:00-06:00, "
-        "Sat,Sun 00:00-24:00; balance, maintenance, return start none in Sun 01:00-04:00 "
-        "(Europe/Berlin)\n"
+        "Sat,Sun 00:00-24:00; no balance, maintenance or return migration starts in Sun "
+        "01:00-04:00 (Europe/Berlin)\n"
     ) in checked.stdout
 
 
@@ -240,3 +240,60 @@ def test_a_threshold_in_the_configuration_takes_a_percentage(tmp_path: Path) -> 
     config.write_text(config.read_text().replace("15%", "15"))
     done = opendrs("validate", "--config", str(config), timeout=60)
     assert done.returncode == 2 and "policy.threshold: 15 as a fraction is 1500 %" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("policy", "field", "reason"),
+    [
+        ("{threshold: 150%}", "policy.threshold", "150 % is more than the spread can be (100 %)"),
+        ("{threshold: 15%, target: 20%}", "policy.target", "the target (20 %) is above the"),
+        ("{threshold: 5%}", "policy.threshold", "the target (8 %) is above the threshold (5 %)"),
+        ("{target: 150%}", "policy.target", "must not be more than 100%"),
+    ],
+)
+def test_a_threshold_balancing_would_never_act_on_is_refused(
+    tmp_path: Path, policy: str, field: str, reason: str
+) -> None:
+    config = file_config(tmp_path)
+    config.write_text(config.read_text() + f"policy: {policy}\n")
+    done = opendrs("validate", "--config", str(config), timeout=60)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith(f"error: {config}: {field}: ") and reason in done.stderr
+
+
+def test_a_coefficient_of_variation_may_be_above_100_percent(tmp_path: Path) -> None:
+    config = file_config(tmp_path)
+    config.write_text(config.read_text() + "policy: {metric: cv, threshold: 150%}\n")
+    done = opendrs("validate", "--config", str(config), timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+def test_windows_or_blackouts_applied_to_nothing_are_refused(tmp_path: Path) -> None:
+    config = file_config(tmp_path)
+    config.write_text(
+        config.read_text() + "policy: {timezone: UTC, blackouts: ['Sun 01:00-04:00'], "
+        "blackouts_apply_to: []}\n"
+    )
+    done = opendrs("validate", "--config", str(config), timeout=60)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "policy.blackouts_apply_to: an empty list holds nothing back" in done.stderr
+
+
+def test_a_warning_while_reading_is_one_line_once_beside_the_problems(tmp_path: Path) -> None:
+    config = tmp_path / "opendrs.yaml"
+    assert opendrs("init", "--platform", "proxmox", "-o", str(config), timeout=60).returncode == 0
+    proxmox_files(tmp_path)
+    (tmp_path / "proxmox.token").chmod(0o644)
+    readable = f"warning: {config}: the secret file {tmp_path / 'proxmox.token'} is readable by"
+    valid = opendrs("validate", "--config", str(config), timeout=60)
+    assert valid.returncode == 0 and valid.stderr.startswith(readable), valid.stderr
+    assert valid.stderr.count("\n") == 1
+    config.write_text(config.read_text() + "foo: 1\n")  # the reader runs again after a problem
+    refused = opendrs("validate", "--config", str(config), timeout=60)
+    assert refused.returncode == 2 and refused.stderr.count(readable) == 1, refused.stderr
+    assert refused.stderr.splitlines()[1] == f"error: {config}: foo: unknown key " + (
+        "(expected one of version, cluster, mode, backend, history, lock, policy, executor, "
+        "settings, log, http)"
+    )
+    as_json = json.loads(opendrs("validate", "--config", str(config), "--format", "json").stdout)
+    assert len(as_json["warnings"]) == 1 and "readable by every user" in as_json["warnings"][0]

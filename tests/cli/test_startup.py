@@ -104,14 +104,18 @@ def _help(*argv: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize("command", list(COMMANDS))
+@pytest.mark.parametrize("command", [*COMMANDS, "proxlb check", "pve decide"])
 def test_every_command_has_its_help_in_a_fresh_process(command: str) -> None:
     """A command's parser is built alone, its module imported first: nothing it needs may come
-    from another command's module."""
-    proc = _help(command)
+    from another command's module. Its help says what the command does, and sends nobody to
+    a docs/ file, which an installed opendrs does not have."""
+    proc = _help(*command.split())
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith(f"usage: opendrs {command}")
     assert proc.stderr == ""
+    description = proc.stdout.split("\n\n")[1]
+    assert not description.startswith(("options:", "positional arguments:")), proc.stdout
+    assert "docs/" not in proc.stdout
 
 
 def test_the_help_of_opendrs_lists_every_command() -> None:
@@ -119,6 +123,7 @@ def test_the_help_of_opendrs_lists_every_command() -> None:
     assert proc.returncode == 0, proc.stderr
     listed = re.findall(r"^    (\S+)", proc.stdout, re.MULTILINE)
     assert listed == list(COMMANDS)
+    assert "docs/" not in proc.stdout
 
 
 def _added_by(module: str, function: str) -> set[str]:

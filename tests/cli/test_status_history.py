@@ -147,8 +147,8 @@ def test_status_shows_the_cluster_the_last_decision_and_the_holds(ran: Path) -> 
     assert text.returncode == 0
     assert "not running: nothing holds" in text.stdout and "last decision" in text.stdout
     assert (
-        "policy opendrs, active mode in the file: every 5m, acts when the spread is above 0.15"
-        in text.stdout
+        "policy opendrs, active mode in the file: every 5m, acts when the spread is above 15 pp "
+        "(strategy balance, target 8 pp)" in text.stdout
     )
 
 

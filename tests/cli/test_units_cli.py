@@ -19,6 +19,8 @@ from daemon import opendrs
     [
         (("place", "demo", "--new", "cpu=2,memory=4096"), "memory=4096: give a unit, e.g. 4096M"),
         (("place", "demo", "--new", "cpu=2,memory=8G,memory_used=512"), "memory_used=512:"),
+        (("place", "demo", "--new", "memory=4G,memory=8G"), "memory is given twice ('4G' and"),
+        (("place", "demo", "--new", "mem=4G"), "unknown key 'mem' (did you mean 'memory'?)"),
         (("plan", "demo", "--target-spread", "5"), "--target-spread: 5 as a fraction is 500 %"),
         (("plan", "demo", "-O", "target_spread=15"), "did you mean 15 %? (write 15% or 0.15)"),
         (("plan", "demo", "--strategy", "pve-topsis", "--threshold", "30"), "did you mean 30 %"),

@@ -196,7 +196,7 @@ def test_in_range_values_run(tmp_path: Path, capsys: pytest.CaptureFixture[str])
         tmp_path,
         "cluster: prod\n"
         "policy: {interval: 7d, cooldown: 365d, smoothing: 30d, hold: 10000, margin: 1,"
-        " threshold: '10000%', name: mine}\n"
+        " metric: cv, threshold: '10000%', name: mine}\n"
         "executor: {timeout: 7d, poll_interval: 1h}\n"
         "settings: {cpu_overcommit: 1000, min_uptime: 365d, reserve: {cpu: 1}}\n",
     )

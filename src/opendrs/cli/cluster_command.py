@@ -164,6 +164,8 @@ def _parse_new(spec: str) -> Guest:
         if "=" not in part:
             raise UsageError(f"--new: {part!r} is not key=value (example: cpu=4,memory=8GiB)")
         key, value = (s.strip() for s in part.split("=", 1))
+        if key in fields:
+            raise UsageError(f"--new: {key} is given twice ({fields[key]!r} and {value!r})")
         fields[key] = value
     try:
         return new_guest(fields)

@@ -7,6 +7,7 @@ The starting configurations are package data (``opendrs/data/config/PLATFORM.yam
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from collections.abc import Mapping
@@ -123,10 +124,32 @@ def _without_section(document: object, problem: DocumentError) -> dict[object, o
     return rest if section in document and section != "backend" else None
 
 
+class _Warnings(logging.Handler):
+    """The warnings logged while a configuration is read (a secret file every user may read),
+    each once: the reader runs again after each problem."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        line = record.getMessage()
+        if line not in self.lines:
+            self.lines.append(line)
+
+
 def validate_config(path: str, fmt: str) -> int:
     """``opendrs validate --config FILE``: one line per problem (file, field, reason) and exit
-    status 2, or a short summary of what the configuration makes opendrs do and 0."""
-    config, problems = config_problems(path)
+    status 2, or a short summary of what the configuration makes opendrs do and 0; a warning
+    the reader logs is a line of its own (``warning:``), once."""
+    root, warnings = logging.getLogger(), _Warnings()
+    root.addHandler(warnings)
+    try:
+        config, problems = config_problems(path)
+    finally:
+        root.removeHandler(warnings)
+    for line in warnings.lines if fmt != "json" else ():
+        print(f"warning: {path}: {line}", file=sys.stderr)
     if fmt == "json":
         from opendrs.cli.output import dump_json
 
@@ -137,6 +160,7 @@ def validate_config(path: str, fmt: str) -> int:
                 "problems": [
                     {"field": p.path, "reason": p.reason, "line": str(p)} for p in problems
                 ],
+                "warnings": warnings.lines,
                 "summary": config_summary(config) if config is not None and not problems else {},
             }
         )
@@ -209,16 +233,17 @@ def _moves(config: Config) -> str:
 
 def _policy(policy: PolicyConfig) -> str:
     """When the policy acts, in words."""
+    from opendrs.engine.policy.config import metric_text
+
     every = format_duration(policy.interval)
     if policy.metric == "none":
         return f"{policy.name}: looks every {every}; repairs only (metric none), never balances"
     hold = max(policy.hold, 1)
     held = format_duration(hold * policy.interval)
-    unit = "pp" if policy.metric.endswith("spread") else "%"  # points of load, or a ratio
     return (
         f"{policy.name}: looks every {every}; balances when the {policy.metric} stays above "
-        f"{policy.threshold * 100:g} {unit} for {hold} looks ({held}), down to "
-        f"{policy.target * 100:g} {unit}, with the {policy.strategy} strategy"
+        f"{metric_text(policy.threshold, policy.metric)} for {hold} looks ({held}), down to a "
+        f"spread of {metric_text(policy.target, 'spread')}, with the {policy.strategy} strategy"
     )
 
 

@@ -44,6 +44,7 @@ from opendrs.controller.history_file import HistoryError
 from opendrs.engine.constraints import check_rules
 from opendrs.engine.headroom import Headroom, failover_headroom
 from opendrs.engine.policy import stuck_now
+from opendrs.engine.policy.config import metric_text
 from opendrs.engine.policy.windows import schedule_now
 from opendrs.engine.usage import RESOURCES
 from opendrs.json_data import iso_time, json_text
@@ -231,12 +232,13 @@ def show_status(report: Report, status: Status) -> None:
     when = (
         "the strategy judges when to act"
         if policy["metric"] == "none"
-        else f"acts when the {policy['metric']} is above {policy['threshold']:g}"
+        else f"acts when the {policy['metric']} is above "
+        f"{metric_text(policy['threshold'], policy['metric'])}"
     )
     report.line(
         f"policy {policy['name']}, {policy['mode']} mode in the file: every "
         f"{format_duration(policy['interval'])}, {when} (strategy {policy['strategy']}, "
-        f"target {policy['target']:g})"
+        f"target {metric_text(policy['target'], 'spread')})"
     )
     _show_windows(report, data["windows"])
     report.heading("Daemon")

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from opendrs.model.cluster import GUEST_KINDS, Guest
+from opendrs.model.document import closest
 from opendrs.model.snapshot import MAX_BYTES, MAX_CORES
 from opendrs.model.units import UnitError, parse_bytes
 
@@ -30,9 +31,11 @@ def new_guest(fields: Mapping[str, str]) -> Guest:
     """The guest ``fields`` describe (``memory`` required), on no node yet."""
     unknown = sorted(set(fields) - NEW_GUEST_KEYS)
     if unknown:
-        raise NewGuestError(
-            f"unknown key {unknown[0]!r} (known: {', '.join(sorted(NEW_GUEST_KEYS))})"
+        meant = closest(unknown[0], sorted(NEW_GUEST_KEYS))
+        hint = (
+            f"did you mean {meant!r}?" if meant else f"known: {', '.join(sorted(NEW_GUEST_KEYS))}"
         )
+        raise NewGuestError(f"unknown key {unknown[0]!r} ({hint})")
     if "memory" not in fields:
         raise NewGuestError("memory is required (example: cpu=4,memory=8GiB)")
     cpu = _number(fields, "cpu", "1")

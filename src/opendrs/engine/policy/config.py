@@ -23,6 +23,13 @@ Metric = Literal["spread", "cv", "pve-imbalance", "memory-spread", "none"]
 
 METRICS: tuple[str, ...] = ("spread", "cv", "pve-imbalance", "memory-spread", "none")
 
+
+def metric_text(value: float, metric: str) -> str:
+    """A value of ``metric`` (a fraction) for an operator: points of load (``15 pp``) for a
+    spread, a percentage (``30 %``) for a ratio. A target is a spread whatever the metric."""
+    return f"{value * 100:g} {'pp' if metric.endswith('spread') else '%'}"
+
+
 #: Proxmox's CRM round in seconds (pve-ha-manager ``CRM.pm`` line 363): its hold is counted in
 #: these rounds.
 PVE_CRM_ROUND = 10

@@ -82,11 +82,15 @@ _DURATIONS: Mapping[str, tuple[int, int]] = MappingProxyType(
 )
 
 
-#: Each fraction's largest value: a spread or CV threshold and target (a bare number at most 1,
-#: a percentage up to 10000 %), and the relative improvement a plan must bring (at most all).
+#: Each fraction's largest value: a threshold (a bare number at most 1, a percentage up to
+#: 10000 %: a CV may be above 100 %), the target spread (at most 100 points) and the relative
+#: improvement a plan must bring (at most all).
 _FRACTIONS: Mapping[str, float] = MappingProxyType(
-    {"threshold": 100.0, "target": 100.0, "margin": 1.0}
+    {"threshold": 100.0, "target": 1.0, "margin": 1.0}
 )
+
+#: The metrics that never exceed 1 (100 %): a threshold above it would never be reached.
+_BOUNDED_METRICS = ("spread", "memory-spread", "pve-imbalance")
 
 
 #: The most nodes ``keep_failover`` keeps the headroom for.
@@ -195,6 +199,7 @@ def parse_policy(
     except ValueError as exc:
         reader.fail(path, str(exc))
     _check_samples(reader, mapping, path, config)
+    _check_reachable(reader, mapping, path, config)
     _check_strategy_takes(reader, mapping, path, config, options)
     return replace(config, options=options)
 
@@ -235,13 +240,7 @@ def _read_schedule(
 ) -> Schedule:
     """The migration windows and blackouts written (``start``'s where not), each entry parsed
     (:func:`parse_weekly`, :func:`parse_blackout`); a time zone is required with either."""
-    from opendrs.engine.policy.windows import (
-        ACTIVITIES,
-        Schedule,
-        parse_blackout,
-        parse_weekly,
-        zone,
-    )
+    from opendrs.engine.policy.windows import Schedule, parse_blackout, parse_weekly, zone
 
     start = start or Schedule()
     windows, blackouts = start.windows, start.blackouts
@@ -269,15 +268,31 @@ def _read_schedule(
                 (*path, key),
                 "needs timezone, the time zone its times are in (such as Europe/Berlin or UTC)",
             )
+    return Schedule(windows, blackouts, timezone, **_read_applies(reader, mapping, path, start))
+
+
+def _read_applies(
+    reader: Reader, mapping: Mapping[str, object], path: Path, start: Schedule
+) -> dict[str, frozenset[str]]:
+    """``windows_apply_to`` and ``blackouts_apply_to``: each written one a list, not empty, of
+    :data:`ACTIVITIES` (``start``'s where not written)."""
+    from opendrs.engine.policy.windows import ACTIVITIES
+
     applies = {}
     for key in ("windows_apply_to", "blackouts_apply_to"):
         applies[key] = getattr(start, key)
         if key in mapping:
             kinds = reader.text_list(mapping[key], (*path, key))
+            if not kinds:
+                reader.fail(
+                    (*path, key),
+                    f"an empty list holds nothing back: name what the {key.split('_')[0]} "
+                    f"apply to ({', '.join(ACTIVITIES)}), or remove them",
+                )
             for index, kind in enumerate(kinds):
                 reader.choice(kind, (*path, key, index), ACTIVITIES)
             applies[key] = frozenset(kinds)
-    return Schedule(windows, blackouts, timezone, **applies)
+    return applies
 
 
 def _read_spans(
@@ -414,6 +429,29 @@ def _check_samples(
             f"a smoothing of {format_duration(config.smoothing)} at an interval of "
             f"{format_duration(config.interval)} keeps {samples} observations, at most "
             f"{_MAX_SAMPLES}: shorten the smoothing or lengthen the interval",
+        )
+
+
+def _check_reachable(
+    reader: Reader, mapping: Mapping[str, object], path: Path, config: PolicyConfig
+) -> None:
+    """A threshold the metric can reach (at most 100 % for :data:`_BOUNDED_METRICS`), and, with
+    the spread as metric, a target not above the threshold (the plan asked for when the spread
+    is between them would move nothing): refused naming the key written, else the section."""
+    threshold, target = config.threshold, config.target
+    if config.metric in _BOUNDED_METRICS and threshold > 1:
+        reader.fail(
+            (*path, "threshold") if "threshold" in mapping else path,
+            f"{threshold * 100:g} % is more than the {config.metric} can be (100 %): balancing "
+            "would never start",
+        )
+    if config.metric == "spread" and target > threshold:
+        where = next((k for k in ("target", "threshold") if k in mapping), None)
+        reader.fail(
+            (*path, where) if where else path,
+            f"the target ({target * 100:g} %) is above the threshold ({threshold * 100:g} %): "
+            "a spread between them starts balancing that moves nothing; write a target below "
+            "the threshold",
         )
 
 

@@ -168,12 +168,12 @@ class Schedule:
         parts = []
         if self.windows:
             parts.append(
-                f"{_listed(self.windows_apply_to)} may start migrations only within "
+                f"{_listed(self.windows_apply_to, 'and')} may start migrations only within "
                 f"{', '.join(w.text for w in self.windows)}"
             )
         if self.blackouts:
             parts.append(
-                f"{_listed(self.blackouts_apply_to)} start none in "
+                f"no {_listed(self.blackouts_apply_to, 'or')} migration starts in "
                 f"{', '.join(b.text for b in self.blackouts)}"
             )
         if not parts:
@@ -203,9 +203,12 @@ def schedule_now(schedule: Schedule | None, now: float) -> dict[str, object] | N
     return {"summary": schedule.summary(), "timezone": schedule.timezone, "now": activities}
 
 
-def _listed(activities: frozenset[str]) -> str:
-    """``balance, maintenance``, in :data:`ACTIVITIES` order."""
-    return ", ".join(a for a in ACTIVITIES if a in activities) or "nothing"
+def _listed(activities: frozenset[str], conjunction: str) -> str:
+    """``balance, maintenance and return`` (``conjunction``: and), in :data:`ACTIVITIES` order."""
+    names = [a for a in ACTIVITIES if a in activities]
+    if len(names) < 2:
+        return names[0] if names else "nothing"
+    return f"{', '.join(names[:-1])} {conjunction} {names[-1]}"
 
 
 def zone(name: str) -> ZoneInfo:

@@ -72,6 +72,19 @@ def _first_other(values: np.ndarray, nodes: np.ndarray, a: np.ndarray, b: np.nda
     return np.where(other.any(axis=1), picked, values[:, -1])
 
 
+def _others(
+    state: BalanceState, r: int, a: np.ndarray, b: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(k,) each, for a move from ``a[k]`` to ``b[k]``: the highest and the lowest fraction of
+    resource ``r`` among the other nodes of ``b``'s group, and whether ``b`` is in no group or
+    alone in its own (then there is no spread to keep)."""
+    top_v, top_i, low_v, low_i = group_extremes(state, r)
+    rest_max = _first_other(top_v[b], top_i[b], a, b)
+    rest_min = _first_other(low_v[b], low_i[b], a, b)
+    alone = (state.group[b] < 0) | (top_i[b, 1] < 0)
+    return rest_max, rest_min, alone
+
+
 def keeps_held(state: BalanceState, a: np.ndarray, b: np.ndarray, shift: np.ndarray) -> np.ndarray:
     """(k,) whether moving ``shift[k]`` (demand, (k, R)) from node ``a[k]`` to node ``b[k]`` keeps
     every held resource's spread within its goal. ``a`` is a node of ``b``'s architecture group
@@ -82,15 +95,12 @@ def keeps_held(state: BalanceState, a: np.ndarray, b: np.ndarray, shift: np.ndar
         return ok
     f, inv = state.kept_fractions(), state.inv_cap
     for r in np.nonzero(state.held)[0].tolist():
-        top_v, top_i, low_v, low_i = group_extremes(state, r)
-        rest_max = _first_other(top_v[b], top_i[b], a, b)
-        rest_min = _first_other(low_v[b], low_i[b], a, b)
+        rest_max, rest_min, alone = _others(state, r, a, b)
         f_b = f[b, r] + shift[:, r] * inv[b, r]
         f_a = np.where(state.group[a] == state.group[b], f[a, r] - shift[:, r] * inv[a, r], f_b)
         high = np.maximum(np.maximum(rest_max, f_a), f_b)
         low = np.minimum(np.minimum(rest_min, f_a), f_b)
-        # A group of one node has no spread.
-        ok &= (high - low <= state.goal[r]) | (state.group[b] < 0) | (top_i[b, 1] < 0)
+        ok &= (high - low <= state.goal[r]) | alone
     return ok
 
 
@@ -130,16 +140,12 @@ def _most_demand(state: BalanceState, sources: np.ndarray, targets: np.ndarray) 
     out = np.full((len(RESOURCES), len(sources), len(targets)), np.inf)
     with np.errstate(divide="ignore", invalid="ignore"):
         for r in np.nonzero(state.held)[0].tolist():
-            top_v, top_i, low_v, low_i = group_extremes(state, r)
-            rest_max = _first_other(top_v[b], top_i[b], a, b)
-            rest_min = _first_other(low_v[b], low_i[b], a, b)
+            rest_max, rest_min, alone = _others(state, r, a, b)
             g = state.goal[r]
             most = np.where(inv[b, r] > 0, (g + rest_min - f[b, r]) / inv[b, r], np.inf)
             from_a = np.where(inv[a, r] > 0, (g - rest_max + f[a, r]) / inv[a, r], np.inf)
             both = (g + f[a, r] - f[b, r]) / (inv[a, r] + inv[b, r])
             most = np.minimum(most, np.where(same, np.minimum(from_a, both), np.inf))
-            # A group of one node (or a node in none) has no spread.
-            alone = (state.group[b] < 0) | (top_i[b, 1] < 0)
             out[r] = np.where(alone, np.inf, most).reshape(len(sources), len(targets))
     return out
 
