@@ -50,12 +50,15 @@ def each(*hooks: Callable[[T], None] | None) -> Callable[[T], None]:
 
 
 class DaemonSignals:
-    """SIGTERM/SIGINT ask to stop after the current step; SIGHUP asks to reload."""
+    """SIGTERM/SIGINT ask to stop after the current step; SIGHUP asks to reload; SIGUSR1 asks
+    for a cycle now."""
 
     def __init__(self, config_path: str) -> None:
         self.config_path = config_path
         self.stop = False
         self.reload = False
+        #: SIGUSR1: a cycle now (an approval or a request to balance now is waiting).
+        self.wake = False
         self._previous: dict[int, object] = {}
 
     def install(self) -> None:
@@ -63,6 +66,7 @@ class DaemonSignals:
             (signal.SIGTERM, self._on_stop),
             (signal.SIGINT, self._on_stop),
             (signal.SIGHUP, self._on_hup),
+            (signal.SIGUSR1, self._on_usr1),
         ):
             self._previous[sig] = signal.signal(sig, handler)
 
@@ -75,6 +79,14 @@ class DaemonSignals:
 
     def _on_hup(self, signum: int, frame: FrameType | None) -> None:
         self.reload = True
+
+    def _on_usr1(self, signum: int, frame: FrameType | None) -> None:
+        self.wake = True
+
+    def take_wake(self) -> bool:
+        """Whether SIGUSR1 (``opendrs approve``, ``balance-now``) asked for a cycle now."""
+        woken, self.wake = self.wake, False
+        return woken
 
     def holding(self) -> str | None:
         """Why no migration may start now: a stop or a reload was asked for and not yet done."""
@@ -211,7 +223,7 @@ class DaemonRun:
             controller.config.mode,
             self.config.policy.name,
             self.config.policy.strategy,
-            "" if controller.config.active else " — nothing will be migrated",
+            _what_migrates(controller.config),
         )
         until = backend.end if isinstance(backend, Simulator) else None
         controller.run(
@@ -220,6 +232,8 @@ class DaemonRun:
             should_stop=lambda: self.signals.stop,
             take_reload=self.take_reload,
             reload_pending=lambda: self.signals.reload,
+            take_wake=self.signals.take_wake,
+            wake_pending=lambda: self.signals.wake,
         )
         return self.exit_status(controller)
 
@@ -278,3 +292,13 @@ class DaemonRun:
             )
             return EXIT_PROBLEM
         return EXIT_OK
+
+
+def _what_migrates(config: Config) -> str:
+    """What the start line adds about migrations: nothing in active mode."""
+    if config.mode == "shadow":
+        return " — nothing will be migrated"
+    if config.mode == "manual":
+        alone = ", ".join(config.automatic) or "nothing"
+        return f" — proposals wait for approval ({alone} act on their own)"
+    return ""
