@@ -61,7 +61,7 @@ def test_manual_mode_proposes_and_migrates_only_what_is_approved(
 ) -> None:
     config = manual_config(tmp_path, fake)
     with Daemon(config) as daemon:
-        daemon.wait_for(r"manual mode.*proposals wait for approval")
+        daemon.wait_for(r"manual mode.*proposes, migrates what an operator approves")
         pid = first_proposal(daemon)
         daemon.wait_for(r"decision \(manual\)", after=daemon.mark)  # later cycles: same proposal
         assert fake.pve.migrations == [] and migrations(tmp_path) == []

@@ -296,9 +296,6 @@ class DaemonRun:
 
 def _what_migrates(config: Config) -> str:
     """What the start line adds about migrations: nothing in active mode."""
-    if config.mode == "shadow":
-        return " — nothing will be migrated"
     if config.mode == "manual":
-        alone = ", ".join(config.automatic) or "nothing"
-        return f" — proposals wait for approval ({alone} act on their own)"
-    return ""
+        return f" — {config.manual_words()}"
+    return "" if config.active else " — nothing will be migrated"

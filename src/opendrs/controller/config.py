@@ -171,6 +171,11 @@ class Config:
         """Whether migrations may start: active mode, or manual (what is approved or automatic)."""
         return self.mode != "shadow"
 
+    def manual_words(self) -> str:
+        """Manual mode in an operator's words, with what acts without approval."""
+        alone = ", ".join(self.automatic) or "nothing"
+        return f"proposes, migrates what an operator approves ({alone} act on their own)"
+
     def acts_alone(self, kind: str) -> bool:
         """Whether a decision of ``kind`` (``balance``, ``repair``, ``maintenance``) is carried
         out without approval: always in active mode, in manual mode as ``automatic`` says."""
