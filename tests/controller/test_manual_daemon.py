@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,7 @@ pytest.importorskip(
 pytest.importorskip("cryptography", reason="fakepve's certificates need cryptography")
 
 from backends.fakepve_fixture import FakeCluster, proxmox_config, running_on_pve1, three_nodes
-from daemon import Daemon, eventually, opendrs
+from daemon import Daemon, eventually, opendrs, served
 
 PROPOSED = r"proposal ([0-9a-f]{8}) \(balance\) waits for approval"
 
@@ -189,3 +191,107 @@ def test_cli_errors_are_one_line(tmp_path: Path, fake: FakeCluster) -> None:
         assert done.stderr.startswith(message) and len(done.stderr.strip().splitlines()) == 1
     assert proposals(config)[0]["state"] == "open"
     eventually(lambda: fake.pve.migrations == [])
+
+
+# -- the dashboard's writes (http.write) ---------------------------------------------------------
+
+WRITE_TOKEN = "s3cret-dashboard-token"
+
+
+def http_config(tmp_path: Path, fake: FakeCluster, write: str = "true") -> Path:
+    (tmp_path / "http.token").write_text(WRITE_TOKEN + "\n")
+    (tmp_path / "http.token").chmod(0o600)
+    http = (
+        f"http: {{listen: '127.0.0.1:0', token_file: http.token, write: {write}, "
+        "token_name: ops}\n"
+    )
+    return manual_config(tmp_path, fake, extra=http)
+
+
+def request(
+    address: str,
+    path: str,
+    *,
+    method: str = "POST",
+    token: str | None = WRITE_TOKEN,
+    body: bytes = b"",
+    headers: dict[str, str] | None = None,
+) -> tuple[int, str]:
+    """The status and body of one request to ``http://ADDRESS/PATH`` (loopback only)."""
+    assert address.startswith("127."), address
+    fields = dict(headers or {})
+    if token is not None:
+        fields["Authorization"] = f"Bearer {token}"
+    sent = urllib.request.Request(
+        f"http://{address}{path}",
+        data=body if method == "POST" else None,
+        method=method,
+        headers=fields,
+    )
+    try:
+        with urllib.request.urlopen(sent, timeout=10) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def test_the_dashboard_approves_with_the_token_from_its_own_origin(
+    tmp_path: Path, fake: FakeCluster
+) -> None:
+    config = http_config(tmp_path, fake)
+    with Daemon(config) as daemon:
+        address = served(daemon)
+        pid = first_proposal(daemon)
+        status, body = request(address, "/api/proposals", method="GET")
+        assert status == 200 and [p["id"] for p in json.loads(body)["proposals"]] == [pid]
+        approve = f"/api/proposals/{pid}/approve"
+        # No token, a wrong one, a cookie alone, another origin: refused, nothing recorded.
+        assert request(address, approve, token=None)[0] == 401
+        assert request(address, approve, token="wrong")[0] == 401
+        cookie = {"Cookie": f"token={WRITE_TOKEN}"}
+        assert request(address, approve, token=None, headers=cookie)[0] == 401
+        evil = {"Origin": "http://evil.example"}
+        status, body = request(address, approve, headers=evil)
+        assert status == 403 and "evil.example" in body
+        assert request(address, "/api/proposals/ffffffff/approve")[0] == 404
+        assert request(address, approve, body=b'{"moves": [99]}')[0] == 409
+        assert request(address, approve, body=b"not json")[0] == 400
+        assert proposals(config)[0]["state"] == "open"
+        # The write paths take no other method; every other path stays read-only.
+        assert request(address, approve, method="PUT")[0] == 405
+        for path in ("/", "/api/state", "/metrics", "/healthz"):
+            assert request(address, path, method="POST")[0] in (404, 405)
+        own = {"Origin": f"http://{address}", "Content-Type": "application/json"}
+        status, body = request(address, approve, headers=own, body=b'{"moves": [1]}')
+        assert status == 200, body
+        assert json.loads(body) == {"by": "ops@http", "chosen": [1], "id": pid, "state": "approved"}
+        daemon.wait_for(rf"proposal {pid} approved by ops@http: checked again, starting")
+        daemon.wait_for(r"done \d+ pve1 → ")
+        assert request(address, approve)[0] == 409  # no longer open
+        status, body = request(address, "/api/balance-now")
+        assert status == 202 and json.loads(body)["by"] == "ops@http"
+        daemon.wait_for(r"balance now, asked by ops@http")
+        assert daemon.stop() == 0
+    assert len(migrations(tmp_path)) == 1
+
+
+def test_the_dashboard_rejects_and_stays_read_only_without_write(
+    tmp_path: Path, fake: FakeCluster
+) -> None:
+    config = http_config(tmp_path, fake)
+    with Daemon(config) as daemon:
+        address = served(daemon)
+        pid = first_proposal(daemon)
+        status, body = request(address, f"/api/proposals/{pid}/reject")
+        assert status == 200 and json.loads(body)["state"] == "rejected"
+        assert daemon.stop() == 0
+    (kept,) = [p for p in proposals(config, "--all") if p["id"] == pid]
+    assert kept["state"] == "rejected" and kept["by"] == "ops@http"
+    config = http_config(tmp_path, fake, write="false")
+    with Daemon(config) as daemon:
+        address = served(daemon)
+        daemon.wait_for(r"decision \(manual\)")
+        assert request(address, "/api/balance-now")[0] == 405
+        assert request(address, "/api/proposals", method="GET")[0] == 404
+        assert daemon.stop() == 0
+    assert migrations(tmp_path) == []

@@ -142,3 +142,15 @@ def test_recheck_starts_what_still_holds_and_says_why_not() -> None:
     spread = _cluster({"101": "a", "102": "a", "103": "b", "104": "c", "105": "b", "106": "c"})
     worse = recheck(replace(proposal, chosen=(1,)), spread, "spread", frozenset())
     assert worse.problem is not None and "no longer lower the imbalance" in worse.problem
+
+
+def test_http_write_is_off_by_default_and_never_without_a_token() -> None:
+    http = {"listen": "127.0.0.1:0"}
+    config = parse_config({**BACKEND, "http": http})
+    assert config.http is not None and not config.http.write
+    with pytest.raises(ConfigError, match=r"http\.write: needs http\.token_file"):
+        parse_config({**BACKEND, "http": {**http, "write": True}})
+    config = parse_config(
+        {**BACKEND, "http": {**http, "write": True, "token_file": "t", "token_name": "ops"}}
+    )
+    assert config.http is not None and config.http.write and config.http.token_name == "ops"

@@ -28,7 +28,7 @@ from opendrs.cli.config_file import add_config_option
 from opendrs.cli.history_command import history_now, open_history
 from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, UsageError, setup_logging
 from opendrs.controller.history_file import HistoryError
-from opendrs.controller.proposals import ProposalRecord
+from opendrs.controller.proposals import ProposalRecord, choose_moves, open_proposal
 from opendrs.json_data import json_text
 from opendrs.model.units import format_duration
 
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from opendrs.controller.config import Config
     from opendrs.controller.history import History
 
-__all__ = ["add_approval_parsers", "choose_moves", "local_user"]
+__all__ = ["add_approval_parsers", "local_user"]
 
 FORMATS: Final = ("text", "json")
 
@@ -136,40 +136,22 @@ def _proposal_text(proposal: ProposalRecord, now: float, config: Config) -> str:
 # -- opendrs approve / reject ---------------------------------------------------------------
 
 
-def choose_moves(proposal: ProposalRecord, spec: str) -> tuple[int, ...]:
-    """The 1-based numbers of the moves ``spec`` names: numbers, guest ids or guest names,
-    comma-separated. Raises :class:`UsageError` for one the proposal does not have."""
-    chosen: list[int] = []
-    for item in (part.strip() for part in spec.split(",")):
-        if not item:
-            continue
-        if item.isdigit() and 1 <= int(item) <= len(proposal.moves):
-            number = int(item)
-        else:
-            found = [n for n, m in enumerate(proposal.moves, start=1) if item in (m.guest, m.name)]
-            if not found:
-                raise UsageError(
-                    f"--moves: proposal {proposal.id} has no move {item!r} (its moves: 1 to "
-                    f"{len(proposal.moves)}, or a guest's name or id)"
-                )
-            number = found[0]
-        if number not in chosen:
-            chosen.append(number)
-    if not chosen:
-        raise UsageError("--moves: no move named")
-    return tuple(sorted(chosen))
-
-
 def _open_proposal(history: History, proposal_id: str) -> ProposalRecord:
-    proposals = {p.id: p for p in history.proposals()}
-    proposal = proposals.get(proposal_id.strip().lower())
-    if proposal is None:
-        waiting = ", ".join(p.id for p in proposals.values() if p.state == "open") or "none"
-        raise UsageError(f"ID: no proposal {proposal_id!r} (open ones: {waiting})")
-    if proposal.state != "open":
-        why = f": {proposal.note}" if proposal.note else ""
-        raise UsageError(f"proposal {proposal.id} is {proposal.state}, not open{why}")
-    return proposal
+    try:
+        return open_proposal(history.proposals(), proposal_id)
+    except LookupError as exc:
+        raise UsageError(f"ID: {exc.args[0]}") from None
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _chosen(proposal: ProposalRecord, spec: str | None) -> tuple[int, ...] | None:
+    if spec is None:
+        return None
+    try:
+        return choose_moves(proposal, spec.split(","))
+    except ValueError as exc:
+        raise UsageError(f"--moves: {exc}") from None
 
 
 def _verdict(args: argparse.Namespace, approve: bool) -> int:
@@ -178,7 +160,7 @@ def _verdict(args: argparse.Namespace, approve: bool) -> int:
     try:
         with _writable_history(config) as history:
             proposal = _open_proposal(history, args.id)
-            chosen = choose_moves(proposal, args.moves) if approve and args.moves else None
+            chosen = _chosen(proposal, args.moves) if approve else None
             state = "approved" if approve else "rejected"
             if not history.settle_proposal(
                 proposal.id, state, by=by, decided=time.time(), chosen=chosen

@@ -29,6 +29,7 @@ from opendrs.controller.decision_log import DecisionLog, DecisionLogError
 from opendrs.controller.history import History
 from opendrs.controller.history_file import HistoryError
 from opendrs.controller.http_server import HttpError, MetricsServer, start_server
+from opendrs.controller.http_write import DashboardWriter
 from opendrs.controller.loop import Controller, InstanceLock, LockError
 from opendrs.controller.metrics import DaemonMetrics
 from opendrs.model.document import DocumentError
@@ -172,7 +173,11 @@ def start_serving(config: Config, files: DaemonFiles) -> Published:
     metrics = DaemonMetrics()
     dashboard = Dashboard(config) if config.http is not None else None
     try:
-        server = start_server(config.http, metrics, dashboard) if config.http is not None else None
+        server = (
+            start_server(config.http, metrics, dashboard, dashboard_writer(config))
+            if config.http is not None
+            else None
+        )
     except HttpError as exc:
         files.close()
         raise CannotStart(exc, EXIT_USAGE if exc.usage else EXIT_PROBLEM) from None
@@ -299,3 +304,10 @@ def _what_migrates(config: Config) -> str:
     if config.mode == "manual":
         return f" — {config.manual_words()}"
     return "" if config.active else " — nothing will be migrated"
+
+
+def dashboard_writer(config: Config) -> DashboardWriter | None:
+    """What the dashboard may change (``http.write``), or ``None``: it stays read-only."""
+    if config.http is None or not config.http.write:
+        return None
+    return DashboardWriter(config.history, f"{config.http.token_name}@http")

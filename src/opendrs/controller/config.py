@@ -124,6 +124,10 @@ class HttpConfig:
     port: int
     #: The file holding the bearer token every path then requires, or ``None``.
     token_file: str | None = None
+    #: Whether the dashboard may approve, reject and balance now (``http.write``; needs the
+    #: token), and the token's name its verdicts are recorded with (``NAME@http``).
+    write: bool = False
+    token_name: str = "dashboard"
 
     @property
     def loopback(self) -> bool:
@@ -292,12 +296,21 @@ class _ConfigReader(SnapshotReader):
         """The ``http`` section: ``listen`` (required) and ``token_file``."""
         path: Path = ("http",)
         mapping = self.mapping(value, path)
-        self.check_keys(mapping, path, ("listen", "token_file"))
+        self.check_keys(mapping, path, ("listen", "token_file", "write", "token_name"))
         host, port = self.listen(self.require(mapping, "listen", path), (*path, "listen"))
         token_file = None
         if "token_file" in mapping:
             token_file = self.local_path(mapping["token_file"], (*path, "token_file"))
-        return HttpConfig(host, port, token_file)
+        write, token_name = self.http_write(mapping, token_file)
+        return HttpConfig(host, port, token_file, write, token_name)
+
+    def http_write(self, mapping: Mapping[str, Any], token_file: str | None) -> tuple[bool, str]:
+        """``http.write`` (off by default; never without ``token_file``) and ``token_name``."""
+        write = self.boolean(mapping.get("write", False), ("http", "write"))
+        if write and token_file is None:
+            self.fail(("http", "write"), "needs http.token_file: no write without a token")
+        name = mapping.get("token_name", "dashboard")
+        return write, self.plain_name(name, ("http", "token_name"))
 
     def listen(self, value: object, path: Path) -> tuple[str, int]:
         """``HOST:PORT`` (``[V6]:PORT`` for IPv6): an IP address written out, and a port; a port

@@ -23,6 +23,8 @@ __all__ = [
     "STATES",
     "ProposalRecord",
     "ProposedMove",
+    "choose_moves",
+    "open_proposal",
     "proposal_columns",
     "proposal_id",
     "proposal_record",
@@ -143,3 +145,39 @@ def proposal_record(row: sqlite3.Row) -> ProposalRecord:
         decided=row["decided"],
         note=row["note"],
     )
+
+
+def choose_moves(proposal: ProposalRecord, items: Sequence[str]) -> tuple[int, ...]:
+    """The 1-based numbers of the moves ``items`` name: numbers, guest ids or guest names.
+    Raises ValueError for one the proposal does not have, or for none."""
+    chosen: set[int] = set()
+    for item in (str(i).strip() for i in items):
+        if not item:
+            continue
+        if item.isdigit() and 1 <= int(item) <= len(proposal.moves):
+            chosen.add(int(item))
+            continue
+        found = [n for n, m in enumerate(proposal.moves, start=1) if item in (m.guest, m.name)]
+        if not found:
+            raise ValueError(
+                f"proposal {proposal.id} has no move {item!r} (its moves: 1 to "
+                f"{len(proposal.moves)}, or a guest's name or id)"
+            )
+        chosen.add(found[0])
+    if not chosen:
+        raise ValueError("no move named")
+    return tuple(sorted(chosen))
+
+
+def open_proposal(proposals: Sequence[ProposalRecord], proposal_id: str) -> ProposalRecord:
+    """The open proposal ``proposal_id`` of ``proposals``. Raises LookupError when none has that
+    id, ValueError when it is no longer open (one line each)."""
+    by_id = {p.id: p for p in proposals}
+    proposal = by_id.get(proposal_id.strip().lower())
+    if proposal is None:
+        waiting = ", ".join(p.id for p in proposals if p.state == "open") or "none"
+        raise LookupError(f"no proposal {proposal_id!r} (open ones: {waiting})")
+    if proposal.state != "open":
+        why = f": {proposal.note}" if proposal.note else ""
+        raise ValueError(f"proposal {proposal.id} is {proposal.state}, not open{why}")
+    return proposal
