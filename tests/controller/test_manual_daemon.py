@@ -190,6 +190,10 @@ def test_cli_errors_are_one_line(tmp_path: Path, fake: FakeCluster) -> None:
         assert done.returncode == 2, done.stderr
         assert done.stderr.startswith(message) and len(done.stderr.strip().splitlines()) == 1
     assert proposals(config)[0]["state"] == "open"
+    status = opendrs("status", "--config", str(config), "--format", "json")
+    assert json.loads(status.stdout)["history"]["proposals"] == [pid]
+    text = opendrs("status", "--config", str(config)).stdout
+    assert f"waiting for approval: {pid}" in text
     eventually(lambda: fake.pve.migrations == [])
 
 
