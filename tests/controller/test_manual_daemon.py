@@ -154,22 +154,28 @@ def test_automatic_balance_acts_without_approval(tmp_path: Path, fake: FakeClust
     assert migrations(tmp_path)
 
 
+@pytest.mark.parametrize(
+    ("mode", "said"), [("manual", "proposed (manual mode)"), ("active", "acted on (active mode)")]
+)
 def test_balance_now_decides_at_once_whatever_the_interval(
-    tmp_path: Path, fake: FakeCluster
+    tmp_path: Path, fake: FakeCluster, mode: str, said: str
 ) -> None:
-    config = proxmox_config(tmp_path, fake, mode="manual")
+    config = proxmox_config(tmp_path, fake, mode=mode)
     text = config.read_text().replace("interval: 1s, hold: 1", "interval: 1h, hold: 6")
     config.write_text(text)
     with Daemon(config) as daemon:
-        daemon.wait_for(r"decision \(manual\): .*(hold|observation)")
-        assert daemon.count(PROPOSED) == 0
+        daemon.wait_for(rf"decision \({mode}\): .*(hold|observation)")
+        assert daemon.count(PROPOSED) == 0 and daemon.count(r"started \d+") == 0
         done = opendrs("balance-now", "--config", str(config))
         assert done.returncode == 0, done.stderr
-        assert "proposed (manual mode)" in done.stdout and "takes it now" in done.stdout
+        assert said in done.stdout and "takes it now" in done.stdout
         daemon.wait_for(r"balance now, asked by \S+@cli")
-        first_proposal(daemon)
+        if mode == "manual":
+            first_proposal(daemon)
+        else:
+            daemon.wait_for(r"started \d+ pve1 → ")
         assert daemon.stop() == 0
-    assert migrations(tmp_path) == []
+    assert (migrations(tmp_path) == []) == (mode == "manual")
 
 
 def test_cli_errors_are_one_line(tmp_path: Path, fake: FakeCluster) -> None:

@@ -532,6 +532,8 @@ class Controller:
         """Manual mode's proposals on this observation: the stale ones expire and, when the
         executor is idle and migrations may start, the oldest approved one that still holds
         starts (:class:`ManualMode`)."""
+        if not self.manual.pending():
+            return
         forbidden = forbidden_placements(cluster, now, policy, self.past_migrations(now, policy))
         self.manual.expire_stale(cluster, forbidden)
         if not self.config.migrates or self.executor.busy:

@@ -20,6 +20,7 @@ import logging
 
 from opendrs.controller.approval import recheck, still_placed
 from opendrs.controller.history import History
+from opendrs.controller.history_file import HistoryError
 from opendrs.controller.proposals import ProposalRecord, ProposedMove, proposal_id
 from opendrs.engine.planner import Plan
 from opendrs.engine.policy import Decision
@@ -47,6 +48,14 @@ class ManualMode:
 
     def __init__(self, history: History) -> None:
         self.history = history
+
+    def pending(self) -> bool:
+        """Whether a proposal is open or approved (else a cycle has nothing to check)."""
+        try:
+            return bool(self.history.proposals("open", "approved"))
+        except HistoryError as exc:
+            log.warning("cannot read the proposals: %s", exc)
+            return False
 
     def propose(
         self, decision: Decision, decision_id: int, cluster: Cluster, now: float
