@@ -41,8 +41,8 @@ def add_run_parser(sub: Subcommands) -> None:
         "only with 'mode: active' in the file, or with 'mode: manual' once an operator approves "
         "them (opendrs approve). SIGHUP reloads the file (and opens the decision log again), "
         "SIGUSR1 runs a cycle now, SIGTERM stops cleanly. Exit status: 0 stopped, 1 a problem "
-        "that may pass (retry), 2 bad configuration (or a decision log that cannot be opened), 3 a problem a "
-        "restart cannot cure (corrupt or foreign history).",
+        "that may pass (retry), 2 bad configuration (or a decision log that cannot be "
+        "opened), 3 a problem a restart cannot cure (corrupt or foreign history).",
     )
     add_config_option(p)
     p.add_argument(
