@@ -9,11 +9,15 @@ from pathlib import Path
 
 import pytest
 
+from fakes import FakeBackend, FakeClock, guest, node
+from fakes import cluster as fake_cluster
 from opendrs.controller.approval import recheck
-from opendrs.controller.config import ConfigError, parse_config
+from opendrs.controller.config import BackendConfig, Config, ConfigError, parse_config
 from opendrs.controller.history import History
 from opendrs.controller.history_file import SCHEMA_VERSION, UPGRADES
+from opendrs.controller.loop import Controller
 from opendrs.controller.proposals import ProposalRecord, ProposedMove, proposal_id
+from opendrs.engine.policy import PolicyConfig
 from opendrs.model.cluster import Cluster, Guest, Node
 
 BACKEND = {"backend": {"type": "file", "path": "c.yaml"}}
@@ -154,3 +158,56 @@ def test_http_write_is_off_by_default_and_never_without_a_token() -> None:
         {**BACKEND, "http": {**http, "write": True, "token_file": "t", "token_name": "ops"}}
     )
     assert config.http is not None and config.http.write and config.http.token_name == "ops"
+
+
+# -- the controller in manual mode, on the scripted backend -------------------------------------
+
+
+def _manual(automatic: tuple[str, ...] = ("repair", "maintenance")) -> Config:
+    policy = PolicyConfig(interval=60, hold=1, smoothing=0, min_uptime=0, maintenance_return=True)
+    return Config(
+        file="<test>",
+        backend=BackendConfig("file", path="x"),
+        history=":memory:",
+        lock="",
+        mode="manual",
+        automatic=automatic,
+        policy=policy,
+    )
+
+
+def _maintenance_cluster() -> Cluster:
+    guests = [guest("x", "a", memory_gib=2, used=0.5), guest("y", "b", memory_gib=2, used=0.5)]
+    guests += [guest("m", "c", memory_gib=2, used=0.5), guest("k", "c", memory_gib=2, used=0.5)]
+    return fake_cluster([node("a"), node("b"), node("c")], guests)
+
+
+def test_manual_mode_evacuates_and_returns_on_its_own_by_default() -> None:
+    clock = FakeClock()
+    fake = FakeBackend(_maintenance_cluster(), clock)
+    history = History(":memory:")
+    fake.set_maintenance("c", True)
+    Controller(_manual(), fake, clock, history).run(once=True)
+    assert {g.node for g in fake.cluster.guests if g.id in "mk"} <= {"a", "b"}
+    fake.set_maintenance("c", False)
+    clock.sleep(60)
+    Controller(_manual(), fake, clock, history).run(once=True)
+    assert {g.node for g in fake.cluster.guests if g.id in "mk"} == {"c"}
+    assert history.proposals() == [] and {d.mode for d in history.decisions()} == {"manual"}
+
+
+def test_manual_mode_without_automatic_proposes_the_evacuation() -> None:
+    clock = FakeClock()
+    fake = FakeBackend(_maintenance_cluster(), clock)
+    history = History(":memory:")
+    fake.set_maintenance("c", True)
+    Controller(_manual(automatic=()), fake, clock, history).run(once=True)
+    assert fake.starts == []
+    (proposal,) = history.proposals("open")
+    assert proposal.kind == "repair" and {m.guest for m in proposal.moves} == {"m", "k"}
+    history.settle_proposal(proposal.id, "approved", by="test@cli", decided=0.0)
+    clock.sleep(60)
+    Controller(_manual(automatic=()), fake, clock, history).run(once=True)
+    assert {g.node for g in fake.cluster.guests if g.id in "mk"} <= {"a", "b"}
+    assert [p.state for p in history.proposals()] == ["started"]
+    assert {m.decision for m in history.migrations()} == {proposal.decision}
