@@ -1,30 +1,38 @@
-# opendrs — every target creates .venv when missing and installs what it needs.
+# opendrs — every target creates .venv when missing and installs what it needs: `make demo` the
+# program alone, the other targets the test tools too (the dev extra), `make dist` the build tool.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo screenshot test lint unit test-packages properties bench faults clean
+.PHONY: demo screenshot test lint unit test-packages properties bench faults dist deb clean
 
-$(STAMP): pyproject.toml
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
 	@touch $(STAMP)
+
+$(TEST_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(TEST_STAMP)
 
 demo: $(STAMP)
 	$(BIN)/opendrs demo
 
 # docs/dashboard.png, the README's picture: opendrs demo's dashboard in headless Chromium
 # (Debian's chromium and chromium-driver: make test-packages as root); a few minutes.
-screenshot: $(STAMP)
+screenshot: $(TEST_STAMP)
 	$(BIN)/python tools/screenshot.py docs/dashboard.png
 
-lint: $(STAMP)
+lint: $(TEST_STAMP)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
 
-unit: $(STAMP)
+unit: $(TEST_STAMP)
 	$(BIN)/python -m pytest
 
 # As root, the Debian packages of the browser tests and of the real LXD and Incus cluster tests
@@ -39,7 +47,7 @@ test: lint test-packages unit
 # HYPOTHESIS_DEEP_EXAMPLES=2500 runs a tenth as many; PROPERTY_ARGS=tests/engine some of them.
 PROPERTY_ARGS ?=
 
-properties: $(STAMP)
+properties: $(TEST_STAMP)
 	HYPOTHESIS_PROFILE=deep $(BIN)/python -m pytest -m hypothesis --hypothesis-show-statistics \
 		$(PROPERTY_ARGS)
 
@@ -50,7 +58,7 @@ BENCH_ARGS  ?=
 # measurement history (bench/results/HISTORY.md); a --markdown or --json in BENCH_ARGS wins.
 BENCH_OUT   ?= bench/results/latest
 
-$(BENCH_STAMP): $(STAMP) pyproject.toml
+$(BENCH_STAMP): $(TEST_STAMP) pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	@touch $(BENCH_STAMP)
 
@@ -62,8 +70,32 @@ bench: $(BENCH_STAMP)
 # FAULTS_ARGS="--seeds 100" runs fewer; exit status 1 if an invariant broke.
 FAULTS_ARGS ?=
 
-faults: $(STAMP)
+faults: $(TEST_STAMP)
 	$(BIN)/python -m bench.faults $(FAULTS_ARGS)
 
+# The sdist and the wheel, in dist/ (python -m build makes the wheel from the sdist).
+DIST := dist
+BUILD_STAMP := $(VENV)/.installed-build
+
+$(BUILD_STAMP): | $(BIN)/python
+	$(BIN)/python -m pip install --quiet 'build>=1.2'
+	@touch $(BUILD_STAMP)
+
+dist: $(BUILD_STAMP)
+	rm -f $(DIST)/opendrs-*.tar.gz $(DIST)/opendrs-*.whl
+	$(BIN)/python -m build --outdir $(DIST) .
+
+# The Debian package for this machine's release (Debian 12 or 13: it bundles a venv for that
+# release's python3), in dist/, built from the sdist by debian/rules with PyPI's wheels. Needs
+# build-essential, debhelper and python3-venv (make test-packages installs them, as root).
+DEB_BUILD := build/deb
+
+deb: dist
+	rm -rf $(DEB_BUILD) $(DIST)/opendrs_*.deb
+	mkdir -p $(DEB_BUILD)
+	tar -xzf $(DIST)/opendrs-*.tar.gz -C $(DEB_BUILD)
+	cd $(DEB_BUILD)/opendrs-*/ && dpkg-buildpackage --build=binary --no-sign
+	cp $(DEB_BUILD)/opendrs_*.deb $(DIST)/
+
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .ruff_cache

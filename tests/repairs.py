@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from opendrs.model.cluster import Cluster
+from opendrs.model.cluster import Cluster, guest_label
 from opendrs.model.document import parse
 from opendrs.model.snapshot import from_dict
 
@@ -117,10 +117,14 @@ def run_config(snapshot: Path, policy: str = "") -> Path:
     return path
 
 
-def left_on(node: str, stays: Mapping[str, str]) -> dict[str, str]:
+def left_on(
+    node: str, stays: Mapping[str, str], names: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """What opendrs says of each guest of ``stays`` (guest → why it may not move) left on
-    ``node``, in maintenance."""
+    ``node``, in maintenance: the guest as ``name (id)`` by ``names``, its id alone without."""
+    names = names or {}
     return {
-        guest: f"{guest} is on {node}, in maintenance, and stays there: {why}"
+        guest: f"{guest_label(guest, names.get(guest, ''))} is on {node}, in maintenance, and "
+        f"stays there: {why}"
         for guest, why in stays.items()
     }

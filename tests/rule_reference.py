@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator, Sequence
 from opendrs.engine.constraints import RuleProblem
 from opendrs.model.rules import ORIGINS, GuestAffinity, NodeAffinity, precedence
 
-WORDS = {"platform": "platform", "config": "configured", "tag": "tag"}
+WORDS = {"platform": "platform", "config": "configured", "pool": "pool", "tag": "tag"}
 AnyRule = NodeAffinity | GuestAffinity
 #: A contradiction: the rules involved, those that go, the problem, what it is.
 Found = tuple[list[AnyRule], list[AnyRule], RuleProblem, str]

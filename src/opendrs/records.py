@@ -21,7 +21,8 @@ A **decision** object (``kind: decision``)::
 ``act`` is true for ``action`` ``plan`` or ``repair``; ``code`` is the decision's code (``null``
 in a history written before codes were recorded); ``reason`` is its sentence — for a decision not
 to act, why not (the filter that stopped it, with counts); ``moves`` are the plan's migrations in
-order (``guest``, ``source``, ``target``, ``step``, ``parking``), the ones shadow mode would have
+order (``guest``, ``name``, ``source``, ``target``, ``step``, ``parking``; ``name`` is the guest's
+name, ``null`` in a history written before names were recorded), the ones shadow mode would have
 made in shadow mode.
 
 A **migration** object (``kind: migration``) is one event of one migration::
@@ -157,8 +158,9 @@ class Avoid:
     reason: str
 
 
-#: The fields of a plan's move in a decision object.
-_MOVE_FIELDS = ("guest", "source", "target", "step", "parking")
+#: The fields of a plan's move in a decision object (``name``: the guest's, ``None`` in a
+#: history written before names were recorded).
+_MOVE_FIELDS = ("guest", "name", "source", "target", "step", "parking")
 
 
 def decision_object(record: DecisionRecord) -> dict[str, Any]:

@@ -88,7 +88,8 @@ def test_the_dashboard_shows_the_nodes_and_a_migration_while_it_runs(
         assert still is not None and still[0] and "step 1:" in still[1]
         flying = wait_until("a migration in flight", lambda: read(chromium, "tr.in-flight"))
         guest, route, _ = flying[0].split("\t")
-        assert guest.isdigit() and re.fullmatch(r"pve\d → pve\d", route), flying[0]
+        assert re.fullmatch(r"[a-z]+-\d{3} \(\d+\)", guest), flying[0]  # name (id)
+        assert re.fullmatch(r"pve\d → pve\d", route), flying[0]
         shot = tmp_path / "dashboard.png"
         assert chromium.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
         decisions = read(chromium, "li.decision")

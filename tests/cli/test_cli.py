@@ -71,7 +71,7 @@ def test_place_guest_new_and_evacuate(capsys: pytest.CaptureFixture[str]) -> Non
     data = json.loads(out)
     assert code == 0 and data["best"] == data["ranking"][0]["node"]
     code, out, _ = run(capsys, "place", "demo", "--guest", "101")
-    assert code == 0 and out.startswith("Placement of guest 101 (balance)")
+    assert code == 0 and out.startswith("Placement of guest db-replica (101) (balance)")
     code, out, _ = run(capsys, "place", "demo", "--evacuate", "pve4", "--format", "json")
     data = json.loads(out)
     assert data["node"] == "pve4"
@@ -102,7 +102,7 @@ def test_strategies_and_demo(capsys: pytest.CaptureFixture[str]) -> None:
     assert "pve-bruteforce" in out and "optimal" in out
     code, out, _ = run(capsys, "demo", "--fast", "--days", "0.5")
     assert code == 0 and "opendrs demo:" in out
-    assert "Stability over 0.5 simulated days of builtin:demo" in out
+    assert "What opendrs did over 0.5 simulated days of the demo cluster" in out
     assert " done " in out  # migrations as they happen
 
 
@@ -110,7 +110,7 @@ def test_strategies_and_demo(capsys: pytest.CaptureFixture[str]) -> None:
     ("argv", "message"),
     [
         (["show", "/nonexistent/x.yaml"], "error: /nonexistent/x.yaml: cannot read the file"),
-        (["place", "demo", "--guest", "nope"], "error: --guest: no guest 'nope' in demo"),
+        (["place", "demo", "--guest", "nope"], "error: --guest: no guest 'nope' (by id or name)"),
         (["place", "demo", "--evacuate", "nope"], "error: --evacuate: no node 'nope' in demo"),
         (["place", "demo", "--new", "cpu=x,memory=1G"], "error: --new: cpu: 'x' is not a number"),
         (["place", "demo", "--new", "cpu=1"], "error: --new: memory is required"),

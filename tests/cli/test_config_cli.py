@@ -115,6 +115,27 @@ def test_init_writes_a_starting_configuration_that_validates(tmp_path: Path, pla
 
 
 @pytest.mark.parametrize("platform", ["proxmox", "incus"])
+def test_the_commented_migration_windows_validate_once_uncommented(
+    tmp_path: Path, platform: str
+) -> None:
+    done = opendrs("init", "--platform", platform, "-o", "-", timeout=60)
+    assert done.returncode == 0, done.stderr
+    text = re.sub(r"(?m)^  # (timezone|windows|blackouts):", r"  \1:", done.stdout)
+    assert text.count("\n  windows: ") == 1 and text != done.stdout
+    target = tmp_path / "opendrs.yaml"
+    target.write_text(text)
+    if platform == "proxmox":
+        proxmox_files(tmp_path)
+    checked = opendrs("validate", "--config", str(target), timeout=60)
+    assert checked.returncode == 0, checked.stderr
+    assert (
+        "  windows   balance may start migrations only within Mon-Fri 22:00-06:00, "
+        "Sat,Sun 00:00-24:00; balance, maintenance, return start none in Sun 01:00-04:00 "
+        "(Europe/Berlin)\n"
+    ) in checked.stdout
+
+
+@pytest.mark.parametrize("platform", ["proxmox", "incus"])
 def test_the_starting_configuration_is_safe_and_explained(platform: str) -> None:
     done = opendrs("init", "--platform", platform, "-o", "-", timeout=60)
     assert done.returncode == 0, done.stderr

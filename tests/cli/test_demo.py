@@ -11,7 +11,7 @@ import time
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from daemon import fetch
+from daemon import fetch, opendrs
 from opendrs.cli.main import main
 
 DASHBOARD = re.compile(r"dashboard: http://(127\.0\.0\.1:\d+)/ — served while the demo runs")
@@ -24,7 +24,7 @@ def test_the_demo_prints_its_dashboard_and_stops_serving_at_its_end(
     out = capsys.readouterr().out
     match = DASHBOARD.search(out)
     assert match is not None, out
-    assert "Stability over 0.25 simulated days" in out
+    assert "What opendrs did over 0.25 simulated days of the demo cluster" in out
     with pytest.raises(OSError):
         fetch(match.group(1), "/healthz")
 
@@ -73,8 +73,24 @@ def test_the_dashboard_answers_while_a_paced_demo_runs() -> None:
         names = {family.name for family in text_string_to_metric_families(text)}
         assert status == 200 and {"opendrs_node_load", "opendrs_spread"} <= names
         rest, _ = demo.communicate(timeout=120)
-        assert demo.returncode == 0 and "Stability over 0.25 simulated days" in rest
+        assert demo.returncode == 0 and "What opendrs did over 0.25 simulated days" in rest
     finally:
         if demo.poll() is None:
             demo.kill()
             demo.wait(10)
+
+
+def test_the_demo_reads_at_100_columns_with_guests_by_name() -> None:
+    """Off a terminal, 100 columns: every line fits, migrations name their guests, and the summary
+    says what its figures mean."""
+    demo = opendrs("demo", "--fast", "--days", "0.25", "--no-dashboard", columns=100)
+    assert demo.returncode == 0, demo.stderr
+    lines = demo.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 100
+    done = [line for line in lines if re.match(r"\s*[\d.]+ h  done ", line)]
+    assert done and all(re.search(r"done [a-z]+-\d{3} \(\d+\) pve\d → pve\d", d) for d in done)
+    summary = "\n".join(
+        lines[lines.index("What opendrs did over 0.25 simulated days of the demo cluster") :]
+    )
+    assert "ping-pongs: guests taken back to a node they left less than 24 h before" in summary
+    assert "the spread (busiest node's load less the idlest's) averaged" in summary

@@ -74,3 +74,20 @@ def test_bad_generate_flags_are_refused_in_one_line(args: tuple[str, ...], messa
     assert done.returncode == 2
     assert message in done.stderr
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+
+
+def test_simulate_says_where_it_is_and_each_result_as_it_comes_on_any_output() -> None:
+    """Not a terminal (a pipe): progress lines on standard error, and each policy's figures in a
+    line as soon as its run is done, before the table."""
+    done = opendrs(
+        "simulate", "--generate", "3", "--nodes", "4", "--guests", "40", "--days", "0.5",
+        "--policy", "opendrs,proxlb",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.startswith("simulate: ")]
+    assert lines[0] == "simulate: opendrs: day 0.0 of 0.5 (0%)"
+    finished = [line for line in lines if " done in " in line]
+    assert [line.split()[1] for line in finished] == ["opendrs", "proxlb"]
+    assert all("migrations over 0.5 days, spread above 15 pp" in line for line in finished)
+    quiet = opendrs("simulate", "--generate", "3", *SMALL, "--policy", "proxlb")
+    assert quiet.returncode == 0 and "simulate: " not in quiet.stderr

@@ -59,7 +59,7 @@ def test_metrics_follow_what_the_daemon_does(tmp_path: Path) -> None:
     with Daemon(config) as daemon:
         address = served(daemon)
         assert address.startswith("127.0.0.1:") and not address.endswith(":0")
-        daemon.wait_for(r"started \S+ pve\d → pve\d", timeout=60)
+        daemon.wait_for(r"started .+ pve\d → pve\d", timeout=60)
         # The metrics follow at the end of the cycle whose plan started the migration.
         eventually(lambda: value(samples(address), "opendrs_decisions_total") >= 1)
         first = samples(address)

@@ -76,11 +76,12 @@ def test_snapshot_report_shows_the_steps_of_opendrs_plan_each_move_with_its_reas
     assert len(steps) == plan["plan"]["steps"] > 1
     moves = page.find("li", "move")
     assert len(moves) == len(plan["moves"])
-    reasons = {(p["guest"], p["target"]): p for p in plan["proposed"]}
     for li, move in zip(moves, plan["moves"], strict=True):
-        assert li.text.startswith(f"{move['guest']} {move['source']} → {move['target']}")
-        why = reasons[(move["guest"], move["target"])]
-        assert f"{why['reason']}: {why['metric']}" in li.text
+        # the guest as name (id), then why in words; the engine's figures in the moves' table
+        assert f"({move['guest']}) {move['source']} → {move['target']}" in li.text
+        assert f"({move['guest']}) off {move['source']} (" in li.text and "; copies " in li.text
+    table = page.section("moves").text
+    assert all(f"{p['reason']} {p['metric']}" in table for p in plan["proposed"])
     for step, element in enumerate(steps, 1):
         assert element.text.startswith(f"Step {step} ")
     bounds = page.section("bounds").text
@@ -111,7 +112,8 @@ def test_snapshot_report_in_markdown(tmp_path: Path) -> None:
     for node in as_json("show", "demo")["nodes"]:
         assert re.search(rf"^\| {node['name']} \| online \|", text, re.MULTILINE)
     for move in plan["moves"]:
-        assert f"- {move['guest']}: {move['source']} → {move['target']}" in text
+        said = rf"^- moves .* \({move['guest']}\) off {move['source']} \(.*\) to {move['target']} "
+        assert re.search(said, text, re.MULTILINE), move
     assert text.count("\nStep ") == plan["plan"]["steps"]
     # Every table row has as many cells as its header.
     for table in re.findall(r"((?:^\|.*\|\n)+)", text, re.MULTILINE):
@@ -172,7 +174,7 @@ def test_history_report_over_a_run_of_the_daemon(ran: Path) -> None:
     assert len(page.find("tr", "failure")) == len(failed)
     movers = page.find("tr", "mover")
     done_by_guest = Counter(m["guest"] for m in migrations if m["outcome"] == "done")
-    assert movers and movers[0].text.split()[0] in {
+    assert movers and movers[0].text.split()[1].strip("()") in {
         g for g, n in done_by_guest.items() if n == max(done_by_guest.values())
     }
     assert_self_contained(page)

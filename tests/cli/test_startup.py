@@ -22,7 +22,8 @@ SMALL = Path(__file__).resolve().parents[2] / "examples" / "small.yaml"
 #: reports' charts and templates, the daemon's metrics, the backends' clients, the other
 #: commands and strategies (the policy's presets name some), the proxlb compatibility layer (a
 #: snapshot is no scenario), the policy's decisions (a plan needs its repair alone), numpy's
-#: masked arrays (``np.unique`` imports them: the engine asks ``engine.distinct``), rich's emoji
+#: masked arrays (``np.unique`` imports them: the engine asks ``engine.distinct``), the migration
+#: windows and their time zones (a snapshot has none), rich's emoji
 #: table and the "did you mean" of a mistake.
 NOT_FOR_PLAN = (
     "ortools",
@@ -51,6 +52,8 @@ NOT_FOR_PLAN = (
     "opendrs.engine.policy.decision",
     "opendrs.engine.policy.smoothing",
     "opendrs.engine.policy.why",
+    "opendrs.engine.policy.windows",
+    "zoneinfo",
     "numpy.ma",
     "rich._emoji_codes",
     "difflib",

@@ -79,16 +79,16 @@ def test_a_reload_to_shadow_during_a_plan_starts_nothing_more(
 ) -> None:
     config = write_config(tmp_path, fake, mode="active")
     with Daemon(config) as daemon:
-        daemon.wait_for(r"started \d+ pve1 → ")
+        daemon.wait_for(r"started (?:\S+ \()?\d+\)? pve1 → ")
         write_config(tmp_path, fake, mode="shadow")
         daemon.signal(signal.SIGHUP)
         daemon.wait_for(r"configuration reloaded .*mode shadow")
-        started = daemon.count(r"started \d+ pve1 → ")
+        started = daemon.count(r"started (?:\S+ \()?\d+\)? pve1 → ")
         requests = migration_requests(fake)
         assert requests == started <= 2
         daemon.wait_for(r"skipped .*changed to shadow mode")
         # The migration in flight is followed to its end and recorded; nothing else starts.
-        daemon.wait_for(r"done \d+ pve1 → ")
+        daemon.wait_for(r"done (?:\S+ \()?\d+\)? pve1 → ")
         daemon.wait_for(r"shadow: would migrate", after=daemon.mark)
         assert migration_requests(fake) == requests
         assert daemon.stop() == 0
@@ -151,7 +151,7 @@ def test_the_decision_log_against_proxmox_has_every_migration_and_no_secret(
 ) -> None:
     config = write_config(tmp_path, fake, extra="log: {decisions: decisions.jsonl}\n")
     with Daemon(config) as daemon:
-        daemon.wait_for(r"done \d+ pve1 → ", timeout=60)
+        daemon.wait_for(r"done (?:\S+ \()?\d+\)? pve1 → ", timeout=60)
         assert daemon.stop() == 0
     text = (tmp_path / "decisions.jsonl").read_text()
     assert TOKEN_SECRET not in text and fake.address not in text

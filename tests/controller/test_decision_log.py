@@ -125,7 +125,7 @@ def test_the_log_has_what_history_jsonl_prints_line_for_line(tmp_path: Path) -> 
     assert written[5]["handle"] == PENDING and written[5]["error"] == "it broke"
     assert written[1]["act"] is True and written[1]["code"] == "plan"
     assert written[1]["moves"] == [
-        {"guest": "101", "source": "a", "target": "b", "step": 1, "parking": None}
+        {"guest": "101", "name": None, "source": "a", "target": "b", "step": 1, "parking": None}
     ]
     assert written[0]["time"] == iso_time(100.0) == "1970-01-01T00:01:40Z"
 

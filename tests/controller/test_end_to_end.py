@@ -364,7 +364,7 @@ def test_the_daemon_balances_over_a_few_cycles_then_holds_still(
         )
 
     with Daemon(config) as daemon:
-        daemon.wait_for(r"started \d+ pve1 → ")
+        daemon.wait_for(r"started (?:\S+ \()?\d+\)? pve1 → ")
         eventually(
             lambda: (
                 sorted(list(placement(fake).values()).count(n) for n in NODES) == [3, 3, 3]
@@ -388,7 +388,7 @@ def test_the_daemon_balances_over_a_few_cycles_then_holds_still(
         log = daemon.log()
     moved = migrations(tmp_path)
     assert len(moved) == requested and {outcome for *_, outcome in moved} == {"done"}
-    assert daemon.count(r"done \d+ pve1 → ") == requested
+    assert daemon.count(r"done (?:\S+ \()?\d+\)? pve1 → ") == requested
     after = memory_fractions(fake)
     assert max(after.values()) - min(after.values()) <= 0.10, after
     assert_no_secret(tmp_path, log)

@@ -39,7 +39,8 @@ STAYS = {
 }
 
 
-SAID = left_on("pve2", STAYS)
+#: The fake Proxmox's names: the VMs' vmNNN, the container's hostname.
+SAID = left_on("pve2", STAYS, {g: ("ct" if g == "203" else "vm") + g for g in STAYS})
 
 
 @pytest.fixture
@@ -102,7 +103,7 @@ def test_run_once_moves_the_young_vm_and_warns_of_each_guest_left(
     assert done.returncode == 0, done.stderr
     assert warned(done.stderr) == [SAID[g] for g in STAYS]
     (reason,) = re.findall(r"decision \(active\): (.*)", done.stderr)
-    assert reason.startswith("repair: 207 is on pve2, in maintenance; 1 migration")
+    assert reason.startswith("repair: vm207 (207) is on pve2, in maintenance; 1 migration")
     assert fake.pve.vm(207).node != "pve2"
     assert {g: fake.pve.guest(int(g)).node for g in STAYS} == dict.fromkeys(STAYS, "pve2")
 

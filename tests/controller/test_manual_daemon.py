@@ -77,7 +77,7 @@ def test_manual_mode_proposes_and_migrates_only_what_is_approved(
         assert "approved by" in done.stdout and "(1 of" in done.stdout
         assert "takes it now" in done.stdout
         daemon.wait_for(rf"proposal {pid} approved by \S+@cli: checked again, starting")
-        daemon.wait_for(r"done \d+ pve1 → ")
+        daemon.wait_for(r"done .*pve1 → ")
         assert daemon.stop() == 0
     assert migrations(tmp_path) == [(first["guest"], "pve1", first["target"])]
     (kept,) = [p for p in proposals(config, "--all") if p["id"] == pid]
@@ -148,7 +148,7 @@ def test_an_open_proposal_expires_when_its_guest_moves(tmp_path: Path, fake: Fak
 def test_automatic_balance_acts_without_approval(tmp_path: Path, fake: FakeCluster) -> None:
     config = manual_config(tmp_path, fake, extra="automatic: [balance]\n")
     with Daemon(config) as daemon:
-        daemon.wait_for(r"started \d+ pve1 → ", timeout=60)
+        daemon.wait_for(r"started .*pve1 → ", timeout=60)
         assert daemon.count(PROPOSED) == 0
         assert daemon.stop() == 0
     assert migrations(tmp_path)
@@ -165,7 +165,7 @@ def test_balance_now_decides_at_once_whatever_the_interval(
     config.write_text(text)
     with Daemon(config) as daemon:
         daemon.wait_for(rf"decision \({mode}\): .*(hold|observation)")
-        assert daemon.count(PROPOSED) == 0 and daemon.count(r"started \d+") == 0
+        assert daemon.count(PROPOSED) == 0 and daemon.count(r"started .*pve1 → ") == 0
         done = opendrs("balance-now", "--config", str(config))
         assert done.returncode == 0, done.stderr
         assert said in done.stdout and "takes it now" in done.stdout
@@ -173,7 +173,7 @@ def test_balance_now_decides_at_once_whatever_the_interval(
         if mode == "manual":
             first_proposal(daemon)
         else:
-            daemon.wait_for(r"started \d+ pve1 → ")
+            daemon.wait_for(r"started .*pve1 → ")
         assert daemon.stop() == 0
     assert (migrations(tmp_path) == []) == (mode == "manual")
 
@@ -276,7 +276,7 @@ def test_the_dashboard_approves_with_the_token_from_its_own_origin(
         assert status == 200, body
         assert json.loads(body) == {"by": "ops@http", "chosen": [1], "id": pid, "state": "approved"}
         daemon.wait_for(rf"proposal {pid} approved by ops@http: checked again, starting")
-        daemon.wait_for(r"done \d+ pve1 → ")
+        daemon.wait_for(r"done .*pve1 → ")
         assert request(address, approve)[0] == 409  # no longer open
         status, body = request(address, "/api/balance-now")
         assert status == 202 and json.loads(body)["by"] == "ops@http"

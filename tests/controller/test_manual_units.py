@@ -26,7 +26,7 @@ BACKEND = {"backend": {"type": "file", "path": "c.yaml"}}
 def test_manual_mode_and_automatic_are_read() -> None:
     config = parse_config({**BACKEND, "mode": "manual"})
     assert config.mode == "manual" and config.migrates and not config.active
-    assert config.automatic == ("repair", "maintenance")
+    assert config.automatic == ("maintenance", "return", "repair")
     assert config.acts_alone("repair") and not config.acts_alone("balance")
     config = parse_config({**BACKEND, "mode": "manual", "automatic": []})
     assert not config.acts_alone("repair")
@@ -163,7 +163,7 @@ def test_http_write_is_off_by_default_and_never_without_a_token() -> None:
 # -- the controller in manual mode, on the scripted backend -------------------------------------
 
 
-def _manual(automatic: tuple[str, ...] = ("repair", "maintenance")) -> Config:
+def _manual(automatic: tuple[str, ...] = ("maintenance", "return", "repair")) -> Config:
     policy = PolicyConfig(interval=60, hold=1, smoothing=0, min_uptime=0, maintenance_return=True)
     return Config(
         file="<test>",
@@ -204,7 +204,7 @@ def test_manual_mode_without_automatic_proposes_the_evacuation() -> None:
     Controller(_manual(automatic=()), fake, clock, history).run(once=True)
     assert fake.starts == []
     (proposal,) = history.proposals("open")
-    assert proposal.kind == "repair" and {m.guest for m in proposal.moves} == {"m", "k"}
+    assert proposal.kind == "maintenance" and {m.guest for m in proposal.moves} == {"m", "k"}
     history.settle_proposal(proposal.id, "approved", by="test@cli", decided=0.0)
     clock.sleep(60)
     Controller(_manual(automatic=()), fake, clock, history).run(once=True)

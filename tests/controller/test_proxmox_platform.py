@@ -169,7 +169,7 @@ def test_the_daemon_moves_a_replicated_vm_only_to_its_target(
     ]
     config = write_config(tmp_path, fake)
     with Daemon(config) as daemon:
-        daemon.wait_for(r"done 10[01] pve1 → ")
+        daemon.wait_for(r"done vm10[01] \(10[01]\) pve1 → ")
         eventually(lambda: len(migrations(tmp_path)) >= 1 and not any(v.lock for v in fake.pve.vms))
         assert daemon.stop() == 0
     for guest, _source, target, outcome, _error in migrations(tmp_path):
@@ -303,7 +303,7 @@ def test_no_migration_starts_while_the_ha_manager_moves_a_guest(
         daemon.wait_for(r"under way\)")
         assert migration_requests(fake) == []
         daemon.wait_for("the platform's own moves are over: migrations may start")
-        daemon.wait_for(r"started 10[0-3] pve1 → ")
+        daemon.wait_for(r"started vm10[0-3] \(10[0-3]\) pve1 → ")
         assert placement(fake)[300] == "pve2"
         if once:
             assert daemon.process.wait(DEADLINE) == 0
@@ -398,11 +398,12 @@ def test_the_daemon_follows_the_master_and_drops_its_plan_when_it_moves(
         pve.ha_master = "pve1"
         mark = len(daemon.lines)
         daemon.wait_for("acting again: this instance may act on the cluster", after=mark)
-        daemon.wait_for(r"started 10\d pve1 → ", after=mark)
+        daemon.wait_for(r"started vm10\d \(10\d\) pve1 → ", after=mark)
         assert "\nopendrs_standby 0.0\n" in fetch(address, "/metrics")[1]
         pve.ha_master = "pve3"
-        daemon.wait_for(r"skipped 10\d .*not the HA manager's master \(pve3\)", after=mark)
-        daemon.wait_for(r"done 10\d pve1 → ", after=mark)
+        skipped = r"skipped vm10\d \(10\d\) .*not the HA manager's master \(pve3\)"
+        daemon.wait_for(skipped, after=mark)
+        daemon.wait_for(r"done vm10\d \(10\d\) pve1 → ", after=mark)
         requested = len(migration_requests(fake))
         time.sleep(2.0)
         assert len(migration_requests(fake)) == requested == 1

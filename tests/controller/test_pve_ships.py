@@ -164,7 +164,7 @@ def test_the_daemon_never_puts_the_guest_on_a_node_it_avoids(
     tmp_path: Path, fake: FakeCluster
 ) -> None:
     never_on_pve3(fake)
-    log = daemon_beside_the_ha_manager(tmp_path, fake, r"started \d+ pve1 → ")
+    log = daemon_beside_the_ha_manager(tmp_path, fake, r"started (?:\S+ \()?\d+\)? pve1 → ")
     assert not [m for m in migrations(tmp_path) if m[0] == "100" and m[2] == "pve3"], log
     assert node_of(fake, 100) != "pve3" and fake.pve.crm_moves == [], log
 
@@ -409,7 +409,7 @@ def test_once_the_proxmox_preset_waits_for_a_queued_ha_move(
     assert all(moves_asked(fake, vmid) == 0 for vmid in range(100, 106))
     [(action, reason)] = decisions(tmp_path)
     assert action == "none" and reason.startswith(
-        "105 (vm105) is moving: no new decision until it ends (imbalance "
+        "vm105 (105) is moving: no new decision until it ends (imbalance "
     ), reason
     # The HA manager carries the move out; once it is over, the preset makes its one move.
     fake.run(fake.pve.carry_out_ha_motions())

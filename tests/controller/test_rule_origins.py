@@ -67,9 +67,9 @@ def test_the_daemon_keeps_the_ha_rule_and_warns_about_the_tag(tmp_path: Path, pv
     assert done.returncode == 0, done.stderr
     warnings = [line for line in done.stderr.splitlines() if " WARNING rules: " in line]
     assert len(warnings) == 1 and warnings[0].endswith(IGNORED), done.stderr
-    assert "would migrate 100 pve1 → pve3" in done.stderr, done.stderr
+    assert "would migrate vm100 (100) pve1 → pve3" in done.stderr, done.stderr
     assert "→ pve2" not in next(
-        (line for line in done.stderr.splitlines() if "would migrate 100 " in line), ""
+        (line for line in done.stderr.splitlines() if "would migrate vm100 (100) " in line), ""
     )
 
 

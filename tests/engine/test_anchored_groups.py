@@ -211,5 +211,6 @@ def test_the_daemon_joins_the_movable_member_to_its_anchor(tmp_path: Path, fake:
     done = run_once(shadow_config(tmp_path, fake))
     assert done.returncode == 0, done.stderr
     assert "repair stuck" not in done.stderr, done.stderr
-    assert "shadow: would migrate 101 pve2 → pve1 (step 1)" in done.stderr, done.stderr
-    assert "decision (shadow): repair: 101 is apart from its hard-affinity partners" in done.stderr
+    assert "shadow: would migrate vm101 (101) pve2 → pve1 (step 1)" in done.stderr, done.stderr
+    repaired = "decision (shadow): repair: vm101 (101) is apart from its hard-affinity partners"
+    assert repaired in done.stderr

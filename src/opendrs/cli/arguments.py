@@ -1,16 +1,20 @@
 """The argparse value types of the commands' options: numbers, whole numbers, shares (a
-fraction or a percentage), seconds."""
+fraction or a percentage), seconds; and a guest given by name or id."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 from typing import Any, Protocol
 
+from opendrs.cli.process import UsageError
+from opendrs.model.cluster import guest_label
 from opendrs.model.units import UnitError, parse_fraction
 
 __all__ = [
     "Subcommands",
     "at_least_one",
+    "guest_by_name_or_id",
     "non_negative",
     "number_or_percentage",
     "parse_number",
@@ -94,3 +98,19 @@ def simulated_days(text: str) -> float:
     if not 0 < value <= 3660:
         raise argparse.ArgumentTypeError("must be more than 0 and at most 3660")
     return value
+
+
+def guest_by_name_or_id(text: str, names: Mapping[str, str], option: str, where: str) -> str:
+    """The id of the guest ``text`` names, an id or a name (``names``: each id's name) — as
+    ``--guest`` takes it. None there, or a name several guests have, is a usage error."""
+    if text in names:
+        return text
+    matches = sorted(gid for gid, name in names.items() if name == text)
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        listed = ", ".join(guest_label(gid, names[gid]) for gid in matches)
+        raise UsageError(
+            f"{option}: {len(matches)} guests are named {text!r} ({listed}): give an id"
+        )
+    raise UsageError(f"{option}: no guest {text!r} (by id or name) in {where}")

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from opendrs.cli.arguments import Subcommands
-from opendrs.cli.output import add_format_option, dump_json, new_console
+from opendrs.cli.arguments import Subcommands, guest_by_name_or_id
+from opendrs.cli.output import add_format_option, add_verbose_option, dump_json, new_console
 from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, UsageError
 from opendrs.engine.breaks import rule_breaks
 from opendrs.engine.constraints import Constraints, movability, platform_balancer
@@ -19,10 +18,10 @@ from opendrs.engine.planner import Plan
 from opendrs.engine.policy import repair, stuck_now, warn_stuck
 from opendrs.engine.strategies.base import cluster_imbalance, imbalance_by_arch
 from opendrs.engine.usage import LoadModel
-from opendrs.model.cluster import GUEST_KINDS, Cluster, Guest, Move
+from opendrs.model.cluster import Cluster, Guest, Move
 from opendrs.model.document import DocumentError, parse, read_file
-from opendrs.model.snapshot import MAX_BYTES, MAX_CORES, from_dict, load_demo
-from opendrs.model.units import UnitError, parse_bytes
+from opendrs.model.new_guest import NewGuestError, new_guest
+from opendrs.model.snapshot import from_dict, load_demo
 from opendrs.report.text import (
     Report,
     show_cluster,
@@ -166,78 +165,10 @@ def _parse_new(spec: str) -> Guest:
             raise UsageError(f"--new: {part!r} is not key=value (example: cpu=4,memory=8GiB)")
         key, value = (s.strip() for s in part.split("=", 1))
         fields[key] = value
-    allowed = {"cpu", "memory", "kind", "arch", "name", "id", "cpu_used", "memory_used", "priority"}
-    unknown = sorted(set(fields) - allowed)
-    if unknown:
-        raise UsageError(f"--new: unknown key {unknown[0]!r} (known: {', '.join(sorted(allowed))})")
-    if "memory" not in fields:
-        raise UsageError("--new: memory is required (example: cpu=4,memory=8GiB)")
-
-    def number(key: str, default: str) -> float:
-        text = fields.get(key, default)
-        try:
-            value = float(text)
-        except ValueError:
-            raise UsageError(f"--new: {key}: {text!r} is not a number") from None
-        if not 0 <= value < float("inf"):
-            raise UsageError(f"--new: {key}: must be a finite number ≥ 0")
-        return value
-
-    def size(key: str) -> int | None:
-        if key not in fields:
-            return None
-        _refuse_bare_size(key, fields[key])
-        try:
-            value = parse_bytes(fields[key])
-        except UnitError as exc:
-            raise UsageError(f"--new: {key}: {exc}") from None
-        if value > MAX_BYTES:
-            raise UsageError(f"--new: {key}: size too large (at most 8 PiB)")
-        return value
-
-    cpu = number("cpu", "1")
-    if not 0 < cpu <= 100_000:
-        raise UsageError("--new: cpu: must be a positive number of vCPUs, at most 100000")
-    memory = size("memory") or 0
-    if memory <= 0:
-        raise UsageError("--new: memory: must be greater than 0")
-    cpu_used = number("cpu_used", "0") if "cpu_used" in fields else None
-    if cpu_used is not None and cpu_used > MAX_CORES:
-        raise UsageError(f"--new: cpu_used: must be at most {MAX_CORES} cores")
-    memory_used = size("memory_used")
-    priority = fields.get("priority", "2")
-    if priority not in ("1", "2", "3"):
-        raise UsageError("--new: priority: must be 1, 2 or 3")
-    kind = fields.get("kind", "vm")
-    if kind not in GUEST_KINDS:
-        raise UsageError(f"--new: kind must be one of {', '.join(GUEST_KINDS)}")
-    return Guest(
-        id=fields.get("id", "new"),
-        node="",
-        kind=kind,  # type: ignore[arg-type]
-        name=fields.get("name", ""),
-        cpu=cpu,
-        memory=memory,
-        cpu_used=cpu_used,
-        memory_used=memory_used,
-        arch=fields.get("arch"),
-        priority=int(priority),
-    )
-
-
-def _refuse_bare_size(key: str, text: str) -> None:
-    """A size without a unit is refused: Proxmox writes memory in MiB, a snapshot in bytes, so a
-    bare ``memory=4096`` means either; the hint names both readings' spellings."""
     try:
-        number = float(text)
-    except ValueError:
-        return  # a unit, or not a size: parse_bytes says which
-    if not math.isfinite(number):
-        return
-    larger = f"{number / 1024:g}G" if number >= 1024 else "8G"
-    raise UsageError(
-        f"--new: {key}={text}: give a unit, e.g. {number:g}M or {larger} ({number:g}B for bytes)"
-    )
+        return new_guest(fields)
+    except NewGuestError as exc:
+        raise UsageError(f"--new: {exc}") from None
 
 
 def cmd_place(args: argparse.Namespace) -> int:
@@ -256,22 +187,24 @@ def cmd_place(args: argparse.Namespace) -> int:
                 data["plan"] = plan.as_dict()
             dump_json(data)
         else:
-            show_evacuation(report, result)
+            show_evacuation(report, result, cluster)
             if plan is not None:
-                show_plan(report, plan)
+                show_plan(report, plan, cluster)
         return EXIT_PROBLEM if result.stuck else EXIT_OK
     if args.guest is not None:
-        if args.guest not in cluster.guest_index:
-            raise UsageError(f"--guest: no guest {args.guest!r} in {args.snapshot}")
-        placement = place_guest(cluster, args.guest, "recover" if args.failed else "balance")
+        names = {g.id: g.name for g in cluster.guests}
+        guest = guest_by_name_or_id(args.guest, names, "--guest", args.snapshot)
+        placement = place_guest(cluster, guest, "recover" if args.failed else "balance")
     else:
         if args.failed:
             raise UsageError("--failed goes with --guest or --evacuate, not --new")
-        placement = place_new(cluster, _parse_new(args.new))
+        new = _parse_new(args.new)
+        placement = place_new(cluster, new)
+        cluster = replace(cluster, guests=(*cluster.guests, new))  # to name it, and its rules
     if args.format == "json":
         dump_json(placement.as_dict())
     else:
-        show_placement(report, placement)
+        show_placement(report, placement, cluster, verbose=args.verbose)
     return EXIT_OK if placement.ranking else EXIT_PROBLEM
 
 
@@ -305,10 +238,12 @@ def add_cluster_parsers(sub: Subcommands) -> None:
     p = sub.add_parser(
         "validate",
         help="check a snapshot file and its rules, or a configuration file",
-        description="SNAPSHOT: check the snapshot and its rules (a rule set aside for another "
-        "is a warning). --config FILE: check a configuration as 'opendrs run' reads it, a "
-        "problem in each section it has one in, and say what it would make opendrs do. One "
-        "line per problem: file, field, reason. Exit status: 0 valid, 2 a problem.",
+        description="SNAPSHOT: read a snapshot file and check its rules as Proxmox's HA rule "
+        "checks do (contradictions, rules no placement can keep); a rule ignored in favour of "
+        "one of an earlier origin is a warning. --config FILE: check a configuration as "
+        "'opendrs run' reads it, a problem in each section it has one in, and say what it would "
+        "make opendrs do. One line per problem: file, field, reason. Exit status: 0 valid, 2 "
+        "unreadable, invalid, or rules dropped.",
     )
     p.add_argument("snapshot", metavar="SNAPSHOT", nargs="?", help="a snapshot, or 'demo'")
     p.add_argument("--config", metavar="FILE", help="a configuration file to check instead")
@@ -318,6 +253,10 @@ def add_cluster_parsers(sub: Subcommands) -> None:
     p = sub.add_parser(
         "show",
         help="nodes with load bars, guests per node, imbalance figures, rules broken now",
+        description="Show a snapshot: each node's load per resource as a bar (as wide as the "
+        "terminal lets it be) and its size, the imbalance of the usable nodes, the guests per "
+        "node as name (id), the rules dropped and broken now, the nodes over capacity and what "
+        "a repair would leave stuck. Exit status: 0 shown, 2 bad input.",
     )
     p.add_argument("snapshot", metavar="SNAPSHOT")
     p.add_argument("--no-guests", action="store_true", help="leave out the guest table")
@@ -327,10 +266,17 @@ def add_cluster_parsers(sub: Subcommands) -> None:
     p = sub.add_parser(
         "place",
         help="rank the nodes for a guest, a new guest, or every guest of a node to evacuate",
+        description="Rank the nodes that can take a guest (by name or id), a new guest, or "
+        "each guest of a node to evacuate: the hard constraints filter the nodes, each rejected "
+        "node says why, and the others rank by how even the loads would be, each soft rule "
+        "broken (named) counting against a node. -v adds the engine's score. Exit status: 0 "
+        "placed, 1 no node can take it or guests stay on the node, 2 bad input.",
     )
     p.add_argument("snapshot", metavar="SNAPSHOT")
     what = p.add_mutually_exclusive_group(required=True)
-    what.add_argument("--guest", metavar="ID", help="an existing guest: where should it be?")
+    what.add_argument(
+        "--guest", metavar="GUEST", help="an existing guest, by name or id: where should it be?"
+    )
     what.add_argument(
         "--new",
         metavar="SPEC",
@@ -344,4 +290,5 @@ def add_cluster_parsers(sub: Subcommands) -> None:
         help="the guest's node (or NODE) has failed: recovery rules (restart elsewhere)",
     )
     add_format_option(p)
+    add_verbose_option(p)
     p.set_defaults(func=cmd_place)

@@ -69,11 +69,20 @@ def cmd_pve_decide(args: argparse.Namespace) -> int:
 
 def add_compat_parsers(sub: Subcommands) -> None:
     """``proxlb check`` and ``pve decide``."""
-    p = sub.add_parser("proxlb", help="proxlb-solver compatibility")
+    p = sub.add_parser(
+        "proxlb",
+        help="proxlb-solver compatibility",
+        description="Run proxlb-solver's scenario files through opendrs ('opendrs proxlb check "
+        "--help').",
+    )
     proxlb_sub = p.add_subparsers(dest="proxlb_command", metavar="COMMAND", required=True)
     q = proxlb_sub.add_parser(
         "check",
         help="run proxlb-solver scenario files and check their expect blocks",
+        description="Run proxlb-solver scenario files (files, or folders searched for *.yaml) "
+        "through a strategy and the planner, and check each scenario's expect block with "
+        "proxlb-solver's semantics. One line per scenario (PASS/FAIL, migrations, time) and the "
+        "failing checks. Exit status: 0 all passed, 1 a check failed, 2 bad input.",
     )
     q.add_argument("paths", metavar="PATH", nargs="+", help="scenario files or folders of them")
     q.add_argument("--strategy", default="optimal", help="strategy to run (default optimal)")
@@ -87,10 +96,19 @@ def add_compat_parsers(sub: Subcommands) -> None:
     add_format_option(q)
     q.set_defaults(func=cmd_proxlb_check)
 
-    p = sub.add_parser("pve", help="Proxmox VE compatibility")
+    p = sub.add_parser(
+        "pve",
+        help="Proxmox VE compatibility",
+        description="Answer Proxmox VE's cluster resource scheduler queries ('opendrs pve "
+        "decide --help').",
+    )
     pve_sub = p.add_subparsers(dest="pve_command", metavar="COMMAND", required=True)
     q = pve_sub.add_parser(
         "decide",
         help="answer Proxmox CRS decision queries: JSON Lines on stdin, one answer per line",
+        description="Answer Proxmox CRS decision queries: JSON Lines on standard input, one "
+        'answer per line on standard output, in order. A bad line gets an {"error": ...} '
+        "answer naming the field at fault, and the stream goes on. Exit status 0 when the input "
+        "ends.",
     )
     q.set_defaults(func=cmd_pve_decide)

@@ -167,6 +167,9 @@ def config_summary(config: Config) -> dict[str, str]:
         "moves": _moves(config),
         "history": config.history,
     }
+    schedule = config.policy.schedule
+    if schedule is not None and not schedule.empty:
+        summary["windows"] = schedule.summary()
     if config.http is not None:
         where = "this host only" if config.http.loopback else "reachable from other hosts"
         summary["dashboard"] = f"http://{config.http.address} ({where})"

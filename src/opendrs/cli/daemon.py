@@ -32,6 +32,7 @@ from opendrs.controller.http_server import HttpError, MetricsServer, start_serve
 from opendrs.controller.http_write import DashboardWriter
 from opendrs.controller.loop import Controller, InstanceLock, LockError
 from opendrs.controller.metrics import DaemonMetrics
+from opendrs.controller.place_api import PlaceView
 from opendrs.model.document import DocumentError
 
 log = logging.getLogger("opendrs")
@@ -159,29 +160,29 @@ def open_files(config: Config) -> DaemonFiles:
 
 @dataclass(frozen=True)
 class Published:
-    """What the daemon shows of itself: its metrics, and with an http section the dashboard and
-    the server serving both (``None`` without one)."""
+    """What the daemon shows of itself: its metrics, and with an http section the dashboard, the
+    view ``POST /api/place`` answers from and the server serving them (``None`` without one)."""
 
     metrics: DaemonMetrics
     dashboard: Dashboard | None
     server: MetricsServer | None
+    place: PlaceView | None = None
 
 
 def start_serving(config: Config, files: DaemonFiles) -> Published:
     """The metrics and dashboard, served when the configuration has an http section; when the
     server cannot start, ``files`` are closed and :class:`CannotStart` says why."""
     metrics = DaemonMetrics()
-    dashboard = Dashboard(config) if config.http is not None else None
+    if config.http is None:
+        return Published(metrics, None, None)
+    dashboard = Dashboard(config)
+    place = PlaceView()
     try:
-        server = (
-            start_server(config.http, metrics, dashboard, dashboard_writer(config))
-            if config.http is not None
-            else None
-        )
+        server = start_server(config.http, metrics, dashboard, place, dashboard_writer(config))
     except HttpError as exc:
         files.close()
         raise CannotStart(exc, EXIT_USAGE if exc.usage else EXIT_PROBLEM) from None
-    return Published(metrics, dashboard, server)
+    return Published(metrics, dashboard, server, place)
 
 
 @dataclass(frozen=True)
@@ -257,7 +258,11 @@ class DaemonRun:
             # even a start whose request is about to be sent: its reads are given up on.
             hold_starts=self.signals.holding,
             on_event=each(published.metrics.event, dashboard and dashboard.event),
-            on_cycle=each(published.metrics.cycle, dashboard and dashboard.cycle),
+            on_cycle=each(
+                published.metrics.cycle,
+                dashboard and dashboard.cycle,
+                published.place and published.place.cycle,
+            ),
         )
         published.metrics.follow(controller)
         if dashboard is not None:

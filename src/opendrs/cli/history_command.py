@@ -19,18 +19,19 @@ import argparse
 import re
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from opendrs.cli.arguments import Subcommands
+from opendrs.cli.arguments import Subcommands, guest_by_name_or_id
 from opendrs.cli.config_file import add_config_option
 from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, UsageError
 from opendrs.controller.history_file import HistoryError
 from opendrs.json_data import iso_time, json_text
+from opendrs.model.cluster import guest_label
 from opendrs.model.units import UnitError, format_duration, parse_duration
 from opendrs.records import (
     DecisionRecord,
@@ -147,10 +148,12 @@ def cmd_history(args: argparse.Namespace) -> int:
 
     config = load_config(args.config)
     since = parse_since(args.since) if args.since is not None else None
-    guest = _name("--guest", args.guest) if args.guest is not None else None
+    given = _name("--guest", args.guest) if args.guest is not None else None
     node = _name("--node", args.node) if args.node is not None else None
     try:
         with open_history(config) as history:
+            names = history.guest_names()
+            guest = None if given is None else _guest_id(given, names, config.history)
             now = history_now(config, history)
             start = since.start(now) if since is not None else None
             decisions = history.decisions(since=start)
@@ -180,10 +183,17 @@ def cmd_history(args: argparse.Namespace) -> int:
             )
         )
     else:
-        show_history(
-            Report(Console(highlight=False, soft_wrap=False)), config, decisions, migrations, start
-        )
+        report = Report(Console(highlight=False, soft_wrap=False))
+        show_history(report, config, decisions, migrations, start, names)
     return EXIT_OK
+
+
+def _guest_id(text: str, names: Mapping[str, str], where: str) -> str:
+    """``--guest``: a guest's id, or a name the history recorded for one (a name several
+    guests had is refused, naming them); text that is neither is taken as an id."""
+    if text in names or text not in names.values():
+        return text
+    return guest_by_name_or_id(text, names, "--guest", where)
 
 
 def _moves(record: DecisionRecord) -> str:
@@ -196,8 +206,10 @@ def show_history(
     decisions: Sequence[DecisionRecord],
     migrations: Sequence[MigrationRecord],
     start: float | None,
+    names: Mapping[str, str],
 ) -> None:
-    """Decisions, then migrations, oldest first, and the counts."""
+    """Decisions, then migrations, oldest first, and the counts; guests by the ``names`` the
+    history recorded."""
     window = f" since {iso_time(start)}" if start is not None else ""
     report.line(f"History {config.history}{window}", "bold")
     report.heading(f"Decisions ({len(decisions)})")
@@ -225,7 +237,7 @@ def show_history(
                 [
                     iso_time(m.started),
                     took,
-                    m.guest,
+                    guest_label(m.guest, names.get(m.guest, "")),
                     m.move.source,
                     m.move.target,
                     _outcome(m),
@@ -270,7 +282,9 @@ def add_history_parser(sub: Subcommands) -> None:
         "simulator backend, back from the latest time in the history) or an ISO 8601 time "
         "(2026-11-26T10:00Z; UTC without an offset); default: everything",
     )
-    p.add_argument("--guest", metavar="ID", help="only this guest's migrations and decisions")
+    p.add_argument(
+        "--guest", metavar="GUEST", help="only this guest's migrations and decisions (name or id)"
+    )
     p.add_argument(
         "--node",
         metavar="NAME",

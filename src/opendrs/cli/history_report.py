@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from opendrs.engine.policy.metrics import format_metric, metric_label, metric_scale
 from opendrs.json_data import iso_time
+from opendrs.model.cluster import guest_label
 from opendrs.records import Avoid, DecisionRecord, MigrationRecord, decision_object
 from opendrs.report.charts import Line, bar_chart, line_chart
 from opendrs.report.render import Document
@@ -40,6 +41,7 @@ def history_document(config: Config, history: History) -> Document:
     migrations = history.migrations()
     latest = history.latest()
     avoided = history.avoid_entries(latest) if latest is not None else []
+    names = history.guest_names()
     metric = config.policy.metric
     threshold = config.policy.threshold
     spread = [(d.at, d.imbalance) for d in decisions if d.imbalance is not None]
@@ -57,17 +59,64 @@ def history_document(config: Config, history: History) -> Document:
         "counts": _counts(decisions, migrations),
         "codes": _codes(decisions),
         "days": days,
-        "failures": _failures(migrations, avoided),
+        "failures": _with_labels(_failures(migrations, avoided), names),
         "avoid_after_failure": config.executor.avoid_after_failure,
-        "avoided": [_avoid(a) for a in avoided],
-        "movers": _movers(migrations),
+        "avoided": _with_labels([_avoid(a) for a in avoided], names),
+        "movers": _with_labels(_movers(migrations), names),
         "actions": [decision_object(d) for d in decisions if d.action != "none"][-LATEST_ACTIONS:],
+        "shadow": _shadow(decisions, metric, names),
     }
 
     def charts() -> dict[str, str]:
-        return _charts(spread, days, metric, threshold)
+        return _charts(spread, days, metric, threshold, shadow=bool(data["shadow"]["decisions"]))
 
     return Document("history", f"opendrs history report: {data['cluster']}", data, charts)
+
+
+def _with_labels(rows: list[dict[str, Any]], names: Mapping[str, str]) -> list[dict[str, Any]]:
+    """``rows`` with each guest's ``label`` (``name (id)``, by the ``names`` the history
+    recorded) beside its id."""
+    label = [guest_label(row["guest"], names.get(row["guest"], "")) for row in rows]
+    return [{**row, "label": text} for row, text in zip(rows, label, strict=True)]
+
+
+def _shadow(
+    decisions: Sequence[DecisionRecord], metric: str, names: Mapping[str, str]
+) -> dict[str, Any]:
+    """What shadow mode would have done: how many of its decisions would have acted, the latest
+    :data:`LATEST_ACTIONS` of them with what they would have bought (the policy's metric then,
+    and as the plan predicted it after) and their number of migrations, and the last plan's
+    moves (guests by name). Each decision plans afresh from the cluster as it is: their moves
+    are not added up, the same guests come back while nothing moves."""
+    acting = [d for d in decisions if d.mode == "shadow" and d.action != "none" and d.plan]
+    rows = [
+        {
+            "at": d.at,
+            "id": d.id,
+            "action": d.action,
+            "migrations": len(d.plan),
+            "before": _figure(metric, d.imbalance),
+            "after": _figure(metric, d.predicted),
+        }
+        for d in acting[-LATEST_ACTIONS:]
+    ]
+    return {
+        "decisions": len(acting),
+        "latest": rows,
+        "last": rows[-1] if rows else None,
+        "last_moves": [_planned(m, names) for m in acting[-1].plan] if acting else [],
+    }
+
+
+def _planned(move: Mapping[str, Any], names: Mapping[str, str]) -> str:
+    """A planned move of a decision: ``db-main (101) pve1 → pve4``."""
+    guest = str(move.get("guest"))
+    name = move.get("name") or names.get(guest, "")
+    return f"{guest_label(guest, name)} {move.get('source')} → {move.get('target')}"
+
+
+def _figure(metric: str, value: float | None) -> str:
+    return "–" if value is None else format_metric(metric, value)
 
 
 def _outcome(migration: MigrationRecord) -> str:
@@ -115,7 +164,7 @@ def _days(
     def day(at: float) -> dict[str, Any]:
         return days.setdefault(
             _day(at),
-            {"spreads": [], "decisions": 0, **{outcome: 0 for outcome in OUTCOMES}},
+            {"spreads": [], "decisions": 0, "would": 0, **{outcome: 0 for outcome in OUTCOMES}},
         )
 
     for d in decisions:
@@ -123,6 +172,8 @@ def _days(
         entry["decisions"] += 1
         if d.imbalance is not None:
             entry["spreads"].append(d.imbalance)
+        if d.mode == "shadow" and d.action != "none" and d.plan:
+            entry["would"] += 1
     for m in migrations:
         day(m.started)[_outcome(m)] += 1
     out = []
@@ -214,7 +265,11 @@ def _charts(
     days: Sequence[Mapping[str, Any]],
     metric: str,
     threshold: float,
+    *,
+    shadow: bool,
 ) -> dict[str, str]:
+    """The metric over time; migrations per day by outcome — and, where shadow mode would have
+    acted, how many of its decisions would have, beside them."""
     charts = {}
     scale, unit = metric_scale(metric)
     unit = f" ({unit})" if unit else ""
@@ -230,13 +285,14 @@ def _charts(
             lines=[Line(scale * threshold, "threshold")],
         )
     if days:
-        charts["migrations"] = bar_chart(
-            [d["day"] for d in days],
-            {
-                "done": [float(d["done"]) for d in days],
-                "failed or lost": [float(d["failed"] + d["lost"]) for d in days],
-            },
-            title="Migrations per day (UTC)",
-            ylabel="migrations",
-        )
+        groups = {
+            "done": [float(d["done"]) for d in days],
+            "failed or lost": [float(d["failed"] + d["lost"]) for d in days],
+        }
+        title, ylabel = "Migrations per day (UTC)", "migrations"
+        if shadow:
+            groups["decisions shadow mode would have acted on"] = [float(d["would"]) for d in days]
+            title, ylabel = "Migrations, and decisions shadow mode would have acted on, per day", ""
+        names = [d["day"] for d in days]
+        charts["migrations"] = bar_chart(names, groups, title=title, ylabel=ylabel)
     return charts

@@ -65,7 +65,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse with the project's error format: one line on stderr, exit status 2."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"error: {self.prog}: {message} (see --help)\n")
+        self.exit(EXIT_USAGE, f"error: {self.prog}: {message} (see '{self.prog} --help')\n")
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -73,8 +73,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser = _Parser(
         prog="opendrs",
         description="An open Distributed Resource Scheduler for Proxmox VE and Incus clusters.",
-        epilog="SNAPSHOT is a snapshot file (YAML or JSON; see docs/snapshot-format.md), "
-        "or 'demo' for the built-in example cluster.",
+        epilog="SNAPSHOT is a snapshot file (YAML or JSON; 'opendrs snapshot' writes one from a "
+        "live cluster), or 'demo' for the built-in example cluster. Each command's options: "
+        "'opendrs COMMAND --help'; everything, with the file formats: 'man opendrs'.",
     )
     parser.add_argument("--version", action="version", version=f"opendrs {__version__}")
     parser.add_argument(

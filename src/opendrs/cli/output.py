@@ -11,7 +11,7 @@ from rich.console import Console
 
 from opendrs.json_data import json_text
 
-__all__ = ["add_format_option", "dump_json", "new_console"]
+__all__ = ["add_format_option", "add_verbose_option", "dump_json", "new_console"]
 
 
 def dump_json(data: Any) -> None:
@@ -32,4 +32,14 @@ def add_format_option(p: argparse.ArgumentParser) -> None:
         choices=("text", "json"),
         default="text",
         help="output format (default text)",
+    )
+
+
+def add_verbose_option(p: argparse.ArgumentParser) -> None:
+    """``-v/--verbose``: the engine's figures beside the words of the text output."""
+    p.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="text output: the engine's figures too (metric, score, cost units, full imbalance)",
     )

@@ -16,14 +16,14 @@ from opendrs.cli.arguments import (
     whole_number,
 )
 from opendrs.cli.cluster_command import read_snapshot
-from opendrs.cli.output import add_format_option, dump_json, new_console
+from opendrs.cli.output import add_format_option, add_verbose_option, dump_json, new_console
 from opendrs.cli.planning import PlanResult, make_plan
 from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, UsageError
 from opendrs.engine.policy import strategy_problem
 from opendrs.engine.strategies import DEFAULT_STRATEGY, REGISTRY, get_strategy
 from opendrs.engine.strategies.base import StrategyOptions, option_value
 from opendrs.report import FORMATS as REPORT_FORMATS
-from opendrs.report.text import Report, show_bounds, show_plan, show_proposal
+from opendrs.report.text import Report, show_bounds, show_plan, show_plan_breaks, show_proposal
 
 __all__ = ["add_plan_options", "add_plan_parsers", "planned"]
 
@@ -81,8 +81,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
         dump_json(result.as_dict())
     else:
         report = Report(new_console())
-        show_proposal(report, result.proposal, result.by_arch)
-        show_plan(report, result.plan)
+        show_proposal(
+            report, result.proposal, result.by_arch, cluster=result.cluster, verbose=args.verbose
+        )
+        show_plan(report, result.plan, result.cluster)
+        show_plan_breaks(report, result.cluster, result.placed, result.constraints.rules)
         for _guest, reason in result.stuck:
             report.line(f"Repair stuck: {reason}", "red")
         show_bounds(report, result.proposal, result.bounds, result.achieved)
@@ -194,7 +197,7 @@ def add_plan_options(p: argparse.ArgumentParser, *option_flags: str) -> None:
         action="append",
         default=[],
         metavar="NAME=VALUE",
-        help="any other strategy option (see docs/strategies.md), e.g. "
+        help="any other strategy option (each strategy's options: 'man opendrs'), e.g. "
         f"{option_flags[0]} balanciness=4; a share as 0.15 or 15%%",
     )
     p.set_defaults(old_option=[])
@@ -228,6 +231,7 @@ def add_plan_parsers(sub: Subcommands) -> None:
     # -o NAME=VALUE before -O: kept for one release, with a warning (-o is --output elsewhere).
     p.add_argument("-o", dest="old_option", action="append", default=[], help=argparse.SUPPRESS)
     add_format_option(p)
+    add_verbose_option(p)
     p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser(
@@ -253,5 +257,10 @@ def add_plan_parsers(sub: Subcommands) -> None:
     add_plan_options(p, "-O", "--option")
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("strategies", help="list the rebalancing strategies")
+    p = sub.add_parser(
+        "strategies",
+        help="list the rebalancing strategies",
+        description="List the strategies 'plan --strategy' and a policy's strategy take, one "
+        "line each: its name and what it does.",
+    )
     p.set_defaults(func=cmd_strategies)

@@ -10,14 +10,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from opendrs.cli.planning import PlanResult
+from opendrs.cli.planning import PlanResult, rules_document
 from opendrs.engine.breaks import rule_breaks
 from opendrs.engine.usage import RESOURCES, LoadModel
 from opendrs.model.cluster import Cluster
-from opendrs.model.rules import Rules
+from opendrs.model.units import format_bytes
 from opendrs.report.charts import Line, bar_chart
 from opendrs.report.render import Document
 from opendrs.report.text import node_state
+from opendrs.report.words import copied_bytes, move_sentences, stop_sentence
 
 __all__ = ["plan_document"]
 
@@ -28,6 +29,7 @@ def plan_document(result: PlanResult, source: str) -> Document:
     nodes = _nodes(result.cluster, result.placed)
     by_arch = plan["metrics"].get("by_arch", {})
     kept = result.constraints.rules  # the rules checked once, for the plan
+    label = result.cluster.guest_label
     data = {
         "source": source,
         "cluster": result.cluster.name,
@@ -40,12 +42,15 @@ def plan_document(result: PlanResult, source: str) -> Document:
         "resources": list(RESOURCES),
         "imbalance": _imbalance(plan["metrics"]),
         "imbalance_by_arch": {arch: _imbalance(metrics) for arch, metrics in by_arch.items()},
-        "steps": _steps(plan["moves"], plan["proposed"]),
+        "steps": _steps(plan["moves"], plan["proposed"], result),
+        "stopped": stop_sentence(result.proposal),
+        "copied": format_bytes(_copied(result)),
+        "labels": {g.id: g.label for g in result.cluster.guests},
         "bounds": _bounds(plan),
-        "rules": _rules(result.cluster.rules),
+        "rules": rules_document(result.cluster.rules),
         "problems": [str(p) for p in result.constraints.problems],
-        "breaks_before": [str(b) for b in rule_breaks(result.cluster, kept)],
-        "breaks_after": [str(b) for b in rule_breaks(result.placed, kept)],
+        "breaks_before": [b.describe(label) for b in rule_breaks(result.cluster, kept)],
+        "breaks_after": [b.describe(label) for b in rule_breaks(result.placed, kept)],
     }
 
     def charts() -> dict[str, str]:
@@ -99,17 +104,34 @@ def _imbalance(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+def _copied(result: PlanResult) -> int:
+    """What the plan's migrations copy: the memory and local disks of each guest that moves."""
+    cluster = result.cluster
+    return sum(copied_bytes(cluster.guest(m.guest)) for m in result.proposal.net_moves())
+
+
 def _steps(
-    moves: Sequence[Mapping[str, Any]], proposed: Sequence[Mapping[str, Any]]
+    moves: Sequence[Mapping[str, Any]], proposed: Sequence[Mapping[str, Any]], result: PlanResult
 ) -> list[dict[str, Any]]:
-    """The plan's moves grouped by step, each with why: the proposal's move of that guest to
-    that target (its reason, metric before and after, cost), or for a parking move the target
-    it makes way for."""
+    """The plan's moves grouped by step, each with its guest's ``label`` and why: the
+    proposal's move of that guest to that target (its reason, metric before and after, cost,
+    and in ``words`` as ``opendrs plan`` says it), or for a parking move the target it makes
+    way for."""
+    cluster = result.cluster
     final = {m["guest"]: m["target"] for m in moves}
+    said = dict(
+        zip(
+            ((m.guest, m.target) for m in result.proposal.moves),
+            move_sentences(cluster, result.proposal.moves),
+            strict=True,
+        )
+    )
     steps: dict[int, list[dict[str, Any]]] = {}
     for move in moves:
         why = _why(move, proposed, final)
-        steps.setdefault(move["step"], []).append({**move, **why})
+        words = said.get((move["guest"], move["target"]), why["reason"])
+        label = cluster.guest_label(move["guest"])
+        steps.setdefault(move["step"], []).append({**move, **why, "label": label, "words": words})
     return [{"step": step, "moves": items} for step, items in sorted(steps.items())]
 
 
@@ -154,34 +176,3 @@ def _bounds(plan: Mapping[str, Any]) -> dict[str, Any]:
         "ratio": migrations / bounds["migrations"] if bounds["migrations"] else None,
         "moved_bytes": bounds["moved_bytes"],
     }
-
-
-def _rules(rules: Rules) -> dict[str, Any]:
-    return {
-        "node_affinity": [
-            {
-                "name": r.name,
-                "guests": list(r.guests),
-                "nodes": _nodes_of(r.nodes),
-                "strict": r.strict,
-            }
-            for r in rules.node_affinity
-        ],
-        "guest_affinity": [
-            {
-                "name": r.name,
-                "guests": list(r.guests),
-                "together": r.positive,
-                "hard": r.hard,
-            }
-            for r in rules.guest_affinity
-        ],
-        "ignored": sorted(rules.ignored),
-    }
-
-
-def _nodes_of(priorities: Mapping[str, int]) -> list[str]:
-    """A node affinity's nodes, each with its priority where they are not all the same."""
-    if len(set(priorities.values())) <= 1:
-        return list(priorities)
-    return [f"{node} (priority {priority})" for node, priority in priorities.items()]

@@ -28,8 +28,9 @@ from opendrs.engine.strategies.base import (
 from opendrs.engine.usage import RESOURCES, LoadModel
 from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster
+from opendrs.model.rules import Rules
 
-__all__ = ["PlanResult", "make_plan"]
+__all__ = ["PlanResult", "make_plan", "rules_document"]
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,7 @@ class PlanResult:
                 for arch, imbalance in before.items()
             }
         data["stuck"] = [{"guest": g, "reason": r} for g, r in self.stuck]
+        data["rules"] = rules_document(self.cluster.rules)
         return data
 
 
@@ -159,3 +161,37 @@ def _planned(
         achieved=achieved,
         bounds=migration_lower_bound(cluster, achieved, loads, kept=cons.rules),
     )
+
+
+def rules_document(rules: Rules) -> dict[str, Any]:
+    """The rules of a plan's cluster, each with its origin (a plan's JSON and report)."""
+    return {
+        "node_affinity": [
+            {
+                "name": r.name,
+                "guests": list(r.guests),
+                "nodes": _nodes_of(r.nodes),
+                "strict": r.strict,
+                "origin": r.origin,
+            }
+            for r in rules.node_affinity
+        ],
+        "guest_affinity": [
+            {
+                "name": r.name,
+                "guests": list(r.guests),
+                "together": r.positive,
+                "hard": r.hard,
+                "origin": r.origin,
+            }
+            for r in rules.guest_affinity
+        ],
+        "ignored": sorted(rules.ignored),
+    }
+
+
+def _nodes_of(priorities: Mapping[str, int]) -> list[str]:
+    """A node affinity's nodes, each with its priority where they are not all the same."""
+    if len(set(priorities.values())) <= 1:
+        return list(priorities)
+    return [f"{node} (priority {priority})" for node, priority in priorities.items()]

@@ -21,7 +21,7 @@ from opendrs.cli.history_report import history_document
 from opendrs.cli.process import UsageError
 from opendrs.report.render import Document, render
 
-__all__ = ["file_format", "report_of_history", "write_report"]
+__all__ = ["check_writable", "file_format", "report_of_history", "write_report"]
 
 
 def report_of_history(config_file: str) -> Document:
@@ -48,6 +48,14 @@ def file_format(path: str) -> str:
     """The report format a file name asks for: ``md`` for ``.md`` and ``.markdown``, else
     ``html``."""
     return "md" if Path(path).suffix.lower() in (".md", ".markdown") else "html"
+
+
+def check_writable(output: str, option: str) -> None:
+    """Refuse, before any work, an output file whose folder does not exist (the one error that
+    would otherwise come only once a long run is over)."""
+    folder = Path(output).parent
+    if not folder.is_dir():
+        raise UsageError(f"{option}: cannot write {output}: No such file or directory")
 
 
 def write_report(document: Document, fmt: str, output: str | None, option: str = "-o") -> None:

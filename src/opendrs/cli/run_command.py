@@ -36,7 +36,7 @@ def add_run_parser(sub: Subcommands) -> None:
         "run",
         help="the daemon: observe, decide and (in active mode, or once approved in manual mode) "
         "migrate, every interval",
-        description="Run the controller with a configuration file (see docs/configuration.md). "
+        description="Run the controller with a configuration file (its keys: 'man opendrs'). "
         "Shadow mode, the default, only records and logs what it would do; migrations happen "
         "only with 'mode: active' in the file, or with 'mode: manual' once an operator approves "
         "them (opendrs approve). SIGHUP reloads the file (and opens the decision log again), "

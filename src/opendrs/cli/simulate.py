@@ -43,6 +43,7 @@ from opendrs.controller.executor import ExecutorConfig
 from opendrs.controller.history import History
 from opendrs.controller.loop import Controller
 from opendrs.engine.policy import PolicyConfig
+from opendrs.engine.policy.windows import Schedule
 
 __all__ = ["PolicyTrace", "StabilityReport", "ping_pongs", "run_policy"]
 
@@ -79,6 +80,12 @@ class StabilityReport:
     recoveries: int
     decisions: int
     wall_seconds: float
+    #: The policy's migration windows and blackouts in words (None: migrations start at any
+    #: time), and when each balancing migration started (simulated seconds; the simulated
+    #: clock's 0 is read as 1970-01-01 00:00 UTC), with how many of them the windows refused.
+    windows: str | None = None
+    balancing_starts: tuple[float, ...] = ()
+    balancing_outside_windows: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -100,6 +107,9 @@ class PolicyTrace:
     #: Start times of the migrations the controller started, and of those that failed.
     migrations: tuple[float, ...]
     failed: tuple[float, ...]
+    #: When the policy's migration windows let balancing start migrations, as (from, to)
+    #: simulated seconds, each step of the run read (None: the policy has no windows).
+    open_spans: tuple[tuple[float, float], ...] | None = None
 
 
 def ping_pongs(records: Iterable[Any], window: float = PING_PONG_WINDOW) -> int:
@@ -194,7 +204,28 @@ def trace_of(sim: Simulator, policy: PolicyConfig) -> PolicyTrace:
         spreads=tuple(sim.imbalance_series().tolist()),
         migrations=tuple(r.started for r in ours),
         failed=tuple(r.started for r in ours if r.outcome == "failed"),
+        open_spans=_open_spans(policy, float(sim.scenario.step), sim.now()),
     )
+
+
+def _open_spans(
+    policy: PolicyConfig, step: float, end: float
+) -> tuple[tuple[float, float], ...] | None:
+    """When ``policy``'s windows let balancing start migrations over the run, read at each
+    simulated step up to ``end``: (from, to) in simulated seconds (None without windows)."""
+    schedule = policy.schedule
+    if schedule is None or schedule.empty:
+        return None
+    spans: list[tuple[float, float]] = []
+    at = 0.0
+    while at < end:
+        if schedule.open(at, "balance"):
+            if spans and spans[-1][1] == at:
+                spans[-1] = (spans[-1][0], at + step)
+            else:
+                spans.append((at, at + step))
+        at += step
+    return tuple(spans)
 
 
 def report_from(
@@ -207,6 +238,8 @@ def report_from(
     action = {d.id: d.action for d in decisions}
     repairs = {m.handle for m in history.migrations() if action.get(m.decision) == "repair"}
     repaired = sum(1 for r in ours if r.handle in repairs)
+    balancing = tuple(r.started for r in ours if r.handle not in repairs)
+    schedule = policy.schedule or Schedule()
     days = max(stats.seconds / DAY, 1e-9)
     minutes = sim.scenario.step / 60.0
     failed = [r for r in ours if r.outcome == "failed"]
@@ -240,4 +273,7 @@ def report_from(
         recoveries=sum(1 for r in sim.migrations if r.cause == "recovery"),
         decisions=len(decisions),
         wall_seconds=wall,
+        windows=None if schedule.empty else schedule.summary(),
+        balancing_starts=balancing,
+        balancing_outside_windows=sum(1 for t in balancing if not schedule.open(t, "balance")),
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -163,11 +164,16 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     scenario = _scenario(args)
     chosen = _policies(args.policy or [DEFAULT_POLICIES])
     _check_budget_args(args)
+    if args.report is not None:
+        from opendrs.cli.report_command import check_writable
+
+        check_writable(args.report, "--report")
     policies = with_budget(
         [policy for policy, _ in chosen], args.budget, args.budget_window, args.spend_budget
     )
     console = Console(stderr=True)
     show_progress = not args.no_progress and console.is_terminal
+    lines = None if args.no_progress or console.is_terminal else ProgressLines(console)
     reports: list[StabilityReport] = []
     traces: list[PolicyTrace] = []
     with Progress(
@@ -182,8 +188,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         for policy, (_, keys) in zip(policies, chosen, strict=True):
             task = progress.add_task(f"{policy.name:10}", total=1.0)
 
-            def update(now: float, end: float, task: TaskID = task) -> None:
+            def update(
+                now: float, end: float, task: TaskID = task, name: str = policy.name
+            ) -> None:
                 progress.update(task, completed=now / end if end > 0 else 1.0)
+                if lines is not None:
+                    lines.running(name, now, end)
 
             reports.append(
                 run_policy(
@@ -198,6 +208,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                 )
             )
             progress.update(task, completed=1.0)
+            if not args.no_progress:  # each policy's first figures as soon as it is done
+                said = finished_line(reports[-1])
+                console.print(said, markup=False, highlight=False, soft_wrap=True)
     if args.report is not None:
         runs = list(zip(reports, traces, strict=True))
         _write_simulation_report(args.report, scenario_name(args, scenario), runs)
@@ -207,6 +220,38 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     report = Report(Console(highlight=False, soft_wrap=False))
     show_stability(report, reports, scenario_name(args, scenario))
     return EXIT_OK
+
+
+class ProgressLines:
+    """Progress as lines on standard error when it is not a terminal (a log, a pipe, CI): where
+    each policy's run is, when it starts and then every :attr:`every` seconds of wall time."""
+
+    every = 10.0
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.last = -float("inf")
+        self.policy = ""
+
+    def running(self, name: str, now: float, end: float) -> None:
+        if name == self.policy and time.monotonic() - self.last < self.every:
+            return
+        self.policy = name
+        self.last = time.monotonic()
+        done = now / end if end > 0 else 1.0
+        line = f"simulate: {name}: day {now / 86_400:.1f} of {end / 86_400:g} ({done:.0%})"
+        self.console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def finished_line(r: StabilityReport) -> str:
+    """One policy's run in a line, as soon as it is done: its migrations, the share of the time
+    its spread stayed above the threshold, its mean spread, and the wall time it took."""
+    return (
+        f"simulate: {r.policy} done in {r.wall_seconds:.0f} s: {r.migrations} migrations over "
+        f"{r.days:g} days, spread above {100 * r.threshold:g} pp "
+        f"{r.pct_time_above_threshold:.1f} % of the time, "
+        f"{100 * r.mean_imbalance:.1f} pp on average"
+    )
 
 
 def _write_simulation_report(
@@ -282,6 +327,12 @@ def show_stability(report: Report, reports: Sequence[StabilityReport], name: str
         for row, r in zip(rows, reports, strict=True):
             row.insert(10, f"{r.restart_migrations} ({r.restart_downtime_minutes:,.1f} min)")
     report.table(header, rows, right=tuple(sorted(right)))
+    for r in reports:
+        if r.windows is not None:
+            report.line(
+                f"migration windows of {r.policy}: {r.windows}; balancing migrations started "
+                f"outside them: {r.balancing_outside_windows}"
+            )
 
 
 def add_simulate_parser(sub: Subcommands) -> None:
@@ -289,9 +340,9 @@ def add_simulate_parser(sub: Subcommands) -> None:
         "simulate",
         help="run the controller against the simulator, one run per policy, side by side",
         description="Run the controller (active mode, history in memory) against a simulated "
-        "cluster (see docs/scenarios.md), once per policy, and print a stability report. "
+        "cluster (scenarios: 'man opendrs'), once per policy, and print a stability report. "
         "Policies are presets (opendrs, proxmox, incus, proxlb: the peers' behaviour emulated) "
-        "or YAML files with a policy section (see docs/configuration.md).",
+        "or YAML files with a policy section, as in a configuration file.",
     )
     add_scenario_arguments(p)
     add_policy_arguments(p)
@@ -314,7 +365,7 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
         metavar="SEED",
         help="instead of SCENARIO, a 30-day month generated from SEED: node sizes, packing at "
         "the start, workload mix, faults and hot spots (lasting, alternating) drawn from it "
-        "(see docs/scenarios.md)",
+        "('man opendrs')",
     )
     p.add_argument(
         "--nodes",
@@ -386,7 +437,11 @@ def add_budget_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_output_arguments(p: argparse.ArgumentParser) -> None:
     """What ``simulate`` shows: progress, the output format and the ``--report`` file."""
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress on standard error: no bar on a terminal, no lines elsewhere",
+    )
     p.add_argument("--format", choices=("text", "json"), default="text", help="output format")
     p.add_argument(
         "--report",

@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from opendrs.cli.simulate import DAY, PolicyTrace, StabilityReport
-from opendrs.report.charts import Line, bar_chart, line_chart
+from opendrs.report.charts import Line, Spans, bar_chart, line_chart
 from opendrs.report.render import Document
 
 __all__ = ["simulation_document"]
@@ -65,6 +65,7 @@ def _labelled(
 def _figures(report: StabilityReport) -> dict[str, Any]:
     figures = report.as_dict()
     del figures["wall_seconds"]  # the machine's, not the simulation's: not in the report
+    del figures["balancing_starts"]  # the migrations chart shows them
     return figures
 
 
@@ -95,6 +96,15 @@ def _hourly(trace: PolicyTrace) -> list[tuple[float, float]]:
     return [(hour * HOUR / DAY, 100.0 * sum(v) / len(v)) for hour, v in sorted(hours.items())]
 
 
+def _windows(runs: Sequence[tuple[StabilityReport, PolicyTrace]]) -> Spans | None:
+    """The migration windows of the first policy that has some, in simulated days, to shade."""
+    for _report, trace in runs:
+        if trace.open_spans is not None:
+            days = tuple((start / DAY, end / DAY) for start, end in trace.open_spans)
+            return Spans(days, f"{trace.policy}: balancing may start")
+    return None
+
+
 def _charts(
     runs: Sequence[tuple[StabilityReport, PolicyTrace]], count: int, threshold: float
 ) -> dict[str, str]:
@@ -106,6 +116,7 @@ def _charts(
             xlabel="simulated days",
             ylabel="spread (pp)",
             lines=[Line(100.0 * threshold, "threshold")],
+            shaded=_windows(runs),
         ),
         "migrations": bar_chart(
             [str(day) for day in range(1, count + 1)],

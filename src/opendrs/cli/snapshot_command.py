@@ -247,8 +247,8 @@ def add_snapshot_parser(sub: Subcommands) -> None:
         "snapshot",
         help="write the live cluster, as the configured backend observes it, as a snapshot file",
         description="Observe the cluster of a configuration file once, as 'opendrs run' would "
-        "(the file's settings and cluster name apply), and write it as a snapshot (see "
-        "docs/snapshot-format.md) for show, plan, place and simulate. It holds no secret. "
+        "(the file's settings and cluster name apply), and write it as a snapshot (its format: "
+        "'man opendrs') for show, plan, place and simulate. It holds no secret. "
         "Exit status: 0 written, 1 the cluster could not be observed, 2 a bad configuration or "
         "option.",
     )

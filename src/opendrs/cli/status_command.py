@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -40,9 +41,10 @@ from opendrs.cli.snapshot_command import observe_once
 from opendrs.controller.history_file import HistoryError
 from opendrs.engine.constraints import check_rules
 from opendrs.engine.policy import stuck_now
+from opendrs.engine.policy.windows import schedule_now
 from opendrs.engine.usage import RESOURCES
 from opendrs.json_data import iso_time, json_text
-from opendrs.model.cluster import Cluster
+from opendrs.model.cluster import Cluster, guest_label
 from opendrs.model.units import format_duration
 from opendrs.records import Avoid, Cooldown, decision_object, migration_now
 from opendrs.report.text import Report, bar, show_stuck
@@ -86,6 +88,14 @@ class Status:
     lock_error: str | None = None
     #: Why a daemon here stands by (``leader_only``: another node leads), as the backend says.
     standby: str | None = None
+    #: The guests' names the history recorded (the observed cluster's, where it has them).
+    names: dict[str, str] = field(default_factory=dict)
+
+    def label(self, guest: str) -> str:
+        """A guest as the operator knows it: ``name (id)``."""
+        if self.cluster is not None and guest in self.cluster.guest_index:
+            return self.cluster.guest_label(guest)
+        return guest_label(guest, self.names.get(guest, ""))
 
     @property
     def problem(self) -> bool:
@@ -131,6 +141,7 @@ def _read_history(status: Status) -> None:
         return
     try:
         with history:
+            status.names = history.guest_names()
             now = history_now(config, history)
             last = history.decisions(limit=1)
             status.last_decision = decision_object(last[0]) if last else None
@@ -177,6 +188,10 @@ def status_data(status: Status) -> dict[str, Any]:
         },
         "observation": {"ok": cluster is not None, "error": status.observe_error},
         "policy": policy_summary(config),
+        # The windows at the history's time (the simulator's clock), else the wall clock.
+        "windows": schedule_now(
+            config.policy.schedule, time.time() if status.now is None else status.now
+        ),
         "daemon": {
             "lock": config.lock,
             "running": status.lock_held or status.history_held
@@ -216,6 +231,7 @@ def show_status(report: Report, status: Status) -> None:
         f"{format_duration(policy['interval'])}, {when} (strategy {policy['strategy']}, "
         f"target {policy['target']:g})"
     )
+    _show_windows(report, data["windows"])
     report.heading("Daemon")
     daemon = data["daemon"]
     if daemon["error"] is not None:
@@ -234,6 +250,19 @@ def show_status(report: Report, status: Status) -> None:
     if daemon["standby"] is not None:
         report.line(f"standing by: {daemon['standby']}", "yellow")
     _show_history(report, status, data["history"])
+
+
+def _show_windows(report: Report, windows: dict[str, Any] | None) -> None:
+    """The migration windows, and whether each activity they apply to may start one now."""
+    if windows is None:
+        return
+    report.line(f"windows: {windows['summary']}")
+    for activity, now in windows["now"].items():
+        if now["open"]:
+            report.line(f"  {activity}: open now", "green")
+            continue
+        opens = now["opens_text"] or "not within a year"
+        report.line(f"  {activity}: closed now ({now['closed']}); next opens {opens}", "yellow")
 
 
 def _show_cluster(report: Report, status: Status) -> None:
@@ -301,7 +330,7 @@ def _show_history(report: Report, status: Status, history: dict[str, Any]) -> No
             [
                 [
                     m["time"],
-                    m["guest"],
+                    status.label(m["guest"]),
                     m["source"],
                     m["target"],
                     m["handle"],
@@ -314,13 +343,16 @@ def _show_history(report: Report, status: Status, history: dict[str, Any]) -> No
     if history["cooldowns"]:
         report.table(
             ("guest", "until", "reason"),
-            [[c["guest"], c["time"], c["reason"]] for c in history["cooldowns"]],
+            [[status.label(c["guest"]), c["time"], c["reason"]] for c in history["cooldowns"]],
         )
     report.heading(f"Kept off a target ({len(history['avoid'])})")
     if history["avoid"]:
         report.table(
             ("guest", "node", "until", "reason"),
-            [[a["guest"], a["node"], a["time"], a["reason"]] for a in history["avoid"]],
+            [
+                [status.label(a["guest"]), a["node"], a["time"], a["reason"]]
+                for a in history["avoid"]
+            ],
         )
 
 

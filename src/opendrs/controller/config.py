@@ -6,7 +6,7 @@
     cluster: prod                 # name in logs and in the history (default: the backend's)
     mode: shadow                  # shadow (default: record only) | manual (propose, an
                                   # operator approves) | active (migrate)
-    automatic: [repair, maintenance]  # manual mode: the kinds that act without approval
+    automatic: [maintenance, return, repair]  # manual mode: what acts without approval
     backend:
       type: file | sim | proxmox | incus  # and the keys of that backend
     history: history.sqlite       # relative paths are relative to this file
@@ -59,7 +59,7 @@ ConfigError = DocumentError
 VERSION: Final = 1
 MODES: Final = ("shadow", "manual", "active")
 #: In manual mode, the kinds of decision that act without approval by default.
-AUTOMATIC: Final = ("repair", "maintenance")
+AUTOMATIC: Final = ("maintenance", "return", "repair")
 BACKENDS: Final = ("file", "sim", "proxmox", "incus")
 LOG_LEVELS: Final = ("debug", "info", "warning", "error")
 _TOP_KEYS: Final = (
@@ -149,8 +149,8 @@ class Config:
     lock: str
     cluster: str | None = None
     mode: Literal["shadow", "manual", "active"] = "shadow"
-    #: In manual mode, the kinds of proposal (``balance``, ``repair``, ``maintenance``) that
-    #: act on their own; the others wait for approval.
+    #: In manual mode, the kinds of proposal (``balance``, ``maintenance``, ``return``,
+    #: ``repair``) that act on their own; the others wait for approval.
     automatic: tuple[str, ...] = AUTOMATIC
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)

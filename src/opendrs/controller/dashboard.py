@@ -37,10 +37,18 @@ from opendrs.controller.views import (
     stuck_rows,
 )
 from opendrs.engine.policy import Decision
-from opendrs.engine.policy.metrics import format_metric, metric_scale
+from opendrs.engine.policy.metrics import (
+    format_metric,
+    measure_by_arch,
+    metric_label,
+    metric_scale,
+)
 from opendrs.engine.usage import LoadModel
 from opendrs.json_data import iso_time, json_text
+from opendrs.model.cluster import Cluster, guest_label
+from opendrs.model.units import format_duration
 from opendrs.report.charts import Line, line_chart
+from opendrs.report.words import purpose_words
 
 __all__ = ["Dashboard", "Snapshot"]
 
@@ -88,6 +96,8 @@ class Dashboard:
         #: What the chart draws: the points of the last day, every n-th beyond CHART_POINTS.
         self._chart_points: list[list[float]] = []
         self._would: dict[str, Any] | None = None
+        #: Each guest's name, from the last cluster observed: the page says ``name (id)``.
+        self._names: dict[str, str] = {}
         self._snapshot = Snapshot(0, {"version": 0, **self._document()})
         self._rendered: dict[tuple[int, str], str] = {}
         self._drawn: tuple[object, str] | None = None
@@ -104,11 +114,16 @@ class Dashboard:
             self._base["observation"] = {"ok": False, "error": cycle.error, **self._at(cycle.at)}
         elif cycle.cluster is not None:
             cluster = cycle.cluster
+            self._names = {g.id: g.name for g in cluster.guests}
             loads = LoadModel.build(cluster)
             self._base.update(
                 observation={"ok": True, "error": None, **self._at(cycle.at)},
                 cluster=cluster_summary(cluster),
-                groups=_groups(node_loads(cluster, loads), arch_spreads(cluster, loads)),
+                groups=_groups(
+                    node_loads(cluster, loads),
+                    arch_spreads(cluster, loads),
+                    self._measured(cluster, loads),
+                ),
             )
             if cycle.decision is not None:
                 self._base["stuck"] = stuck_rows(cluster, cycle.stuck)
@@ -129,7 +144,7 @@ class Dashboard:
             self._ended.appendleft(
                 {
                     **self._at(event.at),
-                    "guest": move.guest,
+                    **self._guest(move.guest),
                     "source": move.source,
                     "target": move.target,
                     "outcome": event.kind,
@@ -175,7 +190,7 @@ class Dashboard:
             "act": decision.act,
             "reason": decision.reason,
             "metric": format_metric(metric, decision.metric) if metric != "none" else None,
-            "moves": _moves(decision),
+            "moves": [self._move(m) for m in _moves(decision)],
         }
         self._base["now"] = summary
         if cycle.decision_id is not None:
@@ -199,6 +214,26 @@ class Dashboard:
             return list(self._base.get("proposals", []))
         return [{**p.as_dict(), **self._at(p.at)} for p in proposals]
 
+    def _measured(self, cluster: Cluster, loads: LoadModel) -> dict[str, str]:
+        """The policy's metric on each CPU architecture's nodes now, as the header names it."""
+        metric = self._config.policy.metric
+        if metric == "none":
+            return {}
+        values = measure_by_arch(cluster, metric, loads)
+        return {arch: format_metric(metric, value) for arch, value in values.items()}
+
+    def _guest(self, guest: str) -> dict[str, str]:
+        """A guest's fields on the page: its ``guest`` id, and its ``label``, ``name (id)``."""
+        return {"guest": guest, "label": self._label(guest)}
+
+    def _label(self, guest: str) -> str:
+        return guest_label(guest, self._names.get(guest, ""))
+
+    def _move(self, move: dict[str, Any]) -> dict[str, Any]:
+        """A plan's move on the page: its guest named, its reason code in ``words``."""
+        label = self._guest(move["guest"])
+        return {**move, **label, "words": purpose_words(move["reason"], self._label)}
+
     @property
     def _config(self) -> Config:
         return self._controller.config if self._controller is not None else self.config
@@ -214,7 +249,7 @@ class Dashboard:
             since = self._started.get(move.guest)
             rows.append(
                 {
-                    "guest": move.guest,
+                    **self._guest(move.guest),
                     "source": move.source,
                     "target": move.target,
                     "since": None if since is None else self._at(since)["time"],
@@ -230,7 +265,13 @@ class Dashboard:
             "command": self.command,
             "backend": config.backend.type,
             "simulated": self._simulated,
-            "policy": policy_summary(config),
+            "policy": {
+                **policy_summary(config),
+                "metric_label": metric_label(config.policy.metric),
+                "smoothing": format_duration(config.policy.smoothing)
+                if config.policy.smoothing
+                else "",
+            },
             "observation": self._base.get("observation"),
             # Why this instance stays idle (leader_only: another node leads), or None.
             "standby": self._controller.standing_by if self._controller is not None else None,
@@ -309,13 +350,22 @@ def simulated_time(at: float) -> str:
 
 
 def _groups(
-    nodes: list[dict[str, Any]], spreads: dict[str, dict[str, float]]
+    nodes: list[dict[str, Any]], spreads: dict[str, dict[str, float]], measured: dict[str, str]
 ) -> list[dict[str, Any]]:
-    """The nodes by CPU architecture where the usable ones have several, else one group."""
+    """The nodes by CPU architecture where the usable ones have several, else one group; each
+    with its spread per resource and the policy's metric on it now (``measured``, per
+    architecture: what the header's threshold is compared with)."""
     if len(spreads) < 2:
-        return [{"arch": None, "nodes": nodes, "spread": next(iter(spreads.values()), {})}]
+        spread = next(iter(spreads.values()), {})
+        metric = next(iter(measured.values()), None)
+        return [{"arch": None, "nodes": nodes, "spread": spread, "metric": metric}]
     return [
-        {"arch": arch, "nodes": [n for n in nodes if n["arch"] == arch], "spread": spread}
+        {
+            "arch": arch,
+            "nodes": [n for n in nodes if n["arch"] == arch],
+            "spread": spread,
+            "metric": measured.get(arch),
+        }
         for arch, spread in spreads.items()
     ]
 

@@ -126,7 +126,12 @@ class Event:
     detail: str = ""
 
     def __str__(self) -> str:
-        what = f"{self.move.guest} {self.move.source} → {self.move.target}" if self.move else ""
+        return self.describe()
+
+    def describe(self, label: Callable[[str], str] = str) -> str:
+        """The event in a line, its guest as ``label`` names it (default: its id)."""
+        move = self.move
+        what = f"{label(move.guest)} {move.source} → {move.target}" if move else ""
         return " ".join(p for p in (self.kind, what, self.detail) if p)
 
 
@@ -197,6 +202,12 @@ class Executor:
         #: Asked before every start and right before its request: while it gives a reason (a
         #: reload or a stop is pending) nothing starts.
         self.hold: Callable[[], str | None] = lambda: None
+        #: Why the queue's activity (``balance``, ``repair``…) may start nothing now — its
+        #: migration window closed, a blackout began (``policy.windows``) —, or None: asked at
+        #: every tick; the queue is then dropped, migrations in flight followed to their end.
+        self.closed: Callable[[str], str | None] = lambda _activity: None
+        #: What the queued plan does (:attr:`~opendrs.engine.policy.Decision.activity`).
+        self._activity: str | None = None
         self._queue: list[_Queued] = []
         self._running: dict[str, _Running] = {}  # guest id → migration in flight
         #: Steps of the unfinished moves out of each node: the ordering rule.
@@ -242,17 +253,21 @@ class Executor:
         level = (
             logging.WARNING if kind in ("failed", "lost", "skipped", "watching") else logging.INFO
         )
-        log.log(level, "%s", event)
+        # the log names the guest as the operator knows it, from the last observation
+        label = self._view.observed.guest_label if self._view is not None else str
+        log.log(level, "%s", event.describe(label))
         if self._on_event is not None:
             self._on_event(event)
         return event
 
     # -- plans ---------------------------------------------------------------------------------
 
-    def submit(self, plan: Plan, decision: int | None = None) -> None:
-        """Queue the moves of ``plan`` (after what is queued already)."""
+    def submit(self, plan: Plan, decision: int | None = None, activity: str | None = None) -> None:
+        """Queue the moves of ``plan`` (after what is queued already); ``activity``: what it
+        does, as migration windows name it (None: any time)."""
         if not self._queue:
             self._refused = set()
+            self._activity = activity
         for move in plan.moves:
             self._queue.append(_Queued(move, decision))
         self._progress = self.clock.now()
@@ -351,7 +366,10 @@ class Executor:
             self.halt(standby)
         if not self._queue or self.hold() is not None:
             return self.events[start:]
-        if self._stalled():
+        closed = None if self._activity is None else self.closed(self._activity)
+        if closed is not None:
+            self.halt(closed)
+        elif self._stalled():
             self.halt(
                 f"no migration of the plan could start for "
                 f"{format_duration(self.config.stall_timeout)}: the policy decides afresh"

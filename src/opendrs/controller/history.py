@@ -371,6 +371,19 @@ class History:
             )
             return cursor.rowcount == 1
 
+    def guest_names(self) -> dict[str, str]:
+        """Each guest's name as the latest decision that planned a move of it recorded it (the
+        guests the history knows by name: those it planned or made migrations of)."""
+        query = (
+            "SELECT json_extract(move.value, '$.guest'), json_extract(move.value, '$.name') "
+            "FROM decisions, json_each(decisions.plan) AS move "
+            "WHERE decisions.moves > 0 AND json_extract(move.value, '$.name') IS NOT NULL "
+            "ORDER BY decisions.at, decisions.id"
+        )
+        with self._read("read guest names") as db:
+            rows = db.execute(query).fetchall()
+        return {str(guest): str(name) for guest, name in rows if name}
+
     # ------------------------------------------------------------------ migrations
 
     def migration_started(

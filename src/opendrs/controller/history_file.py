@@ -63,15 +63,15 @@ The version is kept in ``PRAGMA user_version``; ``PRAGMA application_id`` is ``0
 
 ``proposals`` — the plans of manual mode waiting for an operator (version 5).
     ``id`` (TEXT, primary key: 8 hex digits of a hash of the time and the moves); ``decision``
-    (INTEGER, ``decisions.id`` of the decision that made it); ``at`` (REAL, backend clock);
-    ``kind`` (``balance`` | ``repair`` | ``maintenance``); ``reason`` (TEXT); ``imbalance``,
+    (INTEGER, ``decisions.id`` of the decision that made it); ``at`` (REAL, backend clock); ``kind``
+    (``balance`` | ``maintenance`` | ``return`` | ``repair``); ``reason`` (TEXT); ``imbalance``,
     ``predicted`` (REAL or NULL, the metric before and predicted after); ``moves`` (TEXT, a JSON
-    array of ``{"guest", "name", "source", "target"}``); ``state`` (``open``, then ``approved``
-    or ``rejected`` by an operator, ``started`` once the daemon handed the approved moves to the
-    executor, or ``expired``); ``chosen`` (TEXT or NULL, a JSON array of the approved moves'
-    1-based numbers; NULL: all); ``by`` (TEXT or NULL, who approved or rejected: the token's
-    name, or ``USER@cli``); ``decided`` (REAL or NULL, when, wall clock); ``note`` (TEXT or
-    NULL, why it expired, or what started).
+    array of ``{"guest", "name", "source", "target"}``); ``state`` (``open``, then ``approved`` or
+    ``rejected`` by an operator, ``started`` once the daemon handed the approved moves to the
+    executor, or ``expired``); ``chosen`` (TEXT or NULL, a JSON array of the approved moves' 1-based
+    numbers; NULL: all); ``by`` (TEXT or NULL, who approved or rejected: the token's name, or
+    ``USER@cli``); ``decided`` (REAL or NULL, when, wall clock); ``note`` (TEXT or NULL, why it
+    expired, or what started).
 
 Example, the last ten migrations with their decision::
 

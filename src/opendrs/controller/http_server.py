@@ -2,8 +2,12 @@
 ``opendrs run`` (and ``opendrs demo``), served from a background thread.
 
 Read-only: GET and HEAD are answered, every other method is refused (405); nothing served changes
-anything. With a bearer token (``http.token_file``) every path asks for ``Authorization: Bearer
-TOKEN`` (401 otherwise); the token is compared in constant time and never logged. Requests are
+anything. The one POST, ``/api/place`` (:mod:`opendrs.controller.place_api`), changes nothing
+either: it asks where a new guest should start, and is answered from the last observation. It
+needs ``http.token_file`` (403 without one), ``Content-Type: application/json`` and, from a
+browser, an ``Origin`` that is the server's own; its errors are JSON (``{"error": …}``). With a
+bearer token (``http.token_file``) every path asks for ``Authorization: Bearer TOKEN`` (401
+otherwise); the token is compared in constant time and never logged. Requests are
 logged at DEBUG only. The dashboard's answers come from the snapshot the daemon publishes once
 per cycle (:class:`opendrs.controller.dashboard.Dashboard`): a request never reaches the backend.
 
@@ -40,8 +44,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from opendrs.controller.config import HttpConfig
 from opendrs.controller.dashboard import Dashboard, dashboard_headers
-from opendrs.controller.http_write import MAX_BODY, DashboardWriter
+from opendrs.controller.http_write import MAX_BODY as MAX_WRITE
+from opendrs.controller.http_write import DashboardWriter
 from opendrs.controller.metrics import DaemonMetrics
+from opendrs.controller.place_api import MAX_BODY, PlaceView, json_error
 from opendrs.secret_file import SecretError, read_secret_file
 
 __all__ = ["MAX_CONNECTIONS", "REQUEST_TIMEOUT", "HttpError", "MetricsServer", "start_server"]
@@ -50,6 +56,8 @@ log = logging.getLogger(__name__)
 
 #: The dashboard's paths: the page, its JSON, the part of the page its script swaps in.
 _DASHBOARD = frozenset({"/", "/api/state", "/api/panel"})
+#: Where a provisioning tool asks where a new guest should start (POST only).
+_PLACE = "/api/place"
 
 
 #: Connections held at once (each is a file and a thread of the daemon's).
@@ -64,6 +72,7 @@ class _Server(ThreadingHTTPServer):
     request_queue_size = 128
     metrics: DaemonMetrics
     dashboard: Dashboard | None
+    place: PlaceView | None
     token: bytes | None
     writer: DashboardWriter | None = None
 
@@ -137,14 +146,16 @@ class _Handler(BaseHTTPRequestHandler):
         self._answer(body=False)
 
     def do_POST(self) -> None:
-        writer = self.server.writer
-        if writer is None:
+        path = self.path.partition("?")[0]
+        if path == _PLACE and self.server.place is not None:
+            self._place(self.server.place)
+        elif self.server.writer is not None:
+            write_request(self, self.server.writer)
+        else:
             self._not_allowed()
-            return
-        write_request(self, writer)
 
     def __getattr__(self, name: str) -> Callable[[], None]:
-        """Every other method (``do_POST``, ``do_PUT``…): 405, nothing changes."""
+        """Every other method (``do_PUT``, ``do_DELETE``…): 405, nothing changes."""
         if name.startswith("do_"):
             return self._not_allowed
         raise AttributeError(name)
@@ -161,7 +172,10 @@ class _Handler(BaseHTTPRequestHandler):
             return
         path, _, query = self.path.partition("?")
         dashboard = self.server.dashboard
-        if dashboard is not None and path in _DASHBOARD:
+        if path == _PLACE and self.server.place is not None:
+            status, text = json_error(HTTPStatus.METHOD_NOT_ALLOWED, f"{_PLACE} takes POST")
+            self._send(status, text, {"Allow": "POST", **_JSON}, body=body)
+        elif dashboard is not None and path in _DASHBOARD:
             self._dashboard(dashboard, path, query, body=body)
         elif path == "/api/proposals" and self.server.writer is not None:
             send_json(self, *self.server.writer.open_proposals(), body=body)
@@ -206,6 +220,43 @@ class _Handler(BaseHTTPRequestHandler):
             text = dashboard.page()
         self._send(HTTPStatus.OK, text.encode(), headers, body=body)
 
+    def _place(self, place: PlaceView) -> None:
+        """``POST /api/place``: token, origin, type and size of the request checked, then
+        answered from ``place``; every answer is JSON."""
+        refused = self._place_refused()
+        if refused is not None:
+            status, reason, headers = refused
+            self._send(*json_error(status, reason), {**headers, **_JSON})
+            return
+        body = self.rfile.read(int(self.headers.get("Content-Length", "")))
+        try:
+            answer = place.answer(body)
+        except Exception:  # a bug placing the guest must not reach the daemon: 500, logged
+            log.exception("http %s: cannot answer %s", self.address_string(), _PLACE)
+            answer = json_error(HTTPStatus.INTERNAL_SERVER_ERROR, "cannot place: see the log")
+        self._send(*answer, _JSON)
+
+    def _place_refused(self) -> tuple[HTTPStatus, str, dict[str, str]] | None:
+        """Why ``POST /api/place`` is refused before its body is read (status, reason, headers),
+        or None."""
+        if self.server.token is None:
+            return HTTPStatus.FORBIDDEN, f"{_PLACE} needs http.token_file", {}
+        if not self._authorized():
+            headers = {"WWW-Authenticate": 'Bearer realm="opendrs"'}
+            return HTTPStatus.UNAUTHORIZED, "a bearer token is needed", headers
+        origin = self.headers.get("Origin")
+        if origin is not None and origin != f"http://{self.headers.get('Host', '')}":
+            return HTTPStatus.FORBIDDEN, f"origin {origin} is not this server's", {}
+        kind = self.headers.get("Content-Type", "").partition(";")[0].strip().lower()
+        if kind != "application/json":
+            return HTTPStatus.UNSUPPORTED_MEDIA_TYPE, "expected Content-Type: application/json", {}
+        length = self.headers.get("Content-Length", "")
+        if not length.isdigit():
+            return HTTPStatus.LENGTH_REQUIRED, "expected a Content-Length", {}
+        if int(length) > MAX_BODY:
+            return HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"at most {MAX_BODY} bytes", {}
+        return None
+
     def _authorized(self) -> bool:
         token = self.server.token
         if token is None:
@@ -234,6 +285,9 @@ class _Handler(BaseHTTPRequestHandler):
         log.debug("http %s: " + format, self.address_string(), *args)
 
 
+_JSON: Final = {"Content-Type": "application/json"}
+
+
 class MetricsServer:
     """The HTTP server on ``config``'s address, in a thread of its own until :meth:`stop`."""
 
@@ -243,6 +297,7 @@ class MetricsServer:
         metrics: DaemonMetrics,
         token: str | None,
         dashboard: Dashboard | None = None,
+        place: PlaceView | None = None,
         writer: DashboardWriter | None = None,
     ) -> None:
         family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
@@ -252,6 +307,7 @@ class MetricsServer:
         self.server: _Server = server_class((config.host, config.port), _Handler)
         self.server.metrics = metrics
         self.server.dashboard = dashboard
+        self.server.place = place
         self.server.token = token.encode() if token is not None else None
         self.server.writer = writer
         self._thread = threading.Thread(
@@ -288,6 +344,7 @@ def start_server(
     config: HttpConfig,
     metrics: DaemonMetrics,
     dashboard: Dashboard | None = None,
+    place: PlaceView | None = None,
     writer: DashboardWriter | None = None,
 ) -> MetricsServer:
     """Read the token, bind, serve in the background and log the address bound — at WARNING
@@ -299,7 +356,7 @@ def start_server(
         except SecretError as exc:
             raise HttpError(f"http.token_file: {exc}", usage=True) from None
     try:
-        server = MetricsServer(config, metrics, token, dashboard, writer)
+        server = MetricsServer(config, metrics, token, dashboard, place, writer)
     except OSError as exc:
         raise HttpError(f"cannot listen on {config.address}: {exc.strerror}", usage=False) from None
     server.start()
@@ -346,7 +403,7 @@ def write_request(handler: _Handler, writer: DashboardWriter) -> None:
         length = int(handler.headers.get("Content-Length", "0"))
     except ValueError:
         length = -1
-    if not 0 <= length <= MAX_BODY:
+    if not 0 <= length <= MAX_WRITE:
         send_json(handler, HTTPStatus.BAD_REQUEST, {"error": "a body of 0 to 4096 bytes"})
         return
     body = handler.rfile.read(length) if length else b""

@@ -294,6 +294,7 @@ class Controller:
         self.manual = ManualMode(history)
         if hold_starts is not None:
             self.executor.hold = hold_starts
+        self.executor.closed = self._window_closed
         #: Observations that failed in a row (reported at ERROR from ``log.failed_observations``).
         self.failed_observations = 0
         # Guests evacuated for maintenance outlive a restart (``maintenance_return``).
@@ -528,6 +529,15 @@ class Controller:
             rule_check=rule_check,
         )
 
+    def _window_closed(self, activity: str) -> str | None:
+        """Why the executor may start no more of a plan that does ``activity`` now (its window
+        closed, a blackout began: ``policy.windows``), or None."""
+        schedule = self.policy.schedule
+        if schedule is None:
+            return None
+        reason = schedule.closed_reason(self.clock.now(), activity)
+        return None if reason is None else f"{reason} now: no more of the plan starts"
+
     def _approved(self, now: float, cluster: Cluster, policy: PolicyConfig) -> None:
         """Manual mode's proposals on this observation: the stale ones expire and, when the
         executor is idle and migrations may start, the oldest approved one that still holds
@@ -541,7 +551,7 @@ class Controller:
         taken = self.manual.take_approved(cluster, policy.metric, forbidden)
         if taken is not None:
             proposal, plan = taken
-            self.executor.submit(plan, proposal.decision)
+            self.executor.submit(plan, proposal.decision, proposal.kind)
             self.executor.tick()
 
     def _hand_on(
@@ -553,7 +563,7 @@ class Controller:
         plan = decision.plan
         assert plan is not None
         if self.config.acts_alone(decision_kind(decision)):
-            self.executor.submit(plan, decision_id)
+            self.executor.submit(plan, decision_id, decision.activity)
             self.executor.tick()
             return
         if self.config.mode == "manual" and decision_id is not None:
@@ -562,7 +572,7 @@ class Controller:
         for move in plan.moves:
             log.info(
                 "shadow: would migrate %s %s → %s (step %d)",
-                move.guest,
+                cluster.guest_label(move.guest),
                 move.source,
                 move.target,
                 move.step,
@@ -608,7 +618,9 @@ class Controller:
             "metric": policy.metric,
             "strategy": policy.strategy,
         }
-        plan = decision.plan.as_dict()["moves"] if decision.plan is not None else []
+        # Each move with its guest's name: the history, status and the reports say it by name.
+        moves = decision.plan.as_dict()["moves"] if decision.plan is not None else []
+        plan = [{**m, "name": cluster.guest(m["guest"]).name} for m in moves]
         return self.history.record_decision(
             at=now,
             cluster=cluster.name,

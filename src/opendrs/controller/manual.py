@@ -34,13 +34,14 @@ __all__ = ["ManualMode", "decision_kind"]
 _KIND_OF_CODE = {
     DecisionCode.PLAN: "balance",
     DecisionCode.REPAIR: "repair",
-    DecisionCode.RETURN: "maintenance",
+    DecisionCode.RETURN: "return",
 }
 
 
 def decision_kind(decision: Decision) -> str:
-    """The proposal kind of a decision that acts: ``balance``, ``repair`` or ``maintenance``."""
-    return _KIND_OF_CODE.get(decision.code, "repair")
+    """The proposal kind of a decision that acts: its activity as migration windows name it
+    (``balance``, ``maintenance``, ``return``, ``repair``)."""
+    return decision.activity or _KIND_OF_CODE.get(decision.code, "repair")
 
 
 class ManualMode:

@@ -30,10 +30,11 @@ __all__ = [
     "proposal_record",
 ]
 
-#: What a proposal does: ``balance`` (a balancing plan), ``repair`` (moves that mend a broken
-#: hard constraint — guests leaving a node in maintenance among them), ``maintenance``
-#: (evacuated guests back to their node once its maintenance ends).
-KINDS: Final = ("balance", "repair", "maintenance")
+#: What a proposal does, as migration windows name it (``policy.windows``): ``balance`` (a
+#: balancing plan), ``maintenance`` (guests leaving a node in maintenance), ``return``
+#: (evacuated guests back to their node once its maintenance ends), ``repair`` (moves that mend
+#: another broken hard constraint, or relieve a hot node).
+KINDS: Final = ("balance", "maintenance", "return", "repair")
 #: ``open`` waits for an operator; ``approved`` waits for the daemon's next cycle; ``started``
 #: was handed to the executor; ``rejected`` and ``expired`` are final.
 STATES: Final = ("open", "approved", "rejected", "expired", "started")

@@ -11,6 +11,7 @@ the hard ones.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from opendrs.engine.constraints import check_rules
@@ -30,8 +31,12 @@ class RuleBreak:
     nodes: tuple[str, ...]
 
     def __str__(self) -> str:
+        return self.describe()
+
+    def describe(self, label: Callable[[str], str] = str) -> str:
+        """The break in a sentence, each guest as ``label`` names it (default: its id)."""
         strength = "hard" if self.hard else "soft"
-        guests = ", ".join(self.guests)
+        guests = ", ".join(label(g) for g in self.guests)
         nodes = ", ".join(self.nodes)
         if self.kind == "anti-affinity":
             what = f"{guests} share {nodes}"

@@ -320,12 +320,18 @@ def _failed(cluster: Cluster, node: str) -> Cluster:
 NEW_GUEST_ID = "new"
 
 
-def place_new(cluster: Cluster, guest: Guest) -> Placement:
-    """Where should a new guest start? ``guest.node`` is ignored; it is not counted anywhere yet."""
-    ids = set(cluster.guest_index)
-    gid = guest.id or NEW_GUEST_ID
-    while gid in ids:
+def fresh_id(cluster: Cluster, wanted: str) -> str:
+    """``wanted`` (or :data:`NEW_GUEST_ID`), primed until no guest of ``cluster`` has it."""
+    gid = wanted or NEW_GUEST_ID
+    while gid in cluster.guest_index:
         gid += "'"
+    return gid
+
+
+def place_new(cluster: Cluster, guest: Guest) -> Placement:
+    """Where should a new guest start? ``guest.node`` is ignored; it is not counted anywhere yet.
+    Its id is :func:`fresh_id`'s; rules of ``cluster`` that name that id apply to it."""
+    gid = fresh_id(cluster, guest.id)
     arch = guest.arch
     if arch is None:
         # The most common architecture among usable nodes (ties: alphabetical).
@@ -416,6 +422,7 @@ __all__: Sequence[str] = (
     "Placement",
     "PlacementState",
     "evacuate",
+    "fresh_id",
     "place_guest",
     "place_new",
 )

@@ -41,6 +41,13 @@ HA_STATES: tuple[str, ...] = (
 )
 
 
+def guest_label(guest_id: str, name: str = "") -> str:
+    """How an operator knows a guest, everywhere opendrs writes for one (plan, place, show,
+    the daemon's log, status, history, the dashboard, the reports): ``name (id)``, the id alone
+    when the guest has no name (or its name is its id). JSON keeps the id as it is."""
+    return f"{name} ({guest_id})" if name and name != guest_id else guest_id
+
+
 def _frozen(value: Mapping[str, int] | None) -> Mapping[str, int]:
     return MappingProxyType(dict(value or {}))
 
@@ -151,7 +158,8 @@ class Guest:
 
     @property
     def label(self) -> str:
-        return f"{self.id} ({self.name})" if self.name and self.name != self.id else self.id
+        """How an operator knows the guest: ``name (id)``, the id alone without a name."""
+        return guest_label(self.id, self.name)
 
     @property
     def local_disk_bytes(self) -> int:
@@ -251,6 +259,11 @@ class Cluster:
 
     def guest(self, guest_id: str) -> Guest:
         return self.guests[self.guest_index[guest_id]]
+
+    def guest_label(self, guest_id: str) -> str:
+        """:func:`guest_label` of the guest ``guest_id`` (its id alone when it is not here)."""
+        index = self.guest_index.get(guest_id)
+        return guest_id if index is None else self.guests[index].label
 
     @cached_property
     def _guests_by_node(self) -> Mapping[str, tuple[Guest, ...]]:

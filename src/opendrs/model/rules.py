@@ -19,7 +19,9 @@ Every rule has an *origin* (:data:`ORIGINS`), which decides which of two contrad
 holds: a ``platform`` rule (Proxmox's HA rules and groups; Incus's cluster groups, projects
 restricted to groups, pinned CPUs, members that take no automatic placement) comes before a
 ``config`` rule (written in an opendrs file: a snapshot's ``rules``), which comes before a
-``tag`` (ProxLB's ``plb_*`` tags on Proxmox, opendrs's ``user.opendrs.*`` keys on Incus). A rule
+``pool`` rule (a Proxmox resource pool the configuration keeps together or apart: the backend's
+``pools``), which comes before a ``tag`` (ProxLB's ``plb_*`` tags on Proxmox, opendrs's
+``user.opendrs.*`` keys on Incus). A rule
 is never weakened by one of a later origin: the later one is ignored, with a warning
 (:func:`opendrs.engine.constraints.check_rules`).
 """
@@ -31,9 +33,11 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Final, Literal
 
-Origin = Literal["platform", "config", "tag"]
+Origin = Literal["platform", "config", "pool", "tag"]
 #: The origins of rules, first the one that holds when two rules contradict each other.
-ORIGINS: Final[tuple[Origin, ...]] = ("platform", "config", "tag")
+ORIGINS: Final[tuple[Origin, ...]] = ("platform", "config", "pool", "tag")
+#: The name of the rule of the Proxmox resource pool ``pool`` (origin ``pool``).
+POOL_RULE_PREFIX: Final = "pool "
 
 
 def precedence(origin: Origin) -> int:

@@ -14,7 +14,7 @@ import io
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["Line", "bar_chart", "line_chart"]
+__all__ = ["Line", "Spans", "bar_chart", "line_chart"]
 
 #: Colours for series in order (matplotlib's default cycle, colour-blind friendly enough).
 _PALETTE = (
@@ -43,6 +43,15 @@ class Line:
     label: str
 
 
+@dataclass(frozen=True, slots=True)
+class Spans:
+    """Ranges of x (from, to) shaded behind a chart (a policy's migration windows), named once
+    in the legend."""
+
+    ranges: tuple[tuple[float, float], ...]
+    label: str
+
+
 def line_chart(
     series: Mapping[str, Sequence[tuple[float, float]]],
     *,
@@ -52,9 +61,15 @@ def line_chart(
     lines: Sequence[Line] = (),
     steps: bool = False,
     size: tuple[float, float] = (8.0, 3.0),
+    shaded: Spans | None = None,
 ) -> str:
-    """One line per series of (x, y) points; ``steps`` draws them as a step function."""
+    """One line per series of (x, y) points; ``steps`` draws them as a step function;
+    ``shaded``: ranges of x shaded behind them."""
     figure, axes = _figure(size)
+    if shaded is not None:
+        for index, (start, end) in enumerate(shaded.ranges):
+            label = shaded.label if index == 0 else None
+            axes.axvspan(start, end, color="#2ca02c", alpha=0.12, linewidth=0, label=label)
     for index, (name, points) in enumerate(series.items()):
         xs = [x for x, _ in points]
         ys = [y for _, y in points]
@@ -64,7 +79,8 @@ def line_chart(
         else:
             axes.plot(xs, ys, label=name, color=colour, linewidth=1.4)
     _reference_lines(axes, lines)
-    _finish(axes, title=title, xlabel=xlabel, ylabel=ylabel, legend=len(series) > 1 or bool(lines))
+    legend = len(series) > 1 or bool(lines) or shaded is not None
+    _finish(axes, title=title, xlabel=xlabel, ylabel=ylabel, legend=legend)
     return _svg(figure)
 
 
@@ -104,6 +120,10 @@ def bar_chart(
         for label in axes.get_xticklabels():
             label.set_horizontalalignment("right")
     _reference_lines(axes, lines)
+    # Counts and loads: the axis starts at 0 (nothing to show is 0 to 1, not an axis around 0).
+    highest = max((v for values in groups.values() for v in values), default=0.0)
+    if min((v for values in groups.values() for v in values), default=0.0) >= 0:
+        axes.set_ylim(bottom=0.0, top=None if highest > 0 else 1.0)
     _finish(axes, title=title, xlabel="", ylabel=ylabel, legend=count > 1 or bool(lines))
     return _svg(figure)
 

@@ -18,7 +18,9 @@ from opendrs.engine.planner import Plan
 from opendrs.engine.strategies.base import Proposal, cluster_imbalance, imbalance_by_arch
 from opendrs.engine.usage import RESOURCES, LoadModel
 from opendrs.model.cluster import Cluster, Guest, Node
+from opendrs.model.rules import Rules
 from opendrs.model.units import format_bytes
+from opendrs.report.words import copied_bytes, move_sentences, penalty_rules, stop_sentence
 
 BAR_WIDTH = 20
 
@@ -113,34 +115,14 @@ def imbalance_rows(imb: Imbalance) -> list[list[str]]:
 IMBALANCE_HEADERS = ("resource", "mean", "min", "max", "spread", "CV", "CV/√(N−1)", "RMS")
 
 
-_NODE_HEADERS = (
-    "node",
-    "state",
-    "arch",
-    "cores",
-    "memory",
-    "guests",
-    "cpu",
-    "memory",
-    "vCPUs",
-    "mem committed",
-)
-_GUEST_HEADERS = (
-    "node",
-    "id",
-    "name",
-    "kind",
-    "state",
-    "vCPUs",
-    "memory",
-    "cpu used",
-    "mem used",
-    "flags",
-)
+_LOAD_HEADERS = ("node", "state", "guests", "cpu", "memory")
+_SIZE_HEADERS = ("node", "arch", "cores", "memory", "vCPUs committed", "memory committed")
+_GUEST_HEADERS = ("node", "guest", "kind", "cpu", "memory", "flags")
 
 
 def show_cluster(report: Report, cluster: Cluster, *, guests: bool = True) -> None:
-    """Nodes with load bars per resource, guests per node, and the imbalance figures."""
+    """Nodes with load bars per resource (as wide as the console lets them be), their sizes,
+    guests per node, and the imbalance figures."""
     settings = cluster.settings
     fractions = LoadModel.build(cluster).fractions()
     cons = Constraints.build(cluster)
@@ -154,8 +136,10 @@ def show_cluster(report: Report, cluster: Cluster, *, guests: bool = True) -> No
     if balancer is not None:
         report.line(balancer, "yellow")
     report.heading(f"Nodes ({settings.mode} load as a share of capacity less reserves)")
-    rows = _node_rows(cluster, fractions, committed, cons.capacity.limit)
-    report.table(_NODE_HEADERS, rows, right=(3, 4, 5, 8, 9))
+    report.table(_LOAD_HEADERS, _load_rows(cluster, fractions, report.console.width), right=(2,))
+    report.heading("Node sizes (committed: what the guests are given, against the limit)")
+    rows = _size_rows(cluster, committed, cons.capacity.limit)
+    report.table(_SIZE_HEADERS, rows, right=(2, 3, 4, 5))
     by_arch = imbalance_by_arch(cluster)
     if by_arch:
         show_by_arch(report, "Imbalance", by_arch)
@@ -165,16 +149,45 @@ def show_cluster(report: Report, cluster: Cluster, *, guests: bool = True) -> No
             IMBALANCE_HEADERS, imbalance_rows(cluster_imbalance(cluster)), right=range(1, 8)
         )
     if guests:
-        report.heading("Guests")
-        report.table(_GUEST_HEADERS, _guest_rows(cluster), right=(5, 6, 7, 8))
+        report.heading(
+            "Guests (cpu: cores used/vCPUs; memory: used/size; flags: state if not running)"
+        )
+        report.table(_GUEST_HEADERS, _guest_rows(cluster), right=(3, 4))
+    _show_rules(report, cluster)
     _show_problems(report, cluster, cons, committed)
 
 
-def _node_rows(
-    cluster: Cluster, fractions: np.ndarray, committed: np.ndarray, limit: np.ndarray
-) -> list[list[str | Text]]:
-    """A row per node: state, size, guests, load bars (``fractions``), capacity ``committed``
-    against the ``limit``."""
+def _show_rules(report: Report, cluster: Cluster) -> None:
+    """Each node and guest rule: its name, what it does, its guests (as ``name (id)``) and its
+    origin."""
+    rules = cluster.rules
+    if not rules.node_affinity and not rules.guest_affinity:
+        return
+    report.heading("Rules")
+    for node_rule in rules.node_affinity:
+        strength = "strict" if node_rule.strict else "preferred"
+        nodes = ", ".join(node_rule.nodes)
+        guests = ", ".join(map(cluster.guest_label, node_rule.guests))
+        report.line(
+            f"  {node_rule.name}: {guests} on {nodes} ({strength}), origin {node_rule.origin}"
+        )
+    for guest_rule in rules.guest_affinity:
+        kind = "together" if guest_rule.positive else "apart"
+        strength = "hard" if guest_rule.hard else "soft"
+        guests = ", ".join(map(cluster.guest_label, guest_rule.guests))
+        report.line(
+            f"  {guest_rule.name}: {guests} kept {kind} ({strength}), origin {guest_rule.origin}"
+        )
+
+
+def _load_rows(cluster: Cluster, fractions: np.ndarray, width: int) -> list[list[str | Text]]:
+    """A row per node: state, guests running of all, a load bar per resource; the bars share
+    what ``width`` leaves (from 5 to :data:`BAR_WIDTH` characters each)."""
+    name_w = max((len(n.name) for n in cluster.nodes), default=4)
+    state_w = max((len(node_state(n)) for n in cluster.nodes), default=5)
+    # the other columns, the bars' percents, and a rich table's " │ " between columns
+    fixed = max(name_w, 4) + max(state_w, 5) + 6 + 2 * 7 + 4 * 3 + 1
+    bar_w = max(5, min(BAR_WIDTH, (width - fixed) // 2))
     rows: list[list[str | Text]] = []
     for i, node in enumerate(cluster.nodes):
         on_node = cluster.guests_on(node.name)
@@ -183,22 +196,34 @@ def _node_rows(
             [
                 node.name,
                 node_state(node),
-                node.arch,
-                f"{node.cpu:g}",
-                format_bytes(node.memory),
                 f"{running}/{len(on_node)}",
-                bar(fractions[i, 0]),
-                bar(fractions[i, 1]),
-                f"{committed[i, 0]:g}/{limit[i, 0]:g}",
-                f"{format_bytes(committed[i, 1])}/{format_bytes(limit[i, 1])}",
+                bar(fractions[i, 0], bar_w),
+                bar(fractions[i, 1], bar_w),
             ]
         )
     return rows
 
 
+def _size_rows(cluster: Cluster, committed: np.ndarray, limit: np.ndarray) -> list[list[str]]:
+    """A row per node: its architecture and size, the capacity ``committed`` against the
+    ``limit``."""
+    return [
+        [
+            node.name,
+            node.arch,
+            f"{node.cpu:g}",
+            format_bytes(node.memory),
+            f"{committed[i, 0]:g}/{limit[i, 0]:g}",
+            f"{format_bytes(committed[i, 1])}/{format_bytes(limit[i, 1])}",
+        ]
+        for i, node in enumerate(cluster.nodes)
+    ]
+
+
 def _guest_flags(cluster: Cluster, g: Guest) -> str:
-    """What sets guest ``g`` apart: ``ha ignored lock:backup devices local-disk ->node``."""
-    flags = []
+    """What sets guest ``g`` apart: ``stopped ha ignored lock:backup devices local-disk
+    ->node`` (its state when it is not running)."""
+    flags = [] if g.state == "running" else [g.state]
     if g.ha:
         flags.append("ha")
     if g.id in cluster.rules.ignored:
@@ -215,25 +240,28 @@ def _guest_flags(cluster: Cluster, g: Guest) -> str:
 
 
 def _guest_rows(cluster: Cluster) -> list[list[str | Text]]:
-    """A row per guest, node by node: its size, its use and its flags."""
+    """A row per guest, node by node: its use against its size, and its flags."""
     rows: list[list[str | Text]] = []
     for node in cluster.nodes:
         for g in cluster.guests_on(node.name):
             rows.append(
                 [
                     node.name,
-                    g.id,
-                    g.name,
+                    g.label,
                     g.kind,
-                    g.state,
-                    f"{g.cpu:g}",
-                    format_bytes(g.memory),
-                    f"{g.cpu_load:.2f}",
-                    format_bytes(g.memory_load),
+                    f"{g.cpu_load:.2f}/{g.cpu:g}",
+                    _used_of(g.memory_load, g.memory),
                     _guest_flags(cluster, g),
                 ]
             )
     return rows
+
+
+def _used_of(used: float, size: float) -> str:
+    """``44.0/48.0 GiB``: bytes used of a size, both in the size's unit."""
+    unit = format_bytes(size).split()[-1]
+    scale = 1024.0 ** ("B", "KiB", "MiB", "GiB", "TiB", "PiB").index(unit)
+    return f"{used / scale:.1f}/{size / scale:.1f} {unit}"
 
 
 def _show_problems(
@@ -248,7 +276,8 @@ def _show_problems(
     if breaks:
         report.heading("Rules broken now")
         for broken in breaks:
-            report.line(f"  {broken}", "red" if broken.hard else "yellow")
+            text = broken.describe(cluster.guest_label)
+            report.line(f"  {text}", "red" if broken.hard else "yellow")
     over = cons.capacity.over(committed)
     if over.any():
         limit = cons.capacity.limit
@@ -279,14 +308,21 @@ def show_by_arch(report: Report, title: str, by_arch: Mapping[str, Imbalance]) -
         report.table(IMBALANCE_HEADERS, imbalance_rows(imbalance), right=range(1, 8))
 
 
-def show_placement(report: Report, result: Placement) -> None:
+def show_placement(
+    report: Report, result: Placement, cluster: Cluster, *, verbose: bool = False
+) -> None:
+    """The nodes ranked for a guest, each with its loads after and the soft rules it would
+    break there (what its penalty stands for); ``verbose``: the score, the balance σ and the
+    penalty too. ``cluster`` holds the guest (a new one included)."""
+    label = cluster.guest_label
     if result.purpose == "new":
-        who = "a new guest"
+        named = result.guest in cluster.guest_index and cluster.guest(result.guest).name
+        who = f"a new guest, {cluster.guest(result.guest).name}" if named else "a new guest"
     elif len(result.members) == 1:
-        who = f"guest {result.guest}"
+        who = f"guest {label(result.guest)}"
     else:
-        partners = ", ".join(m for m in result.members if m != result.guest)
-        who = f"guest {result.guest} (with {partners}, kept together)"
+        partners = ", ".join(label(m) for m in result.members if m != result.guest)
+        who = f"guest {label(result.guest)} (with {partners}, kept together)"
     report.line(f"Placement of {who} ({result.purpose})", "bold")
     if result.blocked:
         report.line(f"  cannot move: {result.blocked}", "red")
@@ -294,65 +330,120 @@ def show_placement(report: Report, result: Placement) -> None:
     if not result.ranking:
         report.line("  no node can take it", "red")
     else:
-        rows = []
-        for rank, s in enumerate(result.ranking, 1):
-            rows.append(
-                [
-                    str(rank),
-                    s.node + (" (current)" if s.current else ""),
-                    f"{s.score:.4f}",
-                    f"{s.balance * 100:.2f} pp",
-                    f"{s.penalty:g}",
-                    *(_pct(s.fractions[r]) for r in RESOURCES),
-                ]
-            )
-        report.table(
-            (
-                "rank",
-                "node",
-                "score",
-                "balance σ",
-                "soft penalty",
-                *(f"{r} after" for r in RESOURCES),
-            ),
-            rows,
-            right=(0, 2, 3, 4, 5, 6),
-        )
+        _ranking_table(report, result, cluster, verbose)
     if result.rejected:
         report.heading("Rejected")
         report.table(("node", "reason"), [[r.node, str(r)] for r in result.rejected])
 
 
-def show_evacuation(report: Report, result: Evacuation) -> None:
+def _ranking_table(report: Report, result: Placement, cluster: Cluster, verbose: bool) -> None:
+    figures = ("score", "balance σ", "penalty") if verbose else ()
+    rows = []
+    for rank, s in enumerate(result.ranking, 1):
+        rules = penalty_rules(cluster, result.members, s.node) if s.penalty > 0 else []
+        engine = (f"{s.score:.4f}", f"{s.balance * 100:.2f} pp", f"{s.penalty:g}")
+        rows.append(
+            [
+                str(rank),
+                s.node + (" (current)" if s.current else ""),
+                *(_pct(s.fractions[r]) for r in RESOURCES),
+                *(engine if verbose else ()),
+                ", ".join(rules) or ("a soft preference" if s.penalty > 0 else ""),
+            ]
+        )
+    report.table(
+        ("rank", "node", *(f"{r} after" for r in RESOURCES), *figures, "soft rules broken"),
+        rows,
+        right=range(2, 2 + len(RESOURCES) + len(figures)),
+    )
+    report.line(
+        "Ranked by how even the nodes' loads would be; each soft rule broken counts against "
+        "a node.",
+        "dim",
+    )
+
+
+def show_evacuation(report: Report, result: Evacuation, cluster: Cluster) -> None:
     report.line(f"Evacuation of {result.node}: {len(result.moves)} moves", "bold")
     if result.moves:
         report.table(
             ("guest", "source", "target"),
-            [[m.guest, m.source, m.target] for m in result.moves],
+            [[cluster.guest_label(m.guest), m.source, m.target] for m in result.moves],
         )
     for guest, reason in result.stuck:
-        report.line(f"  {guest} stays: {reason}", "red")
+        report.line(f"  {cluster.guest_label(guest)} stays: {reason}", "red")
 
 
 def show_proposal(
     report: Report,
     proposal: Proposal,
     by_arch: tuple[Mapping[str, Imbalance], Mapping[str, Imbalance]] = ({}, {}),
+    *,
+    cluster: Cluster,
+    verbose: bool = False,
 ) -> None:
-    """The strategy's moves and the imbalance before and after (``by_arch``: before and after
-    per CPU architecture, where the nodes have several)."""
+    """The strategy's moves in words and the imbalance before and after (``by_arch``: before
+    and after per CPU architecture, where the nodes have several); ``verbose``: the engine's
+    figures too — each move's metric and cost, the full imbalance tables."""
+    net = proposal.net_moves()
+    copied = sum(
+        copied_bytes(cluster.guest(m.guest)) for m in net if m.guest in cluster.guest_index
+    )
     report.line(
-        f"Proposal by {proposal.strategy}: {len(proposal.moves)} migrations, "
-        f"cost {proposal.total_cost}",
+        f"Proposal by {proposal.strategy}: {len(net)} migrations, "
+        f"{format_bytes(copied)} to copy (memory and local disks)",
         "bold",
     )
-    if proposal.moves:
-        rows = [
-            [str(i), m.guest, m.source, m.target, f"{m.cost}", m.reason]
-            for i, m in enumerate(proposal.moves, 1)
+    for i, (move, sentence) in enumerate(
+        zip(proposal.moves, move_sentences(cluster, proposal.moves), strict=True), 1
+    ):
+        report.line(f"{i:3}  {sentence}")
+        if verbose:
+            report.line(
+                f"     {move.reason or '-'}: {move.metric} {move.before:.4g} → {move.after:.4g}, "
+                f"cost {move.cost}",
+                "dim",
+            )
+    report.line(f"Stopped: {stop_sentence(proposal)}")
+    if verbose:
+        report.line(f"  (engine: {proposal.stopped}; cost {proposal.total_cost})", "dim")
+    if verbose:
+        _imbalance_tables(report, proposal, by_arch)
+    elif by_arch[0]:
+        for arch, before in by_arch[0].items():
+            report.heading(f"Spread of the {arch} nodes' loads (balanced on their own)")
+            _spread_table(report, before, by_arch[1][arch])
+    else:
+        report.heading("Spread of the nodes' loads (busiest less idlest, in percentage points)")
+        _spread_table(report, proposal.before, proposal.after)
+    for note in proposal.notes:
+        report.line(f"note: {note}", "yellow")
+
+
+def _spread_table(report: Report, before: Imbalance, after: Imbalance) -> None:
+    """Per resource: the spread and the busiest node's load, before and after."""
+    rows = [
+        [
+            name,
+            f"{m.spread * 100:.1f} pp",
+            f"{after.resources[name].spread * 100:.1f} pp",
+            _pct(m.max),
+            _pct(after.resources[name].max),
         ]
-        report.table(("#", "guest", "from", "to", "cost", "why"), rows, right=(0, 4))
-    report.line(f"Stopped: {proposal.stopped}")
+        for name, m in before.resources.items()
+    ]
+    report.table(
+        ("resource", "spread before", "after", "busiest before", "after"), rows, right=range(1, 5)
+    )
+
+
+def _imbalance_tables(
+    report: Report,
+    proposal: Proposal,
+    by_arch: tuple[Mapping[str, Imbalance], Mapping[str, Imbalance]],
+) -> None:
+    """The engine's imbalance figures before and after, per architecture where there are
+    several."""
     if by_arch[0]:
         show_by_arch(report, "Imbalance before", by_arch[0])
         show_by_arch(report, "Imbalance after", by_arch[1])
@@ -361,26 +452,44 @@ def show_proposal(
         report.table(IMBALANCE_HEADERS, imbalance_rows(proposal.before), right=range(1, 8))
         report.heading("Imbalance after")
         report.table(IMBALANCE_HEADERS, imbalance_rows(proposal.after), right=range(1, 8))
-    for note in proposal.notes:
-        report.line(f"note: {note}", "yellow")
 
 
-def show_plan(report: Report, plan: Plan) -> None:
-    """The ordered steps; parking moves are marked."""
+def show_plan(report: Report, plan: Plan, cluster: Cluster) -> None:
+    """The ordered steps, guests by name; parking moves are marked."""
     report.heading(
         f"Plan: {len(plan.moves)} migrations in {plan.steps} steps"
         + ("" if plan.feasible else " (not everything can be reached safely)")
     )
     if plan.moves:
         rows = [
-            [str(m.step), m.guest, m.source, m.target, "parking" if m.parking else ""]
+            [
+                str(m.step),
+                cluster.guest_label(m.guest),
+                m.source,
+                m.target,
+                "parking" if m.parking else "",
+            ]
             for m in plan.moves
         ]
         report.table(("step", "guest", "from", "to", ""), rows, right=(0,))
     for guest, target in plan.unreachable:
-        report.line(f"  {guest} cannot reach {target} safely", "red")
+        report.line(f"  {cluster.guest_label(guest)} cannot reach {target} safely", "red")
     for problem in plan.problems:
         report.line(f"  {problem}", "yellow")
+
+
+def show_plan_breaks(report: Report, before: Cluster, after: Cluster, kept: Rules) -> None:
+    """The rules (``kept``: those the checks keep) broken before the plan, and those it leaves
+    broken, each with its origin; nothing when none is broken before or after."""
+    origins = {r.name: r.origin for r in (*kept.node_affinity, *kept.guest_affinity)}
+    for title, cluster in (("before the plan", before), ("after the plan", after)):
+        breaks = rule_breaks(cluster, kept)
+        if breaks:
+            report.heading(f"Rules broken {title}")
+        for broken in breaks:
+            origin = origins.get(broken.rule, "config")
+            text = broken.describe(cluster.guest_label)
+            report.line(f"  {text}; origin {origin}", "red" if broken.hard else "yellow")
 
 
 def show_bounds(

@@ -77,3 +77,62 @@ def test_units_kept_apart_share_a_kind_in_the_exchanges_only() -> None:
     assert len(set(kind[apart].tolist())) == 4  # each its own for the moves (picks)
     assert len(set(pair[apart].tolist())) == 1  # one with the others alike for the exchanges
     assert pair[apart[0]] == pair[state.units.unit_of[5]]
+
+
+def _every_pair(state: BalanceState, a: int, nodes: list[int]) -> tuple | None:
+    """The best exchange of node ``a`` with ``nodes`` found unit pair by unit pair: every pair
+    of units scored, the allowed one of the best score, the lower units first among equals."""
+    others = [n for n in nodes if n != a and state.usable[n]]
+    if not state.usable[a] or not others:
+        return None
+    xs = state.units_at(a)
+    os = np.concatenate([state.units_at(n) for n in others])
+    if xs.size == 0 or os.size == 0:
+        return None
+    gain = state._swap_gains(a, xs, os)
+    rows, cols = np.nonzero(gain > 0)
+    score = state._swap_scores(a, xs, os, (rows, cols, gain[rows, cols]))
+    allowed = state.swap_check(a, xs, os)(rows, cols)
+    ranked = sorted(
+        (-s, int(xs[r]), int(os[c]), float(gain[r, c]))
+        for s, r, c, ok in zip(score.tolist(), rows, cols, allowed.tolist(), strict=True)
+        if ok
+    )
+    if not ranked:
+        return None
+    minus, x, o, g = ranked[0]
+    return -minus, g, x, o
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.sampled_from(GUESTS[3:]), min_size=2, max_size=4, unique=True), max_size=3
+    ),
+    st.lists(st.sampled_from(NODES), min_size=len(GUESTS), max_size=len(GUESTS)),
+    st.lists(st.sampled_from([1, 2, 4, 8, 12]), min_size=len(GUESTS), max_size=len(GUESTS)),
+    st.lists(
+        st.tuples(st.integers(0, 3), st.lists(st.integers(0, 3), min_size=1, max_size=3)),
+        min_size=1,
+        max_size=6,
+    ),
+    st.lists(st.tuples(st.integers(0, 11), st.sampled_from(NODES)), max_size=4),
+)
+def test_the_exchange_found_by_kinds_is_the_best_of_every_unit_pair(
+    apart: list[list[str]],
+    where: list[str],
+    sizes: list[int],
+    asked: list[tuple[int, list[int]]],
+    moves: list[tuple[int, str]],
+) -> None:
+    """Asked again and again between moves (the kept parts of the tables reused), the exchange
+    found is the one every pair of units gives, with hard rules and node limits in the way."""
+    state = _state(apart, where, sizes, together=True)
+    for step, (a, partners) in enumerate(asked):
+        nodes = sorted(set(partners))
+        found = state.best_swap(a, np.array(nodes))
+        assert found == _every_pair(state, a, nodes)
+        if step < len(moves):
+            u, node = moves[step]
+            if u < len(state.units.members) and state.units.movable[u] and not state.broken[u]:
+                state.move(u, state.cluster.node_index[node])

@@ -13,10 +13,11 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path as FsPath
 from typing import Any, Final, Literal
 
+from opendrs.backends.proxmox.pools import PoolRule, parse_pools
 from opendrs.backends.proxmox.secret import environ_secret
 from opendrs.model.document import Path, Reader, describe
 from opendrs.model.units import format_duration
@@ -41,6 +42,7 @@ _KEYS: Final = (
     "leader_only",
     "node",
     "respect_auto_rebalance",
+    "pools",
 )
 #: The range of ``timeout``, in seconds.
 _TIMEOUT_RANGE: Final = (1, 3600)
@@ -83,6 +85,8 @@ class ProxmoxConfig:
     #: The node this daemon runs on, for ``leader_only``; ``None``: the host's short name, as
     #: Proxmox names its nodes.
     node: str | None = None
+    #: Resource pools kept together or apart (pool id, or ``*`` for every other pool -> rule).
+    pools: Mapping[str, PoolRule] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.hosts:
@@ -151,6 +155,7 @@ def parse_proxmox(reader: Reader, value: object, path: Path) -> ProxmoxConfig:
         respect_auto_rebalance = reader.boolean(
             mapping["respect_auto_rebalance"], (*path, "respect_auto_rebalance")
         )
+    pools = parse_pools(reader, mapping["pools"], (*path, "pools")) if "pools" in mapping else {}
     return ProxmoxConfig(
         hosts=tuple(hosts),
         user=user,
@@ -167,6 +172,7 @@ def parse_proxmox(reader: Reader, value: object, path: Path) -> ProxmoxConfig:
         leader_only=leader_only,
         node=node,
         respect_auto_rebalance=respect_auto_rebalance,
+        pools=pools,
     )
 
 

@@ -7,10 +7,11 @@ Proxmox drops them; a negative node affinity ("avoid these nodes", Proxmox VE 9.
 one on the other nodes, as Proxmox reads it. ProxLB's tags keep working (``tags: true``):
 ``plb_affinity_*`` and ``plb_anti_affinity_*`` shared by two or more guests are hard rules, a
 guest's ``plb_pin_<node>`` tags pin it to those nodes, ``plb_ignore_*`` guests are never moved. A
-guest whose HA resource is ``ignored`` is never moved either, nor (unless
+resource pool the ``pools`` setting names keeps its members together or apart
+(:mod:`.pools`). A guest whose HA resource is ``ignored`` is never moved either, nor (unless
 ``respect_auto_rebalance: false``) one whose HA resource has ``auto-rebalance: 0``. HA rules are
-the platform's, tags are tags (:data:`~opendrs.model.rules.ORIGINS`): a tag that contradicts an
-HA rule is ignored.
+the platform's, pools' rules come after the configured ones, tags are tags
+(:data:`~opendrs.model.rules.ORIGINS`): a tag that contradicts an HA rule is ignored.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 from opendrs.backends.proxmox.client import Client, HttpError
 from opendrs.backends.proxmox.config import ProxmoxConfig
 from opendrs.backends.proxmox.ha import HaView, sid_guest
+from opendrs.backends.proxmox.pools import pool_rules
 from opendrs.backends.proxmox.values import as_bool, as_list
 from opendrs.compat import pve as pve_compat
 from opendrs.model.cluster import Guest
@@ -42,6 +44,7 @@ def read_rules(
     ignored: set[str] = set()
     if config.ha_rules:
         node_rules, guest_rules = _ha_rules(client, ids, nodes, ha, warn)
+    guest_rules += pool_rules(client, config.pools, ids, warn)
     if config.tags:
         tag_nodes, tag_guests, ignored = _tag_rules(guests, nodes, warn)
         node_rules += tag_nodes

@@ -103,6 +103,19 @@ def _show(value: Any) -> str:
     return text if len(text) <= 40 else text[:39] + "…"
 
 
+def _json_kind(value: Any) -> str:
+    """What a JSON value is, as the query's author wrote it: ``null``, ``a string``, …"""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return f"the number {_show(value)}"
+    if isinstance(value, str):
+        return f"the string {_show(value)}"
+    return "an array" if isinstance(value, list) else "an object"
+
+
 def _known_keys(obj: Mapping[str, Any], path: str, allowed: Sequence[str]) -> None:
     for key in obj:
         if key not in allowed:
@@ -138,7 +151,7 @@ def _bool(obj: Mapping[str, Any], key: str, path: str, default: bool) -> bool:
 
 def _mapping(value: Any, path: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
-        raise _err(path, f"must be an object, got {type(value).__name__}")
+        raise _err(path, f"must be an object, got {_json_kind(value)}")
     return value
 
 
@@ -147,7 +160,7 @@ def _text(query: Mapping[str, Any], key: str) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str):
-        raise _err(key, f"must be a string or null, got {type(value).__name__}")
+        raise _err(key, f"must be a string or null, got {_json_kind(value)}")
     return value
 
 

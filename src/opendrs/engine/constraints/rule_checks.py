@@ -44,7 +44,7 @@ class RuleProblem:
 
 #: How a message names the rules of each origin.
 _ORIGIN_WORDS: Mapping[str, str] = MappingProxyType(
-    {"platform": "platform", "config": "configured", "tag": "tag"}
+    {"platform": "platform", "config": "configured", "pool": "pool", "tag": "tag"}
 )
 
 AnyRule = NodeAffinity | GuestAffinity
@@ -127,7 +127,7 @@ def find_rule_problems(rules: Rules, configured: frozenset[str]) -> tuple[Rules,
     * a hard positive group whose members' strict node affinities have no node in common.
 
     Rules of different origins that contradict each other: those of the latest origin
-    (:data:`~opendrs.model.rules.ORIGINS`: platform, config, tag) are ignored — problems whose
+    (:data:`~opendrs.model.rules.ORIGINS`: platform, config, pool, tag) are ignored — problems whose
     ``over`` names the rules that hold — and the check is made again on the rest.
     """
     dropping = _Dropping()

@@ -55,6 +55,13 @@ the next state. Every guard the peers use against flapping is here, each one con
   (:mod:`~opendrs.engine.policy.spending`): balancing reads usage closer to its plain mean over
   the hold, which the controller passes as ``latest``, and the hold shrinks, both by the share
   of the budget left.
+* **Windows** (off by default: ``windows``, ``blackouts``; :mod:`.windows`) — balancing starts
+  migrations only within its migration windows and none in a blackout, read at ``now`` in the
+  policy's explicit time zone; a repair, an evacuation for maintenance or a return from it as
+  ``windows_apply_to`` and ``blackouts_apply_to`` say (by default windows hold back balancing
+  only, blackouts all but the repair of hard rules and capacity). Held back, the decision says
+  so (codes ``outside-window``, ``blackout``) and when it may start next; balancing's hold counts
+  on meanwhile.
 * **Busy** — while a plan is executing nothing is decided and the hold count stands still (Proxmox
   skips its rounds without counting while a service migrates); with ``wait_for_motions``, likewise
   while any guest of the cluster moves — a migration opendrs did not start, an HA migrate or

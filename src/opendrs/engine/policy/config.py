@@ -8,13 +8,16 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import MappingProxyType
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from opendrs.engine.policy.state import PastMigrations, frozen_mapping
 from opendrs.engine.strategies import REGISTRY
 from opendrs.engine.strategies.base import Request, StrategyOptions
 from opendrs.model.document import describe
 from opendrs.model.units import format_duration
+
+if TYPE_CHECKING:
+    from opendrs.engine.policy.windows import Schedule
 
 Metric = Literal["spread", "cv", "pve-imbalance", "memory-spread", "none"]
 
@@ -97,6 +100,10 @@ class PolicyConfig:
     #: (whole hours, 1 to 24) up to it — 6 hours, as the ``smoothing`` average at that time of
     #: day; 1 hour balances every hour on its own (more migrations, more balance).
     daily_profile_window: int = 6 * 3600
+    #: When migrations may start (``windows``, ``blackouts``, their ``timezone`` and what each
+    #: applies to: :mod:`.windows`). None (the default): at any time — and :mod:`.windows`
+    #: is not imported by a command that reads no windows.
+    schedule: Schedule | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "options", frozen_mapping(self.options))

@@ -16,12 +16,15 @@ from opendrs.engine.policy.decision import (
     BelowMargin,
     BudgetSpent,
     Busy,
+    Closed,
     Decision,
     DecisionCode,
     Facts,
     Holding,
+    InBlackout,
     Measurement,
     NoProposal,
+    OutsideWindow,
     OverBudget,
     Planned,
     RepairBlocked,
@@ -42,6 +45,7 @@ from opendrs.engine.policy.repair import (
     left_in_maintenance,
     may_need_repair,
     only_hot,
+    repair_activity,
     repair_within_guards,
 )
 from opendrs.engine.policy.smoothing import overloads
@@ -106,7 +110,7 @@ def decide(
         if decision is not None:
             return decision
     trigger = round_.trigger()
-    for held in (_holding, _budget):
+    for held in (_outside_window, _holding, _budget):
         decision = held(round_, trigger)
         if decision is not None:
             return decision
@@ -219,7 +223,12 @@ class _Round:
         plan: Plan | None = None,
         forbidden: frozenset[tuple[str, str]] | None = None,
         budgeted: bool = False,
+        activity: str | None = None,
     ) -> Decision:
+        if facts.code is DecisionCode.PLAN:
+            activity = "balance"
+        elif facts.code is DecisionCode.RETURN:
+            activity = "return"
         return Decision(
             facts,
             self.metric,
@@ -231,6 +240,30 @@ class _Round:
             self.stuck,
             budgeted or facts.code is DecisionCode.PLAN,
             self.note,
+            activity if facts.code.acts else None,
+        )
+
+    def closed(
+        self, activity: str, needed: str | None = None, trigger: Trigger | None = None
+    ) -> Closed | None:
+        """Why ``activity`` may start no migration now (``policy.windows``, ``blackouts``), or
+        None when it may."""
+        schedule = self.config.schedule
+        if schedule is None or schedule.empty:
+            return None
+        blackout = schedule.blackout_at(self.now, activity)
+        if blackout is None and not schedule.outside_windows(self.now, activity):
+            return None
+        kind = OutsideWindow if blackout is None else InBlackout
+        return kind(
+            activity,
+            tuple(w.text for w in schedule.windows),
+            None if blackout is None else blackout.text,
+            schedule.timezone,
+            self.now,
+            schedule.next_open(self.now, activity),
+            needed,
+            trigger,
         )
 
 
@@ -338,12 +371,18 @@ def _repair(r: _Round) -> Decision | tuple[tuple[tuple[str, str], ...], RepairNo
     if hot_only and r.budget.stops(len(plan.moves)):
         budget = r.budget.facts(r.now, len(plan.moves))
         return made.stuck, RepairNote(stranded, RepairBlocked(needed[0], len(needed) - 1, budget))
+    activity = "balance" if hot_only else repair_activity(r.cluster, view.constraints)
+    made_round = replace(r, stuck=made.stuck, note=RepairNote())
+    closed = r.closed(activity, needed=needed[0])
+    if closed is not None:
+        return made_round.decision(closed, r.state, proposal=made.proposal, plan=plan)
     facts = Repaired(
         needed[0], len(needed) - 1, len(plan.moves), hot_only, kept_off != view.forbidden
     )
-    return replace(r, stuck=made.stuck, note=RepairNote()).decision(
+    return made_round.decision(
         facts,
         r.acted(),
+        activity=activity,
         predicted=r.predicted(plan),
         proposal=made.proposal,
         plan=plan,
@@ -393,6 +432,9 @@ def _back_from_maintenance(r: _Round) -> Decision | None:
         return None
     proposal, plan, predicted = back
     nodes = tuple(sorted({m.target for m in plan.moves}))
+    closed = r.closed("return", needed=f"{_guests_back(plan)} back to {', '.join(nodes)}")
+    if closed is not None:
+        return r.decision(closed, r.state, proposal=proposal, plan=plan)
     return r.decision(
         Returned(len(plan.moves), nodes),
         r.acted(),
@@ -408,6 +450,20 @@ def _balanced(r: _Round) -> Decision | None:
     if config.metric == "none" or r.metric > config.threshold:
         return None
     return r.decision(Balanced(r.measured, config.threshold), replace(r.state, hold=0))
+
+
+def _guests_back(plan: Plan) -> str:
+    return "1 guest" if len(plan.moves) == 1 else f"{len(plan.moves)} guests"
+
+
+def _outside_window(r: _Round, trigger: Trigger) -> Decision | None:
+    """Outside the migration windows, or in a blackout, balancing is not asked for: the hold
+    counts on (reached, it stays reached), so that a lasting imbalance is acted on when the
+    window opens."""
+    closed = r.closed("balance", trigger=trigger)
+    if closed is None:
+        return None
+    return r.decision(closed, replace(r.state, hold=min(r.state.hold + 1, trigger.need)))
 
 
 def _holding(r: _Round, trigger: Trigger) -> Decision | None:

@@ -21,6 +21,7 @@ from opendrs.engine.policy.metrics import (
 from opendrs.engine.policy.spending import Hastening
 from opendrs.engine.policy.state import BUDGET_WINDOW, PolicyState
 from opendrs.engine.policy.why import WhyNot
+from opendrs.engine.policy.windows import format_opening
 from opendrs.engine.strategies.base import Proposal
 from opendrs.model.units import format_duration
 
@@ -58,6 +59,10 @@ class DecisionCode(StrEnum):
     BELOW_MARGIN = "below-margin"
     #: A balancing plan (acts).
     PLAN = "plan"
+    #: A plan that would act, outside every migration window (``policy.windows``).
+    OUTSIDE_WINDOW = "outside-window"
+    #: A plan that would act, within a blackout (``policy.blackouts``).
+    BLACKOUT = "blackout"
 
     @property
     def acts(self) -> bool:
@@ -248,6 +253,33 @@ class Planned:
     whole: int | None = None
 
 
+@dataclass(frozen=True)
+class Closed:
+    """What would act — ``activity`` (:data:`~.windows.ACTIVITIES`) for ``needed`` (a repair's
+    first need, None: balancing, whose ``trigger`` is then given) — may not start now: outside
+    the ``windows`` (``blackout`` None) or within ``blackout``, in ``timezone``; ``opens``: when
+    it may (a time, None: not within a year)."""
+
+    activity: str
+    windows: tuple[str, ...]
+    blackout: str | None
+    timezone: str
+    now: float
+    opens: float | None
+    needed: str | None = None
+    trigger: Trigger | None = None
+
+
+@dataclass(frozen=True)
+class OutsideWindow(Closed):
+    code: ClassVar[DecisionCode] = DecisionCode.OUTSIDE_WINDOW
+
+
+@dataclass(frozen=True)
+class InBlackout(Closed):
+    code: ClassVar[DecisionCode] = DecisionCode.BLACKOUT
+
+
 Facts = (
     Busy
     | Repaired
@@ -259,6 +291,8 @@ Facts = (
     | Unordered
     | BelowMargin
     | Planned
+    | OutsideWindow
+    | InBlackout
 )
 
 
@@ -284,6 +318,9 @@ class Decision:
     budgeted: bool = False
     #: What a repair that could not be made adds to the decision.
     note: RepairNote = RepairNote()
+    #: What the plan does, as migration windows name it (:data:`~.windows.ACTIVITIES`); None
+    #: when it does not act. The executor starts none of its moves while that is closed.
+    activity: str | None = None
 
     @property
     def code(self) -> DecisionCode:
@@ -313,6 +350,7 @@ class Decision:
             "kind": self.kind,
             "code": self.code.value,
             "reason": self.reason,
+            "activity": self.activity,
             "metric": self.metric,
             "predicted": self.predicted,
             "proposal": self.proposal.as_dict() if self.proposal is not None else None,
@@ -382,6 +420,8 @@ def explain(decision: Decision) -> str:
     elif isinstance(facts, Balanced):
         limit = format_threshold(facts.measured.metric, facts.threshold)
         text = f"{_shown(facts.measured)} at or below threshold {limit}: nothing to do"
+    elif isinstance(facts, Closed):
+        text = _closed(facts)
     else:
         text = f"{_trigger(facts.trigger)}; {_after_trigger(facts)}"
     return text + _note(decision.note)
@@ -419,6 +459,35 @@ def _planned(facts: Planned) -> str:
         return f"it proposes {part} ({facts.stopped})"
     after = format_metric(facts.trigger.measured.metric, facts.predicted)
     return f"plan brings it to {after} with {part}"
+
+
+#: Each activity (:data:`~.windows.ACTIVITIES`) as the sentence names it.
+_ACTIVITY = {
+    "balance": "balancing",
+    "maintenance": "maintenance evacuation",
+    "return": "return from maintenance",
+    "repair": "repair",
+}
+
+
+def _closed(facts: Closed) -> str:
+    """``spread 20 pp above threshold 15 pp for 6 of 6 observations; outside the migration
+    window Mon-Fri 22:00-06:00 Europe/Berlin, no balancing migration starts; next opens Mon
+    22:00``."""
+    activity = _ACTIVITY[facts.activity]
+    if facts.trigger is not None:
+        what = _trigger(facts.trigger)
+    else:
+        what = f"{activity} needed ({facts.needed})"
+    if facts.blackout is None:
+        where = f"outside the migration window {', '.join(facts.windows)} {facts.timezone}"
+    else:
+        where = f"in the blackout {facts.blackout} {facts.timezone}"
+    if facts.opens is None:
+        opens = "none opens within a year"
+    else:
+        opens = f"next opens {format_opening(facts.opens, facts.now, facts.timezone)}"
+    return f"{what}; {where}, no {activity} migration starts; {opens}"
 
 
 def _busy(facts: Busy) -> str:

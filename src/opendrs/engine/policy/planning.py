@@ -56,7 +56,8 @@ def truncate(
             assign[gidx[m.guest]] = cluster.node_index[m.target]
     stopped = f"{proposal.stopped}; cut to {len(kept)} of {len(net)} migrations ({limit} {batch})"
     after = cluster_imbalance(cluster, assign, loads)
-    return replace(proposal, moves=moves, after=after, stopped=stopped)
+    # The strategy's own stop code no longer says why it stopped: the sentence does.
+    return replace(proposal, moves=moves, after=after, stopped=stopped, stop=None)
 
 
 class Limits(NamedTuple):

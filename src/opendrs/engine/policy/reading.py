@@ -3,10 +3,10 @@ errors naming the key), and a strategy's options checked when they are read."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from opendrs.engine.policy.config import (
     FLAGS,
@@ -26,6 +26,9 @@ from opendrs.engine.strategies.base import Request, StrategyOptions, option_valu
 from opendrs.model.cluster import Cluster, Guest, Node
 from opendrs.model.document import Path, Reader, describe
 from opendrs.model.units import UnitError, format_duration, parse_fraction
+
+if TYPE_CHECKING:
+    from opendrs.engine.policy.windows import Schedule
 
 #: The keys of a policy section.
 POLICY_KEYS: tuple[str, ...] = (
@@ -55,6 +58,11 @@ POLICY_KEYS: tuple[str, ...] = (
     "spend_budget",
     "daily_profile",
     "daily_profile_window",
+    "windows",
+    "blackouts",
+    "timezone",
+    "windows_apply_to",
+    "blackouts_apply_to",
 )
 
 
@@ -206,7 +214,79 @@ def _read_fields(
             fields[flag] = reader.boolean(mapping[flag], (*path, flag))
     if "strategy" in mapping:
         fields["strategy"] = _read_strategy(reader, mapping["strategy"], (*path, "strategy"))
+    if any(key in mapping for key in _SCHEDULE_KEYS):
+        fields["schedule"] = _read_schedule(reader, mapping, path, start.schedule)
     return fields
+
+
+_Span = TypeVar("_Span")
+
+#: The keys of a policy section that make its :class:`Schedule`.
+_SCHEDULE_KEYS = ("windows", "blackouts", "timezone", "windows_apply_to", "blackouts_apply_to")
+
+
+def _read_schedule(
+    reader: Reader, mapping: Mapping[str, object], path: Path, start: Schedule | None
+) -> Schedule:
+    """The migration windows and blackouts written (``start``'s where not), each entry parsed
+    (:func:`parse_weekly`, :func:`parse_blackout`); a time zone is required with either."""
+    from opendrs.engine.policy.windows import (
+        ACTIVITIES,
+        Schedule,
+        parse_blackout,
+        parse_weekly,
+        zone,
+    )
+
+    start = start or Schedule()
+    windows, blackouts = start.windows, start.blackouts
+    if "windows" in mapping:
+        windows = tuple(_read_spans(reader, mapping["windows"], (*path, "windows"), parse_weekly))
+    if "blackouts" in mapping:
+        blackouts = tuple(
+            _read_spans(reader, mapping["blackouts"], (*path, "blackouts"), parse_blackout)
+        )
+    timezone = start.timezone
+    if "timezone" in mapping:
+        timezone = reader.text(mapping["timezone"], (*path, "timezone"))
+        try:
+            zone(timezone)
+        except ValueError:
+            reader.fail(
+                (*path, "timezone"),
+                f"unknown time zone {describe(timezone)} (an IANA name such as Europe/Berlin, "
+                "or UTC)",
+            )
+    elif windows or blackouts:
+        key = "windows" if "windows" in mapping else "blackouts"
+        if key in mapping:
+            reader.fail(
+                (*path, key),
+                "needs timezone, the time zone its times are in (such as Europe/Berlin or UTC)",
+            )
+    applies = {}
+    for key in ("windows_apply_to", "blackouts_apply_to"):
+        applies[key] = getattr(start, key)
+        if key in mapping:
+            kinds = reader.text_list(mapping[key], (*path, key))
+            for index, kind in enumerate(kinds):
+                reader.choice(kind, (*path, key, index), ACTIVITIES)
+            applies[key] = frozenset(kinds)
+    return Schedule(windows, blackouts, timezone, **applies)
+
+
+def _read_spans(
+    reader: Reader, value: object, path: Path, parse: Callable[[str], _Span]
+) -> list[_Span]:
+    """Each entry of the list at ``path`` parsed by ``parse``: refused naming the entry, what
+    was written and why."""
+    spans = []
+    for index, item in enumerate(reader.sequence(value, path)):
+        try:
+            spans.append(parse(item))
+        except (ValueError, TypeError) as exc:
+            reader.fail((*path, index), f"{describe(item)}: {exc}")
+    return spans
 
 
 def _read_durations(reader: Reader, mapping: Mapping[str, object], path: Path) -> dict[str, int]:

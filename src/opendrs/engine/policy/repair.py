@@ -162,23 +162,24 @@ def _broken(
     why: dict[int, Broken] = {}
     maintenance = np.array([n.maintenance and n.online for n in nodes], dtype=bool)
     for j in placed[maintenance[where]].tolist():
-        text = f"{guests[j].id} is on {nodes[assign[j]].name}, in maintenance"
+        text = f"{guests[j].label} is on {nodes[assign[j]].name}, in maintenance"
         why.setdefault(j, Broken("maintenance", text))
     outside = ~cons.arch_ok[placed, where] | ~cons.strict_ok[placed, where]
     for j in placed[outside].tolist():
-        text = f"{guests[j].id} is on {nodes[assign[j]].name}, which its rules exclude"
+        text = f"{guests[j].label} is on {nodes[assign[j]].name}, which its rules exclude"
         why.setdefault(j, Broken("rules", text))
     for j in range(len(guests)):
         partners = cons.hard_neg[j]
         if assign[j] >= 0 and partners.size and np.any(assign[partners] == assign[j]):
             text = (
-                f"{guests[j].id} shares {nodes[assign[j]].name} with a hard anti-affinity partner"
+                f"{guests[j].label} shares {nodes[assign[j]].name} with a hard anti-affinity "
+                "partner"
             )
             why.setdefault(j, Broken("anti-affinity", text))
     for group in cons.groups:
         if distinct(assign[group]).size > 1:
             for j in group.tolist():
-                text = f"{guests[j].id} is apart from its hard-affinity partners"
+                text = f"{guests[j].label} is apart from its hard-affinity partners"
                 why.setdefault(j, Broken("affinity", text))
     for n, broken in _over(cons.capacity, committed, nodes):
         for j in placed[where == n].tolist():
@@ -320,8 +321,23 @@ def repair_within_guards(
 def only_hot(cluster: Cluster, cons: Constraints) -> bool:
     """Whether all that breaks now is nodes running hot (no hard constraint): relieving them is
     balancing, and it counts against the migration budget."""
+    return broken_kinds(cluster, cons) <= {"hot"}
+
+
+def broken_kinds(cluster: Cluster, cons: Constraints) -> frozenset[str]:
+    """What breaks now (:attr:`Broken.kind` of each guest that may move)."""
     broken = _broken(cluster, cons, current_assign(cluster), cons.capacity.committed())
-    return all(b.kind == "hot" for b in broken.values())
+    return frozenset(b.kind for b in broken.values())
+
+
+def repair_activity(cluster: Cluster, cons: Constraints) -> str:
+    """What a repair of ``cluster`` is, as migration windows name it: ``balance`` (nodes that
+    only run hot), ``maintenance`` (nothing but nodes in maintenance, and hot ones), else
+    ``repair`` (a hard rule or a capacity limit)."""
+    kinds = broken_kinds(cluster, cons) - {"hot"}
+    if not kinds:
+        return "balance"
+    return "maintenance" if kinds == {"maintenance"} else "repair"
 
 
 def first_moves(plan: Plan, batch: int, cluster: Cluster, cons: Constraints) -> Plan:
@@ -419,10 +435,10 @@ def _rejections(
         if refusal.rejection.code is RejectionCode.CAPACITY and len(refusal.nodes) > 1:
             why += f" on {refusal.rejection.node}, the closest"
         elif refusal.who != j:
-            why = f"{guests[refusal.who].id}: {why}"
+            why = f"{guests[refusal.who].label}: {why}"
         groups.setdefault(why, []).extend(refusal.nodes)
     members = cons.unit_members(j)
-    partners = ", ".join(guests[m].id for m in members.tolist() if m != j)
+    partners = ", ".join(guests[m].label for m in members.tolist() if m != j)
     together = f", with its hard-affinity partners {partners}" if members.size > 1 else ""
     if not groups:
         return f"elsewhere{together}: no other node"
@@ -518,7 +534,7 @@ def _held_in_maintenance(cluster: Cluster) -> dict[int, str]:
             continue
         why = movability(guest, cluster, "balance")
         if why is not None:
-            out[j] = f"{guest.id} is on {guest.node}, in maintenance, and stays there: {why}"
+            out[j] = f"{guest.label} is on {guest.node}, in maintenance, and stays there: {why}"
     return out
 
 
@@ -558,7 +574,7 @@ def _group_blocks(
         for code, mask in cons.hard_masks(k, assign, headroom):
             if code not in (RejectionCode.AFFINITY, RejectionCode.CAPACITY) and not mask[n]:
                 why = cons.rejection(code, k, n, assign, headroom, cons.guest_demand(k))
-                detail = f"its hard-affinity partner {cluster.guests[k].id}: {why}"
+                detail = f"its hard-affinity partner {cluster.guests[k].label}: {why}"
                 return Rejection(RejectionCode.GROUP, node, detail)
     detail = "every hard rule allows it, but the repair moved it nowhere"
     return Rejection(RejectionCode.GROUP, node, detail)

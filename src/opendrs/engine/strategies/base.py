@@ -37,6 +37,19 @@ def migration_cost(guest: Guest, settings: Settings | None = None) -> int:
 
 
 @dataclass(frozen=True, slots=True)
+class Stop:
+    """Why a strategy stopped, as a code and its figures (the commands word it for the operator;
+    :attr:`Proposal.stopped` is the engine's own sentence): ``balanced`` (``target_spread`` and
+    each resource's spread), ``no_move_pays`` (``margin``) or ``move_limit`` (``max_moves``)."""
+
+    code: str
+    details: Mapping[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, object]:
+        return {"code": self.code, **self.details}
+
+
+@dataclass(frozen=True, slots=True)
 class ProposedMove:
     """One move of a proposal, with why it was chosen."""
 
@@ -108,6 +121,8 @@ class Proposal:
     stopped: str
     notes: tuple[str, ...] = ()
     options: Mapping[str, object] = field(default_factory=dict)
+    #: ``stopped`` as a code with its figures, where the strategy gives one.
+    stop: Stop | None = None
 
     @property
     def placement(self) -> dict[str, str]:
@@ -139,6 +154,7 @@ class Proposal:
             "migrations": len(self.net_moves()),
             "cost": self.total_cost,
             "stopped": self.stopped,
+            "stop": None if self.stop is None else self.stop.as_dict(),
             "notes": list(self.notes),
             "metrics": {"before": self.before.as_dict(), "after": self.after.as_dict()},
         }

@@ -1,5 +1,6 @@
 """Units by kind for ``balance``'s exchanges (:class:`Kinds`): units alike pair alike, so an
-exchange's gain and score are computed per pair of kinds, and pairs of units only for the best."""
+exchange's gain and score are computed per pair of kinds (:class:`GainingPairs` keeps those that
+gain), and pairs of units only for the best (:func:`best_allowed`)."""
 
 from __future__ import annotations
 
@@ -39,6 +40,81 @@ class Kinds:
             np.concatenate([p.by_kind + k for p, k in zip(parts, at, strict=False)]),
             np.concatenate([p.start + k for p, k in zip(parts, at, strict=False)]),
         )
+
+
+@dataclass(frozen=True)
+class GainingPairs:
+    """The kind pairs of an exchange table whose gain is positive, the only ones an exchange is
+    chosen from: each one's row (kind on the node), column (kind elsewhere), gain and score."""
+
+    rows: np.ndarray
+    cols: np.ndarray
+    gain: np.ndarray
+    score: np.ndarray
+
+    def split(self, widths: list[int]) -> list[GainingPairs]:
+        """The pairs of tables side by side, ``widths`` columns each, table by table (the pairs
+        in the order of their columns)."""
+        if len(widths) == 1:
+            return [self]
+        ends = np.cumsum(widths)
+        at = [0, *np.searchsorted(self.cols, ends).tolist()]
+        return [
+            GainingPairs(self.rows[lo:hi], self.cols[lo:hi] - (end - width), *self._values(lo, hi))
+            for lo, hi, end, width in zip(at[:-1], at[1:], ends.tolist(), widths, strict=True)
+        ]
+
+    def _values(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        """The gains and scores of the pairs ``lo`` to ``hi``."""
+        return self.gain[lo:hi], self.score[lo:hi]
+
+    @classmethod
+    def join(cls, parts: list[GainingPairs], widths: list[int]) -> GainingPairs:
+        """The pairs of tables side by side, ``widths`` columns each."""
+        if len(parts) == 1:
+            return parts[0]
+        shift = np.cumsum([0, *widths[:-1]]).tolist()
+        return cls(
+            np.concatenate([p.rows for p in parts]),
+            np.concatenate([p.cols + k for p, k in zip(parts, shift, strict=True)]),
+            np.concatenate([p.gain for p in parts]),
+            np.concatenate([p.score for p in parts]),
+        )
+
+
+def best_allowed(
+    check: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    x: Kinds,
+    o: Kinds,
+    pairs: GainingPairs,
+) -> tuple[float, float, int, int] | None:
+    """The allowed pair of units of the best score among ``pairs`` (kinds of ``x`` with kinds of
+    ``o``), the lower unit indices first among equal scores: (score, gain, its position in ``x``,
+    in ``o``); None if no pair is allowed."""
+    if pairs.score.size == 0:
+        return None
+    # Most often a pair of the best-scoring kinds is allowed.
+    best = pairs.score.max()
+    top = np.flatnonzero(pairs.score == best)
+    if (first := first_allowed(check, x, o, pairs.rows[top], pairs.cols[top])) is not None:
+        at_x, at_o, k = first
+        return float(best), float(pairs.gain[top[k]]), at_x, at_o
+    rank = np.argsort(-pairs.score, kind="stable")
+    xk, ok, values = pairs.rows[rank], pairs.cols[rank], pairs.score[rank]
+    # Pairs of units best first, by unit index among equal scores; their constraints checked
+    # 256 (and every pair tied with the last of them) at a time.
+    ties = np.flatnonzero(np.append(values[1:] != values[:-1], True)) + 1
+    for begin, end in runs(np.cumsum(x.count[xk] * o.count[ok]), ties, 256):
+        xs, os, kinds = unit_pairs(x, o, xk[begin:end], ok[begin:end])
+        order = np.lexsort((o.units[os], x.units[xs], -values[begin:end][kinds]))
+        xs, os, kinds = xs[order], os[order], kinds[order]
+        for at in range(0, xs.size, 256):
+            allowed = check(xs[at : at + 256], os[at : at + 256])
+            if allowed.any():
+                pair = at + int(np.argmax(allowed))
+                k = begin + int(kinds[pair])
+                return float(values[k]), float(pairs.gain[rank[k]]), int(xs[pair]), int(os[pair])
+    return None
 
 
 def first_allowed(

@@ -11,6 +11,7 @@ from itertools import islice
 
 import numpy as np
 
+from opendrs.engine.strategies.base import Stop
 from opendrs.engine.usage import RESOURCES
 
 from .hold import keeps_held_after
@@ -42,6 +43,15 @@ def balanced_reason(options: BalanceOptions, spreads: np.ndarray, more: Iterable
         + ")"
     )
     return "; ".join([text, *more])
+
+
+def balanced_stop(options: BalanceOptions, spreads: np.ndarray) -> Stop:
+    """The stop of a search that ended balanced: the goals and each resource's spread."""
+    figures = {f"{r}_spread": float(s) for r, s in zip(RESOURCES, spreads, strict=True)}
+    goals = {"target_spread": options.target_spread}
+    if options.cpu_commit_spread > options.target_spread:
+        goals["cpu_commit_spread"] = options.cpu_commit_spread
+    return Stop("balanced", {**goals, **figures})
 
 
 @dataclass(frozen=True)
@@ -100,12 +110,13 @@ def grain_and_goal(
 
 def balance_rounds(
     history: History, options: BalanceOptions, limit: int, *, shaped: bool
-) -> tuple[str, bool]:
+) -> tuple[str, Stop]:
     """Rounds of moves (and exchanges) on ``history``'s state until every weighted resource is
     within its goal (``state.goal``), at most ``limit`` steps of history; ``shaped``: the
     shedding plan's units first, moves chosen by band distance. Each round, the resources
     within their goal are held there when ``options.hold`` (:mod:`.hold`); none is once the
-    rounds end. The stop reason, and whether the goal was reached."""
+    rounds end. The stop reason, as a sentence and as a :class:`Stop` (``balanced`` when the
+    goal was reached)."""
     state = history.state
     if not options.hold:
         return _rounds(history, options, limit, shaped=shaped)
@@ -117,7 +128,7 @@ def balance_rounds(
 
 def _rounds(
     history: History, options: BalanceOptions, limit: int, *, shaped: bool
-) -> tuple[str, bool]:
+) -> tuple[str, Stop]:
     """:func:`balance_rounds`, with the held resources steered."""
     state = history.state
     weighted = state.weights > 0
@@ -132,7 +143,7 @@ def _rounds(
     while len(history) < limit:
         spreads = state.spreads()
         if np.all(spreads[weighted] <= state.goal[weighted]):
-            return balanced_reason(options, spreads), True
+            return balanced_reason(options, spreads), balanced_stop(options, spreads)
         held = state.held
         state.steer(hold & (spreads <= state.goal))
         if state.held is not held:
@@ -154,8 +165,8 @@ def _rounds(
             return (
                 "no allowed move pays for itself (margin "
                 f"{options.margin:g} pp of σ per % of the cluster's migration cost)"
-            ), False
-    return "move limit reached", False
+            ), Stop("no_move_pays", {"margin": options.margin})
+    return "move limit reached", Stop("move_limit", {"max_moves": limit})
 
 
 def _round_picks(

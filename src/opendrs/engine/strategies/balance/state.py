@@ -16,13 +16,19 @@ from opendrs.engine.usage import RESOURCES, LoadModel, arch_groups, tolerance
 from opendrs.model.cluster import Cluster
 
 from .hold import keeps_held, keeps_held_moves
-from .kinds import Kinds, distinct_rows, every, first_allowed, runs, unit_pairs
+from .kinds import (
+    GainingPairs,
+    Kinds,
+    best_allowed,
+    distinct_rows,
+    every,
+)
 from .units import build_units
 
 #: Node loads (moves × nodes × resources) whose objectives are computed at once.
 MOVES_AT_ONCE = 1 << 18
 
-#: Parts of exchange tables kept (see :meth:`BalanceState._swap_table`).
+#: Parts of exchange tables kept (see :meth:`BalanceState._gaining_pairs`).
 SWAP_BLOCKS = 1024
 
 
@@ -135,7 +141,7 @@ class BalanceState:
             self._units_at[n].add(u)
         self._kinds_on: dict[int, Kinds] = {}
         self._joined: dict[tuple[int, ...], tuple[list[Kinds], Kinds]] = {}
-        self._swap_blocks: dict[tuple[int, int], tuple[Kinds, Kinds, np.ndarray, np.ndarray]] = {}
+        self._swap_blocks: dict[tuple[int, int], tuple[Kinds, Kinds, GainingPairs]] = {}
         self._unit_kinds: tuple[np.ndarray, int] | None = None
         self._pair_kinds: tuple[np.ndarray, int] | None = None
         #: :meth:`scattered` of the broken units asked about, until they move.
@@ -527,45 +533,19 @@ class BalanceState:
         if not self.usable[a] or not nodes:
             return None
         x = self.node_kinds(a)
-        o = self._nodes_kinds(nodes)
+        parts = [self.node_kinds(n) for n in nodes]
+        o = self._nodes_kinds(nodes, parts)
         if x.units.size == 0 or o.units.size == 0:
             return None
         # Units alike (same demand and node, not moved yet) pair alike: gains and scores are
         # computed per kind, and pairs of units only for the best of them.
-        gain, score = self._swap_table(a, x, nodes)
-        check = self.swap_check(a, x.units, o.units)
-        # Most often a pair of the best-scoring kinds is allowed.
-        score = np.where(gain > 0, score, -np.inf)
-        best = score.max(initial=-np.inf)
-        if best == -np.inf:
+        found = best_allowed(
+            self.swap_check(a, x.units, o.units), x, o, self._gaining_pairs(a, x, nodes, parts)
+        )
+        if found is None:
             return None
-        xk, ok = np.nonzero(score == best)
-        if (first := first_allowed(check, x, o, xk, ok)) is not None:
-            at_x, at_o, k = first
-            return float(best), float(gain[xk[k], ok[k]]), int(x.units[at_x]), int(o.units[at_o])
-        xk, ok = np.nonzero(score > -np.inf)
-        values = score[xk, ok]
-        rank = np.argsort(-values, kind="stable")
-        xk, ok, values = xk[rank], ok[rank], values[rank]
-        # Pairs of units best first, by unit index among equal scores; their constraints checked
-        # 256 (and every pair tied with the last of them) at a time.
-        ties = np.flatnonzero(np.append(values[1:] != values[:-1], True)) + 1
-        for begin, end in runs(np.cumsum(x.count[xk] * o.count[ok]), ties, 256):
-            xs, os, kinds = unit_pairs(x, o, xk[begin:end], ok[begin:end])
-            order = np.lexsort((o.units[os], x.units[xs], -values[begin:end][kinds]))
-            xs, os, kinds = xs[order], os[order], kinds[order]
-            for at in range(0, xs.size, 256):
-                allowed = check(xs[at : at + 256], os[at : at + 256])
-                if allowed.any():
-                    pair = at + int(np.argmax(allowed))
-                    k = begin + int(kinds[pair])
-                    return (
-                        float(values[k]),
-                        float(gain[xk[k], ok[k]]),
-                        int(x.units[xs[pair]]),
-                        int(o.units[os[pair]]),
-                    )
-        return None
+        score, gain, at_x, at_o = found
+        return score, gain, int(x.units[at_x]), int(o.units[at_o])
 
     def swap_check(
         self, a: int, on_a: np.ndarray, others: np.ndarray
@@ -591,11 +571,13 @@ class BalanceState:
 
         return check
 
-    def _swap_table(self, a: int, x: Kinds, nodes: list[int]) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`_swap_scores` of the kinds on ``a`` with those on ``nodes``, one node after the
-        other. Each node's part is kept while neither it nor ``a`` changes (a move drops the
-        kinds of the nodes it touches)."""
-        parts = [self.node_kinds(n) for n in nodes]
+    def _gaining_pairs(
+        self, a: int, x: Kinds, nodes: list[int], parts: list[Kinds]
+    ) -> GainingPairs:
+        """The exchanges of the kinds ``x`` on ``a`` with the kinds ``parts`` on ``nodes`` (one
+        node after the other) that gain (:meth:`_swap_gains`), with their scores. Each node's
+        part is kept while neither it nor ``a`` changes (a move drops the kinds of the nodes it
+        touches)."""
         kept = self._swap_blocks
         blocks = [kept.get((a, n)) for n in nodes]
         fresh = [
@@ -604,22 +586,25 @@ class BalanceState:
             if block is None or block[0] is not x or block[1] is not part
         ]
         if fresh:
-            firsts = [parts[i].first for i in fresh]
-            gain, score = self._swap_scores(a, x.first, np.concatenate(firsts))
-            at = np.cumsum([0] + [f.size for f in firsts]).tolist()
+            os = np.concatenate([parts[i].first for i in fresh])
+            gain = self._swap_gains(a, x.first, os)
+            # Column after column: each node's pairs together.
+            cols, rows = np.nonzero((gain > 0).T)
+            values = gain[rows, cols]
+            scores = self._swap_scores(a, x.first, os, (rows, cols, values))
+            found = GainingPairs(rows, cols, values, scores)
             if len(kept) > SWAP_BLOCKS:
                 kept.clear()
-            for i, lo, hi in zip(fresh, at, at[1:], strict=False):
-                blocks[i] = kept[(a, nodes[i])] = (x, parts[i], gain[:, lo:hi], score[:, lo:hi])
+            widths = [parts[i].first.size for i in fresh]
+            for i, block in zip(fresh, found.split(widths), strict=True):
+                blocks[i] = kept[(a, nodes[i])] = (x, parts[i], block)
             if len(fresh) == len(nodes):
-                return gain, score
-        if len(blocks) == 1:
-            return blocks[0][2], blocks[0][3]
-        return np.hstack([b[2] for b in blocks]), np.hstack([b[3] for b in blocks])
+                return found
+        return GainingPairs.join([b[2] for b in blocks], [p.first.size for p in parts])
 
-    def _nodes_kinds(self, nodes: list[int]) -> Kinds:
-        """:meth:`node_kinds` of ``nodes``, one node after the other; the last ones kept."""
-        parts = [self.node_kinds(n) for n in nodes]
+    def _nodes_kinds(self, nodes: list[int], parts: list[Kinds]) -> Kinds:
+        """``parts``, the :meth:`node_kinds` of ``nodes``, one node after the other; the last ones
+        kept."""
         key = tuple(nodes)
         kept = self._joined.get(key)
         if kept is None or any(p is not q for p, q in zip(parts, kept[0], strict=True)):
@@ -642,10 +627,9 @@ class BalanceState:
             kinds = self._kinds_on[n] = Kinds.of(on, first, of)
         return kinds
 
-    def _swap_scores(self, a: int, xs: np.ndarray, os: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _swap_gains(self, a: int, xs: np.ndarray, os: np.ndarray) -> np.ndarray:
         """(len(xs), len(os)) the objective gain of exchanging each unit ``xs`` on node ``a``
-        with each unit ``os`` elsewhere, and its score (the gain per migration it adds, four
-        times the gain for none)."""
+        with each unit ``os`` elsewhere."""
         units = self.units
         f = self.kept_fractions()
         inv = self.inv_cap
@@ -665,16 +649,31 @@ class BalanceState:
             part -= t
             part *= self.steer_wnorm[r]
             gain -= part
+        return gain
+
+    def _swap_scores(
+        self,
+        a: int,
+        xs: np.ndarray,
+        os: np.ndarray,
+        pairs: tuple[np.ndarray, np.ndarray, np.ndarray],
+    ) -> np.ndarray:
+        """The scores of the exchanges ``pairs`` (rows in ``xs``, columns in ``os``, gains) of
+        :meth:`_swap_gains`: the gain per migration each adds, four times the gain for none."""
+        rows, cols, gain = pairs
+        if gain.size == 0:  # no pair gains (a node without movable units has none)
+            return gain
         # Migrations added: a unit's guests, unless it has moved already (added_migrations).
         moved_x, moved_o = self.moved_of(xs).any(), self.moved_of(os).any()
         guests_x, guests_o = self.unit_guests[xs], self.unit_guests[os]
         if not (moved_x or moved_o) and guests_x.max() == 1 and guests_o.max() == 1:
-            return gain, gain / 2
-        added_x = self.added_migrations(xs[:, None], b[None, :]) if moved_x else guests_x[:, None]
-        added_o = self.added_migrations(os, np.full_like(os, a)) if moved_o else guests_o
+            return gain / 2
+        x, o = xs[rows], os[cols]
+        added_x = self.added_migrations(x, self.units.assign[o]) if moved_x else guests_x[rows]
+        added_o = self.added_migrations(o, np.full_like(o, a)) if moved_o else guests_o[cols]
         added = np.asarray(added_x + added_o)
         # gain / added where it adds some, else 4 × gain.
-        return gain, np.where(added > 0, gain / np.maximum(added, 1), 4 * gain)
+        return np.where(added > 0, gain / np.maximum(added, 1), 4 * gain)
 
     def added_migrations(self, units: np.ndarray, targets: np.ndarray) -> np.ndarray:
         """Migrations each move (units[k] to targets[k]) adds: the unit's guests, none (already

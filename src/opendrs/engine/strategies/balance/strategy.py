@@ -32,7 +32,7 @@ from .options import BalanceOptions
 from .polish import polish_below_grain
 from .prune import prune
 from .repair import ExactRepairMemo, RepairOutcome, repair
-from .rounds import balance_rounds, balanced_reason, grain_and_goal
+from .rounds import balance_rounds, balanced_reason, balanced_stop, grain_and_goal
 from .state import BalanceState
 from .steps import History, StepKind
 from .twins import cheaper_twins
@@ -103,7 +103,8 @@ def _search(
     grain, state.goal = grain_and_goal(state, options.target_spread, options.cpu_commit_spread)
     # Balancing never leaves the objective above what it is now (repairs may raise it).
     ceiling = state.objective()
-    stopped, reached_goal = balance_rounds(history, options, limit, shaped=shaped)
+    stopped, stop = balance_rounds(history, options, limit, shaped=shaped)
+    reached_goal = stop.code == "balanced"
     prune(history)
     if reached_goal:
         # A resource whose goal was one step on the smallest node, brought within
@@ -114,6 +115,7 @@ def _search(
         compact(history, ceiling, target_spread)
         if polished:
             stopped = balanced_reason(options, state.spreads(), polished)
+            stop = balanced_stop(options, state.spreads())
     # The same loads for less: a moved guest's cheaper twin left at home goes in its place.
     cheaper_twins(history)
     proposal = Proposal(
@@ -124,6 +126,7 @@ def _search(
         stopped,
         _notes(state, repaired),
         _proposal_options(options, repaired),
+        stop,
     )
     weighted = state.weights > 0
     short = float(np.max(state.spreads()[weighted] / state.goal[weighted], initial=0.0))

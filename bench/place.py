@@ -1,0 +1,95 @@
+"""``POST /api/place``: how long the daemon takes to answer where a new guest should start.
+
+``python -m bench.place [--sizes S,M,L,XL] [--repeats 20] [--seed 1] [--markdown FILE]``. On the
+``basic`` generator's cluster of each size (with its rules), the place view is fed that cluster as
+one observation, then a server on a free loopback port (``http.token_file``'s token) is asked
+``--repeats`` times for ``{"cpu": 4, "memory": "8GiB"}`` over HTTP (one connection per request,
+as curl makes). The table gives the median and the slowest answer, measured around the whole
+request by the client, and the same answer computed in the process without HTTP.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+import urllib.request
+from pathlib import Path
+
+from bench.generate import SIZES, generate
+from bench.report import emit
+from opendrs.controller.config import HttpConfig
+from opendrs.controller.http_server import MetricsServer
+from opendrs.controller.loop import Cycle
+from opendrs.controller.metrics import DaemonMetrics
+from opendrs.controller.place_api import PlaceView, place_for
+
+TOKEN = "bench-token"
+REQUEST = {"cpu": 4, "memory": "8GiB"}
+
+
+def _ask(address: str) -> float:
+    """Seconds for one ``POST /api/place`` answered 200."""
+    request = urllib.request.Request(
+        f"http://{address}/api/place",
+        data=json.dumps(REQUEST).encode(),
+        headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
+        method="POST",
+    )
+    start = time.perf_counter()
+    with urllib.request.urlopen(request, timeout=60) as answer:
+        answer.read()
+        assert answer.status == 200
+    return time.perf_counter() - start
+
+
+def measure(size: str, repeats: int, seed: int) -> list[str]:
+    """A row of the table for ``size``."""
+    cluster = generate(size, seed=seed, rules=True)
+    view = PlaceView()
+    view.cycle(Cycle(time.time(), cluster, None))
+    server = MetricsServer(HttpConfig("127.0.0.1", 0), DaemonMetrics(), TOKEN, None, view)
+    server.start()
+    try:
+        _ask(server.address)  # warm up
+        http = sorted(_ask(server.address) for _ in range(repeats))
+    finally:
+        server.stop()
+    local = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        place_for(cluster, REQUEST)
+        local.append(time.perf_counter() - start)
+    ms = 1000.0
+    return [
+        size,
+        f"{len(cluster.nodes):,}",
+        f"{len(cluster.guests):,}",
+        f"{statistics.median(http) * ms:.1f}",
+        f"{http[-1] * ms:.1f}",
+        f"{statistics.median(local) * ms:.1f}",
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.place")
+    parser.add_argument("--sizes", default="S,M,L,XL")
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--markdown", type=Path)
+    args = parser.parse_args(argv)
+    sizes = [s for s in args.sizes.split(",") if s]
+    unknown = [s for s in sizes if s not in SIZES]
+    if unknown:
+        parser.error(f"unknown size {unknown[0]!r} (known: {', '.join(SIZES)})")
+    header = "| size | nodes | guests | HTTP median ms | HTTP slowest ms | in process ms |"
+    lines = [header, "|---|---:|---:|---:|---:|---:|"]
+    for size in sizes:
+        lines.append("| " + " | ".join(measure(size, args.repeats, args.seed)) + " |")
+    emit("\n".join(lines) + "\n", args.markdown)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,155 @@
+"""``make deb``: the Debian package, installed with apt into a clean root of this machine's
+release (debootstrap, cached in /var/cache/opendrs-test; the network only to Debian's mirror and,
+for the build, to PyPI), run there — ``opendrs --version``, ``opendrs demo --fast``,
+``systemd-analyze verify`` on its unit, its man page and completion — then removed and purged:
+remove leaves the configuration, purge leaves nothing but the system user.
+
+Root only (debootstrap, chroot, mount), with debootstrap and debhelper installed (``make
+test-packages``, as root), on Debian 12 or 13 (the package is built for the machine's release):
+skipped, with the reason, elsewhere. A few minutes; the first run also makes the root (cold).
+``OPENDRS_TEST_DEB=FILE`` tries a package built before instead of building one, in a root of
+the release ``OPENDRS_TEST_RELEASE`` names (default: the machine's), for a package built on
+another release."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from install.commands import ROOT, index_unreachable, run
+from install.debian_root import RootUnavailable, ScratchRoot, scratch_root
+from opendrs import __version__
+
+#: The releases the package is built for: Debian 12 (Proxmox VE 8) and 13 (Proxmox VE 9).
+RELEASES = ("bookworm", "trixie")
+#: The package's files an operator edits: dpkg's configuration files.
+CONFFILES = ("/etc/opendrs/opendrs.yaml", "/etc/logrotate.d/opendrs")
+#: What purge leaves: the system user, as Debian packages do (adduser's backups of its files).
+USER_FILES = {"etc/passwd-", "etc/group-", "etc/shadow-", "etc/gshadow-"}
+
+
+def host_release() -> str:
+    """The machine's release code name (VERSION_CODENAME in /etc/os-release), or ''."""
+    try:
+        lines = Path("/etc/os-release").read_text().splitlines()
+    except OSError:
+        return ""
+    fields = dict(line.split("=", 1) for line in lines if "=" in line)
+    return fields.get("VERSION_CODENAME", "").strip('"')
+
+
+def release() -> str:
+    """The release of the root the package is tried in (see the module's note)."""
+    if os.environ.get("OPENDRS_TEST_DEB"):
+        return os.environ.get("OPENDRS_TEST_RELEASE") or host_release()
+    return host_release()
+
+
+def why_not_here() -> str | None:
+    """Why the package cannot be built and tried here, or None."""
+    if os.geteuid() != 0:
+        return "needs root (debootstrap, chroot, mount): make test runs it as root"
+    for tool in ("debootstrap", "dpkg-buildpackage", "dh", "chroot"):
+        if shutil.which(tool) is None:
+            return f"{tool} is missing: make test-packages installs it, as root"
+    if release() not in RELEASES:
+        return f"the package is built for Debian 12 or 13, not {release() or 'this system'}"
+    return None
+
+
+@pytest.fixture(scope="module")
+def deb(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The package ``make deb`` built, or the one ``OPENDRS_TEST_DEB`` names (built before)."""
+    if reason := why_not_here():
+        pytest.skip(reason)
+    if built := os.environ.get("OPENDRS_TEST_DEB"):
+        return Path(built)
+    where = tmp_path_factory.mktemp("deb")
+    if reason := index_unreachable(where / "probe"):
+        pytest.skip(reason)
+    run(["make", "deb", f"DIST={where}", f"DEB_BUILD={where / 'build'}"], ROOT, timeout=1800)
+    (package,) = where.glob("opendrs_*.deb")
+    return package
+
+
+@pytest.fixture(scope="module")
+def root(deb: Path) -> Iterator[ScratchRoot]:
+    """A clean root of this release with the package's dependencies, then the package, installed
+    by apt; ``before`` is its file list before the package itself."""
+    try:
+        with scratch_root(release()) as scratch:
+            scratch.run("apt-get", "update", "-qq")
+            fields = [field(deb, name) for name in ("Depends", "Recommends")]
+            needs = ", ".join(f for f in fields if f)
+            scratch.run("apt-get", "satisfy", "-y", "-qq", "--no-install-recommends", needs)
+            scratch.before = scratch.files()  # type: ignore[attr-defined]
+            shutil.copy(deb, scratch.path / "tmp" / deb.name)
+            scratch.run("apt-get", "install", "-y", "-qq", f"/tmp/{deb.name}")
+            yield scratch
+    except RootUnavailable as exc:
+        pytest.skip(str(exc))
+
+
+def field(deb: Path, name: str) -> str:
+    """A control field of the package ``deb``."""
+    return run(["dpkg-deb", "--field", str(deb), name], ROOT).stdout.strip()
+
+
+def test_the_installed_program_runs(root: ScratchRoot) -> None:
+    assert root.run("opendrs", "--version").stdout == f"opendrs {__version__}\n"
+    assert os.readlink(root.path / "usr/bin/opendrs") == "/opt/opendrs/bin/opendrs"
+    demo = root.run("opendrs", "demo", "--fast")
+    assert "Stability over 1 simulated days of builtin:demo" in demo.stdout
+
+
+def test_its_configuration_is_in_shadow_mode_and_the_unit_verifies(root: ScratchRoot) -> None:
+    conffiles = root.run("dpkg-query", "--showformat=${Conffiles}", "--show", "opendrs").stdout
+    assert all(path in conffiles for path in CONFFILES)
+    config = (root.path / "etc/opendrs/opendrs.yaml").read_text()
+    assert "\nmode: shadow\n" in config
+    # The shipped file is read to its end: only the secret it names is missing (exit status 2,
+    # one line), no key of it is refused.
+    once = root.run(
+        "opendrs", "run", "--once", "--config", "/etc/opendrs/opendrs.yaml", check=False
+    )
+    assert once.returncode == 2 and "proxmox.token" in once.stderr, once.stderr
+    unit = (root.path / "usr/lib/systemd/system/opendrs.service").read_text()  # /lib: merged /usr
+    assert "ExecStart=/usr/bin/opendrs run --config /etc/opendrs/opendrs.yaml" in unit
+    assert "ProtectSystem=strict" in unit
+    root.run("systemd-analyze", "verify", "opendrs.service")
+    # Installed, neither enabled nor started.
+    enabled = root.run("systemctl", "--root=/", "is-enabled", "opendrs.service", check=False)
+    assert enabled.stdout == "disabled\n", enabled.stdout + enabled.stderr
+    assert root.run("getent", "passwd", "opendrs").stdout.startswith("opendrs:")
+    root.run("logrotate", "--debug", "/etc/logrotate.d/opendrs")
+
+
+def test_its_man_page_and_completion(root: ScratchRoot) -> None:
+    page = root.run("zcat", "/usr/share/man/man1/opendrs.1.gz").stdout
+    assert ".TH OPENDRS" in page and "opendrs demo" in page and "/etc/opendrs/opendrs.yaml" in page
+    complete = (
+        "source /usr/share/bash-completion/completions/opendrs; "
+        "COMP_WORDS=(opendrs de); COMP_CWORD=1; _shtab_opendrs; echo ${COMPREPLY[@]}; "
+        "COMP_WORDS=(opendrs demo --f); COMP_CWORD=2; _shtab_opendrs; echo ${COMPREPLY[@]}"
+    )
+    assert root.run("bash", "-c", complete).stdout == "demo\n--fast\n"
+
+
+def test_remove_keeps_the_configuration_and_purge_leaves_nothing(root: ScratchRoot) -> None:
+    # Runs last (the file's order): it takes the package away.
+    root.run("apt-get", "remove", "-y", "-qq", "opendrs")
+    assert not (root.path / "opt/opendrs").exists()
+    assert not (root.path / "usr/bin/opendrs").exists()
+    assert all((root.path / path.lstrip("/")).exists() for path in CONFFILES)
+    root.run("apt-get", "purge", "-y", "-qq", "opendrs")
+    after = root.files()
+    before: set[str] = root.before  # type: ignore[attr-defined]
+    assert sorted(after - before - USER_FILES) == []
+    # dpkg takes an empty /opt away with the package when no other package ships it, as it
+    # does every directory it installed into; nothing else that was there goes.
+    assert sorted(before - after - {"opt"}) == []
+    assert root.run("getent", "passwd", "opendrs").returncode == 0
