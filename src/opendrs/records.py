@@ -77,7 +77,7 @@ __all__ = [
     "timeline",
 ]
 
-Mode = Literal["shadow", "active"]
+Mode = Literal["shadow", "manual", "active"]
 Action = Literal["none", "plan", "repair"]
 Outcome = Literal["done", "failed", "lost"]
 

@@ -194,7 +194,7 @@ def test_new_file_settings(path: Path) -> None:
     assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     assert db.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
     tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    assert tables == {"state", "decisions", "migrations", "cooldowns", "avoid"}
+    assert tables == {"state", "decisions", "migrations", "cooldowns", "avoid", "proposals"}
     db.close()
 
 
@@ -481,7 +481,7 @@ def test_migration_arguments_are_checked(h: History) -> None:
 
 
 def test_decision_arguments_are_checked(h: History) -> None:
-    with raises("mode must be one of shadow, active"):
+    with raises("mode must be one of shadow, manual, active"):
         decision(h, mode="dry-run")
     with raises("action must be one of none, plan, repair"):
         decision(h, action="rebalance")
@@ -578,14 +578,26 @@ def test_prune_keeps_in_flight_and_recent(h: History) -> None:
     h.set_cooldown("102", 100.5, "x")
     h.avoid("101", "b", 99, "x")
     h.avoid("101", "c", 300, "x")
-    assert h.prune(100.0) == {"decisions": 1, "migrations": 1, "cooldowns": 1, "avoid": 1}
+    assert h.prune(100.0) == {
+        "decisions": 1,
+        "migrations": 1,
+        "cooldowns": 1,
+        "avoid": 1,
+        "proposals": 0,
+    }
     assert [r.id for r in h.decisions()] == [old, recent]  # old is kept: a migration flies
     assert older_alone not in [r.id for r in h.decisions()]
     assert [r.id for r in h.migrations()] == [flying, edge]
     assert h.cooldowns(0) == {"102": 100.5}
     assert h.avoided(0) == {("101", "c"): 300.0}
     h.migration_finished(flying, at=150, outcome="done")
-    assert h.prune(1000.0) == {"decisions": 2, "migrations": 2, "cooldowns": 1, "avoid": 1}
+    assert h.prune(1000.0) == {
+        "decisions": 2,
+        "migrations": 2,
+        "cooldowns": 1,
+        "avoid": 1,
+        "proposals": 0,
+    }
     assert h.decisions() == h.migrations() == []
 
 
@@ -605,7 +617,7 @@ def test_summary_counts(h: History) -> None:
     assert h.summary(10) == {
         "since": 10.0,
         "decisions": {"none": 1, "plan": 2, "repair": 1},
-        "modes": {"shadow": 2, "active": 2},
+        "modes": {"shadow": 2, "manual": 0, "active": 2},
         "shadow_moves": 3,
         "migrations": {"done": 2, "failed": 1, "lost": 1, "in_flight": 1},
         "started": 4,
@@ -814,4 +826,4 @@ def test_a_version_3_file_gets_the_code_column_filled_from_each_summary(path: Pa
         summaries = {r.id: dict(r.summary) for r in h.decisions()}
     assert codes == {1: "holding", 2: None, later: "plan"}
     assert summaries[1] == {"code": "holding", "nodes": 3}  # the summary is left as it was
-    assert raw(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+    assert raw(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5

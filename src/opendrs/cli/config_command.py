@@ -174,15 +174,19 @@ def validate_config(path: str, fmt: str) -> int:
     return EXIT_USAGE if problems else EXIT_OK
 
 
+def _mode(config: Config) -> str:
+    if config.mode == "manual":
+        return f"manual: {config.manual_words()}"
+    if config.active:
+        return "active: migrates guests"
+    return "shadow: watches and records what it would migrate, migrates nothing"
+
+
 def config_summary(config: Config) -> dict[str, str]:
     """What ``config`` makes ``opendrs run`` do, a line per subject, in an operator's words."""
     summary = {
         "platform": _platform(config),
-        "mode": (
-            "active: migrates guests"
-            if config.active
-            else "shadow: watches and records what it would migrate, migrates nothing"
-        ),
+        "mode": _mode(config),
         "policy": _policy(config.policy),
         "moves": _moves(config),
         "history": config.history,

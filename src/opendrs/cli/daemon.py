@@ -29,6 +29,7 @@ from opendrs.controller.decision_log import DecisionLog, DecisionLogError
 from opendrs.controller.history import History
 from opendrs.controller.history_file import HistoryError
 from opendrs.controller.http_server import HttpError, MetricsServer, start_server
+from opendrs.controller.http_write import DashboardWriter
 from opendrs.controller.loop import Controller, InstanceLock, LockError
 from opendrs.controller.metrics import DaemonMetrics
 from opendrs.controller.place_api import PlaceView
@@ -51,12 +52,15 @@ def each(*hooks: Callable[[T], None] | None) -> Callable[[T], None]:
 
 
 class DaemonSignals:
-    """SIGTERM/SIGINT ask to stop after the current step; SIGHUP asks to reload."""
+    """SIGTERM/SIGINT ask to stop after the current step; SIGHUP asks to reload; SIGUSR1 asks
+    for a cycle now."""
 
     def __init__(self, config_path: str) -> None:
         self.config_path = config_path
         self.stop = False
         self.reload = False
+        #: SIGUSR1: a cycle now (an approval or a request to balance now is waiting).
+        self.wake = False
         self._previous: dict[int, object] = {}
 
     def install(self) -> None:
@@ -64,6 +68,7 @@ class DaemonSignals:
             (signal.SIGTERM, self._on_stop),
             (signal.SIGINT, self._on_stop),
             (signal.SIGHUP, self._on_hup),
+            (signal.SIGUSR1, self._on_usr1),
         ):
             self._previous[sig] = signal.signal(sig, handler)
 
@@ -76,6 +81,14 @@ class DaemonSignals:
 
     def _on_hup(self, signum: int, frame: FrameType | None) -> None:
         self.reload = True
+
+    def _on_usr1(self, signum: int, frame: FrameType | None) -> None:
+        self.wake = True
+
+    def take_wake(self) -> bool:
+        """Whether SIGUSR1 (``opendrs approve``, ``balance-now``) asked for a cycle now."""
+        woken, self.wake = self.wake, False
+        return woken
 
     def holding(self) -> str | None:
         """Why no migration may start now: a stop or a reload was asked for and not yet done."""
@@ -165,7 +178,7 @@ def start_serving(config: Config, files: DaemonFiles) -> Published:
     dashboard = Dashboard(config)
     place = PlaceView()
     try:
-        server = start_server(config.http, metrics, dashboard, place)
+        server = start_server(config.http, metrics, dashboard, place, dashboard_writer(config))
     except HttpError as exc:
         files.close()
         raise CannotStart(exc, EXIT_USAGE if exc.usage else EXIT_PROBLEM) from None
@@ -216,7 +229,7 @@ class DaemonRun:
             controller.config.mode,
             self.config.policy.name,
             self.config.policy.strategy,
-            "" if controller.config.active else " — nothing will be migrated",
+            _what_migrates(controller.config),
         )
         until = backend.end if isinstance(backend, Simulator) else None
         controller.run(
@@ -225,6 +238,8 @@ class DaemonRun:
             should_stop=lambda: self.signals.stop,
             take_reload=self.take_reload,
             reload_pending=lambda: self.signals.reload,
+            take_wake=self.signals.take_wake,
+            wake_pending=lambda: self.signals.wake,
         )
         return self.exit_status(controller)
 
@@ -287,3 +302,17 @@ class DaemonRun:
             )
             return EXIT_PROBLEM
         return EXIT_OK
+
+
+def _what_migrates(config: Config) -> str:
+    """What the start line adds about migrations: nothing in active mode."""
+    if config.mode == "manual":
+        return f" — {config.manual_words()}"
+    return "" if config.active else " — nothing will be migrated"
+
+
+def dashboard_writer(config: Config) -> DashboardWriter | None:
+    """What the dashboard may change (``http.write``), or ``None``: it stays read-only."""
+    if config.http is None or not config.http.write:
+        return None
+    return DashboardWriter(config.history, f"{config.http.token_name}@http")

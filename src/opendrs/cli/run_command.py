@@ -34,13 +34,15 @@ def cmd_run(args: argparse.Namespace) -> int:
 def add_run_parser(sub: Subcommands) -> None:
     p = sub.add_parser(
         "run",
-        help="the daemon: observe, decide and (in active mode) migrate, every interval",
+        help="the daemon: observe, decide and (in active mode, or once approved in manual mode) "
+        "migrate, every interval",
         description="Run the controller with a configuration file (its keys: 'man opendrs'). "
         "Shadow mode, the default, only records and logs what it would do; migrations happen "
-        "only with 'mode: active' in the file. SIGHUP reloads the file (and opens the decision "
-        "log again), SIGTERM stops cleanly. Exit status: 0 stopped, 1 a problem that may pass "
-        "(retry), 2 bad configuration (or a decision log that cannot be opened), 3 a problem a "
-        "restart cannot cure (corrupt or foreign history).",
+        "only with 'mode: active' in the file, or with 'mode: manual' once an operator approves "
+        "them (opendrs approve). SIGHUP reloads the file (and opens the decision log again), "
+        "SIGUSR1 runs a cycle now, SIGTERM stops cleanly. Exit status: 0 stopped, 1 a problem "
+        "that may pass (retry), 2 bad configuration (or a decision log that cannot be "
+        "opened), 3 a problem a restart cannot cure (corrupt or foreign history).",
     )
     add_config_option(p)
     p.add_argument(

@@ -81,6 +81,8 @@ class Status:
     no_history: bool = False
     last_decision: dict[str, Any] | None = None
     in_flight: list[dict[str, Any]] = field(default_factory=list)
+    #: Manual mode's proposals waiting for approval (their ids).
+    proposals: list[str] = field(default_factory=list)
     cooldowns: list[Cooldown] = field(default_factory=list)
     avoid: list[Avoid] = field(default_factory=list)
     lock_held: bool | None = None
@@ -155,6 +157,7 @@ def _read_history(status: Status) -> None:
             last = history.decisions(limit=1)
             status.last_decision = decision_object(last[0]) if last else None
             status.in_flight = [migration_now(m) for m in history.in_flight()]
+            status.proposals = [p.id for p in history.proposals("open")]
             status.cooldowns = history.cooldown_entries(now)
             status.avoid = history.avoid_entries(now)
             status.now = now
@@ -217,6 +220,7 @@ def status_data(status: Status) -> dict[str, Any]:
             "now": status.now,
             "last_decision": status.last_decision,
             "in_flight": status.in_flight,
+            "proposals": status.proposals,
             "cooldowns": [_until(c) for c in status.cooldowns],
             "avoid": [_until(a) for a in status.avoid],
         },
@@ -335,6 +339,9 @@ def _show_history(report: Report, status: Status, history: dict[str, Any]) -> No
             f"last decision {last['time']} ({last['mode']}, {last['code'] or last['action']}"
             f"{moves}): {last['reason']}"
         )
+    if history["proposals"]:
+        ids = ", ".join(history["proposals"])
+        report.line(f"waiting for approval: {ids} (opendrs proposals shows them)", "yellow")
     report.heading(f"Migrations in flight ({len(history['in_flight'])})")
     if history["in_flight"]:
         report.table(

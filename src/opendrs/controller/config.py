@@ -4,7 +4,9 @@
 
     version: 1
     cluster: prod                 # name in logs and in the history (default: the backend's)
-    mode: shadow                  # shadow (default: record only) | active (migrate)
+    mode: shadow                  # shadow (default: record only) | manual (propose, an
+                                  # operator approves) | active (migrate)
+    automatic: [maintenance, return, repair]  # manual mode: what acts without approval
     backend:
       type: file | sim | proxmox | incus  # and the keys of that backend
     history: history.sqlite       # relative paths are relative to this file
@@ -15,7 +17,8 @@
     log: {level: info, decisions: decisions.jsonl}
     http: {listen: 127.0.0.1:9180, token_file: FILE}  # the dashboard, /metrics, /healthz
 
-Nothing migrates unless ``mode: active`` is written in the file.
+Nothing migrates unless ``mode: active`` or ``mode: manual`` is written in the file; in manual
+mode, only what ``automatic`` names or an operator approves.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from pathlib import Path as FsPath
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from opendrs.controller.executor import ExecutorConfig
+from opendrs.controller.proposals import KINDS
 from opendrs.engine.policy import PolicyConfig, parse_policy
 from opendrs.model.cluster import Settings
 from opendrs.model.document import DocumentError, Path, parse, read_file
@@ -53,13 +57,16 @@ __all__ = [
 ConfigError = DocumentError
 
 VERSION: Final = 1
-MODES: Final = ("shadow", "active")
+MODES: Final = ("shadow", "manual", "active")
+#: In manual mode, the kinds of decision that act without approval by default.
+AUTOMATIC: Final = ("maintenance", "return", "repair")
 BACKENDS: Final = ("file", "sim", "proxmox", "incus")
 LOG_LEVELS: Final = ("debug", "info", "warning", "error")
 _TOP_KEYS: Final = (
     "version",
     "cluster",
     "mode",
+    "automatic",
     "backend",
     "history",
     "lock",
@@ -117,6 +124,10 @@ class HttpConfig:
     port: int
     #: The file holding the bearer token every path then requires, or ``None``.
     token_file: str | None = None
+    #: Whether the dashboard may approve, reject and balance now (``http.write``; needs the
+    #: token), and the token's name its verdicts are recorded with (``NAME@http``).
+    write: bool = False
+    token_name: str = "dashboard"
 
     @property
     def loopback(self) -> bool:
@@ -137,7 +148,10 @@ class Config:
     history: str
     lock: str
     cluster: str | None = None
-    mode: Literal["shadow", "active"] = "shadow"
+    mode: Literal["shadow", "manual", "active"] = "shadow"
+    #: In manual mode, the kinds of proposal (``balance``, ``maintenance``, ``return``,
+    #: ``repair``) that act on their own; the others wait for approval.
+    automatic: tuple[str, ...] = AUTOMATIC
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
     settings: Settings | None = None
@@ -155,6 +169,21 @@ class Config:
     @property
     def active(self) -> bool:
         return self.mode == "active"
+
+    @property
+    def migrates(self) -> bool:
+        """Whether migrations may start: active mode, or manual (what is approved or automatic)."""
+        return self.mode != "shadow"
+
+    def manual_words(self) -> str:
+        """Manual mode in an operator's words, with what acts without approval."""
+        alone = ", ".join(self.automatic) or "nothing"
+        return f"proposes, migrates what an operator approves ({alone} act on their own)"
+
+    def acts_alone(self, kind: str) -> bool:
+        """Whether a decision of ``kind`` (``balance``, ``repair``, ``maintenance``) is carried
+        out without approval: always in active mode, in manual mode as ``automatic`` says."""
+        return self.mode == "active" or (self.mode == "manual" and kind in self.automatic)
 
     def make_backend(
         self, *, should_stop: Callable[[], bool] | None = None
@@ -231,6 +260,7 @@ class _ConfigReader(SnapshotReader):
         # The history keeps this name: no blanks around it, no control characters, not too long.
         cluster = self.plain_name(top["cluster"], ("cluster",)) if "cluster" in top else None
         mode = self.choice(top.get("mode", "shadow"), ("mode",), MODES)
+        automatic = self.automatic(top["automatic"]) if "automatic" in top else AUTOMATIC
         backend = self.backend(self.require(top, "backend", ()), ("backend",))
         default_history = "history.sqlite"
         history = self.local_path(top.get("history", default_history), ("history",))
@@ -251,6 +281,7 @@ class _ConfigReader(SnapshotReader):
             lock=lock,
             cluster=cluster,
             mode=mode,  # type: ignore[arg-type]
+            automatic=automatic,
             policy=policy or PolicyConfig(),
             executor=executor,
             settings=settings,
@@ -265,12 +296,21 @@ class _ConfigReader(SnapshotReader):
         """The ``http`` section: ``listen`` (required) and ``token_file``."""
         path: Path = ("http",)
         mapping = self.mapping(value, path)
-        self.check_keys(mapping, path, ("listen", "token_file"))
+        self.check_keys(mapping, path, ("listen", "token_file", "write", "token_name"))
         host, port = self.listen(self.require(mapping, "listen", path), (*path, "listen"))
         token_file = None
         if "token_file" in mapping:
             token_file = self.local_path(mapping["token_file"], (*path, "token_file"))
-        return HttpConfig(host, port, token_file)
+        write, token_name = self.http_write(mapping, token_file)
+        return HttpConfig(host, port, token_file, write, token_name)
+
+    def http_write(self, mapping: Mapping[str, Any], token_file: str | None) -> tuple[bool, str]:
+        """``http.write`` (off by default; never without ``token_file``) and ``token_name``."""
+        write = self.boolean(mapping.get("write", False), ("http", "write"))
+        if write and token_file is None:
+            self.fail(("http", "write"), "needs http.token_file: no write without a token")
+        name = mapping.get("token_name", "dashboard")
+        return write, self.plain_name(name, ("http", "token_name"))
 
     def listen(self, value: object, path: Path) -> tuple[str, int]:
         """``HOST:PORT`` (``[V6]:PORT`` for IPv6): an IP address written out, and a port; a port
@@ -359,6 +399,16 @@ class _ConfigReader(SnapshotReader):
         from opendrs.backends.proxmox import parse_proxmox
 
         return BackendConfig("proxmox", proxmox=parse_proxmox(self, mapping, path))
+
+    def automatic(self, value: object) -> tuple[str, ...]:
+        """``automatic``: a list of proposal kinds, each once."""
+        kinds: list[str] = []
+        for i, item in enumerate(self.sequence(value, ("automatic",))):
+            kind = self.choice(item, ("automatic", i), KINDS)
+            if kind in kinds:
+                self.fail(("automatic", i), f"{kind} is listed twice")
+            kinds.append(kind)
+        return tuple(kinds)
 
     def executor(self, value: object, path: Path, policy: PolicyConfig | None) -> ExecutorConfig:
         base = ExecutorConfig()

@@ -27,6 +27,7 @@ import jinja2
 
 from opendrs.controller.config import Config
 from opendrs.controller.executor import Event
+from opendrs.controller.history_file import HistoryError
 from opendrs.controller.loop import Controller, Cycle
 from opendrs.controller.views import (
     FailoverWatch,
@@ -134,6 +135,7 @@ class Dashboard:
             self._base["failover"] = None if check is None else check.as_dict()
         if cycle.decision is not None:
             self._decided(cycle, cycle.decision)
+        self._base["proposals"] = self._open_proposals()
         self._publish()
 
     def event(self, event: Event) -> None:
@@ -200,13 +202,23 @@ class Dashboard:
         if cycle.decision_id is not None:
             self._decisions.appendleft({**summary, "id": cycle.decision_id, "mode": config.mode})
         if decision.act and summary["moves"]:
-            self._would = None if config.active else summary
+            self._would = None if config.migrates else summary
         if metric != "none":
             self._points.append((cycle.at, decision.metric))
             while self._points and self._points[0][0] < cycle.at - CHART_SPAN:
                 self._points.popleft()
             stride = max(1, -(-len(self._points) // CHART_POINTS))
             self._chart_points = [[at, v] for at, v in list(self._points)[::stride]]
+
+    def _open_proposals(self) -> list[dict[str, Any]]:
+        """Manual mode's open proposals, from the controller's history (the daemon's thread)."""
+        if self._controller is None:
+            return []
+        try:
+            proposals = self._controller.history.proposals("open")
+        except HistoryError:
+            return list(self._base.get("proposals", []))
+        return [{**p.as_dict(), **self._at(p.at)} for p in proposals]
 
     def _measured(self, cluster: Cluster, loads: LoadModel) -> dict[str, str]:
         """The policy's metric on each CPU architecture's nodes now, as the header names it."""
@@ -275,7 +287,10 @@ class Dashboard:
             "stuck": self._base.get("stuck", []),
             "failover": self._base.get("failover"),
             "decisions": list(self._decisions),
-            "would": self._would if not config.active else None,
+            "would": self._would if not config.migrates else None,
+            "proposals": self._base.get("proposals", []),
+            # Whether the page may approve, reject and balance now (http.write).
+            "write": config.http is not None and config.http.write,
             "in_flight": in_flight,
             "queued": queued,
             "ended": list(self._ended),
@@ -412,7 +427,9 @@ def _script_hash(script: str) -> str:
 
 #: The page's only script: ask every few seconds whether there is a newer snapshot and swap the
 #: changing part in (the decisions opened staying open); say so when the daemon cannot be
-#: reached. Nothing is sent but GETs.
+#: reached. With ``http.write``, its buttons POST an approval, a rejection or a request to balance
+#: now (the page's own origin; the bearer token as every request of the page carries it) and say
+#: the answer.
 SCRIPT: Final = """
 (function () {
   var panel = document.getElementById("panel");
@@ -446,6 +463,23 @@ SCRIPT: Final = """
       .finally(function () { window.setTimeout(refresh, every); });
   }
   window.setTimeout(refresh, every);
+  var said = document.getElementById("said");
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest("button[data-post]");
+    if (!button) { return; }
+    button.disabled = true;
+    fetch(button.dataset.post, {method: "POST", cache: "no-store"})
+      .then(function (answer) {
+        return answer.json().then(function (data) {
+          said.textContent = answer.ok ? button.dataset.done : "refused: " + data.error;
+          said.className = answer.ok ? "live" : "lost";
+        });
+      })
+      .catch(function (error) {
+        said.textContent = "cannot reach the daemon (" + error.message + ")";
+        said.className = "lost";
+      });
+  });
 })();
 """
 

@@ -56,6 +56,7 @@ from opendrs.controller.history_rows import (
     decision_record,
     migration_record,
 )
+from opendrs.controller.proposals import ProposalRecord, proposal_columns, proposal_record
 from opendrs.model.cluster import Move
 from opendrs.records import (
     ACTIONS,
@@ -225,6 +226,25 @@ class History:
                 (value,),
             )
 
+    # ------------------------------------------------------------------ requests to the daemon
+
+    def request_balance(self, by: str) -> None:
+        """Ask the daemon for one decision now (``opendrs balance-now``), asked by ``by``."""
+        with self._write("record a request to balance now") as db:
+            db.execute(
+                "INSERT INTO state (key, value) VALUES ('balance_now', ?) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (check_text("by", by),),
+            )
+
+    def take_balance_request(self) -> str | None:
+        """Who asked for a decision now since the last call (the request is taken), or None."""
+        with self._write("take a request to balance now") as db:
+            row = db.execute("SELECT value FROM state WHERE key = 'balance_now'").fetchone()
+            if row is not None:
+                db.execute("DELETE FROM state WHERE key = 'balance_now'")
+        return None if row is None else str(row[0])
+
     # ------------------------------------------------------------------ decisions
 
     def record_decision(
@@ -299,6 +319,57 @@ class History:
         with self._read("read decisions") as db:
             rows = db.execute(query, params).fetchall()
         return [decision_record(row) for row in reversed(rows)]
+
+    # ------------------------------------------------------------------ proposals (manual mode)
+
+    def add_proposal(self, proposal: ProposalRecord, *, supersede: bool = True) -> None:
+        """Store a new open ``proposal``; with ``supersede``, every other open proposal of its
+        kind expires (a fresher plan replaces it)."""
+        with self._write("record a proposal") as db:
+            if supersede:
+                db.execute(
+                    "UPDATE proposals SET state = 'expired', note = ? "
+                    "WHERE state = 'open' AND kind = ? AND id <> ?",
+                    (f"superseded by proposal {proposal.id}", proposal.kind, proposal.id),
+                )
+            columns = proposal_columns(proposal)
+            db.execute(
+                f"INSERT OR IGNORE INTO proposals ({', '.join(columns)}) "
+                f"VALUES ({', '.join('?' * len(columns))})",
+                tuple(columns.values()),
+            )
+
+    def proposals(self, *states: str) -> list[ProposalRecord]:
+        """The proposals in any of ``states`` (all without), oldest first."""
+        where = f"WHERE state IN ({', '.join('?' * len(states))})" if states else ""
+        with self._read("read proposals") as db:
+            rows = db.execute(f"SELECT * FROM proposals {where} ORDER BY at, id", states)
+            return [proposal_record(row) for row in rows.fetchall()]
+
+    def settle_proposal(
+        self,
+        proposal_id: str,
+        state: str,
+        *,
+        was: tuple[str, ...] = ("open",),
+        by: str | None = None,
+        decided: float | None = None,
+        chosen: Sequence[int] | None = None,
+        note: str | None = None,
+    ) -> bool:
+        """Move proposal ``proposal_id`` from one of ``was`` to ``state``; whether it did (the
+        proposal exists and was in one of ``was``). ``by``, ``decided`` and ``chosen`` are
+        kept when given (an operator's verdict); ``note`` says why."""
+        chosen_json = None if chosen is None else json.dumps(list(chosen))
+        with self._write("update a proposal") as db:
+            cursor = db.execute(
+                f"UPDATE proposals SET state = ?, by = coalesce(?, by), "
+                f"decided = coalesce(?, decided), chosen = coalesce(?, chosen), "
+                f"note = coalesce(?, note) "
+                f"WHERE id = ? AND state IN ({', '.join('?' * len(was))})",
+                (state, by, decided, chosen_json, note, proposal_id, *was),
+            )
+            return cursor.rowcount == 1
 
     def guest_names(self) -> dict[str, str]:
         """Each guest's name as the latest decision that planned a move of it recorded it (the
@@ -588,8 +659,9 @@ class History:
         """Forget what is older than ``before``; returns the rows deleted per table.
 
         Deletes cooldowns and avoid entries that expired (``until <= before``), migrations that
-        ended before ``before``, and decisions taken before ``before`` that no remaining migration
-        refers to. Migrations in flight are always kept, and so are their decisions. Call it with
+        ended before ``before``, proposals made before ``before`` no longer open, and decisions
+        taken before ``before`` that no remaining migration or proposal refers to. Migrations in
+        flight are always kept, and so are their decisions. Call it with
         ``now - retention``.
         """
         before = check_time("before", before)
@@ -597,8 +669,12 @@ class History:
             migrations = db.execute(
                 "DELETE FROM migrations WHERE outcome IS NOT NULL AND ended < ?", (before,)
             ).rowcount
+            proposals = db.execute(
+                "DELETE FROM proposals WHERE at < ? AND state <> 'open'", (before,)
+            ).rowcount
             decisions = db.execute(
                 "DELETE FROM decisions WHERE at < ? AND NOT EXISTS "
+                "(SELECT 1 FROM proposals WHERE proposals.decision = decisions.id) AND NOT EXISTS "
                 "(SELECT 1 FROM migrations WHERE migrations.decision = decisions.id)",
                 (before,),
             ).rowcount
@@ -609,6 +685,7 @@ class History:
             "migrations": migrations,
             "cooldowns": cooldowns,
             "avoid": avoid,
+            "proposals": proposals,
         }
 
     def summary(self, since: float) -> dict[str, Any]:

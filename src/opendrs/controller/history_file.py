@@ -3,7 +3,7 @@
 :class:`~opendrs.controller.history.History` reads and writes the file; this module holds what
 makes a file an opendrs history.
 
-Schema (version 4)
+Schema (version 5)
 ==================
 
 The version is kept in ``PRAGMA user_version``; ``PRAGMA application_id`` is ``0x6F647273``
@@ -16,16 +16,16 @@ The version is kept in ``PRAGMA user_version``; ``PRAGMA application_id`` is ``0
 
 ``decisions`` — one row per controller cycle that reached a decision.
     ``id`` (INTEGER primary key); ``at`` (REAL, backend clock); ``cluster`` (TEXT, cluster name);
-    ``mode`` (``shadow`` | ``active``); ``policy`` (TEXT, the policy/strategy name); ``action``
-    (``none``: nothing to do, ``plan``: a rebalancing plan, ``repair``: moves forced by a broken
-    rule or a node leaving); ``reason`` (TEXT, one sentence); ``imbalance`` (REAL or NULL, the
-    imbalance before); ``predicted`` (REAL or NULL, the imbalance predicted after the plan);
-    ``moves`` (INTEGER, the number of entries in ``plan``); ``summary`` (TEXT, a JSON object: a
-    summary of the inputs — nodes, guests, loads…); ``plan`` (TEXT, a JSON array: the ordered moves,
-    each a JSON object such as ``{"guest": "101", "source": "pve1", "target": "pve2", …}``);
-    ``code`` (TEXT or NULL, what the decision is: ``balanced``, ``plan``… — the policy's
-    ``DecisionCode``; filled from the summary's ``code`` for rows written before version 4, NULL
-    where it has none).
+    ``mode`` (``shadow`` | ``manual`` | ``active``, ``manual`` from version 5); ``policy`` (TEXT,
+    the policy/strategy name); ``action`` (``none``: nothing to do, ``plan``: a rebalancing plan,
+    ``repair``: moves forced by a broken rule or a node leaving); ``reason`` (TEXT, one sentence);
+    ``imbalance`` (REAL or NULL, the imbalance before); ``predicted`` (REAL or NULL, the imbalance
+    predicted after the plan); ``moves`` (INTEGER, the number of entries in ``plan``); ``summary``
+    (TEXT, a JSON object: a summary of the inputs — nodes, guests, loads…); ``plan`` (TEXT, a JSON
+    array: the ordered moves, each a JSON object such as ``{"guest": "101", "source": "pve1",
+    "target": "pve2", …}``); ``code`` (TEXT or NULL, what the decision is: ``balanced``, ``plan``… —
+    the policy's ``DecisionCode``; filled from the summary's ``code`` for rows written before
+    version 4, NULL where it has none).
 
 ``migrations`` — one row per migration the controller really started.
     ``id`` (INTEGER primary key); ``decision`` (INTEGER or NULL, ``decisions.id`` of the decision
@@ -60,6 +60,18 @@ The version is kept in ``PRAGMA user_version``; ``PRAGMA application_id`` is ``0
 ``avoid`` — a target node a guest must keep off, e.g. after a failed migration there.
     ``guest``, ``node`` (TEXT, primary key together); ``until`` (REAL, active while
     ``now < until``); ``reason`` (TEXT). Setting it again replaces it.
+
+``proposals`` — the plans of manual mode waiting for an operator (version 5).
+    ``id`` (TEXT, primary key: 8 hex digits of a hash of the time and the moves); ``decision``
+    (INTEGER, ``decisions.id`` of the decision that made it); ``at`` (REAL, backend clock); ``kind``
+    (``balance`` | ``maintenance`` | ``return`` | ``repair``); ``reason`` (TEXT); ``imbalance``,
+    ``predicted`` (REAL or NULL, the metric before and predicted after); ``moves`` (TEXT, a JSON
+    array of ``{"guest", "name", "source", "target"}``); ``state`` (``open``, then ``approved`` or
+    ``rejected`` by an operator, ``started`` once the daemon handed the approved moves to the
+    executor, or ``expired``); ``chosen`` (TEXT or NULL, a JSON array of the approved moves' 1-based
+    numbers; NULL: all); ``by`` (TEXT or NULL, who approved or rejected: the token's name, or
+    ``USER@cli``); ``decided`` (REAL or NULL, when, wall clock); ``note`` (TEXT or NULL, why it
+    expired, or what started).
 
 Example, the last ten migrations with their decision::
 
@@ -162,6 +174,48 @@ UPGRADES: tuple[tuple[str, ...], ...] = (
             CASE WHEN json_type(summary, '$.code') = 'text' THEN json_extract(summary, '$.code')
             END END""",
         "CREATE INDEX decisions_code ON decisions (code, at)",
+    ),
+    (
+        # Manual mode: a third mode (the table is rebuilt, SQLite cannot change a CHECK), and the
+        # proposals that wait for an operator.
+        """CREATE TABLE decisions_manual (
+            id        INTEGER PRIMARY KEY,
+            at        REAL    NOT NULL,
+            cluster   TEXT    NOT NULL,
+            mode      TEXT    NOT NULL CHECK (mode IN ('shadow', 'manual', 'active')),
+            policy    TEXT    NOT NULL,
+            action    TEXT    NOT NULL CHECK (action IN ('none', 'plan', 'repair')),
+            reason    TEXT    NOT NULL,
+            imbalance REAL,
+            predicted REAL,
+            moves     INTEGER NOT NULL CHECK (moves >= 0),
+            summary   TEXT    NOT NULL,
+            plan      TEXT    NOT NULL,
+            code      TEXT
+        )""",
+        "INSERT INTO decisions_manual SELECT id, at, cluster, mode, policy, action, reason, "
+        "imbalance, predicted, moves, summary, plan, code FROM decisions",
+        "DROP TABLE decisions",
+        "ALTER TABLE decisions_manual RENAME TO decisions",
+        "CREATE INDEX decisions_at ON decisions (at)",
+        "CREATE INDEX decisions_code ON decisions (code, at)",
+        """CREATE TABLE proposals (
+            id        TEXT    PRIMARY KEY NOT NULL,
+            decision  INTEGER NOT NULL REFERENCES decisions (id),
+            at        REAL    NOT NULL,
+            kind      TEXT    NOT NULL,
+            reason    TEXT    NOT NULL,
+            imbalance REAL,
+            predicted REAL,
+            moves     TEXT    NOT NULL,
+            state     TEXT    NOT NULL DEFAULT 'open'
+                      CHECK (state IN ('open', 'approved', 'rejected', 'expired', 'started')),
+            chosen    TEXT,
+            by        TEXT,
+            decided   REAL,
+            note      TEXT
+        ) WITHOUT ROWID""",
+        "CREATE INDEX proposals_state ON proposals (state, at)",
     ),
 )
 
@@ -284,8 +338,8 @@ def _prepare(db: sqlite3.Connection, name: str, readonly: bool, memory: bool) ->
     if not readonly and not memory:
         db.execute("PRAGMA journal_mode = WAL")
         db.execute("PRAGMA synchronous = FULL")
-    db.execute("PRAGMA foreign_keys = ON")
     if version == SCHEMA_VERSION:
+        db.execute("PRAGMA foreign_keys = ON")
         return
     if readonly:
         raise HistoryError(
@@ -312,6 +366,8 @@ def _prepare(db: sqlite3.Connection, name: str, readonly: bool, memory: bool) ->
     finally:
         if db.in_transaction:
             db.execute("ROLLBACK")
+    # Off while upgrading: a step that rebuilds a table drops the rows others refer to.
+    db.execute("PRAGMA foreign_keys = ON")
 
 
 def _schema_version(db: sqlite3.Connection, name: str, readonly: bool) -> int:

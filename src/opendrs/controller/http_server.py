@@ -11,6 +11,11 @@ otherwise); the token is compared in constant time and never logged. Requests ar
 logged at DEBUG only. The dashboard's answers come from the snapshot the daemon publishes once
 per cycle (:class:`opendrs.controller.dashboard.Dashboard`): a request never reaches the backend.
 
+The one exception, off unless ``http.write`` is on (it needs the token): the POST paths of
+:mod:`opendrs.controller.http_write` — approve or reject a proposal, balance now — taken with the
+bearer token only, from the page's own origin (an ``Origin`` header naming another: 403), and
+``GET /api/proposals``; every other path stays read-only (:func:`write_request`).
+
 Bounded, so that clients cannot starve the daemon of files or threads: at most
 :data:`MAX_CONNECTIONS` connections are held at once — a new one beyond closes the connection
 that has waited longest for its request (or is refused when every one is being answered) — and a
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import hmac
+import json
 import logging
 import socket
 import threading
@@ -32,12 +38,14 @@ from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Final
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from opendrs.controller.config import HttpConfig
 from opendrs.controller.dashboard import Dashboard, dashboard_headers
+from opendrs.controller.http_write import MAX_BODY as MAX_WRITE
+from opendrs.controller.http_write import DashboardWriter
 from opendrs.controller.metrics import DaemonMetrics
 from opendrs.controller.place_api import MAX_BODY, PlaceView, json_error
 from opendrs.secret_file import SecretError, read_secret_file
@@ -66,6 +74,7 @@ class _Server(ThreadingHTTPServer):
     dashboard: Dashboard | None
     place: PlaceView | None
     token: bytes | None
+    writer: DashboardWriter | None = None
 
     def server_activate(self) -> None:
         self._lock = threading.Lock()
@@ -137,8 +146,11 @@ class _Handler(BaseHTTPRequestHandler):
         self._answer(body=False)
 
     def do_POST(self) -> None:
-        if self.path.partition("?")[0] == _PLACE and self.server.place is not None:
+        path = self.path.partition("?")[0]
+        if path == _PLACE and self.server.place is not None:
             self._place(self.server.place)
+        elif self.server.writer is not None:
+            write_request(self, self.server.writer)
         else:
             self._not_allowed()
 
@@ -165,6 +177,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(status, text, {"Allow": "POST", **_JSON}, body=body)
         elif dashboard is not None and path in _DASHBOARD:
             self._dashboard(dashboard, path, query, body=body)
+        elif path == "/api/proposals" and self.server.writer is not None:
+            send_json(self, *self.server.writer.open_proposals(), body=body)
         elif path == "/metrics":
             text = generate_latest(self.server.metrics.registry)
             self._send(HTTPStatus.OK, text, {"Content-Type": CONTENT_TYPE_LATEST}, body=body)
@@ -284,6 +298,7 @@ class MetricsServer:
         token: str | None,
         dashboard: Dashboard | None = None,
         place: PlaceView | None = None,
+        writer: DashboardWriter | None = None,
     ) -> None:
         family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
         server_class = type("_Server", (_Server,), {"address_family": family})
@@ -294,6 +309,7 @@ class MetricsServer:
         self.server.dashboard = dashboard
         self.server.place = place
         self.server.token = token.encode() if token is not None else None
+        self.server.writer = writer
         self._thread = threading.Thread(
             target=self.server.serve_forever, name="opendrs-http", daemon=True
         )
@@ -329,6 +345,7 @@ def start_server(
     metrics: DaemonMetrics,
     dashboard: Dashboard | None = None,
     place: PlaceView | None = None,
+    writer: DashboardWriter | None = None,
 ) -> MetricsServer:
     """Read the token, bind, serve in the background and log the address bound — at WARNING
     when it is not a loopback address."""
@@ -339,7 +356,7 @@ def start_server(
         except SecretError as exc:
             raise HttpError(f"http.token_file: {exc}", usage=True) from None
     try:
-        server = MetricsServer(config, metrics, token, dashboard, place)
+        server = MetricsServer(config, metrics, token, dashboard, place, writer)
     except OSError as exc:
         raise HttpError(f"cannot listen on {config.address}: {exc.strerror}", usage=False) from None
     server.start()
@@ -354,3 +371,41 @@ def start_server(
             "" if token else " and no http.token_file is set",
         )
     return server
+
+
+# -- the writes (http.write) ------------------------------------------------------------------
+
+
+def send_json(
+    handler: _Handler, status: HTTPStatus, data: dict[str, Any], *, body: bool = True
+) -> None:
+    text = (json.dumps(data, sort_keys=True) + "\n").encode()
+    handler._send(status, text, {"Content-Type": "application/json"}, body=body)
+
+
+def write_request(handler: _Handler, writer: DashboardWriter) -> None:
+    """A POST with ``http.write`` on: the bearer token (never a cookie), the page's own origin,
+    a path of the writer's and a small body; then the writer's answer."""
+    if not handler._authorized():
+        headers = {"WWW-Authenticate": 'Bearer realm="opendrs"'}
+        handler._send(HTTPStatus.UNAUTHORIZED, b"a bearer token is needed\n", headers)
+        return
+    # Behind a TLS proxy the page's origin is https://HOST: its host is compared, not its scheme.
+    origin = handler.headers.get("Origin")
+    if origin is not None and urlsplit(origin).netloc != handler.headers.get("Host", ""):
+        send_json(handler, HTTPStatus.FORBIDDEN, {"error": f"a write from {origin}: refused"})
+        return
+    path = handler.path.partition("?")[0]
+    if not writer.handles(path):
+        send_json(handler, HTTPStatus.NOT_FOUND, {"error": f"not found: POST {path}"})
+        return
+    try:
+        length = int(handler.headers.get("Content-Length", "0"))
+    except ValueError:
+        length = -1
+    if not 0 <= length <= MAX_WRITE:
+        send_json(handler, HTTPStatus.BAD_REQUEST, {"error": "a body of 0 to 4096 bytes"})
+        return
+    body = handler.rfile.read(length) if length else b""
+    log.info("http %s: POST %s", handler.address_string(), path)
+    send_json(handler, *writer.post(path, body))

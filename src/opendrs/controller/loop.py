@@ -10,7 +10,10 @@ code. Each cycle:
 3. ask the policy (:func:`opendrs.engine.policy.decide`) whether to act — never while a plan is
    still executing;
 4. record the decision in the history; in **shadow** mode (the default) log the migrations it
-   would make, in **active** mode hand the plan to the :class:`Executor`.
+   would make, in **active** mode hand the plan to the :class:`Executor`, in **manual** mode
+   store it as a proposal for an operator (:mod:`opendrs.controller.manual`) — or hand it on
+   when its kind is ``automatic`` — and, before deciding, start the oldest approved proposal
+   that still holds on the observation.
 
 Between cycles the executor is ticked every ``poll_interval`` while it is busy or follows a
 migration by where its guest is (in the background too): migrations start as soon as others finish,
@@ -51,8 +54,9 @@ from opendrs.backends.base import (
 from opendrs.controller.config import Config, with_platform_defaults
 from opendrs.controller.executor import Event, Executor
 from opendrs.controller.history import History
+from opendrs.controller.history_file import HistoryError
+from opendrs.controller.manual import ManualMode, decision_kind
 from opendrs.engine.constraints import RuleCheck, check_rules, platform_balancer
-from opendrs.engine.planner import Plan
 from opendrs.engine.policy import (
     Decision,
     PastMigrations,
@@ -61,6 +65,7 @@ from opendrs.engine.policy import (
     UsageWindow,
     budget_window,
     decide,
+    forbidden_placements,
     overload_span,
     warn_stuck,
 )
@@ -284,7 +289,9 @@ class Controller:
         self.history = history
         self.on_cycle = on_cycle
         self.executor = Executor(backend, clock, history, config.executor, on_event=on_event)
-        self.executor.active = config.active
+        self.executor.active = config.migrates
+        #: Manual mode's proposals (kept in the history, whatever the mode now).
+        self.manual = ManualMode(history)
         if hold_starts is not None:
             self.executor.hold = hold_starts
         self.executor.closed = self._window_closed
@@ -333,14 +340,14 @@ class Controller:
         self.config = replace(config, backend=self.config.backend)
         self.executor.config = config.executor
         self._platform_asked = False
-        self.executor.active = config.active
+        self.executor.active = config.migrates
         log.info(
             "configuration reloaded from %s: mode %s, policy %s",
             config.file,
             config.mode,
             config.policy.name,
         )
-        if not config.active:
+        if not config.migrates:
             self.executor.halt(f"the configuration changed to {config.mode} mode")
 
     # -- one cycle -----------------------------------------------------------------------------
@@ -469,6 +476,7 @@ class Controller:
             self._done(result, started)
             return result
         self._note_platform_balancer(cluster)
+        self._approved(now, cluster, policy)
         decision = self._decide(now, cluster, policy, rule_check)
         if decision.state.evacuated != self.state.evacuated:
             self.history.set_evacuated(decision.state.evacuated)
@@ -478,7 +486,7 @@ class Controller:
             self.stuck = decision.stuck
         decision_id = self._record(now, cluster, decision, policy)
         if decision.act and decision.plan is not None and decision.plan.moves:
-            self._hand_on(decision.plan, decision_id, decision.activity, cluster)
+            self._hand_on(decision, decision_id, cluster, now)
         result = Cycle(now, cluster, decision, decision_id, stuck=self.stuck)
         self._done(result, started)
         return result
@@ -530,14 +538,36 @@ class Controller:
         reason = schedule.closed_reason(self.clock.now(), activity)
         return None if reason is None else f"{reason} now: no more of the plan starts"
 
-    def _hand_on(
-        self, plan: Plan, decision_id: int | None, activity: str | None, cluster: Cluster
-    ) -> None:
-        """In active mode, ``plan`` to the executor; in shadow mode, each move it would make
-        (the guests of ``cluster`` by name)."""
-        if self.config.active:
-            self.executor.submit(plan, decision_id, activity)
+    def _approved(self, now: float, cluster: Cluster, policy: PolicyConfig) -> None:
+        """Manual mode's proposals on this observation: the stale ones expire and, when the
+        executor is idle and migrations may start, the oldest approved one that still holds
+        starts (:class:`ManualMode`)."""
+        if not self.manual.pending():
+            return
+        forbidden = forbidden_placements(cluster, now, policy, self.past_migrations(now, policy))
+        self.manual.expire_stale(cluster, forbidden)
+        if not self.config.migrates or self.executor.busy:
+            return
+        taken = self.manual.take_approved(cluster, policy.metric, forbidden)
+        if taken is not None:
+            proposal, plan = taken
+            self.executor.submit(plan, proposal.decision, proposal.kind)
             self.executor.tick()
+
+    def _hand_on(
+        self, decision: Decision, decision_id: int | None, cluster: Cluster, now: float
+    ) -> None:
+        """``decision``'s plan to the executor when it acts alone (active mode, or an
+        ``automatic`` kind in manual mode); in manual mode otherwise, a proposal; in shadow
+        mode, each move it would make, logged."""
+        plan = decision.plan
+        assert plan is not None
+        if self.config.acts_alone(decision_kind(decision)):
+            self.executor.submit(plan, decision_id, decision.activity)
+            self.executor.tick()
+            return
+        if self.config.mode == "manual" and decision_id is not None:
+            self.manual.propose(decision, decision_id, cluster, now)
             return
         for move in plan.moves:
             log.info(
@@ -615,11 +645,16 @@ class Controller:
         should_stop: Callable[[], bool] = lambda: False,
         take_reload: Callable[[], Config | None] = lambda: None,
         reload_pending: Callable[[], bool] = lambda: False,
+        take_wake: Callable[[], bool] = lambda: False,
+        wake_pending: Callable[[], bool] = lambda: False,
     ) -> None:
         """Run until ``should_stop()``, until the clock reaches ``until``, or one cycle (``once``).
 
         ``once`` makes one decision with ``hold`` 1 (a single observation cannot be held for
         several) and, in active mode, follows its plan to the end before returning.
+        ``take_wake()`` true (SIGUSR1: ``opendrs approve``, ``balance-now``) runs a cycle at
+        once; a request to balance now (:meth:`History.request_balance`) makes that cycle's
+        decision, or the next one's, with ``hold`` 1, whatever the interval.
         """
         for event in self.executor.reconcile():
             log.info("reconciled: %s", event)
@@ -635,8 +670,11 @@ class Controller:
                 break
             if self.executor.busy or self.executor.watching:
                 self.executor.tick()
-            if now >= next_cycle and not (once and decided):
-                policy = replace(self.policy, hold=min(self.policy.hold, 1)) if once else None
+            woken = take_wake()
+            if (now >= next_cycle or woken) and not (once and decided):
+                asked = self._balance_asked()
+                held = once or asked
+                policy = replace(self.policy, hold=min(self.policy.hold, 1)) if held else None
                 self.cycle(policy=policy)
                 decided = True
                 next_cycle = now + self.policy.interval
@@ -646,7 +684,18 @@ class Controller:
             wait = self.config.executor.poll_interval if follow or once else next_cycle - now
             if until is not None:
                 wait = min(wait, until - now)
-            self._sleep(max(wait, 0.0), lambda: should_stop() or reload_pending())
+            self._sleep(max(wait, 0.0), lambda: should_stop() or reload_pending() or wake_pending())
+
+    def _balance_asked(self) -> bool:
+        """Whether someone asked for a decision now (``opendrs balance-now``): taken, logged."""
+        try:
+            by = self.history.take_balance_request()
+        except HistoryError as exc:
+            log.warning("cannot read the requests to balance now: %s", exc)
+            return False
+        if by is not None:
+            log.info("balance now, asked by %s: one decision, whatever the hold and interval", by)
+        return by is not None
 
     def _sleep(self, seconds: float, wake: Callable[[], bool]) -> None:
         """Sleep on the clock; a real clock in slices so that a stop or reload is seen soon."""

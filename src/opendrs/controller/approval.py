@@ -1,0 +1,91 @@
+"""Manual mode's checks: whether a proposal still holds on a fresh observation.
+
+A proposal waits for an operator while the cluster goes on changing. Before an approved
+proposal starts, :func:`recheck` tests it against the observation of the cycle that takes it:
+each approved move's guest still on its source and not migrating, its target still a usable node
+the guards allow (cooldown, minimum uptime, no-return, failed targets), the placement after the
+moves breaking no hard rule and overloading no node that the placement before did not, and — for a
+balancing proposal — the imbalance metric still lower after the moves than now. What fails is
+the reason the proposal expires. :func:`still_placed` is the cheap part, run on every open
+proposal each cycle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from opendrs.controller.proposals import ProposalRecord, ProposedMove
+from opendrs.engine.constraints.constraint_set import Constraints, current_assign
+from opendrs.engine.planner import Plan, plan_moves
+from opendrs.engine.policy.metrics import format_metric, measure
+from opendrs.model.cluster import Cluster
+
+__all__ = ["Recheck", "recheck", "still_placed"]
+
+
+@dataclass(frozen=True)
+class Recheck:
+    """What :func:`recheck` found: the plan to hand to the executor, or why the proposal expired."""
+
+    plan: Plan | None
+    problem: str | None = None
+
+
+def still_placed(
+    moves: Iterable[ProposedMove], cluster: Cluster, forbidden: frozenset[tuple[str, str]]
+) -> str | None:
+    """Why one of ``moves`` can no longer be made on ``cluster`` as proposed, or ``None``."""
+    guests, nodes = cluster.guest_index, cluster.node_index
+    for move in moves:
+        label = move.label()
+        if move.guest not in guests:
+            return f"{label}: the guest is gone"
+        guest = cluster.guests[guests[move.guest]]
+        if guest.node != move.source:
+            return f"{label}: the guest is on {guest.node} now"
+        if guest.migrating_to is not None:
+            return f"{label}: the guest is migrating to {guest.migrating_to}"
+        if move.target not in nodes or not cluster.nodes[nodes[move.target]].usable:
+            return f"{label}: node {move.target} cannot take guests now"
+        if (move.guest, move.target) in forbidden:
+            return f"{label}: the guards keep the guest off {move.target} now"
+    return None
+
+
+def recheck(
+    proposal: ProposalRecord,
+    cluster: Cluster,
+    metric: str,
+    forbidden: frozenset[tuple[str, str]],
+) -> Recheck:
+    """The approved moves of ``proposal`` ordered for the executor on ``cluster``, or why they
+    may not start (see the module's description). ``metric`` is the policy's imbalance metric;
+    ``forbidden`` the placements the policy's guards rule out now."""
+    moves = proposal.chosen_moves()
+    if not moves:
+        return Recheck(None, "no move approved")
+    problem = still_placed(moves, cluster, forbidden)
+    if problem is not None:
+        return Recheck(None, problem)
+    constraints = Constraints.build(cluster)
+    before = current_assign(cluster)
+    after = before.copy()
+    for move in moves:
+        after[cluster.guest_index[move.guest]] = cluster.node_index[move.target]
+    broken = sorted(set(constraints.violations(after)) - set(constraints.violations(before)))
+    if broken:
+        return Recheck(None, f"the moves would break: {broken[0]}")
+    if proposal.kind == "balance" and metric != "none":
+        now, then = measure(cluster, metric), measure(cluster, metric, assign=after)
+        if then >= now - 1e-9:
+            return Recheck(
+                None,
+                f"the moves no longer lower the imbalance ({format_metric(metric, now)} now, "
+                f"{format_metric(metric, then)} after)",
+            )
+    targets = {move.guest: move.target for move in moves}
+    plan = plan_moves(cluster, targets, constraints=constraints)
+    if plan.unreachable:
+        return Recheck(None, plan.problems[0] if plan.problems else "no safe order of the moves")
+    return Recheck(plan)

@@ -1,0 +1,120 @@
+"""What the dashboard may change, when ``http.write`` allows it: approve or reject a proposal of
+manual mode, ask for a decision now.
+
+``POST /api/proposals/ID/approve`` (a JSON body ``{"moves": [1, "web1"]}`` approves only those
+moves), ``POST /api/proposals/ID/reject``, ``POST /api/balance-now``, and ``GET /api/proposals``
+(the open ones). The HTTP server (:mod:`opendrs.controller.http_server`) lets a request reach
+:class:`DashboardWriter` only with the bearer token and from no other origin; each verdict is
+kept in the history with the token's name (``http.token_name``, as ``NAME@http``) and the time,
+as ``opendrs approve`` keeps the local user's. The writer opens the history for each request
+(the HTTP server's threads never share the daemon's connection) and then sends the daemon
+SIGUSR1, so that it takes the request at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import time
+from collections.abc import Callable
+from http import HTTPStatus
+from typing import Any, Final
+
+from opendrs.controller.history import History
+from opendrs.controller.history_file import HistoryError
+from opendrs.controller.proposals import choose_moves, open_proposal
+
+__all__ = ["MAX_BODY", "DashboardWriter"]
+
+#: The largest request body taken (a list of moves).
+MAX_BODY: Final = 4096
+
+_VERDICT = re.compile(r"/api/proposals/([0-9A-Fa-f]{1,16})/(approve|reject)")
+
+Answer = tuple[HTTPStatus, dict[str, Any]]
+
+
+def _wake_this_daemon() -> None:
+    os.kill(os.getpid(), signal.SIGUSR1)
+
+
+class DashboardWriter:
+    """The writes of the dashboard, on the history at ``history_path``, made as ``by``."""
+
+    def __init__(
+        self, history_path: str, by: str, wake: Callable[[], None] = _wake_this_daemon
+    ) -> None:
+        self.history_path = history_path
+        self.by = by
+        self.wake = wake
+
+    def handles(self, path: str) -> bool:
+        """Whether ``path`` is one of the writer's POST paths."""
+        return path == "/api/balance-now" or _VERDICT.fullmatch(path) is not None
+
+    def open_proposals(self) -> Answer:
+        """``GET /api/proposals``: the open proposals, as ``opendrs proposals --format json``."""
+        try:
+            with History(self.history_path, readonly=True) as history:
+                proposals = history.proposals("open")
+        except HistoryError as exc:
+            return HTTPStatus.SERVICE_UNAVAILABLE, {"error": str(exc)}
+        return HTTPStatus.OK, {"proposals": [p.as_dict() for p in proposals]}
+
+    def post(self, path: str, body: bytes) -> Answer:
+        """Carry out the POST of ``path`` with ``body``: the status and the JSON answer."""
+        try:
+            with History(self.history_path) as history:
+                if path == "/api/balance-now":
+                    history.request_balance(self.by)
+                    answer: Answer = (HTTPStatus.ACCEPTED, {"asked": "balance-now", "by": self.by})
+                else:
+                    answer = self._verdict(history, path, body)
+        except HistoryError as exc:
+            return HTTPStatus.SERVICE_UNAVAILABLE, {"error": str(exc)}
+        if answer[0] < 300:
+            self.wake()
+        return answer
+
+    def _verdict(self, history: History, path: str, body: bytes) -> Answer:
+        match = _VERDICT.fullmatch(path)
+        assert match is not None
+        proposal_id, verb = match.groups()
+        try:
+            items = _moves(body) if verb == "approve" else None
+        except ValueError as exc:
+            return HTTPStatus.BAD_REQUEST, {"error": str(exc)}
+        try:
+            proposal = open_proposal(history.proposals(), proposal_id)
+            chosen = None if items is None else choose_moves(proposal, items)
+        except LookupError as exc:
+            return HTTPStatus.NOT_FOUND, {"error": str(exc.args[0])}
+        except ValueError as exc:
+            return HTTPStatus.CONFLICT, {"error": str(exc)}
+        state = "approved" if verb == "approve" else "rejected"
+        if not history.settle_proposal(
+            proposal.id, state, by=self.by, decided=time.time(), chosen=chosen
+        ):
+            return HTTPStatus.CONFLICT, {"error": f"proposal {proposal.id} is no longer open"}
+        return HTTPStatus.OK, {"id": proposal.id, "state": state, "by": self.by, "chosen": chosen}
+
+
+def _moves(body: bytes) -> list[str] | None:
+    """The ``moves`` of an approval's JSON body (``None``: all); ValueError when it is not a
+    JSON object whose ``moves`` is a list."""
+    if not body.strip():
+        return None
+    try:
+        data = json.loads(body)
+    except ValueError:
+        raise ValueError("the body is not JSON") from None
+    if not isinstance(data, dict) or set(data) - {"moves"}:
+        raise ValueError('the body must be a JSON object {"moves": [...]}')
+    moves = data.get("moves")
+    if moves is None:
+        return None
+    if not isinstance(moves, list) or not all(isinstance(m, str | int) for m in moves):
+        raise ValueError("moves must be a list of move numbers or guest names")
+    return [str(m) for m in moves]
