@@ -20,9 +20,9 @@ and has ``migration.stateful=true``. :attr:`RealCluster.vm_unavailable` says why
 the machine cannot run it: not root, the packages missing, a daemon that does not start (the last
 line of its log), a container that cannot start. :meth:`RealCluster.close` always leaves nothing
 behind — instances stopped, daemons shut down (killed by their ids if they do not go), every
-process whose command line names the scratch folder (``[lxc monitor] …``, QEMU) killed by its id,
-mounts under the folder unmounted, the folder removed — and may be called any number of times;
-it is also registered with :mod:`atexit`. A run that was killed outright leaves its folder: the
+process whose command line or environment names the scratch folder (``[lxc monitor] …``, QEMU,
+a daemon's ``INCUS_DIR``) killed by its id, mounts under the folder unmounted, the folder
+removed — and may be called any number of times; it is also registered with :mod:`atexit`. A run that was killed outright leaves its folder: the
 next start cleans every such folder whose owning process is gone (:func:`clean_aborted_runs`).
 """
 
@@ -550,7 +550,7 @@ def _end(process: subprocess.Popen[bytes]) -> None:
 
 
 def _processes_naming(text: str) -> Iterator[int]:
-    """Ids of the processes whose command line contains ``text``."""
+    """Ids of the processes whose command line or environment contains ``text``."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
@@ -558,8 +558,17 @@ def _processes_naming(text: str) -> Iterator[int]:
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if text in cmdline:
+        if text in cmdline or _environment_names(entry, text):
             yield int(entry.name)
+
+
+def _environment_names(entry: Path, text: str) -> bool:
+    """Whether the environment of the process ``entry`` names ``text`` — a daemon started with
+    ``INCUS_DIR``/``LXD_DIR`` in the scratch folder, whose command line does not."""
+    try:
+        return text.encode() in (entry / "environ").read_bytes()
+    except OSError:
+        return False
 
 
 def _kill(pid: int) -> None:
