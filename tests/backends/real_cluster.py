@@ -22,8 +22,9 @@ line of its log), a container that cannot start. :meth:`RealCluster.close` alway
 behind — instances stopped, daemons shut down (killed by their ids if they do not go), every
 process whose command line or environment names the scratch folder (``[lxc monitor] …``, QEMU,
 a daemon's ``INCUS_DIR``) killed by its id, mounts under the folder unmounted, the folder
-removed — and may be called any number of times; it is also registered with :mod:`atexit`. A run that was killed outright leaves its folder: the
-next start cleans every such folder whose owning process is gone (:func:`clean_aborted_runs`).
+removed — and may be called any number of times; it is also registered with :mod:`atexit`. A
+run that was killed outright leaves its folder: the next start cleans every such folder whose
+owning process is gone (:func:`clean_aborted_runs`).
 """
 
 from __future__ import annotations
