@@ -24,6 +24,7 @@ DEFAULT_READERS = (
     ("history",),
     ("snapshot",),
     ("maintenance", "enter", "pve1"),
+    ("validate",),
 )
 
 
@@ -221,9 +222,7 @@ def test_validate_summarises_what_a_configuration_does(tmp_path: Path) -> None:
 
 def test_validate_takes_a_snapshot_or_a_configuration(tmp_path: Path) -> None:
     both = opendrs("validate", "demo", "--config", str(tmp_path / "x.yaml"), timeout=60)
-    neither = opendrs("validate", timeout=60)
-    for done in (both, neither):
-        assert done.returncode == 2 and "give a SNAPSHOT or --config FILE" in done.stderr
+    assert both.returncode == 2 and "give a SNAPSHOT or --config FILE" in both.stderr
     assert opendrs("validate", str(SMALL), timeout=60).returncode == 0
     config = file_config(tmp_path)
     as_snapshot = opendrs("validate", str(config), timeout=60)
@@ -231,6 +230,26 @@ def test_validate_takes_a_snapshot_or_a_configuration(tmp_path: Path) -> None:
         f"error: {config} is a configuration file, not a snapshot: opendrs validate --config "
         f"{config}\n"
     )
+
+
+def test_validate_alone_checks_the_default_configuration(tmp_path: Path) -> None:
+    config = file_config(tmp_path)
+    done = opendrs("validate", env=with_config(config), timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"{config}: valid\n")
+    config.write_text(config.read_text() + "mode: sideways\n")
+    refused = opendrs("validate", env=with_config(config), timeout=60)
+    assert refused.returncode == 2 and refused.stderr.startswith(f"error: {config}: mode: ")
+
+
+def test_an_empty_configuration_says_it_is_empty(tmp_path: Path) -> None:
+    config = tmp_path / "opendrs.yaml"
+    config.write_text("# nothing yet\n")
+    for argv in (("validate", "--config", str(config)), ("run", "--once", "--config", str(config))):
+        done = opendrs(*argv, timeout=60)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+        assert done.stderr.startswith(f"error: {config}: the configuration is empty (")
+        assert "opendrs init --platform proxmox" in done.stderr and "got null" not in done.stderr
 
 
 def test_a_threshold_in_the_configuration_takes_a_percentage(tmp_path: Path) -> None:

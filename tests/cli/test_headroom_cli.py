@@ -64,7 +64,7 @@ def test_two_failures_strand_guests_named_with_why(snapshot: Path) -> None:
     assert done.returncode == 1, done.stderr
     assert done.stdout.startswith("lab: failover headroom: no, 1 HA guest cannot restart when")
     assert "  if a and b fail: 1 HA guest of 2 cannot restart: db2 (102)" in done.stdout
-    assert "    db2 (102): no node can take it (c: hard anti-affinity with 101)" in done.stdout
+    assert "    db2 (102): no node can take it (c: hard anti-affinity with db (101))" in done.stdout
 
 
 def test_json_names_each_case(snapshot: Path) -> None:

@@ -15,6 +15,8 @@ pytest.importorskip("aiohttp", reason="the fake Incus API is an aiohttp server")
 from backends.fakeincus import FakeIncus, Served, socket_path
 from backends.incus_fixture import small_cluster
 from opendrs.cli.main import main
+from opendrs.cli.maintenance_command import run_maintenance, show_outcome
+from opendrs.model.cluster import Cluster, Guest, Node
 
 pytestmark = pytest.mark.usefixtures("restore_logging")
 
@@ -154,3 +156,37 @@ def test_a_bad_action_exits_2_with_one_line(capsys: pytest.CaptureFixture[str]) 
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "invalid choice: 'start'" in err
+
+
+GIB = 1024**3
+
+
+class _NamedGuests:
+    """A platform that moves guest 101, named db1, off ``pve2`` and leaves 102 (web1) stopped
+    there: the report names them as the operator knows them."""
+
+    name = "named"
+
+    def __init__(self) -> None:
+        self.evacuated = False
+
+    def observe(self) -> Cluster:
+        nodes = (Node("pve1", 8, 16 * GIB), Node("pve2", 8, 16 * GIB, maintenance=self.evacuated))
+        moved = Guest("101", "pve1" if self.evacuated else "pve2", name="db1", memory=GIB)
+        return Cluster(nodes, (moved, Guest("102", "pve2", name="web1", memory=GIB)))
+
+    def evacuate(self, node: str) -> None:
+        self.evacuated = True
+
+    def restore(self, node: str) -> None:
+        self.evacuated = False
+
+
+def test_the_report_names_guests_and_json_keeps_their_ids() -> None:
+    platform = _NamedGuests()
+    outcome = run_maintenance(platform, "opendrs.yaml", "pve2", enter=True)  # type: ignore[arg-type]
+    lines = show_outcome(outcome).splitlines()
+    assert lines[1:] == ["  db1 (101)  pve2 → pve1", "  left on pve2: web1 (102)"]
+    data = outcome.as_dict()
+    assert data["moved"] == [{"guest": "101", "from": "pve2", "to": "pve1"}]
+    assert data["on_node"] == ["102"]

@@ -58,7 +58,9 @@ def test_plan_o_still_sets_an_option_with_a_warning() -> None:
     done = opendrs("plan", "demo", "-o", "target_spread=0.05", "--format", "json", timeout=120)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["options"]["target_spread"] == 0.05
-    assert done.stderr.startswith("warning: plan -o NAME=VALUE is now -O NAME=VALUE")
+    assert done.stderr == (
+        "warning: plan -o NAME=VALUE is now -O NAME=VALUE (--option): write -O target_spread=0.05\n"
+    )
 
 
 def test_a_scenario_share_takes_a_percentage(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -203,6 +204,13 @@ def test_no_hard_anti_affinity_pair_meets_in_transit() -> None:
     assert plan.unreachable == (("y", "c"),)
     assert plan.problems == (
         "guest y cannot move to c: its hard anti-affinity partner x goes there too",
+    )
+    # Named guests are named as the operator knows them; the unreachable moves keep the ids.
+    named = tuple(replace(g, name=f"db-{g.id}") for g in guests)
+    plan = plan_moves(Cluster(nodes, named, rules, STATIC), {"x": "c", "y": "c"})
+    assert plan.unreachable == (("y", "c"),)
+    assert plan.problems == (
+        "guest db-y (y) cannot move to c: its hard anti-affinity partner db-x (x) goes there too",
     )
 
 

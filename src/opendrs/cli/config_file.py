@@ -15,6 +15,7 @@ __all__ = [
     "DEFAULT_CONFIG",
     "add_config_option",
     "default_config_path",
+    "existing_default_config",
     "resolve_config",
 ]
 
@@ -48,6 +49,12 @@ def resolve_config(args: argparse.Namespace) -> None:
     exist, saying how to write one."""
     if not getattr(args, "default_config", False) or args.config is not None:
         return
+    args.config = existing_default_config()
+
+
+def existing_default_config() -> str:
+    """:func:`default_config_path`, or :class:`UsageError` when that file does not exist,
+    naming it and saying how to write one."""
     path = default_config_path()
     if not os.path.exists(path):
         origin = f" (from ${CONFIG_ENV})" if path != DEFAULT_CONFIG else ""
@@ -55,4 +62,4 @@ def resolve_config(args: argparse.Namespace) -> None:
             f"no configuration file at {path}{origin}: write one with 'opendrs init --platform "
             f"proxmox' (or incus) and edit it, or name one with --config FILE"
         )
-    args.config = path
+    return path

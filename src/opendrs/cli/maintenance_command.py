@@ -26,7 +26,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from opendrs.backends.base import Backend, BackendError, PlatformMaintenance
@@ -61,6 +62,11 @@ class Outcome:
     moved: tuple[tuple[str, str, str], ...]
     #: Guests on the node afterwards.
     on_node: tuple[str, ...]
+    #: How an operator knows each guest above (``name (id)``), by guest id; JSON keeps the ids.
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    def label(self, guest_id: str) -> str:
+        return self.labels.get(guest_id, guest_id)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -105,6 +111,10 @@ def _moved(before: Cluster, after: Cluster) -> tuple[tuple[str, str, str], ...]:
     )
 
 
+def _labels(cluster: Cluster) -> dict[str, str]:
+    return {g.id: g.label for g in cluster.guests}
+
+
 def run_maintenance(backend: Backend, config_path: str, node: str, enter: bool) -> Outcome:
     """Put ``node`` into maintenance (``enter``) or take it out, through ``backend``'s hook.
 
@@ -117,7 +127,7 @@ def run_maintenance(backend: Backend, config_path: str, node: str, enter: bool) 
     _check_node(before, node)
     if before.node(node).maintenance == enter:
         on_node = tuple(g.id for g in before.guests if g.node == node)
-        return Outcome(node, action, False, enter, 0.0, (), on_node)
+        return Outcome(node, action, False, enter, 0.0, (), on_node, _labels(before))
     started = time.monotonic()
     try:
         if enter:
@@ -129,8 +139,10 @@ def run_maintenance(backend: Backend, config_path: str, node: str, enter: bool) 
     seconds = time.monotonic() - started
     after = _observe(backend, f"the {verb} is done, but afterwards ")
     on_node = tuple(g.id for g in after.guests if g.node == node)
+    labels = _labels(before) | _labels(after)
+    moved = _moved(before, after)
     return Outcome(
-        node, action, True, after.node(node).maintenance, seconds, _moved(before, after), on_node
+        node, action, True, after.node(node).maintenance, seconds, moved, on_node, labels
     )
 
 
@@ -142,13 +154,15 @@ def show_outcome(outcome: Outcome) -> str:
         return f"node {outcome.node} is {already}: nothing done\n"
     verb = "evacuated" if outcome.action == "enter" else "restored"
     lines = [f"node {outcome.node}: {state} ({verb} by the platform in {outcome.seconds:.1f} s)"]
-    width = max((len(g) for g, _, _ in outcome.moved), default=0)
-    lines += [f"  {g:<{width}}  {a} → {b}" for g, a, b in outcome.moved]
+    moved = [(outcome.label(g), a, b) for g, a, b in outcome.moved]
+    width = max((len(g) for g, _, _ in moved), default=0)
+    lines += [f"  {g:<{width}}  {a} → {b}" for g, a, b in moved]
     if not outcome.moved:
         lines.append("  no guest changed node")
     if outcome.action == "enter" and outcome.on_node:
         # Instances the platform stops rather than moves (Incus: cluster.evacuate=stop).
-        lines.append(f"  left on {outcome.node}: {', '.join(outcome.on_node)}")
+        left = ", ".join(outcome.label(g) for g in outcome.on_node)
+        lines.append(f"  left on {outcome.node}: {left}")
     return "\n".join(lines) + "\n"
 
 

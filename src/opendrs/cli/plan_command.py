@@ -51,9 +51,9 @@ def planned(args: argparse.Namespace) -> PlanResult:
         except ValueError as exc:
             raise UsageError(f"{flag}: {exc}") from None
     if args.old_option:
+        instead = " ".join(f"-O {item}" for item in args.old_option)
         print(
-            "warning: plan -o NAME=VALUE is now -O NAME=VALUE (--option); -o will mean "
-            "--output, as in report and snapshot, in the next release",
+            f"warning: plan -o NAME=VALUE is now -O NAME=VALUE (--option): write {instead}",
             file=sys.stderr,
         )
     for item in [*args.old_option, *args.option]:

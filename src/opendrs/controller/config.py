@@ -251,6 +251,12 @@ class _ConfigReader(SnapshotReader):
         return str(expanded if expanded.is_absolute() else self.base / expanded)
 
     def config(self, data: object) -> Config:
+        if data is None:
+            self.fail(
+                (),
+                "the configuration is empty (it needs at least a `backend` section: "
+                "'opendrs init --platform proxmox' (or incus) writes a starting one)",
+            )
         top = self.mapping(data, ())
         self.check_keys(top, (), _TOP_KEYS)
         if "version" in top:

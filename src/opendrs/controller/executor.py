@@ -727,7 +727,7 @@ class Executor:
             guest = cluster.guests[j]
             if guest.node != move.source:
                 return Precondition(
-                    "moved", f"guest {move.guest} is on {guest.node}, not {move.source}"
+                    "moved", f"guest {guest.label} is on {guest.node}, not {move.source}"
                 )
             if move.target not in cluster.node_index:
                 return Precondition("gone", f"node {move.target} is gone")
@@ -735,7 +735,7 @@ class Executor:
                 return _WAIT
             reason = _not_movable(guest, cluster, move.parking)
             if reason is not None:
-                return Precondition("held", f"guest {move.guest} may not move: {reason}")
+                return Precondition("held", f"guest {guest.label} may not move: {reason}")
             members.append(j)
         target = cluster.node(moves[0].target)
         if not target.usable:
@@ -755,7 +755,8 @@ class Executor:
         in_flight = self._running or any(g.migrating_to for g in cluster.guests)
         if in_flight and refusal.code in ("capacity", "anti-affinity"):
             return _WAIT
-        return Precondition("refused", f"{moves[0].guest} → {target.name}: {refusal}")
+        who = cluster.guest_label(moves[0].guest)
+        return Precondition("refused", f"{who} → {target.name}: {refusal}")
 
     def _start(self, queued: _Queued) -> StartOutcome:
         """Start one migration: the intent is recorded first, then the backend reads what it

@@ -406,7 +406,7 @@ def place_biggest_first(
         done.update(members.tolist())
         blocked = next(
             (
-                f"{'' if m == j else f'partner {cluster.guests[m].id}: '}{held}"
+                f"{'' if m == j else f'partner {cluster.guests[m].label}: '}{held}"
                 for m in members.tolist()
                 if (held := movability(cluster.guests[m], cluster, purpose)) is not None
             ),

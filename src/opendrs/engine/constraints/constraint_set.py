@@ -245,10 +245,10 @@ class Constraints:
             detail = self._explain_node_affinity(j, n)
         elif code is RejectionCode.ANTI_AFFINITY:
             partners = [
-                self.cluster.guests[p].id for p in self.hard_neg[j].tolist() if assign[p] == n
+                self.cluster.guests[p].label for p in self.hard_neg[j].tolist() if assign[p] == n
             ]
             if not partners:
-                partners = [self.cluster.guests[p].id for p in self.hard_neg[j].tolist()]
+                partners = [self.cluster.guests[p].label for p in self.hard_neg[j].tolist()]
             detail = "hard anti-affinity with " + ", ".join(partners)
         return Rejection(code, node.name, detail)
 
@@ -277,7 +277,7 @@ class Constraints:
         if priority < tier:
             return f"{head}: priority {priority}, while priority {tier} can take it"
         partners = [
-            self.cluster.guests[p].id for p in self.hard_neg[j].tolist() if self.claimed[p] == n
+            self.cluster.guests[p].label for p in self.hard_neg[j].tolist() if self.claimed[p] == n
         ]
         if partners:
             why = f"holds its hard anti-affinity partner {', '.join(partners)}"

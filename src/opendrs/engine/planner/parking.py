@@ -262,12 +262,12 @@ class DeadlockBreaker:
                 if occupancy.migrating_to[p] == t:
                     return (
                         f"{label} cannot move to {where}: its hard anti-affinity partner "
-                        f"{units.guest_ids[p]} is migrating there"
+                        f"{units.guest_labels[p]} is migrating there"
                     )
                 if occupancy.position[p] == t and p not in moving:
                     return (
                         f"{label} cannot move to {where}: its hard anti-affinity partner "
-                        f"{units.guest_ids[p]} stays there"
+                        f"{units.guest_labels[p]} stays there"
                     )
         return None
 

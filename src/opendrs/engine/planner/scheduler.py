@@ -75,7 +75,8 @@ class Planner:
         self.guest_ids = [g.id for g in cluster.guests]
         self.node_names = [n.name for n in cluster.nodes]
         self.occupancy = Occupancy(cluster, constraints, self.node_names)
-        self.units = Units(self.guest_ids, self.occupancy.guest_demand)
+        labels = [g.label for g in cluster.guests]
+        self.units = Units(self.guest_ids, self.occupancy.guest_demand, labels)
         self.queues = Queues(self.units, len(cluster.nodes))
         self.moves: list[PlannedMove] = []
         self.unreachable: set[tuple[str, str]] = set()
@@ -216,9 +217,10 @@ class Planner:
             reason = cons.rejection(code, j, t, self.occupancy.position, empty, empty[0])
             for m in guests:
                 self.unreachable.add((self.guest_ids[m], self.node_names[t]))
-            who = f"guest {self.guest_ids[j]}"
+            labels = self.units.guest_labels
+            who = f"guest {labels[j]}"
             if len(guests) > 1:
-                who = "bundle " + ", ".join(self.guest_ids[m] for m in guests) + f" ({who})"
+                who = "bundle " + ", ".join(labels[m] for m in guests) + f" ({who})"
             self.problems.append(f"{who} cannot move to {self.node_names[t]}: {reason}")
         return reachable
 

@@ -63,8 +63,12 @@ LAST_RANK: Final = 10**12
 class Units:
     """Every unit of one planning run, by index: the order in which they were added."""
 
-    def __init__(self, guest_ids: list[str], guest_demand: np.ndarray) -> None:
+    def __init__(
+        self, guest_ids: list[str], guest_demand: np.ndarray, guest_labels: list[str] | None = None
+    ) -> None:
         self.guest_ids = guest_ids
+        #: How an operator knows each guest (``name (id)``), for messages; the ids by default.
+        self.guest_labels = guest_ids if guest_labels is None else guest_labels
         #: Capacity demand of each moving guest (guests × dimensions), shared with
         #: :class:`Occupancy`; a unit's demand is its guests' sum.
         self.guest_demand = guest_demand
@@ -138,11 +142,11 @@ class Units:
         self.state[u] = state
 
     def label(self, u: int) -> str:
-        """``guest ID`` or ``bundle ID, ID, …``, for messages."""
+        """``guest NAME (ID)`` or ``bundle NAME (ID), …``, for messages."""
         guests = self.guests[u]
         if len(guests) == 1:
-            return f"guest {self.guest_ids[guests[0]]}"
-        return "bundle " + ", ".join(self.guest_ids[g] for g in guests)
+            return f"guest {self.guest_labels[guests[0]]}"
+        return "bundle " + ", ".join(self.guest_labels[g] for g in guests)
 
 
 class Occupancy:

@@ -81,7 +81,7 @@ class _TargetState:
 
     def _separate_partners(self, work: deque[int]) -> None:
         """Give up one of every two hard negative partners that would meet on a node."""
-        units, ids = self.units, self.units.guest_ids
+        units, labels = self.units, self.units.guest_labels
         while work:
             u = work.popleft()
             if u in self.dropped or units.partners[u] is None:
@@ -94,10 +94,10 @@ class _TargetState:
                 loser = q
                 partners_of = self.occupancy.anti_partners
                 mine = next(g for g in units.guests[u] if p in partners_of.get(g, ()))
-                who, why = ids[mine], "goes there too"
+                who, why = labels[mine], "goes there too"
                 work.append(u)
             else:
-                loser, who = u, ids[p]
+                loser, who = u, labels[p]
             where = self.occupancy.node_names[units.target[u]]
             self._drop(
                 loser,

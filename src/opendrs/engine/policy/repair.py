@@ -560,10 +560,10 @@ def _group_blocks(
         held = movability(partner, cluster, "balance")
         if held is not None:
             where = cluster.nodes[int(assign[k])].name
-            detail = f"its hard-affinity partner {partner.id} cannot move from {where} ({held})"
+            detail = f"its hard-affinity partner {partner.label} cannot move from {where} ({held})"
             return Rejection(RejectionCode.GROUP, node, detail)
         if (partner.id, node) in forbidden:
-            detail = f"the policy keeps its hard-affinity partner {partner.id} off it"
+            detail = f"the policy keeps its hard-affinity partner {partner.label} off it"
             return Rejection(RejectionCode.GROUP, node, detail)
     demand = cons.guest_demand(j) + sum((cons.guest_demand(k) for k in away), start=0.0)
     lacking = demand > headroom[n] + tolerance(cons.capacity.limit[n])

@@ -50,12 +50,12 @@ class _Explainer:
             for g in members.tolist():
                 if p.held[g]:
                     why = p.why_fixed[g] or "kept in place"
-                    label = f"guest {guests[g].id} stays on {nodes[p.cur[g]].name} ({why})"
+                    label = f"guest {guests[g].label} stays on {nodes[p.cur[g]].name} ({why})"
                     self.m.add(x[g][int(p.cur[g])] == 1).only_enforce_if(self.lit(label))
                     continue
                 self._rejections(g)
             if len(members) > 1:
-                label = "hard affinity " + ", ".join(guests[g].id for g in members.tolist())
+                label = "hard affinity " + ", ".join(guests[g].label for g in members.tolist())
                 first = int(members[0])
                 for g in members[1:].tolist():
                     for n in range(self.n_nodes):
@@ -73,7 +73,7 @@ class _Explainer:
             elif refused.code is RejectionCode.FORBIDDEN:
                 label = "forbidden placements (no safe migration order)"
             else:
-                label = f"guest {guests[g].id}: {phrase(refused)}"
+                label = f"guest {guests[g].label}: {phrase(refused)}"
             self.m.add(self.x[g][n] == 0).only_enforce_if(self.lit(label))
 
     def add_capacity(self) -> None:

@@ -149,7 +149,7 @@ def _model_capacity(
     np.add.at(fixed_load, cur[fidx], dem[fidx])
     over = fixed_load > cap
     for n, d in zip(*np.nonzero(over), strict=True):
-        who = [guests[j].id for j in fidx.tolist() if cur[j] == n and dem[j, d] > 0]
+        who = [guests[j].label for j in fidx.tolist() if cur[j] == n and dem[j, d] > 0]
         say.either(
             f"guests that may not move ({', '.join(who)}) need "
             f"{_fmt_amount(dims[d], fixed_load[n, d] * per_units[d])} on node "
@@ -191,7 +191,7 @@ def _hard_negatives(
         counts = np.bincount(cur[fixed_members], minlength=len(cluster.nodes))
         relaxed = frozenset(np.nonzero(counts > 1)[0].tolist())
         for n in sorted(relaxed):
-            who = ", ".join(cluster.guests[m].id for m in fixed_members.tolist() if cur[m] == n)
+            who = ", ".join(cluster.guests[m].label for m in fixed_members.tolist() if cur[m] == n)
             say.either(
                 f"hard anti-affinity '{rule.name}': {who} may not move and share node "
                 f"{cluster.nodes[n].name}"

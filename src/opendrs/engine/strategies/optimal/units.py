@@ -218,7 +218,7 @@ class UnitBuilder:
     def group(self, members: np.ndarray) -> None:
         """A hard-affinity group's guests ``members`` (present ones) as one unit where they can
         be: on the node of those that may not move, or anywhere all of them are allowed."""
-        label = ", ".join(self.guests[m].id for m in members.tolist())
+        label = ", ".join(self.guests[m].label for m in members.tolist())
         movable = self.movable[members]
         fixed_nodes = sorted(set(self.cur[members[~movable]].tolist()))
         ok = np.all(self.static[members[movable]], axis=0)
@@ -249,7 +249,7 @@ class UnitBuilder:
                 "where some of its guests may not move"
             )
         if blocked.size:
-            who = ", ".join(self.guests[m].id for m in blocked.tolist())
+            who = ", ".join(self.guests[m].label for m in blocked.tolist())
             self.say.notes.append(
                 f"hard affinity group {label}: {who} may not join {name}, where the "
                 "others may not move: kept apart"
