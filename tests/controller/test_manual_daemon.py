@@ -145,6 +145,21 @@ def test_an_open_proposal_expires_when_its_guest_moves(tmp_path: Path, fake: Fak
     assert migrations(tmp_path) == []
 
 
+def test_an_open_proposal_expires_when_older_than_proposal_ttl(
+    tmp_path: Path, fake: FakeCluster
+) -> None:
+    config = manual_config(tmp_path, fake, extra="proposal_ttl: 2s\n")
+    with Daemon(config) as daemon:
+        daemon.wait_for(r"a proposal expires after 2s")
+        pid = first_proposal(daemon)
+        line = daemon.wait_for(rf"proposal {pid} expired: ", timeout=60)
+        assert line.rstrip().endswith("expired: older than 2s (proposal_ttl)")
+        assert daemon.stop() == 0
+    assert fake.pve.migrations == [] and migrations(tmp_path) == []
+    (kept,) = [p for p in proposals(config, "--all") if p["id"] == pid]
+    assert kept["state"] == "expired" and kept["note"] == "older than 2s (proposal_ttl)"
+
+
 def test_automatic_balance_acts_without_approval(tmp_path: Path, fake: FakeCluster) -> None:
     config = manual_config(tmp_path, fake, extra="automatic: [balance]\n")
     with Daemon(config) as daemon:
