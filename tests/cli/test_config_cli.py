@@ -215,8 +215,25 @@ def test_validate_summarises_what_a_configuration_does(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert re.search(r"^  mode +active: migrates guests$", done.stdout, re.M)
     assert "above 20 pp for 3 looks (15m)" in done.stdout
+    assert "failover" not in done.stdout
     data = json.loads(opendrs("validate", "--config", str(config), "--format", "json").stdout)
     assert data["valid"] and data["summary"]["platform"].startswith("the snapshot file ")
+
+
+def test_validate_summarises_manual_mode_and_keep_failover(tmp_path: Path) -> None:
+    config = file_config(tmp_path)
+    config.write_text(
+        config.read_text() + "mode: manual\nautomatic: [repair, balance]\nproposal_ttl: 30m\n"
+        "policy: {keep_failover: 2}\n"
+    )
+    done = opendrs("validate", "--config", str(config), timeout=60)
+    assert done.returncode == 0, done.stderr
+    mode = r"^  mode +manual: proposes, .*\(repair, balance act on their own; a proposal expires"
+    assert re.search(mode + r" after 30m\)$", done.stdout, re.M)
+    failover = (
+        r"^  failover +keeps every HA guest restartable if any 2 nodes fail \(keep_failover 2\)"
+    )
+    assert re.search(failover, done.stdout, re.M)
 
 
 def test_validate_takes_a_snapshot_or_a_configuration(tmp_path: Path) -> None:
