@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -220,13 +221,19 @@ def test_validate_summarises_what_a_configuration_does(tmp_path: Path) -> None:
     assert data["valid"] and data["summary"]["platform"].startswith("the snapshot file ")
 
 
-def test_validate_summarises_manual_mode_and_keep_failover(tmp_path: Path) -> None:
+def validate_with(tmp_path: Path, extra: str) -> subprocess.CompletedProcess[str]:
+    """``opendrs validate --config`` on the file configuration with ``extra`` appended."""
     config = file_config(tmp_path)
-    config.write_text(
-        config.read_text() + "mode: manual\nautomatic: [repair, balance]\nproposal_ttl: 30m\n"
-        "policy: {keep_failover: 2}\n"
+    config.write_text(config.read_text() + extra)
+    return opendrs("validate", "--config", str(config), timeout=60)
+
+
+def test_validate_summarises_manual_mode_and_keep_failover(tmp_path: Path) -> None:
+    done = validate_with(
+        tmp_path,
+        "mode: manual\nautomatic: [repair, balance]\nproposal_ttl: 30m\n"
+        "policy: {keep_failover: 2}\n",
     )
-    done = opendrs("validate", "--config", str(config), timeout=60)
     assert done.returncode == 0, done.stderr
     mode = r"^  mode +manual: proposes, .*\(repair, balance act on their own; a proposal expires"
     assert re.search(mode + r" after 30m\)$", done.stdout, re.M)
@@ -286,12 +293,10 @@ def test_a_coefficient_of_variation_may_be_above_100_percent(tmp_path: Path) -> 
 
 
 def test_windows_or_blackouts_applied_to_nothing_are_refused(tmp_path: Path) -> None:
-    config = file_config(tmp_path)
-    config.write_text(
-        config.read_text() + "policy: {timezone: UTC, blackouts: ['Sun 01:00-04:00'], "
-        "blackouts_apply_to: []}\n"
+    done = validate_with(
+        tmp_path,
+        "policy: {timezone: UTC, blackouts: ['Sun 01:00-04:00'], blackouts_apply_to: []}\n",
     )
-    done = opendrs("validate", "--config", str(config), timeout=60)
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "policy.blackouts_apply_to: an empty list holds nothing back" in done.stderr
 
