@@ -314,8 +314,8 @@ def test_a_warning_while_reading_is_one_line_once_beside_the_problems(tmp_path: 
     refused = opendrs("validate", "--config", str(config), timeout=60)
     assert refused.returncode == 2 and refused.stderr.count(readable) == 1, refused.stderr
     assert refused.stderr.splitlines()[1] == f"error: {config}: foo: unknown key " + (
-        "(expected one of version, cluster, mode, backend, history, lock, policy, executor, "
-        "settings, log, http)"
+        "(expected one of version, cluster, mode, automatic, proposal_ttl, backend, history, "
+        "lock, policy, executor, settings, log, http)"
     )
     as_json = json.loads(opendrs("validate", "--config", str(config), "--format", "json").stdout)
     assert len(as_json["warnings"]) == 1 and "readable by every user" in as_json["warnings"][0]
