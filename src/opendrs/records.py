@@ -38,6 +38,9 @@ A **migration** object (``kind: migration``) is one event of one migration::
 ``started`` event: its outcome event says when it started. ``decision`` is the id of the decision
 that asked for it.
 
+An operator's verdict on a proposal of manual mode (``kind: verdict``) is built beside the
+proposals it judges, by :func:`opendrs.controller.proposals.verdict_object`.
+
 Times: ``at``, ``started`` and ``ended`` are seconds on the backend's clock (since the epoch on a
 real cluster; since the start of the simulation in the simulator), ``time`` is ``at`` in ISO 8601,
 UTC. The objects hold what the history holds, nothing from the configuration's backend section:
@@ -231,19 +234,24 @@ def record_object(record: DecisionRecord | MigrationRecord) -> dict[str, Any]:
     return migration_now(record)
 
 
-#: At one instant the daemon records the migrations that ended, then decides, then starts.
-_OUTCOME, _DECISION, _START = 0, 1, 2
+#: At one instant the daemon records the migrations that ended, then decides, then starts;
+#: operators' verdicts come last.
+_OUTCOME, _DECISION, _START, _VERDICT = 0, 1, 2, 3
 
 
 def timeline(
     decisions: Iterable[DecisionRecord],
     migrations: Iterable[MigrationRecord],
     since: float | None = None,
+    verdicts: Iterable[dict[str, Any]] = (),
 ) -> list[dict[str, Any]]:
-    """Decisions and migration events at or after ``since``, in time order — at one instant
-    outcomes (in the order they were recorded), then decisions, then starts (by id), as the
-    daemon records them."""
-    keyed: list[tuple[tuple[float, int, int], dict[str, Any]]] = []
+    """Decisions, migration events and ``verdicts`` (operators' verdicts on proposals, objects
+    with an ``at``) at or after ``since``, in time order — at one instant outcomes (in the order
+    they were recorded), then decisions, then starts (by id), as the daemon records them, then
+    verdicts."""
+    keyed: list[tuple[tuple[float, int, int], dict[str, Any]]] = [
+        ((item["at"], _VERDICT, 0), item) for item in verdicts
+    ]
     for decision in decisions:
         item = decision_object(decision)
         keyed.append(((item["at"], _DECISION, decision.id), item))

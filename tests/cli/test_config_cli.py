@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -216,8 +217,31 @@ def test_validate_summarises_what_a_configuration_does(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert re.search(r"^  mode +active: migrates guests$", done.stdout, re.M)
     assert "above 20 pp for 3 looks (15m)" in done.stdout
+    assert "failover" not in done.stdout
     data = json.loads(opendrs("validate", "--config", str(config), "--format", "json").stdout)
     assert data["valid"] and data["summary"]["platform"].startswith("the snapshot file ")
+
+
+def validate_with(tmp_path: Path, extra: str) -> subprocess.CompletedProcess[str]:
+    """``opendrs validate --config`` on the file configuration with ``extra`` appended."""
+    config = file_config(tmp_path)
+    config.write_text(config.read_text() + extra)
+    return opendrs("validate", "--config", str(config), timeout=60)
+
+
+def test_validate_summarises_manual_mode_and_keep_failover(tmp_path: Path) -> None:
+    done = validate_with(
+        tmp_path,
+        "mode: manual\nautomatic: [repair, balance]\nproposal_ttl: 30m\n"
+        "policy: {keep_failover: 2}\n",
+    )
+    assert done.returncode == 0, done.stderr
+    mode = r"^  mode +manual: proposes, .*\(repair, balance act on their own; a proposal expires"
+    assert re.search(mode + r" after 30m\)$", done.stdout, re.M)
+    failover = (
+        r"^  failover +keeps every HA guest restartable if any 2 nodes fail \(keep_failover 2\)"
+    )
+    assert re.search(failover, done.stdout, re.M)
 
 
 def test_validate_takes_a_snapshot_or_a_configuration(tmp_path: Path) -> None:
@@ -288,12 +312,10 @@ def test_a_coefficient_of_variation_may_be_above_100_percent(tmp_path: Path) -> 
 
 
 def test_windows_or_blackouts_applied_to_nothing_are_refused(tmp_path: Path) -> None:
-    config = file_config(tmp_path)
-    config.write_text(
-        config.read_text() + "policy: {timezone: UTC, blackouts: ['Sun 01:00-04:00'], "
-        "blackouts_apply_to: []}\n"
+    done = validate_with(
+        tmp_path,
+        "policy: {timezone: UTC, blackouts: ['Sun 01:00-04:00'], blackouts_apply_to: []}\n",
     )
-    done = opendrs("validate", "--config", str(config), timeout=60)
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "policy.blackouts_apply_to: an empty list holds nothing back" in done.stderr
 
@@ -311,8 +333,8 @@ def test_a_warning_while_reading_is_one_line_once_beside_the_problems(tmp_path: 
     refused = opendrs("validate", "--config", str(config), timeout=60)
     assert refused.returncode == 2 and refused.stderr.count(readable) == 1, refused.stderr
     assert refused.stderr.splitlines()[1] == f"error: {config}: foo: unknown key " + (
-        "(expected one of version, cluster, mode, backend, history, lock, policy, executor, "
-        "settings, log, http)"
+        "(expected one of version, cluster, mode, automatic, proposal_ttl, backend, history, "
+        "lock, policy, executor, settings, log, http)"
     )
     as_json = json.loads(opendrs("validate", "--config", str(config), "--format", "json").stdout)
     assert len(as_json["warnings"]) == 1 and "readable by every user" in as_json["warnings"][0]

@@ -23,6 +23,7 @@ from opendrs.controller.http_server import start_server
 from opendrs.controller.loop import Controller, Cycle
 from opendrs.controller.metrics import DaemonMetrics
 from opendrs.engine.policy import PolicyConfig
+from opendrs.engine.policy.windows import Schedule, parse_weekly
 
 
 def _config(mode: str = "active") -> Config:
@@ -114,6 +115,24 @@ def test_shadow_mode_shows_what_it_would_do() -> None:
     page = dashboard.page()
     assert "Shadow mode: what it would do" in page
     assert would["moves"][0]["guest"] in page
+
+
+def test_the_windows_show_whether_each_activity_may_start_migrations_now() -> None:
+    controller, dashboard, _ = _watched()
+    controller.cycle()
+    assert dashboard.snapshot().data["windows"] is None and 'id="windows"' not in dashboard.page()
+    saturday = Schedule((parse_weekly("Sat 10:00-11:00"),), timezone="UTC")
+    controller.config = replace(
+        controller.config, policy=replace(controller.config.policy, schedule=saturday)
+    )
+    controller.cycle()
+    windows = dashboard.snapshot().data["windows"]
+    assert windows is not None and not windows["now"]["balance"]["open"]
+    page = dashboard.page()
+    assert "windows: balance may start migrations only within Sat 10:00-11:00" in page
+    assert "balance: closed now (outside the migration window Sat 10:00-11:00 UTC); next opens" in (
+        page
+    )
 
 
 def test_nodes_are_grouped_by_architecture_where_there_are_several() -> None:

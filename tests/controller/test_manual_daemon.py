@@ -85,15 +85,33 @@ def test_manual_mode_proposes_and_migrates_only_what_is_approved(
     assert kept["decided"] is not None
 
 
+def assert_verdict_recorded(tmp_path: Path, config: Path, pid: str, by: str) -> None:
+    """The rejection of ``pid`` by ``by`` in ``opendrs history`` (text, JSON, JSON Lines) and
+    in the decision log."""
+    logged = [json.loads(line) for line in (tmp_path / "decisions.jsonl").read_text().splitlines()]
+    (verdict,) = [item for item in logged if item["kind"] == "verdict"]
+    assert verdict["event"] == "rejected" and verdict["proposal"] == pid and verdict["by"] == by
+    assert verdict["activity"] == "balance" and verdict["moves"] and verdict["time"].endswith("Z")
+    shown = json.loads(opendrs("history", "--config", str(config), "--format", "json").stdout)
+    assert shown["verdicts"] == [verdict]
+    lines = opendrs("history", "--config", str(config), "--format", "jsonl").stdout.splitlines()
+    assert json.dumps(verdict, ensure_ascii=False, separators=(",", ":")) in lines
+    text = opendrs("history", "--config", str(config), columns=250).stdout
+    assert "Verdicts on proposals (1)" in text
+    assert re.search(rf"rejected +{re.escape(by)} +{pid} +balance", text)
+
+
 def test_a_rejected_proposal_starts_nothing_and_is_not_proposed_again(
     tmp_path: Path, fake: FakeCluster
 ) -> None:
-    config = manual_config(tmp_path, fake)
+    config = manual_config(tmp_path, fake, extra="log: {decisions: decisions.jsonl}\n")
     with Daemon(config) as daemon:
         pid = first_proposal(daemon)
         done = opendrs("reject", pid, "--config", str(config))
         assert done.returncode == 0, done.stderr
         assert f"proposal {pid} rejected by" in done.stdout
+        by = done.stdout.split(" rejected by ")[1].split(":")[0]
+        assert_verdict_recorded(tmp_path, config, pid, by)
         mark = daemon.mark
         for _ in range(3):  # three more decisions: the same plan, not proposed again
             mark = daemon.mark
@@ -143,6 +161,21 @@ def test_an_open_proposal_expires_when_its_guest_moves(tmp_path: Path, fake: Fak
         assert "the guest is on" in line
         assert daemon.stop() == 0
     assert migrations(tmp_path) == []
+
+
+def test_an_open_proposal_expires_when_older_than_proposal_ttl(
+    tmp_path: Path, fake: FakeCluster
+) -> None:
+    config = manual_config(tmp_path, fake, extra="proposal_ttl: 2s\n")
+    with Daemon(config) as daemon:
+        daemon.wait_for(r"a proposal expires after 2s")
+        pid = first_proposal(daemon)
+        line = daemon.wait_for(rf"proposal {pid} expired: ", timeout=60)
+        assert line.rstrip().endswith("expired: older than 2s (proposal_ttl)")
+        assert daemon.stop() == 0
+    assert fake.pve.migrations == [] and migrations(tmp_path) == []
+    (kept,) = [p for p in proposals(config, "--all") if p["id"] == pid]
+    assert kept["state"] == "expired" and kept["note"] == "older than 2s (proposal_ttl)"
 
 
 def test_automatic_balance_acts_without_approval(tmp_path: Path, fake: FakeCluster) -> None:
@@ -213,7 +246,7 @@ def http_config(tmp_path: Path, fake: FakeCluster, write: str = "true") -> Path:
     (tmp_path / "http.token").chmod(0o600)
     http = (
         f"http: {{listen: '127.0.0.1:0', token_file: http.token, write: {write}, "
-        "token_name: ops}\n"
+        "token_name: ops}\nlog: {decisions: decisions.jsonl}\n"
     )
     return manual_config(tmp_path, fake, extra=http)
 
@@ -283,6 +316,12 @@ def test_the_dashboard_approves_with_the_token_from_its_own_origin(
         daemon.wait_for(r"balance now, asked by ops@http")
         assert daemon.stop() == 0
     assert len(migrations(tmp_path)) == 1
+    shown = json.loads(opendrs("history", "--config", str(config), "--format", "json").stdout)
+    (verdict,) = shown["verdicts"]
+    assert (verdict["event"], verdict["by"], verdict["proposal"]) == ("approved", "ops@http", pid)
+    assert len(verdict["moves"]) == 1
+    logged = (tmp_path / "decisions.jsonl").read_text().splitlines()
+    assert [json.loads(line) for line in logged if '"kind":"verdict"' in line] == [verdict]
 
 
 def test_the_dashboard_rejects_and_stays_read_only_without_write(

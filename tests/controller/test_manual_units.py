@@ -48,6 +48,14 @@ def test_a_bad_automatic_is_one_line(automatic: object, reason: str) -> None:
         parse_config({**BACKEND, "mode": "manual", "automatic": automatic})
 
 
+def test_proposal_ttl_is_read_with_an_hour_by_default() -> None:
+    assert parse_config({**BACKEND, "mode": "manual"}).proposal_ttl == 3600
+    config = parse_config({**BACKEND, "mode": "manual", "proposal_ttl": "2h 30m"})
+    assert config.proposal_ttl == 9000 and "expires after 2h 30m" in config.manual_words()
+    with pytest.raises(ConfigError, match=r"proposal_ttl: must be at least 1s, got 0$"):
+        parse_config({**BACKEND, "mode": "manual", "proposal_ttl": 0})
+
+
 def _decision(h: History, at: float, mode: str = "manual") -> int:
     return h.record_decision(
         at=at,

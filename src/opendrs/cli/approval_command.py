@@ -3,7 +3,8 @@ command line.
 
 They talk to the daemon as ``status`` and ``history`` do: through its history file. ``proposals``
 reads it read-only; ``approve``, ``reject`` and ``balance-now`` write one row in it (who and when
-— the local user, ``USER@cli`` — kept with the proposal or the request), then send the daemon, if
+— the local user, ``USER@cli`` — kept with the proposal or the request; a verdict also a line
+of the decision log), then send the daemon, if
 its lock says it runs, SIGUSR1: it takes the approval or the request at once, and otherwise at
 its next cycle. An approved proposal is checked again on a fresh observation before anything
 starts (:mod:`opendrs.controller.approval`); ``opendrs proposals --all`` then shows whether it
@@ -27,6 +28,7 @@ from opendrs.cli.arguments import Subcommands
 from opendrs.cli.config_file import add_config_option
 from opendrs.cli.history_command import history_now, open_history
 from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, UsageError, setup_logging
+from opendrs.controller.decision_log import append_to_log
 from opendrs.controller.history_file import HistoryError
 from opendrs.controller.proposals import ProposalRecord, choose_moves, open_proposal
 from opendrs.json_data import json_text
@@ -162,13 +164,13 @@ def _verdict(args: argparse.Namespace, approve: bool) -> int:
             proposal = _open_proposal(history, args.id)
             chosen = _chosen(proposal, args.moves) if approve else None
             state = "approved" if approve else "rejected"
-            if not history.settle_proposal(
-                proposal.id, state, by=by, decided=time.time(), chosen=chosen
-            ):
+            verdict = history.give_verdict(proposal, state, by=by, chosen=chosen)
+            if verdict is None:
                 raise UsageError(f"proposal {proposal.id} is no longer open")
     except HistoryError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE if exc.foreign else EXIT_PROBLEM
+    append_to_log(config.decision_log, verdict)
     if not approve:
         print(f"proposal {proposal.id} rejected by {by}: nothing of it will start")
         return EXIT_OK

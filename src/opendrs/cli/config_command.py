@@ -194,12 +194,23 @@ def config_summary(config: Config) -> dict[str, str]:
     schedule = config.policy.schedule
     if schedule is not None and not schedule.empty:
         summary["windows"] = schedule.summary()
+    if config.policy.keep_failover > 0:
+        summary["failover"] = _failover(config.policy.keep_failover)
     if config.http is not None:
         where = "this host only" if config.http.loopback else "reachable from other hosts"
         summary["dashboard"] = f"http://{config.http.address} ({where})"
     if config.decision_log is not None:
         summary["decisions"] = config.decision_log
     return summary
+
+
+def _failover(failures: int) -> str:
+    """``policy.keep_failover`` in words."""
+    nodes = "any one node fails" if failures == 1 else f"any {failures} nodes fail"
+    return (
+        f"keeps every HA guest restartable if {nodes} (keep_failover {failures}): refuses "
+        "a balancing plan that would lose it, repairs toward it where it is lacking"
+    )
 
 
 def _platform(config: Config) -> str:

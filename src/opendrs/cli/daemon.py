@@ -315,4 +315,6 @@ def dashboard_writer(config: Config) -> DashboardWriter | None:
     """What the dashboard may change (``http.write``), or ``None``: it stays read-only."""
     if config.http is None or not config.http.write:
         return None
-    return DashboardWriter(config.history, f"{config.http.token_name}@http")
+    return DashboardWriter(
+        config.history, f"{config.http.token_name}@http", decision_log=config.decision_log
+    )

@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
@@ -30,6 +30,7 @@ from opendrs.cli.arguments import Subcommands, guest_by_name_or_id
 from opendrs.cli.config_file import add_config_option
 from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, UsageError
 from opendrs.controller.history_file import HistoryError
+from opendrs.controller.proposals import ProposedMove, verdict_object
 from opendrs.json_data import iso_time, json_text
 from opendrs.model.cluster import guest_label
 from opendrs.model.units import UnitError, format_duration, parse_duration
@@ -163,12 +164,13 @@ def cmd_history(args: argparse.Namespace) -> int:
                 for m in history.migrations(guest=guest)
                 if start is None or m.started >= start or m.ended is None or m.ended >= start
             ]
+            verdicts = _verdicts(history, start, guest=guest, node=node)
     except HistoryError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE if exc.foreign else EXIT_PROBLEM
     decisions, migrations = select(decisions, migrations, guest=guest, node=node)
     if args.format == "jsonl":
-        for item in timeline(decisions, migrations, start):
+        for item in timeline(decisions, migrations, start, verdicts):
             sys.stdout.write(jsonl(item))
     elif args.format == "json":
         sys.stdout.write(
@@ -179,13 +181,56 @@ def cmd_history(args: argparse.Namespace) -> int:
                     "since": start,
                     "decisions": [decision_object(d) for d in decisions],
                     "migrations": [migration_now(m) for m in migrations],
+                    "verdicts": verdicts,
                 }
             )
         )
     else:
         report = Report(Console(highlight=False, soft_wrap=False))
         show_history(report, config, decisions, migrations, start, names)
+        if verdicts:
+            show_verdicts(report, verdicts)
     return EXIT_OK
+
+
+def _verdicts(
+    history: History, start: float | None, *, guest: str | None, node: str | None
+) -> list[dict[str, Any]]:
+    """The operators' verdicts on proposals given since ``start`` (``None``: ever), oldest
+    first, those with a move of ``guest`` from or to ``node`` (either ``None``: any)."""
+    given = [verdict_object(p) for p in history.proposals()]
+    kept = [
+        v
+        for v in given
+        if v is not None
+        and (start is None or v["at"] >= start)
+        and (
+            (guest is None and node is None)
+            or any(
+                _touches(m["guest"], m["source"], m["target"], only=guest, node=node)
+                for m in v["moves"]
+            )
+        )
+    ]
+    return sorted(kept, key=lambda v: v["at"])
+
+
+def show_verdicts(report: Report, verdicts: Sequence[Mapping[str, Any]]) -> None:
+    """The operators' verdicts on proposals: when, who, which proposal, and its moves."""
+    report.heading(f"Verdicts on proposals ({len(verdicts)})")
+    rows = [
+        [
+            v["time"],
+            v["event"],
+            v["by"],
+            v["proposal"],
+            v["activity"],
+            str(v["decision"]),
+            "; ".join(ProposedMove(**m).label() for m in v["moves"]),
+        ]
+        for v in verdicts
+    ]
+    report.table(("time", "verdict", "by", "proposal", "kind", "decision", "moves"), rows)
 
 
 def _guest_id(text: str, names: Mapping[str, str], where: str) -> str:

@@ -7,6 +7,7 @@
     mode: shadow                  # shadow (default: record only) | manual (propose, an
                                   # operator approves) | active (migrate)
     automatic: [maintenance, return, repair]  # manual mode: what acts without approval
+    proposal_ttl: 1h              # manual mode: an open proposal expires when older
     backend:
       type: file | sim | proxmox | incus  # and the keys of that backend
     history: history.sqlite       # relative paths are relative to this file
@@ -36,6 +37,7 @@ from opendrs.engine.policy import PolicyConfig, parse_policy
 from opendrs.model.cluster import Settings
 from opendrs.model.document import DocumentError, Path, parse, read_file
 from opendrs.model.snapshot import SnapshotReader
+from opendrs.model.units import format_duration
 
 if TYPE_CHECKING:
     from opendrs.backends.base import Backend, Clock
@@ -60,6 +62,9 @@ VERSION: Final = 1
 MODES: Final = ("shadow", "manual", "active")
 #: In manual mode, the kinds of decision that act without approval by default.
 AUTOMATIC: Final = ("maintenance", "return", "repair")
+#: In manual mode, how long a proposal stays open by default (seconds), and at most.
+PROPOSAL_TTL: Final = 3600
+_LONGEST_PROPOSAL_TTL: Final = 30 * 86400
 BACKENDS: Final = ("file", "sim", "proxmox", "incus")
 LOG_LEVELS: Final = ("debug", "info", "warning", "error")
 _TOP_KEYS: Final = (
@@ -67,6 +72,7 @@ _TOP_KEYS: Final = (
     "cluster",
     "mode",
     "automatic",
+    "proposal_ttl",
     "backend",
     "history",
     "lock",
@@ -152,6 +158,8 @@ class Config:
     #: In manual mode, the kinds of proposal (``balance``, ``maintenance``, ``return``,
     #: ``repair``) that act on their own; the others wait for approval.
     automatic: tuple[str, ...] = AUTOMATIC
+    #: In manual mode, the age (seconds) at which an open proposal expires.
+    proposal_ttl: int = PROPOSAL_TTL
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
     settings: Settings | None = None
@@ -178,7 +186,10 @@ class Config:
     def manual_words(self) -> str:
         """Manual mode in an operator's words, with what acts without approval."""
         alone = ", ".join(self.automatic) or "nothing"
-        return f"proposes, migrates what an operator approves ({alone} act on their own)"
+        return (
+            f"proposes, migrates what an operator approves ({alone} act on their own; "
+            f"a proposal expires after {format_duration(self.proposal_ttl)})"
+        )
 
     def acts_alone(self, kind: str) -> bool:
         """Whether a decision of ``kind`` (``balance``, ``repair``, ``maintenance``) is carried
@@ -267,6 +278,13 @@ class _ConfigReader(SnapshotReader):
         cluster = self.plain_name(top["cluster"], ("cluster",)) if "cluster" in top else None
         mode = self.choice(top.get("mode", "shadow"), ("mode",), MODES)
         automatic = self.automatic(top["automatic"]) if "automatic" in top else AUTOMATIC
+        proposal_ttl = (
+            self.duration(
+                top["proposal_ttl"], ("proposal_ttl",), minimum=1, maximum=_LONGEST_PROPOSAL_TTL
+            )
+            if "proposal_ttl" in top
+            else PROPOSAL_TTL
+        )
         backend = self.backend(self.require(top, "backend", ()), ("backend",))
         default_history = "history.sqlite"
         history = self.local_path(top.get("history", default_history), ("history",))
@@ -288,6 +306,7 @@ class _ConfigReader(SnapshotReader):
             cluster=cluster,
             mode=mode,  # type: ignore[arg-type]
             automatic=automatic,
+            proposal_ttl=proposal_ttl,
             policy=policy or PolicyConfig(),
             executor=executor,
             settings=settings,

@@ -44,6 +44,7 @@ from opendrs.engine.policy.metrics import (
     metric_label,
     metric_scale,
 )
+from opendrs.engine.policy.windows import schedule_now
 from opendrs.engine.usage import LoadModel
 from opendrs.json_data import iso_time, json_text
 from opendrs.model.cluster import Cluster, guest_label
@@ -136,6 +137,7 @@ class Dashboard:
         if cycle.decision is not None:
             self._decided(cycle, cycle.decision)
         self._base["proposals"] = self._open_proposals()
+        self._base["windows"] = schedule_now(self._config.policy.schedule, cycle.at)
         self._publish()
 
     def event(self, event: Event) -> None:
@@ -286,6 +288,8 @@ class Dashboard:
             "now": self._base.get("now"),
             "stuck": self._base.get("stuck", []),
             "failover": self._base.get("failover"),
+            # The migration windows and whether each activity may start migrations now.
+            "windows": self._base.get("windows"),
             "decisions": list(self._decisions),
             "would": self._would if not config.migrates else None,
             "proposals": self._base.get("proposals", []),

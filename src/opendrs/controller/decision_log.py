@@ -2,10 +2,11 @@
 
 ``log: {decisions: FILE}`` in the configuration. The daemon appends to ``FILE`` what it records in
 the history as it records it — each decision, each migration whose platform task became known
-(``started``), each migration outcome — in the form :mod:`opendrs.records` defines,
-the one ``opendrs history --format jsonl`` prints. Each line is written with one ``write`` on a
-file opened append-only, so a log shipper never reads half a line and two writers never mix
-theirs.
+(``started``), each migration outcome — in the form :mod:`opendrs.records` defines, the one
+``opendrs history --format jsonl`` prints; an operator's verdict on a proposal is appended by
+whoever gives it (``opendrs approve`` or ``reject``, the dashboard: :func:`append_to_log`). Each
+line is written with one ``write`` on a file opened append-only, so a log shipper never reads
+half a line and two writers never mix theirs.
 
 Rotation: the file is opened again on SIGHUP (with the configuration), and before a line is
 written whenever the path no longer names the open file (it was renamed or removed), so
@@ -23,12 +24,14 @@ import errno
 import logging
 import os
 import stat
+from collections.abc import Mapping
+from typing import Any
 
 from opendrs.records import DecisionRecord, MigrationRecord, jsonl, record_object
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DecisionLog", "DecisionLogError"]
+__all__ = ["DecisionLog", "DecisionLogError", "append_to_log"]
 
 _FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -85,8 +88,12 @@ class DecisionLog:
 
     def record(self, record: DecisionRecord | MigrationRecord) -> None:
         """Append the line of a record just written to the history; never raises."""
+        self.append(record_object(record))
+
+    def append(self, item: Mapping[str, Any]) -> None:
+        """Append ``item`` as one line; never raises."""
         if self.path is not None:
-            self._write(self.path, jsonl(record_object(record)).encode("utf-8"))
+            self._write(self.path, jsonl(item).encode("utf-8"))
 
     def _rotated(self, path: str) -> bool:
         try:
@@ -131,3 +138,16 @@ class DecisionLog:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def append_to_log(path: str | None, item: Mapping[str, Any]) -> None:
+    """Append ``item`` to the decision log at ``path`` (``None``: there is none) from a command
+    or thread other than the daemon's recording (an operator's verdict): the file is opened for
+    this line and closed; a problem is a warning, never an exception."""
+    if path is None:
+        return
+    try:
+        with DecisionLog(path) as decisions:
+            decisions.append(item)
+    except DecisionLogError as exc:
+        log.warning("%s", exc)

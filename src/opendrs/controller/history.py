@@ -40,8 +40,10 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from types import TracebackType
 from typing import Any, cast
 
@@ -56,7 +58,12 @@ from opendrs.controller.history_rows import (
     decision_record,
     migration_record,
 )
-from opendrs.controller.proposals import ProposalRecord, proposal_columns, proposal_record
+from opendrs.controller.proposals import (
+    ProposalRecord,
+    proposal_columns,
+    proposal_record,
+    verdict_object,
+)
 from opendrs.model.cluster import Move
 from opendrs.records import (
     ACTIONS,
@@ -370,6 +377,24 @@ class History:
                 (state, by, decided, chosen_json, note, proposal_id, *was),
             )
             return cursor.rowcount == 1
+
+    def give_verdict(
+        self, proposal: ProposalRecord, state: str, *, by: str, chosen: Sequence[int] | None
+    ) -> dict[str, Any] | None:
+        """An operator's verdict (``approved``, ``chosen`` moves or all, or ``rejected``) on the
+        open ``proposal``, given now by ``by``: its JSON object (``verdict_object``), or ``None``
+        when the proposal is no longer open."""
+        decided = time.time()
+        if not self.settle_proposal(proposal.id, state, by=by, decided=decided, chosen=chosen):
+            return None
+        given = replace(
+            proposal,
+            state=state,
+            by=by,
+            decided=decided,
+            chosen=None if chosen is None else tuple(chosen),
+        )
+        return verdict_object(given)
 
     def guest_names(self) -> dict[str, str]:
         """Each guest's name as the latest decision that planned a move of it recorded it (the

@@ -6,9 +6,9 @@ moves), ``POST /api/proposals/ID/reject``, ``POST /api/balance-now``, and ``GET 
 (the open ones). The HTTP server (:mod:`opendrs.controller.http_server`) lets a request reach
 :class:`DashboardWriter` only with the bearer token and from no other origin; each verdict is
 kept in the history with the token's name (``http.token_name``, as ``NAME@http``) and the time,
-as ``opendrs approve`` keeps the local user's. The writer opens the history for each request
-(the HTTP server's threads never share the daemon's connection) and then sends the daemon
-SIGUSR1, so that it takes the request at once.
+as ``opendrs approve`` keeps the local user's, and appended to the decision log. The writer
+opens the history for each request (the HTTP server's threads never share the daemon's
+connection) and then sends the daemon SIGUSR1, so that it takes the request at once.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ import json
 import os
 import re
 import signal
-import time
 from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any, Final
 
+from opendrs.controller.decision_log import append_to_log
 from opendrs.controller.history import History
 from opendrs.controller.history_file import HistoryError
 from opendrs.controller.proposals import choose_moves, open_proposal
@@ -44,11 +44,17 @@ class DashboardWriter:
     """The writes of the dashboard, on the history at ``history_path``, made as ``by``."""
 
     def __init__(
-        self, history_path: str, by: str, wake: Callable[[], None] = _wake_this_daemon
+        self,
+        history_path: str,
+        by: str,
+        wake: Callable[[], None] = _wake_this_daemon,
+        decision_log: str | None = None,
     ) -> None:
         self.history_path = history_path
         self.by = by
         self.wake = wake
+        #: The decision log a verdict is appended to (``log.decisions``), or ``None``.
+        self.decision_log = decision_log
 
     def handles(self, path: str) -> bool:
         """Whether ``path`` is one of the writer's POST paths."""
@@ -94,10 +100,10 @@ class DashboardWriter:
         except ValueError as exc:
             return HTTPStatus.CONFLICT, {"error": str(exc)}
         state = "approved" if verb == "approve" else "rejected"
-        if not history.settle_proposal(
-            proposal.id, state, by=self.by, decided=time.time(), chosen=chosen
-        ):
+        verdict = history.give_verdict(proposal, state, by=self.by, chosen=chosen)
+        if verdict is None:
             return HTTPStatus.CONFLICT, {"error": f"proposal {proposal.id} is no longer open"}
+        append_to_log(self.decision_log, verdict)
         return HTTPStatus.OK, {"id": proposal.id, "state": state, "by": self.by, "chosen": chosen}
 
 

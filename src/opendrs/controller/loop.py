@@ -545,7 +545,7 @@ class Controller:
         if not self.manual.pending():
             return
         forbidden = forbidden_placements(cluster, now, policy, self.past_migrations(now, policy))
-        self.manual.expire_stale(cluster, forbidden)
+        self.manual.expire_stale(cluster, forbidden, now, self.config.proposal_ttl)
         if not self.config.migrates or self.executor.busy:
             return
         taken = self.manual.take_approved(cluster, policy.metric, forbidden)

@@ -6,8 +6,9 @@ The :class:`~opendrs.controller.loop.Controller` asks :class:`ManualMode`, each 
   operator approved since, checked again on this cycle's observation
   (:func:`~opendrs.controller.approval.recheck`), becomes the plan handed to the executor, or
   expires with the reason;
-* :meth:`ManualMode.expire_stale` — each open proposal whose moves no longer fit the cluster
-  (a guest moved or is gone, a target left, the guards now forbid it) expires;
+* :meth:`ManualMode.expire_stale` — each open proposal older than ``proposal_ttl``, or whose
+  moves no longer fit the cluster (a guest moved or is gone, a target left, the guards now forbid
+  it), expires;
 * :meth:`ManualMode.propose` — a decision to act that is not ``automatic`` is stored as an open
   proposal. The same moves as an open proposal of its kind keep that proposal (and its id), the
   same moves as a rejected one are not proposed again (while the history keeps it); other moves
@@ -26,6 +27,7 @@ from opendrs.engine.planner import Plan
 from opendrs.engine.policy import Decision
 from opendrs.engine.policy.decision import DecisionCode
 from opendrs.model.cluster import Cluster
+from opendrs.model.units import format_duration
 
 log = logging.getLogger(__name__)
 
@@ -96,10 +98,16 @@ class ManualMode:
         )
         return proposal
 
-    def expire_stale(self, cluster: Cluster, forbidden: frozenset[tuple[str, str]]) -> None:
-        """Expire each open proposal whose moves no longer fit ``cluster``."""
+    def expire_stale(
+        self, cluster: Cluster, forbidden: frozenset[tuple[str, str]], now: float, ttl: float
+    ) -> None:
+        """Expire each open proposal made ``ttl`` seconds or more before ``now``, or whose moves
+        no longer fit ``cluster``."""
         for proposal in self.history.proposals("open"):
-            problem = still_placed(proposal.moves, cluster, forbidden)
+            if now - proposal.at >= ttl:
+                problem: str | None = f"older than {format_duration(ttl)} (proposal_ttl)"
+            else:
+                problem = still_placed(proposal.moves, cluster, forbidden)
             if problem is not None:
                 self._expire(proposal, problem, was=("open",))
 

@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from opendrs.json_data import iso_time
+
 __all__ = [
     "KINDS",
     "STATES",
@@ -28,6 +30,7 @@ __all__ = [
     "proposal_columns",
     "proposal_id",
     "proposal_record",
+    "verdict_object",
 ]
 
 #: What a proposal does, as migration windows name it (``policy.windows``): ``balance`` (a
@@ -105,6 +108,28 @@ class ProposalRecord:
             "decided": self.decided,
             "note": self.note,
         }
+
+
+def verdict_object(proposal: ProposalRecord) -> dict[str, Any] | None:
+    """The JSON object of an operator's verdict on ``proposal`` (``kind: verdict``, ``event``
+    ``approved`` or ``rejected``, ``at`` when, ``by`` who, ``moves`` the moves approved), or
+    ``None`` when no operator decided it. It holds the verdict as given, not what became of the
+    proposal after (``opendrs proposals --all``): the decision log's line and ``opendrs history``
+    show the same object."""
+    if proposal.by is None or proposal.decided is None:
+        return None
+    rejected = proposal.state == "rejected"
+    return {
+        "kind": "verdict",
+        "event": "rejected" if rejected else "approved",
+        "at": proposal.decided,
+        "time": iso_time(proposal.decided),
+        "proposal": proposal.id,
+        "decision": proposal.decision,
+        "activity": proposal.kind,
+        "by": proposal.by,
+        "moves": [m.as_dict() for m in (proposal.moves if rejected else proposal.chosen_moves())],
+    }
 
 
 def proposal_id(at: float, moves: Sequence[ProposedMove]) -> str:
