@@ -62,8 +62,13 @@ def run_once(
 
 
 def would_move(log: str) -> dict[str, str]:
-    """The shadow moves a run logged: guest → target."""
-    return dict(re.findall(r"shadow: would migrate (\S+) \S+ → (\S+)", log))
+    """The shadow moves a run logged: guest → target (an instance of another project is logged
+    as ``name (project/name)``: its id)."""
+    moves = {}
+    for label, target in re.findall(r"shadow: would migrate (.+?) \S+ → (\S+)", log):
+        named = re.fullmatch(r".+ \((\S+)\)", label)
+        moves[named[1] if named else label] = target
+    return moves
 
 
 def last_reason(tmp_path: Path) -> str:
