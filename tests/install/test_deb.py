@@ -103,7 +103,8 @@ def test_the_installed_program_runs(root: ScratchRoot) -> None:
     assert root.run("opendrs", "--version").stdout == f"opendrs {__version__}\n"
     assert os.readlink(root.path / "usr/bin/opendrs") == "/opt/opendrs/bin/opendrs"
     demo = root.run("opendrs", "demo", "--fast")
-    assert "Stability over 1 simulated days of builtin:demo" in demo.stdout
+    assert "What opendrs did over 1 simulated day of the demo cluster" in demo.stdout
+    assert "0 capacity violations" in demo.stdout
 
 
 def test_its_configuration_is_in_shadow_mode_and_the_unit_verifies(root: ScratchRoot) -> None:

@@ -69,4 +69,5 @@ def test_the_wheel_runs_from_a_fresh_venv_outside_the_checkout(dist: Path, tmp_p
     opendrs = str(venv / "bin" / "opendrs")
     assert run([opendrs, "--version"], tmp_path).stdout == f"opendrs {__version__}\n"
     demo = run([opendrs, "demo", "--fast"], tmp_path)
-    assert "Stability over 1 simulated days of builtin:demo" in demo.stdout
+    assert "What opendrs did over 1 simulated day of the demo cluster" in demo.stdout
+    assert "0 capacity violations" in demo.stdout

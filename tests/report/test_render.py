@@ -48,6 +48,7 @@ def test_markdown_values_are_never_markup_and_stay_in_their_cell() -> None:
             "avoided": [],
             "movers": [],
             "actions": [],
+            "shadow": {"decisions": 0, "latest": [], "last": None, "last_moves": []},
         },
     )
     text = render(document, "md")
