@@ -28,6 +28,7 @@ __all__ = [
     "fetch",
     "opendrs",
     "run_once",
+    "send",
     "served",
     "write_proxmox_config",
     "write_sim_config",
@@ -216,14 +217,35 @@ def fetch(
     token: str | None = None,
 ) -> tuple[int, str]:
     """The status and body of one request to ``http://ADDRESS/PATH`` (loopback only)."""
+    return send(address, path, method=method, token=token)[:2]
+
+
+def send(
+    address: str,
+    path: str,
+    *,
+    method: str = "POST",
+    token: str | None = None,
+    body: bytes = b"",
+    headers: dict[str, str] | None = None,
+) -> tuple[int, str, dict[str, str]]:
+    """The status, body and headers of one request to ``http://ADDRESS/PATH`` (loopback only),
+    with ``token`` as its ``Authorization: Bearer`` when given; ``body`` is sent by a POST."""
     assert address.startswith(("127.", "[::1]")), address
-    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
-    request = urllib.request.Request(f"http://{address}{path}", method=method, headers=headers)
+    fields = dict(headers or {})
+    if token is not None:
+        fields["Authorization"] = f"Bearer {token}"
+    request = urllib.request.Request(
+        f"http://{address}{path}",
+        data=body if method == "POST" else None,
+        method=method,
+        headers=fields,
+    )
     try:
         with urllib.request.urlopen(request, timeout=10) as answer:
-            return answer.status, answer.read().decode()
+            return answer.status, answer.read().decode(), dict(answer.headers)
     except urllib.error.HTTPError as error:
-        return error.code, error.read().decode()
+        return error.code, error.read().decode(), dict(error.headers)
 
 
 def served(daemon: Daemon) -> str:

@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +19,7 @@ pytest.importorskip(
 pytest.importorskip("cryptography", reason="fakepve's certificates need cryptography")
 
 from backends.fakepve_fixture import FakeCluster, proxmox_config, running_on_pve1, three_nodes
-from daemon import Daemon, eventually, opendrs, served
+from daemon import Daemon, eventually, opendrs, send, served
 
 PROPOSED = r"proposal ([0-9a-f]{8}) \(balance\) waits for approval"
 
@@ -45,6 +43,23 @@ def proposals(config: Path, *options: str) -> list[dict[str, Any]]:
     done = opendrs("proposals", "--config", str(config), "--format", "json", *options)
     assert done.returncode == 0, done.stderr
     return list(json.loads(done.stdout)["proposals"])
+
+
+def proposal(config: Path, pid: str) -> dict[str, Any]:
+    """Proposal ``pid`` as ``opendrs proposals --all`` lists it."""
+    (kept,) = [p for p in proposals(config, "--all") if p["id"] == pid]
+    return kept
+
+
+def history(config: Path) -> dict[str, Any]:
+    """``opendrs history --format json``."""
+    return dict(json.loads(opendrs("history", "--config", str(config), "--format", "json").stdout))
+
+
+def moved_by_hand(fake: FakeCluster, move: dict[str, Any], node: str) -> None:
+    """The VM of ``move`` put on ``node`` behind the daemon's back."""
+    (vm,) = [v for v in fake.pve.vms if str(v.vmid) == move["guest"]]
+    vm.node = node
 
 
 def migrations(tmp_path: Path) -> list[tuple[str, str, str]]:
@@ -80,7 +95,7 @@ def test_manual_mode_proposes_and_migrates_only_what_is_approved(
         daemon.wait_for(r"done .*pve1 → ")
         assert daemon.stop() == 0
     assert migrations(tmp_path) == [(first["guest"], "pve1", first["target"])]
-    (kept,) = [p for p in proposals(config, "--all") if p["id"] == pid]
+    kept = proposal(config, pid)
     assert kept["state"] == "started" and kept["chosen"] == [1] and kept["by"].endswith("@cli")
     assert kept["decided"] is not None
 
@@ -92,7 +107,7 @@ def assert_verdict_recorded(tmp_path: Path, config: Path, pid: str, by: str) -> 
     (verdict,) = [item for item in logged if item["kind"] == "verdict"]
     assert verdict["event"] == "rejected" and verdict["proposal"] == pid and verdict["by"] == by
     assert verdict["activity"] == "balance" and verdict["moves"] and verdict["time"].endswith("Z")
-    shown = json.loads(opendrs("history", "--config", str(config), "--format", "json").stdout)
+    shown = history(config)
     assert shown["verdicts"] == [verdict]
     lines = opendrs("history", "--config", str(config), "--format", "jsonl").stdout.splitlines()
     assert json.dumps(verdict, ensure_ascii=False, separators=(",", ":")) in lines
@@ -137,15 +152,15 @@ def test_an_approved_proposal_made_stale_expires_at_the_restart(
     assert "the daemon does not run" in done.stdout
     # Meanwhile, someone moves the first guest of the proposal by hand.
     moved = listed["moves"][0]
-    (vm,) = [v for v in fake.pve.vms if str(v.vmid) == moved["guest"]]
-    vm.node = "pve3" if moved["target"] == "pve2" else "pve2"
+    elsewhere = "pve3" if moved["target"] == "pve2" else "pve2"
+    moved_by_hand(fake, moved, elsewhere)
     with Daemon(config) as daemon:
         line = daemon.wait_for(rf"proposal {pid} expired: ", timeout=60)
-        assert f"the guest is on {vm.node} now" in line
+        assert f"the guest is on {elsewhere} now" in line
         first_proposal(daemon)  # the daemon proposes afresh on the cluster as it is
         assert daemon.stop() == 0
     assert migrations(tmp_path) == []
-    (kept,) = [p for p in proposals(config, "--all") if p["id"] == pid]
+    kept = proposal(config, pid)
     assert kept["state"] == "expired" and "now" in kept["note"]
 
 
@@ -155,8 +170,7 @@ def test_an_open_proposal_expires_when_its_guest_moves(tmp_path: Path, fake: Fak
         pid = first_proposal(daemon)
         (listed,) = proposals(config)
         moved = listed["moves"][0]
-        (vm,) = [v for v in fake.pve.vms if str(v.vmid) == moved["guest"]]
-        vm.node = moved["target"]
+        moved_by_hand(fake, moved, moved["target"])
         line = daemon.wait_for(rf"proposal {pid} expired: ", timeout=60)
         assert "the guest is on" in line
         assert daemon.stop() == 0
@@ -174,7 +188,7 @@ def test_an_open_proposal_expires_when_older_than_proposal_ttl(
         assert line.rstrip().endswith("expired: older than 2s (proposal_ttl)")
         assert daemon.stop() == 0
     assert fake.pve.migrations == [] and migrations(tmp_path) == []
-    (kept,) = [p for p in proposals(config, "--all") if p["id"] == pid]
+    kept = proposal(config, pid)
     assert kept["state"] == "expired" and kept["note"] == "older than 2s (proposal_ttl)"
 
 
@@ -252,30 +266,10 @@ def http_config(tmp_path: Path, fake: FakeCluster, write: str = "true") -> Path:
 
 
 def request(
-    address: str,
-    path: str,
-    *,
-    method: str = "POST",
-    token: str | None = WRITE_TOKEN,
-    body: bytes = b"",
-    headers: dict[str, str] | None = None,
+    address: str, path: str, *, token: str | None = WRITE_TOKEN, **options: Any
 ) -> tuple[int, str]:
-    """The status and body of one request to ``http://ADDRESS/PATH`` (loopback only)."""
-    assert address.startswith("127."), address
-    fields = dict(headers or {})
-    if token is not None:
-        fields["Authorization"] = f"Bearer {token}"
-    sent = urllib.request.Request(
-        f"http://{address}{path}",
-        data=body if method == "POST" else None,
-        method=method,
-        headers=fields,
-    )
-    try:
-        with urllib.request.urlopen(sent, timeout=10) as answer:
-            return answer.status, answer.read().decode()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read().decode()
+    """The status and body of one request (a POST unless ``method`` says), with the token."""
+    return send(address, path, token=token, **options)[:2]
 
 
 def test_the_dashboard_approves_with_the_token_from_its_own_origin(
@@ -316,7 +310,7 @@ def test_the_dashboard_approves_with_the_token_from_its_own_origin(
         daemon.wait_for(r"balance now, asked by ops@http")
         assert daemon.stop() == 0
     assert len(migrations(tmp_path)) == 1
-    shown = json.loads(opendrs("history", "--config", str(config), "--format", "json").stdout)
+    shown = history(config)
     (verdict,) = shown["verdicts"]
     assert (verdict["event"], verdict["by"], verdict["proposal"]) == ("approved", "ops@http", pid)
     assert len(verdict["moves"]) == 1
@@ -334,7 +328,7 @@ def test_the_dashboard_rejects_and_stays_read_only_without_write(
         status, body = request(address, f"/api/proposals/{pid}/reject")
         assert status == 200 and json.loads(body)["state"] == "rejected"
         assert daemon.stop() == 0
-    (kept,) = [p for p in proposals(config, "--all") if p["id"] == pid]
+    kept = proposal(config, pid)
     assert kept["state"] == "rejected" and kept["by"] == "ops@http"
     config = http_config(tmp_path, fake, write="false")
     with Daemon(config) as daemon:

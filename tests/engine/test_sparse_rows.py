@@ -106,3 +106,24 @@ def test_partners_are_the_sorted_others_of_each_set(n_guests: int, sets: list[li
 def test_pairs_within_nothing_is_empty() -> None:
     guest, partner = pairs_within([])
     assert guest.size == partner.size == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(masks(), st.data())
+def test_a_row_appended_to_a_mask_is_the_dense_array_with_that_row(
+    case: tuple[np.ndarray, np.ndarray], data: st.DataObject
+) -> None:
+    index, table = case
+    mask = RowMask.build(index, table)
+    row = np.array(data.draw(st.lists(st.booleans(), **_n(table.shape[1]))), dtype=bool)
+    grown = mask.with_row(row)
+    assert np.array_equal(grown.dense(), np.vstack([table[index], row[None, :]]))
+    assert len(grown.table) == len({r.tobytes() for r in (*mask.table, row)})
+
+
+def test_a_guest_appended_to_partners_keeps_the_others_rows() -> None:
+    partners = Partners.within(4, [np.array([0, 2]), np.array([1, 2, 3])])
+    grown = partners.with_row(np.array([1, 3], dtype=np.intp))
+    assert [p.tolist() for p in grown] == [*([p.tolist() for p in partners]), [1, 3]]
+    assert grown.counts().tolist() == [*partners.counts().tolist(), 2]
+    assert [p.tolist() for p in Partners.within(0, []).with_row(np.zeros(0))] == [[]]

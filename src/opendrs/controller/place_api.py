@@ -22,6 +22,7 @@ from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, Final
 
 from opendrs.engine.constraints import RejectionCode
+from opendrs.engine.observed_placement import ObservedPlacement
 from opendrs.engine.placement import Placement, fresh_id, place_new
 from opendrs.model.cluster import Cluster
 from opendrs.model.new_guest import NEW_GUEST_KEYS, NewGuestError, new_guest
@@ -51,12 +52,17 @@ def json_error(status: HTTPStatus, reason: str) -> tuple[HTTPStatus, bytes]:
 
 
 class PlaceView:
-    """The cluster as the daemon last observed it, and the answers of ``POST /api/place``."""
+    """The cluster as the daemon last observed it, and the answers of ``POST /api/place``.
+
+    What every answer on one observation shares (:class:`ObservedPlacement`) is built once, by
+    the first request after the observation; requests arriving meanwhile wait for it."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._building = threading.Lock()
         self._cluster: Cluster | None = None
         self._at = 0.0
+        self._observed: ObservedPlacement | None = None
 
     def cycle(self, cycle: Cycle) -> None:
         """Keep the cluster ``cycle`` observed (a failed observation keeps the one before)."""
@@ -64,15 +70,31 @@ class PlaceView:
             with self._lock:
                 self._cluster, self._at = cycle.cluster, cycle.at
 
+    def _observed_now(self) -> tuple[ObservedPlacement | None, float]:
+        """The last observation ready to place on (built now if not yet), and its time."""
+        with self._lock:
+            cluster, at, observed = self._cluster, self._at, self._observed
+        if cluster is None:
+            return None, at
+        if observed is not None and observed.cluster is cluster:
+            return observed, at
+        with self._building:
+            with self._lock:
+                observed = self._observed
+            if observed is None or observed.cluster is not cluster:
+                observed = ObservedPlacement.build(cluster)
+                with self._lock:
+                    self._observed = observed
+        return observed, at
+
     def answer(self, body: bytes) -> tuple[HTTPStatus, bytes]:
         """The status and JSON body answering the request ``body``."""
-        with self._lock:
-            cluster, at = self._cluster, self._at
-        if cluster is None:
+        observed, at = self._observed_now()
+        if observed is None:
             return json_error(HTTPStatus.SERVICE_UNAVAILABLE, "no observation of the cluster yet")
         try:
             request = _request_object(body)
-            answer = place_for(cluster, request)
+            answer = place_for(observed.cluster, request, observed)
         except PlaceError as exc:
             return json_error(exc.status, str(exc))
         answer["observed_at"] = datetime.fromtimestamp(at, UTC).isoformat(timespec="seconds")
@@ -89,8 +111,12 @@ def _request_object(body: bytes) -> Mapping[str, Any]:
     return request
 
 
-def place_for(cluster: Cluster, request: Mapping[str, Any]) -> dict[str, Any]:
-    """The answer (as JSON data) to ``request`` on ``cluster``."""
+def place_for(
+    cluster: Cluster, request: Mapping[str, Any], observed: ObservedPlacement | None = None
+) -> dict[str, Any]:
+    """The answer (as JSON data) to ``request`` on ``cluster``: from ``observed`` (built from
+    ``cluster``) when given, else with the constraints built for this request alone (the
+    same answer)."""
     unknown = sorted(set(request) - NEW_GUEST_KEYS - _RULE_KEYS)
     if unknown:
         known = ", ".join(sorted(NEW_GUEST_KEYS | _RULE_KEYS))
@@ -102,7 +128,10 @@ def place_for(cluster: Cluster, request: Mapping[str, Any]) -> dict[str, Any]:
         raise PlaceError(HTTPStatus.UNPROCESSABLE_ENTITY, str(exc)) from None
     guest = replace(guest, id=fresh_id(cluster, guest.id))
     rules, joined, notes = _joined(cluster, guest.id, request)
-    placement = place_new(replace(cluster, rules=rules), guest)
+    if observed is None:
+        placement = place_new(replace(cluster, rules=rules), guest)
+    else:
+        placement = observed.place(rules, guest)
     breaking = _breaking(cluster, rules, guest.id)
     return {
         "guest": {"id": guest.id, "name": guest.name, "cpu": guest.cpu, "memory": guest.memory},

@@ -238,7 +238,12 @@ class PlacementState:
 
     def fractions_on(self, n: int, members: np.ndarray) -> dict[str, float]:
         """Load fractions of node ``n`` if ``members`` went there."""
-        _assign, base_load, _committed = self._without(members)
+        return self._fractions_after(n, members, self._without(members)[1])
+
+    def _fractions_after(
+        self, n: int, members: np.ndarray, base_load: np.ndarray
+    ) -> dict[str, float]:
+        """:meth:`fractions_on`, ``base_load`` the balance loads without ``members``."""
         load = base_load[n].copy()
         for j in members.tolist():
             if self.running[j]:
@@ -274,13 +279,14 @@ class PlacementState:
                 who = "" if m == j else f"partner {cluster.guests[m].id}: "
                 return Placement(guest.id, member_ids, purpose, (), (), who + str(reason), current)
         scored, rejected = self.evaluate(members)
+        base_load = self._without(members)[1]
         ranking = tuple(
             NodeScore(
                 node=cluster.nodes[n].name,
                 score=score,
                 balance=balance,
                 penalty=penalty,
-                fractions=self.fractions_on(n, members),
+                fractions=self._fractions_after(n, members, base_load),
                 current=n == current_idx,
             )
             for n, score, balance, penalty in scored
@@ -331,17 +337,21 @@ def fresh_id(cluster: Cluster, wanted: str) -> str:
 def place_new(cluster: Cluster, guest: Guest) -> Placement:
     """Where should a new guest start? ``guest.node`` is ignored; it is not counted anywhere yet.
     Its id is :func:`fresh_id`'s; rules of ``cluster`` that name that id apply to it."""
-    gid = fresh_id(cluster, guest.id)
-    arch = guest.arch
-    if arch is None:
-        # The most common architecture among usable nodes (ties: alphabetical).
-        usable = [n.arch for n in cluster.nodes if n.usable]
-        arch = min(set(usable), key=lambda a: (-usable.count(a), a)) if usable else "x86_64"
-    # The new guest sits on a node name no real node has, so it loads no real node yet.
-    newcomer = replace(guest, id=gid, node="\0new", state="running", migrating_to=None, arch=arch)
-    grown = replace(cluster, guests=(*cluster.guests, newcomer))
+    grown = replace(cluster, guests=(*cluster.guests, newcomer(cluster, guest)))
     state = PlacementState.build(grown)
     return state.place(len(grown.guests) - 1, "new")
+
+
+def newcomer(cluster: Cluster, guest: Guest) -> Guest:
+    """``guest`` as :func:`place_new` adds it to ``cluster``: its :func:`fresh_id`, running on a
+    node name no real node has (so it loads no real node yet), of its architecture or else the
+    most common one among usable nodes (ties: alphabetical)."""
+    arch = guest.arch
+    if arch is None:
+        usable = [n.arch for n in cluster.nodes if n.usable]
+        arch = min(set(usable), key=lambda a: (-usable.count(a), a)) if usable else "x86_64"
+    gid = fresh_id(cluster, guest.id)
+    return replace(guest, id=gid, node="\0new", state="running", migrating_to=None, arch=arch)
 
 
 @dataclass(frozen=True)
@@ -448,6 +458,7 @@ __all__: Sequence[str] = (
     "PlacementState",
     "evacuate",
     "fresh_id",
+    "newcomer",
     "place_biggest_first",
     "place_guest",
     "place_new",

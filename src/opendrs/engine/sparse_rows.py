@@ -79,6 +79,15 @@ class RowMask:
             return self.table[self.index[rows], cols]
         return self.table[self.index[key]]
 
+    def with_row(self, row: np.ndarray) -> RowMask:
+        """This mask with one more guest, whose row is ``row`` (N,): the table's row equal to
+        it, or a new one at the end of the table."""
+        row = np.asarray(row, dtype=bool)
+        equal = np.flatnonzero((self.table == row[None, :]).all(axis=1))
+        table = self.table if equal.size else _frozen(np.vstack([self.table, row[None, :]]))
+        at = int(equal[0]) if equal.size else len(self.table)
+        return RowMask(_frozen(appended(self.index, at)), table)
+
     def dense(self) -> np.ndarray:
         """The (G, N) array."""
         return self.table[self.index]
@@ -157,6 +166,13 @@ class Partners:
     def __iter__(self) -> Iterator[np.ndarray]:
         return (self[j] for j in range(len(self)))
 
+    def with_row(self, partners: np.ndarray) -> Partners:
+        """These partners with one more guest's, ``partners`` (sorted indices); the others'
+        rows are unchanged (they do not name the new guest)."""
+        start = appended(self.start, self.start[-1] + len(partners))
+        flat = np.concatenate([self.flat, np.asarray(partners, dtype=self.flat.dtype)])
+        return Partners(_frozen(start), _frozen(flat))
+
     def counts(self) -> np.ndarray:
         """(G,) how many partners each guest has."""
         return np.diff(self.start)
@@ -164,6 +180,14 @@ class Partners:
     def having(self) -> np.ndarray:
         """The guests with at least one partner, in order."""
         return np.nonzero(self.counts())[0]
+
+
+def appended(array: np.ndarray, value: object) -> np.ndarray:
+    """A copy of the 1-D ``array`` with ``value`` after its last item, of its dtype."""
+    out = np.empty(len(array) + 1, dtype=array.dtype)
+    out[:-1] = array
+    out[-1] = value
+    return out
 
 
 def pairs_within(sets: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -176,4 +200,4 @@ def pairs_within(sets: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     return guest, partner
 
 
-__all__ = ["Partners", "RowMask", "pairs_within"]
+__all__ = ["Partners", "RowMask", "appended", "pairs_within"]
