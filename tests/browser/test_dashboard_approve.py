@@ -1,8 +1,10 @@
 """Manual mode's proposals approved on the dashboard, in a real browser: ``opendrs run`` in a
-subprocess against the fake Proxmox API, ``http.write`` on behind a bearer token (which the
-browser sends with every request, as a reverse proxy in front of it would add it), the page opened
-in headless Chromium. The proposal must show on the page, its approve button must start its
-migrations, and the page must log no console error."""
+subprocess against the fake Proxmox API, ``http.write`` on behind a bearer token, the page opened
+in headless Chromium. The operator types the token into the page's token field (first a wrong
+one, which the page says is refused); the tab keeps it in ``sessionStorage`` — no cookie, not
+in the address — and sends it with each request. The proposal must then show on the page, its
+approve button must start its migrations, and the page must log no console error but the
+refusals of the requests made without the right token."""
 
 from __future__ import annotations
 
@@ -44,13 +46,19 @@ def test_a_proposal_is_approved_from_the_dashboard(
     config = proxmox_config(tmp_path, fake, mode="manual", extra=http)
     with Daemon(config) as daemon:
         address = served(daemon)
-        chromium.execute_cdp_cmd("Network.enable", {})
-        chromium.execute_cdp_cmd(
-            "Network.setExtraHTTPHeaders", {"headers": {"Authorization": f"Bearer {TOKEN}"}}
-        )
         chromium.get(f"http://{address}/")
+        wait_until("the token needed", lambda: "token" in texts(chromium, "#panel")[0])
+        type_token(chromium, "not-the-token")
+        refused = wait_until("the refusal", lambda: "(401)" in texts(chromium, "#refresh")[0])
+        assert refused and "token field" in texts(chromium, "#refresh")[0]
+        type_token(chromium, TOKEN)
         (proposal,) = wait_until("a proposal", lambda: texts(chromium, "li.proposal"))
         assert "pve1 →" in proposal and "vm10" in proposal
+        assert chromium.get_cookies() == [] and TOKEN not in chromium.current_url
+        kept = chromium.execute_script("return window.sessionStorage.getItem('opendrs.token');")
+        assert kept == TOKEN
+        refusals = console_errors(chromium)  # the page and panel asked without the right token
+        assert refusals and all("401" in message for message in refusals), refusals
         assert texts(chromium, "#balance-now") == ["balance now"]
         chromium.execute_script("document.querySelector('li.proposal button.approve').click()")
         said = wait_until("the answer", lambda: texts(chromium, "#said")[0])
@@ -58,5 +66,15 @@ def test_a_proposal_is_approved_from_the_dashboard(
         daemon.wait_for(r"proposal [0-9a-f]{8} approved by ops@http: checked again, starting")
         daemon.wait_for(r"done .*pve1 → ", timeout=TIMEOUT)
         assert console_errors(chromium) == []
-        assert daemon.stop() == 0
+        assert daemon.stop() == 0, daemon.log()[-3000:]
     assert fake.pve.migrations
+
+
+def type_token(driver: Any, token: str) -> None:
+    """``token`` typed into the page's token field, then Enter, as an operator does."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    field = driver.find_element(By.ID, "token")
+    field.clear()
+    field.send_keys(token, Keys.ENTER)

@@ -281,6 +281,13 @@ def test_the_dashboard_approves_with_the_token_from_its_own_origin(
         pid = first_proposal(daemon)
         status, body = request(address, "/api/proposals", method="GET")
         assert status == 200 and [p["id"] for p in json.loads(body)["proposals"]] == [pid]
+        # The page without the token: its frame and token field, no data of the cluster.
+        for token in (None, "wrong"):
+            status, frame = request(address, "/", method="GET", token=token)
+            assert status == 401 and 'id="token"' in frame and 'id="panel"' in frame, frame
+            assert "pve1" not in frame and "vm10" not in frame and "manual mode" not in frame
+        status, page = request(address, "/", method="GET")
+        assert status == 200 and 'id="token"' in page and "vm10" in page
         approve = f"/api/proposals/{pid}/approve"
         # No token, a wrong one, a cookie alone, another origin: refused, nothing recorded.
         assert request(address, approve, token=None)[0] == 401

@@ -177,6 +177,13 @@ class Dashboard:
         """``/``: the whole page."""
         return self._rendered_once("page", lambda s: self._render(s, "page"))
 
+    def sign_in(self) -> str:
+        """``/`` asked without the token: the page's frame, its token field and script, and no
+        data of the cluster."""
+        return _TEMPLATES.get_template("dashboard.html.j2").render(
+            s=None, chart="", refresh_ms=REFRESH_MS, script=SCRIPT
+        )
+
     def panel(self) -> str:
         """``/api/panel``: the page's changing part, which the page's script swaps in."""
         return self._rendered_once("panel", lambda s: self._render(s, "panel"))
@@ -295,6 +302,8 @@ class Dashboard:
             "proposals": self._base.get("proposals", []),
             # Whether the page may approve, reject and balance now (http.write).
             "write": config.http is not None and config.http.write,
+            # Whether every request needs the bearer token (the page's field then takes it).
+            "token": config.http is not None and config.http.token_file is not None,
             "in_flight": in_flight,
             "queued": queued,
             "ended": list(self._ended),
@@ -431,18 +440,49 @@ def _script_hash(script: str) -> str:
 
 #: The page's only script: ask every few seconds whether there is a newer snapshot and swap the
 #: changing part in (the decisions opened staying open); say so when the daemon cannot be
-#: reached. With ``http.write``, its buttons POST an approval, a rejection or a request to balance
-#: now (the page's own origin; the bearer token as every request of the page carries it) and say
-#: the answer.
+#: reached. With ``http.token_file``, its field takes the token: kept in the tab's
+#: ``sessionStorage`` (never a cookie, never in an address) and sent as ``Authorization: Bearer``
+#: with each request of the page (none when the field is empty: a proxy in front may add it);
+#: a 401 or 403 says what to do. With ``http.write``, its buttons POST an approval, a rejection
+#: or a request to balance now (the page's own origin) and say the answer.
 SCRIPT: Final = """
 (function () {
+  var KEY = "opendrs.token";
   var panel = document.getElementById("panel");
   var status = document.getElementById("refresh");
+  var said = document.getElementById("said");
   var every = Number(panel.dataset.refresh);
+  var timer = null;
+  function bearer() {
+    var token = window.sessionStorage.getItem(KEY);
+    return token ? {"Authorization": "Bearer " + token} : {};
+  }
+  function refusal(code, error) {
+    if (code === 401) {
+      return "the daemon wants its token (401): enter the token of http.token_file in the " +
+        "token field" + (window.sessionStorage.getItem(KEY) ? " (the one kept is refused)" : "");
+    }
+    if (code === 403) {
+      return "refused (403): " + (error || "forbidden") +
+        ": open the dashboard at the daemon's own address";
+    }
+    return "refused (" + code + "): " + (error || "HTTP " + code);
+  }
+  function show(element, text, ok) {
+    element.textContent = text;
+    element.className = ok ? "live" : "lost";
+  }
+  function schedule(delay) {
+    window.clearTimeout(timer);
+    timer = window.setTimeout(refresh, delay);
+  }
   function refresh() {
-    fetch("api/panel?after=" + panel.dataset.version, {cache: "no-store"})
+    fetch("api/panel?after=" + panel.dataset.version, {cache: "no-store", headers: bearer()})
       .then(function (answer) {
         if (answer.status === 204) { return null; }
+        if (answer.status === 401 || answer.status === 403) {
+          throw {refused: refusal(answer.status, "")};
+        }
         if (!answer.ok) { throw new Error("HTTP " + answer.status); }
         return answer.text();
       })
@@ -457,31 +497,55 @@ SCRIPT: Final = """
             if (details) { details.open = true; }
           });
         }
-        status.textContent = "live: updated " + new Date().toLocaleTimeString();
-        status.className = "live";
+        show(status, "live: updated " + new Date().toLocaleTimeString(), true);
       })
       .catch(function (error) {
-        status.textContent = "cannot reach the daemon (" + error.message + "): retrying";
-        status.className = "lost";
+        show(status, error.refused ||
+          "cannot reach the daemon (" + error.message + "): retrying", false);
       })
-      .finally(function () { window.setTimeout(refresh, every); });
+      .finally(function () { schedule(every); });
   }
-  window.setTimeout(refresh, every);
-  var said = document.getElementById("said");
+  schedule(panel.dataset.frame && window.sessionStorage.getItem(KEY) ? 0 : every);
+  var field = document.getElementById("token");
+  if (field) {
+    var told = document.getElementById("token-said");
+    var keep = function () {
+      if (!field.value) { return; }
+      window.sessionStorage.setItem(KEY, field.value);
+      field.value = "";
+      show(told, "kept for this tab", true);
+      schedule(0);
+    };
+    document.getElementById("token-use").addEventListener("click", keep);
+    field.addEventListener("keydown", function (event) {
+      if (event.key === "Enter") { keep(); }
+    });
+    document.getElementById("token-forget").addEventListener("click", function () {
+      window.sessionStorage.removeItem(KEY);
+      show(told, "forgotten", true);
+    });
+    if (window.sessionStorage.getItem(KEY)) { show(told, "kept for this tab", true); }
+  }
   document.addEventListener("click", function (event) {
     var button = event.target.closest("button[data-post]");
     if (!button) { return; }
     button.disabled = true;
-    fetch(button.dataset.post, {method: "POST", cache: "no-store"})
+    fetch(button.dataset.post, {method: "POST", cache: "no-store", headers: bearer()})
       .then(function (answer) {
-        return answer.json().then(function (data) {
-          said.textContent = answer.ok ? button.dataset.done : "refused: " + data.error;
-          said.className = answer.ok ? "live" : "lost";
+        var type = answer.headers.get("Content-Type") || "";
+        var data = type.indexOf("application/json") === 0 ? answer.json() : Promise.resolve({});
+        return data.then(function (data) {
+          if (answer.ok) {
+            show(said, button.dataset.done, true);
+          } else {
+            show(said, refusal(answer.status, data.error), false);
+            button.disabled = false;
+          }
         });
       })
       .catch(function (error) {
-        said.textContent = "cannot reach the daemon (" + error.message + ")";
-        said.className = "lost";
+        show(said, "cannot reach the daemon (" + error.message + ")", false);
+        button.disabled = false;
       });
   });
 })();

@@ -7,7 +7,8 @@ either: it asks where a new guest should start, and is answered from the last ob
 needs ``http.token_file`` (403 without one), ``Content-Type: application/json`` and, from a
 browser, an ``Origin`` that is the server's own; its errors are JSON (``{"error": …}``). With a
 bearer token (``http.token_file``) every path asks for ``Authorization: Bearer TOKEN`` (401
-otherwise); the token is compared in constant time and never logged. Requests are
+otherwise; ``/`` answers its 401 with the page's frame, no data, whose field takes the token for
+the browser tab); the token is compared in constant time and never logged. Requests are
 logged at DEBUG only. The dashboard's answers come from the snapshot the daemon publishes once
 per cycle (:class:`opendrs.controller.dashboard.Dashboard`): a request never reaches the backend.
 
@@ -166,12 +167,18 @@ class _Handler(BaseHTTPRequestHandler):
         )
 
     def _answer(self, *, body: bool) -> None:
-        if not self._authorized():
-            headers = {"WWW-Authenticate": 'Bearer realm="opendrs"'}
-            self._send(HTTPStatus.UNAUTHORIZED, b"a bearer token is needed\n", headers, body=body)
-            return
         path, _, query = self.path.partition("?")
         dashboard = self.server.dashboard
+        if not self._authorized():
+            headers = {"WWW-Authenticate": 'Bearer realm="opendrs"'}
+            if path == "/" and dashboard is not None:
+                # The page's frame alone (no data): its field takes the token for the tab.
+                headers |= {**dict(dashboard_headers()), "Content-Type": "text/html; charset=utf-8"}
+                text = dashboard.sign_in().encode()
+                self._send(HTTPStatus.UNAUTHORIZED, text, headers, body=body)
+                return
+            self._send(HTTPStatus.UNAUTHORIZED, b"a bearer token is needed\n", headers, body=body)
+            return
         if path == _PLACE and self.server.place is not None:
             status, text = json_error(HTTPStatus.METHOD_NOT_ALLOWED, f"{_PLACE} takes POST")
             self._send(status, text, {"Allow": "POST", **_JSON}, body=body)
