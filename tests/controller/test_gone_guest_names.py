@@ -108,3 +108,18 @@ def test_the_dashboard_names_a_guest_gone_since_as_the_history_or_the_last_cycle
     dashboard.event(Event(clock.now(), "done", Move("9", "a", "b")))
     labels = [m["label"] for m in dashboard.snapshot().data["ended"]]
     assert labels == ["9", "old-db (77)", "web (5)"]  # newest first; 9 never had a name
+
+
+def test_after_a_restart_a_migration_of_a_gone_guest_is_told_by_its_recorded_name(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    c = cluster([node("a"), node("b")], [guest("1", "a")])
+    _fake, clock, history, executor = setup_executor(c)
+    move = Move("77", "a", "b")
+    history.migration_started(decision=None, move=move, handle="op-9", at=0.0, name="old-db")
+    with caplog.at_level(logging.INFO, logger="opendrs.controller.executor"):
+        executor.reconcile()  # the platform knows no task op-9, and has no guest 77
+        run_executor(executor, clock)
+    (record,) = history.migrations()
+    assert record.outcome == "lost" and record.name == "old-db"
+    assert "old-db (77) a → b" in caplog.text
