@@ -128,6 +128,8 @@ class MigrationRecord:
     ended_order: int | None = None
     #: Seconds a done move stopped the guest; ``None`` when it ran throughout.
     downtime: float | None = None
+    #: The guest's name when the migration started; ``None`` where no name was ever known.
+    name: str | None = None
 
     @property
     def guest(self) -> str:
@@ -198,6 +200,7 @@ def migration_object(record: MigrationRecord, event: str) -> dict[str, Any]:
         "id": record.id,
         "decision": record.decision,
         "guest": record.move.guest,
+        "name": record.name,
         "source": record.move.source,
         "target": record.move.target,
         "parking": record.parking,

@@ -826,4 +826,4 @@ def test_a_version_3_file_gets_the_code_column_filled_from_each_summary(path: Pa
         summaries = {r.id: dict(r.summary) for r in h.decisions()}
     assert codes == {1: "holding", 2: None, later: "plan"}
     assert summaries[1] == {"code": "holding", "nodes": 3}  # the summary is left as it was
-    assert raw(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+    assert raw(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6

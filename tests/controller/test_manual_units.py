@@ -125,7 +125,7 @@ def test_a_version_4_file_is_upgraded_with_its_decisions_and_migrations(tmp_path
         with pytest.raises(Exception, match="FOREIGN KEY"):
             h.add_proposal(_proposal(99))  # no decision 99: the foreign keys hold again
     db = sqlite3.connect(path)
-    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
     assert db.execute("PRAGMA foreign_key_check").fetchall() == []
     db.close()
 

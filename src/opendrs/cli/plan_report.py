@@ -44,7 +44,7 @@ def plan_document(result: PlanResult, source: str) -> Document:
         "imbalance": _imbalance(plan["metrics"]),
         "imbalance_by_arch": {arch: _imbalance(metrics) for arch, metrics in by_arch.items()},
         "steps": _steps(plan["moves"], plan["proposed"], result),
-        "stopped": stop_sentence(result.proposal),
+        "stopped": stop_sentence(result.proposal, label),
         "copied": format_bytes(_copied(result)),
         "labels": {g.id: g.label for g in result.cluster.guests},
         "bounds": _bounds(plan),

@@ -20,6 +20,7 @@ from opendrs.engine.policy import Repair, may_need_repair, repair, stuck_after, 
 from opendrs.engine.strategies.base import (
     Proposal,
     Request,
+    Stop,
     StrategyInfo,
     StrategyOptions,
     imbalance_by_arch,
@@ -134,7 +135,8 @@ def _planned(
             f"{fixed.proposal.stopped}, as the daemon makes them first with any strategy: "
             f"{name} is asked once nothing that may move breaks a hard constraint"
         )
-        proposal = replace(fixed.proposal, strategy="repair", stopped=stopped)
+        stop = Stop("repairs_only", {"strategy": name})
+        proposal = replace(fixed.proposal, strategy="repair", stopped=stopped, stop=stop)
         plan, stuck = fixed.plan, fixed.stuck
     else:
         proposal, plan = plan_with_retries(

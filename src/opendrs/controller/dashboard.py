@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import logging
 import threading
 import time
 from collections import deque
@@ -53,6 +54,8 @@ from opendrs.report.charts import Line, line_chart
 from opendrs.report.words import purpose_words
 
 __all__ = ["Dashboard", "Snapshot"]
+
+log = logging.getLogger(__name__)
 
 #: Recorded decisions and ended migrations the page lists, newest first.
 KEPT: Final = 10
@@ -98,7 +101,8 @@ class Dashboard:
         #: What the chart draws: the points of the last day, every n-th beyond CHART_POINTS.
         self._chart_points: list[list[float]] = []
         self._would: dict[str, Any] | None = None
-        #: Each guest's name, from the last cluster observed: the page says ``name (id)``.
+        #: Each guest's name, from the clusters observed and the history (a guest deleted or
+        #: renamed since keeps the name it had): the page says ``name (id)``.
         self._names: dict[str, str] = {}
         self._snapshot = Snapshot(0, {"version": 0, **self._document()})
         self._rendered: dict[tuple[int, str], str] = {}
@@ -106,8 +110,13 @@ class Dashboard:
         self._failover = FailoverWatch()
 
     def follow(self, controller: Controller) -> None:
-        """Read the configuration and the migrations of ``controller`` from now on."""
+        """Read the configuration and the migrations of ``controller`` from now on; the guests'
+        names its history recorded name the guests gone since."""
         self._controller = controller
+        try:
+            self._names = {**controller.history.guest_names(), **self._names}
+        except HistoryError as exc:
+            log.warning("the dashboard names only the guests it sees: %s", exc)
 
     # -- the daemon's hooks (its thread) ---------------------------------------------------------
 
@@ -117,7 +126,7 @@ class Dashboard:
             self._base["observation"] = {"ok": False, "error": cycle.error, **self._at(cycle.at)}
         elif cycle.cluster is not None:
             cluster = cycle.cluster
-            self._names = {g.id: g.name for g in cluster.guests}
+            self._names.update((g.id, g.name) for g in cluster.guests if g.name)
             loads = LoadModel.build(cluster)
             self._base.update(
                 observation={"ok": True, "error": None, **self._at(cycle.at)},

@@ -82,7 +82,7 @@ from opendrs.engine.constraints import Rejection, movability
 from opendrs.engine.placement import PlacementState
 from opendrs.engine.planner import Plan, PlannedMove, final_placement, plan_moves
 from opendrs.engine.view import CycleView
-from opendrs.model.cluster import Cluster, Guest, Move
+from opendrs.model.cluster import Cluster, Guest, Move, guest_label
 from opendrs.model.units import format_duration
 from opendrs.records import PENDING
 
@@ -221,6 +221,9 @@ class Executor:
         self.events: list[Event] = []
         #: The view of the last fresh observation, which the preconditions and re-planning read.
         self._view: CycleView | None = None
+        #: Each guest's name, from the last observation and, for a guest queued or in flight
+        #: that has gone since, from when it was seen (or the history recorded it).
+        self._names: dict[str, str] = {}
         #: The platform's own moves the queue last waited for (logged when they change).
         self._platform_wait: str | None = None
 
@@ -253,12 +256,22 @@ class Executor:
         level = (
             logging.WARNING if kind in ("failed", "lost", "skipped", "watching") else logging.INFO
         )
-        # the log names the guest as the operator knows it, from the last observation
-        label = self._view.observed.guest_label if self._view is not None else str
-        log.log(level, "%s", event.describe(label))
+        # the log names the guest as the operator knows it, a gone one as it was last seen
+        log.log(level, "%s", event.describe(self._label))
         if self._on_event is not None:
             self._on_event(event)
         return event
+
+    def _label(self, guest: str) -> str:
+        """``name (id)`` of ``guest`` as it was last seen (its id alone if it never had a name)."""
+        return guest_label(guest, self._names.get(guest, ""))
+
+    def _remember_names(self, cluster: Cluster) -> None:
+        """The names of ``cluster``'s guests, and still those of gone guests queued or in
+        flight."""
+        busy = set(self._running) | {q.move.guest for q in self._queue}
+        kept = {g: n for g, n in self._names.items() if g in busy}
+        self._names = kept | {g.id: g.name for g in cluster.guests if g.name}
 
     # -- plans ---------------------------------------------------------------------------------
 
@@ -328,6 +341,8 @@ class Executor:
             handle = record.as_handle()
             running = _Running(record.id, handle, 0, record.parking)
             self._running[record.guest] = running
+            if record.name and record.guest not in self._names:
+                self._names[record.guest] = record.name
             if record.handle == PENDING:
                 self._watch(running, "its request was not answered before a restart", now)
                 continue
@@ -723,7 +738,7 @@ class Executor:
         for move in moves:
             j = index.get(move.guest)
             if j is None:
-                return Precondition("gone", f"guest {move.guest} is gone")
+                return Precondition("gone", f"guest {self._label(move.guest)} is gone")
             guest = cluster.guests[j]
             if guest.node != move.source:
                 return Precondition(
@@ -768,7 +783,12 @@ class Executor:
             return "held"
         now = self.clock.now()
         record = self.history.migration_started(
-            decision=queued.decision, move=plain, handle=PENDING, at=now, parking=move.parking
+            decision=queued.decision,
+            move=plain,
+            handle=PENDING,
+            at=now,
+            parking=move.parking,
+            name=self._names.get(move.guest),
         )
         running = _Running(record, Handle(PENDING, plain, now), move.step, move.parking)
         self._progress = now
@@ -810,6 +830,7 @@ class Executor:
         starts."""
         if self._view is None or self._view.observed is not cluster:
             self._view = CycleView(cluster)
+            self._remember_names(cluster)
         return self._view
 
     def _replan(self, cluster: Cluster, why: str) -> None:

@@ -397,13 +397,18 @@ class History:
         return verdict_object(given)
 
     def guest_names(self) -> dict[str, str]:
-        """Each guest's name as the latest decision that planned a move of it recorded it (the
-        guests the history knows by name: those it planned or made migrations of)."""
+        """Each guest's name as the history last recorded it, by a decision that planned a move
+        of it or a migration of it (the guests the history knows by name, those deleted or
+        renamed since included)."""
         query = (
-            "SELECT json_extract(move.value, '$.guest'), json_extract(move.value, '$.name') "
+            "SELECT guest, name FROM ("
+            "SELECT decisions.at AS at, 0 AS kind, decisions.id AS id, "
+            "json_extract(move.value, '$.guest') AS guest, "
+            "json_extract(move.value, '$.name') AS name "
             "FROM decisions, json_each(decisions.plan) AS move "
-            "WHERE decisions.moves > 0 AND json_extract(move.value, '$.name') IS NOT NULL "
-            "ORDER BY decisions.at, decisions.id"
+            "WHERE decisions.moves > 0 AND json_type(move.value, '$.name') = 'text' "
+            "UNION ALL SELECT started, 1, id, guest, name FROM migrations "
+            "WHERE name IS NOT NULL) ORDER BY at, kind, id"
         )
         with self._read("read guest names") as db:
             rows = db.execute(query).fetchall()
@@ -419,8 +424,10 @@ class History:
         handle: str,
         at: float,
         parking: bool = False,
+        name: str | None = None,
     ) -> int:
-        """Record a migration the backend accepted; returns its id.
+        """Record a migration the backend accepted; returns its id. ``name`` is the guest's
+        name now (the history names the guest by it once the guest is gone).
 
         Refused when the guest already has a migration in flight, or ``decision`` is not a
         recorded decision.
@@ -436,6 +443,8 @@ class History:
         at = check_time("at", at)
         if not isinstance(parking, bool):
             raise HistoryError(f"parking must be true or false, got {parking!r}")
+        if name is not None and not isinstance(name, str):
+            raise HistoryError(f"guest name must be a string or None, got {name!r}")
         if decision is not None and (isinstance(decision, bool) or not isinstance(decision, int)):
             raise HistoryError(f"decision must be a decision id or None, got {decision!r}")
         with self._write("record a migration") as db:
@@ -458,8 +467,8 @@ class History:
                 raise HistoryError(f"migration of {guest}: unknown decision {decision}")
             cursor = db.execute(
                 "INSERT INTO migrations (decision, guest, source, target, parking, handle, "
-                "started) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (decision, guest, source, target, int(parking), handle, at),
+                "started, name) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (decision, guest, source, target, int(parking), handle, at, name or None),
             )
             return int(cursor.lastrowid or 0)
 

@@ -3,7 +3,7 @@
 :class:`~opendrs.controller.history.History` reads and writes the file; this module holds what
 makes a file an opendrs history.
 
-Schema (version 5)
+Schema (version 6)
 ==================
 
 The version is kept in ``PRAGMA user_version``; ``PRAGMA application_id`` is ``0x6F647273``
@@ -43,7 +43,10 @@ The version is kept in ``PRAGMA user_version``; ``PRAGMA application_id`` is ``0
     instant are told in that order; added in version 2, which numbers older outcomes by ``id``);
     ``downtime`` (REAL or NULL, added in version 3: for ``done``, the seconds the guest did not run
     because the move stopped it — a restart move, or a VM moved by a stateful stop and start;
-    NULL for a live migration, and for rows older than version 3).
+    NULL for a live migration, and for rows older than version 3); ``name`` (TEXT or NULL, added
+    in version 6: the guest's name when the migration started, so that a guest since deleted or
+    renamed is still shown as ``name (id)``; rows older than version 6 take the name their
+    decision's plan recorded; NULL where no name was ever known).
     ``ended`` and ``outcome`` are NULL together. A partial unique index (``migrations_in_flight``)
     makes it impossible to hold two in-flight rows for one guest.
 
@@ -216,6 +219,20 @@ UPGRADES: tuple[tuple[str, ...], ...] = (
             note      TEXT
         ) WITHOUT ROWID""",
         "CREATE INDEX proposals_state ON proposals (state, at)",
+    ),
+    (
+        # The guest's name when its migration started: the history names a guest that is gone
+        # as the operator knew it. Older rows take the name their decision's plan recorded.
+        "ALTER TABLE migrations ADD COLUMN name TEXT",
+        """UPDATE migrations SET name = (
+            SELECT json_extract(move.value, '$.name')
+            FROM decisions, json_each(CASE WHEN json_valid(decisions.plan)
+                                      THEN decisions.plan ELSE '[]' END) AS move
+            WHERE decisions.id = migrations.decision
+              AND json_extract(move.value, '$.guest') = migrations.guest
+              AND json_type(move.value, '$.name') = 'text'
+              AND json_extract(move.value, '$.name') <> ''
+            LIMIT 1)""",
     ),
 )
 

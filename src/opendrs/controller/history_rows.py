@@ -184,4 +184,5 @@ def migration_record(row: sqlite3.Row) -> MigrationRecord:
         error=row["error"],
         ended_order=None if row["ended_order"] is None else int(row["ended_order"]),
         downtime=None if row["downtime"] is None else float(row["downtime"]),
+        name=row["name"] or None,
     )

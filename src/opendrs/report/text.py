@@ -404,7 +404,7 @@ def show_proposal(
                 f"cost {move.cost}",
                 "dim",
             )
-    report.line(f"Stopped: {stop_sentence(proposal)}")
+    report.line(f"Stopped: {stop_sentence(proposal, cluster.guest_label)}")
     if verbose:
         report.line(f"  (engine: {proposal.stopped}; cost {proposal.total_cost})", "dim")
     if verbose:

@@ -26,6 +26,7 @@ __all__ = [
     "penalty_rules",
     "purpose_words",
     "stop_sentence",
+    "stop_words",
 ]
 
 #: What a move's reason code means, said after the loads it evens out ("" : balancing alone).
@@ -108,35 +109,219 @@ def _percent(fraction: float) -> str:
     return f"{fraction * 100:.0f} %" if np.isfinite(fraction) else "no capacity"
 
 
-def stop_sentence(proposal: Proposal) -> str:
-    """Why the strategy stopped, in words (its own sentence where it gives no code)."""
+def stop_sentence(proposal: Proposal, label: Callable[[str], str] = str) -> str:
+    """Why the strategy stopped, in words, guests named by ``label`` (its own sentence where it
+    gives no code, or a code this module does not know)."""
     stop = proposal.stop
-    if stop is None:
+    if stop is None or not _known(stop):
         return proposal.stopped
-    return _STOP_WORDS.get(stop.code, lambda _stop: proposal.stopped)(stop)
+    return stop_words(stop, label)
 
 
-def _balanced(stop: Stop) -> str:
-    spreads = ", ".join(f"{r} {stop.details[f'{r}_spread'] * 100:.1f} pp" for r in RESOURCES)
-    goal = stop.details["target_spread"] * 100
+def _known(stop: Stop) -> bool:
+    return stop.code in _STOP_WORDS and all(map(_known, stop.parts))
+
+
+def stop_words(stop: Stop, label: Callable[[str], str] = str) -> str:
+    """A :class:`Stop` in words (a part of one CPU architecture says which first)."""
+    text = _STOP_WORDS[stop.code](stop, label)
+    arch = stop.details.get("arch")
+    return f"{arch}: {text}" if arch else text
+
+
+def _figure(value: float | str, unit: float | str) -> str:
+    """A figure of a stop with its unit: ``12.5 %``, ``3.0 pp``, ``0.123`` (a ratio)."""
+    if unit in ("%", "pp"):
+        return f"{float(value):.1f} {unit}"
+    return f"{float(value):.3f}"
+
+
+def _threshold(value: float | str, unit: float | str) -> str:
+    return f"{float(value):g} {unit}" if unit else f"{float(value):g}"
+
+
+#: What a stop's ``measure`` is, in words (another is said as it is).
+_MEASURES = {
+    "imbalance": "imbalance of the nodes' loads (their coefficient of variation)",
+    "gap": "gap between the busiest and the least busy member's load scores",
+    "spread": "spread of the nodes' loads",
+}
+
+
+def _number(value: float | str) -> str:
+    """A figure as a whole number where it is one (an objective: ``1074510``), else ``:g``."""
+    number = float(value)
+    return f"{number:.0f}" if number.is_integer() else f"{number:g}"
+
+
+def _plural(count: float | str, noun: str) -> str:
+    number = int(float(count))
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+def _balanced(stop: Stop, _label: Callable[[str], str]) -> str:
+    spreads = ", ".join(f"{r} {float(stop.details[f'{r}_spread']) * 100:.1f} pp" for r in RESOURCES)
+    goal = float(stop.details["target_spread"]) * 100
     return (
         f"the cluster is balanced: the nodes' loads are within {goal:g} percentage points "
         f"of each other ({spreads})"
     )
 
 
-def _no_move_pays(stop: Stop) -> str:
+def _no_move_pays(stop: Stop, _label: Callable[[str], str]) -> str:
     return (
         "no other allowed move evens the loads out enough to be worth the memory it copies "
-        f"(--margin {stop.details['margin']:g})"
+        f"(--margin {float(stop.details['margin']):g})"
     )
 
 
-def _move_limit(stop: Stop) -> str:
-    return f"the limit of {stop.details['max_moves']:g} migrations is reached (--max-moves)"
+def _move_limit(stop: Stop, _label: Callable[[str], str]) -> str:
+    limit = _plural(stop.details["max_moves"], "migration")
+    return f"the limit of {limit} is reached (--max-moves)"
 
 
-_STOP_WORDS = {"balanced": _balanced, "no_move_pays": _no_move_pays, "move_limit": _move_limit}
+def _below_threshold(stop: Stop, _label: Callable[[str], str]) -> str:
+    d = stop.details
+    measure = str(d["measure"])
+    unit = d.get("unit", "")
+    return (
+        f"the {_MEASURES.get(measure, measure)} is now {_figure(d['value'], unit)}, at or below "
+        f"the threshold of {_threshold(d['threshold'], unit)}"
+    )
+
+
+def _gain_below_margin(stop: Stop, label: Callable[[str], str]) -> str:
+    d = stop.details
+    measure, unit = str(d["measure"]), d.get("unit", "")
+    return (
+        f"the best move, {label(str(d['guest']))} to {d['target']}, would bring the "
+        f"{_MEASURES.get(measure, measure)} from {_figure(d['value'], unit)} to "
+        f"{_figure(d['after'], unit)}: less than the --margin {float(d['margin']):g} asks"
+    )
+
+
+def _no_allowed_target(stop: Stop, _label: Callable[[str], str]) -> str:
+    who = "started HA resource" if stop.details.get("scope") == "ha" else "guest that may move"
+    return f"no {who} has a node it is allowed to move to"
+
+
+def _passes_done(stop: Stop, _label: Callable[[str], str]) -> str:
+    passes = int(float(stop.details["passes"]))
+    if passes < 1:
+        return "no pass over the guests was asked for (passes 0)"
+    return f"{passes} pass{'' if passes == 1 else 'es'} over the guests done"
+
+
+def _by_arch(stop: Stop, label: Callable[[str], str]) -> str:
+    said = "; ".join(stop_words(part, label) for part in stop.parts)
+    return said or "no CPU architecture has a node to balance"
+
+
+def _nothing_relieves(stop: Stop, label: Callable[[str], str]) -> str:
+    guests = ", ".join(label(g) for g in str(stop.details["guests"]).split())
+    return f"no node relieves the {_plural(stop.details['bad'], 'guest')} that need it ({guests})"
+
+
+def _no_bad_guest(stop: Stop, _label: Callable[[str], str]) -> str:
+    pressure = float(stop.details["cpu_pressure"]) * 100
+    return (
+        f"no guest needs relief: none has a CPU pressure above {pressure:g} %, sits on a node "
+        "above its memory threshold or breaks a placement rule"
+    )
+
+
+def _solved(stop: Stop, _label: Callable[[str], str]) -> str:
+    d = stop.details
+    return (
+        f"{_search(stop)}: {_plural(d['migrations'], 'migration')} lower its objective (spread, "
+        f"migration cost, soft rules) from {_number(d['objective_before'])} to "
+        f"{_number(d['objective_after'])}"
+    )
+
+
+def _current_best(stop: Stop, _label: Callable[[str], str]) -> str:
+    objective = _number(stop.details["objective"])
+    return f"{_search(stop)}: the current placement is already it (objective {objective})"
+
+
+def _search(stop: Stop) -> str:
+    """The search's result as the optimal strategy's stops begin with it."""
+    if int(float(stop.details.get("proven", 0))):
+        return "the best placement, proven optimal"
+    bound = stop.details.get("bound")
+    also = "" if bound is None else f", its objective bounded by {_number(bound)}"
+    return f"the best placement found in the time limit{also}"
+
+
+def _batch_cut(stop: Stop, label: Callable[[str], str]) -> str:
+    d = stop.details
+    cut = (
+        f"cut to {int(float(d['kept']))} of {_plural(d['proposed'], 'migration')} by the "
+        f"policy's {d['limit']} of {float(d['batch']):g}"
+    )
+    return "; ".join([*(stop_words(part, label) for part in stop.parts), cut])
+
+
+def _repairs_only(stop: Stop, _label: Callable[[str], str]) -> str:
+    strategy = stop.details.get("strategy")
+    if strategy is None:
+        return "only the repairs: the guests that must move, which move first"
+    return (
+        "only the repairs, which the daemon makes first with any strategy: "
+        f"{strategy} is asked once nothing that may move breaks a hard rule"
+    )
+
+
+def _said(template: str) -> Callable[[Stop, Callable[[str], str]], str]:
+    """A stop's words from ``template``, its details filled in (numbers as ``:g``)."""
+
+    def words(stop: Stop, _label: Callable[[str], str]) -> str:
+        shown = {k: f"{v:g}" if isinstance(v, float) else str(v) for k, v in stop.details.items()}
+        return template.format(**shown)
+
+    return words
+
+
+_STOP_WORDS: dict[str, Callable[[Stop, Callable[[str], str]], str]] = {
+    "balanced": _balanced,
+    "no_move_pays": _no_move_pays,
+    "move_limit": _move_limit,
+    "below_threshold": _below_threshold,
+    "no_movable_guest": _said("no guest may move: none is both running and free to move"),
+    "basic_mode": _said("the cluster counts guests only (basic mode): this strategy balances none"),
+    "no_allowed_target": _no_allowed_target,
+    "gain_below_margin": _gain_below_margin,
+    "passes_done": _passes_done,
+    "pass_moved_nothing": _said(
+        "pass {pass} over the guests moved nothing: every guest is within {keep} (keep) of its "
+        "best node's score"
+    ),
+    "by_arch": _by_arch,
+    "no_usable_node": _said("no node is usable: each is offline or in maintenance"),
+    "too_few_nodes": _said("fewer than 2 usable nodes: nothing to balance between"),
+    "idle": _said("the busiest node, {node}, is idle"),
+    "no_fitting_move": _said(
+        "no VM on {node}, the busiest node, fits on another below the midpoint of their loads"
+    ),
+    "no_bad_guest": _no_bad_guest,
+    "nothing_relieves": _nothing_relieves,
+    "every_group_visited": _said("every guest of the busiest nodes was considered"),
+    "solved": _solved,
+    "current_best": _current_best,
+    "no_node_over_threshold": _said(
+        "balancing is off, no node being over a threshold ({thresholds}): nothing to balance"
+    ),
+    "no_feasible_placement": _said(
+        "no placement keeping every hard rule was found within the time limit of {time_limit} s"
+    ),
+    "infeasible": _said("no placement keeps every hard rule: {reasons}"),
+    "returned": _said("the evacuated guests go back to their nodes after maintenance"),
+    "failover_closer": _said("the moves bring the cluster closer to its failover headroom"),
+    "day_balanced": _said("every hour of the day has its {metric} at or below the target"),
+    "no_day_move_pays": _said("no other move lowers the imbalance over the day's hours enough"),
+    "repairs_only": _repairs_only,
+    "batch_cut": _batch_cut,
+}
 
 
 def penalty_rules(cluster: Cluster, members: Iterable[str], node: str) -> list[str]:

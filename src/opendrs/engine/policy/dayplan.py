@@ -25,7 +25,13 @@ from opendrs.engine.constraints import Constraints, committed_for, movability
 from opendrs.engine.imbalance import normalise_weights
 from opendrs.engine.policy.profile import day_metric, hour_loads
 from opendrs.engine.sparse_rows import RowMask
-from opendrs.engine.strategies.base import Proposal, ProposedMove, cluster_imbalance, migration_cost
+from opendrs.engine.strategies.base import (
+    Proposal,
+    ProposedMove,
+    Stop,
+    cluster_imbalance,
+    migration_cost,
+)
 from opendrs.engine.usage import LoadModel, MeasuredUsage, safe_divide
 from opendrs.model.cluster import Cluster
 
@@ -118,15 +124,17 @@ def day_proposal(
     moved: set[int] = set()
     moves: list[ProposedMove] = []
     stopped = "no move lowers the day's imbalance enough"
+    stop = Stop("no_day_move_pays")
     metric_now = before_metric
     static = cons.static_ok()
     guests = _movable(cluster, cons, loads)
     while True:
         if metric_now <= target:
             stopped = f"every hour's {metric} at or below the target"
+            stop = Stop("day_balanced", {"metric": metric})
             break
         if most is not None and len(moves) >= most:
-            stopped = f"move limit {most}"
+            stopped, stop = f"move limit {most}", Stop("move_limit", {"max_moves": most})
             break
         found = _best_move(day, cons, static, guests, moved)
         if found is None:
@@ -156,6 +164,7 @@ def day_proposal(
         before=cluster_imbalance(cluster, start, loads),
         after=cluster_imbalance(cluster, day.assign, loads),
         stopped=stopped,
+        stop=stop,
     )
 
 

@@ -69,7 +69,7 @@ from opendrs.engine.policy.state import (
 )
 from opendrs.engine.policy.why import why_not
 from opendrs.engine.strategies import get_strategy
-from opendrs.engine.strategies.base import Proposal
+from opendrs.engine.strategies.base import Proposal, Stop
 from opendrs.engine.usage import MeasuredUsage
 from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster
@@ -540,7 +540,8 @@ def _failover(r: _Round) -> tuple[_Round, Decision | None]:
         tried = replace(check, repair_tried=r.now)
         return replace(r, state=replace(r.state, failover=tried)), None
     said = ("failover", "failover headroom", "closer to the failover headroom")
-    proposal, predicted = planned_proposal(r.view, plan, r.config.metric, r.metric, said)
+    stop = Stop("failover_closer", {"migrations": len(plan.moves)})
+    proposal, predicted = planned_proposal(r.view, plan, r.config.metric, r.metric, said, stop)
     # Not urgent as a broken rule is: it starts within balancing's windows.
     closed = r.closed("balance", needed=f"{len(plan.moves)} toward the failover headroom")
     if closed is not None:

@@ -14,6 +14,7 @@ from opendrs.engine.policy.state import PastMigrations
 from opendrs.engine.strategies.base import (
     Proposal,
     ProposedMove,
+    Stop,
     cluster_imbalance,
     migration_cost,
 )
@@ -99,16 +100,23 @@ def returns_from_maintenance(
         config.metric,
         metric,
         ("maintenance-return", "back from maintenance", "evacuated guests back on their nodes"),
+        Stop("returned", {"migrations": len(plan.moves)}),
     )
     return proposal, plan, metric_after
 
 
 def planned_proposal(
-    view: CycleView, plan: Plan, metric_name: str, metric: float, said: tuple[str, str, str]
+    view: CycleView,
+    plan: Plan,
+    metric_name: str,
+    metric: float,
+    said: tuple[str, str, str],
+    stop: Stop,
 ) -> tuple[Proposal, float]:
     """The proposal of a plan the policy made itself (not a strategy's), with the metric
     ``metric_name`` predicted after it (``metric``: its value now) on the view's usage; ``said``
-    is the proposal's strategy name, each move's reason and where it stopped."""
+    is the proposal's strategy name, each move's reason and where it stopped, ``stop`` the
+    stop as a code."""
     cluster = view.observed
     node_index, guest_index = cluster.node_index, cluster.guest_index
     strategy, reason, stopped = said
@@ -138,5 +146,6 @@ def planned_proposal(
         before=before,
         after=cluster_imbalance(cluster, assign, view.loads),
         stopped=stopped,
+        stop=stop,
     )
     return proposal, metric_after

@@ -12,6 +12,7 @@ from opendrs.engine.planner import Plan, plan_moves, plan_with_retries
 from opendrs.engine.policy.config import PolicyConfig
 from opendrs.engine.strategies.base import (
     Proposal,
+    Stop,
     cluster_imbalance,
 )
 from opendrs.engine.usage import LoadModel
@@ -56,8 +57,11 @@ def truncate(
             assign[gidx[m.guest]] = cluster.node_index[m.target]
     stopped = f"{proposal.stopped}; cut to {len(kept)} of {len(net)} migrations ({limit} {batch})"
     after = cluster_imbalance(cluster, assign, loads)
-    # The strategy's own stop code no longer says why it stopped: the sentence does.
-    return replace(proposal, moves=moves, after=after, stopped=stopped, stop=None)
+    figures: dict[str, float | str] = {"kept": len(kept), "proposed": len(net)}
+    # The strategy's own stop is kept as the part the cut followed.
+    cause = () if proposal.stop is None else (proposal.stop,)
+    stop = Stop("batch_cut", figures | {"limit": limit, "batch": batch}, cause)
+    return replace(proposal, moves=moves, after=after, stopped=stopped, stop=stop)
 
 
 class Limits(NamedTuple):

@@ -27,6 +27,7 @@ from opendrs.engine.strategies.balance.options import BalanceOptions
 from opendrs.engine.strategies.balance.strategy import propose_balance
 from opendrs.engine.strategies.base import (
     Proposal,
+    Stop,
 )
 from opendrs.engine.strategies.exact_repair import REPAIR_TIME_LIMIT
 from opendrs.engine.usage import (
@@ -260,7 +261,7 @@ def repair(
                 forbidden=forb,
                 constraints=cons,
             )
-            found = replace(found, stopped="repairs only")
+            found = replace(found, stopped="repairs only", stop=Stop("repairs_only"))
             return found if "repair" in found.options else truncate(cluster, found, batch, cons)
 
         return propose

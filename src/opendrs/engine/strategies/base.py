@@ -39,14 +39,66 @@ def migration_cost(guest: Guest, settings: Settings | None = None) -> int:
 @dataclass(frozen=True, slots=True)
 class Stop:
     """Why a strategy stopped, as a code and its figures (the commands word it for the operator;
-    :attr:`Proposal.stopped` is the engine's own sentence): ``balanced`` (``target_spread`` and
-    each resource's spread), ``no_move_pays`` (``margin``) or ``move_limit`` (``max_moves``)."""
+    :attr:`Proposal.stopped` is the engine's own sentence). ``parts``: the stops of the parts it
+    stopped in one by one (each CPU architecture's, for ``by_arch``), or the stop a later step
+    cut short (for ``batch_cut``). The codes and their details are listed in :data:`STOP_CODES`.
+    """
 
     code: str
-    details: Mapping[str, float] = field(default_factory=dict)
+    details: Mapping[str, float | str] = field(default_factory=dict)
+    parts: tuple[Stop, ...] = ()
 
     def as_dict(self) -> dict[str, object]:
-        return {"code": self.code, **self.details}
+        data: dict[str, object] = {"code": self.code, **self.details}
+        if self.parts:
+            data["parts"] = [part.as_dict() for part in self.parts]
+        return data
+
+
+#: Every stop code, with the details it carries (a part of ``by_arch`` has its ``arch`` too;
+#: ``bound`` is there when the search was not proven optimal, ``strategy`` for the repairs
+#: ``plan`` shows before the strategy's plan). ``unit``: ``%``, ``pp``
+#: (percentage points) or ``""`` (a ratio) for ``value``, ``after`` and ``threshold``.
+STOP_CODES: Mapping[str, tuple[str, ...]] = {
+    # balance
+    "balanced": ("target_spread", "cpu_spread", "memory_spread"),
+    "no_move_pays": ("margin",),
+    "move_limit": ("max_moves",),
+    # several strategies
+    "below_threshold": ("measure", "unit", "value", "threshold"),
+    "no_movable_guest": (),
+    "basic_mode": (),
+    # pve-bruteforce, pve-topsis
+    "no_allowed_target": ("scope",),
+    "gain_below_margin": ("measure", "unit", "value", "after", "margin", "guest", "target"),
+    # static-greedy
+    "passes_done": ("passes",),
+    "pass_moved_nothing": ("pass", "keep"),
+    # incus: one part per CPU architecture
+    "by_arch": (),
+    "no_usable_node": (),
+    "too_few_nodes": ("arch",),
+    "idle": ("arch", "node"),
+    "no_fitting_move": ("arch", "node"),
+    # drs-pressure
+    "no_bad_guest": ("cpu_pressure",),
+    "nothing_relieves": ("bad", "guests"),
+    # proxlb-greedy
+    "every_group_visited": (),
+    # optimal
+    "solved": ("proven", "migrations", "objective_before", "objective_after"),
+    "current_best": ("proven", "objective"),
+    "no_node_over_threshold": ("thresholds",),
+    "no_feasible_placement": ("time_limit",),
+    "infeasible": ("reasons",),
+    # the policy's own proposals
+    "returned": ("migrations",),
+    "failover_closer": ("migrations",),
+    "day_balanced": ("metric",),
+    "no_day_move_pays": (),
+    "repairs_only": (),
+    "batch_cut": ("kept", "proposed", "limit", "batch"),
+}
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,6 +48,7 @@ from .base import (
     ProposedMove,
     Request,
     Start,
+    Stop,
     Strategy,
     StrategyOptions,
     bundle_moves,
@@ -116,20 +117,29 @@ def propose_greedy(view: CycleView, request: Request, options: GreedyOptions) ->
     keep, passes = options.keep, options.passes
     moves: list[ProposedMove] = []
     stopped = f"{passes} pass{'es' if passes != 1 else ''} done"
+    stop = Stop("passes_done", {"passes": passes})
     if passes < 1:
         stopped = "no pass requested"
     for number in range(1, passes + 1):
         bundles = movable_bundles(begun.state, begun.cluster)
         if not bundles:
-            stopped = "no movable guest"
+            stopped, stop = "no movable guest", Stop("no_movable_guest")
             break
         if _greedy_pass(begun, bundles, keep, moves) == 0:
             stopped = (
                 f"pass {number} moved nothing: every guest is within {keep:g} of its best node"
             )
+            stop = Stop("pass_moved_nothing", {"pass": number, "keep": keep})
             break
     return Proposal(
-        NAME, tuple(moves), begun.before, begun.imbalance(), stopped, begun.notes, options.values()
+        NAME,
+        tuple(moves),
+        begun.before,
+        begun.imbalance(),
+        stopped,
+        begun.notes,
+        options.values(),
+        stop,
     )
 
 

@@ -63,6 +63,7 @@ from .base import (
     ProposedMove,
     Request,
     Start,
+    Stop,
     Strategy,
     StrategyOptions,
     bundle_moves,
@@ -130,7 +131,7 @@ def propose_incus(view: CycleView, request: Request, options: IncusOptions) -> P
     usable = begun.usable
     blocked = {cluster.guest_index[g] for g in cooling if g in cluster.guest_index}
     run = _Run(begun, options.threshold, max_moves, blocked)
-    outcome: list[str] = []
+    outcome: list[tuple[str, Stop]] = []
     archs = sorted({n.arch for i, n in enumerate(cluster.nodes) if usable[i]})
     for arch in archs:
         group = _by_name(
@@ -141,16 +142,18 @@ def propose_incus(view: CycleView, request: Request, options: IncusOptions) -> P
             ),
         )
         if run.made >= max_moves:
-            outcome.append(f"{arch}: not visited, batch of {max_moves} spent")
+            said = f"{arch}: not visited, batch of {max_moves} spent"
+            outcome.append((said, Stop("move_limit", {"arch": arch, "max_moves": max_moves})))
         elif group.size < 2:
-            outcome.append(f"{arch}: fewer than 2 members")
+            outcome.append((f"{arch}: fewer than 2 members", Stop("too_few_nodes", {"arch": arch})))
         else:
             outcome.append(run.rebalance(arch, group))
     if not archs:
-        outcome.append("no usable node")
-    stopped = "; ".join(outcome)
+        outcome.append(("no usable node", Stop("no_usable_node")))
+    stopped = "; ".join(said for said, _ in outcome)
+    stop = Stop("by_arch", {}, tuple(part for _, part in outcome))
     return Proposal(
-        NAME, tuple(run.moves), begun.before, begun.imbalance(), stopped, begun.notes, record
+        NAME, tuple(run.moves), begun.before, begun.imbalance(), stopped, begun.notes, record, stop
     )
 
 
@@ -167,10 +170,10 @@ class _Run:
         self.moves: list[ProposedMove] = []
         self.made = 0
 
-    def rebalance(self, arch: str, group: np.ndarray) -> str:
+    def rebalance(self, arch: str, group: np.ndarray) -> tuple[str, Stop]:
         """Moves within one architecture's ``group`` (its members by name), one at a time,
         until its gap is below the threshold, no candidate fits or the batch is spent; why it
-        stopped."""
+        stopped (a sentence and a :class:`~.base.Stop`)."""
         state, cluster = self.begun.state, self.begun.cluster
         cap = state.loads.capacity
         in_group = np.zeros(len(cluster.nodes), dtype=bool)
@@ -179,15 +182,32 @@ class _Run:
             scores = server_scores(state.node_load, cap, self.weights)
             src = int(group[np.argmax(scores[group])])  # the first by name among equals
             gap = relative_gap(scores[group])
+            node = cluster.nodes[src].name
             if float(scores[src]) <= 0:
-                return f"{arch}: busiest member {cluster.nodes[src].name} is idle"
+                return f"{arch}: busiest member {node} is idle", Stop(
+                    "idle", {"arch": arch, "node": node}
+                )
             if gap < self.threshold:
-                return f"{arch}: gap {gap:.1f}% below threshold {self.threshold:g}%"
+                figures: dict[str, float | str] = {
+                    "arch": arch,
+                    "measure": "gap",
+                    "unit": "%",
+                    "value": gap,
+                }
+                figures["threshold"] = self.threshold
+                return (
+                    f"{arch}: gap {gap:.1f}% below threshold {self.threshold:g}%",
+                    Stop("below_threshold", figures),
+                )
             if self.made >= self.max_moves:
-                return f"{arch}: batch of {self.max_moves} spent"
+                said = f"{arch}: batch of {self.max_moves} spent"
+                return said, Stop("move_limit", {"arch": arch, "max_moves": self.max_moves})
             best = _best_candidate(state, cluster, src, scores, in_group, self.excluded)
             if best is None:
-                return f"{arch}: no VM on {cluster.nodes[src].name} fits below a target's midpoint"
+                return (
+                    f"{arch}: no VM on {node} fits below a target's midpoint",
+                    Stop("no_fitting_move", {"arch": arch, "node": node}),
+                )
             self.move(arch, group, src, scores, best)
 
     def move(

@@ -88,6 +88,7 @@ from .base import (
     ProposedMove,
     Request,
     Start,
+    Stop,
     Strategy,
     StrategyOptions,
     bundle_moves,
@@ -376,9 +377,10 @@ class _Pressure:
         best = int(np.argmax(scores))  # the first (by name) of equal scores
         return int(targets[best]), float(scores[best]), len(targets)
 
-    def relieve(self, max_moves: int) -> tuple[list[ProposedMove], str]:
+    def relieve(self, max_moves: int) -> tuple[list[ProposedMove], tuple[str, Stop]]:
         """Move the best ranked bad guest that has a target, one at a time, until none is bad,
-        none has a target or ``max_moves`` are made: the moves and why the run stopped."""
+        none has a target or ``max_moves`` are made: the moves and why the run stopped (a
+        sentence and a :class:`~.base.Stop`)."""
         moves: list[ProposedMove] = []
         bad = self.bad_guests()
         while True:
@@ -386,22 +388,32 @@ class _Pressure:
                 return moves, (
                     "no candidate: no running VM may move (containers, guests up for less than "
                     f"{self.min_uptime} s, the last moved guest and guests already moved are "
-                    "skipped)"
+                    "skipped)",
+                    Stop("no_movable_guest"),
                 )
             if not bad:
                 return moves, (
                     f"no bad guest: none has cpu pressure above {self.cpu_pressure:.0%}, sits on "
-                    "a node above its memory threshold or breaks a placement rule"
+                    "a node above its memory threshold or breaks a placement rule",
+                    Stop("no_bad_guest", {"cpu_pressure": self.cpu_pressure}),
                 )
             if len(moves) >= max_moves:
-                return moves, f"move limit {max_moves} reached"
+                stop = Stop("move_limit", {"max_moves": max_moves})
+                return moves, (f"move limit {max_moves} reached", stop)
             ranked = self.ranked(bad)
             chosen = self.choose(ranked)
             if chosen is None:
                 return moves, (
                     f"no bad guest has a node that relieves it ({_count(bad)} bad: "
                     + ", ".join(b.bundle.leader for b, _ in ranked)
-                    + ")"
+                    + ")",
+                    Stop(
+                        "nothing_relieves",
+                        {
+                            "bad": _count(bad),
+                            "guests": " ".join(b.bundle.leader for b, _ in ranked),
+                        },
+                    ),
                 )
             count_before = _count(bad)
             bundle = chosen.candidate.bundle
@@ -479,7 +491,8 @@ def propose_pressure(view: CycleView, request: Request, options: PressureOptions
         )
     if cluster.settings.mode == "basic":
         stopped = "basic mode counts guests, not memory or CPU: drs-pressure does not run in it"
-        return Proposal(NAME, (), begun.before, begun.before, stopped, notes, record)
+        stop = Stop("basic_mode")
+        return Proposal(NAME, (), begun.before, begun.before, stopped, notes, record, stop)
     thresholds = memory_thresholds(
         cluster,
         begun.state.loads.capacity[:, 1],
@@ -487,8 +500,9 @@ def propose_pressure(view: CycleView, request: Request, options: PressureOptions
         options.memory_threshold,
         options.memory_threshold_ksm,
     )
-    moves, stopped = _Pressure(begun, options, thresholds).relieve(max_moves)
-    return Proposal(NAME, tuple(moves), begun.before, begun.imbalance(), stopped, notes, record)
+    moves, (stopped, stop) = _Pressure(begun, options, thresholds).relieve(max_moves)
+    after = begun.imbalance()
+    return Proposal(NAME, tuple(moves), begun.before, after, stopped, notes, record, stop)
 
 
 @dataclass(frozen=True)

@@ -74,6 +74,7 @@ from .base import (
     Proposal,
     ProposedMove,
     Request,
+    Stop,
     Strategy,
     StrategyOptions,
     bundle_moves,
@@ -382,20 +383,29 @@ class _Run:
         out.sort(key=lambda t: (t[0], t[1], t[2]))
         return [t[3] for t in out]
 
-    def relocate(self, larger_first: bool, enforce: bool) -> str:
+    def balanced(self, spread: float) -> tuple[str, Stop]:
+        """Why a run stops at a ``spread`` within the balanciness (a sentence and a stop)."""
+        said = (
+            f"balanced: {self.method} {self.mode} spread {spread:.1f} pp ≤ "
+            f"balanciness {self.balanciness:g} pp"
+        )
+        measure = f"{self.method} {self.mode} spread"
+        figures: dict[str, float | str] = {"measure": measure, "unit": "pp", "value": spread}
+        figures["threshold"] = self.balanciness
+        return said, Stop("below_threshold", figures)
+
+    def relocate(self, larger_first: bool, enforce: bool) -> tuple[str, Stop]:
+        """ProxLB's relocation of the guests, group by group: why it stopped."""
         cluster = self.cluster
         names = [n.name for n in cluster.nodes]
         guests = cluster.guests
-        stopped = "every group visited"
         for members in self.groups(larger_first):
             spread = self.spread()
             if spread <= self.balanciness and not enforce:
-                return (
-                    f"balanced: {self.method} {self.mode} spread {spread:.1f} pp ≤ "
-                    f"balanciness {self.balanciness:g} pp"
-                )
+                return self.balanced(spread)
             if self.migrations() >= self.limit:
-                return f"move limit {self.limit} reached"
+                stop = Stop("move_limit", {"max_moves": self.limit})
+                return f"move limit {self.limit} reached", stop
             src = int(self.state.assign[members[0]])
             if self.highest() != src:
                 continue  # ProxLB's break: the group's node is no longer the busiest
@@ -431,7 +441,7 @@ class _Run:
             if target == src:
                 continue
             self.commit(members, target, why)
-        return stopped
+        return "every group visited", Stop("every_group_visited")
 
     def memory_short(self, members: np.ndarray, target: int) -> str | None:
         """ProxLB's only capacity check, against the most free node ``target``, member by
@@ -521,21 +531,20 @@ def propose_proxlb_greedy(
     usage = view.balancing_usage
     run = _Run(begun.cluster, begun.state, usage, method, mode, balanciness, max_moves)
     if not run.proxlb_guest.any():
-        stopped = "no running guest to balance"
+        stopped, stop = "no running guest to balance", Stop("no_movable_guest")
     else:
         enforce = run.violation()
         run.maintenance()
         spread = run.spread()
         if spread <= run.balanciness and not enforce:
-            stopped = (
-                f"balanced: {method} {mode} spread {spread:.1f} pp ≤ balanciness {balanciness:g} pp"
-            )
+            stopped, stop = run.balanced(spread)
         else:
-            stopped = run.relocate(larger_first, enforce)
+            stopped, stop = run.relocate(larger_first, enforce)
     if run.untold:
         run.notes.append(f"… and {run.untold} more guests that stay")
     notes = (*begun.notes, *run.notes)
-    return Proposal(NAME, tuple(run.moves), begun.before, begun.imbalance(), stopped, notes, record)
+    after = begun.imbalance()
+    return Proposal(NAME, tuple(run.moves), begun.before, after, stopped, notes, record, stop)
 
 
 def _method_and_mode(cluster: Cluster, method: str | None, mode: str | None) -> tuple[str, str]:

@@ -75,6 +75,7 @@ from .base import (
     Proposal,
     ProposedMove,
     Request,
+    Stop,
     Strategy,
     StrategyOptions,
     bundle_moves,
@@ -254,20 +255,22 @@ def _repeat(
     begun = start(view, request.forbidden)
     if begun.cluster.settings.mode == "basic":
         stopped = "basic mode counts guests only: Proxmox never rebalances in it"
-        return Proposal(name, (), begun.before, begun.before, stopped, begun.notes, values)
-    moves, stopped = _rounds(begun.state, options, max_moves, choose)
+        return Proposal(
+            name, (), begun.before, begun.before, stopped, begun.notes, values, Stop("basic_mode")
+        )
+    moves, stopped, stop = _rounds(begun.state, options, max_moves, choose)
     return Proposal(
-        name, tuple(moves), begun.before, begun.imbalance(), stopped, begun.notes, values
+        name, tuple(moves), begun.before, begun.imbalance(), stopped, begun.notes, values, stop
     )
 
 
 def _rounds(
     state: PlacementState, options: PveOptions, max_moves: int, choose: Chooser
-) -> tuple[list[ProposedMove], str]:
+) -> tuple[list[ProposedMove], str, Stop]:
     """The rounds on ``state`` (committed to as they go): while the imbalance is above the
     threshold, make the move ``choose(state, capacity, usable, combined loads, round)`` picks if
     it improves the imbalance by the margin (relative), up to ``max_moves``. The moves, and why
-    the rounds stopped."""
+    the rounds stopped (a sentence and a :class:`~.base.Stop`)."""
     cluster = state.cluster
     threshold, margin, scope = options.threshold, options.margin, options.scope
     cap = state.loads.capacity
@@ -279,20 +282,37 @@ def _rounds(
     while True:
         combined = combined_loads(state.node_load, cap, weights)
         imbalance_now = load_cv(combined[usable]) * round_.scale
+        figures: dict[str, float | str] = {
+            "measure": "imbalance",
+            "unit": "",
+            "value": imbalance_now,
+        }
         if imbalance_now <= threshold:
-            return moves, f"imbalance {imbalance_now:.3f} at or below threshold {threshold:g}"
+            return (
+                moves,
+                f"imbalance {imbalance_now:.3f} at or below threshold {threshold:g}",
+                Stop("below_threshold", {**figures, "threshold": threshold}),
+            )
         if len(moves) >= max_moves:
-            return moves, f"move limit {max_moves} reached"
+            stop = Stop("move_limit", {"max_moves": max_moves})
+            return moves, f"move limit {max_moves} reached", stop
         choice = choose(state, cap, usable, combined, round_)
         if choice is None:
             who = "started HA resource" if scope == "ha" else "movable guest"
-            return moves, f"no {who} has an allowed target"
+            stop = Stop("no_allowed_target", {"scope": scope})
+            return moves, f"no {who} has an allowed target", stop
         source, target = cluster.nodes[choice.src].name, cluster.nodes[choice.target].name
         value = choice.value
         if imbalance_now <= 0 or (imbalance_now - value) / imbalance_now < margin:
-            return moves, (
+            return (
+                moves,
                 f"best move{choice.label} ({choice.leader} to {target}{choice.extra}) would bring "
-                f"{imbalance_now:.3f} to {value:.3f}, less than the margin {margin:g}"
+                f"{imbalance_now:.3f} to {value:.3f}, less than the margin {margin:g}",
+                Stop(
+                    "gain_below_margin",
+                    {**figures, "after": value, "margin": margin}
+                    | {"guest": choice.leader, "target": target},
+                ),
             )
         moves += bundle_moves(
             cluster,

@@ -14,7 +14,7 @@ from opendrs.engine.objective import LOAD_SCALE
 from opendrs.engine.usage import LoadModel
 from opendrs.model.cluster import Cluster
 
-from ..base import Proposal, ProposedMove, cluster_imbalance, migration_cost
+from ..base import Proposal, ProposedMove, Stop, cluster_imbalance, migration_cost
 from .problem import Problem, Score
 from .units import phrase, rejection
 
@@ -74,9 +74,14 @@ class Outcome:
         return solver
 
     def finish(
-        self, moves: tuple[ProposedMove, ...], after_assign: np.ndarray | None, stopped: str
+        self,
+        moves: tuple[ProposedMove, ...],
+        after_assign: np.ndarray | None,
+        stopped: str,
+        stop: Stop,
     ) -> Proposal:
-        """The proposal: ``moves`` to ``after_assign`` (None: nothing found), why it stopped."""
+        """The proposal: ``moves`` to ``after_assign`` (None: nothing found), why it stopped (a
+        sentence and a :class:`~..base.Stop`)."""
         info = self.solver
         info["wall_time"] = round(time.perf_counter() - self.started, 6)
         after = (
@@ -94,7 +99,7 @@ class Outcome:
             f"; {info['wall_time'] * 1000:.0f} ms, {self.workers} worker{plural}, seed {self.seed}"
         )
         notes = (*self.notes, summary)
-        return Proposal(STRATEGY, moves, self.before, after, stopped, notes, self.options)
+        return Proposal(STRATEGY, moves, self.before, after, stopped, notes, self.options, stop)
 
     def infeasible(self, reasons: list[str]) -> Proposal:
         """The proposal when no placement keeps the hard constraints, for these ``reasons``."""
@@ -103,8 +108,12 @@ class Outcome:
             [f"{len(reasons) - _MAX_EXPLAIN} more"] if len(reasons) > _MAX_EXPLAIN else []
         )
         self.solver["reasons"] = reasons
+        said = "; ".join(shown)
         return self.finish(
-            (), None, "infeasible: no placement satisfies the hard constraints: " + "; ".join(shown)
+            (),
+            None,
+            "infeasible: no placement satisfies the hard constraints: " + said,
+            Stop("infeasible", {"reasons": said}),
         )
 
 

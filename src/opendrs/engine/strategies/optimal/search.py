@@ -12,7 +12,7 @@ import numpy as np
 
 from opendrs.engine.view import CycleView
 
-from ..base import Proposal, ProposedMove, Request
+from ..base import Proposal, ProposedMove, Request, Stop
 from ..cpsat import DETERMINISTIC_SHARE, budget_spent, new_solver
 from .answer import STRATEGY, Outcome, proposed_moves, record_answer, spread_text
 from .explain import explain
@@ -192,25 +192,32 @@ def _stopped(
     final_score: Score,
     wb: int,
     proven: bool,
-    balance_note: str | None,
+    balance_note: tuple[str, Stop] | None,
     bound: int | None,
-) -> str:
-    """Why the search stopped and what it found."""
+) -> tuple[str, Stop]:
+    """Why the search stopped and what it found (a sentence and a :class:`~..base.Stop`)."""
     cur_score = refs.cur_score
     quality = "optimal" if proven else "best found in the time limit"
+    figures: dict[str, float | str] = {"proven": int(proven)}
+    if not proven and bound is not None:
+        figures["bound"] = bound
     if moves:
         stopped = (
             f"{quality}: {len(moves)} migration{'s' if len(moves) != 1 else ''}, objective "
             f"{cur_score.objective} -> {final_score.objective}"
             + (f", {spread_text(p, cur_score.spread, final_score.spread)}" if wb else "")
         )
+        figures |= {"migrations": len(moves), "objective_before": cur_score.objective}
+        stop = Stop("solved", figures | {"objective_after": final_score.objective})
     elif balance_note and refs.cur_ok:
-        stopped = balance_note + "; the current placement keeps every hard constraint"
+        stopped = balance_note[0] + "; the current placement keeps every hard constraint"
+        stop = balance_note[1]
     else:
         stopped = f"{quality}: the current placement is best (objective {final_score.objective})"
+        stop = Stop("current_best", figures | {"objective": final_score.objective})
     if not proven and bound is not None:
         stopped += f"; bound {bound}"
-    return stopped
+    return stopped, stop
 
 
 def search(
@@ -219,7 +226,7 @@ def search(
     out: Outcome,
     budget: Budget,
     weights: tuple[int, int],
-    balance_note: str | None,
+    balance_note: tuple[str, Stop] | None,
 ) -> Proposal:
     """Solve ``p`` with CP-SAT from ``refs``'s start; the best of its answer and ``refs``, the
     tie broken when it is proven optimal, as a proposal."""
@@ -238,7 +245,10 @@ def search(
     if not candidates:
         out.solver["status"] = solver.status_name(status)
         return out.finish(
-            (), None, f"no feasible placement found within the time limit ({budget.time_limit:g} s)"
+            (),
+            None,
+            f"no feasible placement found within the time limit ({budget.time_limit:g} s)",
+            Stop("no_feasible_placement", {"time_limit": budget.time_limit}),
         )
     best_obj, _rank, final, source = min(candidates, key=lambda c: (c[0], c[1]))
     proven = status == cp_model.OPTIMAL and source == "solver"
@@ -252,8 +262,8 @@ def search(
     record_answer(out.solver, final_score, refs.cur_score, bound, proven, source)
     moves = proposed_moves(p, final, (refs.cur_score, final_score), weights[0])
     bound = out.solver["bound"]
-    stopped = _stopped(p, moves, refs, final_score, weights[0], proven, balance_note, bound)
-    return out.finish(moves, final, stopped)
+    stopped, stop = _stopped(p, moves, refs, final_score, weights[0], proven, balance_note, bound)
+    return out.finish(moves, final, stopped, stop)
 
 
 __all__ = ["Budget", "References", "search"]

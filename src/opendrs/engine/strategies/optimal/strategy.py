@@ -19,6 +19,7 @@ from opendrs.model.cluster import Cluster
 from ..base import (
     Proposal,
     Request,
+    Stop,
     Strategy,
     StrategyOptions,
     cluster_imbalance,
@@ -196,28 +197,39 @@ def _check_search(options: OptimalOptions) -> None:
 
 def _objective_weights(
     cluster: Cluster, options: OptimalOptions, weights: Mapping[str, float], loads: LoadModel
-) -> tuple[int, int, float, str | None]:
+) -> tuple[int, int, float, tuple[str, Stop] | None]:
     """``(w_balance, w_stickiness, initial spread, note)``: the weights of the balanciness level
     (with the given ``w_balance``, ``w_stickiness`` overrides), ``w_balance`` 0 — and a note why
-    — below the level's gap threshold or when no node exceeds a utilisation threshold
-    (``weights``: the term weights; ``loads``: the cluster's balance loads)."""
+    (a sentence and the stop it makes when nothing else moves) — below the level's gap
+    threshold or when no node exceeds a utilisation threshold (``weights``: the term weights;
+    ``loads``: the cluster's balance loads)."""
     balanciness, method, thresholds = options.balanciness, options.method, options.thresholds()
     level_wb, level_ws, gap_threshold = BALANCINESS[balanciness]
     wb = int(options.w_balance) if options.w_balance is not None else level_wb
     ws = int(options.w_stickiness) if options.w_stickiness is not None else level_ws
     start_spread = initial_spread(cluster, method, options.usage, weights, loads)
-    balance_note = None
+    balance_note: tuple[str, Stop] | None = None
     if wb and start_spread < gap_threshold:
+        figures: dict[str, float | str] = {
+            "measure": "spread",
+            "unit": "%",
+            "value": start_spread * 100,
+        }
+        figures["threshold"] = gap_threshold * 100
         balance_note = (
             f"balancing off: initial spread {start_spread:.1%} is below the level-{balanciness} "
-            f"threshold {gap_threshold:.0%}"
+            f"threshold {gap_threshold:.0%}",
+            Stop("below_threshold", figures),
         )
         wb = 0
     if wb and any(v is not None for v in thresholds.values()):
         exceeded, _which = thresholds_exceeded(cluster, method, thresholds, loads)
         if not exceeded:
             set_ = ", ".join(f"{k} {v:g}%" for k, v in thresholds.items() if v is not None)
-            balance_note = f"balancing off: no usable node exceeds a threshold ({set_})"
+            balance_note = (
+                f"balancing off: no usable node exceeds a threshold ({set_})",
+                Stop("no_node_over_threshold", {"thresholds": set_}),
+            )
             wb = 0
     return wb, ws, start_spread, balance_note
 
@@ -242,7 +254,7 @@ def propose_optimal(view: CycleView, request: Request, options: OptimalOptions) 
     p = build_problem(cluster, cons, loads, options.method, options.usage, weights, options.strict)
     notes = list(p.notes)
     if balance_note:
-        notes.append(balance_note)
+        notes.append(balance_note[0])
     echoed["solver"] = solver_report(p, wb, ws, start_spread)
     out = Outcome(cluster, loads, before, started, echoed, notes, options.workers, options.seed)
     if p.infeasible:

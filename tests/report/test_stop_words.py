@@ -1,0 +1,85 @@
+"""Each stop code the engine gives is said in words (``report.words``), whatever its details;
+a stop the policy cuts to its batch keeps the strategy's stop as its part."""
+
+from __future__ import annotations
+
+import pytest
+
+from opendrs.backends.simgen import demo_cluster
+from opendrs.engine.policy.planning import truncate
+from opendrs.engine.strategies.balance.strategy import propose_balance
+from opendrs.engine.strategies.base import STOP_CODES, Proposal, Stop
+from opendrs.report import words
+from opendrs.report.words import stop_sentence, stop_words
+
+#: A value for each detail a code may carry, as the engine gives them.
+_VALUES: dict[str, float | str] = {
+    "measure": "imbalance",
+    "unit": "%",
+    "scope": "ha",
+    "guest": "101",
+    "target": "pve2",
+    "node": "pve1",
+    "arch": "x86_64",
+    "guests": "101 102",
+    "thresholds": "cpu 80%",
+    "reasons": "101 needs 64.0 GiB, no node has it",
+    "metric": "spread",
+    "limit": "batch",
+    "strategy": "pve-topsis",
+}
+
+
+def _stop(code: str) -> Stop:
+    details = {key: _VALUES.get(key, 3.0) for key in STOP_CODES[code]}
+    return Stop(code, details)
+
+
+def test_every_code_has_its_words_and_no_words_are_for_no_code() -> None:
+    assert set(words._STOP_WORDS) == set(STOP_CODES)
+
+
+@pytest.mark.parametrize("code", sorted(STOP_CODES))
+def test_each_code_is_said_with_its_details(code: str) -> None:
+    said = stop_words(_stop(code), lambda g: f"db ({g})")
+    assert said and "{" not in said and ("_" not in code or code not in said)
+    if "guest" in STOP_CODES[code] or "guests" in STOP_CODES[code]:
+        assert "db (101)" in said
+
+
+def _proposal(stop: Stop | None) -> Proposal:
+    level = propose_balance(demo_cluster()).before
+    return Proposal("x", (), level, level, "the engine's sentence", stop=stop)
+
+
+def test_a_stop_without_a_code_or_with_an_unknown_one_is_the_engines_sentence() -> None:
+    assert stop_sentence(_proposal(None)) == "the engine's sentence"
+    assert stop_sentence(_proposal(Stop("from_a_newer_engine"))) == "the engine's sentence"
+    inner = Stop("by_arch", {}, (Stop("unknown"),))
+    assert stop_sentence(_proposal(inner)) == "the engine's sentence"
+
+
+def test_the_parts_are_said_in_order_each_with_its_architecture() -> None:
+    parts = (_stop("idle"), Stop("too_few_nodes", {"arch": "aarch64"}))
+    said = stop_words(Stop("by_arch", {}, parts))
+    assert said == (
+        "x86_64: the busiest node, pve1, is idle; "
+        "aarch64: fewer than 2 usable nodes: nothing to balance between"
+    )
+
+
+def test_a_proposal_cut_to_the_batch_keeps_why_the_strategy_stopped() -> None:
+    cluster = demo_cluster()
+    proposal = propose_balance(cluster)
+    cut = truncate(cluster, proposal, 2)
+    assert cut.stop is not None and cut.stop.code == "batch_cut"
+    assert cut.stop.parts == (proposal.stop,)
+    assert cut.stop.as_dict()["parts"] == [proposal.stop.as_dict()]
+    assert {k: cut.stop.details[k] for k in ("kept", "limit", "batch")} == {
+        "kept": 2,
+        "limit": "batch",
+        "batch": 2,
+    }
+    said = stop_sentence(cut)
+    assert said.startswith(stop_sentence(proposal) + "; cut to 2 of ")
+    assert said.endswith("migrations by the policy's batch of 2")
