@@ -199,7 +199,8 @@ class DaemonRun:
 
     def run(self) -> int:
         """Catch the signals, make the backend and run the controller: the exit status. Whatever
-        happens, the signals are given back and everything opened is closed."""
+        happens, the server is stopped (its requests answered or cut), the signals are given back
+        and everything opened is closed."""
         backend = None
         self.signals.install()
         try:
@@ -212,9 +213,11 @@ class DaemonRun:
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_PROBLEM if exc.passing else EXIT_LASTING
         finally:
-            self.signals.restore()
+            # The server first: its requests end while the signals are still caught (an
+            # approval wakes the daemon with SIGUSR1, whose default would kill it).
             if self.published.server is not None:
                 self.published.server.stop()
+            self.signals.restore()
             if backend is not None:
                 backend.close()
             self.files.close()

@@ -24,6 +24,12 @@ connection that has not sent its whole request (line and headers) within
 :data:`REQUEST_TIMEOUT` seconds of opening is closed, however slowly it sends. The token is in
 the headers, so it is checked once they are read: an unauthenticated client holds a connection
 no longer than that.
+
+Stopped in order (:meth:`MetricsServer.stop`): no new connection is taken, those still sending
+their request are closed, the requests read are answered for up to :data:`STOP_GRACE` seconds
+(then their connections are cut), and every thread answering a request has ended when ``stop``
+returns. Nothing of the server runs while the interpreter exits: a request drawing a chart then
+would have it abort (matplotlib's C++ code, a thread ended under it).
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import hmac
 import json
 import logging
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -51,7 +58,14 @@ from opendrs.controller.metrics import DaemonMetrics
 from opendrs.controller.place_api import MAX_BODY, PlaceView, json_error
 from opendrs.secret_file import SecretError, read_secret_file
 
-__all__ = ["MAX_CONNECTIONS", "REQUEST_TIMEOUT", "HttpError", "MetricsServer", "start_server"]
+__all__ = [
+    "MAX_CONNECTIONS",
+    "REQUEST_TIMEOUT",
+    "STOP_GRACE",
+    "HttpError",
+    "MetricsServer",
+    "start_server",
+]
 
 log = logging.getLogger(__name__)
 
@@ -65,10 +79,13 @@ _PLACE = "/api/place"
 MAX_CONNECTIONS: Final = 64
 #: Seconds a connection may take, from its opening, to send its request line and headers.
 REQUEST_TIMEOUT: Final = 10.0
+#: Seconds the requests read when the server stops have to be answered before they are cut.
+STOP_GRACE: Final = 5.0
 
 
 class _Server(ThreadingHTTPServer):
-    daemon_threads = True
+    #: Each request on a thread the interpreter waits for at exit (stop ends them in order).
+    daemon_threads = False
     #: Connections the kernel queues while the server accepts: a burst is accepted, then bounded.
     request_queue_size = 128
     metrics: DaemonMetrics
@@ -82,6 +99,8 @@ class _Server(ThreadingHTTPServer):
         #: The connections held, and of those still sending their request, since when.
         self._held: set[socket.socket] = set()
         self._waiting: dict[socket.socket, float] = {}
+        #: The threads answering a connection, ended or not (those ended are let go).
+        self._answering: list[threading.Thread] = []
         super().server_activate()
 
     def process_request(self, request: Any, client_address: Any) -> None:
@@ -97,7 +116,15 @@ class _Server(ThreadingHTTPServer):
                 _shut(oldest)  # its thread sees the end of the stream and lets go
             self._held.add(request)
             self._waiting[request] = time.monotonic()
-        super().process_request(request, client_address)
+            thread = threading.Thread(
+                target=self.process_request_thread,
+                args=(request, client_address),
+                name="opendrs-http-request",
+                daemon=self.daemon_threads,
+            )
+            self._answering = [t for t in self._answering if t.is_alive()]
+            self._answering.append(thread)
+        thread.start()
 
     def answering(self, request: socket.socket) -> None:
         """The request of this connection was read: it is answered, no longer waited for."""
@@ -110,6 +137,15 @@ class _Server(ThreadingHTTPServer):
             self._waiting.pop(request, None)
         super().shutdown_request(request)
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A request that failed: a broken connection (the client left, or :meth:`close_in_order`
+        cut it) is one DEBUG line; another error is logged with its traceback."""
+        error = sys.exc_info()[1]
+        if isinstance(error, OSError):
+            log.debug("http %s: connection ended: %s", client_address[0], error)
+        else:
+            log.exception("http %s: the request failed", client_address[0])
+
     def service_actions(self) -> None:
         """Between two accepts (every 0.5 s at most): close the connections whose request has
         not come within :data:`REQUEST_TIMEOUT`."""
@@ -120,6 +156,29 @@ class _Server(ThreadingHTTPServer):
                 del self._waiting[request]
         for request in expired:
             _shut(request)
+
+    def close_in_order(self, grace: float) -> int:
+        """After the accept loop has ended: stop listening, close the connections still sending
+        their request, give those being answered ``grace`` seconds, then cut them; return once
+        every thread answering has ended, with the number of requests cut."""
+        self.socket.close()
+        with self._lock:
+            waiting = list(self._waiting)
+            self._waiting.clear()
+            threads = list(self._answering)
+        for request in waiting:
+            _shut(request)
+        deadline = time.monotonic() + grace
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        late = sum(1 for thread in threads if thread.is_alive())
+        with self._lock:
+            held = list(self._held)
+        for request in held:
+            _shut(request)  # a read or write under way fails at once: the thread ends
+        for thread in threads:
+            thread.join()
+        return late
 
 
 def _shut(request: socket.socket) -> None:
@@ -203,29 +262,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _dashboard(self, dashboard: Dashboard, path: str, query: str, *, body: bool) -> None:
         try:
-            self._dashboard_part(dashboard, path, query, body=body)
+            status, text, headers = _dashboard_part(dashboard, path, query)
         except Exception:  # a bug drawing the page must not reach the daemon: 500, logged
             log.exception("http %s: cannot answer %s", self.address_string(), path)
-            self._send(
-                HTTPStatus.INTERNAL_SERVER_ERROR, b"cannot draw the page: see the log\n", body=body
-            )
-
-    def _dashboard_part(self, dashboard: Dashboard, path: str, query: str, *, body: bool) -> None:
-        headers = dict(dashboard_headers())
-        if path == "/api/state":
-            headers["Content-Type"] = "application/json"
-            text = dashboard.state_json()
-        elif path == "/api/panel":
-            after = parse_qs(query).get("after", [""])[0]
-            if after == str(dashboard.snapshot().version):
-                self._send(HTTPStatus.NO_CONTENT, b"", headers, body=False)
-                return
-            headers["Content-Type"] = "text/html; charset=utf-8"
-            text = dashboard.panel()
-        else:
-            headers["Content-Type"] = "text/html; charset=utf-8"
-            text = dashboard.page()
-        self._send(HTTPStatus.OK, text.encode(), headers, body=body)
+            status, text = HTTPStatus.INTERNAL_SERVER_ERROR, b"cannot draw the page: see the log\n"
+            headers = {}
+        # Sent once drawn: a connection that breaks meanwhile is no bug of the page's.
+        self._send(status, text, headers, body=body and status != HTTPStatus.NO_CONTENT)
 
     def _place(self, place: PlaceView) -> None:
         """``POST /api/place``: token, origin, type and size of the request checked, then
@@ -295,6 +338,26 @@ class _Handler(BaseHTTPRequestHandler):
 _JSON: Final = {"Content-Type": "application/json"}
 
 
+def _dashboard_part(
+    dashboard: Dashboard, path: str, query: str
+) -> tuple[HTTPStatus, bytes, dict[str, str]]:
+    """The status, body and headers of the dashboard's ``path`` (one of :data:`_DASHBOARD`)."""
+    headers = dict(dashboard_headers())
+    if path == "/api/state":
+        headers["Content-Type"] = "application/json"
+        text = dashboard.state_json()
+    elif path == "/api/panel":
+        after = parse_qs(query).get("after", [""])[0]
+        if after == str(dashboard.snapshot().version):
+            return HTTPStatus.NO_CONTENT, b"", headers
+        headers["Content-Type"] = "text/html; charset=utf-8"
+        text = dashboard.panel()
+    else:
+        headers["Content-Type"] = "text/html; charset=utf-8"
+        text = dashboard.page()
+    return HTTPStatus.OK, text.encode(), headers
+
+
 class MetricsServer:
     """The HTTP server on ``config``'s address, in a thread of its own until :meth:`stop`."""
 
@@ -331,10 +394,15 @@ class MetricsServer:
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, grace: float = STOP_GRACE) -> None:
+        """Stop serving (see the module's text): when this returns, no thread of the server is
+        left and the address is free."""
         if self._thread.is_alive():
             self.server.shutdown()
-            self._thread.join(5)
+            self._thread.join()
+        cut = self.server.close_in_order(grace)
+        if cut:
+            log.warning("http: %d request(s) not answered within %gs of stopping: cut", cut, grace)
         self.server.server_close()
 
 
