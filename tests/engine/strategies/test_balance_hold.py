@@ -123,7 +123,29 @@ def test_plan_holds_the_vcpus_within_their_goal(tmp_path: Path) -> None:
         "cpu_commit_spread": 0.25,
     }
     assert "vCPU commitments 25.00 pp" in str(held["stopped"])
-    # Without the hold, the vCPUs' goal is one vCPU on a 32-core node.
-    plain = _plan(path)
+    # By default the vCPUs' goal is 100 pp, and held: memory alone chooses here too.
+    default = _plan(path)
+    assert "vCPU commitments 100.00 pp" in str(default["stopped"])
+    assert default["metrics"]["after"]["cpu"]["spread"] <= 1.0  # type: ignore[index]
+    assert default["metrics"]["after"]["memory"]["spread"] <= 0.01  # type: ignore[index]
+    # With a goal of 0 and no hold, the vCPUs' goal is one vCPU on a 32-core node.
+    plain = _plan(path, "-O", "cpu_commit_spread=0")
     assert plain["metrics"]["after"]["cpu"]["spread"] <= 1 / 32 + 1e-9  # type: ignore[index]
     assert RESOURCES == ("cpu", "memory")
+
+
+def test_a_held_resource_breaks_the_tie_between_moves_alike() -> None:
+    # a must shed 4 GiB, g: to b or to c, as empty in memory. The vCPUs (62.5 pp apart, within
+    # the default goal of 100 pp) are held and choose: c, the less committed (before: the first).
+    nodes = (Node("a", 16, 64 * GiB), Node("b", 16, 64 * GiB), Node("c", 16, 64 * GiB))
+    guests = (
+        Guest("g", "a", cpu=2, memory=4 * GiB),
+        Guest("a-rest", "a", cpu=4, memory=48 * GiB),
+        Guest("b-rest", "b", cpu=12, memory=46 * GiB),
+        Guest("c-rest", "c", cpu=2, memory=46 * GiB),
+    )
+    cluster = Cluster(nodes, guests, Rules(), Settings(mode="static", cpu_overcommit=4.0))
+    proposal = propose_balance(cluster)
+    assert (proposal.moves[0].guest, proposal.moves[0].target) == ("g", "c")
+    assert proposal.stopped.startswith("balanced")
+    assert proposal.after.resources["cpu"].spread <= 1.0
