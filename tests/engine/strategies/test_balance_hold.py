@@ -17,10 +17,13 @@ from hypothesis import strategies as st
 from clusters import GiB, assert_moves_safe, clusters
 from opendrs.engine.constraints import Constraints
 from opendrs.engine.strategies import get_strategy
+from opendrs.engine.strategies.balance import rounds
 from opendrs.engine.strategies.balance.hold import keeps_held_after, keeps_held_moves
 from opendrs.engine.strategies.balance.options import BalanceOptions
+from opendrs.engine.strategies.balance.picks import pick
 from opendrs.engine.strategies.balance.rounds import grain_and_goal
 from opendrs.engine.strategies.balance.state import BalanceState
+from opendrs.engine.strategies.balance.steps import History, StepKind
 from opendrs.engine.strategies.balance.strategy import propose_balance
 from opendrs.engine.usage import RESOURCES
 from opendrs.model.cluster import Cluster, Guest, Node, Settings
@@ -149,3 +152,43 @@ def test_a_held_resource_breaks_the_tie_between_moves_alike() -> None:
     assert (proposal.moves[0].guest, proposal.moves[0].target) == ("g", "c")
     assert proposal.stopped.startswith("balanced")
     assert proposal.after.resources["cpu"].spread <= 1.0
+
+
+def _vcpu_heavy() -> Cluster:
+    """a commits 40 vCPUs of 16 cores, b 8 (200 pp apart), memory even: exchanging big (16
+    vCPUs) for mem (1 vCPU, the same memory) brings them within 100 pp in two moves, where a
+    tiny guest (1 vCPU, 64 MiB) at a time would take eight."""
+    nodes = (Node("a", 16, 64 * GiB), Node("b", 16, 64 * GiB))
+    guests = (
+        Guest("big", "a", cpu=16, memory=8 * GiB),
+        *(Guest(f"tiny{i}", "a", cpu=1, memory=GiB // 16) for i in range(10)),
+        Guest("a-rest", "a", cpu=14, memory=40 * GiB),
+        Guest("mem", "b", cpu=1, memory=8 * GiB),
+        Guest("b-rest", "b", cpu=7, memory=40 * GiB + 10 * GiB // 16),
+    )
+    return Cluster(nodes, guests, Rules(), Settings(mode="static", cpu_overcommit=4.0))
+
+
+@pytest.mark.parametrize(("factor", "first"), [(rounds.EXCHANGE_FIRST, True), (1e9, False)])
+def test_with_resources_held_an_exchange_that_gains_more_goes_first(
+    factor: float, first: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The exchange gains four times the best single move per migration: it goes first, and not
+    # when it would have to gain a billion times as much.
+    monkeypatch.setattr(rounds, "EXCHANGE_FIRST", factor)
+    state = _state(_vcpu_heavy())
+    _grain, state.goal = grain_and_goal(state, 0.01, 1.0)
+    state.steer((state.weights > 0) & (state.spreads() <= state.goal))
+    assert state.held.tolist() == [False, True]  # memory held, the vCPUs steer
+    history = History(state)
+    tiny = np.array([u for u in range(len(state.units.label)) if "tiny" in state.units.label[u]])
+    picks = pick(state, tiny, np.array([1]), forced=False)
+    assert picks  # a tiny guest may move
+    price = rounds.Price.of(state, 0.05)
+    made = rounds._exchanges_first(history, state.fractions(), price, picks, 100)
+    labels = sorted(state.units.label[s.unit] for s in history.steps)
+    if first:
+        assert made and labels == ["big", "mem"]
+        assert all(s.kind is StepKind.SWAP for s in history.steps)
+    else:
+        assert not made and labels == []
