@@ -119,9 +119,11 @@ def stop_sentence(proposal: Proposal) -> str:
 def _balanced(stop: Stop) -> str:
     spreads = ", ".join(f"{r} {stop.details[f'{r}_spread'] * 100:.1f} pp" for r in RESOURCES)
     goal = stop.details["target_spread"] * 100
+    commit = stop.details.get("cpu_commit_spread")
+    vcpus = "" if commit is None else f", their vCPU commitments within {commit * 100:g}"
     return (
         f"the cluster is balanced: the nodes' loads are within {goal:g} percentage points "
-        f"of each other ({spreads})"
+        f"of each other{vcpus} ({spreads})"
     )
 
 

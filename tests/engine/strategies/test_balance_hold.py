@@ -131,6 +131,15 @@ def test_plan_holds_the_vcpus_within_their_goal(tmp_path: Path) -> None:
     assert "vCPU commitments 100.00 pp" in str(default["stopped"])
     assert default["metrics"]["after"]["cpu"]["spread"] <= 1.0  # type: ignore[index]
     assert default["metrics"]["after"]["memory"]["spread"] <= 0.01  # type: ignore[index]
+    words = subprocess.run(
+        [sys.executable, "-m", "opendrs", "plan", str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"},
+    ).stdout
+    assert "within 1 percentage points of each other, their vCPU commitments within 100" in words
     # With a goal of 0 and no hold, the vCPUs' goal is one vCPU on a 32-core node.
     plain = _plan(path, "-O", "cpu_commit_spread=0")
     assert plain["metrics"]["after"]["cpu"]["spread"] <= 1 / 32 + 1e-9  # type: ignore[index]
