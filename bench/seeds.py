@@ -1,7 +1,7 @@
 """``balance`` over many seeds, one process: what it reaches, at what cost, against the bounds.
 
 ``python -m bench.seeds [--generator basic|skewed] [--sizes S,M,L] [--seeds 1,2,3]
-[--rules both|with|without] [--no-bounds] [--option NAME=VALUE …]``
+[--rules both|with|without] [--no-bounds] [--yardstick] [--option NAME=VALUE …]``
 
 For every (size, seed, rules) cluster of the generator (:data:`bench.clusters.GENERATORS`) it runs
 the default strategy's ``propose`` once (with the ``--option`` values, JSON, as ``opendrs plan -o``
@@ -11,7 +11,9 @@ disk factor times moved local disk), whether it stopped balanced, its CPU time (
 user and system time, which other jobs on a shared machine barely change) and wall time, the
 process's peak RSS so far, and — unless ``--no-bounds`` — the lower bound on migrations for the
 spreads reached (:class:`bench.metrics.Evaluator`) and for the memory spread alone
-(:func:`bench.realistic_report.memory_bound`), and the ratios.
+(:func:`bench.realistic_report.memory_bound`), and the ratios. With ``--yardstick`` (sizes up to L)
+also the fewest moves the exact search (:mod:`bench.yardstick`) finds for the memory spread
+reached, started from its warm start, and opendrs's moves over them.
 Every case runs in the same process, so the peak RSS is the largest so far, not the case's own;
 ``python -m bench`` gives each case its own process.
 """
@@ -28,6 +30,7 @@ from bench.generate import SIZES
 from bench.metrics import Evaluator, GiB, Snapshot
 from bench.realistic_report import memory_bound
 from bench.worker import peak_rss_bytes
+from bench.yardstick import TIME_LIMITS, fewest_moves, warm_start
 from opendrs.engine.strategies import get_strategy
 from opendrs.model.cluster import Cluster
 
@@ -41,8 +44,10 @@ def measure(
     rules: bool,
     bounds: bool,
     options: dict[str, Any] | None = None,
+    yardstick: bool = False,
 ) -> dict[str, Any]:
-    """One cluster balanced (with ``options``), measured."""
+    """One cluster balanced (with ``options``), measured; with ``yardstick``, beside the exact
+    search's best for the same memory spread."""
     cluster = generated(generator, size, seed=seed, rules=rules)
     wall, cpu = time.perf_counter(), time.process_time()
     proposal = get_strategy("balance").propose(cluster, options=options or {})
@@ -73,7 +78,21 @@ def measure(
         if memory_lb:
             line["migrations_per_memory_lb"] = round(len(placement) / memory_lb, 3)
         line["violations"] = len(evaluation.violations)
+    if yardstick and size in TIME_LIMITS:
+        line.update(_best_found(cluster, after.memory_spread, TIME_LIMITS[size], len(placement)))
     return line
+
+
+def _best_found(cluster: Cluster, spread: float, limit: float, moves: int) -> dict[str, Any]:
+    """The exact search's fewest moves for the memory ``spread`` (in ``limit`` s), and
+    ``moves`` over them."""
+    found = fewest_moves(cluster, spread, limit, hint=warm_start(cluster, spread))
+    out: dict[str, Any] = {"best_found": found.moves, "best_found_bound": found.bound}
+    out["best_found_optimal"] = found.optimal
+    out["best_found_s"] = round(found.seconds, 1)
+    if found.moves:
+        out["migrations_per_best"] = round(moves / found.moves, 3)
+    return out
 
 
 def _cost_gib(cluster: Cluster, placement: dict[str, str]) -> float:
@@ -102,6 +121,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rules", default="both", choices=tuple(RULES))
     parser.add_argument("--no-bounds", action="store_true", help="leave the lower bounds out")
     parser.add_argument(
+        "--yardstick",
+        action="store_true",
+        help="the exact search's fewest moves for the memory spread reached (sizes up to L)",
+    )
+    parser.add_argument(
         "--option",
         type=_option,
         action="append",
@@ -122,7 +146,13 @@ def main(argv: list[str] | None = None) -> int:
         for seed in seeds:
             for rules in RULES[args.rules]:
                 line = measure(
-                    args.generator, size, seed, rules, not args.no_bounds, dict(args.option)
+                    args.generator,
+                    size,
+                    seed,
+                    rules,
+                    not args.no_bounds,
+                    dict(args.option),
+                    args.yardstick,
                 )
                 print(json.dumps(line), flush=True)
     return 0

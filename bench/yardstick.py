@@ -214,9 +214,9 @@ def warm_start(
 ) -> dict[str, str]:
     """A first placement for the search (guest id → node): opendrs's default strategy on the
     cluster with every guest but the free ones held where it is and memory alone balanced (with
-    ``cpu_spread``, memory and vCPUs), to the target (the smaller of the two) and, while a spread
-    stays above its target, to the smaller targets of :data:`WARM_TARGETS` (the last one tried
-    when none reaches them)."""
+    ``cpu_spread``, memory and vCPUs, the vCPUs' goal ``cpu_spread``) to the target and, while a
+    spread stays above its target, to the smaller targets of :data:`WARM_TARGETS` (shares of
+    both; the last one tried when none reaches them)."""
     from opendrs.engine.strategies import DEFAULT_STRATEGY, get_strategy
 
     free = free_guests(cluster) if free is None else free
@@ -227,10 +227,13 @@ def warm_start(
     )
     alone = replace(cluster, rules=rules, settings=settings)
     strategy = get_strategy(DEFAULT_STRATEGY)
-    target = target_spread if cpu_spread is None else min(target_spread, cpu_spread)
     placement: dict[str, str] = {}
     for share in WARM_TARGETS:
-        proposal = strategy.propose(alone, options={"target_spread": target * share})
+        options = {"target_spread": target_spread * share}
+        if cpu_spread is not None:
+            # The vCPUs' goal is theirs (not the default strategy's), within what it may be.
+            options["cpu_commit_spread"] = min(cpu_spread * share, 1.0)
+        proposal = strategy.propose(alone, options=options)
         placement = {m.guest: m.target for m in proposal.net_moves()}
         if within(cluster, placement, target_spread, cpu_spread):
             break

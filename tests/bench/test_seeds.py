@@ -27,17 +27,26 @@ def test_a_bad_size_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_options_and_the_memory_bound(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["--generator", "hot-rack", "--sizes", "S", "--seeds", "1", "--rules", "with"]
-    assert main([*argv, "--option", "hold=true", "--option", "cpu_commit_spread=0.5"]) == 0
-    loose = json.loads(capsys.readouterr().out)
-    assert main(argv) == 0
+    assert main([*argv, "--option", "cpu_commit_spread=0"]) == 0
     tight = json.loads(capsys.readouterr().out)
+    assert main(argv) == 0
+    loose = json.loads(capsys.readouterr().out)
     for line in (loose, tight):
         assert line["balanced"] and line["violations"] == 0
         assert line["migrations"] >= line["lb_memory_migrations"] > 0
         assert line["cost_gib"] > 0
-    # A vCPU goal of 50 pp: the vCPUs spread wider, for fewer moves.
-    assert tight["cpu_spread_pp"] < loose["cpu_spread_pp"] <= 50.0
+    # The default vCPU goal of 100 pp against one vCPU on the smallest node: the vCPUs spread
+    # wider, for fewer moves.
+    assert tight["cpu_spread_pp"] < loose["cpu_spread_pp"] <= 100.0
     assert loose["migrations"] <= tight["migrations"]
+
+
+def test_the_exact_search_beside_the_moves(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--generator", "new-node", "--sizes", "S", "--seeds", "1", "--rules", "with"]
+    assert main([*argv, "--yardstick"]) == 0
+    line = json.loads(capsys.readouterr().out)
+    assert line["best_found_bound"] <= line["best_found"]
+    assert line["migrations_per_best"] == round(line["migrations"] / line["best_found"], 3)
 
 
 def test_a_bad_option_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:

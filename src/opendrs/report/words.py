@@ -162,9 +162,11 @@ def _plural(count: float | str, noun: str) -> str:
 def _balanced(stop: Stop, _label: Callable[[str], str]) -> str:
     spreads = ", ".join(f"{r} {float(stop.details[f'{r}_spread']) * 100:.1f} pp" for r in RESOURCES)
     goal = float(stop.details["target_spread"]) * 100
+    commit = stop.details.get("cpu_commit_spread")
+    vcpus = "" if commit is None else f", their vCPU commitments within {float(commit) * 100:g} pp"
     return (
         f"the cluster is balanced: the nodes' loads are within {goal:g} percentage points "
-        f"of each other ({spreads})"
+        f"of each other{vcpus} ({spreads})"
     )
 
 

@@ -77,13 +77,15 @@ def test_swap_when_no_single_move_helps() -> None:
         Guest("m1", "b", cpu=1, memory=3 * GiB),
         Guest("m2", "b", cpu=1, memory=3 * GiB),
     )
-    proposal = propose_balance(Cluster(nodes, guests, Rules(), settings))
+    # The vCPU commitments' goal one vCPU on the smallest node, not the default 100 pp.
+    tight = BalanceOptions(cpu_commit_spread=0.0)
+    proposal = propose_balance(Cluster(nodes, guests, Rules(), settings), tight)
     assert sorted((m.guest, m.target) for m in proposal.net_moves()) == [("c1", "b"), ("m1", "a")]
     assert all("swap" in m.reason for m in proposal.moves)
     assert proposal.after.combined.spread == 0.0
     assert (
         propose_balance(
-            Cluster(nodes, guests, Rules(), settings), BalanceOptions(swaps=False)
+            Cluster(nodes, guests, Rules(), settings), replace(tight, swaps=False)
         ).moves
         == ()
     )
@@ -106,7 +108,8 @@ def test_set_exchange_when_no_move_or_pair_helps() -> None:
         *(Guest(f"c{i}", "c", cpu=1, memory=3 * GiB // 4) for i in range(8)),
     )
     cluster = Cluster(nodes, guests, Rules(), settings)
-    proposal = propose_balance(cluster)
+    # The vCPU commitments' goal one vCPU on the smallest node, not the default 100 pp.
+    proposal = propose_balance(cluster, BalanceOptions(cpu_commit_spread=0.0))
     assert sorted((m.guest, m.target) for m in proposal.net_moves()) == [
         ("a1", "b"),
         ("y1", "a"),
@@ -115,7 +118,7 @@ def test_set_exchange_when_no_move_or_pair_helps() -> None:
     assert all(m.reason == "balance (set exchange)" for m in proposal.moves)
     assert proposal.after.resources["cpu"].spread == 0.0
     assert proposal.after.resources["memory"].spread < proposal.before.resources["memory"].spread
-    assert propose_balance(cluster, BalanceOptions(swaps=False)).moves == ()
+    assert propose_balance(cluster, BalanceOptions(swaps=False, cpu_commit_spread=0.0)).moves == ()
 
 
 def test_sheds_the_mix_of_the_excess() -> None:

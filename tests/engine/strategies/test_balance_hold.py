@@ -17,10 +17,13 @@ from hypothesis import strategies as st
 from clusters import GiB, assert_moves_safe, clusters
 from opendrs.engine.constraints import Constraints
 from opendrs.engine.strategies import get_strategy
+from opendrs.engine.strategies.balance import rounds
 from opendrs.engine.strategies.balance.hold import keeps_held_after, keeps_held_moves
 from opendrs.engine.strategies.balance.options import BalanceOptions
+from opendrs.engine.strategies.balance.picks import pick
 from opendrs.engine.strategies.balance.rounds import grain_and_goal
 from opendrs.engine.strategies.balance.state import BalanceState
+from opendrs.engine.strategies.balance.steps import History, StepKind
 from opendrs.engine.strategies.balance.strategy import propose_balance
 from opendrs.engine.usage import RESOURCES
 from opendrs.model.cluster import Cluster, Guest, Node, Settings
@@ -123,7 +126,78 @@ def test_plan_holds_the_vcpus_within_their_goal(tmp_path: Path) -> None:
         "cpu_commit_spread": 0.25,
     }
     assert "vCPU commitments 25.00 pp" in str(held["stopped"])
-    # Without the hold, the vCPUs' goal is one vCPU on a 32-core node.
-    plain = _plan(path)
+    # By default the vCPUs' goal is 100 pp, and held: memory alone chooses here too.
+    default = _plan(path)
+    assert "vCPU commitments 100.00 pp" in str(default["stopped"])
+    assert default["metrics"]["after"]["cpu"]["spread"] <= 1.0  # type: ignore[index]
+    assert default["metrics"]["after"]["memory"]["spread"] <= 0.01  # type: ignore[index]
+    words = subprocess.run(
+        [sys.executable, "-m", "opendrs", "plan", str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"},
+    ).stdout
+    assert "within 1 percentage points of each other, their vCPU commitments within 100" in words
+    # With a goal of 0 and no hold, the vCPUs' goal is one vCPU on a 32-core node.
+    plain = _plan(path, "-O", "cpu_commit_spread=0")
     assert plain["metrics"]["after"]["cpu"]["spread"] <= 1 / 32 + 1e-9  # type: ignore[index]
     assert RESOURCES == ("cpu", "memory")
+
+
+def test_a_held_resource_breaks_the_tie_between_moves_alike() -> None:
+    # a must shed 4 GiB, g: to b or to c, as empty in memory. The vCPUs (62.5 pp apart, within
+    # the default goal of 100 pp) are held and choose: c, the less committed (before: the first).
+    nodes = (Node("a", 16, 64 * GiB), Node("b", 16, 64 * GiB), Node("c", 16, 64 * GiB))
+    guests = (
+        Guest("g", "a", cpu=2, memory=4 * GiB),
+        Guest("a-rest", "a", cpu=4, memory=48 * GiB),
+        Guest("b-rest", "b", cpu=12, memory=46 * GiB),
+        Guest("c-rest", "c", cpu=2, memory=46 * GiB),
+    )
+    cluster = Cluster(nodes, guests, Rules(), Settings(mode="static", cpu_overcommit=4.0))
+    proposal = propose_balance(cluster)
+    assert (proposal.moves[0].guest, proposal.moves[0].target) == ("g", "c")
+    assert proposal.stopped.startswith("balanced")
+    assert proposal.after.resources["cpu"].spread <= 1.0
+
+
+def _vcpu_heavy() -> Cluster:
+    """a commits 40 vCPUs of 16 cores, b 8 (200 pp apart), memory even: exchanging big (16
+    vCPUs) for mem (1 vCPU, the same memory) brings them within 100 pp in two moves, where a
+    tiny guest (1 vCPU, 64 MiB) at a time would take eight."""
+    nodes = (Node("a", 16, 64 * GiB), Node("b", 16, 64 * GiB))
+    guests = (
+        Guest("big", "a", cpu=16, memory=8 * GiB),
+        *(Guest(f"tiny{i}", "a", cpu=1, memory=GiB // 16) for i in range(10)),
+        Guest("a-rest", "a", cpu=14, memory=40 * GiB),
+        Guest("mem", "b", cpu=1, memory=8 * GiB),
+        Guest("b-rest", "b", cpu=7, memory=40 * GiB + 10 * GiB // 16),
+    )
+    return Cluster(nodes, guests, Rules(), Settings(mode="static", cpu_overcommit=4.0))
+
+
+@pytest.mark.parametrize(("factor", "first"), [(rounds.EXCHANGE_FIRST, True), (1e9, False)])
+def test_with_resources_held_an_exchange_that_gains_more_goes_first(
+    factor: float, first: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The exchange gains four times the best single move per migration: it goes first, and not
+    # when it would have to gain a billion times as much.
+    monkeypatch.setattr(rounds, "EXCHANGE_FIRST", factor)
+    state = _state(_vcpu_heavy())
+    _grain, state.goal = grain_and_goal(state, 0.01, 1.0)
+    state.steer((state.weights > 0) & (state.spreads() <= state.goal))
+    assert state.held.tolist() == [False, True]  # memory held, the vCPUs steer
+    history = History(state)
+    tiny = np.array([u for u in range(len(state.units.label)) if "tiny" in state.units.label[u]])
+    picks = pick(state, tiny, np.array([1]), forced=False)
+    assert picks  # a tiny guest may move
+    price = rounds.Price.of(state, 0.05)
+    made = rounds._exchanges_first(history, state.fractions(), price, picks, 100)
+    labels = sorted(state.units.label[s.unit] for s in history.steps)
+    if first:
+        assert made and labels == ["big", "mem"]
+        assert all(s.kind is StepKind.SWAP for s in history.steps)
+    else:
+        assert not made and labels == []

@@ -20,6 +20,9 @@ from opendrs.model.rules import NodeAffinity, Rules
 GiB = 1024**3
 BOTH = Settings(mode="static", cpu_overcommit=8.0)
 MEMORY_ONLY = Settings(mode="static", weight_cpu=0.0, weight_memory=1.0, cpu_overcommit=8.0)
+#: The vCPU commitments' goal one vCPU on the smallest node (not the default 100 pp): what the
+#: polish below the grain is for.
+TIGHT = BalanceOptions(cpu_commit_spread=0.0)
 
 
 def _cluster(
@@ -55,7 +58,7 @@ def _objective(cluster: Cluster, assign: np.ndarray) -> float:
 
 def test_an_exchange_of_one_vcpu_brings_the_cpu_within_the_target() -> None:
     cluster = _cluster()
-    proposal = propose_balance(cluster)
+    proposal = propose_balance(cluster, TIGHT)
     moves = sorted((m.guest, m.target) for m in proposal.net_moves())
     assert moves == [("c-two", "d"), ("d-two-gib", "c")]
     assert {m.reason for m in proposal.moves} == {"balance (below the grain)"}
@@ -65,12 +68,12 @@ def test_an_exchange_of_one_vcpu_brings_the_cpu_within_the_target() -> None:
     assert "cpu below one step on the smallest node (1.00 pp): within it" in proposal.stopped
     assign = assert_moves_safe(cluster, proposal.net_moves())
     assert _objective(cluster, assign) <= _objective(cluster, current_assign(cluster))
-    assert proposal.as_dict() == propose_balance(cluster).as_dict()
+    assert proposal.as_dict() == propose_balance(cluster, TIGHT).as_dict()
 
 
 def test_without_a_window_the_grain_stays_the_goal() -> None:
     # One vCPU more on d: 25 vCPUs, and within 1 pp the nodes would need 6k of them.
-    proposal = propose_balance(_cluster(extra_on_d=1))
+    proposal = propose_balance(_cluster(extra_on_d=1), TIGHT)
     assert proposal.moves == ()
     assert proposal.stopped.startswith("balanced")
     assert "no window where whole steps per node add up to the total" in proposal.stopped
@@ -80,7 +83,7 @@ def test_without_a_window_the_grain_stays_the_goal() -> None:
 def test_a_hard_rule_that_blocks_every_step_leaves_the_plan_as_it_was() -> None:
     # The 2-vCPU guest may not leave c: no move or exchange keeps the memory within 1 pp.
     rules = Rules(node_affinity=(NodeAffinity("pin", ("c-two",), {"c": 1}, strict=True),))
-    proposal = propose_balance(_cluster(rules=rules))
+    proposal = propose_balance(_cluster(rules=rules), TIGHT)
     assert proposal.moves == ()
     assert proposal.stopped.startswith("balanced")
     assert "the window was not reached (2 nodes left outside it" in proposal.stopped
@@ -88,20 +91,20 @@ def test_a_hard_rule_that_blocks_every_step_leaves_the_plan_as_it_was() -> None:
 
 
 def test_without_exchanges_only_moves_are_tried() -> None:
-    proposal = propose_balance(_cluster(), BalanceOptions(swaps=False))
+    proposal = propose_balance(_cluster(), BalanceOptions(swaps=False, cpu_commit_spread=0.0))
     assert proposal.moves == ()
     assert "the window was not reached" in proposal.stopped
 
 
 def test_a_memory_only_balance_leaves_the_cpu_alone() -> None:
-    proposal = propose_balance(_cluster(settings=MEMORY_ONLY))
+    proposal = propose_balance(_cluster(settings=MEMORY_ONLY), TIGHT)
     assert proposal.moves == ()
     assert "below one step" not in proposal.stopped
 
 
 def test_max_moves_caps_the_polish() -> None:
     # The exchange needs two migrations: with one allowed it is not made.
-    proposal = propose_balance(_cluster(), BalanceOptions(max_moves=1))
+    proposal = propose_balance(_cluster(), BalanceOptions(max_moves=1, cpu_commit_spread=0.0))
     assert proposal.moves == ()
     assert "the window was not reached" in proposal.stopped
 
@@ -112,7 +115,7 @@ def test_a_polished_resource_is_within_the_target_and_every_step_safe(
     cluster: Cluster, mode: str
 ) -> None:
     cluster = replace(cluster, settings=replace(cluster.settings, mode=mode))
-    proposal = propose_balance(cluster)
+    proposal = propose_balance(cluster, TIGHT)
     assign = assert_moves_safe(cluster, proposal.net_moves())
     loads = LoadModel.build(cluster)
     f = loads.fractions(assign)

@@ -60,7 +60,7 @@ class Stop:
 #: ``plan`` shows before the strategy's plan). ``unit``: ``%``, ``pp``
 #: (percentage points) or ``""`` (a ratio) for ``value``, ``after`` and ``threshold``.
 STOP_CODES: Mapping[str, tuple[str, ...]] = {
-    # balance
+    # balance ("balanced" also gives "cpu_commit_spread" where the vCPU commitments' goal is looser)
     "balanced": ("target_spread", "cpu_spread", "memory_spread"),
     "no_move_pays": ("margin",),
     "move_limit": ("max_moves",),

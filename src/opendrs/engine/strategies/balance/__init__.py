@@ -53,11 +53,15 @@ per migration it adds first (one between guests that have both moved already add
 adds one per guest). When no exchange of two pays either, one unit is exchanged against a set of
 another node's units, all its moves evaluated together (:mod:`.set_exchange`).
 
-**Held resources.** With ``hold`` (off by default), each round a resource already within its goal
-is held there (:mod:`.hold`): it has no weight in what chooses the moves (the objective gain, the
-band distance, the exchanges, the shedding plan, the price), and no move or exchange may take its
-spread above its goal. ``cpu_commit_spread`` loosens the goal of the vCPU commitments (static
-mode) — where the hold is what turns a looser goal into fewer moves.
+**Held resources.** With ``hold``, and wherever the vCPU commitments' goal is looser than
+``target_spread`` (``cpu_commit_spread``, static mode: 100 pp by default), each round a resource
+already within its goal is held there (:mod:`.hold`): it has no weight in what chooses the moves
+(the objective gain, the band distance, the exchanges, the shedding plan, the price) — it only
+breaks ties between moves of scores within 1 % of each other, before their cost — and no move or
+exchange may take its spread above its goal. While resources are held, a round first makes the
+exchanges of two units that gain three times as much per migration as its best single move per
+guest: one big unit out and one back in, where single moves that keep the held resources within
+their goal would be many small ones.
 
 **Idle windows.** A move's gain depends only on its two nodes' loads, and whether it is allowed
 only on its unit and its target: a window in which a round found no move that lowers the

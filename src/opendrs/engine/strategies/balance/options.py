@@ -12,6 +12,7 @@ from ..base import StrategyOptions
 DEFAULT_TARGET_SPREAD = 0.01
 DEFAULT_MARGIN = 0.05
 DEFAULT_WIDE = 64
+DEFAULT_CPU_COMMIT_SPREAD = 1.0
 
 
 def _check_options(
@@ -58,9 +59,11 @@ class BalanceOptions(StrategyOptions):
     #: Hold each resource within its goal (:mod:`.hold`): no weight in choosing moves, never
     #: taken above its goal.
     hold: bool = False
-    #: The least goal of the vCPU commitments' spread (static mode): 0, one vCPU on the
-    #: smallest node (or ``target_spread``, where coarser).
-    cpu_commit_spread: float = 0.0
+    #: The least goal of the vCPU commitments' spread (static mode): by default 100 pp (one vCPU
+    #: per core between the most and the least committed node; a goal looser than
+    #: ``target_spread`` holds the resources within their goal, as ``hold`` does); 0: one vCPU
+    #: on the smallest node (or ``target_spread``, where coarser).
+    cpu_commit_spread: float = DEFAULT_CPU_COMMIT_SPREAD
 
     def check(self) -> None:
         _check_options(

@@ -74,9 +74,11 @@ def pick(
     if forced:
         order = np.lexsort((targets[cols], units[rows], -s))
     else:
-        # Fewest moves: best score first; among scores within 1 %, the cheaper migration.
+        # Fewest moves: best score first; among scores within 1 %, the one that helps the held
+        # resources most, then the cheaper migration.
         bucket = np.floor(np.log(s) / np.log(1.01))
-        order = np.lexsort((targets[cols], units[rows], cost, -bucket))
+        held = _held_gains(state, units[kinds], targets, (kind[rows], cols))
+        order = np.lexsort((targets[cols], units[rows], cost, -held, -bucket))
     rows, cols = rows[order], cols[order]
     taken = _disjoint(
         state.units.assign[units[rows]],
@@ -88,6 +90,19 @@ def pick(
         (float(gain[kind[rows[k]], cols[k]]), int(units[rows[k]]), int(targets[cols[k]]))
         for k in taken
     ]
+
+
+def _held_gains(
+    state: BalanceState, rows: np.ndarray, targets: np.ndarray, at: tuple[np.ndarray, np.ndarray]
+) -> np.ndarray:
+    """(k,) the objective gain, per guest, in the held resources alone of the moves ``at``
+    (positions in ``rows``, the units of each kind, and ``targets``); zeros when none is held."""
+    if not state.held.any():
+        return np.zeros(at[0].size)
+    wnorm = np.where(state.held, state.wnorm, 0.0)
+    kinds, inverse = np.unique(at[0], return_inverse=True)
+    gain = state.gains(rows[kinds], targets, wnorm)
+    return gain[inverse, at[1]] / state.unit_guests[rows[at[0]]]
 
 
 class IdleWindows:

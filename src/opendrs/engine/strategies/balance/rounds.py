@@ -27,6 +27,10 @@ log = logging.getLogger(__name__)
 #: Most (unit, target) pairs a round looks at when it widens its window on a big cluster.
 PAIR_BUDGET = 4_000_000
 
+#: With resources held, an exchange of two units is made before the round's single moves when
+#: its gain per migration is at least this many times the best single move's per guest.
+EXCHANGE_FIRST = 3.0
+
 #: A round without single moves looks for exchanges from this many of the most deviating nodes
 #: per this many nodes (at least 4).
 SWAP_NODES_PER = 64
@@ -108,6 +112,14 @@ def grain_and_goal(
     return grain, np.maximum(least, grain) + 1e-12
 
 
+def holds(state: BalanceState, options: BalanceOptions) -> bool:
+    """Whether the rounds hold the resources within their goal (:mod:`.hold`): with ``hold``, and
+    wherever the vCPU commitments' goal is looser than ``target_spread`` (static mode) — without
+    the hold a looser goal saves few moves, as the vCPUs would still steer every choice."""
+    static = state.loads.mode == "static" and state.loads.source == "usage"
+    return options.hold or (static and options.cpu_commit_spread > options.target_spread)
+
+
 def balance_rounds(
     history: History, options: BalanceOptions, limit: int, *, shaped: bool
 ) -> tuple[str, Stop]:
@@ -118,7 +130,7 @@ def balance_rounds(
     rounds end. The stop reason, as a sentence and as a :class:`Stop` (``balanced`` when the
     goal was reached)."""
     state = history.state
-    if not options.hold:
+    if not holds(state, options):
         return _rounds(history, options, limit, shaped=shaped)
     try:
         return _rounds(history, options, limit, shaped=shaped)
@@ -133,7 +145,8 @@ def _rounds(
     state = history.state
     weighted = state.weights > 0
     price = Price.of(state, options.margin)
-    hold = weighted if options.hold else np.zeros_like(weighted)
+    held_rounds = holds(state, options)
+    hold = weighted if held_rounds else np.zeros_like(weighted)
     state.steer(hold & (state.spreads() <= state.goal))
     # The shedding plan of the nodes above the band: its units move first.
     plan = np.zeros(len(state.units.assign), dtype=bool)
@@ -152,6 +165,13 @@ def _rounds(
         f = state.fractions()
         objective = state.steered_objective()
         picks, shedding = _round_picks(state, plan, idle, f, options.wide, shaped, len(history))
+        if (
+            held_rounds
+            and options.swaps
+            and picks
+            and _exchanges_first(history, f, price, picks, limit)
+        ):
+            continue
         made = _take_moves(history, picks, price, objective, limit)
         if made == 0 and options.swaps:
             made = _exchange_pairs(history, f, price, limit)
@@ -211,6 +231,22 @@ def _round_picks(
     return picks, shedding
 
 
+def _exchanges_first(
+    history: History,
+    f: np.ndarray,
+    price: Price,
+    picks: list[tuple[float, int, int]],
+    limit: int,
+) -> bool:
+    """With resources held: the exchanges of two units that gain :data:`EXCHANGE_FIRST` times as
+    much per migration as the round's best single move per guest, made before any single move
+    (one big unit out and one back in, where single moves would take many small ones that keep
+    the held resources within their goal); whether any was made."""
+    state = history.state
+    single = max(gain / state.unit_guests[u] for gain, u, _ in picks)
+    return _exchange_pairs(history, f, price, limit, EXCHANGE_FIRST * single) > 0
+
+
 def _take_moves(
     history: History,
     picks: list[tuple[float, int, int]],
@@ -235,9 +271,12 @@ def _take_moves(
     return len(chosen)
 
 
-def _exchange_pairs(history: History, f: np.ndarray, price: Price, limit: int) -> int:
+def _exchange_pairs(
+    history: History, f: np.ndarray, price: Price, limit: int, above: float = -np.inf
+) -> int:
     """A local optimum for single moves: exchanges of two units, from the nodes that deviate
-    most, when both migrations pay for themselves; how many moves they made. The best exchange
+    most, when both migrations pay for themselves (and score above ``above``); how many moves
+    they made. The best exchange
     from each of those nodes, best first; a node already in an exchange this round is left out
     (so every gain stays exact), and an exchange that would touch one is looked for again
     without it."""
@@ -254,7 +293,7 @@ def _exchange_pairs(history: History, f: np.ndarray, price: Price, limit: int) -
         return _best_exchange(state, price, a, signed, busy, ranked)
 
     heads = np.argsort(-dev, kind="stable")[: max(4, n_nodes // SWAP_NODES_PER)].tolist()
-    offers = [(o, a) for a in heads if (o := exchange(a)) is not None]
+    offers = [(o, a) for a in heads if (o := exchange(a)) is not None and o[0] > above]
     offers.sort(key=lambda o: (-o[0][0], o[1]))
     made = 0
     for found, a in offers:

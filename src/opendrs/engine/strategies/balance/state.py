@@ -204,9 +204,10 @@ class BalanceState:
         return self._objective
 
     def steer(self, held: np.ndarray) -> None:
-        """Hold the resources ``held`` (R,): no weight in choosing moves, their spread kept
-        within its goal by :meth:`allowed` and :meth:`swap_check` (see :mod:`.hold`). What was
-        kept of gains computed with the weights before is dropped."""
+        """Hold the resources ``held`` (R,): no weight in choosing moves (they only break ties
+        between moves that steer alike, :mod:`.picks`), their spread kept within its goal by
+        :meth:`allowed` and :meth:`swap_check` (see :mod:`.hold`). What was kept of gains
+        computed with the weights before is dropped."""
         held = np.asarray(held, dtype=bool) & (self.weights > 0)
         if np.array_equal(held, self.held):
             return
@@ -338,19 +339,22 @@ class BalanceState:
         offset = np.repeat(first - np.concatenate([[0], np.cumsum(count)[:-1]]), count)
         return at, self.neg_flat[offset + np.arange(int(count.sum()))]
 
-    def gains(self, units: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    def gains(
+        self, units: np.ndarray, targets: np.ndarray, wnorm: np.ndarray | None = None
+    ) -> np.ndarray:
         """(len(units), len(targets)) objective reduction of moving each unit to each target.
 
         With ``Σ_n L²/C`` per resource, moving ``d`` from ``a`` to ``b`` changes the objective by
         ``d²(1/C_a + 1/C_b) − 2d(f_a − f_b)``; a unit leaving an unusable node adds only the
         target's ``d²/C_b + 2d·f_b``. Weighted and summed over resources this factors into
-        ``g_u − (2d·w)·f_b − (d²·w)·(1/C_b)``: two small matrix products.
+        ``g_u − (2d·w)·f_b − (d²·w)·(1/C_b)``: two small matrix products. ``wnorm``: the
+        resources' weights (default: :attr:`steer_wnorm`, what steers the search).
         """
         d = self.units.demand[units]  # (u, R)
         src = self.units.assign[units]
         f = self.kept_fractions()
         inv = self.inv_cap
-        w = self.steer_wnorm
+        w = self.steer_wnorm if wnorm is None else wnorm
         own = ((2 * d * f[src] - d**2 * inv[src]) * w).sum(axis=1)
         own = np.where(self.usable[src], own, 0.0)
         # own − (2d·w) fᵀ − (d²·w) invᵀ, in place.
