@@ -674,6 +674,8 @@ class Controller:
             woken = take_wake()
             if (now >= next_cycle or woken) and not (once and decided):
                 asked = self._balance_asked()
+                if asked:  # the decision asked for is recorded, whatever it says
+                    self._last_none = None
                 held = once or asked
                 policy = replace(self.policy, hold=min(self.policy.hold, 1)) if held else None
                 self.cycle(policy=policy)
