@@ -266,6 +266,17 @@ def test_validate_alone_checks_the_default_configuration(tmp_path: Path) -> None
     assert refused.returncode == 2 and refused.stderr.startswith(f"error: {config}: mode: ")
 
 
+def test_a_configuration_that_is_not_yaml_is_one_line_with_where(tmp_path: Path) -> None:
+    config = tmp_path / "opendrs.yaml"
+    config.write_text("version: 1\nmode: [shadow\n  backend: {\n")
+    for argv in (("validate", "--config", str(config)), ("run", "--once", "--config", str(config))):
+        done = opendrs(*argv, timeout=60)
+        assert done.returncode == 2 and done.stdout == "", done.stderr
+        assert done.stderr == (
+            f"error: {config}: line 3, column 10: expected ',' or ']', but got ':'\n"
+        ), done.stderr
+
+
 def test_an_empty_configuration_says_it_is_empty(tmp_path: Path) -> None:
     config = tmp_path / "opendrs.yaml"
     config.write_text("# nothing yet\n")

@@ -31,8 +31,11 @@ rules:
 """
 
 
-def run(*argv: str) -> subprocess.CompletedProcess[str]:
+def run(*argv: str, config: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """``opendrs headroom ARGV``; ``config``: the default configuration ($OPENDRS_CONFIG)."""
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
+    if config is not None:
+        env["OPENDRS_CONFIG"] = str(config)
     return subprocess.run(
         [sys.executable, "-m", "opendrs.cli.main", "headroom", *argv],
         capture_output=True,
@@ -92,7 +95,7 @@ def test_without_ha_guests_every_running_guest_counts(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        ((), "give a SNAPSHOT or --config FILE"),
+        (("demo", "--config", "opendrs.yaml"), "give a SNAPSHOT or --config FILE"),
         (("--failures", "3"), "--failures 3: the cluster has 3 online nodes: at most 2"),
         (("--failures", "0"), "must be at least 1"),
     ],
@@ -104,6 +107,19 @@ def test_bad_input_is_one_line_and_status_2(
     done = run(*args)
     assert done.returncode == 2
     assert message in done.stderr and len(done.stderr.splitlines()) == 1
+
+
+def test_alone_it_observes_the_default_configurations_cluster(
+    snapshot: Path, tmp_path: Path
+) -> None:
+    config = tmp_path / "opendrs.yaml"
+    config.write_text(f"backend: {{type: file, path: {snapshot}}}\nhistory: history.sqlite\n")
+    done = run(config=config)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("lab: failover headroom: yes, for any 1 node failing")
+    missing = run(config=tmp_path / "none.yaml")
+    assert missing.returncode == 2 and len(missing.stderr.splitlines()) == 1
+    assert f"no configuration file at {tmp_path / 'none.yaml'}" in missing.stderr
 
 
 def test_demo_lacks_it_and_exits_1() -> None:

@@ -115,6 +115,9 @@ def test_snapshot_report_in_markdown(tmp_path: Path) -> None:
         said = rf"^- moves .* \({move['guest']}\) off {move['source']} \(.*\) to {move['target']} "
         assert re.search(said, text, re.MULTILINE), move
     assert text.count("\nStep ") == plan["plan"]["steps"]
+    # The failover headroom before and after the plan, as opendrs headroom says it.
+    before = opendrs("headroom", "demo").stdout.splitlines()[0].removeprefix("demo: ")
+    assert f"\n- Before: {before}. After: failover headroom: yes, for any 1 node" in text
     # Every table row has as many cells as its header.
     for table in re.findall(r"((?:^\|.*\|\n)+)", text, re.MULTILINE):
         widths = {line.count(" | ") for line in table.splitlines() if not line.startswith("|-")}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sqlite3
 import time
@@ -178,6 +179,26 @@ def test_status_and_history_before_the_daemon_ever_ran(tmp_path: Path) -> None:
     [line] = history.stderr.splitlines()
     assert line.startswith("error: ") and "no such file" in line
     assert not (tmp_path / "history.sqlite").exists()  # read-only: never created
+
+
+def test_status_node_table_fits_the_width_it_gets(tmp_path: Path) -> None:
+    """A row per node, its bars as wide as the terminal lets them be: at 80 columns, on a terminal
+    (rich's table) or not, each node's row fits; wider, the bars are longer."""
+    config = write_sim_config(tmp_path, days=0.1)
+    widths = {}
+    for columns in (80, 120):
+        for terminal in ("", "1"):
+            env = {**os.environ, "COLUMNS": str(columns), "FORCE_COLOR": terminal}
+            shown = opendrs("status", "--config", str(config), env=env)
+            assert shown.returncode == 0, shown.stderr
+            plain = re.sub(r"\x1b\[[0-9;]*m", "", shown.stdout).splitlines()
+            nodes = [line for line in plain if re.match(r"pve\d ", line)]
+            assert len(nodes) == 8 and all(line.rstrip().endswith("%") for line in nodes)
+            assert max(len(line) for line in nodes) <= columns, (columns, terminal, nodes)
+            first_bar = re.search(r"[#.]{5,}", nodes[0])
+            assert first_bar is not None
+            widths[columns, terminal] = len(first_bar.group())
+    assert widths[80, ""] < widths[120, ""]
 
 
 @pytest.mark.parametrize(

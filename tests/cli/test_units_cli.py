@@ -63,6 +63,17 @@ def test_plan_o_still_sets_an_option_with_a_warning() -> None:
     )
 
 
+def test_plan_o_with_a_file_says_where_plan_writes(tmp_path: Path) -> None:
+    """-o is the output file everywhere else: ``plan -o FILE`` says so, and writes nothing."""
+    target = tmp_path / "plan.txt"
+    done = opendrs("plan", "demo", "-o", str(target), timeout=120)
+    assert done.returncode == 2 and done.stdout == "" and not target.exists()
+    assert done.stderr == (
+        "error: -o: plan writes to standard output (redirect it: > FILE; 'opendrs report' writes "
+        "a file with -o FILE); a strategy option is -O NAME=VALUE\n"
+    )
+
+
 def test_a_scenario_share_takes_a_percentage(tmp_path: Path) -> None:
     examples = Path(__file__).resolve().parents[2] / "examples"
     shutil.copy(examples / "small.yaml", tmp_path)

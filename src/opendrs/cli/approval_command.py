@@ -220,8 +220,10 @@ def cmd_balance_now(args: argparse.Namespace) -> int:
 def add_approval_parsers(sub: Subcommands) -> None:
     exit_status = (
         " Exit status: 0 done, 1 the history cannot be read or written, 2 a bad configuration "
-        "or option, an unknown proposal or one no longer open."
+        "or option"
     )
+    verdict_status = exit_status + ", an unknown proposal, one no longer open or a move it lacks."
+    exit_status += "."
     p = sub.add_parser(
         "proposals",
         help="manual mode's proposals waiting for approval",
@@ -240,7 +242,7 @@ def add_approval_parsers(sub: Subcommands) -> None:
             description=f"{verb.capitalize()} proposal ID, recorded in the history with the "
             "local user and the time; the daemon is signalled (SIGUSR1) when it runs. An "
             "approved proposal is checked again on a fresh observation before it starts, and "
-            "expires with the reason when it no longer holds." + exit_status,
+            "expires with the reason when it no longer holds." + verdict_status,
         )
         add_config_option(q)
         q.add_argument("id", metavar="ID", help="the proposal's id (opendrs proposals)")
@@ -256,7 +258,8 @@ def add_approval_parsers(sub: Subcommands) -> None:
         "balance-now",
         help="ask the daemon for one decision now",
         description="Ask the running daemon for one decision now, whatever the hold and the "
-        "interval (cooldowns, rules, capacity and the policy's threshold still hold): acted on "
+        "interval (cooldowns, rules, capacity, migration windows and the policy's threshold "
+        "still hold): acted on "
         "in active mode, proposed in manual mode, reported in shadow mode." + exit_status,
     )
     add_config_option(b)

@@ -2,8 +2,9 @@
 node (any ``K`` nodes) fails, can every HA guest restart on the nodes left, within capacity and
 the rules? (:mod:`opendrs.engine.headroom` says how it is checked.)
 
-A snapshot (or ``demo``) is read as ``show`` and ``plan`` read it; ``--config FILE`` observes the
-live cluster once, as ``opendrs snapshot`` and ``status`` do.
+A snapshot (or ``demo``) is read as ``show`` and ``plan`` read it; ``--config FILE`` (by default,
+with no snapshot, the default configuration) observes the live cluster once, as ``opendrs
+snapshot`` and ``status`` do.
 
 Exit status: 0 the cluster has the headroom (every HA guest restarts in every case); 1 it has not
 (or the cluster could not be observed); 2 bad input.
@@ -16,6 +17,7 @@ import sys
 
 from opendrs.backends.base import BackendError
 from opendrs.cli.arguments import Subcommands, at_least_one
+from opendrs.cli.config_file import DEFAULT_CONFIG, existing_default_config
 from opendrs.cli.output import add_format_option, dump_json
 from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, UsageError, setup_logging
 from opendrs.engine.headroom import MAX_CASES, failover_headroom
@@ -25,7 +27,7 @@ __all__ = ["add_headroom_parser", "cmd_headroom"]
 
 
 def _cluster(args: argparse.Namespace) -> Cluster:
-    if (args.snapshot is None) == (args.config is None):
+    if args.snapshot is not None and args.config is not None:
         raise UsageError("headroom: give a SNAPSHOT or --config FILE (one of them)")
     if args.snapshot is not None:
         from opendrs.cli.cluster_command import read_cluster
@@ -34,7 +36,7 @@ def _cluster(args: argparse.Namespace) -> Cluster:
     from opendrs.cli.snapshot_command import observe_once
     from opendrs.controller.config import load_config
 
-    config = load_config(args.config)
+    config = load_config(args.config or existing_default_config())
     setup_logging(config.log_level)
     return observe_once(config)
 
@@ -76,7 +78,12 @@ def add_headroom_parser(sub: Subcommands) -> None:
         "not be observed), 2 bad input.",
     )
     p.add_argument("snapshot", metavar="SNAPSHOT", nargs="?", help="a snapshot, or 'demo'")
-    p.add_argument("--config", metavar="FILE", help="a configuration: observe its live cluster")
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help="a configuration: observe its live cluster (with no SNAPSHOT, the default "
+        f"configuration: {DEFAULT_CONFIG}, or $OPENDRS_CONFIG)",
+    )
     p.add_argument(
         "--failures",
         type=at_least_one,

@@ -50,6 +50,11 @@ def planned(args: argparse.Namespace) -> PlanResult:
             options[name] = option_value(strategy.options, name, value, repr(value))
         except ValueError as exc:
             raise UsageError(f"{flag}: {exc}") from None
+    if any("=" not in item for item in args.old_option):  # -o FILE, as report and snapshot
+        raise UsageError(
+            "-o: plan writes to standard output (redirect it: > FILE; 'opendrs report' writes a "
+            "file with -o FILE); a strategy option is -O NAME=VALUE"
+        )
     if args.old_option:
         instead = " ".join(f"-O {item}" for item in args.old_option)
         print(

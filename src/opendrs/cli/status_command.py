@@ -52,7 +52,7 @@ from opendrs.model.cluster import Cluster, guest_label
 from opendrs.model.units import format_duration
 from opendrs.records import Avoid, Cooldown, decision_object, migration_now
 from opendrs.report.headroom import case_line
-from opendrs.report.text import Report, bar, show_stuck
+from opendrs.report.text import BAR_WIDTH, Report, bar, show_stuck
 
 if TYPE_CHECKING:
     from opendrs.controller.config import Config
@@ -295,15 +295,17 @@ def _show_cluster(report: Report, status: Status) -> None:
     balancer = cluster_summary(cluster)["platform_balancer"]
     if balancer is not None:
         report.line(balancer, "yellow")
+    loads = node_loads(cluster)
+    bar_w = _bar_width(loads, report.console.width)
     rows = [
         [
             n["name"],
             n["state"],
             n["arch"],
             str(n["guests"]),
-            *(bar(n["load"][r]) for r in RESOURCES),
+            *(bar(n["load"][r], bar_w) for r in RESOURCES),
         ]
-        for n in node_loads(cluster)
+        for n in loads
     ]
     report.table(("node", "state", "arch", "guests", *RESOURCES), rows, right=(3,))
     for arch, spread in arch_spreads(cluster).items():
@@ -320,6 +322,18 @@ def _show_cluster(report: Report, status: Status) -> None:
         for case in headroom.cases:
             if not case.covered:
                 report.line(f"  {case_line(cluster, case)}", "red")
+
+
+def _bar_width(loads: list[dict[str, Any]], width: int) -> int:
+    """The load bars' width in a table of ``width`` columns: what the node, state, arch and guests
+    columns, the bars' percents and a rich table's " │ " between columns leave, shared by the
+    resources (from 5 to :data:`BAR_WIDTH` characters each)."""
+    fixed = sum(
+        max([len(heading)] + [len(str(n[key])) for n in loads])
+        for key, heading in (("name", "node"), ("state", "state"), ("arch", "arch"))
+    )
+    fixed += len("guests") + len(RESOURCES) * 7 + (3 + len(RESOURCES)) * 3 + 1
+    return max(5, min(BAR_WIDTH, (width - fixed) // len(RESOURCES)))
 
 
 def _show_history(report: Report, status: Status, history: dict[str, Any]) -> None:

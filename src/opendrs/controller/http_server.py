@@ -209,9 +209,9 @@ class _Handler(BaseHTTPRequestHandler):
         path = self.path.partition("?")[0]
         if path == _PLACE and self.server.place is not None:
             self._place(self.server.place)
-        elif self.server.writer is not None:
+        elif self.server.writer is not None and self.server.writer.handles(path):
             write_request(self, self.server.writer)
-        else:
+        else:  # every other path stays read-only, with or without http.write
             self._not_allowed()
 
     def __getattr__(self, name: str) -> Callable[[], None]:
@@ -459,8 +459,9 @@ def send_json(
 
 
 def write_request(handler: _Handler, writer: DashboardWriter) -> None:
-    """A POST with ``http.write`` on: the bearer token (never a cookie), the page's own origin,
-    a path of the writer's and a small body; then the writer's answer."""
+    """A POST to one of the writer's paths with ``http.write`` on: the bearer token (never a
+    cookie), the page's own origin and a small body; then the writer's answer."""
+    path = handler.path.partition("?")[0]
     if not handler._authorized():
         headers = {"WWW-Authenticate": 'Bearer realm="opendrs"'}
         handler._send(HTTPStatus.UNAUTHORIZED, b"a bearer token is needed\n", headers)
@@ -469,10 +470,6 @@ def write_request(handler: _Handler, writer: DashboardWriter) -> None:
     origin = handler.headers.get("Origin")
     if origin is not None and urlsplit(origin).netloc != handler.headers.get("Host", ""):
         send_json(handler, HTTPStatus.FORBIDDEN, {"error": f"a write from {origin}: refused"})
-        return
-    path = handler.path.partition("?")[0]
-    if not writer.handles(path):
-        send_json(handler, HTTPStatus.NOT_FOUND, {"error": f"not found: POST {path}"})
         return
     try:
         length = int(handler.headers.get("Content-Length", "0"))

@@ -51,6 +51,7 @@ from opendrs.backends.base import (
     Standby,
     SystemClock,
 )
+from opendrs.backends.paced import PacedClock
 from opendrs.controller.config import Config, with_platform_defaults
 from opendrs.controller.executor import Event, Executor
 from opendrs.controller.history import History
@@ -673,6 +674,8 @@ class Controller:
             woken = take_wake()
             if (now >= next_cycle or woken) and not (once and decided):
                 asked = self._balance_asked()
+                if asked:  # the decision asked for is recorded, whatever it says
+                    self._last_none = None
                 held = once or asked
                 policy = replace(self.policy, hold=min(self.policy.hold, 1)) if held else None
                 self.cycle(policy=policy)
@@ -698,16 +701,25 @@ class Controller:
         return by is not None
 
     def _sleep(self, seconds: float, wake: Callable[[], bool]) -> None:
-        """Sleep on the clock; a real clock in slices so that a stop or reload is seen soon."""
-        if not isinstance(self.clock, SystemClock):
+        """Sleep on the clock; a real clock, or a simulation paced to wall time (``speed``), in
+        slices of half a second of wall time so that a stop, a reload or a wake (``opendrs
+        approve``, ``balance-now``) is seen soon; the simulator's own clock at once."""
+        if isinstance(self.clock, SystemClock):
+            piece = 0.5
+        elif isinstance(self.clock, PacedClock):
+            piece = 0.5 * self.clock.speed
+        else:
             self.clock.sleep(seconds)
             return
         end = self.clock.now() + seconds
         while not wake():
-            left = end - self.clock.now()
+            before = self.clock.now()
+            left = end - before
             if left <= 0:
                 break
-            self.clock.sleep(min(left, 0.5))
+            self.clock.sleep(min(left, piece))
+            if isinstance(self.clock, PacedClock) and self.clock.now() <= before:
+                break  # the simulation has ended: nothing more to wait for
 
 
 def observe_as_configured(backend: Backend, config: Config) -> Cluster:
