@@ -456,11 +456,11 @@ def add_policy_arguments(p: argparse.ArgumentParser) -> None:
         "--failover-check",
         type=_failover_modes,
         metavar="MODES",
-        help="every simulated hour, fail each online node in turn (on a copy: the run goes on), "
-        "restart its HA guests in each of MODES (comma-separated) and report the failures that "
-        "leave HA guests down and how many: basic, static — as Proxmox VE's HA manager in that "
-        "scheduler mode (datacenter crs ha=...; basic is its default) —, opendrs — as the "
-        "failover headroom check (policy.keep_failover) places them",
+        help="every simulated hour while every node is up, fail each in turn (on a copy: the "
+        "run goes on), restart its HA guests in each of MODES (comma-separated) and report the "
+        "failures that leave HA guests down and how many: basic, static — as Proxmox VE's HA "
+        "manager in that scheduler mode (datacenter crs ha=...; basic is its default) —, "
+        "opendrs — as the failover headroom check (policy.keep_failover) places them",
     )
 
 
