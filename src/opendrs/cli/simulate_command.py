@@ -253,6 +253,11 @@ def failover_lines(policy: str, found: Mapping[str, Any] | None) -> list[str]:
             f"{tally['cases']} left HA guests down, {tally['stranded']} in all, at most "
             f"{tally['worst']} at once{held}"
         )
+    if found.get("skipped"):
+        lines.append(
+            f"{policy}: {found['skipped']} hours not tried (a node down or in maintenance), "
+            f"{found['checks']} tried"
+        )
     return lines
 
 
