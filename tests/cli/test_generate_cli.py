@@ -74,6 +74,9 @@ def test_the_text_report_names_the_generated_month_and_its_shape() -> None:
         (("--generate", "1", "--guests", "1e3"), "argument --guests: '1e3' is not a whole number"),
         (("--nodes", "4"), "--nodes: only with --generate SEED"),
         (("--guests", "40"), "--guests: only with --generate SEED"),
+        (("--fill", "0.8"), "--fill: only with --generate SEED"),
+        (("--generate", "1", "--fill", "0.95"), "argument --fill: must be from 0.3 to 0.85"),
+        (("--generate", "1", "--failover-check", "dynamic"), "dynamic: the modes are basic,"),
         (("builtin:demo", "--generate", "1"), "--generate: makes its own scenario, not with"),
     ],
 )

@@ -156,6 +156,37 @@ def test_recheck_starts_what_still_holds_and_says_why_not() -> None:
     assert worse.problem is not None and "no longer lower the imbalance" in worse.problem
 
 
+def test_recheck_starts_a_balancing_proposal_that_gives_failover_headroom_back() -> None:
+    # If a fails, db (101) of 20 GiB fits nowhere; scratch (103) to a makes room for it on c.
+    # The move raises the imbalance: only keep_failover's headroom lets it start.
+    nodes = tuple(Node(n, cpu=8, memory=32 * 2**30) for n in ("a", "b", "c"))
+    guests = tuple(
+        Guest(g, node=n, cpu=1, memory=gib * 2**30, ha=ha, uptime=86_400)
+        for g, n, gib, ha in (
+            ("101", "a", 20, True),
+            ("102", "b", 20, True),
+            ("103", "c", 10, False),
+            ("104", "c", 4, True),
+        )
+    )
+    short = Cluster(nodes=nodes, guests=guests)
+    moves = (ProposedMove("103", "scratch", "c", "a"),)
+    proposal = ProposalRecord(proposal_id(1.0, moves), 1, 1.0, "balance", "r", 0.2, 0.2, moves)
+    plain = recheck(proposal, short, "spread", frozenset())
+    assert plain.problem is not None and plain.problem.startswith("the moves no longer lower")
+    kept = recheck(proposal, short, "spread", frozenset(), keep_failover=1)
+    assert kept.problem is None and kept.plan is not None
+    assert [(m.guest, m.target) for m in kept.plan.moves] == [("103", "a")]
+    moved = Cluster(
+        nodes=nodes, guests=tuple(replace(g, node="b") if g.id == "104" else g for g in guests)
+    )
+    # Already covered (104 gone to b): the move gives nothing back, and is refused.
+    again = recheck(proposal, moved, "spread", frozenset(), keep_failover=1)
+    assert again.problem is not None and again.problem.endswith(
+        "nor bring the failover headroom closer"
+    )
+
+
 def test_http_write_is_off_by_default_and_never_without_a_token() -> None:
     http = {"listen": "127.0.0.1:0"}
     config = parse_config({**BACKEND, "http": http})

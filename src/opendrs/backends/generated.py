@@ -5,7 +5,8 @@ module makes from ``SEED``. The seed alone draws the month's **shape** — five 
 
 * **node sizes** — ``uniform`` (one size), ``two sizes`` (half big, half medium) or ``mixed``
   (each node its own size); scaled so that the guests' configured memory fills 55–70 % of the
-  cluster;
+  cluster (``--fill`` sets that share instead: 0.8 and more leave little room to restart a
+  failed node's HA guests);
 * **packing** at the start — ``balanced`` (memory spread evenly), ``skewed`` (a quarter of the
   nodes filled to 90 % of their memory), ``packed`` (a third filled to 97 %) or ``one hot node``
   (one node filled to 97 %);
@@ -21,11 +22,12 @@ module makes from ``SEED``. The seed alone draws the month's **shape** — five 
   (:mod:`.generated_hotspots`).
 
 ``--nodes`` and ``--guests`` change the size, not the shape: the same seed gives the same shape at
-any size. Everything is deterministic: the same ``(seed, nodes, guests)`` gives the same scenario,
-byte for byte. The guests are built and packed as the built-in month's are
-(:mod:`opendrs.backends.simgen`): every hard rule holds at the start and no node is over its
-capacity; at the default size, with the biggest node down the others still hold every guest's
-configured memory (the generated months' tests check both for the first seeds).
+any size; ``--fill`` changes how full the nodes are, not the shape. Everything is deterministic:
+the same ``(seed, nodes, guests, fill)`` gives the same scenario, byte for byte. The guests are
+built and packed as the built-in month's are (:mod:`opendrs.backends.simgen`): every hard rule
+holds at the start and no node is over its capacity; at the default size and fill, with the
+biggest node down the others still hold every guest's configured memory (the generated months'
+tests check both for the first seeds).
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ from opendrs.model.rules import GuestAffinity, Rules
 __all__ = [
     "DEFAULT_GUESTS",
     "DEFAULT_NODES",
+    "DRAWN_FILL",
+    "FILL_RANGE",
     "GUESTS_RANGE",
     "NODES_RANGE",
     "Shape",
@@ -61,6 +65,10 @@ DEFAULT_GUESTS: Final = 200
 #: Sizes a generated month may have (``--nodes``, ``--guests``).
 NODES_RANGE: Final = (3, 200)
 GUESTS_RANGE: Final = (10, 10_000)
+#: Shares of the cluster's memory the guests' configured memory may fill (``--fill``); drawn
+#: from :data:`DRAWN_FILL` when not given.
+FILL_RANGE: Final = (0.3, 0.85)
+DRAWN_FILL: Final = (0.55, 0.7)
 
 #: Node sizes: (cores, memory in GiB), small to big.
 _NODE_CLASSES: Final = ((32, 256), (48, 384), (64, 512), (96, 768))
@@ -126,16 +134,20 @@ def shape_of(seed: int) -> Shape:
 
 
 def generated_scenario(
-    seed: int, nodes: int = DEFAULT_NODES, guests: int = DEFAULT_GUESTS
+    seed: int, nodes: int = DEFAULT_NODES, guests: int = DEFAULT_GUESTS, fill: float | None = None
 ) -> Scenario:
-    """The 30-day month of ``seed`` with ``nodes`` nodes and about ``guests`` guests."""
+    """The 30-day month of ``seed`` with ``nodes`` nodes and about ``guests`` guests, the
+    guests' configured memory ``fill`` of the cluster's (None: drawn from :data:`DRAWN_FILL`)."""
     if not NODES_RANGE[0] <= nodes <= NODES_RANGE[1]:
         raise ValueError(f"nodes must be from {NODES_RANGE[0]} to {NODES_RANGE[1]}")
     if not GUESTS_RANGE[0] <= guests <= GUESTS_RANGE[1]:
         raise ValueError(f"guests must be from {GUESTS_RANGE[0]} to {GUESTS_RANGE[1]}")
+    if fill is not None and not FILL_RANGE[0] <= fill <= FILL_RANGE[1]:
+        raise ValueError(f"fill must be from {FILL_RANGE[0]:g} to {FILL_RANGE[1]:g}")
     shape = shape_of(seed)
     rng = np.random.default_rng([seed, 1, nodes, guests])
-    cluster = _cluster(rng, shape, nodes, guests, f"generated-{seed}")
+    name = f"generated-{seed}" if fill is None else f"generated-{seed}-fill-{fill:g}"
+    cluster = _cluster(rng, shape, nodes, guests, name, fill)
     node_names = tuple(n.name for n in cluster.nodes)
     workloads = _workloads(rng)
     faults = _faults(rng, shape, node_names)
@@ -149,7 +161,7 @@ def generated_scenario(
     cluster = pinned(cluster, jobs)
     return Scenario(
         cluster=cluster,
-        name=f"generated-{seed}",
+        name=name,
         seed=seed,
         step=60.0,
         duration=DAYS * DAY,
@@ -178,14 +190,17 @@ def _node_classes(rng: np.random.Generator, layout: str, count: int) -> list[tup
     return [_NODE_CLASSES[int(rng.integers(0, 4))] for _ in range(count)]
 
 
-def _cluster(rng: np.random.Generator, shape: Shape, count: int, guests: int, name: str) -> Cluster:
+def _cluster(
+    rng: np.random.Generator, shape: Shape, count: int, guests: int, name: str, fill: float | None
+) -> Cluster:
     kinds = tuple(
         replace(kind, count=n)
         for kind, n in zip(MONTH_KINDS, _counts(_MIXES[shape.mix], guests), strict=True)
     )
     made = make_guests(rng, kinds, 1000)
     classes = _node_classes(rng, shape.nodes, count)
-    fill = float(rng.uniform(0.55, 0.7))
+    drawn = float(rng.uniform(*DRAWN_FILL))  # drawn whatever ``fill`` is: the rest stays
+    fill = drawn if fill is None else fill
     memory = sum(g.memory for g in made) / GiB
     vcpus = sum(g.cpu for g in made)
     scale = memory / fill / sum(gib for _, gib in classes)
@@ -206,7 +221,10 @@ def _cluster(rng: np.random.Generator, shape: Shape, count: int, guests: int, na
     packing = _PACKINGS[shape.packing]
     hot, packed_fill = (0, 1.0) if packing is None else packing
     packed = max(1, round(hot * count)) if packing is not None else 0
-    placed = place_guests(rng, made, nodes, settings, hot=packed, fill=packed_fill, apart=pairs)
+    try:
+        placed = place_guests(rng, made, nodes, settings, hot=packed, fill=packed_fill, apart=pairs)
+    except RuntimeError as exc:  # a --fill too high for the packing
+        raise ValueError(f"fill {fill:g}: {exc}") from None
     rules = Rules(
         guest_affinity=tuple(
             GuestAffinity(f"db-pair-{k + 1}", pair, positive=False, hard=True)

@@ -29,6 +29,15 @@ The stability report of a run:
   fails (what ``policy.keep_failover`` keeps at 0); ``ha_held`` — HA guests of a failed node
   that may not restart elsewhere at all (an ignore rule, local disks or devices), which wait for
   their node;
+* ``failover`` (with ``--failover-check MODES``, else None) — every simulated hour each online
+  node fails in turn, on a copy of the cluster, and its HA guests restart in each mode: as
+  Proxmox VE's HA manager recovers them in its ``basic`` or ``static`` scheduler mode, or as the
+  failover headroom check places them (``opendrs``)
+  (:mod:`opendrs.backends.sim.failover_probe`): ``checks`` (hours checked), ``skipped`` (hours
+  with a node down or in maintenance, not checked) and for each mode
+  ``cases`` (node failures tried), ``short_cases`` (those that left an HA guest down),
+  ``stranded`` (the HA guests they left down, summed), ``worst`` (the most one failure left
+  down) and ``held`` (HA guests that may not start elsewhere at all, summed);
 * ``max_node_load`` — the highest cpu or memory fraction of any node at any step;
 * hot spots, on each online node's load — the higher of its cpu and memory fractions of capacity
   net of reserves, averaged over 5 minutes: ``hot_node_minutes``, the node-minutes above the
@@ -40,10 +49,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from opendrs.backends.sim import HOT, Scenario, Simulator
+from opendrs.backends.sim.failover_probe import FailoverProbe
 from opendrs.controller.config import BackendConfig, Config
 from opendrs.controller.executor import ExecutorConfig
 from opendrs.controller.history import History
@@ -94,6 +104,9 @@ class StabilityReport:
     windows: str | None = None
     balancing_starts: tuple[float, ...] = ()
     balancing_outside_windows: int = 0
+    #: What the hourly node failures of ``--failover-check`` left down
+    #: (:meth:`FailoverProbe.as_dict`), None without it.
+    failover: dict[str, object] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -175,26 +188,31 @@ def run_policy(
     progress: Callable[[float, float], None] | None = None,
     policy_keys: frozenset[str] = frozenset(),
     traces: list[PolicyTrace] | None = None,
+    failover: FailoverProbe | None = None,
 ) -> StabilityReport:
     """Run the controller with ``policy`` over the scenario; the stability report (the imbalance
     yardstick's ``threshold``, the ``hot`` level of a node's load). The platform's own settings
     (an Incus scenario's ``cluster.rebalance.*``) set the policy fields ``policy_keys`` leaves
     out, as they do in a real run. With ``traces``, the run's :class:`PolicyTrace` is appended
-    to it."""
+    to it. With ``failover``, the probe checks node failures every hour of the run (it is
+    reported in the report's ``failover``)."""
     started = time.perf_counter()
     sim = Simulator(scenario, days=days, threshold=threshold, hot=hot)
     config = simulated_config(policy, "<simulate>", BackendConfig("sim"), policy_keys)
     history = History(":memory:")
-    on_cycle = None
-    if progress is not None:
 
-        def on_cycle(_cycle: object) -> None:
+    def on_cycle(_cycle: object) -> None:
+        if failover is not None and failover.due(sim.now()):
+            failover.check(sim.now(), sim.peek())
+        if progress is not None:
             progress(sim.now(), sim.end)
 
     controller = Controller(config, sim, sim, history, on_cycle=on_cycle)
     try:
         controller.run(until=sim.end)
         report = report_from(sim, policy, threshold, history, time.perf_counter() - started)
+        if failover is not None:
+            report = replace(report, failover=failover.as_dict())
         if traces is not None:
             traces.append(trace_of(sim, policy))
         return report

@@ -7,22 +7,25 @@ import argparse
 import logging
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
 from opendrs.backends.generated import (
     DEFAULT_GUESTS,
     DEFAULT_NODES,
+    DRAWN_FILL,
+    FILL_RANGE,
     GUESTS_RANGE,
     NODES_RANGE,
     generated_scenario,
     shape_of,
 )
 from opendrs.backends.sim import HOT, Scenario, builtin_scenario, load_scenario
+from opendrs.backends.sim.failover_probe import MODES as FAILOVER_MODES
 from opendrs.cli.arguments import Subcommands, share, simulated_days
 from opendrs.cli.process import (
     EXIT_OK,
@@ -110,18 +113,26 @@ def with_budget(
 
 def _scenario(args: argparse.Namespace) -> Scenario:
     """The scenario the command line names: a file, ``builtin:NAME`` or ``--generate SEED``."""
-    sized = [f for f, v in (("--nodes", args.nodes), ("--guests", args.guests)) if v is not None]
+    sized = [
+        f
+        for f, v in (("--nodes", args.nodes), ("--guests", args.guests), ("--fill", args.fill))
+        if v is not None
+    ]
     if args.generate is None:
         if sized:
             raise UsageError(f"{sized[0]}: only with --generate SEED")
         return _named_scenario(args.scenario)
     if args.scenario is not None:
         raise UsageError(f"--generate: makes its own scenario, not with {args.scenario!r}")
-    return generated_scenario(
-        args.generate,
-        DEFAULT_NODES if args.nodes is None else args.nodes,
-        DEFAULT_GUESTS if args.guests is None else args.guests,
-    )
+    try:
+        return generated_scenario(
+            args.generate,
+            DEFAULT_NODES if args.nodes is None else args.nodes,
+            DEFAULT_GUESTS if args.guests is None else args.guests,
+            args.fill,
+        )
+    except ValueError as exc:
+        raise UsageError(f"--generate {args.generate}: {exc}") from None
 
 
 def _named_scenario(arg: str | None) -> Scenario:
@@ -158,6 +169,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     # imported when the simulation runs: the controller and rich's progress bar are large
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from opendrs.backends.sim.failover_probe import FailoverProbe
     from opendrs.cli.simulate import run_policy
 
     quiet_logs()
@@ -205,6 +217,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                     progress=update,
                     policy_keys=keys,
                     traces=traces if args.report is not None else None,
+                    failover=None
+                    if args.failover_check is None
+                    else FailoverProbe(args.failover_check),
                 )
             )
             progress.update(task, completed=1.0)
@@ -220,6 +235,30 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     report = Report(Console(highlight=False, soft_wrap=False))
     show_stability(report, reports, scenario_name(args, scenario))
     return EXIT_OK
+
+
+def failover_lines(policy: str, found: Mapping[str, Any] | None) -> list[str]:
+    """``--failover-check``'s findings for one policy, a line a mode."""
+    if found is None:
+        return []
+    lines = []
+    for mode in FAILOVER_MODES:
+        tally = found.get(mode)
+        if tally is None:
+            continue
+        how = "the headroom check's" if mode == "opendrs" else f"Proxmox HA, {mode} mode"
+        held = f"; {tally['held']} held (may not start elsewhere)" if tally["held"] else ""
+        lines.append(
+            f"{policy}: node failures tried hourly ({how} restarts): {tally['short_cases']} of "
+            f"{tally['cases']} left HA guests down, {tally['stranded']} in all, at most "
+            f"{tally['worst']} at once{held}"
+        )
+    if found.get("skipped"):
+        lines.append(
+            f"{policy}: {found['skipped']} hours not tried (a node down or in maintenance), "
+            f"{found['checks']} tried"
+        )
+    return lines
 
 
 class ProgressLines:
@@ -268,9 +307,10 @@ def _write_simulation_report(
 def scenario_name(args: argparse.Namespace, scenario: Scenario) -> str:
     if args.generate is not None:
         cluster = scenario.cluster
+        fill = "" if args.fill is None else f", memory {100 * args.fill:g} % filled"
         return (
             f"generated:{args.generate} ({len(cluster.nodes)} nodes, {len(cluster.guests)} "
-            f"guests: {shape_of(args.generate).describe()})"
+            f"guests{fill}: {shape_of(args.generate).describe()})"
         )
     return "builtin:month" if args.scenario is None else args.scenario
 
@@ -328,6 +368,9 @@ def show_stability(report: Report, reports: Sequence[StabilityReport], name: str
             row.insert(10, f"{r.restart_migrations} ({r.restart_downtime_minutes:,.1f} min)")
     report.table(header, rows, right=tuple(sorted(right)))
     for r in reports:
+        for line in failover_lines(r.policy, r.failover):
+            report.line(line)
+    for r in reports:
         if r.windows is not None:
             report.line(
                 f"migration windows of {r.policy}: {r.windows}; balancing migrations started "
@@ -379,6 +422,15 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
         metavar="M",
         help=f"guests of the generated month (default {DEFAULT_GUESTS})",
     )
+    p.add_argument(
+        "--fill",
+        type=_fill,
+        metavar="SHARE",
+        help="the share of the generated month's memory its guests' configured memory fills "
+        f"({FILL_RANGE[0]:g} to {FILL_RANGE[1]:g}, or a percentage; default: drawn from "
+        f"{DRAWN_FILL[0]:g} to {DRAWN_FILL[1]:g}); 0.8 and more leave little room to restart a "
+        "failed node's HA guests",
+    )
     p.add_argument("--days", type=simulated_days, help="simulated days (default: the scenario's)")
 
 
@@ -404,6 +456,16 @@ def add_policy_arguments(p: argparse.ArgumentParser) -> None:
         help="a node runs hot above this load (cpu or memory, a share of capacity net of "
         f"reserves, 5-minute average, as 0.85 or 85%%; default {HOT:g}; above 100%% as a "
         "percentage)",
+    )
+    p.add_argument(
+        "--failover-check",
+        type=_failover_modes,
+        metavar="MODES",
+        help="every simulated hour while every node is up, fail each in turn (on a copy: the "
+        "run goes on), restart its HA guests in each of MODES (comma-separated) and report the "
+        "failures that leave HA guests down and how many: basic, static — as Proxmox VE's HA "
+        "manager in that scheduler mode (datacenter crs ha=...; basic is its default) —, "
+        "opendrs — as the failover headroom check (policy.keep_failover) places them",
     )
 
 
@@ -460,6 +522,31 @@ def _hot(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
     if value <= 0:
         raise argparse.ArgumentTypeError("must be more than 0")
+    return value
+
+
+def _failover_modes(text: str) -> tuple[str, ...]:
+    """``--failover-check``'s modes: comma-separated, from :data:`FAILOVER_MODES`."""
+    modes = tuple(dict.fromkeys(m.strip() for m in text.split(",") if m.strip()))
+    unknown = [m for m in modes if m not in FAILOVER_MODES]
+    if unknown or not modes:
+        raise argparse.ArgumentTypeError(
+            f"{', '.join(unknown) or 'no mode'}: the modes are {', '.join(FAILOVER_MODES)}"
+        )
+    return modes
+
+
+def _fill(text: str) -> float:
+    """A share of memory for ``--fill``: within :data:`FILL_RANGE`, a fraction or a percentage."""
+    try:
+        value = parse_fraction(text)
+    except UnitError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if not FILL_RANGE[0] <= value <= FILL_RANGE[1]:
+        raise argparse.ArgumentTypeError(
+            f"must be from {FILL_RANGE[0]:g} to {FILL_RANGE[1]:g} ({100 * FILL_RANGE[0]:g}% to "
+            f"{100 * FILL_RANGE[1]:g}%)"
+        )
     return value
 
 

@@ -5,7 +5,9 @@ proposal starts, :func:`recheck` tests it against the observation of the cycle t
 each approved move's guest still on its source and not migrating, its target still a usable node
 the guards allow (cooldown, minimum uptime, no-return, failed targets), the placement after the
 moves breaking no hard rule and overloading no node that the placement before did not, and — for a
-balancing proposal — the imbalance metric still lower after the moves than now. What fails is
+balancing proposal — the imbalance metric still lower after the moves than now, or, with
+``policy.keep_failover``, the cluster closer to the failover headroom after them (the repair
+toward the headroom is balancing-kind: it may well raise the imbalance). What fails is
 the reason the proposal expires. :func:`still_placed` is the cheap part, run on every open
 proposal each cycle.
 """
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 
 from opendrs.controller.proposals import ProposalRecord, ProposedMove
 from opendrs.engine.constraints.constraint_set import Constraints, current_assign
+from opendrs.engine.headroom import failover_headroom
 from opendrs.engine.planner import Plan, plan_moves
 from opendrs.engine.policy.metrics import format_metric, measure
 from opendrs.model.cluster import Cluster
@@ -58,10 +61,12 @@ def recheck(
     cluster: Cluster,
     metric: str,
     forbidden: frozenset[tuple[str, str]],
+    keep_failover: int = 0,
 ) -> Recheck:
     """The approved moves of ``proposal`` ordered for the executor on ``cluster``, or why they
     may not start (see the module's description). ``metric`` is the policy's imbalance metric;
-    ``forbidden`` the placements the policy's guards rule out now."""
+    ``forbidden`` the placements the policy's guards rule out now; ``keep_failover`` the nodes
+    whose failure the policy keeps every HA guest restartable for (0: none)."""
     moves = proposal.chosen_moves()
     if not moves:
         return Recheck(None, "no move approved")
@@ -76,16 +81,27 @@ def recheck(
     broken = sorted(set(constraints.violations(after)) - set(constraints.violations(before)))
     if broken:
         return Recheck(None, f"the moves would break: {broken[0]}")
+    targets = {move.guest: move.target for move in moves}
     if proposal.kind == "balance" and metric != "none":
         now, then = measure(cluster, metric), measure(cluster, metric, assign=after)
-        if then >= now - 1e-9:
+        if then >= now - 1e-9 and not _closer_to_failover(cluster, targets, keep_failover):
+            nor = " nor bring the failover headroom closer" if keep_failover > 0 else ""
             return Recheck(
                 None,
                 f"the moves no longer lower the imbalance ({format_metric(metric, now)} now, "
-                f"{format_metric(metric, then)} after)",
+                f"{format_metric(metric, then)} after){nor}",
             )
-    targets = {move.guest: move.target for move in moves}
     plan = plan_moves(cluster, targets, constraints=constraints)
     if plan.unreachable:
         return Recheck(None, plan.problems[0] if plan.problems else "no safe order of the moves")
     return Recheck(plan)
+
+
+def _closer_to_failover(cluster: Cluster, targets: dict[str, str], failures: int) -> bool:
+    """Whether moving guests to ``targets`` brings ``cluster`` closer to the failover headroom
+    for ``failures`` nodes failing (fewer HA guests stranded in the worst failure, or as many
+    there and fewer in all); False when it is not kept (``failures`` 0) or cannot be."""
+    if not 1 <= failures < sum(1 for n in cluster.nodes if n.online):
+        return False
+    before = failover_headroom(cluster, failures).shortfall
+    return failover_headroom(cluster.with_placement(targets), failures).shortfall < before

@@ -112,12 +112,16 @@ class ManualMode:
                 self._expire(proposal, problem, was=("open",))
 
     def take_approved(
-        self, cluster: Cluster, metric: str, forbidden: frozenset[tuple[str, str]]
+        self,
+        cluster: Cluster,
+        metric: str,
+        forbidden: frozenset[tuple[str, str]],
+        keep_failover: int = 0,
     ) -> tuple[ProposalRecord, Plan] | None:
-        """The oldest approved proposal that still holds on ``cluster``, with its plan, marked
-        started; each approved one before it that no longer holds expires."""
+        """The oldest approved proposal that still holds on ``cluster`` (:func:`recheck`), with
+        its plan, marked started; each approved one before it that no longer holds expires."""
         for proposal in self.history.proposals("approved"):
-            checked = recheck(proposal, cluster, metric, forbidden)
+            checked = recheck(proposal, cluster, metric, forbidden, keep_failover)
             if checked.plan is None:
                 self._expire(proposal, checked.problem or "", was=("approved",))
                 continue

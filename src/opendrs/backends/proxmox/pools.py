@@ -92,7 +92,16 @@ def pool_rules(
 
 def _members(client: Client, pool: str, ids: set[str]) -> tuple[str, ...]:
     """The guests of ``pool`` among ``ids``, by vmid: ``GET /pools?poolid=`` (Proxmox VE 8.1+),
-    else ``GET /pools/{poolid}`` (before 8.1 the former refuses the parameter with a 400)."""
+    else ``GET /pools/{poolid}`` (before 8.1 the former refuses the parameter with a 400).
+
+    As pve-manager's ``PVE/API2/Pool.pm`` has it: the method ``index`` (``GET /pools``) took no
+    parameter at all (``additionalProperties => 0``, ``properties => {}``), so the API's
+    parameter check refuses ``poolid`` with 400 "Parameter verification failed", until commit
+    4448f8d3 "fix #1148: api: pools: support nested pools" (2023-11-20, first released in
+    pve-manager 8.1.0) gave it ``poolid`` and ``type``, answering a one-element list of
+    ``{poolid, comment, members}``. ``read_pool`` (``GET /pools/{poolid}``) answers one
+    ``{comment, members}`` object in every version, deprecated since that commit (no nested
+    pools, which only exist from 8.1 on). In both, a guest member carries its ``vmid``."""
     try:
         answer = as_list(client.get("pools", poolid=pool), f"/pools?poolid={pool}")
         members = answer[0].get("members", []) if answer else []

@@ -48,7 +48,9 @@ loads both nodes) over the capacity net of reserves; capacity violations follow
 backend calls, migrations, node faults and HA recovery), :mod:`.clock` (steps and the event
 queue), :mod:`.faults` (the scenario's faults, planned: :class:`~.faults.FaultPlan`),
 :mod:`.migration` (a migration in the books), :mod:`.statistics` (the figures of the steps),
-:mod:`.pairs` (per-guest values added up per node) and :mod:`.results` (what a run reports).
+:mod:`.pairs` (per-guest values added up per node), :mod:`.results` (what a run reports) and
+:mod:`.failover_probe` (``simulate --failover-check``: every node's failure tried each hour on a
+copy of the cluster, its HA guests restarted as Proxmox's HA manager or the headroom check would).
 """
 
 from ..scenario import Scenario, builtin_scenario, load_scenario
