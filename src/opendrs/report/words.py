@@ -3,8 +3,9 @@
 copies, a placement's penalty as the rules behind it.
 
 The engine gives codes and figures (a move's reason code, :class:`Stop`, a penalty); they are
-turned into words here, at the edge, for ``plan``, ``place`` and the reports. Its own figures stay
-in ``--format json`` and ``--verbose``.
+turned into words here, at the edge, for ``plan``, ``place``, the reports and the daemon's
+decisions (:func:`decision_words`: its log, history, status, dashboard and proposals). Its own
+figures stay in ``--format json`` and ``--verbose``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import replace
 import numpy as np
 
 from opendrs.engine.breaks import rule_breaks
+from opendrs.engine.policy.decision import Decision, explain
 from opendrs.engine.strategies.base import Proposal, ProposedMove, Stop
 from opendrs.engine.usage import RESOURCES, LoadModel
 from opendrs.model.cluster import Cluster, Guest
@@ -22,6 +24,7 @@ from opendrs.model.units import format_bytes
 
 __all__ = [
     "copied_bytes",
+    "decision_words",
     "move_sentences",
     "penalty_rules",
     "purpose_words",
@@ -116,6 +119,13 @@ def stop_sentence(proposal: Proposal, label: Callable[[str], str] = str) -> str:
     if stop is None or not _known(stop):
         return proposal.stopped
     return stop_words(stop, label)
+
+
+def decision_words(decision: Decision, label: Callable[[str], str] = str) -> str:
+    """The policy's decision in words — its reason, where the strategy stopped said as its
+    :class:`Stop` (guests named by ``label``) — for the daemon's log, history, status, dashboard
+    and proposals (the engine's own sentence is :attr:`Decision.reason`)."""
+    return explain(decision, lambda stop: stop_words(stop, label) if _known(stop) else None)
 
 
 def _known(stop: Stop) -> bool:
