@@ -1,6 +1,7 @@
 """Where the strategy stopped, through the daemon as a process: its log, ``history`` and
-``status`` say a plan cut to the policy's batch and a return from maintenance in words, and
-``history --format json`` and the decision log carry the stop as its code and details."""
+``status`` say a plan cut to the policy's batch, a return from maintenance and a repair toward
+the failover headroom in words, and ``history --format json`` and the decision log carry the
+stop as its code and details."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import opendrs as opendrs_package
-from daemon import opendrs, write_sim_config
+from daemon import opendrs, run_once, write_sim_config
 
 #: Where the built-in demo scenario and its cluster lie.
 DEMO = Path(opendrs_package.__file__).parent / "data" / "scenarios"
@@ -108,3 +109,51 @@ def test_a_return_from_maintenance_says_where_the_plan_stopped(
     assert back[0]["reason"].startswith(f"{moves} guests back to pve1, out of maintenance")
     history = opendrs("history", "--config", str(config), columns=1000).stdout
     assert BACK in history
+
+
+# a fails: db (101, HA, 12 GiB) finds room on no node (b and c have 6 and 8 GiB free); one small
+# guest moved from c to a leaves c room for either HA guest.
+SHORT_OF_FAILOVER = """\
+version: 1
+name: lab
+settings: {mode: static}
+nodes:
+  a: {cpu: 16, memory: 32GiB}
+  b: {cpu: 16, memory: 32GiB}
+  c: {cpu: 16, memory: 32GiB}
+guests:
+  - {id: 101, name: db, node: a, memory: 12GiB, cpu: 2, ha: true, uptime: 86400}
+  - {id: 102, name: db2, node: b, memory: 12GiB, cpu: 2, ha: true, uptime: 86400}
+  - {id: 103, name: big1, node: a, memory: 14GiB, cpu: 2, uptime: 86400}
+  - {id: 104, name: big2, node: b, memory: 14GiB, cpu: 2, uptime: 86400}
+  - {id: 105, name: s1, node: c, memory: 6GiB, cpu: 2, uptime: 86400}
+  - {id: 106, name: s2, node: c, memory: 6GiB, cpu: 2, uptime: 86400}
+  - {id: 107, name: s3, node: c, memory: 6GiB, cpu: 2, uptime: 86400}
+  - {id: 108, name: s4, node: c, memory: 6GiB, cpu: 2, uptime: 86400}
+"""
+CLOSER = "(the moves bring the cluster closer to its failover headroom)"
+
+
+def test_a_repair_toward_the_failover_headroom_says_so_in_log_history_and_status(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "lab.yaml").write_text(SHORT_OF_FAILOVER)
+    config = tmp_path / "opendrs.yaml"
+    config.write_text(
+        "backend: {type: file, path: lab.yaml}\n"
+        "history: history.sqlite\n"
+        "policy: {interval: 1s, hold: 1, smoothing: 0, keep_failover: 1}\n"
+    )
+    done = run_once(config)
+    assert done.returncode == 0, done.stderr
+    said = (
+        "repair: failover headroom: no, 1 HA guest cannot restart when a fails; 1 migration, "
+        f"bypassing threshold, hold and margin {CLOSER}"
+    )
+    assert f"INFO    decision (shadow): {said}\n" in done.stderr
+    [decision] = _decisions(config)
+    assert decision["code"] == "repair" and decision["reason"] == said
+    assert decision["stop"] == {"code": "failover_closer", "migrations": 1}
+    assert CLOSER in opendrs("history", "--config", str(config), columns=1000).stdout
+    status = opendrs("status", "--config", str(config), columns=1000).stdout
+    assert f"(shadow, repair, 1 move): {said}" in status
