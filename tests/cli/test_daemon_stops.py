@@ -111,36 +111,36 @@ def test_a_return_from_maintenance_says_where_the_plan_stopped(
     assert BACK in history
 
 
-# a fails: db (101, HA, 12 GiB) finds room on no node (b and c have 6 and 8 GiB free); one small
-# guest moved from c to a leaves c room for either HA guest.
-SHORT_OF_FAILOVER = """\
-version: 1
-name: lab
-settings: {mode: static}
-nodes:
-  a: {cpu: 16, memory: 32GiB}
-  b: {cpu: 16, memory: 32GiB}
-  c: {cpu: 16, memory: 32GiB}
-guests:
-  - {id: 101, name: db, node: a, memory: 12GiB, cpu: 2, ha: true, uptime: 86400}
-  - {id: 102, name: db2, node: b, memory: 12GiB, cpu: 2, ha: true, uptime: 86400}
-  - {id: 103, name: big1, node: a, memory: 14GiB, cpu: 2, uptime: 86400}
-  - {id: 104, name: big2, node: b, memory: 14GiB, cpu: 2, uptime: 86400}
-  - {id: 105, name: s1, node: c, memory: 6GiB, cpu: 2, uptime: 86400}
-  - {id: 106, name: s2, node: c, memory: 6GiB, cpu: 2, uptime: 86400}
-  - {id: 107, name: s3, node: c, memory: 6GiB, cpu: 2, uptime: 86400}
-  - {id: 108, name: s4, node: c, memory: 6GiB, cpu: 2, uptime: 86400}
-"""
+def _short_of_failover() -> str:
+    """Three nodes of 32 GiB. When a fails, db (101, HA, 12 GiB) finds room on no node (b and c
+    have 6 and 8 GiB free); one 6 GiB guest moved from c to a leaves c room for either HA guest.
+    """
+    guests = [("101", "a", 12, True), ("102", "b", 12, True), ("103", "a", 14, False)]
+    guests += [("104", "b", 14, False)] + [(str(105 + i), "c", 6, False) for i in range(4)]
+    return json.dumps(
+        {
+            "version": 1,
+            "name": "lab",
+            "settings": {"mode": "static"},
+            "nodes": {n: {"cpu": 16, "memory": "32GiB"} for n in "abc"},
+            "guests": [
+                {"id": i, "node": n, "memory": f"{gib}GiB", "cpu": 2, "ha": ha, "uptime": 86400}
+                for i, n, gib, ha in guests
+            ],
+        }
+    )
+
+
 CLOSER = "(the moves bring the cluster closer to its failover headroom)"
 
 
 def test_a_repair_toward_the_failover_headroom_says_so_in_log_history_and_status(
     tmp_path: Path,
 ) -> None:
-    (tmp_path / "lab.yaml").write_text(SHORT_OF_FAILOVER)
+    (tmp_path / "lab.json").write_text(_short_of_failover())
     config = tmp_path / "opendrs.yaml"
     config.write_text(
-        "backend: {type: file, path: lab.yaml}\n"
+        "backend: {type: file, path: lab.json}\n"
         "history: history.sqlite\n"
         "policy: {interval: 1s, hold: 1, smoothing: 0, keep_failover: 1}\n"
     )
