@@ -125,8 +125,9 @@ def test_a_decision_says_where_the_strategy_stopped_in_words_and_the_engine_its_
     assert (
         "strategy pve-topsis proposes no migration (the best move, db (101) to pve2, would "
         "bring the imbalance of the nodes' loads (their coefficient of variation) from 0.300 to "
-        "0.290: less than the --margin 0.1 asks); 3 candidates, all may move"
+        "0.290: less than the policy.options.margin 0.1 asks); 3 candidates, all may move"
     ) in said
+    assert stop_words(_BEST).endswith("less than the --margin 0.1 asks")
     assert f"proposes no migration ({engine}); " in decision.reason
     assert decision.as_dict()["stop"] == {"code": "gain_below_margin", **_BEST.details}
 
@@ -136,6 +137,10 @@ def test_an_acting_plan_says_its_stop_after_it_where_the_engine_says_nothing() -
         "batch_cut",
         {"kept": 2, "proposed": 5, "limit": "batch", "batch": 2},
         (Stop("passes_done", {"passes": 1}),),
+    )
+    limit = _decision(Planned(_TRIGGER, 3, 0.2, "move limit 3", stop=_stop("move_limit")))
+    assert decision_words(limit).endswith(
+        "(the limit of 3 migrations is reached (policy.batch, or what the budget leaves))"
     )
     decision = _decision(Planned(_TRIGGER, 2, 0.2, "1 pass; cut to 2 of 5", stop=cut))
     assert decision.reason.endswith("plan brings it to 20.0 pp with 2 migrations")
