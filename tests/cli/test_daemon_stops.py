@@ -1,7 +1,7 @@
 """Where the strategy stopped, through the daemon as a process: its log, ``history`` and
-``status`` say a plan cut to the policy's batch, a return from maintenance and a repair toward
-the failover headroom in words, and ``history --format json`` and the decision log carry the
-stop as its code and details."""
+``status`` say a plan cut to the policy's batch (a proposal in manual mode too), a return from
+maintenance and a repair toward the failover headroom in words, and ``history --format json``
+and the decision log carry the stop as its code and details."""
 
 from __future__ import annotations
 
@@ -43,19 +43,36 @@ def _decisions(config: Path) -> list[dict[str, object]]:
     return list(data["decisions"])
 
 
-@pytest.fixture(scope="module")
-def cut(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """The demo's first decision, by static-greedy with no margin: a plan cut to a batch of 2
-    (the last decision, which ``status`` shows)."""
-    directory = tmp_path_factory.mktemp("cut")
+def _cut_config(directory: Path, mode: str) -> Path:
+    """The demo's first decision, by static-greedy with no margin, in ``mode``: a plan cut to a
+    batch of 2 (the last decision, which ``status`` shows)."""
     config = write_sim_config(directory, days=0.003)
+    text = config.read_text().replace("mode: active", f"mode: {mode}")
     config.write_text(
-        config.read_text().replace(
+        text.replace(
             "policy: {interval: 5m,",
             "policy: {strategy: static-greedy, batch: 2, margin: 0, interval: 5m,",
         )
     )
+    return config
+
+
+@pytest.fixture(scope="module")
+def cut(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    config = _cut_config(tmp_path_factory.mktemp("cut"), "active")
     return config, _run(config)
+
+
+def test_a_proposal_in_manual_mode_says_the_cut_in_words(tmp_path: Path) -> None:
+    config = _cut_config(tmp_path, "manual")
+    _run(config)
+    data = json.loads(opendrs("proposals", "--config", str(config), "--format", "json").stdout)
+    [proposal] = data["proposals"]
+    reason = proposal["reason"]
+    assert f"with 2 migrations ({CUT} " in reason
+    assert reason.endswith(" migrations by the policy's batch of 2)")
+    shown = opendrs("proposals", "--config", str(config), columns=1000).stdout
+    assert f"  {reason}\n" in shown
 
 
 @pytest.fixture(scope="module")
