@@ -213,6 +213,7 @@ class Dashboard:
             "code": decision.code,
             "act": decision.act,
             "reason": decision_words(decision, self._label),
+            "stop": None if decision.stop is None else decision.stop.as_dict(),
             "metric": format_metric(metric, decision.metric) if metric != "none" else None,
             "moves": [self._move(m) for m in _moves(decision)],
         }
