@@ -16,14 +16,18 @@ A **decision** object (``kind: decision``)::
     {"kind": "decision", "at": 1764172800.0, "time": "2025-11-26T16:00:00Z", "id": 7,
      "cluster": "prod", "mode": "shadow", "policy": "opendrs", "action": "none", "act": false,
      "code": "balanced", "reason": "spread 4.1 pp at or below threshold 15 pp: nothing to do",
-     "imbalance": 0.041, "predicted": null, "moves": []}
+     "stop": null, "imbalance": 0.041, "predicted": null, "moves": []}
 
 ``act`` is true for ``action`` ``plan`` or ``repair``; ``code`` is the decision's code (``null``
 in a history written before codes were recorded); ``reason`` is its sentence — for a decision not
-to act, why not (the filter that stopped it, with counts); ``moves`` are the plan's migrations in
-order (``guest``, ``name``, ``source``, ``target``, ``step``, ``parking``; ``name`` is the guest's
-name, ``null`` in a history written before names were recorded), the ones shadow mode would have
-made in shadow mode.
+to act, why not (the filter that stopped it, with counts), guests named ``name (id)``; ``stop`` is
+where the strategy stopped, when the decision says it (the strategy proposes nothing, a balancing
+plan, a return from maintenance, a repair toward the failover headroom), as its code and details
+(``{"code": "batch_cut", "kept": 2, …, "parts": [...]}``, the ``plan --format json`` form; ``null``
+otherwise, and in a history written before stops were recorded); ``moves`` are the plan's
+migrations in order (``guest``, ``name``, ``source``, ``target``, ``step``, ``parking``; ``name``
+is the guest's name, ``null`` in a history written before names were recorded), the ones shadow
+mode would have made in shadow mode.
 
 A **migration** object (``kind: migration``) is one event of one migration::
 
@@ -182,6 +186,7 @@ def decision_object(record: DecisionRecord) -> dict[str, Any]:
         "act": record.action != "none",
         "code": record.code,
         "reason": record.reason,
+        "stop": record.summary.get("stop"),
         "imbalance": record.imbalance,
         "predicted": record.predicted,
         "moves": [{key: step.get(key) for key in _MOVE_FIELDS} for step in record.plan],

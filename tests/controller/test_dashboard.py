@@ -24,6 +24,7 @@ from opendrs.controller.loop import Controller, Cycle
 from opendrs.controller.metrics import DaemonMetrics
 from opendrs.engine.policy import PolicyConfig
 from opendrs.engine.policy.windows import Schedule, parse_weekly
+from opendrs.engine.strategies.base import STOP_CODES
 
 
 def _config(mode: str = "active") -> Config:
@@ -71,6 +72,10 @@ def test_a_cycle_publishes_loads_decisions_and_the_migrations_in_flight() -> Non
     assert decision["code"] == "plan" and decision["act"] and decision["mode"] == "active"
     assert decision["moves"] and all(m["reason"] for m in decision["moves"])
     assert data["now"]["reason"] == decision["reason"]
+    # The page says what the history recorded: the words, and the strategy's stop as its code.
+    (recorded,) = controller.history.decisions()
+    assert decision["reason"] == recorded.reason and decision["stop"] is not None
+    assert decision["stop"] == recorded.summary["stop"] and decision["stop"]["code"] in STOP_CODES
     flying = {(m["guest"], m["source"], m["target"]) for m in data["in_flight"]}
     assert len(flying) == 2  # max_parallel
     assert all(m["since"] is not None for m in data["in_flight"])

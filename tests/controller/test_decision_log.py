@@ -29,8 +29,14 @@ def lines(path: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def decide(history: History, at: float, guest: str | None = None) -> int:
+def decide(
+    history: History, at: float, guest: str | None = None, stop: dict[str, object] | None = None
+) -> int:
+    """A decision recorded, moving ``guest`` when given, its summary with ``stop`` when given."""
     plan = [] if guest is None else [{"guest": guest, "source": "a", "target": "b", "step": 1}]
+    summary: dict[str, object] = {"code": "plan" if plan else "balanced"}
+    if stop is not None:
+        summary["stop"] = stop
     return history.record_decision(
         at=at,
         cluster="c",
@@ -40,7 +46,7 @@ def decide(history: History, at: float, guest: str | None = None) -> int:
         reason="because",
         imbalance=0.2,
         predicted=0.1 if plan else None,
-        summary={"code": "plan" if plan else "balanced"},
+        summary=summary,
         plan=plan,
     )
 
@@ -128,6 +134,16 @@ def test_the_log_has_what_history_jsonl_prints_line_for_line(tmp_path: Path) -> 
         {"guest": "101", "name": None, "source": "a", "target": "b", "step": 1, "parking": None}
     ]
     assert written[0]["time"] == iso_time(100.0) == "1970-01-01T00:01:40Z"
+
+
+def test_a_decision_has_its_stop_and_one_recorded_before_stops_has_none_and_its_reason() -> None:
+    stop = {"code": "batch_cut", "kept": 2, "proposed": 5, "limit": "batch", "batch": 2}
+    with History(":memory:") as history:
+        decide(history, 100.0)  # as a history written before stops were recorded has it
+        decide(history, 200.0, "101", stop)
+        old, new = timeline(history.decisions(), history.migrations())
+    assert old["stop"] is None and old["reason"] == "because"
+    assert new["stop"] == stop and new["reason"] == "because"
 
 
 def test_a_rotated_log_is_written_anew_and_reopen_follows_the_configuration(

@@ -348,7 +348,8 @@ def _show_history(report: Report, status: Status, history: dict[str, Any]) -> No
     if last is None:
         report.line("no decision recorded yet")
     else:
-        moves = f", {len(last['moves'])} moves" if last["moves"] else ""
+        count = len(last["moves"])
+        moves = f", {count} move{'' if count == 1 else 's'}" if count else ""
         report.line(
             f"last decision {last['time']} ({last['mode']}, {last['code'] or last['action']}"
             f"{moves}): {last['reason']}"

@@ -51,7 +51,7 @@ from opendrs.json_data import iso_time, json_text
 from opendrs.model.cluster import Cluster, guest_label
 from opendrs.model.units import format_duration
 from opendrs.report.charts import Line, line_chart
-from opendrs.report.words import purpose_words
+from opendrs.report.words import decision_words, purpose_words
 
 __all__ = ["Dashboard", "Snapshot"]
 
@@ -212,7 +212,8 @@ class Dashboard:
             **self._at(cycle.at),
             "code": decision.code,
             "act": decision.act,
-            "reason": decision.reason,
+            "reason": decision_words(decision, self._label),
+            "stop": None if decision.stop is None else decision.stop.as_dict(),
             "metric": format_metric(metric, decision.metric) if metric != "none" else None,
             "moves": [self._move(m) for m in _moves(decision)],
         }

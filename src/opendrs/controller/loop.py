@@ -73,6 +73,7 @@ from opendrs.engine.policy import (
 from opendrs.engine.policy.profile import DailyProfile, profile_samples
 from opendrs.engine.usage import MeasuredUsage
 from opendrs.model.cluster import Cluster
+from opendrs.report.words import decision_words
 
 log = logging.getLogger(__name__)
 
@@ -607,9 +608,9 @@ class Controller:
             self._last_none = (category, now)
         else:
             self._last_none = None
-        reason = decision.reason
+        reason = decision_words(decision, cluster.guest_label)
         log.info("decision (%s): %s", self.config.mode, reason)
-        summary = {
+        summary: dict[str, object] = {
             "code": decision.code.value,
             "budgeted": decision.budgeted,
             "nodes": len(cluster.nodes),
@@ -619,6 +620,8 @@ class Controller:
             "metric": policy.metric,
             "strategy": policy.strategy,
         }
+        if decision.stop is not None:
+            summary["stop"] = decision.stop.as_dict()
         # Each move with its guest's name: the history, status and the reports say it by name.
         moves = decision.plan.as_dict()["moves"] if decision.plan is not None else []
         plan = [{**m, "name": cluster.guest(m["guest"]).name} for m in moves]

@@ -28,6 +28,7 @@ from opendrs.engine.policy import Decision
 from opendrs.engine.policy.decision import DecisionCode
 from opendrs.model.cluster import Cluster
 from opendrs.model.units import format_duration
+from opendrs.report.words import decision_words
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +85,7 @@ class ManualMode:
             decision=decision_id,
             at=now,
             kind=kind,
-            reason=decision.reason,
+            reason=decision_words(decision, cluster.guest_label),
             imbalance=decision.metric,
             predicted=decision.predicted,
             moves=moves,

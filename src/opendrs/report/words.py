@@ -3,25 +3,31 @@
 copies, a placement's penalty as the rules behind it.
 
 The engine gives codes and figures (a move's reason code, :class:`Stop`, a penalty); they are
-turned into words here, at the edge, for ``plan``, ``place`` and the reports. Its own figures stay
-in ``--format json`` and ``--verbose``.
+turned into words here, at the edge, for ``plan``, ``place``, the reports and the daemon's
+decisions (:func:`decision_words`: its log, history, status, dashboard and proposals). Its own
+figures stay in ``--format json`` and ``--verbose``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 import numpy as np
 
 from opendrs.engine.breaks import rule_breaks
+from opendrs.engine.policy.decision import Decision, explain
 from opendrs.engine.strategies.base import Proposal, ProposedMove, Stop
 from opendrs.engine.usage import RESOURCES, LoadModel
 from opendrs.model.cluster import Cluster, Guest
 from opendrs.model.units import format_bytes
 
 __all__ = [
+    "DAEMON_SETTINGS",
+    "Settings",
     "copied_bytes",
+    "decision_words",
     "move_sentences",
     "penalty_rules",
     "purpose_words",
@@ -109,6 +115,27 @@ def _percent(fraction: float) -> str:
     return f"{fraction * 100:.0f} %" if np.isfinite(fraction) else "no capacity"
 
 
+@dataclass(frozen=True)
+class Settings:
+    """How the words name the settings a strategy stops at: its margin and its most migrations
+    (the ``plan`` command's options by default)."""
+
+    margin: str = "--margin"
+    max_moves: str = "--max-moves"
+
+
+#: The daemon's names for them: its configuration's (the policy's batch sets the most
+#: migrations, or what the migration budget leaves when that is less).
+DAEMON_SETTINGS = Settings("policy.options.margin", "policy.batch, or what the budget leaves")
+
+
+class _Say(NamedTuple):
+    """What a stop's words name things by: guests (``label``) and ``settings``."""
+
+    label: Callable[[str], str]
+    settings: Settings
+
+
 def stop_sentence(proposal: Proposal, label: Callable[[str], str] = str) -> str:
     """Why the strategy stopped, in words, guests named by ``label`` (its own sentence where it
     gives no code, or a code this module does not know)."""
@@ -118,13 +145,29 @@ def stop_sentence(proposal: Proposal, label: Callable[[str], str] = str) -> str:
     return stop_words(stop, label)
 
 
+def decision_words(decision: Decision, label: Callable[[str], str] = str) -> str:
+    """The policy's decision in words — its reason, where the strategy stopped said as its
+    :class:`Stop` (guests named by ``label``, settings by the daemon's names) — for the daemon's
+    log, history, status, dashboard and proposals (the engine's own sentence is
+    :attr:`Decision.reason`)."""
+    say = _Say(label, DAEMON_SETTINGS)
+    return explain(decision, lambda stop: _words(stop, say) if _known(stop) else None)
+
+
 def _known(stop: Stop) -> bool:
     return stop.code in _STOP_WORDS and all(map(_known, stop.parts))
 
 
-def stop_words(stop: Stop, label: Callable[[str], str] = str) -> str:
-    """A :class:`Stop` in words (a part of one CPU architecture says which first)."""
-    text = _STOP_WORDS[stop.code](stop, label)
+def stop_words(
+    stop: Stop, label: Callable[[str], str] = str, settings: Settings = Settings()
+) -> str:
+    """A :class:`Stop` in words (a part of one CPU architecture says which first), guests named
+    by ``label``, the settings it stopped at by ``settings``."""
+    return _words(stop, _Say(label, settings))
+
+
+def _words(stop: Stop, say: _Say) -> str:
+    text = _STOP_WORDS[stop.code](stop, say)
     arch = stop.details.get("arch")
     return f"{arch}: {text}" if arch else text
 
@@ -159,7 +202,7 @@ def _plural(count: float | str, noun: str) -> str:
     return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
-def _balanced(stop: Stop, _label: Callable[[str], str]) -> str:
+def _balanced(stop: Stop, _say: _Say) -> str:
     spreads = ", ".join(f"{r} {float(stop.details[f'{r}_spread']) * 100:.1f} pp" for r in RESOURCES)
     goal = float(stop.details["target_spread"]) * 100
     commit = stop.details.get("cpu_commit_spread")
@@ -170,19 +213,24 @@ def _balanced(stop: Stop, _label: Callable[[str], str]) -> str:
     )
 
 
-def _no_move_pays(stop: Stop, _label: Callable[[str], str]) -> str:
+def _no_move_pays(stop: Stop, say: _Say) -> str:
     return (
         "no other allowed move evens the loads out enough to be worth the memory it copies "
-        f"(--margin {float(stop.details['margin']):g})"
+        f"({_setting(say.settings.margin, stop.details['margin'])})"
     )
 
 
-def _move_limit(stop: Stop, _label: Callable[[str], str]) -> str:
+def _setting(name: str, value: float | str) -> str:
+    """A setting and its value: ``--margin 0.05``."""
+    return f"{name} {float(value):g}"
+
+
+def _move_limit(stop: Stop, say: _Say) -> str:
     limit = _plural(stop.details["max_moves"], "migration")
-    return f"the limit of {limit} is reached (--max-moves)"
+    return f"the limit of {limit} is reached ({say.settings.max_moves})"
 
 
-def _below_threshold(stop: Stop, _label: Callable[[str], str]) -> str:
+def _below_threshold(stop: Stop, _say: _Say) -> str:
     d = stop.details
     measure = str(d["measure"])
     unit = d.get("unit", "")
@@ -192,39 +240,40 @@ def _below_threshold(stop: Stop, _label: Callable[[str], str]) -> str:
     )
 
 
-def _gain_below_margin(stop: Stop, label: Callable[[str], str]) -> str:
+def _gain_below_margin(stop: Stop, say: _Say) -> str:
     d = stop.details
     measure, unit = str(d["measure"]), d.get("unit", "")
     return (
-        f"the best move, {label(str(d['guest']))} to {d['target']}, would bring the "
+        f"the best move, {say.label(str(d['guest']))} to {d['target']}, would bring the "
         f"{_MEASURES.get(measure, measure)} from {_figure(d['value'], unit)} to "
-        f"{_figure(d['after'], unit)}: less than the --margin {float(d['margin']):g} asks"
+        f"{_figure(d['after'], unit)}: less than the {_setting(say.settings.margin, d['margin'])} "
+        "asks"
     )
 
 
-def _no_allowed_target(stop: Stop, _label: Callable[[str], str]) -> str:
+def _no_allowed_target(stop: Stop, _say: _Say) -> str:
     who = "started HA resource" if stop.details.get("scope") == "ha" else "guest that may move"
     return f"no {who} has a node it is allowed to move to"
 
 
-def _passes_done(stop: Stop, _label: Callable[[str], str]) -> str:
+def _passes_done(stop: Stop, _say: _Say) -> str:
     passes = int(float(stop.details["passes"]))
     if passes < 1:
         return "no pass over the guests was asked for (passes 0)"
     return f"{passes} pass{'' if passes == 1 else 'es'} over the guests done"
 
 
-def _by_arch(stop: Stop, label: Callable[[str], str]) -> str:
-    said = "; ".join(stop_words(part, label) for part in stop.parts)
+def _by_arch(stop: Stop, say: _Say) -> str:
+    said = "; ".join(_words(part, say) for part in stop.parts)
     return said or "no CPU architecture has a node to balance"
 
 
-def _nothing_relieves(stop: Stop, label: Callable[[str], str]) -> str:
-    guests = ", ".join(label(g) for g in str(stop.details["guests"]).split())
+def _nothing_relieves(stop: Stop, say: _Say) -> str:
+    guests = ", ".join(say.label(g) for g in str(stop.details["guests"]).split())
     return f"no node relieves the {_plural(stop.details['bad'], 'guest')} that need it ({guests})"
 
 
-def _no_bad_guest(stop: Stop, _label: Callable[[str], str]) -> str:
+def _no_bad_guest(stop: Stop, _say: _Say) -> str:
     pressure = float(stop.details["cpu_pressure"]) * 100
     return (
         f"no guest needs relief: none has a CPU pressure above {pressure:g} %, sits on a node "
@@ -232,7 +281,7 @@ def _no_bad_guest(stop: Stop, _label: Callable[[str], str]) -> str:
     )
 
 
-def _solved(stop: Stop, _label: Callable[[str], str]) -> str:
+def _solved(stop: Stop, _say: _Say) -> str:
     d = stop.details
     return (
         f"{_search(stop)}: {_plural(d['migrations'], 'migration')} lower its objective (spread, "
@@ -241,7 +290,7 @@ def _solved(stop: Stop, _label: Callable[[str], str]) -> str:
     )
 
 
-def _current_best(stop: Stop, _label: Callable[[str], str]) -> str:
+def _current_best(stop: Stop, _say: _Say) -> str:
     objective = _number(stop.details["objective"])
     return f"{_search(stop)}: the current placement is already it (objective {objective})"
 
@@ -255,16 +304,16 @@ def _search(stop: Stop) -> str:
     return f"the best placement found in the time limit{also}"
 
 
-def _batch_cut(stop: Stop, label: Callable[[str], str]) -> str:
+def _batch_cut(stop: Stop, say: _Say) -> str:
     d = stop.details
     cut = (
         f"cut to {int(float(d['kept']))} of {_plural(d['proposed'], 'migration')} by the "
         f"policy's {d['limit']} of {float(d['batch']):g}"
     )
-    return "; ".join([*(stop_words(part, label) for part in stop.parts), cut])
+    return "; ".join([*(_words(part, say) for part in stop.parts), cut])
 
 
-def _repairs_only(stop: Stop, _label: Callable[[str], str]) -> str:
+def _repairs_only(stop: Stop, _say: _Say) -> str:
     strategy = stop.details.get("strategy")
     if strategy is None:
         return "only the repairs: the guests that must move, which move first"
@@ -274,17 +323,17 @@ def _repairs_only(stop: Stop, _label: Callable[[str], str]) -> str:
     )
 
 
-def _said(template: str) -> Callable[[Stop, Callable[[str], str]], str]:
+def _said(template: str) -> Callable[[Stop, _Say], str]:
     """A stop's words from ``template``, its details filled in (numbers as ``:g``)."""
 
-    def words(stop: Stop, _label: Callable[[str], str]) -> str:
+    def words(stop: Stop, _say: _Say) -> str:
         shown = {k: f"{v:g}" if isinstance(v, float) else str(v) for k, v in stop.details.items()}
         return template.format(**shown)
 
     return words
 
 
-_STOP_WORDS: dict[str, Callable[[Stop, Callable[[str], str]], str]] = {
+_STOP_WORDS: dict[str, Callable[[Stop, _Say], str]] = {
     "balanced": _balanced,
     "no_move_pays": _no_move_pays,
     "move_limit": _move_limit,

@@ -511,7 +511,7 @@ def _back_from_maintenance(r: _Round) -> Decision | None:
     if closed is not None:
         return r.decision(closed, r.state, proposal=proposal, plan=plan)
     return r.decision(
-        Returned(len(plan.moves), nodes),
+        Returned(len(plan.moves), nodes, proposal.stop),
         r.acted(),
         predicted=predicted,
         proposal=proposal,
@@ -546,7 +546,7 @@ def _failover(r: _Round) -> tuple[_Round, Decision | None]:
     closed = r.closed("balance", needed=f"{len(plan.moves)} toward the failover headroom")
     if closed is not None:
         return r, r.decision(closed, r.state, proposal=proposal, plan=plan)
-    facts = Repaired(check.summary, 0, len(plan.moves), False, False)
+    facts = Repaired(check.summary, 0, len(plan.moves), False, False, proposal.stop)
     decision = r.decision(
         facts, r.acted(), predicted=predicted, proposal=proposal, plan=plan, activity="balance"
     )
@@ -627,8 +627,9 @@ def _balance(r: _Round, trigger: Trigger) -> Decision:
     if not proposal.net_moves():
         why = why_not(r.cluster, r.now, config, r.past, view.constraints)
         # All excluded: that is the reason, whatever the strategy says.
-        stopped = proposal.stopped if why.movable or not why.candidates else None
-        facts: Facts = NoProposal(trigger, stopped, why)
+        said = why.movable or not why.candidates
+        stopped, stop = (proposal.stopped, proposal.stop) if said else (None, None)
+        facts: Facts = NoProposal(trigger, stopped, why, stop)
         return r.decision(facts, r.attempted(), proposal=proposal, plan=plan)
     if not plan.moves:
         problem = plan.problems[0] if plan.problems else "no safe order"
@@ -640,7 +641,7 @@ def _balance(r: _Round, trigger: Trigger) -> Decision:
         refused = _kept_failover(r, trigger, plan, proposal, None)
         if refused is not None:
             return refused
-        facts = Planned(trigger, moves, None, proposal.stopped)
+        facts = Planned(trigger, moves, None, proposal.stopped, stop=proposal.stop)
         return r.decision(facts, r.acted(), proposal=proposal, plan=plan)
     predicted = r.predicted(plan)
     gain = (r.metric - predicted) / r.metric if r.metric > 0 else 0.0
@@ -652,7 +653,7 @@ def _balance(r: _Round, trigger: Trigger) -> Decision:
     refused = _kept_failover(r, trigger, plan, proposal, predicted)
     if refused is not None:
         return refused
-    facts = Planned(trigger, moves, predicted, proposal.stopped)
+    facts = Planned(trigger, moves, predicted, proposal.stopped, stop=proposal.stop)
     return r.decision(facts, r.acted(), predicted=predicted, proposal=proposal, plan=plan)
 
 
@@ -672,7 +673,7 @@ def _within_budget(r: _Round, trigger: Trigger, whole: int) -> Decision:
     refused = _kept_failover(r, trigger, plan, proposal, predicted)
     if refused is not None:
         return refused
-    facts = Planned(trigger, len(plan.moves), predicted, proposal.stopped, whole)
+    facts = Planned(trigger, len(plan.moves), predicted, proposal.stopped, whole, proposal.stop)
     return r.decision(facts, r.acted(), predicted=predicted, proposal=proposal, plan=plan)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import ClassVar, Literal
@@ -22,7 +22,7 @@ from opendrs.engine.policy.spending import Hastening
 from opendrs.engine.policy.state import BUDGET_WINDOW, PolicyState
 from opendrs.engine.policy.why import WhyNot
 from opendrs.engine.policy.windows import format_opening
-from opendrs.engine.strategies.base import Proposal
+from opendrs.engine.strategies.base import Proposal, Stop
 from opendrs.model.units import format_duration
 
 DecisionKind = Literal["none", "plan", "repair"]
@@ -172,15 +172,18 @@ class Repaired:
     migrations: int = field(metadata=_NOUN)
     hot_only: bool
     overridden: bool
+    #: Where the plan's proposal stopped, when it says (a repair toward the failover headroom).
+    stop: Stop | None = None
 
 
 @dataclass(frozen=True)
 class Returned:
-    """``guests`` back to ``nodes`` out of maintenance."""
+    """``guests`` back to ``nodes`` out of maintenance; ``stop``: where the plan stopped."""
 
     code: ClassVar[DecisionCode] = DecisionCode.RETURN
     guests: int = field(metadata=_NOUN)
     nodes: tuple[str, ...]
+    stop: Stop | None = None
 
 
 @dataclass(frozen=True)
@@ -211,13 +214,15 @@ class OverBudget:
 
 @dataclass(frozen=True)
 class NoProposal:
-    """The strategy proposes no migration: where it ``stopped`` (None: not said, every
-    candidate being excluded) and why the candidates stay."""
+    """The strategy proposes no migration: where it ``stopped`` (the engine's sentence) and
+    its ``stop`` (code and details; both None: not said, every candidate being excluded), and
+    why the candidates stay."""
 
     code: ClassVar[DecisionCode] = DecisionCode.NO_PROPOSAL
     trigger: Trigger
     stopped: str | None
     why: WhyNot
+    stop: Stop | None = None
 
 
 @dataclass(frozen=True)
@@ -257,8 +262,8 @@ class FailoverLost:
 @dataclass(frozen=True)
 class Planned:
     """A balancing plan of ``migrations`` — part of a plan of ``whole`` the budget cut (None:
-    the whole plan) — bringing the metric to ``predicted`` (None: no policy metric; the
-    strategy said where it ``stopped``)."""
+    the whole plan) — bringing the metric to ``predicted`` (None: no policy metric); where the
+    strategy ``stopped`` (the engine's sentence) and its ``stop`` (code and details)."""
 
     code: ClassVar[DecisionCode] = DecisionCode.PLAN
     trigger: Trigger
@@ -266,6 +271,7 @@ class Planned:
     predicted: float | None
     stopped: str
     whole: int | None = None
+    stop: Stop | None = None
 
 
 @dataclass(frozen=True)
@@ -351,8 +357,16 @@ class Decision:
         return self.code.kind
 
     @property
+    def stop(self) -> Stop | None:
+        """Where the plan's proposal stopped, as a code and details, when the decision says it
+        (the strategy proposes nothing, a balancing plan, a return or a failover repair)."""
+        stop = getattr(self.facts, "stop", None)
+        return stop if isinstance(stop, Stop) else None
+
+    @property
     def reason(self) -> str:
-        """One sentence for the operator: :func:`explain`."""
+        """One sentence, the engine's own: :func:`explain` (the operator's words for it are
+        made at the edge, ``report.words.decision_words``)."""
         return explain(self)
 
     def gist(self) -> Hashable:
@@ -366,6 +380,7 @@ class Decision:
             "kind": self.kind,
             "code": self.code.value,
             "reason": self.reason,
+            "stop": None if self.stop is None else self.stop.as_dict(),
             "activity": self.activity,
             "metric": self.metric,
             "predicted": self.predicted,
@@ -413,6 +428,9 @@ def _gist(value: object, count: str | None = None) -> Hashable:
         worst = max(by_arch.values(), default=0.0)
         shown = min(a for a, v in by_arch.items() if v == worst) if len(by_arch) > 1 else None
         return (value.metric, _gist(tuple(by_arch)), _gist(shown), value.hour is None)
+    if isinstance(value, Stop):
+        # The code and its parts' codes; its figures (and the guests it names) drop out.
+        return (value.code, tuple(_gist(part) for part in value.parts))
     if isinstance(value, WhyNot):
         labels = tuple(_gist(label) for label, _n in value.excluded)
         return (_gist(value.candidates, "noun"), _gist(value.movable, "any"), labels)
@@ -427,30 +445,51 @@ def _gist(value: object, count: str | None = None) -> Hashable:
 # -- the sentence -----------------------------------------------------------------------------
 
 
-def explain(decision: Decision) -> str:
-    """The decision as one sentence for the operator (logs, history, reports)."""
+#: The operator's words for a :class:`Stop` (None: none for it, the engine's sentence is said).
+StopSaid = Callable[[Stop], str | None]
+
+
+def explain(decision: Decision, said: StopSaid | None = None) -> str:
+    """The decision as one sentence for the operator (logs, history, reports). Where the
+    strategy stopped is said by ``said`` when given — in a balancing plan, a return from
+    maintenance and a repair toward the failover headroom too —, else by the engine's own
+    sentence, where it has one (no proposal; a plan with no policy metric)."""
     facts = decision.facts
     if isinstance(facts, Busy):
         return _busy(facts)
     if isinstance(facts, Repaired):
-        return _repaired(facts)
+        return _repaired(facts) + _stopped_at(facts.stop, said)
     if isinstance(facts, Returned):
         text = (
             f"{_guests(facts.guests)} back to {', '.join(facts.nodes)}, out of maintenance, "
             "bypassing threshold, hold and margin"
-        )
+        ) + _stopped_at(facts.stop, said)
     elif isinstance(facts, Balanced):
         limit = format_threshold(facts.measured.metric, facts.threshold)
         text = f"{_shown(facts.measured)} at or below threshold {limit}: nothing to do"
     elif isinstance(facts, Closed):
         text = _closed(facts)
     else:
-        text = f"{_trigger(facts.trigger)}; {_after_trigger(facts)}"
+        text = f"{_trigger(facts.trigger)}; {_after_trigger(facts, said)}"
     return text + _note(decision.note)
+
+
+def _stopped_at(stop: Stop | None, said: StopSaid | None) -> str:
+    """`` (WORDS)``: where an acting plan's proposal stopped, in ``said``'s words ("" without
+    them: the engine's sentence does not say it)."""
+    words = None if stop is None or said is None else said(stop)
+    return "" if words is None else f" ({words})"
+
+
+def _stop_words(stopped: str | None, stop: Stop | None, said: StopSaid | None) -> str | None:
+    """Where the strategy stopped: ``said``'s words for ``stop``, else the engine's sentence."""
+    words = None if stop is None or said is None else said(stop)
+    return stopped if words is None else words
 
 
 def _after_trigger(
     facts: Holding | OverBudget | NoProposal | Unordered | BelowMargin | FailoverLost | Planned,
+    said: StopSaid | None = None,
 ) -> str:
     """What a decision made once the threshold was crossed says after its trigger."""
     match facts:
@@ -458,9 +497,10 @@ def _after_trigger(
             return "waiting"
         case OverBudget(budget=budget):
             return _budget(budget)
-        case NoProposal(trigger=trigger, stopped=stopped, why=why):
-            said = "" if stopped is None else f" ({stopped})"
-            return f"strategy {trigger.strategy} proposes no migration{said}; {why}"
+        case NoProposal(trigger=trigger, why=why):
+            stopped = _stop_words(facts.stopped, facts.stop, said)
+            shown = "" if stopped is None else f" ({stopped})"
+            return f"strategy {trigger.strategy} proposes no migration{shown}; {why}"
         case Unordered(problem=problem):
             return f"none of the proposed migrations can be ordered safely ({problem})"
         case BelowMargin():
@@ -477,17 +517,17 @@ def _after_trigger(
                 "refused (keep_failover)"
             )
         case Planned():
-            return _planned(facts)
+            return _planned(facts, said)
 
 
-def _planned(facts: Planned) -> str:
+def _planned(facts: Planned, said: StopSaid | None) -> str:
     part = _migrations(facts.migrations)
     if facts.whole is not None:
         part += f", what the budget leaves of a plan of {facts.whole}"
     if facts.predicted is None:
-        return f"it proposes {part} ({facts.stopped})"
+        return f"it proposes {part} ({_stop_words(facts.stopped, facts.stop, said)})"
     after = format_metric(facts.trigger.measured.metric, facts.predicted)
-    return f"plan brings it to {after} with {part}"
+    return f"plan brings it to {after} with {part}{_stopped_at(facts.stop, said)}"
 
 
 #: Each activity (:data:`~.windows.ACTIVITIES`) as the sentence names it.
