@@ -6,7 +6,8 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo screenshot test lint unit test-packages properties bench faults dist deb clean
+.PHONY: demo screenshot test lint unit test-packages properties bench faults dist deb debs \
+	deb-from-sdist clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -85,17 +86,37 @@ dist: $(BUILD_STAMP)
 	rm -f $(DIST)/opendrs-*.tar.gz $(DIST)/opendrs-*.whl
 	$(BIN)/python -m build --outdir $(DIST) .
 
-# The Debian package for this machine's release (Debian 12 or 13: it bundles a venv for that
-# release's python3), in dist/, built from the sdist by debian/rules with PyPI's wheels. Needs
-# build-essential, debhelper and python3-venv (make test-packages installs them, as root).
+# The Debian package for Debian 12 (RELEASE=bookworm, Proxmox VE 8) or 13 (RELEASE=trixie, Proxmox
+# VE 9), by default this machine's release, in dist/ as opendrs_VERSION~debNN_ARCH.deb: a venv for
+# that release's python3, built from the sdist by debian/rules with PyPI's wheels. On the release
+# itself it needs build-essential, debhelper and python3-venv; for another release it is built,
+# as root, in a clean root of that release (tools/debian-root: debootstrap, kept in
+# /var/cache/opendrs-test). make test-packages installs them all, as root. make debs builds both.
+RELEASE ?= $(shell . /etc/os-release 2>/dev/null && echo "$$VERSION_CODENAME")
+DEB_RELEASES := bookworm trixie
+DEBIAN_bookworm := 12
+DEBIAN_trixie := 13
 DEB_BUILD := build/deb
 
 deb: dist
-	rm -rf $(DEB_BUILD) $(DIST)/opendrs_*.deb
-	mkdir -p $(DEB_BUILD)
-	tar -xzf $(DIST)/opendrs-*.tar.gz -C $(DEB_BUILD)
-	cd $(DEB_BUILD)/opendrs-*/ && dpkg-buildpackage --build=binary --no-sign
-	cp $(DEB_BUILD)/opendrs_*.deb $(DIST)/
+	@$(MAKE) --no-print-directory deb-from-sdist RELEASE=$(RELEASE)
+
+debs: dist
+	@for release in $(DEB_RELEASES); do \
+		$(MAKE) --no-print-directory deb-from-sdist RELEASE=$$release || exit 1; done
+
+# The package of RELEASE from the sdist already in dist/ (make deb and make debs make it first).
+deb-from-sdist:
+	$(if $(DEBIAN_$(RELEASE)),,$(error RELEASE="$(RELEASE)": the package is built for $(DEB_RELEASES) only))
+	rm -rf $(DEB_BUILD)/$(RELEASE) $(DIST)/opendrs_*~deb$(DEBIAN_$(RELEASE))_*.deb
+	mkdir -p $(DEB_BUILD)/$(RELEASE)
+	tar -xzf $(DIST)/opendrs-*.tar.gz -C $(DEB_BUILD)/$(RELEASE)
+	if [ "$(RELEASE)" = "$$(. /etc/os-release && echo "$$VERSION_CODENAME")" ]; then \
+		cd $(DEB_BUILD)/$(RELEASE)/opendrs-*/ && dpkg-buildpackage --build=binary --no-sign; \
+	else \
+		tools/debian-root build $(RELEASE) $(DEB_BUILD)/$(RELEASE)/opendrs-*/; \
+	fi
+	cp $(DEB_BUILD)/$(RELEASE)/opendrs_*~deb$(DEBIAN_$(RELEASE))_*.deb $(DIST)/
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .ruff_cache

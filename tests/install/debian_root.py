@@ -1,5 +1,5 @@
 """Clean Debian roots for the Debian package's test: debootstrap's minimal base of a release,
-with systemd (for ``systemd-analyze``), made once and kept in :data:`CACHE`, and a throwaway
+with systemd (for ``systemd-analyze``), made once and kept by ``tools/debian-root``, and a throwaway
 copy of it — an overlay on the cached base where the kernel allows one, else a plain copy — in
 which a test installs, runs and purges the package through ``chroot``. Root only."""
 
@@ -13,12 +13,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from install.commands import run
+from install.commands import ROOT, run
 
-#: Where the base roots are kept between runs (one per release, a few hundred MB each).
-CACHE = Path(os.environ.get("OPENDRS_TEST_CACHE", "/var/cache/opendrs-test"))
-#: The Debian mirror debootstrap and apt use inside the root.
-MIRROR = os.environ.get("OPENDRS_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 #: The environment of the commands run inside a root.
 INSIDE = {
     "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -37,6 +33,8 @@ PACKAGE_TOOLS_STATE = (
     "var/log/dpkg.log",
     "var/log/alternatives.log",
 )
+#: tools/debian-root's exit status when it cannot make the root (debootstrap failed: no mirror...).
+CANNOT_MAKE_ROOT = 3
 
 
 class RootUnavailable(Exception):
@@ -44,28 +42,19 @@ class RootUnavailable(Exception):
 
 
 def base_root(codename: str) -> Path:
-    """The cached base root of release ``codename``, made by debootstrap when missing."""
-    root = CACHE / codename
-    done = CACHE / f"{codename}.complete"
-    if done.exists() and root.is_dir():
-        return root
-    partial = CACHE / f"{codename}.partial"
-    shutil.rmtree(partial, ignore_errors=True)
-    shutil.rmtree(root, ignore_errors=True)
-    CACHE.mkdir(parents=True, exist_ok=True)
+    """The cached base root of release ``codename`` (``tools/debian-root base``: debootstrap
+    makes it when missing, in /var/cache/opendrs-test or ``OPENDRS_TEST_CACHE``)."""
     made = subprocess.run(
-        ["debootstrap", "--variant=minbase", "--include=systemd", codename, str(partial), MIRROR],
+        [str(ROOT / "tools" / "debian-root"), "base", codename],
         capture_output=True,
         text=True,
         timeout=1800,
         check=False,
     )
-    if made.returncode != 0:
-        tail = " ".join((made.stdout + made.stderr).split()[-40:])
-        raise RootUnavailable(f"debootstrap {codename} from {MIRROR} failed: {tail}")
-    partial.rename(root)
-    done.touch()
-    return root
+    if made.returncode == CANNOT_MAKE_ROOT:
+        raise RootUnavailable(made.stderr.strip())
+    assert made.returncode == 0, made.stderr
+    return Path(made.stdout.strip())
 
 
 class ScratchRoot:

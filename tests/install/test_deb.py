@@ -1,15 +1,15 @@
-"""``make deb``: the Debian package, installed with apt into a clean root of this machine's
-release (debootstrap, cached in /var/cache/opendrs-test; the network only to Debian's mirror and,
-for the build, to PyPI), run there — ``opendrs --version``, ``opendrs demo --fast``,
-``systemd-analyze verify`` on its unit, its man page and completion — then removed and purged:
-remove leaves the configuration, purge leaves nothing but the system user.
+"""``make deb``: the Debian package of each release it is built for — Debian 12 (bookworm) and
+13 (trixie) — installed with apt into a clean root of that release (debootstrap, cached in
+/var/cache/opendrs-test; the network only to Debian's mirror and, for the build, to PyPI), run
+there — ``opendrs --version``, ``opendrs demo --fast``, ``systemd-analyze verify`` on its unit,
+its man page and completion — then removed and purged: remove leaves the configuration, purge
+leaves nothing but the system user. The sdist is made once; the machine's release's package is
+built on the machine, the other's in a root of its release (``tools/debian-root``).
 
 Root only (debootstrap, chroot, mount), with debootstrap and debhelper installed (``make
-test-packages``, as root), on Debian 12 or 13 (the package is built for the machine's release):
-skipped, with the reason, elsewhere. A few minutes; the first run also makes the root (cold).
-``OPENDRS_TEST_DEB=FILE`` tries a package built before instead of building one, in a root of
-the release ``OPENDRS_TEST_RELEASE`` names (default: the machine's), for a package built on
-another release."""
+test-packages``, as root): skipped, with the reason, elsewhere. Several minutes per release; the
+first run also makes the roots (cold). ``OPENDRS_TEST_DEBS=DIR`` tries the packages ``make
+debs`` built before in ``DIR`` instead of building them."""
 
 from __future__ import annotations
 
@@ -20,73 +20,69 @@ from pathlib import Path
 
 import pytest
 
-from install.commands import ROOT, index_unreachable, run
-from install.debian_root import RootUnavailable, ScratchRoot, scratch_root
+from install.commands import ROOT, index_unreachable, make_dist, run
+from install.debian_root import RootUnavailable, ScratchRoot, base_root, scratch_root
 from opendrs import __version__
 
-#: The releases the package is built for: Debian 12 (Proxmox VE 8) and 13 (Proxmox VE 9).
-RELEASES = ("bookworm", "trixie")
+#: The releases the package is built for, with their numbers (its version's ~debNN): Debian 12
+#: (Proxmox VE 8) and 13 (Proxmox VE 9).
+RELEASES = {"bookworm": "12", "trixie": "13"}
 #: The package's files an operator edits: dpkg's configuration files.
 CONFFILES = ("/etc/opendrs/opendrs.yaml", "/etc/logrotate.d/opendrs")
 #: What purge leaves: the system user, as Debian packages do (adduser's backups of its files).
 USER_FILES = {"etc/passwd-", "etc/group-", "etc/shadow-", "etc/gshadow-"}
 
 
-def host_release() -> str:
-    """The machine's release code name (VERSION_CODENAME in /etc/os-release), or ''."""
-    try:
-        lines = Path("/etc/os-release").read_text().splitlines()
-    except OSError:
-        return ""
-    fields = dict(line.split("=", 1) for line in lines if "=" in line)
-    return fields.get("VERSION_CODENAME", "").strip('"')
-
-
-def release() -> str:
-    """The release of the root the package is tried in (see the module's note)."""
-    if os.environ.get("OPENDRS_TEST_DEB"):
-        return os.environ.get("OPENDRS_TEST_RELEASE") or host_release()
-    return host_release()
-
-
 def why_not_here() -> str | None:
-    """Why the package cannot be built and tried here, or None."""
+    """Why the packages cannot be built and tried here, or None."""
     if os.geteuid() != 0:
         return "needs root (debootstrap, chroot, mount): make test runs it as root"
-    for tool in ("debootstrap", "dpkg-buildpackage", "dh", "chroot"):
+    for tool in ("debootstrap", "dpkg-buildpackage", "dh", "chroot", "findmnt"):
         if shutil.which(tool) is None:
             return f"{tool} is missing: make test-packages installs it, as root"
-    if release() not in RELEASES:
-        return f"the package is built for Debian 12 or 13, not {release() or 'this system'}"
     return None
 
 
 @pytest.fixture(scope="module")
-def deb(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The package ``make deb`` built, or the one ``OPENDRS_TEST_DEB`` names (built before)."""
+def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the packages are: the sdist, made once for both, and each package once built (or
+    ``OPENDRS_TEST_DEBS``, with packages built before)."""
     if reason := why_not_here():
         pytest.skip(reason)
-    if built := os.environ.get("OPENDRS_TEST_DEB"):
+    if built := os.environ.get("OPENDRS_TEST_DEBS"):
         return Path(built)
     where = tmp_path_factory.mktemp("deb")
     if reason := index_unreachable(where / "probe"):
         pytest.skip(reason)
-    run(["make", "deb", f"DIST={where}", f"DEB_BUILD={where / 'build'}"], ROOT, timeout=1800)
-    (package,) = where.glob("opendrs_*.deb")
-    return package
+    make_dist(where)
+    return where
 
 
-@pytest.fixture(scope="module")
-def root(deb: Path) -> Iterator[ScratchRoot]:
-    """A clean root of this release with the package's dependencies, then the package, installed
-    by apt; ``before`` is its file list before the package itself."""
+def package(dist: Path, release: str) -> Path:
+    """The package of ``release`` in ``dist``, built there from its sdist unless it is there."""
+    pattern = f"opendrs_*~deb{RELEASES[release]}_*.deb"
+    if not list(dist.glob(pattern)):
+        build = [f"DIST={dist}", f"DEB_BUILD={dist / 'build'}", f"RELEASE={release}"]
+        run(["make", "deb-from-sdist", *build], ROOT, timeout=3600)
+    (deb,) = dist.glob(pattern)
+    return deb
+
+
+@pytest.fixture(scope="module", params=list(RELEASES))
+def root(request: pytest.FixtureRequest, dist: Path) -> Iterator[ScratchRoot]:
+    """A clean root of a release with the package's dependencies, then its package, installed by
+    apt; ``before`` is its file list before the package itself, ``deb`` the package."""
+    release: str = request.param
     try:
-        with scratch_root(release()) as scratch:
+        base_root(release)
+        deb = package(dist, release)
+        with scratch_root(release) as scratch:
             scratch.run("apt-get", "update", "-qq")
             fields = [field(deb, name) for name in ("Depends", "Recommends")]
             needs = ", ".join(f for f in fields if f)
             scratch.run("apt-get", "satisfy", "-y", "-qq", "--no-install-recommends", needs)
             scratch.before = scratch.files()  # type: ignore[attr-defined]
+            scratch.deb = deb  # type: ignore[attr-defined]
             shutil.copy(deb, scratch.path / "tmp" / deb.name)
             scratch.run("apt-get", "install", "-y", "-qq", f"/tmp/{deb.name}")
             yield scratch
@@ -101,6 +97,14 @@ def field(deb: Path, name: str) -> str:
 
 def test_the_installed_program_runs(root: ScratchRoot) -> None:
     assert root.run("opendrs", "--version").stdout == f"opendrs {__version__}\n"
+    # Built for this release: its number in the version, its python3 in the venv.
+    version = root.run("dpkg-query", "--showformat=${Version}", "--show", "opendrs").stdout
+    release = root.run("sh", "-c", ". /etc/os-release && echo $VERSION_ID").stdout.strip()
+    deb: Path = root.deb  # type: ignore[attr-defined]
+    assert version.endswith(f"~deb{release}") and version == field(deb, "Version")
+    python = "import sys; print(sys.version)"
+    bundled = root.run("/opt/opendrs/bin/python", "-c", python).stdout
+    assert bundled == root.run("/usr/bin/python3", "-c", python).stdout
     assert os.readlink(root.path / "usr/bin/opendrs") == "/opt/opendrs/bin/opendrs"
     demo = root.run("opendrs", "demo", "--fast")
     assert "What opendrs did over 1 simulated day of the demo cluster" in demo.stdout
