@@ -34,7 +34,7 @@ lint: $(TEST_STAMP)
 	$(BIN)/ruff format --check src tests bench
 
 unit: $(TEST_STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --durations=20
 
 # As root, the Debian packages of the browser tests and of the real LXD and Incus cluster tests
 # (tools/install-test-packages); the tests that need them skip with their reason where they are
