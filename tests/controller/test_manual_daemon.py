@@ -164,6 +164,72 @@ def test_an_approved_proposal_made_stale_expires_at_the_restart(
     assert kept["state"] == "expired" and "now" in kept["note"]
 
 
+def approved_alone(tmp_path: Path, fake: FakeCluster) -> tuple[Path, str, dict[str, Any], str]:
+    """A proposal made by a daemon since stopped, its first move alone approved: the config, the
+    proposal's id, the move (pve1 → X) and the node it does not go to."""
+    config = manual_config(tmp_path, fake)
+    with Daemon(config) as daemon:
+        pid = first_proposal(daemon)
+        assert daemon.stop() == 0
+    (listed,) = proposals(config)
+    assert len(listed["moves"]) > 1
+    move = listed["moves"][0]
+    done = opendrs("approve", pid, "--moves", "1", "--config", str(config))
+    assert done.returncode == 0, done.stderr
+    return config, pid, move, "pve3" if move["target"] == "pve2" else "pve2"
+
+
+def busy_on(fake: FakeCluster, node: str, vmids: range, memory_mib: int, cpu: float) -> None:
+    """Running VMs ``vmids`` of one core and ``memory_mib`` MiB on ``node``, ``cpu`` busy."""
+    for vmid in vmids:
+        vm = fake.pve.add_vm(
+            vmid,
+            f"vm{vmid}",
+            node=node,
+            status="running",
+            config={"cores": 1, "memory": memory_mib, "scsi0": f"ceph:vm-{vmid}-disk-0,size=8G"},
+        )
+        vm.stats.update(cpu=cpu, mem=memory_mib * 2**20)
+
+
+def test_an_approved_part_that_leaves_the_spread_but_evens_the_load_is_carried_out(
+    tmp_path: Path, fake: FakeCluster
+) -> None:
+    config, pid, move, other = approved_alone(tmp_path, fake)
+    # Meanwhile the other node became the busiest and an idle pve4 joined: the move touches
+    # neither the busiest nor the idlest node, so the spread stays; the load is evener after it.
+    busy_on(fake, other, range(200, 207), memory_mib=3584, cpu=0.6)
+    fake.pve.add_node("pve4", cpu=8, memory=32 * 2**30, base_memory=2**30)
+    with Daemon(config) as daemon:
+        daemon.wait_for(rf"proposal {pid} approved by \S+@cli: checked again, starting", timeout=60)
+        daemon.wait_for(rf"done .*pve1 → {move['target']}")
+        assert daemon.count(rf"proposal {pid} expired") == 0
+        assert daemon.stop() == 0
+    assert migrations(tmp_path) == [(move["guest"], "pve1", move["target"])]
+    assert proposal(config, pid)["state"] == "started"
+
+
+@pytest.mark.parametrize("meanwhile", ["target filled", "guest moved"])
+def test_an_approved_part_is_refused_with_the_true_reason(
+    tmp_path: Path, fake: FakeCluster, meanwhile: str
+) -> None:
+    config, pid, move, other = approved_alone(tmp_path, fake)
+    if meanwhile == "target filled":  # 30 of its 31 GiB taken: the guest's 3 GiB overload it
+        busy_on(fake, move["target"], range(200, 208), memory_mib=3840, cpu=0.1)
+        why = rf"the moves would break: node {move['target']} over capacity in memory$"
+    else:
+        moved_by_hand(fake, move, other)
+        label = rf"{move['name']} \({move['guest']}\) pve1 → {move['target']}"
+        why = rf"{label}: the guest is on {other} now$"
+    with Daemon(config) as daemon:
+        line = daemon.wait_for(rf"proposal {pid} expired: ", timeout=60)
+        assert re.search(why, line.rstrip()), line
+        assert "imbalance" not in line
+        assert daemon.stop() == 0
+    assert migrations(tmp_path) == []
+    assert proposal(config, pid)["state"] == "expired"
+
+
 def test_an_open_proposal_expires_when_its_guest_moves(tmp_path: Path, fake: FakeCluster) -> None:
     config = manual_config(tmp_path, fake)
     with Daemon(config) as daemon:

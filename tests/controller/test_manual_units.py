@@ -153,7 +153,40 @@ def test_recheck_starts_what_still_holds_and_says_why_not() -> None:
     assert guarded.problem == "102 a → c: the guards keep the guest off c now"
     spread = _cluster({"101": "a", "102": "a", "103": "b", "104": "c", "105": "b", "106": "c"})
     worse = recheck(replace(proposal, chosen=(1,)), spread, "spread", frozenset())
-    assert worse.problem is not None and "no longer lower the imbalance" in worse.problem
+    assert worse.problem == "these moves would now raise the imbalance from 0.0 pp to 37.5 pp"
+
+
+def test_recheck_starts_a_part_that_leaves_the_spread_and_does_not_spread_the_load() -> None:
+    # d busiest, c and e idle: moves between a, b and c touch neither the max nor the min.
+    nodes = tuple(Node(n, cpu=8, memory=32 * 2**30) for n in "abcde")
+    placement = {"101": "a", "102": "a", "103": "b", "104": "b"}
+    placement |= {g: "d" for g in ("201", "202", "203", "204")}
+    guests = tuple(
+        Guest(g, node=n, cpu=2, memory=4 * 2**30, cpu_used=1.5, memory_used=3 * 2**30)
+        for g, n in placement.items()
+    )
+    cluster = Cluster(nodes=nodes, guests=guests)
+    moves = (
+        ProposedMove("101", "web", "a", "c"),
+        ProposedMove("102", "db", "a", "b"),
+        ProposedMove("201", "", "d", "e"),
+    )
+    proposal = ProposalRecord(proposal_id(1.0, moves), 1, 1.0, "balance", "r", 0.4, 0.2, moves)
+    evener = recheck(replace(proposal, chosen=(1,)), cluster, "spread", frozenset())
+    assert evener.problem is None and evener.plan is not None
+    assert [(m.guest, m.target) for m in evener.plan.moves] == [("101", "c")]
+    uneven = recheck(replace(proposal, chosen=(2,)), cluster, "spread", frozenset())
+    assert uneven.problem == (
+        "these moves would now spread the load more unevenly: its σ from 22.2 pp to 24.1 pp "
+        "(the imbalance stays 75.0 pp)"
+    )
+    lower = recheck(replace(proposal, chosen=(3, 1)), cluster, "spread", frozenset())
+    assert lower.problem is None and lower.plan is not None
+    # All the moves of a proposal must still lower the imbalance, as they did when proposed.
+    alone = replace(proposal, moves=moves[:1])
+    assert recheck(alone, cluster, "spread", frozenset()).problem == (
+        "the moves no longer lower the imbalance (75.0 pp now, 75.0 pp after)"
+    )
 
 
 def test_recheck_starts_a_balancing_proposal_that_gives_failover_headroom_back() -> None:
@@ -185,6 +218,12 @@ def test_recheck_starts_a_balancing_proposal_that_gives_failover_headroom_back()
     assert again.problem is not None and again.problem.endswith(
         "nor bring the failover headroom closer"
     )
+    # The same move chosen alone from a proposal of two: held to the same headroom.
+    pair = replace(proposal, moves=(*moves, ProposedMove("102", "", "b", "c")), chosen=(1,))
+    assert recheck(pair, short, "spread", frozenset(), keep_failover=1).problem is None
+    refused = recheck(pair, moved, "spread", frozenset(), keep_failover=1).problem
+    assert refused is not None and refused.startswith("these moves would now raise the imbalance")
+    assert refused.endswith("; they would not bring the failover headroom closer")
 
 
 def test_http_write_is_off_by_default_and_never_without_a_token() -> None:

@@ -251,7 +251,8 @@ def add_approval_parsers(sub: Subcommands) -> None:
                 "--moves",
                 metavar="LIST",
                 help="approve only these moves: their numbers, or guests' names or ids, "
-                "comma-separated (default: all)",
+                "comma-separated (default: all); checked again, they start if they still hold "
+                "and raise neither the imbalance metric nor the load's σ",
             )
         q.set_defaults(func=func)
     b = sub.add_parser(

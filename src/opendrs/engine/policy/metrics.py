@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from opendrs.engine.imbalance import balance_spread, cv
+from opendrs.engine.imbalance import balance_objective, balance_spread, cv, resource_weights
 from opendrs.engine.policy.config import METRICS
 from opendrs.engine.pve_selection import pve_imbalance
 from opendrs.engine.usage import LoadModel, arch_groups
@@ -19,11 +19,32 @@ def _usable_fractions(
 ) -> dict[str, np.ndarray]:
     """Load fractions (N', R) of the usable nodes that have capacity, per CPU architecture."""
     loads = loads if loads is not None else LoadModel.build(cluster)
-    usable = np.array([n.usable for n in cluster.nodes], dtype=bool)
-    usable &= np.all(loads.capacity > 0, axis=1)
-    arches, group = arch_groups(cluster, usable)
+    arches, group = _measured_groups(cluster, loads)
     fractions = loads.fractions(assign)
     return {arch: fractions[group == g] for g, arch in enumerate(arches)}
+
+
+def _measured_groups(cluster: Cluster, loads: LoadModel) -> tuple[tuple[str, ...], np.ndarray]:
+    """The CPU architectures of the usable nodes that have capacity, and each node's group
+    (:func:`~opendrs.engine.usage.arch_groups`; -1 for a node that takes no part)."""
+    usable = np.array([n.usable for n in cluster.nodes], dtype=bool)
+    usable &= np.all(loads.capacity > 0, axis=1)
+    return arch_groups(cluster, usable)
+
+
+def load_sigma(
+    cluster: Cluster, loads: LoadModel | None = None, assign: np.ndarray | None = None
+) -> float:
+    """The capacity-weighted σ of the usable nodes' load fractions, the resources weighted as the
+    cluster weighs them, each CPU architecture about its own mean: √ of the objective ``balance``
+    lowers (:func:`~opendrs.engine.imbalance.balance_objective`). Unlike a spread it changes with
+    every move of load between nodes, the busiest and idlest or not. ``loads`` and ``assign`` as
+    :func:`measure`."""
+    loads = loads if loads is not None else LoadModel.build(cluster)
+    _, group = _measured_groups(cluster, loads)
+    weights = resource_weights(cluster.settings)
+    objective = float(balance_objective(loads.loads(assign), loads.capacity, weights, group))
+    return float(np.sqrt(max(objective, 0.0)))
 
 
 def measure(
