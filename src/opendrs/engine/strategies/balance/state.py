@@ -74,6 +74,8 @@ class BalanceState:
         self.broken_at_start = self.broken.copy()
         #: Where each unit started: a unit away from it has already cost its migration.
         self.origin = self.units.assign.copy()
+        #: (U,) :meth:`moved`, kept up to date by :meth:`move` (nothing has moved yet).
+        self._moved = np.zeros(len(self.origin), dtype=bool)
         #: The band: fractions within ``goal / 2`` of the mean.
         self.goal = np.zeros(len(RESOURCES))
         self._objective: float | None = None
@@ -245,20 +247,15 @@ class BalanceState:
 
     def moved(self) -> np.ndarray:
         """(U,) units that have moved: away from where they started, or (broken) gathered."""
-        return (self.units.assign != self.origin) | (self.broken_at_start & ~self.broken)
+        return self._moved.copy()
 
     def moved_of(self, units: np.ndarray) -> np.ndarray:
         """:meth:`moved` of ``units`` only."""
-        return (self.units.assign[units] != self.origin[units]) | (
-            self.broken_at_start[units] & ~self.broken[units]
-        )
+        return self._moved[units]
 
     def is_moved(self, u: int) -> bool:
         """Whether unit ``u`` has moved (see :meth:`moved`)."""
-        return bool(
-            self.units.assign[u] != self.origin[u]
-            or (self.broken_at_start[u] and not self.broken[u])
-        )
+        return bool(self._moved[u])
 
     def scattered(self, u: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Where broken unit ``u``'s members are: (nodes, demand (k, R), need (k, D)) per node;
@@ -636,20 +633,25 @@ class BalanceState:
         b = units.assign[os]  # (o,)
         dx, do, fb, inv_b = units.demand[xs], units.demand[os], f[b], inv[b]
         # Objective gain of every pair, one resource at a time: t = what moves a -> b.
-        gain = np.zeros((xs.size, os.size))
-        t, part = np.empty(gain.shape), np.empty(gain.shape)
+        gain: np.ndarray | None = None
+        t, part = np.empty((xs.size, os.size)), np.empty((xs.size, os.size))
         for r in self._weighted:
-            # gain −= w_r (t² (1/C_a + 1/C_b) − 2t (f_a − f_b)), in place.
+            # gain −= w_r (t² (1/C_a + 1/C_b) − 2t (f_a − f_b)), in place (2t·gap as t·2gap:
+            # the same bits, a doubling is exact).
             np.subtract(dx[:, r : r + 1], do[:, r], out=t)
-            gap = f[a, r] - fb[:, r]
+            twice_gap = 2 * (f[a, r] - fb[:, r])
             np.multiply(t, t, out=part)
             part *= inv[a, r] + inv_b[:, r]
-            t *= 2
-            t *= gap
+            t *= twice_gap
             part -= t
-            part *= self.steer_wnorm[r]
-            gain -= part
-        return gain
+            if gain is None:
+                # 0 − w·part, the first resource's: −(w·part) (a zero's sign aside).
+                part *= -self.steer_wnorm[r]
+                gain, part = part, np.empty_like(part)
+            else:
+                part *= self.steer_wnorm[r]
+                gain -= part
+        return gain if gain is not None else np.zeros((xs.size, os.size))
 
     def _swap_scores(
         self,
@@ -756,6 +758,7 @@ class BalanceState:
         self._scattered.pop(u, None)
         units.assign[u] = target
         self.where[idx] = target
+        self._moved[u] = target != self.origin[u] or bool(self.broken_at_start[u])
         self._objective = None
         self._steered = None
         self._means = None
