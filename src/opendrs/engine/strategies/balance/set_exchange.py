@@ -165,22 +165,17 @@ def _greedy_sets(want: np.ndarray, dy: np.ndarray, k: np.ndarray) -> np.ndarray:
     taken = np.zeros((want.shape[0], dy.shape[0]), dtype=bool)
     residual = want.copy()
     own = (dy * dy * k).sum(axis=1)  # (Y,)
-    # The rows still growing: a row none brings closer keeps its sum, so stays as it is. (At
-    # least two rows in the product: a single one takes numpy's vector path, rounded otherwise.)
-    active = np.arange(want.shape[0])
     for _ in range(SET_SIZE):
-        asked = active if active.size >= 2 else np.arange(want.shape[0])
-        value = 2 * (residual[asked] * k) @ dy.T  # − own: the fall of ||residual − d_y||²_k
+        value = 2 * (residual * k) @ dy.T  # − own: the fall of ||residual − d_y||²_k
         value -= own[None, :]
-        value[taken[asked]] = -np.inf
+        value[taken] = -np.inf
         pick = np.argmax(value, axis=1)
-        better = value[np.arange(asked.size), pick] > 0
+        better = value[np.arange(want.shape[0]), pick] > 0
         if not better.any():
             break
-        rows = asked[better]
-        taken[rows, pick[better]] = True
-        residual[rows] -= dy[pick[better]]
-        active = rows
+        rows = np.nonzero(better)[0]
+        taken[rows, pick[rows]] = True
+        residual[rows] -= dy[pick[rows]]
     return taken
 
 

@@ -633,25 +633,20 @@ class BalanceState:
         b = units.assign[os]  # (o,)
         dx, do, fb, inv_b = units.demand[xs], units.demand[os], f[b], inv[b]
         # Objective gain of every pair, one resource at a time: t = what moves a -> b.
-        gain: np.ndarray | None = None
-        t, part = np.empty((xs.size, os.size)), np.empty((xs.size, os.size))
+        gain = np.zeros((xs.size, os.size))
+        t, part = np.empty(gain.shape), np.empty(gain.shape)
         for r in self._weighted:
-            # gain −= w_r (t² (1/C_a + 1/C_b) − 2t (f_a − f_b)), in place (2t·gap as t·2gap:
-            # the same bits, a doubling is exact).
+            # gain −= w_r (t² (1/C_a + 1/C_b) − 2t (f_a − f_b)), in place.
             np.subtract(dx[:, r : r + 1], do[:, r], out=t)
-            twice_gap = 2 * (f[a, r] - fb[:, r])
+            gap = f[a, r] - fb[:, r]
             np.multiply(t, t, out=part)
             part *= inv[a, r] + inv_b[:, r]
-            t *= twice_gap
+            t *= 2
+            t *= gap
             part -= t
-            if gain is None:
-                # 0 − w·part, the first resource's: −(w·part) (a zero's sign aside).
-                part *= -self.steer_wnorm[r]
-                gain, part = part, np.empty_like(part)
-            else:
-                part *= self.steer_wnorm[r]
-                gain -= part
-        return gain if gain is not None else np.zeros((xs.size, os.size))
+            part *= self.steer_wnorm[r]
+            gain -= part
+        return gain
 
     def _swap_scores(
         self,
