@@ -9,6 +9,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+#: The best-scoring kind pairs an exchange search sorts first (see :func:`best_allowed`).
+PREFIX_KINDS = 64
+
 
 @dataclass
 class Kinds:
@@ -99,8 +102,40 @@ def best_allowed(
     if (first := first_allowed(check, x, o, pairs.rows[top], pairs.cols[top])) is not None:
         at_x, at_o, k = first
         return float(best), float(pairs.gain[top[k]]), at_x, at_o
-    rank = np.argsort(-pairs.score, kind="stable")
-    xk, ok, values = pairs.rows[rank], pairs.cols[rank], pairs.score[rank]
+    # Best first: the few best-scoring kind pairs (every pair tied with the last of them)
+    # sorted first, the rest only if no pair of units of those is allowed.
+    negated = -pairs.score
+    for rank in _best_first(negated, PREFIX_KINDS):
+        found = _first_in_order(check, x, o, pairs.rows[rank], pairs.cols[rank], -negated[rank])
+        if found is not None:
+            k, at_x, at_o = found
+            return float(pairs.score[rank[k]]), float(pairs.gain[rank[k]]), at_x, at_o
+    return None
+
+
+def _best_first(negated: np.ndarray, head: int) -> Iterable[np.ndarray]:
+    """The positions of ``negated`` in increasing order, equal values by position (a stable
+    sort), in one or two parts: those up to the ``head``-th smallest value (ties included),
+    then the others, each sorted only when asked for."""
+    if negated.size <= 2 * head:
+        yield np.argsort(negated, kind="stable")
+        return
+    bound = np.partition(negated, head)[head]
+    for part in (np.flatnonzero(negated <= bound), np.flatnonzero(negated > bound)):
+        yield part[np.argsort(negated[part], kind="stable")]
+
+
+def _first_in_order(
+    check: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    x: Kinds,
+    o: Kinds,
+    xk: np.ndarray,
+    ok: np.ndarray,
+    values: np.ndarray,
+) -> tuple[int, int, int] | None:
+    """The first allowed pair of units of the kind pairs (``xk``, ``ok``) of scores ``values``
+    (best first): by score, then by unit index; which kind pair (its position) and the units'
+    positions in ``x`` and ``o``."""
     # Pairs of units best first, by unit index among equal scores; their constraints checked
     # 256 (and every pair tied with the last of them) at a time.
     ties = np.flatnonzero(np.append(values[1:] != values[:-1], True)) + 1
@@ -112,8 +147,7 @@ def best_allowed(
             allowed = check(xs[at : at + 256], os[at : at + 256])
             if allowed.any():
                 pair = at + int(np.argmax(allowed))
-                k = begin + int(kinds[pair])
-                return float(values[k]), float(pairs.gain[rank[k]]), int(xs[pair]), int(os[pair])
+                return begin + int(kinds[pair]), int(xs[pair]), int(os[pair])
     return None
 
 

@@ -193,8 +193,9 @@ def _scores(
         ok[some] = state.allowed(rows[some], targets)
     # Per migration: a bundle of k guests must do k times as much as one guest.
     per_guest = state.unit_guests[rows][:, None]
-    score = np.where(ok & lowers, gain / per_guest, -np.inf)
-    live = np.isfinite(score)
+    live = np.logical_and(ok, lowers, out=ok)
+    # A unit of one guest: its gain (the same bits as gain / 1).
+    score = np.where(live, gain / per_guest if per_guest.max(initial=1) > 1 else gain, -np.inf)
     count = np.count_nonzero(live) if shaped else 0
     if count:
         # The band distance of the moves that may be made only: where few may, at theirs alone.

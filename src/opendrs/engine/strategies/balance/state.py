@@ -74,6 +74,8 @@ class BalanceState:
         self.broken_at_start = self.broken.copy()
         #: Where each unit started: a unit away from it has already cost its migration.
         self.origin = self.units.assign.copy()
+        #: (U,) :meth:`moved`, kept up to date by :meth:`move` (nothing has moved yet).
+        self._moved = np.zeros(len(self.origin), dtype=bool)
         #: The band: fractions within ``goal / 2`` of the mean.
         self.goal = np.zeros(len(RESOURCES))
         self._objective: float | None = None
@@ -246,20 +248,15 @@ class BalanceState:
 
     def moved(self) -> np.ndarray:
         """(U,) units that have moved: away from where they started, or (broken) gathered."""
-        return (self.units.assign != self.origin) | (self.broken_at_start & ~self.broken)
+        return self._moved.copy()
 
     def moved_of(self, units: np.ndarray) -> np.ndarray:
         """:meth:`moved` of ``units`` only."""
-        return (self.units.assign[units] != self.origin[units]) | (
-            self.broken_at_start[units] & ~self.broken[units]
-        )
+        return self._moved[units]
 
     def is_moved(self, u: int) -> bool:
         """Whether unit ``u`` has moved (see :meth:`moved`)."""
-        return bool(
-            self.units.assign[u] != self.origin[u]
-            or (self.broken_at_start[u] and not self.broken[u])
-        )
+        return bool(self._moved[u])
 
     def scattered(self, u: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Where broken unit ``u``'s members are: (nodes, demand (k, R), need (k, D)) per node;
@@ -760,6 +757,7 @@ class BalanceState:
         self._scattered.pop(u, None)
         units.assign[u] = target
         self.where[idx] = target
+        self._moved[u] = target != self.origin[u] or bool(self.broken_at_start[u])
         self._objective = None
         self._steered = None
         self._means = None
