@@ -1,7 +1,7 @@
 """Migration windows and blackouts through ``opendrs run`` (a subprocess, active mode) against the
 fake Proxmox API on loopback, on the wall clock: each window is put relative to now in a time
-zone half an hour off UTC (Asia/Kolkata), so a window read in another zone would be open when it
-is closed and closed when it is open. Eight VMs on pve1 of three nodes: balancing wants to move."""
+zone half an hour off UTC (Asia/Kolkata), so a window read in another zone would be closed when it
+is open, and say another opening. Eight VMs on pve1 of three nodes: balancing wants to move."""
 
 from __future__ import annotations
 
