@@ -45,7 +45,7 @@ def _local(offset: timedelta) -> datetime:
     return (datetime.now(ZoneInfo(ZONE)) + offset).replace(second=0, microsecond=0)
 
 
-def _daily(start: timedelta, end: timedelta) -> str:
+def daily_window(start: timedelta, end: timedelta) -> str:
     """A daily window from now + ``start`` to now + ``end`` (local times of :data:`ZONE`)."""
     return f"daily {_local(start):%H:%M}-{_local(end):%H:%M}"
 
@@ -76,7 +76,7 @@ def _decisions_start_nothing(daemon: Daemon, fake: FakeCluster, held: str, code:
 def test_no_balancing_migration_starts_while_the_window_is_closed(
     tmp_path: Path, fake: FakeCluster
 ) -> None:
-    window = _daily(timedelta(hours=2), timedelta(hours=3))
+    window = daily_window(timedelta(hours=2), timedelta(hours=3))
     config = _config(tmp_path, fake, f"windows: ['{window}']")
     opens = _local(timedelta(hours=2))
     said = f"outside the migration window {window} {ZONE}"
@@ -96,7 +96,7 @@ def test_no_balancing_migration_starts_while_the_window_is_closed(
 
 
 def test_balancing_starts_within_the_window(tmp_path: Path, fake: FakeCluster) -> None:
-    window = _daily(timedelta(hours=-1), timedelta(hours=1))
+    window = daily_window(timedelta(hours=-1), timedelta(hours=1))
     config = _config(tmp_path, fake, f"windows: ['{window}']")
     with Daemon(config) as daemon:
         daemon.wait_for(r"done \S+ \(10\d\) pve1 → pve\d", timeout=30)
@@ -110,7 +110,7 @@ def test_balancing_starts_within_the_window(tmp_path: Path, fake: FakeCluster) -
 def test_a_blackout_holds_balancing_back_within_the_window(
     tmp_path: Path, fake: FakeCluster
 ) -> None:
-    window = _daily(timedelta(hours=-1), timedelta(hours=1))
+    window = daily_window(timedelta(hours=-1), timedelta(hours=1))
     start, end = _local(timedelta(minutes=-30)), _local(timedelta(minutes=30))
     blackout = f"{start:%Y-%m-%d %H:%M}-{end:%Y-%m-%d %H:%M}"
     config = _config(tmp_path, fake, f"windows: ['{window}'], blackouts: ['{blackout}']")
