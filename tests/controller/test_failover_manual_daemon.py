@@ -28,12 +28,11 @@ POLICY = (
 )
 
 
-@pytest.fixture
-def fake(tmp_path: Path) -> Iterator[FakeCluster]:
+def short_of_failover(directory: str) -> FakeCluster:
     """pve1 and pve2 each run an HA guest of 20 GiB, pve3 a 10 GiB guest and a small HA one:
     if pve1 fails, db (101) fits on no node (pve2 has 11 GiB free, pve3 17 GiB); with scratch
     (103) on pve1, every node's failure restarts every HA guest."""
-    cluster = three_nodes(str(tmp_path))
+    cluster = three_nodes(directory)
     for vmid, name, node, gib, ha in (
         (101, "db", "pve1", 20, True),
         (102, "db2", "pve2", 20, True),
@@ -50,6 +49,13 @@ def fake(tmp_path: Path) -> Iterator[FakeCluster]:
         vm.stats.update(cpu=0.1, mem=gib * GiB)
         if ha:
             vm.ha_state = "started"
+    return cluster
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> Iterator[FakeCluster]:
+    """:func:`short_of_failover`."""
+    cluster = short_of_failover(str(tmp_path))
     try:
         yield cluster
     finally:

@@ -1,7 +1,8 @@
 """The simulator paced to wall time (``backend: {type: sim, speed: N}``) wakes the daemon as a real
 clock does: ``opendrs approve`` and ``balance-now`` (SIGUSR1) are taken at once, not at the end
 of the interval the daemon was sleeping through; and the decision balance now asks for is
-recorded, and held to the migration windows. ``opendrs run`` in a subprocess."""
+recorded, and held to the migration windows; in manual mode it proposes at once. ``opendrs run`` in
+a subprocess."""
 
 from __future__ import annotations
 
@@ -62,4 +63,31 @@ def test_balance_now_is_recorded_and_waits_for_a_closed_window(tmp_path: Path) -
     shown = opendrs("history", "--config", str(config), "--format", "json", timeout=60)
     decisions = json.loads(shown.stdout)["decisions"]
     assert [d["code"] for d in decisions] == ["outside-window", "outside-window"]
+    assert json.loads(shown.stdout)["migrations"] == []
+
+
+def test_balance_now_in_manual_mode_proposes_at_once_and_a_rejection_starts_nothing(
+    tmp_path: Path,
+) -> None:
+    """Manual mode, a hold of six hourly observations: balance now proposes at once what the
+    daemon would have proposed six hours on; rejected, nothing starts and it stays rejected."""
+    config = paced_manual_config(tmp_path)
+    config.write_text(config.read_text().replace("hold: 1,", "hold: 6,"))
+    with Daemon(config) as daemon:
+        daemon.wait_for(r"decision \(manual\): .* for 1 of 6 observations")
+        assert daemon.count(PROPOSED) == 0
+        done = opendrs("balance-now", "--config", str(config), timeout=60)
+        assert done.returncode == 0, done.stderr
+        daemon.wait_for(r"balance now, asked by \S+@cli", timeout=30)
+        match = re.search(PROPOSED, daemon.wait_for(PROPOSED, timeout=30))
+        assert match is not None
+        done = opendrs("reject", match.group(1), "--config", str(config), timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert f"proposal {match.group(1)} rejected by" in done.stdout
+        assert daemon.count(r"started ") == 0
+        assert daemon.stop() == 0
+    listed = opendrs("proposals", "--all", "--config", str(config), "--format", "json")
+    states = [(p["id"], p["state"]) for p in json.loads(listed.stdout)["proposals"]]
+    assert states == [(match.group(1), "rejected")]
+    shown = opendrs("history", "--config", str(config), "--format", "json", timeout=60)
     assert json.loads(shown.stdout)["migrations"] == []
