@@ -745,6 +745,25 @@ def test_evacuated_guests_round_trip_and_a_damaged_value_is_one_clear_error(
         history.evacuated()
 
 
+def test_nodes_seen_running_hot_round_trip_and_a_damaged_value_is_one_clear_error(
+    tmp_path: Path,
+) -> None:
+    path = str(tmp_path / "h.sqlite")
+    with History(path) as history:
+        assert history.hot_seen() == {}
+        history.set_hot_seen({"pve1": 1000.0, "pve2": 1300.5})
+        history.set_hot_seen({"pve2": 1600.5})
+    with History(path) as history:
+        assert history.hot_seen() == {"pve2": 1600.5}
+    for damaged in ('{"pve1": "noon"}', '{"pve1": true}', "not json"):
+        db = sqlite3.connect(path)
+        with db:
+            db.execute("UPDATE state SET value = ? WHERE key = 'hot_seen'", (damaged,))
+        db.close()
+        with History(path) as history, pytest.raises(HistoryError, match="seen running hot"):
+            history.hot_seen()
+
+
 def test_outcomes_are_told_in_the_order_recorded_and_older_files_are_numbered_by_id(
     path: Path,
 ) -> None:

@@ -38,6 +38,7 @@ opens an older file; a file newer than this code is refused, never touched.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sqlite3
 import time
@@ -207,14 +208,9 @@ class History:
 
     def evacuated(self) -> dict[str, str]:
         """Guest id → the node it was evacuated from for maintenance (see ``PolicyState``)."""
-        with self._read("read the evacuated guests") as db:
-            row = db.execute("SELECT value FROM state WHERE key = 'evacuated'").fetchone()
-        if row is None:
+        value = self._state_json("evacuated", "the evacuated guests")
+        if value is None:
             return {}
-        try:
-            value = json.loads(row[0])
-        except ValueError:
-            value = None
         if not isinstance(value, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in value.items()
         ):
@@ -223,14 +219,47 @@ class History:
 
     def set_evacuated(self, evacuated: Mapping[str, str]) -> None:
         """Remember which guests were evacuated from which node (replacing what was there)."""
-        value = json.dumps(
-            {check_name("guest", g): check_name("node", n) for g, n in evacuated.items()}
-        )
-        with self._write("record the evacuated guests") as db:
+        value = {check_name("guest", g): check_name("node", n) for g, n in evacuated.items()}
+        self._set_state_json("evacuated", "the evacuated guests", value)
+
+    # ------------------------------------------------------------------ nodes seen running hot
+
+    def hot_seen(self) -> dict[str, float]:
+        """Node name → when it was last seen running hot (see ``PolicyState.hot_seen``)."""
+        value = self._state_json("hot_seen", "the nodes seen running hot")
+        if value is None:
+            return {}
+        if not isinstance(value, dict) or not all(
+            isinstance(k, str) and _is_time(v) for k, v in value.items()
+        ):
+            raise HistoryError(
+                f"{self._name}: the nodes seen running hot are not a JSON object of times"
+            )
+        return {k: float(v) for k, v in value.items()}
+
+    def set_hot_seen(self, hot_seen: Mapping[str, float]) -> None:
+        """Remember when each node was last seen running hot (replacing what was there)."""
+        value = {check_name("node", n): float(t) for n, t in hot_seen.items()}
+        self._set_state_json("hot_seen", "the nodes seen running hot", value)
+
+    def _state_json(self, key: str, what: str) -> object:
+        """The JSON value kept under ``key`` (None when there is none, or it is not JSON)."""
+        with self._read(f"read {what}") as db:
+            row = db.execute("SELECT value FROM state WHERE key = ?", (key,)).fetchone()
+        if row is None:
+            return None
+        try:
+            return json.loads(row[0])
+        except ValueError:
+            return False
+
+    def _set_state_json(self, key: str, what: str, value: object) -> None:
+        """Keep ``value`` as JSON under ``key`` (replacing what was there)."""
+        with self._write(f"record {what}") as db:
             db.execute(
-                "INSERT INTO state (key, value) VALUES ('evacuated', ?) "
+                "INSERT INTO state (key, value) VALUES (?, ?) "
                 "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                (value,),
+                (key, json.dumps(value)),
             )
 
     # ------------------------------------------------------------------ requests to the daemon
@@ -765,3 +794,8 @@ class History:
             "migrations": {**migrations, "in_flight": in_flight},
             "started": started,
         }
+
+
+def _is_time(value: object) -> bool:
+    """Whether ``value`` read from JSON is a finite number of seconds."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

@@ -12,7 +12,9 @@ The version is kept in ``PRAGMA user_version``; ``PRAGMA application_id`` is ``0
 ``state`` — a small key/value table.
     ``key`` (TEXT, primary key), ``value`` (TEXT). Keys in use: ``cluster``, the name of the
     cluster the file belongs to (set by :meth:`History.bind`; one history file is never used for
-    two clusters).
+    two clusters); ``evacuated``, a JSON object of guest id → the node it was evacuated from for
+    maintenance; ``hot_seen``, a JSON object of node name → when it was last seen running hot
+    (backend clock) — both the policy's state, kept across a restart.
 
 ``decisions`` — one row per controller cycle that reached a decision.
     ``id`` (INTEGER primary key); ``at`` (REAL, backend clock); ``cluster`` (TEXT, cluster name);

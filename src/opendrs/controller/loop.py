@@ -71,6 +71,7 @@ from opendrs.engine.policy import (
     warn_stuck,
 )
 from opendrs.engine.policy.profile import DailyProfile, profile_samples
+from opendrs.engine.policy.trend import node_trend, with_trend
 from opendrs.engine.usage import MeasuredUsage
 from opendrs.model.cluster import Cluster
 from opendrs.report.words import decision_words
@@ -299,8 +300,9 @@ class Controller:
         self.executor.closed = self._window_closed
         #: Observations that failed in a row (reported at ERROR from ``log.failed_observations``).
         self.failed_observations = 0
-        # Guests evacuated for maintenance outlive a restart (``maintenance_return``).
-        self.state = PolicyState(evacuated=history.evacuated())
+        # Guests evacuated for maintenance outlive a restart (``maintenance_return``), and so
+        # do the nodes seen running hot (no plan refills them for a day after a restart either).
+        self.state = PolicyState(evacuated=history.evacuated(), hot_seen=history.hot_seen())
         self.window = UsageWindow()
         #: Usage per hour of the day (``policy.daily_profile``), rebuilt after a restart.
         self.profile = DailyProfile()
@@ -482,6 +484,8 @@ class Controller:
         decision = self._decide(now, cluster, policy, rule_check)
         if decision.state.evacuated != self.state.evacuated:
             self.history.set_evacuated(decision.state.evacuated)
+        if decision.state.hot_seen != self.state.hot_seen:
+            self.history.set_hot_seen(decision.state.hot_seen)
         self.state = decision.state
         warn_stuck(decision.stuck, log)
         if decision.code != "busy":
@@ -510,6 +514,12 @@ class Controller:
                 latest = self.window.latest(cluster, span)
         else:
             average = self.window.average(cluster)
+        if policy.hot is not None:
+            # A node whose load rises steadily is relieved before it runs hot (policy.trend).
+            trend = node_trend(self.window, cluster, policy.interval)
+            if trend.rising:
+                base = average if recent is None else recent
+                recent = with_trend(base, cluster, trend, policy.hot)
         daily = None
         if policy.daily_profile:
             samples = profile_samples(policy.daily_profile, policy.interval)

@@ -125,6 +125,9 @@ class MeasuredUsage:
     memory: np.ndarray  # (G,)
     base_cpu: np.ndarray  # (N,)
     base_memory: np.ndarray  # (N,)
+    #: The nodes whose own load here includes the rise their load is forecast to bring
+    #: (:mod:`~opendrs.engine.policy.trend`): running hot on it, they are forecast to.
+    forecast: frozenset[str] = frozenset()
 
     @classmethod
     def of(cls, cluster: Cluster) -> MeasuredUsage:
@@ -514,6 +517,8 @@ class CapacityModel:
     #: hot level, above which a node runs hot; 1 where ``Settings.measured_overcommit`` makes
     #: the overcommits the limits (:func:`measured_capacity_factor`).
     measured_limit: float = 1.0
+    #: The nodes (indexes) whose measured load includes a forecast rise (``usage.forecast``).
+    forecast: frozenset[int] = frozenset()
 
     @classmethod
     def build(
@@ -554,10 +559,12 @@ class CapacityModel:
             for disk in guest.disks:
                 if disk.local:
                     demand[j, pool_col[disk.pool]] += float(disk.size)
+        forecast: frozenset[int] = frozenset()
         if dynamic:
             measured = usage if usage is not None else MeasuredUsage.of(cluster)
             demand[:, 2:4] = measured.guest_columns
             base[:, 2:4] = measured.node_columns
+            forecast = frozenset(cluster.node_index[n] for n in measured.forecast)
         compute, storage, idle = _commitments(cluster)
         storage_cols = np.array([d.kind is DimensionKind.STORAGE for d in dims], dtype=bool)
         moving = np.where(idle[:, None] & ~storage_cols[None, :], 0.0, demand)
@@ -573,6 +580,7 @@ class CapacityModel:
             storage_guest=storage[0],
             storage_node=storage[1],
             measured_limit=measured_limit,
+            forecast=forecast,
         )
 
     @cached_property

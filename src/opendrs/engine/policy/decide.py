@@ -67,6 +67,7 @@ from opendrs.engine.policy.state import (
     budget_allowance,
     budget_window,
 )
+from opendrs.engine.policy.trend import with_margin
 from opendrs.engine.policy.why import why_not
 from opendrs.engine.strategies import get_strategy
 from opendrs.engine.strategies.base import Proposal, Stop
@@ -432,6 +433,9 @@ def _repair(r: _Round) -> Decision | tuple[tuple[tuple[str, str], ...], RepairNo
 #: How far under the hot level a relief brings a node when it can: a load still rising is not
 #: hot again at the next observation.
 RELIEF_MARGIN = 0.1
+#: The margins a relief tries, deepest first: a node whose unmovable guests keep it above one
+#: is brought under the next (a pinned job near the hot level relieved of all it can be).
+RELIEF_MARGINS = (RELIEF_MARGIN, RELIEF_MARGIN / 2, RELIEF_MARGIN / 4)
 
 
 def _relief_past_cooldown(
@@ -465,29 +469,33 @@ def _deeper_relief(
     made: tuple[Repair, frozenset[tuple[str, str]]],
     forbidden: frozenset[tuple[str, str]] | None = None,
 ) -> tuple[Repair, frozenset[tuple[str, str]]]:
-    """The relief of nodes that only run hot, made to :data:`RELIEF_MARGIN` under the hot level
-    — every node of the cluster under that, targets included — when that is a plan that leaves
-    no more guests stuck than ``made``, the relief to the hot level, and brings every node it
-    takes guests from under that level (a node whose unmovable guests alone load it more would
-    be emptied for nothing); else ``made``. ``forbidden``: the placements kept off (None: the
-    view's)."""
+    """The relief of nodes that only run hot, made as far under the hot level as it goes, up to
+    :data:`RELIEF_MARGIN` — each margin of :data:`RELIEF_MARGINS` tried in turn, the nodes
+    running hot brought that far under the hot level, the targets under the hot level — with
+    the first that is a plan leaving no more guests stuck than ``made``, the relief to the hot
+    level, and bringing every node it takes guests from under its margin (a node whose
+    unmovable guests alone load it more would be emptied for nothing); else ``made``.
+    ``forbidden``: the placements kept off (None: the view's)."""
     assert config.hot is not None
-    level = max(config.hot - RELIEF_MARGIN, 0.0)
     kept_off = view.forbidden if forbidden is None else forbidden
-    deeper = CycleView(view.observed, view.average, view.recent, kept_off, level)
-    found = repair_within_guards(deeper.checked, deeper.constraints, config, kept_off, failed)
-    plan = found[0].plan
-    if plan is None or not plan.moves or len(found[0].stuck) > len(made[0].stuck):
-        return made
-    assign = view.assign.copy()
-    guests, nodes = view.observed.guest_index, view.observed.node_index
-    for guest, target in final_placement(plan.moves).items():
-        assign[guests[guest]] = nodes[target]
-    sources = {nodes[m.source] for m in plan.moves}
     usage = view.checked_usage or MeasuredUsage.of(view.observed)
-    if sources & set(hot_nodes(view.usage_loads, usage, level, assign)):
-        return made
-    return found
+    running_hot = hot_nodes(view.usage_loads, usage, config.hot)
+    for share in RELIEF_MARGINS:
+        level = max(config.hot - share, 0.0)
+        margin = with_margin(usage, view.observed, running_hot, config.hot - level)
+        deeper = CycleView(view.observed, view.average, margin, kept_off, config.hot)
+        found = repair_within_guards(deeper.checked, deeper.constraints, config, kept_off, failed)
+        plan = found[0].plan
+        if plan is None or not plan.moves or len(found[0].stuck) > len(made[0].stuck):
+            continue
+        assign = view.assign.copy()
+        guests, nodes = view.observed.guest_index, view.observed.node_index
+        for guest, target in final_placement(plan.moves).items():
+            assign[guests[guest]] = nodes[target]
+        sources = {nodes[m.source] for m in plan.moves}
+        if not sources & set(hot_nodes(view.usage_loads, usage, level, assign)):
+            return found
+    return made
 
 
 def _stranded(cluster: Cluster, left: tuple[tuple[str, str], ...]) -> Stranded | None:

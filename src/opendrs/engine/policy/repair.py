@@ -203,7 +203,10 @@ def _over(
             full = capacity.limit[n, cols] / capacity.measured_limit
             if not np.any(committed[n, cols] > full + tolerance(full)):
                 level = f"{capacity.measured_limit * 100:g} %"
-                out.append((n, Broken("hot", f"{nodes[n].name} runs hot ({dims} above {level})")))
+                text = f"{nodes[n].name} runs hot ({dims} above {level})"
+                if n in capacity.forecast:
+                    text = f"{nodes[n].name} is forecast to run hot ({dims} rising above {level})"
+                out.append((n, Broken("hot", text)))
                 continue
         out.append((n, Broken("capacity", f"{nodes[n].name} is over capacity ({dims})")))
     return out

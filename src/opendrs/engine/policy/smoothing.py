@@ -118,6 +118,15 @@ class UsageWindow:
             _mean(_reindex(self.base_memory[first:], self.node_names, names)),
         )
 
+    def columns(self, cluster: Cluster, resource: int) -> tuple[np.ndarray, np.ndarray]:
+        """Every sample of one resource (0: cpu, 1: memory) aligned with ``cluster``: the
+        guests' (S, G) and the nodes' own (S, N), NaN where unknown."""
+        guests, own = (self.memory, self.base_memory) if resource else (self.cpu, self.base_cpu)
+        return (
+            _reindex(guests, self.guest_ids, tuple(g.id for g in cluster.guests)),
+            _reindex(own, self.node_names, tuple(n.name for n in cluster.nodes)),
+        )
+
     def average(self, cluster: Cluster) -> MeasuredUsage:
         """The usage balancing decides on, aligned with ``cluster``: each guest's cpu and memory
         (when measured now) and each node's own load at its mean over the window; guests and
@@ -190,13 +199,14 @@ def with_last(recent: MeasuredUsage, cluster: Cluster) -> MeasuredUsage:
     the hot level, not once the rise has lasted the hold."""
     recent.check(cluster)
     own = MeasuredUsage.of(cluster)
-    return MeasuredUsage.replacing(
+    raised = MeasuredUsage.replacing(
         cluster,
         np.fmax(recent.cpu, own.cpu),
         np.fmax(recent.memory, own.memory),
         np.fmax(recent.base_cpu, own.base_cpu),
         np.fmax(recent.base_memory, own.base_memory),
     )
+    return replace(raised, forecast=recent.forecast) if recent.forecast else raised
 
 
 def hot_nodes(

@@ -1,0 +1,234 @@
+"""Relief on the trend: a node whose load rises steadily is relieved before it runs hot.
+
+With a ``hot`` level, each node's load is followed over the last observations of the usage
+window, the guests on it now held where they are (what their rise will do to the node if they
+stay). A rise counts only when it is **steady**: every observation over the last
+:data:`TREND_SPAN` (at least :data:`TREND_STEPS` observations in a row) is higher than the one
+before by at least :data:`TREND_RATE` of the node's size per hour — a lasting rise, such as a
+batch job ramping up, and never a load that jumps at once and then stays (loads taking turns rise
+in minutes and are flat between), nor one that wobbles. On such a node each guest's load and
+the node's own are carried on along their least-squares lines for one interval ahead, where they
+rise: that **forecast** rise is added to the usage capacity is checked on (never beyond a node's
+capacity), so a node forecast above the hot level at the next observation is relieved now, as
+one above it already is — the relief's text says it is forecast —, and is counted as seen
+running hot (no plan refills it); a guest moved takes its rise along, and a node with no room
+for it takes no such guest. The forecast only ever adds load: a node whose load falls, or rises
+unsteadily, is judged on its measured usage alone.
+
+Pure and deterministic: the same window and cluster give the same forecast.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+
+from opendrs.engine.policy.smoothing import UsageWindow, with_last
+from opendrs.engine.usage import MeasuredUsage, loaded_nodes, tolerance
+from opendrs.model.cluster import Cluster
+
+#: The least span, in seconds, a rise must have lasted to count as steady.
+TREND_SPAN: Final = 900
+#: The fewest rises in a row (observations after the first) a steady rise has.
+TREND_STEPS: Final = 3
+#: The least rise of a steady one, a share of the node's size (net of reserves) per hour: 12 %,
+#: 1 % every 5 minutes — faster than any time-of-day swing.
+TREND_RATE: Final = 0.12
+
+
+@dataclass(frozen=True, slots=True)
+class NodeTrend:
+    """What each guest's load and each node's own are forecast to add within ``lead`` seconds
+    on the nodes whose load rises steadily (0 elsewhere): (cores, bytes) rows aligned with the
+    cluster's guests (``guests``) and nodes (``own``); ``total``: each node's whole rise."""
+
+    guests: np.ndarray
+    own: np.ndarray
+    total: np.ndarray
+    lead: float
+
+    @property
+    def rising(self) -> tuple[int, ...]:
+        """The nodes (indexes) with a forecast rise."""
+        return tuple(int(n) for n in np.nonzero((self.total > 0).any(axis=1))[0])
+
+
+def trend_steps(interval: float) -> int:
+    """How many rises in a row make a steady one at observations ``interval`` seconds apart:
+    :data:`TREND_STEPS`, or more to span :data:`TREND_SPAN`."""
+    return max(TREND_STEPS, math.ceil(TREND_SPAN / max(interval, 1)))
+
+
+def node_trend(window: UsageWindow, cluster: Cluster, lead: float) -> NodeTrend:
+    """The forecast rise ``lead`` seconds after the window's last observation (``lead``: the
+    interval) from the observations of the last :func:`trend_steps` intervals: on each node
+    whose load with the guests where they are now rose steadily, each of those guests' and the
+    node's own rise along its least-squares line, where it rises."""
+    steps = trend_steps(lead)
+    place = _placement(cluster)
+    guests = np.zeros((len(cluster.guests), 2))
+    own = np.zeros((len(cluster.nodes), 2))
+    if len(window) >= steps + 1 and lead > 0:
+        times = window.times[-(steps + 1) :]
+        sizes = net_sizes(cluster)
+        for k in (0, 1):
+            columns = _known(window.columns(cluster, k), steps + 1)
+            series = columns[0] @ place + columns[1]
+            steady = _steady(times, series, sizes[:, k])
+            guests[:, k] = np.where(place @ steady > 0, _rise(times, columns[0], lead), 0.0)
+            own[:, k] = np.where(steady, _rise(times, columns[1], lead), 0.0)
+    return NodeTrend(guests, own, place.T @ guests + own, lead)
+
+
+def _placement(cluster: Cluster) -> np.ndarray:
+    """(G, N): 1 where a guest is now."""
+    out = np.zeros((len(cluster.guests), len(cluster.nodes)))
+    index = cluster.node_index
+    for g, guest in enumerate(cluster.guests):
+        n = index.get(guest.node)
+        if n is not None:
+            out[g, n] = 1.0
+    return out
+
+
+def net_sizes(cluster: Cluster) -> np.ndarray:
+    """(N, 2): each node's cores and bytes net of reserves."""
+    return np.array(
+        [[cluster.net_cpu(n), float(cluster.net_memory(n))] for n in cluster.nodes],
+        dtype=np.float64,
+    ).reshape(len(cluster.nodes), 2)
+
+
+def _known(columns: tuple[np.ndarray, np.ndarray], count: int) -> tuple[np.ndarray, np.ndarray]:
+    """The last ``count`` samples of the guests' and nodes' own ``columns``, a value unknown at
+    any of them left out (0) of every one: the series stays comparable."""
+    out = []
+    for values in columns:
+        last = values[-count:]
+        out.append(np.where(np.isfinite(last).all(axis=0), last, 0.0))
+    return out[0], out[1]
+
+
+def _steady(times: np.ndarray, series: np.ndarray, size: np.ndarray) -> np.ndarray:
+    """(N,) 0/1: each node whose ``series`` rose at every step by :data:`TREND_RATE` of its
+    ``size`` per hour at least."""
+    gaps = np.diff(times)[:, None]
+    least = TREND_RATE * size[None, :] * gaps / 3600.0
+    return ((np.diff(series, axis=0) >= least).all(axis=0) & (size > 0)).astype(np.float64)
+
+
+def _rise(times: np.ndarray, values: np.ndarray, lead: float) -> np.ndarray:
+    """Each column's least-squares slope over ``times`` times ``lead``; 0 where it falls."""
+    centred = times - times.mean()
+    slope = centred @ (values - values.mean(axis=0)) / float(centred @ centred)
+    return np.maximum(slope, 0.0) * lead
+
+
+def with_trend(
+    recent: MeasuredUsage, cluster: Cluster, trend: NodeTrend, hot: float
+) -> MeasuredUsage:
+    """``recent`` — raised to the last observation (``cluster``'s) where that is higher, as the
+    hot level reads it (:func:`~.smoothing.with_last`) — with the forecast rise added to each
+    guest's load and each node's own; on each node at most what leaves it within its capacity,
+    the guests' and its own cut alike: a moved guest takes its rise along to the node it goes
+    to. The rising nodes not above the ``hot`` level without it are named ``forecast``."""
+    if not trend.rising:
+        return recent
+    now = with_last(recent, cluster)
+    load = _loads(now, cluster)
+    room = np.maximum(_FULL * net_sizes(cluster) - load, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(trend.total > 0, np.minimum(room / trend.total, 1.0), 0.0)
+    place = _placement(cluster)
+    guests = trend.guests * (place @ share)
+    own = trend.own * share
+    limit = hot * net_sizes(cluster)
+    hot_now = (load > limit + tolerance(limit)).any(axis=1)
+    names = frozenset(cluster.nodes[n].name for n in trend.rising if not hot_now[n])
+    sizes = np.array([[g.cpu, float(g.memory)] for g in cluster.guests], dtype=np.float64)
+    sizes = sizes.reshape(len(cluster.guests), 2)
+    # No guest is forecast above its size (its vCPUs, its memory).
+    cpu = np.where(guests[:, 0] > 0, np.minimum(now.cpu + guests[:, 0], sizes[:, 0]), now.cpu)
+    memory = now.memory + np.floor(guests[:, 1])
+    memory = np.where(guests[:, 1] > 0, np.minimum(memory, sizes[:, 1]), now.memory)
+    return MeasuredUsage(
+        now.guest_ids,
+        now.node_names,
+        _frozen(np.maximum(cpu, now.cpu)),
+        _frozen(np.rint(np.maximum(memory, now.memory))),
+        _frozen(now.base_cpu + own[:, 0]),
+        _frozen(np.rint(now.base_memory + np.floor(own[:, 1]))),
+        recent.forecast | names,
+    )
+
+
+def with_node_load(
+    usage: MeasuredUsage, cluster: Cluster, cpu: np.ndarray, memory: np.ndarray
+) -> MeasuredUsage:
+    """``usage`` with ``cpu`` (cores) and ``memory`` (bytes) added to each node's own load — at
+    most what leaves the node within its capacity: a node raised above the hot level runs hot,
+    it is never made over its capacity (a repair that would lift the guards against flapping)."""
+    room = np.maximum(_FULL * net_sizes(cluster) - _loads(usage, cluster), 0.0)
+    return MeasuredUsage(
+        usage.guest_ids,
+        usage.node_names,
+        usage.cpu,
+        usage.memory,
+        _frozen(usage.base_cpu + np.clip(cpu, 0.0, room[:, 0])),
+        _frozen(np.rint(usage.base_memory + np.clip(memory, 0.0, np.floor(room[:, 1])))),
+        usage.forecast,
+    )
+
+
+#: The share of a node's capacity a raised load stays under (beyond any rounding).
+_FULL: Final = 0.99
+
+
+def _loads(usage: MeasuredUsage, cluster: Cluster) -> np.ndarray:
+    """(N, 2): each node's cores and bytes used with ``usage``, the guests on every node they
+    load."""
+    usage.check(cluster)
+    load = np.column_stack([usage.base_cpu, usage.base_memory]).astype(np.float64)
+    index = cluster.node_index
+    for g, guest in enumerate(cluster.guests):
+        for name in loaded_nodes(guest):
+            n = index.get(name)
+            if n is not None:
+                load[n] += (usage.cpu[g], usage.memory[g])
+    return load
+
+
+def with_margin(
+    usage: MeasuredUsage, cluster: Cluster, nodes: tuple[int, ...], share: float
+) -> MeasuredUsage:
+    """``usage`` with ``share`` of their size (net of reserves) added to the own load of
+    ``nodes`` (indexes), within their capacity: those nodes checked ``share`` under a level, the
+    others at it."""
+    cpu = np.zeros(len(cluster.nodes))
+    memory = np.zeros(len(cluster.nodes))
+    for n in nodes:
+        node = cluster.nodes[n]
+        cpu[n] = share * cluster.net_cpu(node)
+        memory[n] = share * cluster.net_memory(node)
+    return with_node_load(usage, cluster, cpu, memory)
+
+
+def _frozen(values: np.ndarray) -> np.ndarray:
+    values.setflags(write=False)
+    return values
+
+
+__all__ = [
+    "TREND_RATE",
+    "TREND_SPAN",
+    "TREND_STEPS",
+    "NodeTrend",
+    "net_sizes",
+    "node_trend",
+    "with_margin",
+    "with_node_load",
+    "with_trend",
+]
