@@ -3,7 +3,8 @@ guests read from ``/cluster/ha/resources``: ``opendrs headroom --config`` and ``
 against the API, ``opendrs run`` (a subprocess, active mode, ``policy.keep_failover: 1``)
 repairing toward the headroom with a real migration, ``/metrics`` saying it, and the balancing
 plan that would lose it again refused; the repair waits for a closed migration window (``/metrics``
-saying the headroom is short meanwhile)."""
+saying the headroom is short meanwhile); with the default hot guard, which forbids the only
+helping move, the log says once which HA guest cannot restart and why no move gives it back."""
 
 from __future__ import annotations
 
@@ -39,13 +40,13 @@ def fake(tmp_path: Path) -> Iterator[FakeCluster]:
         cluster.stop()
 
 
-def _config(tmp_path: Path, fake: FakeCluster, more: str = "") -> Path:
-    """Active mode, keep_failover 1, no hot guard (the repair fills pve1 to 97 % of its memory);
-    ``more``: more policy keys."""
+def _config(tmp_path: Path, fake: FakeCluster, more: str = "", hot: str = ", hot: null") -> Path:
+    """Active mode, keep_failover 1, no hot guard (the repair fills pve1 to 97 % of its memory;
+    ``hot``: "" keeps the default 85 %); ``more``: more policy keys."""
     config = proxmox_config(tmp_path, fake, mode="active", extra="http: {listen: '127.0.0.1:0'}\n")
     plain = "policy: {interval: 1s, hold: 1, smoothing: 0}"
     config.write_text(
-        config.read_text().replace(plain, f"{plain[:-1]}, hot: null, keep_failover: 1{more}}}")
+        config.read_text().replace(plain, f"{plain[:-1]}{hot}, keep_failover: 1{more}}}")
     )
     return config
 
@@ -112,6 +113,32 @@ def test_the_repair_waits_for_a_closed_window_and_metrics_say_it_is_short(
         metrics = samples(address)
         assert metrics[("opendrs_failover_headroom", ())] == 0
         assert metrics[("opendrs_failover_unrestartable_guests", ())] == 1
+        assert daemon.count(r"started ") == 0
+        assert daemon.stop() == 0
+    assert fake.pve.migrations == [] and migrations(tmp_path) == []
+
+
+def test_the_log_says_once_why_no_move_gives_the_headroom_back(
+    tmp_path: Path, fake: FakeCluster
+) -> None:
+    config = _config(tmp_path, fake, hot="")
+    short = (
+        "failover headroom short: db (101) cannot restart when pve1 fails, and the only moves "
+        "that would give it back fill pve1 above the hot level 85 %"
+    )
+    with Daemon(config) as daemon:
+        address = served(daemon)
+        line = daemon.wait_for(r"decision \(active\): .*failover headroom short", timeout=30)
+        assert line.rstrip().endswith(short), line
+        eventually(
+            lambda: value(samples(address), "opendrs_decisions_total") >= 4,
+            timeout=30,
+            log=daemon.log,
+        )
+        # Unchanged, the reason is logged once; status's last decision says it too.
+        assert daemon.count(r"failover headroom short") == 1
+        status = opendrs("status", "--config", str(config), timeout=60)
+        assert short in status.stdout, status.stdout
         assert daemon.count(r"started ") == 0
         assert daemon.stop() == 0
     assert fake.pve.migrations == [] and migrations(tmp_path) == []

@@ -1,6 +1,7 @@
 """``policy.keep_failover``: a cluster short of the failover headroom is repaired toward it, a
 balancing plan that would lose it is refused, and after a repair that found nothing none is
-searched for six hours."""
+searched for six hours — every decision meanwhile saying which HA guests cannot restart and
+why no move gives the headroom back."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from opendrs.engine.headroom import failover_headroom
 from opendrs.engine.policy import PastMigrations, PolicyConfig, PolicyState, decide
 from opendrs.engine.policy.decision import Decision, DecisionCode
 from opendrs.model.cluster import Cluster, Guest, Node, Settings
+from opendrs.report.words import decision_words
 
 GiB = 1024**3
 
@@ -83,3 +85,12 @@ def test_off_by_default_and_no_search_twice_on_one_placement() -> None:
     assert check is not None and check.repair_tried == 0.0 and check.unrestartable == 3
     again = _decide(stuck, KEEP, decision.state, 60.0)
     assert again.state.failover is check  # kept: the same placement, not checked again
+    short = "failover headroom short: h1 (101), h2 (102), h3 (103) cannot restart when a fails"
+    for each in (decision, again):
+        said = decision_words(each, lambda g: f"h{g[-1]} ({g})")
+        assert said.endswith(f"; {short}, and no allowed move gives it back"), said
+        assert each.reason.endswith(
+            "; failover headroom: no, 3 HA guests cannot restart when a fails: "
+            "no move gives it back"
+        ), each.reason
+    assert again.gist() == decision.gist()

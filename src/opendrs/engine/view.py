@@ -160,7 +160,17 @@ class CycleView:
     def guarding(self, recent: MeasuredUsage | None, forbidden: Placements) -> CycleView:
         """This view with capacity checked on ``recent`` and ``forbidden`` ruled out; what was
         built from the observation and ``average`` alone is kept."""
-        other = CycleView(self.observed, self.average, recent, forbidden, self.hot)
+        return self._sharing(CycleView(self.observed, self.average, recent, forbidden, self.hot))
+
+    def without_hot(self) -> CycleView:
+        """This view with no hot level: measured usage may fill each node's capacity."""
+        return self._sharing(
+            CycleView(self.observed, self.average, self.recent, self.forbidden, None)
+        )
+
+    def _sharing(self, other: CycleView) -> CycleView:
+        """``other`` (of the same observation and ``average``) with what this view built from
+        them alone."""
         for name in ("cluster", "balancing_usage", "loads", "usage_loads", "assign", "rule_check"):
             if name in self.__dict__:
                 other.__dict__[name] = self.__dict__[name]

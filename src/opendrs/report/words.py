@@ -17,6 +17,7 @@ from typing import NamedTuple
 import numpy as np
 
 from opendrs.engine.breaks import rule_breaks
+from opendrs.engine.headroom import nodes_phrase
 from opendrs.engine.policy.decision import Decision, explain
 from opendrs.engine.strategies.base import Proposal, ProposedMove, Stop
 from opendrs.engine.usage import RESOURCES, LoadModel
@@ -273,6 +274,21 @@ def _nothing_relieves(stop: Stop, say: _Say) -> str:
     return f"no node relieves the {_plural(stop.details['bad'], 'guest')} that need it ({guests})"
 
 
+def _failover_short(stop: Stop, say: _Say) -> str:
+    guests = [say.label(g) for g in str(stop.details["guests"]).split()]
+    failed = nodes_phrase(str(stop.details["failed"]).split())
+    fail = "fail" if " and " in failed else "fails"
+    why = "; ".join(_words(part, say) for part in stop.parts)
+    text = f"failover headroom short: {', '.join(guests)} cannot restart when {failed} {fail}"
+    return f"{text}, and {why}" if why else text
+
+
+def _hot_level(stop: Stop, _say: _Say) -> str:
+    nodes = nodes_phrase(str(stop.details["nodes"]).split())
+    hot = float(stop.details["hot"]) * 100
+    return f"the only moves that would give it back fill {nodes} above the hot level {hot:g} %"
+
+
 def _no_bad_guest(stop: Stop, _say: _Say) -> str:
     pressure = float(stop.details["cpu_pressure"]) * 100
     return (
@@ -368,6 +384,9 @@ _STOP_WORDS: dict[str, Callable[[Stop, _Say], str]] = {
     "infeasible": _said("no placement keeps every hard rule: {reasons}"),
     "returned": _said("the evacuated guests go back to their nodes after maintenance"),
     "failover_closer": _said("the moves bring the cluster closer to its failover headroom"),
+    "failover_short": _failover_short,
+    "hot_level": _hot_level,
+    "no_helping_move": _said("no allowed move gives it back"),
     "day_balanced": _said("every hour of the day has its {metric} at or below the target"),
     "no_day_move_pays": _said("no other move lowers the imbalance over the day's hours enough"),
     "repairs_only": _repairs_only,

@@ -21,6 +21,7 @@ from opendrs.engine.policy.decision import (
     DecisionCode,
     Facts,
     FailoverLost,
+    FailoverShort,
     Holding,
     InBlackout,
     Measurement,
@@ -40,6 +41,7 @@ from opendrs.engine.policy.failover import (
     REPAIR_RETRY,
     check_failover,
     failover_after,
+    failover_blocked,
     failover_repair,
 )
 from opendrs.engine.policy.guards import failed_targets, forbidden_placements, hot_targets
@@ -62,6 +64,7 @@ from opendrs.engine.policy.repair import (
 from opendrs.engine.policy.smoothing import hot_nodes, overloads, with_last
 from opendrs.engine.policy.spending import Hastening, react
 from opendrs.engine.policy.state import (
+    FailoverCheck,
     PastMigrations,
     PolicyState,
     budget_allowance,
@@ -540,13 +543,14 @@ def _failover(r: _Round) -> tuple[_Round, Decision | None]:
     if check is None or check.shortfall == (0, 0):
         return r, None
     if check.repair_tried is not None and r.now - check.repair_tried < REPAIR_RETRY:
-        return r, None
+        return _failover_short(r, check), None
     found = failover_repair(r.view, failures, r.now, r.config.batch)
     plan = None if found is None else _failover_plan(r, found[0])
     reached = None if plan is None else failover_after(r.cluster, plan, failures, r.now)
     if plan is None or reached is None or reached.shortfall >= check.shortfall:
-        tried = replace(check, repair_tried=r.now)
-        return replace(r, state=replace(r.state, failover=tried)), None
+        blocked = failover_blocked(r.view, failures, r.now)
+        tried = replace(check, repair_tried=r.now, repair_blocked=blocked)
+        return _failover_short(replace(r, state=replace(r.state, failover=tried)), tried), None
     said = ("failover", "failover headroom", "closer to the failover headroom")
     stop = Stop("failover_closer", {"migrations": len(plan.moves)})
     proposal, predicted = planned_proposal(r.view, plan, r.config.metric, r.metric, said, stop)
@@ -559,6 +563,15 @@ def _failover(r: _Round) -> tuple[_Round, Decision | None]:
         facts, r.acted(), predicted=predicted, proposal=proposal, plan=plan, activity="balance"
     )
     return r, decision
+
+
+def _failover_short(r: _Round, check: FailoverCheck) -> _Round:
+    """The round whose every later decision says the headroom is short and why no move gives
+    it back (when the repair that found none said why)."""
+    if check.repair_blocked is None:
+        return r
+    short = FailoverShort(check.summary, check.repair_blocked)
+    return replace(r, note=replace(r.note, failover=short))
 
 
 def _failover_plan(r: _Round, targets: dict[str, str]) -> Plan | None:

@@ -139,11 +139,24 @@ class RepairBlocked:
 
 
 @dataclass(frozen=True)
+class FailoverShort:
+    """The cluster short of the failover headroom (``keep_failover``; ``summary``, the
+    headroom's) and no repair move found: ``stop`` says which HA guests cannot restart when
+    which nodes fail, and what keeps the moves that would give it back off
+    (:func:`~opendrs.engine.policy.failover.failover_blocked`)."""
+
+    summary: str
+    stop: Stop
+
+
+@dataclass(frozen=True)
 class RepairNote:
-    """What every decision after the repair guard names of a repair it did not make."""
+    """What every decision after the repair guard names of a repair it did not make (and,
+    past the failover check, of a failover headroom no move gives back)."""
 
     stranded: Stranded | None = None
     blocked: RepairBlocked | None = None
+    failover: FailoverShort | None = None
 
 
 # -- the facts of each code -------------------------------------------------------------------
@@ -471,7 +484,7 @@ def explain(decision: Decision, said: StopSaid | None = None) -> str:
         text = _closed(facts)
     else:
         text = f"{_trigger(facts.trigger)}; {_after_trigger(facts, said)}"
-    return text + _note(decision.note)
+    return text + _note(decision.note, said)
 
 
 def _stopped_at(stop: Stop | None, said: StopSaid | None) -> str:
@@ -616,7 +629,7 @@ def _budget(budget: BudgetSpent) -> str:
     return f"{what}; the next is free in {format_duration(budget.frees_in)}"
 
 
-def _note(note: RepairNote) -> str:
+def _note(note: RepairNote, said: StopSaid | None = None) -> str:
     text = ""
     if note.stranded is not None:
         nodes = ", ".join(note.stranded.nodes)
@@ -628,6 +641,10 @@ def _note(note: RepairNote) -> str:
             "no allowed migration reaches it" if blocked.budget is None else _budget(blocked.budget)
         )
         text += f"; repair needed ({what}) but {but}"
+    short = note.failover
+    if short is not None:
+        words = None if said is None else said(short.stop)
+        text += f"; {short.summary}: no move gives it back" if words is None else f"; {words}"
     return text
 
 

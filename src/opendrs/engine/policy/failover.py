@@ -11,7 +11,9 @@ toward it.
   failure's nodes (spreading what must restart) and of the biggest running guest of each of the
   :data:`CANDIDATES` other nodes with the most free memory (making room where it can restart)
   — guests that may move —, each to its :data:`TARGETS` best nodes (the guards and hard rules
-  allowing); it stops when no such move helps.
+  allowing); it stops when no such move helps. When none helps, :func:`failover_blocked` says
+  which HA guests cannot restart when which nodes fail, and what keeps the moves off: the hot
+  level (the moves that would help fill a node above it) or every move being ruled out.
 
 The check costs a placement per HA guest per failure case, so it is kept
 (:class:`~opendrs.engine.policy.state.FailoverCheck` in the policy's state) and made again only
@@ -32,6 +34,7 @@ from opendrs.engine.headroom import Headroom, failover_headroom, ha_guests
 from opendrs.engine.placement import PlacementState
 from opendrs.engine.planner import Plan, final_placement
 from opendrs.engine.policy.state import FailoverCheck
+from opendrs.engine.strategies.base import Stop
 from opendrs.engine.usage import loaded_nodes
 from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster
@@ -44,6 +47,7 @@ __all__ = [
     "TARGETS",
     "check_failover",
     "failover_after",
+    "failover_blocked",
     "failover_repair",
     "placement_key",
 ]
@@ -91,8 +95,8 @@ def check_failover(
 ) -> FailoverCheck | None:
     """The headroom of ``cluster`` for ``failures`` nodes failing: ``kept`` when it checked the
     same placement for as many failures less than :data:`RECHECK` seconds before ``now``, else
-    checked now (keeping when a repair last found nothing). None when the cluster has too few
-    online nodes to lose that many."""
+    checked now (keeping when and why a repair last found nothing). None when the cluster has
+    too few online nodes to lose that many."""
     if not _possible(cluster, failures):
         return None
     if (
@@ -103,7 +107,9 @@ def check_failover(
     ):
         return kept
     check = _record(cluster, failover_headroom(cluster, failures), now)
-    return check if kept is None else replace(check, repair_tried=kept.repair_tried)
+    if kept is None:
+        return check
+    return replace(check, repair_tried=kept.repair_tried, repair_blocked=kept.repair_blocked)
 
 
 def failover_after(cluster: Cluster, plan: Plan, failures: int, now: float) -> FailoverCheck:
@@ -138,6 +144,24 @@ def failover_repair(
         return None
     moved = cluster.with_placement(targets)
     return targets, _record(moved, current, now)
+
+
+def failover_blocked(view: CycleView, failures: int, now: float) -> Stop:
+    """Why :func:`failover_repair` found no move: a ``failover_short`` stop naming the HA
+    ``guests`` (ids, space-separated) that cannot restart when the ``failed`` nodes fail (the
+    worst case), its part what keeps the moves off — ``hot_level`` (the ``nodes`` the moves that
+    would give it back fill above the ``hot`` level, a share) when the repair, the hot level
+    lifted, finds one; else ``no_helping_move``."""
+    worst = max(failover_headroom(view.observed, failures).cases, key=lambda c: len(c.stranded))
+    details = {
+        "guests": " ".join(g for g, _why in worst.stranded),
+        "failed": " ".join(worst.failed),
+    }
+    lifted = None if view.hot is None else failover_repair(view.without_hot(), failures, now, 0)
+    if view.hot is None or lifted is None:
+        return Stop("failover_short", details, (Stop("no_helping_move"),))
+    nodes = " ".join(sorted(set(lifted[0].values())))
+    return Stop("failover_short", details, (Stop("hot_level", {"nodes": nodes, "hot": view.hot}),))
 
 
 def _best_move(

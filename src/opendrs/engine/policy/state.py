@@ -6,7 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from opendrs.engine.strategies.base import Stop
 
 
 def frozen_mapping(value: Mapping[Any, Any] | None) -> Mapping[Any, Any]:
@@ -71,8 +74,8 @@ class FailoverCheck:
     """The failover headroom (``policy.keep_failover``) of one placement, as last checked: the
     placement's ``key`` (each guest's node, each node's state), when it was checked, how far it
     is from the headroom that moves could give back
-    (:attr:`~opendrs.engine.headroom.Headroom.shortfall`), the operator's summary, and when a
-    repair last found nothing."""
+    (:attr:`~opendrs.engine.headroom.Headroom.shortfall`), the operator's summary, and when
+    (and why) a repair last found nothing."""
 
     key: tuple[object, ...]
     at: float
@@ -84,6 +87,9 @@ class FailoverCheck:
     ha_guests: int = 0
     #: When a repair toward the headroom last found no move (None: not since it was lost).
     repair_tried: float | None = None
+    #: Why that repair found no move (a ``failover_short`` stop: the guests, the failed nodes
+    #: and what keeps the moves off), said by every decision while the headroom stays short.
+    repair_blocked: Stop | None = None
 
     @property
     def ok(self) -> bool:
@@ -97,6 +103,9 @@ class FailoverCheck:
             "unrestartable": self.unrestartable,
             "ha_guests": self.ha_guests,
             "summary": self.summary,
+            "repair_blocked": None
+            if self.repair_blocked is None
+            else self.repair_blocked.as_dict(),
         }
 
 

@@ -94,6 +94,11 @@ STOP_CODES: Mapping[str, tuple[str, ...]] = {
     # the policy's own proposals
     "returned": ("migrations",),
     "failover_closer": ("migrations",),
+    # no move gives the failover headroom back: the HA guests and nodes of the worst failure,
+    # and (its part) what keeps the moves that would give it back off
+    "failover_short": ("guests", "failed"),
+    "hot_level": ("nodes", "hot"),
+    "no_helping_move": (),
     "day_balanced": ("metric",),
     "no_day_move_pays": (),
     "repairs_only": (),
