@@ -9,12 +9,17 @@ after. A server that answers one byte at a time never holds a call beyond its de
 deadline is the whole try's — connecting, TLS, sending, the whole answer — not each read's.
 
 Threads of tries given up on that have not ended yet are counted; beyond
-:data:`STRAGGLERS_MAX`, calls fail at once instead of piling up.
+:data:`STRAGGLERS_MAX`, calls fail at once instead of piling up. When the backend closes
+(:meth:`Tries.close`, opendrs stopping), every try still running is given up on and its thread
+waited for, :data:`CLOSE_GRACE` seconds at most: a thread that outlasts it (a connection being
+opened to a host that does not answer: no socket to shut yet) is left to end with the process,
+and a warning says how many were.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import socket
 import threading
 import time
@@ -27,6 +32,11 @@ from opendrs.backends.base import Abandoned, BackendError
 STOP_POLL: Final = 0.2
 #: Threads of tries given up on that may still be ending; beyond, calls fail at once.
 STRAGGLERS_MAX: Final = 16
+
+#: Seconds :meth:`Tries.close` waits for the threads of the tries still running.
+CLOSE_GRACE: Final = 3.0
+
+log = logging.getLogger(__name__)
 
 #: Per thread: the try under way (on a try's thread).
 _local = threading.local()
@@ -113,13 +123,17 @@ def pause(seconds: float, stop: Callable[[], bool]) -> None:
 class Tries:
     """Runs tries under their deadline for one API client; counts those given up on."""
 
-    def __init__(self, thread_name: str, stop_reason: Callable[[], str | None]) -> None:
-        """``stop_reason()``: why calls must end now (asked on the calling thread), or None."""
+    def __init__(self, api: str, thread_name: str, stop_reason: Callable[[], str | None]) -> None:
+        """``api`` names the API in the log (``Proxmox API``); ``stop_reason()``: why calls must
+        end now (asked on the calling thread), or None."""
+        self._api = api
         self._thread_name = thread_name
         self._stop_reason = stop_reason
         self._lock = threading.Lock()
-        #: Threads of tries given up on that have not ended yet.
-        self._stragglers: list[threading.Thread] = []
+        #: The tries whose thread has not ended yet (given up on or not), with their thread.
+        self._running: dict[Try, threading.Thread] = {}
+        #: The running tries given up on.
+        self._given_up: set[Try] = set()
 
     def run(self, work: Callable[[], Any], *, what: str, seconds: float, uncertain: bool) -> Any:
         """``work()`` on a thread of its own; its result, or its exception.
@@ -133,16 +147,24 @@ class Tries:
         if reason is not None:
             raise Abandoned(f"{what}: not sent: {reason}")
         with self._lock:
-            self._stragglers = [t for t in self._stragglers if t.is_alive()]
-            stragglers = len(self._stragglers)
+            stragglers = len(self._given_up)
         if stragglers >= STRAGGLERS_MAX:
             raise BackendError(
                 f"{what}: not sent: {stragglers} calls given up on have not ended yet"
             )
         attempt = Try(work)
-        thread = threading.Thread(target=attempt.run, name=self._thread_name, daemon=True)
+        thread = threading.Thread(
+            target=self._run_try, args=(attempt,), name=self._thread_name, daemon=True
+        )
+        with self._lock:
+            self._running[attempt] = thread
         deadline = time.monotonic() + seconds
-        thread.start()
+        try:
+            thread.start()
+        except BaseException:
+            with self._lock:
+                self._running.pop(attempt, None)
+            raise
         ended = False
         try:
             while not attempt.done.wait(max(0.0, min(STOP_POLL, deadline - time.monotonic()))):
@@ -155,9 +177,41 @@ class Tries:
             ended = True
         finally:
             if not ended:  # given up on (or the waiting thread was interrupted): let it go
-                attempt.abandon()
                 with self._lock:
-                    self._stragglers.append(thread)
+                    if attempt in self._running:
+                        self._given_up.add(attempt)
+                attempt.abandon()
         if attempt.error is not None:
             raise attempt.error
         return attempt.result
+
+    def _run_try(self, attempt: Try) -> None:
+        """A try's thread: the try, then it is no longer counted as running."""
+        try:
+            attempt.run()
+        finally:
+            with self._lock:
+                self._running.pop(attempt, None)
+                self._given_up.discard(attempt)
+
+    def close(self, seconds: float = CLOSE_GRACE) -> int:
+        """Give up on every try still running (their connections shut down) and wait up to
+        ``seconds`` in all for their threads to end: how many are still running then (logged
+        at WARNING, left to end with the process)."""
+        with self._lock:
+            running = list(self._running.items())
+        for attempt, _ in running:
+            attempt.abandon()
+        deadline = time.monotonic() + seconds
+        for _, thread in running:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        left = sum(1 for _, thread in running if thread.is_alive())
+        if left:
+            log.warning(
+                "%d call(s) to the %s still running %gs after their connections were shut: "
+                "left to end with the process",
+                left,
+                self._api,
+                seconds,
+            )
+        return left

@@ -88,7 +88,7 @@ class Client:
         self._clients: dict[int, httpx.Client] = {}
         self._current = 0
         self._lock = threading.Lock()
-        self._tries = Tries("opendrs-incus-call", self._stop_reason)
+        self._tries = Tries("Incus API", "opendrs-incus-call", self._stop_reason)
         #: Waits between rounds of tries (replaceable in tests).
         self.sleep: Callable[[float], None] = self._pause
 
@@ -134,6 +134,9 @@ class Client:
         return reply.metadata
 
     def close(self) -> None:
+        """End the calls still running (:meth:`Tries.close`, a few seconds at most), then close
+        every connection pool."""
+        self._tries.close()
         with self._lock:
             clients, self._clients = list(self._clients.values()), {}
         for client in clients:

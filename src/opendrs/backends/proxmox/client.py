@@ -90,7 +90,7 @@ class Client:
         self._apis: dict[int, Any] = {}
         self._current = 0
         self._lock = threading.Lock()
-        self._tries = Tries("opendrs-pve-call", self._stop_reason)
+        self._tries = Tries("Proxmox API", "opendrs-pve-call", self._stop_reason)
         #: Waits between rounds of tries; returns early when opendrs is stopping (replaceable
         #: in tests).
         self.sleep: Callable[[float], None] = self._pause
@@ -123,6 +123,9 @@ class Client:
         return self._call("DELETE", path, params)
 
     def close(self) -> None:
+        """End the calls still running (:meth:`Tries.close`, a few seconds at most), then close
+        every session."""
+        self._tries.close()
         with self._lock:
             apis, self._apis = list(self._apis.values()), {}
         for api in apis:
