@@ -59,7 +59,7 @@ def test_failover_check_tries_every_node_each_hour_in_each_mode(tmp_path: Path) 
             assert tally["short_cases"] <= tally["stranded"] <= tally["worst"] * tally["cases"]
     # keep_failover gives back what balancing may lose: never worse in its own measure.
     assert kept["failover"]["opendrs"]["stranded"] <= plain["failover"]["opendrs"]["stranded"]
-    text = opendrs(*args, *checks, "--policy", "opendrs")
+    text = opendrs(*args, *checks, "--policy", "opendrs", columns=300)  # lines not wrapped
     assert text.returncode == 0, text.stderr
     assert "memory 80 % filled" in text.stdout
     assert "opendrs: node failures tried hourly (Proxmox HA, basic mode restarts): " in text.stdout

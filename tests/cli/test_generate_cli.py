@@ -60,7 +60,7 @@ def test_an_alternating_hot_spot_gives_no_ping_pong_under_the_default_policy(
 
 
 def test_the_text_report_names_the_generated_month_and_its_shape() -> None:
-    done = opendrs("simulate", "--generate", "3", *SMALL, "--policy", "opendrs")
+    done = opendrs("simulate", "--generate", "3", *SMALL, "--policy", "opendrs", columns=300)
     assert done.returncode == 0, done.stderr
     assert f"generated:3 (4 nodes, 40 guests: {shape_of(3).describe()})" in done.stdout
 

@@ -33,6 +33,7 @@ def test_plan_says_each_move_in_words_with_names_and_bytes() -> None:
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "to copy (memory and local disks)" in out.splitlines()[0]
+    out = " ".join(line.strip() for line in out.splitlines())  # as read, the lines wrapped
     assert "moves ci-runner-1 (110) off pve1 (cpu 89 %) to pve4 (cpu 6 %); copies 32.0 GiB" in out
     assert "Stopped: no other allowed move evens the loads out enough" in out
     assert "weighted variance" not in out and "pp of σ" not in out and "CV/√" not in out

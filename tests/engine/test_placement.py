@@ -115,8 +115,7 @@ def test_evacuation_spreads_anti_affine_guests_and_reports_stuck_ones() -> None:
     assert result.stuck == (
         (
             "pinned",
-            "no node can take it (a: node in maintenance; b: strict node affinity (pin); "
-            "c: strict node affinity (pin))",
+            "no node can take it (a: node in maintenance; b, c: strict node affinity (pin))",
         ),
     )
 

@@ -18,7 +18,7 @@ import sys
 from opendrs.backends.base import BackendError
 from opendrs.cli.arguments import Subcommands, at_least_one
 from opendrs.cli.config_file import DEFAULT_CONFIG, existing_default_config
-from opendrs.cli.output import add_format_option, dump_json
+from opendrs.cli.output import add_format_option, dump_json, new_console
 from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, UsageError, setup_logging
 from opendrs.engine.headroom import MAX_CASES, failover_headroom
 from opendrs.model.cluster import Cluster
@@ -59,7 +59,8 @@ def cmd_headroom(args: argparse.Namespace) -> int:
     else:
         from opendrs.report.headroom import headroom_lines
 
-        sys.stdout.write("\n".join(headroom_lines(cluster, headroom)) + "\n")
+        lines = headroom_lines(cluster, headroom, width=new_console().width)
+        sys.stdout.write("\n".join(lines) + "\n")
     return EXIT_OK if headroom.ok else EXIT_PROBLEM
 
 

@@ -92,7 +92,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         show_plan(report, result.plan, result.cluster)
         show_plan_breaks(report, result.cluster, result.placed, result.constraints.rules)
         for _guest, reason in result.stuck:
-            report.line(f"Repair stuck: {reason}", "red")
+            report.wrapped(f"Repair stuck: {reason}", "red")
         show_bounds(report, result.proposal, result.bounds, result.achieved)
     return EXIT_OK if result.ok else EXIT_PROBLEM
 

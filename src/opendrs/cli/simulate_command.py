@@ -317,65 +317,95 @@ def scenario_name(args: argparse.Namespace, scenario: Scenario) -> str:
 
 def show_stability(report: Report, reports: Sequence[StabilityReport], name: str) -> None:
     first = reports[0]
-    report.heading(
+    report.line()
+    report.wrapped(
         f"Stability over {first.days:g} simulated days of {name} "
         f"(threshold: spread above {100 * first.threshold:g} pp; hot: a node above "
-        f"{100 * first.hot:g} %)"
+        f"{100 * first.hot:g} %)",
+        "bold",
     )
-    rows = [
-        [
-            r.policy,
-            r.strategy,
-            str(r.migrations),
-            str(r.repair_migrations),
-            f"{r.migrations_per_day:.1f}",
-            str(r.ping_pongs),
-            f"{r.pct_time_above_threshold:.1f} %",
-            f"{100 * r.mean_imbalance:.1f} pp",
-            str(r.capacity_violations),
-            f"{r.failed_migrations} ({r.failures_moved_later} moved later)",
-            f"{100 * r.max_node_load:.0f} %",
-            f"{r.hot_node_minutes:,.0f}",
-            f"{r.max_hot_minutes_per_node:,.0f}",
-            f"{100 * r.p95_node_load:.0f} %",
-            f"{r.wall_seconds:.1f} s",
-        ]
-        for r in reports
+    metrics = _stability_metrics(reports)
+    policies = [r.policy for r in reports]
+    wide = [["policy", *(label for label, _ in metrics)]] + [
+        [policy, *(cells[i] for _, cells in metrics)] for i, policy in enumerate(policies)
     ]
-    header = [
-        "policy",
-        "strategy",
-        "migrations",
-        "repairs",
-        "per day",
-        "ping-pongs",
-        "above threshold",
-        "mean spread",
-        "capacity violations",
-        "failed",
-        "max node load",
-        "hot node-min",
-        "hot min, worst node",
-        "p95 node load",
-        "wall time",
-    ]
-    right = [2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 13, 14]
-    if any(r.restart_migrations for r in reports):
-        # Restart moves (containers on an Incus scenario), after "failed".
-        header.insert(10, "restarts (down)")
-        right = [i + (i >= 10) for i in right] + [10]
-        for row, r in zip(rows, reports, strict=True):
-            row.insert(10, f"{r.restart_migrations} ({r.restart_downtime_minutes:,.1f} min)")
-    report.table(header, rows, right=tuple(sorted(right)))
+    if _table_width(wide) <= report.console.width:
+        right = range(2, len(metrics) + 1)
+        report.table(wide[0], wide[1:], right=tuple(right))
+    else:
+        _show_by_metric(report, metrics, policies)
     for r in reports:
         for line in failover_lines(r.policy, r.failover):
-            report.line(line)
+            report.wrapped(line)
     for r in reports:
         if r.windows is not None:
-            report.line(
+            report.wrapped(
                 f"migration windows of {r.policy}: {r.windows}; balancing migrations started "
                 f"outside them: {r.balancing_outside_windows}"
             )
+
+
+def _stability_metrics(reports: Sequence[StabilityReport]) -> list[tuple[str, list[str]]]:
+    """Each figure of the stability table, with its cell for each policy (in order), each
+    number with its unit; restart moves (containers on an Incus scenario) only when any."""
+    metrics: list[tuple[str, Callable[[StabilityReport], str]]] = [
+        ("strategy", lambda r: r.strategy),
+        ("migrations", lambda r: str(r.migrations)),
+        ("repairs", lambda r: str(r.repair_migrations)),
+        ("per day", lambda r: f"{r.migrations_per_day:.1f}/day"),
+        ("ping-pongs", lambda r: str(r.ping_pongs)),
+        ("above threshold", lambda r: f"{r.pct_time_above_threshold:.1f} %"),
+        ("mean spread", lambda r: f"{100 * r.mean_imbalance:.1f} pp"),
+        ("capacity violations", lambda r: str(r.capacity_violations)),
+        ("failed", lambda r: f"{r.failed_migrations} ({r.failures_moved_later} moved later)"),
+        ("max node load", lambda r: f"{100 * r.max_node_load:.0f} %"),
+        ("hot node-min", lambda r: f"{r.hot_node_minutes:,.0f} min"),
+        ("hot min, worst node", lambda r: f"{r.max_hot_minutes_per_node:,.0f} min"),
+        ("p95 node load", lambda r: f"{100 * r.p95_node_load:.0f} %"),
+        ("wall time", lambda r: f"{r.wall_seconds:.1f} s"),
+    ]
+    if any(r.restart_migrations for r in reports):
+        metrics.insert(
+            9,
+            (
+                "restarts (down)",
+                lambda r: f"{r.restart_migrations} ({r.restart_downtime_minutes:,.1f} min)",
+            ),
+        )
+    return [(label, [cell(r) for r in reports]) for label, cell in metrics]
+
+
+def _table_width(rows: Sequence[Sequence[str]]) -> int:
+    """The columns a plain table of ``rows`` (the header first) takes, two spaces apart."""
+    return sum(max(len(row[i]) for row in rows) for i in range(len(rows[0]))) + 2 * (
+        len(rows[0]) - 1
+    )
+
+
+def _show_by_metric(
+    report: Report, metrics: Sequence[tuple[str, Sequence[str]]], policies: Sequence[str]
+) -> None:
+    """The stability table turned for a narrow console: a row per figure, a column per policy;
+    the policies in groups of as many as fit side by side, a table each."""
+    groups: list[list[int]] = [[]]
+    for i in range(len(policies)):
+        rows = _by_metric_rows(metrics, policies, [*groups[-1], i])
+        if groups[-1] and _table_width(rows) > report.console.width:
+            groups.append([])
+        groups[-1].append(i)
+    for group in groups:
+        rows = _by_metric_rows(metrics, policies, group)
+        report.table(rows[0], rows[1:], right=range(1, len(group) + 1))
+        if group is not groups[-1]:
+            report.line()
+
+
+def _by_metric_rows(
+    metrics: Sequence[tuple[str, Sequence[str]]], policies: Sequence[str], group: Sequence[int]
+) -> list[list[str]]:
+    """The turned table of the policies ``group`` (indices): its header, then a row a figure."""
+    header = ["policy", *(policies[i] for i in group)]
+    return [header] + [[label, *(cells[i] for i in group)] for label, cells in metrics]
 
 
 def add_simulate_parser(sub: Subcommands) -> None:

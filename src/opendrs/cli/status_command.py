@@ -315,13 +315,13 @@ def _show_cluster(report: Report, status: Status) -> None:
             + ", ".join(f"{r} {100 * spread[r]:.1f} pp" for r in RESOURCES)
         )
     for problem in check_rules(cluster)[1]:
-        report.line(f"rules: {problem}", "yellow")
+        report.wrapped(f"rules: {problem}", "yellow")
     headroom = status.failover
     if headroom is not None:
         report.line(headroom.summary(), "green" if headroom.ok else "red")
         for case in headroom.cases:
             if not case.covered:
-                report.line(f"  {case_line(cluster, case)}", "red")
+                report.wrapped(f"  {case_line(cluster, case)}", "red")
 
 
 def _bar_width(loads: list[dict[str, Any]], width: int) -> int:

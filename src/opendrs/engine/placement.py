@@ -28,6 +28,7 @@ from .constraints import (
     committed_for,
     current_assign,
     movability,
+    reasons_text,
 )
 from .imbalance import normalise_weights
 from .usage import RESOURCES, LoadModel, loaded_nodes
@@ -431,7 +432,7 @@ def place_biggest_first(
         if purpose == "recover":  # a failed node is offline: that it cannot take a guest is moot
             rejected = [r for r in rejected if r.code is not RejectionCode.OFFLINE]
         if not scored:
-            why = "; ".join(f"{r.node}: {r}" for r in rejected)
+            why = reasons_text(rejected)
             stuck.extend(
                 (cluster.guests[m].id, f"no node can take it ({why or 'no node'})")
                 for m in members.tolist()

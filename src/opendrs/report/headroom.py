@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from opendrs.engine.headroom import FailureCase, Headroom, guests_phrase, nodes_phrase
 from opendrs.model.cluster import Cluster
+from opendrs.report.text import wrap
 
 __all__ = ["case_line", "headroom_lines"]
 
@@ -43,9 +44,11 @@ def case_line(cluster: Cluster, case: FailureCase) -> str:
     return head + f"all {case.ha_guests} HA guests restart{worst}"
 
 
-def headroom_lines(cluster: Cluster, headroom: Headroom, *, reasons: bool = True) -> list[str]:
-    """``opendrs headroom``'s text: a summary, notes, a line per case (with each stranded
-    guest's reason when ``reasons``)."""
+def headroom_lines(
+    cluster: Cluster, headroom: Headroom, *, width: int, reasons: bool = True
+) -> list[str]:
+    """``opendrs headroom``'s text, wrapped at ``width`` columns: a summary, notes, a line per
+    case (with each stranded guest's reason when ``reasons``)."""
     lines = [f"{cluster.name}: {headroom.summary()}"]
     if headroom.assumed:
         lines.append("  note: no guest is HA-managed: every running guest is counted as one")
@@ -56,9 +59,9 @@ def headroom_lines(cluster: Cluster, headroom: Headroom, *, reasons: bool = True
         )
     index = cluster.guest_index
     for case in headroom.cases:
-        lines.append(f"  {case_line(cluster, case)}")
+        lines.extend(wrap(f"  {case_line(cluster, case)}", width))
         if reasons:
             for guest, why in case.stranded:
                 label = cluster.guests[index[guest]].label if guest in index else guest
-                lines.append(f"    {label}: {why}")
+                lines.extend(wrap(f"    {label}: {why}", width))
     return lines

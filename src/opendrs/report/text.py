@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import textwrap
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -11,7 +13,7 @@ from rich.text import Text
 
 from opendrs.engine.bounds import LowerBounds
 from opendrs.engine.breaks import rule_breaks
-from opendrs.engine.constraints import Constraints, platform_balancer
+from opendrs.engine.constraints import Constraints, nodes_by_reason, platform_balancer
 from opendrs.engine.imbalance import Imbalance
 from opendrs.engine.placement import Evacuation, Placement
 from opendrs.engine.planner import Plan
@@ -23,6 +25,31 @@ from opendrs.model.units import format_bytes
 from opendrs.report.words import copied_bytes, move_sentences, penalty_rules, stop_sentence
 
 BAR_WIDTH = 20
+
+#: A number and its unit (``32.0 GiB``, ``89 %``): kept on one line when text is wrapped.
+_NUMBER_UNIT = re.compile(r"(\d) (?=(?:[KMGTP]i)?B\b|%|pp\b|s\b|min\b)")
+_TIED = "\u00a0"
+
+#: The narrowest width text is wrapped at, whatever the console says.
+MIN_WIDTH = 40
+
+
+def wrap(text: str, width: int, hang: int | None = None) -> list[str]:
+    """``text`` in lines of at most ``width`` columns (:data:`MIN_WIDTH` at least), the first
+    keeping its indent, the next indented ``hang`` columns (by default the first's indent and 2
+    more: a hanging indent); a word longer than a line is kept whole, never cut."""
+    words = _NUMBER_UNIT.sub(r"\1" + _TIED, text.lstrip(" "))
+    indent = text[: len(text) - len(text.lstrip(" "))]
+    hanging = " " * (len(indent) + 2 if hang is None else hang)
+    lines = textwrap.wrap(
+        words,
+        max(width, MIN_WIDTH),
+        initial_indent=indent,
+        subsequent_indent=hanging,
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+    return [line.replace(_TIED, " ") for line in lines] or [indent.rstrip()]
 
 
 class Report:
@@ -37,6 +64,11 @@ class Report:
             self.console.print(Text(text, style=style))
         else:
             self.console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+    def wrapped(self, text: str, style: str | None = None, *, hang: int | None = None) -> None:
+        """``text`` wrapped at the console's width with a hanging indent (:func:`wrap`)."""
+        for line in wrap(text, self.console.width, hang):
+            self.line(line, style)
 
     def heading(self, text: str) -> None:
         self.line()
@@ -127,14 +159,14 @@ def show_cluster(report: Report, cluster: Cluster, *, guests: bool = True) -> No
     fractions = LoadModel.build(cluster).fractions()
     cons = Constraints.build(cluster)
     committed = cons.capacity.committed()
-    report.line(
+    report.wrapped(
         f"Cluster {cluster.name}: {len(cluster.nodes)} nodes, {len(cluster.guests)} guests, "
         f"{settings.mode} mode",
         "bold",
     )
     balancer = platform_balancer(cluster)
     if balancer is not None:
-        report.line(balancer, "yellow")
+        report.wrapped(balancer, "yellow")
     report.heading(f"Nodes ({settings.mode} load as a share of capacity less reserves)")
     report.table(_LOAD_HEADERS, _load_rows(cluster, fractions, report.console.width), right=(2,))
     report.heading("Node sizes (committed: what the guests are given, against the limit)")
@@ -168,14 +200,14 @@ def _show_rules(report: Report, cluster: Cluster) -> None:
         strength = "strict" if node_rule.strict else "preferred"
         nodes = ", ".join(node_rule.nodes)
         guests = ", ".join(map(cluster.guest_label, node_rule.guests))
-        report.line(
+        report.wrapped(
             f"  {node_rule.name}: {guests} on {nodes} ({strength}), origin {node_rule.origin}"
         )
     for guest_rule in rules.guest_affinity:
         kind = "together" if guest_rule.positive else "apart"
         strength = "hard" if guest_rule.hard else "soft"
         guests = ", ".join(map(cluster.guest_label, guest_rule.guests))
-        report.line(
+        report.wrapped(
             f"  {guest_rule.name}: {guests} kept {kind} ({strength}), origin {guest_rule.origin}"
         )
 
@@ -271,19 +303,19 @@ def _show_problems(
     if cons.problems:
         report.heading("Rule problems")
         for problem in cons.problems:
-            report.line(f"  {problem}", "yellow")
+            report.wrapped(f"  {problem}", "yellow")
     breaks = rule_breaks(cluster)
     if breaks:
         report.heading("Rules broken now")
         for broken in breaks:
             text = broken.describe(cluster.guest_label)
-            report.line(f"  {text}", "red" if broken.hard else "yellow")
+            report.wrapped(f"  {text}", "red" if broken.hard else "yellow")
     over = cons.capacity.over(committed)
     if over.any():
         limit = cons.capacity.limit
         report.heading("Over capacity now")
         for n, d in zip(*np.nonzero(over), strict=True):
-            report.line(
+            report.wrapped(
                 f"  {cluster.nodes[n].name}: {cons.capacity.dimensions[d]} "
                 f"{committed[n, d]:.4g} > {limit[n, d]:.4g}",
                 "red",
@@ -297,7 +329,7 @@ def show_stuck(report: Report, stuck: Sequence[tuple[str, str]]) -> None:
         return
     report.heading(f"Stuck: {len(stuck)} left breaking a hard constraint")
     for _guest, reason in stuck:
-        report.line(f"  {reason}", "red")
+        report.wrapped(f"  {reason}", "red")
 
 
 def show_by_arch(report: Report, title: str, by_arch: Mapping[str, Imbalance]) -> None:
@@ -323,9 +355,9 @@ def show_placement(
     else:
         partners = ", ".join(label(m) for m in result.members if m != result.guest)
         who = f"guest {label(result.guest)} (with {partners}, kept together)"
-    report.line(f"Placement of {who} ({result.purpose})", "bold")
+    report.wrapped(f"Placement of {who} ({result.purpose})", "bold")
     if result.blocked:
-        report.line(f"  cannot move: {result.blocked}", "red")
+        report.wrapped(f"  cannot move: {result.blocked}", "red")
         return
     if not result.ranking:
         report.line("  no node can take it", "red")
@@ -333,7 +365,8 @@ def show_placement(
         _ranking_table(report, result, cluster, verbose)
     if result.rejected:
         report.heading("Rejected")
-        report.table(("node", "reason"), [[r.node, str(r)] for r in result.rejected])
+        for nodes, reason in nodes_by_reason(result.rejected):
+            report.wrapped(f"  {', '.join(nodes)}: {reason}")
 
 
 def _ranking_table(report: Report, result: Placement, cluster: Cluster, verbose: bool) -> None:
@@ -356,7 +389,7 @@ def _ranking_table(report: Report, result: Placement, cluster: Cluster, verbose:
         rows,
         right=range(2, 2 + len(RESOURCES) + len(figures)),
     )
-    report.line(
+    report.wrapped(
         "Ranked by how even the nodes' loads would be; each soft rule broken counts against "
         "a node.",
         "dim",
@@ -364,14 +397,14 @@ def _ranking_table(report: Report, result: Placement, cluster: Cluster, verbose:
 
 
 def show_evacuation(report: Report, result: Evacuation, cluster: Cluster) -> None:
-    report.line(f"Evacuation of {result.node}: {len(result.moves)} moves", "bold")
+    report.wrapped(f"Evacuation of {result.node}: {len(result.moves)} moves", "bold")
     if result.moves:
         report.table(
             ("guest", "source", "target"),
             [[cluster.guest_label(m.guest), m.source, m.target] for m in result.moves],
         )
     for guest, reason in result.stuck:
-        report.line(f"  {cluster.guest_label(guest)} stays: {reason}", "red")
+        report.wrapped(f"  {cluster.guest_label(guest)} stays: {reason}", "red")
 
 
 def show_proposal(
@@ -389,7 +422,7 @@ def show_proposal(
     copied = sum(
         copied_bytes(cluster.guest(m.guest)) for m in net if m.guest in cluster.guest_index
     )
-    report.line(
+    report.wrapped(
         f"Proposal by {proposal.strategy}: {len(net)} migrations, "
         f"{format_bytes(copied)} to copy (memory and local disks)",
         "bold",
@@ -397,16 +430,16 @@ def show_proposal(
     for i, (move, sentence) in enumerate(
         zip(proposal.moves, move_sentences(cluster, proposal.moves), strict=True), 1
     ):
-        report.line(f"{i:3}  {sentence}")
+        report.wrapped(f"{i:3}  {sentence}", hang=5)
         if verbose:
-            report.line(
+            report.wrapped(
                 f"     {move.reason or '-'}: {move.metric} {move.before:.4g} → {move.after:.4g}, "
                 f"cost {move.cost}",
                 "dim",
             )
-    report.line(f"Stopped: {stop_sentence(proposal, cluster.guest_label)}")
+    report.wrapped(f"Stopped: {stop_sentence(proposal, cluster.guest_label)}")
     if verbose:
-        report.line(f"  (engine: {proposal.stopped}; cost {proposal.total_cost})", "dim")
+        report.wrapped(f"  (engine: {proposal.stopped}; cost {proposal.total_cost})", "dim")
     if verbose:
         _imbalance_tables(report, proposal, by_arch)
     elif by_arch[0]:
@@ -417,7 +450,7 @@ def show_proposal(
         report.heading("Spread of the nodes' loads (busiest less idlest, in percentage points)")
         _spread_table(report, proposal.before, proposal.after)
     for note in proposal.notes:
-        report.line(f"note: {note}", "yellow")
+        report.wrapped(f"note: {note}", "yellow")
 
 
 def _spread_table(report: Report, before: Imbalance, after: Imbalance) -> None:
@@ -473,9 +506,9 @@ def show_plan(report: Report, plan: Plan, cluster: Cluster) -> None:
         ]
         report.table(("step", "guest", "from", "to", ""), rows, right=(0,))
     for guest, target in plan.unreachable:
-        report.line(f"  {cluster.guest_label(guest)} cannot reach {target} safely", "red")
+        report.wrapped(f"  {cluster.guest_label(guest)} cannot reach {target} safely", "red")
     for problem in plan.problems:
-        report.line(f"  {problem}", "yellow")
+        report.wrapped(f"  {problem}", "yellow")
 
 
 def show_plan_breaks(report: Report, before: Cluster, after: Cluster, kept: Rules) -> None:
@@ -489,7 +522,7 @@ def show_plan_breaks(report: Report, before: Cluster, after: Cluster, kept: Rule
         for broken in breaks:
             origin = origins.get(broken.rule, "config")
             text = broken.describe(cluster.guest_label)
-            report.line(f"  {text}; origin {origin}", "red" if broken.hard else "yellow")
+            report.wrapped(f"  {text}; origin {origin}", "red" if broken.hard else "yellow")
 
 
 def show_bounds(
@@ -509,7 +542,7 @@ def show_bounds(
         for r in RESOURCES
     ]
     report.table(("resource", "spread reached", "no placement below"), rows, right=(1, 2))
-    report.line(
+    report.wrapped(
         f"migrations {migrations}; at least {bounds.migrations} are needed to reach this spread "
         f"(ratio {ratio}); at least {format_bytes(bounds.moved_bytes)} of memory must move"
     )

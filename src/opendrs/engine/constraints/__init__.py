@@ -46,7 +46,7 @@ from .constraint_set import SOFT_PENALTY, Constraints, committed_for, current_as
 from .held import HA_HELD, Held, Purpose, movability, platform_balancer
 from .masks import hard_groups
 from .node_affinity import fails_back
-from .rejection import Rejection, RejectionCode, Shortfall
+from .rejection import Rejection, RejectionCode, Shortfall, nodes_by_reason, reasons_text
 from .rule_checks import RuleCheck, RuleProblem, check_rules
 
 __all__ = [
@@ -66,5 +66,7 @@ __all__ = [
     "fails_back",
     "hard_groups",
     "movability",
+    "nodes_by_reason",
     "platform_balancer",
+    "reasons_text",
 ]

@@ -4,7 +4,7 @@ of each is the sentence an operator reads."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
@@ -85,4 +85,18 @@ class Rejection:
         return {"node": self.node, "reason": str(self)}
 
 
-__all__ = ["Rejection", "RejectionCode", "Shortfall"]
+def nodes_by_reason(rejections: Iterable[Rejection]) -> list[tuple[list[str], str]]:
+    """The rejections' reasons, each once with the nodes it refuses (in the order the reasons
+    first come): a sentence repeated for each node is read once."""
+    nodes: dict[str, list[str]] = {}
+    for rejection in rejections:
+        nodes.setdefault(str(rejection), []).append(rejection.node)
+    return [(names, reason) for reason, names in nodes.items()]
+
+
+def reasons_text(rejections: Iterable[Rejection]) -> str:
+    """``pve1: capacity: …; pve3, pve4: HA failback …``: each reason once, after its nodes."""
+    return "; ".join(f"{', '.join(names)}: {why}" for names, why in nodes_by_reason(rejections))
+
+
+__all__ = ["Rejection", "RejectionCode", "Shortfall", "nodes_by_reason", "reasons_text"]
