@@ -32,7 +32,7 @@ from opendrs.backends.proxmox import (
     ProxmoxConfig,
     parse_proxmox,
 )
-from opendrs.backends.proxmox.observe import crs_auto_rebalance
+from opendrs.backends.proxmox.observe import crs_auto_rebalance, crs_ha_scheduler
 from opendrs.engine.constraints import movability
 from opendrs.model.cluster import Cluster, Move, Settings
 from opendrs.model.document import DocumentError, Reader
@@ -1432,13 +1432,14 @@ def test_failback_auto_rebalance_and_the_crs_option_are_read(
     fake.pve.ha_auto_rebalance[105] = False
     backend = backend_for(fake, token_file)
     cluster = backend.observe()
-    assert not cluster.ha_auto_rebalance
+    assert not cluster.ha_auto_rebalance and cluster.ha_scheduler == "basic"
     assert not cluster.guest("105").failback
     assert str(movability(cluster.guest("105"), cluster)) == (
         "ignored: its HA resource has auto-rebalance 0"
     )
     fake.pve.crs = {"ha": "static", "ha-auto-rebalance": 1}
-    assert backend.observe().ha_auto_rebalance
+    static = backend.observe()
+    assert static.ha_auto_rebalance and static.ha_scheduler == "static"
     kept = backend_for(fake, token_file, respect_auto_rebalance=False).observe()
     assert "105" not in kept.rules.ignored
 
@@ -1455,3 +1456,17 @@ def test_failback_auto_rebalance_and_the_crs_option_are_read(
 )
 def test_crs_auto_rebalance(crs: object, on: bool) -> None:
     assert crs_auto_rebalance(crs) is on
+
+
+@pytest.mark.parametrize(
+    ("crs", "mode"),
+    [
+        ({"ha": "static"}, "static"),
+        ("ha=static,ha-auto-rebalance=1", "static"),
+        ({"ha": "basic"}, "basic"),
+        ({"ha-auto-rebalance": 1}, "basic"),
+        (None, None),
+    ],
+)
+def test_crs_ha_scheduler(crs: object, mode: str | None) -> None:
+    assert crs_ha_scheduler(crs) == mode

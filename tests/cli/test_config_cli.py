@@ -233,15 +233,20 @@ def test_validate_summarises_manual_mode_and_keep_failover(tmp_path: Path) -> No
     done = validate_with(
         tmp_path,
         "mode: manual\nautomatic: [repair, balance]\nproposal_ttl: 30m\n"
-        "policy: {keep_failover: 2}\n",
+        "policy: {keep_failover: 2, failover_recovery: pve-static}\n",
     )
     assert done.returncode == 0, done.stderr
     mode = r"^  mode +manual: proposes, .*\(repair, balance act on their own; a proposal expires"
     assert re.search(mode + r" after 30m\)$", done.stdout, re.M)
     failover = (
-        r"^  failover +keeps every HA guest restartable if any 2 nodes fail \(keep_failover 2\)"
+        r"^  failover +keeps every HA guest restartable if any 2 nodes fail \(keep_failover 2; "
+        r"as Proxmox VE's HA manager restarts them in static mode\)"
     )
     assert re.search(failover, done.stdout, re.M)
+    bad = validate_with(tmp_path, "policy: {keep_failover: 1, failover_recovery: pve-dynamic}\n")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
+    assert "policy.failover_recovery: unknown value 'pve-dynamic'" in bad.stderr
 
 
 def test_validate_takes_a_snapshot_or_a_configuration(tmp_path: Path) -> None:

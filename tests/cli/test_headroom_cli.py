@@ -126,3 +126,30 @@ def test_demo_lacks_it_and_exits_1() -> None:
     done = run("demo")
     assert done.returncode == 1
     assert "cannot restart: db-replica (101)" in done.stdout
+
+
+# x (HA) on a: the best node with room is d; Proxmox's basic mode picks b or c (one guest each
+# against d's six), lacks room there and on the other, and leaves x down.
+FEWEST_GUESTS = (
+    "version: 1\nname: few\nsettings: {mode: static}\nnodes:\n"
+    + "".join(f"  {name}: {{cpu: 16, memory: 32GiB}}\n" for name in "abcd")
+    + "guests:\n  - {id: 101, name: x, node: a, memory: 8GiB, cpu: 2, ha: true}\n"
+    + "".join(f"  - {{id: {n}01, node: {n}, memory: 28GiB, cpu: 2}}\n" for n in "bc")
+    + "".join(f"  - {{id: 40{i}, node: d, memory: 1GiB, cpu: 1}}\n" for i in range(6))
+)
+
+
+def test_recovery_judges_by_proxmoxs_own_placement(tmp_path: Path) -> None:
+    path = tmp_path / "few.yaml"
+    path.write_text(FEWEST_GUESTS)
+    # A snapshot knows no Proxmox scheduler mode: auto is best-fit.
+    auto = run(str(path), "--format", "json")
+    assert auto.returncode == 0, auto.stderr
+    assert json.loads(auto.stdout)["recovery"] == "best-fit"
+    basic = run(str(path), "--recovery", "pve-basic")
+    assert basic.returncode == 1, basic.stderr
+    assert basic.stdout.startswith("few: failover headroom: no, 1 HA guest cannot restart when a")
+    assert "x (101): no room to start on b and c" in basic.stdout
+    assert run(str(path), "--recovery", "pve-static").returncode == 0
+    bad = run(str(path), "--recovery", "pve-dynamic")
+    assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from opendrs.backends.sim.failover_probe import FailoverProbe, stranded_by_failure
-from opendrs.compat.pve.recovery import recover_node
+from opendrs.compat.pve.recovery import recover_node, recover_nodes
 from opendrs.model.cluster import Cluster, Disk, Guest, Move, Node, Settings
 from opendrs.model.rules import GuestAffinity, NodeAffinity, Rules
 
@@ -139,3 +139,13 @@ def test_the_probe_skips_an_hour_when_a_node_is_down_or_in_maintenance() -> None
 def test_the_probe_refuses_an_unknown_mode() -> None:
     with pytest.raises(ValueError, match="failover modes: dynamic"):
         FailoverProbe(("dynamic",))
+
+
+def test_two_nodes_failing_at_once_recover_together_in_service_id_order() -> None:
+    guests = [("101", "a", 6, True), ("102", "b", 6, True), ("201", "c", 20, False)]
+    cluster = _cluster({"a": 32, "b": 32, "c": 32, "d": 32}, guests)
+    recovery = recover_nodes(cluster, ("a", "b"), "static")
+    assert recovery.failed == "a, b" and recovery.ha_guests == 2
+    # Each onto d, the node with the most room, the second seeing the first.
+    assert recovery.restarts == (Move("101", "a", "d"), Move("102", "b", "d"))
+    assert recovery.stranded == () and recovery.held == ()

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from tests.clusters import GiB, clusters
 
 from opendrs.engine.constraints import Constraints, committed_for, current_assign
-from opendrs.engine.headroom import MAX_CASES, failover_headroom, ha_guests
-from opendrs.model.cluster import Cluster, Guest, Node
+from opendrs.engine.headroom import MAX_CASES, RECOVERIES, failover_headroom, ha_guests
+from opendrs.model.cluster import Cluster, Guest, Node, Settings
 
 
 @st.composite
@@ -87,3 +87,36 @@ def test_failures_out_of_range_are_refused() -> None:
         else:
             raise AssertionError(f"{failures} failures accepted")
     assert np.isfinite(failover_headroom(_ring(2)).cases[0].worst_memory)
+
+
+def test_an_ha_guest_opendrs_ignores_still_needs_room_to_restart() -> None:
+    """Ignore rules hold opendrs's moves, not the platform's restart: the guest is counted."""
+    nodes = (
+        Node("a", cpu=16, memory=32 * GiB),
+        Node("b", cpu=16, memory=32 * GiB),
+        Node("c", cpu=16, memory=12 * GiB),
+    )
+    guests = (
+        Guest("101", "a", cpu=2, memory=16 * GiB, ha=True),
+        Guest("201", "b", cpu=2, memory=20 * GiB),
+        Guest("301", "c", cpu=2, memory=GiB),
+    )
+    cluster = Cluster(nodes, guests, settings=Settings(mode="static"))
+    ignored = replace(cluster, rules=replace(cluster.rules, ignored=frozenset({"101"})))
+    for recovery in RECOVERIES:
+        [case] = [c for c in failover_headroom(ignored, 1, recovery).cases if c.failed == ("a",)]
+        assert [g for g, _why in case.stranded] == ["101"] and not case.held, recovery
+    # With room on b, it restarts there whatever the rule says.
+    roomy = replace(ignored, guests=(guests[0], replace(guests[1], memory=8 * GiB), guests[2]))
+    for recovery in RECOVERIES:
+        [case] = [c for c in failover_headroom(roomy, 1, recovery).cases if c.failed == ("a",)]
+        assert [(m.guest, m.target) for m in case.restarts] == [("101", "b")], recovery
+
+
+def test_an_ha_guest_in_ha_state_ignored_waits_for_its_node() -> None:
+    nodes = tuple(Node(name, cpu=16, memory=32 * GiB) for name in "ab")
+    guest = Guest("101", "a", cpu=2, memory=GiB, ha=True, ha_state="ignored")
+    for recovery in RECOVERIES:
+        headroom = failover_headroom(Cluster(nodes, (guest,)), 1, recovery)
+        [case] = [c for c in headroom.cases if c.failed == ("a",)]
+        assert case.held == {"101"} and headroom.shortfall == (0, 0), recovery

@@ -1,9 +1,14 @@
 """``policy.keep_failover``: a cluster short of the failover headroom is repaired toward it, a
 balancing plan that would lose it is refused, and after a repair that found nothing none is
 searched for six hours — every decision meanwhile saying which HA guests cannot restart and
-why no move gives the headroom back."""
+why no move gives the headroom back; judged by the placement engine or by Proxmox's own
+recovery (``failover_recovery``)."""
 
 from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
 
 from opendrs.engine.headroom import failover_headroom
 from opendrs.engine.policy import PastMigrations, PolicyConfig, PolicyState, decide
@@ -94,3 +99,45 @@ def test_off_by_default_and_no_search_twice_on_one_placement() -> None:
             "no move gives it back"
         ), each.reason
     assert again.gist() == decision.gist()
+
+
+#: x (8 GiB, HA) on a; b and c hold 28 GiB each, d six guests of 1 GiB. The best node with
+#: room for x is d; Proxmox's basic mode picks b or c (one guest each against d's six), finds
+#: no room there, tries the other, and leaves x down.
+FEWEST_GUESTS = Cluster(
+    tuple(Node(name, cpu=16, memory=32 * GiB) for name in "abcd"),
+    (
+        Guest("101", "a", name="x", cpu=2, memory=8 * GiB, ha=True, uptime=7200),
+        Guest("201", "b", cpu=2, memory=28 * GiB, uptime=7200),
+        Guest("301", "c", cpu=2, memory=28 * GiB, uptime=7200),
+        *(Guest(f"40{i}", "d", cpu=1, memory=GiB, uptime=7200) for i in range(6)),
+    ),
+    settings=Settings(mode="static"),
+)
+
+
+def test_judged_by_proxmox_basic_recovery_it_is_repaired_where_best_fit_sees_no_need() -> None:
+    assert failover_headroom(FEWEST_GUESTS, 1, "best-fit").ok
+    assert not failover_headroom(FEWEST_GUESTS, 1, "pve-basic").ok
+    best_fit = replace(KEEP, failover_recovery="best-fit")
+    assert _decide(FEWEST_GUESTS, best_fit, PolicyState()).code is not DecisionCode.REPAIR
+    basic = replace(KEEP, failover_recovery="pve-basic")
+    decision = _decide(FEWEST_GUESTS, basic, PolicyState())
+    assert decision.code is DecisionCode.REPAIR and decision.plan is not None
+    # x on d: when d fails, basic mode restarts it on a, the node with no guest, which has room.
+    assert [(m.guest, m.target) for m in decision.plan.moves] == [("101", "d")]
+    assert failover_headroom(FEWEST_GUESTS.apply(decision.plan.moves), 1, "pve-basic").ok
+
+
+def test_auto_follows_the_scheduler_mode_the_backend_read_else_best_fit() -> None:
+    assert KEEP.failover_recovery == "auto"
+    assert _decide(FEWEST_GUESTS, KEEP, PolicyState()).code is not DecisionCode.REPAIR
+    proxmox_basic = replace(FEWEST_GUESTS, ha_scheduler="basic")
+    assert _decide(proxmox_basic, KEEP, PolicyState()).code is DecisionCode.REPAIR
+    proxmox_static = replace(FEWEST_GUESTS, ha_scheduler="static")
+    assert _decide(proxmox_static, KEEP, PolicyState()).code is not DecisionCode.REPAIR
+
+
+def test_an_unknown_recovery_is_refused() -> None:
+    with pytest.raises(ValueError, match="failover_recovery: expected one of auto, best-fit"):
+        PolicyConfig(failover_recovery="pve-dynamic")

@@ -195,7 +195,9 @@ def config_summary(config: Config) -> dict[str, str]:
     if schedule is not None and not schedule.empty:
         summary["windows"] = schedule.summary()
     if config.policy.keep_failover > 0:
-        summary["failover"] = _failover(config.policy.keep_failover)
+        summary["failover"] = _failover(
+            config.policy.keep_failover, config.policy.failover_recovery
+        )
     if config.http is not None:
         where = "this host only" if config.http.loopback else "reachable from other hosts"
         summary["dashboard"] = f"http://{config.http.address} ({where})"
@@ -204,12 +206,22 @@ def config_summary(config: Config) -> dict[str, str]:
     return summary
 
 
-def _failover(failures: int) -> str:
-    """``policy.keep_failover`` in words."""
+#: ``policy.failover_recovery`` in words.
+_RESTARTS = {
+    "auto": "as the Proxmox cluster's HA scheduler mode would restart them, else best fit",
+    "best-fit": "each restarted on the best node with room",
+    "pve-basic": "as Proxmox VE's HA manager restarts them in basic mode",
+    "pve-static": "as Proxmox VE's HA manager restarts them in static mode",
+}
+
+
+def _failover(failures: int, recovery: str) -> str:
+    """``policy.keep_failover`` and ``failover_recovery`` in words."""
     nodes = "any one node fails" if failures == 1 else f"any {failures} nodes fail"
     return (
-        f"keeps every HA guest restartable if {nodes} (keep_failover {failures}): refuses "
-        "a balancing plan that would lose it, repairs toward it where it is lacking"
+        f"keeps every HA guest restartable if {nodes} (keep_failover {failures}; "
+        f"{_RESTARTS[recovery]}): refuses a balancing plan that would lose it, repairs toward it "
+        "where it is lacking"
     )
 
 

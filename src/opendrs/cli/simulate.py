@@ -27,8 +27,8 @@ The stability report of a run:
   ``ha_unrestartable`` — HA guests of a failed node it could not restart elsewhere when it first
   tried (no node with room, or the rules keeping them off every one), once each time their node
   fails (what ``policy.keep_failover`` keeps at 0); ``ha_held`` — HA guests of a failed node
-  that may not restart elsewhere at all (an ignore rule, local disks or devices), which wait for
-  their node;
+  that may not restart elsewhere at all (local disks or devices, HA state ``ignored``; opendrs's
+  ignore rules do not hold a restart), which wait for their node;
 * ``failover`` (with ``--failover-check MODES``, else None) — every simulated hour each online
   node fails in turn, on a copy of the cluster, and its HA guests restart in each mode: as
   Proxmox VE's HA manager recovers them in its ``basic`` or ``static`` scheduler mode, or as the

@@ -45,6 +45,7 @@ from opendrs.engine.constraints import check_rules
 from opendrs.engine.headroom import Headroom, failover_headroom
 from opendrs.engine.policy import stuck_now
 from opendrs.engine.policy.config import metric_text
+from opendrs.engine.policy.failover import recovery_for
 from opendrs.engine.policy.windows import schedule_now
 from opendrs.engine.usage import RESOURCES
 from opendrs.json_data import iso_time, json_text
@@ -124,7 +125,8 @@ def read_status(config: Config) -> Status:
         status.stuck = stuck_now(status.cluster)
         failures = max(config.policy.keep_failover, 1)
         if failures < sum(1 for n in status.cluster.nodes if n.online):
-            status.failover = failover_headroom(status.cluster, failures)
+            recovery = recovery_for(config.policy.failover_recovery, status.cluster)
+            status.failover = failover_headroom(status.cluster, failures, recovery)
     _read_history(status)
     try:
         lock = InstanceLock(config.lock, config.history)

@@ -33,6 +33,7 @@ from opendrs.controller.proposals import ProposalRecord, ProposedMove
 from opendrs.engine.constraints.constraint_set import Constraints, current_assign
 from opendrs.engine.headroom import failover_headroom
 from opendrs.engine.planner import Plan, plan_moves
+from opendrs.engine.policy.failover import recovery_for
 from opendrs.engine.policy.metrics import format_metric, load_sigma, measure
 from opendrs.model.cluster import Cluster
 
@@ -78,11 +79,13 @@ def recheck(
     metric: str,
     forbidden: frozenset[tuple[str, str]],
     keep_failover: int = 0,
+    failover_recovery: str = "auto",
 ) -> Recheck:
     """The approved moves of ``proposal`` ordered for the executor on ``cluster``, or why they
     may not start (see the module's description). ``metric`` is the policy's imbalance metric;
     ``forbidden`` the placements the policy's guards rule out now; ``keep_failover`` the nodes
-    whose failure the policy keeps every HA guest restartable for (0: none)."""
+    whose failure the policy keeps every HA guest restartable for (0: none), judged by
+    ``failover_recovery`` (the policy's setting)."""
     moves = proposal.chosen_moves()
     if not moves:
         return Recheck(None, "no move approved")
@@ -104,7 +107,9 @@ def recheck(
     if proposal.kind == "balance" and metric != "none":
         partial = len(moves) < len(proposal.moves)
         worse = _imbalance_problem(cluster, metric, after, partial=partial)
-        if worse is not None and not _closer_to_failover(cluster, targets, keep_failover):
+        if worse is not None and not _closer_to_failover(
+            cluster, targets, keep_failover, failover_recovery
+        ):
             nor = "; they would not bring" if partial else " nor bring"
             closer = f"{nor} the failover headroom closer" if keep_failover > 0 else ""
             return Recheck(None, worse + closer)
@@ -135,11 +140,16 @@ def _imbalance_problem(
     return None
 
 
-def _closer_to_failover(cluster: Cluster, targets: dict[str, str], failures: int) -> bool:
+def _closer_to_failover(
+    cluster: Cluster, targets: dict[str, str], failures: int, setting: str
+) -> bool:
     """Whether moving guests to ``targets`` brings ``cluster`` closer to the failover headroom
-    for ``failures`` nodes failing (fewer HA guests stranded in the worst failure, or as many
-    there and fewer in all); False when it is not kept (``failures`` 0) or cannot be."""
+    for ``failures`` nodes failing, judged by the ``failover_recovery`` ``setting`` (fewer HA
+    guests stranded in the worst failure, or as many there and fewer in all); False when it is
+    not kept (``failures`` 0) or cannot be."""
     if not 1 <= failures < sum(1 for n in cluster.nodes if n.online):
         return False
-    before = failover_headroom(cluster, failures).shortfall
-    return failover_headroom(cluster.with_placement(targets), failures).shortfall < before
+    recovery = recovery_for(setting, cluster)
+    before = failover_headroom(cluster, failures, recovery).shortfall
+    after = failover_headroom(cluster.with_placement(targets), failures, recovery)
+    return after.shortfall < before

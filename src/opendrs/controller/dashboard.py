@@ -140,8 +140,10 @@ class Dashboard:
             if cycle.decision is not None:
                 self._base["stuck"] = stuck_rows(cluster, cycle.stuck)
             decided = cycle.decision.state.failover if cycle.decision is not None else None
-            keep = self._config.policy.keep_failover
-            check = self._failover.update(cluster, cycle.at, keep, decided)
+            policy = self._config.policy
+            check = self._failover.update(
+                cluster, cycle.at, policy.keep_failover, decided, policy.failover_recovery
+            )
             self._base["failover"] = None if check is None else check.as_dict()
         if cycle.decision is not None:
             self._decided(cycle, cycle.decision)

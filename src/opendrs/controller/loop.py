@@ -560,7 +560,9 @@ class Controller:
         self.manual.expire_stale(cluster, forbidden, now, self.config.proposal_ttl)
         if not self.config.migrates or self.executor.busy:
             return
-        taken = self.manual.take_approved(cluster, policy.metric, forbidden, policy.keep_failover)
+        taken = self.manual.take_approved(
+            cluster, policy.metric, forbidden, policy.keep_failover, policy.failover_recovery
+        )
         if taken is not None:
             proposal, plan = taken
             self.executor.submit(plan, proposal.decision, proposal.kind)

@@ -118,11 +118,14 @@ class ManualMode:
         metric: str,
         forbidden: frozenset[tuple[str, str]],
         keep_failover: int = 0,
+        failover_recovery: str = "auto",
     ) -> tuple[ProposalRecord, Plan] | None:
         """The oldest approved proposal that still holds on ``cluster`` (:func:`recheck`), with
         its plan, marked started; each approved one before it that no longer holds expires."""
         for proposal in self.history.proposals("approved"):
-            checked = recheck(proposal, cluster, metric, forbidden, keep_failover)
+            checked = recheck(
+                proposal, cluster, metric, forbidden, keep_failover, failover_recovery
+            )
             if checked.plan is None:
                 self._expire(proposal, checked.problem or "", was=("approved",))
                 continue

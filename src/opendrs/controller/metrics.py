@@ -169,9 +169,11 @@ class DaemonMetrics:
 
     def _failover_headroom(self, cycle: Cycle) -> None:
         assert cycle.cluster is not None
-        keep = self._controller.policy.keep_failover if self._controller is not None else 0
+        policy = self._controller.policy if self._controller is not None else None
+        keep = policy.keep_failover if policy is not None else 0
+        recovery = policy.failover_recovery if policy is not None else "auto"
         decided = cycle.decision.state.failover if cycle.decision is not None else None
-        check = self._failover.update(cycle.cluster, cycle.at, keep, decided)
+        check = self._failover.update(cycle.cluster, cycle.at, keep, decided, recovery)
         if check is not None:
             self.failover.set(1 if check.ok else 0)
             self.unrestartable.set(check.unrestartable)

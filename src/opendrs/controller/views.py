@@ -8,7 +8,7 @@ from typing import Any
 
 from opendrs.controller.config import Config
 from opendrs.engine.constraints import platform_balancer
-from opendrs.engine.policy.failover import check_failover
+from opendrs.engine.policy.failover import check_failover, recovery_for
 from opendrs.engine.policy.state import FailoverCheck
 from opendrs.engine.strategies.base import cluster_imbalance, imbalance_by_arch
 from opendrs.engine.usage import RESOURCES, LoadModel
@@ -64,7 +64,8 @@ def arch_spreads(cluster: Cluster, loads: LoadModel | None = None) -> dict[str, 
 class FailoverWatch:
     """The failover headroom of each observation, for the dashboard and the metrics: the
     decision's own check when the policy keeps the headroom (``keep_failover``), else checked
-    here for as many nodes failing (one when off), again only when the placement or a node's
+    here for as many nodes failing (one when off) by the policy's ``failover_recovery``, again
+    only when the placement or a node's
     state changes, or after an hour (:func:`check_failover`)."""
 
     def __init__(self) -> None:
@@ -76,12 +77,15 @@ class FailoverWatch:
         at: float,
         failures: int,
         decided: FailoverCheck | None = None,
+        recovery: str = "auto",
     ) -> FailoverCheck | None:
-        """The check for ``cluster`` observed at ``at`` (``decided``: the decision's)."""
+        """The check for ``cluster`` observed at ``at`` (``decided``: the decision's), by the
+        ``failover_recovery`` setting ``recovery``."""
         if decided is not None:
             self.check = decided
         else:
-            self.check = check_failover(cluster, max(failures, 1), at, self.check)
+            judged = recovery_for(recovery, cluster)
+            self.check = check_failover(cluster, max(failures, 1), at, self.check, judged)
         return self.check
 
 

@@ -14,6 +14,13 @@ elsewhere at all (an ignore rule, local disks, passed-through devices: *held*, w
 placement changes), *cannot restart*. Guests that are not HA-managed stay down with their
 node.
 
+How the restarts are placed (``recovery``, :data:`RECOVERIES`): ``best-fit`` is the above;
+``pve-basic`` and ``pve-static`` are Proxmox VE's HA manager in that scheduler mode
+(:func:`opendrs.compat.pve.recovery.recover_nodes`: service-id order, its own pick of node, a
+start with no room failed, one relocation), which can leave a guest down where ``best-fit``
+finds room. Either way an HA guest restarts whatever opendrs's ignore rules say (they hold
+opendrs's moves, not the platform's recovery: :func:`~.constraints.movability`).
+
 Which guests are HA guests: those the platform manages (:attr:`Guest.ha`, read by the Proxmox
 backend from ``/cluster/ha/resources``). A cluster with none marked (Incus, a snapshot without
 ``ha``) has every running guest counted — :attr:`Headroom.assumed` says so.
@@ -29,7 +36,7 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Final
+from typing import Any, Final, Literal, get_args
 
 from opendrs.model.cluster import Cluster, Guest, Move
 
@@ -39,6 +46,8 @@ from .usage import loaded_nodes
 
 __all__ = [
     "MAX_CASES",
+    "RECOVERIES",
+    "FailoverRecovery",
     "FailureCase",
     "Headroom",
     "failover_headroom",
@@ -49,6 +58,10 @@ __all__ = [
 
 #: The most failure cases checked: every ``k``-subset of the online nodes up to this many.
 MAX_CASES: Final = 64
+
+#: How the HA guests of the failed nodes are restarted (the module docstring).
+FailoverRecovery = Literal["best-fit", "pve-basic", "pve-static"]
+RECOVERIES: Final[tuple[FailoverRecovery, ...]] = get_args(FailoverRecovery)
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,10 +187,12 @@ def ha_guests(cluster: Cluster) -> tuple[tuple[Guest, ...], bool]:
     return running, True
 
 
-def failover_headroom(cluster: Cluster, failures: int = 1) -> Headroom:
-    """Whether every HA guest restarts when any ``failures`` online nodes fail (see the module
-    docstring). Raises ValueError when ``failures`` is not between 1 and the online nodes less
-    one."""
+def failover_headroom(
+    cluster: Cluster, failures: int = 1, recovery: FailoverRecovery = "best-fit"
+) -> Headroom:
+    """Whether every HA guest restarts when any ``failures`` online nodes fail, restarted as
+    ``recovery`` places them (see the module docstring). Raises ValueError when ``failures`` is
+    not between 1 and the online nodes less one."""
     online = [n.name for n in cluster.nodes if n.online]
     if not 1 <= failures < len(online):
         raise ValueError(
@@ -193,15 +208,18 @@ def failover_headroom(cluster: Cluster, failures: int = 1) -> Headroom:
     heaviest = sorted(online, key=lambda name: (-memory[name], name))
     exhaustive = math.comb(len(online), failures) <= MAX_CASES
     subsets = itertools.islice(itertools.combinations(heaviest, failures), MAX_CASES)
+    fail = _fail if recovery == "best-fit" else _platform_fail
     cases = tuple(
-        _fail(cluster, tuple(sorted(failed, key=cluster.node_index.__getitem__)), counted)
+        fail(cluster, tuple(sorted(failed, key=cluster.node_index.__getitem__)), counted, recovery)
         for failed in subsets
     )
     return Headroom(failures, cases, exhaustive, assumed, len(guests))
 
 
-def _fail(cluster: Cluster, failed: Sequence[str], counted: frozenset[str]) -> FailureCase:
-    """The restarts of the ``counted`` guests of the ``failed`` nodes elsewhere."""
+def _fail(
+    cluster: Cluster, failed: Sequence[str], counted: frozenset[str], _recovery: str
+) -> FailureCase:
+    """The restarts of the ``counted`` guests of the ``failed`` nodes elsewhere (best-fit)."""
     down = frozenset(failed)
     nodes = tuple(replace(n, online=False) if n.name in down else n for n in cluster.nodes)
     broken = replace(cluster, nodes=nodes)
@@ -214,15 +232,7 @@ def _fail(cluster: Cluster, failed: Sequence[str], counted: frozenset[str]) -> F
         if g.id in counted and int(state.assign[j]) in failed_index
     ]
     restarts, stranded = place_biggest_first(state, on_failed, "recover")
-    worst_node, worst_memory = None, 0.0
-    capacity = state.loads.capacity
-    for node in broken.nodes:
-        n = index[node.name]
-        if node.name in down or not node.usable or capacity[n, 1] <= 0:
-            continue
-        load = float(state.node_load[n, 1] / capacity[n, 1])
-        if worst_node is None or load > worst_memory:
-            worst_node, worst_memory = node.name, load
+    worst_node, worst_memory = _worst(broken, state, down)
     # Only the guests of the failed nodes: a guest's bundle may hold a partner elsewhere.
     restarting = frozenset(broken.guests[j].id for j in on_failed)
     stranded = tuple((g, why) for g, why in stranded if g in restarting)
@@ -233,3 +243,50 @@ def _fail(cluster: Cluster, failed: Sequence[str], counted: frozenset[str]) -> F
     return FailureCase(
         tuple(failed), len(on_failed), restarts, stranded, worst_node, worst_memory, held
     )
+
+
+def _platform_fail(
+    cluster: Cluster, failed: Sequence[str], counted: frozenset[str], recovery: str
+) -> FailureCase:
+    """The restarts of the HA guests of the ``failed`` nodes as Proxmox VE's HA manager makes
+    them in the scheduler mode of ``recovery`` (``pve-basic``, ``pve-static``)."""
+    from opendrs.compat.pve.recovery import recover_nodes  # compat builds on this module
+
+    mode = "static" if recovery == "pve-static" else "basic"
+    done = recover_nodes(cluster, failed, mode)
+    down = frozenset(failed)
+    broken = replace(
+        cluster.with_placement({m.guest: m.target for m in done.restarts}),
+        nodes=tuple(replace(n, online=False) if n.name in down else n for n in cluster.nodes),
+    )
+    worst_node, worst_memory = _worst(broken, PlacementState.build(broken), down)
+    index = cluster.guest_index
+    held = tuple(
+        (g, str(movability(cluster.guests[index[g]], broken, "recover"))) for g in done.held
+    )
+    return FailureCase(
+        tuple(failed),
+        done.ha_guests,
+        done.restarts,
+        (*done.stranded, *held),
+        worst_node,
+        worst_memory,
+        frozenset(done.held),
+    )
+
+
+def _worst(
+    broken: Cluster, state: PlacementState, down: frozenset[str]
+) -> tuple[str | None, float]:
+    """The surviving node with the highest memory load in ``state``, and that load."""
+    worst_node, worst_memory = None, 0.0
+    capacity = state.loads.capacity
+    index = broken.node_index
+    for node in broken.nodes:
+        n = index[node.name]
+        if node.name in down or not node.usable or capacity[n, 1] <= 0:
+            continue
+        load = float(state.node_load[n, 1] / capacity[n, 1])
+        if worst_node is None or load > worst_memory:
+            worst_node, worst_memory = node.name, load
+    return worst_node, worst_memory

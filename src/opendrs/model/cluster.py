@@ -245,6 +245,10 @@ class Cluster:
     #: Proxmox VE balances its HA guests itself (``ha-auto-rebalance`` in the datacenter's
     #: ``crs`` options, pve-ha-manager 5.2): a second balancer, which opendrs leaves them to.
     ha_auto_rebalance: bool = False
+    #: The scheduler mode Proxmox VE's HA manager places recoveries with (``ha`` of the
+    #: datacenter's ``crs`` option: ``basic`` or ``static``); None when not known (not Proxmox,
+    #: or the options cannot be read).
+    ha_scheduler: Literal["basic", "static"] | None = None
 
     @cached_property
     def node_index(self) -> Mapping[str, int]:

@@ -34,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from opendrs.backends.base import BackendError, check_observation
 from opendrs.backends.proxmox.assemble import (
@@ -158,8 +158,16 @@ class Observer:
         self.known = known
         self.nodes, self.online = tuple(sorted(node_rows)), tuple(sorted(online))
         name = self._cluster_name or self._name_of_cluster(node_names)
-        balancing = self._ha_auto_rebalance()
-        cluster = Cluster(tuple(nodes), tuple(guests), rules, self._settings, name, balancing)
+        crs = self._crs()
+        cluster = Cluster(
+            tuple(nodes),
+            tuple(guests),
+            rules,
+            self._settings,
+            name,
+            crs_auto_rebalance(crs),
+            crs_ha_scheduler(crs),
+        )
         return check_observation(cluster, FIELDS)
 
     def _read_nodes_and_guests(
@@ -320,12 +328,13 @@ class Observer:
         self.master = ha_master(status, time.time())
         return parse_ha_view(resources, status)
 
-    def _ha_auto_rebalance(self) -> bool:
-        """Whether Proxmox VE's own balancer of HA guests is on: ``ha-auto-rebalance`` in the
-        ``crs`` datacenter option (pve-cluster ``DataCenterConfig.pm``; read by pve-ha-manager
-        5.2 ``Manager.pm`` ``update_crs_scheduler_mode``). Off when the options cannot be read
-        for good (a cluster older than the option, or a user without ``Sys.Audit`` on ``/``,
-        to whom Proxmox shows no ``crs``)."""
+    def _crs(self) -> object:
+        """The ``crs`` datacenter option (pve-cluster ``DataCenterConfig.pm``; read by
+        pve-ha-manager 5.2 ``Manager.pm`` ``update_crs_scheduler_mode``): whether Proxmox VE's
+        own balancer of HA guests is on (``ha-auto-rebalance``) and the HA scheduler mode
+        (``ha``). None when the options cannot be read for good (a cluster older than the
+        option, or a user without ``Sys.Audit`` on ``/``, to whom Proxmox shows no ``crs``):
+        the balancer is then taken to be off and the mode unknown."""
         try:
             options = as_dict(self._client.get("cluster/options"), "/cluster/options")
         except HttpError as exc:
@@ -335,8 +344,8 @@ class Observer:
                 f"cannot read the datacenter options ({exc}): Proxmox VE's own "
                 "balancing of HA guests (ha-auto-rebalance) is taken to be off"
             )
-            return False
-        return crs_auto_rebalance(options.get("crs"))
+            return None
+        return options.get("crs")
 
     def _migration_target(self, node: str, vmid: str, kind: str) -> str | None:
         """The target of the migration task running for a guest, from the task's log; ``None``
@@ -433,9 +442,25 @@ def _ksm_shared(value: object) -> int:
     return int(number)
 
 
-def crs_auto_rebalance(crs: object) -> bool:
-    """``ha-auto-rebalance`` of the ``crs`` option: an object as ``/cluster/options`` gives it, or
-    the property string of ``datacenter.cfg`` (``ha=static,ha-auto-rebalance=1``)."""
+def _crs_items(crs: object) -> dict[str, object] | None:
+    """The ``crs`` option as a mapping: an object as ``/cluster/options`` gives it, or the
+    property string of ``datacenter.cfg`` (``ha=static,ha-auto-rebalance=1``); None if neither."""
     if isinstance(crs, str):
         crs = dict(item.partition("=")[::2] for item in crs.split(",") if "=" in item)
-    return isinstance(crs, dict) and as_bool(crs.get("ha-auto-rebalance"))
+    return crs if isinstance(crs, dict) else None
+
+
+def crs_auto_rebalance(crs: object) -> bool:
+    """``ha-auto-rebalance`` of the ``crs`` option (:func:`_crs_items`)."""
+    items = _crs_items(crs)
+    return items is not None and as_bool(items.get("ha-auto-rebalance"))
+
+
+def crs_ha_scheduler(crs: object) -> Literal["basic", "static"] | None:
+    """The HA scheduler mode the ``crs`` option sets: ``ha=static`` is ``static``, any other
+    (or none, Proxmox's default) ``basic``; None without a ``crs`` option: not set and not
+    shown to the user cannot be told apart."""
+    items = _crs_items(crs)
+    if items is None:
+        return None
+    return "static" if items.get("ha") == "static" else "basic"

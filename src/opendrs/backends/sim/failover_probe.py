@@ -8,9 +8,10 @@ skipped: a further failure would be a second one.
 * ``basic``, ``static`` — as Proxmox VE's HA manager recovers them in that scheduler mode
   (:func:`opendrs.compat.pve.recovery.recover_node`: ``select_service_node`` with
   ``best-score``, one relocation after a start with no room);
-* ``opendrs`` — as the failover headroom check places them (:mod:`opendrs.engine.headroom`: each
-  on the best node with room for it, biggest first), which ``policy.keep_failover`` keeps and
-  the simulator's own HA manager follows.
+* ``opendrs`` — as the failover headroom check places them with ``best-fit``
+  (:mod:`opendrs.engine.headroom`: each on the best node with room for it, biggest first), which
+  ``policy.keep_failover`` keeps with ``failover_recovery: best-fit`` and the simulator's own HA
+  manager follows.
 
 The probe counts the failures that leave an HA guest down and the guests they leave down. The
 scenario's own node failures are recovered by the simulator's HA manager

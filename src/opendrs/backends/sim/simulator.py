@@ -170,7 +170,7 @@ class Simulator:
         self._recoveries = 0
         #: HA guests no node could take when recovery first tried them (once each time their
         #: node fails), those of them still waiting, and HA guests that may not restart
-        #: elsewhere at all (an ignore rule, local disks or devices).
+        #: elsewhere at all (local disks or devices, HA state ignored; not an ignore rule).
         self._unrestartable = 0
         self._stranded: set[int] = set()
         self._held = 0

@@ -24,14 +24,16 @@ best-score node, then (after the first picks of every service) the next node of 
 other than the one it failed on.
 
 Guests that may not start elsewhere at all (local disks, passed-through devices) or that the
-HA manager leaves alone (HA state ``ignored``) are *held*: they wait for their node. opendrs's
-own ignore rules are not the HA manager's: it recovers such a guest like any other (the headroom
-check, :mod:`opendrs.engine.headroom`, leaves it held: opendrs does not move it). Which guests
-are HA guests: :func:`opendrs.engine.headroom.ha_guests`.
+HA manager leaves alone (HA state ``ignored``) are *held*: they wait for their node
+(:func:`~opendrs.engine.constraints.movability` with ``purpose="recover"``). opendrs's own
+ignore rules are not the HA manager's: it recovers such a guest like any other. Which guests
+are HA guests: :func:`opendrs.engine.headroom.ha_guests`. Several nodes failing at once
+(:func:`recover_nodes`): their HA guests recover together, in service-id order.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Final
 
@@ -51,7 +53,7 @@ from .status import ManagerStatus, Mode, NodeInfo, Service
 from .usage import BasicUsage, Usage
 from .usage.base import TopsisUsage
 
-__all__ = ["MAX_RELOCATE", "Recovery", "recover_node", "service_id"]
+__all__ = ["MAX_RELOCATE", "Recovery", "recover_node", "recover_nodes", "service_id"]
 
 #: ``max_relocate`` of a service that does not set it (``Config.pm``): relocations after a
 #: failed start before the service enters state ``error``.
@@ -60,7 +62,8 @@ MAX_RELOCATE: Final = 1
 
 @dataclass(frozen=True, slots=True)
 class Recovery:
-    """What the HA manager does when ``failed`` fails."""
+    """What the HA manager does when ``failed`` fails (``failed`` names the failed nodes,
+    joined by ", ", when several fail at once)."""
 
     failed: str
     #: HA guests that ran on the failed node.
@@ -81,19 +84,17 @@ def service_id(guest: Guest) -> str:
 def recover_node(cluster: Cluster, failed: str, mode: Mode = "basic") -> Recovery:
     """The HA manager's recovery of the HA guests of ``failed`` (see the module docstring), with
     the scheduler mode ``mode`` (datacenter ``crs: ha=…``; Proxmox's default is ``basic``)."""
-    broken = _without_node(cluster, failed)
+    return recover_nodes(cluster, (failed,), mode)
+
+
+def recover_nodes(cluster: Cluster, failed: Sequence[str], mode: Mode = "basic") -> Recovery:
+    """:func:`recover_node` for the nodes ``failed`` failing at once: their HA guests recover
+    together, in service-id order."""
+    down = frozenset(failed)
+    broken = _without_nodes(cluster, down)
     counted = {g.id for g in ha_guests(cluster)[0]}
-    lost = [g for g in broken.guests if g.id in counted and g.node == failed]
-    # opendrs's ignore rules are not the HA manager's: it leaves a resource in state ignored
-    # alone, and cannot start one tied to its node by local disks or devices elsewhere.
-    unignored = replace(broken, rules=replace(broken.rules, ignored=frozenset()))
-    held = tuple(
-        sorted(
-            g.id
-            for g in lost
-            if g.ha_state == "ignored" or movability(g, unignored, "recover") is not None
-        )
-    )
+    lost = [g for g in broken.guests if g.id in counted and g.node in down]
+    held = tuple(sorted(g.id for g in lost if movability(g, broken, "recover") is not None))
     recovering = {service_id(g): g for g in lost if g.id not in held}
     status = _status(broken, recovering, mode)
     usage = make_usage(status)[0]
@@ -103,11 +104,12 @@ def recover_node(cluster: Cluster, failed: str, mode: Mode = "basic") -> Recover
     retry: list[str] = []
     stranded: list[tuple[str, str]] = []
     for sid in sorted(recovering):
+        guest = recovering[sid]
         node = _restart(compiled, usage, status, sid, "best-score", ())
         if node is None:
-            stranded.append((recovering[sid].id, "no node allowed (the HA rules)"))
-        elif room.take(broken, recovering[sid], node):
-            restarts.append(Move(recovering[sid].id, failed, node))
+            stranded.append((guest.id, "no node allowed (the HA rules)"))
+        elif room.take(broken, guest, node):
+            restarts.append(Move(guest.id, guest.node, node))
         else:
             retry.append(sid)
     for sid in retry:
@@ -115,11 +117,11 @@ def recover_node(cluster: Cluster, failed: str, mode: Mode = "basic") -> Recover
         node = _restart(compiled, usage, status, sid, "try-next", (first,))
         guest = recovering[sid]
         if node is not None and node != first and room.take(broken, guest, node):
-            restarts.append(Move(guest.id, failed, node))
+            restarts.append(Move(guest.id, guest.node, node))
         else:
             tried = first if node in (None, first) else f"{first} and {node}"
             stranded.append((guest.id, f"no room to start on {tried}"))
-    return Recovery(failed, len(lost), tuple(restarts), tuple(stranded), held)
+    return Recovery(", ".join(failed), len(lost), tuple(restarts), tuple(stranded), held)
 
 
 def _restart(
@@ -158,8 +160,8 @@ def _add_usage(usage: Usage, service: Service, node: str) -> None:
         usage.scoring[node].add_started(service.maxcpu, service.maxmem)
 
 
-def _without_node(cluster: Cluster, failed: str) -> Cluster:
-    nodes = tuple(replace(n, online=False) if n.name == failed else n for n in cluster.nodes)
+def _without_nodes(cluster: Cluster, failed: frozenset[str]) -> Cluster:
+    nodes = tuple(replace(n, online=False) if n.name in failed else n for n in cluster.nodes)
     return replace(cluster, nodes=nodes)
 
 

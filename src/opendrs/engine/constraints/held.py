@@ -76,8 +76,17 @@ def movability(guest: Guest, cluster: Cluster, purpose: Purpose = "balance") -> 
     them to it: two balancers would undo each other's moves.
     The cluster's ``min_uptime`` holds a guest for ``balance`` unless its node is in maintenance:
     a guest must leave such a node however recently it started.
+
+    ``recover`` is the platform's restart of a guest whose node failed, not a move of opendrs's:
+    opendrs's ignore rules do not hold it (Proxmox's HA manager restarts such a guest like any
+    other); an HA guest in HA state ``ignored`` (which the HA manager leaves alone) and a guest
+    tied to its node by local disks or devices are held.
     """
     settings = cluster.settings
+    if purpose == "recover":
+        if guest.ha and guest.ha_state == "ignored":
+            return Held("ha-state", "HA state ignored: the HA manager leaves it alone")
+        return _local_only(guest, settings.allow_local_disks, devices_first=False)
     if guest.id in cluster.rules.ignored:
         reason = cluster.rules.ignore_reason(guest.id)
         return Held("ignored", f"ignored: {reason}" if reason else "ignored by a rule")
@@ -85,8 +94,6 @@ def movability(guest: Guest, cluster: Cluster, purpose: Purpose = "balance") -> 
         return Held("platform-balancer", PLATFORM_BALANCES)
     if purpose in ("balance", "evacuate") and guest.ha and guest.ha_state in HA_HELD:
         return Held("ha-state", f"HA state {guest.ha_state}")
-    if purpose == "recover":
-        return _local_only(guest, settings.allow_local_disks, devices_first=False)
     if guest.migrating_to is not None:
         return Held("migrating", f"already migrating to {guest.migrating_to}")
     if guest.lock:

@@ -10,6 +10,7 @@ from functools import cached_property
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Literal
 
+from opendrs.engine.headroom import RECOVERIES
 from opendrs.engine.policy.state import PastMigrations, frozen_mapping
 from opendrs.engine.strategies import REGISTRY
 from opendrs.engine.strategies.base import Request, StrategyOptions
@@ -116,6 +117,11 @@ class PolicyConfig:
     #: HA guest restarts on the nodes left. A balancing plan that would lose it is refused, a
     #: cluster without it is repaired toward it. 0 (the default): off.
     keep_failover: int = 0
+    #: How the headroom restarts the HA guests of the failed nodes (:data:`FAILOVER_RECOVERIES`):
+    #: ``best-fit`` — the placement engine's best node with room, biggest first; ``pve-basic``,
+    #: ``pve-static`` — as Proxmox VE's HA manager in that scheduler mode; ``auto`` (the default)
+    #: — the mode a Proxmox cluster's ``crs`` option sets, else ``best-fit``.
+    failover_recovery: str = "auto"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "options", frozen_mapping(self.options))
@@ -130,6 +136,9 @@ class PolicyConfig:
         """``options`` as the strategy's typed options (ValueError when it refuses them)."""
         return REGISTRY[self.strategy].options.parse(self.strategy, self.options)
 
+
+#: The values of ``failover_recovery``.
+FAILOVER_RECOVERIES: tuple[str, ...] = ("auto", *RECOVERIES)
 
 #: The fields of :class:`PolicyConfig` that are on or off.
 FLAGS: tuple[str, ...] = ("maintenance_return", "spend_budget", "wait_for_motions")
@@ -172,6 +181,11 @@ def _check_name_and_metric(config: PolicyConfig) -> None:
     if config.metric not in METRICS:
         raise ValueError(
             f"policy metric: expected one of {', '.join(METRICS)}, got {config.metric!r}"
+        )
+    if config.failover_recovery not in FAILOVER_RECOVERIES:
+        raise ValueError(
+            f"policy failover_recovery: expected one of {', '.join(FAILOVER_RECOVERIES)}, "
+            f"got {config.failover_recovery!r}"
         )
     hot = config.hot
     if hot is not None and (

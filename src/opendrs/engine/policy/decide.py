@@ -43,6 +43,7 @@ from opendrs.engine.policy.failover import (
     failover_after,
     failover_blocked,
     failover_repair,
+    recovery_for,
 )
 from opendrs.engine.policy.guards import failed_targets, forbidden_placements, hot_targets
 from opendrs.engine.policy.maintenance import (
@@ -538,17 +539,18 @@ def _failover(r: _Round) -> tuple[_Round, Decision | None]:
     failures = r.config.keep_failover
     if failures <= 0:
         return r, None
-    check = check_failover(r.cluster, failures, r.now, r.state.failover)
+    recovery = recovery_for(r.config.failover_recovery, r.cluster)
+    check = check_failover(r.cluster, failures, r.now, r.state.failover, recovery)
     r = replace(r, state=replace(r.state, failover=check))
     if check is None or check.shortfall == (0, 0):
         return r, None
     if check.repair_tried is not None and r.now - check.repair_tried < REPAIR_RETRY:
         return _failover_short(r, check), None
-    found = failover_repair(r.view, failures, r.now, r.config.batch)
+    found = failover_repair(r.view, failures, r.now, r.config.batch, recovery)
     plan = None if found is None else _failover_plan(r, found[0])
-    reached = None if plan is None else failover_after(r.cluster, plan, failures, r.now)
+    reached = None if plan is None else failover_after(r.cluster, plan, failures, r.now, recovery)
     if plan is None or reached is None or reached.shortfall >= check.shortfall:
-        blocked = failover_blocked(r.view, failures, r.now)
+        blocked = failover_blocked(r.view, failures, r.now, recovery)
         tried = replace(check, repair_tried=r.now, repair_blocked=blocked)
         return _failover_short(replace(r, state=replace(r.state, failover=tried)), tried), None
     said = ("failover", "failover headroom", "closer to the failover headroom")
@@ -594,7 +596,8 @@ def _kept_failover(
     before = r.state.failover
     if r.config.keep_failover <= 0 or before is None:
         return None
-    after = failover_after(r.cluster, plan, r.config.keep_failover, r.now)
+    recovery = recovery_for(r.config.failover_recovery, r.cluster)
+    after = failover_after(r.cluster, plan, r.config.keep_failover, r.now, recovery)
     if after.shortfall <= before.shortfall:
         return None
     facts = FailoverLost(trigger, len(plan.moves), before.summary, after.summary)

@@ -15,6 +15,10 @@ toward it.
   which HA guests cannot restart when which nodes fail, and what keeps the moves off: the hot
   level (the moves that would help fill a node above it) or every move being ruled out.
 
+The headroom is judged by ``recovery`` (``policy.failover_recovery``, resolved for the cluster
+by :func:`recovery_for`): the placement engine's best fit, or Proxmox VE's HA manager in its
+``basic`` or ``static`` scheduler mode (:data:`~opendrs.engine.headroom.RECOVERIES`).
+
 The check costs a placement per HA guest per failure case, so it is kept
 (:class:`~opendrs.engine.policy.state.FailoverCheck` in the policy's state) and made again only
 when the placement or a node's state changes, or after :data:`RECHECK` seconds (usage moves
@@ -30,7 +34,7 @@ from typing import Final
 import numpy as np
 
 from opendrs.engine.constraints import movability
-from opendrs.engine.headroom import Headroom, failover_headroom, ha_guests
+from opendrs.engine.headroom import FailoverRecovery, Headroom, failover_headroom, ha_guests
 from opendrs.engine.placement import PlacementState
 from opendrs.engine.planner import Plan, final_placement
 from opendrs.engine.policy.state import FailoverCheck
@@ -50,6 +54,7 @@ __all__ = [
     "failover_blocked",
     "failover_repair",
     "placement_key",
+    "recovery_for",
 ]
 
 #: Most migrations one failover repair makes.
@@ -74,13 +79,30 @@ def placement_key(cluster: Cluster) -> tuple[object, ...]:
     )
 
 
+def recovery_for(setting: str, cluster: Cluster) -> FailoverRecovery:
+    """The recovery ``policy.failover_recovery`` names for ``cluster``: ``auto`` is Proxmox VE's
+    HA manager in the scheduler mode the backend read (:attr:`Cluster.ha_scheduler`), else
+    ``best-fit``; any other value is itself."""
+    if setting == "pve-basic" or (setting == "auto" and cluster.ha_scheduler == "basic"):
+        return "pve-basic"
+    if setting == "pve-static" or (setting == "auto" and cluster.ha_scheduler == "static"):
+        return "pve-static"
+    return "best-fit"
+
+
+def _key(cluster: Cluster, recovery: FailoverRecovery) -> tuple[object, ...]:
+    return (*placement_key(cluster), recovery)
+
+
 def _possible(cluster: Cluster, failures: int) -> bool:
     return 1 <= failures < sum(1 for n in cluster.nodes if n.online)
 
 
-def _record(cluster: Cluster, headroom: Headroom, now: float) -> FailoverCheck:
+def _record(
+    cluster: Cluster, headroom: Headroom, now: float, recovery: FailoverRecovery
+) -> FailoverCheck:
     return FailoverCheck(
-        placement_key(cluster),
+        _key(cluster, recovery),
         now,
         headroom.failures,
         headroom.shortfall,
@@ -91,36 +113,50 @@ def _record(cluster: Cluster, headroom: Headroom, now: float) -> FailoverCheck:
 
 
 def check_failover(
-    cluster: Cluster, failures: int, now: float, kept: FailoverCheck | None = None
+    cluster: Cluster,
+    failures: int,
+    now: float,
+    kept: FailoverCheck | None = None,
+    recovery: FailoverRecovery = "best-fit",
 ) -> FailoverCheck | None:
-    """The headroom of ``cluster`` for ``failures`` nodes failing: ``kept`` when it checked the
-    same placement for as many failures less than :data:`RECHECK` seconds before ``now``, else
-    checked now (keeping when and why a repair last found nothing). None when the cluster has
-    too few online nodes to lose that many."""
+    """The headroom of ``cluster`` for ``failures`` nodes failing, by ``recovery``: ``kept``
+    when it checked the same placement for as many failures by the same recovery less than
+    :data:`RECHECK` seconds before ``now``, else checked now (keeping when and why a repair
+    last found nothing). None when the cluster has too few online nodes to lose that many."""
     if not _possible(cluster, failures):
         return None
     if (
         kept is not None
         and kept.failures == failures
         and now - kept.at < RECHECK
-        and kept.key == placement_key(cluster)
+        and kept.key == _key(cluster, recovery)
     ):
         return kept
-    check = _record(cluster, failover_headroom(cluster, failures), now)
+    check = _record(cluster, failover_headroom(cluster, failures, recovery), now, recovery)
     if kept is None:
         return check
     return replace(check, repair_tried=kept.repair_tried, repair_blocked=kept.repair_blocked)
 
 
-def failover_after(cluster: Cluster, plan: Plan, failures: int, now: float) -> FailoverCheck:
+def failover_after(
+    cluster: Cluster,
+    plan: Plan,
+    failures: int,
+    now: float,
+    recovery: FailoverRecovery = "best-fit",
+) -> FailoverCheck:
     """The headroom once ``plan`` has run: a balancing plan whose shortfall is more than the
     cluster's now is refused, a repair whose shortfall is not less is not made."""
     moved = cluster.with_placement(final_placement(plan.moves))
-    return _record(moved, failover_headroom(moved, failures), now)
+    return _record(moved, failover_headroom(moved, failures, recovery), now, recovery)
 
 
 def failover_repair(
-    view: CycleView, failures: int, now: float, most: int
+    view: CycleView,
+    failures: int,
+    now: float,
+    most: int,
+    recovery: FailoverRecovery = "best-fit",
 ) -> tuple[dict[str, str], FailoverCheck] | None:
     """Target nodes (guest id → node) that bring the view's cluster closer to the headroom, and
     the headroom they reach; None when no move (of those tried, see the module docstring) does.
@@ -130,10 +166,10 @@ def failover_repair(
     state = PlacementState.build(
         cluster, constraints=view.constraints.forbidding(view.forbidden), loads=view.loads
     )
-    current = failover_headroom(cluster, failures)
+    current = failover_headroom(cluster, failures, recovery)
     targets: dict[str, str] = {}
     while len(targets) < limit and current.shortfall > (0, 0):
-        found = _best_move(cluster, state, current, targets, limit - len(targets))
+        found = _best_move(cluster, state, current, targets, limit - len(targets), recovery)
         if found is None:
             break
         members, target, current = found
@@ -143,21 +179,28 @@ def failover_repair(
     if not targets:
         return None
     moved = cluster.with_placement(targets)
-    return targets, _record(moved, current, now)
+    return targets, _record(moved, current, now, recovery)
 
 
-def failover_blocked(view: CycleView, failures: int, now: float) -> Stop:
+def failover_blocked(
+    view: CycleView, failures: int, now: float, recovery: FailoverRecovery = "best-fit"
+) -> Stop:
     """Why :func:`failover_repair` found no move: a ``failover_short`` stop naming the HA
     ``guests`` (ids, space-separated) that cannot restart when the ``failed`` nodes fail (the
     worst case), its part what keeps the moves off — ``hot_level`` (the ``nodes`` the moves that
     would give it back fill above the ``hot`` level, a share) when the repair, the hot level
-    lifted, finds one; else ``no_helping_move``."""
-    worst = max(failover_headroom(view.observed, failures).cases, key=lambda c: len(c.stranded))
+    lifted, finds one; else ``no_helping_move`` — judged by ``recovery``."""
+    cases = failover_headroom(view.observed, failures, recovery).cases
+    worst = max(cases, key=lambda c: len(c.stranded))
     details = {
         "guests": " ".join(g for g, _why in worst.stranded),
         "failed": " ".join(worst.failed),
     }
-    lifted = None if view.hot is None else failover_repair(view.without_hot(), failures, now, 0)
+    lifted = (
+        None
+        if view.hot is None
+        else failover_repair(view.without_hot(), failures, now, 0, recovery)
+    )
     if view.hot is None or lifted is None:
         return Stop("failover_short", details, (Stop("no_helping_move"),))
     nodes = " ".join(sorted(set(lifted[0].values())))
@@ -170,6 +213,7 @@ def _best_move(
     current: Headroom,
     targets: dict[str, str],
     room: int,
+    recovery: FailoverRecovery,
 ) -> tuple[np.ndarray, int, Headroom] | None:
     """The move of one of the biggest HA guests of the worst failure's nodes that brings the
     cluster closest to the headroom (bundles whole, at most ``room`` guests), and the headroom
@@ -204,7 +248,7 @@ def _best_move(
         for name in nodes[:TARGETS]:
             trial = dict(targets)
             trial.update((cluster.guests[m].id, name) for m in members.tolist())
-            after = failover_headroom(cluster.with_placement(trial), current.failures)
+            after = failover_headroom(cluster.with_placement(trial), current.failures, recovery)
             if after.shortfall < (best[2] if best else current).shortfall:
                 best = (members, cluster.node_index[name], after)
                 if after.shortfall == (0, 0):

@@ -9,6 +9,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from opendrs.engine.policy.config import (
+    FAILOVER_RECOVERIES,
     FLAGS,
     LIMITS,
     MAX_COUNT,
@@ -64,6 +65,7 @@ POLICY_KEYS: tuple[str, ...] = (
     "windows_apply_to",
     "blackouts_apply_to",
     "keep_failover",
+    "failover_recovery",
 )
 
 
@@ -216,6 +218,11 @@ def _read_fields(
     fields |= _read_durations(reader, mapping, path)
     if "metric" in mapping:
         fields["metric"] = reader.choice(mapping["metric"], (*path, "metric"), METRICS)
+    if "failover_recovery" in mapping:
+        key = (*path, "failover_recovery")
+        fields["failover_recovery"] = reader.choice(
+            mapping["failover_recovery"], key, FAILOVER_RECOVERIES
+        )
     fields |= _read_thresholds(reader, mapping, path)
     fields |= _read_limits(reader, mapping, path)
     fields |= _read_budget(reader, mapping, path, start)
