@@ -53,6 +53,7 @@ NOT_FOR_PLAN = (
     "opendrs.engine.policy.smoothing",
     "opendrs.engine.policy.why",
     "opendrs.engine.policy.windows",
+    "opendrs.engine.headroom",
     "zoneinfo",
     "numpy.ma",
     "rich._emoji_codes",

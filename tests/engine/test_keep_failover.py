@@ -141,3 +141,10 @@ def test_auto_follows_the_scheduler_mode_the_backend_read_else_best_fit() -> Non
 def test_an_unknown_recovery_is_refused() -> None:
     with pytest.raises(ValueError, match="failover_recovery: expected one of auto, best-fit"):
         PolicyConfig(failover_recovery="pve-dynamic")
+
+
+def test_the_settings_recoveries_are_the_headrooms() -> None:
+    from opendrs.engine.headroom import RECOVERIES
+    from opendrs.engine.policy.config import FAILOVER_RECOVERIES
+
+    assert ("auto", *RECOVERIES) == FAILOVER_RECOVERIES

@@ -12,17 +12,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
 from opendrs.engine.breaks import rule_breaks
-from opendrs.engine.headroom import nodes_phrase
-from opendrs.engine.policy.decision import Decision, explain
 from opendrs.engine.strategies.base import Proposal, ProposedMove, Stop
 from opendrs.engine.usage import RESOURCES, LoadModel
 from opendrs.model.cluster import Cluster, Guest
 from opendrs.model.units import format_bytes
+
+if TYPE_CHECKING:  # the daemon's decisions: not imported by `opendrs plan`
+    from opendrs.engine.policy.decision import Decision
 
 __all__ = [
     "DAEMON_SETTINGS",
@@ -151,6 +152,8 @@ def decision_words(decision: Decision, label: Callable[[str], str] = str) -> str
     :class:`Stop` (guests named by ``label``, settings by the daemon's names) — for the daemon's
     log, history, status, dashboard and proposals (the engine's own sentence is
     :attr:`Decision.reason`)."""
+    from opendrs.engine.policy.decision import explain
+
     say = _Say(label, DAEMON_SETTINGS)
     return explain(decision, lambda stop: _words(stop, say) if _known(stop) else None)
 
@@ -275,6 +278,8 @@ def _nothing_relieves(stop: Stop, say: _Say) -> str:
 
 
 def _failover_short(stop: Stop, say: _Say) -> str:
+    from opendrs.engine.headroom import nodes_phrase  # kept out of `opendrs plan`'s start
+
     guests = [say.label(g) for g in str(stop.details["guests"]).split()]
     failed = nodes_phrase(str(stop.details["failed"]).split())
     fail = "fail" if " and " in failed else "fails"
@@ -284,6 +289,8 @@ def _failover_short(stop: Stop, say: _Say) -> str:
 
 
 def _hot_level(stop: Stop, _say: _Say) -> str:
+    from opendrs.engine.headroom import nodes_phrase
+
     nodes = nodes_phrase(str(stop.details["nodes"]).split())
     hot = float(stop.details["hot"]) * 100
     return f"the only moves that would give it back fill {nodes} above the hot level {hot:g} %"

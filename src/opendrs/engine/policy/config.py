@@ -10,7 +10,6 @@ from functools import cached_property
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Literal
 
-from opendrs.engine.headroom import RECOVERIES
 from opendrs.engine.policy.state import PastMigrations, frozen_mapping
 from opendrs.engine.strategies import REGISTRY
 from opendrs.engine.strategies.base import Request, StrategyOptions
@@ -138,7 +137,9 @@ class PolicyConfig:
 
 
 #: The values of ``failover_recovery``.
-FAILOVER_RECOVERIES: tuple[str, ...] = ("auto", *RECOVERIES)
+#: ``auto`` and :data:`opendrs.engine.headroom.RECOVERIES` (written out: `opendrs plan` does not
+#: import the headroom; a test keeps the two in step).
+FAILOVER_RECOVERIES: tuple[str, ...] = ("auto", "best-fit", "pve-basic", "pve-static")
 
 #: The fields of :class:`PolicyConfig` that are on or off.
 FLAGS: tuple[str, ...] = ("maintenance_return", "spend_budget", "wait_for_motions")
