@@ -136,3 +136,27 @@ def test_the_exchange_found_by_kinds_is_the_best_of_every_unit_pair(
             u, node = moves[step]
             if u < len(state.units.members) and state.units.movable[u] and not state.broken[u]:
                 state.move(u, state.cluster.node_index[node])
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.sampled_from(NODES), min_size=len(GUESTS), max_size=len(GUESTS)),
+    st.lists(st.sampled_from([1, 2, 4, 8, 12]), min_size=len(GUESTS), max_size=len(GUESTS)),
+    st.lists(st.tuples(st.integers(0, 11), st.sampled_from(NODES)), max_size=3),
+    st.sampled_from([0.0, 0.5, 0.999, 1.0, 2.0]),
+)
+def test_an_exchange_asked_above_a_score_is_the_best_one_if_it_scores_above(
+    where: list[str], sizes: list[int], moves: list[tuple[int, str]], share: float
+) -> None:
+    """Asked for an exchange scoring above a floor (some share of the best exchange's score),
+    the search finds the best exchange when it scores above the floor, else none."""
+    state = _state([["g3", "g4"]], where, sizes, together=True)
+    for u, node in moves:
+        if u < len(state.units.members) and state.units.movable[u] and not state.broken[u]:
+            state.move(u, state.cluster.node_index[node])
+    everywhere = np.arange(len(NODES))
+    for a in range(len(NODES)):
+        best = state.best_swap(a, everywhere)
+        floor = best[0] * share if best is not None else share
+        expected = best if best is not None and best[0] > floor else None
+        assert state.best_swap(a, everywhere, floor) == expected

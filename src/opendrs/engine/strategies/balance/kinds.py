@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -67,6 +68,20 @@ class GainingPairs:
             for lo, hi, end, width in zip(at[:-1], at[1:], ends.tolist(), widths, strict=True)
         ]
 
+    @cached_property
+    def best(self) -> float:
+        """The best score (-inf without pairs)."""
+        return float(self.score.max()) if self.score.size else -np.inf
+
+    def above(self, floor: float) -> GainingPairs:
+        """The pairs scoring above ``floor``, in the same order."""
+        if floor == -np.inf:
+            return self
+        if self.best <= floor:
+            return _NO_PAIRS
+        keep = self.score > floor
+        return GainingPairs(self.rows[keep], self.cols[keep], self.gain[keep], self.score[keep])
+
     def _values(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
         """The gains and scores of the pairs ``lo`` to ``hi``."""
         return self.gain[lo:hi], self.score[lo:hi]
@@ -83,6 +98,11 @@ class GainingPairs:
             np.concatenate([p.gain for p in parts]),
             np.concatenate([p.score for p in parts]),
         )
+
+
+_NO_PAIRS = GainingPairs(
+    np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.intp), np.zeros(0), np.zeros(0)
+)
 
 
 def best_allowed(

@@ -276,10 +276,9 @@ def _exchange_pairs(
 ) -> int:
     """A local optimum for single moves: exchanges of two units, from the nodes that deviate
     most, when both migrations pay for themselves (and score above ``above``); how many moves
-    they made. The best exchange
-    from each of those nodes, best first; a node already in an exchange this round is left out
-    (so every gain stays exact), and an exchange that would touch one is looked for again
-    without it."""
+    they made. The best exchange from each of those nodes, best first; a node already in an
+    exchange this round is left out (so every gain stays exact), and an exchange that would
+    touch one is looked for again without it (and made whatever it scores)."""
     state = history.state
     units, n_nodes = state.units, len(state.cluster.nodes)
     mean_f = f[state.usable].mean(axis=0)
@@ -289,11 +288,12 @@ def _exchange_pairs(
     busy = np.zeros(n_nodes, dtype=bool)
     ranked: dict[bytes, list[int]] = {}
 
-    def exchange(a: int) -> tuple[float, float, int, int] | None:
-        return _best_exchange(state, price, a, signed, busy, ranked)
+    def exchange(a: int, floor: float = -np.inf) -> tuple[float, float, int, int] | None:
+        return _best_exchange(state, price, a, signed, busy, ranked, floor)
 
     heads = np.argsort(-dev, kind="stable")[: max(4, n_nodes // SWAP_NODES_PER)].tolist()
-    offers = [(o, a) for a in heads if (o := exchange(a)) is not None and o[0] > above]
+    # Only the exchanges scoring above ``above`` are looked for (their constraints checked).
+    offers = [(o, a) for a in heads if (o := exchange(a, above)) is not None]
     offers.sort(key=lambda o: (-o[0][0], o[1]))
     made = 0
     for found, a in offers:
@@ -321,11 +321,13 @@ def _best_exchange(
     signed: np.ndarray,
     busy: np.ndarray,
     ranked: dict[bytes, list[int]],
+    above: float = -np.inf,
 ) -> tuple[float, float, int, int] | None:
     """The best exchange (score, gain, unit on ``a``, unit elsewhere) of node ``a`` with the
     nodes that deviate most the other way (``signed``: each node's weighted deviation), usable
-    and not ``busy``, if it pays. ``ranked`` keeps the ranking of the partners by the sign of
-    the deviation (the same for every node that deviates the same way)."""
+    and not ``busy``, scoring above ``above``, if it pays. ``ranked`` keeps the ranking of the
+    partners by the sign of the deviation (the same for every node that deviates the same
+    way)."""
     sign = np.sign(signed[a])
     if (order := ranked.get(sign.tobytes())) is None:
         opposite = -(signed @ sign)
@@ -337,7 +339,7 @@ def _best_exchange(
     partners = np.array(
         list(islice((n for n in order if free[n] and n != a), n_partners)), dtype=np.intp
     )
-    found = state.best_swap(a, partners)
+    found = state.best_swap(a, partners, above)
     if found is None or not price.exchange_pays(state, found[2:], found[1]):
         return None
     return found

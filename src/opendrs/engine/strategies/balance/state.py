@@ -521,8 +521,11 @@ class BalanceState:
             keeps_held_moves(self, np.array([u]), np.array([t]))[0, 0]
         )
 
-    def best_swap(self, a: int, partners: np.ndarray) -> tuple[float, float, int, int] | None:
-        """The best exchange of a unit on node ``a`` with a unit on one of the ``partners`` nodes.
+    def best_swap(
+        self, a: int, partners: np.ndarray, above: float = -np.inf
+    ) -> tuple[float, float, int, int] | None:
+        """The best exchange of a unit on node ``a`` with a unit on one of the ``partners`` nodes,
+        of those scoring above ``above`` (the others' constraints are not checked).
 
         Returns (score, gain, unit on a, unit elsewhere) or None. Both units must be movable,
         allowed on each other's node, fit there once the other has left, and keep hard
@@ -535,14 +538,15 @@ class BalanceState:
             return None
         x = self.node_kinds(a)
         parts = [self.node_kinds(n) for n in nodes]
-        o = self._nodes_kinds(nodes, parts)
-        if x.units.size == 0 or o.units.size == 0:
+        if x.units.size == 0 or all(p.units.size == 0 for p in parts):
             return None
         # Units alike (same demand and node, not moved yet) pair alike: gains and scores are
         # computed per kind, and pairs of units only for the best of them.
-        found = best_allowed(
-            self.swap_check(a, x.units, o.units), x, o, self._gaining_pairs(a, x, nodes, parts)
-        )
+        pairs = self._gaining_pairs(a, x, nodes, parts, above)
+        if pairs.score.size == 0:  # none gains (or scores above ``above``)
+            return None
+        o = self._nodes_kinds(nodes, parts)
+        found = best_allowed(self.swap_check(a, x.units, o.units), x, o, pairs)
         if found is None:
             return None
         score, gain, at_x, at_o = found
@@ -573,12 +577,12 @@ class BalanceState:
         return check
 
     def _gaining_pairs(
-        self, a: int, x: Kinds, nodes: list[int], parts: list[Kinds]
+        self, a: int, x: Kinds, nodes: list[int], parts: list[Kinds], above: float = -np.inf
     ) -> GainingPairs:
         """The exchanges of the kinds ``x`` on ``a`` with the kinds ``parts`` on ``nodes`` (one
-        node after the other) that gain (:meth:`_swap_gains`), with their scores. Each node's
-        part is kept while neither it nor ``a`` changes (a move drops the kinds of the nodes it
-        touches)."""
+        node after the other) that gain (:meth:`_swap_gains`) and score above ``above``, with
+        their scores. Each node's part is kept while neither it nor ``a`` changes (a move drops
+        the kinds of the nodes it touches)."""
         kept = self._swap_blocks
         blocks = [kept.get((a, n)) for n in nodes]
         fresh = [
@@ -599,9 +603,10 @@ class BalanceState:
             widths = [parts[i].first.size for i in fresh]
             for i, block in zip(fresh, found.split(widths), strict=True):
                 blocks[i] = kept[(a, nodes[i])] = (x, parts[i], block)
-            if len(fresh) == len(nodes):
+            if len(fresh) == len(nodes) and above == -np.inf:
                 return found
-        return GainingPairs.join([b[2] for b in blocks], [p.first.size for p in parts])
+        kept_pairs = [b[2].above(above) for b in blocks]
+        return GainingPairs.join(kept_pairs, [p.first.size for p in parts])
 
     def _nodes_kinds(self, nodes: list[int], parts: list[Kinds]) -> Kinds:
         """``parts``, the :meth:`node_kinds` of ``nodes``, one node after the other; the last ones
