@@ -104,3 +104,15 @@ def test_a_repair_says_it_is_only_the_repairs(tmp_path: Path) -> None:
 
 def test_every_strategy_is_covered() -> None:
     assert set(REGISTRY) - {"balance"} == set(DEMO_STOPS) | {"optimal"}
+
+
+@pytest.mark.parametrize("mode", ["static", "dynamic"])
+def test_the_vcpu_commitments_goal_is_named_in_static_mode_only(mode: str, tmp_path: Path) -> None:
+    small = Path(__file__).resolve().parents[2] / "examples" / "small.yaml"
+    snapshot = tmp_path / "small.yaml"
+    snapshot.write_text(small.read_text().replace("mode: dynamic", f"mode: {mode}", 1))
+    stop = _plan(str(snapshot), "-O", "margin=0", "-O", "target_spread=0.2")["stop"]
+    assert stop["code"] == "balanced"
+    assert ("cpu_commit_spread" in stop) is (mode == "static"), stop
+    said = opendrs("plan", str(snapshot), "-O", "margin=0", "-O", "target_spread=0.2").stdout
+    assert ("vCPU commitments" in " ".join(said.split())) is (mode == "static"), said

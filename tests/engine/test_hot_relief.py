@@ -172,3 +172,15 @@ def test_relief_lifts_only_the_cooldown_where_the_guards_leave_the_node_hot() ->
         full, NOW, config, PolicyState(), PastMigrations(cooldown_until=cooling), busy=False
     )
     assert forced.act and "over capacity (cpu_used)" in forced.reason
+
+
+def test_a_hotter_node_is_relieved_as_deep_as_a_cooler_one() -> None:
+    # n1 at 95 %: the deeper relief brings it 10 points under the hot level (75 %) as it would
+    # a node at 87 % — the margin is not cut to what is left of its capacity (that left it at
+    # 80 %: one 1.5-core guest moved, where the 2-core one brings it to 75 %).
+    hot = _cluster((1.5, 1.5, 1.5, 1.5, 1.5, 2.0))
+    decision = _decide(hot, EAGER)
+    assert decision.act and decision.code == "repair" and decision.plan is not None
+    gone = {m.guest for m in decision.plan.moves}
+    left = sum(g.cpu_used for g in hot.guests if g.node == "n1" and g.id not in gone)
+    assert left <= 7.5 + 1e-9, (decision.plan.moves, left)

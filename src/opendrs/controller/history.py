@@ -243,7 +243,8 @@ class History:
         self._set_state_json("hot_seen", "the nodes seen running hot", value)
 
     def _state_json(self, key: str, what: str) -> object:
-        """The JSON value kept under ``key`` (None when there is none, or it is not JSON)."""
+        """The JSON value kept under ``key``: None when there is none, False when it is not
+        JSON."""
         with self._read(f"read {what}") as db:
             row = db.execute("SELECT value FROM state WHERE key = ?", (key,)).fetchone()
         if row is None:

@@ -123,8 +123,8 @@ class _Server(ThreadingHTTPServer):
                 daemon=self.daemon_threads,
             )
             self._answering = [t for t in self._answering if t.is_alive()]
+            thread.start()  # kept only once started: the stop joins every thread it keeps
             self._answering.append(thread)
-        thread.start()
 
     def answering(self, request: socket.socket) -> None:
         """The request of this connection was read: it is answered, no longer waited for."""

@@ -515,7 +515,7 @@ class Controller:
         else:
             average = self.window.average(cluster)
         if policy.hot is not None:
-            # A node whose load rises steadily is relieved before it runs hot (policy.trend).
+            # A node whose load rises steadily is relieved before it runs hot (engine.policy.trend).
             trend = node_trend(self.window, cluster, policy.interval)
             if trend.rising:
                 base = average if recent is None else recent

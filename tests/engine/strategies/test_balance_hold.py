@@ -139,7 +139,8 @@ def test_plan_holds_the_vcpus_within_their_goal(tmp_path: Path) -> None:
         cwd=ROOT,
         env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"},
     ).stdout
-    assert "within 1 percentage points of each other, their vCPU commitments within 100" in words
+    said = " ".join(words.split())  # the sentence as wrapped at the terminal's width, joined
+    assert "within 1 percentage points of each other, their vCPU commitments within 100 pp" in said
     # With a goal of 0 and no hold, the vCPUs' goal is one vCPU on a 32-core node.
     plain = _plan(path, "-O", "cpu_commit_spread=0")
     assert plain["metrics"]["after"]["cpu"]["spread"] <= 1 / 32 + 1e-9  # type: ignore[index]

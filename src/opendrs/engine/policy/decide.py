@@ -60,6 +60,7 @@ from opendrs.engine.policy.repair import (
     may_need_repair,
     only_hot,
     repair_activity,
+    repair_kept_off,
     repair_within_guards,
 )
 from opendrs.engine.policy.smoothing import hot_nodes, overloads, with_last
@@ -488,7 +489,8 @@ def _deeper_relief(
         level = max(config.hot - share, 0.0)
         margin = with_margin(usage, view.observed, running_hot, config.hot - level)
         deeper = CycleView(view.observed, view.average, margin, kept_off, config.hot)
-        found = repair_within_guards(deeper.checked, deeper.constraints, config, kept_off, failed)
+        # The guards kept, never lifted: the nodes checked past their capacity are not broken.
+        found = (repair_kept_off(deeper.checked, deeper.constraints, config, kept_off), kept_off)
         plan = found[0].plan
         if plan is None or not plan.moves or len(found[0].stuck) > len(made[0].stuck):
             continue
@@ -550,7 +552,9 @@ def _failover(r: _Round) -> tuple[_Round, Decision | None]:
     plan = None if found is None else _failover_plan(r, found[0])
     reached = None if plan is None else failover_after(r.cluster, plan, failures, r.now, recovery)
     if plan is None or reached is None or reached.shortfall >= check.shortfall:
-        blocked = failover_blocked(r.view, failures, r.now, recovery)
+        # Only a search that found no move says what keeps the moves off; moves found but not
+        # ordered safely, or not bringing it closer, are none that help.
+        blocked = failover_blocked(r.view, failures, r.now, recovery, lifted=found is None)
         tried = replace(check, repair_tried=r.now, repair_blocked=blocked)
         return _failover_short(replace(r, state=replace(r.state, failover=tried)), tried), None
     said = ("failover", "failover headroom", "closer to the failover headroom")

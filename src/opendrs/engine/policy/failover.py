@@ -183,27 +183,33 @@ def failover_repair(
 
 
 def failover_blocked(
-    view: CycleView, failures: int, now: float, recovery: FailoverRecovery = "best-fit"
+    view: CycleView,
+    failures: int,
+    now: float,
+    recovery: FailoverRecovery = "best-fit",
+    *,
+    lifted: bool = True,
 ) -> Stop:
     """Why :func:`failover_repair` found no move: a ``failover_short`` stop naming the HA
     ``guests`` (ids, space-separated) that cannot restart when the ``failed`` nodes fail (the
     worst case), its part what keeps the moves off — ``hot_level`` (the ``nodes`` the moves that
     would give it back fill above the ``hot`` level, a share) when the repair, the hot level
-    lifted, finds one; else ``no_helping_move`` — judged by ``recovery``."""
+    lifted, finds one (tried only with ``lifted``); else ``no_helping_move`` — judged by
+    ``recovery``."""
     cases = failover_headroom(view.observed, failures, recovery).cases
     worst = max(cases, key=lambda c: len(c.stranded))
     details = {
         "guests": " ".join(g for g, _why in worst.stranded),
         "failed": " ".join(worst.failed),
     }
-    lifted = (
+    found = (
         None
-        if view.hot is None
+        if view.hot is None or not lifted
         else failover_repair(view.without_hot(), failures, now, 0, recovery)
     )
-    if view.hot is None or lifted is None:
+    if view.hot is None or found is None:
         return Stop("failover_short", details, (Stop("no_helping_move"),))
-    nodes = " ".join(sorted(set(lifted[0].values())))
+    nodes = " ".join(sorted(set(found[0].values())))
     return Stop("failover_short", details, (Stop("hot_level", {"nodes": nodes, "hot": view.hot}),))
 
 

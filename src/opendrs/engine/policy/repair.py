@@ -305,14 +305,7 @@ def repair_within_guards(
     ``decide._relief_past_cooldown``). Also the placements the repair kept off."""
 
     def attempt(forbidden: frozenset[tuple[str, str]]) -> Repair:
-        return repair(
-            cluster,
-            forbidden=forbidden,
-            constraints=cons,
-            batch=config.batch,
-            max_parallel=config.max_parallel,
-            max_node_inflow=config.max_node_inflow,
-        )
+        return repair_kept_off(cluster, cons, config, forbidden)
 
     fixed = attempt(guarded)
     if not fixed.needed or not fixed.stuck or guarded == failed or only_hot(cluster, cons):
@@ -321,6 +314,20 @@ def repair_within_guards(
     if len(relaxed.stuck) >= len(fixed.stuck):
         return fixed, guarded
     return relaxed, failed
+
+
+def repair_kept_off(
+    cluster: Cluster, cons: Constraints, config: PolicyConfig, forbidden: frozenset[tuple[str, str]]
+) -> Repair:
+    """The repair with the placements ``forbidden`` kept off, whatever it leaves stuck."""
+    return repair(
+        cluster,
+        forbidden=forbidden,
+        constraints=cons,
+        batch=config.batch,
+        max_parallel=config.max_parallel,
+        max_node_inflow=config.max_node_inflow,
+    )
 
 
 def only_hot(cluster: Cluster, cons: Constraints) -> bool:

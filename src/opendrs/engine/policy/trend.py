@@ -166,12 +166,21 @@ def with_trend(
 
 
 def with_node_load(
-    usage: MeasuredUsage, cluster: Cluster, cpu: np.ndarray, memory: np.ndarray
+    usage: MeasuredUsage,
+    cluster: Cluster,
+    cpu: np.ndarray,
+    memory: np.ndarray,
+    *,
+    capped: bool = True,
 ) -> MeasuredUsage:
-    """``usage`` with ``cpu`` (cores) and ``memory`` (bytes) added to each node's own load — at
-    most what leaves the node within its capacity: a node raised above the hot level runs hot,
-    it is never made over its capacity (a repair that would lift the guards against flapping)."""
+    """``usage`` with ``cpu`` (cores) and ``memory`` (bytes) added to each node's own load — with
+    ``capped``, at most what leaves the node within its capacity: a forecast raises a node above
+    the hot level, never over its capacity (a repair that would lift the guards against
+    flapping). Uncapped only for a view the relief searches in with its guards kept
+    (:func:`with_margin`)."""
     room = np.maximum(_FULL * net_sizes(cluster) - _loads(usage, cluster), 0.0)
+    if not capped:
+        room = np.full_like(room, np.inf)
     return MeasuredUsage(
         usage.guest_ids,
         usage.node_names,
@@ -205,15 +214,17 @@ def with_margin(
     usage: MeasuredUsage, cluster: Cluster, nodes: tuple[int, ...], share: float
 ) -> MeasuredUsage:
     """``usage`` with ``share`` of their size (net of reserves) added to the own load of
-    ``nodes`` (indexes), within their capacity: those nodes checked ``share`` under a level, the
-    others at it."""
+    ``nodes`` (indexes), whole even past their capacity (a node at 95 % is checked at 105 %, so
+    it is brought as far under a level as one at 87 %): those nodes checked ``share`` under a
+    level, the others at it. A relief searches this view with its guards kept, never lifted
+    (``decide._deeper_relief``)."""
     cpu = np.zeros(len(cluster.nodes))
     memory = np.zeros(len(cluster.nodes))
     for n in nodes:
         node = cluster.nodes[n]
         cpu[n] = share * cluster.net_cpu(node)
         memory[n] = share * cluster.net_memory(node)
-    return with_node_load(usage, cluster, cpu, memory)
+    return with_node_load(usage, cluster, cpu, memory, capped=False)
 
 
 def _frozen(values: np.ndarray) -> np.ndarray:

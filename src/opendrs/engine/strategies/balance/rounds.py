@@ -36,10 +36,23 @@ EXCHANGE_FIRST = 3.0
 SWAP_NODES_PER = 64
 
 
-def balanced_reason(options: BalanceOptions, spreads: np.ndarray, more: Iterable[str] = ()) -> str:
-    """The stop reason of a search that ended balanced, with ``more`` clauses."""
+def looser_commit_goal(state: BalanceState, options: BalanceOptions) -> float | None:
+    """The vCPU commitments' goal where it is looser than ``target_spread`` and applies (static
+    mode, :func:`grain_and_goal`), else None."""
+    static = state.loads.mode == "static" and state.loads.source == "usage"
     commit = options.cpu_commit_spread
-    looser = f", vCPU commitments {commit * 100:.2f} pp" if commit > options.target_spread else ""
+    return commit if static and commit > options.target_spread else None
+
+
+def balanced_reason(
+    options: BalanceOptions,
+    commit: float | None,
+    spreads: np.ndarray,
+    more: Iterable[str] = (),
+) -> str:
+    """The stop reason of a search that ended balanced (``commit``: the vCPU commitments'
+    looser goal, :func:`looser_commit_goal`), with ``more`` clauses."""
+    looser = "" if commit is None else f", vCPU commitments {commit * 100:.2f} pp"
     text = (
         "balanced: every spread within its goal "
         f"({options.target_spread * 100:.2f} pp{looser}, or one guest's step where coarser): ("
@@ -49,12 +62,12 @@ def balanced_reason(options: BalanceOptions, spreads: np.ndarray, more: Iterable
     return "; ".join([text, *more])
 
 
-def balanced_stop(options: BalanceOptions, spreads: np.ndarray) -> Stop:
+def balanced_stop(options: BalanceOptions, commit: float | None, spreads: np.ndarray) -> Stop:
     """The stop of a search that ended balanced: the goals and each resource's spread."""
     figures = {f"{r}_spread": float(s) for r, s in zip(RESOURCES, spreads, strict=True)}
     goals = {"target_spread": options.target_spread}
-    if options.cpu_commit_spread > options.target_spread:
-        goals["cpu_commit_spread"] = options.cpu_commit_spread
+    if commit is not None:
+        goals["cpu_commit_spread"] = commit
     return Stop("balanced", {**goals, **figures})
 
 
@@ -116,8 +129,7 @@ def holds(state: BalanceState, options: BalanceOptions) -> bool:
     """Whether the rounds hold the resources within their goal (:mod:`.hold`): with ``hold``, and
     wherever the vCPU commitments' goal is looser than ``target_spread`` (static mode) — without
     the hold a looser goal saves few moves, as the vCPUs would still steer every choice."""
-    static = state.loads.mode == "static" and state.loads.source == "usage"
-    return options.hold or (static and options.cpu_commit_spread > options.target_spread)
+    return options.hold or looser_commit_goal(state, options) is not None
 
 
 def balance_rounds(
@@ -156,7 +168,8 @@ def _rounds(
     while len(history) < limit:
         spreads = state.spreads()
         if np.all(spreads[weighted] <= state.goal[weighted]):
-            return balanced_reason(options, spreads), balanced_stop(options, spreads)
+            goal = looser_commit_goal(state, options)
+            return balanced_reason(options, goal, spreads), balanced_stop(options, goal, spreads)
         held = state.held
         state.steer(hold & (spreads <= state.goal))
         if state.held is not held:

@@ -32,7 +32,13 @@ from .options import BalanceOptions
 from .polish import polish_below_grain
 from .prune import prune
 from .repair import ExactRepairMemo, RepairOutcome, repair
-from .rounds import balance_rounds, balanced_reason, balanced_stop, grain_and_goal
+from .rounds import (
+    balance_rounds,
+    balanced_reason,
+    balanced_stop,
+    grain_and_goal,
+    looser_commit_goal,
+)
 from .state import BalanceState
 from .steps import History, StepKind
 from .twins import cheaper_twins
@@ -114,8 +120,9 @@ def _search(
         # Then fewer moves within the goals reached (a polished resource's is target_spread).
         compact(history, ceiling, target_spread)
         if polished:
-            stopped = balanced_reason(options, state.spreads(), polished)
-            stop = balanced_stop(options, state.spreads())
+            commit = looser_commit_goal(state, options)
+            stopped = balanced_reason(options, commit, state.spreads(), polished)
+            stop = balanced_stop(options, commit, state.spreads())
     # The same loads for less: a moved guest's cheaper twin left at home goes in its place.
     cheaper_twins(history)
     proposal = Proposal(
