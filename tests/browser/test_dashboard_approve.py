@@ -63,6 +63,8 @@ def test_a_proposal_is_approved_from_the_dashboard(
         assert refused and "token field" in texts(chromium, "#refresh")[0]
         type_token(chromium, TOKEN)
         (proposal,) = wait_until("a proposal", lambda: texts(chromium, "li.proposal"))
+        # The header's line, absent from the frame asked without the token, comes with the panel.
+        assert "proxmox backend" in texts(chromium, "#where")[0]
         assert "pve1 →" in proposal and "vm10" in proposal
         assert chromium.get_cookies() == [] and TOKEN not in chromium.current_url
         kept = chromium.execute_script("return window.sessionStorage.getItem('opendrs.token');")

@@ -504,6 +504,8 @@ SCRIPT: Final = """
             panel.querySelectorAll("details[open]"), function (d) { return d.dataset.key; });
           panel.outerHTML = html;
           panel = document.getElementById("panel");
+          // the frame answered without the token has no header line: the panel brings it
+          document.getElementById("where").textContent = panel.dataset.where || "";
           open.forEach(function (key) {
             var details = panel.querySelector('details[data-key="' + key + '"]');
             if (details) { details.open = true; }
