@@ -446,7 +446,7 @@ def test_a_manual_member_takes_nothing_automatically(tmp_path: Path, real: RealC
             assert result.returncode == 0, result.stderr
             assert history(tmp_path, "SELECT * FROM migrations") == []
             why = why_not(tmp_path, config, "big-ct")
-            assert f"{two}  strict node affinity (scheduler.instance: {two} manual)" in why, why
+            assert f"{two}: strict node affinity (scheduler.instance: {two} manual)" in why, why
         # The member back to `all`: balancing moves the big one there.
         result = opendrs("run", "--config", str(config), "--once")
         assert result.returncode == 0, result.stderr
@@ -521,9 +521,9 @@ def test_cluster_groups_and_restricted_projects_keep_their_instances(
         assert live.node(one).tags == ("default", "solo")
         assert live.guest("fenced/fenced-ct").node == one
         why = why_not(tmp_path, config, "fenced/fenced-ct")
-        assert f"{two}  strict node affinity (project fenced groups)" in why, why
+        assert f"{two}: strict node affinity (project fenced groups)" in why, why
         why = why_not(tmp_path, config, "big-ct")
-        assert (f"{two}  strict node affinity (cluster group solo)" in why) == bool(recorded), why
+        assert (f"{two}: strict node affinity (cluster group solo)" in why) == bool(recorded), why
 
         result = opendrs("run", "--config", str(config), "--once")
         assert result.returncode == 0, result.stderr
@@ -803,7 +803,7 @@ def test_an_evacuated_member_is_online_and_takes_nothing(tmp_path: Path, real: R
             )
             assert (live.node(two).online, live.node(two).maintenance) == (True, True)
             why = why_not(tmp_path, config, "waiting-ct")
-            assert f"{two}  node in maintenance" in why, why
+            assert f"{two}: node in maintenance" in why, why
         finally:
             real.cli("cluster", "restore", two, "--force")
 

@@ -93,9 +93,9 @@ def test_snapshot_show_and_plan_carry_the_pool_rule(tmp_path: Path, pve: Any) ->
         "  pool web: vm100 (100), vm101 (101), vm102 (102) kept apart (soft), origin pool"
         in shown.stdout.splitlines()
     )
-    text = opendrs("plan", str(live)).stdout.splitlines()
+    text = " ".join(opendrs("plan", str(live)).stdout.split())  # its lines as wrapped, joined
     assert (
-        "  pool web (soft anti-affinity): vm100 (100), vm101 (101), vm102 (102) share pve1; "
+        "pool web (soft anti-affinity): vm100 (100), vm101 (101), vm102 (102) share pve1; "
         "origin pool" in text
     )
     plan = json.loads(opendrs("plan", str(live), "--format", "json").stdout)

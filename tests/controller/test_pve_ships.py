@@ -251,7 +251,7 @@ def test_once_why_not_names_failback(tmp_path: Path, fake: FakeCluster) -> None:
     placed = opendrs("place", str(snap), "--guest", "100")
     assert placed.returncode == 0, placed.stderr
     assert re.search(
-        r"pve2\s+HA failback \(prefer-pve1\): priority 1, while the HA manager moves it back to "
+        r"pve2:\s+HA failback \(prefer-pve1\): priority 1, while the HA manager moves it back to "
         r"its priority 2 nodes \(pve1\)",
         placed.stdout,
     ), placed.stdout
