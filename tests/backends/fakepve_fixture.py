@@ -1020,6 +1020,12 @@ class FakeCluster:
 
         self.run(start())
 
+    def __enter__(self) -> FakeCluster:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()
+
     def stop(self) -> None:
         try:
             self.run(self.pve.stop())

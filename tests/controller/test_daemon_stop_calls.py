@@ -31,12 +31,9 @@ CRASHES = ("Traceback", "Fatal Python error", "terminate called", "Exception occ
 
 @pytest.fixture
 def fake(tmp_path: Path) -> Iterator[FakeCluster]:
-    cluster = three_nodes(str(tmp_path))
-    running_on_pve1(cluster.pve, range(100, 104))
-    try:
+    with three_nodes(str(tmp_path)) as cluster:
+        running_on_pve1(cluster.pve, range(100, 104))
         yield cluster
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture

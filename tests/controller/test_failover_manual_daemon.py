@@ -55,11 +55,8 @@ def short_of_failover(directory: str) -> FakeCluster:
 @pytest.fixture
 def fake(tmp_path: Path) -> Iterator[FakeCluster]:
     """:func:`short_of_failover`."""
-    cluster = short_of_failover(str(tmp_path))
-    try:
+    with short_of_failover(str(tmp_path)) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 def _config(tmp_path: Path, fake: FakeCluster, extra: str = "") -> Path:

@@ -33,11 +33,8 @@ REPAIRED = r"done .*scratch \(103\) pve3 → pve1"
 
 @pytest.fixture
 def fake(tmp_path: Path) -> Iterator[FakeCluster]:
-    cluster = short_of_failover(str(tmp_path))
-    try:
+    with short_of_failover(str(tmp_path)) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 def _config(tmp_path: Path, fake: FakeCluster, more: str = "", hot: str = ", hot: null") -> Path:

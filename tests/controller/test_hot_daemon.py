@@ -23,26 +23,23 @@ from daemon import Daemon
 def fake(tmp_path: Path) -> Iterator[FakeCluster]:
     """pve1 running hot (eight busy VMs of one core on its eight), pve2 and pve3 with two quiet
     VMs each."""
-    cluster = three_nodes(str(tmp_path))
-    cluster.pve.migrate_secs = 100
-    for vmid, node, busy in [(100 + i, "pve1", 1.0) for i in range(8)] + [
-        (110, "pve2", 0.3),
-        (111, "pve2", 0.3),
-        (120, "pve3", 0.3),
-        (121, "pve3", 0.3),
-    ]:
-        vm = cluster.pve.add_vm(
-            vmid,
-            f"vm{vmid}",
-            node=node,
-            status="running",
-            config={"cores": 1, "memory": 2048, "scsi0": f"ceph:vm-{vmid}-disk-0,size=8G"},
-        )
-        vm.stats.update(cpu=busy, mem=2 * GiB)
-    try:
+    with three_nodes(str(tmp_path)) as cluster:
+        cluster.pve.migrate_secs = 100
+        for vmid, node, busy in [(100 + i, "pve1", 1.0) for i in range(8)] + [
+            (110, "pve2", 0.3),
+            (111, "pve2", 0.3),
+            (120, "pve3", 0.3),
+            (121, "pve3", 0.3),
+        ]:
+            vm = cluster.pve.add_vm(
+                vmid,
+                f"vm{vmid}",
+                node=node,
+                status="running",
+                config={"cores": 1, "memory": 2048, "scsi0": f"ceph:vm-{vmid}-disk-0,size=8G"},
+            )
+            vm.stats.update(cpu=busy, mem=2 * GiB)
         yield cluster
-    finally:
-        cluster.stop()
 
 
 def _targets(fake: FakeCluster, since: int) -> list[tuple[int, str]]:

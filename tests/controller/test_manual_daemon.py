@@ -27,12 +27,9 @@ PROPOSED = r"proposal ([0-9a-f]{8}) \(balance\) waits for approval"
 @pytest.fixture
 def fake(tmp_path: Path) -> Iterator[FakeCluster]:
     """Three nodes, eight running VMs all on pve1: a balancer plans about five moves."""
-    cluster = three_nodes(str(tmp_path))
-    running_on_pve1(cluster.pve, range(100, 108))
-    try:
+    with three_nodes(str(tmp_path)) as cluster:
+        running_on_pve1(cluster.pve, range(100, 108))
         yield cluster
-    finally:
-        cluster.stop()
 
 
 def manual_config(tmp_path: Path, fake: FakeCluster, extra: str = "") -> Path:

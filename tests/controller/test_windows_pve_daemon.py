@@ -32,12 +32,9 @@ DECIDED = r"decision \(active\)"
 
 @pytest.fixture
 def fake(tmp_path: Path) -> Iterator[FakeCluster]:
-    cluster = three_nodes(str(tmp_path))
-    running_on_pve1(cluster.pve, range(100, 108))
-    try:
+    with three_nodes(str(tmp_path)) as cluster:
+        running_on_pve1(cluster.pve, range(100, 108))
         yield cluster
-    finally:
-        cluster.stop()
 
 
 def _local(offset: timedelta) -> datetime:

@@ -404,7 +404,7 @@ def _repair(r: _Round) -> Decision | tuple[tuple[tuple[str, str], ...], RepairNo
     )
     needed = made.needed
     if config.hot is not None and hot_only and needed:
-        made, kept_off = _deeper_relief(view, config, failed, (made, kept_off))
+        made, kept_off = _deeper_relief(view, config, (made, kept_off))
         if made.stuck:
             made, kept_off = _relief_past_cooldown(r, failed, (made, kept_off))
     plan = made.plan
@@ -460,7 +460,7 @@ def _relief_past_cooldown(
     view, config = r.view, r.config
     found = repair_within_guards(view.checked, view.constraints, config, lifted, failed)
     if found[0].needed:
-        found = _deeper_relief(view, config, failed, found, lifted)
+        found = _deeper_relief(view, config, found, lifted)
     plan = found[0].plan
     if plan is None or not plan.moves or len(found[0].stuck) >= len(made[0].stuck):
         return made
@@ -470,7 +470,6 @@ def _relief_past_cooldown(
 def _deeper_relief(
     view: CycleView,
     config: PolicyConfig,
-    failed: frozenset[tuple[str, str]],
     made: tuple[Repair, frozenset[tuple[str, str]]],
     forbidden: frozenset[tuple[str, str]] | None = None,
 ) -> tuple[Repair, frozenset[tuple[str, str]]]:
