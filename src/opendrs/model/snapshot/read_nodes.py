@@ -65,7 +65,7 @@ class NodeReader(Reader):
                 self.require(mapping, "cpu", path), (*path, "cpu"), positive=True, maximum=MAX_CORES
             ),
             "memory": self.size(
-                self.require(mapping, "memory", path), (*path, "memory"), positive=True
+                self.require(mapping, "memory", path), (*path, "memory"), positive=True, memory=True
             ),
         }
         if fields["cpu"] < MIN_NODE_CORES:
