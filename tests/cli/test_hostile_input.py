@@ -22,6 +22,7 @@ from daemon import opendrs
 from opendrs.cli.main import main
 from opendrs.model.snapshot import dumps, loads
 
+ROOT = Path(__file__).resolve().parents[2]
 GIB = 1024**3
 MIB = 1024**2
 TWO_NODES = "version: 1\nnodes: {a: {cpu: 4, memory: 8GiB}, b: {cpu: 4, memory: 8GiB}}\n"
@@ -63,6 +64,14 @@ def refused(*argv: str) -> str:
             TWO_NODES + "guests:\n  - {id: 1, node: a, memory: 2048, ha: true}\n",
             "guests[0].memory: 2048 bytes is not a memory size",
         ),
+        (
+            "version: 1\nnodes: {a: {cpu: 4, memory: 8GiB, reserve: {memory: 512}}}\n",
+            "nodes.a.reserve.memory: 512 bytes is not a memory size",
+        ),
+        (
+            TWO_NODES.replace("nodes:", "settings: {reserve: {memory: 2048}}\nnodes:"),
+            "settings.reserve.memory: 2048 bytes is not a memory size",
+        ),
     ],
 )
 def test_a_memory_size_that_lost_its_unit_is_refused_with_the_fix(
@@ -72,6 +81,18 @@ def test_a_memory_size_that_lost_its_unit_is_refused_with_the_fix(
     path.write_text(snapshot)
     for command in ("validate", "plan"):
         assert message in refused(command, str(path))
+
+
+def test_a_configurations_reserve_that_lost_its_unit_is_refused(tmp_path: Path) -> None:
+    config = tmp_path / "opendrs.yaml"
+    config.write_text(
+        f"version: 1\nbackend: {{type: file, path: {ROOT / 'examples' / 'small.yaml'}}}\n"
+        "settings: {reserve: {memory: 4096}}\n"
+    )
+    assert refused("validate", "--config", str(config)) == (
+        f"error: {config}: settings.reserve.memory: 4096 bytes is not a memory size: a bare "
+        "number is bytes; write 4096MiB or 4096GiB (or 4096B if bytes are meant)\n"
+    )
 
 
 def test_a_memory_size_in_bytes_or_with_a_unit_is_read() -> None:
@@ -396,3 +417,23 @@ def test_hostile_files_in_a_process_are_one_line(tmp_path: Path) -> None:
         done = opendrs(*argv, timeout=120)
         assert done.returncode == 2 and done.stdout == "", done.stderr
         assert done.stderr.startswith(message) and done.stderr.count("\n") == 1, done.stderr
+
+
+def test_a_scenarios_bandwidth_that_lost_its_unit_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "small.yaml").write_text((ROOT / "examples" / "small.yaml").read_text())
+    scenario = tmp_path / "week.yaml"
+    scenario.write_text(
+        "version: 1\ncluster: small.yaml\nduration: 1d\nmigration: {bandwidth: 1000}\n"
+    )
+    assert refused("simulate", str(scenario), "--no-progress") == (
+        f"error: {scenario}: migration.bandwidth: 1000 bytes per second is not a migration's "
+        "bandwidth: a bare number is bytes; write 1000MiB/s or 1000MB/s (or 1000B/s if bytes are "
+        "meant)\n"
+    )
+    scenario.write_text(
+        "version: 1\ncluster: small.yaml\nduration: 1d\nmigration: {bandwidth: 1048576}\n"
+    )
+    code, _, err = run(
+        "simulate", str(scenario), "--days", "0.01", "--no-progress", "--policy", "opendrs"
+    )
+    assert code == 0, err

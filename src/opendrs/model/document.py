@@ -467,7 +467,8 @@ class Reader:
         self, value: object, path: Path, *, positive: bool = False, memory: bool = False
     ) -> int:
         """Bytes from an integer or a string with a unit (``8GiB``); ``memory``: a machine's
-        configured memory, which a bare number under 1 MiB cannot be (:func:`bare_memory`)."""
+        configured memory or its reserve, which a bare number under 1 MiB cannot be
+        (:func:`bare_memory`)."""
         try:
             size = parse_bytes(value)
         except UnitError as exc:
@@ -564,10 +565,11 @@ class Reader:
 
 
 def bare_memory(value: object) -> str | None:
-    """Why ``value``, written as a machine's memory, is refused: a bare number of bytes under
-    1 MiB (``4096``), which no node or guest has — Proxmox writes memory in MiB, so it is a size
-    in MiB (or GiB) without its unit, and read as bytes it would be a guest that weighs nothing;
-    None for any other value (0, a size with its unit, a plausible number of bytes)."""
+    """Why ``value``, written as a machine's memory (or a reserve of it), is refused: a bare
+    number of bytes under 1 MiB (``4096``), which no node or guest has — Proxmox writes memory
+    in MiB, so it is a size in MiB (or GiB) without its unit, and read as bytes it would be a
+    guest that weighs nothing; None for any other value (0, a size with its unit, a plausible
+    number of bytes)."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1024**2:
         return None
     number = f"{value:g}"
