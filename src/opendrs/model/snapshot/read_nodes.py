@@ -91,9 +91,7 @@ class NodeReader(Reader):
                 capacity[pool] = self.size(size, spath)
             fields["storage"] = capacity
         if "reserve" in mapping:
-            cpu, memory = self.cpu_memory(
-                mapping["reserve"], (*path, "reserve"), configured=True
-            )
+            cpu, memory = self.cpu_memory(mapping["reserve"], (*path, "reserve"), configured=True)
             fields["reserve_cpu"] = cpu
             fields["reserve_memory"] = memory
         if "usage" in mapping:
