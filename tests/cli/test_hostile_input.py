@@ -206,7 +206,7 @@ def test_validate_counts_in_words(tmp_path: Path) -> None:
 
 @st.composite
 def snapshots(draw: st.DrawFn) -> dict[str, Any]:
-    """A small static-mode snapshot: nodes offline or in maintenance, pinned, stopped and HA
+    """A small snapshot, static or dynamic: nodes offline or in maintenance, pinned, stopped and HA
     guests, names that repeat or look like ids, hard and soft rules on distinct running guests
     (no two rules share a guest: none contradicts another, so the engine drops none)."""
     nodes: dict[str, dict[str, Any]] = {}
@@ -245,19 +245,20 @@ def snapshots(draw: st.DrawFn) -> dict[str, Any]:
         elif kind != "ignore":
             rule["hard"] = draw(st.booleans())
         rules.append(rule)
-    overcommit = draw(st.sampled_from([1, 4]))
-    return {
-        "version": 1,
-        "settings": {"mode": "static", "cpu_overcommit": overcommit},
-        "nodes": nodes,
-        "guests": guests,
-        "rules": rules,
-    }
+    settings = {"mode": draw(st.sampled_from(["static", "dynamic"]))}
+    settings["cpu_overcommit"] = draw(st.sampled_from([1, 4]))
+    if settings["mode"] == "dynamic":  # measured use, the hosts' own too
+        for guest in guests:
+            guest["usage"] = {"cpu": draw(st.sampled_from([0, 0.5, 2])), "memory": "200MiB"}
+        for node in nodes.values():
+            node["usage"] = draw(st.sampled_from([{}, {"cpu": 0.2, "memory": "512MiB"}]))
+    return {"version": 1, "settings": settings, "nodes": nodes, "guests": guests, "rules": rules}
 
 
 class PlanCheck:
     """An account of a snapshot's plan independent of the engine: what each node carries in
-    every step (a guest migrating loads both its nodes), and the hard rules' state."""
+    every step (a guest migrating loads both its nodes) of configured vCPUs and memory, hard in
+    every mode, and the hard rules' state."""
 
     def __init__(self, snapshot: dict[str, Any]) -> None:
         self.snapshot = snapshot
@@ -315,7 +316,21 @@ class PlanCheck:
         assert held_before <= self.held(), (held_before, self.held())
 
 
-STRATEGIES = ["balance", "static-greedy", "pve-topsis", "proxlb-greedy", "incus"]
+STRATEGIES = ["balance", "static-greedy", "pve-topsis", "proxlb-greedy", "incus", "drs-pressure"]
+
+
+@pytest.mark.parametrize("strategy", [*STRATEGIES, "pve-bruteforce", "optimal"])
+def test_a_cluster_without_guests_unbalanced_by_its_hosts_has_nothing_to_move(
+    tmp_path: Path, strategy: str
+) -> None:
+    """The hosts' own load makes the spread; no guest can even it out: no move, no crash."""
+    path = tmp_path / "empty.yaml"
+    path.write_text(
+        "version: 1\nnodes:\n  a: {cpu: 1, memory: 2GiB}\n"
+        "  b: {cpu: 1, memory: 2GiB, usage: {cpu: 0.5, memory: 512MiB}}\n"
+    )
+    code, out, err = run("plan", str(path), "--strategy", strategy, "--format", "json")
+    assert (code, err) == (0, "") and json.loads(out)["moves"] == []
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
