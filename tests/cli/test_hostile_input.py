@@ -452,3 +452,25 @@ def test_a_scenarios_bandwidth_that_lost_its_unit_is_refused(tmp_path: Path) -> 
         "simulate", str(scenario), "--days", "0.01", "--no-progress", "--policy", "opendrs"
     )
     assert code == 0, err
+
+
+def test_a_configuration_whose_input_file_cannot_be_read_is_refused_by_validate(
+    tmp_path: Path,
+) -> None:
+    """What ``run`` would refuse (a scenario that is not there) or never read (a directory as
+    the snapshot), ``validate --config`` refuses first; a snapshot still to come is fine."""
+    config = tmp_path / "opendrs.yaml"
+    for backend, message in (
+        (
+            "{type: sim, scenario: gone.yaml}",
+            f"backend.scenario: {tmp_path}/gone.yaml: no such file",
+        ),
+        (
+            f"{{type: file, path: {tmp_path}}}",
+            f"backend.path: {tmp_path} is a directory, not a file",
+        ),
+    ):
+        config.write_text(f"version: 1\nbackend: {backend}\n")
+        assert refused("validate", "--config", str(config)) == f"error: {config}: {message}\n"
+    config.write_text("version: 1\nbackend: {type: file, path: later.yaml}\n")
+    assert run("validate", "--config", str(config))[0] == 0
