@@ -156,6 +156,12 @@ def test_a_new_guests_names_are_held_to_a_snapshots_rules(spec: str, message: st
             "cannot read a value: a number of 5001 digits (at most 4300)\n",
         ),
         (
+            "version: 1\nnodes: {a: {cpu: 4, memory: 8GiB}}\n",
+            ".json",
+            "line 1, column 1: Expecting value (the file's name ends in .json, so it is read as "
+            "JSON; YAML needs another name)\n",
+        ),
+        (
             "version: 1\nnodes: {2024-01-01: {cpu: 4, memory: 8GiB}}\n",
             ".yaml",
             "nodes.2024-01-01: expected a name or a number, got the date 2024-01-01 (quote it)\n",

@@ -299,7 +299,9 @@ def _parse(text: str, filename: str, fmt: Format) -> object:
                 return json.loads(text, object_pairs_hook=_json_object)
         return _load_yaml(text)
     except json.JSONDecodeError as exc:
-        reason = f"line {exc.lineno}, column {exc.colno}: {exc.msg}"
+        reason = f"line {exc.lineno}, column {exc.colno}: {exc.msg}" + _not_json(
+            exc, text, filename
+        )
     except yaml.YAMLError as exc:
         reason = _yaml_problem(exc, text)
     except RecursionError:
@@ -309,6 +311,17 @@ def _parse(text: str, filename: str, fmt: Format) -> object:
     except (ValueError, OverflowError, TypeError, ArithmeticError) as exc:
         reason = f"cannot read a value: {_value_problem(exc)}"
     raise DocumentError(filename, "", reason)
+
+
+def _not_json(exc: json.JSONDecodeError, text: str, filename: str) -> str:
+    """The hint for a file named ``.json`` that is not JSON from its first character on
+    (YAML, most likely): its name chose the parser."""
+    start = text.lstrip()
+    if not filename.lower().endswith(".json") or not start or start.startswith(("{", "[")):
+        return ""
+    if exc.pos != len(text) - len(start):
+        return ""
+    return " (the file's name ends in .json, so it is read as JSON; YAML needs another name)"
 
 
 def _value_problem(exc: Exception) -> str:
