@@ -199,7 +199,13 @@ def test_glob_matches_id_or_name(tmp_path: Path) -> None:
 
 
 def test_bandwidth_units(tmp_path: Path) -> None:
-    for text, expected in (("1GiB/s", GiB), ("100MB/s", 100 * 10**6), ("2G", 2 * GiB), (5, 5)):
+    for text, expected in (
+        ("1GiB/s", GiB),
+        ("100MB/s", 100 * 10**6),
+        ("2G", 2 * GiB),
+        ("5B/s", 5),
+        (2**20, 2**20),
+    ):
         body = f"version: 1\ncluster: cluster.yaml\nmigration: {{bandwidth: {text}}}\n"
         assert load_scenario(write(tmp_path, body)).migration.bandwidth == expected
 

@@ -307,7 +307,7 @@ def test_plan_passes_any_strategy_option(capsys: pytest.CaptureFixture[str]) -> 
         (["proxlb", "check", SMALL, "--time-limit", "0"], "error: opendrs proxlb check: argument"),
         (["place", "demo", "--new", "cpu=1e308,memory=1G"], "error: --new: cpu: must be"),
         (["place", "demo", "--new", "cpu=1,memory=1G", "--failed"], "error: --failed goes with"),
-        (["plan", SMALL, "-O", "wide=100000000000"], "error: -O wide: must be from"),
+        (["plan", SMALL, "-O", "wide=100000000000"], "error: -O wide: must be at most 2147483647"),
         (
             ["plan", SMALL, "-O", "target_spread=1e300"],
             "error: -O target_spread: must be a fraction from 0 to 1",

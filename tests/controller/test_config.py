@@ -143,7 +143,11 @@ OUT_OF_RANGE = [
     ("policy: {options: {wide: 0}}", "policy.options.wide", "wide"),
     ("policy: {options: {max_moves: -1}}", "policy.options.max_moves", "max_moves"),
     ("policy: {options: {max_moves: 1, wide: -1}}", "policy.options.wide", "wide"),
-    ("policy: {options: {wide: 100000000000000000000}}", "policy.options.wide", "to 2147483647"),
+    (
+        "policy: {options: {wide: 100000000000000000000}}",
+        "policy.options.wide",
+        "at most 2147483647",
+    ),
     (
         "policy: {strategy: optimal, options: {w_balance: abc}}",
         "policy.options.w_balance",
@@ -152,7 +156,7 @@ OUT_OF_RANGE = [
     (
         "policy: {strategy: optimal, options: {time_limit: 1.0e+300}}",
         "policy.options.time_limit",
-        "to 1e+15",
+        "at most 1e+15",
     ),
     ("settings: {cpu_overcommit: 1.0e+6}", "settings.cpu_overcommit", "more than 1000"),
     ("settings: {memory_overcommit: 1.0e+6}", "settings.memory_overcommit", "more than 1000"),

@@ -113,6 +113,23 @@ def test_a_guest_kept_in_place_by_the_policy_is_named_with_the_policy() -> None:
     )
 
 
+def test_a_node_the_policy_keeps_off_but_no_policy_could_open_names_its_own_reason() -> None:
+    """A node in maintenance (offline, of another architecture) takes no guest whatever the
+    policy allows: its own reason is named, not the cooldown an operator might lift."""
+    both = Cluster(
+        (
+            Node("a", 4, 8 * GiB, maintenance=True),
+            Node("b", 4, 8 * GiB, maintenance=True),
+            Node("c", 4, 8 * GiB, online=False),
+        ),
+        (Guest("1", "a", memory=GiB, uptime=86400),),
+    )
+    fixed = repair(both, forbidden=frozenset({("1", "b"), ("1", "c")}))
+    assert fixed.stuck == (
+        ("1", "1 is on a, in maintenance; elsewhere: c: node offline; b: node in maintenance"),
+    )
+
+
 # --------------------------------------------------------------------------------------------
 # The daemon's decisions
 

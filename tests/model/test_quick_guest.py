@@ -22,7 +22,7 @@ VALUES: dict[str, list[Any]] = {
     "id": [0, -1, 2**63, 2**63 - 1, True, "a", " a", "", "x" * 256, "x" * 255, "a\n", 1.0, None],
     "node": ["n 2", "n3", 1, None, " n1"],
     "cpu": [1, 0, -1, 2.5, 100_000, 100_001, float("nan"), True, "2", None],
-    "memory": [0, 1, -1, 2**53, 2**53 + 1, 1.5, "x", True, None, "0B", "8PiB", "9PiB"],
+    "memory": [0, 1, 4096, 2**20, -1, 2**53, 2**53 + 1, 1.5, "x", True, None, "0B", "8PiB", "9PiB"],
     "usage": [
         {},
         {"cpu": 0, "memory": 0},

@@ -325,12 +325,23 @@ class _ScenarioReader(Reader):
         return seconds
 
     def bandwidth(self, value: object, path: Path) -> float:
+        """Bytes per second: a size, optionally followed by ``/s``. A bare number under 1 MiB
+        (``1000``, meant as MB/s or Mbit/s) is refused: read as bytes, a migration would take
+        weeks."""
         if isinstance(value, str):
             text = value.strip()
             if text.lower().endswith("/s"):
                 text = text[:-2]
             value = text
-        return float(self.size(value, path, positive=True))
+        bandwidth = float(self.size(value, path, positive=True))
+        if not isinstance(value, str) and bandwidth < 1024**2:
+            number = f"{bandwidth:g}"
+            self.fail(
+                path,
+                f"{number} bytes per second is not a migration's bandwidth: a bare number is "
+                f"bytes; write {number}MiB/s or {number}MB/s (or {number}B/s if bytes are meant)",
+            )
+        return bandwidth
 
     def guest_ref(self, value: object, path: Path, cluster: Cluster) -> str:
         gid = self.text(value, path, allow_int=True)

@@ -98,10 +98,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
         if not problems:
             n_rules = len(cluster.rules.node_affinity) + len(cluster.rules.guest_affinity)
             ignored = f"; {len(warnings)} ignored" if warnings else ""
-            print(
-                f"{args.snapshot}: valid ({len(cluster.nodes)} nodes, "
-                f"{len(cluster.guests)} guests, {n_rules} rules{ignored})"
+            counts = ", ".join(
+                f"{count} {noun}{'' if count == 1 else 's'}"
+                for count, noun in (
+                    (len(cluster.nodes), "node"),
+                    (len(cluster.guests), "guest"),
+                    (n_rules, "rule"),
+                )
             )
+            print(f"{args.snapshot}: valid ({counts}{ignored})")
     return EXIT_USAGE if problems else EXIT_OK
 
 

@@ -39,31 +39,7 @@ def planned(args: argparse.Namespace) -> PlanResult:
     options: dict[str, Any] = {}
     if scenario is not None and strategy.name == "optimal":
         options.update(scenario.options)
-    for name in ("threshold", "margin", "max_moves", "target_spread", "time_limit"):
-        value = getattr(args, name)
-        if value is None:
-            continue
-        flag = f"--{name.replace('_', '-')}"
-        if name not in strategy.options.names():
-            raise UsageError(f"{flag}: strategy {strategy.name} has no such option")
-        try:
-            options[name] = option_value(strategy.options, name, value, repr(value))
-        except ValueError as exc:
-            raise UsageError(f"{flag}: {exc}") from None
-    if any("=" not in item for item in args.old_option):  # -o FILE, as report and snapshot
-        raise UsageError(
-            "-o: plan writes to standard output (redirect it: > FILE; 'opendrs report' writes a "
-            "file with -o FILE); a strategy option is -O NAME=VALUE"
-        )
-    if args.old_option:
-        instead = " ".join(f"-O {item}" for item in args.old_option)
-        print(
-            f"warning: plan -o NAME=VALUE is now -O NAME=VALUE (--option): write {instead}",
-            file=sys.stderr,
-        )
-    for item in [*args.old_option, *args.option]:
-        name, value = _strategy_option(item, strategy.name, strategy.options)
-        options[name] = value
+    options.update(_command_line_options(args, strategy.name, strategy.options))
     if options:
         # The CLI checked the types, the strategy checks the values: an option it refuses is a
         # usage error, found before the real run — whose errors are the strategy's own (a bug).
@@ -78,6 +54,46 @@ def planned(args: argparse.Namespace) -> PlanResult:
         max_parallel=args.max_parallel,
         max_node_inflow=args.max_node_inflow,
     )
+
+
+def _command_line_options(
+    args: argparse.Namespace, strategy: str, known: type[StrategyOptions]
+) -> dict[str, Any]:
+    """The strategy options the command line sets: its flags (``--target-spread``…) and each
+    ``-O NAME=VALUE``. An option set twice (``--max-moves 1 -O max_moves=3``, or two ``-O`` of
+    one name) is refused: which one was meant is not for opendrs to guess."""
+    options: dict[str, Any] = {}
+    given: dict[str, str] = {}
+    for name in ("threshold", "margin", "max_moves", "target_spread", "time_limit"):
+        value = getattr(args, name)
+        if value is None:
+            continue
+        flag = f"--{name.replace('_', '-')}"
+        if name not in known.names():
+            raise UsageError(f"{flag}: strategy {strategy} has no such option")
+        try:
+            options[name] = option_value(known, name, value, repr(value))
+        except ValueError as exc:
+            raise UsageError(f"{flag}: {exc}") from None
+        given[name] = flag
+    if any("=" not in item for item in args.old_option):  # -o FILE, as report and snapshot
+        raise UsageError(
+            "-o: plan writes to standard output (redirect it: > FILE; 'opendrs report' writes a "
+            "file with -o FILE); a strategy option is -O NAME=VALUE"
+        )
+    if args.old_option:
+        instead = " ".join(f"-O {item}" for item in args.old_option)
+        print(
+            f"warning: plan -o NAME=VALUE is now -O NAME=VALUE (--option): write {instead}",
+            file=sys.stderr,
+        )
+    for item in [*args.old_option, *args.option]:
+        name, value = _strategy_option(item, strategy, known)
+        if name in given:
+            raise UsageError(f"-O {item}: {name} is already set by {given[name]}: give it once")
+        options[name] = value
+        given[name] = f"-O {item}"
+    return options
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -141,6 +157,8 @@ def _strategy_option(item: str, strategy: str, options: type[StrategyOptions]) -
     if "=" not in item:
         raise UsageError(f"-O: {item!r} is not NAME=VALUE")
     name, text = (part.strip() for part in item.split("=", 1))
+    if not name:
+        raise UsageError(f"-O: {item!r} is not NAME=VALUE")
     if len(text) > 4000:  # no option needs more; a longer text would fill the error line
         raise UsageError(f"-O {name}: the value is longer than 4000 characters")
     name = name.replace("-", "_")

@@ -261,6 +261,17 @@ class _ConfigReader(SnapshotReader):
         expanded = FsPath(os.path.expanduser(text))
         return str(expanded if expanded.is_absolute() else self.base / expanded)
 
+    def input_file(self, value: object, path: Path, *, required: bool) -> str:
+        """:meth:`local_path` of a file opendrs reads (a snapshot, a scenario): never a
+        directory, and when ``required`` a file that exists — what ``run`` would refuse is
+        refused here, so that ``validate --config`` says it first."""
+        local = self.local_path(value, path)
+        if os.path.isdir(local):
+            self.fail(path, f"{local} is a directory, not a file")
+        if required and not os.path.exists(local):
+            self.fail(path, f"{local}: no such file")
+        return local
+
     def config(self, data: object) -> Config:
         if data is None:
             self.fail(
@@ -398,7 +409,10 @@ class _ConfigReader(SnapshotReader):
         if kind == "file":
             self.check_keys(mapping, path, ("type", "path"))
             return BackendConfig(
-                "file", path=self.local_path(self.require(mapping, "path", path), (*path, "path"))
+                "file",
+                path=self.input_file(
+                    self.require(mapping, "path", path), (*path, "path"), required=False
+                ),
             )
         if kind == "sim":
             self.check_keys(mapping, path, ("type", "scenario", "days", "speed"))
@@ -409,7 +423,7 @@ class _ConfigReader(SnapshotReader):
                 if text.startswith("builtin:"):
                     builtin = text.removeprefix("builtin:")
                 else:
-                    scenario = self.local_path(text, (*path, "scenario"))
+                    scenario = self.input_file(text, (*path, "scenario"), required=True)
             days = None
             if "days" in mapping:
                 days = self.number(mapping["days"], (*path, "days"), positive=True, maximum=3660)

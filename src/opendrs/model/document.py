@@ -14,11 +14,13 @@ did-you-mean suggestions); each file format subclasses it.
 from __future__ import annotations
 
 import codecs
+import datetime
 import gc
 import json
 import math
 import os
 import re
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
@@ -127,11 +129,15 @@ def describe(value: object) -> str:
         return "a mapping"
     if isinstance(value, list | tuple):
         return "a list"
+    if isinstance(value, datetime.date):  # YAML reads 2024-01-01 as a date
+        return f"the date {value.isoformat()}"
     return f"a value of type {type(value).__name__}"
 
 
 def key_text(key: object) -> PathPart:
-    """A mapping key as a path part (a string)."""
+    """A mapping key as a path part (a string): a date as it was written."""
+    if isinstance(key, datetime.date):
+        return key.isoformat()
     return key if isinstance(key, str) else describe(key)
 
 
@@ -293,7 +299,9 @@ def _parse(text: str, filename: str, fmt: Format) -> object:
                 return json.loads(text, object_pairs_hook=_json_object)
         return _load_yaml(text)
     except json.JSONDecodeError as exc:
-        reason = f"line {exc.lineno}, column {exc.colno}: {exc.msg}"
+        reason = f"line {exc.lineno}, column {exc.colno}: {exc.msg}" + _not_json(
+            exc, text, filename
+        )
     except yaml.YAMLError as exc:
         reason = _yaml_problem(exc, text)
     except RecursionError:
@@ -301,10 +309,30 @@ def _parse(text: str, filename: str, fmt: Format) -> object:
     except MemoryError:
         reason = "the document is too large to load"
     except (ValueError, OverflowError, TypeError, ArithmeticError) as exc:
-        # e.g. an integer literal with more digits than Python converts.
-        lines = str(exc).splitlines()
-        reason = f"cannot read a value: {lines[0] if lines else type(exc).__name__}"
+        reason = f"cannot read a value: {_value_problem(exc)}"
     raise DocumentError(filename, "", reason)
+
+
+def _not_json(exc: json.JSONDecodeError, text: str, filename: str) -> str:
+    """The hint for a file named ``.json`` that is not JSON from its first character on
+    (YAML, most likely): its name chose the parser."""
+    start = text.lstrip()
+    if not filename.lower().endswith(".json") or not start or start.startswith(("{", "[")):
+        return ""
+    if exc.pos != len(text) - len(start):
+        return ""
+    return " (the file's name ends in .json, so it is read as JSON; YAML needs another name)"
+
+
+def _value_problem(exc: Exception) -> str:
+    """What is wrong with a value the parser could not convert, in the file's terms: an integer
+    literal with more digits than Python converts is named so, without the interpreter's advice
+    on raising its limit."""
+    digits = re.search(r"value has (\d+) digits", str(exc))
+    if digits is not None:
+        return f"a number of {digits.group(1)} digits (at most {sys.get_int_max_str_digits()})"
+    lines = str(exc).splitlines()
+    return lines[0] if lines else type(exc).__name__
 
 
 def _format_for(filename: str, fmt: str | None) -> Format:
@@ -425,7 +453,7 @@ class Reader:
         ):
             return float(value)  # type: ignore[arg-type]
         if isinstance(value, bool) or not isinstance(value, int | float):
-            self.fail(path, f"expected a number, got {describe(value)}")
+            self.fail(path, f"expected a number, got {describe(value)}{_quoted_number(value)}")
         if isinstance(value, int) and abs(value) > MAX_NUMBER:  # before it becomes a float
             if value < minimum:
                 self.fail(path, f"must not be less than {minimum:g}, got {describe(value)}")
@@ -448,8 +476,12 @@ class Reader:
             self.fail(path, f"must be between {minimum} and {maximum}, got {describe(value)}")
         return value
 
-    def size(self, value: object, path: Path, *, positive: bool = False) -> int:
-        """Bytes from an integer or a string with a unit (``8GiB``)."""
+    def size(
+        self, value: object, path: Path, *, positive: bool = False, memory: bool = False
+    ) -> int:
+        """Bytes from an integer or a string with a unit (``8GiB``); ``memory``: a machine's
+        configured memory or its reserve, which a bare number under 1 MiB cannot be
+        (:func:`bare_memory`)."""
         try:
             size = parse_bytes(value)
         except UnitError as exc:
@@ -458,6 +490,10 @@ class Reader:
             self.fail(path, "size too large (at most 8 PiB)")
         if positive and size <= 0:
             self.fail(path, f"must be greater than 0, got {describe(value)}")
+        if memory:
+            problem = bare_memory(value)
+            if problem is not None:
+                self.fail(path, problem)
         return size
 
     def duration(
@@ -486,7 +522,8 @@ class Reader:
             return str(value)
         if not isinstance(value, str):
             expected = "a name or a number" if allow_int else "a string"
-            hint = " (quote it)" if isinstance(value, bool | float) or value is None else ""
+            quote = isinstance(value, bool | float | datetime.date) or value is None
+            hint = " (quote it)" if quote else ""
             self.fail(path, f"expected {expected}, got {describe(value)}{hint}")
         if not value.strip():
             self.fail(path, "must not be empty")
@@ -538,6 +575,39 @@ class Reader:
             seen.add(name)
             out.append((name, item, (*path, name)))
         return out
+
+
+def bare_memory(value: object) -> str | None:
+    """Why ``value``, written as a machine's memory (or a reserve of it), is refused: a bare
+    number of bytes under 1 MiB (``4096``), which no node or guest has — Proxmox writes memory
+    in MiB, so it is a size in MiB (or GiB) without its unit, and read as bytes it would be a
+    guest that weighs nothing; None for any other value (0, a size with its unit, a plausible
+    number of bytes)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1024**2:
+        return None
+    number = f"{value:g}"
+    return (
+        f"{number} bytes is not a memory size: a bare number is bytes; write {number}MiB or "
+        f"{number}GiB (or {number}B if bytes are meant)"
+    )
+
+
+def _quoted_number(value: object) -> str:
+    """The fix for a number the file holds as text: quoted (``'2'``), or an exponent YAML reads
+    as text (``1e3``, which it takes for a number only as ``1.0e+3``); else nothing."""
+    if not isinstance(value, str):
+        return ""
+    try:
+        number = float(value)
+    except ValueError:
+        return ""
+    if not math.isfinite(number):
+        return ""
+    written = f"{number:g}"
+    if "e" in written and "." not in written:  # YAML's number has a dot and a signed exponent
+        mantissa, exponent = written.split("e")
+        written = f"{mantissa}.0e{exponent}"
+    return f" (text, not a number: write {written} without quotes)"
 
 
 @lru_cache(maxsize=256)

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from opendrs.model.cluster import GUEST_KINDS, Guest
-from opendrs.model.document import closest
+from opendrs.model.document import MAX_NAME, closest
 from opendrs.model.snapshot import MAX_BYTES, MAX_CORES
 from opendrs.model.units import UnitError, parse_bytes
 
@@ -54,17 +54,32 @@ def new_guest(fields: Mapping[str, str]) -> Guest:
     if kind not in GUEST_KINDS:
         raise NewGuestError(f"kind must be one of {', '.join(GUEST_KINDS)}")
     return Guest(
-        id=fields.get("id", "new"),
+        id=_text(fields, "id") or "new",
         node="",
         kind=kind,  # type: ignore[arg-type]
-        name=fields.get("name", ""),
+        name=_text(fields, "name") or "",
         cpu=cpu,
         memory=memory,
         cpu_used=cpu_used,
         memory_used=_size(fields, "memory_used"),
-        arch=fields.get("arch"),
+        arch=_text(fields, "arch"),
         priority=int(priority),
     )
+
+
+def _text(fields: Mapping[str, str], key: str) -> str | None:
+    """A name's text as a snapshot takes it: not blank, printable, no blanks around it (an
+    empty ``arch=`` would otherwise be an architecture no node has)."""
+    text = fields.get(key)
+    if text is None:
+        return None
+    if not text.strip():
+        raise NewGuestError(f"{key}: must not be empty")
+    if not text.isprintable() or text != text.strip():
+        raise NewGuestError(f"{key}: must be printable, without blanks around it, got {text!r}")
+    if len(text) > MAX_NAME:
+        raise NewGuestError(f"{key}: must be at most {MAX_NAME} characters, got {len(text)}")
+    return text
 
 
 def _number(fields: Mapping[str, str], key: str, default: str) -> float:

@@ -465,12 +465,14 @@ def _refusals(
     room: np.ndarray,
     forbidden: frozenset[tuple[str, str]],
 ) -> list[Refusal]:
-    """What stops guest ``j`` on each other node, in reporting order: the policy's placements,
-    then the first hard filter that fails there (capacity once, on the closest node), then what
-    keeps its hard-affinity group off a node every filter allows (``room``: each node's free
-    capacity with ``j`` placed as ``assign``). A guest with hard affinity partners moves with
-    them: its unit is judged whole — their rules, their summed demand — so that a group that
-    fits nowhere says which room it lacks."""
+    """What stops guest ``j`` on each other node, in reporting order: the first of the node's
+    own filters that fails there (offline, maintenance, architecture, platform: no other move
+    and no policy changes them), then the policy's placements, then the
+    first other hard filter (capacity once, on the closest node), then what keeps its
+    hard-affinity group off a node every filter allows (``room``: each node's free capacity
+    with ``j`` placed as ``assign``). A guest with hard affinity partners moves with them: its
+    unit is judged whole — their rules, their summed demand — so that a group that fits nowhere
+    says which room it lacks."""
     nodes, guests = cons.cluster.nodes, cons.cluster.guests
     members = cons.unit_members(j)
     headroom = room.copy()  # without the unit's guests
@@ -482,7 +484,9 @@ def _refusals(
     apart[members] = -1  # the unit's own partners move with it: no affinity filter among them
     left = np.ones(len(nodes), dtype=bool)
     left[int(assign[j])] = False
-    out: list[Refusal] = []
+    filters = _unit_masks(cons, members, apart, headroom, demand)
+    node_own = [(code, masks) for code, masks in filters if code in _NODE_OWN_FILTERS]
+    out = _failing(cons, j, node_own, left, (apart, headroom, demand))
     ids = [guests[m].id for m in members.tolist()]
     kept = np.array([any((g, n.name) in forbidden for g in ids) for n in nodes], dtype=bool)
     kept &= left
@@ -490,7 +494,41 @@ def _refusals(
         policy = Rejection(RejectionCode.POLICY, nodes[int(np.argmax(kept))].name)
         out.append(Refusal(policy, j, np.nonzero(kept)[0].tolist()))
         left &= ~kept
-    for code, masks in _unit_masks(cons, members, apart, headroom, demand):
+    others = [(code, masks) for code, masks in filters if code not in _NODE_OWN_FILTERS]
+    out += _failing(cons, j, others, left, (apart, headroom, demand))
+    # Nodes every filter allows the unit: what stops its group there (a partner that cannot
+    # move, one the policy keeps off), never "allowed" without a reason.
+    for n in np.nonzero(left)[0].tolist():
+        out.append(Refusal(_group_blocks(cons, j, n, assign, headroom, forbidden), j, [n]))
+    return out
+
+
+#: The hard filters that depend on the node alone (and the guest), not on where the others are
+#: (a node affinity's tier does: it moves down when the higher one is full): reported before
+#: the policy, which could not put the guest there even if it let it.
+_NODE_OWN_FILTERS = frozenset(
+    {
+        RejectionCode.OFFLINE,
+        RejectionCode.MAINTENANCE,
+        RejectionCode.ARCH,
+        RejectionCode.PLATFORM,
+    }
+)
+
+
+def _failing(
+    cons: Constraints,
+    j: int,
+    filters: list[tuple[RejectionCode, list[tuple[int, np.ndarray]]]],
+    left: np.ndarray,
+    state: tuple[np.ndarray, np.ndarray, np.ndarray],
+) -> list[Refusal]:
+    """The refusals of ``filters`` (in order) on the nodes still ``left``, which loses them:
+    each node refused by the first filter that fails there, capacity once on the closest
+    node (``state``: the unit's assignment apart, the headroom without it, its demand)."""
+    apart, headroom, demand = state
+    out: list[Refusal] = []
+    for code, masks in filters:
         mask = np.logical_and.reduce([mask for _m, mask in masks])
         failing = np.nonzero(left & ~mask)[0]
         left &= mask
@@ -503,10 +541,6 @@ def _refusals(
             who = next(m for m, mask in masks if not mask[n])
             rejection = cons.rejection(code, who, n, apart, headroom, demand)
             out.append(Refusal(rejection, who, [n]))
-    # Nodes every filter allows the unit: what stops its group there (a partner that cannot
-    # move, one the policy keeps off), never "allowed" without a reason.
-    for n in np.nonzero(left)[0].tolist():
-        out.append(Refusal(_group_blocks(cons, j, n, assign, headroom, forbidden), j, [n]))
     return out
 
 

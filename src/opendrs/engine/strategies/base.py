@@ -417,8 +417,10 @@ def typed_option(value: object, default: object, shown: str | None = None) -> ob
         raise ValueError(f"expected a finite number, got {got}")
     if isinstance(value, int | float) and not isinstance(value, bool):
         largest = str(MAX_OPTION_INT) if isinstance(value, int) else f"{MAX_OPTION_NUMBER:g}"
-        if abs(value) > float(largest):
-            raise ValueError(f"must be from -{largest} to {largest}, got {got}")
+        if value > float(largest):
+            raise ValueError(f"must be at most {largest}, got {got}")
+        if value < -float(largest):
+            raise ValueError(f"must be at least -{largest}, got {got}")
     return value
 
 

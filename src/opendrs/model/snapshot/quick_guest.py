@@ -15,7 +15,14 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from opendrs.model.cluster import Disk, Guest, Node
-from opendrs.model.document import MAX_BYTES, MAX_ID, MAX_NAME, MAX_SECONDS, sound_mapping
+from opendrs.model.document import (
+    MAX_BYTES,
+    MAX_ID,
+    MAX_NAME,
+    MAX_SECONDS,
+    bare_memory,
+    sound_mapping,
+)
 from opendrs.model.snapshot.schema import MAX_CORES
 from opendrs.model.units import UnitError, parse_bytes, parse_duration
 
@@ -35,6 +42,8 @@ def quick_guest(value: object, nodes: Mapping[str, Node], shared: frozenset[str]
     node = mapping.get("node")
     memory = _size(mapping.get("memory"))
     if guest_id is None or type(node) is not str or node not in nodes or not memory:
+        return None
+    if bare_memory(mapping["memory"]) is not None:
         return None
     fields: dict[str, Any] = {"id": guest_id, "node": node, "memory": memory, "ha": False}
     if "cpu" in mapping:

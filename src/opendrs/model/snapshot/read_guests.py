@@ -62,7 +62,7 @@ class GuestReader(NodeReader):
         # A stopped container without a memory limit has no size (Incus): 0 is its memory.
         sizeless = fields.get("kind") == "ct" and fields.get("state") == "stopped"
         fields["memory"] = self.size(
-            self.require(mapping, "memory", path), at("memory"), positive=not sizeless
+            self.require(mapping, "memory", path), at("memory"), positive=not sizeless, memory=True
         )
         if has("disks"):
             fields["disks"] = self.disks(mapping["disks"], at("disks"), shared)

@@ -25,15 +25,18 @@ class NodeReader(Reader):
         }
         return Pressure(**fields)
 
-    def cpu_memory(self, value: object, path: Path) -> tuple[float | None, int | None]:
-        """A ``{cpu: cores, memory: size}`` mapping, either key optional."""
+    def cpu_memory(
+        self, value: object, path: Path, *, configured: bool = False
+    ) -> tuple[float | None, int | None]:
+        """A ``{cpu: cores, memory: size}`` mapping, either key optional; ``configured``: sizes
+        someone wrote (a reserve), not measured, so a bare memory under 1 MiB is refused."""
         mapping = self.mapping(value, path)
         self.check_keys(mapping, path, ("cpu", "memory"))
         cpu = mapping.get("cpu")
         memory = mapping.get("memory")
         return (
             None if cpu is None else self.number(cpu, (*path, "cpu"), maximum=MAX_CORES),
-            None if memory is None else self.size(memory, (*path, "memory")),
+            None if memory is None else self.size(memory, (*path, "memory"), memory=configured),
         )
 
     def storage(self, value: object, path: Path) -> frozenset[str]:
@@ -65,7 +68,7 @@ class NodeReader(Reader):
                 self.require(mapping, "cpu", path), (*path, "cpu"), positive=True, maximum=MAX_CORES
             ),
             "memory": self.size(
-                self.require(mapping, "memory", path), (*path, "memory"), positive=True
+                self.require(mapping, "memory", path), (*path, "memory"), positive=True, memory=True
             ),
         }
         if fields["cpu"] < MIN_NODE_CORES:
@@ -88,7 +91,7 @@ class NodeReader(Reader):
                 capacity[pool] = self.size(size, spath)
             fields["storage"] = capacity
         if "reserve" in mapping:
-            cpu, memory = self.cpu_memory(mapping["reserve"], (*path, "reserve"))
+            cpu, memory = self.cpu_memory(mapping["reserve"], (*path, "reserve"), configured=True)
             fields["reserve_cpu"] = cpu
             fields["reserve_memory"] = memory
         if "usage" in mapping:

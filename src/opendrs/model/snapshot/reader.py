@@ -166,7 +166,7 @@ class SnapshotReader(GuestReader, RuleReader):
                         f"must be at least {MIN_OVERCOMMIT:g}, got {describe(mapping[key])}",
                     )
         if "reserve" in mapping:
-            cpu, memory = self.cpu_memory(mapping["reserve"], (*path, "reserve"))
+            cpu, memory = self.cpu_memory(mapping["reserve"], (*path, "reserve"), configured=True)
             if cpu is not None:
                 fields["reserve_cpu"] = cpu
             if memory is not None:

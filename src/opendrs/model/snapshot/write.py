@@ -35,11 +35,14 @@ def number_out(value: float) -> int | float:
 
 
 def size_out(size: int) -> int | str:
-    """Bytes as written: ``8GiB`` when a binary unit divides the size exactly, else bytes."""
+    """Bytes as written: ``8GiB`` when a binary unit divides the size exactly, else bytes — a
+    size under 1 MiB with its unit (``1000B``), which a memory size written bare may not be."""
     if size > 0:
         for unit, factor in _BINARY_UNITS:
             if size % factor == 0:
                 return f"{size // factor}{unit}"
+        if size < 1024**2:
+            return f"{size}B"
     return size
 
 

@@ -394,7 +394,10 @@ class BalanceState:
         return self._pair_kinds
 
     def _kinds_apart(self, alone: np.ndarray) -> tuple[np.ndarray, int]:
-        """(U,) each unit's kind and how many there are; each of the units ``alone`` its own."""
+        """(U,) each unit's kind and how many there are; each of the units ``alone`` its own
+        (no units: no kinds — a cluster of no guests, unbalanced by its hosts' own load)."""
+        if not len(alone):
+            return np.zeros(0, dtype=np.int64), 0
         u = self.units
         column = [
             u.demand.view(np.int64),
