@@ -8,6 +8,7 @@ from pathlib import Path
 
 from opendrs.backends.scenario import Fault, loads_scenario
 from opendrs.backends.sim import Simulator, builtin_scenario
+from opendrs.backends.sim.violations import ViolationCauses
 from opendrs.cli.simulate import executor_config, ping_pongs, report_from
 from opendrs.controller.config import BackendConfig, Config
 from opendrs.controller.history import History
@@ -183,6 +184,8 @@ def test_a_lasting_overload_is_repaired_before_the_six_hour_average_shows_it() -
     # capacity, although the 6-hour average still shows guest 100 small for hours.
     over = sim.stats().capacity_violations
     assert 0 < over <= (moved[0].started - 4.4 * HOUR) / 60 + 2
+    # The guest's own growth, not the repair moving guests off n1 (nor onto n2).
+    assert sim.stats().capacity_violations_by == ViolationCauses(load=over)
 
 
 def test_the_report_counts_repairs_apart_from_balancing() -> None:

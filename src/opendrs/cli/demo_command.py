@@ -123,7 +123,9 @@ def show_summary(report: Report, r: StabilityReport) -> None:
         f"{100 * r.hot:g} %",
         f"{r.capacity_violations} capacity violations: no node was ever over a hard limit"
         if r.capacity_violations == 0
-        else f"{r.capacity_violations} capacity violations (node-steps over a hard limit)",
+        else f"{r.capacity_violations_shown} capacity violations (node-steps over a hard "
+        "limit, by whose they are: opendrs's moves, the platform's HA, the placement, the "
+        "guests' own load)",
         f"{r.wall_seconds:.1f} s of wall time; 'opendrs simulate' compares policies over a month",
     ]
     width = max(40, report.console.width)

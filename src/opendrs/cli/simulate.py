@@ -17,7 +17,11 @@ The stability report of a run:
 * ``pct_time_above_threshold`` — share of the simulated steps whose imbalance (the largest spread
   of the weighted resources over the usable nodes, on node loads averaged over the simulator's
   window, 30 minutes) is above the report's threshold — the same yardstick for every policy;
-* ``capacity_violations`` — (node, step) pairs over a hard capacity limit (must be 0);
+* ``capacity_violations`` — (node, step) pairs over a hard capacity limit, and
+  ``capacity_violations_by`` whose they are (:mod:`opendrs.backends.sim.violations`): ``moves``
+  (the controller's migrations in flight: must be 0), ``platform`` (HA recovery and failback),
+  ``placement`` (over a configured limit with no move in flight) and ``load`` (the guests'
+  measured use over the node's capacity, no move involved);
 * ``failed_migrations`` and how they were handled — ``failures_moved_later`` guests that reached
   another node afterwards, ``failures_left`` those that stayed;
 * ``restart_migrations`` — migrations that were restart moves (a running container on an Incus
@@ -83,6 +87,7 @@ class StabilityReport:
     pct_time_above_threshold: float
     mean_imbalance: float
     capacity_violations: int
+    capacity_violations_by: dict[str, int]
     failed_migrations: int
     failures_moved_later: int
     failures_left: int
@@ -107,6 +112,15 @@ class StabilityReport:
     #: What the hourly node failures of ``--failover-check`` left down
     #: (:meth:`FailoverProbe.as_dict`), None without it.
     failover: dict[str, object] | None = None
+
+    @property
+    def capacity_violations_shown(self) -> str:
+        """The capacity violations with whose they are: ``0``, ``2 (load 2)``, ``5 (moves 1,
+        load 4)``."""
+        if not self.capacity_violations:
+            return "0"
+        causes = ", ".join(f"{k} {v}" for k, v in self.capacity_violations_by.items() if v)
+        return f"{self.capacity_violations} ({causes})"
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -286,6 +300,7 @@ def report_from(
         pct_time_above_threshold=100.0 * stats.steps_above / max(stats.steps, 1),
         mean_imbalance=stats.mean_imbalance,
         capacity_violations=stats.capacity_violations,
+        capacity_violations_by=stats.capacity_violations_by.as_dict(),
         failed_migrations=len(failed),
         failures_moved_later=moved_later,
         failures_left=len(failed) - moved_later,

@@ -356,7 +356,7 @@ def _stability_metrics(reports: Sequence[StabilityReport]) -> list[tuple[str, li
         ("ping-pongs", lambda r: str(r.ping_pongs)),
         ("above threshold", lambda r: f"{r.pct_time_above_threshold:.1f} %"),
         ("mean spread", lambda r: f"{100 * r.mean_imbalance:.1f} pp"),
-        ("capacity violations", lambda r: str(r.capacity_violations)),
+        ("capacity violations", lambda r: r.capacity_violations_shown),
         ("failed", lambda r: f"{r.failed_migrations} ({r.failures_moved_later} moved later)"),
         ("max node load", lambda r: f"{100 * r.max_node_load:.0f} %"),
         ("hot node-min", lambda r: f"{r.hot_node_minutes:,.0f} min"),

@@ -66,6 +66,7 @@ def _figures(report: StabilityReport) -> dict[str, Any]:
     figures = report.as_dict()
     del figures["wall_seconds"]  # the machine's, not the simulation's: not in the report
     del figures["balancing_starts"]  # the migrations chart shows them
+    figures["capacity_violations_shown"] = report.capacity_violations_shown
     return figures
 
 

@@ -42,12 +42,14 @@ Accounting follows :mod:`opendrs.engine.usage` exactly, vectorised over steps: t
 statistics use dynamic-mode loads as :class:`~opendrs.engine.usage.LoadModel` computes them
 (the host's base load plus the measured use of the guests that load the node; a migrating guest
 loads both nodes) over the capacity net of reserves; capacity violations follow
-:class:`~opendrs.engine.usage.CapacityModel`.
+:class:`~opendrs.engine.usage.CapacityModel`, each counted as the controller's moves', the
+platform's (HA), the placement's or the guests' own load's (:mod:`.violations`).
 
 **The modules.** :mod:`.simulator` (the :class:`~.simulator.Simulator`: the cluster's state, the
 backend calls, migrations, node faults and HA recovery), :mod:`.clock` (steps and the event
 queue), :mod:`.faults` (the scenario's faults, planned: :class:`~.faults.FaultPlan`),
 :mod:`.migration` (a migration in the books), :mod:`.statistics` (the figures of the steps),
+:mod:`.violations` (whose each capacity violation is),
 :mod:`.pairs` (per-guest values added up per node), :mod:`.results` (what a run reports) and
 :mod:`.failover_probe` (``simulate --failover-check``: every node's failure tried each hour on a
 copy of the cluster, its HA guests restarted as Proxmox's HA manager or the headroom check would).

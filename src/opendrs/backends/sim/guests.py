@@ -36,6 +36,13 @@ class GuestBooks:
         self.targets: list[str | None] = [None] * n_guests
         self.migration_of: list[Migration | None] = [None] * n_guests
         self.down = np.zeros(n_guests, dtype=bool)
+        #: Who put it where it is: the controller (by a migration), or the platform (restarted
+        #: there by HA recovery, moved there by a failback or a migration in flight in the
+        #: snapshot); neither: it was there at the start.
+        self.by_controller = np.zeros(n_guests, dtype=bool)
+        self.by_platform = np.zeros(n_guests, dtype=bool)
+        #: When it got there by a migration (-inf: it has not moved).
+        self.arrived = np.full(n_guests, -np.inf)
         self.uptime_offset = np.array([float(g.uptime) for g in guests])
         self.up = np.zeros(n_guests)
         #: Nodes each guest loads (``loaded_nodes``), and nodes its local disks occupy.

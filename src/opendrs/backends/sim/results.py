@@ -3,8 +3,10 @@ statistics (:class:`SimStats`, for the stability report)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
+
+from .violations import ViolationCauses
 
 __all__ = [
     "Cause",
@@ -119,6 +121,10 @@ class SimStats:
     #: The controller's restart moves, and the seconds they kept their guests stopped.
     restart_migrations: int = 0
     restart_downtime: float = 0.0
+    #: The capacity violations by whose they are: the controller's migrations, the platform's
+    #: (HA recovery and failback), the placement over a configured limit, the guests' own load
+    #: (:mod:`~opendrs.backends.sim.violations`).
+    capacity_violations_by: ViolationCauses = field(default_factory=ViolationCauses)
 
     @property
     def fraction_above(self) -> float:

@@ -24,14 +24,26 @@ from .migration import Migration
 from .observe import GuestBuilder
 from .pairs import Pairs
 from .results import Cause, MigrationRecord, NodeEvent, NodeFractions, SimStats
-from .statistics import HOT, HOT_WINDOW, StepStatistics, percentile, steps_in
+from .statistics import HOT, HOT_WINDOW, StepStatistics, over_capacity, percentile, steps_in
+from .violations import ViolationCauses
 
-__all__ = ["BLOCK_CELLS", "FAILBACK_ROUND", "MAX_BLOCK", "RECOVERY_RETRY", "Simulator"]
+__all__ = [
+    "BLOCK_CELLS",
+    "FAILBACK_ROUND",
+    "MAX_BLOCK",
+    "MOVE_ACCOUNTED",
+    "RECOVERY_RETRY",
+    "Simulator",
+]
 
 #: Seconds from a migration that leaves an HA guest below its top node-affinity tier to the HA
 #: manager's round that moves it back (failback; a CRM round is about 10 s, pve-ha-manager
 #: ``CRM.pm``).
 FAILBACK_ROUND: Final = 10.0
+#: Seconds after a guest arrives by the controller's migration during which its node's use over
+#: capacity counts as the move's (when the node would be within it without the guest): a plan
+#: judges each guest on its use over the hold, 30 minutes (:mod:`.violations`).
+MOVE_ACCOUNTED: Final = 1800.0
 #: Pending HA recoveries are tried again at least this often (seconds).
 RECOVERY_RETRY: Final = 3600.0
 #: Steps of usage generated at once (fewer for very large clusters, to bound memory).
@@ -159,6 +171,7 @@ class Simulator:
             window_steps=steps_in(window, self._step),
             hot_steps=steps_in(hot_window, self._step),
         )
+        self._violation_causes = ViolationCauses()
 
     def _init_events(self) -> None:
         """The event queue, the migrations and node events so far, and the planned faults."""
@@ -397,6 +410,7 @@ class Simulator:
             max_hot_steps=int(statistics.hot_count.max(initial=0)),
             p95_node_load=percentile(statistics.peaks, 95.0),
             capacity_violations=statistics.violations,
+            capacity_violations_by=replace(self._violation_causes),
             migrations=len(controller),
             migrations_done=sum(m.outcome == "done" for m in controller),
             migrations_failed=sum(m.outcome == "failed" for m in controller),
@@ -492,12 +506,18 @@ class Simulator:
         self._derived_version = self._version
         maintenance = self._maint_manual | (self._maint_count > 0)
         self._usable = self._online & ~maintenance
-        committed = self._pairs()[0].sum(self._guests.cfg)
+        self._cfg_over = self._configured_over()
+
+    def _configured_over(self, without: np.ndarray | None = None) -> np.ndarray:
+        """The nodes whose guests (but the guests ``without`` marks) commit more vCPUs, memory
+        or local storage than the node's configured limits."""
+        keep = np.ones(len(self._guests.ids)) if without is None else (~without).astype(float)
+        committed = self._pairs()[0].sum(self._guests.cfg * keep[:, None])
         over = np.any(committed > self._cfg_limit + tolerance(self._cfg_limit), axis=1)
         if self._guests.disks.shape[1]:
-            stored = self._pairs()[1].sum(self._guests.disks)
+            stored = self._pairs()[1].sum(self._guests.disks * keep[:, None])
             over |= np.any(stored > self._disk_limit + tolerance(self._disk_limit), axis=1)
-        self._cfg_over = over
+        return over
 
     def _flush(self, limit: int) -> None:
         """Record the statistics of steps ``[recorded, limit)`` with the current state."""
@@ -511,11 +531,8 @@ class Simulator:
 
     def _record(self, c0: int, c1: int) -> None:
         self._derive()
-        up = self._guests.up[:, None]
-        loads = self._pairs()[0]
-        cpu = self._base[:, 0:1] + loads.sum(self._usage_cpu[:, c0:c1] * up)
-        mem = self._base[:, 1:2] + loads.sum(self._usage_mem[:, c0:c1] * up)
-        self._statistics.record(
+        cpu, mem = self._node_loads(c0, c1)
+        over = self._statistics.record(
             cpu,
             mem,
             self._cap,
@@ -523,6 +540,64 @@ class Simulator:
             online=self._online,
             cfg_over=self._cfg_over,
         )
+        if over.any():
+            self._violation_causes.add(
+                over,
+                by_moves=self._accounted_for(over, c0, c1, platform=False),
+                by_platform=self._accounted_for(over, c0, c1, platform=True),
+                cfg_over=self._cfg_over,
+            )
+
+    def _node_loads(
+        self, c0: int, c1: int, without: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Every node's CPU and memory use over block columns ``[c0, c1)``, each (nodes, steps):
+        its base load and the use of the running guests that load it (but those ``without``
+        marks)."""
+        up = self._guests.up if without is None else self._guests.up * ~without
+        loads = self._pairs()[0]
+        cpu = self._base[:, 0:1] + loads.sum(self._usage_cpu[:, c0:c1] * up[:, None])
+        mem = self._base[:, 1:2] + loads.sum(self._usage_mem[:, c0:c1] * up[:, None])
+        return cpu, mem
+
+    def _accounted_for(self, over: np.ndarray, c0: int, c1: int, *, platform: bool) -> np.ndarray:
+        """The (node, step) pairs of ``over`` the controller accounts for (``platform``: the
+        platform), as :mod:`.violations` tells: those on a node one of its migrations in flight
+        takes a guest onto, and those the node would be within its limits without the guests
+        it put there — for the controller, its configured limits without any of them, and the
+        others without those that arrived less than :data:`MOVE_ACCOUNTED` before the step."""
+        guests = self._guests
+        onto = np.zeros(len(self._node_names), dtype=bool)
+        for migration in guests.migration_of:
+            if migration is not None and (migration.cause != "controller") == platform:
+                onto[migration.target] = True
+        placed = guests.by_platform if platform else guests.by_controller
+        accounted = np.broadcast_to(onto[:, None], over.shape)
+        if not placed.any():
+            return accounted & over
+        cfg_over = self._configured_over(placed)
+        if platform:
+            cpu, mem = self._node_loads(c0, c1, without=placed)
+        else:
+            accounted = accounted | (self._cfg_over & ~cfg_over)[:, None]
+            cpu, mem = self._loads_without_arrivals(c0, c1)
+        still = over_capacity(cpu, mem, self._cap, cfg_over, dynamic=self._statistics.dynamic)
+        return (accounted | ~still) & over
+
+    def _loads_without_arrivals(self, c0: int, c1: int) -> tuple[np.ndarray, np.ndarray]:
+        """Every node's CPU and memory use over block columns ``[c0, c1)`` without the guests
+        the controller moved there, each in the :data:`MOVE_ACCOUNTED` seconds after it
+        arrived."""
+        guests = self._guests
+        cpu, mem = self._node_loads(c0, c1)
+        times = (self._usage_index * self._block + np.arange(c0, c1)) * self._step
+        recent = guests.by_controller & (guests.arrived >= times[0] - MOVE_ACCOUNTED)
+        for j in np.flatnonzero(recent).tolist():
+            during = guests.up[j] * (times - guests.arrived[j] < MOVE_ACCOUNTED)
+            for n in guests.load_nodes[j]:
+                cpu[n] -= self._usage_cpu[j, c0:c1] * during
+                mem[n] -= self._usage_mem[j, c0:c1] * during
+        return cpu, mem
 
     def _fractions_now(self) -> tuple[np.ndarray, np.ndarray]:
         cpu_use, mem_use = self._columns(self._step_now())
@@ -638,6 +713,9 @@ class Simulator:
         if reason is None:
             self._guests.node[j] = migration.target
             self._guests.node_names[j] = self._node_names[migration.target]
+            self._guests.by_controller[j] = migration.cause == "controller"
+            self._guests.by_platform[j] = migration.cause != "controller"
+            self._guests.arrived[j] = self._now
             if self._guests.kind[j] == "ct":
                 self._guests.uptime_offset[j] = -self._now  # a container restarts on its new node
         if migration.restart:
@@ -785,6 +863,8 @@ class Simulator:
             for m in members:
                 source = self._guests.node_names[m]
                 self._restart(m, target)
+                self._guests.by_controller[m] = False
+                self._guests.by_platform[m] = True
                 self._recoveries += 1
                 move = Move(self._guests.ids[m], source, self._node_names[target])
                 record = Migration(

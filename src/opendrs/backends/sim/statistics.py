@@ -14,7 +14,15 @@ import numpy as np
 
 from opendrs.engine.usage import safe_divide, tolerance
 
-__all__ = ["HOT", "HOT_WINDOW", "Fractions", "StepStatistics", "percentile", "steps_in"]
+__all__ = [
+    "HOT",
+    "HOT_WINDOW",
+    "Fractions",
+    "StepStatistics",
+    "over_capacity",
+    "percentile",
+    "steps_in",
+]
 
 #: The load fraction above which a node runs hot, and the window its load is averaged over for it.
 HOT: Final = 0.85
@@ -32,6 +40,20 @@ def percentile(parts: list[np.ndarray], q: float) -> float:
     """The ``q``-th percentile of the values of ``parts`` together (0 when there are none)."""
     values = np.concatenate(parts) if parts else np.zeros(0)
     return float(np.percentile(values, q)) if values.size else 0.0
+
+
+def over_capacity(
+    cpu: np.ndarray, mem: np.ndarray, cap: np.ndarray, cfg_over: np.ndarray, *, dynamic: bool
+) -> np.ndarray:
+    """The (node, step) pairs over a hard capacity limit, (nodes, steps): a configured one
+    (``cfg_over``, per node), or in dynamic mode the measured ``cpu`` or ``mem`` (each (nodes,
+    steps)) above the capacity ``cap`` (nodes, 2)."""
+    over = np.broadcast_to(cfg_over[:, None], cpu.shape)
+    if dynamic:
+        cap_cpu = cap[:, 0:1]
+        cap_mem = cap[:, 1:2]
+        over = over | (cpu > cap_cpu + tolerance(cap_cpu)) | (mem > cap_mem + tolerance(cap_mem))
+    return over
 
 
 class StepStatistics:
@@ -73,9 +95,10 @@ class StepStatistics:
         usable: np.ndarray,
         online: np.ndarray,
         cfg_over: np.ndarray,
-    ) -> None:
+    ) -> np.ndarray:
         """Record steps whose node loads are ``cpu`` and ``mem`` (each (nodes, steps)), on
-        capacities ``cap`` (nodes, 2); ``cfg_over``: the nodes over a configured limit."""
+        capacities ``cap`` (nodes, 2); ``cfg_over``: the nodes over a configured limit. The
+        (node, step) pairs over capacity, (nodes, steps)."""
         cap_cpu = cap[:, 0:1]
         cap_mem = cap[:, 1:2]
         f_cpu = safe_divide(cpu, cap_cpu)
@@ -88,12 +111,9 @@ class StepStatistics:
             both = both[np.isfinite(both)]
             if both.size:
                 self.max_load = max(self.max_load, float(both.max()))
-        over = np.broadcast_to(cfg_over[:, None], cpu.shape)
-        if self.dynamic:
-            over = (
-                over | (cpu > cap_cpu + tolerance(cap_cpu)) | (mem > cap_mem + tolerance(cap_mem))
-            )
+        over = over_capacity(cpu, mem, cap, cfg_over, dynamic=self.dynamic)
         self.violations += int(np.count_nonzero(over))
+        return over
 
     def spread(self, averaged: Fractions, usable: np.ndarray) -> np.ndarray:
         """The balance spread of each step: the largest of the weighted resources' max − min
