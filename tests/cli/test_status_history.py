@@ -175,9 +175,11 @@ def test_status_and_history_before_the_daemon_ever_ran(tmp_path: Path) -> None:
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["history"]["exists"] is False
     history = opendrs("history", "--config", str(config))
-    assert history.returncode == 1
+    assert history.returncode == 2  # as approve and report: no history file is bad input
     [line] = history.stderr.splitlines()
-    assert line.startswith("error: ") and "no such file" in line
+    assert line.startswith(f"error: {config}: history: ")
+    assert "does not exist (has the daemon run with this configuration?" in line
+    assert "--config FILE" in line
     assert not (tmp_path / "history.sqlite").exists()  # read-only: never created
 
 

@@ -8,14 +8,15 @@ Times are the backend's clock. ``--since`` counts back from *now*: the wall cloc
 cluster, and for the simulator — whose clock is simulated seconds since its start — the latest
 time the history holds (:func:`history_now`).
 
-Exit status: 0 shown; 1 the history cannot be read (it does not exist yet, it is busy, corrupt or
-of a newer opendrs); 2 a bad configuration or option, or a file that is not an opendrs history
-(one line).
+Exit status: 0 shown; 1 the history cannot be read (it is busy, corrupt or of a newer opendrs);
+2 a bad configuration or option, a history that does not exist yet or is kept in memory, or a
+file that is not an opendrs history (one line).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 import time
@@ -49,7 +50,14 @@ if TYPE_CHECKING:
     from opendrs.controller.history import History
 
 
-__all__ = ["add_history_parser", "cmd_history", "history_now", "open_history", "parse_since"]
+__all__ = [
+    "add_history_parser",
+    "cmd_history",
+    "history_now",
+    "open_history",
+    "parse_since",
+    "require_history",
+]
 
 FORMATS = ("text", "json", "jsonl")
 _ISO = re.compile(r"\d{4}-\d{2}-\d{2}")
@@ -62,6 +70,18 @@ def open_history(config: Config) -> History:
     from opendrs.controller.history import History
 
     return History(config.history, readonly=True)
+
+
+def require_history(config_file: str, history: str) -> None:
+    """:class:`UsageError` (one line, exit status 2) when the configuration in ``config_file``
+    keeps its ``history`` in memory or in a file that does not exist yet: no history to read."""
+    if history == ":memory:":
+        raise UsageError(f"{config_file}: history: kept in memory, there is no history to read")
+    if not os.path.lexists(history):
+        raise UsageError(
+            f"{config_file}: history: {history} does not exist (has the daemon run with this "
+            "configuration? its 'history:' names the file; --config FILE reads another)"
+        )
 
 
 def history_now(config: Config, history: History) -> float:
@@ -151,6 +171,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     since = parse_since(args.since) if args.since is not None else None
     given = _name("--guest", args.guest) if args.guest is not None else None
     node = _name("--node", args.node) if args.node is not None else None
+    require_history(args.config, config.history)
     try:
         with open_history(config) as history:
             names = history.guest_names()
@@ -317,7 +338,8 @@ def add_history_parser(sub: Subcommands) -> None:
         "the history of a configuration file, opened read-only: it runs beside the daemon. "
         "--guest and --node keep the migrations of that guest or touching that node, and the "
         "decisions whose plan has such a move. Exit status: 0 shown, 1 the history cannot be "
-        "read, 2 a bad configuration or option, or a file that is not an opendrs history.",
+        "read, 2 a bad configuration or option, a history that does not exist yet, or a file "
+        "that is not an opendrs history.",
     )
     add_config_option(p)
     p.add_argument(
