@@ -34,6 +34,7 @@ from opendrs.controller.history_file import HistoryError
 from opendrs.controller.proposals import ProposedMove, verdict_object
 from opendrs.json_data import iso_time, json_text
 from opendrs.model.cluster import guest_label
+from opendrs.model.document import MAX_SECONDS
 from opendrs.model.units import UnitError, format_duration, parse_duration
 from opendrs.records import (
     DecisionRecord,
@@ -104,8 +105,9 @@ class Since:
 
 
 def parse_since(text: str) -> Since:
-    """A duration (``1d``, ``6h``, ``1d 6h``, seconds) or an ISO 8601 time (UTC unless it says
-    otherwise: ``2026-11-26``, ``2026-11-26T10:00``, ``2026-11-26T10:00+01:00``)."""
+    """A duration (``1d``, ``6h``, ``1d 6h``, seconds; at most 100 years) or an ISO 8601 time
+    (UTC unless it says otherwise: ``2026-11-26``, ``2026-11-26T10:00``,
+    ``2026-11-26T10:00+01:00``)."""
     if _ISO.match(text.strip()):
         try:
             moment = datetime.fromisoformat(text.strip())
@@ -117,9 +119,15 @@ def parse_since(text: str) -> Since:
             moment = moment.replace(tzinfo=UTC)
         return Since(at=moment.timestamp())
     try:
-        return Since(seconds=float(parse_duration(text)))
+        seconds = parse_duration(text)
     except UnitError as exc:
         raise UsageError(f"--since: {exc}, or an ISO 8601 time such as 2026-11-26T10:00Z") from None
+    if seconds > MAX_SECONDS:  # as every duration opendrs reads
+        raise UsageError(
+            f"--since: must be at most {format_duration(MAX_SECONDS)} (100 years) back, got "
+            f"{text!r}; an ISO 8601 time (2026-11-26T10:00Z) for an exact start"
+        )
+    return Since(seconds=float(seconds))
 
 
 def _name(option: str, text: str) -> str:
@@ -345,7 +353,8 @@ def add_history_parser(sub: Subcommands) -> None:
     p.add_argument(
         "--since",
         metavar="WHEN",
-        help="only from WHEN on: a duration back from now (1d, 6h, 1d 6h, 90m; with the "
+        help="only from WHEN on: a duration back from now (1d, 6h, 1d 6h, 90m; at most 100 "
+        "years; with the "
         "simulator backend, back from the latest time in the history) or an ISO 8601 time "
         "(2026-11-26T10:00Z; UTC without an offset); default: everything",
     )
