@@ -198,7 +198,7 @@ def test_plan_with_a_peer_strategy_makes_the_daemons_repair(tmp_path: Path, stra
 # Item 14: a group that fits nowhere names the room it lacks
 
 #: A hard-affinity group of three 16 GiB guests on pve2, in maintenance: 48 GiB together, and
-#: the most any other node has free is 30 GiB (pve3).
+#: no other node has as much even empty (32 GiB each).
 GROUP = pve2_in_maintenance(
     "group",
     memory=(32, 64, 32),
@@ -220,7 +220,8 @@ def test_a_group_that_fits_nowhere_names_the_room_it_lacks(tmp_path: Path) -> No
     reasons = {s["guest"]: s["reason"] for s in data["stuck"]}
     assert reasons["101"] == (
         "101 is on pve2, in maintenance; elsewhere, with its hard-affinity partners 102, 103: "
-        "pve1, pve3: capacity: memory needs 48.0 GiB, free 30.0 GiB on pve3, the closest"
+        "pve1, pve3: capacity, even empty: memory needs 48.0 GiB, has 32.0 GiB on pve1, the "
+        "closest"
     )
     assert not any("partners run elsewhere" in r for r in reasons.values())
     done = run_once(config)

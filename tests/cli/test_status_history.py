@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from daemon import Daemon, opendrs, write_sim_config
+from opendrs.cli.history_command import parse_since
 
 
 def jsonl(text: str) -> list[dict[str, Any]]:
@@ -175,10 +176,25 @@ def test_status_and_history_before_the_daemon_ever_ran(tmp_path: Path) -> None:
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["history"]["exists"] is False
     history = opendrs("history", "--config", str(config))
-    assert history.returncode == 1
+    assert history.returncode == 2  # as approve and report: no history file is bad input
     [line] = history.stderr.splitlines()
-    assert line.startswith("error: ") and "no such file" in line
+    assert line.startswith(f"error: {config}: history: ")
+    assert "does not exist (has the daemon run with this configuration?" in line
+    assert "--config FILE" in line
     assert not (tmp_path / "history.sqlite").exists()  # read-only: never created
+
+
+def test_since_is_bounded_at_100_years_as_every_duration(tmp_path: Path) -> None:
+    """Checked before the history is looked for: the option's error, not the missing file's."""
+    config = write_sim_config(tmp_path, days=0.1)
+    done = opendrs("history", "--config", str(config), "--since", "9999999999999d")
+    assert done.returncode == 2
+    [line] = done.stderr.splitlines()
+    assert line == (
+        "error: --since: must be at most 36500d (100 years) back, got '9999999999999d'; an ISO "
+        "8601 time (2026-11-26T10:00Z) for an exact start"
+    )
+    assert parse_since("36500d").seconds == 36500 * 86400
 
 
 def test_status_node_table_fits_the_width_it_gets(tmp_path: Path) -> None:

@@ -130,6 +130,23 @@ def test_a_node_the_policy_keeps_off_but_no_policy_could_open_names_its_own_reas
     )
 
 
+def test_a_guest_too_big_for_any_node_even_empty_says_the_capacity_not_the_policy() -> None:
+    """The policy keeps the guest off b, but b could not hold it even empty: the shortfall is
+    the reason (in GiB and cores, against the nodes' whole capacity), not a cooldown."""
+    too_big = Cluster(
+        (Node("a", 4, 8 * GiB, maintenance=True), Node("b", 4, 8 * GiB), Node("c", 4, 8 * GiB)),
+        (Guest("1", "a", name="big", cpu=8, memory=12 * GiB, uptime=86400),),
+    )
+    fixed = repair(too_big, forbidden=frozenset({("1", "b")}))
+    [(guest, text)] = fixed.stuck
+    assert guest == "1"
+    assert text.startswith(
+        "big (1) is on a, in maintenance; elsewhere: b, c: capacity, even empty: memory needs "
+        "12.0 GiB, has 8.0 GiB; cpu_used needs 8.0 cores, has 4.0 cores"
+    )
+    assert "policy" not in text
+
+
 # --------------------------------------------------------------------------------------------
 # The daemon's decisions
 

@@ -8,14 +8,15 @@ Times are the backend's clock. ``--since`` counts back from *now*: the wall cloc
 cluster, and for the simulator — whose clock is simulated seconds since its start — the latest
 time the history holds (:func:`history_now`).
 
-Exit status: 0 shown; 1 the history cannot be read (it does not exist yet, it is busy, corrupt or
-of a newer opendrs); 2 a bad configuration or option, or a file that is not an opendrs history
-(one line).
+Exit status: 0 shown; 1 the history cannot be read (it is busy, corrupt or of a newer opendrs);
+2 a bad configuration or option, a history that does not exist yet or is kept in memory, or a
+file that is not an opendrs history (one line).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 import time
@@ -33,6 +34,7 @@ from opendrs.controller.history_file import HistoryError
 from opendrs.controller.proposals import ProposedMove, verdict_object
 from opendrs.json_data import iso_time, json_text
 from opendrs.model.cluster import guest_label
+from opendrs.model.document import MAX_SECONDS
 from opendrs.model.units import UnitError, format_duration, parse_duration
 from opendrs.records import (
     DecisionRecord,
@@ -49,7 +51,14 @@ if TYPE_CHECKING:
     from opendrs.controller.history import History
 
 
-__all__ = ["add_history_parser", "cmd_history", "history_now", "open_history", "parse_since"]
+__all__ = [
+    "add_history_parser",
+    "cmd_history",
+    "history_now",
+    "open_history",
+    "parse_since",
+    "require_history",
+]
 
 FORMATS = ("text", "json", "jsonl")
 _ISO = re.compile(r"\d{4}-\d{2}-\d{2}")
@@ -62,6 +71,18 @@ def open_history(config: Config) -> History:
     from opendrs.controller.history import History
 
     return History(config.history, readonly=True)
+
+
+def require_history(config_file: str, history: str) -> None:
+    """:class:`UsageError` (one line, exit status 2) when the configuration in ``config_file``
+    keeps its ``history`` in memory or in a file that does not exist yet: no history to read."""
+    if history == ":memory:":
+        raise UsageError(f"{config_file}: history: kept in memory, there is no history to read")
+    if not os.path.lexists(history):
+        raise UsageError(
+            f"{config_file}: history: {history} does not exist (has the daemon run with this "
+            "configuration? its 'history:' names the file; --config FILE reads another)"
+        )
 
 
 def history_now(config: Config, history: History) -> float:
@@ -84,8 +105,9 @@ class Since:
 
 
 def parse_since(text: str) -> Since:
-    """A duration (``1d``, ``6h``, ``1d 6h``, seconds) or an ISO 8601 time (UTC unless it says
-    otherwise: ``2026-11-26``, ``2026-11-26T10:00``, ``2026-11-26T10:00+01:00``)."""
+    """A duration (``1d``, ``6h``, ``1d 6h``, seconds; at most 100 years) or an ISO 8601 time
+    (UTC unless it says otherwise: ``2026-11-26``, ``2026-11-26T10:00``,
+    ``2026-11-26T10:00+01:00``)."""
     if _ISO.match(text.strip()):
         try:
             moment = datetime.fromisoformat(text.strip())
@@ -97,9 +119,15 @@ def parse_since(text: str) -> Since:
             moment = moment.replace(tzinfo=UTC)
         return Since(at=moment.timestamp())
     try:
-        return Since(seconds=float(parse_duration(text)))
+        seconds = parse_duration(text)
     except UnitError as exc:
         raise UsageError(f"--since: {exc}, or an ISO 8601 time such as 2026-11-26T10:00Z") from None
+    if seconds > MAX_SECONDS:  # as every duration opendrs reads
+        raise UsageError(
+            f"--since: must be at most {format_duration(MAX_SECONDS)} (100 years) back, got "
+            f"{text!r}; an ISO 8601 time (2026-11-26T10:00Z) for an exact start"
+        )
+    return Since(seconds=float(seconds))
 
 
 def _name(option: str, text: str) -> str:
@@ -151,6 +179,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     since = parse_since(args.since) if args.since is not None else None
     given = _name("--guest", args.guest) if args.guest is not None else None
     node = _name("--node", args.node) if args.node is not None else None
+    require_history(args.config, config.history)
     try:
         with open_history(config) as history:
             names = history.guest_names()
@@ -317,13 +346,15 @@ def add_history_parser(sub: Subcommands) -> None:
         "the history of a configuration file, opened read-only: it runs beside the daemon. "
         "--guest and --node keep the migrations of that guest or touching that node, and the "
         "decisions whose plan has such a move. Exit status: 0 shown, 1 the history cannot be "
-        "read, 2 a bad configuration or option, or a file that is not an opendrs history.",
+        "read, 2 a bad configuration or option, a history that does not exist yet, or a file "
+        "that is not an opendrs history.",
     )
     add_config_option(p)
     p.add_argument(
         "--since",
         metavar="WHEN",
-        help="only from WHEN on: a duration back from now (1d, 6h, 1d 6h, 90m; with the "
+        help="only from WHEN on: a duration back from now (1d, 6h, 1d 6h, 90m; at most 100 "
+        "years; with the "
         "simulator backend, back from the latest time in the history) or an ISO 8601 time "
         "(2026-11-26T10:00Z; UTC without an offset); default: everything",
     )

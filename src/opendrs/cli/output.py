@@ -35,11 +35,12 @@ def add_format_option(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_verbose_option(p: argparse.ArgumentParser) -> None:
+def add_verbose_option(p: argparse.ArgumentParser, extra: str = "") -> None:
     """``-v/--verbose``: the engine's figures beside the words of the text output."""
     p.add_argument(
         "-v",
         "--verbose",
         action="store_true",
-        help="text output: the engine's figures too (metric, score, cost units, full imbalance)",
+        help="text output: the engine's figures too (metric, score, cost units, full imbalance)"
+        + extra,
     )

@@ -17,6 +17,7 @@ import os
 import sys
 from pathlib import Path
 
+from opendrs.cli.history_command import require_history
 from opendrs.cli.history_report import history_document
 from opendrs.cli.process import UsageError
 from opendrs.report.render import Document, render
@@ -34,12 +35,7 @@ def report_of_history(config_file: str) -> Document:
     from opendrs.controller.history import History
 
     config = load_config(config_file)
-    if config.history == ":memory:":
-        raise UsageError(f"{config_file}: history: kept in memory, there is no history to report")
-    if not Path(config.history).exists():
-        raise UsageError(
-            f"{config_file}: history: {config.history} does not exist (has the daemon run?)"
-        )
+    require_history(config_file, config.history)
     with History(config.history, readonly=True) as history:
         return history_document(config, history)
 

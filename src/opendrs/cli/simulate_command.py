@@ -146,9 +146,11 @@ def _named_scenario(arg: str | None) -> Scenario:
     return load_scenario(arg)
 
 
-def quiet_logs() -> None:
-    """Simulated faults are expected: their warnings would only drown the report."""
-    logging.getLogger("opendrs").setLevel(logging.ERROR)
+def quiet_logs(silent: bool = False) -> None:
+    """Simulated faults are expected: their warnings would only drown the report; the simulated
+    controller's errors (``cannot observe the cluster (3 in a row): simulated API error…``) are
+    still said, unless ``silent`` (``--no-progress``: nothing on standard error)."""
+    logging.getLogger("opendrs").setLevel(logging.CRITICAL + 1 if silent else logging.ERROR)
 
 
 def _check_budget_args(args: argparse.Namespace) -> None:
@@ -172,7 +174,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from opendrs.backends.sim.failover_probe import FailoverProbe
     from opendrs.cli.simulate import run_policy
 
-    quiet_logs()
+    quiet_logs(silent=args.no_progress)
     scenario = _scenario(args)
     chosen = _policies(args.policy or [DEFAULT_POLICIES])
     _check_budget_args(args)
@@ -532,7 +534,8 @@ def add_output_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--no-progress",
         action="store_true",
-        help="no progress on standard error: no bar on a terminal, no lines elsewhere",
+        help="nothing on standard error but a failure of the command: no progress bar or "
+        "lines, no simulated errors",
     )
     p.add_argument("--format", choices=("text", "json"), default="text", help="output format")
     p.add_argument(

@@ -51,16 +51,19 @@ _CODE_TEXT: Mapping[RejectionCode, str] = MappingProxyType(
 
 @dataclass(frozen=True, slots=True)
 class Shortfall:
-    """One capacity dimension a guest does not fit in on a node: what it needs, what is free."""
+    """One capacity dimension a guest does not fit in on a node: what it needs, what is free
+    (``whole``: what the node has in all — it does not fit even on the node empty)."""
 
     resource: Dimension
     need: float
     free: float
+    whole: bool = False
 
     def __str__(self) -> str:
+        has = "has" if self.whole else "free"
         if self.resource.kind.in_cores:
-            return f"{self.resource} needs {self.need:.1f}, free {self.free:.1f}"
-        return f"{self.resource} needs {format_bytes(self.need)}, free {format_bytes(self.free)}"
+            return f"{self.resource} needs {self.need:.1f} cores, {has} {self.free:.1f} cores"
+        return f"{self.resource} needs {format_bytes(self.need)}, {has} {format_bytes(self.free)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +81,8 @@ class Rejection:
 
     def __str__(self) -> str:
         if self.code is RejectionCode.CAPACITY:
-            return "capacity: " + "; ".join(str(s) for s in self.shortfalls)
+            head = "capacity, even empty" if any(s.whole for s in self.shortfalls) else "capacity"
+            return f"{head}: " + "; ".join(str(s) for s in self.shortfalls)
         return _CODE_TEXT.get(self.code, self.detail)
 
     def as_dict(self) -> dict[str, str]:

@@ -15,6 +15,7 @@ from opendrs.engine.constraints import (
     Constraints,
     Rejection,
     RejectionCode,
+    Shortfall,
     committed_for,
     current_assign,
     movability,
@@ -467,7 +468,8 @@ def _refusals(
 ) -> list[Refusal]:
     """What stops guest ``j`` on each other node, in reporting order: the first of the node's
     own filters that fails there (offline, maintenance, architecture, platform: no other move
-    and no policy changes them), then the policy's placements, then the
+    and no policy changes them), then — when every other node is too small for it even empty —
+    that capacity, then the policy's placements, then the
     first other hard filter (capacity once, on the closest node), then what keeps its
     hard-affinity group off a node every filter allows (``room``: each node's free capacity
     with ``j`` placed as ``assign``). A guest with hard affinity partners moves with them: its
@@ -487,6 +489,7 @@ def _refusals(
     filters = _unit_masks(cons, members, apart, headroom, demand)
     node_own = [(code, masks) for code, masks in filters if code in _NODE_OWN_FILTERS]
     out = _failing(cons, j, node_own, left, (apart, headroom, demand))
+    out += _too_small(cons, j, left, demand)
     ids = [guests[m].id for m in members.tolist()]
     kept = np.array([any((g, n.name) in forbidden for g in ids) for n in nodes], dtype=bool)
     kept &= left
@@ -501,6 +504,27 @@ def _refusals(
     for n in np.nonzero(left)[0].tolist():
         out.append(Refusal(_group_blocks(cons, j, n, assign, headroom, forbidden), j, [n]))
     return out
+
+
+def _too_small(cons: Constraints, j: int, left: np.ndarray, demand: np.ndarray) -> list[Refusal]:
+    """When not one node still ``left`` could hold guest ``j``'s unit (``demand``) even empty,
+    that says it all: no policy and no rule could open one. Capacity once, on every such node
+    (``left`` loses them), with the figures of the closest node in all; else nothing."""
+    limit = cons.capacity.limit
+    short = demand[None, :] > limit + tolerance(limit)
+    small = np.nonzero(left & short.any(axis=1))[0]
+    if not small.size or small.size < np.count_nonzero(left):
+        return []
+    left[small] = False
+    closest = int(small[np.argmax(_room_share(limit[small], demand))])
+    shortfalls = tuple(
+        Shortfall(
+            cons.capacity.dimensions[d], float(demand[d]), float(limit[closest, d]), whole=True
+        )
+        for d in np.nonzero(short[closest])[0].tolist()
+    )
+    rejection = Rejection(RejectionCode.CAPACITY, cons.cluster.nodes[closest].name, "", shortfalls)
+    return [Refusal(rejection, j, small.tolist())]
 
 
 #: The hard filters that depend on the node alone (and the guest), not on where the others are

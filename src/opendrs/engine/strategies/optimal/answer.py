@@ -3,7 +3,6 @@ and ``options["solver"]``, the solver's report), whichever way the search ends."
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,7 +61,6 @@ class Outcome:
     cluster: Cluster
     loads: LoadModel
     before: Imbalance
-    started: float
     options: dict[str, Any]
     notes: list[str]
     workers: int
@@ -83,7 +81,6 @@ class Outcome:
         """The proposal: ``moves`` to ``after_assign`` (None: nothing found), why it stopped (a
         sentence and a :class:`~..base.Stop`)."""
         info = self.solver
-        info["wall_time"] = round(time.perf_counter() - self.started, 6)
         after = (
             self.before
             if after_assign is None
@@ -95,9 +92,7 @@ class Outcome:
             if info["gap"] is not None:
                 summary += f", gap {info['gap']:.2%}"
         plural = "s" if self.workers > 1 else ""
-        summary += (
-            f"; {info['wall_time'] * 1000:.0f} ms, {self.workers} worker{plural}, seed {self.seed}"
-        )
+        summary += f"; {self.workers} worker{plural}, seed {self.seed}"
         notes = (*self.notes, summary)
         return Proposal(STRATEGY, moves, self.before, after, stopped, notes, self.options, stop)
 
@@ -125,7 +120,6 @@ def solver_report(p: Problem, wb: int, ws: int, start_spread: float) -> dict[str
         "objective": None,
         "bound": None,
         "gap": None,
-        "wall_time": 0.0,
         "w_balance": wb,
         "w_stickiness": ws,
         "initial_spread": start_spread,

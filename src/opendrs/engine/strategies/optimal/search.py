@@ -124,7 +124,6 @@ def _first_pass(
 
     solver = new_solver(budget.time_limit, budget.workers, budget.seed)
     status = solver.solve(model.model)
-    info["phase1_wall_time"] = round(solver.wall_time, 6)
     info["deterministic_time"] = round(solver.deterministic_time, 6)
     # Repeatable unless the wall-clock cap, not the deterministic budget, ended the search.
     info["deterministic"] = budget.workers == 1 and (

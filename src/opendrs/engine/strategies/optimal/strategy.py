@@ -6,7 +6,6 @@ reads the problem from the cycle's view and searches it."""
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -239,7 +238,6 @@ def propose_optimal(view: CycleView, request: Request, options: OptimalOptions) 
     docstring), with CP-SAT, on the view's constraints (capacity on the usage it checks, the
     placements ``request`` forbids refused) and balance loads; the warm start's strategy gets
     them too. ``options``: validated already (:meth:`OptimalOptions.parse`)."""
-    started = time.perf_counter()
     cluster, loads = view.cluster, view.loads
     weights = options.term_weights()
     echoed = options.echoed(weights)
@@ -256,7 +254,7 @@ def propose_optimal(view: CycleView, request: Request, options: OptimalOptions) 
     if balance_note:
         notes.append(balance_note[0])
     echoed["solver"] = solver_report(p, wb, ws, start_spread)
-    out = Outcome(cluster, loads, before, started, echoed, notes, options.workers, options.seed)
+    out = Outcome(cluster, loads, before, echoed, notes, options.workers, options.seed)
     if p.infeasible:
         return out.infeasible(p.infeasible)
     shortfall = capacity_shortfall(p)
