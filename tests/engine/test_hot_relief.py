@@ -103,6 +103,23 @@ def test_relief_goes_as_deep_as_pinned_guests_let_it_and_empties_no_node_for_not
     assert {m.guest for m in decision.plan.moves} == {"g1", "g2"}
 
 
+def test_a_hot_node_no_guest_may_leave_is_named_by_every_decision() -> None:
+    # n1 at 8.7 cores of 10 (87 %), all of it guests ignored by a rule — a pinned job, and an
+    # ignored guest of another node's job that the HA manager restarted there —: no relief
+    # reaches it, no migration is made, and the decision says so rather than only the spread.
+    cluster = _cluster((7.9, 0.8))
+    rules = replace(cluster.rules, ignored=frozenset({"g0", "g1"}))
+    pinned = replace(cluster, rules=rules)
+    decision = _decide(pinned, replace(EAGER, hold=3))
+    assert not decision.act and decision.code == "holding"
+    assert decision.reason.endswith("; n1 runs hot (above 85 %) with no guest that may move")
+    assert dict(decision.state.hot_seen) == {"n1": NOW}
+    # A node with a guest that may move is relieved instead; a cool one is not named.
+    assert _decide(cluster, EAGER).code == "repair"
+    cool = _decide(replace(_cluster((6.0, 0.8)), rules=rules), replace(EAGER, hold=3))
+    assert "runs hot" not in cool.reason
+
+
 def test_relief_never_makes_another_node_hot() -> None:
     # n1 at 9.5 cores, n2 at 7.9, n3 at 7.9: moving the 1.5-core guest anywhere makes the target
     # hot (9.4 of 10); nothing can bring n1 under, and the decision says so.

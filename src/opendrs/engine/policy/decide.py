@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from opendrs.engine.constraints import RuleCheck
+from opendrs.engine.constraints import RuleCheck, movability
 from opendrs.engine.planner import Plan, final_placement, plan_moves
 from opendrs.engine.policy.config import PolicyConfig, most_moves, strategy_request
 from opendrs.engine.policy.dayplan import day_proposal
@@ -23,6 +23,7 @@ from opendrs.engine.policy.decision import (
     FailoverLost,
     FailoverShort,
     Holding,
+    HotUnmovable,
     InBlackout,
     Measurement,
     NoProposal,
@@ -408,13 +409,16 @@ def _repair(r: _Round) -> Decision | tuple[tuple[tuple[str, str], ...], RepairNo
         if made.stuck:
             made, kept_off = _relief_past_cooldown(r, failed, (made, kept_off))
     plan = made.plan
+    unmovable = _hot_unmovable(r)
     if not needed or made.proposal is None or plan is None:
-        return made.stuck, RepairNote(stranded)
+        return made.stuck, RepairNote(stranded, unmovable=unmovable)
     if not plan.moves:
-        return made.stuck, RepairNote(stranded, RepairBlocked(needed[0], len(needed) - 1))
+        blocked = RepairBlocked(needed[0], len(needed) - 1)
+        return made.stuck, RepairNote(stranded, blocked, unmovable=unmovable)
     if hot_only and r.budget.stops(len(plan.moves)):
         budget = r.budget.facts(r.now, len(plan.moves))
-        return made.stuck, RepairNote(stranded, RepairBlocked(needed[0], len(needed) - 1, budget))
+        blocked = RepairBlocked(needed[0], len(needed) - 1, budget)
+        return made.stuck, RepairNote(stranded, blocked, unmovable=unmovable)
     activity = "balance" if hot_only else repair_activity(r.cluster, view.constraints)
     made_round = replace(r, stuck=made.stuck, note=RepairNote())
     closed = r.closed(activity, needed=needed[0])
@@ -433,6 +437,25 @@ def _repair(r: _Round) -> Decision | tuple[tuple[tuple[str, str], ...], RepairNo
         forbidden=kept_off,
         budgeted=hot_only,
     )
+
+
+def _hot_unmovable(r: _Round) -> HotUnmovable | None:
+    """The nodes running hot (on the usage capacity is checked on) with no guest on them that
+    may move — no relief reaches them: a pinned job's node, with an ignored guest the HA
+    manager restarted there —, said by every decision while they do; None when there are none
+    (or no hot level)."""
+    hot = r.config.hot
+    if hot is None:
+        return None
+    view = r.view
+    usage = view.checked_usage or MeasuredUsage.of(view.observed)
+    running = hot_nodes(view.usage_loads, usage, hot)
+    if not running:
+        return None
+    cluster = r.cluster
+    movable = {g.node for g in cluster.guests if movability(g, cluster, "balance") is None}
+    nodes = tuple(cluster.nodes[n].name for n in running if cluster.nodes[n].name not in movable)
+    return HotUnmovable(nodes, hot) if nodes else None
 
 
 #: How far under the hot level a relief brings a node when it can: a load still rising is not

@@ -129,6 +129,15 @@ class Stranded:
 
 
 @dataclass(frozen=True)
+class HotUnmovable:
+    """Nodes that run hot above ``level`` (a share of their capacity) with no guest on them
+    that may move: no relief reaches them (their guests ignored by a rule, locked, …)."""
+
+    nodes: tuple[str, ...]
+    level: float
+
+
+@dataclass(frozen=True)
 class RepairBlocked:
     """A repair needed but not made: the first thing it must repair, how many more, and the
     budget that stops it (None: no allowed migration reaches it)."""
@@ -157,6 +166,7 @@ class RepairNote:
     stranded: Stranded | None = None
     blocked: RepairBlocked | None = None
     failover: FailoverShort | None = None
+    unmovable: HotUnmovable | None = None
 
 
 # -- the facts of each code -------------------------------------------------------------------
@@ -641,6 +651,13 @@ def _note(note: RepairNote, said: StopSaid | None = None) -> str:
             "no allowed migration reaches it" if blocked.budget is None else _budget(blocked.budget)
         )
         text += f"; repair needed ({what}) but {but}"
+    hot = note.unmovable
+    if hot is not None:
+        runs = "runs" if len(hot.nodes) == 1 else "run"
+        text += (
+            f"; {', '.join(hot.nodes)} {runs} hot (above {hot.level * 100:g} %) with no guest "
+            "that may move"
+        )
     short = note.failover
     if short is not None:
         words = None if said is None else said(short.stop)
