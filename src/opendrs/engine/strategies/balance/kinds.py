@@ -93,6 +93,10 @@ class GainingPairs:
         if len(parts) == 1:
             return parts[0]
         shift = np.cumsum([0, *widths[:-1]]).tolist()
+        some = [k for k, p in enumerate(parts) if p.score.size]
+        if len(some) <= 1:  # most often: nothing to lay end to end
+            p, k = (parts[some[0]], shift[some[0]]) if some else (_NO_PAIRS, 0)
+            return cls(p.rows, p.cols + k, p.gain, p.score)
         return cls(
             np.concatenate([p.rows for p in parts]),
             np.concatenate([p.cols + k for p, k in zip(parts, shift, strict=True)]),

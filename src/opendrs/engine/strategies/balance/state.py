@@ -683,9 +683,14 @@ class BalanceState:
         guests_x, guests_o = self.unit_guests[xs], self.unit_guests[os]
         if not (moved_x or moved_o) and guests_x.max() == 1 and guests_o.max() == 1:
             return gain / 2
-        x, o = xs[rows], os[cols]
-        added_x = self.added_migrations(x, self.units.assign[o]) if moved_x else guests_x[rows]
-        added_o = self.added_migrations(o, np.full_like(o, a)) if moved_o else guests_o[cols]
+        # Per unit and node (the units elsewhere are on a few nodes), then per pair.
+        if moved_x:
+            nodes, at = np.unique(self.units.assign[os], return_inverse=True)
+            added_at = self.added_migrations(np.repeat(xs, nodes.size), np.tile(nodes, xs.size))
+            added_x = added_at.reshape(xs.size, nodes.size)[rows, at.ravel()[cols]]
+        else:
+            added_x = guests_x[rows]
+        added_o = (self.added_migrations(os, np.full_like(os, a)) if moved_o else guests_o)[cols]
         added = np.asarray(added_x + added_o)
         # gain / added where it adds some, else 4 × gain.
         return np.where(added > 0, gain / np.maximum(added, 1), 4 * gain)
