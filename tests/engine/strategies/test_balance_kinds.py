@@ -89,7 +89,7 @@ def _every_pair(state: BalanceState, a: int, nodes: list[int]) -> tuple | None:
     os = np.concatenate([state.units_at(n) for n in others])
     if xs.size == 0 or os.size == 0:
         return None
-    gain = state._swap_gains(a, xs, os)
+    gain = state._swap_gains(a, xs, os).T  # a row per unit on a
     rows, cols = np.nonzero(gain > 0)
     score = state._swap_scores(a, xs, os, (rows, cols, gain[rows, cols]))
     allowed = state.swap_check(a, xs, os)(rows, cols)

@@ -67,26 +67,48 @@ def compact(history: History, ceiling: float, target_spread: float) -> int:
 def _pairs(state: BalanceState) -> list[tuple[int, int, int, int]]:
     """(u, v, source, target) for each pair of moved units one move from ``source`` to
     ``target`` might stand in for: both from ``source`` to ``target``, or ``u`` to the node
-    ``v`` leaves for ``target``; most expensive pair first."""
+    ``v`` leaves for ``target``; most expensive pair first (then by u, then by v)."""
     units = state.units
     moved = np.nonzero(state.moved() & ~state.broken_at_start & ~state.broken)[0]
-    moved = moved[np.argsort(-units.cost[moved], kind="stable")].tolist()
-    origin, assign = state.origin, units.assign
-    leaving: dict[int, list[int]] = {}
-    for v in moved:
-        leaving.setdefault(int(origin[v]), []).append(v)
-    out: list[tuple[int, int, int, int]] = []
-    for u in moved:
-        a, b = int(origin[u]), int(assign[u])
-        for v in leaving.get(b, []):
-            if int(assign[v]) != a:
-                out.append((u, v, a, int(assign[v])))
-        for v in leaving.get(a, []):
-            if v > u and int(assign[v]) == b:
-                out.append((u, v, a, b))
+    origin, assign = state.origin[moved], units.assign[moved]
+    # The moved units by the node they left: those leaving node n are by_origin[lo[n]:hi[n]].
+    by_origin = np.argsort(origin, kind="stable")
+    left = origin[by_origin]
+    # u to the node v leaves (for another node than u's), or both from one node to one.
+    u, v = _leaving(by_origin, left, assign)
+    onward = assign[v] != origin[u]
+    u1, v1 = u[onward], v[onward]
+    u, v = _leaving(by_origin, left, origin)
+    alongside = (moved[v] > moved[u]) & (assign[v] == assign[u])
+    u2, v2 = u[alongside], v[alongside]
+    first = np.concatenate([u1, u2])
+    second = np.concatenate([v1, v2])
+    target = np.concatenate([assign[v1], assign[u2]])
     cost = units.cost
-    out.sort(key=lambda p: (-(cost[p[0]] + cost[p[1]]), p[0], p[1]))
-    return out[:COMPACT_PAIRS]
+    ui, vi = moved[first], moved[second]
+    order = np.lexsort((vi, ui, -(cost[ui] + cost[vi])))[:COMPACT_PAIRS]
+    return list(
+        zip(
+            ui[order].tolist(),
+            vi[order].tolist(),
+            origin[first[order]].tolist(),
+            target[order].tolist(),
+            strict=True,
+        )
+    )
+
+
+def _leaving(
+    by_origin: np.ndarray, left: np.ndarray, node: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Every pair (i, j) of moved units (positions) where j left the node ``node[i]``
+    (``by_origin``: the positions by the node each left, ``left``: those nodes, sorted)."""
+    lo = np.searchsorted(left, node, side="left")
+    hi = np.searchsorted(left, node, side="right")
+    count = hi - lo
+    i = np.repeat(np.arange(node.size), count)
+    start = np.repeat(lo - (np.cumsum(count) - count), count)
+    return i, by_origin[start + np.arange(i.size)]
 
 
 def _one_pass(history: History, ceiling: float, memo: CompactMemo) -> int:

@@ -48,8 +48,9 @@ class Kinds:
 
 @dataclass(frozen=True)
 class GainingPairs:
-    """The kind pairs of an exchange table whose gain is positive, the only ones an exchange is
-    chosen from: each one's row (kind on the node), column (kind elsewhere), gain and score."""
+    """The kind pairs of an exchange table whose gain is positive and whose units' allowed nodes
+    let them exchange, the only ones an exchange is chosen from: each one's row (kind on the
+    node), column (kind elsewhere), gain and score."""
 
     rows: np.ndarray
     cols: np.ndarray
@@ -92,6 +93,10 @@ class GainingPairs:
         if len(parts) == 1:
             return parts[0]
         shift = np.cumsum([0, *widths[:-1]]).tolist()
+        some = [k for k, p in enumerate(parts) if p.score.size]
+        if len(some) <= 1:  # most often: nothing to lay end to end
+            p, k = (parts[some[0]], shift[some[0]]) if some else (_NO_PAIRS, 0)
+            return cls(p.rows, p.cols + k, p.gain, p.score)
         return cls(
             np.concatenate([p.rows for p in parts]),
             np.concatenate([p.cols + k for p, k in zip(parts, shift, strict=True)]),
@@ -105,8 +110,26 @@ _NO_PAIRS = GainingPairs(
 )
 
 
+@dataclass(frozen=True)
+class PairCheck:
+    """Whether exchanges of pairs of units (positions in the two :class:`Kinds`) are allowed:
+    ``alike`` checks what the units of a kind share (allowed nodes, capacity demand, demand, node
+    — the same answer for every pair of units of a pair of kinds), ``apart`` what each unit has
+    of its own (its hard anti-affinity partners); None when no unit has any."""
+
+    alike: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    apart: Callable[[np.ndarray, np.ndarray], np.ndarray] | None
+
+    def __call__(self, xs: np.ndarray, os: np.ndarray) -> np.ndarray:
+        """Whether exchanging each pair (``xs[k]``, ``os[k]``) is allowed."""
+        ok = self.alike(xs, os)
+        if self.apart is not None:
+            ok &= self.apart(xs, os)
+        return ok
+
+
 def best_allowed(
-    check: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    check: PairCheck,
     x: Kinds,
     o: Kinds,
     pairs: GainingPairs,
@@ -146,7 +169,7 @@ def _best_first(negated: np.ndarray, head: int) -> Iterable[np.ndarray]:
 
 
 def _first_in_order(
-    check: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    check: PairCheck,
     x: Kinds,
     o: Kinds,
     xk: np.ndarray,
@@ -156,23 +179,63 @@ def _first_in_order(
     """The first allowed pair of units of the kind pairs (``xk``, ``ok``) of scores ``values``
     (best first): by score, then by unit index; which kind pair (its position) and the units'
     positions in ``x`` and ``o``."""
-    # Pairs of units best first, by unit index among equal scores; their constraints checked
-    # 256 (and every pair tied with the last of them) at a time.
-    ties = np.flatnonzero(np.append(values[1:] != values[:-1], True)) + 1
-    for begin, end in runs(np.cumsum(x.count[xk] * o.count[ok]), ties, 256):
+    # The kind pairs whose units are alike enough to be allowed, 256 (and every pair tied
+    # with the last of them) at a time; then their pairs of units, in order.
+    for begin, end in runs(np.arange(1, xk.size + 1), _tie_ends(values), 256):
+        alike = check.alike(x.by_kind[x.start[xk[begin:end]]], o.by_kind[o.start[ok[begin:end]]])
+        kept = begin + np.flatnonzero(alike)
+        if kept.size == 0:
+            continue
+        if check.apart is None:
+            # Every pair of units of those kinds is allowed: the first of the best.
+            best = kept[values[kept] == values[kept[0]]]
+            at_x, at_o, k = _lowest_pair(x, o, xk[best], ok[best])
+            return int(best[k]), at_x, at_o
+        found = _first_apart(check.apart, x, o, (xk[kept], ok[kept]), values[kept])
+        if found is not None:
+            k, at_x, at_o = found
+            return int(kept[k]), at_x, at_o
+    return None
+
+
+def _tie_ends(values: np.ndarray) -> np.ndarray:
+    """Where each run of equal ``values`` ends (the position after its last)."""
+    return np.flatnonzero(np.append(values[1:] != values[:-1], True)) + 1
+
+
+def _first_apart(
+    apart: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    x: Kinds,
+    o: Kinds,
+    kind_pairs: tuple[np.ndarray, np.ndarray],
+    values: np.ndarray,
+) -> tuple[int, int, int] | None:
+    """:func:`_first_in_order` of the kind pairs ``kind_pairs`` (of ``x``, of ``o``) whose units are
+    alike enough to be allowed: the pairs of units best first, by unit index among equal
+    scores, checked ``apart`` 256 (and every pair tied with the last of them) at a time."""
+    xk, ok = kind_pairs
+    for begin, end in runs(np.cumsum(x.count[xk] * o.count[ok]), _tie_ends(values), 256):
         xs, os, kinds = unit_pairs(x, o, xk[begin:end], ok[begin:end])
         order = np.lexsort((o.units[os], x.units[xs], -values[begin:end][kinds]))
         xs, os, kinds = xs[order], os[order], kinds[order]
         for at in range(0, xs.size, 256):
-            allowed = check(xs[at : at + 256], os[at : at + 256])
+            allowed = apart(xs[at : at + 256], os[at : at + 256])
             if allowed.any():
                 pair = at + int(np.argmax(allowed))
                 return begin + int(kinds[pair]), int(xs[pair]), int(os[pair])
     return None
 
 
+def _lowest_pair(x: Kinds, o: Kinds, xk: np.ndarray, ok: np.ndarray) -> tuple[int, int, int]:
+    """The first pair of units, by unit index, of the kind pairs (``xk[i]``, ``ok[i]``): its
+    positions in ``x`` and ``o``, and ``i`` (a kind's first unit is its lowest)."""
+    lowest_x, lowest_o = x.by_kind[x.start[xk]], o.by_kind[o.start[ok]]
+    i = int(np.lexsort((o.units[lowest_o], x.units[lowest_x]))[0])
+    return int(lowest_x[i]), int(lowest_o[i]), i
+
+
 def first_allowed(
-    check: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    check: PairCheck,
     x: Kinds,
     o: Kinds,
     xk: np.ndarray,
@@ -180,20 +243,21 @@ def first_allowed(
 ) -> tuple[int, int, int] | None:
     """The first allowed pair of units, by unit index, of the kind pairs (``xk[i]``, ``ok[i]``):
     its positions in ``x`` and ``o``, and ``i``. None if no pair is allowed."""
-    # The very first pair, most often allowed: the lowest unit of the kinds of x, with the
-    # lowest unit of the kinds of o paired with its kind.
-    lowest_x, lowest_o = x.by_kind[x.start[xk]], o.by_kind[o.start[ok]]
-    with_first = np.flatnonzero(xk == xk[np.argmin(x.units[lowest_x])])
-    i = int(with_first[np.argmin(o.units[lowest_o[with_first]])])
-    if check(lowest_x[i : i + 1], lowest_o[i : i + 1])[0]:
-        return int(lowest_x[i]), int(lowest_o[i]), i
+    alike = np.flatnonzero(check.alike(x.by_kind[x.start[xk]], o.by_kind[o.start[ok]]))
+    if alike.size == 0:
+        return None
+    xk, ok = xk[alike], ok[alike]
+    # The very first pair, most often allowed.
+    at_x, at_o, i = _lowest_pair(x, o, xk, ok)
+    if check.apart is None or check.apart(np.array([at_x]), np.array([at_o]))[0]:
+        return at_x, at_o, int(alike[i])
     xs, os, kinds = unit_pairs(x, o, xk, ok)
     order = np.lexsort((o.units[os], x.units[xs]))
-    allowed = check(xs[order], os[order])
+    allowed = check.apart(xs[order], os[order])
     if not allowed.any():
         return None
     pair = order[int(np.argmax(allowed))]
-    return int(xs[pair]), int(os[pair]), int(kinds[pair])
+    return int(xs[pair]), int(os[pair]), int(alike[kinds[pair]])
 
 
 def runs(reach: np.ndarray, ends: np.ndarray, least: int) -> Iterable[tuple[int, int]]:

@@ -4,7 +4,6 @@ which moves are allowed, what they gain, which exchanges pay."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -19,6 +18,7 @@ from .hold import keeps_held, keeps_held_moves
 from .kinds import (
     GainingPairs,
     Kinds,
+    PairCheck,
     best_allowed,
     distinct_rows,
     every,
@@ -555,37 +555,39 @@ class BalanceState:
         score, gain, at_x, at_o = found
         return score, gain, int(x.units[at_x]), int(o.units[at_o])
 
-    def swap_check(
-        self, a: int, on_a: np.ndarray, others: np.ndarray
-    ) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
-        """Whether exchanging on_a[xs[k]] with others[os[k]] is allowed, for each k."""
+    def swap_check(self, a: int, on_a: np.ndarray, others: np.ndarray) -> PairCheck:
+        """Whether exchanging on_a[xs[k]] with others[os[k]] is allowed, for each k: what units
+        of a :meth:`pair_kinds` kind (on one node) share, and their anti-affinity partners."""
         units = self.units
         b = units.assign[others]  # (o,)
         room = self.limit - self.committed + self.tol
-        partners = self.has_neg[on_a].any() or self.has_neg[others].any()
 
-        def check(xs: np.ndarray, os: np.ndarray) -> np.ndarray:
+        def alike(xs: np.ndarray, os: np.ndarray) -> np.ndarray:
             xu, ou, on = on_a[xs], others[os], b[os]
             ok = units.static_ok[xu, on] & units.static_ok[ou, a]
             shift = units.need[xu] - units.need[ou]  # what moves a -> b
             ok &= every(shift <= room[on])
             ok &= every(-shift <= room[a][None, :])
-            if partners:
-                ok &= ~self.blocked_at(xu, on) & ~self.blocked_at(ou, np.full_like(ou, a))
             if self.held.any():
                 shift = units.demand[xu] - units.demand[ou]
                 ok &= keeps_held(self, np.full_like(on, a), on, shift)
             return ok
 
-        return check
+        def apart(xs: np.ndarray, os: np.ndarray) -> np.ndarray:
+            xu, ou = on_a[xs], others[os]
+            return ~self.blocked_at(xu, b[os]) & ~self.blocked_at(ou, np.full_like(ou, a))
+
+        partners = self.has_neg[on_a].any() or self.has_neg[others].any()
+        return PairCheck(alike, apart if partners else None)
 
     def _gaining_pairs(
         self, a: int, x: Kinds, nodes: list[int], parts: list[Kinds], above: float = -np.inf
     ) -> GainingPairs:
         """The exchanges of the kinds ``x`` on ``a`` with the kinds ``parts`` on ``nodes`` (one
-        node after the other) that gain (:meth:`_swap_gains`) and score above ``above``, with
-        their scores. Each node's part is kept while neither it nor ``a`` changes (a move drops
-        the kinds of the nodes it touches)."""
+        node after the other) that gain (:meth:`_swap_gains`), that the units' allowed nodes
+        let exchange (:meth:`_static_pairs`) and that score above ``above``, with their
+        scores. Each node's part is kept while neither it nor ``a`` changes (a move drops the
+        kinds of the nodes it touches)."""
         kept = self._swap_blocks
         blocks = [kept.get((a, n)) for n in nodes]
         fresh = [
@@ -595,10 +597,11 @@ class BalanceState:
         ]
         if fresh:
             os = np.concatenate([parts[i].first for i in fresh])
-            gain = self._swap_gains(a, x.first, os)
-            # Column after column: each node's pairs together.
-            cols, rows = np.nonzero((gain > 0).T)
-            values = gain[rows, cols]
+            gain = self._swap_gains(a, x.first, os)  # (os, xs)
+            # Column after column: each node's pairs together; only those the units' allowed
+            # nodes let exchange (the same for every unit of a kind).
+            cols, rows = np.nonzero((gain > 0) & self._static_pairs(a, x.first, os))
+            values = gain[cols, rows]
             scores = self._swap_scores(a, x.first, os, (rows, cols, values))
             found = GainingPairs(rows, cols, values, scores)
             if len(kept) > SWAP_BLOCKS:
@@ -610,6 +613,12 @@ class BalanceState:
                 return found
         kept_pairs = [b[2].above(above) for b in blocks]
         return GainingPairs.join(kept_pairs, [p.first.size for p in parts])
+
+    def _static_pairs(self, a: int, xs: np.ndarray, os: np.ndarray) -> np.ndarray:
+        """(len(os), len(xs)) whether each unit ``xs`` on node ``a`` may go to the node of each
+        unit ``os``, and that one to ``a`` (:attr:`Units.static_ok`)."""
+        ok = self.units.static_ok
+        return ok[xs][:, self.units.assign[os]].T & ok[os, a][:, None]
 
     def _nodes_kinds(self, nodes: list[int], parts: list[Kinds]) -> Kinds:
         """``parts``, the :meth:`node_kinds` of ``nodes``, one node after the other; the last ones
@@ -637,22 +646,22 @@ class BalanceState:
         return kinds
 
     def _swap_gains(self, a: int, xs: np.ndarray, os: np.ndarray) -> np.ndarray:
-        """(len(xs), len(os)) the objective gain of exchanging each unit ``xs`` on node ``a``
-        with each unit ``os`` elsewhere."""
+        """(len(os), len(xs)) the objective gain of exchanging each unit ``xs`` on node ``a``
+        with each unit ``os`` elsewhere (a row per unit elsewhere: each node's rows together)."""
         units = self.units
         f = self.kept_fractions()
         inv = self.inv_cap
         b = units.assign[os]  # (o,)
         dx, do, fb, inv_b = units.demand[xs], units.demand[os], f[b], inv[b]
         # Objective gain of every pair, one resource at a time: t = what moves a -> b.
-        gain = np.zeros((xs.size, os.size))
+        gain = np.zeros((os.size, xs.size))
         t, part = np.empty(gain.shape), np.empty(gain.shape)
         for r in self._weighted:
             # gain −= w_r (t² (1/C_a + 1/C_b) − 2t (f_a − f_b)), in place.
-            np.subtract(dx[:, r : r + 1], do[:, r], out=t)
-            gap = f[a, r] - fb[:, r]
+            np.subtract(dx[:, r], do[:, r : r + 1], out=t)
+            gap = (f[a, r] - fb[:, r])[:, None]
             np.multiply(t, t, out=part)
-            part *= inv[a, r] + inv_b[:, r]
+            part *= (inv[a, r] + inv_b[:, r])[:, None]
             t *= 2
             t *= gap
             part -= t
@@ -677,9 +686,14 @@ class BalanceState:
         guests_x, guests_o = self.unit_guests[xs], self.unit_guests[os]
         if not (moved_x or moved_o) and guests_x.max() == 1 and guests_o.max() == 1:
             return gain / 2
-        x, o = xs[rows], os[cols]
-        added_x = self.added_migrations(x, self.units.assign[o]) if moved_x else guests_x[rows]
-        added_o = self.added_migrations(o, np.full_like(o, a)) if moved_o else guests_o[cols]
+        # Per unit and node (the units elsewhere are on a few nodes), then per pair.
+        if moved_x:
+            nodes, at = np.unique(self.units.assign[os], return_inverse=True)
+            added_at = self.added_migrations(np.repeat(xs, nodes.size), np.tile(nodes, xs.size))
+            added_x = added_at.reshape(xs.size, nodes.size)[rows, at.ravel()[cols]]
+        else:
+            added_x = guests_x[rows]
+        added_o = (self.added_migrations(os, np.full_like(os, a)) if moved_o else guests_o)[cols]
         added = np.asarray(added_x + added_o)
         # gain / added where it adds some, else 4 × gain.
         return np.where(added > 0, gain / np.maximum(added, 1), 4 * gain)
