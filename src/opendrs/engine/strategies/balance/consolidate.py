@@ -144,6 +144,7 @@ def _stand_in(
     best: tuple[int, float, int, int] | None = None
     for src in nodes:
         cand = state.units_at(src)
+        cand = cand[screen.may_leave(state, cand, src)]
         if cand.size == 0:
             continue
         added = np.where(
@@ -201,6 +202,17 @@ class _Extremes:
         below the mean and above it (the weighted resources' deviations added up)."""
         return sorted(self.ends.union(nodes))
 
+    def may_leave(self, state: BalanceState, cand: np.ndarray, src: int) -> np.ndarray:
+        """(len(cand),) whether ``src`` without each unit of ``cand`` is within the goal of the
+        second highest and second lowest of the other nodes (one of them may be the target, the
+        other stays): what every stand-in from ``src`` needs, on the loads alone."""
+        w = self.weighted
+        f_src = (state.node_load[src, w] - state.units.demand[cand][:, w]) * state.inv_cap[src, w]
+        high = _second(self.high, self.high_nodes, src, -np.inf)
+        low = _second(self.low, self.low_nodes, src, np.inf)
+        goal = state.goal[w]
+        return np.all((f_src >= high - goal) & (f_src <= low + goal), axis=1)
+
     def within_goal(
         self, state: BalanceState, cand: np.ndarray, src: int, targets: np.ndarray
     ) -> np.ndarray:
@@ -230,3 +242,14 @@ def _other(
     picked = np.take_along_axis(values[None].repeat(len(targets), axis=0), first[:, None], 1)
     some = free.any(axis=1)
     return np.where(some, picked[:, 0], fill)
+
+
+def _second(values: np.ndarray, nodes: np.ndarray, src: int, fill: float) -> np.ndarray:
+    """(R,) per column, the second of ``values`` (k, R) whose node is not ``src`` (``fill``
+    where there is none)."""
+    out = np.full(values.shape[1], fill)
+    for r in range(values.shape[1]):
+        others = values[nodes[:, r] != src, r]
+        if others.size >= 2:
+            out[r] = others[1]
+    return out
