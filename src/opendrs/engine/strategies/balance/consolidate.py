@@ -14,8 +14,9 @@ migrations than the two (none for a unit that has moved already), within the goa
 and every hard constraint (the allowed moves: capacity, rules, pins). Among the units that do,
 the fewest migrations added, then the cheapest, then the lowest unit and node: the same input,
 the same moves. Pairs are tried most expensive first, in passes until one saves nothing, within
-a budget of tries per unit moved (and :data:`MAX_TRIES` in all, which keeps it cheap at 1,000
-nodes: each try screens the stand-ins on the loads, vectorised over the targets).
+a budget of tries per unit moved (and :data:`MAX_TRIES` in all, fewer in proportion beyond
+:data:`FULL_BUDGET_NODES` nodes, which keeps it cheap at 1,000 nodes; each try screens the
+stand-ins on the loads, vectorised over the targets).
 
 The goal is the one compaction keeps (:func:`.compact.compact`): each weighted resource within its
 goal and no wider than ``target_spread`` or than it already is.
@@ -33,9 +34,15 @@ from .steps import History, Step, StepKind
 CONSOLIDATE_PASSES = 8
 #: Pairs of moves tried per pass at most (most expensive first), on big clusters.
 CONSOLIDATE_PAIRS = 4_000
-#: Pairs a consolidation tries at most, per unit moved when it begins, and in all.
+#: Pairs a consolidation tries at most, per unit moved when it begins, and in all — on up to
+#: FULL_BUDGET_NODES usable nodes; beyond, fewer in proportion (a try costs about one pass
+#: over the nodes, so the phase costs about the same at any size).
 TRIES_PER_MOVE = 16
 MAX_TRIES = 600
+FULL_BUDGET_NODES = 64
+#: Moved units whose pairs are looked at, most expensive first (on big plans the pairs of all
+#: of them would be many more than the tries).
+PAIR_UNITS = 400
 #: Nodes farthest below the mean a stand-in may go to, beside the pair's own.
 ROOMIEST = 16
 
@@ -44,17 +51,21 @@ def consolidate(history: History, ceiling: float, target_spread: float) -> int:
     """Undo pairs of moves at one node, with at most one move in their place, where that keeps
     the goal (see the module); how many migrations that saved. Only when every weighted resource
     is within its goal."""
-    left = [min(MAX_TRIES, TRIES_PER_MOVE * int(history.state.moved().sum()))]
+    state = history.state
+    nodes = max(1, int(state.usable.sum()))
+    most = MAX_TRIES * min(nodes, FULL_BUDGET_NODES) // nodes
+    left = [min(most, TRIES_PER_MOVE * int(state.moved().sum()))]
     return passes_within_goal(
         history, target_spread, CONSOLIDATE_PASSES, lambda: _one_pass(history, ceiling, left)
     )
 
 
 def _pairs(state: BalanceState) -> list[tuple[int, int]]:
-    """(u, v), u < v, for each pair of moved units that share a node (where they started or
-    where they are): most expensive pair first."""
+    """(u, v), u < v, for each pair of the :data:`PAIR_UNITS` most expensive moved units that
+    share a node (where they started or where they are): most expensive pair first."""
     units = state.units
-    moved = np.nonzero(state.moved() & ~state.broken_at_start & ~state.broken)[0].tolist()
+    moved = np.nonzero(state.moved() & ~state.broken_at_start & ~state.broken)[0]
+    moved = moved[np.argsort(-units.cost[moved], kind="stable")][:PAIR_UNITS].tolist()
     touching: dict[int, list[int]] = {}
     for u in moved:
         for n in {int(state.origin[u]), int(units.assign[u])}:
