@@ -105,6 +105,13 @@ than it is already, so a resource whose goal is one step on the smallest node ke
 reached — and the objective at most what it was when balancing began (:mod:`.compact`, within
 a budget of tries per move).
 
+**Consolidation.** Then every two moves that share a node (as source or target) — a swap, a big
+unit out and a small one back, two top-ups of one node — are undone together where the goal, the
+ceiling and the hard constraints hold without them, or else replaced by one move of a unit of one
+of their nodes to another of them or to a node far from the mean, adding fewer migrations
+(:mod:`.consolidate`, within a budget of tries per move); where it saved a move, compaction
+runs once more.
+
 **Cheaper twins.** Last, a moved guest whose place a cheaper guest that balances alike could
 take gives it that place (:mod:`.twins`): a guest left at home on the same source node, with the
 same balance load, a lower migration cost (no local disk to copy), in no rule and free to move,
@@ -124,7 +131,7 @@ sources and ``wide`` least loaded targets, which keeps a round cheap at 1,000 no
 :mod:`.units`, exchange kinds in :mod:`.kinds`), :mod:`.steps` (the history of typed steps), one
 module per phase — :mod:`.repair` (with :mod:`.exact`), :mod:`.shed_plan` and
 :mod:`.rounds` (with :mod:`.picks` and :mod:`.set_exchange`), :mod:`.prune`, :mod:`.polish`
-(with :mod:`.grain_window`), :mod:`.compact`, :mod:`.twins` — and :mod:`.strategy`, which runs
-them in order (:func:`~.strategy.propose_balance`, the registry's :class:`~.strategy.Balance`).
-The phases import the state, the strategy imports the phases.
+(with :mod:`.grain_window`), :mod:`.compact`, :mod:`.consolidate`, :mod:`.twins` — and
+:mod:`.strategy`, which runs them in order (:func:`~.strategy.propose_balance`, the registry's
+:class:`~.strategy.Balance`). The phases import the state, the strategy imports the phases.
 """

@@ -15,6 +15,7 @@ in vain is not tried again while its nodes' loads stay the same.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -45,17 +46,28 @@ def compact(history: History, ceiling: float, target_spread: float) -> int:
     migrations that saved. Only when every weighted resource is within its goal; a spread may
     widen up to its goal, and no further than ``target_spread`` or where it is now (a resource
     whose goal is one step on the smallest node keeps the spread the search reached)."""
+    memo = CompactMemo(TRIES_PER_MOVE * int(history.state.moved().sum()))
+    return passes_within_goal(
+        history, target_spread, COMPACT_PASSES, lambda: _one_pass(history, ceiling, memo)
+    )
+
+
+def passes_within_goal(
+    history: History, target_spread: float, passes: int, one_pass: Callable[[], int]
+) -> int:
+    """``one_pass`` (the migrations it saved) at most ``passes`` times, until it saves none,
+    with each resource's goal narrowed to no wider than ``target_spread`` or than its spread
+    now; the migrations saved. None when a weighted resource is above its goal."""
     state = history.state
     weighted = state.weights > 0
     spreads, goal = state.spreads(), state.goal
     if not np.all(spreads[weighted] <= goal[weighted]):
         return 0
-    memo = CompactMemo(TRIES_PER_MOVE * int(state.moved().sum()))
     saved = 0
     state.goal = np.minimum(goal, np.maximum(spreads, target_spread + 1e-12))
     try:
-        for _ in range(COMPACT_PASSES):
-            found = _one_pass(history, ceiling, memo)
+        for _ in range(passes):
+            found = one_pass()
             if not found:
                 break
             saved += found
@@ -141,6 +153,18 @@ def _one_pass(history: History, ceiling: float, memo: CompactMemo) -> int:
     return saved
 
 
+def home_again(state: BalanceState, units: tuple[int, ...]) -> list[tuple[int, int]]:
+    """``units`` moved back where they started, in order, as long as each may go (see
+    :func:`_home_again`); (unit, where it was) for each one moved."""
+    undone: list[tuple[int, int]] = []
+    for x in units:
+        if not _home_again(state, x):
+            break
+        undone.append((x, int(state.units.assign[x])))
+        state.move(x, int(state.origin[x]))
+    return undone
+
+
 def _home_again(state: BalanceState, u: int) -> bool:
     """Whether unit ``u`` may go back where it started now."""
     origin = int(state.origin[u])
@@ -158,12 +182,7 @@ def _replace(
     fewer_than = int(state.unit_guests[u] + state.unit_guests[v])
     if not _may_stand_in(state, u, v, src, tgt, fewer_than):
         return None
-    undone: list[tuple[int, int]] = []
-    for x in (u, v):
-        if not _home_again(state, x):
-            break
-        undone.append((x, int(state.units.assign[x])))
-        state.move(x, int(state.origin[x]))
+    undone = home_again(state, (u, v))
     found = _stand_in(state, src, tgt, fewer_than) if len(undone) == 2 else None
     if found is not None:
         w, added = found

@@ -1,7 +1,7 @@
 """``balance`` as a strategy (:class:`Balance`, :func:`propose_balance`): one search runs the
 phases in order — repair, shedding plan and rounds, pruning, the polish below the grain,
-compaction, the cheaper twins — and its history becomes the proposal; see the package's
-documentation for what each phase does."""
+compaction and consolidation, the cheaper twins — and its history becomes the proposal; see the
+package's documentation for what each phase does."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ from ..base import (
     migration_cost,
 )
 from .compact import compact
+from .consolidate import consolidate
 from .exact import exact_note
 from .options import BalanceOptions
 from .polish import polish_below_grain
@@ -119,6 +120,9 @@ def _search(
         polished = polish_below_grain(history, grain, target_spread, ceiling, limit, options.swaps)
         # Then fewer moves within the goals reached (a polished resource's is target_spread).
         compact(history, ceiling, target_spread)
+        # Then pairs of moves at one node undone, with at most one move in their place.
+        if consolidate(history, ceiling, target_spread):
+            compact(history, ceiling, target_spread)
         if polished:
             commit = looser_commit_goal(state, options)
             stopped = balanced_reason(options, commit, state.spreads(), polished)
