@@ -33,8 +33,13 @@ lint: $(TEST_STAMP)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
 
+# The tests on pytest-xdist's workers, one per core and at most UNIT_WORKERS; the test files that
+# share something of the machine's or the checkout's (the real clusters, make dist) run on one
+# worker, their group's (tests/conftest.py: ONE_WORKER).
+UNIT_WORKERS ?= 2
+
 unit: $(TEST_STAMP)
-	$(BIN)/python -m pytest --durations=20
+	$(BIN)/python -m pytest --durations=20 -rs -n auto --maxprocesses=$(UNIT_WORKERS) --dist loadgroup
 
 # As root, the Debian packages of the browser tests and of the real LXD and Incus cluster tests
 # (tools/install-test-packages); the tests that need them skip with their reason where they are

@@ -70,6 +70,35 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         setattr(holder, name, settings(own, max_examples=count))
 
 
+#: The test files that share something of the machine's or the checkout's, by the group whose
+#: files one worker runs, in order, under pytest-xdist (``make unit``: ``--dist loadgroup``):
+#: the session's real clusters (started once each, and no other worker's start cleans a scratch
+#: folder before its owner is written), and ``make dist`` (the checkout's ``.venv`` with its build
+#: tool, and its ``src/opendrs.egg-info``), which the wheel's and the Debian packages' tests run.
+ONE_WORKER = {
+    "tests/backends/test_real_cluster.py": "real-clusters",
+    "tests/install/test_deb.py": "checkout-builds",
+    "tests/install/test_wheel.py": "checkout-builds",
+}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """``--dist loadgroup`` with the groups of :data:`ONE_WORKER` (the largest first), every
+    other test on its own. (pytest-xdist's ``xdist_group`` mark renames a test's id, which
+    pytest 9 no longer lets it do: the mark would be ignored.)"""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class OneWorkerGroups(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            group = ONE_WORKER.get(nodeid.split("::", 1)[0])
+            return group if group is not None else super()._split_scope(nodeid)
+
+    return OneWorkerGroups(config, log)
+
+
 def compat_dir(sub: str) -> Path:
     """Return ``COMPAT/sub`` or skip the calling test when it is not there."""
     path = COMPAT / sub

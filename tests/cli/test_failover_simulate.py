@@ -1,7 +1,8 @@
-"""``policy.keep_failover: 1`` against node failures in the simulator: a generated month (two
-node failures, on days 15 and 24, on four nodes that start without the headroom), run through
-``opendrs simulate`` in a subprocess — every HA guest of a failed node restarts elsewhere; and
-``--failover-check``, which fails every node each simulated hour on a copy of the cluster."""
+"""``policy.keep_failover: 1`` against node failures in the simulator: the first 7 days of a
+generated month (two node failures, on days 1.8 and 6.2, on four nodes that start without the
+headroom), run through ``opendrs simulate`` in a subprocess — every HA guest of a failed node
+restarts elsewhere; and ``--failover-check``, which fails every node each simulated hour on a copy
+of the cluster."""
 
 from __future__ import annotations
 
@@ -17,13 +18,13 @@ def test_with_keep_failover_every_failure_restarts_every_ha_guest(tmp_path: Path
     done = opendrs(
         "simulate",
         "--generate",
-        "15",
+        "78",
         "--nodes",
         "4",
         "--guests",
         "80",
         "--days",
-        "25",
+        "7",
         "--policy",
         str(policy),
         "--format",

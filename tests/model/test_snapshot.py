@@ -709,7 +709,15 @@ def _set(document: dict[str, Any], path: tuple[Any, ...], value: Any) -> dict[st
     return document
 
 
-_DELETE = object()
+class _Deleted:
+    """The value of a case that removes its key; named alike in every process, so that the cases'
+    test ids are the same in each of pytest-xdist's workers."""
+
+    def __repr__(self) -> str:
+        return "<deleted>"
+
+
+_DELETE = _Deleted()
 _BASE = {
     "version": 1,
     "nodes": {"pve1": {"cpu": 8, "memory": "32GiB"}, "pve2": {"cpu": 8, "memory": "32GiB"}},
