@@ -60,6 +60,14 @@ def refused(*argv: str) -> str:
             "guests[0].memory: 4096 bytes is not a memory size: a bare number is bytes; write "
             "4096MiB or 4096GiB",
         ),
+        (  # a number written as text (as Proxmox's API writes some) is the same bare number
+            TWO_NODES + 'guests:\n  - {id: 1, node: a, memory: " 4096 "}\n',
+            "guests[0].memory: 4096 bytes is not a memory size",
+        ),
+        (
+            TWO_NODES + 'guests:\n  - {id: 1, node: a, memory: "2048", ha: true}\n',
+            "guests[0].memory: 2048 bytes is not a memory size",
+        ),
         (  # a guest of another shape than the common one is read by the full reader
             TWO_NODES + "guests:\n  - {id: 1, node: a, memory: 2048, ha: true}\n",
             "guests[0].memory: 2048 bytes is not a memory size",
@@ -451,6 +459,13 @@ def test_a_scenarios_bandwidth_that_lost_its_unit_is_refused(tmp_path: Path) -> 
         "bandwidth: a bare number is bytes; write 1000MiB/s or 1000MB/s (or 1000B/s if bytes are "
         "meant)\n"
     )
+    for written in ('"1000"', "1000/s"):  # as text, or with '/s' but no size unit
+        scenario.write_text(
+            f"version: 1\ncluster: small.yaml\nduration: 1d\nmigration: {{bandwidth: {written}}}\n"
+        )
+        assert "1000 bytes per second is not a migration's bandwidth" in refused(
+            "simulate", str(scenario), "--no-progress"
+        )
     scenario.write_text(
         "version: 1\ncluster: small.yaml\nduration: 1d\nmigration: {bandwidth: 1048576}\n"
     )

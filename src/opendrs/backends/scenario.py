@@ -28,6 +28,7 @@ from opendrs.model.document import (
     DocumentError,
     Path,
     Reader,
+    bare_number,
     clip,
     describe,
     one_of,
@@ -334,7 +335,7 @@ class _ScenarioReader(Reader):
                 text = text[:-2]
             value = text
         bandwidth = float(self.size(value, path, positive=True))
-        if not isinstance(value, str) and bandwidth < 1024**2:
+        if bare_number(value) is not None and bandwidth < 1024**2:
             number = f"{bandwidth:g}"
             self.fail(
                 path,

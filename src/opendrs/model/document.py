@@ -582,14 +582,28 @@ def bare_memory(value: object) -> str | None:
     number of bytes under 1 MiB (``4096``), which no node or guest has — Proxmox writes memory
     in MiB, so it is a size in MiB (or GiB) without its unit, and read as bytes it would be a
     guest that weighs nothing; None for any other value (0, a size with its unit, a plausible
-    number of bytes)."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1024**2:
+    number of bytes). A number written as text (``"4096"``, as Proxmox's API writes some) is
+    the same bare number."""
+    value = bare_number(value)
+    if value is None or not 0 < value < 1024**2:
         return None
     number = f"{value:g}"
     return (
         f"{number} bytes is not a memory size: a bare number is bytes; write {number}MiB or "
         f"{number}GiB (or {number}B if bytes are meant)"
     )
+
+
+def bare_number(value: object) -> float | None:
+    """``value`` as a number when it is one without a unit: a number, or text that is only
+    digits (``"4096"``, ``" 2048 "``, ``"1.5"``); None for anything else."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return value
+    if isinstance(value, str) and re.fullmatch(r"\d+(\.\d+)?", value.strip()):
+        return float(value.strip())
+    return None
 
 
 def _quoted_number(value: object) -> str:
