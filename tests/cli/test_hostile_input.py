@@ -495,3 +495,14 @@ def test_a_configuration_whose_input_file_cannot_be_read_is_refused_by_validate(
         assert refused("validate", "--config", str(config)) == f"error: {config}: {message}\n"
     config.write_text("version: 1\nbackend: {type: file, path: later.yaml}\n")
     assert run("validate", "--config", str(config))[0] == 0
+
+
+def test_a_command_that_reads_only_the_history_does_not_need_the_scenario(tmp_path: Path) -> None:
+    """The scenario a simulated daemon ran is gone: ``history`` still reads what it recorded
+    (here: names the missing history, not the scenario it never reads)."""
+    config = tmp_path / "opendrs.yaml"
+    config.write_text(
+        "version: 1\nbackend: {type: sim, scenario: gone.yaml}\nhistory: kept.sqlite\n"
+    )
+    err = refused("history", "--config", str(config))
+    assert "kept.sqlite" in err and "gone.yaml" not in err, err

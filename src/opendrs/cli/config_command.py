@@ -95,7 +95,7 @@ def config_problems(path: str) -> tuple[Config | None, list[DocumentError]]:
     config = None
     while len(problems) < _MAX_PROBLEMS:
         try:
-            config = parse_config(document, filename=filename)
+            config = parse_config(document, filename=filename, check_inputs=True)
             break
         except DocumentError as exc:
             problems.append(exc)

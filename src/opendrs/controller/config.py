@@ -251,9 +251,12 @@ class Config:
 class _ConfigReader(SnapshotReader):
     """Reads a configuration document (snapshot settings included)."""
 
-    def __init__(self, filename: str) -> None:
+    def __init__(self, filename: str, *, check_inputs: bool = False) -> None:
         super().__init__(filename)
         self.base = FsPath(filename).parent if not filename.startswith("<") else FsPath(".")
+        #: Whether the files the daemon will read must exist now (``validate --config``); a
+        #: command that only reads the history (``history``, ``report``) does not need them.
+        self.check_inputs = check_inputs
 
     def local_path(self, value: object, path: Path) -> str:
         """A file path; relative paths are taken relative to the configuration file."""
@@ -263,12 +266,12 @@ class _ConfigReader(SnapshotReader):
 
     def input_file(self, value: object, path: Path, *, required: bool) -> str:
         """:meth:`local_path` of a file opendrs reads (a snapshot, a scenario): never a
-        directory, and when ``required`` a file that exists — what ``run`` would refuse is
-        refused here, so that ``validate --config`` says it first."""
+        directory, and when ``required`` (and the inputs are checked) a file that exists — what
+        ``run`` would refuse is refused here, so that ``validate --config`` says it first."""
         local = self.local_path(value, path)
         if os.path.isdir(local):
             self.fail(path, f"{local} is a directory, not a file")
-        if required and not os.path.exists(local):
+        if required and self.check_inputs and not os.path.exists(local):
             self.fail(path, f"{local}: no such file")
         return local
 
@@ -503,10 +506,11 @@ def with_platform_defaults(config: Config, fields: Mapping[str, Any]) -> tuple[C
     return replace(config, policy=policy, executor=executor), taken
 
 
-def parse_config(data: object, *, filename: str = "<config>") -> Config:
-    """Validate a parsed configuration document; :class:`ConfigError` for the first problem."""
+def parse_config(data: object, *, filename: str = "<config>", check_inputs: bool = False) -> Config:
+    """Validate a parsed configuration document; :class:`ConfigError` for the first problem.
+    ``check_inputs``: a file the daemon will read (a sim scenario) must exist now."""
     try:
-        return _ConfigReader(filename).config(data)
+        return _ConfigReader(filename, check_inputs=check_inputs).config(data)
     except DocumentError:
         raise
     except RecursionError:
