@@ -110,9 +110,7 @@ def _replace(history: History, u: int, v: int, ceiling: float) -> tuple[int, int
     two = int(state.unit_guests[u] + state.unit_guests[v])
     undone = home_again(state, (u, v))
     if len(undone) == 2:
-        weighted = state.weights > 0
-        within = np.all(state.spreads()[weighted] <= state.goal[weighted])
-        if within and state.objective() <= ceiling:
+        if _within_goal(state) and state.objective() <= ceiling:
             _record_undone(history, undone)
             return -1, two
         found = _stand_in(state, nodes, two)
@@ -120,7 +118,8 @@ def _replace(history: History, u: int, v: int, ceiling: float) -> tuple[int, int
             w, t, added = found
             src = int(state.units.assign[w])
             state.move(w, t)
-            if state.objective() <= ceiling:
+            # The stand-in's screen is a float estimate: the spreads are checked exactly.
+            if _within_goal(state) and state.objective() <= ceiling:
                 _record_undone(history, undone)
                 state.move(w, src)
                 history.record(w, t, StepKind.BALANCE)
@@ -129,6 +128,12 @@ def _replace(history: History, u: int, v: int, ceiling: float) -> tuple[int, int
     for x, where in reversed(undone):
         state.move(x, where)
     return None
+
+
+def _within_goal(state: BalanceState) -> bool:
+    """Whether every weighted resource's spread is within its goal, as ``state`` measures it."""
+    weighted = state.weights > 0
+    return bool(np.all(state.spreads()[weighted] <= state.goal[weighted]))
 
 
 def _record_undone(history: History, undone: list[tuple[int, int]]) -> None:
