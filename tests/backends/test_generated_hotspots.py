@@ -83,11 +83,12 @@ def test_the_default_policy_relieves_a_lasting_hot_spot() -> None:
     seed, days = LASTING
     assert PRESETS["opendrs"].hot == 0.85
     relieved, left = _run(seed, days, 0.85), _run(seed, days, None)
-    # Left alone (no hot level) node01 runs hot for hours while the job is near its top;
+    # Without a hot level node01 runs hot while the job is near its top (212 minutes when this
+    # was written; 23 since balancing consolidates its moves and leaves node01 lighter);
     # relieved at the first observation above 85 %, a tenth as long at most: the observations
-    # are 5 minutes apart, so a few minutes stay hot before a relief (7 of 212 when this was
-    # written; 23 when a relief waited for the rise to last the hold).
-    assert left.max_hot_minutes_per_node >= 120
+    # are 5 minutes apart, so a few minutes may stay hot before a relief (7 of 212 then, 0 of
+    # 23 now).
+    assert left.max_hot_minutes_per_node >= 20
     assert relieved.hot_node_minutes <= 0.1 * left.hot_node_minutes
     assert relieved.repair_migrations > 0
     assert relieved.ping_pongs == 0 and relieved.capacity_violations == 0
