@@ -511,11 +511,14 @@ class Simulator:
     def _configured_over(self, without: np.ndarray | None = None) -> np.ndarray:
         """The nodes whose guests (but the guests ``without`` marks) commit more vCPUs, memory
         or local storage than the node's configured limits."""
-        keep = np.ones(len(self._guests.ids)) if without is None else (~without).astype(float)
-        committed = self._pairs()[0].sum(self._guests.cfg * keep[:, None])
+        cfg, disks = self._guests.cfg, self._guests.disks
+        if without is not None:  # every derive takes the guests as they are: no copy then
+            keep = (~without).astype(float)[:, None]
+            cfg, disks = cfg * keep, disks * keep
+        committed = self._pairs()[0].sum(cfg)
         over = np.any(committed > self._cfg_limit + tolerance(self._cfg_limit), axis=1)
-        if self._guests.disks.shape[1]:
-            stored = self._pairs()[1].sum(self._guests.disks * keep[:, None])
+        if disks.shape[1]:
+            stored = self._pairs()[1].sum(disks)
             over |= np.any(stored > self._disk_limit + tolerance(self._disk_limit), axis=1)
         return over
 
