@@ -90,6 +90,14 @@ def test_it_is_a_backend_and_a_clock() -> None:
     assert sim.now() == 0.0 and sim.end == DAY and not sim.finished
 
 
+def test_the_snapshots_ha_scheduler_mode_is_observed() -> None:
+    """What ``failover_recovery: auto`` judges by in the simulator, as on the live cluster."""
+    cluster = Cluster((node("a"), node("b")), (guest("1", "a"),), ha_scheduler="static")
+    sim = Simulator(Scenario(cluster), days=None, threshold=0.15, window=0.0)
+    assert sim.observe().ha_scheduler == "static"
+    assert two_nodes().observe().ha_scheduler is None
+
+
 def test_sleep_advances_and_stops_at_the_end() -> None:
     sim = two_nodes(step=60, duration=2 * HOUR)
     sim.sleep(90)

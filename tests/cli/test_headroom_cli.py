@@ -142,7 +142,7 @@ FEWEST_GUESTS = (
 def test_recovery_judges_by_proxmoxs_own_placement(tmp_path: Path) -> None:
     path = tmp_path / "few.yaml"
     path.write_text(FEWEST_GUESTS)
-    # A snapshot knows no Proxmox scheduler mode: auto is best-fit.
+    # A snapshot without ha_scheduler knows no Proxmox scheduler mode: auto is best-fit.
     auto = run(str(path), "--format", "json")
     assert auto.returncode == 0, auto.stderr
     assert json.loads(auto.stdout)["recovery"] == "best-fit"
@@ -153,3 +153,18 @@ def test_recovery_judges_by_proxmoxs_own_placement(tmp_path: Path) -> None:
     assert run(str(path), "--recovery", "pve-static").returncode == 0
     bad = run(str(path), "--recovery", "pve-dynamic")
     assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1
+
+
+def test_auto_judges_by_the_snapshots_ha_scheduler(tmp_path: Path) -> None:
+    path = tmp_path / "few.yaml"
+    path.write_text(FEWEST_GUESTS + "ha_scheduler: basic\n")
+    auto = run(str(path))
+    assert auto.returncode == 1, auto.stderr
+    assert "x (101): no room to start on b and c" in auto.stdout
+    assert run(str(path), "--recovery", "best-fit").returncode == 0
+    path.write_text(FEWEST_GUESTS + "ha_scheduler: dynamic\n")
+    bad = run(str(path))
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert bad.stderr.splitlines() == [
+        f"error: {path}: ha_scheduler: expected one of basic, static, got 'dynamic'"
+    ]

@@ -455,7 +455,7 @@ def test_a_snapshot_of_the_platform_facts_reads_back(tmp_path: Path, fake: FakeC
     written = opendrs("snapshot", "--config", str(config), "-o", str(snap))
     assert written.returncode == 0, written.stderr
     doc = yaml.safe_load(snap.read_text())
-    assert doc["ha_auto_rebalance"] is True
+    assert doc["ha_auto_rebalance"] is True and doc["ha_scheduler"] == "static"
     guests = {str(g["id"]): g for g in doc["guests"]}
     assert guests["101"]["failback"] is False and "failback" not in guests["102"]
     assert [lim["nodes"] for lim in guests["100"]["limits"]] == [["pve1", "pve3"]]
@@ -497,3 +497,38 @@ def test_a_snapshot_of_the_platform_facts_reads_back(tmp_path: Path, fake: FakeC
     copy = opendrs("snapshot", "--config", str(again))
     assert copy.returncode == 0, copy.stderr
     assert copy.stdout == snap.read_text()
+
+
+# --------------------------------------------------------------------------------------------
+# The HA scheduler mode, kept in a snapshot
+
+
+def test_a_snapshot_keeps_the_ha_scheduler_mode_auto_judges_by(
+    tmp_path: Path, fake: FakeCluster
+) -> None:
+    """With ``crs: ha=static``, the snapshot says ``ha_scheduler: static`` and ``headroom`` on it
+    judges ``auto`` as Proxmox's static mode does: if pve1 fails, x goes to the node with the
+    least memory in use (pve2, then pve3), whose configured cores are full, and stays down, where
+    the best fit (pve4) has room."""
+    fake.pve.add_node("pve4", cpu=8, memory=32 * GiB, base_memory=1 * GiB)
+    add_vm(fake, 101, "pve1", 8, cores=2)
+    fake.pve.guest(101).ha_state = "started"
+    add_vm(fake, 201, "pve2", 4, cores=8)
+    add_vm(fake, 301, "pve3", 4, cores=8)
+    add_vm(fake, 401, "pve4", 20)
+    fake.pve.crs = {"ha": "static"}
+    config = write_config(
+        tmp_path, fake, mode="shadow", extra="settings: {mode: static, cpu_overcommit: 1}\n"
+    )
+    snap = tmp_path / "live.yaml"
+    written = opendrs("snapshot", "--config", str(config), "-o", str(snap))
+    assert written.returncode == 0, written.stderr
+    assert yaml.safe_load(snap.read_text())["ha_scheduler"] == "static"
+    judged = opendrs("headroom", str(snap), "--format", "json")
+    assert judged.returncode == 1, judged.stderr
+    assert json.loads(judged.stdout)["recovery"] == "pve-static"
+    text = opendrs("headroom", str(snap))
+    assert "vm101 (101): no room to start on pve2 and pve3" in text.stdout, text.stdout
+    live = opendrs("headroom", "--config", str(config), "--format", "json")
+    assert json.loads(live.stdout) == json.loads(judged.stdout)
+    assert opendrs("headroom", str(snap), "--recovery", "best-fit").returncode == 0

@@ -12,6 +12,7 @@ from opendrs.engine.policy.config import PRESETS
 from opendrs.engine.policy.reading import parse_policy
 from opendrs.model.cluster import Cluster, Guest, Node, Settings
 from opendrs.model.document import DocumentError, Reader
+from opendrs.model.rules import GuestAffinity, NodeAffinity, Rules
 
 GiB = 2**30
 NOW = 1_000_000.0
@@ -118,6 +119,19 @@ def test_a_hot_node_no_guest_may_leave_is_named_by_every_decision() -> None:
     assert _decide(cluster, EAGER).code == "repair"
     cool = _decide(replace(_cluster((6.0, 0.8)), rules=rules), replace(EAGER, hold=3))
     assert "runs hot" not in cool.reason
+
+
+def test_a_guest_a_hard_rule_keeps_on_the_hot_node_counts_as_unable_to_move() -> None:
+    # n1 at 87 %: g0 pinned there, g1 bound to g0 by a hard affinity — the bundle stays —, g2
+    # ignored. No relief reaches n1 and every decision says so; with g1 free of g0, it may move.
+    cluster = _cluster((7.9, 0.5, 0.3))
+    pin = NodeAffinity("pin-g0", ("g0",), {"n1": 0}, strict=True)
+    bundle = GuestAffinity("together", ("g0", "g1"), positive=True)
+    rules = Rules(node_affinity=(pin,), guest_affinity=(bundle,), ignored=frozenset({"g2"}))
+    decision = _decide(replace(cluster, rules=rules), replace(EAGER, hold=3))
+    assert decision.reason.endswith("; n1 runs hot (above 85 %) with no guest that may move")
+    free = _decide(replace(cluster, rules=replace(rules, guest_affinity=())), EAGER)
+    assert free.code == "repair" and "no guest that may move" not in free.reason
 
 
 def test_relief_never_makes_another_node_hot() -> None:

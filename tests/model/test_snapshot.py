@@ -1688,6 +1688,24 @@ def test_failback_ha_auto_rebalance_and_ignore_reasons_round_trip() -> None:
     )
 
 
+def test_the_ha_scheduler_mode_round_trips_and_is_checked() -> None:
+    assert loads(THREE_NODES).ha_scheduler is None
+    assert "ha_scheduler" not in dumps(loads(THREE_NODES))
+    for mode in ("basic", "static"):
+        cluster = loads(THREE_NODES + f"ha_scheduler: {mode}\n")
+        assert cluster.ha_scheduler == mode
+        assert f"\nha_scheduler: {mode}\n" in dumps(cluster)
+        assert loads(dumps(cluster)) == cluster
+    for bad, reason in (
+        ("statik", "unknown value 'statik' (did you mean 'static'?)"),
+        ("dynamic", "expected one of basic, static, got 'dynamic'"),
+        ("true", "expected one of basic, static, got true"),
+    ):
+        error = _error(THREE_NODES + f"ha_scheduler: {bad}\n")
+        _assert_one_line(error)
+        assert str(error) == f"t.yaml: ha_scheduler: {reason}"
+
+
 def test_failback_needs_ha() -> None:
     error = _error(
         THREE_NODES.replace("{id: 102, node: pve2,", "{id: 102, failback: false, node: pve2,")

@@ -6,7 +6,7 @@ A snapshot (or ``demo``) is read as ``show`` and ``plan`` read it; ``--config FI
 with no snapshot, the default configuration) observes the live cluster once, as ``opendrs
 snapshot`` and ``status`` do. ``--recovery`` says how the failed nodes' HA guests restart (the
 values of ``policy.failover_recovery``); by default, the configuration's ``failover_recovery``
-with ``--config``, else ``auto`` (a snapshot knows no Proxmox scheduler mode: ``best-fit``).
+with ``--config``, else ``auto`` (the snapshot's ``ha_scheduler``, ``best-fit`` without one).
 
 Exit status: 0 the cluster has the headroom (every HA guest restarts in every case); 1 it has not
 (or the cluster could not be observed); 2 bad input.
@@ -104,7 +104,8 @@ def add_headroom_parser(sub: Subcommands) -> None:
         choices=FAILOVER_RECOVERIES,
         help="how the HA guests restart: best-fit (the best node with room, biggest first), "
         "pve-basic or pve-static (Proxmox VE's HA manager in that scheduler mode), auto (the "
-        "mode the Proxmox cluster's crs option sets, else best-fit); default: the "
+        "mode the Proxmox cluster's crs option sets, or the snapshot's ha_scheduler, else "
+        "best-fit); default: the "
         "configuration's policy.failover_recovery, auto for a snapshot",
     )
     add_format_option(p)

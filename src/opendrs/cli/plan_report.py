@@ -13,6 +13,7 @@ from typing import Any
 from opendrs.cli.planning import PlanResult, rules_document
 from opendrs.engine.breaks import rule_breaks
 from opendrs.engine.headroom import failover_headroom
+from opendrs.engine.policy.failover import recovery_for
 from opendrs.engine.usage import RESOURCES, LoadModel
 from opendrs.model.cluster import Cluster
 from opendrs.model.units import format_bytes
@@ -62,11 +63,15 @@ def plan_document(result: PlanResult, source: str) -> Document:
 
 
 def _failover(before: Cluster, after: Cluster) -> dict[str, Any] | None:
-    """The failover headroom for one node failing, before and after the plan (None with fewer
-    than two online nodes)."""
+    """The failover headroom for one node failing, before and after the plan, judged as
+    ``failover_recovery: auto`` judges the snapshot (None with fewer than two online nodes)."""
     if sum(1 for n in before.nodes if n.online) < 2:
         return None
-    return {"before": failover_headroom(before).brief(), "after": failover_headroom(after).brief()}
+    recovery = recovery_for("auto", before)
+    return {
+        "before": failover_headroom(before, 1, recovery).brief(),
+        "after": failover_headroom(after, 1, recovery).brief(),
+    }
 
 
 def _nodes(before: Cluster, after: Cluster) -> list[dict[str, Any]]:

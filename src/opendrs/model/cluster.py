@@ -18,12 +18,15 @@ GuestKind = Literal["vm", "ct"]
 GuestState = Literal["running", "stopped", "paused"]
 UsageMode = Literal["basic", "static", "dynamic"]
 BalanceSource = Literal["usage", "pressure"]
+HaScheduler = Literal["basic", "static"]
 
 GUEST_KINDS: tuple[str, ...] = ("vm", "ct")
 GUEST_STATES: tuple[str, ...] = ("running", "stopped", "paused")
 USAGE_MODES: tuple[str, ...] = ("basic", "static", "dynamic")
 #: What the balance objective evens out: the usage mode's load, or pressure (PSI).
 BALANCE_SOURCES: tuple[str, ...] = ("usage", "pressure")
+#: The scheduler modes of Proxmox VE's HA manager (``ha`` of the datacenter's ``crs`` option).
+HA_SCHEDULERS: tuple[str, ...] = ("basic", "static")
 
 #: Proxmox HA service states (``PVE::HA::Manager``); see :mod:`opendrs.engine.usage`.
 HA_STATES: tuple[str, ...] = (
@@ -248,7 +251,7 @@ class Cluster:
     #: The scheduler mode Proxmox VE's HA manager places recoveries with (``ha`` of the
     #: datacenter's ``crs`` option: ``basic`` or ``static``); None when not known (not Proxmox,
     #: or the options cannot be read).
-    ha_scheduler: Literal["basic", "static"] | None = None
+    ha_scheduler: HaScheduler | None = None
 
     @cached_property
     def node_index(self) -> Mapping[str, int]:

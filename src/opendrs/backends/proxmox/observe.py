@@ -34,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 from opendrs.backends.base import BackendError, check_observation
 from opendrs.backends.proxmox.assemble import (
@@ -57,7 +57,7 @@ from opendrs.backends.proxmox.limits import (
 from opendrs.backends.proxmox.motions import Master, Motion, ha_master, ha_motions
 from opendrs.backends.proxmox.rules import read_rules
 from opendrs.backends.proxmox.values import as_bool, as_dict, as_list, as_number
-from opendrs.model.cluster import Cluster, Guest, Settings
+from opendrs.model.cluster import Cluster, Guest, HaScheduler, Settings
 from opendrs.model.document import MAX_BYTES
 
 log = logging.getLogger(__name__)
@@ -456,7 +456,7 @@ def crs_auto_rebalance(crs: object) -> bool:
     return items is not None and as_bool(items.get("ha-auto-rebalance"))
 
 
-def crs_ha_scheduler(crs: object) -> Literal["basic", "static"] | None:
+def crs_ha_scheduler(crs: object) -> HaScheduler | None:
     """The HA scheduler mode the ``crs`` option sets: ``ha=static`` is ``static``, any other
     (or none, Proxmox's default) ``basic``; None without a ``crs`` option: not set and not
     shown to the user cannot be told apart."""

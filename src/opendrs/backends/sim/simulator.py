@@ -931,7 +931,9 @@ class Simulator:
             remember=not recovering,
         )
         c0 = self._cluster0
-        return Cluster(self._nodes_tuple, guests, c0.rules, c0.settings, c0.name)
+        return Cluster(
+            self._nodes_tuple, guests, c0.rules, c0.settings, c0.name, ha_scheduler=c0.ha_scheduler
+        )
 
 
 def check_arguments(

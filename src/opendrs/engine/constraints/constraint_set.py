@@ -151,6 +151,25 @@ class Constraints:
         """(G, N): usable node, architecture, strict node affinity, not forbidden."""
         return RowMask.combine([self.arch_ok, self.strict_ok, self.permitted], self.usable)
 
+    def kept_in_place(self, j: int) -> bool:
+        """Whether the hard rules keep guest ``j`` on the node it is on: its own static filters
+        (usable node, architecture, strict node affinity within the platform's limits — a pin, a
+        strict node affinity to this node alone) allow it no other node, or those of a
+        hard-affinity partner on the same node do (the bundle moves together or not at all)."""
+        guests = self.cluster.guests
+        node = guests[j].node
+        return any(
+            guests[m].node == node and not self._elsewhere(m) for m in self.unit_members(j).tolist()
+        )
+
+    def _elsewhere(self, j: int) -> bool:
+        """Whether the static filters but ``permitted`` allow guest ``j`` a node besides its own."""
+        allowed = self.usable & self.arch_ok[j] & self.strict_ok[j]
+        here = self.cluster.node_index.get(self.cluster.guests[j].node)
+        if here is not None:
+            allowed[here] = False
+        return bool(allowed.any())
+
     def guest_demand(self, j: int) -> np.ndarray:
         """Capacity demand (D,) guest ``j`` brings to a new node (storage only if not running)."""
         return self.capacity.moving[j].copy()

@@ -119,7 +119,8 @@ class PolicyConfig:
     #: How the headroom restarts the HA guests of the failed nodes (:data:`FAILOVER_RECOVERIES`):
     #: ``best-fit`` — the placement engine's best node with room, biggest first; ``pve-basic``,
     #: ``pve-static`` — as Proxmox VE's HA manager in that scheduler mode; ``auto`` (the default)
-    #: — the mode a Proxmox cluster's ``crs`` option sets, else ``best-fit``.
+    #: — the mode a Proxmox cluster's ``crs`` option sets (a snapshot's ``ha_scheduler``), else
+    #: ``best-fit``.
     failover_recovery: str = "auto"
 
     def __post_init__(self) -> None:

@@ -79,7 +79,7 @@ from opendrs.engine.strategies import get_strategy
 from opendrs.engine.strategies.base import Proposal, Stop
 from opendrs.engine.usage import MeasuredUsage
 from opendrs.engine.view import CycleView
-from opendrs.model.cluster import Cluster
+from opendrs.model.cluster import Cluster, Guest
 
 
 def decide(
@@ -191,6 +191,9 @@ class _Round:
     hastened: Hastening | None
     measured: Measurement
     state: PolicyState
+    #: The nodes (indexes) above the hot level on the usage capacity is checked on (the recent
+    #: usage, else the average, else the observation's): found once, when the round is made.
+    running_hot: tuple[int, ...] = ()
     stuck: tuple[tuple[str, str], ...] = ()
     note: RepairNote = field(default_factory=RepairNote)
 
@@ -317,7 +320,8 @@ def _observe(
     measured = Measurement(config.metric, tuple(by_arch.items()), hour)
     tracked = track_evacuations(cluster, state.evacuated) if config.maintenance_return else {}
     state = state if tracked == state.evacuated else replace(state, evacuated=tracked)
-    state = _seen_hot(state, now, config, view, recent)
+    running_hot = _running_hot(config, view, recent)
+    state = _seen_hot(state, now, config, view.observed, running_hot)
     return _Round(
         now,
         past,
@@ -330,25 +334,35 @@ def _observe(
         reaction.hastened,
         measured,
         state,
+        running_hot,
     )
+
+
+def _running_hot(
+    config: PolicyConfig, view: CycleView, recent: MeasuredUsage | None
+) -> tuple[int, ...]:
+    """The nodes (indexes) above the hot level on ``recent``, else on the usage balancing reads
+    — the usage the guarded view checks capacity on —; none without a hot level."""
+    if config.hot is None:
+        return ()
+    usage = recent if recent is not None else view.balancing_usage
+    return hot_nodes(view.usage_loads, usage, config.hot)
 
 
 def _seen_hot(
     state: PolicyState,
     now: float,
     config: PolicyConfig,
-    view: CycleView,
-    recent: MeasuredUsage | None,
+    cluster: Cluster,
+    running_hot: tuple[int, ...],
 ) -> PolicyState:
-    """``state`` with the nodes seen running hot within :func:`hot_memory`, those above the
-    hot level on ``recent`` now included (:attr:`PolicyState.hot_seen`)."""
+    """``state`` with the nodes seen running hot within :func:`hot_memory`, those ``running_hot``
+    now included (:attr:`PolicyState.hot_seen`)."""
     if config.hot is None:
         return state
-    usage = recent if recent is not None else view.balancing_usage
     seen = {n: t for n, t in state.hot_seen.items() if now - t < hot_memory(config)}
-    nodes = view.observed.nodes
-    for n in hot_nodes(view.usage_loads, usage, config.hot):
-        seen[nodes[n].name] = now
+    for n in running_hot:
+        seen[cluster.nodes[n].name] = now
     return state if seen == dict(state.hot_seen) else replace(state, hot_seen=seen)
 
 
@@ -440,21 +454,28 @@ def _repair(r: _Round) -> Decision | tuple[tuple[tuple[str, str], ...], RepairNo
 
 
 def _hot_unmovable(r: _Round) -> HotUnmovable | None:
-    """The nodes running hot (on the usage capacity is checked on) with no guest on them that
-    may move — no relief reaches them: a pinned job's node, with an ignored guest the HA
-    manager restarted there —, said by every decision while they do; None when there are none
-    (or no hot level)."""
+    """The nodes running hot (:attr:`_Round.running_hot`) with no guest on them that may move —
+    none free to (ignored, locked, …: :func:`movability`) or let by the hard rules
+    (:meth:`Constraints.kept_in_place`: pinned, held by a strict node affinity to that node) —
+    so that no relief reaches them: a pinned job's node, with an ignored guest the HA manager
+    restarted there. Said by every decision while they run hot; None when there are none (or
+    no hot level)."""
     hot = r.config.hot
-    if hot is None:
+    if hot is None or not r.running_hot:
         return None
-    view = r.view
-    usage = view.checked_usage or MeasuredUsage.of(view.observed)
-    running = hot_nodes(view.usage_loads, usage, hot)
-    if not running:
-        return None
-    cluster = r.cluster
-    movable = {g.node for g in cluster.guests if movability(g, cluster, "balance") is None}
-    nodes = tuple(cluster.nodes[n].name for n in running if cluster.nodes[n].name not in movable)
+    cluster, constraints = r.cluster, r.view.constraints
+    index = cluster.guest_index
+
+    def may_move(guest: Guest) -> bool:
+        return movability(guest, cluster, "balance") is None and not constraints.kept_in_place(
+            index[guest.id]
+        )
+
+    nodes = tuple(
+        node.name
+        for node in (cluster.nodes[n] for n in r.running_hot)
+        if not any(may_move(g) for g in cluster.guests_on(node.name))
+    )
     return HotUnmovable(nodes, hot) if nodes else None
 
 

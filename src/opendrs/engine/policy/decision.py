@@ -131,7 +131,7 @@ class Stranded:
 @dataclass(frozen=True)
 class HotUnmovable:
     """Nodes that run hot above ``level`` (a share of their capacity) with no guest on them
-    that may move: no relief reaches them (their guests ignored by a rule, locked, …)."""
+    that may move: no relief reaches them (their guests ignored by a rule, locked, pinned, …)."""
 
     nodes: tuple[str, ...]
     level: float

@@ -81,8 +81,8 @@ def placement_key(cluster: Cluster) -> tuple[object, ...]:
 
 def recovery_for(setting: str, cluster: Cluster) -> FailoverRecovery:
     """The recovery ``policy.failover_recovery`` names for ``cluster``: ``auto`` is Proxmox VE's
-    HA manager in the scheduler mode the backend read (:attr:`Cluster.ha_scheduler`), else
-    ``best-fit``; any other value is itself."""
+    HA manager in the scheduler mode the backend read or the snapshot kept
+    (:attr:`Cluster.ha_scheduler`), else ``best-fit``; any other value is itself."""
     if setting == "pve-basic" or (setting == "auto" and cluster.ha_scheduler == "basic"):
         return "pve-basic"
     if setting == "pve-static" or (setting == "auto" and cluster.ha_scheduler == "static"):

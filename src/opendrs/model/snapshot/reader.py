@@ -6,9 +6,16 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import PurePath
-from typing import Any, Final
+from typing import Any, Final, cast
 
-from opendrs.model.cluster import BALANCE_SOURCES, USAGE_MODES, Cluster, Settings
+from opendrs.model.cluster import (
+    BALANCE_SOURCES,
+    HA_SCHEDULERS,
+    USAGE_MODES,
+    Cluster,
+    HaScheduler,
+    Settings,
+)
 from opendrs.model.document import (
     DocumentError,
     Path,
@@ -127,11 +134,21 @@ class SnapshotReader(GuestReader, RuleReader):
         rules_value = doc.get("rules")
         guest_ids = {guest.id for guest in guests}
         rules = Rules() if rules_value is None else self.rules(rules_value, node_names, guest_ids)
+        return Cluster(nodes, guests, rules, settings, cluster_name, *self.ha_manager(doc))
+
+    def ha_manager(self, doc: Mapping[str, Any]) -> tuple[bool, HaScheduler | None]:
+        """What Proxmox VE's HA manager does beside opendrs: whether it balances its HA guests
+        itself (``ha_auto_rebalance``) and the scheduler mode it restarts them in
+        (``ha_scheduler``; None when the snapshot does not say)."""
         balancing = doc.get("ha_auto_rebalance")
         ha_auto_rebalance = (
             False if balancing is None else self.boolean(balancing, ("ha_auto_rebalance",))
         )
-        return Cluster(nodes, guests, rules, settings, cluster_name, ha_auto_rebalance)
+        mode = doc.get("ha_scheduler")
+        if mode is None:
+            return ha_auto_rebalance, None
+        scheduler = self.choice(mode, ("ha_scheduler",), HA_SCHEDULERS)
+        return ha_auto_rebalance, cast(HaScheduler, scheduler)
 
     def version(self, value: object) -> None:
         if isinstance(value, bool) or not isinstance(value, int):

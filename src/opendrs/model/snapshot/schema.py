@@ -38,6 +38,7 @@ TOP_KEYS: Final = (
     "guests",
     "rules",
     "ha_auto_rebalance",
+    "ha_scheduler",
 )
 SETTINGS_KEYS: Final = (
     "mode",

@@ -279,6 +279,8 @@ def to_dict(cluster: Cluster) -> dict[str, Any]:
         out["rules"] = rules
     if cluster.ha_auto_rebalance:
         out["ha_auto_rebalance"] = True
+    if cluster.ha_scheduler is not None:
+        out["ha_scheduler"] = cluster.ha_scheduler
     return out
 
 
