@@ -44,9 +44,11 @@ class Daemon:
         *args: str,
         env: dict[str, str] | None = None,
         files: int | None = None,
+        module: str = "opendrs",
     ) -> None:
-        """``files``: the process's limit of open files (``LimitNOFILE``), when given."""
-        command = [sys.executable, "-m", "opendrs", "run", "--config", str(config), *args]
+        """``files``: the process's limit of open files (``LimitNOFILE``), when given;
+        ``module``: what ``python -m`` runs (one that runs opendrs's ``main`` itself)."""
+        command = [sys.executable, "-m", module, "run", "--config", str(config), *args]
         self.lines: list[str] = []
         self._lock = threading.Lock()
         self.process = subprocess.Popen(

@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
+import socket
+import sqlite3
+import subprocess
 import threading
 import time
 import urllib.error
@@ -18,12 +22,15 @@ from http import HTTPStatus
 from pathlib import Path
 
 import pytest
+from tests.controller.slow_place_daemon import SLOWED
 from tests.controller.test_dashboard import _config
 
-from daemon import Daemon, send, served
+from daemon import Daemon, eventually, send, served
 from opendrs.controller.config import HttpConfig
 from opendrs.controller.dashboard import Dashboard
-from opendrs.controller.http_server import MetricsServer, start_server
+from opendrs.controller.history import History
+from opendrs.controller.http_server import CUT_WAIT, STOP_GRACE, MetricsServer, start_server
+from opendrs.controller.loop import InstanceLock
 from opendrs.controller.metrics import DaemonMetrics
 from opendrs.controller.place_api import PlaceView
 
@@ -107,6 +114,71 @@ def test_sigterm_with_requests_in_flight_exits_0_every_time(config: Path) -> Non
         assert HTTPStatus.OK in answered
 
 
+#: Seconds beyond the grace the daemon may take to exit (the loop's step, the backend closed).
+EXIT_MARGIN = 4.0
+
+
+def test_a_request_computing_past_the_grace_does_not_hold_the_exit(
+    config: Path, tmp_path: Path
+) -> None:
+    """The first ``POST /api/place`` after an observation computes for a minute (its build
+    slowed, as on a cluster far larger than this one): SIGTERM ends the daemon within the
+    grace and a margin, exit status 0, the request named in one line, the history whole."""
+    environment = {
+        "SLOW_PLACE": "60",
+        "PYTHONPATH": os.pathsep.join(
+            [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]
+        ),
+    }
+    with Daemon(config, env=environment, module="slow_place_daemon") as daemon:
+        address = served(daemon)
+        daemon.wait_for(r"decision \(manual\)", timeout=60)
+        # A second decision: the place view has the first cycle's observation (no 503).
+        daemon.wait_for(r"decision \(manual\)", timeout=60, after=daemon.mark)
+        statuses: list[int | None] = []
+        body = json.dumps({"cpu": 1, "memory": "2GiB"}).encode()
+        client = threading.Thread(
+            target=lambda: statuses.append(ask(address, "/api/place", method="POST", body=body))
+        )
+        client.start()
+        daemon.wait_for(SLOWED, timeout=30)
+        daemon.signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        try:
+            status = daemon.wait(STOP_GRACE + EXIT_MARGIN)
+        except subprocess.TimeoutExpired:
+            pytest.fail(
+                f"still running {STOP_GRACE + EXIT_MARGIN:g}s after SIGTERM:\n{daemon.log()}"
+            )
+        took = time.monotonic() - signalled
+        client.join(15)
+        log = daemon.log()
+    assert status == 0, log[-4000:]
+    assert took >= STOP_GRACE, f"exited {took:.1f}s after SIGTERM: the request had its grace?"
+    cut = [line for line in log.splitlines() if "of stopping: cut" in line]
+    assert len(cut) == 1, log[-4000:]
+    assert cut[0].endswith(
+        f"1 request(s) not answered within {STOP_GRACE:g}s of stopping: cut (POST /api/place); "
+        "1 still computing, not waited for"
+    )
+    assert "stopping: state recorded" in log and statuses == [None]
+    for crash in CRASHES:
+        assert crash not in log, log[-4000:]
+    assert_files_whole(tmp_path)
+
+
+def assert_files_whole(directory: Path) -> None:
+    """The daemon's history passes SQLite's integrity check and opens read-only, and its
+    instance lock is free."""
+    with sqlite3.connect(directory / "history.sqlite") as db:
+        assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    with History(directory / "history.sqlite", readonly=True) as history:
+        assert history.proposals() is not None
+    lock = InstanceLock(str(directory / "history.sqlite.lock"), str(directory / "history.sqlite"))
+    lock.acquire()
+    lock.release()
+
+
 def stopped_under_requests(config: Path, delay: float) -> tuple[int, str, list[int]]:
     """One run of the daemon, sent SIGTERM ``delay`` seconds into the clients' requests (once a
     write has been logged): its exit status, its log and the statuses the clients got."""
@@ -185,17 +257,43 @@ def test_stop_waits_for_the_request_being_answered() -> None:
 
 
 def test_a_request_outlasting_the_grace_is_cut(caplog: pytest.LogCaptureFixture) -> None:
-    place = HeldPlace(hold=1.0)
+    """A request whose body is still coming when the grace ends: its thread, reading, ends as
+    soon as its connection is cut."""
+    server = held_server(HeldPlace(hold=0))  # once its body is read, answered at once
+    host, port = server.address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as client:
+        client.sendall(
+            b"POST /api/place HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Authorization: Bearer {TOKEN}\r\nContent-Length: 100\r\n\r\n{{".encode()
+        )
+        eventually(lambda: len(request_threads()) == 1, 10, what="the request's thread")
+        with caplog.at_level(logging.DEBUG, logger="opendrs"):
+            server.stop(grace=0.1)
+        assert client.recv(100) == b""  # the connection was cut: no answer
+    assert request_threads() == [] and server.computing() == 0
+    assert "1 request(s) not answered within 0.1s of stopping: cut (POST /api/place)" in caplog.text
+    assert "still computing" not in caplog.text and "Traceback" not in caplog.text
+
+
+def test_a_request_still_computing_after_the_cut_is_not_waited_for(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    place = HeldPlace(hold=30)
     server = held_server(place)
     statuses: list[int | None] = []
     client = post_place(server.address, statuses)
     assert place.entered.wait(10)
+    started = time.monotonic()
     with caplog.at_level(logging.DEBUG, logger="opendrs"):
         server.stop(grace=0.1)
+    assert time.monotonic() - started < 0.1 + CUT_WAIT + 2.0
+    assert server.computing() == 1 and len(request_threads()) == 1
+    assert "cut (POST /api/place); 1 still computing, not waited for" in caplog.text
+    place.release.set()  # its answer computed, it finds its connection cut and ends
+    for thread in request_threads():
+        thread.join(10)
     client.join(10)
-    assert request_threads() == [], "stop returned before the request's thread ended"
-    assert statuses == [None]  # the connection was cut: no answer
-    assert "1 request(s) not answered within 0.1s of stopping: cut" in caplog.text
+    assert server.computing() == 0 and statuses == [None]
     assert "Traceback" not in caplog.text
 
 
@@ -218,7 +316,9 @@ def test_a_page_cut_while_drawing_is_no_error_of_the_page(
     assert drawing.wait(10)
     with caplog.at_level(logging.DEBUG, logger="opendrs"):
         server.stop(grace=0.1)
+        for thread in request_threads():  # still drawing: it ends once its page is drawn
+            thread.join(10)
     client.join(10)
     assert statuses == [None] and request_threads() == []
-    assert "cut" in caplog.text
+    assert "cut (GET /)" in caplog.text
     assert "cannot answer" not in caplog.text and "Traceback" not in caplog.text

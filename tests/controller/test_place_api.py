@@ -119,6 +119,24 @@ def test_without_the_pool_every_node_is_ranked(daemon: tuple[Daemon, str]) -> No
     assert answer["best"] == next(r["node"] for r in answer["nodes"] if r["rank"] == 1)
 
 
+def test_a_hard_affinity_brings_its_partners_rules(daemon: tuple[Daemon, str]) -> None:
+    """With VM 100 (the pool ``web``'s, apart from 101): the two run together, never beside
+    101; joining the pool as well contradicts the affinity, and the pool's rule is dropped."""
+    _, address = daemon
+    status, answer, _ = post(address, {"cpu": 1, "memory": "1GiB", "affinity": [100]})
+    assert status == 200, answer
+    assert answer["members"] == ["100"] and answer["rules"] == ["request affinity"]
+    nodes = {row["node"]: row for row in answer["nodes"]}
+    assert nodes["pve1"]["fits"] and nodes["pve3"]["fits"] and not nodes["pve2"]["fits"]
+    (reason,) = nodes["pve2"]["reasons"]
+    assert reason.startswith("hard anti-affinity with") and "101" in reason, reason
+    both = {"cpu": 1, "memory": "1GiB", "affinity": [100], "pool": "web"}
+    status, answer, _ = post(address, both)
+    assert status == 200, answer
+    assert answer["members"] == ["100"]
+    assert all(row["fits"] for row in answer["nodes"]), answer["nodes"]
+
+
 def test_the_answer_after_a_new_observation_reads_it(tmp_path: Path) -> None:
     request = {"cpu": 2, "memory": "4GiB", "pool": "web"}
     with place_daemon(tmp_path) as (_running, address, cluster):
@@ -294,8 +312,8 @@ rules:
   - {type: pin, guests: [102], nodes: [pve3]}
 """
 
-#: (request, whether the constraints are built again for it: a hard affinity joined, a rule
-#: naming the new guest's id, or a joined rule that the rule check then drops).
+#: (request, whether the constraints are built again for it: only when a node-affinity rule
+#: names the new guest's id or a guest a hard affinity joins it to).
 RULED_REQUESTS: list[tuple[dict[str, Any], bool]] = [
     ({"memory": "4GiB"}, False),
     ({"cpu": 3, "memory": "6GiB", "name": "app1", "cpu_used": 1, "memory_used": "2GiB"}, False),
@@ -309,9 +327,13 @@ RULED_REQUESTS: list[tuple[dict[str, Any], bool]] = [
     ({"memory": "4GiB", "tags": ["plb_anti_affinity_dns", "other"]}, False),
     ({"memory": "4GiB", "tags": ["plb_affinity_db"]}, False),
     ({"memory": "4GiB", "anti_affinity": ["102", "103"], "pool": "web"}, False),
-    ({"memory": "4GiB", "pool": "db"}, True),
-    ({"memory": "4GiB", "affinity": ["101"]}, True),
-    ({"memory": "4GiB", "tags": ["spread"]}, True),
+    ({"memory": "4GiB", "pool": "db"}, False),
+    ({"memory": "4GiB", "affinity": ["101"]}, False),
+    ({"memory": "4GiB", "affinity": ["101"], "tags": ["plb_affinity_db"]}, False),
+    ({"memory": "4GiB", "affinity": ["100", "103"], "pool": "web"}, False),
+    ({"memory": "4GiB", "affinity": ["104"], "anti_affinity": ["100"]}, False),
+    ({"memory": "4GiB", "affinity": ["102"]}, True),
+    ({"memory": "4GiB", "tags": ["spread"]}, False),
     ({"memory": "4GiB", "id": "pinned"}, True),
     ({"memory": "1GiB", "anti_affinity": ["999"]}, False),
     ({"memory": "1GiB", "tags": "web"}, False),

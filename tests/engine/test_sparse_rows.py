@@ -127,3 +127,20 @@ def test_a_guest_appended_to_partners_keeps_the_others_rows() -> None:
     assert [p.tolist() for p in grown] == [*([p.tolist() for p in partners]), [1, 3]]
     assert grown.counts().tolist() == [*partners.counts().tolist(), 2]
     assert [p.tolist() for p in Partners.within(0, []).with_row(np.zeros(0))] == [[]]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 6), st.data())
+def test_rows_replaced_in_partners_are_those_rows_the_others_kept(
+    n_guests: int, data: st.DataObject
+) -> None:
+    sets = data.draw(st.lists(st.lists(st.integers(0, max(n_guests - 1, 0)), max_size=3)))
+    partners = Partners.within(n_guests, [np.array(s, dtype=np.intp) for s in sets if n_guests])
+    row = st.lists(st.integers(0, n_guests), unique=True, max_size=3).map(sorted)
+    rows = data.draw(st.dictionaries(st.integers(0, n_guests), row, max_size=3))
+    grown = partners.with_rows({j: np.array(r, dtype=np.intp) for j, r in rows.items()})
+    expected = [p.tolist() for p in partners] + ([[]] if n_guests in rows else [])
+    for j, r in rows.items():
+        expected[j] = r
+    assert [p.tolist() for p in grown] == expected
+    assert grown.counts().tolist() == [len(e) for e in expected]

@@ -3,10 +3,21 @@ line, exit status 2) and its log lines on stderr."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import sys
+from typing import NoReturn
 
-__all__ = ["EXIT_LASTING", "EXIT_OK", "EXIT_PROBLEM", "EXIT_USAGE", "UsageError", "setup_logging"]
+__all__ = [
+    "EXIT_LASTING",
+    "EXIT_OK",
+    "EXIT_PROBLEM",
+    "EXIT_USAGE",
+    "UsageError",
+    "exit_now",
+    "setup_logging",
+]
 
 EXIT_OK = 0
 #: A problem that may pass (an API that cannot be reached, another instance running): the
@@ -39,3 +50,15 @@ def setup_logging(level: str) -> None:
         logging.INFO if chosen <= logging.DEBUG else logging.WARNING
     )
     logging.getLogger("httpcore").setLevel(logging.WARNING)
+
+
+def exit_now(status: int) -> NoReturn:
+    """End the process with ``status`` at once, its log and output flushed, without the
+    interpreter's finalisation: for a daemon whose files are closed but which still has threads
+    it cannot end (an HTTP request computing an answer it can no longer send). Finalising would
+    wait for them, or end them under code that aborts when a thread ends under it."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # closed or broken: nothing more to say
+            stream.flush()
+    os._exit(status)

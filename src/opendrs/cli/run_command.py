@@ -7,7 +7,7 @@ import sys
 
 from opendrs.cli.arguments import Subcommands
 from opendrs.cli.config_file import add_config_option
-from opendrs.cli.process import setup_logging
+from opendrs.cli.process import exit_now, setup_logging
 
 __all__ = ["add_run_parser"]
 
@@ -28,7 +28,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return exc.status
     daemon = DaemonRun(config, signals, files, published, once=args.once, shadow=args.shadow)
-    return daemon.run()
+    status = daemon.run()
+    if published.server is not None and published.server.computing():
+        exit_now(status)  # its files are closed: the requests cut and still computing are left
+    return status
 
 
 def add_run_parser(sub: Subcommands) -> None:

@@ -26,10 +26,15 @@ the headers, so it is checked once they are read: an unauthenticated client hold
 no longer than that.
 
 Stopped in order (:meth:`MetricsServer.stop`): no new connection is taken, those still sending
-their request are closed, the requests read are answered for up to :data:`STOP_GRACE` seconds
-(then their connections are cut), and every thread answering a request has ended when ``stop``
-returns. Nothing of the server runs while the interpreter exits: a request drawing a chart then
-would have it abort (matplotlib's C++ code, a thread ended under it).
+their request are closed, the requests read are answered for up to :data:`STOP_GRACE` seconds,
+then their connections are cut — a thread reading or writing ends at once — and one line says
+which requests were cut. A thread still computing its answer then (a placement, a page) cannot
+be ended: ``stop`` returns after :data:`CUT_WAIT` seconds all the same, and
+:meth:`MetricsServer.computing` says how many are left, for the process to exit without
+waiting for them (:func:`opendrs.cli.process.exit_now`). Nothing of the server may run while
+the interpreter finalises: a request drawing a chart then would have it abort (matplotlib's C++
+code, a thread ended under it), hence threads that are not daemon threads and, when some are
+left, an exit that skips finalisation.
 """
 
 from __future__ import annotations
@@ -59,6 +64,7 @@ from opendrs.controller.place_api import MAX_BODY, PlaceView, json_error
 from opendrs.secret_file import SecretError, read_secret_file
 
 __all__ = [
+    "CUT_WAIT",
     "MAX_CONNECTIONS",
     "REQUEST_TIMEOUT",
     "STOP_GRACE",
@@ -81,10 +87,15 @@ MAX_CONNECTIONS: Final = 64
 REQUEST_TIMEOUT: Final = 10.0
 #: Seconds the requests read when the server stops have to be answered before they are cut.
 STOP_GRACE: Final = 5.0
+#: Seconds the threads of the requests cut are waited for (one in a read or write ends at once).
+CUT_WAIT: Final = 0.5
+#: The requests a stop's line names, at most (then how many more).
+_NAMED_CUT: Final = 5
 
 
 class _Server(ThreadingHTTPServer):
-    #: Each request on a thread the interpreter waits for at exit (stop ends them in order).
+    #: Each request on a thread the interpreter would wait for at exit (stop ends them in order;
+    #: one still computing after the cut is left to :func:`~opendrs.cli.process.exit_now`).
     daemon_threads = False
     #: Connections the kernel queues while the server accepts: a burst is accepted, then bounded.
     request_queue_size = 128
@@ -99,8 +110,10 @@ class _Server(ThreadingHTTPServer):
         #: The connections held, and of those still sending their request, since when.
         self._held: set[socket.socket] = set()
         self._waiting: dict[socket.socket, float] = {}
-        #: The threads answering a connection, ended or not (those ended are let go).
+        #: The threads answering a connection, ended or not (those ended are let go), and what
+        #: each was asked once its request line is read (``POST /api/place``).
         self._answering: list[threading.Thread] = []
+        self._asked: dict[threading.Thread, str] = {}
         super().server_activate()
 
     def process_request(self, request: Any, client_address: Any) -> None:
@@ -123,13 +136,16 @@ class _Server(ThreadingHTTPServer):
                 daemon=self.daemon_threads,
             )
             self._answering = [t for t in self._answering if t.is_alive()]
+            self._asked = {t: a for t, a in self._asked.items() if t.is_alive()}
             thread.start()  # kept only once started: the stop joins every thread it keeps
             self._answering.append(thread)
 
-    def answering(self, request: socket.socket) -> None:
-        """The request of this connection was read: it is answered, no longer waited for."""
+    def answering(self, request: socket.socket, asked: str) -> None:
+        """The request of this connection (``asked``: its method and path) was read: it is
+        answered, no longer waited for."""
         with self._lock:
             self._waiting.pop(request, None)
+            self._asked[threading.current_thread()] = asked
 
     def shutdown_request(self, request: Any) -> None:
         with self._lock:
@@ -157,10 +173,11 @@ class _Server(ThreadingHTTPServer):
         for request in expired:
             _shut(request)
 
-    def close_in_order(self, grace: float) -> int:
+    def close_in_order(self, grace: float) -> tuple[list[str], list[threading.Thread]]:
         """After the accept loop has ended: stop listening, close the connections still sending
-        their request, give those being answered ``grace`` seconds, then cut them; return once
-        every thread answering has ended, with the number of requests cut."""
+        their request, give those being answered ``grace`` seconds, then cut them and wait
+        :data:`CUT_WAIT` seconds more; return what the requests cut asked, and the threads
+        still running then (each computing an answer it can no longer send)."""
         self.socket.close()
         with self._lock:
             waiting = list(self._waiting)
@@ -168,17 +185,20 @@ class _Server(ThreadingHTTPServer):
             threads = list(self._answering)
         for request in waiting:
             _shut(request)
-        deadline = time.monotonic() + grace
-        for thread in threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
-        late = sum(1 for thread in threads if thread.is_alive())
+        _join(threads, time.monotonic() + grace)
+        late = [thread for thread in threads if thread.is_alive()]
         with self._lock:
             held = list(self._held)
+            asked = [self._asked.get(thread, "a request") for thread in late]
         for request in held:
             _shut(request)  # a read or write under way fails at once: the thread ends
-        for thread in threads:
-            thread.join()
-        return late
+        _join(late, time.monotonic() + CUT_WAIT)
+        return asked, [thread for thread in late if thread.is_alive()]
+
+
+def _join(threads: list[threading.Thread], deadline: float) -> None:
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
 
 
 def _shut(request: socket.socket) -> None:
@@ -196,7 +216,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def parse_request(self) -> bool:
         parsed = super().parse_request()  # reads the headers
-        self.server.answering(self.connection)
+        asked = f"{self.command} {self.path.partition('?')[0]}" if parsed else "a bad request"
+        self.server.answering(self.connection, asked)
         return parsed
 
     def do_GET(self) -> None:
@@ -383,6 +404,7 @@ class MetricsServer:
         self._thread = threading.Thread(
             target=self.server.serve_forever, name="opendrs-http", daemon=True
         )
+        self._computing: list[threading.Thread] = []
 
     @property
     def address(self) -> str:
@@ -395,15 +417,36 @@ class MetricsServer:
         self._thread.start()
 
     def stop(self, grace: float = STOP_GRACE) -> None:
-        """Stop serving (see the module's text): when this returns, no thread of the server is
-        left and the address is free."""
+        """Stop serving (see the module's text): when this returns the address is free, and no
+        thread of the server is left but those :meth:`computing` counts."""
         if self._thread.is_alive():
             self.server.shutdown()
             self._thread.join()
-        cut = self.server.close_in_order(grace)
+        cut, self._computing = self.server.close_in_order(grace)
         if cut:
-            log.warning("http: %d request(s) not answered within %gs of stopping: cut", cut, grace)
+            log.warning(
+                "http: %d request(s) not answered within %gs of stopping: cut (%s)%s",
+                len(cut),
+                grace,
+                _named(cut),
+                f"; {len(self._computing)} still computing, not waited for"
+                if self._computing
+                else "",
+            )
         self.server.server_close()
+
+    def computing(self) -> int:
+        """How many threads of requests cut by :meth:`stop` still compute their answer."""
+        self._computing = [thread for thread in self._computing if thread.is_alive()]
+        return len(self._computing)
+
+
+def _named(asked: list[str]) -> str:
+    """The requests cut, as the stop's line names them: ``POST /api/place, GET / (2)``."""
+    counts = {a: asked.count(a) for a in dict.fromkeys(asked)}
+    named = [a if n == 1 else f"{a} ({n})" for a, n in counts.items()]
+    more = len(named) - _NAMED_CUT
+    return ", ".join(named[:_NAMED_CUT]) + (f" and {more} more" if more > 0 else "")
 
 
 class HttpError(Exception):

@@ -11,7 +11,7 @@ stored by distinct row it is one index per guest and a few rows.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -172,6 +172,23 @@ class Partners:
         start = appended(self.start, self.start[-1] + len(partners))
         flat = np.concatenate([self.flat, np.asarray(partners, dtype=self.flat.dtype)])
         return Partners(_frozen(start), _frozen(flat))
+
+    def with_rows(self, rows: Mapping[int, np.ndarray]) -> Partners:
+        """These partners with the rows of the guests ``rows`` names (each its sorted partner
+        indices) replaced; a row at index ``len(self)`` is one more guest's."""
+        n_guests = len(self)
+        counts = np.zeros(max(n_guests, max(rows, default=-1) + 1), dtype=np.intp)
+        counts[:n_guests] = self.counts()
+        pieces, done = [], 0
+        for j in sorted(rows):
+            row = np.asarray(rows[j], dtype=self.flat.dtype)
+            pieces += [self.flat[self.start[done] : self.start[min(j, n_guests)]], row]
+            counts[j] = len(row)
+            done = min(j + 1, n_guests)
+        pieces.append(self.flat[self.start[done] :])
+        start = np.zeros(len(counts) + 1, dtype=np.intp)
+        np.cumsum(counts, out=start[1:])
+        return Partners(_frozen(start), _frozen(np.concatenate(pieces)))
 
     def counts(self) -> np.ndarray:
         """(G,) how many partners each guest has."""
