@@ -233,6 +233,8 @@ def warm_start(
         if cpu_spread is not None:
             # The vCPUs' goal is theirs (not the default strategy's), within what it may be.
             options["cpu_commit_spread"] = min(cpu_spread * share, 1.0)
+            # ... reached however many moves it takes (never left as wide as they started).
+            options["cpu_commit_moves"] = 1e15
         proposal = strategy.propose(alone, options=options)
         placement = {m.guest: m.target for m in proposal.net_moves()}
         if within(cluster, placement, target_spread, cpu_spread):
