@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from opendrs.engine.bounds import migration_lower_bound
 from opendrs.engine.constraints import Constraints
 from opendrs.engine.imbalance import Imbalance
 from opendrs.engine.usage import RESOURCES, LoadModel
@@ -81,6 +82,8 @@ def propose_balance(
     kept = _commit_kept(options, reached)
     if kept is None or len(cluster.guests) > COMMIT_GUESTS:
         return reached.proposal
+    if not _may_save(cluster, loads, options, reached):
+        return reached.proposal
     # The vCPU commitments started outside their goal: a plan that leaves them no wider than
     # they started, kept where bringing them within it costs too many more migrations.
     other = _best_search(cluster, cons, loads, kept, memo)
@@ -93,15 +96,15 @@ def propose_balance(
 @dataclass(frozen=True)
 class _Searched:
     """A search's proposal; whether it ended balanced, how far from its goals it ended (the
-    largest weighted spread over its goal), and each resource's spread when the rounds
-    began."""
+    largest weighted spread over its goal), and each resource's spread when the rounds began."""
 
     proposal: Proposal
     balanced: bool
     short: float
     start: np.ndarray
-    #: The vCPUs have a weight in the balance (a goal to reach).
-    cpu_weighted: bool
+    #: (R,) each resource's goal, and whether it has a weight in the balance.
+    goal: np.ndarray
+    weighted: np.ndarray
 
 
 def _best_search(
@@ -131,12 +134,28 @@ def _commit_kept(options: BalanceOptions, reached: _Searched) -> BalanceOptions 
     outside it: ``options`` with that goal widened to their spread at the start (never wider
     than they were); else None."""
     stop = reached.proposal.stop
-    if stop is None or "cpu_commit_spread" not in stop.details or not reached.cpu_weighted:
+    cpu = RESOURCES.index("cpu")
+    if stop is None or "cpu_commit_spread" not in stop.details or not reached.weighted[cpu]:
         return None
-    start = float(reached.start[RESOURCES.index("cpu")])
+    start = float(reached.start[cpu])
     if start <= options.cpu_commit_spread:
         return None
     return replace(options, cpu_commit_spread=start)
+
+
+def _may_save(
+    cluster: Cluster, loads: LoadModel, options: BalanceOptions, reached: _Searched
+) -> bool:
+    """Whether a plan that balances memory could take fewer than ``1 / cpu_commit_moves`` of
+    ``reached``'s migrations: not where the fewest any placement needs to bring memory within
+    its goal (:func:`~opendrs.engine.bounds.migration_lower_bound`) are that many already. Where
+    memory has no weight there is no such bound."""
+    memory = RESOURCES.index("memory")
+    if not reached.weighted[memory]:
+        return True
+    goal = {"memory": float(reached.goal[memory])}
+    fewest = migration_lower_bound(cluster, goal, loads, ("memory",)).migrations
+    return len(reached.proposal.moves) > options.cpu_commit_moves * fewest
 
 
 def _commit_given_up(proposal: Proposal, options: BalanceOptions, moves: int) -> Proposal:
@@ -210,8 +229,7 @@ def _search(
     )
     weighted = state.weights > 0
     short = float(np.max(state.spreads()[weighted] / state.goal[weighted], initial=0.0))
-    cpu_weighted = bool(state.weights[RESOURCES.index("cpu")] > 0)
-    return _Searched(proposal, reached_goal, short, start, cpu_weighted)
+    return _Searched(proposal, reached_goal, short, start, state.goal.copy(), weighted)
 
 
 def _proposed_moves(history: History) -> tuple[ProposedMove, ...]:
