@@ -66,7 +66,8 @@ their goal would be many small ones.
 **The vCPU goal's price.** Where the vCPU commitments start outside their looser goal, a second
 search holds them at their spread at the start (``cpu_commit_spread`` widened to it) and its plan
 is proposed where the first one's takes more than ``cpu_commit_moves`` times its migrations
-(:func:`.strategy.propose_balance`; clusters of up to 5,000 guests).
+(:func:`.strategy.propose_balance`; clusters of up to 5,000 guests, and only where the first
+plan takes more than that many times the memory-only lower bound: elsewhere it cannot win).
 
 **Idle windows.** A move's gain depends only on its two nodes' loads, and whether it is allowed
 only on its unit and its target: a window in which a round found no move that lowers the
