@@ -1,7 +1,8 @@
 """``balance`` over many seeds, one process: what it reaches, at what cost, against the bounds.
 
 ``python -m bench.seeds [--generator basic|skewed] [--sizes S,M,L] [--seeds 1,2,3]
-[--rules both|with|without] [--no-bounds] [--yardstick] [--option NAME=VALUE …]``
+[--rules both|with|without] [--no-bounds] [--yardstick] [--yardstick-cpu]
+[--option NAME=VALUE …]``
 
 For every (size, seed, rules) cluster of the generator (:data:`bench.clusters.GENERATORS`) it runs
 the default strategy's ``propose`` once (with the ``--option`` values, JSON, as ``opendrs plan -o``
@@ -13,7 +14,10 @@ process's peak RSS so far, and — unless ``--no-bounds`` — the lower bound on
 spreads reached (:class:`bench.metrics.Evaluator`) and for the memory spread alone
 (:func:`bench.realistic_report.memory_bound`), and the ratios. With ``--yardstick`` (sizes up to L)
 also the fewest moves the exact search (:mod:`bench.yardstick`) finds for the memory spread
-reached, started from its warm start, and opendrs's moves over them.
+reached, started from its warm start, and opendrs's moves over them; with ``--yardstick-cpu``
+also for the memory and vCPU spreads reached (the same goals as the plan's: where ``balance``
+left the vCPU commitments no wider than they started, their spread then), from the warm start
+for both where that reaches them.
 Every case runs in the same process, so the peak RSS is the largest so far, not the case's own;
 ``python -m bench`` gives each case its own process.
 """
@@ -30,7 +34,7 @@ from bench.generate import SIZES
 from bench.metrics import Evaluator, GiB, Snapshot
 from bench.realistic_report import memory_bound
 from bench.worker import peak_rss_bytes
-from bench.yardstick import TIME_LIMITS, fewest_moves, warm_start
+from bench.yardstick import TIME_LIMITS, fewest_moves, warm_start, within
 from opendrs.engine.strategies import get_strategy
 from opendrs.model.cluster import Cluster
 
@@ -45,9 +49,11 @@ def measure(
     bounds: bool,
     options: dict[str, Any] | None = None,
     yardstick: bool = False,
+    yardstick_cpu: bool = False,
 ) -> dict[str, Any]:
     """One cluster balanced (with ``options``), measured; with ``yardstick``, beside the exact
-    search's best for the same memory spread."""
+    search's best for the same memory spread, with ``yardstick_cpu`` for the same memory and
+    vCPU spreads too."""
     cluster = generated(generator, size, seed=seed, rules=rules)
     wall, cpu = time.perf_counter(), time.process_time()
     proposal = get_strategy("balance").propose(cluster, options=options or {})
@@ -63,6 +69,7 @@ def measure(
         "cpu_spread_pp": round(after.cpu_spread * 100, 2),
         "migrations": len(placement),
         "balanced": proposal.stopped.startswith("balanced"),
+        "cpu_commit_kept": "cpu_commit_moves" in (proposal.stop.details if proposal.stop else {}),
         "cpu_s": round(cpu, 2),
         "wall_s": round(wall, 2),
         "peak_rss_mib": round((peak_rss_bytes() or 0) / 2**20),
@@ -80,7 +87,24 @@ def measure(
         line["violations"] = len(evaluation.violations)
     if yardstick and size in TIME_LIMITS:
         line.update(_best_found(cluster, after.memory_spread, TIME_LIMITS[size], len(placement)))
+    if yardstick_cpu and size in TIME_LIMITS:
+        both = _best_found_both(cluster, after, TIME_LIMITS[size], len(placement))
+        line.update(both)
     return line
+
+
+def _best_found_both(cluster: Cluster, after: Snapshot, limit: float, moves: int) -> dict[str, Any]:
+    """The exact search's fewest moves for the memory and vCPU spreads ``after`` (in ``limit``
+    s), from the warm start for both where it reaches them, and ``moves`` over them."""
+    spread, cpu = after.memory_spread, after.cpu_spread
+    start = warm_start(cluster, spread, cpu_spread=cpu)
+    hint = start if within(cluster, start, spread, cpu) else None
+    found = fewest_moves(cluster, spread, limit, hint=hint, cpu_spread=cpu)
+    out: dict[str, Any] = {"best_found_both": found.moves, "best_found_both_bound": found.bound}
+    out["best_found_both_status"] = found.status
+    if found.moves:
+        out["migrations_per_best_both"] = round(moves / found.moves, 3)
+    return out
 
 
 def _best_found(cluster: Cluster, spread: float, limit: float, moves: int) -> dict[str, Any]:
@@ -126,6 +150,11 @@ def main(argv: list[str] | None = None) -> int:
         help="the exact search's fewest moves for the memory spread reached (sizes up to L)",
     )
     parser.add_argument(
+        "--yardstick-cpu",
+        action="store_true",
+        help="the exact search's fewest moves for the memory and vCPU spreads reached",
+    )
+    parser.add_argument(
         "--option",
         type=_option,
         action="append",
@@ -153,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
                     not args.no_bounds,
                     dict(args.option),
                     args.yardstick,
+                    args.yardstick_cpu,
                 )
                 print(json.dumps(line), flush=True)
     return 0

@@ -229,10 +229,12 @@ def warm_start(
     strategy = get_strategy(DEFAULT_STRATEGY)
     placement: dict[str, str] = {}
     for share in WARM_TARGETS:
-        options = {"target_spread": target_spread * share}
+        options: dict[str, float | str] = {"target_spread": target_spread * share}
         if cpu_spread is not None:
-            # The vCPUs' goal is theirs (not the default strategy's), within what it may be.
-            options["cpu_commit_spread"] = min(cpu_spread * share, 1.0)
+            # The vCPUs' goal is theirs (not the default strategy's; beyond 100 pp too), reached
+            # however many moves it takes (never left as wide as they started instead).
+            options["cpu_commit_spread"] = f"{cpu_spread * share * 100!r}%"
+            options["cpu_commit_moves"] = 1e15
         proposal = strategy.propose(alone, options=options)
         placement = {m.guest: m.target for m in proposal.net_moves()}
         if within(cluster, placement, target_spread, cpu_spread):

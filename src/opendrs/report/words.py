@@ -211,6 +211,10 @@ def _balanced(stop: Stop, _say: _Say) -> str:
     goal = float(stop.details["target_spread"]) * 100
     commit = stop.details.get("cpu_commit_spread")
     vcpus = "" if commit is None else f", their vCPU commitments within {float(commit) * 100:g} pp"
+    if "cpu_commit_moves" in stop.details:
+        asked = float(stop.details["cpu_commit_asked"]) * 100
+        took = _plural(stop.details["cpu_commit_moves"], "migration")
+        vcpus += f", no wider than they started (within {asked:g} pp would take {took})"
     return (
         f"the cluster is balanced: the nodes' loads are within {goal:g} percentage points "
         f"of each other{vcpus} ({spreads})"

@@ -495,6 +495,7 @@ def test_registered_and_default() -> None:
         "swaps",
         "hold",
         "cpu_commit_spread",
+        "cpu_commit_moves",
     )
     cluster = load_demo()
     assert info.propose(cluster).as_dict() == propose_balance(cluster).as_dict()

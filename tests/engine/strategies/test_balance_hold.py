@@ -29,6 +29,7 @@ from opendrs.engine.usage import RESOURCES
 from opendrs.model.cluster import Cluster, Guest, Node, Settings
 from opendrs.model.rules import Rules
 from opendrs.model.snapshot import dump
+from opendrs.report.words import stop_words
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -83,6 +84,8 @@ def test_options_are_checked() -> None:
         BalanceOptions(hold="yes").check()  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="cpu_commit_spread: must not be negative"):
         BalanceOptions(cpu_commit_spread=-0.1).check()
+    with pytest.raises(ValueError, match="cpu_commit_moves: must not be negative"):
+        BalanceOptions(cpu_commit_moves=-1.0).check()
 
 
 def _memory_skewed() -> Cluster:
@@ -202,3 +205,58 @@ def test_with_resources_held_an_exchange_that_gains_more_goes_first(
         assert all(s.kind is StepKind.SWAP for s in history.steps)
     else:
         assert not made and labels == []
+
+
+def _hot_rack_s3() -> Cluster:
+    """The benchmarks' hot-rack shape at S, seed 3, with rules: its vCPU commitments start
+    outside their 100 pp goal, and memory alone takes few moves."""
+    if str(ROOT) not in sys.path:  # however pytest is started
+        sys.path.insert(0, str(ROOT))
+    from bench.clusters import generated
+
+    return generated("hot-rack", "S", seed=3, rules=True)
+
+
+def test_the_vcpu_goal_is_given_up_where_it_costs_too_many_moves() -> None:
+    cluster = _hot_rack_s3()
+    cpu = RESOURCES.index("cpu")
+    start = _state(cluster).spreads()[cpu]
+    assert start > 1.0
+    # Brought within 100 pp whatever it costs: more than 1.3× the migrations of the plan that
+    # leaves them as wide as they start.
+    reached = propose_balance(cluster, BalanceOptions(cpu_commit_moves=1e6))
+    kept = propose_balance(cluster, BalanceOptions(cpu_commit_moves=0.0))
+    assert reached.stop is not None and kept.stop is not None
+    assert reached.stop.code == kept.stop.code == "balanced"
+    assert reached.stop.details["cpu_spread"] <= 1.0
+    assert len(reached.moves) > 1.3 * len(kept.moves)
+    assert kept.stop.details["cpu_spread"] <= start
+    assert kept.stop.details["cpu_commit_moves"] == len(reached.moves)
+    assert "cpu_commit_moves" not in reached.stop.details
+    # By default (1.3×) the cheaper plan is proposed, saying why.
+    default = propose_balance(cluster)
+    assert default.moves == kept.moves
+    assert default.stop == kept.stop
+    assert default.options["cpu_commit_spread"] == 1.0  # the goal asked
+    assert "more than 1.3× these 6" in default.stopped
+    said = stop_words(default.stop)
+    assert ", no wider than they started (within 100 pp would take 17 migrations)" in said
+    assert _spreads_after(cluster, default.placement)[cpu] <= start + 1e-12
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters(max_nodes=6, max_guests=24), st.sampled_from([0.0, 1.3, 1e6]))
+def test_the_vcpu_commitments_end_within_their_goal_or_no_wider(
+    cluster: Cluster, most: float
+) -> None:
+    # Whichever plan is proposed, a balanced one leaves the vCPU commitments within their goal
+    # or no wider than they started.
+    proposal = propose_balance(cluster, BalanceOptions(cpu_commit_moves=most))
+    assert_moves_safe(cluster, proposal.moves)
+    assume(proposal.stop is not None and proposal.stop.code == "balanced")
+    assume(not any(m.reason.startswith("repair") for m in proposal.moves))
+    state = _state(cluster)
+    _grain, goal = grain_and_goal(state, 0.01, 1.0)
+    cpu = RESOURCES.index("cpu")
+    after = _spreads_after(cluster, proposal.placement)[cpu]
+    assert after <= max(goal[cpu], state.spreads()[cpu]) + 1e-9

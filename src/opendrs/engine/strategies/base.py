@@ -60,7 +60,9 @@ class Stop:
 #: ``plan`` shows before the strategy's plan). ``unit``: ``%``, ``pp``
 #: (percentage points) or ``""`` (a ratio) for ``value``, ``after`` and ``threshold``.
 STOP_CODES: Mapping[str, tuple[str, ...]] = {
-    # balance ("balanced" also gives "cpu_commit_spread" where the vCPU commitments' goal is looser)
+    # balance ("balanced" also gives "cpu_commit_spread" where the vCPU commitments' goal is
+    # looser, and "cpu_commit_asked" and "cpu_commit_moves" where a plan leaving them no wider
+    # than they started was proposed because reaching the goal asked took that many migrations)
     "balanced": ("target_spread", "cpu_spread", "memory_spread"),
     "no_move_pays": ("margin",),
     "move_limit": ("max_moves",),

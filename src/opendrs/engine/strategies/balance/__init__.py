@@ -63,6 +63,12 @@ exchanges of two units that gain three times as much per migration as its best s
 guest: one big unit out and one back in, where single moves that keep the held resources within
 their goal would be many small ones.
 
+**The vCPU goal's price.** Where the vCPU commitments start outside their looser goal, a second
+search holds them at their spread at the start (``cpu_commit_spread`` widened to it) and its plan
+is proposed where the first one's takes more than ``cpu_commit_moves`` times its migrations
+(:func:`.strategy.propose_balance`; clusters of up to 5,000 guests, and only where the first
+plan takes more than that many times the memory-only lower bound: elsewhere it cannot win).
+
 **Idle windows.** A move's gain depends only on its two nodes' loads, and whether it is allowed
 only on its unit and its target: a window in which a round found no move that lowers the
 objective stays so for every pair of nodes no move has changed since. A round looks first at

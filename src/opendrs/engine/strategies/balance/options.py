@@ -13,6 +13,7 @@ DEFAULT_TARGET_SPREAD = 0.01
 DEFAULT_MARGIN = 0.05
 DEFAULT_WIDE = 64
 DEFAULT_CPU_COMMIT_SPREAD = 1.0
+DEFAULT_CPU_COMMIT_MOVES = 1.3
 
 
 def _check_options(
@@ -22,6 +23,7 @@ def _check_options(
     wide: int,
     flags: dict[str, bool],
     cpu_commit_spread: float,
+    cpu_commit_moves: float,
 ) -> None:
     """ValueError naming the first bad option."""
 
@@ -34,6 +36,7 @@ def _check_options(
     number("target_spread", target_spread)
     number("margin", margin)
     number("cpu_commit_spread", cpu_commit_spread)
+    number("cpu_commit_moves", cpu_commit_moves)
     if max_moves is not None and (
         isinstance(max_moves, bool) or not isinstance(max_moves, int) or max_moves < 0
     ):
@@ -64,6 +67,12 @@ class BalanceOptions(StrategyOptions):
     #: ``target_spread`` holds the resources within their goal, as ``hold`` does); 0: one vCPU
     #: on the smallest node (or ``target_spread``, where coarser).
     cpu_commit_spread: float = DEFAULT_CPU_COMMIT_SPREAD
+    #: Where the vCPU commitments start wider than ``cpu_commit_spread`` (static mode), the most
+    #: migrations the plan that brings them within it may take, as a multiple of a plan's that
+    #: balances the other resources and leaves them no wider than they start; beyond it that
+    #: plan is proposed instead (:func:`.strategy.propose_balance`; clusters of up to 5,000
+    #: guests). 0: always that plan; a large value: always the goal.
+    cpu_commit_moves: float = DEFAULT_CPU_COMMIT_MOVES
 
     def check(self) -> None:
         _check_options(
@@ -73,4 +82,5 @@ class BalanceOptions(StrategyOptions):
             self.wide,
             {"swaps": self.swaps, "hold": self.hold},
             self.cpu_commit_spread,
+            self.cpu_commit_moves,
         )

@@ -6,14 +6,15 @@ package's documentation for what each phase does."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
+from opendrs.engine.bounds import migration_lower_bound
 from opendrs.engine.constraints import Constraints
 from opendrs.engine.imbalance import Imbalance
-from opendrs.engine.usage import LoadModel
+from opendrs.engine.usage import RESOURCES, LoadModel
 from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster
 
@@ -46,6 +47,10 @@ from .twins import cheaper_twins
 
 #: The plain second search runs only on clusters of at most this many guests.
 PLAIN_GUESTS = 5_000
+#: The plan that leaves the vCPU commitments no wider than they started is searched for only
+#: on clusters of at most this many guests: it repeats the whole search (at L 0.1–0.45 s of
+#: CPU more; at XXL it would double 6–18 s).
+COMMIT_GUESTS = 5_000
 #: The objective in the proposal's moves: in squared percentage points.
 OBJECTIVE_SCALE = 1e4
 
@@ -73,19 +78,102 @@ def propose_balance(
     cons = constraints_for(cluster, forbidden, constraints)
     loads = loads if loads is not None else LoadModel.build(cluster)
     memo = ExactRepairMemo()
-    proposal, balanced, short = _search(cluster, cons, loads, options, shaped=True, memo=memo)
-    if not balanced and len(cluster.guests) <= PLAIN_GUESTS:
+    reached = _best_search(cluster, cons, loads, options, memo)
+    kept = _commit_kept(options, reached)
+    if kept is None or len(cluster.guests) > COMMIT_GUESTS:
+        return reached.proposal
+    if not _may_save(cluster, loads, options, reached):
+        return reached.proposal
+    # The vCPU commitments started outside their goal: a plan that leaves them no wider than
+    # they started, kept where bringing them within it costs too many more migrations.
+    other = _best_search(cluster, cons, loads, kept, memo)
+    moves, fewer = len(reached.proposal.moves), len(other.proposal.moves)
+    if not other.balanced or moves <= options.cpu_commit_moves * fewer:
+        return reached.proposal
+    return _commit_given_up(other.proposal, options, moves)
+
+
+@dataclass(frozen=True)
+class _Searched:
+    """A search's proposal; whether it ended balanced, how far from its goals it ended (the
+    largest weighted spread over its goal), and each resource's spread when the rounds began."""
+
+    proposal: Proposal
+    balanced: bool
+    short: float
+    start: np.ndarray
+    #: (R,) each resource's goal, and whether it has a weight in the balance.
+    goal: np.ndarray
+    weighted: np.ndarray
+
+
+def _best_search(
+    cluster: Cluster,
+    cons: Constraints,
+    loads: LoadModel,
+    options: BalanceOptions,
+    memo: ExactRepairMemo,
+) -> _Searched:
+    """The shaped search; on a small cluster that it leaves unbalanced, the plain one where it
+    does better."""
+    shaped = _search(cluster, cons, loads, options, shaped=True, memo=memo)
+    if not shaped.balanced and len(cluster.guests) <= PLAIN_GUESTS:
         # With few, big guests per node the shaped search can end where no move or exchange
         # pays for itself; the plain one (no plan, moves chosen by objective gain) takes
         # another path, and is kept if it reaches the target, or ends nearer it. It repeats
         # the whole search: on a big cluster that doubles the time, for a path that did not
         # reach the target there either (#15), so it runs on small clusters only.
-        plain, plain_balanced, plain_short = _search(
-            cluster, cons, loads, options, shaped=False, memo=memo
-        )
-        if plain_balanced or plain_short < short:
+        plain = _search(cluster, cons, loads, options, shaped=False, memo=memo)
+        if plain.balanced or plain.short < shaped.short:
             return plain
-    return proposal
+    return shaped
+
+
+def _commit_kept(options: BalanceOptions, reached: _Searched) -> BalanceOptions | None:
+    """Where the search applied a looser vCPU commitments' goal (static mode) and they started
+    outside it: ``options`` with that goal widened to their spread at the start (never wider
+    than they were); else None."""
+    stop = reached.proposal.stop
+    cpu = RESOURCES.index("cpu")
+    if stop is None or "cpu_commit_spread" not in stop.details or not reached.weighted[cpu]:
+        return None
+    start = float(reached.start[cpu])
+    if start <= options.cpu_commit_spread:
+        return None
+    return replace(options, cpu_commit_spread=start)
+
+
+def _may_save(
+    cluster: Cluster, loads: LoadModel, options: BalanceOptions, reached: _Searched
+) -> bool:
+    """Whether a plan that balances memory could take fewer than ``1 / cpu_commit_moves`` of
+    ``reached``'s migrations: not where the fewest any placement needs to bring memory within
+    its goal (:func:`~opendrs.engine.bounds.migration_lower_bound`) are that many already. Where
+    memory has no weight there is no such bound."""
+    memory = RESOURCES.index("memory")
+    if not reached.weighted[memory]:
+        return True
+    goal = {"memory": float(reached.goal[memory])}
+    fewest = migration_lower_bound(cluster, goal, loads, ("memory",)).migrations
+    return len(reached.proposal.moves) > options.cpu_commit_moves * fewest
+
+
+def _commit_given_up(proposal: Proposal, options: BalanceOptions, moves: int) -> Proposal:
+    """``proposal`` (the vCPU commitments no wider than they started), saying why it was
+    proposed rather than the plan of ``moves`` migrations that brought them within
+    ``options.cpu_commit_spread``: its stop gives that goal (``cpu_commit_asked``) and those
+    migrations (``cpu_commit_moves``), its options the goal asked."""
+    why = (
+        f"vCPU commitments left no wider than they started: within "
+        f"{options.cpu_commit_spread * 100:.2f} pp they took {moves} migrations, more than "
+        f"{options.cpu_commit_moves:g}× these {len(proposal.moves)}"
+    )
+    stop = proposal.stop
+    if stop is not None:
+        asked = {"cpu_commit_asked": options.cpu_commit_spread, "cpu_commit_moves": moves}
+        stop = replace(stop, details={**stop.details, **asked})
+    asked_options = {**proposal.options, "cpu_commit_spread": options.cpu_commit_spread}
+    return replace(proposal, stopped=f"{proposal.stopped}; {why}", stop=stop, options=asked_options)
 
 
 def _search(
@@ -96,9 +184,8 @@ def _search(
     *,
     shaped: bool,
     memo: ExactRepairMemo,
-) -> tuple[Proposal, bool, float]:
-    """One search; ``shaped``: with the shedding plan and band-ordered moves. Also: balanced?,
-    and how far it ended from its goals (the largest weighted spread over its goal).
+) -> _Searched:
+    """One search; ``shaped``: with the shedding plan and band-ordered moves.
 
     ``memo`` keeps the exact repair for the second search, which starts from the same state.
     """
@@ -110,6 +197,7 @@ def _search(
     grain, state.goal = grain_and_goal(state, options.target_spread, options.cpu_commit_spread)
     # Balancing never leaves the objective above what it is now (repairs may raise it).
     ceiling = state.objective()
+    start = state.spreads()
     stopped, stop = balance_rounds(history, options, limit, shaped=shaped)
     reached_goal = stop.code == "balanced"
     prune(history)
@@ -141,7 +229,7 @@ def _search(
     )
     weighted = state.weights > 0
     short = float(np.max(state.spreads()[weighted] / state.goal[weighted], initial=0.0))
-    return proposal, reached_goal, short
+    return _Searched(proposal, reached_goal, short, start, state.goal.copy(), weighted)
 
 
 def _proposed_moves(history: History) -> tuple[ProposedMove, ...]:
