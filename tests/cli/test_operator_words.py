@@ -153,3 +153,21 @@ def test_pve_decide_names_the_field_and_its_json_kind() -> None:
     assert answers[1] == "line 2: field 'nodes.a' must be an object, got the number 5."
     assert answers[2] == "line 3: field 'services' must be an object, got an array."
     assert not any("NoneType" in a or "int" in a.split() or "list" in a for a in answers)
+
+
+def test_show_says_a_node_over_capacity_in_units(tmp_path: Path) -> None:
+    snapshot = tmp_path / "over.yaml"
+    snapshot.write_text(
+        "version: 1\nsettings: {mode: dynamic}\n"
+        "nodes:\n  a: {cpu: 4, memory: 64GiB, usage: {cpu: 0.5, memory: 2GiB}}\n"
+        "  b: {cpu: 4, memory: 64GiB}\nguests:\n"
+        "  - {id: 1, node: a, cpu: 20, memory: 40GiB, usage: {cpu: 4, memory: 40GiB}}\n"
+        "  - {id: 2, node: a, cpu: 1, memory: 40GiB, usage: {cpu: 0.1, memory: 30GiB}}\n"
+    )
+    proc = opendrs("show", str(snapshot))
+    assert proc.returncode == 0, proc.stderr
+    over = proc.stdout.split("Over capacity now\n")[1].split("\n\n")[0]
+    assert "a: vcpus 21.0 cores > 16.0 cores" in over, over
+    assert "a: memory 80.0 GiB > 64.0 GiB" in over, over
+    assert "a: cpu_used 4.6 cores > 4.0 cores" in over, over
+    assert "e+" not in over, over

@@ -37,6 +37,7 @@ from opendrs.model.cluster import (
     UsageMode,
     updater,
 )
+from opendrs.model.units import format_bytes
 
 _guest_with_usage = updater(Guest, "cpu_used", "memory_used")
 
@@ -494,6 +495,12 @@ class Dimension:
         if self.kind is DimensionKind.STORAGE:
             return f"storage:{self.pool}"
         return self.kind.value
+
+    def amount(self, value: float) -> str:
+        """``value`` of this dimension as an operator reads it: ``4.0 cores``, ``8.0 GiB``."""
+        if self.kind.in_cores:
+            return f"{value:.1f} cores"
+        return format_bytes(value)
 
 
 @dataclass(frozen=True)
