@@ -171,3 +171,21 @@ def test_show_says_a_node_over_capacity_in_units(tmp_path: Path) -> None:
     assert "a: memory 80.0 GiB > 64.0 GiB" in over, over
     assert "a: cpu_used 4.6 cores > 4.0 cores" in over, over
     assert "e+" not in over, over
+
+
+def test_plan_balanced_says_which_spread_one_guest_keeps_wider(tmp_path: Path) -> None:
+    # Six 4 GiB guests on a 64 GiB node beside a 16 GiB one: one guest is a step of 25 pp on
+    # the small node, so memory ends 6.2 pp apart, balanced but wider than the 1 pp asked.
+    guests = "".join(f"  - {{id: {i}, node: big, cpu: 1, memory: 4GiB}}\n" for i in range(1, 7))
+    snapshot = tmp_path / "grain.yaml"
+    snapshot.write_text(
+        "version: 1\nsettings: {mode: static}\n"
+        "nodes:\n  small: {cpu: 4, memory: 16GiB}\n  big: {cpu: 16, memory: 64GiB}\n"
+        f"guests:\n{guests}"
+    )
+    proc = opendrs("plan", str(snapshot))
+    assert proc.returncode == 0, proc.stderr
+    said = " ".join(proc.stdout.split())
+    assert "the cluster is balanced" in said and "memory 6.2 pp" in said, said
+    assert "memory within one step of the smallest movable guest on the smallest node" in said
+    assert "cpu within one step" not in said  # the vCPUs are within their own goal
