@@ -497,9 +497,11 @@ class Dimension:
         return self.kind.value
 
     def amount(self, value: float) -> str:
-        """``value`` of this dimension as an operator reads it: ``4.0 cores``, ``8.0 GiB``."""
+        """``value`` of this dimension as an operator reads it: ``4.0 cores``, ``8.0 GiB``; a
+        fraction of a core keeps two significant digits (``0.006 cores``, not ``0.0 cores``)."""
         if self.kind.in_cores:
-            return f"{value:.1f} cores"
+            small = 0 < abs(value) < 1
+            return f"{value:.2g} cores" if small else f"{value:.1f} cores"
         return format_bytes(value)
 
 
