@@ -154,3 +154,24 @@ def test_plan_counts_a_migration_in_progress_on_its_target_when_it_judges_what_i
     assert code == 1
     assert [s["guest"] for s in data["stuck"]] == ["1"]
     assert "n1 is over capacity (memory)" in data["stuck"][0]["reason"]
+
+
+def test_evacuate_warns_of_the_guests_its_result_leaves_not_of_a_repair_it_dropped(
+    capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    # The stopped guest 2 is placed elsewhere; 1 (HA state error) stays. The repair, tried for
+    # 1, leaves both (a stopped guest does not move) and is dropped: its warning that 2 stays
+    # contradicted the moves shown.
+    snapshot = tmp_path / "evacuate.yaml"
+    snapshot.write_text(
+        "version: 1\nnodes:\n  m: {cpu: 8, memory: 64GiB}\n  t: {cpu: 8, memory: 64GiB}\n"
+        "guests:\n  - {id: 1, node: m, memory: 4GiB, ha: true, ha_state: error}\n"
+        "  - {id: 2, node: m, memory: 4GiB, state: stopped}\n"
+    )
+    with caplog.at_level(logging.WARNING, logger="opendrs"):
+        code, data = _json(capsys, "place", str(snapshot), "--evacuate", "m")
+    assert code == 1
+    assert [(m["guest"], m["target"]) for m in data["moves"]] == [("2", "t")]
+    assert [s["guest"] for s in data["stuck"]] == ["1"]
+    warned = _warnings(caplog)
+    assert len(warned) == 1 and "1 is on m, in maintenance" in warned[0], warned
