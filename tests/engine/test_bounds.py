@@ -193,9 +193,8 @@ def test_a_wide_spread_asked_places_the_window_not_a_box_twice_as_wide() -> None
         for n in (0, 1)
         for k in range(6)
     )
-    cluster = snapshot.loads(
-        f"version: 1\nsettings: {{mode: static}}\nnodes:\n{nodes}guests:\n{guests}", filename="w.yaml"
-    )
+    text = f"version: 1\nsettings: {{mode: static}}\nnodes:\n{nodes}guests:\n{guests}"
+    cluster = snapshot.loads(text, filename="w.yaml")
     bound = migration_lower_bound(cluster, {"cpu": 1.0, "memory": 0.3}, resources=["memory"])
     assert bound.migrations == 4
     # 15 GiB off each full node and onto each empty one, at least (as a fluid: 30 GiB).
