@@ -153,3 +153,39 @@ def test_pve_decide_names_the_field_and_its_json_kind() -> None:
     assert answers[1] == "line 2: field 'nodes.a' must be an object, got the number 5."
     assert answers[2] == "line 3: field 'services' must be an object, got an array."
     assert not any("NoneType" in a or "int" in a.split() or "list" in a for a in answers)
+
+
+def test_show_says_a_node_over_capacity_in_units(tmp_path: Path) -> None:
+    snapshot = tmp_path / "over.yaml"
+    snapshot.write_text(
+        "version: 1\nsettings: {mode: dynamic}\n"
+        "nodes:\n  a: {cpu: 4, memory: 64GiB, usage: {cpu: 0.5, memory: 2GiB}}\n"
+        "  b: {cpu: 4, memory: 64GiB}\nguests:\n"
+        "  - {id: 1, node: a, cpu: 20, memory: 40GiB, usage: {cpu: 4, memory: 40GiB}}\n"
+        "  - {id: 2, node: a, cpu: 1, memory: 40GiB, usage: {cpu: 0.1, memory: 30GiB}}\n"
+    )
+    proc = opendrs("show", str(snapshot))
+    assert proc.returncode == 0, proc.stderr
+    over = proc.stdout.split("Over capacity now\n")[1].split("\n\n")[0]
+    assert "a: vcpus 21.0 cores > 16.0 cores" in over, over
+    assert "a: memory 80.0 GiB > 64.0 GiB" in over, over
+    assert "a: cpu_used 4.6 cores > 4.0 cores" in over, over
+    assert "e+" not in over, over
+
+
+def test_plan_balanced_says_which_spread_one_guest_keeps_wider(tmp_path: Path) -> None:
+    # Six 4 GiB guests on a 64 GiB node beside a 16 GiB one: one guest is a step of 25 pp on
+    # the small node, so memory ends 6.2 pp apart, balanced but wider than the 1 pp asked.
+    guests = "".join(f"  - {{id: {i}, node: big, cpu: 1, memory: 4GiB}}\n" for i in range(1, 7))
+    snapshot = tmp_path / "grain.yaml"
+    snapshot.write_text(
+        "version: 1\nsettings: {mode: static}\n"
+        "nodes:\n  small: {cpu: 4, memory: 16GiB}\n  big: {cpu: 16, memory: 64GiB}\n"
+        f"guests:\n{guests}"
+    )
+    proc = opendrs("plan", str(snapshot))
+    assert proc.returncode == 0, proc.stderr
+    said = " ".join(proc.stdout.split())
+    assert "the cluster is balanced" in said and "memory 6.2 pp" in said, said
+    assert "memory within one step of the smallest movable guest on the smallest node" in said
+    assert "cpu within one step" not in said  # the vCPUs are within their own goal

@@ -134,3 +134,44 @@ def test_the_daemon_warns_of_a_repair_without_solution(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert f"WARNING {STUCK}" in done.stderr
     assert _would_migrate(done.stderr) == []
+
+
+def test_plan_counts_a_migration_in_progress_on_its_target_when_it_judges_what_is_stuck(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 2 is migrating to n1, where 1 already takes 240 GiB of 256: n1 is over while 2 migrates
+    # and once it is there, and 1 fits nowhere else. The plan's metrics counted it; what is
+    # stuck after the plan did not (2 sat on n2 only): no warning, exit status 0.
+    snapshot = tmp_path / "migrating.yaml"
+    snapshot.write_text(
+        "version: 1\nsettings: {mode: static}\n"
+        "nodes:\n  n1: {cpu: 64, memory: 256GiB}\n  n2: {cpu: 64, memory: 256GiB}\n"
+        "guests:\n  - {id: 1, node: n1, cpu: 4, memory: 240GiB}\n"
+        "  - {id: 2, node: n2, cpu: 2, memory: 32GiB, migrating_to: n1}\n"
+        "  - {id: 3, node: n2, cpu: 2, memory: 32GiB}\n"
+    )
+    code, data = _json(capsys, "plan", str(snapshot))
+    assert code == 1
+    assert [s["guest"] for s in data["stuck"]] == ["1"]
+    assert "n1 is over capacity (memory)" in data["stuck"][0]["reason"]
+
+
+def test_evacuate_warns_of_the_guests_its_result_leaves_not_of_a_repair_it_dropped(
+    capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    # The stopped guest 2 is placed elsewhere; 1 (HA state error) stays. The repair, tried for
+    # 1, leaves both (a stopped guest does not move) and is dropped: its warning that 2 stays
+    # contradicted the moves shown.
+    snapshot = tmp_path / "evacuate.yaml"
+    snapshot.write_text(
+        "version: 1\nnodes:\n  m: {cpu: 8, memory: 64GiB}\n  t: {cpu: 8, memory: 64GiB}\n"
+        "guests:\n  - {id: 1, node: m, memory: 4GiB, ha: true, ha_state: error}\n"
+        "  - {id: 2, node: m, memory: 4GiB, state: stopped}\n"
+    )
+    with caplog.at_level(logging.WARNING, logger="opendrs"):
+        code, data = _json(capsys, "place", str(snapshot), "--evacuate", "m")
+    assert code == 1
+    assert [(m["guest"], m["target"]) for m in data["moves"]] == [("2", "t")]
+    assert [s["guest"] for s in data["stuck"]] == ["1"]
+    warned = _warnings(caplog)
+    assert len(warned) == 1 and "1 is on m, in maintenance" in warned[0], warned

@@ -88,3 +88,19 @@ def test_a_scenario_share_takes_a_percentage(tmp_path: Path) -> None:
     assert "migration.failure_rate: 2 as a fraction is 200 %: did you mean 2 %?" in done.stderr
     scenario.write_text(text.replace("failure_rate: 0.01\n", "failure_rate: 1%\n"))
     assert opendrs(*argv, timeout=300).returncode == 0
+
+
+def test_a_share_above_100_percent_is_read_once() -> None:
+    # The command line reads -O and --threshold, the strategy reads its options again: 150 %
+    # read once is 1.5, which read again as a bare number was refused ("did you mean 4 %?").
+    done = opendrs(
+        "plan", "demo", "--strategy", "pve-topsis", "--threshold", "150%", "-O", "imbalance=raw",
+        "--format", "json", timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["options"]["threshold"] == 1.5
+    done = opendrs("plan", "demo", "-O", "cpu_commit_spread=400%", "--format", "json", timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["options"]["cpu_commit_spread"] == 4.0
+    bare = opendrs("plan", "demo", "-O", "cpu_commit_spread=4")
+    assert bare.returncode == 2 and "did you mean 4 %?" in bare.stderr

@@ -13,6 +13,7 @@ from clusters import clusters
 from opendrs.engine.bounds import lower_bounds, migration_lower_bound, spread_lower_bound
 from opendrs.engine.strategies.balance.strategy import propose_balance
 from opendrs.engine.usage import RESOURCES, LoadModel
+from opendrs.model import snapshot
 from opendrs.model.cluster import Cluster, Guest, Node, Settings
 from opendrs.model.rules import GuestAffinity, Rules
 
@@ -179,3 +180,22 @@ def test_bounds_never_exceed_the_exhaustive_optimum(case: tuple[Cluster, int]) -
     assert bound.moved_bytes <= least_bytes
     for r, best in zip(RESOURCES, spreads.min(axis=0).tolist(), strict=True):
         assert bound.spread[r] <= best + 1e-9
+
+
+def test_a_wide_spread_asked_places_the_window_not_a_box_twice_as_wide() -> None:
+    # Two nodes at 60 %, two at 0 %, guests of 10 %: within 30 pp, the nodes end in one window
+    # [α, α + 30 %] with α between 0 and 30 %, so 4 migrations at least (2 off each full node,
+    # or 1 off each and 1 onto each empty one, ...). The box [m − s, m + s] = [0, 60 %] holds
+    # every node as it is: it bounded nothing (0).
+    nodes = "".join(f"  n{i}: {{cpu: 64, memory: 100GiB}}\n" for i in range(4))
+    guests = "".join(
+        f"  - {{id: {10 * n + k}, node: n{n}, cpu: 1, memory: 10GiB}}\n"
+        for n in (0, 1)
+        for k in range(6)
+    )
+    text = f"version: 1\nsettings: {{mode: static}}\nnodes:\n{nodes}guests:\n{guests}"
+    cluster = snapshot.loads(text, filename="w.yaml")
+    bound = migration_lower_bound(cluster, {"cpu": 1.0, "memory": 0.3}, resources=["memory"])
+    assert bound.migrations == 4
+    # 15 GiB off each full node and onto each empty one, at least (as a fluid: 30 GiB).
+    assert 29 * 1024**3 < bound.moved_bytes <= 30 * 1024**3

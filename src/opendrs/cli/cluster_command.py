@@ -226,13 +226,14 @@ def _evacuation_repair(cluster: Cluster, greedy: Evacuation) -> tuple[Evacuation
     fixed = repair(drained)
     on_node = [g for g in drained.guests if g.node == node]
     stuck = dict(fixed.stuck)
-    warn_stuck(tuple((g.id, stuck[g.id]) for g in on_node if g.id in stuck))
-    if fixed.plan is None:
-        return greedy, None
-    final = {m.guest: m.target for m in fixed.plan.moves}
+    final = {m.guest: m.target for m in fixed.plan.moves} if fixed.plan is not None else {}
     left = [g for g in on_node if final.get(g.id, node) == node]
-    if len(left) >= len(greedy.stuck):
+    if fixed.plan is None or len(left) >= len(greedy.stuck):
+        # The placements one by one are kept: the warnings name what they leave, in the
+        # repair's words where it has them (not the guests it would leave and they move).
+        warn_stuck(tuple((g, stuck.get(g, f"{g}: {why}")) for g, why in greedy.stuck))
         return greedy, None
+    warn_stuck(tuple((g.id, stuck[g.id]) for g in left if g.id in stuck))
     reasons = tuple(
         (g.id, stuck.get(g.id) or str(movability(g, drained, "balance") or "the repair leaves it"))
         for g in left

@@ -37,6 +37,7 @@ from opendrs.model.cluster import (
     UsageMode,
     updater,
 )
+from opendrs.model.units import format_bytes
 
 _guest_with_usage = updater(Guest, "cpu_used", "memory_used")
 
@@ -494,6 +495,14 @@ class Dimension:
         if self.kind is DimensionKind.STORAGE:
             return f"storage:{self.pool}"
         return self.kind.value
+
+    def amount(self, value: float) -> str:
+        """``value`` of this dimension as an operator reads it: ``4.0 cores``, ``8.0 GiB``; a
+        fraction of a core keeps two significant digits (``0.006 cores``, not ``0.0 cores``)."""
+        if self.kind.in_cores:
+            small = 0 < abs(value) < 1
+            return f"{value:.2g} cores" if small else f"{value:.1f} cores"
+        return format_bytes(value)
 
 
 @dataclass(frozen=True)

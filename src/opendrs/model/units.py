@@ -164,6 +164,14 @@ def format_duration(seconds: float) -> str:
     return " ".join(parts)
 
 
+class Share(float):
+    """A share already read as a fraction by :func:`parse_fraction`: read again (a strategy's
+    options are read by the command line or the policy, then by the strategy), it is taken as
+    it is — ``150%`` read once is 1.5, which written bare would be refused."""
+
+    __slots__ = ()
+
+
 def parse_fraction(value: object, maximum: float = 1.0) -> float:
     """A share written as a fraction (``0.15``) or a percentage (``15%``, ``"15 %"``): the
     fraction, from 0 to ``maximum`` (a percentage may say more than 100 % when ``maximum`` is
@@ -171,6 +179,10 @@ def parse_fraction(value: object, maximum: float = 1.0) -> float:
 
     A bare number above 1 is refused with the percentage it probably meant — ``15`` is 1500 %,
     not 15 % —, so that a threshold written in percent never silently stops acting."""
+    if isinstance(value, Share):
+        if value > maximum:
+            raise UnitError(f"must not be more than {maximum * 100:g}%, got {value * 100:g}%")
+        return value
     if isinstance(value, str):
         text = value.strip()
         if text.endswith("%"):
@@ -199,7 +211,7 @@ def parse_fraction(value: object, maximum: float = 1.0) -> float:
         )
     if value > maximum:
         raise UnitError(f"must not be more than {maximum:g} ({maximum * 100:g}%), got {value:g}")
-    return float(value)
+    return Share(value)
 
 
 def _percentage(value: str, number: str, maximum: float) -> float:
@@ -212,4 +224,4 @@ def _percentage(value: str, number: str, maximum: float) -> float:
         raise UnitError(f"must be a finite percentage ≥ 0, got {_shown(value)}")
     if percent / 100 > maximum:
         raise UnitError(f"must not be more than {maximum * 100:g}%, got {_shown(value)}")
-    return percent / 100
+    return Share(percent / 100)

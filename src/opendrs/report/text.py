@@ -315,9 +315,10 @@ def _show_problems(
         limit = cons.capacity.limit
         report.heading("Over capacity now")
         for n, d in zip(*np.nonzero(over), strict=True):
+            dimension = cons.capacity.dimensions[d]
             report.wrapped(
-                f"  {cluster.nodes[n].name}: {cons.capacity.dimensions[d]} "
-                f"{committed[n, d]:.4g} > {limit[n, d]:.4g}",
+                f"  {cluster.nodes[n].name}: {dimension} "
+                f"{dimension.amount(committed[n, d])} > {dimension.amount(limit[n, d])}",
                 "red",
             )
 

@@ -217,7 +217,23 @@ def _balanced(stop: Stop, _say: _Say) -> str:
         vcpus += f", no wider than they started (within {asked:g} pp would take {took})"
     return (
         f"the cluster is balanced: the nodes' loads are within {goal:g} percentage points "
-        f"of each other{vcpus} ({spreads})"
+        f"of each other{vcpus} ({spreads}){_coarser(stop)}"
+    )
+
+
+def _coarser(stop: Stop) -> str:
+    """The resources a balanced stop leaves wider than ``target_spread`` (the vCPUs: than their
+    own goal), said as what their goal was: the smallest movable guest's share of the smallest
+    usable node, which no spread can go below in whole guests."""
+    goals = {r: float(stop.details["target_spread"]) for r in RESOURCES}
+    if "cpu_commit_spread" in stop.details:
+        goals["cpu"] = max(goals["cpu"], float(stop.details["cpu_commit_spread"]))
+    wider = [r for r in RESOURCES if float(stop.details[f"{r}_spread"]) > goals[r] + 1e-9]
+    if not wider:
+        return ""
+    return (
+        f"; {' and '.join(wider)} within one step of the smallest movable guest on the "
+        "smallest node, which is coarser"
     )
 
 

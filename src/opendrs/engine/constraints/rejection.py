@@ -9,8 +9,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
 
-from opendrs.model.units import format_bytes
-
 from ..usage import Dimension
 
 
@@ -61,9 +59,8 @@ class Shortfall:
 
     def __str__(self) -> str:
         has = "has" if self.whole else "free"
-        if self.resource.kind.in_cores:
-            return f"{self.resource} needs {self.need:.1f} cores, {has} {self.free:.1f} cores"
-        return f"{self.resource} needs {format_bytes(self.need)}, {has} {format_bytes(self.free)}"
+        need, free = self.resource.amount(self.need), self.resource.amount(self.free)
+        return f"{self.resource} needs {need}, {has} {free}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,7 @@ from opendrs.engine.strategies.exact_repair import REPAIR_TIME_LIMIT
 from opendrs.engine.usage import (
     CapacityModel,
     LoadModel,
+    loaded_nodes,
     measured_capacity_factor,
     net_capacity,
     tolerance,
@@ -400,7 +401,8 @@ def stuck_after(
     assign = current_assign(cluster)
     for move in plan.moves:
         assign[cluster.guest_index[move.guest]] = cluster.node_index[move.target]
-    committed = committed_for(cons, assign)
+    moved = {cluster.guest_index[move.guest] for move in plan.moves}
+    committed = committed_for(cons, assign) + _still_migrating(cons, moved)
     broken = _broken(cluster, cons, assign, committed)
     held = _held_in_maintenance(cluster)
     if not broken:
@@ -421,6 +423,22 @@ def stuck_after(
             text += "; no safe migration order reaches its target"
         out.append((guest.id, text + verdict))
     return tuple(out)
+
+
+def _still_migrating(cons: Constraints, moved: set[int]) -> np.ndarray:
+    """(N, D) what the migrations in progress that the plan leaves alone (guests not in
+    ``moved``) commit on their targets besides their nodes: such a guest loads both while it
+    migrates, and its target once it is done, so a node it overloads stays over either way."""
+    cluster, capacity = cons.cluster, cons.capacity
+    out = np.zeros_like(capacity.limit)
+    compute = np.where(capacity.storage_cols[None, :], 0.0, capacity.demand)
+    for j, guest in enumerate(cluster.guests):
+        if guest.migrating_to is None or j in moved:
+            continue
+        for name in loaded_nodes(guest):
+            if name != guest.node:
+                out[cluster.node_index[name]] += compute[j]
+    return out
 
 
 class Refusal(NamedTuple):

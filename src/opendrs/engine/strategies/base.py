@@ -25,7 +25,7 @@ from opendrs.engine.planner.plan import final_placement
 from opendrs.engine.usage import RESOURCES, LoadModel, arch_groups
 from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster, Guest, Move, Settings
-from opendrs.model.units import UnitError, parse_fraction
+from opendrs.model.units import Share, UnitError, parse_fraction
 
 
 def migration_cost(guest: Guest, settings: Settings | None = None) -> int:
@@ -449,7 +449,9 @@ def option_value(
             value = float(value.strip()[:-1])
         except ValueError:
             raise ValueError(f"cannot read {value!r} as a percentage (example: 20%)") from None
-    return typed_option(value, options.defaults()[name], shown)
+    typed = typed_option(value, options.defaults()[name], shown)
+    # A share stays one once read: the strategy reads the options again and takes it as it is.
+    return Share(typed) if isinstance(value, Share) and isinstance(typed, float) else typed
 
 
 def _typed(strategy: str, options: type[StrategyOptions], name: str, value: object) -> object:
