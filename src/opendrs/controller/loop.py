@@ -268,6 +268,16 @@ class Cycle:
     stuck: tuple[tuple[str, str], ...] = ()
 
 
+#: What a reload cannot change: the fields of :class:`Config` the daemon opened at its start, and
+#: how its warning names each.
+RESTART_ONLY: dict[str, str] = {
+    "backend": "backend section",
+    "cluster": "cluster setting",
+    "history": "history setting",
+    "lock": "lock setting",
+}
+
+
 class Controller:
     """Observe → policy → plan → execute, on the backend's clock."""
 
@@ -333,15 +343,20 @@ class Controller:
         return config
 
     def reload(self, config: Config) -> None:
-        """Take a new configuration (SIGHUP). The backend stays; the rest follows the file.
+        """Take a new configuration (SIGHUP). What the daemon opened at its start (the backend,
+        the cluster's name its history holds, the history and its lock) stays, with a warning
+        when the file changed it; the rest follows the file.
 
         Leaving active mode stops starting migrations at once: the queue is dropped, the
         migrations in flight are followed to their end and recorded.
         """
-        if config.backend != self.config.backend:
-            log.warning("the backend section changed: it takes effect at the next restart")
+        kept = {name: getattr(self.config, name) for name in RESTART_ONLY}
+        for name, what in RESTART_ONLY.items():
+            if getattr(config, name) != kept[name]:
+                still = f" (still {kept[name]})" if isinstance(kept[name], str) else ""
+                log.warning("the %s changed: it takes effect at the next restart%s", what, still)
         config = self._overridden(config)
-        self.config = replace(config, backend=self.config.backend)
+        self.config = replace(config, **kept)
         self.executor.config = config.executor
         self._platform_asked = False
         self.executor.active = config.migrates

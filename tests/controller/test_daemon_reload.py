@@ -1,0 +1,69 @@
+"""SIGHUP with a changed file, as an operator sends it (``systemctl reload opendrs``): ``opendrs
+run`` as a subprocess against the fake Proxmox API on loopback, in shadow mode. What a reload
+cannot change (the backend, the cluster's name, the history and its lock) is kept until the next
+restart and said so."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip(
+    "fakepve", reason="fakepve (a test-only dev dependency: pip install -e '.[dev]') is missing"
+)
+pytest.importorskip("cryptography", reason="fakepve's certificates need cryptography")
+
+from backends.fakepve_fixture import FakeCluster
+from daemon import Daemon
+from pve_daemon import fake_cluster, shadow_config
+
+#: What the warning about a setting a reload cannot change says.
+LATER = "it takes effect at the next restart"
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> Iterator[FakeCluster]:
+    with fake_cluster(tmp_path) as cluster:
+        yield cluster
+
+
+def reload_with(daemon: Daemon, config: Path, text: str) -> int:
+    """Write ``text`` as the configuration, send SIGHUP, wait for the reload: the log's mark."""
+    config.write_text(text)
+    mark = daemon.mark
+    daemon.signal(signal.SIGHUP)
+    daemon.wait_for(r"configuration reloaded", after=mark)
+    return mark
+
+
+def test_a_reload_renaming_the_cluster_keeps_the_daemon_running(
+    tmp_path: Path, fake: FakeCluster
+) -> None:
+    config = shadow_config(tmp_path, fake)
+    with Daemon(config) as daemon:
+        daemon.wait_for(r"decision \(shadow\)")
+        mark = reload_with(daemon, config, config.read_text() + "cluster: renamed\n")
+        daemon.wait_for(rf"the cluster setting changed: {LATER}", after=mark)
+        # It goes on deciding, and recording, under the name its history has.
+        daemon.wait_for(r"decision \(shadow\)", after=daemon.mark)
+        assert daemon.process.poll() is None, daemon.log()
+        assert daemon.stop() == 0
+    assert "belongs to cluster" not in daemon.log()
+
+
+def test_a_reload_naming_another_history_keeps_the_running_one_and_says_so(
+    tmp_path: Path, fake: FakeCluster
+) -> None:
+    config = shadow_config(tmp_path, fake)
+    text = config.read_text()
+    with Daemon(config) as daemon:
+        daemon.wait_for(r"decision \(shadow\)")
+        mark = reload_with(daemon, config, text + "history: other.sqlite\n")
+        kept = rf"the history setting changed: {LATER} \(still \S+history.sqlite\)"
+        daemon.wait_for(kept, after=mark)
+        daemon.wait_for(r"decision \(shadow\)", after=daemon.mark)
+        assert daemon.stop() == 0
+    assert not (tmp_path / "other.sqlite").exists()
