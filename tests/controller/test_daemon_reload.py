@@ -1,7 +1,7 @@
 """SIGHUP with a changed file, as an operator sends it (``systemctl reload opendrs``): ``opendrs
 run`` as a subprocess against the fake Proxmox API on loopback, in shadow mode. What a reload
 cannot change (the backend, the cluster's name, the history and its lock) is kept until the next
-restart and said so."""
+restart and said so; what it can change (the interval) takes effect at once."""
 
 from __future__ import annotations
 
@@ -67,3 +67,18 @@ def test_a_reload_naming_another_history_keeps_the_running_one_and_says_so(
         daemon.wait_for(r"decision \(shadow\)", after=daemon.mark)
         assert daemon.stop() == 0
     assert not (tmp_path / "other.sqlite").exists()
+
+
+def test_a_reload_to_a_shorter_interval_decides_at_the_new_interval(
+    tmp_path: Path, fake: FakeCluster
+) -> None:
+    config = shadow_config(tmp_path, fake)
+    text = config.read_text()
+    assert "interval: 1s" in text
+    config.write_text(text.replace("interval: 1s", "interval: 1h"))
+    with Daemon(config) as daemon:
+        daemon.wait_for(r"decision \(shadow\)")
+        mark = reload_with(daemon, config, text)
+        # The next decision comes a second after the last one, not an hour after it.
+        daemon.wait_for(r"decision \(shadow\)", after=mark, timeout=30)
+        assert daemon.stop() == 0

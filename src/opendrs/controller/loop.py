@@ -690,12 +690,14 @@ class Controller:
         for event in self.executor.reconcile():
             log.info("reconciled: %s", event)
         self.platform_defaults()
-        next_cycle = self.clock.now()
+        next_cycle = last_cycle = self.clock.now()
         decided = False
         while not should_stop():
             fresh = take_reload()
             if fresh is not None:
                 self.reload(fresh)
+                # A shorter interval counts from the last decision, not after the old one.
+                next_cycle = min(next_cycle, last_cycle + self.policy.interval)
             now = self.clock.now()
             if until is not None and now >= until:
                 break
@@ -710,7 +712,7 @@ class Controller:
                 policy = replace(self.policy, hold=min(self.policy.hold, 1)) if held else None
                 self.cycle(policy=policy)
                 decided = True
-                next_cycle = now + self.policy.interval
+                last_cycle, next_cycle = now, now + self.policy.interval
             if once and decided and not self.executor.busy:
                 break
             follow = self.executor.busy or self.executor.watching
