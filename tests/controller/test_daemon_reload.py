@@ -1,7 +1,7 @@
 """SIGHUP with a changed file, as an operator sends it (``systemctl reload opendrs``): ``opendrs
 run`` as a subprocess against the fake Proxmox API on loopback, in shadow mode. What a reload
 cannot change (the backend, the cluster's name, the history and its lock) is kept until the next
-restart and said so; what it can change (the interval) takes effect at once."""
+restart and said so; what it can change (the interval, the token's secret) takes effect at once."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ pytest.importorskip(
 )
 pytest.importorskip("cryptography", reason="fakepve's certificates need cryptography")
 
-from backends.fakepve_fixture import FakeCluster
+from backends.fakepve_fixture import TOKEN_ID, TOKEN_SECRET, FakeCluster
 from daemon import Daemon
-from pve_daemon import fake_cluster, shadow_config
+from pve_daemon import fake_cluster, secret_file, shadow_config
 
 #: What the warning about a setting a reload cannot change says.
 LATER = "it takes effect at the next restart"
@@ -82,3 +82,21 @@ def test_a_reload_to_a_shorter_interval_decides_at_the_new_interval(
         # The next decision comes a second after the last one, not an hour after it.
         daemon.wait_for(r"decision \(shadow\)", after=mark, timeout=30)
         assert daemon.stop() == 0
+
+
+def test_a_reload_after_a_new_token_secret_logs_in_with_it(
+    tmp_path: Path, fake: FakeCluster
+) -> None:
+    """The token's secret renewed on Proxmox and written to the token file: ``systemctl reload
+    opendrs`` is enough, as for every other change of the file it reads."""
+    config = shadow_config(tmp_path, fake)
+    renewed = "0c4e1f2a-7d3b-4e5f-9a8b-1c2d3e4f5a6b"
+    with Daemon(config) as daemon:
+        daemon.wait_for(r"decision \(shadow\)")
+        fake.pve.apitokens[TOKEN_ID] = renewed
+        daemon.wait_for(r"cannot observe the cluster.*authentication failed", after=daemon.mark)
+        secret_file(tmp_path / "token", renewed)
+        mark = reload_with(daemon, config, config.read_text())
+        daemon.wait_for(r"decision \(shadow\)", after=mark, timeout=30)
+        assert daemon.stop() == 0
+    assert renewed not in daemon.log() and TOKEN_SECRET not in daemon.log()

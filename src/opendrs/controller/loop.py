@@ -48,6 +48,7 @@ from opendrs.backends.base import (
     Clock,
     LastMoves,
     PolicyDefaults,
+    RenewsSecret,
     Standby,
     SystemClock,
 )
@@ -355,6 +356,8 @@ class Controller:
             if getattr(config, name) != kept[name]:
                 still = f" (still {kept[name]})" if isinstance(kept[name], str) else ""
                 log.warning("the %s changed: it takes effect at the next restart%s", what, still)
+        if config.backend == kept["backend"]:
+            self._renew_secret()
         config = self._overridden(config)
         self.config = replace(config, **kept)
         self.executor.config = config.executor
@@ -368,6 +371,15 @@ class Controller:
         )
         if not config.migrates:
             self.executor.halt(f"the configuration changed to {config.mode} mode")
+
+    def _renew_secret(self) -> None:
+        """The backend's secret read again (a renewed API token), where it has one."""
+        if not isinstance(self.backend, RenewsSecret):
+            return
+        try:
+            self.backend.renew_secret()
+        except BackendError as exc:
+            log.error("the secret cannot be read again, keeping the one read before: %s", exc)
 
     # -- one cycle -----------------------------------------------------------------------------
 
