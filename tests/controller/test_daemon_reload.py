@@ -5,7 +5,9 @@ restart and said so; what it can change (the interval, the token's secret) takes
 
 from __future__ import annotations
 
+import re
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -100,3 +102,34 @@ def test_a_reload_after_a_new_token_secret_logs_in_with_it(
         daemon.wait_for(r"decision \(shadow\)", after=mark, timeout=30)
         assert daemon.stop() == 0
     assert renewed not in daemon.log() and TOKEN_SECRET not in daemon.log()
+
+
+def test_a_reload_or_a_wake_while_the_daemon_starts_does_not_end_it(
+    tmp_path: Path, fake: FakeCluster
+) -> None:
+    """``systemctl reload`` right after ``start`` (or ``opendrs approve``'s SIGUSR1): from the
+    moment the process takes signals — before it has even opened its history — a SIGHUP or
+    SIGUSR1 is taken, not the signal's default, which ends the process."""
+    config = shadow_config(tmp_path, fake)
+    with Daemon(config) as daemon:
+        wait_until_caught(daemon.process.pid, (signal.SIGHUP, signal.SIGUSR1))
+        assert not (tmp_path / "history.sqlite").exists(), "caught only once started"
+        daemon.signal(signal.SIGHUP)
+        daemon.signal(signal.SIGUSR1)
+        daemon.wait_for(r"configuration reloaded")
+        daemon.wait_for(r"decision \(shadow\)")
+        assert daemon.process.poll() is None, daemon.log()
+        assert daemon.stop() == 0
+
+
+def wait_until_caught(pid: int, signals: tuple[int, ...], timeout: float = 60.0) -> None:
+    """Wait until process ``pid`` catches each of ``signals`` (its ``SigCgt`` in /proc)."""
+    wanted = sum(1 << (signum - 1) for signum in signals)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = re.search(r"^SigCgt:\s*([0-9a-f]+)$", Path(f"/proc/{pid}/status").read_text(), re.M)
+        assert found is not None
+        if int(found.group(1), 16) & wanted == wanted:
+            return
+        time.sleep(0.002)
+    raise AssertionError(f"process {pid} did not catch {signals} within {timeout:g}s")
