@@ -5,6 +5,7 @@ restart and said so; what it can change (the interval, the token's secret) takes
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import time
@@ -133,3 +134,42 @@ def wait_until_caught(pid: int, signals: tuple[int, ...], timeout: float = 60.0)
             return
         time.sleep(0.002)
     raise AssertionError(f"process {pid} did not catch {signals} within {timeout:g}s")
+
+
+#: Put first on the daemon's PYTHONPATH: its wall clock (``time.time``) steps back by
+#: ``OPENDRS_TEST_CLOCK_STEP`` seconds once the file ``OPENDRS_TEST_CLOCK_AFTER`` exists, as
+#: when NTP corrects a clock that ran ahead.
+CLOCK_STEP = """
+import os, time
+_wall = time.time
+_step = float(os.environ["OPENDRS_TEST_CLOCK_STEP"])
+_after = os.environ["OPENDRS_TEST_CLOCK_AFTER"]
+time.time = lambda: _wall() - (_step if os.path.exists(_after) else 0.0)
+"""
+
+
+def test_a_clock_stepped_back_an_hour_does_not_hold_the_next_decision_an_hour(
+    tmp_path: Path, fake: FakeCluster
+) -> None:
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text(CLOCK_STEP)
+    stepped = tmp_path / "stepped"
+    env = {
+        "PYTHONPATH": os.pathsep.join([str(shim), os.environ.get("PYTHONPATH", "")]),
+        "OPENDRS_TEST_CLOCK_STEP": "3600",
+        "OPENDRS_TEST_CLOCK_AFTER": str(stepped),
+    }
+    config = shadow_config(tmp_path, fake)
+    with Daemon(config, env=env) as daemon:
+        daemon.wait_for(r"decision \(shadow\)")
+        mark = daemon.mark
+        stepped.touch()
+        # Decided every second on: the next decisions a second after the step, not an hour; the
+        # usage window, whose samples are now in the future, starts again.
+        daemon.wait_for(r"the clock went back 3[56]\d\d s .*usage window starts again", after=mark)
+        daemon.wait_for(r"decision \(shadow\)", after=mark, timeout=30)
+        daemon.wait_for(r"decision \(shadow\)", after=daemon.mark, timeout=30)
+        assert daemon.process.poll() is None, daemon.log()
+        assert daemon.stop() == 0
+    assert "internal error" not in daemon.log()

@@ -529,7 +529,7 @@ class Controller:
     ) -> Decision:
         """The policy's decision on ``cluster`` (its rules checked: ``rule_check``), with the
         usage the window (and, when on, the daily profile) has kept up to this observation."""
-        self.window = self.window.add(now, cluster, policy.smoothing)
+        self.window = self._window_at(now).add(now, cluster, policy.smoothing)
         # Capacity is checked on usage that rises after the hold, not after the whole window.
         span = overload_span(policy)
         recent: MeasuredUsage | None = None
@@ -567,6 +567,19 @@ class Controller:
             daily=daily,
             rule_check=rule_check,
         )
+
+    def _window_at(self, now: float) -> UsageWindow:
+        """The usage window, started again when the clock was stepped back behind its last
+        observation (NTP correcting a clock that ran ahead): its samples would be in the future."""
+        if len(self.window) and now < float(self.window.times[-1]):
+            back = float(self.window.times[-1]) - now
+            log.warning(
+                "the clock went back %.0f s behind the last observation: the usage window "
+                "starts again",
+                back,
+            )
+            return UsageWindow()
+        return self.window
 
     def _window_closed(self, activity: str) -> str | None:
         """Why the executor may start no more of a plan that does ``activity`` now (its window
@@ -713,6 +726,8 @@ class Controller:
             now = self.clock.now()
             if until is not None and now >= until:
                 break
+            # Never more than an interval ahead: a clock stepped back does not hold decisions.
+            next_cycle = min(next_cycle, now + self.policy.interval)
             if self.executor.busy or self.executor.watching:
                 self.executor.tick()
             woken = take_wake()
@@ -759,7 +774,7 @@ class Controller:
         while not wake():
             before = self.clock.now()
             left = end - before
-            if left <= 0:
+            if left <= 0 or left > seconds:  # done, or the clock was stepped back meanwhile
                 break
             self.clock.sleep(min(left, piece))
             if isinstance(self.clock, PacedClock) and self.clock.now() <= before:
