@@ -94,3 +94,26 @@ def test_reasons_and_rule_lines_fit_80_columns(args: tuple[str, ...]) -> None:
         re.search(r"\d$", a) and re.match(r"\s+(GiB|%|pp)\b", b)
         for a, b in itertools.pairwise(lines)
     )  # a number keeps its unit
+
+
+def test_columns_stay_aligned_with_names_two_columns_wide(tmp_path: Path) -> None:
+    """A CJK or emoji name takes two columns a character on a terminal: the plain tables pad by
+    the columns a cell takes, so what follows it starts where it does on the other rows."""
+    text = (Path(__file__).parents[2] / "examples" / "small.yaml").read_text()
+    snapshot = tmp_path / "wide.yaml"
+    snapshot.write_text(text.replace("pve1", "节点一").replace("name: db", "name: 数据库🚀"))
+    done = opendrs("show", str(snapshot), columns=100)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    for name, column in (("节点一", "online"), ("数据库🚀", " vm ")):
+        rows = [line for line in lines if column in line]
+        assert len(rows) >= 3 and any(name in row for row in rows), done.stdout
+        starts = {_cell_len(row[: row.index(column)]) for row in rows}
+        assert len(starts) == 1, "\n".join(rows)
+
+
+def _cell_len(text: str) -> int:
+    """The columns ``text`` takes on a terminal (East Asian wide and emoji characters two)."""
+    from rich.cells import cell_len
+
+    return cell_len(text)

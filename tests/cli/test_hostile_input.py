@@ -11,6 +11,8 @@ import contextlib
 import io
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -506,3 +508,25 @@ def test_a_command_that_reads_only_the_history_does_not_need_the_scenario(tmp_pa
     )
     err = refused("history", "--config", str(config))
     assert "kept.sqlite" in err and "gone.yaml" not in err, err
+
+
+@pytest.mark.parametrize("args", [("strategies",), ("show", "demo", "--format", "json")])
+def test_an_output_that_cannot_be_written_is_one_line_and_no_bug(args: tuple[str, ...]) -> None:
+    """``opendrs … > file`` on a full disk (``/dev/full``): the disk's problem, said in one line
+    with exit status 1, not an internal error of opendrs."""
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "opendrs", *args],
+            stdin=subprocess.DEVNULL,
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.splitlines() == [
+        "error: cannot write the output: No space left on device"
+    ], done.stderr

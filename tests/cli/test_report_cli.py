@@ -320,3 +320,17 @@ def test_bad_input_is_one_line_and_exit_2(
     assert message in done.stderr
     assert "Traceback" not in done.stderr
     assert not list(tmp_path.glob("**/*.html")) and not list(tmp_path.glob("**/.*.tmp"))
+
+
+def test_a_report_with_names_outside_the_charts_font_draws_them_without_warnings(
+    tmp_path: Path,
+) -> None:
+    """A node named in CJK: the chart keeps it as text (the browser's fonts draw it), and the
+    charts' font lacking its glyphs is no warning on standard error."""
+    text = (ROOT / "examples" / "small.yaml").read_text().replace("pve1", "节点一")
+    snapshot = tmp_path / "wide.yaml"
+    snapshot.write_text(text)
+    done = opendrs("report", str(snapshot), "-o", str(tmp_path / "report.html"))
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    assert "节点一" in (tmp_path / "report.html").read_text()

@@ -4,12 +4,17 @@ or has run. Every daemon a test starts is stopped by it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import sqlite3
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +116,64 @@ def test_history_as_text(ran: Path) -> None:
     assert shown.returncode == 0 and shown.stderr == ""
     assert "Decisions (" in shown.stdout and "Migrations (" in shown.stdout
     assert "decisions (" in shown.stdout.splitlines()[-1]
+
+
+@pytest.fixture
+def unwritable(ran: Path, tmp_path: Path) -> Iterator[Path]:
+    """A copy of ``ran``'s configuration and history in a directory that :func:`read_only` makes
+    read-only (as for a user of the daemon's group, or a copy kept on a read-only mount): the
+    configuration in it."""
+    shutil.copy(ran, tmp_path / "opendrs.yaml")
+    # As a daemon that stopped leaves it: in write-ahead-log mode, no log beside it.
+    with (
+        contextlib.closing(sqlite3.connect(ran.parent / "history.sqlite")) as source,
+        contextlib.closing(sqlite3.connect(tmp_path / "history.sqlite")) as copy,
+    ):
+        source.backup(copy)
+        assert copy.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    assert not (tmp_path / "history.sqlite-wal").exists()
+    if os.geteuid() != 0:
+        tmp_path.chmod(0o555)
+    try:
+        yield tmp_path / "opendrs.yaml"
+    finally:
+        tmp_path.chmod(0o755)
+
+
+def read_only(directory: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``opendrs ARGS`` unable to write in ``directory``: mode 555 for a user; as root (whom no
+    mode stops), the directory mounted read-only over itself in a mount namespace of its own."""
+    command = [sys.executable, "-m", "opendrs", *args]
+    if os.geteuid() == 0:
+        remount = 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"'
+        command = ["unshare", "--mount", "sh", "-c", remount, str(directory), *command]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    if os.geteuid() == 0 and "mount" in done.stderr and "opendrs" not in done.stderr:
+        pytest.skip(f"cannot mount read-only here: {done.stderr.strip()}")
+    return done
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("history", "--since", "3h", "--format", "json"),
+        ("status", "--format", "json"),
+        ("report", "-o", "-", "--format", "md"),
+    ],
+)
+def test_the_history_is_read_where_the_reader_cannot_write(
+    unwritable: Path, command: tuple[str, ...]
+) -> None:
+    """SQLite's write-ahead log needs a file beside the history that a reader cannot make there:
+    the history is read all the same, as the daemon left it."""
+    shown = read_only(unwritable.parent, command[0], "--config", str(unwritable), *command[1:])
+    assert shown.returncode == 0, shown.stderr
+    assert "cannot open history" not in shown.stdout + shown.stderr
+    if command[0] == "history":
+        assert json.loads(shown.stdout)["decisions"]
+    elif command[0] == "status":
+        assert json.loads(shown.stdout)["history"]["last_decision"] is not None
+    assert sorted(p.name for p in unwritable.parent.iterdir()) == ["history.sqlite", "opendrs.yaml"]
 
 
 # -- status ------------------------------------------------------------------------------------

@@ -18,8 +18,9 @@ drives; the others (Proxmox VE, whose API has no such call; the simulator; a fil
 The other optional abilities are small protocols too, each checked with :func:`isinstance`:
 :class:`Standby` (a daemon that only acts where it leads: Proxmox VE, Incus), :class:`LastMoves`
 (moves the platform records, by any balancer: Incus), :class:`PolicyDefaults` (policy fields the
-platform's own settings set: Incus, the simulator of an Incus scenario) and
-:class:`PlatformMotions` (moves the platform makes itself: Proxmox VE's HA manager).
+platform's own settings set: Incus, the simulator of an Incus scenario),
+:class:`PlatformMotions` (moves the platform makes itself: Proxmox VE's HA manager) and
+:class:`RenewsSecret` (a secret read from a file again at a reload: Proxmox VE's API token).
 
 Time also comes from the backend (:class:`Clock`): the real clock for a real cluster, simulated
 time for the simulator, whose ``sleep`` advances the simulation. The controller never calls
@@ -56,6 +57,7 @@ __all__ = [
     "PlatformMotions",
     "PolicyDefaults",
     "Progress",
+    "RenewsSecret",
     "Standby",
     "StartGate",
     "SystemClock",
@@ -375,6 +377,19 @@ class Standby(Protocol):
 
     def standby(self) -> str | None:
         """Why this instance stays idle, as the last observation saw it; ``None`` when it acts."""
+        ...
+
+
+@runtime_checkable
+class RenewsSecret(Protocol):
+    """The optional ability of a backend that logs in with a secret it reads from a file or the
+    environment (Proxmox VE's API token): a reload reads it again, so that a renewed secret is
+    taken without a restart."""
+
+    def renew_secret(self) -> None:
+        """Read the secret again; the calls after it log in with it when it changed. Raises
+        :class:`BackendError` (one line, never the secret) and keeps the one it had when it
+        cannot be read."""
         ...
 
 

@@ -4,25 +4,22 @@
 from __future__ import annotations
 
 import logging
-import signal
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import FrameType
 from typing import TypeVar
 
-from opendrs.backends.base import STOPPING, Backend, BackendError, Clock
+from opendrs.backends.base import Backend, BackendError, Clock
 from opendrs.backends.sim import Simulator
+from opendrs.cli.daemon_signals import DaemonSignals
 from opendrs.cli.process import (
     EXIT_LASTING,
     EXIT_OK,
     EXIT_PROBLEM,
     EXIT_USAGE,
-    setup_logging,
 )
 from opendrs.controller.config import (
     Config,
-    load_config,
 )
 from opendrs.controller.dashboard import Dashboard
 from opendrs.controller.decision_log import DecisionLog, DecisionLogError
@@ -33,7 +30,6 @@ from opendrs.controller.http_write import DashboardWriter
 from opendrs.controller.loop import Controller, InstanceLock, LockError
 from opendrs.controller.metrics import DaemonMetrics
 from opendrs.controller.place_api import PlaceView
-from opendrs.model.document import DocumentError
 
 log = logging.getLogger("opendrs")
 
@@ -49,66 +45,6 @@ def each(*hooks: Callable[[T], None] | None) -> Callable[[T], None]:
             hook(value)
 
     return call
-
-
-class DaemonSignals:
-    """SIGTERM/SIGINT ask to stop after the current step; SIGHUP asks to reload; SIGUSR1 asks
-    for a cycle now."""
-
-    def __init__(self, config_path: str) -> None:
-        self.config_path = config_path
-        self.stop = False
-        self.reload = False
-        #: SIGUSR1: a cycle now (an approval or a request to balance now is waiting).
-        self.wake = False
-        self._previous: dict[int, object] = {}
-
-    def install(self) -> None:
-        for sig, handler in (
-            (signal.SIGTERM, self._on_stop),
-            (signal.SIGINT, self._on_stop),
-            (signal.SIGHUP, self._on_hup),
-            (signal.SIGUSR1, self._on_usr1),
-        ):
-            self._previous[sig] = signal.signal(sig, handler)
-
-    def restore(self) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)  # type: ignore[arg-type]
-
-    def _on_stop(self, signum: int, frame: FrameType | None) -> None:
-        self.stop = True
-
-    def _on_hup(self, signum: int, frame: FrameType | None) -> None:
-        self.reload = True
-
-    def _on_usr1(self, signum: int, frame: FrameType | None) -> None:
-        self.wake = True
-
-    def take_wake(self) -> bool:
-        """Whether SIGUSR1 (``opendrs approve``, ``balance-now``) asked for a cycle now."""
-        woken, self.wake = self.wake, False
-        return woken
-
-    def holding(self) -> str | None:
-        """Why no migration may start now: a stop or a reload was asked for and not yet done."""
-        if self.stop:
-            return STOPPING
-        if self.reload:
-            return "the configuration is being reloaded"
-        return None
-
-    def take_reload(self) -> Config | None:
-        if not self.reload:
-            return None
-        self.reload = False
-        try:
-            config = load_config(self.config_path)
-        except DocumentError as exc:
-            log.error("reload refused, keeping the running configuration: %s", exc)
-            return None
-        setup_logging(config.log_level)
-        return config
 
 
 class CannotStart(Exception):
@@ -198,11 +134,10 @@ class DaemonRun:
     shadow: bool
 
     def run(self) -> int:
-        """Catch the signals, make the backend and run the controller: the exit status. Whatever
-        happens, the server is stopped (its requests answered or cut), the signals are given back
-        and everything opened is closed."""
+        """Make the backend and run the controller (the signals caught since the command began):
+        the exit status. Whatever happens, the server is stopped (its requests answered or cut),
+        the signals are given back and everything opened is closed."""
         backend = None
-        self.signals.install()
         try:
             backend, clock = self.config.make_backend(should_stop=lambda: self.signals.stop)
             return self.control(backend, clock)

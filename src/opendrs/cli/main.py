@@ -5,7 +5,10 @@ and exit status 1."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import importlib
+import os
 import sys
 import traceback
 from collections.abc import Sequence
@@ -109,7 +112,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         resolve_config(args)
-        return int(args.func(args))
+        status = int(args.func(args))
+        sys.stdout.flush()  # what is left to write fails here, not unseen at the exit
+        return status
     except SnapshotError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -120,8 +125,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
     except KeyboardInterrupt:
         return 130
+    except OSError as exc:
+        if exc.errno not in _OUTPUT_ERRNOS or exc.filename is not None:
+            return _internal_error(exc, verbose=args.debug or getattr(args, "verbose", False))
+        return _output_error(exc)
     except Exception as exc:  # not bad input: a bug, said as such (exit 1, not 2)
         return _internal_error(exc, verbose=args.debug or getattr(args, "verbose", False))
+
+
+#: Why a write to the output fails through no fault of opendrs: the disk is full, over its
+#: quota or the file's size limit, or the device failed.
+_OUTPUT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})
+
+
+def _output_error(exc: OSError) -> int:
+    """One line for an output that cannot be written (``opendrs … > file`` on a full disk):
+    exit status 1, a problem that may pass. What stays buffered is dropped, so that the exit
+    does not try to write it again."""
+    print(f"error: cannot write the output: {exc.strerror}", file=sys.stderr)
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return EXIT_PROBLEM
 
 
 def _internal_error(exc: Exception, *, verbose: bool) -> int:

@@ -7,20 +7,30 @@ import sys
 
 from opendrs.cli.arguments import Subcommands
 from opendrs.cli.config_file import add_config_option
+from opendrs.cli.daemon_signals import DaemonSignals
 from opendrs.cli.process import exit_now, setup_logging
 
 __all__ = ["add_run_parser"]
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """``opendrs run``: read the configuration, open the files, serve, run: the exit status."""
+    """``opendrs run``: catch the signals, read the configuration, open the files, serve, run:
+    the exit status."""
+    signals = DaemonSignals(args.config)
+    signals.install()
+    try:
+        return _start_and_run(args, signals)
+    finally:
+        signals.restore()
+
+
+def _start_and_run(args: argparse.Namespace, signals: DaemonSignals) -> int:
     # imported when the daemon runs: the controller, its server and the backends are large
-    from opendrs.cli.daemon import CannotStart, DaemonRun, DaemonSignals, open_files, start_serving
+    from opendrs.cli.daemon import CannotStart, DaemonRun, open_files, start_serving
     from opendrs.controller.config import load_config
 
     config = load_config(args.config)
     setup_logging("debug" if args.verbose else config.log_level)
-    signals = DaemonSignals(args.config)
     try:
         files = open_files(config)
         published = start_serving(config, files)

@@ -32,6 +32,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from rich.cells import cell_len
 from rich.console import Console
 
 from opendrs.backends.base import Backend, BackendError, Standby
@@ -331,7 +332,7 @@ def _bar_width(loads: list[dict[str, Any]], width: int) -> int:
     columns, the bars' percents and a rich table's " │ " between columns leave, shared by the
     resources (from 5 to :data:`BAR_WIDTH` characters each)."""
     fixed = sum(
-        max([len(heading)] + [len(str(n[key])) for n in loads])
+        max([len(heading)] + [cell_len(str(n[key])) for n in loads])
         for key, heading in (("name", "node"), ("state", "state"), ("arch", "arch"))
     )
     fixed += len("guests") + len(RESOURCES) * 7 + (3 + len(RESOURCES)) * 3 + 1

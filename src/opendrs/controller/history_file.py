@@ -256,15 +256,28 @@ class HistoryError(Exception):
     opened read-only): the configuration names the wrong file.
     """
 
-    def __init__(self, reason: str, *, passing: bool = False, foreign: bool = False) -> None:
+    def __init__(
+        self,
+        reason: str,
+        *,
+        passing: bool = False,
+        foreign: bool = False,
+        cannot_open: bool = False,
+    ) -> None:
         super().__init__(one_line(reason))
         self.passing = passing
         self.foreign = foreign
+        #: SQLite could not open the file (SQLITE_CANTOPEN): a file or directory it may not
+        #: read or write, such as the index beside a history in write-ahead-log mode.
+        self.cannot_open = cannot_open
 
 
 #: SQLite's primary result codes of problems that may pass: BUSY, LOCKED, IOERR, FULL.
 _PASSING_CODES: Final = frozenset({5, 6, 10, 13})
 
+
+#: SQLite's result code of a file it cannot open (SQLITE_CANTOPEN).
+_CANTOPEN: Final = 14
 
 #: SQLite's result code of a file that is not a database, and the first bytes of every one.
 _NOTADB: Final = 26
@@ -294,8 +307,12 @@ def _sqlite_header(name: str) -> bool:
 def sqlite_error(prefix: str, exc: sqlite3.Error) -> HistoryError:
     """``exc`` as a one-line HistoryError after ``prefix``; ``passing`` when it may pass."""
     code = getattr(exc, "sqlite_errorcode", None)
-    passing = isinstance(code, int) and (code & 0xFF) in _PASSING_CODES
-    return HistoryError(f"{prefix}: {exc}", passing=passing)
+    primary = code & 0xFF if isinstance(code, int) else None
+    return HistoryError(
+        f"{prefix}: {exc}",
+        passing=primary in _PASSING_CODES,
+        cannot_open=primary == _CANTOPEN,
+    )
 
 
 def one_line(text: str) -> str:
@@ -317,19 +334,31 @@ def connect(name: str, *, readonly: bool, timeout: float) -> sqlite3.Connection:
         raise HistoryError("an in-memory history cannot be opened read-only")
     if not memory:
         _check_path(name, readonly)
+    if readonly:
+        try:
+            return _opened(name, readonly, timeout, "mode=ro")
+        except HistoryError as exc:
+            if not exc.cannot_open or not _immutable_now(name):
+                raise
+        # Nothing is in a write-ahead log and no reader's index can be made beside the file (a
+        # directory the reader may not write): read the file as it stands.
+        return _opened(name, readonly, timeout, "mode=ro&immutable=1")
+    return _opened(name, readonly, timeout, None)
+
+
+def _opened(name: str, readonly: bool, timeout: float, query: str | None) -> sqlite3.Connection:
+    """The connection of :func:`connect`, opened as a URI with ``query`` when given."""
     try:
-        if memory:
-            db = sqlite3.connect(MEMORY, timeout=timeout, isolation_level=None)
-        elif readonly:
-            uri = "file:" + urllib.parse.quote(os.path.abspath(name)) + "?mode=ro"
-            db = sqlite3.connect(uri, uri=True, timeout=timeout, isolation_level=None)
-        else:
+        if query is None:
             db = sqlite3.connect(name, timeout=timeout, isolation_level=None)
+        else:
+            uri = "file:" + urllib.parse.quote(os.path.abspath(name)) + "?" + query
+            db = sqlite3.connect(uri, uri=True, timeout=timeout, isolation_level=None)
     except sqlite3.Error as exc:
         raise _open_error(name, exc) from None
     db.row_factory = sqlite3.Row
     try:
-        _prepare(db, name, readonly, memory)
+        _prepare(db, name, readonly, name == MEMORY)
     except sqlite3.Error as exc:
         db.close()
         raise _open_error(name, exc) from None
@@ -337,6 +366,14 @@ def connect(name: str, *, readonly: bool, timeout: float) -> sqlite3.Connection:
         db.close()
         raise
     return db
+
+
+def _immutable_now(name: str) -> bool:
+    """Whether the history may be read as an immutable file: no write-ahead log beside it (a
+    daemon that writes it has one, and a clean stop leaves none) and a directory this process
+    cannot write (where SQLite cannot make the index a reader of such a log needs)."""
+    parent = os.path.dirname(os.path.abspath(name))
+    return not os.path.lexists(name + "-wal") and not os.access(parent, os.W_OK)
 
 
 def _check_path(name: str, readonly: bool) -> None:

@@ -48,6 +48,7 @@ from opendrs.backends.base import (
     Clock,
     LastMoves,
     PolicyDefaults,
+    RenewsSecret,
     Standby,
     SystemClock,
 )
@@ -268,6 +269,16 @@ class Cycle:
     stuck: tuple[tuple[str, str], ...] = ()
 
 
+#: What a reload cannot change: the fields of :class:`Config` the daemon opened at its start, and
+#: how its warning names each.
+RESTART_ONLY: dict[str, str] = {
+    "backend": "backend section",
+    "cluster": "cluster setting",
+    "history": "history setting",
+    "lock": "lock setting",
+}
+
+
 class Controller:
     """Observe → policy → plan → execute, on the backend's clock."""
 
@@ -333,15 +344,22 @@ class Controller:
         return config
 
     def reload(self, config: Config) -> None:
-        """Take a new configuration (SIGHUP). The backend stays; the rest follows the file.
+        """Take a new configuration (SIGHUP). What the daemon opened at its start (the backend,
+        the cluster's name its history holds, the history and its lock) stays, with a warning
+        when the file changed it; the rest follows the file.
 
         Leaving active mode stops starting migrations at once: the queue is dropped, the
         migrations in flight are followed to their end and recorded.
         """
-        if config.backend != self.config.backend:
-            log.warning("the backend section changed: it takes effect at the next restart")
+        kept = {name: getattr(self.config, name) for name in RESTART_ONLY}
+        for name, what in RESTART_ONLY.items():
+            if getattr(config, name) != kept[name]:
+                still = f" (still {kept[name]})" if isinstance(kept[name], str) else ""
+                log.warning("the %s changed: it takes effect at the next restart%s", what, still)
+        if config.backend == kept["backend"]:
+            self._renew_secret()
         config = self._overridden(config)
-        self.config = replace(config, backend=self.config.backend)
+        self.config = replace(config, **kept)
         self.executor.config = config.executor
         self._platform_asked = False
         self.executor.active = config.migrates
@@ -353,6 +371,15 @@ class Controller:
         )
         if not config.migrates:
             self.executor.halt(f"the configuration changed to {config.mode} mode")
+
+    def _renew_secret(self) -> None:
+        """The backend's secret read again (a renewed API token), where it has one."""
+        if not isinstance(self.backend, RenewsSecret):
+            return
+        try:
+            self.backend.renew_secret()
+        except BackendError as exc:
+            log.error("the secret cannot be read again, keeping the one read before: %s", exc)
 
     # -- one cycle -----------------------------------------------------------------------------
 
@@ -502,7 +529,7 @@ class Controller:
     ) -> Decision:
         """The policy's decision on ``cluster`` (its rules checked: ``rule_check``), with the
         usage the window (and, when on, the daily profile) has kept up to this observation."""
-        self.window = self.window.add(now, cluster, policy.smoothing)
+        self.window = self._window_at(now).add(now, cluster, policy.smoothing)
         # Capacity is checked on usage that rises after the hold, not after the whole window.
         span = overload_span(policy)
         recent: MeasuredUsage | None = None
@@ -540,6 +567,19 @@ class Controller:
             daily=daily,
             rule_check=rule_check,
         )
+
+    def _window_at(self, now: float) -> UsageWindow:
+        """The usage window, started again when the clock was stepped back behind its last
+        observation (NTP correcting a clock that ran ahead): its samples would be in the future."""
+        if len(self.window) and now < float(self.window.times[-1]):
+            back = float(self.window.times[-1]) - now
+            log.warning(
+                "the clock went back %.0f s behind the last observation: the usage window "
+                "starts again",
+                back,
+            )
+            return UsageWindow()
+        return self.window
 
     def _window_closed(self, activity: str) -> str | None:
         """Why the executor may start no more of a plan that does ``activity`` now (its window
@@ -675,15 +715,19 @@ class Controller:
         for event in self.executor.reconcile():
             log.info("reconciled: %s", event)
         self.platform_defaults()
-        next_cycle = self.clock.now()
+        next_cycle = last_cycle = self.clock.now()
         decided = False
         while not should_stop():
             fresh = take_reload()
             if fresh is not None:
                 self.reload(fresh)
+                # A shorter interval counts from the last decision, not after the old one.
+                next_cycle = min(next_cycle, last_cycle + self.policy.interval)
             now = self.clock.now()
             if until is not None and now >= until:
                 break
+            # Never more than an interval ahead: a clock stepped back does not hold decisions.
+            next_cycle = min(next_cycle, now + self.policy.interval)
             if self.executor.busy or self.executor.watching:
                 self.executor.tick()
             woken = take_wake()
@@ -695,7 +739,7 @@ class Controller:
                 policy = replace(self.policy, hold=min(self.policy.hold, 1)) if held else None
                 self.cycle(policy=policy)
                 decided = True
-                next_cycle = now + self.policy.interval
+                last_cycle, next_cycle = now, now + self.policy.interval
             if once and decided and not self.executor.busy:
                 break
             follow = self.executor.busy or self.executor.watching
@@ -730,7 +774,7 @@ class Controller:
         while not wake():
             before = self.clock.now()
             left = end - before
-            if left <= 0:
+            if left <= 0 or left > seconds:  # done, or the clock was stepped back meanwhile
                 break
             self.clock.sleep(min(left, piece))
             if isinstance(self.clock, PacedClock) and self.clock.now() <= before:

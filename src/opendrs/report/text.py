@@ -7,6 +7,7 @@ import textwrap
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -52,6 +53,13 @@ def wrap(text: str, width: int, hang: int | None = None) -> list[str]:
     return [line.replace(_TIED, " ") for line in lines] or [indent.rstrip()]
 
 
+def pad(text: str, width: int, *, right: bool = False) -> str:
+    """``text`` padded with blanks to ``width`` columns of a terminal (a CJK or emoji character
+    takes two), on the left when ``right``."""
+    blanks = " " * max(width - cell_len(text), 0)
+    return blanks + text if right else text + blanks
+
+
 class Report:
     """Writes titled tables and lines to a console, rich or plain."""
 
@@ -90,15 +98,15 @@ class Report:
             self.console.print(table)
             return
         plain = [[c.plain if isinstance(c, Text) else c for c in row] for row in rows]
-        widths = [len(h) for h in headers]
+        widths = [cell_len(h) for h in headers]
         for row in plain:
             for i, cell in enumerate(row):
-                widths[i] = max(widths[i], len(cell))
+                widths[i] = max(widths[i], cell_len(cell))
 
         def fmt(cells: Sequence[str]) -> str:
             out = []
             for i, cell in enumerate(cells):
-                out.append(cell.rjust(widths[i]) if i in right else cell.ljust(widths[i]))
+                out.append(pad(cell, widths[i], right=i in right))
             return "  ".join(out).rstrip()
 
         self.console.print(fmt(headers), markup=False, highlight=False, soft_wrap=True)
@@ -215,7 +223,7 @@ def _show_rules(report: Report, cluster: Cluster) -> None:
 def _load_rows(cluster: Cluster, fractions: np.ndarray, width: int) -> list[list[str | Text]]:
     """A row per node: state, guests running of all, a load bar per resource; the bars share
     what ``width`` leaves (from 5 to :data:`BAR_WIDTH` characters each)."""
-    name_w = max((len(n.name) for n in cluster.nodes), default=4)
+    name_w = max((cell_len(n.name) for n in cluster.nodes), default=4)
     state_w = max((len(node_state(n)) for n in cluster.nodes), default=5)
     # the other columns, the bars' percents, and a rich table's " │ " between columns
     fixed = max(name_w, 4) + max(state_w, 5) + 6 + 2 * 7 + 4 * 3 + 1

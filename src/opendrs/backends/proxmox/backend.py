@@ -51,7 +51,8 @@ class ProxmoxBackend:
                 "TLS verification of the Proxmox API is off (verify_tls: false): anyone on the "
                 "network path can read the credentials; set ca_file instead"
             )
-        secret = load_secret(config, os.environ if environ is None else environ)
+        self._environ = os.environ if environ is None else environ
+        secret = load_secret(config, self._environ)
         # A call ends early when opendrs is stopping, or before a migration request whose start
         # may no longer go on (a reload).
         self._interrupts = Interrupts(lambda: self.should_stop())
@@ -64,6 +65,9 @@ class ProxmoxBackend:
 
     def observe(self) -> Cluster:
         return self._observer.observe()
+
+    def renew_secret(self) -> None:
+        self._client.renew(load_secret(self.config, self._environ))
 
     def start_migration(self, move: Move, gate: StartGate | None = None) -> Handle:
         with self._interrupts.starting(gate or StartGate()) as started:

@@ -83,6 +83,8 @@ class Client:
     ) -> None:
         self._config = config
         self._secret = secret
+        #: The secrets it had before :meth:`renew`, still scrubbed from errors.
+        self._old_secrets: list[str] = []
         self._should_stop = should_stop
         self._hosts = [p for p in (parse_host(h) for h in config.hosts) if p is not None]
         if not self._hosts:
@@ -95,12 +97,27 @@ class Client:
         #: in tests).
         self.sleep: Callable[[float], None] = self._pause
 
+    def renew(self, secret: str) -> None:
+        """Log in with ``secret`` from the next call on (the sessions with the old one closed);
+        both stay scrubbed from every error."""
+        if secret == self._secret:
+            return
+        self._old_secrets.append(self._secret)
+        self._secret = secret
+        with self._lock:
+            apis, self._apis = list(self._apis.values()), {}
+        for api in apis:
+            close_api(api)
+
     def host_text(self, index: int) -> str:
         return host_text(*self._hosts[index])
 
     def scrub(self, text: str) -> str:
-        """``text`` without the secret, whatever put it there."""
-        return text.replace(self._secret, "***") if self._secret else text
+        """``text`` without the secret (nor one it had before), whatever put it there."""
+        for secret in (self._secret, *self._old_secrets):
+            if secret:
+                text = text.replace(secret, "***")
+        return text
 
     @contextlib.contextmanager
     def only_backend_errors(self, what: str) -> Iterator[None]:

@@ -1,0 +1,175 @@
+"""SIGHUP with a changed file, as an operator sends it (``systemctl reload opendrs``): ``opendrs
+run`` as a subprocess against the fake Proxmox API on loopback, in shadow mode. What a reload
+cannot change (the backend, the cluster's name, the history and its lock) is kept until the next
+restart and said so; what it can change (the interval, the token's secret) takes effect at once."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip(
+    "fakepve", reason="fakepve (a test-only dev dependency: pip install -e '.[dev]') is missing"
+)
+pytest.importorskip("cryptography", reason="fakepve's certificates need cryptography")
+
+from backends.fakepve_fixture import TOKEN_ID, TOKEN_SECRET, FakeCluster
+from daemon import Daemon
+from pve_daemon import fake_cluster, secret_file, shadow_config
+
+#: What the warning about a setting a reload cannot change says.
+LATER = "it takes effect at the next restart"
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> Iterator[FakeCluster]:
+    with fake_cluster(tmp_path) as cluster:
+        yield cluster
+
+
+def reload_with(daemon: Daemon, config: Path, text: str) -> int:
+    """Write ``text`` as the configuration, send SIGHUP, wait for the reload: the log's mark."""
+    config.write_text(text)
+    mark = daemon.mark
+    daemon.signal(signal.SIGHUP)
+    daemon.wait_for(r"configuration reloaded", after=mark)
+    return mark
+
+
+def test_a_reload_renaming_the_cluster_keeps_the_daemon_running(
+    tmp_path: Path, fake: FakeCluster
+) -> None:
+    config = shadow_config(tmp_path, fake)
+    with Daemon(config) as daemon:
+        daemon.wait_for(r"decision \(shadow\)")
+        mark = reload_with(daemon, config, config.read_text() + "cluster: renamed\n")
+        daemon.wait_for(rf"the cluster setting changed: {LATER}", after=mark)
+        # It goes on deciding, and recording, under the name its history has.
+        daemon.wait_for(r"decision \(shadow\)", after=daemon.mark)
+        assert daemon.process.poll() is None, daemon.log()
+        assert daemon.stop() == 0
+    assert "belongs to cluster" not in daemon.log()
+
+
+def test_a_reload_naming_another_history_keeps_the_running_one_and_says_so(
+    tmp_path: Path, fake: FakeCluster
+) -> None:
+    config = shadow_config(tmp_path, fake)
+    text = config.read_text()
+    with Daemon(config) as daemon:
+        daemon.wait_for(r"decision \(shadow\)")
+        mark = reload_with(daemon, config, text + "history: other.sqlite\n")
+        kept = rf"the history setting changed: {LATER} \(still \S+history.sqlite\)"
+        daemon.wait_for(kept, after=mark)
+        daemon.wait_for(r"decision \(shadow\)", after=daemon.mark)
+        assert daemon.stop() == 0
+    assert not (tmp_path / "other.sqlite").exists()
+
+
+def test_a_reload_to_a_shorter_interval_decides_at_the_new_interval(
+    tmp_path: Path, fake: FakeCluster
+) -> None:
+    config = shadow_config(tmp_path, fake)
+    text = config.read_text()
+    assert "interval: 1s" in text
+    config.write_text(text.replace("interval: 1s", "interval: 1h"))
+    with Daemon(config) as daemon:
+        daemon.wait_for(r"decision \(shadow\)")
+        mark = reload_with(daemon, config, text)
+        # The next decision comes a second after the last one, not an hour after it.
+        daemon.wait_for(r"decision \(shadow\)", after=mark, timeout=30)
+        assert daemon.stop() == 0
+
+
+def test_a_reload_after_a_new_token_secret_logs_in_with_it(
+    tmp_path: Path, fake: FakeCluster
+) -> None:
+    """The token's secret renewed on Proxmox and written to the token file: ``systemctl reload
+    opendrs`` is enough, as for every other change of the file it reads."""
+    config = shadow_config(tmp_path, fake)
+    renewed = "0c4e1f2a-7d3b-4e5f-9a8b-1c2d3e4f5a6b"
+    with Daemon(config) as daemon:
+        daemon.wait_for(r"decision \(shadow\)")
+        fake.pve.apitokens[TOKEN_ID] = renewed
+        daemon.wait_for(r"cannot observe the cluster.*authentication failed", after=daemon.mark)
+        secret_file(tmp_path / "token", renewed)
+        mark = reload_with(daemon, config, config.read_text())
+        daemon.wait_for(r"decision \(shadow\)", after=mark, timeout=30)
+        assert daemon.stop() == 0
+    assert renewed not in daemon.log() and TOKEN_SECRET not in daemon.log()
+
+
+def test_a_reload_or_a_wake_while_the_daemon_starts_does_not_end_it(
+    tmp_path: Path, fake: FakeCluster
+) -> None:
+    """``systemctl reload`` right after ``start`` (or ``opendrs approve``'s SIGUSR1): from the
+    moment the process takes signals — before it has even opened its history — a SIGHUP or
+    SIGUSR1 is taken, not the signal's default, which ends the process."""
+    config = shadow_config(tmp_path, fake)
+    with Daemon(config) as daemon:
+        wait_until_caught(daemon.process.pid, (signal.SIGHUP, signal.SIGUSR1))
+        assert not (tmp_path / "history.sqlite").exists(), "caught only once started"
+        daemon.signal(signal.SIGHUP)
+        daemon.signal(signal.SIGUSR1)
+        daemon.wait_for(r"configuration reloaded")
+        daemon.wait_for(r"decision \(shadow\)")
+        assert daemon.process.poll() is None, daemon.log()
+        assert daemon.stop() == 0
+
+
+def wait_until_caught(pid: int, signals: tuple[int, ...], timeout: float = 60.0) -> None:
+    """Wait until process ``pid`` catches each of ``signals`` (its ``SigCgt`` in /proc)."""
+    wanted = sum(1 << (signum - 1) for signum in signals)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = re.search(r"^SigCgt:\s*([0-9a-f]+)$", Path(f"/proc/{pid}/status").read_text(), re.M)
+        assert found is not None
+        if int(found.group(1), 16) & wanted == wanted:
+            return
+        time.sleep(0.002)
+    raise AssertionError(f"process {pid} did not catch {signals} within {timeout:g}s")
+
+
+#: Put first on the daemon's PYTHONPATH: its wall clock (``time.time``) steps back by
+#: ``OPENDRS_TEST_CLOCK_STEP`` seconds once the file ``OPENDRS_TEST_CLOCK_AFTER`` exists, as
+#: when NTP corrects a clock that ran ahead.
+CLOCK_STEP = """
+import os, time
+_wall = time.time
+_step = float(os.environ["OPENDRS_TEST_CLOCK_STEP"])
+_after = os.environ["OPENDRS_TEST_CLOCK_AFTER"]
+time.time = lambda: _wall() - (_step if os.path.exists(_after) else 0.0)
+"""
+
+
+def test_a_clock_stepped_back_an_hour_does_not_hold_the_next_decision_an_hour(
+    tmp_path: Path, fake: FakeCluster
+) -> None:
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text(CLOCK_STEP)
+    stepped = tmp_path / "stepped"
+    env = {
+        "PYTHONPATH": os.pathsep.join([str(shim), os.environ.get("PYTHONPATH", "")]),
+        "OPENDRS_TEST_CLOCK_STEP": "3600",
+        "OPENDRS_TEST_CLOCK_AFTER": str(stepped),
+    }
+    config = shadow_config(tmp_path, fake)
+    with Daemon(config, env=env) as daemon:
+        daemon.wait_for(r"decision \(shadow\)")
+        mark = daemon.mark
+        stepped.touch()
+        # Decided every second on: the next decisions a second after the step, not an hour; the
+        # usage window, whose samples are now in the future, starts again.
+        daemon.wait_for(r"the clock went back 3[56]\d\d s .*usage window starts again", after=mark)
+        daemon.wait_for(r"decision \(shadow\)", after=mark, timeout=30)
+        daemon.wait_for(r"decision \(shadow\)", after=daemon.mark, timeout=30)
+        assert daemon.process.poll() is None, daemon.log()
+        assert daemon.stop() == 0
+    assert "internal error" not in daemon.log()
