@@ -9,7 +9,8 @@ from dataclasses import replace
 import pytest
 
 from opendrs.backends.generated import generated_scenario, shape_of
-from opendrs.backends.scenario import Scenario
+from opendrs.backends.scenario import Fault, Scenario
+from opendrs.backends.sim import Simulator
 from opendrs.backends.workload import Surge
 from opendrs.cli.simulate import StabilityReport, run_policy
 from opendrs.engine.policy import PRESETS
@@ -66,6 +67,36 @@ def test_each_month_has_its_lasting_and_alternating_jobs_pinned_to_one_node(seed
         second = [s.at for s in _surges(scenario, b[0])]
         # They take turns: b's turns start an hour after a's.
         assert [t - HOUR for t in second] == first[: len(second)]
+
+
+def test_a_jobs_guests_are_ha_resources_set_to_ignored_which_the_ha_manager_leaves_down() -> None:
+    # As Proxmox's HA manager treats a resource set to `ignored`: it is not HA-managed — when its
+    # node fails it is not restarted elsewhere, and starts again when the node comes back —,
+    # while the node's other HA guests are restarted on other nodes.
+    scenario = generated_scenario(1, 8, 120)
+    jobs = _jobs(scenario)
+    guests = jobs["job-lasting-2"]
+    cluster = scenario.cluster
+    (node,) = _node_of(cluster, guests)
+    assert not any(cluster.guests[cluster.guest_index[g]].ha for g in guests)
+    others = [g.id for g in cluster.guests if g.node == node and g.ha]
+    assert others, "the job's node holds HA guests of its own"
+    failure = Fault("node-failure", at=HOUR, node=node, duration=HOUR)
+    sim = Simulator(replace(scenario, faults=(failure,)), days=1)
+    try:
+        sim.sleep(HOUR + 600)
+        down = sim.peek()
+        for g in guests:
+            guest = down.guests[down.guest_index[g]]
+            assert (guest.node, guest.state) == (node, "stopped"), g
+        assert all(down.guests[down.guest_index[g]].node != node for g in others)
+        sim.sleep(HOUR)
+        back = sim.peek()
+        for g in guests:
+            guest = back.guests[back.guest_index[g]]
+            assert (guest.node, guest.state) == (node, "running"), g
+    finally:
+        sim.close()
 
 
 def _surges(scenario: Scenario, guest: str) -> tuple[Surge, ...]:

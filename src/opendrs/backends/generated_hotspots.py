@@ -1,8 +1,9 @@
 """The hot spots of a generated month (:mod:`opendrs.backends.generated`).
 
-A *job* is a few guests of one node that no scheduler moves (ignored, as an HA resource set to
-``ignored`` is: a batch job's workers pinned to their node), so that they load that node together
-whatever a policy does. Its guests follow their kind's pattern plus
+A *job* is a few guests of one node that no scheduler moves: a batch job's workers pinned to
+their node as HA resources set to ``ignored`` are — no balancer moves them, and the HA manager
+does not restart them elsewhere when their node fails (they wait for it to come back) —, so that
+they load that node together whatever a policy does. Its guests follow their kind's pattern plus
 :class:`~opendrs.backends.workload.Surge` s, each in proportion to its unused vCPUs, that would
 raise a node at the cluster's mean CPU load at the start to its full CPU net of reserves — with
 the mean of the workloads lower than the snapshot's, in practice 85–100 %: hot — the job's own
@@ -63,7 +64,7 @@ class Job:
 
     def ignore_reasons(self) -> dict[str, str]:
         """Why each of its guests is ignored."""
-        return {g: f"pinned to {self.node} ({self.name})" for g in self.guests}
+        return {g: f"HA resource ignored: pinned to {self.node} ({self.name})" for g in self.guests}
 
 
 def hot_spot_jobs(
@@ -163,14 +164,19 @@ def job_workloads(
 
 
 def pinned(cluster: Cluster, jobs: tuple[Job, ...]) -> Cluster:
-    """``cluster`` with the guests of ``jobs`` ignored (pinned to their node)."""
+    """``cluster`` with the guests of ``jobs`` pinned to their node as HA resources set to
+    ``ignored`` are, read as opendrs's Proxmox backend reads them: not HA-managed (the HA manager
+    neither moves nor restarts them) and ignored, with the reason."""
     reasons = {g: why for job in jobs for g, why in job.ignore_reasons().items()}
     rules = replace(
         cluster.rules,
         ignored=cluster.rules.ignored | frozenset(reasons),
         ignore_reasons={**cluster.rules.ignore_reasons, **reasons},
     )
-    return replace(cluster, rules=rules)
+    guests = tuple(
+        replace(g, ha=False, ha_state=None) if g.id in reasons else g for g in cluster.guests
+    )
+    return replace(cluster, guests=guests, rules=rules)
 
 
 def _minute(seconds: float) -> float:
