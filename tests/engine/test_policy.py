@@ -35,6 +35,7 @@ from opendrs.engine.policy import (
 )
 from opendrs.engine.policy.decision import Balanced, Holding, Measurement, Planned
 from opendrs.engine.policy.guards import hot_targets
+from opendrs.engine.policy.needs import need_sentence
 from opendrs.engine.strategies.base import Proposal, ProposedMove, cluster_imbalance
 from opendrs.engine.usage import with_usage
 from opendrs.model.cluster import Cluster, Guest, Node, Settings
@@ -312,13 +313,15 @@ def test_repair_bypasses_threshold_and_hold() -> None:
     # Balanced usable nodes (20/20 %) and a guest on n3, in maintenance: repaired at the first
     # observation, although hold is 3 and the spread is below the threshold.
     cluster = _with_maintenance(_g("a", "n1", 2), _g("b", "n2", 2), _g("m", "n3", 1))
-    assert repairs_needed(cluster) == ("m is on n3, in maintenance",)
+    assert _needed(cluster) == ("m is on n3, in maintenance",)
     config = PolicyConfig(min_uptime=0)
     decision = _decide(cluster, config)
     assert decision.act and decision.kind == "repair" and decision.code == "repair"
     assert decision.reason == (
         "repair: m is on n3, in maintenance; 1 migration, bypassing threshold, hold and margin"
     )
+    # The history's form carries the need as typed details.
+    assert decision.as_dict()["need"] == {"need": "maintenance", "node": "n3", "guest": "m"}
     assert [(g, s) for g, s, _t in _moved(decision)] == [("m", "n3")]
     assert decision.state == PolicyState(hold=0, last_attempt=NOW, last_action=NOW)
     # With maintenance_return, the policy remembers where m came from.
@@ -402,10 +405,15 @@ def test_maintenance_return_leaves_out_what_does_not_fit() -> None:
     assert _moved(decision) == [("k", "n2", "n3")]
 
 
+def _needed(cluster: Cluster) -> tuple[str, ...]:
+    """What :func:`repairs_needed` finds, as the operator reads it."""
+    return tuple(need_sentence(need) for need in repairs_needed(cluster))
+
+
 def test_repairs_needed_sees_broken_rules_and_capacity() -> None:
     rules = Rules(guest_affinity=(GuestAffinity("apart", ("x", "y"), positive=False),))
     cluster = _cluster(_g("x", "n1", 1), _g("y", "n1", 1), rules=rules)
-    assert repairs_needed(cluster) == (
+    assert _needed(cluster) == (
         "x shares n1 with a hard anti-affinity partner",
         "y shares n1 with a hard anti-affinity partner",
     )
@@ -415,7 +423,7 @@ def test_repairs_needed_sees_broken_rules_and_capacity() -> None:
         _g("q", "n1", 6, lock="backup"),
         nodes=(Node("n1", 2, 200 * GiB), Node("n2", 10, 200 * GiB)),
     )
-    assert repairs_needed(over) == ("n1 is over capacity (vcpus)",)
+    assert _needed(over) == ("n1 is over capacity (vcpus)",)
     assert repairs_needed(_skewed()) == ()
 
 
@@ -533,6 +541,12 @@ def test_capacity_is_checked_on_the_recent_rise() -> None:
     assert refused.reason.endswith(
         "; repair needed (n1 is over capacity (memory_used)) but no allowed migration reaches it"
     )
+    assert refused.as_dict()["blocked"] == {
+        "need": "capacity",
+        "node": "n1",
+        "dimensions": ["memory_used"],
+        "more": 0,
+    }
 
     # Balancing: on the average n2 (70 + 20 GiB) should give d (20 GiB) to n1 (50 GiB): 70 GiB
     # each. But a has risen to 65 GiB: n1 has no room for d, and no plan is made.

@@ -18,6 +18,7 @@ from opendrs.engine.policy.metrics import (
     format_threshold,
     metric_label,
 )
+from opendrs.engine.policy.needs import Need, need_sentence
 from opendrs.engine.policy.spending import Hastening
 from opendrs.engine.policy.state import BUDGET_WINDOW, PolicyState
 from opendrs.engine.policy.why import WhyNot
@@ -142,7 +143,7 @@ class RepairBlocked:
     """A repair needed but not made: the first thing it must repair, how many more, and the
     budget that stops it (None: no allowed migration reaches it)."""
 
-    needed: str
+    needed: Need
     more: int = field(metadata=_ANY)
     budget: BudgetSpent | None = None
 
@@ -190,7 +191,7 @@ class Repaired:
     nodes)."""
 
     code: ClassVar[DecisionCode] = DecisionCode.REPAIR
-    needed: str
+    needed: Need
     more: int = field(metadata=_ANY)
     migrations: int = field(metadata=_NOUN)
     hot_only: bool
@@ -310,7 +311,7 @@ class Closed:
     timezone: str
     now: float
     opens: float | None
-    needed: str | None = None
+    needed: Need | None = None
     trigger: Trigger | None = None
 
 
@@ -418,7 +419,20 @@ class Decision:
                 "evacuated": dict(sorted(self.state.evacuated.items())),
             },
             **self._failover(),
+            **self.needs(),
         }
+
+    def needs(self) -> dict[str, object]:
+        """What the repair needs (``need``), and what a repair it did not make needed
+        (``blocked``, with how many more), as typed details, when the decision names them."""
+        out: dict[str, object] = {}
+        needed = getattr(self.facts, "needed", None)
+        if needed is not None:
+            out["need"] = needed.as_dict()
+        blocked = self.note.blocked
+        if blocked is not None:
+            out["blocked"] = {**blocked.needed.as_dict(), "more": blocked.more}
+        return out
 
     def _failover(self) -> dict[str, object]:
         """The failover headroom checked (``keep_failover``), when it was."""
@@ -569,8 +583,10 @@ def _closed(facts: Closed) -> str:
     activity = _ACTIVITY[facts.activity]
     if facts.trigger is not None:
         what = _trigger(facts.trigger)
+    elif facts.needed is not None:
+        what = f"{activity} needed ({need_sentence(facts.needed)})"
     else:
-        what = f"{activity} needed ({facts.needed})"
+        what = f"{activity} needed"
     if facts.blackout is None:
         where = f"outside the migration window {', '.join(facts.windows)} {facts.timezone}"
     else:
@@ -665,8 +681,8 @@ def _note(note: RepairNote, said: StopSaid | None = None) -> str:
     return text
 
 
-def _needed(first: str, more: int) -> str:
-    return first + (f" (and {more} more)" if more else "")
+def _needed(first: Need, more: int) -> str:
+    return need_sentence(first) + (f" (and {more} more)" if more else "")
 
 
 def _migrations(n: int) -> str:
