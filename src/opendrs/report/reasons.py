@@ -36,11 +36,12 @@ from opendrs.engine.policy.metrics import (
 from opendrs.engine.policy.needs import Need, need_sentence
 from opendrs.engine.policy.spending import Hastening
 from opendrs.engine.policy.state import BUDGET_WINDOW
+from opendrs.engine.policy.why import WhyNot
 from opendrs.engine.policy.windows import format_opening
 from opendrs.engine.strategies.base import Stop
 from opendrs.model.units import format_duration
 
-__all__ = ["StopSaid", "decision_dict", "explain"]
+__all__ = ["StopSaid", "decision_dict", "explain", "why_not_words"]
 
 
 #: The operator's words for a :class:`Stop` (None: none for it, the engine's sentence is said).
@@ -98,7 +99,7 @@ def _after_trigger(
         case NoProposal(trigger=trigger, why=why):
             stopped = _stop_words(facts.stopped, facts.stop, said)
             shown = "" if stopped is None else f" ({stopped})"
-            return f"strategy {trigger.strategy} proposes no migration{shown}; {why}"
+            return f"strategy {trigger.strategy} proposes no migration{shown}; {why_not_words(why)}"
         case Unordered(problem=problem):
             return f"none of the proposed migrations can be ordered safely ({problem})"
         case BelowMargin():
@@ -116,6 +117,20 @@ def _after_trigger(
             )
         case Planned():
             return _planned(facts, said)
+
+
+def why_not_words(why: WhyNot) -> str:
+    """Why the candidates stay: ``4 candidates: 1 may move; 2 in cooldown, 1 with local disks``."""
+    groups = ", ".join(f"{count} {label}" for label, count in why.excluded)
+    n = why.candidates
+    if n == 0:
+        return "no candidates (no running guest on a usable node)"
+    head = f"{n} candidate{'s' if n != 1 else ''}"
+    if why.movable == 0:
+        return f"{head}, all excluded: {groups}"
+    if not groups:
+        return f"{head}, all may move"
+    return f"{head}: {why.movable} may move; {groups}"
 
 
 def _planned(facts: Planned, said: StopSaid | None) -> str:
