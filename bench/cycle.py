@@ -129,6 +129,7 @@ def count_acting_cycle(scenario_arg: str) -> dict[str, Any]:
     from opendrs.controller.history import History
     from opendrs.controller.loop import Controller
     from opendrs.engine.policy import PRESETS
+    from opendrs.report.reasons import explain
 
     name = scenario_arg.removeprefix("builtin:")
     scenario = (
@@ -150,7 +151,7 @@ def count_acting_cycle(scenario_arg: str) -> dict[str, Any]:
                 return {
                     "scenario": scenario_arg,
                     "at": cycle.at,
-                    "decision": cycle.decision.reason,
+                    "decision": explain(cycle.decision),
                     "counts": dict(counts),
                     "absent": absent,
                 }
@@ -173,6 +174,7 @@ def daemon_cycle(size: str, seed: int, rules: bool, generator: str = "basic") ->
     from opendrs.controller.history import History
     from opendrs.controller.loop import Controller
     from opendrs.engine.policy import PRESETS
+    from opendrs.report.reasons import explain
 
     cluster = generated(generator, size, seed=seed, rules=rules)
     sim = Simulator(Scenario(cluster=cluster, name=f"{size}-{seed}"), days=1.0)
@@ -203,7 +205,7 @@ def daemon_cycle(size: str, seed: int, rules: bool, generator: str = "basic") ->
         "decide_and_plan_s": round(timings["cycle"] - timings["observe"], 3),
         "peak_rss_mib": round(peak_rss_bytes() / 2**20, 1),
         "migrations": len(plan.moves) if plan is not None else 0,
-        "decision": decision.reason if decision is not None else cycle.error,
+        "decision": explain(decision) if decision is not None else cycle.error,
     }
 
 

@@ -112,6 +112,7 @@ from opendrs.engine.policy import PolicyConfig
 from opendrs.model.cluster import Cluster, Guest, Move
 from opendrs.model.rules import GuestAffinity, NodeAffinity, Rules
 from opendrs.records import PENDING
+from opendrs.report.reasons import explain
 
 DAY = 86_400.0
 #: The faults of a mix, as the summary counts them.
@@ -746,7 +747,7 @@ class Run:
 
     def _cycle(self, cycle: Cycle) -> None:
         decision = cycle.decision
-        if decision is None or not decision.reason.startswith("a plan is still executing"):
+        if decision is None or not explain(decision).startswith("a plan is still executing"):
             self.decided = cycle.at
         self.check()
 

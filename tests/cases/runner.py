@@ -55,6 +55,7 @@ from opendrs.model.document import DocumentError, Reader, describe, parse, read_
 from opendrs.model.document import Path as DocPath
 from opendrs.model.snapshot import loads as load_snapshot
 from opendrs.model.units import format_bytes, format_duration
+from opendrs.report.reasons import explain
 
 __all__ = [
     "CASES",
@@ -369,10 +370,10 @@ def run_case(case: Case) -> list[str]:
             texts.append(f"observe failed: {cycle.error}")
         elif decision is not None:
             if decision.act:
-                reason = decision.reason.removeprefix(f"{decision.kind}: ")
+                reason = explain(decision).removeprefix(f"{decision.kind}: ")
                 texts.append(f"decision {decision.kind}: {reason}")
             # A stuck repair is logged at every decision: shown here when it changes.
-            if decision.stuck != stuck[0] and not decision.reason.startswith("a plan is still"):
+            if decision.stuck != stuck[0] and not explain(decision).startswith("a plan is still"):
                 texts.extend(f"stuck {guest}: {why}" for guest, why in decision.stuck)
                 if not decision.stuck:
                     texts.append("stuck: none any more")

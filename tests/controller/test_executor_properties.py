@@ -32,6 +32,7 @@ from opendrs.controller.loop import Controller, Cycle
 from opendrs.engine.policy import PolicyConfig
 from opendrs.model.cluster import Cluster, Guest, Move, Node, Settings
 from opendrs.model.rules import GuestAffinity, Rules
+from opendrs.report.reasons import explain
 
 INTERVAL = 300
 POLL = 10
@@ -213,7 +214,7 @@ class Driver:
         return controller
 
     def _cycle(self, cycle: Cycle) -> None:
-        if cycle.decision is not None and "still executing" not in cycle.decision.reason:
+        if cycle.decision is not None and "still executing" not in explain(cycle.decision):
             self.decided = cycle.at
         self.check()
 
@@ -339,5 +340,5 @@ def test_the_controller_keeps_its_promises_in_a_misbehaving_world(
     executor = driver.controller.executor
     assert not executor.busy
     last = driver.controller.cycles[-1]
-    assert last.decision is not None and "still executing" not in last.decision.reason
+    assert last.decision is not None and "still executing" not in explain(last.decision)
     check_history(driver)

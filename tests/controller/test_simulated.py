@@ -180,6 +180,12 @@ def test_a_lasting_overload_is_repaired_before_the_six_hour_average_shows_it() -
     assert 4.4 * HOUR < moved[0].started < 5.5 * HOUR
     repair = next(d for d in history.decisions() if d.action != "none")
     assert repair.reason.startswith("repair: n1 is over capacity (memory_used)")
+    # The history's summary keeps the need as details (read back as recorded).
+    assert repair.summary["need"] == {
+        "need": "capacity",
+        "node": "n1",
+        "dimensions": ["memory_used"],
+    }
     # The node was over capacity only until the repair: no later plan fills a node beyond its
     # capacity, although the 6-hour average still shows guest 100 small for hours.
     over = sim.stats().capacity_violations

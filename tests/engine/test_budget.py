@@ -24,6 +24,7 @@ from opendrs.engine.policy import (
 )
 from opendrs.model.cluster import Cluster, Guest, Node, Settings
 from opendrs.model.document import DocumentError, Reader
+from opendrs.report.reasons import explain
 
 GiB = 1024**3
 DAY = 86400
@@ -69,7 +70,7 @@ def test_a_spent_budget_stops_balancing_and_says_when_it_frees() -> None:
     spent = (NOW - 20 * 3600, NOW - 10 * 3600, NOW - 5 * 3600, NOW - 30 * 3600)
     decision = _decide(_eight_on_n1(), config, spent)
     assert not decision.act and decision.code == "budget" and decision.plan is None
-    assert decision.reason.endswith(
+    assert explain(decision).endswith(
         "; the migration budget is spent: 3 of 3 in the last 24 h; the next is free in 4h"
     )
     # The hold stays reached: the first observation once the budget frees may act.
@@ -89,7 +90,7 @@ def test_what_is_left_is_the_most_a_plan_makes() -> None:
     assert decision.act and decision.code == "plan" and decision.budgeted
     assert len(decision.plan.moves) == 2  # type: ignore[union-attr]
     assert decision.proposal is not None and decision.proposal.options["max_moves"] == 2
-    assert decision.reason.endswith("with 2 migrations, what the budget leaves of a plan of 5")
+    assert explain(decision).endswith("with 2 migrations, what the budget leaves of a plan of 5")
     # The batch still bounds it when it is less.
     assert len(_decide(cluster, replace(config, batch=1)).plan.moves) == 1  # type: ignore[union-attr]
     # A strategy without max_moves is cut to what is left.
@@ -173,8 +174,8 @@ def test_relieving_a_node_that_only_runs_hot_counts_against_the_budget() -> None
     assert relieved.act and relieved.code == "repair" and relieved.budgeted
     spent = _decide(_hot_cluster(), config, (NOW - 60,))
     assert not spent.act
-    assert "repair needed (n1 runs hot" in spent.reason
-    assert "the migration budget is spent: 1 of 1 in the last 24 h" in spent.reason
+    assert "repair needed (n1 runs hot" in explain(spent)
+    assert "the migration budget is spent: 1 of 1 in the last 24 h" in explain(spent)
 
 
 def test_without_a_budget_nothing_changes() -> None:
@@ -215,7 +216,7 @@ def test_a_fractional_budget_says_its_window() -> None:
     config = replace(EAGER, max_migrations_per_day=0.5)
     decision = _decide(_eight_on_n1(), config, (NOW - 30 * 3600,))
     assert decision.code == "budget"
-    assert decision.reason.endswith(
+    assert explain(decision).endswith(
         "; the migration budget is spent: 1 of 1 in the last 2d; the next is free in 18h"
     )
     # Out of the 48 hours, it no longer counts.
@@ -305,7 +306,7 @@ def test_the_window_is_named_when_spent() -> None:
     spent = tuple(NOW - (10 * DAY + k * 3600) for k in range(7))
     decision = _decide(_eight_on_n1(), config, spent)
     assert decision.code == "budget"
-    assert decision.reason.endswith(
+    assert explain(decision).endswith(
         "the migration budget is spent: 7 of 7 in the last 14d; the next is free in 3d 18h"
     )
 

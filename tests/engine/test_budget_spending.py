@@ -17,6 +17,7 @@ from opendrs.engine.policy.smoothing import UsageWindow
 from opendrs.engine.policy.spending import blend, eagerness, reach, react
 from opendrs.engine.usage import MeasuredUsage
 from opendrs.model.cluster import Cluster, Guest, Node, Settings
+from opendrs.report.reasons import explain
 
 GiB = 1024**3
 DAY = 86400
@@ -136,7 +137,7 @@ def _decide(config: PolicyConfig, spent: int = 0, hold: int = 0) -> tuple[bool, 
     past = PastMigrations(budget_spent=tuple(NOW - 600.0 * (k + 1) for k in range(spent)))
     state = PolicyState(hold=hold)
     decision = decide(cluster, NOW, config, state, past, busy=False, average=average, latest=latest)
-    return decision.act, decision.code, decision.reason
+    return decision.act, decision.code, explain(decision)
 
 
 def test_with_budget_left_the_recent_demand_is_balanced_at_once() -> None:

@@ -27,6 +27,7 @@ from opendrs.engine.strategies.base import Stop
 from opendrs.engine.usage import LoadModel, MeasuredUsage
 from opendrs.model.cluster import Cluster, Guest, Node, Settings
 from opendrs.model.document import DocumentError, Reader
+from opendrs.report.reasons import explain
 from opendrs.report.words import decision_words
 
 GiB = 1024**3
@@ -172,7 +173,7 @@ def test_guests_whose_peaks_do_not_coincide_are_paired() -> None:
     assert sorted(placed[g] for g in ("a1", "a2")) == ["n1", "n2"]
     assert sorted(placed[g] for g in ("b1", "b2")) == ["n1", "n2"]
     assert whole_day.predicted == pytest.approx(0.0)  # type: ignore[attr-defined]
-    assert "of the daily profile" in whole_day.reason  # type: ignore[attr-defined]
+    assert "of the daily profile" in explain(whole_day)  # type: ignore[attr-defined]
     # Where the day search stopped: a code, said in words at the edge (the daemon's log).
     assert whole_day.stop == Stop("day_balanced", {"metric": "spread"})  # type: ignore[attr-defined]
     assert decision_words(whole_day).endswith(  # type: ignore[arg-type]

@@ -13,6 +13,7 @@ from opendrs.engine.policy.reading import parse_policy
 from opendrs.model.cluster import Cluster, Guest, Node, Settings
 from opendrs.model.document import DocumentError, Reader
 from opendrs.model.rules import GuestAffinity, NodeAffinity, Rules
+from opendrs.report.reasons import explain
 
 GiB = 2**30
 NOW = 1_000_000.0
@@ -47,8 +48,8 @@ def test_a_hot_node_is_relieved_before_balancing_with_the_fewest_migrations() ->
     hot = _cluster((5.0, 3.6, 0.3, 0.3))
     decision = _decide(hot, config)
     assert decision.act and decision.code == "repair"
-    assert decision.reason.startswith("repair: n1 runs hot (cpu_used above 85 %); 1 migration")
-    assert decision.reason.endswith("bypassing hold and margin")
+    assert explain(decision).startswith("repair: n1 runs hot (cpu_used above 85 %); 1 migration")
+    assert explain(decision).endswith("bypassing hold and margin")
     assert decision.plan is not None and len(decision.plan.moves) == 1
     move = decision.plan.moves[0]
     assert move.source == "n1" and move.guest in ("g0", "g1")
@@ -113,12 +114,12 @@ def test_a_hot_node_no_guest_may_leave_is_named_by_every_decision() -> None:
     pinned = replace(cluster, rules=rules)
     decision = _decide(pinned, replace(EAGER, hold=3))
     assert not decision.act and decision.code == "holding"
-    assert decision.reason.endswith("; n1 runs hot (above 85 %) with no guest that may move")
+    assert explain(decision).endswith("; n1 runs hot (above 85 %) with no guest that may move")
     assert dict(decision.state.hot_seen) == {"n1": NOW}
     # A node with a guest that may move is relieved instead; a cool one is not named.
     assert _decide(cluster, EAGER).code == "repair"
     cool = _decide(replace(_cluster((6.0, 0.8)), rules=rules), replace(EAGER, hold=3))
-    assert "runs hot" not in cool.reason
+    assert "runs hot" not in explain(cool)
 
 
 def test_a_guest_a_hard_rule_keeps_on_the_hot_node_counts_as_unable_to_move() -> None:
@@ -129,9 +130,9 @@ def test_a_guest_a_hard_rule_keeps_on_the_hot_node_counts_as_unable_to_move() ->
     bundle = GuestAffinity("together", ("g0", "g1"), positive=True)
     rules = Rules(node_affinity=(pin,), guest_affinity=(bundle,), ignored=frozenset({"g2"}))
     decision = _decide(replace(cluster, rules=rules), replace(EAGER, hold=3))
-    assert decision.reason.endswith("; n1 runs hot (above 85 %) with no guest that may move")
+    assert explain(decision).endswith("; n1 runs hot (above 85 %) with no guest that may move")
     free = _decide(replace(cluster, rules=replace(rules, guest_affinity=())), EAGER)
-    assert free.code == "repair" and "no guest that may move" not in free.reason
+    assert free.code == "repair" and "no guest that may move" not in explain(free)
 
 
 def test_relief_never_makes_another_node_hot() -> None:
@@ -150,7 +151,7 @@ def test_relief_never_makes_another_node_hot() -> None:
     decision = _decide(cluster, replace(EAGER, hold=2))
     assert not decision.act
     assert "repair needed (n1 runs hot (cpu_used above 85 %)) but no allowed migration" in (
-        decision.reason
+        explain(decision)
     )
 
 
@@ -185,7 +186,9 @@ def test_relief_lifts_only_the_cooldown_where_the_guards_leave_the_node_hot() ->
         hot, NOW, config, PolicyState(), PastMigrations(cooldown_until=cooling), busy=False
     )
     assert decision.act and decision.code == "repair" and decision.plan is not None
-    assert decision.reason.endswith("bypassing hold and margin and the cooldown it could not keep")
+    assert explain(decision).endswith(
+        "bypassing hold and margin and the cooldown it could not keep"
+    )
     # No return to a node a guest left holds still: with g0 and g1 come from n2 and n3 lately,
     # only the small guests move (n1 stays hot: the repair names what is stuck).
     left = {g: (("n2", NOW - 60), ("n3", NOW - 60)) for g in ("g0", "g1")}
@@ -202,7 +205,7 @@ def test_relief_lifts_only_the_cooldown_where_the_guards_leave_the_node_hot() ->
     forced = decide(
         full, NOW, config, PolicyState(), PastMigrations(cooldown_until=cooling), busy=False
     )
-    assert forced.act and "over capacity (cpu_used)" in forced.reason
+    assert forced.act and "over capacity (cpu_used)" in explain(forced)
 
 
 def test_a_hotter_node_is_relieved_as_deep_as_a_cooler_one() -> None:

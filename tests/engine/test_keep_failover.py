@@ -14,6 +14,7 @@ from opendrs.engine.headroom import failover_headroom
 from opendrs.engine.policy import PastMigrations, PolicyConfig, PolicyState, decide
 from opendrs.engine.policy.decision import Decision, DecisionCode
 from opendrs.model.cluster import Cluster, Guest, Node, Settings
+from opendrs.report.reasons import explain
 from opendrs.report.words import decision_words
 
 GiB = 1024**3
@@ -49,7 +50,7 @@ def test_a_cluster_short_of_it_is_repaired_toward_it() -> None:
     assert failover_headroom(FRAGMENTED).unrestartable == 1
     decision = _decide(FRAGMENTED, KEEP, PolicyState())
     assert decision.code is DecisionCode.REPAIR and decision.act
-    assert decision.reason.startswith(
+    assert explain(decision).startswith(
         "repair: failover headroom: no, 1 HA guest cannot restart when a fails; 1 migration"
     )
     assert decision.plan is not None
@@ -64,7 +65,7 @@ def test_a_plan_that_would_lose_it_is_refused_and_without_the_policy_made() -> N
     repaired = FRAGMENTED.apply(first.plan.moves)
     refused = _decide(repaired, KEEP, first.state, 300.0)
     assert refused.code is DecisionCode.FAILOVER and not refused.act
-    assert "would lose the failover headroom" in refused.reason
+    assert "would lose the failover headroom" in explain(refused)
     assert refused.plan is not None and refused.plan.moves
     assert not failover_headroom(repaired.apply(refused.plan.moves)).ok
     made = _decide(repaired, PolicyConfig(hold=1), PolicyState(), 300.0)
@@ -94,10 +95,10 @@ def test_off_by_default_and_no_search_twice_on_one_placement() -> None:
     for each in (decision, again):
         said = decision_words(each, lambda g: f"h{g[-1]} ({g})")
         assert said.endswith(f"; {short}, and no allowed move gives it back"), said
-        assert each.reason.endswith(
+        assert explain(each).endswith(
             "; failover headroom: no, 3 HA guests cannot restart when a fails: "
             "no move gives it back"
-        ), each.reason
+        ), explain(each)
     assert again.gist() == decision.gist()
 
 

@@ -16,6 +16,7 @@ from opendrs.engine.policy import PastMigrations, PolicyConfig, PolicyState, Usa
 from opendrs.engine.usage import CapacityModel, LoadModel, MeasuredUsage, with_usage
 from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster, Guest, Node, Settings
+from opendrs.report.reasons import explain
 
 NOW = 1_000_000.0
 EAGER = PolicyConfig(hold=1, margin=0.0, cooldown=0, no_return=0, min_uptime=0, smoothing=3600)
@@ -89,9 +90,9 @@ def test_deciding_on_arrays_is_deciding_on_the_smoothed_cluster(
     on_cluster = decide(
         smoothed, NOW, EAGER, PolicyState(), PastMigrations(), busy=False, recent=recent
     )
-    assert (on_arrays.code, on_arrays.reason, on_arrays.metric) == (
+    assert (on_arrays.code, explain(on_arrays), on_arrays.metric) == (
         on_cluster.code,
-        on_cluster.reason,
+        explain(on_cluster),
         on_cluster.metric,
     )
     assert on_arrays.plan == on_cluster.plan

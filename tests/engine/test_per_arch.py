@@ -17,6 +17,7 @@ from opendrs.engine.bounds import lower_bounds
 from opendrs.engine.policy import PastMigrations, PolicyConfig, PolicyState, decide, measure
 from opendrs.engine.strategies.balance.strategy import propose_balance
 from opendrs.model.snapshot import load
+from opendrs.report.reasons import explain
 
 EAGER = PolicyConfig(hold=1, margin=0.0, cooldown=0, no_return=0, min_uptime=0, smoothing=0)
 
@@ -58,7 +59,7 @@ def test_each_architecture_balanced_is_a_balanced_cluster(
     assert measure(cluster, "spread") == pytest.approx(0.0)
     assert measure(cluster, "memory-spread") == pytest.approx(0.0)
     decision = decide(cluster, 0.0, EAGER, PolicyState(), PastMigrations(), busy=False)
-    assert not decision.act and "at or below threshold" in decision.reason
+    assert not decision.act and "at or below threshold" in explain(decision)
     assert lower_bounds(cluster).spread["memory"] == pytest.approx(0.0)
     code, out = _json(capsys, "show", str(balanced))
     assert code == 0
@@ -84,7 +85,7 @@ def test_the_unbalanced_architecture_is_named_and_balanced_alone(
     # x1 holds 48 GiB of guests on 64 GiB (static mode, memory only): 75 % against 0 %.
     assert measure(cluster, "memory-spread") == pytest.approx(0.75)
     decision = decide(cluster, 0.0, EAGER, PolicyState(), PastMigrations(), busy=False)
-    assert "75.0 pp on x86_64 (aarch64 0.0 pp, x86_64 75.0 pp)" in decision.reason
+    assert "75.0 pp on x86_64 (aarch64 0.0 pp, x86_64 75.0 pp)" in explain(decision)
     proposal = propose_balance(cluster)
     assert {m.source for m in proposal.moves} == {"x1"}
     assert {m.target for m in proposal.moves} == {"x2"}

@@ -24,7 +24,6 @@ from opendrs.engine.policy import (
     PolicyState,
     UsageWindow,
     decide,
-    explain,
     forbidden_placements,
     may_need_repair,
     measure,
@@ -35,11 +34,13 @@ from opendrs.engine.policy import (
 )
 from opendrs.engine.policy.decision import Balanced, Holding, Measurement, Planned
 from opendrs.engine.policy.guards import hot_targets
+from opendrs.engine.policy.needs import need_sentence
 from opendrs.engine.strategies.base import Proposal, ProposedMove, cluster_imbalance
 from opendrs.engine.usage import with_usage
 from opendrs.model.cluster import Cluster, Guest, Node, Settings
 from opendrs.model.document import DocumentError, Reader
 from opendrs.model.rules import GuestAffinity, Rules
+from opendrs.report.reasons import decision_dict, explain
 
 GiB = 1024**3
 STATIC = Settings(mode="static")
@@ -131,13 +132,15 @@ def test_threshold_and_hold_counting_with_reset() -> None:
     state = PolicyState()
     first = _decide(skewed, config, state)
     assert not first.act and first.state.hold == 1 and first.code == "holding"
-    assert first.reason == ("spread 80.0 pp above threshold 15 pp for 1 of 3 observations; waiting")
+    assert explain(first) == (
+        "spread 80.0 pp above threshold 15 pp for 1 of 3 observations; waiting"
+    )
     second = _decide(skewed, config, first.state)
     assert not second.act and second.state.hold == 2
     # Balanced in between: the count starts again.
     reset = _decide(even, config, second.state)
     assert not reset.act and reset.state.hold == 0 and reset.code == "balanced"
-    assert reset.reason == "spread 0.0 pp at or below threshold 15 pp: nothing to do"
+    assert explain(reset) == "spread 0.0 pp at or below threshold 15 pp: nothing to do"
     state = reset.state
     for expected in (1, 2):
         decision = _decide(skewed, config, state)
@@ -145,7 +148,9 @@ def test_threshold_and_hold_counting_with_reset() -> None:
         state = decision.state
     third = _decide(skewed, config, state, now=NOW + 5)
     assert third.act and third.kind == "plan" and third.code == "plan"
-    assert third.reason.startswith("spread 80.0 pp above threshold 15 pp for 3 of 3 observations;")
+    assert explain(third).startswith(
+        "spread 80.0 pp above threshold 15 pp for 3 of 3 observations;"
+    )
     assert third.state == PolicyState(hold=0, last_attempt=NOW + 5, last_action=NOW + 5)
 
 
@@ -157,10 +162,10 @@ def test_a_decision_holds_its_code_and_facts_and_explain_says_them() -> None:
     trigger = first.facts.trigger
     assert (trigger.count, trigger.need, trigger.hastened) == (1, 3, None)
     assert trigger.measured == Measurement("spread", (("x86_64", pytest.approx(0.8)),))
-    assert explain(first) == first.reason == first.as_dict()["reason"]
+    assert explain(first) == decision_dict(first)["reason"] and "reason" not in first.as_dict()
     # The same kind of reason, another count: the same gist; another code: another gist.
     second = _decide(_skewed(), config, first.state)
-    assert second.reason != first.reason and second.gist() == first.gist()
+    assert explain(second) != explain(first) and second.gist() == first.gist()
     even = _decide(_cluster(_g("a", "n1", 2), _g("b", "n2", 2), _g("c", "n3", 2)), config)
     assert isinstance(even.facts, Balanced) and even.gist() != first.gist()
     acted = _decide(_skewed())
@@ -173,7 +178,7 @@ def test_at_threshold_is_not_above() -> None:
     cluster = _cluster(_g("a", "n1", 2), _g("b", "n2", 0), _g("c", "n3", 0))
     assert measure(cluster, "spread") == pytest.approx(0.2)
     decision = _decide(cluster, replace(EAGER, threshold=0.2))
-    assert not decision.act and "at or below" in decision.reason
+    assert not decision.act and "at or below" in explain(decision)
 
 
 def test_margin_refusal_and_acceptance() -> None:
@@ -184,7 +189,7 @@ def test_margin_refusal_and_acceptance() -> None:
     refused = _decide(cluster, replace(EAGER, margin=0.9))
     assert not refused.act and refused.kind == "none" and refused.code == "below-margin"
     assert refused.predicted == pytest.approx(0.1)
-    assert refused.reason.endswith(
+    assert explain(refused).endswith(
         "the plan would bring it to 10.0 pp with 1 migration, 80 % better, "
         "less than the margin 90 %"
     )
@@ -201,7 +206,7 @@ def test_busy_decides_nothing_and_does_not_count() -> None:
     decision = _decide(_skewed(), replace(EAGER, hold=3), state, busy=True)
     assert not decision.act and decision.plan is None and decision.state == state
     assert decision.code == "busy"
-    assert decision.reason == "a plan is still executing: no new decision (spread 80.0 pp)"
+    assert explain(decision) == "a plan is still executing: no new decision (spread 80.0 pp)"
     # Even a repair waits for the running plan.
     cluster = _cluster(
         _g("m", "n3", 1), nodes=(*_nodes(2), Node("n3", 10, 100 * GiB, maintenance=True))
@@ -214,7 +219,7 @@ def test_no_migration_proposed() -> None:
     cluster = _cluster(_g("a", "n1", 6), nodes=_nodes(2))
     decision = _decide(cluster)
     assert not decision.act and decision.proposal is not None
-    assert "strategy balance proposes no migration" in decision.reason
+    assert "strategy balance proposes no migration" in explain(decision)
     assert decision.state.hold == 0
 
 
@@ -312,13 +317,15 @@ def test_repair_bypasses_threshold_and_hold() -> None:
     # Balanced usable nodes (20/20 %) and a guest on n3, in maintenance: repaired at the first
     # observation, although hold is 3 and the spread is below the threshold.
     cluster = _with_maintenance(_g("a", "n1", 2), _g("b", "n2", 2), _g("m", "n3", 1))
-    assert repairs_needed(cluster) == ("m is on n3, in maintenance",)
+    assert _needed(cluster) == ("m is on n3, in maintenance",)
     config = PolicyConfig(min_uptime=0)
     decision = _decide(cluster, config)
     assert decision.act and decision.kind == "repair" and decision.code == "repair"
-    assert decision.reason == (
+    assert explain(decision) == (
         "repair: m is on n3, in maintenance; 1 migration, bypassing threshold, hold and margin"
     )
+    # The history's form carries the need as typed details.
+    assert decision.as_dict()["need"] == {"need": "maintenance", "node": "n3", "guest": "m"}
     assert [(g, s) for g, s, _t in _moved(decision)] == [("m", "n3")]
     assert decision.state == PolicyState(hold=0, last_attempt=NOW, last_action=NOW)
     # With maintenance_return, the policy remembers where m came from.
@@ -336,14 +343,14 @@ def test_repair_honours_forbidden_placements() -> None:
     ):
         decision = _decide(cluster, config, memory=memory)
         assert decision.kind == "repair" and [g for g, _s, _t in _moved(decision)] == ["m"]
-        assert decision.reason.endswith(
+        assert explain(decision).endswith(
             "bypassing threshold, hold and margin and the cooldown, minimum uptime and no-return "
             "it could not keep"
         )
     # Where the guards leave a way, they hold: a no-return to n1 sends m to n2.
     departed = PastMigrations(departures={"m": (("n1", NOW - 60),)})
     decision = _decide(cluster, PolicyConfig(min_uptime=0), memory=departed)
-    assert _moved(decision) == [("m", "n3", "n2")] and "could not keep" not in decision.reason
+    assert _moved(decision) == [("m", "n3", "n2")] and "could not keep" not in explain(decision)
     # m may not go to n1: it goes to n2.
     avoid = PastMigrations(avoid={("m", "n1"): NOW + 600})
     decision = _decide(cluster, PolicyConfig(min_uptime=0), memory=avoid)
@@ -376,7 +383,7 @@ def test_maintenance_return_brings_guests_back_at_once() -> None:
     decision = _decide(cluster, config, state, memory)
     assert decision.act and decision.kind == "repair"
     assert decision.code == "return"
-    assert decision.reason.startswith("2 guests back to n3, out of maintenance")
+    assert explain(decision).startswith("2 guests back to n3, out of maintenance")
     assert sorted(_moved(decision)) == [("k", "n2", "n3"), ("m", "n1", "n3")]
     assert decision.proposal is not None and decision.proposal.strategy == "maintenance-return"
     avoid = PastMigrations(avoid={("m", "n3"): NOW + 600})
@@ -402,10 +409,15 @@ def test_maintenance_return_leaves_out_what_does_not_fit() -> None:
     assert _moved(decision) == [("k", "n2", "n3")]
 
 
+def _needed(cluster: Cluster) -> tuple[str, ...]:
+    """What :func:`repairs_needed` finds, as the operator reads it."""
+    return tuple(need_sentence(need) for need in repairs_needed(cluster))
+
+
 def test_repairs_needed_sees_broken_rules_and_capacity() -> None:
     rules = Rules(guest_affinity=(GuestAffinity("apart", ("x", "y"), positive=False),))
     cluster = _cluster(_g("x", "n1", 1), _g("y", "n1", 1), rules=rules)
-    assert repairs_needed(cluster) == (
+    assert _needed(cluster) == (
         "x shares n1 with a hard anti-affinity partner",
         "y shares n1 with a hard anti-affinity partner",
     )
@@ -415,7 +427,7 @@ def test_repairs_needed_sees_broken_rules_and_capacity() -> None:
         _g("q", "n1", 6, lock="backup"),
         nodes=(Node("n1", 2, 200 * GiB), Node("n2", 10, 200 * GiB)),
     )
-    assert repairs_needed(over) == ("n1 is over capacity (vcpus)",)
+    assert _needed(over) == ("n1 is over capacity (vcpus)",)
     assert repairs_needed(_skewed()) == ()
 
 
@@ -515,11 +527,11 @@ def test_capacity_is_checked_on_the_recent_rise() -> None:
     averaged = _filling(20 * GiB)  # n1 50 GiB, n2 40 GiB: 10 pp, nothing to do
     risen = _filling(75 * GiB)  # a's last half hour: n1 105 GiB, over its 100 GiB
     alone = _decide(averaged, config)
-    assert not alone.act and alone.reason.startswith("spread 10.0 pp at or below")
+    assert not alone.act and explain(alone).startswith("spread 10.0 pp at or below")
     # The overload is repaired before the average shows it; the metric stays the average's.
     decision = _decide_on(averaged, risen, config)
     assert decision.act and decision.kind == "repair"
-    assert decision.reason == (
+    assert explain(decision) == (
         "repair: n1 is over capacity (memory_used); 1 migration, "
         "bypassing threshold, hold and margin"
     )
@@ -530,9 +542,15 @@ def test_capacity_is_checked_on_the_recent_rise() -> None:
     full = _filling(75 * GiB, used_c=75 * GiB)
     refused = _decide_on(averaged, full, config)
     assert not refused.act
-    assert refused.reason.endswith(
+    assert explain(refused).endswith(
         "; repair needed (n1 is over capacity (memory_used)) but no allowed migration reaches it"
     )
+    assert refused.as_dict()["blocked"] == {
+        "need": "capacity",
+        "node": "n1",
+        "dimensions": ["memory_used"],
+        "more": 0,
+    }
 
     # Balancing: on the average n2 (70 + 20 GiB) should give d (20 GiB) to n1 (50 GiB): 70 GiB
     # each. But a has risen to 65 GiB: n1 has no room for d, and no plan is made.
@@ -546,7 +564,7 @@ def test_capacity_is_checked_on_the_recent_rise() -> None:
     kept = _decide_on(heavy(20 * GiB), heavy(65 * GiB), eager)
     assert not kept.act
     # (the planner refused d → n1; asked again without it, balance has nothing else)
-    assert "strategy balance proposes no migration" in kept.reason
+    assert "strategy balance proposes no migration" in explain(kept)
 
 
 def _spiky(cpu_a: float) -> Cluster:
@@ -575,7 +593,7 @@ def test_a_one_observation_spike_does_not_trigger() -> None:
     assert smoothed.guest("a").cpu_used == pytest.approx(11 / 6)
     assert measure(smoothed, "spread") == pytest.approx((11 / 6 - 1) / 10)
     decision = _decide(smoothed, config)
-    assert not decision.act and decision.reason.startswith("spread 8.3 pp at or below")
+    assert not decision.act and explain(decision).startswith("spread 8.3 pp at or below")
     # The observation with the window's average as arrays decides the same, without a cluster
     # written from them.
     arrays = decide(
@@ -587,9 +605,9 @@ def test_a_one_observation_spike_does_not_trigger() -> None:
         busy=False,
         average=window.average(spike),
     )
-    assert (arrays.act, arrays.reason, arrays.metric) == (
+    assert (arrays.act, explain(arrays), arrays.metric) == (
         decision.act,
-        decision.reason,
+        explain(decision),
         decision.metric,
     )
 
@@ -696,14 +714,14 @@ def test_incus_preset_passes_cooldowns_to_its_strategy() -> None:
     )
     assert decision.act and decision.proposal is not None
     assert decision.proposal.options["in_cooldown"] == ["a"]
-    assert decision.reason.startswith("no policy metric: strategy incus's own trigger decides;")
+    assert explain(decision).startswith("no policy metric: strategy incus's own trigger decides;")
 
 
 def test_deterministic() -> None:
     memory = PastMigrations(cooldown_until={"b": NOW + 5})
     first = _decide(_skewed(), memory=memory)
     second = _decide(_skewed(), memory=memory)
-    assert first.reason == second.reason and first.plan == second.plan
+    assert explain(first) == explain(second) and first.plan == second.plan
     assert first.as_dict() == second.as_dict()
 
 
@@ -870,8 +888,8 @@ def test_property_decisions_respect_the_guards(cluster: Cluster, data: st.DataOb
     failed = frozenset(pair for pair, until in memory.avoid.items() if until > NOW)
     relaxed = decision.kind == "repair" and decision.forbidden == failed != guarded
     assert decision.forbidden == guarded or relaxed
-    assert relaxed == ("it could not keep" in decision.reason)
-    assert decision.reason and "\n" not in decision.reason
+    assert relaxed == ("it could not keep" in explain(decision))
+    assert explain(decision) and "\n" not in explain(decision)
     if decision.plan is None:
         return
     moves = decision.plan.moves

@@ -13,6 +13,7 @@ from opendrs.engine.policy import PastMigrations, PolicyConfig, PolicyState, Usa
 from opendrs.engine.policy.trend import node_trend, with_trend
 from opendrs.engine.usage import MeasuredUsage
 from opendrs.model.cluster import Cluster, Guest, Node, Settings
+from opendrs.report.reasons import explain
 
 GiB = 2**30
 DAY = 86_400
@@ -96,7 +97,7 @@ def test_a_node_forecast_above_the_hot_level_is_relieved_before_it_gets_there() 
         cluster, now, config, PolicyState(), PastMigrations(), busy=False, recent=recent
     )
     assert decision.act and decision.code == "repair" and decision.plan is not None
-    assert decision.reason.startswith(
+    assert explain(decision).startswith(
         "repair: n1 is forecast to run hot (cpu_used rising above 85 %); 1 migration"
     )
     # The rising guest takes its rise along (7.6 cores): no node has room for it, web moves.

@@ -20,6 +20,7 @@ from opendrs.engine.policy import (
 )
 from opendrs.model.cluster import Cluster, Guest, Node, Settings
 from opendrs.model.rules import GuestAffinity, NodeAffinity, Rules
+from opendrs.report.reasons import explain, why_not_words
 
 GiB = 1024**3
 DAY = 86400
@@ -66,7 +67,7 @@ def _decide(
 def test_all_younger_than_the_policys_min_uptime() -> None:
     # Before: "… proposes no migration (no allowed move pays for itself …)".
     decision = _decide(_four(uptime=120), replace(EAGER, min_uptime=600))
-    assert decision.reason == (
+    assert explain(decision) == (
         NOTHING + "4 candidates, all excluded: 4 up for less than min_uptime 10m"
     )
 
@@ -74,15 +75,17 @@ def test_all_younger_than_the_policys_min_uptime() -> None:
 def test_the_clusters_min_uptime_reads_alike_and_groups_with_the_policys() -> None:
     settings = Settings(mode="static", min_uptime=600)
     decision = _decide(_four(uptime=120), settings=settings)
-    assert decision.reason.endswith("4 candidates, all excluded: 4 up for less than min_uptime 10m")
+    assert explain(decision).endswith(
+        "4 candidates, all excluded: 4 up for less than min_uptime 10m"
+    )
     young = [_g("a", uptime=60), _g("b", uptime=300), _g("c", uptime=599), _g("d", uptime=30)]
     decision = _decide(young, replace(EAGER, min_uptime=600), settings=replace(settings))
-    assert decision.reason.endswith("all excluded: 4 up for less than min_uptime 10m")
+    assert explain(decision).endswith("all excluded: 4 up for less than min_uptime 10m")
 
 
 def test_cooldown() -> None:
     memory = PastMigrations(cooldown_until={gid: NOW + 600 for gid in "abcd"})
-    assert _decide(_four(), memory=memory).reason == (
+    assert explain(_decide(_four(), memory=memory)) == (
         NOTHING + "4 candidates, all excluded: 4 in cooldown"
     )
 
@@ -91,7 +94,7 @@ def test_no_return() -> None:
     # Two nodes: each guest left n2 an hour ago and may not go back there for a day.
     memory = PastMigrations(departures={gid: (("n2", NOW - 3600),) for gid in "abcd"})
     decision = _decide(_four(), replace(EAGER, no_return=DAY), memory, nodes=_nodes(2))
-    assert decision.reason == (
+    assert explain(decision) == (
         NOTHING + "4 candidates, all excluded: 4 with no node to go to (no_return 1d)"
     )
 
@@ -102,7 +105,7 @@ def test_no_return_and_no_room_together() -> None:
     locked = _g("z", "n3", 1, memory=18 * GiB, lock="backup")
     memory = PastMigrations(departures={gid: (("n2", NOW - 3600),) for gid in "abcd"})
     decision = _decide([*_four(), locked], replace(EAGER, no_return=DAY), memory, nodes=nodes)
-    assert decision.reason.endswith(
+    assert explain(decision).endswith(
         "5 candidates, all excluded: 4 with no node to go to (no_return 1d, no room), "
         "1 locked (backup)"
     )
@@ -111,7 +114,7 @@ def test_no_return_and_no_room_together() -> None:
 def test_a_failed_migration() -> None:
     memory = PastMigrations(avoid={(gid, "n2"): NOW + 60 for gid in "abcd"})
     decision = _decide(_four(), memory=memory, nodes=_nodes(2))
-    assert decision.reason.endswith(
+    assert explain(decision).endswith(
         "all excluded: 4 with no node to go to (avoided after a failed migration)"
     )
 
@@ -119,7 +122,7 @@ def test_a_failed_migration() -> None:
 def test_locks() -> None:
     guests = [_g("a", lock="backup"), _g("b", lock="backup"), _g("c", lock="migrate"), _g("d")]
     decision = _decide(guests, memory=PastMigrations(cooldown_until={"d": NOW + 1}))
-    assert decision.reason == (
+    assert explain(decision) == (
         NOTHING + "4 candidates, all excluded: 2 locked (backup), 1 in cooldown, 1 locked (migrate)"
     )
 
@@ -127,20 +130,20 @@ def test_locks() -> None:
 def test_ha_states() -> None:
     guests = [_g(gid, ha=True, ha_state="error") for gid in "abc"]
     guests.append(_g("d", ha=True, ha_state="freeze"))
-    assert _decide(guests).reason.endswith(
+    assert explain(_decide(guests)).endswith(
         "4 candidates, all excluded: 3 in HA state error, 1 in HA state freeze"
     )
 
 
 def test_ignored() -> None:
     decision = _decide(_four(), rules=Rules(ignored=frozenset("abcd")))
-    assert decision.reason.endswith("4 candidates, all excluded: 4 ignored by a rule")
+    assert explain(decision).endswith("4 candidates, all excluded: 4 ignored by a rule")
 
 
 def test_local_devices_and_disks_are_grouped_whatever_the_device() -> None:
     guests = [_g("a", devices=("hostpci0",)), _g("b", devices=("usb1",)), *_four()[2:]]
     decision = _decide(guests, memory=PastMigrations(cooldown_until={"c": NOW + 1, "d": NOW + 1}))
-    assert decision.reason.endswith("all excluded: 2 in cooldown, 2 with local devices")
+    assert explain(decision).endswith("all excluded: 2 in cooldown, 2 with local devices")
 
 
 def test_capacity() -> None:
@@ -148,7 +151,7 @@ def test_capacity() -> None:
     nodes = (Node("n1", 10, 100 * GiB), Node("n2", 10, 20 * GiB))
     locked = _g("z", "n2", 1, memory=18 * GiB, lock="backup")
     decision = _decide([*_four(), locked], nodes=nodes)
-    assert decision.reason.endswith(
+    assert explain(decision).endswith(
         "5 candidates, all excluded: 4 with no node that has room, 1 locked (backup)"
     )
 
@@ -156,7 +159,7 @@ def test_capacity() -> None:
 def test_strict_node_affinity() -> None:
     pin = NodeAffinity("pin", tuple("abcd"), {"n1": 1}, strict=True)
     decision = _decide(_four(), rules=Rules(node_affinity=(pin,)))
-    assert decision.reason.endswith(
+    assert explain(decision).endswith(
         "4 candidates, all excluded: 4 with no node their rules allow (pin)"
     )
 
@@ -166,14 +169,16 @@ def test_hard_anti_affinity() -> None:
     apart = (GuestAffinity("ab", ("a", "b"), False), GuestAffinity("cb", ("c", "b"), False))
     guests = [_g("a", cores=4), _g("b", "n2", 1), _g("c", cores=4)]
     decision = _decide(guests, rules=Rules(guest_affinity=apart), nodes=_nodes(2))
-    assert decision.reason.endswith("3 candidates, all excluded: 3 with no node their rules allow")
+    assert explain(decision).endswith(
+        "3 candidates, all excluded: 3 with no node their rules allow"
+    )
 
 
 def test_a_bundle_is_held_by_its_partner() -> None:
     together = (GuestAffinity("all", tuple("abcd"), True),)
     guests = [*_four()[:3], _g("d", lock="backup")]
     decision = _decide(guests, rules=Rules(guest_affinity=together))
-    assert decision.reason.endswith(
+    assert explain(decision).endswith(
         "4 candidates, all excluded: 3 with hard-affinity partners that may not move, "
         "1 locked (backup)"
     )
@@ -185,24 +190,26 @@ def test_some_may_move_but_nothing_pays_for_itself() -> None:
     decision = _decide(
         [_g("big", cores=6), *young], replace(EAGER, min_uptime=600), nodes=_nodes(2)
     )
-    assert decision.reason.startswith("spread 60.0 pp above threshold 15 pp")
-    assert "; strategy balance proposes no migration (" in decision.reason
-    assert decision.reason.endswith(
+    assert explain(decision).startswith("spread 60.0 pp above threshold 15 pp")
+    assert "; strategy balance proposes no migration (" in explain(decision)
+    assert explain(decision).endswith(
         "); 3 candidates: 1 may move; 2 up for less than min_uptime 10m"
     )
 
 
 def test_all_may_move() -> None:
     decision = _decide([_g("big", cores=6)], nodes=_nodes(2))
-    assert "proposes no migration (" in decision.reason
-    assert decision.reason.endswith("); 1 candidate, all may move")
+    assert "proposes no migration (" in explain(decision)
+    assert explain(decision).endswith("); 1 candidate, all may move")
 
 
 def test_stopped_guests_and_unusable_nodes_are_no_candidates() -> None:
     nodes = (*_nodes(2), Node("n3", 10, 100 * GiB, online=False))
     guests = [*_four(uptime=60), _g("off", state="stopped"), _g("gone", "n3", 1)]
     decision = _decide(guests, replace(EAGER, min_uptime=600), nodes=nodes)
-    assert decision.reason.endswith("4 candidates, all excluded: 4 up for less than min_uptime 10m")
+    assert explain(decision).endswith(
+        "4 candidates, all excluded: 4 up for less than min_uptime 10m"
+    )
 
 
 def test_groups_by_count_then_text_and_repeatable() -> None:
@@ -223,7 +230,7 @@ def test_groups_by_count_then_text_and_repeatable() -> None:
         ("locked (backup)", 1),
     )
     again = why_not(cluster, NOW, config, memory, Constraints.build(cluster))
-    assert again == first and str(again) == (
+    assert again == first and why_not_words(again) == (
         "5 candidates, all excluded: 2 in cooldown, 2 up for less than min_uptime 10m, "
         "1 locked (backup)"
     )

@@ -29,6 +29,7 @@ from opendrs.engine.policy.windows import (
 )
 from opendrs.model.cluster import Cluster, Guest, Node, Settings
 from opendrs.model.document import DocumentError, Reader
+from opendrs.report.reasons import explain
 
 GiB = 1024**3
 BERLIN = ZoneInfo("Europe/Berlin")
@@ -236,11 +237,11 @@ def test_decide_outside_the_window_has_its_code_and_a_plain_reason() -> None:
     sunday = at("2026-11-29 12:00")
     closed = _decide(_skewed(), config, sunday)
     assert closed.code is DecisionCode.OUTSIDE_WINDOW and not closed.act and closed.plan is None
-    assert closed.reason.endswith(
+    assert explain(closed).endswith(
         "outside the migration window Mon-Fri 22:00-06:00 Europe/Berlin, no balancing migration "
         "starts; next opens Mon 22:00"
     )
-    assert closed.reason.startswith("spread 80.0 pp above threshold 15 pp")
+    assert explain(closed).startswith("spread 80.0 pp above threshold 15 pp")
     # The hold counts on outside the window: the window opens on an imbalance that lasted.
     held = replace(config, hold=3)
     state = PolicyState()
@@ -262,9 +263,9 @@ def test_a_blackout_stops_maintenance_but_not_a_repair_of_a_hard_rule() -> None:
     evacuation = Cluster(nodes, (guest,), settings=Settings(mode="static"))
     blacked = _decide(evacuation, config, night)
     assert blacked.code is DecisionCode.BLACKOUT and not blacked.act
-    assert "maintenance evacuation needed (a is on n1, in maintenance)" in blacked.reason
-    assert "in the blackout Sun 01:00-04:00 Europe/Berlin" in blacked.reason
-    assert blacked.reason.endswith("next opens Sun 04:00")
+    assert "maintenance evacuation needed (a is on n1, in maintenance)" in explain(blacked)
+    assert "in the blackout Sun 01:00-04:00 Europe/Berlin" in explain(blacked)
+    assert explain(blacked).endswith("next opens Sun 04:00")
     after = _decide(evacuation, config, at("2026-11-29 04:00"))
     assert after.code is DecisionCode.REPAIR and after.activity == "maintenance"
     # Over capacity: a repair, which blackouts leave alone unless they are told.
@@ -300,7 +301,7 @@ def test_status_says_what_is_open_now_and_when_the_next_opens() -> None:
 def test_a_late_opening_is_given_with_its_date() -> None:
     far = replace(NIGHTS, blackouts=(parse_blackout("2026-12-01 00:00-2026-12-20 00:00"),))
     decision = _decide(_skewed(), replace(EAGER, schedule=far), at("2026-12-02 12:00"))
-    assert decision.reason.endswith("next opens 2026-12-21 22:00")
+    assert explain(decision).endswith("next opens 2026-12-21 22:00")
     assert far.next_open(at("2026-12-02 12:00"), "balance") == at("2026-12-21 22:00")
     assert timedelta(seconds=far.next_open(at("2026-12-02 12:00"), "balance") or 0) > timedelta(0)
 

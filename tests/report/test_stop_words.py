@@ -20,6 +20,7 @@ from opendrs.engine.policy.why import WhyNot
 from opendrs.engine.strategies.balance.strategy import propose_balance
 from opendrs.engine.strategies.base import STOP_CODES, Proposal, Stop
 from opendrs.report import words
+from opendrs.report.reasons import explain
 from opendrs.report.words import decision_words, stop_sentence, stop_words
 
 #: A value for each detail a code may carry, as the engine gives them.
@@ -128,7 +129,7 @@ def test_a_decision_says_where_the_strategy_stopped_in_words_and_the_engine_its_
         "0.290: less than the policy.options.margin 0.1 asks); 3 candidates, all may move"
     ) in said
     assert stop_words(_BEST).endswith("less than the --margin 0.1 asks")
-    assert f"proposes no migration ({engine}); " in decision.reason
+    assert f"proposes no migration ({engine}); " in explain(decision)
     assert decision.as_dict()["stop"] == {"code": "gain_below_margin", **_BEST.details}
 
 
@@ -143,7 +144,7 @@ def test_an_acting_plan_says_its_stop_after_it_where_the_engine_says_nothing() -
         "(the limit of 3 migrations is reached (policy.batch, or what the budget leaves))"
     )
     decision = _decision(Planned(_TRIGGER, 2, 0.2, "1 pass; cut to 2 of 5", stop=cut))
-    assert decision.reason.endswith("plan brings it to 20.0 pp with 2 migrations")
+    assert explain(decision).endswith("plan brings it to 20.0 pp with 2 migrations")
     assert decision_words(decision).endswith(
         "with 2 migrations (1 pass over the guests done; cut to 2 of 5 migrations by the "
         "policy's batch of 2)"

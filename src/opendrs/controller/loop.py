@@ -674,6 +674,7 @@ class Controller:
         }
         if decision.stop is not None:
             summary["stop"] = decision.stop.as_dict()
+        summary.update(decision.needs())
         # Each move with its guest's name: the history, status and the reports say it by name.
         moves = decision.plan.as_dict()["moves"] if decision.plan is not None else []
         plan = [{**m, "name": cluster.guest(m["guest"]).name} for m in moves]

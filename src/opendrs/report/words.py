@@ -150,9 +150,9 @@ def stop_sentence(proposal: Proposal, label: Callable[[str], str] = str) -> str:
 def decision_words(decision: Decision, label: Callable[[str], str] = str) -> str:
     """The policy's decision in words — its reason, where the strategy stopped said as its
     :class:`Stop` (guests named by ``label``, settings by the daemon's names) — for the daemon's
-    log, history, status, dashboard and proposals (the engine's own sentence is
-    :attr:`Decision.reason`)."""
-    from opendrs.engine.policy.decision import explain
+    log, history, status, dashboard and proposals (the engine's own sentence for where it
+    stopped: :func:`~opendrs.report.reasons.explain` without words)."""
+    from opendrs.report.reasons import explain
 
     say = _Say(label, DAEMON_SETTINGS)
     return explain(decision, lambda stop: _words(stop, say) if _known(stop) else None)

@@ -16,6 +16,7 @@ from opendrs.engine.strategies.base import Proposal, Request
 from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster, Guest, Node
 from opendrs.model.rules import GuestAffinity, NodeAffinity, Rules
+from opendrs.report.reasons import explain
 
 GiB = 1024**3
 
@@ -162,7 +163,7 @@ def test_the_proxmox_preset_waits_while_any_guest_moves() -> None:
     moving = _guest("ct:200", kind="ct", node="node2", ha_state="relocate")
     decision = _preset_decide(_cluster(*four, moving), PolicyState())
     assert decision.code == "busy" and not decision.act
-    assert decision.reason.startswith("ct:200 is moving: no new decision until it ends")
+    assert explain(decision).startswith("ct:200 is moving: no new decision until it ends")
     assert decision.state == PolicyState()
     acting = _preset_decide(_cluster(*four), PolicyState())
     assert acting.act and acting.code == "plan" and acting.proposal is not None
@@ -172,7 +173,7 @@ def test_the_proxmox_preset_waits_while_any_guest_moves() -> None:
 def test_the_proxmox_preset_reads_its_threshold_in_percent() -> None:
     four = _cluster(*(_guest(f"vm:{100 + i}") for i in range(1, 5)))
     decision = _preset_decide(four, PolicyState())
-    assert "above threshold 30 %" in decision.reason, decision.reason
+    assert "above threshold 30 %" in explain(decision), explain(decision)
     config = PRESETS["proxmox"]
     assert (config.metric, config.threshold, config.interval, config.hold) == (
         "pve-imbalance",

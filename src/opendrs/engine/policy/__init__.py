@@ -127,7 +127,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from opendrs.engine.policy.config import METRICS, PRESETS, Metric, PolicyConfig
     from opendrs.engine.policy.decide import decide
-    from opendrs.engine.policy.decision import Decision, DecisionCode, DecisionKind, explain
+    from opendrs.engine.policy.decision import Decision, DecisionCode, DecisionKind
     from opendrs.engine.policy.guards import forbidden_placements
     from opendrs.engine.policy.maintenance import track_evacuations
     from opendrs.engine.policy.metrics import (
@@ -171,7 +171,6 @@ _DEFINED_IN: dict[str, str] = {
     "Decision": "decision",
     "DecisionCode": "decision",
     "DecisionKind": "decision",
-    "explain": "decision",
     "forbidden_placements": "guards",
     "track_evacuations": "maintenance",
     "format_by_arch": "metrics",
@@ -220,7 +219,6 @@ __all__ = [
     "budget_allowance",
     "budget_window",
     "decide",
-    "explain",
     "first_moves",
     "forbidden_placements",
     "format_by_arch",

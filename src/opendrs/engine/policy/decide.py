@@ -53,6 +53,7 @@ from opendrs.engine.policy.maintenance import (
     track_evacuations,
 )
 from opendrs.engine.policy.metrics import measure, measure_by_arch
+from opendrs.engine.policy.needs import FailoverNeeded, GoingBack, Need, TowardFailover
 from opendrs.engine.policy.planning import plan_within, truncate
 from opendrs.engine.policy.profile import day_metric, worst_hour
 from opendrs.engine.policy.repair import (
@@ -269,7 +270,7 @@ class _Round:
         )
 
     def closed(
-        self, activity: str, needed: str | None = None, trigger: Trigger | None = None
+        self, activity: str, needed: Need | None = None, trigger: Trigger | None = None
     ) -> Closed | None:
         """Why ``activity`` may start no migration now (``policy.windows``, ``blackouts``), or
         None when it may."""
@@ -564,7 +565,7 @@ def _back_from_maintenance(r: _Round) -> Decision | None:
         return None
     proposal, plan, predicted = back
     nodes = tuple(sorted({m.target for m in plan.moves}))
-    closed = r.closed("return", needed=f"{_guests_back(plan)} back to {', '.join(nodes)}")
+    closed = r.closed("return", needed=GoingBack(len(plan.moves), nodes))
     if closed is not None:
         return r.decision(closed, r.state, proposal=proposal, plan=plan)
     return r.decision(
@@ -604,10 +605,10 @@ def _failover(r: _Round) -> tuple[_Round, Decision | None]:
     stop = Stop("failover_closer", {"migrations": len(plan.moves)})
     proposal, predicted = planned_proposal(r.view, plan, r.config.metric, r.metric, said, stop)
     # Not urgent as a broken rule is: it starts within balancing's windows.
-    closed = r.closed("balance", needed=f"{len(plan.moves)} toward the failover headroom")
+    closed = r.closed("balance", needed=TowardFailover(len(plan.moves)))
     if closed is not None:
         return r, r.decision(closed, r.state, proposal=proposal, plan=plan)
-    facts = Repaired(check.summary, 0, len(plan.moves), False, False, proposal.stop)
+    facts = Repaired(FailoverNeeded(check.summary), 0, len(plan.moves), False, False, proposal.stop)
     decision = r.decision(
         facts, r.acted(), predicted=predicted, proposal=proposal, plan=plan, activity="balance"
     )
@@ -657,10 +658,6 @@ def _balanced(r: _Round) -> Decision | None:
     if config.metric == "none" or r.metric > config.threshold:
         return None
     return r.decision(Balanced(r.measured, config.threshold), replace(r.state, hold=0))
-
-
-def _guests_back(plan: Plan) -> str:
-    return "1 guest" if len(plan.moves) == 1 else f"{len(plan.moves)} guests"
 
 
 def _outside_window(r: _Round, trigger: Trigger) -> Decision | None:

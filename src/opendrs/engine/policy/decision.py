@@ -1,27 +1,21 @@
-"""What the policy decided, as a code and typed facts (:class:`Decision`), and the one place that
-turns them into the operator's sentence (:func:`explain`) — Kubernetes' ``Status`` shape: the
-decision carries data; text is made only at the edge (logs, history, reports)."""
+"""What the policy decided, as a code and typed facts (:class:`Decision`) — Kubernetes'
+``Status`` shape: the decision carries data; its sentence is made only at the edge
+(:func:`opendrs.report.reasons.explain`, for logs, history and reports)."""
 
 from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import ClassVar, Literal
 
 from opendrs.engine.planner import Plan
-from opendrs.engine.policy.metrics import (
-    format_by_arch,
-    format_metric,
-    format_threshold,
-    metric_label,
-)
+from opendrs.engine.policy.needs import Need
 from opendrs.engine.policy.spending import Hastening
-from opendrs.engine.policy.state import BUDGET_WINDOW, PolicyState
+from opendrs.engine.policy.state import PolicyState
 from opendrs.engine.policy.why import WhyNot
-from opendrs.engine.policy.windows import format_opening
 from opendrs.engine.strategies.base import Proposal, Stop
 from opendrs.model.units import format_duration
 
@@ -37,7 +31,7 @@ _UNITS = {"count": "units"}
 
 
 class DecisionCode(StrEnum):
-    """What a decision is, for code (:func:`explain` says it to the operator)."""
+    """What a decision is, for code (``report.reasons.explain`` says it to the operator)."""
 
     #: A plan is still executing (or a guest moving); nothing decided.
     BUSY = "busy"
@@ -142,7 +136,7 @@ class RepairBlocked:
     """A repair needed but not made: the first thing it must repair, how many more, and the
     budget that stops it (None: no allowed migration reaches it)."""
 
-    needed: str
+    needed: Need
     more: int = field(metadata=_ANY)
     budget: BudgetSpent | None = None
 
@@ -190,7 +184,7 @@ class Repaired:
     nodes)."""
 
     code: ClassVar[DecisionCode] = DecisionCode.REPAIR
-    needed: str
+    needed: Need
     more: int = field(metadata=_ANY)
     migrations: int = field(metadata=_NOUN)
     hot_only: bool
@@ -310,7 +304,7 @@ class Closed:
     timezone: str
     now: float
     opens: float | None
-    needed: str | None = None
+    needed: Need | None = None
     trigger: Trigger | None = None
 
 
@@ -386,23 +380,18 @@ class Decision:
         stop = getattr(self.facts, "stop", None)
         return stop if isinstance(stop, Stop) else None
 
-    @property
-    def reason(self) -> str:
-        """One sentence, the engine's own: :func:`explain` (the operator's words for it are
-        made at the edge, ``report.words.decision_words``)."""
-        return explain(self)
-
     def gist(self) -> Hashable:
         """The kind of reason: the code and its facts without their numbers (two decisions with
         the same gist say the same thing, the figures aside)."""
         return (self.code.value, _gist(self.facts), _gist(self.note))
 
     def as_dict(self) -> dict[str, object]:
+        """The decision's data (JSON); its sentence is the edge's
+        (:func:`opendrs.report.reasons.decision_dict` adds it as ``reason``)."""
         return {
             "act": self.act,
             "kind": self.kind,
             "code": self.code.value,
-            "reason": self.reason,
             "stop": None if self.stop is None else self.stop.as_dict(),
             "activity": self.activity,
             "metric": self.metric,
@@ -418,7 +407,20 @@ class Decision:
                 "evacuated": dict(sorted(self.state.evacuated.items())),
             },
             **self._failover(),
+            **self.needs(),
         }
+
+    def needs(self) -> dict[str, object]:
+        """What the repair needs (``need``), and what a repair it did not make needed
+        (``blocked``, with how many more), as typed details, when the decision names them."""
+        out: dict[str, object] = {}
+        needed = getattr(self.facts, "needed", None)
+        if needed is not None:
+            out["need"] = needed.as_dict()
+        blocked = self.note.blocked
+        if blocked is not None:
+            out["blocked"] = {**blocked.needed.as_dict(), "more": blocked.more}
+        return out
 
     def _failover(self) -> dict[str, object]:
         """The failover headroom checked (``keep_failover``), when it was."""
@@ -463,215 +465,3 @@ def _gist(value: object, count: str | None = None) -> Hashable:
     if isinstance(value, tuple):
         return tuple(_gist(v) for v in value)
     raise TypeError(f"no gist for {type(value).__name__}")
-
-
-# -- the sentence -----------------------------------------------------------------------------
-
-
-#: The operator's words for a :class:`Stop` (None: none for it, the engine's sentence is said).
-StopSaid = Callable[[Stop], str | None]
-
-
-def explain(decision: Decision, said: StopSaid | None = None) -> str:
-    """The decision as one sentence for the operator (logs, history, reports). Where the
-    strategy stopped is said by ``said`` when given — in a balancing plan, a return from
-    maintenance and a repair toward the failover headroom too —, else by the engine's own
-    sentence, where it has one (no proposal; a plan with no policy metric)."""
-    facts = decision.facts
-    if isinstance(facts, Busy):
-        return _busy(facts)
-    if isinstance(facts, Repaired):
-        return _repaired(facts) + _stopped_at(facts.stop, said)
-    if isinstance(facts, Returned):
-        text = (
-            f"{_guests(facts.guests)} back to {', '.join(facts.nodes)}, out of maintenance, "
-            "bypassing threshold, hold and margin"
-        ) + _stopped_at(facts.stop, said)
-    elif isinstance(facts, Balanced):
-        limit = format_threshold(facts.measured.metric, facts.threshold)
-        text = f"{_shown(facts.measured)} at or below threshold {limit}: nothing to do"
-    elif isinstance(facts, Closed):
-        text = _closed(facts)
-    else:
-        text = f"{_trigger(facts.trigger)}; {_after_trigger(facts, said)}"
-    return text + _note(decision.note, said)
-
-
-def _stopped_at(stop: Stop | None, said: StopSaid | None) -> str:
-    """`` (WORDS)``: where an acting plan's proposal stopped, in ``said``'s words ("" without
-    them: the engine's sentence does not say it)."""
-    words = None if stop is None or said is None else said(stop)
-    return "" if words is None else f" ({words})"
-
-
-def _stop_words(stopped: str | None, stop: Stop | None, said: StopSaid | None) -> str | None:
-    """Where the strategy stopped: ``said``'s words for ``stop``, else the engine's sentence."""
-    words = None if stop is None or said is None else said(stop)
-    return stopped if words is None else words
-
-
-def _after_trigger(
-    facts: Holding | OverBudget | NoProposal | Unordered | BelowMargin | FailoverLost | Planned,
-    said: StopSaid | None = None,
-) -> str:
-    """What a decision made once the threshold was crossed says after its trigger."""
-    match facts:
-        case Holding():
-            return "waiting"
-        case OverBudget(budget=budget):
-            return _budget(budget)
-        case NoProposal(trigger=trigger, why=why):
-            stopped = _stop_words(facts.stopped, facts.stop, said)
-            shown = "" if stopped is None else f" ({stopped})"
-            return f"strategy {trigger.strategy} proposes no migration{shown}; {why}"
-        case Unordered(problem=problem):
-            return f"none of the proposed migrations can be ordered safely ({problem})"
-        case BelowMargin():
-            after = format_metric(facts.trigger.measured.metric, facts.predicted)
-            return (
-                f"the plan would bring it to {after} with {_migrations(facts.migrations)}, "
-                f"{facts.gain * 100:.0f} % better, less than the margin {facts.margin * 100:g} %"
-            )
-        case FailoverLost(migrations=migrations, before=before, after=after):
-            had = before.startswith("failover headroom: yes")
-            lose = "lose the failover headroom" if had else "leave more HA guests unable to restart"
-            return (
-                f"the plan of {_migrations(migrations)} would {lose} ({after}; now {before}): "
-                "refused (keep_failover)"
-            )
-        case Planned():
-            return _planned(facts, said)
-
-
-def _planned(facts: Planned, said: StopSaid | None) -> str:
-    part = _migrations(facts.migrations)
-    if facts.whole is not None:
-        part += f", what the budget leaves of a plan of {facts.whole}"
-    if facts.predicted is None:
-        return f"it proposes {part} ({_stop_words(facts.stopped, facts.stop, said)})"
-    after = format_metric(facts.trigger.measured.metric, facts.predicted)
-    return f"plan brings it to {after} with {part}{_stopped_at(facts.stop, said)}"
-
-
-#: Each activity (:data:`~.windows.ACTIVITIES`) as the sentence names it.
-_ACTIVITY = {
-    "balance": "balancing",
-    "maintenance": "maintenance evacuation",
-    "return": "return from maintenance",
-    "repair": "repair",
-}
-
-
-def _closed(facts: Closed) -> str:
-    """``spread 20 pp above threshold 15 pp for 6 of 6 observations; outside the migration
-    window Mon-Fri 22:00-06:00 Europe/Berlin, no balancing migration starts; next opens Mon
-    22:00``."""
-    activity = _ACTIVITY[facts.activity]
-    if facts.trigger is not None:
-        what = _trigger(facts.trigger)
-    else:
-        what = f"{activity} needed ({facts.needed})"
-    if facts.blackout is None:
-        where = f"outside the migration window {', '.join(facts.windows)} {facts.timezone}"
-    else:
-        where = f"in the blackout {facts.blackout} {facts.timezone}"
-    if facts.opens is None:
-        opens = "none opens within a year"
-    else:
-        opens = f"next opens {format_opening(facts.opens, facts.now, facts.timezone)}"
-    return f"{what}; {where}, no {activity} migration starts; {opens}"
-
-
-def _busy(facts: Busy) -> str:
-    what = "" if facts.measured is None else f" ({_shown(facts.measured)})"
-    if facts.moving is None:
-        return f"a plan is still executing: no new decision{what}"
-    return f"{facts.moving} is moving: no new decision until it ends{what}"
-
-
-def _repaired(facts: Repaired) -> str:
-    bypassed = "hold" if facts.hot_only else "threshold, hold"
-    kept = "the cooldown" if facts.hot_only else "the cooldown, minimum uptime and no-return"
-    overridden = f" and {kept} it could not keep" if facts.overridden else ""
-    return (
-        f"repair: {_needed(facts.needed, facts.more)}; {_migrations(facts.migrations)}, "
-        f"bypassing {bypassed} and margin{overridden}"
-    )
-
-
-def _shown(measured: Measurement) -> str:
-    """The metric's label and value: ``spread 12.0 pp``."""
-    shown = format_by_arch(measured.metric, dict(measured.by_arch))
-    if measured.hour is not None:
-        shown += f" at {measured.hour:02d}:00 of the daily profile"
-    return f"{metric_label(measured.metric)} {shown}"
-
-
-def _trigger(trigger: Trigger) -> str:
-    if trigger.measured.metric == "none":
-        return f"no policy metric: strategy {trigger.strategy}'s own trigger decides"
-    limit = format_threshold(trigger.measured.metric, trigger.threshold)
-    return (
-        f"{_shown(trigger.measured)} above threshold {limit} for {trigger.count} of "
-        f"{trigger.need} observations{_hastened(trigger.hastened)}"
-    )
-
-
-def _hastened(hastened: Hastening | None) -> str:
-    if hastened is None:
-        return ""
-    text = f" (hastened by the budget left, {hastened.left} of {hastened.allowed}"
-    if hastened.span is None:
-        return text + ")"
-    share = hastened.eagerness * 100
-    return text + f": usage {share:.0f} % of the way to the last {format_duration(hastened.span)})"
-
-
-def _budget(budget: BudgetSpent) -> str:
-    last = "24 h" if budget.window == BUDGET_WINDOW else format_duration(budget.window)
-    spent = f"{budget.spent} of {budget.allowed} in the last {last}"
-    if budget.needed is None or not budget.left:
-        what = f"the migration budget is spent: {spent}"
-    else:
-        what = f"the plan needs {_migrations(budget.needed)}, more than the budget leaves ({spent})"
-    if budget.frees_in is None:
-        return what
-    return f"{what}; the next is free in {format_duration(budget.frees_in)}"
-
-
-def _note(note: RepairNote, said: StopSaid | None = None) -> str:
-    text = ""
-    if note.stranded is not None:
-        nodes = ", ".join(note.stranded.nodes)
-        text += f"; {_guests(note.stranded.guests)} may not leave {nodes}, in maintenance"
-    blocked = note.blocked
-    if blocked is not None:
-        what = _needed(blocked.needed, blocked.more)
-        but = (
-            "no allowed migration reaches it" if blocked.budget is None else _budget(blocked.budget)
-        )
-        text += f"; repair needed ({what}) but {but}"
-    hot = note.unmovable
-    if hot is not None:
-        runs = "runs" if len(hot.nodes) == 1 else "run"
-        text += (
-            f"; {', '.join(hot.nodes)} {runs} hot (above {hot.level * 100:g} %) with no guest "
-            "that may move"
-        )
-    short = note.failover
-    if short is not None:
-        words = None if said is None else said(short.stop)
-        text += f"; {short.summary}: no move gives it back" if words is None else f"; {words}"
-    return text
-
-
-def _needed(first: str, more: int) -> str:
-    return first + (f" (and {more} more)" if more else "")
-
-
-def _migrations(n: int) -> str:
-    return f"{n} migration{'s' if n != 1 else ''}"
-
-
-def _guests(n: int) -> str:
-    return f"{n} guest{'s' if n != 1 else ''}"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
@@ -23,6 +23,7 @@ from opendrs.engine.constraints import (
 from opendrs.engine.distinct import distinct
 from opendrs.engine.planner import Plan, PlannedMove
 from opendrs.engine.policy.config import PolicyConfig
+from opendrs.engine.policy.needs import Broken, BrokenKind, need_sentence
 from opendrs.engine.policy.planning import Limits, plan_within, truncate
 from opendrs.engine.strategies.balance.options import BalanceOptions
 from opendrs.engine.strategies.balance.strategy import propose_balance
@@ -131,27 +132,17 @@ def may_need_repair(
     return False
 
 
-def repairs_needed(cluster: Cluster, constraints: Constraints | None = None) -> tuple[str, ...]:
-    """What breaks a hard constraint now and can be repaired by migrating, as sentences.
+def repairs_needed(cluster: Cluster, constraints: Constraints | None = None) -> tuple[Broken, ...]:
+    """What breaks a hard constraint now and can be repaired by migrating, as typed facts.
 
     A guest that may move (:func:`~opendrs.engine.constraints.movability` for balancing) and sits
     on a node in maintenance, on a node its architecture or strict node affinity excludes, with a
     hard anti-affinity partner, apart from its hard-affinity partners, or on a node over a
-    capacity limit. Empty when nothing needs repair.
+    capacity limit (named once for the node). Empty when nothing needs repair.
     """
     cons = constraints if constraints is not None else Constraints.build(cluster)
     why = _broken(cluster, cons, current_assign(cluster), cons.capacity.committed())
-    return tuple(dict.fromkeys(why[j].text for j in sorted(why)))
-
-
-class Broken(NamedTuple):
-    """What a guest breaks: ``maintenance``, ``rules`` (architecture or strict node affinity),
-    ``anti-affinity``, ``affinity``, ``capacity`` or ``hot`` (its node's, not its own: the
-    sentence then names the node; ``hot``: only measured usage is over, and only the hot level
-    of the capacity), and the sentence."""
-
-    kind: Literal["maintenance", "rules", "anti-affinity", "affinity", "capacity", "hot"]
-    text: str
+    return tuple(dict.fromkeys(why[j] for j in sorted(why)))
 
 
 def _broken(
@@ -163,27 +154,24 @@ def _broken(
     placed = np.nonzero(assign >= 0)[0]
     where = assign[placed]
     why: dict[int, Broken] = {}
+
+    def found(j: int, kind: BrokenKind) -> None:
+        why.setdefault(j, Broken(kind, guests[j].label, nodes[assign[j]].name))
+
     maintenance = np.array([n.maintenance and n.online for n in nodes], dtype=bool)
     for j in placed[maintenance[where]].tolist():
-        text = f"{guests[j].label} is on {nodes[assign[j]].name}, in maintenance"
-        why.setdefault(j, Broken("maintenance", text))
+        found(j, BrokenKind.MAINTENANCE)
     outside = ~cons.arch_ok[placed, where] | ~cons.strict_ok[placed, where]
     for j in placed[outside].tolist():
-        text = f"{guests[j].label} is on {nodes[assign[j]].name}, which its rules exclude"
-        why.setdefault(j, Broken("rules", text))
+        found(j, BrokenKind.RULES)
     for j in range(len(guests)):
         partners = cons.hard_neg[j]
         if assign[j] >= 0 and partners.size and np.any(assign[partners] == assign[j]):
-            text = (
-                f"{guests[j].label} shares {nodes[assign[j]].name} with a hard anti-affinity "
-                "partner"
-            )
-            why.setdefault(j, Broken("anti-affinity", text))
+            found(j, BrokenKind.ANTI_AFFINITY)
     for group in cons.groups:
         if distinct(assign[group]).size > 1:
             for j in group.tolist():
-                text = f"{guests[j].label} is apart from its hard-affinity partners"
-                why.setdefault(j, Broken("affinity", text))
+                found(j, BrokenKind.AFFINITY)
     for n, broken in _over(cons.capacity, committed, nodes):
         for j in placed[where == n].tolist():
             why.setdefault(j, broken)
@@ -200,17 +188,15 @@ def _over(
     out: list[tuple[int, Broken]] = []
     for n in np.nonzero(over.any(axis=1))[0].tolist():
         cols = np.nonzero(over[n])[0]
-        dims = ", ".join(str(capacity.dimensions[d]) for d in cols.tolist())
+        dims = tuple(str(capacity.dimensions[d]) for d in cols.tolist())
         if capacity.measured_limit < 1.0 and capacity.measured_cols[cols].all():
             full = capacity.limit[n, cols] / capacity.measured_limit
             if not np.any(committed[n, cols] > full + tolerance(full)):
-                level = f"{capacity.measured_limit * 100:g} %"
-                text = f"{nodes[n].name} runs hot ({dims} above {level})"
-                if n in capacity.forecast:
-                    text = f"{nodes[n].name} is forecast to run hot ({dims} rising above {level})"
-                out.append((n, Broken("hot", text)))
+                level, forecast = float(capacity.measured_limit), n in capacity.forecast
+                hot = Broken(BrokenKind.HOT, None, nodes[n].name, dims, level, forecast)
+                out.append((n, hot))
                 continue
-        out.append((n, Broken("capacity", f"{nodes[n].name} is over capacity ({dims})")))
+        out.append((n, Broken(BrokenKind.CAPACITY, None, nodes[n].name, dims)))
     return out
 
 
@@ -226,7 +212,7 @@ class Repair:
     sentence naming it: what it breaks, and what stops it on every other node.
     """
 
-    needed: tuple[str, ...]
+    needed: tuple[Broken, ...]
     proposal: Proposal | None = None
     plan: Plan | None = None
     stuck: tuple[tuple[str, str], ...] = ()
@@ -417,7 +403,8 @@ def stuck_after(
             out.append((guest.id, held[j]))
             continue
         what = broken[j]
-        said = f"{guest.id}: {what.text}" if what.kind in ("capacity", "hot") else what.text
+        text = need_sentence(what)
+        said = f"{guest.id}: {text}" if what.guest is None else text
         text = f"{said}; " + _rejections(cons, j, assign, room, forbidden)
         if guest.id in unreachable:
             text += "; no safe migration order reaches its target"

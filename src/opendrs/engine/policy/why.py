@@ -46,23 +46,12 @@ _WHY_ROOMIEST = 16
 
 class WhyNot(NamedTuple):
     """The candidates of a decision that moves nothing: how many, how many may move, and the
-    others grouped by what excludes them (label, count), the largest group first."""
+    others grouped by what excludes them (label, count), the largest group first (said at the
+    edge, ``report.reasons``)."""
 
     candidates: int
     movable: int
     excluded: tuple[tuple[str, int], ...]
-
-    def __str__(self) -> str:
-        groups = ", ".join(f"{count} {label}" for label, count in self.excluded)
-        n = self.candidates
-        if n == 0:
-            return "no candidates (no running guest on a usable node)"
-        head = f"{n} candidate{'s' if n != 1 else ''}"
-        if self.movable == 0:
-            return f"{head}, all excluded: {groups}"
-        if not groups:
-            return f"{head}, all may move"
-        return f"{head}: {self.movable} may move; {groups}"
 
 
 def _uptime_label(seconds: float) -> str:
