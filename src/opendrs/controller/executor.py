@@ -89,6 +89,7 @@ from opendrs.engine.constraints import Rejection, movability
 from opendrs.engine.placement import PlacementState
 from opendrs.engine.planner import Plan, PlannedMove, final_placement, plan_moves
 from opendrs.engine.view import CycleView
+from opendrs.json_data import iso_time
 from opendrs.model.cluster import Cluster, Guest, Move, guest_label
 from opendrs.model.units import format_duration
 from opendrs.records import PENDING
@@ -240,6 +241,10 @@ class Executor:
         self._names: dict[str, str] = {}
         #: The platform's own moves the queue last waited for (logged when they change).
         self._platform_wait: str | None = None
+        #: Guests migrating that the executor did not start → when it first saw each so (wall).
+        self._foreign_since: dict[str, float] = {}
+        #: Those the queue last waited for, with nothing of its own in flight (logged once).
+        self._foreign_wait: frozenset[str] = frozenset()
 
     # -- state -------------------------------------------------------------------------------
 
@@ -710,6 +715,7 @@ class Executor:
                 state.committed[n] += state.constraints.guest_demand(j)
                 arriving.setdefault(target, []).append(j)
             self._index_steps()
+        self._say_foreign_wait(migrating, bool(started))
         if started:
             self._stalls = 0
         elif not self._running and self._queue and not migrating and self._may_start():
@@ -719,6 +725,33 @@ class Executor:
                 self._drop_queue(cluster, "no queued migration can start, even after re-planning")
             else:
                 self._replan(cluster, "no queued migration can start")
+
+    def _say_foreign_wait(self, migrating: list[Guest], started: bool) -> None:
+        """Log once (INFO) the migrations the executor did not start that a queue which started
+        nothing, with nothing of its own in flight, waits for: each guest, its node, since when it
+        is seen migrating, and until when the queue waits at most (``stall_timeout``)."""
+        now = self.clock.now()
+        foreign = [g for g in migrating if g.id not in self._running]
+        self._foreign_since = {g.id: self._foreign_since.get(g.id, now) for g in foreign}
+        idle = not started and not any(not r.background for r in self._running.values())
+        waiting = frozenset(self._foreign_since) if idle else frozenset()
+        if waiting == self._foreign_wait:
+            return
+        self._foreign_wait = waiting
+        if not waiting:
+            return
+        left = self._progress + self.config.stall_timeout - self.clock.monotonic()
+        what = "; ".join(
+            f"{guest_label(g.id, g.name)} on {g.node} → {g.migrating_to}, "
+            f"migrating since {iso_time(self._foreign_since[g.id])} at least"
+            for g in foreign
+        )
+        log.info(
+            "waiting for migrations opendrs did not start (they count against max_parallel): "
+            "%s; the plan waits until %s at most (executor.stall_timeout)",
+            what,
+            iso_time(now + max(0.0, left)),
+        )
 
     def _drop_queue(self, cluster: Cluster, why: str) -> None:
         for q in self._queue:
