@@ -239,6 +239,8 @@ class Executor:
         #: Each guest's name, from the last observation and, for a guest queued or in flight
         #: that has gone since, from when it was seen (or the history recorded it).
         self._names: dict[str, str] = {}
+        #: Each guest's node, likewise: where a guest gone since was last seen.
+        self._nodes: dict[str, str] = {}
         #: The platform's own moves the queue last waited for (logged when they change).
         self._platform_wait: str | None = None
         #: Guests migrating that the executor did not start → when it first saw each so (wall).
@@ -286,11 +288,21 @@ class Executor:
         return guest_label(guest, self._names.get(guest, ""))
 
     def _remember_names(self, cluster: Cluster) -> None:
-        """The names of ``cluster``'s guests, and still those of gone guests queued or in
-        flight."""
+        """The names and nodes of ``cluster``'s guests, and still those of gone guests queued or
+        in flight."""
         busy = set(self._running) | {q.move.guest for q in self._queue}
         kept = {g: n for g, n in self._names.items() if g in busy}
         self._names = kept | {g.id: g.name for g in cluster.guests if g.name}
+        self._nodes = {g: n for g, n in self._nodes.items() if g in busy} | {
+            g.id: g.node for g in cluster.guests
+        }
+
+    def _last_node(self, cluster: Cluster, guest: str, planned: str) -> str:
+        """The node ``guest`` is on in ``cluster``, else the one it was last seen on (else the
+        one its move was planned from)."""
+        if guest in cluster.guest_index:
+            return cluster.guest(guest).node
+        return self._nodes.get(guest, planned)
 
     # -- plans ---------------------------------------------------------------------------------
 
@@ -755,9 +767,8 @@ class Executor:
 
     def _drop_queue(self, cluster: Cluster, why: str) -> None:
         for q in self._queue:
-            guest = q.move.guest
-            source = cluster.guest(guest).node if guest in cluster.guest_index else q.move.source
-            self._emit("skipped", Move(guest, source, q.move.target), why)
+            source = self._last_node(cluster, q.move.guest, q.move.source)
+            self._emit("skipped", Move(q.move.guest, source, q.move.target), why)
         self._queue = []
         self._stalls = 0
         self._index_steps()
@@ -906,6 +917,7 @@ class Executor:
         """
         if not self._queue:
             return
+        self._view_of(cluster)  # the names and nodes of the queued guests, before they go
         decision = self._queue[0].decision
         final = final_placement(q.move for q in self._queue)
         expected: dict[str, str] = {}
@@ -934,7 +946,7 @@ class Executor:
             constraints=self._view_of(cluster).constraints,
         )
         for guest, node, reason in dropped:
-            source = cluster.guest(guest).node if guest in cluster.guest_index else "?"
+            source = self._last_node(cluster, guest, expected[guest])
             self._emit("skipped", Move(guest, source, node), reason)
         for guest, node in plan.unreachable:
             self._emit("skipped", Move(guest, cluster.guest(guest).node, node), "unreachable now")
@@ -958,8 +970,10 @@ class Executor:
         self, cluster: Cluster, guest: str, node: str, expected: str, parking: bool
     ) -> str | None:
         """Why the queued move of ``guest`` to ``node`` cannot be planned again, or ``None``."""
-        if guest not in cluster.guest_index or node not in cluster.node_index:
-            return "no longer in the cluster"
+        if guest not in cluster.guest_index:
+            return "the guest is no longer in the cluster"
+        if node not in cluster.node_index:
+            return f"its target {node} is no longer in the cluster"
         if guest in self._running:
             return "already migrating"
         current = cluster.guest(guest)
