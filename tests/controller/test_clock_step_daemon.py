@@ -5,6 +5,7 @@ platform to stop it); the wall clock is still what the history records."""
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +18,7 @@ pytest.importorskip(
 pytest.importorskip("cryptography", reason="fakepve's certificates need cryptography")
 
 from backends.fakepve_fixture import FakeCluster, proxmox_config
-from daemon import Daemon, stepped_clock
+from daemon import Daemon, run_once, stepped_clock
 from pve_daemon import fake_cluster
 
 #: Fake seconds a migration takes: 6 s of real time at the fake's scale (0.01).
@@ -53,3 +54,24 @@ def test_a_clock_stepped_forward_past_the_timeout_does_not_stop_a_migration_in_f
     outcome, began, ended = rows[0]
     # The history keeps the wall clock: the migration ended two hours "after" it began.
     assert outcome == "done" and ended - began >= 7200, rows
+
+
+def test_run_once_says_once_what_migration_it_did_not_start_it_waits_for(
+    tmp_path: Path, fake: FakeCluster
+) -> None:
+    """An operator's ``qm migrate`` in flight fills ``max_parallel`` (1): ``run --once`` waits
+    for it, and says so in one line instead of waiting silently."""
+    fake.run(fake.pve.migrate(101, "pve3", secs=MIGRATION))
+    config = proxmox_config(tmp_path, fake, mode="active")
+    result = run_once(config)
+    assert result.returncode == 0, result.stderr
+    said = [line for line in result.stderr.splitlines() if "did not start" in line]
+    assert len(said) == 1, result.stderr
+    stamp = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"
+    assert re.search(
+        rf"INFO +waiting for migrations opendrs did not start \(they count against "
+        rf"max_parallel\): vm1 \(101\) on pve1 → pve3, migrating since {stamp} at least; the "
+        rf"plan waits until {stamp} at most \(executor.stall_timeout\)",
+        said[0],
+    ), said[0]
+    assert re.search(r"started vm[023] \(10[023]\) pve1 → pve\d", result.stderr), result.stderr
