@@ -1,7 +1,8 @@
-"""The wall clock stepped while ``opendrs run`` (active, a subprocess against the fake Proxmox API
-on loopback) follows a migration: durations are measured on the monotonic clock, so a forward step
-longer than ``executor.timeout`` does not make the migration "time out" (and opendrs ask the
-platform to stop it); the wall clock is still what the history records."""
+"""The executor as ``opendrs run`` drives it (active, a subprocess against the fake Proxmox API on
+loopback). The wall clock stepped while it follows a migration: durations are measured on the
+monotonic clock, so a forward step longer than ``executor.timeout`` does not make the migration
+"time out" (and opendrs ask the platform to stop it); the wall clock is still what the history
+records. ``run --once`` held back by a migration it did not start says what it waits for."""
 
 from __future__ import annotations
 
