@@ -612,6 +612,9 @@ class _Clock:
     def now(self) -> float:
         return self.sim.now()
 
+    def monotonic(self) -> float:
+        return self.sim.monotonic()
+
     def sleep(self, seconds: float) -> None:
         end = min(self.sim.now() + seconds, self.sim.end)
         while self.sim.now() < end:

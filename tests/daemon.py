@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 __all__ = [
+    "CLOCK_STEP",
     "SERVING",
     "Daemon",
     "eventually",
@@ -30,9 +31,22 @@ __all__ = [
     "run_once",
     "send",
     "served",
+    "stepped_clock",
     "write_proxmox_config",
     "write_sim_config",
 ]
+
+
+#: Put first on the daemon's PYTHONPATH as ``sitecustomize.py``: its wall clock (``time.time``)
+#: steps back by ``OPENDRS_TEST_CLOCK_STEP`` seconds (forward if negative) once the file
+#: ``OPENDRS_TEST_CLOCK_AFTER`` exists, as when NTP corrects a clock that ran ahead (or behind).
+CLOCK_STEP = """
+import os, time
+_wall = time.time
+_step = float(os.environ["OPENDRS_TEST_CLOCK_STEP"])
+_after = os.environ["OPENDRS_TEST_CLOCK_AFTER"]
+time.time = lambda: _wall() - (_step if os.path.exists(_after) else 0.0)
+"""
 
 
 class Daemon:
@@ -286,3 +300,18 @@ def write_sim_config(directory: Path, *, days: float, extra: str = "") -> Path:
         "log: {decisions: decisions.jsonl}\n" + extra
     )
     return config
+
+
+def stepped_clock(folder: Path, seconds: float) -> tuple[dict[str, str], Path]:
+    """The environment of a daemon whose wall clock steps back by ``seconds`` (forward if
+    negative) once the returned file exists (:data:`CLOCK_STEP`, its shim made in ``folder``)."""
+    shim = folder / "shim"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text(CLOCK_STEP)
+    stepped = folder / "stepped"
+    env = {
+        "PYTHONPATH": os.pathsep.join([str(shim), os.environ.get("PYTHONPATH", "")]),
+        "OPENDRS_TEST_CLOCK_STEP": str(seconds),
+        "OPENDRS_TEST_CLOCK_AFTER": str(stepped),
+    }
+    return env, stepped

@@ -29,6 +29,9 @@ class FakeClock:
     def now(self) -> float:
         return self.t
 
+    def monotonic(self) -> float:
+        return self.t
+
     def sleep(self, seconds: float) -> None:
         self.t += max(seconds, 0.0)
 

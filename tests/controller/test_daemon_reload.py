@@ -5,7 +5,6 @@ restart and said so; what it can change (the interval, the token's secret) takes
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import time
@@ -20,7 +19,7 @@ pytest.importorskip(
 pytest.importorskip("cryptography", reason="fakepve's certificates need cryptography")
 
 from backends.fakepve_fixture import TOKEN_ID, TOKEN_SECRET, FakeCluster
-from daemon import Daemon
+from daemon import Daemon, stepped_clock
 from pve_daemon import fake_cluster, secret_file, shadow_config
 
 #: What the warning about a setting a reload cannot change says.
@@ -136,30 +135,10 @@ def wait_until_caught(pid: int, signals: tuple[int, ...], timeout: float = 60.0)
     raise AssertionError(f"process {pid} did not catch {signals} within {timeout:g}s")
 
 
-#: Put first on the daemon's PYTHONPATH: its wall clock (``time.time``) steps back by
-#: ``OPENDRS_TEST_CLOCK_STEP`` seconds once the file ``OPENDRS_TEST_CLOCK_AFTER`` exists, as
-#: when NTP corrects a clock that ran ahead.
-CLOCK_STEP = """
-import os, time
-_wall = time.time
-_step = float(os.environ["OPENDRS_TEST_CLOCK_STEP"])
-_after = os.environ["OPENDRS_TEST_CLOCK_AFTER"]
-time.time = lambda: _wall() - (_step if os.path.exists(_after) else 0.0)
-"""
-
-
 def test_a_clock_stepped_back_an_hour_does_not_hold_the_next_decision_an_hour(
     tmp_path: Path, fake: FakeCluster
 ) -> None:
-    shim = tmp_path / "shim"
-    shim.mkdir()
-    (shim / "sitecustomize.py").write_text(CLOCK_STEP)
-    stepped = tmp_path / "stepped"
-    env = {
-        "PYTHONPATH": os.pathsep.join([str(shim), os.environ.get("PYTHONPATH", "")]),
-        "OPENDRS_TEST_CLOCK_STEP": "3600",
-        "OPENDRS_TEST_CLOCK_AFTER": str(stepped),
-    }
+    env, stepped = stepped_clock(tmp_path, 3600)
     config = shadow_config(tmp_path, fake)
     with Daemon(config, env=env) as daemon:
         daemon.wait_for(r"decision \(shadow\)")

@@ -132,6 +132,51 @@ def test_a_restart_follows_migrations_in_flight_and_never_starts_them_again(tmp_
     ]
 
 
+class _SteppedWall:
+    """``clock`` as a host sees it whose wall clock (``now``) was stepped by ``step`` seconds:
+    its monotonic time is not."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.step = 0.0
+
+    def now(self) -> float:
+        return self.clock.t + self.step
+
+    def monotonic(self) -> float:
+        return self.clock.t
+
+    def sleep(self, seconds: float) -> None:
+        self.clock.sleep(seconds)
+
+
+def test_a_migration_taken_over_after_a_restart_times_out_from_when_it_was_first_seen(
+    tmp_path,
+) -> None:
+    """Its start is known only on the wall clock, stepped two hours forward meanwhile: it is not
+    given up at once, and still is once it outlives ``timeout`` from the restart."""
+    c = cluster([node("a"), node("b")], [guest("1", "a"), guest("2", "a")])
+    path = tmp_path / "history.sqlite"
+    platform = FakeClock()
+    host = _SteppedWall(platform)
+    fake = FakeBackend(c, platform, durations={"1": 100.0, "2": 10_000.0})
+    config = ExecutorConfig(timeout=120, poll_interval=5)
+    first = Executor(fake, host, History(path), config)
+    first.submit(plan_moves(c, {"1": "b", "2": "b"}, max_parallel=2, max_node_inflow=2), None)
+    first.tick()
+    first.history.close()  # the daemon dies here, and NTP steps the clock
+    platform.sleep(10)
+    host.step = 7200.0
+    second = Executor(fake, host, History(path), config)
+    second.reconcile()
+    _run(second, platform)
+    outcomes = {r.guest: (r.outcome, r.error) for r in second.history.migrations()}
+    assert outcomes["1"] == ("done", None)
+    assert outcomes["2"][0] == "failed" and "timed out after 2h" in str(outcomes["2"][1])
+    assert fake.cancelled == ["op-2"]
+    assert platform.t < 10 + 120 + 30  # given up a timeout after the restart, not later
+
+
 @pytest.mark.parametrize(("where", "outcome"), [("a", "failed"), ("b", "done")])
 def test_a_migration_unknown_after_a_restart_is_settled_by_where_the_guest_is(
     tmp_path, where: str, outcome: str

@@ -4,6 +4,7 @@ a mode that changes under a plan. Each case is one the executor once got wrong."
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -90,6 +91,31 @@ def test_a_queue_that_cannot_start_is_abandoned_after_the_stall_timeout() -> Non
     assert fake.starts == []
     (event,) = [e for e in executor.events if e.kind == "skipped"]
     assert "no migration of the plan could start" in event.detail
+
+
+def test_a_queue_waiting_for_a_migration_it_did_not_start_says_so_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``run --once`` would otherwise wait silently for up to ``stall_timeout``."""
+    c = _spread_out()
+    fake, clock, _history, executor = _setup(c, config=ExecutorConfig(stall_timeout=600))
+    clock.t = 1_764_460_800.0  # 2025-11-30T00:00:00Z
+    _set_guest(fake, "1", name="web1", migrating_to="c")
+    executor.submit(plan_moves(c, {"2": "b"}), None)
+    with caplog.at_level(logging.INFO, logger="opendrs.controller.executor"):
+        for _ in range(6):
+            executor.tick()
+            clock.sleep(5)
+    said = [r.getMessage() for r in caplog.records if "did not start" in r.getMessage()]
+    assert said == [
+        "waiting for migrations opendrs did not start (they count against max_parallel): "
+        "web1 (1) on a → c, migrating since 2025-11-30T00:00:00Z at least; the plan waits "
+        "until 2025-11-30T00:10:00Z at most (executor.stall_timeout)"
+    ]
+    assert fake.starts == []
+    _set_guest(fake, "1", node="c", migrating_to=None)
+    executor.tick()
+    assert [m.guest for m in fake.starts] == ["2"]
 
 
 def test_a_migration_whose_answer_was_lost_is_recorded_as_what_happened() -> None:

@@ -51,6 +51,32 @@ def test_a_guest_deleted_while_it_migrates_is_logged_and_recorded_by_its_name(
     assert history.guest_names() == {"101": "db-main"}
 
 
+def test_a_guest_deleted_while_queued_is_skipped_from_the_node_it_was_last_seen_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    c = cluster(
+        [node("a"), node("b"), node("c")],
+        [_named("101", "db-main", "a"), _named("102", "web", "c")],
+        max_parallel=1,
+    )
+    fake, clock, history, executor = setup_executor(c)
+    executor.submit(plan_moves(c, {"101": "b", "102": "b"}), None)
+    executor.tick()
+    (first,) = fake.starts
+    queued = "102" if first.guest == "101" else "101"
+    fake.cluster = replace(
+        fake.cluster, guests=tuple(g for g in fake.cluster.guests if g.id != queued)
+    )
+    with caplog.at_level(logging.INFO, logger="opendrs.controller.executor"):
+        run_executor(executor, clock)
+    skipped = [r.getMessage() for r in caplog.records if r.getMessage().startswith("skipped")]
+    label, source = ("db-main (101)", "a") if queued == "101" else ("web (102)", "c")
+    assert skipped == [f"skipped {label} {source} → b the guest is no longer in the cluster"], (
+        caplog.text
+    )
+    assert [m.guest for m in history.migrations()] == [first.guest]
+
+
 def test_the_migrations_name_outlives_the_plan_that_named_it() -> None:
     with History(":memory:") as h:
         h.migration_started(decision=None, move=Move("7", "a", "b"), handle="t", at=1.0, name="x")

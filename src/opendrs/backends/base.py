@@ -274,7 +274,14 @@ class Clock(Protocol):
     """Time as the controller sees it."""
 
     def now(self) -> float:
-        """Seconds (since the epoch for a real cluster, since the start for the simulator)."""
+        """Seconds (since the epoch for a real cluster, since the start for the simulator): the
+        wall clock, which history records and the operator reads; it may be stepped."""
+        ...
+
+    def monotonic(self) -> float:
+        """Seconds on a clock no step of the wall clock moves (from an arbitrary origin): what
+        durations (timeouts, waits) are measured on. The simulator's time, never stepped, is
+        both."""
         ...
 
     def sleep(self, seconds: float) -> None:
@@ -287,6 +294,9 @@ class SystemClock:
 
     def now(self) -> float:
         return time.time()
+
+    def monotonic(self) -> float:
+        return time.monotonic()
 
     def sleep(self, seconds: float) -> None:
         if seconds > 0:

@@ -35,6 +35,9 @@ class PacedClock:
     def now(self) -> float:
         return self.clock.now()
 
+    def monotonic(self) -> float:
+        return self.clock.monotonic()
+
     def sleep(self, seconds: float) -> None:
         """Advance the simulation by ``seconds``, over ``seconds / speed`` of wall time."""
         left = float(seconds)

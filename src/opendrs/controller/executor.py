@@ -18,6 +18,13 @@ guest is kept off that target for a while (``avoid_after_failure``), and the res
 re-planned from the real state. A migration that finished gets its guest a cooldown. Nothing here
 sleeps: the controller calls :meth:`Executor.tick` on its clock.
 
+Durations — a migration's ``timeout``, ``stall_timeout``, ``unseen_grace``, how long a guest has
+been watched — are measured on the clock's ``monotonic`` time, so a step of the wall clock (NTP
+correcting it) neither times out a migration in flight nor prolongs a wait; the wall clock
+(``now``) is what the history records and the operator reads. A migration taken over after a
+restart is known only by its wall-clock start: its timeout counts from when this process first
+sees it.
+
 The history tells what happened to the cluster, not what the executor hoped:
 
 * the intent is recorded *before* the request, so a daemon killed between the request and the
@@ -82,6 +89,7 @@ from opendrs.engine.constraints import Rejection, movability
 from opendrs.engine.placement import PlacementState
 from opendrs.engine.planner import Plan, PlannedMove, final_placement, plan_moves
 from opendrs.engine.view import CycleView
+from opendrs.json_data import iso_time
 from opendrs.model.cluster import Cluster, Guest, Move, guest_label
 from opendrs.model.units import format_duration
 from opendrs.records import PENDING
@@ -159,9 +167,15 @@ class _Running:
     handle: Handle
     step: int
     parking: bool
+    #: When this process started it or, after a restart, first saw it (the clock's
+    #: ``monotonic``): what its timeout counts from, whatever steps the wall clock takes.
+    since: float
+    #: Taken over from a previous process (after a restart): how long it took is only known on
+    #: the wall clock (``handle.started``).
+    adopted: bool = False
     poll_errors: int = 0
     #: Why it is followed by where its guest is instead of by the platform's task (``None``:
-    #: by the task), and since when.
+    #: by the task), and since when (``monotonic``).
     watch: str | None = None
     watch_since: float = 0.0
     #: The platform said the migration failed, with this reason.
@@ -216,16 +230,23 @@ class Executor:
         self._stalls = 0
         #: (guest, target) moves the preconditions refused since the queue was last empty.
         self._refused: set[tuple[str, str]] = set()
-        #: When the queue last made progress (a plan came, a migration started or ended).
-        self._progress = clock.now()
+        #: When the queue last made progress (a plan came, a migration started or ended), on the
+        #: clock's ``monotonic``.
+        self._progress = clock.monotonic()
         self.events: list[Event] = []
         #: The view of the last fresh observation, which the preconditions and re-planning read.
         self._view: CycleView | None = None
         #: Each guest's name, from the last observation and, for a guest queued or in flight
         #: that has gone since, from when it was seen (or the history recorded it).
         self._names: dict[str, str] = {}
+        #: Each guest's node, likewise: where a guest gone since was last seen.
+        self._nodes: dict[str, str] = {}
         #: The platform's own moves the queue last waited for (logged when they change).
         self._platform_wait: str | None = None
+        #: Guests migrating that the executor did not start → when it first saw each so (wall).
+        self._foreign_since: dict[str, float] = {}
+        #: Those the queue last waited for, with nothing of its own in flight (logged once).
+        self._foreign_wait: frozenset[str] = frozenset()
 
     # -- state -------------------------------------------------------------------------------
 
@@ -267,11 +288,21 @@ class Executor:
         return guest_label(guest, self._names.get(guest, ""))
 
     def _remember_names(self, cluster: Cluster) -> None:
-        """The names of ``cluster``'s guests, and still those of gone guests queued or in
-        flight."""
+        """The names and nodes of ``cluster``'s guests, and still those of gone guests queued or
+        in flight."""
         busy = set(self._running) | {q.move.guest for q in self._queue}
         kept = {g: n for g, n in self._names.items() if g in busy}
         self._names = kept | {g.id: g.name for g in cluster.guests if g.name}
+        self._nodes = {g: n for g, n in self._nodes.items() if g in busy} | {
+            g.id: g.node for g in cluster.guests
+        }
+
+    def _last_node(self, cluster: Cluster, guest: str, planned: str) -> str:
+        """The node ``guest`` is on in ``cluster``, else the one it was last seen on (else the
+        one its move was planned from)."""
+        if guest in cluster.guest_index:
+            return cluster.guest(guest).node
+        return self._nodes.get(guest, planned)
 
     # -- plans ---------------------------------------------------------------------------------
 
@@ -283,7 +314,7 @@ class Executor:
             self._activity = activity
         for move in plan.moves:
             self._queue.append(_Queued(move, decision))
-        self._progress = self.clock.now()
+        self._progress = self.clock.monotonic()
         self._index_steps()
 
     def halt(self, why: str) -> None:
@@ -331,26 +362,30 @@ class Executor:
         Each is polled: still running → followed from now on; finished → its outcome recorded.
         One the backend cannot be asked about (its request was never answered, or the platform
         no longer knows its task) is settled by where its guest is. None is ever started again.
+
+        A migration's start is known to this process only on the wall clock, which may have been
+        stepped since: its timeout (and any watch) counts from now, when this process first sees
+        it, so after a restart a migration in flight gets a whole ``timeout`` again.
         """
         events: list[Event] = []
-        now = self.clock.now()
+        seen = self.clock.monotonic()
         for record in self.history.in_flight():
             if record.guest in self._running:
                 continue  # followed already
             move = record.move
             handle = record.as_handle()
-            running = _Running(record.id, handle, 0, record.parking)
+            running = _Running(record.id, handle, 0, record.parking, seen, adopted=True)
             self._running[record.guest] = running
             if record.name and record.guest not in self._names:
                 self._names[record.guest] = record.name
             if record.handle == PENDING:
-                self._watch(running, "its request was not answered before a restart", now)
+                self._watch(running, "its request was not answered before a restart")
                 continue
             try:
                 progress = self.backend.poll(handle)
             except BackendError as exc:
                 if not exc.transient:
-                    self._watch(running, f"after a restart: {exc.reason}", now)
+                    self._watch(running, f"after a restart: {exc.reason}")
                 continue
             if progress.state == "running":
                 events.append(self._emit("started", move, "still running after a restart"))
@@ -402,7 +437,7 @@ class Executor:
 
     def _stalled(self) -> bool:
         """A queue with nothing of it in flight that has not moved for ``stall_timeout``."""
-        now = self.clock.now()
+        now = self.clock.monotonic()
         if any(not r.background for r in self._running.values()):
             self._progress = now  # waiting for a migration in flight is progress, and bounded
             return False
@@ -411,7 +446,6 @@ class Executor:
     def _poll_running(self) -> None:
         """Poll every migration in flight; one that ended otherwise than done is watched (its
         outcome is then read from where its guest is)."""
-        now = self.clock.now()
         for guest in list(self._running):
             running = self._running[guest]
             if running.watch is not None and not self._found(running):
@@ -421,9 +455,9 @@ class Executor:
             except BackendError as exc:
                 running.poll_errors += 1
                 if not exc.transient:
-                    self._watch(running, f"cannot follow its task: {exc.reason}", now)
-                elif now - running.handle.started > self.config.timeout:
-                    self._give_up(running, now)
+                    self._watch(running, f"cannot follow its task: {exc.reason}")
+                elif self._followed(running) > self.config.timeout:
+                    self._give_up(running)
                 else:
                     log.warning("cannot poll %s: %s", running.handle.id, exc)
                 continue
@@ -433,9 +467,9 @@ class Executor:
             elif progress.state == "failed":
                 # Where the guest is says more than the task: settled on the next observation.
                 running.reported = progress.reason or "the migration failed"
-                self._watch(running, running.reported, now, quiet=True)
-            elif now - running.handle.started > self.config.timeout:
-                self._give_up(running, now)
+                self._watch(running, running.reported, quiet=True)
+            elif self._followed(running) > self.config.timeout:
+                self._give_up(running)
         self._index_steps()
 
     def _found(self, running: _Running) -> bool:
@@ -457,29 +491,41 @@ class Executor:
         self._emit("watching", move, f"found its migration {handle.id}: followed by its task")
         return True
 
-    def _watch(self, running: _Running, why: str, now: float, *, quiet: bool = False) -> None:
+    def _followed(self, running: _Running) -> float:
+        """Seconds since ``running`` started, or since this process took it over, on the
+        monotonic clock: a step of the wall clock neither times it out nor prolongs it."""
+        return self.clock.monotonic() - running.since
+
+    def _took(self, running: _Running) -> int:
+        """Whole seconds ``running`` has taken: on the monotonic clock, or on the wall clock for
+        one taken over after a restart (its start is known only there)."""
+        if running.adopted:
+            return max(0, int(self.clock.now() - running.handle.started))
+        return max(0, int(self._followed(running)))
+
+    def _watch(self, running: _Running, why: str, *, quiet: bool = False) -> None:
         """Follow ``running`` by where its guest is from now on."""
         running.watch = why
-        running.watch_since = now
+        running.watch_since = self.clock.monotonic()
         if not quiet:
             self._emit("watching", running.handle.move, f"{why}: settled by where the guest is")
 
-    def _give_up(self, running: _Running, now: float) -> None:
+    def _give_up(self, running: _Running) -> None:
         """A migration past its timeout: ask the platform to stop it, then watch the guest."""
-        took = format_duration(int(now - running.handle.started))
+        took = format_duration(self._took(running))
         why = f"timed out after {took}"
         try:
             if self.backend.cancel(running.handle):
                 why += ", the platform was asked to stop it"
         except BackendError as exc:
             why += f" (could not stop it: {exc.reason})"
-        self._watch(running, why, now)
+        self._watch(running, why)
 
     def settle(self, cluster: Cluster) -> bool:
         """Record the watched migrations whose guest is at rest in ``cluster`` (an observation);
         True when one failed."""
         failed = False
-        now = self.clock.now()
+        now = self.clock.monotonic()
         for guest in list(self._running):
             running = self._running[guest]
             if running.watch is None:
@@ -501,7 +547,8 @@ class Executor:
     def _where(
         self, cluster: Cluster, running: _Running, now: float
     ) -> tuple[Literal["done", "failed", "lost"], str | None] | None:
-        """The outcome a watched migration's guest shows, or ``None`` while it is not at rest."""
+        """The outcome a watched migration's guest shows, or ``None`` while it is not at rest
+        (``now``: the clock's ``monotonic``)."""
         move = running.handle.move
         why = running.watch or ""
         waited = now - running.watch_since
@@ -548,14 +595,14 @@ class Executor:
         long it stopped the guest)."""
         now = self.clock.now()
         move = running.handle.move
-        self._progress = now
+        self._progress = self.clock.monotonic()
         if state == "done":
             downtime = progress.downtime if progress is not None else None
             self.history.migration_finished(
                 running.record, at=now, outcome="done", downtime=downtime
             )
             self.history.set_cooldown(move.guest, now + self.config.cooldown, "moved")
-            took = format_duration(max(0, int(now - running.handle.started)))
+            took = format_duration(self._took(running))
             detail = f"in {took}"
             if downtime is not None:
                 how = f" {progress.reason}" if progress is not None and progress.reason else ""
@@ -680,6 +727,7 @@ class Executor:
                 state.committed[n] += state.constraints.guest_demand(j)
                 arriving.setdefault(target, []).append(j)
             self._index_steps()
+        self._say_foreign_wait(migrating, bool(started))
         if started:
             self._stalls = 0
         elif not self._running and self._queue and not migrating and self._may_start():
@@ -690,11 +738,37 @@ class Executor:
             else:
                 self._replan(cluster, "no queued migration can start")
 
+    def _say_foreign_wait(self, migrating: list[Guest], started: bool) -> None:
+        """Log once (INFO) the migrations the executor did not start that a queue which started
+        nothing, with nothing of its own in flight, waits for: each guest, its node, since when it
+        is seen migrating, and until when the queue waits at most (``stall_timeout``)."""
+        now = self.clock.now()
+        foreign = [g for g in migrating if g.id not in self._running]
+        self._foreign_since = {g.id: self._foreign_since.get(g.id, now) for g in foreign}
+        idle = not started and not any(not r.background for r in self._running.values())
+        waiting = frozenset(self._foreign_since) if idle else frozenset()
+        if waiting == self._foreign_wait:
+            return
+        self._foreign_wait = waiting
+        if not waiting:
+            return
+        left = self._progress + self.config.stall_timeout - self.clock.monotonic()
+        what = "; ".join(
+            f"{guest_label(g.id, g.name)} on {g.node} → {g.migrating_to}, "
+            f"migrating since {iso_time(self._foreign_since[g.id])} at least"
+            for g in foreign
+        )
+        log.info(
+            "waiting for migrations opendrs did not start (they count against max_parallel): "
+            "%s; the plan waits until %s at most (executor.stall_timeout)",
+            what,
+            iso_time(now + max(0.0, left)),
+        )
+
     def _drop_queue(self, cluster: Cluster, why: str) -> None:
         for q in self._queue:
-            guest = q.move.guest
-            source = cluster.guest(guest).node if guest in cluster.guest_index else q.move.source
-            self._emit("skipped", Move(guest, source, q.move.target), why)
+            source = self._last_node(cluster, q.move.guest, q.move.source)
+            self._emit("skipped", Move(q.move.guest, source, q.move.target), why)
         self._queue = []
         self._stalls = 0
         self._index_steps()
@@ -790,15 +864,16 @@ class Executor:
             parking=move.parking,
             name=self._names.get(move.guest),
         )
-        running = _Running(record, Handle(PENDING, plain, now), move.step, move.parking)
-        self._progress = now
+        since = self.clock.monotonic()
+        running = _Running(record, Handle(PENDING, plain, now), move.step, move.parking, since)
+        self._progress = since
         try:
             handle = self.backend.start_migration(plain, StartGate(self.held))
         except BackendError as exc:
             if exc.uncertain:
                 # The request may have reached the platform: where the guest goes tells.
                 self._running[move.guest] = running
-                self._watch(running, f"no answer to the request: {exc.reason}", now)
+                self._watch(running, f"no answer to the request: {exc.reason}")
                 return "started"
             if isinstance(exc, Abandoned):
                 # Given up on before its request was sent (a reload or a stop came meanwhile):
@@ -842,6 +917,7 @@ class Executor:
         """
         if not self._queue:
             return
+        self._view_of(cluster)  # the names and nodes of the queued guests, before they go
         decision = self._queue[0].decision
         final = final_placement(q.move for q in self._queue)
         expected: dict[str, str] = {}
@@ -870,7 +946,7 @@ class Executor:
             constraints=self._view_of(cluster).constraints,
         )
         for guest, node, reason in dropped:
-            source = cluster.guest(guest).node if guest in cluster.guest_index else "?"
+            source = self._last_node(cluster, guest, expected[guest])
             self._emit("skipped", Move(guest, source, node), reason)
         for guest, node in plan.unreachable:
             self._emit("skipped", Move(guest, cluster.guest(guest).node, node), "unreachable now")
@@ -894,8 +970,10 @@ class Executor:
         self, cluster: Cluster, guest: str, node: str, expected: str, parking: bool
     ) -> str | None:
         """Why the queued move of ``guest`` to ``node`` cannot be planned again, or ``None``."""
-        if guest not in cluster.guest_index or node not in cluster.node_index:
-            return "no longer in the cluster"
+        if guest not in cluster.guest_index:
+            return "the guest is no longer in the cluster"
+        if node not in cluster.node_index:
+            return f"its target {node} is no longer in the cluster"
         if guest in self._running:
             return "already migrating"
         current = cluster.guest(guest)

@@ -771,14 +771,15 @@ class Controller:
         else:
             self.clock.sleep(seconds)
             return
-        end = self.clock.now() + seconds
+        # measured on the monotonic clock: a step of the wall clock neither ends nor prolongs it
+        end = self.clock.monotonic() + seconds
         while not wake():
-            before = self.clock.now()
+            before = self.clock.monotonic()
             left = end - before
-            if left <= 0 or left > seconds:  # done, or the clock was stepped back meanwhile
+            if left <= 0:
                 break
             self.clock.sleep(min(left, piece))
-            if isinstance(self.clock, PacedClock) and self.clock.now() <= before:
+            if isinstance(self.clock, PacedClock) and self.clock.monotonic() <= before:
                 break  # the simulation has ended: nothing more to wait for
 
 

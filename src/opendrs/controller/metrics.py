@@ -132,7 +132,8 @@ class DaemonMetrics:
             registry=r,
         )
         self._controller: Controller | None = None
-        #: The backend clock's time of the last successful cycle, and the last cycle's error.
+        #: When the last cycle succeeded, on the backend clock's ``monotonic`` time (a step of
+        #: the wall clock makes the daemon no less healthy), and the last cycle's error.
         self._last_success: float | None = None
         self._last_error: str | None = None
 
@@ -150,7 +151,8 @@ class DaemonMetrics:
         if cycle.error is not None:
             self.observation_errors.inc()
             return
-        self._last_success = cycle.at
+        if self._controller is not None:
+            self._last_success = self._controller.clock.monotonic()
         self.last_observation.set(time.time())
         if cycle.cluster is not None:
             self.platform_balancer.set(1 if cycle.cluster.ha_auto_rebalance else 0)
@@ -191,13 +193,13 @@ class DaemonMetrics:
 
     def health(self) -> str | None:
         """``None`` when the last successful cycle is at most two intervals old (on the
-        backend's clock), else why not, in one line."""
+        backend clock's monotonic time), else why not, in one line."""
         controller = self._controller
         if controller is None or self._last_success is None:
             error = self._last_error
             return f"no successful cycle yet{f': {error}' if error else ''}"
         interval = controller.policy.interval
-        age = controller.clock.now() - self._last_success
+        age = controller.clock.monotonic() - self._last_success
         if age <= 2 * interval:
             return None
         why = f"the last cycle failed: {self._last_error}" if self._last_error else "no cycle since"

@@ -215,6 +215,10 @@ class Simulator:
         """Simulated seconds since the start."""
         return self._now
 
+    def monotonic(self) -> float:
+        """The simulated time too: it is never stepped."""
+        return self._now
+
     def sleep(self, seconds: float) -> None:
         """Advance the simulation by ``seconds`` (never past :attr:`end`)."""
         if not seconds > 0:
