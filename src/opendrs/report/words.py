@@ -240,7 +240,20 @@ def _coarser(stop: Stop) -> str:
 def _no_move_pays(stop: Stop, say: _Say) -> str:
     return (
         "no other allowed move evens the loads out enough to be worth the memory it copies "
-        f"({_setting(say.settings.margin, stop.details['margin'])})"
+        f"({_setting(say.settings.margin, stop.details['margin'])}){_commit_short(stop)}"
+    )
+
+
+def _commit_short(stop: Stop) -> str:
+    """Where a search ended short of its goals with the vCPU commitments left no wider than
+    they started: what narrowing them towards their goal took instead."""
+    if "cpu_commit_moves" not in stop.details:
+        return ""
+    asked = float(stop.details["cpu_commit_asked"]) * 100
+    took = _plural(stop.details["cpu_commit_moves"], "migration")
+    return (
+        f"; the vCPU commitments are left no wider than they started (narrowing them towards "
+        f"{asked:g} pp took {took}, and left the other loads no more even)"
     )
 
 

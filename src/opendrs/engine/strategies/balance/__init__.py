@@ -67,7 +67,12 @@ their goal would be many small ones.
 search holds them at their spread at the start (``cpu_commit_spread`` widened to it) and its plan
 is proposed where the first one's takes more than ``cpu_commit_moves`` times its migrations
 (:func:`.strategy.propose_balance`; clusters of up to 5,000 guests, and only where the first
-plan takes more than that many times the memory-only lower bound: elsewhere it cannot win).
+plan takes more than that many times the memory-only lower bound: elsewhere it cannot win) and
+the second one ends balanced — or, where neither ends balanced (a goal out of reach: guests that
+may not move yet hold too much of a node) and the first one leaves the vCPUs outside their goal
+too, where the second leaves every other weighted resource's spread no wider: vCPU moves that do
+not reach their goal are no reason to leave memory less even (the lower bound is then for the
+memory spread the first plan reached).
 
 **Idle windows.** A move's gain depends only on its two nodes' loads, and whether it is allowed
 only on its unit and its target: a window in which a round found no move that lowers the

@@ -88,9 +88,9 @@ def propose_balance(
     # they started, kept where bringing them within it costs too many more migrations.
     other = _best_search(cluster, cons, loads, kept, memo)
     moves, fewer = len(reached.proposal.moves), len(other.proposal.moves)
-    if not other.balanced or moves <= options.cpu_commit_moves * fewer:
+    if not _no_farther(other, reached) or moves <= options.cpu_commit_moves * fewer:
         return reached.proposal
-    return _commit_given_up(other.proposal, options, moves)
+    return _commit_given_up(other.proposal, options, moves, reached.balanced)
 
 
 @dataclass(frozen=True)
@@ -105,6 +105,10 @@ class _Searched:
     #: (R,) each resource's goal, and whether it has a weight in the balance.
     goal: np.ndarray
     weighted: np.ndarray
+    #: (R,) each resource's spread when the search ended.
+    end: np.ndarray
+    #: The vCPU commitments' looser goal the search applied (:func:`looser_commit_goal`).
+    commit: float | None
 
 
 def _best_search(
@@ -133,9 +137,8 @@ def _commit_kept(options: BalanceOptions, reached: _Searched) -> BalanceOptions 
     """Where the search applied a looser vCPU commitments' goal (static mode) and they started
     outside it: ``options`` with that goal widened to their spread at the start (never wider
     than they were); else None."""
-    stop = reached.proposal.stop
     cpu = RESOURCES.index("cpu")
-    if stop is None or "cpu_commit_spread" not in stop.details or not reached.weighted[cpu]:
+    if reached.commit is None or not reached.weighted[cpu]:
         return None
     start = float(reached.start[cpu])
     if start <= options.cpu_commit_spread:
@@ -148,25 +151,52 @@ def _may_save(
 ) -> bool:
     """Whether a plan that balances memory could take fewer than ``1 / cpu_commit_moves`` of
     ``reached``'s migrations: not where the fewest any placement needs to bring memory within
-    its goal (:func:`~opendrs.engine.bounds.migration_lower_bound`) are that many already. Where
-    memory has no weight there is no such bound."""
-    memory = RESOURCES.index("memory")
+    its goal (:func:`~opendrs.engine.bounds.migration_lower_bound`; short of it, to the spread
+    ``reached`` left) are that many already, nor where ``reached`` ends short of the goals with
+    the vCPUs within theirs and no placement brings memory within its goal. Where memory has no
+    weight there is no such bound."""
+    memory, cpu = RESOURCES.index("memory"), RESOURCES.index("cpu")
     if not reached.weighted[memory]:
         return True
-    goal = {"memory": float(reached.goal[memory])}
-    fewest = migration_lower_bound(cluster, goal, loads, ("memory",)).migrations
-    return len(reached.proposal.moves) > options.cpu_commit_moves * fewest
+    # Short of its goal, the spread the plan reached (no other plan need go further).
+    spread = reached.goal[memory] if reached.balanced else reached.end[memory]
+    goal = {"memory": float(max(reached.goal[memory], spread))}
+    bounds = migration_lower_bound(cluster, goal, loads, ("memory",))
+    if not reached.balanced and reached.end[cpu] <= reached.goal[cpu]:
+        # Only a plan that ends balanced could be proposed instead: none where no placement
+        # brings memory within its goal.
+        return bounds.spread["memory"] <= reached.goal[memory]
+    return len(reached.proposal.moves) > options.cpu_commit_moves * bounds.migrations
 
 
-def _commit_given_up(proposal: Proposal, options: BalanceOptions, moves: int) -> Proposal:
+def _no_farther(other: _Searched, reached: _Searched) -> bool:
+    """Whether ``other`` (the vCPU commitments held) may be proposed instead of ``reached``:
+    it ends balanced, or neither does, ``reached`` leaves the vCPU commitments outside their
+    goal too, and ``other`` leaves every other weighted resource's spread no wider (vCPU moves
+    that do not reach their goal are no reason to leave the rest less even)."""
+    if other.balanced or reached.balanced:
+        return other.balanced
+    cpu = RESOURCES.index("cpu")
+    if reached.end[cpu] <= reached.goal[cpu]:
+        return False
+    rest = reached.weighted.copy()
+    rest[cpu] = False
+    return bool(rest.any() and np.all(other.end[rest] <= reached.end[rest] + 1e-12))
+
+
+def _commit_given_up(
+    proposal: Proposal, options: BalanceOptions, moves: int, reached: bool
+) -> Proposal:
     """``proposal`` (the vCPU commitments no wider than they started), saying why it was
     proposed rather than the plan of ``moves`` migrations that brought them within
-    ``options.cpu_commit_spread``: its stop gives that goal (``cpu_commit_asked``) and those
-    migrations (``cpu_commit_moves``), its options the goal asked."""
+    ``options.cpu_commit_spread`` (``reached``) or towards it, leaving the other resources no
+    more even: its stop gives that goal (``cpu_commit_asked``) and those migrations
+    (``cpu_commit_moves``), its options the goal asked."""
+    goal = f"{options.cpu_commit_spread * 100:.2f} pp"
+    took = f"within {goal} they took" if reached else f"narrowing them towards {goal} took"
     why = (
-        f"vCPU commitments left no wider than they started: within "
-        f"{options.cpu_commit_spread * 100:.2f} pp they took {moves} migrations, more than "
-        f"{options.cpu_commit_moves:g}× these {len(proposal.moves)}"
+        f"vCPU commitments left no wider than they started: {took} {moves} migrations, more "
+        f"than {options.cpu_commit_moves:g}× these {len(proposal.moves)}"
     )
     stop = proposal.stop
     if stop is not None:
@@ -229,7 +259,10 @@ def _search(
     )
     weighted = state.weights > 0
     short = float(np.max(state.spreads()[weighted] / state.goal[weighted], initial=0.0))
-    return _Searched(proposal, reached_goal, short, start, state.goal.copy(), weighted)
+    commit = looser_commit_goal(state, options)
+    return _Searched(
+        proposal, reached_goal, short, start, state.goal.copy(), weighted, state.spreads(), commit
+    )
 
 
 def _proposed_moves(history: History) -> tuple[ProposedMove, ...]:
