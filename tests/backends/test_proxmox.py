@@ -916,6 +916,26 @@ def test_the_ha_managers_grace_is_measured_on_the_monotonic_clock(
     assert "did not start moving vm:105 to pve1 within 300s" in str(progress.reason)
 
 
+def test_a_request_to_the_ha_stack_taken_over_after_a_restart_gets_its_grace_from_then(
+    fake: FakeCluster, token_file: str
+) -> None:
+    """A request made an hour ago by another process (its handle's wall-clock time says so):
+    the HA manager's 300 s count from this process's first poll of it."""
+    populate(fake)
+    fake.pve.time_scale = 1.0
+    fake.pve.ha_delay = 600
+    clock = FakeClock()
+    backend = ProxmoxBackend(config_for(fake, token_file), Settings(), monotonic=clock.monotonic)
+    backend.observe()
+    asked = int(time.time()) - 3600
+    handle = Handle(f"ha:vm:105:pve3:pve1:{asked}", Move("105", "pve3", "pve1"), asked)
+    assert backend.poll(handle) == Progress("running")
+    clock.sleep(299)
+    assert backend.poll(handle) == Progress("running")
+    clock.sleep(2)
+    assert backend.poll(handle).state == "failed"
+
+
 def test_cancel_of_a_request_to_the_ha_stack_stops_its_task(
     fake: FakeCluster, token_file: str
 ) -> None:
