@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from types import SimpleNamespace
 
 from opendrs.backends.base import (
     DONE,
@@ -34,6 +36,14 @@ class FakeClock:
 
     def sleep(self, seconds: float) -> None:
         self.t += max(seconds, 0.0)
+
+
+def stepped_time(seconds: float) -> SimpleNamespace:
+    """The ``time`` module of a host whose wall clock (``time.time``) was stepped ``seconds``
+    forward, as NTP or a resumed VM does; its monotonic clock and its sleep are the real ones."""
+    return SimpleNamespace(
+        time=lambda: time.time() + seconds, monotonic=time.monotonic, sleep=time.sleep
+    )
 
 
 @dataclass

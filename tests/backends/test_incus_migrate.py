@@ -13,8 +13,10 @@ pytest.importorskip("aiohttp", reason="the fake Incus API is an aiohttp server")
 
 from backends.fakeincus import Served
 from backends.incus_fixture import served, socket_config
+from fakes import FakeClock, stepped_time
 from opendrs.backends.base import Backend, BackendError, Handle, Progress
 from opendrs.backends.incus import IncusBackend
+from opendrs.backends.incus import migration as incus_migration
 from opendrs.backends.incus.rebalance import policy_defaults
 from opendrs.model.cluster import Move, Settings
 
@@ -191,14 +193,45 @@ def test_a_lost_answer_is_found_and_cancelled(served: Served, backend: IncusBack
     assert served.fake.instance("vm1").location == "m1"
 
 
-def test_a_migration_that_runs_too_long_is_given_up(served: Served) -> None:
+def test_a_migration_that_runs_too_long_is_given_up(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``migration_timeout`` is measured on the monotonic clock: a wall clock stepped two hours
+    forward leaves the move running; the monotonic clock past the timeout gives it up."""
     served.fake.migration_seconds = 5.0
-    backend = IncusBackend(socket_config(served, migration_timeout=10.0), Settings())
+    clock = FakeClock()
+    config = socket_config(served, migration_timeout=10.0)
+    backend = IncusBackend(config, Settings(), monotonic=clock.monotonic)
     try:
         handle = backend.start_migration(Move("vm1", "m1", "m2"))
-        old = Handle(handle.id, handle.move, handle.started - 20)
+        monkeypatch.setattr(incus_migration, "time", stepped_time(7200))
+        assert backend.poll(handle) == Progress("running")
+        clock.sleep(11)
+        progress = backend.poll(handle)
+    finally:
+        backend.close()
+    assert progress.state == "failed" and "did not end within 10s" in str(progress.reason)
+    assert any(c[0] == "DELETE" and "/1.0/operations/" in c[1] for c in served.fake.requests)
+
+
+def test_a_move_taken_over_after_a_restart_gets_its_timeout_from_then(served: Served) -> None:
+    """A move started by another process (its handle's wall-clock start long past) is given
+    ``migration_timeout`` from when this process first polls it."""
+    served.fake.migration_seconds = 5.0
+    clock = FakeClock()
+    config = socket_config(served, migration_timeout=10.0)
+    starter = IncusBackend(config, Settings())
+    backend = IncusBackend(config, Settings(), monotonic=clock.monotonic)
+    try:
+        handle = starter.start_migration(Move("vm1", "m1", "m2"))
+        old = Handle(handle.id, handle.move, handle.started - 3600)
+        assert backend.poll(old) == Progress("running")
+        clock.sleep(9)
+        assert backend.poll(old) == Progress("running")
+        clock.sleep(2)
         progress = backend.poll(old)
     finally:
+        starter.close()
         backend.close()
     assert progress.state == "failed" and "did not end within 10s" in str(progress.reason)
 

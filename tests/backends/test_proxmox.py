@@ -25,6 +25,7 @@ pytest.importorskip(
 pytest.importorskip("cryptography", reason="fakepve's certificates need cryptography")
 
 from backends.fakepve_fixture import FakeCluster, GiB, MiB
+from fakes import FakeClock, stepped_time
 from opendrs.backends.base import Backend, BackendError, Handle, Progress
 from opendrs.backends.proxmox import (
     ENV_TOKEN,
@@ -32,6 +33,7 @@ from opendrs.backends.proxmox import (
     ProxmoxConfig,
     parse_proxmox,
 )
+from opendrs.backends.proxmox import migration as proxmox_migration
 from opendrs.backends.proxmox.observe import crs_auto_rebalance, crs_ha_scheduler
 from opendrs.engine.constraints import movability
 from opendrs.model.cluster import Cluster, Move, Settings
@@ -892,6 +894,46 @@ def test_cancel_of_a_request_to_the_ha_stack_before_its_task(
     # No task yet: the HA stack cannot take a request back.
     assert backend.cancel(handle) is False
     assert requests_to(fake, "DELETE", "/tasks/") == 0 and fake.pve.stopped_tasks == []
+
+
+def test_the_ha_managers_grace_is_measured_on_the_monotonic_clock(
+    fake: FakeCluster, token_file: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request to the HA stack that the HA manager has not acted on yet: a wall clock stepped
+    two hours forward does not fail it; 300 s on the monotonic clock do."""
+    populate(fake)
+    fake.pve.time_scale = 1.0
+    fake.pve.ha_delay = 600  # the HA manager does not act during the test
+    clock = FakeClock()
+    backend = ProxmoxBackend(config_for(fake, token_file), Settings(), monotonic=clock.monotonic)
+    backend.observe()
+    handle = backend.start_migration(Move("105", "pve3", "pve1"))
+    monkeypatch.setattr(proxmox_migration, "time", stepped_time(7200))
+    assert backend.poll(handle) == Progress("running")
+    clock.sleep(301)
+    progress = backend.poll(handle)
+    assert progress.state == "failed"
+    assert "did not start moving vm:105 to pve1 within 300s" in str(progress.reason)
+
+
+def test_a_request_to_the_ha_stack_taken_over_after_a_restart_gets_its_grace_from_then(
+    fake: FakeCluster, token_file: str
+) -> None:
+    """A request made an hour ago by another process (its handle's wall-clock time says so):
+    the HA manager's 300 s count from this process's first poll of it."""
+    populate(fake)
+    fake.pve.time_scale = 1.0
+    fake.pve.ha_delay = 600
+    clock = FakeClock()
+    backend = ProxmoxBackend(config_for(fake, token_file), Settings(), monotonic=clock.monotonic)
+    backend.observe()
+    asked = int(time.time()) - 3600
+    handle = Handle(f"ha:vm:105:pve3:pve1:{asked}", Move("105", "pve3", "pve1"), asked)
+    assert backend.poll(handle) == Progress("running")
+    clock.sleep(299)
+    assert backend.poll(handle) == Progress("running")
+    clock.sleep(2)
+    assert backend.poll(handle).state == "failed"
 
 
 def test_cancel_of_a_request_to_the_ha_stack_stops_its_task(

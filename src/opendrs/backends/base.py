@@ -303,6 +303,36 @@ class SystemClock:
             time.sleep(seconds)
 
 
+class InFlightAges:
+    """How long each migration in flight has been known to this process, by its handle's id, on
+    a monotonic clock (``monotonic``), so that a step of the wall clock neither gives a migration
+    up nor prolongs it: from its start in this process, or, for one started before a restart
+    (known only by the wall clock, which may have been stepped since), from when this process
+    first asks about it. At most ``limit`` are kept (the oldest are forgotten first)."""
+
+    def __init__(self, monotonic: Callable[[], float], limit: int = 4096) -> None:
+        self._monotonic = monotonic
+        self._limit = limit
+        self._since: dict[str, float] = {}
+
+    def start(self, key: str) -> None:
+        """The migration ``key`` starts now."""
+        self._since.pop(key, None)
+        self.age(key)
+
+    def age(self, key: str) -> float:
+        """Seconds since ``key`` started, or since it was first asked about."""
+        now = self._monotonic()
+        since = self._since.setdefault(key, now)
+        while len(self._since) > self._limit:
+            del self._since[next(iter(self._since))]
+        return now - since
+
+    def forget(self, key: str) -> None:
+        """``key`` is over."""
+        self._since.pop(key, None)
+
+
 @runtime_checkable
 class Backend(Protocol):
     """A cluster the controller can observe and act on."""

@@ -17,6 +17,7 @@ it tells the controller three things the platform knows:
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -45,7 +46,9 @@ class IncusBackend:
         *,
         cluster_name: str | None = None,
         should_stop: Callable[[], bool] | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``monotonic``: the clock a move's ``migration_timeout`` is measured on."""
         self.config = config
         self.settings = settings
         self.should_stop: Callable[[], bool] = should_stop or (lambda: False)
@@ -59,7 +62,7 @@ class IncusBackend:
         self._interrupts = Interrupts(lambda: self.should_stop())
         self._client = Client(config, self._interrupts)
         self._observer = Observer(self._client, config, settings, cluster_name)
-        self._migrator = Migrator(self._client, config, settings, self._observer)
+        self._migrator = Migrator(self._client, config, settings, self._observer, monotonic)
 
     def __repr__(self) -> str:
         return f"IncusBackend({self.config.where}, project {self._scope})"

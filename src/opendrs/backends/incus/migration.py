@@ -22,16 +22,20 @@ stop request.
 
 The handle's id is the operation's id (``restart:OP`` for a restart move, whose current
 operation changes as it goes). Incus forgets an operation a few seconds after it ended: a poll
-that finds it gone settles the migration by where the instance is. After a move, the instance's
-``volatile.rebalance.last_move`` is set to the time (Unix seconds), as Incus's own balancer does,
-so that either balancer respects the other's cooldown; a server that refuses that key (LXD, or an
-Incus without it) gets ``user.opendrs.last_move`` instead, and both are read.
+that finds it gone settles the migration by where the instance is. A move still running after
+``migration_timeout`` is cancelled and fails; that time is measured on the monotonic clock, from
+the start or, for a move started before a restart, from this process's first poll of it. After a
+move, the instance's ``volatile.rebalance.last_move`` is set to the time (Unix seconds), as
+Incus's own balancer does, so that either balancer respects the other's cooldown; a server that
+refuses that key (LXD, or an Incus without it) gets ``user.opendrs.last_move`` instead, and both
+are read.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -40,6 +44,7 @@ from opendrs.backends.base import (
     RUNNING,
     BackendError,
     Handle,
+    InFlightAges,
     Progress,
     StartGate,
     failed,
@@ -82,10 +87,17 @@ class _Restart:
 
 class Migrator:
     """Starts, follows and stops migrations through ``client``; where an instance is comes from
-    ``observer``'s last observation (or the API)."""
+    ``observer``'s last observation (or the API). A move is given up after
+    ``config.migration_timeout`` on ``monotonic`` (see
+    :class:`~opendrs.backends.base.InFlightAges`)."""
 
     def __init__(
-        self, client: Client, config: IncusConfig, settings: Settings, observer: Observer
+        self,
+        client: Client,
+        config: IncusConfig,
+        settings: Settings,
+        observer: Observer,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._client = client
         self._config = config
@@ -98,6 +110,8 @@ class Migrator:
         self._vm_live: bool | None = None
         #: The operations of VM moves made by a stateful stop and start.
         self._stateful: set[str] = set()
+        #: How long each move in flight has taken, on the monotonic clock.
+        self._ages = InFlightAges(monotonic)
 
     # -- start ---------------------------------------------------------------------------------
 
@@ -138,6 +152,7 @@ class Migrator:
             operation,
         )
         self._observer.targets[move.guest] = move.target
+        self._ages.start(operation)
         return Handle(operation, move, time.time())
 
     def _moves_vms_live(self) -> bool:
@@ -206,6 +221,7 @@ class Migrator:
             operation,
         )
         self._observer.targets[move.guest] = move.target
+        self._ages.start(handle_id)
         return Handle(handle_id, move, time.time())
 
     # -- follow --------------------------------------------------------------------------------
@@ -220,9 +236,10 @@ class Migrator:
             progress = self._poll_operation(handle)
         if (
             progress.state == "running"
-            and time.time() - handle.started > self._config.migration_timeout
+            and self._ages.age(handle.id) > self._config.migration_timeout
         ):
             self.cancel(handle)
+            self._ages.forget(handle.id)
             return failed(
                 f"the move of {handle.move.guest} did not end within "
                 f"{self._config.migration_timeout:g}s"
@@ -231,6 +248,7 @@ class Migrator:
             self._record_move(handle.move)
         if progress.finished:
             self._observer.targets.pop(handle.move.guest, None)
+            self._ages.forget(handle.id)
         return progress
 
     def _operation(self, operation: str) -> dict[str, Any] | None:

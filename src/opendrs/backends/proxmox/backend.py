@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 from collections.abc import Callable, Mapping
 
 from opendrs.backends.base import Handle, Interrupts, Progress, StartGate
@@ -41,7 +42,9 @@ class ProxmoxBackend:
         cluster_name: str | None = None,
         environ: Mapping[str, str] | None = None,
         should_stop: Callable[[], bool] | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``monotonic``: the clock the HA manager's grace to start a move is measured on."""
         self.config = config
         #: Asked while a call waits for its answer: once true, the call is abandoned.
         self.should_stop: Callable[[], bool] = should_stop or (lambda: False)
@@ -58,7 +61,7 @@ class ProxmoxBackend:
         self._interrupts = Interrupts(lambda: self.should_stop())
         self._client = Client(config, secret, self._interrupts)
         self._observer = Observer(self._client, config, settings, cluster_name)
-        self._migrator = Migrator(self._client, settings, self._observer)
+        self._migrator = Migrator(self._client, settings, self._observer, monotonic)
 
     def __repr__(self) -> str:
         return f"ProxmoxBackend({', '.join(self.config.hosts)} as {self.config.auth_id})"

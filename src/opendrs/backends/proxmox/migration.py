@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -27,6 +28,7 @@ from opendrs.backends.base import (
     RUNNING,
     BackendError,
     Handle,
+    InFlightAges,
     Progress,
     StartGate,
     failed,
@@ -45,7 +47,9 @@ log = logging.getLogger(__name__)
 
 #: Task ids remembered to tell new HA tasks from old ones.
 _REMEMBERED: Final = 4096
-#: A request to the HA stack with no task and no HA state change after this long has failed.
+#: A request to the HA stack with no task and no HA state change after this long has failed
+#: (seconds on the monotonic clock, from the request or, after a restart, from when this process
+#: first asks about it).
 _HA_START_GRACE: Final = 300.0
 #: Clock difference tolerated between opendrs and the cluster when finding an HA task, seconds.
 _CLOCK_SLACK: Final = 10
@@ -74,9 +78,16 @@ def _parse_upid(text: str) -> _Upid | None:
 
 class Migrator:
     """Starts, follows and stops migrations through ``client``; where a guest is and which
-    storages are shared come from ``observer``'s last observation."""
+    storages are shared come from ``observer``'s last observation. The HA manager's grace to
+    start a requested move is measured on ``monotonic``."""
 
-    def __init__(self, client: Client, settings: Settings, observer: Observer) -> None:
+    def __init__(
+        self,
+        client: Client,
+        settings: Settings,
+        observer: Observer,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._client = client
         self._settings = settings
         self._observer = observer
@@ -84,6 +95,8 @@ class Migrator:
         self._resolved: dict[str, str] = {}
         #: The tasks followed already (an HA task found is not another handle's).
         self._followed: dict[str, None] = {}
+        #: How long each request to the HA stack has waited for its task, by handle id.
+        self._ha_waits = InFlightAges(monotonic, _REMEMBERED)
 
     # -- start ---------------------------------------------------------------------------------
 
@@ -264,7 +277,9 @@ class Migrator:
                     sid,
                 )
         log.info("asked the HA manager to %s %s from %s to %s", action, sid, move.source, target)
-        return Handle(f"ha:{sid}:{move.source}:{target}:{since}", move, time.time())
+        handle_id = f"ha:{sid}:{move.source}:{target}:{since}"
+        self._ha_waits.start(handle_id)
+        return Handle(handle_id, move, time.time())
 
     # -- follow --------------------------------------------------------------------------------
 
@@ -337,12 +352,20 @@ class Migrator:
         if task is not None:
             upid = task[0]
             self._remember(key, upid)
+            self._ha_waits.forget(key)
             log.info("%s: the HA manager's migration task is %s", sid, upid)
             return self._poll_task(upid, None)
-        return self._ha_progress(sid, target, since)
+        progress = self._ha_progress(sid, target, key)
+        if progress.finished:
+            self._ha_waits.forget(key)
+        return progress
 
-    def _ha_progress(self, sid: str, target: str, since: int) -> Progress:
-        """A request to the HA stack with no task yet, as the HA manager's status tells it."""
+    def _ha_progress(self, sid: str, target: str, key: str) -> Progress:
+        """A request to the HA stack with no task yet (handle id ``key``), as the HA manager's
+        status tells it. The HA manager is given :data:`_HA_START_GRACE` on the monotonic clock
+        to act on it: the request's wall-clock time in the handle's id only finds its task (it
+        survives a restart, but a step of the wall clock moves it), so after a restart the grace
+        counts from when this process first asks."""
         status = as_dict(
             self._client.get("cluster/ha/status/manager_status"),
             "/cluster/ha/status/manager_status",
@@ -359,7 +382,7 @@ class Migrator:
             return failed(f"the HA manager put {sid} in the error state")
         if target and service.get("node") == target:
             return DONE
-        if time.time() - since > _HA_START_GRACE:
+        if self._ha_waits.age(key) > _HA_START_GRACE:
             return failed(
                 f"the HA manager did not start moving {sid} to {target or 'its target'} "
                 f"within {_HA_START_GRACE:g}s (see 'ha-manager status')"
