@@ -31,7 +31,7 @@ from opendrs.engine.strategies.base import (
     Proposal,
     Stop,
 )
-from opendrs.engine.strategies.exact_repair import REPAIR_TIME_LIMIT
+from opendrs.engine.strategies.exact_repair import REPAIR_WALL_CAP
 from opendrs.engine.usage import (
     CapacityModel,
     LoadModel,
@@ -679,6 +679,11 @@ def _verdict(info: object) -> str:
             f" — the exact repair takes {info['needs']} migrations, more than max_moves "
             f"{info['max_moves']}"
         )
+    if "cut" in info:
+        return (
+            f" — the exact repair ran past its {REPAIR_WALL_CAP:g} s wall-clock cap (a busy "
+            "machine) and is not used, as it would not repeat"
+        )
     if status == "INFEASIBLE" and info.get("complete"):
         return " — no placement repairs it, even moving other guests"
     if status == "INFEASIBLE":
@@ -687,7 +692,7 @@ def _verdict(info: object) -> str:
             "repair looked at"
         )
     if status in ("UNKNOWN", "MODEL_INVALID"):
-        return f" — the exact repair found none within {REPAIR_TIME_LIMIT:g} s"
+        return " — the exact repair found none within its search budget"
     return ""
 
 
