@@ -9,13 +9,16 @@ time spent than the budget.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import numpy as np
 import pytest
 
+from opendrs.engine.constraints import Constraints
 from opendrs.engine.planner import plan_with_retries
-from opendrs.engine.policy import repair
+from opendrs.engine.policy import PolicyConfig, repair
+from opendrs.engine.policy.repair import Repair, repair_within_guards, repairs_needed
 from opendrs.engine.strategies import exact_repair as exact_module
 from opendrs.engine.strategies.balance.options import BalanceOptions
 from opendrs.engine.strategies.balance.strategy import propose_balance
@@ -129,3 +132,32 @@ def test_a_plan_is_repeatable_only_if_every_proposal_of_it_was() -> None:
     proposal, plan = plan_with_retries(swap, propose)
     assert asked == [frozenset(), frozenset({("1", "b")})] and plan.feasible
     assert proposal.options["repair"] == {"exact": "FEASIBLE", "deterministic": False}
+
+
+def test_the_daemon_s_repair_is_repeatable_only_if_both_its_attempts_were(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Within the guards the repair leaves 1 stuck; kept off the failed targets only, its search
+    was cut and leaves more: the first is chosen, but a quiet machine might choose the second."""
+    maintenance = cluster("maintenance")
+    cons = Constraints.build(maintenance)
+    same = cluster_imbalance(maintenance)
+    needed = repairs_needed(maintenance, cons)
+
+    def made(repeatable: bool, stuck: int) -> Repair:
+        search = {"exact": "FEASIBLE", "deterministic": repeatable}
+        proposal = Proposal("repair", (), same, same, "done", options={"repair": search})
+        return Repair(needed, proposal, None, tuple((str(k), "stuck") for k in range(stuck)))
+
+    def kept_off(*args: Any) -> Repair:
+        forbidden = args[-1]
+        return made(True, 1) if forbidden else made(False, 2)
+
+    # The module, not the package's function of the same name.
+    repair_module = importlib.import_module("opendrs.engine.policy.repair")
+    monkeypatch.setattr(repair_module, "repair_kept_off", kept_off)
+    guarded = frozenset({("1", "t")})
+    chosen, kept = repair_within_guards(maintenance, cons, PolicyConfig(), guarded, frozenset())
+    assert kept == guarded and len(chosen.stuck) == 1
+    assert chosen.proposal is not None
+    assert chosen.proposal.options["repair"] == {"exact": "FEASIBLE", "deterministic": False}

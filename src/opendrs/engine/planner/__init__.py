@@ -124,8 +124,8 @@ def plan_with_retries(
     unsure: set[str] = set()
     while True:
         proposal = propose(frozenset(forbidden))
-        unsure |= _unrepeatable(proposal)
-        proposal = _not_repeatable(proposal, unsure)
+        unsure |= unrepeatable(proposal)
+        proposal = not_repeatable(proposal, unsure)
         attempts += 1
         target = final_placement(proposal.net_moves())
         plan = plan_moves(
@@ -150,7 +150,7 @@ def plan_with_retries(
     return proposal, replace(plan, problems=(*plan.problems, note))
 
 
-def _unrepeatable(proposal: Proposal) -> set[str]:
+def unrepeatable(proposal: Proposal) -> set[str]:
     """The options of ``proposal`` that hold a search which says it is not repeatable
     (``deterministic`` False)."""
     return {
@@ -160,7 +160,7 @@ def _unrepeatable(proposal: Proposal) -> set[str]:
     }
 
 
-def _not_repeatable(proposal: Proposal, keys: set[str]) -> Proposal:
+def not_repeatable(proposal: Proposal, keys: set[str]) -> Proposal:
     """``proposal`` with ``deterministic`` False in each of its options named in ``keys`` that
     holds a search."""
     marked = {
@@ -184,4 +184,13 @@ def _requests(cluster: Cluster, target: Mapping[str, str]) -> list[tuple[int, in
     return out
 
 
-__all__ = ["Moving", "Plan", "PlannedMove", "final_placement", "plan_moves", "plan_with_retries"]
+__all__ = [
+    "Moving",
+    "Plan",
+    "PlannedMove",
+    "final_placement",
+    "not_repeatable",
+    "plan_moves",
+    "plan_with_retries",
+    "unrepeatable",
+]
