@@ -111,14 +111,21 @@ def plan_with_retries(
     ``forbidden`` and the strategy is asked again, at most ``max_retries`` times. If it never gets
     there, the last proposal is returned with the plan of its reachable part (``feasible`` False,
     ``problems`` naming the dropped placements). Every move of the returned plan is safe.
+
+    Each proposal's forbidden placements come from the ones before it, so the returned one is
+    repeatable only if they all were: an option's ``deterministic`` (a search's, such as
+    ``options.repair``) that any of them gave False is False in the returned one.
     """
     if max_retries < 0:
         raise ValueError(f"max_retries must be at least 0, not {max_retries}")
     cons = constraints if constraints is not None else Constraints.build(cluster)
     forbidden: set[tuple[str, str]] = set()
     attempts = 0
+    unsure: set[str] = set()
     while True:
         proposal = propose(frozenset(forbidden))
+        unsure |= unrepeatable(proposal)
+        proposal = not_repeatable(proposal, unsure)
         attempts += 1
         target = final_placement(proposal.net_moves())
         plan = plan_moves(
@@ -143,6 +150,27 @@ def plan_with_retries(
     return proposal, replace(plan, problems=(*plan.problems, note))
 
 
+def unrepeatable(proposal: Proposal) -> set[str]:
+    """The options of ``proposal`` that hold a search which says it is not repeatable
+    (``deterministic`` False)."""
+    return {
+        key
+        for key, value in proposal.options.items()
+        if isinstance(value, Mapping) and value.get("deterministic") is False
+    }
+
+
+def not_repeatable(proposal: Proposal, keys: set[str]) -> Proposal:
+    """``proposal`` with ``deterministic`` False in each of its options named in ``keys`` that
+    holds a search."""
+    marked = {
+        key: {**value, "deterministic": False}
+        for key, value in proposal.options.items()
+        if key in keys and isinstance(value, Mapping) and value.get("deterministic") is True
+    }
+    return replace(proposal, options={**proposal.options, **marked}) if marked else proposal
+
+
 def _requests(cluster: Cluster, target: Mapping[str, str]) -> list[tuple[int, int]]:
     """(guest index, node index) of every requested placement, in guest id order."""
     gidx, nidx = cluster.guest_index, cluster.node_index
@@ -156,4 +184,13 @@ def _requests(cluster: Cluster, target: Mapping[str, str]) -> list[tuple[int, in
     return out
 
 
-__all__ = ["Moving", "Plan", "PlannedMove", "final_placement", "plan_moves", "plan_with_retries"]
+__all__ = [
+    "Moving",
+    "Plan",
+    "PlannedMove",
+    "final_placement",
+    "not_repeatable",
+    "plan_moves",
+    "plan_with_retries",
+    "unrepeatable",
+]

@@ -21,7 +21,7 @@ from opendrs.engine.constraints import (
     movability,
 )
 from opendrs.engine.distinct import distinct
-from opendrs.engine.planner import Plan, PlannedMove
+from opendrs.engine.planner import Plan, PlannedMove, not_repeatable, unrepeatable
 from opendrs.engine.policy.config import PolicyConfig
 from opendrs.engine.policy.needs import Broken, BrokenKind, need_sentence
 from opendrs.engine.policy.planning import Limits, plan_within, truncate
@@ -31,7 +31,7 @@ from opendrs.engine.strategies.base import (
     Proposal,
     Stop,
 )
-from opendrs.engine.strategies.exact_repair import REPAIR_TIME_LIMIT
+from opendrs.engine.strategies.exact_repair import REPAIR_WALL_CAP
 from opendrs.engine.usage import (
     CapacityModel,
     LoadModel,
@@ -290,7 +290,8 @@ def repair_within_guards(
     targets, if it leaves fewer — a guest must leave a node in maintenance or a broken rule
     whatever its cooldown. Not for a node that only runs hot: relieving it is worth no flapping,
     so the guards hold there (the policy may lift the cooldown alone for it:
-    ``decide._relief_past_cooldown``). Also the placements the repair kept off."""
+    ``decide._relief_past_cooldown``). Also the placements the repair kept off. The one
+    chosen is repeatable (its searches' ``deterministic``) only if both were: both chose it."""
 
     def attempt(forbidden: frozenset[tuple[str, str]]) -> Repair:
         return repair_kept_off(cluster, cons, config, forbidden)
@@ -299,9 +300,14 @@ def repair_within_guards(
     if not fixed.needed or not fixed.stuck or guarded == failed or only_hot(cluster, cons):
         return fixed, guarded
     relaxed = attempt(failed)
-    if len(relaxed.stuck) >= len(fixed.stuck):
-        return fixed, guarded
-    return relaxed, failed
+    made = [r.proposal for r in (fixed, relaxed) if r.proposal is not None]
+    unsure = set().union(*(unrepeatable(p) for p in made))
+    chosen, kept_off = (
+        (fixed, guarded) if len(relaxed.stuck) >= len(fixed.stuck) else (relaxed, failed)
+    )
+    if chosen.proposal is not None:
+        chosen = replace(chosen, proposal=not_repeatable(chosen.proposal, unsure))
+    return chosen, kept_off
 
 
 def repair_kept_off(
@@ -679,6 +685,11 @@ def _verdict(info: object) -> str:
             f" — the exact repair takes {info['needs']} migrations, more than max_moves "
             f"{info['max_moves']}"
         )
+    if "cut" in info:
+        return (
+            f" — the exact repair ran past its {REPAIR_WALL_CAP:g} s wall-clock cap (a busy "
+            "machine) and is not used, as it would not repeat"
+        )
     if status == "INFEASIBLE" and info.get("complete"):
         return " — no placement repairs it, even moving other guests"
     if status == "INFEASIBLE":
@@ -687,7 +698,7 @@ def _verdict(info: object) -> str:
             "repair looked at"
         )
     if status in ("UNKNOWN", "MODEL_INVALID"):
-        return f" — the exact repair found none within {REPAIR_TIME_LIMIT:g} s"
+        return " — the exact repair found none within its search budget"
     return ""
 
 

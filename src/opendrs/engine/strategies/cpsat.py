@@ -51,10 +51,12 @@ def new_solver(wall: float, workers: int, seed: int, det: float | None = None) -
     return solver
 
 
-def budget_spent(solver: cp_model.CpSolver, time_limit: float) -> bool:
-    """Whether ``solver`` (one worker, limited by :func:`new_solver` to ``time_limit``) used up
-    its deterministic budget: then that budget, not the wall clock, ended the search."""
-    return solver.deterministic_time >= time_limit * DETERMINISTIC_SHARE * 0.999
+def budget_spent(solver: cp_model.CpSolver, time_limit: float, det: float | None = None) -> bool:
+    """Whether ``solver`` (one worker, limited by :func:`new_solver` to ``time_limit``, and
+    ``det`` deterministic units where given) used up its deterministic budget: then that budget,
+    not the wall clock, ended the search."""
+    budget = time_limit * DETERMINISTIC_SHARE if det is None else det
+    return solver.deterministic_time >= budget * 0.999
 
 
 def as_units(

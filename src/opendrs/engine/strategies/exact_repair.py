@@ -5,6 +5,12 @@ A small model of its own, on the units the caller hands it (their capacity deman
 may end on and what each costs, the pairs kept apart): it knows nothing of the ``optimal``
 strategy, whose CP-SAT habits it shares (:mod:`.cpsat`: one worker, a fixed seed, a deterministic
 budget, capacities in whole units).
+
+**Repeatable or not used.** The search ends on its deterministic budget (:data:`REPAIR_BUDGET`)
+or a proof, which do not depend on machine load. The wall-clock cap (:data:`REPAIR_WALL_CAP`) is a
+safety net far above what that budget takes; should it strike first (a very busy machine), what
+CP-SAT had then would not repeat, so it is not used: no placement, ``deterministic`` False, and
+the caller keeps the greedy repair's answer, which repeats.
 """
 
 from __future__ import annotations
@@ -22,9 +28,13 @@ from .cpsat import as_units, budget_spent, new_solver
 if TYPE_CHECKING:
     from ortools.sat.python import cp_model
 
-#: Wall-clock bound of an exact repair, seconds. With one worker a fifth of it in deterministic
-#: time normally ends the search first, so that the answer repeats (see :func:`.cpsat.new_solver`).
-REPAIR_TIME_LIMIT = 10.0
+#: Budget of an exact repair in CP-SAT's deterministic time: it ends the search, so that the
+#: answer repeats. One core does about 0.25–0.9 units a second (2.3–4.9 s of CPU for these 2 on
+#: a 20-node, 700-guest cluster; docs/performance.md).
+REPAIR_BUDGET = 2.0
+#: Wall-clock cap of an exact repair, seconds: a safety net 30 s per unit of the budget, so that
+#: it strikes only on a machine more than about seven times slower than a free core.
+REPAIR_WALL_CAP = 30.0 * REPAIR_BUDGET
 
 
 @dataclass(frozen=True)
@@ -32,7 +42,8 @@ class RepairSolution:
     """What the exact repair model found: the node of each unit, or None without a solution.
 
     ``status`` is CP-SAT's (OPTIMAL, FEASIBLE, INFEASIBLE, UNKNOWN); ``deterministic`` says that
-    the deterministic budget, not the wall clock, ended the search (the answer repeats).
+    the deterministic budget or a proof, not the wall clock, ended the search (the answer
+    repeats). Where the wall clock did, ``choice`` is None whatever CP-SAT had found.
     """
 
     status: str
@@ -48,7 +59,8 @@ def solve_repair(
     cost: list[np.ndarray],
     apart: list[tuple[int, int]],
     *,
-    time_limit: float = REPAIR_TIME_LIMIT,
+    budget: float = REPAIR_BUDGET,
+    wall: float = REPAIR_WALL_CAP,
     seed: int = 0,
 ) -> RepairSolution:
     """The cheapest placement of some units that keeps every hard constraint, with CP-SAT.
@@ -56,8 +68,9 @@ def solve_repair(
     ``need`` (U, D) is each unit's capacity demand, ``room`` (N, D) what the guests left out of
     the model leave free on each node (negative where they alone are over a limit); ``domain[u]``
     the nodes unit ``u`` may end on and ``cost[u]`` the migration cost of each of them (0 where
-    it is now); ``apart`` pairs of units that may not share a node. One worker, a fixed seed and a
-    deterministic budget: the same input gives the same answer.
+    it is now); ``apart`` pairs of units that may not share a node. One worker, a fixed seed and
+    ``budget`` units of deterministic time: the same input gives the same answer — or, where the
+    ``wall`` seconds cap strikes first, no answer (see the module's documentation).
     """
     from ortools.sat.python import cp_model  # imported when solving: it is large
 
@@ -80,12 +93,12 @@ def solve_repair(
         stay = dom[cost[u] == 0]
         for n, var in y[u].items():
             m.add_hint(var, int(stay.size > 0 and n == int(stay[0])))
-    solver = new_solver(time_limit, 1, seed)
+    solver = new_solver(wall, 1, seed, budget)
     status = solver.solve(m)
     deterministic = status in (cp_model.OPTIMAL, cp_model.INFEASIBLE) or budget_spent(
-        solver, time_limit
+        solver, wall, budget
     )
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+    if not deterministic or status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return RepairSolution(solver.status_name(status), None, deterministic)
     choice = np.array(
         [next(n for n, var in row.items() if solver.boolean_value(var)) for row in y],
@@ -139,4 +152,4 @@ def _repair_capacity(
                 )
 
 
-__all__ = ["REPAIR_TIME_LIMIT", "RepairSolution", "solve_repair"]
+__all__ = ["REPAIR_BUDGET", "REPAIR_WALL_CAP", "RepairSolution", "solve_repair"]

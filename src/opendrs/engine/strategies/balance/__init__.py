@@ -92,9 +92,10 @@ join them there — and nowhere when they are on several nodes.
 
 **Exact repair.** The greedy repair moves only the units that break something; when one can go
 nowhere — its only possible node must first shed a small guest, two full nodes must swap — the
-exact model (:func:`~opendrs.engine.strategies.exact_repair.solve_repair`, CP-SAT, bounded in time,
-repeatable) places the stuck units and the units that may make room for them at the least
-migration cost (see :func:`.exact.exact_repair` for which units and nodes it holds).
+exact model (:func:`~opendrs.engine.strategies.exact_repair.solve_repair`, CP-SAT, on a
+deterministic budget: repeatable; cut by its wall-clock safety net, not used) places the stuck
+units and the units that may make room for them at the least migration cost (see
+:func:`.exact.exact_repair` for which units and nodes it holds).
 Its moves are made all together, or not at all when they would exceed ``max_moves`` (the policy
 then asks for the whole repair and keeps the first steps of its plan); what is left is noted as
 not repaired, and ``Proposal.options["repair"]`` says what the exact repair found.

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from opendrs.engine.distinct import distinct
-from opendrs.engine.strategies.exact_repair import REPAIR_TIME_LIMIT, solve_repair
+from opendrs.engine.strategies.exact_repair import REPAIR_WALL_CAP, solve_repair
 
 from ..base import migration_cost
 from .state import BalanceState
@@ -35,6 +35,9 @@ def exact_repair(
     least to take them, and the units there, which may stay, go to one of those nodes or to one
     of the nodes with the most room. Then, if it finds nothing and the cluster is small, every
     movable unit on every node. A unit that no allowed node could hold even empty stays out.
+    The summary's ``deterministic`` is True only when every model's search ended on its
+    deterministic budget or a proof; a search the wall clock cut ends the repair with no moves
+    (the greedy repair's answer stands: :mod:`~opendrs.engine.strategies.exact_repair`).
     """
     units = state.units
     movable = [u for u in dict.fromkeys(stuck) if units.movable[u] or units.anchored[u]]
@@ -52,12 +55,14 @@ def exact_repair(
         complete = len(movable) <= REPAIR_UNITS and len(model) == n_movable
         complete = bool(complete and np.all(allow[:, usable]))
         model, domain = _repair_model_domains(state, model, allow)
-        found = solve_repair(*_repair_inputs(state, model, domain), time_limit=REPAIR_TIME_LIMIT)
+        found = solve_repair(*_repair_inputs(state, model, domain))
         nodes = distinct(np.concatenate(domain)).size if domain else 0
         info.update(exact=found.status, units=len(model), nodes=nodes, complete=complete)
-        info["deterministic"] = found.deterministic
+        if not found.deterministic:
+            info["cut"] = "wall clock"  # (its answer is not used, and no other model runs)
+        info["deterministic"] = "cut" not in info
         small = n_movable * np.count_nonzero(usable) <= REPAIR_PAIRS
-        if found.choice is not None or complete or not small:
+        if found.choice is not None or complete or not small or "cut" in info:
             break
     if found.choice is None:
         return [], info
@@ -199,6 +204,11 @@ def exact_note(info: dict[str, Any]) -> str:
         text += f" over {info['units']} units and {info['nodes']} nodes"
     if info["hopeless"]:
         text += f"; {info['hopeless']} units fit no allowed node even empty"
+    if "cut" in info:
+        text += (
+            f"; stopped by its {REPAIR_WALL_CAP:g} s wall-clock cap before its deterministic"
+            " budget (a busy machine): not used, as it would not repeat"
+        )
     if "needs" in info:
         text += f"; not made: {info['needs']} moves, more than max_moves {info['max_moves']}"
     return text

@@ -1,0 +1,163 @@
+"""The exact repair is repeatable or not used: a search the wall clock cut before its
+deterministic budget gives no placement (the greedy repair's answer stands) and says so, and a
+plan whose searches were not all repeatable never says ``deterministic: True``.
+
+A cut is made without timing anything: the solver is the real one, run to its end, which then
+reports what a wall-clock cut looks like — a first solution (FEASIBLE) and less deterministic
+time spent than the budget.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import numpy as np
+import pytest
+
+from opendrs.engine.constraints import Constraints
+from opendrs.engine.planner import plan_with_retries
+from opendrs.engine.policy import PolicyConfig, repair
+from opendrs.engine.policy.repair import Repair, repair_within_guards, repairs_needed
+from opendrs.engine.strategies import exact_repair as exact_module
+from opendrs.engine.strategies.balance.options import BalanceOptions
+from opendrs.engine.strategies.balance.strategy import propose_balance
+from opendrs.engine.strategies.base import Proposal, ProposedMove, cluster_imbalance
+from opendrs.engine.strategies.exact_repair import REPAIR_BUDGET, REPAIR_WALL_CAP, solve_repair
+from opendrs.engine.usage import Dimension, DimensionKind
+from repairs import cluster
+
+VCPUS = Dimension(DimensionKind.VCPUS)
+
+
+class _CutSolver:
+    """A real CP-SAT solver that, once its search is over, reports a wall-clock cut: FEASIBLE,
+    with a tenth of the deterministic budget spent."""
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+        self.parameters = real.parameters
+
+    def solve(self, model: Any) -> Any:
+        from ortools.sat.python import cp_model
+
+        self._real.solve(model)
+        return cp_model.FEASIBLE
+
+    @property
+    def deterministic_time(self) -> float:
+        return 0.1 * self.parameters.max_deterministic_time
+
+    def status_name(self, status: Any) -> str:
+        return str(self._real.status_name(status))
+
+    def boolean_value(self, var: Any) -> bool:
+        return bool(self._real.boolean_value(var))
+
+
+@pytest.fixture
+def wall_clock_cuts(monkeypatch: pytest.MonkeyPatch) -> list[tuple[float, float]]:
+    """Every exact repair search is cut by the wall clock; the (wall cap, budget) each got."""
+    real_new_solver = exact_module.new_solver
+    asked: list[tuple[float, float]] = []
+
+    def cut_solver(wall: float, workers: int, seed: int, det: float | None = None) -> Any:
+        asked.append((wall, det if det is not None else -1.0))
+        return _CutSolver(real_new_solver(wall, workers, seed, det))
+
+    monkeypatch.setattr(exact_module, "new_solver", cut_solver)
+    return asked
+
+
+def test_the_wall_clock_cap_is_a_safety_net_far_above_the_budget() -> None:
+    # One core does at least 0.25 units of deterministic time a second: the budget takes at
+    # most 8 s of CPU, and the cap waits for a machine more than seven times slower.
+    assert REPAIR_BUDGET == 2.0
+    assert REPAIR_WALL_CAP >= 7 * REPAIR_BUDGET / 0.25
+
+
+def test_a_search_the_wall_clock_cut_gives_no_placement(
+    wall_clock_cuts: list[tuple[float, float]],
+) -> None:
+    need = np.array([[2.0], [2.0]])
+    room = np.array([[4.0], [4.0]])
+    domain = [np.array([0, 1]), np.array([0, 1])]
+    found = solve_repair(need, room, (VCPUS,), domain, [np.array([0, 5]), np.array([3, 1])], [])
+    assert wall_clock_cuts == [(REPAIR_WALL_CAP, REPAIR_BUDGET)]
+    assert found.status == "FEASIBLE" and not found.deterministic
+    assert found.choice is None  # what CP-SAT had then would not repeat
+
+
+def test_a_repair_the_wall_clock_cut_keeps_the_greedy_answer_and_says_so(
+    wall_clock_cuts: list[tuple[float, float]],
+) -> None:
+    proposal = propose_balance(cluster("maintenance"), BalanceOptions(target_spread=1e6))
+    info = proposal.options["repair"]
+    assert info["deterministic"] is False and info["cut"] == "wall clock"
+    assert proposal.moves == ()  # the greedy repair places nothing here
+    assert len(wall_clock_cuts) == 1  # no second, whole model after a cut
+    note = next(n for n in proposal.notes if n.startswith("exact repair"))
+    assert f"stopped by its {REPAIR_WALL_CAP:g} s wall-clock cap" in note
+    fixed = repair(cluster("maintenance"))
+    assert [g for g, _ in fixed.stuck] == ["1"]
+    assert fixed.stuck[0][1].endswith(
+        f" — the exact repair ran past its {REPAIR_WALL_CAP:g} s wall-clock cap (a busy "
+        "machine) and is not used, as it would not repeat"
+    )
+
+
+def test_a_repair_on_its_budget_says_it_repeats() -> None:
+    proposal = propose_balance(cluster("maintenance"), BalanceOptions(target_spread=1e6))
+    info = proposal.options["repair"]
+    assert info["deterministic"] is True and "cut" not in info
+    assert sorted((m.guest, m.target) for m in proposal.moves) == [("1", "t"), ("2", "s")]
+
+
+def test_a_plan_is_repeatable_only_if_every_proposal_of_it_was() -> None:
+    """The first proposal's search was cut and its placement unreachable; the second, made
+    with that placement forbidden, ended on its budget: the plan is not repeatable (a quiet
+    machine forbids other placements and gets another plan)."""
+    swap = cluster("swap")
+    same = cluster_imbalance(swap)
+    asked: list[frozenset[tuple[str, str]]] = []
+
+    def propose(forbidden: frozenset[tuple[str, str]]) -> Proposal:
+        asked.append(forbidden)
+        # 1 (6 GiB) onto b, full with 2 and 4: a target no order reaches.
+        moves = () if forbidden else (ProposedMove("1", "a", "b", "m", 0.0, 0.0, 1),)
+        repeatable = bool(forbidden)
+        search = {"exact": "FEASIBLE", "deterministic": repeatable}
+        return Proposal("test", moves, same, same, "done", options={"repair": search})
+
+    proposal, plan = plan_with_retries(swap, propose)
+    assert asked == [frozenset(), frozenset({("1", "b")})] and plan.feasible
+    assert proposal.options["repair"] == {"exact": "FEASIBLE", "deterministic": False}
+
+
+def test_the_daemon_s_repair_is_repeatable_only_if_both_its_attempts_were(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Within the guards the repair leaves 1 stuck; kept off the failed targets only, its search
+    was cut and leaves more: the first is chosen, but a quiet machine might choose the second."""
+    maintenance = cluster("maintenance")
+    cons = Constraints.build(maintenance)
+    same = cluster_imbalance(maintenance)
+    needed = repairs_needed(maintenance, cons)
+
+    def made(repeatable: bool, stuck: int) -> Repair:
+        search = {"exact": "FEASIBLE", "deterministic": repeatable}
+        proposal = Proposal("repair", (), same, same, "done", options={"repair": search})
+        return Repair(needed, proposal, None, tuple((str(k), "stuck") for k in range(stuck)))
+
+    def kept_off(*args: Any) -> Repair:
+        forbidden = args[-1]
+        return made(True, 1) if forbidden else made(False, 2)
+
+    # The module, not the package's function of the same name.
+    repair_module = importlib.import_module("opendrs.engine.policy.repair")
+    monkeypatch.setattr(repair_module, "repair_kept_off", kept_off)
+    guarded = frozenset({("1", "t")})
+    chosen, kept = repair_within_guards(maintenance, cons, PolicyConfig(), guarded, frozenset())
+    assert kept == guarded and len(chosen.stuck) == 1
+    assert chosen.proposal is not None
+    assert chosen.proposal.options["repair"] == {"exact": "FEASIBLE", "deterministic": False}
