@@ -77,5 +77,10 @@ def add_run_parser(sub: Subcommands) -> None:
         action="store_true",
         help="never migrate, whatever the file says, through every reload",
     )
-    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    p.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="debug logging, whatever the file says, through every reload",
+    )
     p.set_defaults(func=cmd_run)
