@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -57,3 +59,31 @@ def test_many_bars_name_at_most_forty_categories_evenly() -> None:
     svg = bar_chart(names, {"load": [i / 128 for i in range(128)]}, title="t", ylabel="y")
     shown = [text for text in _texts(svg) if text.startswith("node")]
     assert shown == names[::4]
+
+
+def test_charts_drawn_from_several_threads_are_the_same_and_warn_of_no_glyph() -> None:
+    """The dashboard draws from its request threads: each draws the same bytes, and a name the
+    charts' font lacks (CJK) is no warning — in a process where a warning is an error, so that a
+    glyph filter lost while another thread draws would show."""
+    program = """
+import threading
+from opendrs.report.charts import bar_chart
+drawn = []
+def draw():
+    for _ in range(3):
+        drawn.append(bar_chart(["\u4e2d\u6587", "b"], {"x": [1, 2]}, title="t", ylabel="y"))
+threads = [threading.Thread(target=draw) for _ in range(4)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+assert len(drawn) == 12 and len(set(drawn)) == 1, len(set(drawn))
+"""
+    done = subprocess.run(
+        [sys.executable, "-W", "error", "-c", program],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0 and done.stderr == "", done.stderr

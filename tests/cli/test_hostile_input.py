@@ -8,6 +8,7 @@ reading."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import json
 import os
@@ -510,14 +511,12 @@ def test_a_command_that_reads_only_the_history_does_not_need_the_scenario(tmp_pa
     assert "kept.sqlite" in err and "gone.yaml" not in err, err
 
 
-@pytest.mark.parametrize("args", [("strategies",), ("show", "demo", "--format", "json")])
-def test_an_output_that_cannot_be_written_is_one_line_and_no_bug(args: tuple[str, ...]) -> None:
-    """``opendrs … > file`` on a full disk (``/dev/full``): the disk's problem, said in one line
-    with exit status 1, not an internal error of opendrs."""
+def into_full_disk(*args: str) -> subprocess.CompletedProcess[str]:
+    """``opendrs ARGS > /dev/full``: a full disk under standard output."""
     if not os.path.exists("/dev/full"):
         pytest.skip("no /dev/full here")
     with open("/dev/full", "w") as full:
-        done = subprocess.run(
+        return subprocess.run(
             [sys.executable, "-m", "opendrs", *args],
             stdin=subprocess.DEVNULL,
             stdout=full,
@@ -526,6 +525,45 @@ def test_an_output_that_cannot_be_written_is_one_line_and_no_bug(args: tuple[str
             timeout=300,
             check=False,
         )
+
+
+def test_a_file_the_command_writes_on_a_full_disk_is_its_own_error() -> None:
+    """``opendrs init -o FILE`` onto a full disk (``/dev/full``), its standard output full too:
+    the file it could not write is named (exit status 2), not the output."""
+    done = into_full_disk("init", "--platform", "proxmox", "-o", "/dev/full", "--force")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        "error: --output: cannot write /dev/full: No space left on device"
+    ], done.stderr
+
+
+@pytest.mark.parametrize(
+    ("error", "said"),
+    [
+        (OSError(errno.EIO, "Input/output error"), "a file: Input/output error"),
+        (OSError(errno.ENOSPC, "No space left on device", "x.yaml"), "x.yaml: No space left"),
+    ],
+)
+def test_a_failed_read_or_write_of_another_file_is_not_the_output(
+    monkeypatch: pytest.MonkeyPatch, error: OSError, said: str
+) -> None:
+    """An I/O error that did not come from writing standard output (reading the snapshot here)
+    is not said to be the output's, and standard output is left as it is."""
+
+    def failing(path: str) -> None:
+        raise error
+
+    monkeypatch.setattr("opendrs.cli.cluster_command.read_cluster", failing)
+    code, out, err = run("show", "snapshot.yaml")
+    assert code == 1 and out == "", (code, err)
+    assert err.startswith(f"error: cannot read or write {said}") and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("args", [("strategies",), ("show", "demo", "--format", "json")])
+def test_an_output_that_cannot_be_written_is_one_line_and_no_bug(args: tuple[str, ...]) -> None:
+    """``opendrs … > file`` on a full disk (``/dev/full``): the disk's problem, said in one line
+    with exit status 1, not an internal error of opendrs."""
+    done = into_full_disk(*args)
     assert done.returncode == 1, done.stderr
     assert done.stderr.splitlines() == [
         "error: cannot write the output: No space left on device"

@@ -19,7 +19,7 @@ pytest.importorskip(
 pytest.importorskip("cryptography", reason="fakepve's certificates need cryptography")
 
 from backends.fakepve_fixture import TOKEN_ID, TOKEN_SECRET, FakeCluster
-from daemon import Daemon, stepped_clock
+from daemon import Daemon, fetch, served, stepped_clock
 from pve_daemon import fake_cluster, secret_file, shadow_config
 
 #: What the warning about a setting a reload cannot change says.
@@ -86,22 +86,70 @@ def test_a_reload_to_a_shorter_interval_decides_at_the_new_interval(
         assert daemon.stop() == 0
 
 
+@pytest.mark.parametrize("backend_changed", [False, True], ids=["same-backend", "new-timeout"])
 def test_a_reload_after_a_new_token_secret_logs_in_with_it(
-    tmp_path: Path, fake: FakeCluster
+    tmp_path: Path, fake: FakeCluster, backend_changed: bool
 ) -> None:
     """The token's secret renewed on Proxmox and written to the token file: ``systemctl reload
-    opendrs`` is enough, as for every other change of the file it reads."""
+    opendrs`` is enough, as for every other change of the file it reads — also when the reload
+    changes the backend section too (which waits for a restart; the secret does not)."""
     config = shadow_config(tmp_path, fake)
+    text = config.read_text()
+    if backend_changed:
+        assert "  timeout: 5s\n" in text
+        text = text.replace("  timeout: 5s\n", "  timeout: 7s\n")
     renewed = "0c4e1f2a-7d3b-4e5f-9a8b-1c2d3e4f5a6b"
     with Daemon(config) as daemon:
         daemon.wait_for(r"decision \(shadow\)")
         fake.pve.apitokens[TOKEN_ID] = renewed
         daemon.wait_for(r"cannot observe the cluster.*authentication failed", after=daemon.mark)
         secret_file(tmp_path / "token", renewed)
-        mark = reload_with(daemon, config, config.read_text())
+        mark = reload_with(daemon, config, text)
+        if backend_changed:
+            daemon.wait_for(rf"the backend section changed: {LATER}", after=mark)
         daemon.wait_for(r"decision \(shadow\)", after=mark, timeout=30)
         assert daemon.stop() == 0
     assert renewed not in daemon.log() and TOKEN_SECRET not in daemon.log()
+
+
+def test_a_reload_whose_secret_cannot_be_read_is_refused_whole(
+    tmp_path: Path, fake: FakeCluster
+) -> None:
+    """A token file that cannot be read at a reload refuses it, as a file with an error is
+    refused: one ERROR line naming the file, the running configuration (its interval) and secret
+    kept. Here the file names a new token file (which waits for a restart) and the running one,
+    which the backend reads again, is emptied."""
+    config = shadow_config(tmp_path, fake)
+    text = config.read_text()
+    secret_file(tmp_path / "token2", TOKEN_SECRET)
+    with Daemon(config) as daemon:
+        daemon.wait_for(r"decision \(shadow\)")
+        (tmp_path / "token").write_text("")
+        changed = text.replace("interval: 1s", "interval: 1h")
+        config.write_text(changed.replace("token_file: token\n", "token_file: token2\n"))
+        mark = daemon.mark
+        daemon.signal(signal.SIGHUP)
+        refused = r"ERROR +reload refused, keeping the running configuration and secret: .*/token'"
+        daemon.wait_for(refused, after=mark)
+        # Still the old interval (a second), and still logged in with the secret read before.
+        daemon.wait_for(r"decision \(shadow\)", after=daemon.mark, timeout=30)
+        assert daemon.stop() == 0
+        after = "\n".join(daemon.lines[mark:])
+    assert "configuration reloaded" not in after and "setting changed" not in after
+    assert TOKEN_SECRET not in daemon.log()
+
+
+def test_a_reload_keeps_the_debug_log_of_verbose(tmp_path: Path, fake: FakeCluster) -> None:
+    """``opendrs run -v``: its debug lines go on after a reload, whatever the file's
+    ``log_level`` says."""
+    config = shadow_config(tmp_path, fake, http=True)
+    with Daemon(config, "-v") as daemon:
+        address = served(daemon)
+        daemon.wait_for(r"decision \(shadow\)")
+        mark = reload_with(daemon, config, config.read_text())
+        assert fetch(address, "/healthz")[0] == 200
+        daemon.wait_for(r"DEBUG +http 127\.0\.0\.1: .*GET /healthz", after=mark)
+        assert daemon.stop() == 0
 
 
 def test_a_reload_or_a_wake_while_the_daemon_starts_does_not_end_it(

@@ -405,6 +405,37 @@ def test_reader_beside_the_writer(path: Path) -> None:
         assert len(writer.decisions()) == 2
 
 
+@pytest.mark.parametrize("written", [False, True], ids=["left-alone", "written-since"])
+def test_an_immutable_read_torn_by_a_writer_that_began_is_a_passing_error(
+    path: Path, monkeypatch: pytest.MonkeyPatch, written: bool
+) -> None:
+    """A history read as an immutable file (no lock: a reader that cannot write beside it) whose
+    read fails: corrupt, lasting, unless a write-ahead log is there now — a daemon began to write
+    it while it was read — which passes (try again)."""
+    with History(path) as h:
+        for at in range(200):
+            decision(h, at=at)
+    db = raw(path)
+    db.execute("PRAGMA journal_mode = DELETE")  # as a stopped daemon leaves it: no WAL beside it
+    db.close()
+
+    def immutable(name: str, *, readonly: bool, timeout: float) -> sqlite3.Connection:
+        return history_file._opened(name, readonly, timeout, "mode=ro&immutable=1")
+
+    monkeypatch.setattr("opendrs.controller.history.connect", immutable)
+    with History(path, readonly=True) as reader:
+        data = bytearray(path.read_bytes())
+        data[4096:] = b"\xa5" * (len(data) - 4096)  # every page after the schema's, torn
+        path.write_bytes(bytes(data))
+        if written:
+            Path(f"{path}-wal").write_bytes(b"")
+        with raises(f"^{path}: " if written else "cannot read") as raised:
+            reader.decisions()
+    if written:
+        assert str(raised.value).endswith("the history began to be written while read; try again")
+    assert raised.value.passing is written
+
+
 def test_locked_database_is_one_line_error(path: Path) -> None:
     with History(path, timeout=0.05) as h:
         decision(h, at=1)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from fakes import GIB, FakeBackend, FakeClock, cluster, guest, node
 from opendrs.controller.config import BackendConfig, Config
 from opendrs.controller.history import History
@@ -105,6 +107,23 @@ def test_reload_takes_the_new_policy() -> None:
     fresh = [_config("shadow", threshold=0.9)]
     controller.run(until=60, take_reload=lambda: fresh.pop() if fresh else None)
     assert controller.policy.threshold == 0.9
+
+
+@pytest.mark.parametrize(("interval", "times"), [(300, [0, 300, 600]), (20, [0, 60, 80, 100])])
+def test_a_reloaded_interval_counts_from_the_last_decision(interval: int, times: list[int]) -> None:
+    """Reloaded a minute after the decision at 0 (the interval 60): a longer interval puts the
+    next decision that long after the last one, not when the old interval ends; a shorter one
+    too (already past: at once)."""
+    clock = FakeClock()
+    history = History(":memory:")
+    controller = Controller(_config("shadow"), FakeBackend(_unbalanced(), clock), clock, history)
+    fresh = [_config("shadow", interval=interval)]
+
+    def take_reload() -> Config | None:
+        return fresh.pop() if fresh and controller.cycles else None
+
+    controller.run(until=times[-1] + 10, take_reload=take_reload)
+    assert [round(c.at) for c in controller.cycles] == times
 
 
 def test_maintenance_return_survives_a_restart() -> None:

@@ -182,7 +182,7 @@ def test_a_lasting_overload_is_repaired_before_the_six_hour_average_shows_it() -
     assert repair.reason.startswith("repair: n1 is over capacity (memory_used)")
     # The history's summary keeps the need as details (read back as recorded).
     assert repair.summary["need"] == {
-        "need": "capacity",
+        "kind": "capacity",
         "node": "n1",
         "dimensions": ["memory_used"],
     }

@@ -34,7 +34,14 @@ from opendrs.engine.policy import (
 )
 from opendrs.engine.policy.decision import Balanced, Holding, Measurement, Planned
 from opendrs.engine.policy.guards import hot_targets
-from opendrs.engine.policy.needs import need_sentence
+from opendrs.engine.policy.needs import (
+    Broken,
+    BrokenKind,
+    FailoverNeeded,
+    GoingBack,
+    TowardFailover,
+    need_sentence,
+)
 from opendrs.engine.strategies.base import Proposal, ProposedMove, cluster_imbalance
 from opendrs.engine.usage import with_usage
 from opendrs.model.cluster import Cluster, Guest, Node, Settings
@@ -325,7 +332,7 @@ def test_repair_bypasses_threshold_and_hold() -> None:
         "repair: m is on n3, in maintenance; 1 migration, bypassing threshold, hold and margin"
     )
     # The history's form carries the need as typed details.
-    assert decision.as_dict()["need"] == {"need": "maintenance", "node": "n3", "guest": "m"}
+    assert decision.as_dict()["need"] == {"kind": "maintenance", "node": "n3", "guest": "m"}
     assert [(g, s) for g, s, _t in _moved(decision)] == [("m", "n3")]
     assert decision.state == PolicyState(hold=0, last_attempt=NOW, last_action=NOW)
     # With maintenance_return, the policy remembers where m came from.
@@ -412,6 +419,29 @@ def test_maintenance_return_leaves_out_what_does_not_fit() -> None:
 def _needed(cluster: Cluster) -> tuple[str, ...]:
     """What :func:`repairs_needed` finds, as the operator reads it."""
     return tuple(need_sentence(need) for need in repairs_needed(cluster))
+
+
+def test_each_need_is_one_flat_object_whose_kind_says_which() -> None:
+    """A need's details: flat (no object within an object of the same name), each kind its own
+    — a repair toward the failover headroom is not a cluster short of it."""
+    needs = [
+        Broken(BrokenKind.HOT, None, "n1", ("cpu_used",), level=0.85, forecast=True),
+        GoingBack(2, ("n3",)),
+        TowardFailover(3),
+        FailoverNeeded("no, 1 HA guest cannot restart when n2 fails"),
+    ]
+    details = [need.as_dict() for need in needs]
+    assert [d["kind"] for d in details] == ["hot", "return", "toward-failover", "failover-needed"]
+    assert all(
+        "need" not in d and not any(isinstance(v, dict) for v in d.values()) for d in details
+    )
+    assert details[0] == {
+        "kind": "hot",
+        "node": "n1",
+        "dimensions": ["cpu_used"],
+        "level": 0.85,
+        "forecast": True,
+    }
 
 
 def test_repairs_needed_sees_broken_rules_and_capacity() -> None:
@@ -546,7 +576,7 @@ def test_capacity_is_checked_on_the_recent_rise() -> None:
         "; repair needed (n1 is over capacity (memory_used)) but no allowed migration reaches it"
     )
     assert refused.as_dict()["blocked"] == {
-        "need": "capacity",
+        "kind": "capacity",
         "node": "n1",
         "dimensions": ["memory_used"],
         "more": 0,

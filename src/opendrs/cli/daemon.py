@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from opendrs.backends.base import Backend, BackendError, Clock
+from opendrs.backends.base import Backend, BackendError, Clock, RenewsSecret
 from opendrs.backends.sim import Simulator
 from opendrs.cli.daemon_signals import DaemonSignals
 from opendrs.cli.process import (
@@ -17,6 +17,7 @@ from opendrs.cli.process import (
     EXIT_OK,
     EXIT_PROBLEM,
     EXIT_USAGE,
+    setup_logging,
 )
 from opendrs.controller.config import (
     Config,
@@ -123,8 +124,8 @@ def start_serving(config: Config, files: DaemonFiles) -> Published:
 
 @dataclass(frozen=True)
 class DaemonRun:
-    """One ``opendrs run``, its files open and its server started: ``once`` and ``shadow`` are
-    its ``--once`` and ``--shadow``."""
+    """One ``opendrs run``, its files open and its server started: ``once``, ``shadow`` and
+    ``verbose`` are its ``--once``, ``--shadow`` and ``--verbose``."""
 
     config: Config
     signals: DaemonSignals
@@ -132,6 +133,7 @@ class DaemonRun:
     published: Published
     once: bool
     shadow: bool
+    verbose: bool = False
 
     def run(self) -> int:
         """Make the backend and run the controller (the signals caught since the command began):
@@ -174,7 +176,7 @@ class DaemonRun:
             once=self.once,
             until=until,
             should_stop=lambda: self.signals.stop,
-            take_reload=self.take_reload,
+            take_reload=lambda: self.take_reload(backend),
             reload_pending=lambda: self.signals.reload,
             take_wake=self.signals.take_wake,
             wake_pending=lambda: self.signals.wake,
@@ -207,25 +209,29 @@ class DaemonRun:
             dashboard.follow(controller)
         return controller
 
-    def take_reload(self) -> Config | None:
-        """The configuration a SIGHUP asked for, if any: the decision log opened again with it,
-        a change of the http section warned about (it waits for a restart)."""
+    def take_reload(self, backend: Backend) -> Config | None:
+        """The configuration a SIGHUP asked for, if any: the backend's secret read again (a
+        reload whose secret cannot be read is refused whole, as a file with an error is), the
+        log's level set (debug still, with ``--verbose``), the decision log opened again with
+        it, a change of the http section warned about (it waits for a restart)."""
         fresh = self.signals.take_reload()
-        if fresh is not None:
-            decisions = self.files.decisions
-            server = self.published.server
-            try:  # a rotated log is opened again; a renamed one, or none, follows the file
-                decisions.reopen(fresh.decision_log)
-            except DecisionLogError as exc:
-                log.error("%s; the decision log stays %s", exc, decisions.path)
-            if server is not None and fresh.http != server.config:
-                log.warning(
-                    "the http section changed: it takes effect at the next restart "
-                    "(still serving on http://%s)",
-                    server.address,
-                )
-            elif server is None and fresh.http is not None:
-                log.warning("the http section is new: it takes effect at the next restart")
+        if fresh is None or not _secret_renewed(backend):
+            return None
+        setup_logging("debug" if self.verbose else fresh.log_level)
+        decisions = self.files.decisions
+        server = self.published.server
+        try:  # a rotated log is opened again; a renamed one, or none, follows the file
+            decisions.reopen(fresh.decision_log)
+        except DecisionLogError as exc:
+            log.error("%s; the decision log stays %s", exc, decisions.path)
+        if server is not None and fresh.http != server.config:
+            log.warning(
+                "the http section changed: it takes effect at the next restart "
+                "(still serving on http://%s)",
+                server.address,
+            )
+        elif server is None and fresh.http is not None:
+            log.warning("the http section is new: it takes effect at the next restart")
         return fresh
 
     def exit_status(self, controller: Controller) -> int:
@@ -240,6 +246,20 @@ class DaemonRun:
             )
             return EXIT_PROBLEM
         return EXIT_OK
+
+
+def _secret_renewed(backend: Backend) -> bool:
+    """Whether the backend's secret (a renewed API token) was read again, where it has one; a
+    secret that cannot be read refuses the reload with one line naming its file, and the one
+    read before stays."""
+    if not isinstance(backend, RenewsSecret):
+        return True
+    try:
+        backend.renew_secret()
+    except BackendError as exc:
+        log.error("reload refused, keeping the running configuration and secret: %s", exc)
+        return False
+    return True
 
 
 def _what_migrates(config: Config) -> str:

@@ -10,8 +10,6 @@ import signal
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from opendrs.cli.process import setup_logging
-
 if TYPE_CHECKING:
     from opendrs.controller.config import Config
 
@@ -81,5 +79,4 @@ class DaemonSignals:
         except DocumentError as exc:
             log.error("reload refused, keeping the running configuration: %s", exc)
             return None
-        setup_logging(config.log_level)
         return config

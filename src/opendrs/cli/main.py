@@ -12,7 +12,7 @@ import os
 import sys
 import traceback
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn, TextIO
 
 from opendrs import __version__
 from opendrs.cli.arguments import Subcommands
@@ -106,10 +106,49 @@ def named_command(argv: Sequence[str]) -> str | None:
     return first if first in COMMANDS else None
 
 
+class WatchedOutput:
+    """Standard output as the commands write to it, which keeps the :class:`OSError` that
+    writing or flushing it raised (:attr:`error`): that one, and no other, is the output's."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.error: OSError | None = None
+
+    def write(self, text: str) -> int:
+        try:
+            return self.stream.write(text)
+        except OSError as exc:
+            self.error = exc
+            raise
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except OSError as exc:
+            self.error = exc
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(named_command(argv))
     args = parser.parse_args(argv)
+    stdout = sys.stdout
+    watched = WatchedOutput(stdout)
+    if stdout is not None:  # (None: no standard output at all, nothing to watch)
+        sys.stdout = watched  # type: ignore[assignment]
+    try:
+        return _run(args, watched)
+    finally:
+        sys.stdout = stdout
+
+
+def _run(args: argparse.Namespace, output: WatchedOutput) -> int:
+    """Run the command ``args`` name, writing to ``output``: its exit status, every error one
+    line."""
     try:
         resolve_config(args)
         status = int(args.func(args))
@@ -126,9 +165,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except OSError as exc:
-        if exc.errno not in _OUTPUT_ERRNOS or exc.filename is not None:
-            return _internal_error(exc, verbose=args.debug or getattr(args, "verbose", False))
-        return _output_error(exc)
+        if exc is output.error and exc.errno in _OUTPUT_ERRNOS:
+            return _output_error(exc)
+        if exc.errno in _OUTPUT_ERRNOS:
+            return _system_error(exc)
+        return _internal_error(exc, verbose=args.debug or getattr(args, "verbose", False))
     except Exception as exc:  # not bad input: a bug, said as such (exit 1, not 2)
         return _internal_error(exc, verbose=args.debug or getattr(args, "verbose", False))
 
@@ -145,6 +186,14 @@ def _output_error(exc: OSError) -> int:
     print(f"error: cannot write the output: {exc.strerror}", file=sys.stderr)
     with contextlib.suppress(OSError, ValueError):
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return EXIT_PROBLEM
+
+
+def _system_error(exc: OSError) -> int:
+    """One line for a file, not the output, that the system could not read or write (a full
+    disk, a failing device): exit status 1, a problem that may pass."""
+    where = f" {exc.filename}" if exc.filename is not None else " a file"
+    print(f"error: cannot read or write{where}: {exc.strerror or exc}", file=sys.stderr)
     return EXIT_PROBLEM
 
 

@@ -37,7 +37,15 @@ def _start_and_run(args: argparse.Namespace, signals: DaemonSignals) -> int:
     except CannotStart as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.status
-    daemon = DaemonRun(config, signals, files, published, once=args.once, shadow=args.shadow)
+    daemon = DaemonRun(
+        config,
+        signals,
+        files,
+        published,
+        once=args.once,
+        shadow=args.shadow,
+        verbose=args.verbose,
+    )
     status = daemon.run()
     if published.server is not None and published.server.computing():
         exit_now(status)  # its files are closed: the requests cut and still computing are left
@@ -69,5 +77,10 @@ def add_run_parser(sub: Subcommands) -> None:
         action="store_true",
         help="never migrate, whatever the file says, through every reload",
     )
-    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    p.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="debug logging, whatever the file says, through every reload",
+    )
     p.set_defaults(func=cmd_run)

@@ -48,7 +48,12 @@ from dataclasses import replace
 from types import TracebackType
 from typing import Any, cast
 
-from opendrs.controller.history_file import HistoryError, connect, sqlite_error
+from opendrs.controller.history_file import (
+    HistoryError,
+    connect,
+    read_error,
+    sqlite_error,
+)
 from opendrs.controller.history_rows import (
     bound_cluster,
     check_choice,
@@ -181,7 +186,7 @@ class History:
                 if db.in_transaction:
                     db.execute("COMMIT")
         except sqlite3.Error as exc:
-            raise sqlite_error(f"{self._name}: cannot {what}", exc) from None
+            raise read_error(self._name, db, f"{self._name}: cannot {what}", exc) from None
 
     # ------------------------------------------------------------------ cluster binding
 

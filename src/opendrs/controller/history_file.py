@@ -98,8 +98,10 @@ __all__ = [
     "SCHEMA_VERSION",
     "UPGRADES",
     "HistoryError",
+    "ImmutableRead",
     "connect",
     "one_line",
+    "read_error",
     "sqlite_error",
 ]
 
@@ -346,14 +348,38 @@ def connect(name: str, *, readonly: bool, timeout: float) -> sqlite3.Connection:
     return _opened(name, readonly, timeout, None)
 
 
+class ImmutableRead(sqlite3.Connection):
+    """A connection reading the history as an immutable file, without a lock (see
+    :func:`connect`): a daemon that begins to write it meanwhile may change what it reads."""
+
+
+def read_error(name: str, db: sqlite3.Connection, prefix: str, exc: sqlite3.Error) -> HistoryError:
+    """``exc``, raised by ``db`` reading the history ``name``, as :func:`sqlite_error` says it —
+    but from an :class:`ImmutableRead` of a history that has a write-ahead log now (a daemon
+    began to write it while it was read, so what was read may be torn): a passing error."""
+    return _written_while_read(name, db) or sqlite_error(prefix, exc)
+
+
+def _written_while_read(name: str, db: sqlite3.Connection) -> HistoryError | None:
+    """The passing error of an :class:`ImmutableRead` of ``name`` that now has a write-ahead
+    log beside it, else ``None``."""
+    if isinstance(db, ImmutableRead) and os.path.lexists(name + "-wal"):
+        return HistoryError(
+            f"{name}: the history began to be written while read; try again", passing=True
+        )
+    return None
+
+
 def _opened(name: str, readonly: bool, timeout: float, query: str | None) -> sqlite3.Connection:
-    """The connection of :func:`connect`, opened as a URI with ``query`` when given."""
+    """The connection of :func:`connect`, opened as a URI with ``query`` when given (an
+    :class:`ImmutableRead` for an immutable one)."""
     try:
         if query is None:
             db = sqlite3.connect(name, timeout=timeout, isolation_level=None)
         else:
             uri = "file:" + urllib.parse.quote(os.path.abspath(name)) + "?" + query
-            db = sqlite3.connect(uri, uri=True, timeout=timeout, isolation_level=None)
+            kind = ImmutableRead if "immutable=1" in query else sqlite3.Connection
+            db = sqlite3.connect(uri, uri=True, timeout=timeout, isolation_level=None, factory=kind)
     except sqlite3.Error as exc:
         raise _open_error(name, exc) from None
     db.row_factory = sqlite3.Row
@@ -361,7 +387,7 @@ def _opened(name: str, readonly: bool, timeout: float, query: str | None) -> sql
         _prepare(db, name, readonly, name == MEMORY)
     except sqlite3.Error as exc:
         db.close()
-        raise _open_error(name, exc) from None
+        raise _written_while_read(name, db) or _open_error(name, exc) from None
     except BaseException:
         db.close()
         raise

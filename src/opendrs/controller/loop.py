@@ -48,7 +48,6 @@ from opendrs.backends.base import (
     Clock,
     LastMoves,
     PolicyDefaults,
-    RenewsSecret,
     Standby,
     SystemClock,
 )
@@ -356,8 +355,6 @@ class Controller:
             if getattr(config, name) != kept[name]:
                 still = f" (still {kept[name]})" if isinstance(kept[name], str) else ""
                 log.warning("the %s changed: it takes effect at the next restart%s", what, still)
-        if config.backend == kept["backend"]:
-            self._renew_secret()
         config = self._overridden(config)
         self.config = replace(config, **kept)
         self.executor.config = config.executor
@@ -371,15 +368,6 @@ class Controller:
         )
         if not config.migrates:
             self.executor.halt(f"the configuration changed to {config.mode} mode")
-
-    def _renew_secret(self) -> None:
-        """The backend's secret read again (a renewed API token), where it has one."""
-        if not isinstance(self.backend, RenewsSecret):
-            return
-        try:
-            self.backend.renew_secret()
-        except BackendError as exc:
-            log.error("the secret cannot be read again, keeping the one read before: %s", exc)
 
     # -- one cycle -----------------------------------------------------------------------------
 
@@ -722,8 +710,8 @@ class Controller:
             fresh = take_reload()
             if fresh is not None:
                 self.reload(fresh)
-                # A shorter interval counts from the last decision, not after the old one.
-                next_cycle = min(next_cycle, last_cycle + self.policy.interval)
+                if decided:  # a new interval, shorter or longer, counts from the last decision
+                    next_cycle = last_cycle + self.policy.interval
             now = self.clock.now()
             if until is not None and now >= until:
                 break

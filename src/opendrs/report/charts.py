@@ -5,17 +5,28 @@ declaration, no external fonts or images, text kept as text. The output is deter
 same data gives the same bytes): matplotlib's SVG ids are salted with a constant and the date
 is left out. matplotlib is imported on first use, so commands that draw nothing do not pay for it;
 the object-oriented API (``Figure``) is used, never ``pyplot``, so drawing holds no global state
-and is safe from the dashboard's request threads.
+and is safe from the dashboard's request threads; saving as SVG, which reads matplotlib's global
+settings, is done by one thread at a time.
 """
 
 from __future__ import annotations
 
 import io
+import threading
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 __all__ = ["Line", "Spans", "bar_chart", "line_chart"]
+
+# The text stays text (svg.fonttype none): the reader's fonts draw what the charts' font lacks
+# (a CJK name), so matplotlib's warning about its missing glyphs is none of theirs. Installed
+# once, here: a filter set around each drawing (catch_warnings) would be undone by another
+# thread's drawing ending meanwhile.
+warnings.filterwarnings("ignore", message=r"Glyph \d+ .* missing from font")
+
+#: Held while a figure is saved: the settings it is saved with are matplotlib's global ones.
+_SAVING = threading.Lock()
 
 #: Colours for series in order (matplotlib's default cycle, colour-blind friendly enough).
 _PALETTE = (
@@ -157,13 +168,10 @@ def _svg(figure: object) -> str:
     import matplotlib
 
     buffer = io.StringIO()
-    # The text stays text (svg.fonttype none): the reader's fonts draw what the charts' font
-    # lacks (a CJK name), so matplotlib's warning about its missing glyphs is none of theirs.
     with (
+        _SAVING,
         matplotlib.rc_context({"svg.hashsalt": "opendrs", "svg.fonttype": "none"}),
-        warnings.catch_warnings(),
     ):
-        warnings.filterwarnings("ignore", message=r"Glyph \d+ .* missing from font")
         figure.savefig(buffer, format="svg", metadata={"Date": None})
     text = buffer.getvalue()
     return text[text.index("<svg") :]

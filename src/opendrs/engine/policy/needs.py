@@ -2,7 +2,10 @@
 evacuated guests going back (:class:`GoingBack`), moves toward the failover headroom
 (:class:`TowardFailover`), a cluster short of it (:class:`FailoverNeeded`). A decision carries
 them (a repair's need, a blocked repair's, what a closed window holds back); the operator's
-words for them are made at the edge (``report.reasons``)."""
+words for them are made at the edge (``report.reasons``). As details (``as_dict``: the
+decision's ``need`` and ``blocked``) each is one flat object whose ``kind`` says which: a broken
+constraint's kind (``maintenance``, ``rules``, ``anti-affinity``, ``affinity``, ``capacity``,
+``hot``), ``return``, ``toward-failover`` or ``failover-needed``."""
 
 from __future__ import annotations
 
@@ -42,7 +45,7 @@ class Broken:
     forecast: bool = False
 
     def as_dict(self) -> dict[str, object]:
-        data: dict[str, object] = {"need": self.kind.value, "node": self.node}
+        data: dict[str, object] = {"kind": self.kind.value, "node": self.node}
         if self.guest is not None:
             data["guest"] = self.guest
         if self.dimensions:
@@ -60,7 +63,7 @@ class GoingBack:
     nodes: tuple[str, ...]
 
     def as_dict(self) -> dict[str, object]:
-        return {"need": "return", "guests": self.guests, "nodes": list(self.nodes)}
+        return {"kind": "return", "guests": self.guests, "nodes": list(self.nodes)}
 
 
 @dataclass(frozen=True)
@@ -70,7 +73,7 @@ class TowardFailover:
     migrations: int
 
     def as_dict(self) -> dict[str, object]:
-        return {"need": "failover", "migrations": self.migrations}
+        return {"kind": "toward-failover", "migrations": self.migrations}
 
 
 @dataclass(frozen=True)
@@ -80,7 +83,7 @@ class FailoverNeeded:
     summary: str
 
     def as_dict(self) -> dict[str, object]:
-        return {"need": "failover", "summary": self.summary}
+        return {"kind": "failover-needed", "summary": self.summary}
 
 
 #: What a repair (or what a closed window holds back) needs.
