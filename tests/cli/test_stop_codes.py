@@ -28,7 +28,7 @@ DEMO_STOPS = {
 #: What each says, in words, on the demo.
 DEMO_WORDS = {
     "static-greedy": "Stopped: 1 pass over the guests done",
-    "incus": "Stopped: x86_64: the limit of 1 migration is reached (--max-moves)",
+    "incus": "Stopped: x86_64: the limit of 1 migration (--max-moves) stopped the search",
     "drs-pressure": "Stopped: no guest needs relief: none has a CPU pressure above 75 %",
     "proxlb-greedy": "Stopped: every guest of the busiest nodes was considered",
     "pve-bruteforce": "Stopped: the imbalance of the nodes' loads (their coefficient of "

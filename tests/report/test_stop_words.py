@@ -141,7 +141,7 @@ def test_an_acting_plan_says_its_stop_after_it_where_the_engine_says_nothing() -
     )
     limit = _decision(Planned(_TRIGGER, 3, 0.2, "move limit 3", stop=_stop("move_limit")))
     assert decision_words(limit).endswith(
-        "(the limit of 3 migrations is reached (policy.batch, or what the budget leaves))"
+        "(the limit of 3 migrations (policy.batch, or what the budget leaves) stopped the search)"
     )
     decision = _decision(Planned(_TRIGGER, 2, 0.2, "1 pass; cut to 2 of 5", stop=cut))
     assert explain(decision).endswith("plan brings it to 20.0 pp with 2 migrations")

@@ -212,9 +212,7 @@ def _balanced(stop: Stop, _say: _Say) -> str:
     commit = stop.details.get("cpu_commit_spread")
     vcpus = "" if commit is None else f", their vCPU commitments within {float(commit) * 100:g} pp"
     if "cpu_commit_moves" in stop.details:
-        asked = float(stop.details["cpu_commit_asked"]) * 100
-        took = _plural(stop.details["cpu_commit_moves"], "migration")
-        vcpus += f", no wider than they started (within {asked:g} pp would take {took})"
+        vcpus += f", no wider than they started ({_commit_price(stop, 'within')})"
     return (
         f"the cluster is balanced: the nodes' loads are within {goal:g} percentage points "
         f"of each other{vcpus} ({spreads}){_coarser(stop)}"
@@ -249,12 +247,23 @@ def _commit_short(stop: Stop) -> str:
     they started: what narrowing them towards their goal took instead."""
     if "cpu_commit_moves" not in stop.details:
         return ""
+    price = _commit_price(stop, "towards")
+    if "cpu_commit_limit" not in stop.details:
+        price += ", and left the other loads no more even"
+    return f"; the vCPU commitments are left no wider than they started ({price})"
+
+
+def _commit_price(stop: Stop, way: str) -> str:
+    """What the plan that brought the vCPU commitments ``within`` their goal (or ``towards``
+    it) took — or, where the move limit stopped it, where it stopped."""
     asked = float(stop.details["cpu_commit_asked"]) * 100
     took = _plural(stop.details["cpu_commit_moves"], "migration")
-    return (
-        f"; the vCPU commitments are left no wider than they started (narrowing them towards "
-        f"{asked:g} pp took {took}, and left the other loads no more even)"
-    )
+    if "cpu_commit_limit" in stop.details:
+        limit = _plural(stop.details["cpu_commit_limit"], "migration")
+        return f"the limit of {limit} stopped the plan towards {asked:g} pp at {took}"
+    if way == "within":
+        return f"within {asked:g} pp would take {took}"
+    return f"narrowing them towards {asked:g} pp took {took}"
 
 
 def _setting(name: str, value: float | str) -> str:
@@ -264,7 +273,7 @@ def _setting(name: str, value: float | str) -> str:
 
 def _move_limit(stop: Stop, say: _Say) -> str:
     limit = _plural(stop.details["max_moves"], "migration")
-    return f"the limit of {limit} is reached ({say.settings.max_moves})"
+    return f"the limit of {limit} ({say.settings.max_moves}) stopped the search"
 
 
 def _below_threshold(stop: Stop, _say: _Say) -> str:

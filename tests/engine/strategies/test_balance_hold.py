@@ -314,3 +314,26 @@ def test_vcpu_moves_short_of_their_goal_do_not_cost_memory(tmp_path: Path) -> No
     said = _plan_words(path)
     took = f"narrowing them towards 100 pp took {towards['migrations']} migrations"
     assert f"the vCPU commitments are left no wider than they started ({took}" in said
+
+
+def _coarse_vcpus() -> Cluster:
+    """A 4-core and an 8-core node, every guest 4 vCPUs: the vCPUs' step on the smallest node
+    (100 pp) is coarser than their spread at the start (50 pp), itself wider than 25 pp."""
+    nodes = (Node("a", 4, 32 * GiB), Node("b", 8, 32 * GiB))
+    guests = (
+        Guest("a0", "a", cpu=4, memory=2 * GiB),
+        Guest("b0", "b", cpu=4, memory=12 * GiB),
+        Guest("b1", "b", cpu=4, memory=8 * GiB),
+        Guest("b2", "b", cpu=4, memory=2 * GiB),
+    )
+    return Cluster(nodes, guests, Rules(), Settings(mode="static", cpu_overcommit=4.0))
+
+
+def test_vcpus_within_their_goal_applied_are_not_held_at_their_start() -> None:
+    # The goal applied is one guest's step (100 pp), which the vCPUs start within: no second
+    # search, and no plan said to leave them no wider than they started.
+    options = BalanceOptions(cpu_commit_spread=0.25, cpu_commit_moves=0.0)
+    proposal = propose_balance(_coarse_vcpus(), options)
+    assert proposal.stop is not None and proposal.stop.code == "balanced"
+    assert "cpu_commit_moves" not in proposal.stop.details
+    assert "no wider than they started" not in proposal.stopped

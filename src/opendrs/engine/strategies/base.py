@@ -63,7 +63,8 @@ STOP_CODES: Mapping[str, tuple[str, ...]] = {
     # balance ("balanced" also gives "cpu_commit_spread" where the vCPU commitments' goal is
     # looser, and "cpu_commit_asked" and "cpu_commit_moves" where a plan leaving them no wider
     # than they started was proposed because reaching the goal asked took that many migrations;
-    # "no_move_pays" the same two where moving them towards it took that many)
+    # "no_move_pays" the same two where moving them towards it took that many; and
+    # "cpu_commit_limit" where the move limit stopped that plan there)
     "balanced": ("target_spread", "cpu_spread", "memory_spread"),
     "no_move_pays": ("margin",),
     "move_limit": ("max_moves",),

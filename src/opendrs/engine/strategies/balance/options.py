@@ -71,7 +71,8 @@ class BalanceOptions(StrategyOptions):
     #: migrations the plan that brings them within it may take, as a multiple of a plan's that
     #: balances the other resources and leaves them no wider than they start; beyond it that
     #: plan is proposed instead (:func:`.strategy.propose_balance`; clusters of up to 5,000
-    #: guests). 0: always that plan; a large value: always the goal.
+    #: guests). 0: that plan wherever it may be proposed (it ends balanced, or neither plan does
+    #: and it leaves the other resources no less even); a large value: always the goal.
     cpu_commit_moves: float = DEFAULT_CPU_COMMIT_MOVES
 
     def check(self) -> None:

@@ -51,6 +51,9 @@ PLAIN_GUESTS = 5_000
 #: on clusters of at most this many guests: it repeats the whole search (at L 0.1–0.45 s of
 #: CPU more; at XXL it would double 6–18 s).
 COMMIT_GUESTS = 5_000
+#: Where the move limit cut the search, the search runs again with this many times its steps:
+#: where that one stops on its own with no more migrations than the limit, it is proposed.
+STEP_SLACK = 3
 #: The objective in the proposal's moves: in squared percentage points.
 OBJECTIVE_SCALE = 1e4
 
@@ -78,19 +81,66 @@ def propose_balance(
     cons = constraints_for(cluster, forbidden, constraints)
     loads = loads if loads is not None else LoadModel.build(cluster)
     memo = ExactRepairMemo()
-    reached = _best_search(cluster, cons, loads, options, memo)
+    ground = _Ground(cluster, cons, loads, memo)
+    proposal, reached = _propose(ground, options, None)
+    most = options.max_moves
+    if most is None or not _cut(reached) or not _may_fit(cluster, loads, reached, most):
+        return proposal
+    # The limit counts the search's steps, moves it undoes later among them: where it cut the
+    # search, the plan the search makes without it may fit it all the same. With more steps,
+    # a search that stops on its own makes that plan; it is proposed where it fits the limit.
+    wider, reached = _propose(ground, options, STEP_SLACK * most)
+    if not _cut(reached) and len(wider.moves) <= most:
+        return wider
+    return proposal
+
+
+def _may_fit(cluster: Cluster, loads: LoadModel, reached: _Searched, most: int) -> bool:
+    """Whether the plan the search makes without a move limit could take at most ``most``
+    migrations: not where bringing memory within its goal (``reached``'s) takes more
+    (:func:`~opendrs.engine.bounds.migration_lower_bound`), unless no placement brings it
+    there (the search then stops short of it, maybe sooner). Where memory has no weight there
+    is no such bound."""
+    memory = RESOURCES.index("memory")
+    if not reached.weighted[memory]:
+        return True
+    goal = float(reached.goal[memory])
+    bounds = migration_lower_bound(cluster, {"memory": goal}, loads, ("memory",))
+    return bounds.migrations <= most or bounds.spread["memory"] > goal
+
+
+@dataclass(frozen=True)
+class _Ground:
+    """What every search of one proposal starts from: the cluster, its constraints and loads,
+    and the exact repair found (the same for every search)."""
+
+    cluster: Cluster
+    cons: Constraints
+    loads: LoadModel
+    memo: ExactRepairMemo
+
+
+def _propose(
+    ground: _Ground, options: BalanceOptions, steps: int | None
+) -> tuple[Proposal, _Searched]:
+    """The proposal of :func:`propose_balance`, its searches of at most ``steps`` steps (None:
+    the plan capped at ``options.max_moves`` migrations, see :func:`_search`), and the first
+    search (the one towards the vCPU goal)."""
+    cluster, cons, loads, memo = ground.cluster, ground.cons, ground.loads, ground.memo
+    reached = _best_search(cluster, cons, loads, options, memo, steps)
     kept = _commit_kept(options, reached)
     if kept is None or len(cluster.guests) > COMMIT_GUESTS:
-        return reached.proposal
+        return reached.proposal, reached
     if not _may_save(cluster, loads, options, reached):
-        return reached.proposal
+        return reached.proposal, reached
     # The vCPU commitments started outside their goal: a plan that leaves them no wider than
     # they started, kept where bringing them within it costs too many more migrations.
-    other = _best_search(cluster, cons, loads, kept, memo)
-    moves, fewer = len(reached.proposal.moves), len(other.proposal.moves)
-    if not _no_farther(other, reached) or moves <= options.cpu_commit_moves * fewer:
-        return reached.proposal
-    return _commit_given_up(other.proposal, options, moves, reached.balanced)
+    other = _best_search(cluster, cons, loads, kept, memo, steps)
+    if not _no_farther(other, reached) or not _too_dear(options, reached, other):
+        return reached.proposal, reached
+    moves = len(reached.proposal.moves)
+    given_up = _commit_given_up(other.proposal, options, moves, reached.balanced, _cut(reached))
+    return given_up, reached
 
 
 @dataclass(frozen=True)
@@ -117,17 +167,18 @@ def _best_search(
     loads: LoadModel,
     options: BalanceOptions,
     memo: ExactRepairMemo,
+    steps: int | None,
 ) -> _Searched:
     """The shaped search; on a small cluster that it leaves unbalanced, the plain one where it
-    does better."""
-    shaped = _search(cluster, cons, loads, options, shaped=True, memo=memo)
+    does better (each of at most ``steps`` steps, see :func:`_search`)."""
+    shaped = _search(cluster, cons, loads, options, shaped=True, memo=memo, steps=steps)
     if not shaped.balanced and len(cluster.guests) <= PLAIN_GUESTS:
         # With few, big guests per node the shaped search can end where no move or exchange
         # pays for itself; the plain one (no plan, moves chosen by objective gain) takes
         # another path, and is kept if it reaches the target, or ends nearer it. It repeats
         # the whole search: on a big cluster that doubles the time, for a path that did not
         # reach the target there either (#15), so it runs on small clusters only.
-        plain = _search(cluster, cons, loads, options, shaped=False, memo=memo)
+        plain = _search(cluster, cons, loads, options, shaped=False, memo=memo, steps=steps)
         if plain.balanced or plain.short < shaped.short:
             return plain
     return shaped
@@ -135,13 +186,14 @@ def _best_search(
 
 def _commit_kept(options: BalanceOptions, reached: _Searched) -> BalanceOptions | None:
     """Where the search applied a looser vCPU commitments' goal (static mode) and they started
-    outside it: ``options`` with that goal widened to their spread at the start (never wider
-    than they were); else None."""
+    outside the goal it applied: ``options`` with that goal widened to their spread at the
+    start (never wider than they were); else None."""
     cpu = RESOURCES.index("cpu")
     if reached.commit is None or not reached.weighted[cpu]:
         return None
     start = float(reached.start[cpu])
-    if start <= options.cpu_commit_spread:
+    if start <= reached.goal[cpu]:
+        # Within the goal applied (one guest's step where that is coarser than the option).
         return None
     return replace(options, cpu_commit_spread=start)
 
@@ -150,11 +202,12 @@ def _may_save(
     cluster: Cluster, loads: LoadModel, options: BalanceOptions, reached: _Searched
 ) -> bool:
     """Whether a plan that balances memory could take fewer than ``1 / cpu_commit_moves`` of
-    ``reached``'s migrations: not where the fewest any placement needs to bring memory within
-    its goal (:func:`~opendrs.engine.bounds.migration_lower_bound`; short of it, to the spread
-    ``reached`` left) are that many already, nor where ``reached`` ends short of the goals with
-    the vCPUs within theirs and no placement brings memory within its goal. Where memory has no
-    weight there is no such bound."""
+    ``reached``'s migrations (or, where the move limit cut ``reached``, no more): not where the
+    fewest any placement needs to bring memory within its goal
+    (:func:`~opendrs.engine.bounds.migration_lower_bound`; short of it, to the spread
+    ``reached`` left) are that many already, nor where ``reached`` ends short of the goals
+    with the vCPUs within theirs and no placement brings memory within its goal. Where memory
+    has no weight there is no such bound."""
     memory, cpu = RESOURCES.index("memory"), RESOURCES.index("cpu")
     if not reached.weighted[memory]:
         return True
@@ -166,7 +219,27 @@ def _may_save(
         # Only a plan that ends balanced could be proposed instead: none where no placement
         # brings memory within its goal.
         return bounds.spread["memory"] <= reached.goal[memory]
-    return len(reached.proposal.moves) > options.cpu_commit_moves * bounds.migrations
+    moves = len(reached.proposal.moves)
+    # Where the move limit cut ``reached``, a balanced plan of no more migrations wins too.
+    cut = _cut(reached) and bounds.migrations <= moves
+    return cut or moves > options.cpu_commit_moves * bounds.migrations
+
+
+def _too_dear(options: BalanceOptions, reached: _Searched, other: _Searched) -> bool:
+    """Whether ``reached`` (towards the vCPU goal) costs too many migrations beside ``other``:
+    more than ``cpu_commit_moves`` times its migrations, or, where the move limit stopped
+    ``reached`` short of its goals and ``other`` ends balanced, no fewer than ``other``'s — the
+    limit cut that plan, so its migrations are not what reaching the goal takes, and a tighter
+    limit must not turn a plan that fits it into a longer one."""
+    moves, fewer = len(reached.proposal.moves), len(other.proposal.moves)
+    cut = _cut(reached) and other.balanced and fewer <= moves
+    return cut or moves > options.cpu_commit_moves * fewer
+
+
+def _cut(reached: _Searched) -> bool:
+    """Whether the move limit stopped ``reached`` short of its goals."""
+    stop = reached.proposal.stop
+    return stop is not None and stop.code == "move_limit"
 
 
 def _no_farther(other: _Searched, reached: _Searched) -> bool:
@@ -185,22 +258,31 @@ def _no_farther(other: _Searched, reached: _Searched) -> bool:
 
 
 def _commit_given_up(
-    proposal: Proposal, options: BalanceOptions, moves: int, reached: bool
+    proposal: Proposal, options: BalanceOptions, moves: int, reached: bool, cut: bool
 ) -> Proposal:
     """``proposal`` (the vCPU commitments no wider than they started), saying why it was
     proposed rather than the plan of ``moves`` migrations that brought them within
     ``options.cpu_commit_spread`` (``reached``) or towards it, leaving the other resources no
-    more even: its stop gives that goal (``cpu_commit_asked``) and those migrations
-    (``cpu_commit_moves``), its options the goal asked."""
+    more even, or that the move limit stopped (``cut``): its stop gives that goal
+    (``cpu_commit_asked``), those migrations (``cpu_commit_moves``) and the limit that stopped
+    them (``cpu_commit_limit``), its options the goal asked."""
     goal = f"{options.cpu_commit_spread * 100:.2f} pp"
     took = f"within {goal} they took" if reached else f"narrowing them towards {goal} took"
     why = (
         f"vCPU commitments left no wider than they started: {took} {moves} migrations, more "
         f"than {options.cpu_commit_moves:g}× these {len(proposal.moves)}"
     )
+    if cut:
+        why = (
+            "vCPU commitments left no wider than they started: the move limit "
+            f"({options.max_moves}) stopped the plan towards {goal} at {moves} migrations, "
+            f"short of its goals and no fewer than these {len(proposal.moves)}"
+        )
     stop = proposal.stop
     if stop is not None:
         asked = {"cpu_commit_asked": options.cpu_commit_spread, "cpu_commit_moves": moves}
+        if cut:
+            asked["cpu_commit_limit"] = options.max_moves
         stop = replace(stop, details={**stop.details, **asked})
     asked_options = {**proposal.options, "cpu_commit_spread": options.cpu_commit_spread}
     return replace(proposal, stopped=f"{proposal.stopped}; {why}", stop=stop, options=asked_options)
@@ -214,21 +296,50 @@ def _search(
     *,
     shaped: bool,
     memo: ExactRepairMemo,
+    steps: int | None = None,
 ) -> _Searched:
     """One search; ``shaped``: with the shedding plan and band-ordered moves.
 
     ``memo`` keeps the exact repair for the second search, which starts from the same state.
+    ``steps`` (where given) caps the search's steps; else ``options.max_moves`` caps the
+    migrations proposed: the search counts its steps, and a step of a bundle moves each of its
+    guests, so where the plan has more migrations than the cap the search runs again with that
+    many steps fewer (a rare case: bundles cut off).
     """
+    if steps is not None or options.max_moves is None:
+        limit = steps if steps is not None else 10**9
+        return _search_steps(cluster, cons, loads, options, limit, shaped=shaped, memo=memo)
+    steps = options.max_moves
+    while True:
+        found = _search_steps(cluster, cons, loads, options, steps, shaped=shaped, memo=memo)
+        over = len(found.proposal.moves) - options.max_moves
+        if over <= 0 or steps == 0:
+            return found
+        steps = max(steps - over, 0)
+
+
+def _search_steps(
+    cluster: Cluster,
+    cons: Constraints,
+    loads: LoadModel,
+    options: BalanceOptions,
+    limit: int,
+    *,
+    shaped: bool,
+    memo: ExactRepairMemo,
+) -> _Searched:
+    """One search of at most ``limit`` steps (see :func:`_search`)."""
     state = BalanceState(cluster, cons, loads)
     before = cluster_imbalance(cluster, loads=state.loads)
     history = History(state)
-    limit = options.max_moves if options.max_moves is not None else 10**9
     repaired = repair(history, limit, options.max_moves, memo)
     grain, state.goal = grain_and_goal(state, options.target_spread, options.cpu_commit_spread)
     # Balancing never leaves the objective above what it is now (repairs may raise it).
     ceiling = state.objective()
     start = state.spreads()
     stopped, stop = balance_rounds(history, options, limit, shaped=shaped)
+    if stop.code == "move_limit":
+        stop = replace(stop, details={"max_moves": options.max_moves})
     reached_goal = stop.code == "balanced"
     prune(history)
     if reached_goal:
