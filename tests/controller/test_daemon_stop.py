@@ -20,16 +20,24 @@ import urllib.error
 from collections.abc import Callable, Iterator
 from http import HTTPStatus
 from pathlib import Path
+from typing import Any
 
 import pytest
-from tests.controller.slow_place_daemon import SLOWED
+from tests.controller.slow_place_daemon import SLOWED, WRITING
 from tests.controller.test_dashboard import _config
 
 from daemon import Daemon, eventually, send, served
 from opendrs.controller.config import HttpConfig
 from opendrs.controller.dashboard import Dashboard
 from opendrs.controller.history import History
-from opendrs.controller.http_server import CUT_WAIT, STOP_GRACE, MetricsServer, start_server
+from opendrs.controller.http_server import (
+    CUT_WAIT,
+    STOP_GRACE,
+    MetricsServer,
+    _Handler,
+    start_server,
+)
+from opendrs.controller.http_write import DashboardWriter
 from opendrs.controller.loop import InstanceLock
 from opendrs.controller.metrics import DaemonMetrics
 from opendrs.controller.place_api import PlaceView
@@ -88,7 +96,7 @@ def hammer(address: str, done: threading.Event, answered: list[int]) -> None:
 @pytest.fixture
 def config(tmp_path: Path) -> Iterator[Path]:
     """Manual mode on the fake Proxmox API (eight VMs on pve1: proposals to approve), the
-    dashboard served with ``http.write`` on behind a bearer token."""
+    dashboard served with ``http.write`` on behind a bearer token, a decision log."""
     pytest.importorskip("fakepve", reason="fakepve (a test-only dev dependency) is missing")
     pytest.importorskip("cryptography", reason="fakepve's certificates need cryptography")
     from backends.fakepve_fixture import proxmox_config, running_on_pve1, three_nodes
@@ -97,7 +105,10 @@ def config(tmp_path: Path) -> Iterator[Path]:
     running_on_pve1(cluster.pve, range(100, 108))
     (tmp_path / "http.token").write_text(TOKEN + "\n")
     (tmp_path / "http.token").chmod(0o600)
-    http = "http: {listen: '127.0.0.1:0', token_file: http.token, write: true, token_name: ops}\n"
+    http = (
+        "http: {listen: '127.0.0.1:0', token_file: http.token, write: true, token_name: ops}\n"
+        "log: {decisions: decisions.jsonl}\n"
+    )
     try:
         yield proxmox_config(tmp_path, cluster, mode="manual", extra=http)
     finally:
@@ -124,13 +135,7 @@ def test_a_request_computing_past_the_grace_does_not_hold_the_exit(
     """The first ``POST /api/place`` after an observation computes for a minute (its build
     slowed, as on a cluster far larger than this one): SIGTERM ends the daemon within the
     grace and a margin, exit status 0, the request named in one line, the history whole."""
-    environment = {
-        "SLOW_PLACE": "60",
-        "PYTHONPATH": os.pathsep.join(
-            [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]
-        ),
-    }
-    with Daemon(config, env=environment, module="slow_place_daemon") as daemon:
+    with slowed_daemon(config, SLOW_PLACE="60") as daemon:
         address = served(daemon)
         daemon.wait_for(r"decision \(manual\)", timeout=60)
         # A second decision: the place view has the first cycle's observation (no 503).
@@ -165,6 +170,97 @@ def test_a_request_computing_past_the_grace_does_not_hold_the_exit(
     for crash in CRASHES:
         assert crash not in log, log[-4000:]
     assert_files_whole(tmp_path)
+
+
+def slowed_daemon(config: Path, **slowed: str) -> Daemon:
+    """``opendrs run`` on ``config`` with the parts ``slowed`` names slowed (or broken) as
+    :mod:`tests.controller.slow_place_daemon` says."""
+    path = os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])
+    return Daemon(config, env={**slowed, "PYTHONPATH": path}, module="slow_place_daemon")
+
+
+def stopped_while_writing(daemon: Daemon, path: str) -> tuple[int, str, list[int | None]]:
+    """``POST path`` to ``daemon``, then SIGTERM once its write is slowed: the exit status, the
+    log and the status the client got."""
+    statuses: list[int | None] = []
+    client = threading.Thread(
+        target=lambda: statuses.append(ask(served(daemon), path, method="POST"))
+    )
+    client.start()
+    daemon.wait_for(WRITING, timeout=30)
+    daemon.signal(signal.SIGTERM)
+    status = daemon.wait(60)
+    client.join(15)
+    return status, daemon.log(), statuses
+
+
+def test_a_write_ending_after_the_stop_does_not_kill_the_daemon(
+    config: Path, tmp_path: Path
+) -> None:
+    """A request to balance now waits 7 s for the history (as for SQLite's busy timeout) and
+    the daemon's files take 3 s to close: the write, which wakes the daemon with SIGUSR1, ends
+    before the daemon gives its signals back, not after (their default would kill it)."""
+    with slowed_daemon(config, SLOW_WRITE="7", SLOW_CLOSE="3") as daemon:
+        daemon.wait_for(r"decision \(manual\)", timeout=60)
+        status, log, statuses = stopped_while_writing(daemon, "/api/balance-now")
+    assert status == 0, log[-4000:]
+    assert "cut (POST /api/balance-now)" in log and statuses == [None], log[-4000:]
+    assert "still computing" not in log and "stopping: state recorded" in log, log[-4000:]
+    for crash in CRASHES:
+        assert crash not in log, log[-4000:]
+    with sqlite3.connect(tmp_path / "history.sqlite") as db:
+        asked = db.execute("SELECT value FROM state WHERE key = 'balance_now'").fetchall()
+    assert asked == [("ops@http",)]
+
+
+def test_an_approval_under_way_at_the_stop_is_logged_whole(config: Path, tmp_path: Path) -> None:
+    """An approval whose decision-log line is slowed 8 s (a slow disk), past the grace: the
+    daemon waits for it, so that its verdict is in the decision log as in the history."""
+    with slowed_daemon(config, SLOW_WRITE="8") as daemon:
+        daemon.wait_for(r"proposal \w+ \(balance\) waits for approval", timeout=60)
+        status, text, _ = send(served(daemon), "/api/proposals", method="GET", token=TOKEN)
+        assert status == 200, text
+        proposal = json.loads(text)["proposals"][0]["id"]
+        status, log, _ = stopped_while_writing(daemon, f"/api/proposals/{proposal}/approve")
+    assert status == 0, log[-4000:]
+    assert f"cut (POST /api/proposals/{proposal}/approve)" in log, log[-4000:]
+    with History(tmp_path / "history.sqlite", readonly=True) as history:
+        given = {(p.id, p.state, p.by) for p in history.proposals() if p.by is not None}
+    lines = (tmp_path / "decisions.jsonl").read_text().splitlines()
+    logged = [v for v in map(json.loads, lines) if v["kind"] == "verdict"]
+    assert given == {(proposal, "approved", "ops@http")}, log[-4000:]
+    assert [(v["proposal"], v["event"], v["by"]) for v in logged] == [
+        (proposal, "approved", "ops@http")
+    ]
+    assert_files_whole(tmp_path)
+
+
+def test_a_bug_at_the_stop_with_a_request_computing_exits_at_once(config: Path) -> None:
+    """The daemon fails once its controller has stopped (a bug) while a ``POST /api/place``
+    computes for a minute: one line says so and the process ends with exit status 1 within the
+    grace and a margin, not once the request is computed."""
+    with slowed_daemon(config, SLOW_PLACE="60", BREAK_AFTER_STOP="1") as daemon:
+        address = served(daemon)
+        daemon.wait_for(r"decision \(manual\)", timeout=60)
+        daemon.wait_for(r"decision \(manual\)", timeout=60, after=daemon.mark)
+        body = json.dumps({"cpu": 1, "memory": "2GiB"}).encode()
+        client = threading.Thread(
+            target=lambda: ask(address, "/api/place", method="POST", body=body), daemon=True
+        )
+        client.start()
+        daemon.wait_for(SLOWED, timeout=30)
+        daemon.signal(signal.SIGTERM)
+        try:
+            status = daemon.wait(STOP_GRACE + EXIT_MARGIN)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"still running {STOP_GRACE + EXIT_MARGIN:g}s after SIGTERM")
+        log = daemon.log()
+    assert status == 1, log[-4000:]
+    assert (
+        "error: internal error (a bug in opendrs, please report it): RuntimeError: test: a bug "
+        "once the controller has stopped"
+    ) in log
+    assert "1 still computing, not waited for" in log and "Traceback" not in log, log[-4000:]
 
 
 def assert_files_whole(directory: Path) -> None:
@@ -322,3 +418,42 @@ def test_a_page_cut_while_drawing_is_no_error_of_the_page(
     assert statuses == [None] and request_threads() == []
     assert "cut (GET /)" in caplog.text
     assert "cannot answer" not in caplog.text and "Traceback" not in caplog.text
+
+
+def test_the_stops_line_never_repeats_a_path_it_does_not_serve(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A request for a 10 kB path with escape sequences, its answer held when the server stops
+    (as one to a client that stopped reading would be): the stop's line names no such path."""
+    held = threading.Event()
+    send_answer = _Handler._send
+
+    def held_send(handler: _Handler, *args: Any, **kwargs: Any) -> None:
+        held.set()
+        time.sleep(1.0)
+        send_answer(handler, *args, **kwargs)
+
+    monkeypatch.setattr(_Handler, "_send", held_send)
+    server = held_server(HeldPlace(hold=0))
+    host, port = server.address.rsplit(":", 1)
+    path = b"/\x1b[2J\x1b[31m" + b"A" * 10_000
+    with socket.create_connection((host, int(port)), timeout=10) as client:
+        client.sendall(b"GET " + path + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert held.wait(10)
+        with caplog.at_level(logging.WARNING, logger="opendrs"):
+            server.stop(grace=0.1)
+            for thread in request_threads():
+                thread.join(10)
+    assert "cut (another request)" in caplog.text, caplog.text[:500]
+    assert "\x1b" not in caplog.text and "AAAA" not in caplog.text
+    assert max(len(line) for line in caplog.text.splitlines()) < 200
+
+
+def test_a_write_asked_once_the_server_stops_is_refused(tmp_path: Path) -> None:
+    """Once stopped, the writer refuses a write (503), opens no history and wakes no one."""
+    woken: list[int] = []
+    writer = DashboardWriter(str(tmp_path / "history.sqlite"), "ops@http", lambda: woken.append(1))
+    assert writer.stop() is False  # no write was under way
+    status, answer = writer.post("/api/balance-now", b"")
+    assert (status, answer) == (HTTPStatus.SERVICE_UNAVAILABLE, {"error": "the daemon is stopping"})
+    assert woken == [] and not (tmp_path / "history.sqlite").exists()

@@ -151,10 +151,12 @@ class DaemonRun:
             return EXIT_PROBLEM if exc.passing else EXIT_LASTING
         finally:
             # The server first: its requests end while the signals are still caught (an
-            # approval wakes the daemon with SIGUSR1, whose default would kill it).
-            if self.published.server is not None:
-                self.published.server.stop()
-            self.signals.restore()
+            # approval wakes the daemon with SIGUSR1, whose default would kill it); while a
+            # request cut still computes, SIGHUP and SIGUSR1 stay ignored.
+            server = self.published.server
+            if server is not None:
+                server.stop()
+            self.signals.restore(ignore_wakes=server is not None and server.computing() > 0)
             if backend is not None:
                 backend.close()
             self.files.close()

@@ -39,8 +39,13 @@ class DaemonSignals:
         ):
             self._previous[sig] = signal.signal(sig, handler)
 
-    def restore(self) -> None:
+    def restore(self, *, ignore_wakes: bool = False) -> None:
+        """Give the signals back their handlers of before; with ``ignore_wakes``, SIGHUP and
+        SIGUSR1 are ignored instead (their default ends the process): some thread of the
+        daemon's may still send one (a request cut while it computes, an approval)."""
         for sig, handler in self._previous.items():
+            if ignore_wakes and sig in (signal.SIGHUP, signal.SIGUSR1):
+                handler = signal.SIG_IGN
             signal.signal(sig, handler)  # type: ignore[arg-type]
 
     def _on_stop(self, signum: int, frame: FrameType | None) -> None:

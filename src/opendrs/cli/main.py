@@ -10,15 +10,13 @@ import errno
 import importlib
 import os
 import sys
-import traceback
 from collections.abc import Sequence
 from typing import Any, NoReturn, TextIO
 
 from opendrs import __version__
 from opendrs.cli.arguments import Subcommands
 from opendrs.cli.config_file import resolve_config
-from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, UsageError
-from opendrs.model.document import one_line
+from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, UsageError, internal_error
 from opendrs.model.snapshot import SnapshotError
 
 __all__ = ["COMMANDS", "build_parser", "main"]
@@ -169,9 +167,9 @@ def _run(args: argparse.Namespace, output: WatchedOutput) -> int:
             return _output_error(exc)
         if exc.errno in _OUTPUT_ERRNOS:
             return _system_error(exc)
-        return _internal_error(exc, verbose=args.debug or getattr(args, "verbose", False))
+        return internal_error(exc, verbose=args.debug or getattr(args, "verbose", False))
     except Exception as exc:  # not bad input: a bug, said as such (exit 1, not 2)
-        return _internal_error(exc, verbose=args.debug or getattr(args, "verbose", False))
+        return internal_error(exc, verbose=args.debug or getattr(args, "verbose", False))
 
 
 #: Why a write to the output fails through no fault of opendrs: the disk is full, over its
@@ -194,20 +192,6 @@ def _system_error(exc: OSError) -> int:
     disk, a failing device): exit status 1, a problem that may pass."""
     where = f" {exc.filename}" if exc.filename is not None else " a file"
     print(f"error: cannot read or write{where}: {exc.strerror or exc}", file=sys.stderr)
-    return EXIT_PROBLEM
-
-
-def _internal_error(exc: Exception, *, verbose: bool) -> int:
-    """One line for an exception no input explains (``--debug``: its traceback first)."""
-    if verbose:
-        traceback.print_exception(exc, file=sys.stderr)
-    detail = one_line(" ".join(str(exc).split()))
-    what = f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
-    hint = "" if verbose else " (opendrs --debug … shows the traceback)"
-    print(
-        f"error: internal error (a bug in opendrs, please report it): {what}{hint}",
-        file=sys.stderr,
-    )
     return EXIT_PROBLEM
 
 

@@ -7,7 +7,10 @@ import contextlib
 import logging
 import os
 import sys
+import traceback
 from typing import NoReturn
+
+from opendrs.model.document import one_line
 
 __all__ = [
     "EXIT_LASTING",
@@ -16,6 +19,7 @@ __all__ = [
     "EXIT_USAGE",
     "UsageError",
     "exit_now",
+    "internal_error",
     "setup_logging",
 ]
 
@@ -62,3 +66,18 @@ def exit_now(status: int) -> NoReturn:
         with contextlib.suppress(OSError, ValueError):  # closed or broken: nothing more to say
             stream.flush()
     os._exit(status)
+
+
+def internal_error(exc: BaseException, *, verbose: bool) -> int:
+    """One line for an exception no input explains (``--debug``: its traceback first): exit
+    status 1."""
+    if verbose:
+        traceback.print_exception(exc, file=sys.stderr)
+    detail = one_line(" ".join(str(exc).split()))
+    what = f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
+    hint = "" if verbose else " (opendrs --debug … shows the traceback)"
+    print(
+        f"error: internal error (a bug in opendrs, please report it): {what}{hint}",
+        file=sys.stderr,
+    )
+    return EXIT_PROBLEM

@@ -8,7 +8,7 @@ import sys
 from opendrs.cli.arguments import Subcommands
 from opendrs.cli.config_file import add_config_option
 from opendrs.cli.daemon_signals import DaemonSignals
-from opendrs.cli.process import exit_now, setup_logging
+from opendrs.cli.process import EXIT_PROBLEM, exit_now, internal_error, setup_logging
 
 __all__ = ["add_run_parser"]
 
@@ -46,10 +46,26 @@ def _start_and_run(args: argparse.Namespace, signals: DaemonSignals) -> int:
         shadow=args.shadow,
         verbose=args.verbose,
     )
-    status = daemon.run()
-    if published.server is not None and published.server.computing():
+    server = published.server
+    try:
+        status = daemon.run()
+    except BaseException as exc:
+        if server is None or not server.computing():
+            raise  # said by main(): no thread holds the exit
+        exit_now(_failed(exc, args))
+    if server is not None and server.computing():
         exit_now(status)  # its files are closed: the requests cut and still computing are left
     return status
+
+
+def _failed(exc: BaseException, args: argparse.Namespace) -> int:
+    """The exit status of a run ended by ``exc``, said as :func:`opendrs.cli.main.main` would
+    (one line)."""
+    if isinstance(exc, KeyboardInterrupt):
+        return 130
+    if isinstance(exc, SystemExit):
+        return exc.code if isinstance(exc.code, int) else EXIT_PROBLEM
+    return internal_error(exc, verbose=getattr(args, "debug", False) or args.verbose)
 
 
 def add_run_parser(sub: Subcommands) -> None:

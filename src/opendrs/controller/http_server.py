@@ -28,10 +28,13 @@ no longer than that.
 Stopped in order (:meth:`MetricsServer.stop`): no new connection is taken, those still sending
 their request are closed, the requests read are answered for up to :data:`STOP_GRACE` seconds,
 then their connections are cut — a thread reading or writing ends at once — and one line says
-which requests were cut. A thread still computing its answer then (a placement, a page) cannot
-be ended: ``stop`` returns after :data:`CUT_WAIT` seconds all the same, and
-:meth:`MetricsServer.computing` says how many are left, for the process to exit without
-waiting for them (:func:`opendrs.cli.process.exit_now`). Nothing of the server may run while
+which requests were cut (by route: ``POST /api/place``; a path the server does not serve is
+``another request``, never repeated). A write of the dashboard's under way then (an approval,
+balance now) is waited for, and none begins after (:meth:`DashboardWriter.stop
+<opendrs.controller.http_write.DashboardWriter.stop>`). A thread still computing its answer then
+(a placement, a page) cannot be ended: ``stop`` returns after :data:`CUT_WAIT` seconds all the
+same, and :meth:`MetricsServer.computing` says how many are left, for the process to exit
+without waiting for them (:func:`opendrs.cli.process.exit_now`). Nothing of the server may run while
 the interpreter finalises: a request drawing a chart then would have it abort (matplotlib's C++
 code, a thread ended under it), hence threads that are not daemon threads and, when some are
 left, an exit that skips finalisation.
@@ -58,7 +61,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from opendrs.controller.config import HttpConfig
 from opendrs.controller.dashboard import Dashboard, dashboard_headers
 from opendrs.controller.http_write import MAX_BODY as MAX_WRITE
-from opendrs.controller.http_write import DashboardWriter
+from opendrs.controller.http_write import DashboardWriter, is_write_path
 from opendrs.controller.metrics import DaemonMetrics
 from opendrs.controller.place_api import MAX_BODY, PlaceView, json_error
 from opendrs.secret_file import SecretError, read_secret_file
@@ -196,6 +199,17 @@ class _Server(ThreadingHTTPServer):
         return asked, [thread for thread in late if thread.is_alive()]
 
 
+#: The methods a log line may name.
+_METHODS: Final = frozenset({"GET", "HEAD", "POST"})
+
+
+def _route(method: str, path: str) -> str:
+    """A request as a log line may name it (``POST /api/place``): one of the server's paths
+    with a method it takes, else ``another request`` — what a client sent is never repeated."""
+    known = path in _DASHBOARD or path in (_PLACE, "/metrics", "/healthz") or is_write_path(path)
+    return f"{method} {path}" if method in _METHODS and known else "another request"
+
+
 def _join(threads: list[threading.Thread], deadline: float) -> None:
     for thread in threads:
         thread.join(max(0.0, deadline - time.monotonic()))
@@ -216,7 +230,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def parse_request(self) -> bool:
         parsed = super().parse_request()  # reads the headers
-        asked = f"{self.command} {self.path.partition('?')[0]}" if parsed else "a bad request"
+        asked = _route(self.command, self.path.partition("?")[0]) if parsed else "a bad request"
         self.server.answering(self.connection, asked)
         return parsed
 
@@ -423,6 +437,11 @@ class MetricsServer:
             self.server.shutdown()
             self._thread.join()
         cut, self._computing = self.server.close_in_order(grace)
+        if self.server.writer is not None and self.server.writer.stop():
+            # The writes under way ended whole (no more begin): their threads end at once,
+            # their connections cut.
+            _join(self._computing, time.monotonic() + CUT_WAIT)
+            self.computing()
         if cut:
             log.warning(
                 "http: %d request(s) not answered within %gs of stopping: cut (%s)%s",

@@ -9,6 +9,11 @@ kept in the history with the token's name (``http.token_name``, as ``NAME@http``
 as ``opendrs approve`` keeps the local user's, and appended to the decision log. The writer
 opens the history for each request (the HTTP server's threads never share the daemon's
 connection) and then sends the daemon SIGUSR1, so that it takes the request at once.
+
+Once the daemon stops (:meth:`DashboardWriter.stop`), a write is refused (503) and no SIGUSR1 is
+sent; the stop waits for the write under way, so that the process never ends between a verdict
+committed to the history and its line in the decision log, nor sends itself a signal once its
+handlers are given back.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import json
 import os
 import re
 import signal
+import threading
 from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any, Final
@@ -26,7 +32,7 @@ from opendrs.controller.history import History
 from opendrs.controller.history_file import HistoryError
 from opendrs.controller.proposals import choose_moves, open_proposal
 
-__all__ = ["MAX_BODY", "DashboardWriter"]
+__all__ = ["MAX_BODY", "DashboardWriter", "is_write_path"]
 
 #: The largest request body taken (a list of moves).
 MAX_BODY: Final = 4096
@@ -34,6 +40,12 @@ MAX_BODY: Final = 4096
 _VERDICT = re.compile(r"/api/proposals/([0-9A-Fa-f]{1,16})/(approve|reject)")
 
 Answer = tuple[HTTPStatus, dict[str, Any]]
+
+
+def is_write_path(path: str) -> bool:
+    """Whether ``path`` is one of the writer's (``GET /api/proposals`` or a POST); a proposal's
+    id is 1 to 16 hexadecimal digits."""
+    return path in ("/api/proposals", "/api/balance-now") or _VERDICT.fullmatch(path) is not None
 
 
 def _wake_this_daemon() -> None:
@@ -55,6 +67,10 @@ class DashboardWriter:
         self.wake = wake
         #: The decision log a verdict is appended to (``log.decisions``), or ``None``.
         self.decision_log = decision_log
+        #: Guards the two below: whether the daemon stops, the writes under way.
+        self._gate = threading.Condition()
+        self._stopping = False
+        self._writing = 0
 
     def handles(self, path: str) -> bool:
         """Whether ``path`` is one of the writer's POST paths."""
@@ -69,8 +85,34 @@ class DashboardWriter:
             return HTTPStatus.SERVICE_UNAVAILABLE, {"error": str(exc)}
         return HTTPStatus.OK, {"proposals": [p.as_dict() for p in proposals]}
 
+    def stop(self) -> bool:
+        """Refuse every write from now on and wait for those under way to end (each waits at
+        most the history's busy timeout for each statement): none is left half-done. Whether
+        one was under way."""
+        with self._gate:
+            self._stopping = True
+            under_way = self._writing > 0
+            self._gate.wait_for(lambda: self._writing == 0)
+        return under_way
+
     def post(self, path: str, body: bytes) -> Answer:
-        """Carry out the POST of ``path`` with ``body``: the status and the JSON answer."""
+        """Carry out the POST of ``path`` with ``body`` (503 once the daemon stops): the status
+        and the JSON answer."""
+        with self._gate:
+            if self._stopping:
+                return HTTPStatus.SERVICE_UNAVAILABLE, {"error": "the daemon is stopping"}
+            self._writing += 1
+        try:
+            return self._write(path, body)
+        finally:
+            with self._gate:
+                self._writing -= 1
+                self._gate.notify_all()
+
+    def _write(self, path: str, body: bytes) -> Answer:
+        """The write of :meth:`post`, then the daemon woken unless it stops (no cycle would
+        take the signal). Counted among the writes under way: :meth:`stop` returns once this
+        one has ended, the signal sent or not, before the daemon gives its signals back."""
         try:
             with History(self.history_path) as history:
                 if path == "/api/balance-now":
@@ -80,7 +122,7 @@ class DashboardWriter:
                     answer = self._verdict(history, path, body)
         except HistoryError as exc:
             return HTTPStatus.SERVICE_UNAVAILABLE, {"error": str(exc)}
-        if answer[0] < 300:
+        if answer[0] < 300 and not self._stopping:
             self.wake()
         return answer
 
