@@ -351,9 +351,24 @@ def test_repair_honours_forbidden_placements() -> None:
         decision = _decide(cluster, config, memory=memory)
         assert decision.kind == "repair" and [g for g, _s, _t in _moved(decision)] == ["m"]
         assert explain(decision).endswith(
-            "bypassing threshold, hold and margin and the cooldown, minimum uptime and no-return "
-            "it could not keep"
+            "bypassing threshold, hold and margin and the cooldown and minimum uptime it could "
+            "not keep"
         )
+    # Lifting its cooldown, the repair still keeps m off the node it left (n1): it goes to n2.
+    cooling = {"m": NOW + 600}
+    back = PastMigrations(cooldown_until=cooling, departures={"m": (("n1", NOW - 60),)})
+    decision = _decide(cluster, PolicyConfig(min_uptime=0), memory=back)
+    assert _moved(decision) == [("m", "n3", "n2")]
+    assert explain(decision).endswith("the cooldown and minimum uptime it could not keep")
+    # Only where no other node takes it does it go back, and the decision says so.
+    both = PastMigrations(
+        cooldown_until=cooling, departures={"m": (("n1", NOW - 60), ("n2", NOW - 60))}
+    )
+    decision = _decide(cluster, PolicyConfig(min_uptime=0), memory=both)
+    assert [g for g, _s, _t in _moved(decision)] == ["m"]
+    assert explain(decision).endswith(
+        "the cooldown, minimum uptime and no-return it could not keep"
+    )
     # Where the guards leave a way, they hold: a no-return to n1 sends m to n2.
     departed = PastMigrations(departures={"m": (("n1", NOW - 60),)})
     decision = _decide(cluster, PolicyConfig(min_uptime=0), memory=departed)
@@ -914,11 +929,20 @@ def test_property_decisions_respect_the_guards(cluster: Cluster, data: st.DataOb
     guarded = forbidden_placements(cluster, NOW, config, memory)
     # No guest onto a node seen running hot (this observation's included).
     guarded |= hot_targets(cluster, decision.state.hot_seen)
-    # A repair keeps to the guards where it can; else only failed targets stay off limits.
+    # A repair keeps to the guards where it can; else only failed targets stay off limits, and
+    # the returns to a node a guest left that its plan would make, where it can do without.
     failed = frozenset(pair for pair, until in memory.avoid.items() if until > NOW)
-    relaxed = decision.kind == "repair" and decision.forbidden == failed != guarded
+    returns = forbidden_placements(
+        cluster, NOW, replace(config, min_uptime=0), replace(memory, cooldown_until={}, avoid={})
+    )
+    lifted = failed <= decision.forbidden <= failed | returns and decision.forbidden != guarded
+    relaxed = decision.kind == "repair" and lifted
     assert decision.forbidden == guarded or relaxed
     assert relaxed == ("it could not keep" in explain(decision))
+    # It says it lifted the no-return only when a guest goes back.
+    moves = decision.plan.moves if decision.plan is not None else ()
+    back = any((m.guest, m.target) in returns for m in moves)
+    assert back == (relaxed and "no-return it could not keep" in explain(decision))
     assert explain(decision) and "\n" not in explain(decision)
     if decision.plan is None:
         return

@@ -183,7 +183,12 @@ def _busy(facts: Busy) -> str:
 
 def _repaired(facts: Repaired) -> str:
     bypassed = "hold" if facts.hot_only else "threshold, hold"
-    kept = "the cooldown" if facts.hot_only else "the cooldown, minimum uptime and no-return"
+    if facts.hot_only:
+        kept = "the cooldown"
+    elif facts.no_return_kept:
+        kept = "the cooldown and minimum uptime"
+    else:
+        kept = "the cooldown, minimum uptime and no-return"
     overridden = f" and {kept} it could not keep" if facts.overridden else ""
     return (
         f"repair: {_needed(facts.needed, facts.more)}; {_migrations(facts.migrations)}, "

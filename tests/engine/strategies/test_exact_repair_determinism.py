@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from opendrs.engine.constraints import Constraints
-from opendrs.engine.planner import plan_with_retries
+from opendrs.engine.planner import Plan, PlannedMove, plan_with_retries
 from opendrs.engine.policy import PolicyConfig, repair
 from opendrs.engine.policy.repair import Repair, repair_within_guards, repairs_needed
 from opendrs.engine.strategies import exact_repair as exact_module
@@ -159,5 +159,43 @@ def test_the_daemon_s_repair_is_repeatable_only_if_both_its_attempts_were(
     guarded = frozenset({("1", "t")})
     chosen, kept = repair_within_guards(maintenance, cons, PolicyConfig(), guarded, frozenset())
     assert kept == guarded and len(chosen.stuck) == 1
+    assert chosen.proposal is not None
+    assert chosen.proposal.options["repair"] == {"exact": "FEASIBLE", "deterministic": False}
+
+
+def test_the_daemon_s_repair_is_not_repeatable_if_its_return_kept_off_was_cut(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Kept off the failed targets only, the repair sends 1 back to t, a node it left; kept off
+    that return too, its search was cut and leaves more stuck: the return is chosen, but a quiet
+    machine might have found the other way — so the repair chosen says it is not repeatable."""
+    maintenance = cluster("maintenance")
+    cons = Constraints.build(maintenance)
+    same = cluster_imbalance(maintenance)
+    needed = repairs_needed(maintenance, cons)
+    back = frozenset({("1", "t")})
+    guarded = back | {("1", "x")}
+
+    def made(repeatable: bool, stuck: int, moves: tuple[PlannedMove, ...] = ()) -> Repair:
+        search = {"exact": "FEASIBLE", "deterministic": repeatable}
+        proposal = Proposal("repair", (), same, same, "done", options={"repair": search})
+        stuck_ids = tuple((str(k), "stuck") for k in range(stuck))
+        return Repair(needed, proposal, Plan(moves, True), stuck_ids)
+
+    def kept_off(*args: Any) -> Repair:
+        forbidden = args[-1]
+        if forbidden == guarded:
+            return made(True, 2)
+        if forbidden == back:
+            return made(False, 3)
+        return made(True, 1, (PlannedMove("1", "m", "t", 1),))
+
+    repair_module = importlib.import_module("opendrs.engine.policy.repair")
+    monkeypatch.setattr(repair_module, "repair_kept_off", kept_off)
+    chosen, kept = repair_within_guards(
+        maintenance, cons, PolicyConfig(), guarded, frozenset(), back
+    )
+    assert kept == frozenset() and len(chosen.stuck) == 1
+    assert chosen.plan is not None and chosen.plan.moves[0].target == "t"
     assert chosen.proposal is not None
     assert chosen.proposal.options["repair"] == {"exact": "FEASIBLE", "deterministic": False}

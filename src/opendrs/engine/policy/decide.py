@@ -64,6 +64,7 @@ from opendrs.engine.policy.repair import (
     repair_activity,
     repair_kept_off,
     repair_within_guards,
+    returning_moves,
 )
 from opendrs.engine.policy.smoothing import hot_nodes, overloads, with_last
 from opendrs.engine.policy.spending import Hastening, react
@@ -415,8 +416,9 @@ def _repair(r: _Round) -> Decision | tuple[tuple[tuple[str, str], ...], RepairNo
     stranded = _stranded(r.cluster, left)
     hot_only = only_hot(r.cluster, view.constraints)
     failed = failed_targets(r.cluster, r.now, r.past)
+    returns = _no_return(r)
     made, kept_off = repair_within_guards(
-        view.checked, view.constraints, config, view.forbidden, failed
+        view.checked, view.constraints, config, view.forbidden, failed, returns
     )
     needed = made.needed
     if config.hot is not None and hot_only and needed:
@@ -440,7 +442,12 @@ def _repair(r: _Round) -> Decision | tuple[tuple[tuple[str, str], ...], RepairNo
     if closed is not None:
         return made_round.decision(closed, r.state, proposal=made.proposal, plan=plan)
     facts = Repaired(
-        needed[0], len(needed) - 1, len(plan.moves), hot_only, kept_off != view.forbidden
+        needed[0],
+        len(needed) - 1,
+        len(plan.moves),
+        hot_only,
+        kept_off != view.forbidden,
+        no_return_kept=not returning_moves(made, returns),
     )
     return made_round.decision(
         facts,
@@ -510,6 +517,13 @@ def _relief_past_cooldown(
     if plan is None or not plan.moves or len(found[0].stuck) >= len(made[0].stuck):
         return made
     return found
+
+
+def _no_return(r: _Round) -> frozenset[tuple[str, str]]:
+    """The placements the no-return alone rules out: each guest onto a node it left within
+    ``no_return``."""
+    no_cooldown = replace(r.past, cooldown_until={}, avoid={})
+    return forbidden_placements(r.cluster, r.now, replace(r.config, min_uptime=0), no_cooldown)
 
 
 def _deeper_relief(

@@ -181,7 +181,8 @@ class Repaired:
     """A repair of ``needed`` (and ``more``) in ``migrations``, bypassing the hold and margin —
     and the threshold unless it only relieves hot nodes (``hot_only``); ``overridden``: it
     could not keep the cooldown, minimum uptime and no-return (only the cooldown, relieving hot
-    nodes)."""
+    nodes; only the cooldown and minimum uptime with ``no_return_kept``: no guest goes back to a
+    node it left)."""
 
     code: ClassVar[DecisionCode] = DecisionCode.REPAIR
     needed: Need
@@ -191,6 +192,7 @@ class Repaired:
     overridden: bool
     #: Where the plan's proposal stopped, when it says (a repair toward the failover headroom).
     stop: Stop | None = None
+    no_return_kept: bool = False
 
 
 @dataclass(frozen=True)

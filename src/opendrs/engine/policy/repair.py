@@ -284,30 +284,66 @@ def repair_within_guards(
     config: PolicyConfig,
     guarded: frozenset[tuple[str, str]],
     failed: frozenset[tuple[str, str]],
+    returns: frozenset[tuple[str, str]] = frozenset(),
 ) -> tuple[Repair, frozenset[tuple[str, str]]]:
     """The repair within the policy's guards (``guarded``: cooldown, minimum uptime, no-return
     and failed targets); when that leaves guests stuck, the repair kept off only the ``failed``
     targets, if it leaves fewer — a guest must leave a node in maintenance or a broken rule
-    whatever its cooldown. Not for a node that only runs hot: relieving it is worth no flapping,
-    so the guards hold there (the policy may lift the cooldown alone for it:
+    whatever its cooldown —, and a return the last resort (:func:`_returns_last`: ``returns``,
+    the no-return's placements). Not for a node that only runs hot: relieving it is worth no
+    flapping, so the guards hold there (the policy may lift the cooldown alone for it:
     ``decide._relief_past_cooldown``). Also the placements the repair kept off. The one
-    chosen is repeatable (its searches' ``deterministic``) only if both were: both chose it."""
+    chosen is repeatable (its searches' ``deterministic``) only if every attempt was: all of
+    them chose it."""
+    attempts: list[Repair] = []
 
     def attempt(forbidden: frozenset[tuple[str, str]]) -> Repair:
-        return repair_kept_off(cluster, cons, config, forbidden)
+        attempts.append(repair_kept_off(cluster, cons, config, forbidden))
+        return attempts[-1]
 
     fixed = attempt(guarded)
     if not fixed.needed or not fixed.stuck or guarded == failed or only_hot(cluster, cons):
         return fixed, guarded
     relaxed = attempt(failed)
-    made = [r.proposal for r in (fixed, relaxed) if r.proposal is not None]
-    unsure = set().union(*(unrepeatable(p) for p in made))
     chosen, kept_off = (
-        (fixed, guarded) if len(relaxed.stuck) >= len(fixed.stuck) else (relaxed, failed)
+        (fixed, guarded)
+        if len(relaxed.stuck) >= len(fixed.stuck)
+        else _returns_last(attempt, (relaxed, failed), returns)
     )
+    made = [r.proposal for r in attempts if r.proposal is not None]
+    unsure = set().union(*(unrepeatable(p) for p in made))
     if chosen.proposal is not None:
         chosen = replace(chosen, proposal=not_repeatable(chosen.proposal, unsure))
     return chosen, kept_off
+
+
+def _returns_last(
+    attempt: Callable[[frozenset[tuple[str, str]]], Repair],
+    relaxed: tuple[Repair, frozenset[tuple[str, str]]],
+    returns: frozenset[tuple[str, str]],
+) -> tuple[Repair, frozenset[tuple[str, str]]]:
+    """``relaxed`` (a repair with the guards lifted, and what it kept off), its moves that send a
+    guest back to a node it left (in ``returns``) kept off in turn while that leaves no more
+    guests stuck: a guest goes back only where no other node takes it. Each round keeps off only
+    the returns the last plan chose, so the repair is the same wherever it needs none."""
+    made, kept = relaxed
+    while True:
+        back = returning_moves(made, returns)
+        if not back:
+            return made, kept
+        tried = attempt(kept | back)
+        if len(tried.stuck) > len(made.stuck):
+            return made, kept
+        made, kept = tried, kept | back
+
+
+def returning_moves(
+    made: Repair, returns: frozenset[tuple[str, str]]
+) -> frozenset[tuple[str, str]]:
+    """The (guest, target) moves of ``made``'s plan in ``returns``: guests sent back to a node
+    they left within the no-return."""
+    moves = made.plan.moves if made.plan is not None else ()
+    return frozenset((m.guest, m.target) for m in moves) & returns
 
 
 def repair_kept_off(
