@@ -320,12 +320,13 @@ def _search(
 
 def _fewer_steps(steps: int, moves: int, most: int) -> int:
     """The steps of the next search where ``steps`` steps made ``moves`` migrations, more than
-    ``most``: as many as fit at the migrations per step seen (a step of a bundle moves each of
-    its guests, so all-pair steps take half as many), fewer than ``steps``, one before none
-    (its one step may fit where the average does not)."""
+    ``most``: as many steps fewer as migrations over, or as many as fit at the migrations per
+    step seen where that keeps more (a step of a bundle moves each of its guests: steps of
+    pairs all over, half as many), always fewer than ``steps``, and one before none (its one
+    step may fit where the average does not)."""
     if steps <= 1:
         return 0
-    return max(min(steps - 1, steps * most // moves), 1)
+    return max(steps - (moves - most), steps * most // moves, 1)
 
 
 def _search_steps(
