@@ -13,8 +13,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clusters import GiB, clusters
+from opendrs.engine.policy.repair import repair
 from opendrs.engine.strategies.balance.options import BalanceOptions
-from opendrs.engine.strategies.balance.strategy import propose_balance
+from opendrs.engine.strategies.balance.repair import ExactRepairMemo
+from opendrs.engine.strategies.balance.strategy import _search, propose_balance
+from opendrs.engine.strategies.base import constraints_for
+from opendrs.engine.usage import LoadModel
 from opendrs.model.cluster import Cluster, Guest, Node, Settings
 from opendrs.model.rules import GuestAffinity, Rules
 from opendrs.model.snapshot import dump
@@ -47,6 +51,23 @@ def _pairs() -> Cluster:
     return Cluster(nodes, guests, Rules(guest_affinity=pairs), Settings())
 
 
+def _many_pairs(count: int, *, maintenance: bool = False) -> Cluster:
+    """``count`` pairs of guests kept together on ``a`` (in maintenance where asked), ``b`` and
+    ``c`` nearly empty: every step of the search moves a pair, two migrations."""
+    nodes = (
+        Node("a", 64, 256 * GiB, maintenance=maintenance),
+        Node("b", 64, 256 * GiB),
+        Node("c", 64, 256 * GiB),
+    )
+    guests: list[Guest] = [Guest("z", "b", cpu=1, memory=1 * GiB)]
+    rules: list[GuestAffinity] = []
+    for i in range(count):
+        pair = (f"p{i}a", f"p{i}b")
+        guests += [Guest(name, "a", cpu=2, memory=8 * GiB) for name in pair]
+        rules.append(GuestAffinity(f"r{i}", pair, positive=True))
+    return Cluster(nodes, tuple(guests), Rules(guest_affinity=tuple(rules)), Settings())
+
+
 def _plan_migrations(cluster: Cluster, tmp_path: Path, most: int) -> int:
     """The migrations ``opendrs plan --max-moves most`` proposes for ``cluster``."""
     path = tmp_path / "cluster.yaml"
@@ -62,6 +83,25 @@ def test_a_pair_of_guests_is_two_migrations_of_the_limit(tmp_path: Path) -> None
     assert len(propose_balance(_pairs()).moves) == 2
     assert _plan_migrations(_pairs(), tmp_path, 1) == 0
     assert _plan_migrations(_pairs(), tmp_path, 2) == 2
+
+
+@pytest.mark.parametrize("most", [2, 3, 4, 6, 8])
+def test_a_limit_over_pairs_moves_as_many_pairs_as_fit(most: int) -> None:
+    # Every step a pair: a limit of 2k migrations proposes k pairs (not none).
+    proposal = propose_balance(_many_pairs(12), BalanceOptions(max_moves=most))
+    assert len(proposal.moves) == most - most % 2
+
+
+@pytest.mark.parametrize("batch", [2, 4, 6])
+def test_a_small_batch_drains_pairs_off_a_node_in_maintenance(batch: int) -> None:
+    # The daemon's repair in batches: each batch moves whole pairs off the node.
+    done = repair(_many_pairs(6, maintenance=True), batch=batch)
+    assert done.plan is not None and len(done.plan.moves) == batch
+    assert all(move.source == "a" and move.target != "a" for move in done.plan.moves)
+
+
+def test_plan_with_a_limit_over_pairs(tmp_path: Path) -> None:
+    assert _plan_migrations(_many_pairs(6), tmp_path, 4) == 4
 
 
 @pytest.mark.parametrize(
@@ -97,6 +137,20 @@ def test_a_tighter_limit_never_gives_a_longer_plan(
     assert len(limited.moves) <= most
     if len(unlimited.moves) <= most:
         assert len(limited.moves) <= len(unlimited.moves)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters(max_nodes=6, max_guests=24), st.integers(1, 6))
+def test_a_limit_the_first_step_fits_moves_at_least_it(cluster: Cluster, most: int) -> None:
+    # Where the search's first step moves at most ``most`` guests, the capped search moves some.
+    cons, loads = constraints_for(cluster), LoadModel.build(cluster)
+    options = BalanceOptions(max_moves=most)
+    memo = ExactRepairMemo()
+    first = _search(cluster, cons, loads, options, shaped=True, memo=memo, steps=1)
+    capped = _search(cluster, cons, loads, options, shaped=True, memo=memo)
+    assert len(capped.proposal.moves) <= most
+    if 0 < len(first.proposal.moves) <= most:
+        assert capped.proposal.moves
 
 
 def test_the_vcpu_goal_cut_by_the_limit_is_said_so() -> None:

@@ -303,19 +303,30 @@ def _search(
     ``memo`` keeps the exact repair for the second search, which starts from the same state.
     ``steps`` (where given) caps the search's steps; else ``options.max_moves`` caps the
     migrations proposed: the search counts its steps, and a step of a bundle moves each of its
-    guests, so where the plan has more migrations than the cap the search runs again with that
-    many steps fewer (a rare case: bundles cut off).
+    guests, so where the plan has more migrations than the cap the search runs again with
+    fewer steps (:func:`_fewer_steps`) until it fits.
     """
     if steps is not None or options.max_moves is None:
         limit = steps if steps is not None else 10**9
         return _search_steps(cluster, cons, loads, options, limit, shaped=shaped, memo=memo)
-    steps = options.max_moves
+    most = steps = options.max_moves
     while True:
         found = _search_steps(cluster, cons, loads, options, steps, shaped=shaped, memo=memo)
-        over = len(found.proposal.moves) - options.max_moves
-        if over <= 0 or steps == 0:
+        moves = len(found.proposal.moves)
+        if moves <= most or steps == 0:
             return found
-        steps = max(steps - over, 0)
+        steps = _fewer_steps(steps, moves, most)
+
+
+def _fewer_steps(steps: int, moves: int, most: int) -> int:
+    """The steps of the next search where ``steps`` steps made ``moves`` migrations, more than
+    ``most``: as many steps fewer as migrations over, or as many as fit at the migrations per
+    step seen where that keeps more (a step of a bundle moves each of its guests: steps of
+    pairs all over, half as many), always fewer than ``steps``, and one before none (its one
+    step may fit where the average does not)."""
+    if steps <= 1:
+        return 0
+    return max(steps - (moves - most), steps * most // moves, 1)
 
 
 def _search_steps(
