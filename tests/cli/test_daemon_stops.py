@@ -5,6 +5,7 @@ and the decision log carry the stop as its code and details."""
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 
 import opendrs as opendrs_package
 from daemon import opendrs, run_once, write_sim_config
+from opendrs.cli.run_command import _failed
 
 #: Where the built-in demo scenario and its cluster lie.
 DEMO = Path(opendrs_package.__file__).parent / "data" / "scenarios"
@@ -174,3 +176,15 @@ def test_a_repair_toward_the_failover_headroom_says_so_in_log_history_and_status
     assert CLOSER in opendrs("history", "--config", str(config), columns=1000).stdout
     status = opendrs("status", "--config", str(config), columns=1000).stdout
     assert f"(shadow, repair, 1 move): {said}" in status
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "said"),
+    [(None, 0, ""), (0, 0, ""), (3, 3, ""), ("cannot go on", 1, "cannot go on\n")],
+)
+def test_a_run_ended_by_system_exit_has_the_status_python_would_give(
+    code: object, status: int, said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = argparse.Namespace(verbose=False, debug=False)
+    assert _failed(SystemExit(code), args) == status
+    assert capsys.readouterr().err == said

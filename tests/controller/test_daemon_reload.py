@@ -8,8 +8,10 @@ from __future__ import annotations
 import re
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
 import pytest
 
@@ -18,8 +20,13 @@ pytest.importorskip(
 )
 pytest.importorskip("cryptography", reason="fakepve's certificates need cryptography")
 
+import opendrs.cli.daemon as daemon_module
 from backends.fakepve_fixture import TOKEN_ID, TOKEN_SECRET, FakeCluster
 from daemon import Daemon, fetch, served, stepped_clock
+from opendrs.backends.base import Backend, BackendError, RenewsSecret
+from opendrs.cli.daemon import DaemonFiles, DaemonRun, Published
+from opendrs.cli.daemon_signals import DaemonSignals
+from opendrs.controller.config import Config
 from pve_daemon import fake_cluster, secret_file, shadow_config
 
 #: What the warning about a setting a reload cannot change says.
@@ -129,7 +136,11 @@ def test_a_reload_whose_secret_cannot_be_read_is_refused_whole(
         config.write_text(changed.replace("token_file: token\n", "token_file: token2\n"))
         mark = daemon.mark
         daemon.signal(signal.SIGHUP)
-        refused = r"ERROR +reload refused, keeping the running configuration and secret: .*/token'"
+        refused = (
+            rf"ERROR +reload refused, keeping the running configuration: {re.escape(str(config))}"
+            rf": backend\.token_file: the secret file '{re.escape(str(tmp_path / 'token'))}' "
+            "is empty$"
+        )
         daemon.wait_for(refused, after=mark)
         # Still the old interval (a second), and still logged in with the secret read before.
         daemon.wait_for(r"decision \(shadow\)", after=daemon.mark, timeout=30)
@@ -200,3 +211,55 @@ def test_a_clock_stepped_back_an_hour_does_not_hold_the_next_decision_an_hour(
         assert daemon.process.poll() is None, daemon.log()
         assert daemon.stop() == 0
     assert "internal error" not in daemon.log()
+
+
+class _Steps:
+    """What a reload did, in order: the decision log opened again, the secret taken into use."""
+
+    def __init__(self, secret_error: str | None = None) -> None:
+        self.done: list[str] = []
+        self.secret_error = secret_error
+        self.path = "decisions.log"
+
+    def reopen(self, path: str | None) -> None:
+        self.done.append("decision log")
+
+    def read_secret(self) -> Callable[[], None]:
+        if self.secret_error is not None:
+            raise BackendError(self.secret_error)
+        return lambda: self.done.append("secret")
+
+
+def _reload(steps: _Steps, monkeypatch: pytest.MonkeyPatch) -> Config | None:
+    """``DaemonRun.take_reload`` of a SIGHUP, against ``steps`` as decision log and backend."""
+    fresh = cast(Config, SimpleNamespace(log_level="info", decision_log=None, http=None))
+    monkeypatch.setattr(daemon_module, "setup_logging", lambda level: steps.done.append(level))
+    run = DaemonRun(
+        cast(Config, SimpleNamespace(file="opendrs.yaml")),
+        cast(DaemonSignals, SimpleNamespace(take_reload=lambda: fresh)),
+        cast(DaemonFiles, SimpleNamespace(decisions=steps)),
+        cast(Published, SimpleNamespace(server=None)),
+        once=False,
+        shadow=False,
+    )
+    assert isinstance(steps, RenewsSecret)
+    return run.take_reload(cast(Backend, steps))
+
+
+def test_a_reload_takes_the_secret_read_into_use_last(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The secret read again is used only once nothing else can refuse the reload."""
+    steps = _Steps()
+    assert _reload(steps, monkeypatch) is not None
+    assert steps.done == ["info", "decision log", "secret"]
+
+
+def test_a_reload_whose_secret_cannot_be_read_changes_nothing(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    steps = _Steps(secret_error="backend.token_file: the secret file 'token' is empty")
+    assert _reload(steps, monkeypatch) is None
+    assert steps.done == []
+    assert caplog.messages == [
+        "reload refused, keeping the running configuration: opendrs.yaml: "
+        "backend.token_file: the secret file 'token' is empty"
+    ]

@@ -426,10 +426,11 @@ class RenewsSecret(Protocol):
     environment (Proxmox VE's API token): a reload reads it again, so that a renewed secret is
     taken without a restart."""
 
-    def renew_secret(self) -> None:
-        """Read the secret again; the calls after it log in with it when it changed. Raises
-        :class:`BackendError` (one line, never the secret) and keeps the one it had when it
-        cannot be read."""
+    def read_secret(self) -> Callable[[], None]:
+        """Read the secret again, not yet used: the function that makes the calls after it log
+        in with it (when it changed), called once nothing can refuse the reload any more.
+        Raises :class:`BackendError` (one line naming the setting, never the secret) when it
+        cannot be read; the one in use stays."""
         ...
 
 

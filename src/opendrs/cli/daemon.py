@@ -215,9 +215,13 @@ class DaemonRun:
         """The configuration a SIGHUP asked for, if any: the backend's secret read again (a
         reload whose secret cannot be read is refused whole, as a file with an error is), the
         log's level set (debug still, with ``--verbose``), the decision log opened again with
-        it, a change of the http section warned about (it waits for a restart)."""
+        it, a change of the http section warned about (it waits for a restart), and last, once
+        nothing can refuse the reload, the secret read taken into use."""
         fresh = self.signals.take_reload()
-        if fresh is None or not _secret_renewed(backend):
+        if fresh is None:
+            return None
+        take_secret = self._secret_read(backend)
+        if take_secret is None:
             return None
         setup_logging("debug" if self.verbose else fresh.log_level)
         decisions = self.files.decisions
@@ -234,7 +238,23 @@ class DaemonRun:
             )
         elif server is None and fresh.http is not None:
             log.warning("the http section is new: it takes effect at the next restart")
+        take_secret()
         return fresh
+
+    def _secret_read(self, backend: Backend) -> Callable[[], None] | None:
+        """The backend's secret (a renewed API token) read again, where it has one: the
+        function that takes it into use. A secret that cannot be read refuses the reload with
+        one line naming the running configuration's file and setting (``None``); the one read
+        before stays."""
+        if not isinstance(backend, RenewsSecret):
+            return lambda: None
+        try:
+            return backend.read_secret()
+        except BackendError as exc:
+            log.error(
+                "reload refused, keeping the running configuration: %s: %s", self.config.file, exc
+            )
+            return None
 
     def exit_status(self, controller: Controller) -> int:
         """0 when stopped or done; with ``--once``, 1 (and why) when the cluster could not be
@@ -248,20 +268,6 @@ class DaemonRun:
             )
             return EXIT_PROBLEM
         return EXIT_OK
-
-
-def _secret_renewed(backend: Backend) -> bool:
-    """Whether the backend's secret (a renewed API token) was read again, where it has one; a
-    secret that cannot be read refuses the reload with one line naming its file, and the one
-    read before stays."""
-    if not isinstance(backend, RenewsSecret):
-        return True
-    try:
-        backend.renew_secret()
-    except BackendError as exc:
-        log.error("reload refused, keeping the running configuration and secret: %s", exc)
-        return False
-    return True
 
 
 def _what_migrates(config: Config) -> str:

@@ -64,8 +64,19 @@ def _failed(exc: BaseException, args: argparse.Namespace) -> int:
     if isinstance(exc, KeyboardInterrupt):
         return 130
     if isinstance(exc, SystemExit):
-        return exc.code if isinstance(exc.code, int) else EXIT_PROBLEM
+        return _exit_code(exc)
     return internal_error(exc, verbose=getattr(args, "debug", False) or args.verbose)
+
+
+def _exit_code(exc: SystemExit) -> int:
+    """The status Python gives a ``SystemExit``: ``None`` 0, a number itself, anything else
+    printed on stderr and 1."""
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code
+    print(exc.code, file=sys.stderr)
+    return EXIT_PROBLEM
 
 
 def add_run_parser(sub: Subcommands) -> None:

@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from types import TracebackType
-from typing import Any, cast
+from typing import Any, Final, cast
 
 from opendrs.controller.history_file import (
     HistoryError,
@@ -84,7 +84,10 @@ from opendrs.records import (
     Outcome,
 )
 
-__all__ = ["History", "Listener"]
+__all__ = ["BUSY_TIMEOUT", "History", "Listener"]
+
+#: Seconds a statement waits, by default, for a lock another connection holds before it fails.
+BUSY_TIMEOUT: Final = 5.0
 
 
 #: Told of every decision recorded, every migration whose platform task became known (its
@@ -101,7 +104,7 @@ class History:
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], *, readonly: bool = False, timeout: float = 5.0
+        self, path: str | os.PathLike[str], *, readonly: bool = False, timeout: float = BUSY_TIMEOUT
     ) -> None:
         name = os.fsdecode(os.fspath(path))
         self._name = name

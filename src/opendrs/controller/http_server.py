@@ -30,7 +30,8 @@ their request are closed, the requests read are answered for up to :data:`STOP_G
 then their connections are cut — a thread reading or writing ends at once — and one line says
 which requests were cut (by route: ``POST /api/place``; a path the server does not serve is
 ``another request``, never repeated). A write of the dashboard's under way then (an approval,
-balance now) is waited for, and none begins after (:meth:`DashboardWriter.stop
+balance now) is waited for, :data:`WRITE_WAIT` seconds at most (then it counts as computing,
+below), and none begins after (:meth:`DashboardWriter.stop
 <opendrs.controller.http_write.DashboardWriter.stop>`). A thread still computing its answer then
 (a placement, a page) cannot be ended: ``stop`` returns after :data:`CUT_WAIT` seconds all the
 same, and :meth:`MetricsServer.computing` says how many are left, for the process to exit
@@ -60,6 +61,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from opendrs.controller.config import HttpConfig
 from opendrs.controller.dashboard import Dashboard, dashboard_headers
+from opendrs.controller.history import BUSY_TIMEOUT
 from opendrs.controller.http_write import MAX_BODY as MAX_WRITE
 from opendrs.controller.http_write import DashboardWriter, is_write_path
 from opendrs.controller.metrics import DaemonMetrics
@@ -92,6 +94,9 @@ REQUEST_TIMEOUT: Final = 10.0
 STOP_GRACE: Final = 5.0
 #: Seconds the threads of the requests cut are waited for (one in a read or write ends at once).
 CUT_WAIT: Final = 0.5
+#: Seconds a write of the dashboard's under way once the requests are cut is waited for: a
+#: statement waiting out the history's busy timeout, and the time to end.
+WRITE_WAIT: Final = BUSY_TIMEOUT + CUT_WAIT
 #: The requests a stop's line names, at most (then how many more).
 _NAMED_CUT: Final = 5
 
@@ -437,11 +442,8 @@ class MetricsServer:
             self.server.shutdown()
             self._thread.join()
         cut, self._computing = self.server.close_in_order(grace)
-        if self.server.writer is not None and self.server.writer.stop():
-            # The writes under way ended whole (no more begin): their threads end at once,
-            # their connections cut.
-            _join(self._computing, time.monotonic() + CUT_WAIT)
-            self.computing()
+        if self.server.writer is not None:
+            self._stop_writer(self.server.writer)
         if cut:
             log.warning(
                 "http: %d request(s) not answered within %gs of stopping: cut (%s)%s",
@@ -453,6 +455,24 @@ class MetricsServer:
                 else "",
             )
         self.server.server_close()
+
+    def _stop_writer(self, writer: DashboardWriter) -> None:
+        """Refuse the dashboard's writes and wait for those under way, :data:`WRITE_WAIT`
+        seconds at most: one not ended then is not waited for (one WARNING line), its thread
+        counted among those :meth:`computing`."""
+        under_way, left = writer.stop(WRITE_WAIT)
+        if left:
+            log.warning(
+                "http: %d dashboard write(s) not ended within %gs of the cut: not waited for "
+                "(a verdict given may lack its decision-log line)",
+                left,
+                WRITE_WAIT,
+            )
+        elif under_way:
+            # The writes ended whole (no more begin): their threads end at once, their
+            # connections cut.
+            _join(self._computing, time.monotonic() + CUT_WAIT)
+            self.computing()
 
     def computing(self) -> int:
         """How many threads of requests cut by :meth:`stop` still compute their answer."""

@@ -13,7 +13,8 @@ connection) and then sends the daemon SIGUSR1, so that it takes the request at o
 Once the daemon stops (:meth:`DashboardWriter.stop`), a write is refused (503) and no SIGUSR1 is
 sent; the stop waits for the write under way, so that the process never ends between a verdict
 committed to the history and its line in the decision log, nor sends itself a signal once its
-handlers are given back.
+handlers are given back — for a time only: a write still under way then (a decision log on a
+hung disk) is left, and the process ends without it.
 """
 
 from __future__ import annotations
@@ -85,15 +86,16 @@ class DashboardWriter:
             return HTTPStatus.SERVICE_UNAVAILABLE, {"error": str(exc)}
         return HTTPStatus.OK, {"proposals": [p.as_dict() for p in proposals]}
 
-    def stop(self) -> bool:
-        """Refuse every write from now on and wait for those under way to end (each waits at
-        most the history's busy timeout for each statement): none is left half-done. Whether
-        one was under way."""
+    def stop(self, timeout: float) -> tuple[int, int]:
+        """Refuse every write from now on and wait up to ``timeout`` seconds for those under way
+        to end (each statement waits at most the history's busy timeout), so that none is left
+        half-done unless a write outlasts it (a decision log on a hung disk): how many were
+        under way, and how many of them still are."""
         with self._gate:
             self._stopping = True
-            under_way = self._writing > 0
-            self._gate.wait_for(lambda: self._writing == 0)
-        return under_way
+            under_way = self._writing
+            self._gate.wait_for(lambda: self._writing == 0, timeout)
+            return under_way, self._writing
 
     def post(self, path: str, body: bytes) -> Answer:
         """Carry out the POST of ``path`` with ``body`` (503 once the daemon stops): the status

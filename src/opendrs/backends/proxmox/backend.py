@@ -69,8 +69,9 @@ class ProxmoxBackend:
     def observe(self) -> Cluster:
         return self._observer.observe()
 
-    def renew_secret(self) -> None:
-        self._client.renew(load_secret(self.config, self._environ))
+    def read_secret(self) -> Callable[[], None]:
+        secret = load_secret(self.config, self._environ)
+        return lambda: self._client.renew(secret)
 
     def start_migration(self, move: Move, gate: StartGate | None = None) -> Handle:
         with self._interrupts.starting(gate or StartGate()) as started:

@@ -40,17 +40,20 @@ class Login(Protocol):
 
 
 def load_secret(config: Login, environ: Mapping[str, str]) -> str:
-    """The token secret or password: from its file, else from the environment."""
+    """The token secret or password: from its file, else from the environment. A secret that
+    cannot be had is a :class:`BackendError` naming the setting (``backend.token_file: the
+    secret file '…' is empty``)."""
     file = config.token_file if config.token_name else config.password_file
     token = config.token_name is not None
+    key = "token_file" if token else "password_file"
     try:
         if file is not None:
             return read_secret_file(file, header=token)
         secret = environ_secret(environ, token=token)
     except SecretError as exc:
-        raise BackendError(str(exc), transient=False) from None
+        setting = "backend" if file is None else f"backend.{key}"
+        raise BackendError(f"{setting}: {exc}", transient=False) from None
     if secret is None:
-        key = "token_file" if token else "password_file"
         raise BackendError(
             f"no secret for {config.auth_id}: set backend.{key} or the environment variable "
             f"{ENV_TOKEN if token else ENV_PASSWORD}",
