@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import replace
+from typing import Any
 
+import numpy as np
 import pytest
 
 from fakes import GIB, FakeBackend, FakeClock, cluster, guest, node
@@ -12,7 +15,8 @@ from opendrs.controller.history import History
 from opendrs.controller.loop import Controller
 from opendrs.engine.imbalance import balance_spread
 from opendrs.engine.policy import PolicyConfig
-from opendrs.engine.usage import LoadModel
+from opendrs.engine.strategies.exact_repair import SKIPPED, solve_repair
+from opendrs.engine.usage import Dimension, DimensionKind, LoadModel
 
 
 def _unbalanced():
@@ -180,3 +184,35 @@ def test_settings_whose_reserve_leaves_a_node_nothing_are_refused_not_acted_on()
     cycle = controller.cycle()
     assert cycle.decision is None and "leaves node a no memory capacity" in (cycle.error or "")
     assert fake.starts == []
+
+
+def test_a_stop_asked_during_a_cycle_skips_its_exact_repairs_left(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    loop_module = importlib.import_module("opendrs.controller.loop")
+    real_decide = loop_module.decide
+    asked = [False]
+    seen: list[str] = []
+
+    def decide(*args: Any, **kwargs: Any) -> Any:
+        need, room = np.array([[2.0]]), np.array([[4.0], [4.0]])
+        unit = (
+            need,
+            room,
+            (Dimension(DimensionKind.VCPUS),),
+            [np.array([0, 1])],
+            [np.array([0, 3])],
+            [],
+        )
+        seen.append(solve_repair(*unit).status)
+        asked[0] = True  # SIGTERM while the cycle decides
+        seen.append(solve_repair(*unit).status)
+        return real_decide(*args, **kwargs)
+
+    monkeypatch.setattr(loop_module, "decide", decide)
+    clock = FakeClock()
+    controller = Controller(
+        _config("shadow"), FakeBackend(_unbalanced(), clock), clock, History(":memory:")
+    )
+    controller.run(until=600, should_stop=lambda: asked[0])
+    assert seen == ["OPTIMAL", SKIPPED]  # one cycle, and its repairs after the stop skipped

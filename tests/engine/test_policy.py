@@ -7,14 +7,17 @@ c cores is c/10 of a node.
 
 from __future__ import annotations
 
+import importlib
 import math
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clusters import assert_moves_safe, clusters
+from opendrs.engine.planner import PlannedMove
 from opendrs.engine.policy import (
     PRESETS,
     Decision,
@@ -42,6 +45,7 @@ from opendrs.engine.policy.needs import (
     TowardFailover,
     need_sentence,
 )
+from opendrs.engine.policy.repair import Repair
 from opendrs.engine.strategies.base import Proposal, ProposedMove, cluster_imbalance
 from opendrs.engine.usage import with_usage
 from opendrs.model.cluster import Cluster, Guest, Node, Settings
@@ -978,3 +982,24 @@ def test_the_repair_screen_sees_vcpus_over_a_small_node() -> None:
     )
     assert repairs_needed(cluster)
     assert may_need_repair(cluster)
+
+
+def test_a_parking_move_to_a_node_left_is_no_return(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The repair parks m on n1, a node it left, on its way to n2: it does not go back, so the
+    decision says the no-return was kept."""
+    cluster = _with_maintenance(_g("a", "n1", 2), _g("b", "n2", 2), _g("m", "n3", 1))
+    cooling = {"m": NOW + 600}
+    back = PastMigrations(cooldown_until=cooling, departures={"m": (("n1", NOW - 60),)})
+    decide_module = importlib.import_module("opendrs.engine.policy.decide")
+    real = decide_module.repair_within_guards
+
+    def parked(*args: Any) -> tuple[Repair, frozenset[tuple[str, str]]]:
+        made, kept = real(*args)
+        assert made.plan is not None and made.plan.moves
+        moves = (PlannedMove("m", "n3", "n1", 1, parking=True), PlannedMove("m", "n1", "n2", 2))
+        return replace(made, plan=replace(made.plan, moves=moves)), kept
+
+    monkeypatch.setattr(decide_module, "repair_within_guards", parked)
+    decision = _decide(cluster, PolicyConfig(min_uptime=0), memory=back)
+    assert decision.kind == "repair"
+    assert explain(decision).endswith("the cooldown and minimum uptime it could not keep")

@@ -72,6 +72,7 @@ from opendrs.engine.policy import (
 )
 from opendrs.engine.policy.profile import DailyProfile, profile_samples
 from opendrs.engine.policy.trend import node_trend, with_trend
+from opendrs.engine.strategies.exact_repair import repair_deadline
 from opendrs.engine.usage import MeasuredUsage
 from opendrs.model.cluster import Cluster
 from opendrs.report.words import decision_words
@@ -327,6 +328,9 @@ class Controller:
         self._platform_balancer = False
         #: What the last decision (not ``busy``) leaves stuck (:attr:`Cycle.stuck`).
         self.stuck: tuple[tuple[str, str], ...] = ()
+        #: Whether the daemon was asked to stop (:meth:`run`'s ``should_stop``): a cycle's exact
+        #: repairs not yet started are then skipped (:func:`repair_deadline`).
+        self.stop_asked: Callable[[], bool] = lambda: False
         #: The rule problems of the last observation, each logged once while it lasts.
         self._rule_problems: frozenset[str] = frozenset()
 
@@ -496,7 +500,8 @@ class Controller:
             return result
         self._note_platform_balancer(cluster)
         self._approved(now, cluster, policy)
-        decision = self._decide(now, cluster, policy, rule_check)
+        with repair_deadline(stop=self.stop_asked):  # a stop skips its exact repairs left
+            decision = self._decide(now, cluster, policy, rule_check)
         if decision.state.evacuated != self.state.evacuated:
             self.history.set_evacuated(decision.state.evacuated)
         if decision.state.hot_seen != self.state.hot_seen:
@@ -701,6 +706,7 @@ class Controller:
         once; a request to balance now (:meth:`History.request_balance`) makes that cycle's
         decision, or the next one's, with ``hold`` 1, whatever the interval.
         """
+        self.stop_asked = should_stop
         for event in self.executor.reconcile():
             log.info("reconciled: %s", event)
         self.platform_defaults()

@@ -119,6 +119,23 @@ def plan_with_retries(
     if max_retries < 0:
         raise ValueError(f"max_retries must be at least 0, not {max_retries}")
     cons = constraints if constraints is not None else Constraints.build(cluster)
+    # Imported here: the strategies' registry is listed without importing a strategy's module.
+    from ..strategies.exact_repair import repair_deadline
+
+    limits = (max_retries, max_parallel, max_node_inflow)
+    with repair_deadline():  # its proposals' exact repairs share one deadline (or the caller's)
+        return _retrying(cluster, propose, limits, cons)
+
+
+def _retrying(
+    cluster: Cluster,
+    propose: Callable[[frozenset[tuple[str, str]]], Proposal],
+    limits: tuple[int, int | None, int | None],
+    cons: Constraints,
+) -> tuple[Proposal, Plan]:
+    """:func:`plan_with_retries`' proposals and plans (``limits``: its ``max_retries``,
+    ``max_parallel`` and ``max_node_inflow``)."""
+    max_retries, max_parallel, max_node_inflow = limits
     forbidden: set[tuple[str, str]] = set()
     attempts = 0
     unsure: set[str] = set()

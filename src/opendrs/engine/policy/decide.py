@@ -64,7 +64,6 @@ from opendrs.engine.policy.repair import (
     repair_activity,
     repair_kept_off,
     repair_within_guards,
-    returning_moves,
 )
 from opendrs.engine.policy.smoothing import hot_nodes, overloads, with_last
 from opendrs.engine.policy.spending import Hastening, react
@@ -79,6 +78,7 @@ from opendrs.engine.policy.trend import with_margin
 from opendrs.engine.policy.why import why_not
 from opendrs.engine.strategies import get_strategy
 from opendrs.engine.strategies.base import Proposal, Stop
+from opendrs.engine.strategies.exact_repair import repair_deadline
 from opendrs.engine.usage import MeasuredUsage
 from opendrs.engine.view import CycleView
 from opendrs.model.cluster import Cluster, Guest
@@ -120,7 +120,13 @@ def decide(
     decision = _busy(round_)
     if decision is not None:
         return decision
-    round_ = round_.guarded()
+    with repair_deadline():  # every exact repair of the decision shares one deadline
+        return _decide_guarded(round_.guarded())
+
+
+def _decide_guarded(round_: _Round) -> Decision:
+    """The decision of a round the policy's guards were applied to (:func:`decide`'s steps after
+    the busy check)."""
     found = _repair(round_)
     if isinstance(found, Decision):
         return found
@@ -447,7 +453,8 @@ def _repair(r: _Round) -> Decision | tuple[tuple[tuple[str, str], ...], RepairNo
         len(plan.moves),
         hot_only,
         kept_off != view.forbidden,
-        no_return_kept=not returning_moves(made, returns),
+        # On the moves decided (the batch's), a parking move to a spare not a return.
+        no_return_kept=not {(m.guest, m.target) for m in plan.moves if not m.parking} & returns,
     )
     return made_round.decision(
         facts,

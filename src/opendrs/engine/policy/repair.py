@@ -31,7 +31,11 @@ from opendrs.engine.strategies.base import (
     Proposal,
     Stop,
 )
-from opendrs.engine.strategies.exact_repair import REPAIR_WALL_CAP
+from opendrs.engine.strategies.exact_repair import (
+    REPAIR_SHARED_CAP,
+    REPAIR_WALL_CAP,
+    repair_deadline,
+)
 from opendrs.engine.usage import (
     CapacityModel,
     LoadModel,
@@ -45,6 +49,8 @@ from opendrs.model.cluster import Cluster, Node
 
 #: ``target_spread`` that asks ``balance`` for its repairs only.
 _REPAIR_ONLY = 1e6
+#: Rounds of :func:`_returns_last` at most: each keeps off the returns the last plan chose.
+RETURN_ROUNDS = 3
 
 log = logging.getLogger(__name__)
 
@@ -258,9 +264,10 @@ def repair(
         return propose
 
     limits = Limits(max_parallel, max_node_inflow)
-    proposal, plan = plan_within(cluster, proposer(batch or None), forbidden, limits, cons)
-    if "needs" in proposal.options.get("repair", {}):  # an exact repair longer than the batch
-        proposal, plan = plan_within(cluster, proposer(None), forbidden, limits, cons)
+    with repair_deadline():  # its exact repairs share one deadline (or its caller's)
+        proposal, plan = plan_within(cluster, proposer(batch or None), forbidden, limits, cons)
+        if "needs" in proposal.options.get("repair", {}):  # an exact repair past the batch
+            proposal, plan = plan_within(cluster, proposer(None), forbidden, limits, cons)
     exact = "repair" in proposal.options
     stuck = left_in_maintenance(cluster)
     if exact or not batch or len(proposal.net_moves()) < batch:
@@ -325,16 +332,18 @@ def _returns_last(
     """``relaxed`` (a repair with the guards lifted, and what it kept off), its moves that send a
     guest back to a node it left (in ``returns``) kept off in turn while that leaves no more
     guests stuck: a guest goes back only where no other node takes it. Each round keeps off only
-    the returns the last plan chose, so the repair is the same wherever it needs none."""
+    the returns the last plan chose, so the repair is the same wherever it needs none; at most
+    :data:`RETURN_ROUNDS` rounds, and a round only with returns not yet kept off."""
     made, kept = relaxed
-    while True:
-        back = returning_moves(made, returns)
+    for _round in range(RETURN_ROUNDS):
+        back = returning_moves(made, returns) - kept
         if not back:
             return made, kept
         tried = attempt(kept | back)
         if len(tried.stuck) > len(made.stuck):
             return made, kept
         made, kept = tried, kept | back
+    return made, kept
 
 
 def returning_moves(
@@ -721,10 +730,15 @@ def _verdict(info: object) -> str:
             f" — the exact repair takes {info['needs']} migrations, more than max_moves "
             f"{info['max_moves']}"
         )
+    if info.get("cut") == "deadline":
+        return (
+            f" — the exact repair was skipped: the plan's {REPAIR_SHARED_CAP:g} s of exact repair"
+            " were spent (a busy machine) or the daemon is stopping"
+        )
     if "cut" in info:
         return (
-            f" — the exact repair ran past its {REPAIR_WALL_CAP:g} s wall-clock cap (a busy "
-            "machine) and is not used, as it would not repeat"
+            f" — the exact repair ran past its wall-clock cap (at most {REPAIR_WALL_CAP:g} s; a"
+            " busy machine) and is not used, as it would not repeat"
         )
     if status == "INFEASIBLE" and info.get("complete"):
         return " — no placement repairs it, even moving other guests"

@@ -11,10 +11,20 @@ or a proof, which do not depend on machine load. The wall-clock cap (:data:`REPA
 safety net far above what that budget takes; should it strike first (a very busy machine), what
 CP-SAT had then would not repeat, so it is not used: no placement, ``deterministic`` False, and
 the caller keeps the greedy repair's answer, which repeats.
+
+**One deadline a plan.** A daemon cycle or a plan may solve many exact repairs (each attempt of a
+guarded repair, each proposal a planner retries, the balance pass). Within
+:func:`repair_deadline` they share one wall-clock deadline (:data:`REPAIR_SHARED_CAP`): each
+solve gets at most what is left of it, and once it is spent (or the ``stop`` given asks) the
+rest are skipped — status ``SKIPPED``, ``deterministic`` False, the greedy repair's answer stands.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +45,51 @@ REPAIR_BUDGET = 2.0
 #: Wall-clock cap of an exact repair, seconds: a safety net 30 s per unit of the budget, so that
 #: it strikes only on a machine more than about seven times slower than a free core.
 REPAIR_WALL_CAP = 30.0 * REPAIR_BUDGET
+#: Wall-clock seconds all the exact repairs within one :func:`repair_deadline` (a daemon cycle,
+#: a plan) share: together they cannot run longer.
+REPAIR_SHARED_CAP = REPAIR_WALL_CAP
+#: The status of a solve skipped because the shared deadline was spent (or a stop asked).
+SKIPPED = "SKIPPED"
+
+#: The clock of the shared deadline (monotonic seconds; replaced in tests).
+clock: Callable[[], float] = time.monotonic
+
+
+@dataclass(frozen=True)
+class _Deadline:
+    """The shared deadline: the clock's time it ends at, and a stop request that ends it early."""
+
+    ends: float
+    stop: Callable[[], bool]
+
+    def left(self) -> float:
+        """Seconds left (0 once a stop is asked)."""
+        return 0.0 if self.stop() else max(self.ends - clock(), 0.0)
+
+
+_deadline: ContextVar[_Deadline | None] = ContextVar("exact_repair_deadline", default=None)
+
+
+@contextmanager
+def repair_deadline(
+    seconds: float = REPAIR_SHARED_CAP, stop: Callable[[], bool] = lambda: False
+) -> Iterator[None]:
+    """Every exact repair solved within shares one deadline ``seconds`` from now, ended early by
+    ``stop()``; within another one, the outer deadline holds (this one adds nothing)."""
+    if _deadline.get() is not None:
+        yield
+        return
+    token = _deadline.set(_Deadline(clock() + seconds, stop))
+    try:
+        yield
+    finally:
+        _deadline.reset(token)
+
+
+def _wall_left(wall: float) -> float:
+    """The wall-clock cap of the next solve: ``wall``, at most what the shared deadline leaves."""
+    shared = _deadline.get()
+    return wall if shared is None else min(wall, shared.left())
 
 
 @dataclass(frozen=True)
@@ -43,12 +98,15 @@ class RepairSolution:
 
     ``status`` is CP-SAT's (OPTIMAL, FEASIBLE, INFEASIBLE, UNKNOWN); ``deterministic`` says that
     the deterministic budget or a proof, not the wall clock, ended the search (the answer
-    repeats). Where the wall clock did, ``choice`` is None whatever CP-SAT had found.
+    repeats). Where the wall clock did (``wall_cut``: a FEASIBLE or UNKNOWN search that ran to its
+    cap), ``choice`` is None whatever CP-SAT had found. ``status`` ``SKIPPED``: the shared deadline
+    was spent, no search ran.
     """
 
     status: str
     choice: np.ndarray | None
     deterministic: bool
+    wall_cut: bool = False
 
 
 def solve_repair(
@@ -70,12 +128,17 @@ def solve_repair(
     the nodes unit ``u`` may end on and ``cost[u]`` the migration cost of each of them (0 where
     it is now); ``apart`` pairs of units that may not share a node. One worker, a fixed seed and
     ``budget`` units of deterministic time: the same input gives the same answer — or, where the
-    ``wall`` seconds cap strikes first, no answer (see the module's documentation).
+    ``wall`` seconds cap (at most what the shared deadline leaves) strikes first, no answer;
+    none either, status ``SKIPPED``, once that deadline is spent (see the module's
+    documentation).
     """
     from ortools.sat.python import cp_model  # imported when solving: it is large
 
     if _repair_short(need, room, domain):
         return RepairSolution("INFEASIBLE", None, True)
+    wall = _wall_left(wall)
+    if wall <= 0:
+        return RepairSolution(SKIPPED, None, False)
     m = cp_model.CpModel()
     y = _placement_vars(m, domain)
     _repair_capacity(m, y, need, room, dims)
@@ -99,7 +162,9 @@ def solve_repair(
         solver, wall, budget
     )
     if not deterministic or status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return RepairSolution(solver.status_name(status), None, deterministic)
+        # Only a search that ran to its cap was cut by the wall clock (not MODEL_INVALID).
+        cut = status in (cp_model.FEASIBLE, cp_model.UNKNOWN) and solver.wall_time >= wall * 0.99
+        return RepairSolution(solver.status_name(status), None, deterministic, cut)
     choice = np.array(
         [next(n for n, var in row.items() if solver.boolean_value(var)) for row in y],
         dtype=np.intp,
@@ -152,4 +217,12 @@ def _repair_capacity(
                 )
 
 
-__all__ = ["REPAIR_BUDGET", "REPAIR_WALL_CAP", "RepairSolution", "solve_repair"]
+__all__ = [
+    "REPAIR_BUDGET",
+    "REPAIR_SHARED_CAP",
+    "REPAIR_WALL_CAP",
+    "SKIPPED",
+    "RepairSolution",
+    "repair_deadline",
+    "solve_repair",
+]

@@ -93,7 +93,8 @@ join them there — and nowhere when they are on several nodes.
 **Exact repair.** The greedy repair moves only the units that break something; when one can go
 nowhere — its only possible node must first shed a small guest, two full nodes must swap — the
 exact model (:func:`~opendrs.engine.strategies.exact_repair.solve_repair`, CP-SAT, on a
-deterministic budget: repeatable; cut by its wall-clock safety net, not used) places the stuck
+deterministic budget: repeatable; cut by its wall-clock safety net, or skipped once the plan's
+shared deadline is spent: not used) places the stuck
 units and the units that may make room for them at the least migration cost (see
 :func:`.exact.exact_repair` for which units and nodes it holds).
 Its moves are made all together, or not at all when they would exceed ``max_moves`` (the policy

@@ -8,7 +8,12 @@ from typing import Any
 import numpy as np
 
 from opendrs.engine.distinct import distinct
-from opendrs.engine.strategies.exact_repair import REPAIR_WALL_CAP, solve_repair
+from opendrs.engine.strategies.exact_repair import (
+    REPAIR_SHARED_CAP,
+    REPAIR_WALL_CAP,
+    SKIPPED,
+    solve_repair,
+)
 
 from ..base import migration_cost
 from .state import BalanceState
@@ -58,11 +63,13 @@ def exact_repair(
         found = solve_repair(*_repair_inputs(state, model, domain))
         nodes = distinct(np.concatenate(domain)).size if domain else 0
         info.update(exact=found.status, units=len(model), nodes=nodes, complete=complete)
-        if not found.deterministic:
+        if found.status == SKIPPED:
+            info["cut"] = "deadline"  # (the plan's shared deadline was spent: no search ran)
+        elif found.wall_cut:
             info["cut"] = "wall clock"  # (its answer is not used, and no other model runs)
-        info["deterministic"] = "cut" not in info
+        info["deterministic"] = info.get("deterministic", True) and found.deterministic
         small = n_movable * np.count_nonzero(usable) <= REPAIR_PAIRS
-        if found.choice is not None or complete or not small or "cut" in info:
+        if found.choice is not None or complete or not small or not found.deterministic:
             break
     if found.choice is None:
         return [], info
@@ -204,10 +211,15 @@ def exact_note(info: dict[str, Any]) -> str:
         text += f" over {info['units']} units and {info['nodes']} nodes"
     if info["hopeless"]:
         text += f"; {info['hopeless']} units fit no allowed node even empty"
-    if "cut" in info:
+    if info.get("cut") == "deadline":
         text += (
-            f"; stopped by its {REPAIR_WALL_CAP:g} s wall-clock cap before its deterministic"
-            " budget (a busy machine): not used, as it would not repeat"
+            f"; skipped: the plan's {REPAIR_SHARED_CAP:g} s of exact repair were spent (a busy"
+            " machine) or the daemon is stopping; the greedy repair's answer stands"
+        )
+    elif "cut" in info:
+        text += (
+            f"; stopped by its wall-clock cap (at most {REPAIR_WALL_CAP:g} s) before its"
+            " deterministic budget (a busy machine): not used, as it would not repeat"
         )
     if "needs" in info:
         text += f"; not made: {info['needs']} moves, more than max_moves {info['max_moves']}"
