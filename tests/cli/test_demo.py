@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
+import threading
 import time
+from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from tests.cli.slow_page_demo import DRAWING
 
 from daemon import fetch, opendrs
 from opendrs.cli.main import main
+from opendrs.controller.http_server import STOP_GRACE
 
 DASHBOARD = re.compile(r"dashboard: http://(127\.0\.0\.1:\d+)/ — served while the demo runs")
 
@@ -94,3 +101,68 @@ def test_the_demo_reads_at_100_columns_with_guests_by_name() -> None:
     )
     assert "ping-pongs: guests taken back to a node they left less than 24 h before" in summary
     assert "the spread (busiest node's load less the idlest's) averaged" in summary
+
+
+#: Seconds the slowed page draws: far longer than any demo's end may wait.
+SLOW_PAGE = 120
+#: Seconds past the server's grace the demo may take to end once its page is cut.
+END_MARGIN = 15.0
+
+
+def _slowed_demo(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[str], str, Path]:
+    """``opendrs demo ARGS`` with its page slowed by :data:`SLOW_PAGE` s, a page asked for and
+    being drawn: the process, the dashboard's address and the file of its stderr."""
+    here = str(Path(__file__).parent)
+    env = {**os.environ, "SLOW_PAGE": str(SLOW_PAGE)}
+    env["PYTHONPATH"] = os.pathsep.join([here, env.get("PYTHONPATH", "")])
+    err = tmp_path / "stderr"
+    demo = subprocess.Popen(
+        [sys.executable, "-u", "-m", "slow_page_demo", "demo", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=err.open("w"),
+        text=True,
+        env=env,
+    )
+    assert demo.stdout is not None
+    address = next((m.group(1) for m in map(DASHBOARD.search, demo.stdout) if m), None)
+    assert address is not None, err.read_text()
+
+    def ask() -> None:
+        with contextlib.suppress(OSError):  # cut by the demo's end, as it should be
+            fetch(address, "/")
+
+    threading.Thread(target=ask, daemon=True).start()
+    deadline = time.monotonic() + 30
+    while DRAWING not in err.read_text():
+        assert time.monotonic() < deadline and demo.poll() is None, err.read_text()
+        time.sleep(0.05)
+    return demo, address, err
+
+
+def test_a_page_still_drawing_does_not_hold_the_end_of_the_demo(tmp_path: Path) -> None:
+    """The demo ends by itself while its page draws for minutes: it prints its summary and exits
+    0 within the server's grace and a margin — the cut page is not waited for."""
+    demo, _, err = _slowed_demo(tmp_path, "--seconds", "6", "--days", "0.25")
+    try:
+        out, _ = demo.communicate(timeout=6 + STOP_GRACE + END_MARGIN)
+    except subprocess.TimeoutExpired:
+        demo.kill()
+        pytest.fail(f"the demo waited for its page to be drawn:\n{err.read_text()[-2000:]}")
+    assert demo.returncode == 0, err.read_text()
+    assert "What opendrs did over 0.25 simulated days of the demo cluster" in out
+    assert "Traceback" not in err.read_text()
+
+
+def test_ctrl_c_with_a_page_drawing_ends_the_demo_with_130(tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT) while a page draws: the demo stops serving within the server's grace and
+    exits 130 at once, no traceback."""
+    demo, _, err = _slowed_demo(tmp_path, "--seconds", "600", "--days", "0.25")
+    demo.send_signal(signal.SIGINT)
+    try:
+        demo.communicate(timeout=STOP_GRACE + END_MARGIN)
+    except subprocess.TimeoutExpired:
+        demo.kill()
+        pytest.fail(f"Ctrl-C waited for the page to be drawn:\n{err.read_text()[-2000:]}")
+    assert demo.returncode == 130, err.read_text()
+    assert "Traceback" not in err.read_text()

@@ -15,6 +15,8 @@ from opendrs.cli.process import (
     EXIT_OK,
     EXIT_PROBLEM,
     EXIT_USAGE,
+    exit_now,
+    exit_status_of,
 )
 
 if TYPE_CHECKING:
@@ -25,7 +27,8 @@ if TYPE_CHECKING:
     from opendrs.cli.simulate import StabilityReport
     from opendrs.controller.config import HttpConfig
     from opendrs.controller.executor import Event
-    from opendrs.controller.loop import Cycle
+    from opendrs.controller.http_server import MetricsServer
+    from opendrs.controller.loop import Controller, Cycle
     from opendrs.report.text import Report
 
 
@@ -89,19 +92,39 @@ def cmd_demo(args: argparse.Namespace) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_USAGE if exc.usage else EXIT_PROBLEM
         _show_address(report, server.address, args.listen.loopback, pace)
+    try:
+        _run(controller, sim.end, live, server)
+        try:
+            summary = report_from(sim, policy, policy.threshold, history, live.elapsed())
+        finally:
+            history.close()
+        show_summary(report, summary)
+    except BaseException as exc:
+        if not _computing(server):
+            raise  # said by main(): no thread holds the exit
+        exit_now(exit_status_of(exc, verbose=args.debug))
+    if _computing(server):
+        exit_now(EXIT_OK)
+    return EXIT_OK
+
+
+def _run(controller: Controller, end: float, live: LiveView, server: MetricsServer | None) -> None:
+    """The controller up to the simulated time ``end``, live; the dashboard's server stopped
+    after it (a request still computing then is cut, left to :func:`_computing`)."""
     live.start()
     try:
-        controller.run(until=sim.end)
+        controller.run(until=end)
     finally:
         live.stop()
         if server is not None:
             server.stop()
-    try:
-        summary = report_from(sim, policy, policy.threshold, history, live.elapsed())
-    finally:
-        history.close()
-    show_summary(report, summary)
-    return EXIT_OK
+
+
+def _computing(server: MetricsServer | None) -> bool:
+    """Whether a request cut at the stop still computes (a page drawing its charts): its answer
+    can no longer be sent, and the interpreter would wait for it at exit, so the demo ends with
+    :func:`~opendrs.cli.process.exit_now`."""
+    return server is not None and server.computing() > 0
 
 
 def show_summary(report: Report, r: StabilityReport) -> None:

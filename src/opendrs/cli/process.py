@@ -19,6 +19,7 @@ __all__ = [
     "EXIT_USAGE",
     "UsageError",
     "exit_now",
+    "exit_status_of",
     "internal_error",
     "setup_logging",
 ]
@@ -80,4 +81,25 @@ def internal_error(exc: BaseException, *, verbose: bool) -> int:
         f"error: internal error (a bug in opendrs, please report it): {what}{hint}",
         file=sys.stderr,
     )
+    return EXIT_PROBLEM
+
+
+def exit_status_of(exc: BaseException, *, verbose: bool) -> int:
+    """The exit status of a command ended by ``exc``, said as :func:`opendrs.cli.main.main`
+    would (one line): for a command that must then end with :func:`exit_now`."""
+    if isinstance(exc, KeyboardInterrupt):
+        return 130
+    if isinstance(exc, SystemExit):
+        return _exit_code(exc)
+    return internal_error(exc, verbose=verbose)
+
+
+def _exit_code(exc: SystemExit) -> int:
+    """The status Python gives a ``SystemExit``: ``None`` 0, a number itself, anything else
+    printed on stderr and 1."""
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code
+    print(exc.code, file=sys.stderr)
     return EXIT_PROBLEM

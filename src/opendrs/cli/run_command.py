@@ -8,7 +8,7 @@ import sys
 from opendrs.cli.arguments import Subcommands
 from opendrs.cli.config_file import add_config_option
 from opendrs.cli.daemon_signals import DaemonSignals
-from opendrs.cli.process import EXIT_PROBLEM, exit_now, internal_error, setup_logging
+from opendrs.cli.process import exit_now, exit_status_of, setup_logging
 
 __all__ = ["add_run_parser"]
 
@@ -52,31 +52,10 @@ def _start_and_run(args: argparse.Namespace, signals: DaemonSignals) -> int:
     except BaseException as exc:
         if server is None or not server.computing():
             raise  # said by main(): no thread holds the exit
-        exit_now(_failed(exc, args))
+        exit_now(exit_status_of(exc, verbose=getattr(args, "debug", False) or args.verbose))
     if server is not None and server.computing():
         exit_now(status)  # its files are closed: the requests cut and still computing are left
     return status
-
-
-def _failed(exc: BaseException, args: argparse.Namespace) -> int:
-    """The exit status of a run ended by ``exc``, said as :func:`opendrs.cli.main.main` would
-    (one line)."""
-    if isinstance(exc, KeyboardInterrupt):
-        return 130
-    if isinstance(exc, SystemExit):
-        return _exit_code(exc)
-    return internal_error(exc, verbose=getattr(args, "debug", False) or args.verbose)
-
-
-def _exit_code(exc: SystemExit) -> int:
-    """The status Python gives a ``SystemExit``: ``None`` 0, a number itself, anything else
-    printed on stderr and 1."""
-    if exc.code is None:
-        return 0
-    if isinstance(exc.code, int):
-        return exc.code
-    print(exc.code, file=sys.stderr)
-    return EXIT_PROBLEM
 
 
 def add_run_parser(sub: Subcommands) -> None:
