@@ -105,10 +105,12 @@ def overall(months: Sequence[HotMonth]) -> str:
 
 @contextmanager
 def _quiet() -> Iterator[None]:
-    """opendrs's warnings (the simulated faults') held back while the simulations run."""
+    """opendrs's logs held back while the simulations run, as ``opendrs simulate --no-progress``
+    holds them: the simulated faults' warnings and errors (``cannot observe the cluster (3 in a
+    row): simulated API error…``), dozens a month, would drown each run's line."""
     logger = logging.getLogger("opendrs")
     level = logger.level
-    logger.setLevel(logging.ERROR)
+    logger.setLevel(logging.CRITICAL + 1)
     try:
         yield
     finally:
