@@ -4,8 +4,8 @@
 [--rules both|with|without] [--time-limit S] [--seed N] [--generator NAME,…|both|all]
 [--no-yardstick] [--yardstick-time-limit S] [--methods memory] [--method-seeds 1,2,3]
 [--no-reading] [--no-endtoend] [--endtoend-sizes L,XL,XXL] [--no-growth]
-[--growth-sizes S,M,L,XL,XXL] [--no-startup] [--startup-repeats N] [--markdown FILE]
-[--json FILE]``
+[--growth-sizes S,M,L,XL,XXL] [--no-startup] [--startup-repeats N] [--no-hot-months]
+[--hot-seeds 1,2] [--hot-store FILE] [--markdown FILE] [--json FILE]``
 
 For every generator (:data:`bench.clusters.GENERATORS`: :mod:`bench.generate`'s ``basic``,
 :mod:`bench.skewed`'s ``skewed`` and :mod:`bench.realistic`'s production-like ``new-node``,
@@ -49,6 +49,12 @@ And **start-up** (``--no-startup`` skips it): ``opendrs plan`` on the three-node
 ``examples/small.yaml`` and on the L snapshot, each ``--startup-repeats`` times in a fresh
 process, beside the interpreter's own start, with the median wall and CPU time and the peak RSS
 (:mod:`bench.startup`).
+
+And **hot months** (``--no-hot-months`` skips it), issue #30's item 5: on the built-in month and the
+generated months of ``--hot-seeds`` (1 and 2 by default), opendrs's default policy and every
+emulated peer, one simulation at a time, with each policy's hot node-minutes and ping-pongs and
+whether opendrs's are the fewest with none (:mod:`bench.hotspots`); with ``--hot-store`` each run is
+kept as it ends and reused by the next run.
 """
 
 from __future__ import annotations
@@ -78,8 +84,14 @@ from bench.endtoend import run as run_endtoend
 from bench.endtoend_report import growth_section
 from bench.endtoend_report import section as endtoend_section
 from bench.generate import SIZES
+from bench.hotspots import SEEDS as HOT_SEEDS
+from bench.hotspots import HotMonth
+from bench.hotspots import run as run_hot
+from bench.hotspots import section as hot_section
 from bench.incus import section as incus_section
 from bench.metrics import Evaluator
+from bench.pareto import load_store, seed_list
+from bench.pareto import scenarios as pareto_scenarios
 from bench.peers import PEERS
 from bench.process import checkout_env, measure
 from bench.reading import Reading
@@ -316,9 +328,37 @@ def build_parser() -> argparse.ArgumentParser:
         10,
         "runs per command (10)",
     )
+    _add_hot_months(parser)
     parser.add_argument("--markdown", type=Path, default=None, metavar="FILE")
     parser.add_argument("--json", type=Path, default=None, metavar="FILE")
     return parser
+
+
+def _add_hot_months(parser: argparse.ArgumentParser) -> None:
+    """``--hot-months`` / ``--no-hot-months``, ``--hot-seeds`` and ``--hot-store``."""
+    parser.add_argument(
+        "--hot-months",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="issue #30's item 5: opendrs's default policy and every emulated peer over the "
+        "built-in month and generated months, hot node-minutes and ping-pongs "
+        "(bench/hotspots.py; default on)",
+    )
+    parser.add_argument(
+        "--hot-seeds",
+        default=",".join(map(str, HOT_SEEDS)),
+        metavar="N,N,…",
+        help="seeds of the generated months beside the built-in one (default "
+        f"{','.join(map(str, HOT_SEEDS))}; more: 1,2,7,…; 'none' for the built-in month alone)",
+    )
+    parser.add_argument(
+        "--hot-store",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="write each hot-months run's report here as it ends, and reuse the runs already "
+        "there (delete it after changing opendrs)",
+    )
 
 
 def _add_repeated(
@@ -607,6 +647,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--startup-repeats: expected at least 1")
     endtoend_sizes = _sizes(parser, "--endtoend-sizes", args.endtoend_sizes)
     growth_sizes = _sizes(parser, "--growth-sizes", args.growth_sizes)
+    hot_seeds, hot_stored = _hot_inputs(parser, args)
 
     try:
         generators = generator_names(args.generator)
@@ -701,6 +742,12 @@ def main(argv: list[str] | None = None) -> int:
         sections.append(startup_section(startup))
         print(sections[-1], flush=True)
 
+    hot: list[HotMonth] = []
+    if args.hot_months:
+        hot = run_hot(pareto_scenarios(hot_seeds, True), hot_stored, args.hot_store)
+        sections.append(hot_section(hot))
+        print(sections[-1], flush=True)
+
     command = "python -m bench " + shlex.join(sys.argv[1:] if argv is None else argv)
     seeds_text = f", method cases seeds {', '.join(map(str, method_seeds))}" if method_cases else ""
     header = [
@@ -733,6 +780,7 @@ def main(argv: list[str] | None = None) -> int:
         payload += [{"reading": asdict(reading)} for reading in readings]
         payload += [{"endtoend": asdict(result)} for result in [*endtoend, *growth]]
         payload += [{"startup": asdict(result)} for result in startup]
+        payload += [{"hot_months": month.as_json()} for month in hot]
         args.json.write_text(json.dumps(payload, indent=1, default=str), encoding="utf-8")
         _progress(f"wrote {args.json}")
     return 0
@@ -745,6 +793,23 @@ def _sizes(parser: argparse.ArgumentParser, option: str, text: str) -> list[str]
     if unknown:
         parser.error(f"{option}: unknown size {unknown[0]!r} (known: {', '.join(SIZES)})")
     return sizes
+
+
+def _hot_inputs(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> tuple[list[int], dict[str, dict[str, Any]]]:
+    """``--hot-seeds`` as whole numbers and the runs ``--hot-store`` holds, checked before any
+    run (none with ``--no-hot-months``)."""
+    if not args.hot_months:
+        return [], {}
+    try:
+        seeds = seed_list(args.hot_seeds)
+    except ValueError as exc:
+        parser.error(f"--hot-seeds: {exc}")
+    try:
+        return seeds, load_store(args.hot_store)
+    except ValueError as exc:
+        parser.error(f"--hot-store: {exc}")
 
 
 def _realistic_json(item: RealisticCase) -> dict[str, Any]:

@@ -198,14 +198,14 @@ def verdict(runs: Runs, matched: dict[str, str]) -> list[str]:
     out = []
     hot = min(r["hot_node_minutes"] for r in peers.values())
     out.append(
-        _line(
+        target_line(
             ours["capacity_violations"] == 0 and ours["ping_pongs"] == 0,
             f"default: {ours['capacity_violations']} capacity violations, "
             f"{ours['ping_pongs']} ping-pongs",
         )
     )
     out.append(
-        _line(
+        target_line(
             ours["hot_node_minutes"] <= hot,
             f"default: {ours['hot_node_minutes']:,.0f} hot node-min, the peers' fewest {hot:,.0f}",
         )
@@ -219,13 +219,13 @@ def verdict(runs: Runs, matched: dict[str, str]) -> list[str]:
                 or r["pct_time_above_threshold"] < ours["pct_time_above_threshold"]
             )
         )
-        out.append(_line(not dominated, f"default not dominated by {peer}"))
+        out.append(target_line(not dominated, f"default not dominated by {peer}"))
     for peer, r in peers.items():
         mine = runs.get(matched[peer])
         fits = mine["migrations"] <= r["migrations"]
         better = mine["pct_time_above_threshold"] < r["pct_time_above_threshold"]
         out.append(
-            _line(
+            target_line(
                 fits and better,
                 f"{_label(matched[peer])} against {peer}: {mine['migrations']} migrations ≤ "
                 f"{r['migrations']}? {'yes' if fits else 'no'}; above threshold "
@@ -240,7 +240,8 @@ def _label(key: str) -> str:
     return "default" if key == "opendrs" else key
 
 
-def _line(met: bool, text: str) -> str:
+def target_line(met: bool, text: str) -> str:
+    """A target's Markdown list item: ``- met: TEXT`` or ``- **missed**: TEXT``."""
     return f"- {'met' if met else '**missed**'}: {text}"
 
 
@@ -258,6 +259,37 @@ def scenarios(seeds: Sequence[int], month: bool) -> list[tuple[str, Callable[[],
     return out
 
 
+def seed_list(text: str) -> list[int]:
+    """The seeds of a comma list (``1,2,7``), none for ``none``; ValueError when one is no whole
+    number."""
+    if text.strip() == "none":
+        return []
+    try:
+        return [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(f"expected whole numbers separated by commas, got {text!r}") from None
+
+
+def load_store(path: Path | None) -> dict[str, dict[str, Report]]:
+    """The runs stored in ``path`` by scenario and key (none when it is None or absent);
+    ValueError when it holds no such store."""
+    if path is None or not path.exists():
+        return {}
+    try:
+        stored = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: cannot read it as a store of runs ({exc})") from None
+    if not isinstance(stored, dict) or not all(isinstance(v, dict) for v in stored.values()):
+        raise ValueError(f"{path}: not a store of runs (scenario → key → report)")
+    return stored
+
+
+def save_store(path: Path | None, stored: dict[str, dict[str, Report]]) -> None:
+    """Write ``stored`` to ``path`` (nothing when it is None)."""
+    if path is not None:
+        path.write_text(json.dumps(stored, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.pareto", description=__doc__.splitlines()[0]
@@ -273,23 +305,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        seeds = [int(v) for v in args.seeds.split(",") if v]
-    except ValueError:
-        parser.error(f"--seeds: expected whole numbers separated by commas, got {args.seeds!r}")
+        seeds = seed_list(args.seeds)
+    except ValueError as exc:
+        parser.error(f"--seeds: {exc}")
     if args.resume and args.json is None:
         parser.error("--resume needs --json")
-    stored: dict[str, dict[str, Report]] = {}
-    if args.resume and args.json.exists():
-        stored = json.loads(args.json.read_text())
-        if args.again:
-            stored = {
-                label: {k: r for k, r in runs.items() if k in PEERS}
-                for label, runs in stored.items()
-            }
+    try:
+        stored = load_store(args.json if args.resume else None)
+    except ValueError as exc:
+        parser.error(str(exc))
+    if args.again:
+        stored = {
+            label: {k: r for k, r in runs.items() if k in PEERS} for label, runs in stored.items()
+        }
 
     def save() -> None:
-        if args.json is not None:
-            args.json.write_text(json.dumps(stored, indent=1, sort_keys=True) + "\n")
+        save_store(args.json, stored)
 
     logging.getLogger("opendrs").setLevel(logging.ERROR)  # the simulated faults' warnings
     for label, build in scenarios(seeds, not args.no_month):

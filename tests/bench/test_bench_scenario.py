@@ -74,7 +74,7 @@ def test_targets_and_table() -> None:
 
 def test_the_command_line_runs_the_method_cases(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["--sizes", "S", "--strategies", "none", "--peers", "none", "--rules", "without"]
-    argv += ["--no-reading", "--no-endtoend", "--no-startup", "--no-growth"]
+    argv += ["--no-reading", "--no-endtoend", "--no-startup", "--no-growth", "--no-hot-months"]
     assert main([*argv, "--method-seeds", "1"]) == 0
     out = capsys.readouterr().out
     assert "proxlb-solver scenarios, `method: memory`" in out

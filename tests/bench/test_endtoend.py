@@ -156,6 +156,7 @@ def test_the_benchmark_runs_the_section(
     monkeypatch.setattr(bench_main, "run_endtoend", fake_run)
     argv = ["--sizes", "S", "--strategies", "none", "--peers", "none", "--methods", "none"]
     argv += ["--no-reading", "--no-startup", "--incus", "none", "--generator", "skewed"]
+    argv += ["--no-hot-months"]
     argv_json = [*argv, "--json", str(tmp_path / "out.json")]
     assert bench_main.main([*argv_json, "--endtoend-sizes", "XXL", "--endtoend-timeout", "60"]) == 0
     assert asked == [(["skewed"], ["XXL"], [], 60.0)]

@@ -63,7 +63,7 @@ def test_the_benchmark_reports_the_readings(
 
     monkeypatch.setattr(bench_main, "run_reading", fake_run)
     argv = ["--sizes", "S", "--strategies", "none", "--peers", "none", "--methods", "none"]
-    argv += ["--no-endtoend", "--no-startup", "--no-growth"]
+    argv += ["--no-endtoend", "--no-startup", "--no-growth", "--no-hot-months"]
     report = tmp_path / "out.json"
     assert bench_main.main([*argv, "--reading-repeats", "2", "--json", str(report)]) == 0
     assert asked == [(1, 2)]

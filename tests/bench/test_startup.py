@@ -64,7 +64,7 @@ def test_the_benchmark_runs_the_section(
 
     monkeypatch.setattr(bench_main, "run_startup", fake_run)
     argv = ["--sizes", "S", "--strategies", "none", "--peers", "none", "--methods", "none"]
-    argv += ["--no-reading", "--no-endtoend", "--no-growth", "--incus", "none"]
+    argv += ["--no-reading", "--no-endtoend", "--no-growth", "--incus", "none", "--no-hot-months"]
     out = tmp_path / "out.json"
     assert bench_main.main([*argv, "--startup-repeats", "3", "--json", str(out)]) == 0
     assert asked == [(3, 1)]
