@@ -5,7 +5,7 @@
 [--no-yardstick] [--yardstick-time-limit S] [--methods memory] [--method-seeds 1,2,3]
 [--no-reading] [--no-endtoend] [--endtoend-sizes L,XL,XXL] [--no-growth]
 [--growth-sizes S,M,L,XL,XXL] [--no-startup] [--startup-repeats N] [--no-hot-months]
-[--hot-seeds 1,2] [--hot-store FILE] [--markdown FILE] [--json FILE]``
+[--hot-seeds 1,89,97] [--hot-store FILE] [--markdown FILE] [--json FILE]``
 
 For every generator (:data:`bench.clusters.GENERATORS`: :mod:`bench.generate`'s ``basic``,
 :mod:`bench.skewed`'s ``skewed`` and :mod:`bench.realistic`'s production-like ``new-node``,
@@ -51,7 +51,7 @@ process, beside the interpreter's own start, with the median wall and CPU time a
 (:mod:`bench.startup`).
 
 And **hot months** (``--no-hot-months`` skips it), issue #30's item 5: on the built-in month and the
-generated months of ``--hot-seeds`` (1 and 2 by default), opendrs's default policy and every
+generated months of ``--hot-seeds`` (1, 89 and 97 by default), opendrs's default policy and every
 emulated peer, one simulation at a time, with each policy's hot node-minutes and ping-pongs and
 whether opendrs's are the fewest with none (:mod:`bench.hotspots`); with ``--hot-store`` each run is
 kept as it ends and reused by the next run.
@@ -349,7 +349,7 @@ def _add_hot_months(parser: argparse.ArgumentParser) -> None:
         default=",".join(map(str, HOT_SEEDS)),
         metavar="N,N,…",
         help="seeds of the generated months beside the built-in one (default "
-        f"{','.join(map(str, HOT_SEEDS))}; more: 1,2,7,…; 'none' for the built-in month alone)",
+        f"{','.join(map(str, HOT_SEEDS))}; more: 1,89,97,2,…; 'none': the built-in month alone)",
     )
     parser.add_argument(
         "--hot-store",
