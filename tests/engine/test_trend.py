@@ -1,4 +1,4 @@
-"""Relief on the trend: a node whose load rises steadily is forecast two intervals ahead; a load
+"""Relief on the trend: a node whose load rises steadily is forecast one interval ahead; a load
 that jumps and stays, wobbles, rises slowly or falls is not; the forecast never makes a node over
 its capacity, and a node forecast above the hot level is relieved before it gets there."""
 
@@ -42,15 +42,14 @@ def _window(loads: list[float]) -> tuple[UsageWindow, Cluster]:
     return window, cluster
 
 
-def test_a_steady_rise_is_carried_on_two_intervals_along_its_line() -> None:
+def test_a_steady_rise_is_carried_on_one_interval_along_its_line() -> None:
     # n1 rises by 0.5 core (5 % of it) every 5 minutes for 15 minutes, all of it the busy
-    # guest's: 1.0 more at the observation after next (a relief decided at the next one would
-    # run only after it), the busy guest's.
+    # guest's: 0.5 more at the next observation, the busy guest's.
     window, cluster = _window([3.0, 3.5, 4.0, 4.5])
     trend = node_trend(window, cluster, STEP)
-    assert trend.rising == (0,) and trend.lead == 2 * STEP
-    assert trend.total[0, 0] == pytest.approx(1.0) and trend.total[0, 1] == 0.0
-    assert trend.guests[0, 0] == pytest.approx(1.0) and np.all(trend.guests[1:] == 0.0)
+    assert trend.rising == (0,)
+    assert trend.total[0, 0] == pytest.approx(0.5) and trend.total[0, 1] == 0.0
+    assert trend.guests[0, 0] == pytest.approx(0.5) and np.all(trend.guests[1:] == 0.0)
     assert np.all(trend.total[1:] == 0.0) and np.all(trend.own == 0.0)
 
 
@@ -83,13 +82,12 @@ def test_a_forecast_never_makes_a_node_over_its_capacity_and_names_it() -> None:
 
 
 def test_a_node_forecast_above_the_hot_level_is_relieved_before_it_gets_there() -> None:
-    # n1 at 8.0 of 10 cores (80 %), rising 3 % every 5 minutes: 83 % at the next observation,
-    # 86 % at the one after — too late for a relief decided at the next one to run first.
+    # n1 at 8.0 of 10 cores (80 %), rising 6 % every 5 minutes: 86 % at the next observation.
     # No balancing (threshold 100 %): only the relief may move a guest.
     config = PolicyConfig(
         threshold=1.0, hold=1, margin=0.0, cooldown=0, no_return=0, min_uptime=0, smoothing=0
     )
-    window, cluster = _window([6.1, 6.4, 6.7, 7.0])
+    window, cluster = _window([5.2, 5.8, 6.4, 7.0])
     now = 3 * STEP
     plain = decide(cluster, now, config, PolicyState(), PastMigrations(), busy=False)
     assert not plain.act

@@ -18,7 +18,7 @@ the next state. Every guard the peers use against flapping is here, each one con
   (:func:`~.smoothing.with_last`): a node above the hot level is relieved at the first
   observation that sees it, and never refilled by a plan while it counts as having run hot
   (:attr:`PolicyState.hot_seen`). The controller also raises, on a node whose load rises
-  steadily, each value to its forecast two intervals ahead (:mod:`.trend`): such a node is
+  steadily, each value to its forecast one interval ahead (:mod:`.trend`): such a node is
   relieved before it crosses the hot level.
 * **Demand per time of day** (off by default: ``daily_profile``; :mod:`.profile`,
   :mod:`.dayplan`) — the controller also keeps each guest's usage per hour of the day

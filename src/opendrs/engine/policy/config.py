@@ -81,7 +81,7 @@ class PolicyConfig:
     #: In dynamic mode, the share of a node's capacity its measured usage may fill: a node above
     #: it on the recent usage (or the last observation's, where higher) runs hot and is relieved
     #: at once like an overload (within the cooldown and no-return guards), as is one whose
-    #: steady rise is forecast above it two intervals ahead (:mod:`.trend`); no plan fills a node
+    #: steady rise is forecast above it one interval ahead (:mod:`.trend`); no plan fills a node
     #: beyond it, nor moves a guest onto a node seen running hot lately. 0.85 by default, the
     #: simulator's hot level (the emulated peers have none); None: only the capacity counts.
     hot: float | None = 0.85

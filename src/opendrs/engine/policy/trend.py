@@ -7,14 +7,13 @@ stay). A rise counts only when it is **steady**: every observation over the last
 before by at least :data:`TREND_RATE` of the node's size per hour — a lasting rise, such as a
 batch job ramping up, and never a load that jumps at once and then stays (loads taking turns rise
 in minutes and are flat between), nor one that wobbles. On such a node each guest's load and
-the node's own are carried on along their least-squares lines :data:`FORECAST_INTERVALS`
-intervals ahead, where they rise: that **forecast** rise is added to the usage capacity is
-checked on (never beyond a node's capacity), so a node forecast above the hot level before a
-relief decided at the next observation could have run is relieved now, as one above it already
-is — the relief's text says it is forecast —, and is counted as seen running hot (no plan
-refills it); a guest moved takes its rise along, and a node with no room for it takes no such
-guest. The forecast only ever adds load: a node whose load falls, or rises unsteadily, is
-judged on its measured usage alone.
+the node's own are carried on along their least-squares lines for one interval ahead, where they
+rise: that **forecast** rise is added to the usage capacity is checked on (never beyond a node's
+capacity), so a node forecast above the hot level at the next observation is relieved now, as
+one above it already is — the relief's text says it is forecast —, and is counted as seen
+running hot (no plan refills it); a guest moved takes its rise along, and a node with no room
+for it takes no such guest. The forecast only ever adds load: a node whose load falls, or rises
+unsteadily, is judged on its measured usage alone.
 
 Pure and deterministic: the same window and cluster give the same forecast.
 """
@@ -38,10 +37,6 @@ TREND_STEPS: Final = 3
 #: The least rise of a steady one, a share of the node's size (net of reserves) per hour: 12 %,
 #: 1 % every 5 minutes — faster than any time-of-day swing.
 TREND_RATE: Final = 0.12
-#: How many intervals ahead a steady rise is carried on: to the next observation, and on to the
-#: one after it — a relief decided at the next observation runs its migrations only after it, so
-#: a node forecast hot before then is relieved now.
-FORECAST_INTERVALS: Final = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,17 +62,16 @@ def trend_steps(interval: float) -> int:
     return max(TREND_STEPS, math.ceil(TREND_SPAN / max(interval, 1)))
 
 
-def node_trend(window: UsageWindow, cluster: Cluster, interval: float) -> NodeTrend:
-    """The forecast rise :data:`FORECAST_INTERVALS` ``interval`` s after the window's last
-    observation, from the observations of the last :func:`trend_steps` intervals: on each node
+def node_trend(window: UsageWindow, cluster: Cluster, lead: float) -> NodeTrend:
+    """The forecast rise ``lead`` seconds after the window's last observation (``lead``: the
+    interval) from the observations of the last :func:`trend_steps` intervals: on each node
     whose load with the guests where they are now rose steadily, each of those guests' and the
     node's own rise along its least-squares line, where it rises."""
-    steps = trend_steps(interval)
-    lead = FORECAST_INTERVALS * interval
+    steps = trend_steps(lead)
     place = _placement(cluster)
     guests = np.zeros((len(cluster.guests), 2))
     own = np.zeros((len(cluster.nodes), 2))
-    if len(window) >= steps + 1 and interval > 0:
+    if len(window) >= steps + 1 and lead > 0:
         times = window.times[-(steps + 1) :]
         sizes = net_sizes(cluster)
         for k in (0, 1):
@@ -239,7 +233,6 @@ def _frozen(values: np.ndarray) -> np.ndarray:
 
 
 __all__ = [
-    "FORECAST_INTERVALS",
     "TREND_RATE",
     "TREND_SPAN",
     "TREND_STEPS",
