@@ -25,6 +25,7 @@ import argparse
 import json
 import logging
 import math
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -260,19 +261,25 @@ def scenarios(seeds: Sequence[int], month: bool) -> list[tuple[str, Callable[[],
 
 
 def seed_list(text: str) -> list[int]:
-    """The seeds of a comma list (``1,2,7``), none for ``none``; ValueError when one is no whole
-    number."""
+    """The seeds of a comma list (``1,2,7``), each once, in order; none for ``none``; ValueError
+    when one is no whole number ≥ 0 (a generator's seed)."""
     if text.strip() == "none":
         return []
     try:
-        return [int(v) for v in text.split(",") if v.strip()]
+        seeds = [int(v) for v in text.split(",") if v.strip()]
     except ValueError:
         raise ValueError(f"expected whole numbers separated by commas, got {text!r}") from None
+    if any(seed < 0 for seed in seeds):
+        raise ValueError(f"a seed is a whole number of 0 or more, got {text!r}")
+    return list(dict.fromkeys(seeds))
 
 
 def load_store(path: Path | None) -> dict[str, dict[str, Report]]:
     """The runs stored in ``path`` by scenario and key (none when it is None or absent);
-    ValueError when it holds no such store."""
+    ValueError when it holds no such store, or when it could not be written (its folder missing
+    or read-only: said now, not after the first run)."""
+    if path is not None and not os.access(path.parent, os.W_OK):
+        raise ValueError(f"{path}: cannot write there (its folder is missing or read-only)")
     if path is None or not path.exists():
         return {}
     try:
@@ -285,9 +292,13 @@ def load_store(path: Path | None) -> dict[str, dict[str, Report]]:
 
 
 def save_store(path: Path | None, stored: dict[str, dict[str, Report]]) -> None:
-    """Write ``stored`` to ``path`` (nothing when it is None)."""
-    if path is not None:
-        path.write_text(json.dumps(stored, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    """Write ``stored`` to ``path`` (nothing when it is None), whole or not at all: written
+    beside it, then put in its place, so a run stopped meanwhile leaves the store as it was."""
+    if path is None:
+        return
+    written = path.with_name(f".{path.name}.part")
+    written.write_text(json.dumps(stored, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(written, path)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from bench.hotspots import COLUMNS, POLICIES, HotMonth, overall, run, section
-from bench.pareto import load_store
+from bench.pareto import load_store, save_store, seed_list
 
 from bench import __main__ as bench_main
 from bench import hotspots
@@ -129,7 +129,9 @@ def test_the_benchmark_runs_the_stage(
     ("argv", "said"),
     [
         (["--hot-seeds", "1,x"], "--hot-seeds: expected whole numbers"),
+        (["--hot-seeds=-5"], "--hot-seeds: a seed is a whole number of 0 or more"),
         (["--hot-store", "BAD"], "--hot-store: "),
+        (["--hot-store", "/nonexistent/dir/runs.json"], "cannot write there"),
     ],
 )
 def test_bad_hot_months_input_is_one_line_and_exit_2(
@@ -148,3 +150,15 @@ def test_the_command_refuses_no_scenario(capsys: pytest.CaptureFixture[str]) -> 
         hotspots.main(["--no-month", "--seeds", "none"])
     assert exited.value.code == 2
     assert "no scenario" in capsys.readouterr().err
+
+
+def test_seeds_are_each_run_once() -> None:
+    assert seed_list("7,3,7, 3") == [7, 3] and seed_list("none") == []
+
+
+def test_the_store_is_replaced_whole(tmp_path: Path) -> None:
+    store = tmp_path / "runs.json"
+    save_store(store, {"generated:1": {"opendrs": _report(1.0)}})
+    save_store(store, {"generated:1": {"opendrs": _report(2.0)}})
+    assert load_store(store)["generated:1"]["opendrs"]["hot_node_minutes"] == 2.0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs.json"]  # nothing left beside it

@@ -6,6 +6,7 @@ slowed page has started."""
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 
@@ -25,5 +26,7 @@ def _slow_page(self: Dashboard) -> str:
 
 
 if __name__ == "__main__":
+    # Ctrl-C stops the demo even where the test runs with SIGINT ignored (a background job).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     Dashboard.page = _slow_page  # type: ignore[method-assign]
     sys.exit(main(sys.argv[1:]))

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.cli.slow_page_demo import DRAWING
 
 from daemon import fetch, opendrs
+from opendrs.cli.demo_command import _stop_serving
 from opendrs.cli.main import main
 from opendrs.controller.http_server import STOP_GRACE
 
@@ -109,46 +111,68 @@ SLOW_PAGE = 120
 END_MARGIN = 15.0
 
 
-def _slowed_demo(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[str], str, Path]:
+@contextlib.contextmanager
+def _slowed_demo(tmp_path: Path, *args: str) -> Iterator[tuple[subprocess.Popen[str], Path]]:
     """``opendrs demo ARGS`` with its page slowed by :data:`SLOW_PAGE` s, a page asked for and
-    being drawn: the process, the dashboard's address and the file of its stderr."""
+    being drawn: the process and the file of its stderr; killed at the end if still running."""
     here = str(Path(__file__).parent)
     env = {**os.environ, "SLOW_PAGE": str(SLOW_PAGE)}
     env["PYTHONPATH"] = os.pathsep.join([here, env.get("PYTHONPATH", "")])
     err = tmp_path / "stderr"
-    demo = subprocess.Popen(
-        [sys.executable, "-u", "-m", "slow_page_demo", "demo", *args],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=err.open("w"),
-        text=True,
-        env=env,
-    )
+    with err.open("w") as stderr:
+        demo = subprocess.Popen(
+            [sys.executable, "-u", "-m", "slow_page_demo", "demo", *args],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            env=env,
+        )
+    try:
+        _ask_for_the_page(demo, err)
+        yield demo, err
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.wait(10)
+
+
+def _ask_for_the_page(demo: subprocess.Popen[str], err: Path) -> None:
+    """Ask ``demo`` for its page once it says where it serves, and wait until it is drawn."""
     assert demo.stdout is not None
-    address = next((m.group(1) for m in map(DASHBOARD.search, demo.stdout) if m), None)
-    assert address is not None, err.read_text()
+    found: list[str] = []
+
+    def read_the_address() -> None:
+        for line in demo.stdout or ():
+            match = DASHBOARD.search(line)
+            if match:
+                found.append(match.group(1))
+                return
+
+    reader = threading.Thread(target=read_the_address, daemon=True)
+    reader.start()
+    reader.join(60)
+    assert found, f"no dashboard address within 60 s:\n{err.read_text()}"
 
     def ask() -> None:
         with contextlib.suppress(OSError):  # cut by the demo's end, as it should be
-            fetch(address, "/")
+            fetch(found[0], "/")
 
     threading.Thread(target=ask, daemon=True).start()
     deadline = time.monotonic() + 30
     while DRAWING not in err.read_text():
         assert time.monotonic() < deadline and demo.poll() is None, err.read_text()
         time.sleep(0.05)
-    return demo, address, err
 
 
 def test_a_page_still_drawing_does_not_hold_the_end_of_the_demo(tmp_path: Path) -> None:
     """The demo ends by itself while its page draws for minutes: it prints its summary and exits
     0 within the server's grace and a margin — the cut page is not waited for."""
-    demo, _, err = _slowed_demo(tmp_path, "--seconds", "6", "--days", "0.25")
-    try:
-        out, _ = demo.communicate(timeout=6 + STOP_GRACE + END_MARGIN)
-    except subprocess.TimeoutExpired:
-        demo.kill()
-        pytest.fail(f"the demo waited for its page to be drawn:\n{err.read_text()[-2000:]}")
+    with _slowed_demo(tmp_path, "--seconds", "6", "--days", "0.25") as (demo, err):
+        try:
+            out, _ = demo.communicate(timeout=6 + STOP_GRACE + END_MARGIN)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the demo waited for its page to be drawn:\n{err.read_text()[-2000:]}")
     assert demo.returncode == 0, err.read_text()
     assert "What opendrs did over 0.25 simulated days of the demo cluster" in out
     assert "Traceback" not in err.read_text()
@@ -157,12 +181,36 @@ def test_a_page_still_drawing_does_not_hold_the_end_of_the_demo(tmp_path: Path) 
 def test_ctrl_c_with_a_page_drawing_ends_the_demo_with_130(tmp_path: Path) -> None:
     """Ctrl-C (SIGINT) while a page draws: the demo stops serving within the server's grace and
     exits 130 at once, no traceback."""
-    demo, _, err = _slowed_demo(tmp_path, "--seconds", "600", "--days", "0.25")
-    demo.send_signal(signal.SIGINT)
-    try:
-        demo.communicate(timeout=STOP_GRACE + END_MARGIN)
-    except subprocess.TimeoutExpired:
-        demo.kill()
-        pytest.fail(f"Ctrl-C waited for the page to be drawn:\n{err.read_text()[-2000:]}")
+    with _slowed_demo(tmp_path, "--seconds", "600", "--days", "0.25") as (demo, err):
+        demo.send_signal(signal.SIGINT)
+        try:
+            demo.communicate(timeout=STOP_GRACE + END_MARGIN)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"Ctrl-C waited for the page to be drawn:\n{err.read_text()[-2000:]}")
     assert demo.returncode == 130, err.read_text()
     assert "Traceback" not in err.read_text()
+
+
+class _InterruptedStop:
+    """A server whose stop is interrupted by Ctrl-C half way, as an operator's second Ctrl-C
+    lands while the demo's server waits for a request."""
+
+    def __init__(self) -> None:
+        self.stopped = False
+
+    def stop(self) -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.2)  # the signal is handled here, in the middle of the wait
+        self.stopped = True
+
+
+def test_a_ctrl_c_during_the_servers_stop_waits_for_the_stop_then_interrupts() -> None:
+    server = _InterruptedStop()
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            _stop_serving(server)  # type: ignore[arg-type]
+        assert server.stopped  # the stop ran to its end before the interrupt
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -4,8 +4,10 @@ terminal and on the dashboard."""
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -15,8 +17,7 @@ from opendrs.cli.process import (
     EXIT_OK,
     EXIT_PROBLEM,
     EXIT_USAGE,
-    exit_now,
-    exit_status_of,
+    end_without_waiting_for,
 )
 
 if TYPE_CHECKING:
@@ -91,40 +92,46 @@ def cmd_demo(args: argparse.Namespace) -> int:
             history.close()
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_USAGE if exc.usage else EXIT_PROBLEM
+        end_without_waiting_for(server.computing)
         _show_address(report, server.address, args.listen.loopback, pace)
     try:
         _run(controller, sim.end, live, server)
-        try:
-            summary = report_from(sim, policy, policy.threshold, history, live.elapsed())
-        finally:
-            history.close()
-        show_summary(report, summary)
-    except BaseException as exc:
-        if not _computing(server):
-            raise  # said by main(): no thread holds the exit
-        exit_now(exit_status_of(exc, verbose=args.debug))
-    if _computing(server):
-        exit_now(EXIT_OK)
+        summary = report_from(sim, policy, policy.threshold, history, live.elapsed())
+    finally:
+        history.close()
+    show_summary(report, summary)
     return EXIT_OK
 
 
 def _run(controller: Controller, end: float, live: LiveView, server: MetricsServer | None) -> None:
     """The controller up to the simulated time ``end``, live; the dashboard's server stopped
-    after it (a request still computing then is cut, left to :func:`_computing`)."""
+    after it."""
     live.start()
     try:
         controller.run(until=end)
     finally:
         live.stop()
         if server is not None:
-            server.stop()
+            _stop_serving(server)
 
 
-def _computing(server: MetricsServer | None) -> bool:
-    """Whether a request cut at the stop still computes (a page drawing its charts): its answer
-    can no longer be sent, and the interpreter would wait for it at exit, so the demo ends with
-    :func:`~opendrs.cli.process.exit_now`."""
-    return server is not None and server.computing() > 0
+def _stop_serving(server: MetricsServer) -> None:
+    """Stop the dashboard's server, a Ctrl-C meanwhile held until it has stopped: one raised in
+    its wait for a request would leave that request's thread looking ended while it still draws
+    (the exit would not know to leave it). A request still computing after the stop is left:
+    the process ends without waiting for it
+    (:func:`~opendrs.cli.process.end_without_waiting_for`)."""
+    if threading.current_thread() is not threading.main_thread():
+        server.stop()  # signals reach the main thread alone: nothing to hold
+        return
+    interrupted: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda number, _frame: interrupted.append(number))
+    try:
+        server.stop()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if interrupted and callable(previous):
+        previous(signal.SIGINT, None)  # Python's own handler: KeyboardInterrupt, now
 
 
 def show_summary(report: Report, r: StabilityReport) -> None:

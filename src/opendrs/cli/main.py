@@ -16,7 +16,15 @@ from typing import Any, NoReturn, TextIO
 from opendrs import __version__
 from opendrs.cli.arguments import Subcommands
 from opendrs.cli.config_file import resolve_config
-from opendrs.cli.process import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, UsageError, internal_error
+from opendrs.cli.process import (
+    EXIT_OK,
+    EXIT_PROBLEM,
+    EXIT_USAGE,
+    UsageError,
+    exit_now,
+    internal_error,
+    left_computing,
+)
 from opendrs.model.snapshot import SnapshotError
 
 __all__ = ["COMMANDS", "build_parser", "main"]
@@ -139,9 +147,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     if stdout is not None:  # (None: no standard output at all, nothing to watch)
         sys.stdout = watched  # type: ignore[assignment]
     try:
-        return _run(args, watched)
+        status = _run(args, watched)
+    except SystemExit as exc:
+        if not left_computing():
+            raise
+        exit_now(_exit_code(exc))
     finally:
         sys.stdout = stdout
+    if left_computing():
+        # The command is done, its files closed; a request cut at its server's stop still
+        # computes an answer that can no longer be sent: not waited for.
+        exit_now(status)
+    return status
+
+
+def _exit_code(exc: SystemExit) -> int:
+    """The status Python gives a ``SystemExit``: ``None`` 0, a number itself, anything else
+    printed on stderr and 1."""
+    if exc.code is None:
+        return EXIT_OK
+    if isinstance(exc.code, int):
+        return exc.code
+    print(exc.code, file=sys.stderr)
+    return EXIT_PROBLEM
 
 
 def _run(args: argparse.Namespace, output: WatchedOutput) -> int:

@@ -8,6 +8,7 @@ import logging
 import os
 import sys
 import traceback
+from collections.abc import Callable
 from typing import NoReturn
 
 from opendrs.model.document import one_line
@@ -18,9 +19,10 @@ __all__ = [
     "EXIT_PROBLEM",
     "EXIT_USAGE",
     "UsageError",
+    "end_without_waiting_for",
     "exit_now",
-    "exit_status_of",
     "internal_error",
+    "left_computing",
     "setup_logging",
 ]
 
@@ -57,6 +59,27 @@ def setup_logging(level: str) -> None:
     logging.getLogger("httpcore").setLevel(logging.WARNING)
 
 
+#: The counts of threads the command has left computing an answer it can no longer send (the
+#: requests an HTTP server cut at its stop): :func:`opendrs.cli.main.main` ends the process at
+#: once while one counts any.
+_LEFT: list[Callable[[], int]] = []
+
+
+def end_without_waiting_for(computing: Callable[[], int]) -> None:
+    """Have the process end without waiting for the threads ``computing()`` counts, once the
+    command is done (its files closed) and while it counts any: the interpreter's exit would
+    wait for them, or end them under code that aborts when a thread ends under it."""
+    _LEFT.append(computing)
+
+
+def left_computing() -> bool:
+    """Whether a thread the command left (:func:`end_without_waiting_for`) still computes; the
+    counts are let go, so the next command in this process starts with none."""
+    counts = list(_LEFT)
+    _LEFT.clear()
+    return any(count() > 0 for count in counts)
+
+
 def exit_now(status: int) -> NoReturn:
     """End the process with ``status`` at once, its log and output flushed, without the
     interpreter's finalisation: for a daemon whose files are closed but which still has threads
@@ -81,25 +104,4 @@ def internal_error(exc: BaseException, *, verbose: bool) -> int:
         f"error: internal error (a bug in opendrs, please report it): {what}{hint}",
         file=sys.stderr,
     )
-    return EXIT_PROBLEM
-
-
-def exit_status_of(exc: BaseException, *, verbose: bool) -> int:
-    """The exit status of a command ended by ``exc``, said as :func:`opendrs.cli.main.main`
-    would (one line): for a command that must then end with :func:`exit_now`."""
-    if isinstance(exc, KeyboardInterrupt):
-        return 130
-    if isinstance(exc, SystemExit):
-        return _exit_code(exc)
-    return internal_error(exc, verbose=verbose)
-
-
-def _exit_code(exc: SystemExit) -> int:
-    """The status Python gives a ``SystemExit``: ``None`` 0, a number itself, anything else
-    printed on stderr and 1."""
-    if exc.code is None:
-        return 0
-    if isinstance(exc.code, int):
-        return exc.code
-    print(exc.code, file=sys.stderr)
     return EXIT_PROBLEM

@@ -8,7 +8,7 @@ import sys
 from opendrs.cli.arguments import Subcommands
 from opendrs.cli.config_file import add_config_option
 from opendrs.cli.daemon_signals import DaemonSignals
-from opendrs.cli.process import exit_now, exit_status_of, setup_logging
+from opendrs.cli.process import end_without_waiting_for, setup_logging
 
 __all__ = ["add_run_parser"]
 
@@ -46,16 +46,10 @@ def _start_and_run(args: argparse.Namespace, signals: DaemonSignals) -> int:
         shadow=args.shadow,
         verbose=args.verbose,
     )
-    server = published.server
-    try:
-        status = daemon.run()
-    except BaseException as exc:
-        if server is None or not server.computing():
-            raise  # said by main(): no thread holds the exit
-        exit_now(exit_status_of(exc, verbose=getattr(args, "debug", False) or args.verbose))
-    if server is not None and server.computing():
-        exit_now(status)  # its files are closed: the requests cut and still computing are left
-    return status
+    if published.server is not None:
+        # Requests its stop cuts that still compute are left: main() ends the process at once.
+        end_without_waiting_for(published.server.computing)
+    return daemon.run()
 
 
 def add_run_parser(sub: Subcommands) -> None:
