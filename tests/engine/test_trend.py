@@ -103,39 +103,9 @@ def test_a_node_forecast_above_the_hot_level_is_relieved_before_it_gets_there() 
     # The rising guest takes its rise along (7.6 cores): no node has room for it, web moves.
     assert {m.guest for m in decision.plan.moves} == {"web"}
     assert recent.forecast == frozenset({"n1"})
-    # Relieved, not remembered as seen running hot: a rise that comes true runs hot and is
-    # remembered then; one that does not leaves n1 a target (the next test).
-    assert dict(decision.state.hot_seen) == {}
+    assert dict(decision.state.hot_seen) == {"n1": now}
     # Without a hot level nothing is forecast in the controller, and nothing is relieved.
     off = decide(
         cluster, now, replace(config, hot=None), PolicyState(), PastMigrations(), busy=False
     )
     assert not off.act
-
-
-def test_a_node_only_forecast_to_run_hot_stays_a_target_of_later_reliefs() -> None:
-    # n1 relieved on its forecast (as above); an observation later its rise has not come true
-    # (job at 7.0 cores, 70 %), n2 runs hot (90 %) and n3 has run hot: n1, not remembered as
-    # seen running hot, is the one node a relief may fill, and it takes web.
-    config = PolicyConfig(
-        threshold=1.0, hold=1, margin=0.0, cooldown=0, no_return=DAY, min_uptime=0, smoothing=0
-    )
-    window, cluster = _window([5.2, 5.8, 6.4, 7.0])
-    now = 3 * STEP
-    recent = with_trend(MeasuredUsage.of(cluster), cluster, node_trend(window, cluster, STEP), 0.85)
-    first = decide(cluster, now, config, PolicyState(), PastMigrations(), busy=False, recent=recent)
-    assert first.code == "repair" and recent.forecast == frozenset({"n1"})
-    nodes = tuple(Node(f"n{k}", 10, 64 * GiB) for k in (1, 2, 3))
-
-    def g(gid: str, node: str, used: float) -> Guest:
-        return Guest(gid, node, cpu=10, memory=4 * GiB, cpu_used=used, memory_used=GiB, uptime=DAY)
-
-    guests = (g("job", "n1", 7.0), g("b", "n2", 8.0), g("web", "n2", 1.0), g("c", "n3", 1.0))
-    later = Cluster(nodes, guests, settings=Settings(mode="dynamic"))
-    state = replace(first.state, hot_seen={**first.state.hot_seen, "n3": now})
-    now += STEP
-    usage = MeasuredUsage.of(later)
-    decision = decide(later, now, config, state, PastMigrations(), busy=False, recent=usage)
-    assert decision.act and decision.code == "repair" and decision.plan is not None
-    assert [(m.guest, m.target) for m in decision.plan.moves] == [("web", "n1")]
-    assert dict(decision.state.hot_seen) == {"n3": now - STEP, "n2": now}

@@ -329,8 +329,7 @@ def _observe(
     tracked = track_evacuations(cluster, state.evacuated) if config.maintenance_return else {}
     state = state if tracked == state.evacuated else replace(state, evacuated=tracked)
     running_hot = _running_hot(config, view, recent)
-    forecast = recent.forecast if recent is not None else frozenset()
-    state = _seen_hot(state, now, config, view.observed, running_hot, forecast)
+    state = _seen_hot(state, now, config, view.observed, running_hot)
     return _Round(
         now,
         past,
@@ -364,18 +363,14 @@ def _seen_hot(
     config: PolicyConfig,
     cluster: Cluster,
     running_hot: tuple[int, ...],
-    forecast: frozenset[str] = frozenset(),
 ) -> PolicyState:
     """``state`` with the nodes seen running hot within :func:`hot_memory`, those ``running_hot``
-    now included (:attr:`PolicyState.hot_seen`) but those only ``forecast`` to: relieved, but
-    no target kept off for a day on a forecast alone."""
+    now included (:attr:`PolicyState.hot_seen`)."""
     if config.hot is None:
         return state
     seen = {n: t for n, t in state.hot_seen.items() if now - t < hot_memory(config)}
     for n in running_hot:
-        name = cluster.nodes[n].name
-        if name not in forecast:
-            seen[name] = now
+        seen[cluster.nodes[n].name] = now
     return state if seen == dict(state.hot_seen) else replace(state, hot_seen=seen)
 
 

@@ -122,8 +122,7 @@ class PolicyState:
     #: with ``maintenance_return`` (kept until it is back there, or gone).
     evacuated: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     #: Node name → when it was last seen running hot (above the policy's ``hot`` level on the
-    #: usage capacity is checked on — measured, not only forecast to by its steady rise, which
-    #: is relieved but not remembered), kept for the longer of ``smoothing`` and ``no_return``:
+    #: usage capacity is checked on), kept for the longer of ``smoothing`` and ``no_return``:
     #: no plan and no relief moves a guest there meanwhile — a node that ran hot may run hot
     #: again (loads taking turns). The controller keeps it in its history file across a
     #: restart.

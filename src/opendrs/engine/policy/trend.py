@@ -10,11 +10,9 @@ in minutes and are flat between), nor one that wobbles. On such a node each gues
 the node's own are carried on along their least-squares lines for one interval ahead, where they
 rise: that **forecast** rise is added to the usage capacity is checked on (never beyond a node's
 capacity), so a node forecast above the hot level at the next observation is relieved now, as
-one above it already is — the relief's text says it is forecast —, but is not remembered as
-seen running hot: a rise that comes true runs hot and is remembered then, one that does not
-leaves the node a target (remembered, a forecast that failed kept cool nodes from the reliefs
-of the day); a guest moved takes its rise along, and a node with no room for it takes no such
-guest. The forecast only ever adds load: a node whose load falls, or rises
+one above it already is — the relief's text says it is forecast —, and is counted as seen
+running hot (no plan refills it); a guest moved takes its rise along, and a node with no room
+for it takes no such guest. The forecast only ever adds load: a node whose load falls, or rises
 unsteadily, is judged on its measured usage alone.
 
 Pure and deterministic: the same window and cluster give the same forecast.
