@@ -90,7 +90,7 @@ from bench.hotspots import run as run_hot
 from bench.hotspots import section as hot_section
 from bench.incus import section as incus_section
 from bench.metrics import Evaluator
-from bench.pareto import load_store, seed_list
+from bench.pareto import checked_inputs
 from bench.pareto import scenarios as pareto_scenarios
 from bench.peers import PEERS
 from bench.process import checkout_env, measure
@@ -802,14 +802,7 @@ def _hot_inputs(
     run (none with ``--no-hot-months``)."""
     if not args.hot_months:
         return [], {}
-    try:
-        seeds = seed_list(args.hot_seeds)
-    except ValueError as exc:
-        parser.error(f"--hot-seeds: {exc}")
-    try:
-        return seeds, load_store(args.hot_store)
-    except ValueError as exc:
-        parser.error(f"--hot-store: {exc}")
+    return checked_inputs(parser, ("--hot-seeds", args.hot_seeds), ("--hot-store", args.hot_store))
 
 
 def _realistic_json(item: RealisticCase) -> dict[str, Any]:

@@ -34,10 +34,9 @@ from bench.pareto import (
     PEERS,
     Report,
     Runs,
-    load_store,
+    checked_inputs,
     save_store,
     scenarios,
-    seed_list,
     target_line,
 )
 from bench.pareto import run as run_one
@@ -184,16 +183,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--markdown", type=Path, default=None, metavar="FILE")
     args = parser.parse_args(argv)
-    try:
-        seeds = seed_list(args.seeds)
-    except ValueError as exc:
-        parser.error(f"--seeds: {exc}")
+    seeds, stored = checked_inputs(parser, ("--seeds", args.seeds), ("--store", args.store))
     if not seeds and args.no_month:
         parser.error("no scenario: --no-month with --seeds none")
-    try:
-        stored = load_store(args.store)
-    except ValueError as exc:
-        parser.error(f"--store: {exc}")
     months = run(scenarios(seeds, not args.no_month), stored, args.store)
     emit(section(months), args.markdown)
     return 0

@@ -291,6 +291,24 @@ def load_store(path: Path | None) -> dict[str, dict[str, Report]]:
     return stored
 
 
+def checked_inputs(
+    parser: argparse.ArgumentParser,
+    seeds: tuple[str, str],
+    store: tuple[str, Path | None],
+) -> tuple[list[int], dict[str, dict[str, Report]]]:
+    """The seeds and the stored runs two options give (each its name and value), checked before
+    any run: a bad one is the parser's one line and exit status 2."""
+    (seeds_option, text), (store_option, path) = seeds, store
+    try:
+        listed = seed_list(text)
+    except ValueError as exc:
+        parser.error(f"{seeds_option}: {exc}")
+    try:
+        return listed, load_store(path)
+    except ValueError as exc:
+        parser.error(f"{store_option}: {exc}")
+
+
 def save_store(path: Path | None, stored: dict[str, dict[str, Report]]) -> None:
     """Write ``stored`` to ``path`` (nothing when it is None), whole or not at all: written
     beside it, then put in its place, so a run stopped meanwhile leaves the store as it was."""
@@ -315,16 +333,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="with --resume, run opendrs's own policies again (the peers' runs are reused)",
     )
     args = parser.parse_args(argv)
-    try:
-        seeds = seed_list(args.seeds)
-    except ValueError as exc:
-        parser.error(f"--seeds: {exc}")
     if args.resume and args.json is None:
         parser.error("--resume needs --json")
-    try:
-        stored = load_store(args.json if args.resume else None)
-    except ValueError as exc:
-        parser.error(str(exc))
+    store = args.json if args.resume else None
+    seeds, stored = checked_inputs(parser, ("--seeds", args.seeds), ("--json", store))
     if args.again:
         stored = {
             label: {k: r for k, r in runs.items() if k in PEERS} for label, runs in stored.items()
