@@ -209,6 +209,14 @@ def test_relief_lifts_only_the_cooldown_where_the_guards_leave_the_node_hot() ->
     )
     still = decide(hot, NOW, config, seen, past, busy=False)
     assert still.plan is not None and {m.guest for m in still.plan.moves} == {"g2", "g3"}
+    # With g1 out of its cooldown, the last resort keeps the cooldown: g1 goes, g0 stays.
+    g0_cooling = PastMigrations(cooldown_until={"g0": NOW + 3600})
+    kept_cool = decide(hot, NOW, config, seen, g0_cooling, busy=False)
+    assert kept_cool.plan is not None and [m.guest for m in kept_cool.plan.moves] == ["g1"]
+    target = kept_cool.plan.moves[0].target
+    assert explain(kept_cool).endswith(
+        f"bypassing hold and margin, onto {target}, seen running hot lately: no other node had room"
+    )
     # A node over its capacity itself is repaired whatever the cooldown.
     full = _cluster((5.0, 3.6, 1.5, 0.3))
     forced = decide(

@@ -95,6 +95,28 @@ def test_a_steady_rise_that_pauses_is_still_forecast_for_an_hour(
         assert trend.guests[0, 0] == pytest.approx(0.5)
 
 
+def test_a_rise_that_has_fallen_from_its_peak_is_over_whatever_came_before() -> None:
+    # A steady rise to 6 cores, then down to 4.6: the rise is over, though the load is still
+    # above where an earlier stretch of the same rise ended (4.5).
+    window, cluster = _window([3.0, 3.5, 4.0, 4.5, 5.0, 5.5, 6.0, 4.6])
+    assert node_trend(window, cluster, STEP).rising == ()
+
+
+def test_a_guest_unknown_before_its_rise_still_makes_one() -> None:
+    # The busy guest was not there (started since) for the first observations of the hour,
+    # then rose steadily: its rise is judged on the observations it was known at.
+    window = UsageWindow(smoothing=6 * 3600)
+    cluster = _cluster(1.0)
+    quiet = replace(cluster, guests=cluster.guests[1:])
+    for k in range(5):
+        window = window.add(k * STEP, quiet)
+    for k, busy in enumerate([3.0, 3.5, 4.0, 4.5], start=5):
+        cluster = _cluster(busy)
+        window = window.add(k * STEP, cluster)
+    trend = node_trend(window, cluster, STEP)
+    assert trend.rising == (0,) and trend.guests[0, 0] == pytest.approx(0.5)
+
+
 def test_the_latest_steady_rise_is_the_one_carried_on() -> None:
     # A fast rise, a pause, then a slower steady one: the slower, the latest, is forecast.
     window, cluster = _window([3.0, 4.0, 5.0, 6.0, 6.0, 6.2, 6.4, 6.6])

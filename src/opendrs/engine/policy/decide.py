@@ -457,8 +457,8 @@ def _repair(r: _Round) -> Decision | tuple[tuple[tuple[str, str], ...], RepairNo
         _in_cooldown(r, plan) if hot_only else kept_off != view.forbidden,
         # On the moves decided (the batch's), a parking move to a spare not a return.
         no_return_kept=not {(m.guest, m.target) for m in plan.moves if not m.parking} & returns,
-        # Only a relief's last resort goes there (:func:`_last_resort_relief`).
-        onto_hot=tuple(sorted({m.target for m in plan.moves} & set(r.state.hot_seen))),
+        # A relief goes there only as its last resort (:func:`_last_resort_relief`).
+        onto_hot=_onto_hot(r, plan) if hot_only else (),
     )
     return made_round.decision(
         facts,
@@ -470,6 +470,11 @@ def _repair(r: _Round) -> Decision | tuple[tuple[tuple[str, str], ...], RepairNo
         forbidden=kept_off,
         budgeted=hot_only,
     )
+
+
+def _onto_hot(r: _Round, plan: Plan) -> tuple[str, ...]:
+    """The nodes seen running hot lately that ``plan`` moves guests to, by name."""
+    return tuple(sorted({m.target for m in plan.moves} & set(r.state.hot_seen)))
 
 
 def _in_cooldown(r: _Round, plan: Plan) -> bool:
@@ -520,15 +525,18 @@ def _last_resort_relief(
     """The relief of nodes that only run hot with the guards lifted in turn, each step taken
     only when it leaves fewer guests stuck than the one before: first the cooldown (a guest a
     plan has just moved onto a node whose load then rises may leave it again), then the memory
-    of nodes seen running hot (on a busy day whose every node with room ran hot an hour ago, a
-    hot node is relieved onto one of them rather than left hot for the day; the relief keeps
-    each target under the hot level, its forecast included). Where lifting the cooldown is
-    enough, no guest goes to a node seen running hot — where loads take turns, that node is the
-    next to run hot. The other guards hold — no return to a node a guest left, the minimum
-    uptime, the failed targets —, so no guest goes back and forth."""
+    of nodes seen running hot, with the cooldown kept and then lifted too (on a busy day whose
+    every node with room ran hot an hour ago, a hot node is relieved onto one of them rather
+    than left hot for the day; the relief keeps each target under the hot level, its forecast
+    included). Where lifting the cooldown is enough, no guest goes to a node seen running hot —
+    where loads take turns, that node is the next to run hot. The other guards hold — no
+    return to a node a guest left, the minimum uptime, the failed targets —, so no guest goes
+    back and forth."""
     past = replace(r.past, cooldown_until={})
     cooled = forbidden_placements(r.cluster, r.now, r.config, past)
-    for lifted in (cooled | hot_targets(r.cluster, r.state.hot_seen), cooled):
+    guarded = forbidden_placements(r.cluster, r.now, r.config, r.past)
+    hot = hot_targets(r.cluster, r.state.hot_seen)
+    for lifted in (cooled | hot, guarded, cooled):
         if made[0].stuck:
             made = _relief_within(r, failed, made, lifted)
     return made

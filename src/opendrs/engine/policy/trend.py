@@ -74,39 +74,45 @@ def node_trend(window: UsageWindow, cluster: Cluster, lead: float) -> NodeTrend:
     """The forecast rise ``lead`` seconds after the window's last observation (``lead``: the
     interval): on each node whose load with the guests where they are now rose steadily over
     :func:`trend_steps` intervals ending at the last observation, or at one within
-    :data:`TREND_RECALL` before it and not fallen since (a rise that has paused stays a rise
-    for a while), each of those guests' and the node's own rise along its least-squares line
-    over those intervals, where it rises."""
+    :data:`TREND_RECALL` before it and not fallen from its peak since (a rise that has paused
+    stays a rise for a while: :func:`_steady_ends`), each of those guests' and the node's own
+    rise along its least-squares line over those intervals, where it rises."""
     steps = trend_steps(lead)
-    place = _placement(cluster)
+    node_of = _node_of(cluster)
     guests = np.zeros((len(cluster.guests), 2))
     own = np.zeros((len(cluster.nodes), 2))
     if len(window) >= steps + 1 and lead > 0:
         count = min(len(window), steps + 1 + math.ceil(TREND_RECALL / max(lead, 1)))
         times = window.times[-count:]
         sizes = net_sizes(cluster)
+        placed = node_of >= 0
         for k in (0, 1):
-            columns = _known(window.columns(cluster, k), count)
-            series = columns[0] @ place + columns[1]
-            ends = _steady_ends(times, series, sizes[:, k], steps)
+            samples = window.columns(cluster, k)
+            columns = (samples[0][-count:], samples[1][-count:])
+            ends = _steady_ends(times, columns, node_of, sizes[:, k], steps)
             for end in sorted(set(ends[ends >= 0].tolist())):
-                nodes = (ends == end).astype(np.float64)
+                nodes = ends == end
                 span = slice(end - steps, end + 1)
-                rise = _rise(times[span], columns[0][span], lead)
-                guests[:, k] = np.where(place @ nodes > 0, rise, guests[:, k])
-                own_rise = _rise(times[span], columns[1][span], lead)
-                own[:, k] = np.where(nodes > 0, own_rise, own[:, k])
-    return NodeTrend(guests, own, place.T @ guests + own, lead)
+                known = _known((columns[0][span], columns[1][span]), steps + 1)
+                on = placed & nodes[node_of]
+                guests[:, k] = np.where(on, _rise(times[span], known[0], lead), guests[:, k])
+                own[:, k] = np.where(nodes, _rise(times[span], known[1], lead), own[:, k])
+    return NodeTrend(guests, own, _node_series((guests.T, own.T), node_of).T, lead)
 
 
-def _placement(cluster: Cluster) -> np.ndarray:
-    """(G, N): 1 where a guest is now."""
-    out = np.zeros((len(cluster.guests), len(cluster.nodes)))
+def _node_of(cluster: Cluster) -> np.ndarray:
+    """(G,): the index of each guest's node, -1 where the cluster has no such node."""
     index = cluster.node_index
-    for g, guest in enumerate(cluster.guests):
-        n = index.get(guest.node)
-        if n is not None:
-            out[g, n] = 1.0
+    return np.array([index.get(g.node, -1) for g in cluster.guests], dtype=np.int64)
+
+
+def _node_series(columns: tuple[np.ndarray, np.ndarray], node_of: np.ndarray) -> np.ndarray:
+    """(S, N): each node's load at each sample with the guests where they are now — the guests'
+    samples (S, G) added to the nodes' own (S, N)."""
+    values, out = columns[0], columns[1].copy()
+    placed = node_of >= 0
+    for s in range(out.shape[0]):
+        out[s] += np.bincount(node_of[placed], weights=values[s, placed], minlength=out.shape[1])
     return out
 
 
@@ -128,22 +134,36 @@ def _known(columns: tuple[np.ndarray, np.ndarray], count: int) -> tuple[np.ndarr
     return out[0], out[1]
 
 
-def _steady_ends(times: np.ndarray, series: np.ndarray, size: np.ndarray, steps: int) -> np.ndarray:
-    """(N,) for each node, the index (into ``times``) of the last observation ending ``steps``
-    rises in a row each by :data:`TREND_RATE` of its ``size`` per hour at least, at most
-    :data:`TREND_RECALL` before the last, and after which it has not fallen by one such rise;
-    -1 where there is none."""
-    gaps = np.diff(times)[:, None]
-    least = TREND_RATE * size[None, :] * gaps / 3600.0
-    rose = np.diff(series, axis=0) >= least
-    ends = np.full(series.shape[1], -1)
+def _steady_ends(
+    times: np.ndarray,
+    columns: tuple[np.ndarray, np.ndarray],
+    node_of: np.ndarray,
+    size: np.ndarray,
+    steps: int,
+) -> np.ndarray:
+    """(N,) for each node, the index (into ``times``) of the latest observation at most
+    :data:`TREND_RECALL` before the last that ends ``steps`` rises in a row, each by
+    :data:`TREND_RATE` of its ``size`` per hour at least; -1 where there is none, or where the
+    load has fallen since from its peak by one such rise (the rise is over — an older stretch
+    does not count then either). ``columns``: the guests' and nodes' own samples, NaN where
+    unknown; each stretch is judged on the guests known throughout it (:func:`_known`)."""
     last = len(times) - 1
+    ends = np.full(size.shape[0], -1)
+    decided = ~(size > 0)
     for end in range(last, steps - 1, -1):
-        if times[last] - times[end] > TREND_RECALL:
+        if times[last] - times[end] > TREND_RECALL or decided.all():
             break
-        steady = rose[end - steps : end].all(axis=0) & (size > 0) & (ends < 0)
-        kept = series[last] >= series[end] - least[end - 1]
+        span = slice(end - steps, end + 1)
+        series = _node_series(_known((columns[0][span], columns[1][span]), steps + 1), node_of)
+        least = TREND_RATE * size[None, :] * np.diff(times[span])[:, None] / 3600.0
+        steady = (np.diff(series, axis=0) >= least).all(axis=0) & ~decided
+        if not steady.any():
+            continue
+        tail = _known((columns[0][end:], columns[1][end:]), last - end + 1)
+        since = _node_series(tail, node_of)
+        kept = since[-1] >= since.max(axis=0) - least[-1]
         ends = np.where(steady & kept, end, ends)
+        decided |= steady
     return ends
 
 
@@ -169,8 +189,8 @@ def with_trend(
     room = np.maximum(_FULL * net_sizes(cluster) - load, 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         share = np.where(trend.total > 0, np.minimum(room / trend.total, 1.0), 0.0)
-    place = _placement(cluster)
-    guests = trend.guests * (place @ share)
+    node_of = _node_of(cluster)
+    guests = trend.guests * np.where((node_of >= 0)[:, None], share[node_of], 0.0)
     own = trend.own * share
     limit = hot * net_sizes(cluster)
     hot_now = (load > limit + tolerance(limit)).any(axis=1)
