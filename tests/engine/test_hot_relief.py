@@ -196,10 +196,27 @@ def test_relief_lifts_only_the_cooldown_where_the_guards_leave_the_node_hot() ->
     kept = decide(hot, NOW, config, PolicyState(), past, busy=False)
     assert kept.plan is not None and {m.guest for m in kept.plan.moves} == {"g2", "g3"}
     assert {g for g, _why in kept.stuck} == {"g0", "g1"}
-    # No node seen running hot holds still: with n2 and n3 seen hot, nothing relieves n1.
+    # With n2 and n3 seen running hot, no other node has room: rather than leave n1 hot, the
+    # last resort moves onto them, and says so — no return still holds.
     seen = PolicyState(hot_seen={"n2": NOW - 60, "n3": NOW - 60})
-    cooled = decide(hot, NOW, config, seen, PastMigrations(cooldown_until=cooling), busy=False)
-    assert not cooled.act
+    onto = decide(hot, NOW, config, seen, PastMigrations(cooldown_until=cooling), busy=False)
+    assert onto.act and onto.plan is not None
+    assert {m.target for m in onto.plan.moves} <= {"n2", "n3"}
+    assert explain(onto).endswith(
+        "bypassing hold and margin and the cooldown it could not keep, onto "
+        f"{', '.join(sorted({m.target for m in onto.plan.moves}))}, seen running hot lately: "
+        "no other node had room"
+    )
+    still = decide(hot, NOW, config, seen, past, busy=False)
+    assert still.plan is not None and {m.guest for m in still.plan.moves} == {"g2", "g3"}
+    # With g1 out of its cooldown, the last resort keeps the cooldown: g1 goes, g0 stays.
+    g0_cooling = PastMigrations(cooldown_until={"g0": NOW + 3600})
+    kept_cool = decide(hot, NOW, config, seen, g0_cooling, busy=False)
+    assert kept_cool.plan is not None and [m.guest for m in kept_cool.plan.moves] == ["g1"]
+    target = kept_cool.plan.moves[0].target
+    assert explain(kept_cool).endswith(
+        f"bypassing hold and margin, onto {target}, seen running hot lately: no other node had room"
+    )
     # A node over its capacity itself is repaired whatever the cooldown.
     full = _cluster((5.0, 3.6, 1.5, 0.3))
     forced = decide(

@@ -68,6 +68,62 @@ def test_what_is_no_steady_rise_is_forecast_nothing(loads: list[float]) -> None:
     assert node_trend(window, cluster, STEP).rising == ()
 
 
+RAMP = [3.0, 3.5, 4.0, 4.5]
+
+
+@pytest.mark.parametrize(
+    ("after", "rising"),
+    [
+        ([4.5, 4.55, 4.6], True),  # a pause: creeping up too slowly to count, not fallen
+        ([4.5] * 12, True),  # flat for an hour (TREND_RECALL) after the rise
+        ([4.5] * 13, False),  # flat for longer: the rise is over
+        ([4.5, 4.3], False),  # fallen by more than one step's least rise (0.1 core)
+        ([4.5, 4.45], True),  # fallen by less
+    ],
+)
+def test_a_steady_rise_that_pauses_is_still_forecast_for_an_hour(
+    after: list[float], rising: bool
+) -> None:
+    # n1 rose 0.5 core every 5 minutes for 15 minutes, then paused: while its load has not
+    # fallen, within TREND_RECALL of the rise's last step, the rise is carried on along its line
+    # over the steady stretch (0.5 core an interval), from where the load is now.
+    window, cluster = _window(RAMP + after)
+    trend = node_trend(window, cluster, STEP)
+    assert trend.rising == ((0,) if rising else ())
+    if rising:
+        assert trend.total[0, 0] == pytest.approx(0.5)
+        assert trend.guests[0, 0] == pytest.approx(0.5)
+
+
+def test_a_rise_that_has_fallen_from_its_peak_is_over_whatever_came_before() -> None:
+    # A steady rise to 6 cores, then down to 4.6: the rise is over, though the load is still
+    # above where an earlier stretch of the same rise ended (4.5).
+    window, cluster = _window([3.0, 3.5, 4.0, 4.5, 5.0, 5.5, 6.0, 4.6])
+    assert node_trend(window, cluster, STEP).rising == ()
+
+
+def test_a_guest_unknown_before_its_rise_still_makes_one() -> None:
+    # The busy guest was not there (started since) for the first observations of the hour,
+    # then rose steadily: its rise is judged on the observations it was known at.
+    window = UsageWindow(smoothing=6 * 3600)
+    cluster = _cluster(1.0)
+    quiet = replace(cluster, guests=cluster.guests[1:])
+    for k in range(5):
+        window = window.add(k * STEP, quiet)
+    for k, busy in enumerate([3.0, 3.5, 4.0, 4.5], start=5):
+        cluster = _cluster(busy)
+        window = window.add(k * STEP, cluster)
+    trend = node_trend(window, cluster, STEP)
+    assert trend.rising == (0,) and trend.guests[0, 0] == pytest.approx(0.5)
+
+
+def test_the_latest_steady_rise_is_the_one_carried_on() -> None:
+    # A fast rise, a pause, then a slower steady one: the slower, the latest, is forecast.
+    window, cluster = _window([3.0, 4.0, 5.0, 6.0, 6.0, 6.2, 6.4, 6.6])
+    trend = node_trend(window, cluster, STEP)
+    assert trend.rising == (0,) and trend.total[0, 0] == pytest.approx(0.2)
+
+
 def test_a_forecast_never_makes_a_node_over_its_capacity_and_names_it() -> None:
     # n1 at 9.5 of 10 cores, rising 1 core every 5 minutes: raised to 99 % of it, not beyond;
     # above the hot level already, it runs hot: not named as forecast to.

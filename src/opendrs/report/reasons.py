@@ -190,9 +190,14 @@ def _repaired(facts: Repaired) -> str:
     else:
         kept = "the cooldown, minimum uptime and no-return"
     overridden = f" and {kept} it could not keep" if facts.overridden else ""
+    onto = ""
+    if facts.onto_hot:
+        onto = (
+            f", onto {', '.join(facts.onto_hot)}, seen running hot lately: no other node had room"
+        )
     return (
         f"repair: {_needed(facts.needed, facts.more)}; {_migrations(facts.migrations)}, "
-        f"bypassing {bypassed} and margin{overridden}"
+        f"bypassing {bypassed} and margin{overridden}{onto}"
     )
 
 

@@ -17,8 +17,9 @@ the next state. Every guard the peers use against flapping is here, each one con
   ``hot`` level each value is raised to the observation's own where that is higher
   (:func:`~.smoothing.with_last`): a node above the hot level is relieved at the first
   observation that sees it, and never refilled by a plan while it counts as having run hot
-  (:attr:`PolicyState.hot_seen`). The controller also raises, on a node whose load rises
-  steadily, each value to its forecast one interval ahead (:mod:`.trend`): such a node is
+  (:attr:`PolicyState.hot_seen`), nor by a relief while another node has room. The controller
+  also raises, on a node whose load rises steadily — or did within the hour and has not fallen
+  since —, each value to its forecast one interval ahead (:mod:`.trend`): such a node is
   relieved before it crosses the hot level.
 * **Demand per time of day** (off by default: ``daily_profile``; :mod:`.profile`,
   :mod:`.dayplan`) — the controller also keeps each guest's usage per hour of the day

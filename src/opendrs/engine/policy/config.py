@@ -82,7 +82,8 @@ class PolicyConfig:
     #: it on the recent usage (or the last observation's, where higher) runs hot and is relieved
     #: at once like an overload (within the cooldown and no-return guards), as is one whose
     #: steady rise is forecast above it one interval ahead (:mod:`.trend`); no plan fills a node
-    #: beyond it, nor moves a guest onto a node seen running hot lately. 0.85 by default, the
+    #: beyond it, nor moves a guest onto a node seen running hot lately (only a relief with no
+    #: other target, as its last resort). 0.85 by default, the
     #: simulator's hot level (the emulated peers have none); None: only the capacity counts.
     hot: float | None = 0.85
     #: Most migrations that balance (plans, and repairs of nodes that only run hot) over a

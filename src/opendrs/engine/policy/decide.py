@@ -375,7 +375,8 @@ def _seen_hot(
 
 
 def hot_memory(config: PolicyConfig) -> int:
-    """How long, in seconds, a node seen running hot stays no target of any plan: the
+    """How long, in seconds, a node seen running hot stays no target of any plan but a relief
+    that has no other (:func:`_last_resort_relief`): the
     ``smoothing`` window or the ``no_return`` window, whichever is longer — a node relieved of
     a turn is not refilled on the average of its turns before a day has shown it cool."""
     return max(config.smoothing, config.no_return)
@@ -407,7 +408,8 @@ def _repair(r: _Round) -> Decision | tuple[tuple[tuple[str, str], ...], RepairNo
     so is a node whose recent measured load — the last observation's, when higher — is above
     the hot level (``config.hot``), at once, bypassing hold and margin, never onto a node seen
     running hot lately (:func:`hot_memory`: where loads take turns, each turn's relief goes to
-    a node that stays cool, so none is undone, and no plan refills a relieved node). Without
+    a node that stays cool, so none is undone, and no plan refills a relieved node) unless no
+    other relief can be made (:func:`_last_resort_relief`). Without
     a repair made: what every later decision names — the guests stuck, and the repair that
     could not be made."""
     view, config = r.view, r.config
@@ -430,7 +432,7 @@ def _repair(r: _Round) -> Decision | tuple[tuple[tuple[str, str], ...], RepairNo
     if config.hot is not None and hot_only and needed:
         made, kept_off = _deeper_relief(view, config, (made, kept_off))
         if made.stuck:
-            made, kept_off = _relief_past_cooldown(r, failed, (made, kept_off))
+            made, kept_off = _last_resort_relief(r, failed, (made, kept_off))
     plan = made.plan
     unmovable = _hot_unmovable(r)
     if not needed or made.proposal is None or plan is None:
@@ -452,9 +454,11 @@ def _repair(r: _Round) -> Decision | tuple[tuple[tuple[str, str], ...], RepairNo
         len(needed) - 1,
         len(plan.moves),
         hot_only,
-        kept_off != view.forbidden,
+        _in_cooldown(r, plan) if hot_only else kept_off != view.forbidden,
         # On the moves decided (the batch's), a parking move to a spare not a return.
         no_return_kept=not {(m.guest, m.target) for m in plan.moves if not m.parking} & returns,
+        # A relief goes there only as its last resort (:func:`_last_resort_relief`).
+        onto_hot=_onto_hot(r, plan) if hot_only else (),
     )
     return made_round.decision(
         facts,
@@ -466,6 +470,17 @@ def _repair(r: _Round) -> Decision | tuple[tuple[tuple[str, str], ...], RepairNo
         forbidden=kept_off,
         budgeted=hot_only,
     )
+
+
+def _onto_hot(r: _Round, plan: Plan) -> tuple[str, ...]:
+    """The nodes seen running hot lately that ``plan`` moves guests to, by name."""
+    return tuple(sorted({m.target for m in plan.moves} & set(r.state.hot_seen)))
+
+
+def _in_cooldown(r: _Round, plan: Plan) -> bool:
+    """Whether ``plan`` moves a guest still in its cooldown (a relief's last resort may)."""
+    cooling = r.past.cooldown_until
+    return any(cooling.get(m.guest, r.now) > r.now for m in plan.moves)
 
 
 def _hot_unmovable(r: _Round) -> HotUnmovable | None:
@@ -502,19 +517,40 @@ RELIEF_MARGIN = 0.1
 RELIEF_MARGINS = (RELIEF_MARGIN, RELIEF_MARGIN / 2, RELIEF_MARGIN / 4)
 
 
-def _relief_past_cooldown(
+def _last_resort_relief(
     r: _Round,
     failed: frozenset[tuple[str, str]],
     made: tuple[Repair, frozenset[tuple[str, str]]],
 ) -> tuple[Repair, frozenset[tuple[str, str]]]:
-    """The relief of nodes that only run hot with the cooldown lifted, when it leaves fewer
-    guests stuck than ``made``: a guest a plan has just moved onto a node whose load then rises
-    may leave it again. Every other guard holds — no return to a node it left, no node seen
-    running hot, the minimum uptime, the failed targets —, so nothing goes back and forth."""
+    """The relief of nodes that only run hot with the guards lifted in turn, each step taken
+    only when it leaves fewer guests stuck than the one before: first the cooldown (a guest a
+    plan has just moved onto a node whose load then rises may leave it again), then the memory
+    of nodes seen running hot, with the cooldown kept and then lifted too (on a busy day whose
+    every node with room ran hot an hour ago, a hot node is relieved onto one of them rather
+    than left hot for the day; the relief keeps each target under the hot level, its forecast
+    included). Where lifting the cooldown is enough, no guest goes to a node seen running hot —
+    where loads take turns, that node is the next to run hot. The other guards hold — no
+    return to a node a guest left, the minimum uptime, the failed targets —, so no guest goes
+    back and forth."""
     past = replace(r.past, cooldown_until={})
-    lifted = forbidden_placements(r.cluster, r.now, r.config, past)
-    lifted |= hot_targets(r.cluster, r.state.hot_seen)
-    if lifted == r.view.forbidden:
+    cooled = forbidden_placements(r.cluster, r.now, r.config, past)
+    guarded = forbidden_placements(r.cluster, r.now, r.config, r.past)
+    hot = hot_targets(r.cluster, r.state.hot_seen)
+    for lifted in (cooled | hot, guarded, cooled):
+        if made[0].stuck:
+            made = _relief_within(r, failed, made, lifted)
+    return made
+
+
+def _relief_within(
+    r: _Round,
+    failed: frozenset[tuple[str, str]],
+    made: tuple[Repair, frozenset[tuple[str, str]]],
+    lifted: frozenset[tuple[str, str]],
+) -> tuple[Repair, frozenset[tuple[str, str]]]:
+    """The relief kept off only ``lifted`` (and ``failed``), when it leaves fewer guests stuck
+    than ``made``; else ``made``."""
+    if lifted == made[1] or lifted == r.view.forbidden:
         return made
     view, config = r.view, r.config
     found = repair_within_guards(view.checked, view.constraints, config, lifted, failed)

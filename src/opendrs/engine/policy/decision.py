@@ -182,7 +182,8 @@ class Repaired:
     and the threshold unless it only relieves hot nodes (``hot_only``); ``overridden``: it
     could not keep the cooldown, minimum uptime and no-return (only the cooldown, relieving hot
     nodes; only the cooldown and minimum uptime with ``no_return_kept``: no guest goes back to a
-    node it left)."""
+    node it left); ``onto_hot``: the targets seen running hot lately it moves guests to, a
+    relief's last resort (none otherwise)."""
 
     code: ClassVar[DecisionCode] = DecisionCode.REPAIR
     needed: Need
@@ -193,6 +194,7 @@ class Repaired:
     #: Where the plan's proposal stopped, when it says (a repair toward the failover headroom).
     stop: Stop | None = None
     no_return_kept: bool = False
+    onto_hot: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

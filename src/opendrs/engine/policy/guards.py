@@ -50,7 +50,8 @@ def hot_targets(cluster: Cluster, hot_seen: Mapping[str, float]) -> frozenset[tu
     """The placements onto a node seen running hot lately (``hot_seen``,
     :attr:`PolicyState.hot_seen`), for every guest not on it: a node that ran hot may run hot
     again — where loads take turns, the node idle now is the next to — so no plan and no relief
-    fills it meanwhile, and no relief of one turn is undone by the next."""
+    fills it meanwhile (but a relief with no other target, as its last resort), and no relief of
+    one turn is undone by the next."""
     names = [n for n in hot_seen if n in cluster.node_index]
     return frozenset((g.id, n) for g in cluster.guests for n in names if g.node != n)
 

@@ -298,10 +298,10 @@ def repair_within_guards(
     targets, if it leaves fewer — a guest must leave a node in maintenance or a broken rule
     whatever its cooldown —, and a return the last resort (:func:`_returns_last`: ``returns``,
     the no-return's placements). Not for a node that only runs hot: relieving it is worth no
-    flapping, so the guards hold there (the policy may lift the cooldown alone for it:
-    ``decide._relief_past_cooldown``). Also the placements the repair kept off. The one
-    chosen is repeatable (its searches' ``deterministic``) only if every attempt was: all of
-    them chose it."""
+    flapping, so the guards hold there (the policy may lift the cooldown and the memory of
+    nodes seen running hot for it: ``decide._last_resort_relief``). Also the placements the
+    repair kept off. The one chosen is repeatable (its searches' ``deterministic``) only if
+    every attempt was: all of them chose it."""
     attempts: list[Repair] = []
 
     def attempt(forbidden: frozenset[tuple[str, str]]) -> Repair:

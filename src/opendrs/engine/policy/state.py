@@ -124,8 +124,9 @@ class PolicyState:
     #: Node name → when it was last seen running hot (above the policy's ``hot`` level on the
     #: usage capacity is checked on), kept for the longer of ``smoothing`` and ``no_return``:
     #: no plan and no relief moves a guest there meanwhile — a node that ran hot may run hot
-    #: again (loads taking turns). The controller keeps it in its history file across a
-    #: restart.
+    #: again (loads taking turns) —, but a relief no other node has room for (its last resort,
+    #: rather than a node left hot for the day). The controller keeps it in its history file
+    #: across a restart.
     hot_seen: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     #: The failover headroom last checked (``policy.keep_failover``; None: not checked).
     failover: FailoverCheck | None = None

@@ -6,12 +6,16 @@ stay). A rise counts only when it is **steady**: every observation over the last
 :data:`TREND_SPAN` (at least :data:`TREND_STEPS` observations in a row) is higher than the one
 before by at least :data:`TREND_RATE` of the node's size per hour — a lasting rise, such as a
 batch job ramping up, and never a load that jumps at once and then stays (loads taking turns rise
-in minutes and are flat between), nor one that wobbles. On such a node each guest's load and
-the node's own are carried on along their least-squares lines for one interval ahead, where they
-rise: that **forecast** rise is added to the usage capacity is checked on (never beyond a node's
-capacity), so a node forecast above the hot level at the next observation is relieved now, as
-one above it already is — the relief's text says it is forecast —, and is counted as seen
-running hot (no plan refills it); a guest moved takes its rise along, and a node with no room
+in minutes and are flat between), nor one that wobbles. A steady rise that pauses — a job's
+ramp that stops for a few observations under the hot level, or creeps on too slowly to count —
+stays one for :data:`TREND_RECALL` after its last steady step, as long as the load has not fallen
+since by one such step: the job has not ended. On such a node each guest's load and the node's
+own are carried on along their least-squares lines over the latest steady stretch for one
+interval ahead, from where they are now, where they rise: that **forecast** rise is added to
+the usage capacity is checked on (never beyond a node's capacity), so a node forecast above the
+hot level at the next observation is relieved now, as one above it already is — the relief's
+text says it is forecast —, and is counted as seen running hot (no plan refills it, and a
+relief only as its last resort); a guest moved takes its rise along, and a node with no room
 for it takes no such guest. The forecast only ever adds load: a node whose load falls, or rises
 unsteadily, is judged on its measured usage alone.
 
@@ -34,6 +38,10 @@ from opendrs.model.cluster import Cluster
 TREND_SPAN: Final = 900
 #: The fewest rises in a row (observations after the first) a steady rise has.
 TREND_STEPS: Final = 3
+#: How long, in seconds, after a steady rise a node whose load has not fallen since is still
+#: forecast to rise as it did: a job's rise that pauses for a few observations (a plateau under
+#: the hot level) is not taken for its end.
+TREND_RECALL: Final = 3600
 #: The least rise of a steady one, a share of the node's size (net of reserves) per hour: 12 %,
 #: 1 % every 5 minutes — faster than any time-of-day swing.
 TREND_RATE: Final = 0.12
@@ -64,33 +72,47 @@ def trend_steps(interval: float) -> int:
 
 def node_trend(window: UsageWindow, cluster: Cluster, lead: float) -> NodeTrend:
     """The forecast rise ``lead`` seconds after the window's last observation (``lead``: the
-    interval) from the observations of the last :func:`trend_steps` intervals: on each node
-    whose load with the guests where they are now rose steadily, each of those guests' and the
-    node's own rise along its least-squares line, where it rises."""
+    interval): on each node whose load with the guests where they are now rose steadily over
+    :func:`trend_steps` intervals ending at the last observation, or at one within
+    :data:`TREND_RECALL` before it and not fallen from its peak since (a rise that has paused
+    stays a rise for a while: :func:`_steady_ends`), each of those guests' and the node's own
+    rise along its least-squares line over those intervals, where it rises."""
     steps = trend_steps(lead)
-    place = _placement(cluster)
+    node_of = _node_of(cluster)
     guests = np.zeros((len(cluster.guests), 2))
     own = np.zeros((len(cluster.nodes), 2))
     if len(window) >= steps + 1 and lead > 0:
-        times = window.times[-(steps + 1) :]
+        count = min(len(window), steps + 1 + math.ceil(TREND_RECALL / max(lead, 1)))
+        times = window.times[-count:]
         sizes = net_sizes(cluster)
+        placed = node_of >= 0
         for k in (0, 1):
-            columns = _known(window.columns(cluster, k), steps + 1)
-            series = columns[0] @ place + columns[1]
-            steady = _steady(times, series, sizes[:, k])
-            guests[:, k] = np.where(place @ steady > 0, _rise(times, columns[0], lead), 0.0)
-            own[:, k] = np.where(steady, _rise(times, columns[1], lead), 0.0)
-    return NodeTrend(guests, own, place.T @ guests + own, lead)
+            samples = window.columns(cluster, k)
+            columns = (samples[0][-count:], samples[1][-count:])
+            ends = _steady_ends(times, columns, node_of, sizes[:, k], steps)
+            for end in sorted(set(ends[ends >= 0].tolist())):
+                nodes = ends == end
+                span = slice(end - steps, end + 1)
+                known = _known((columns[0][span], columns[1][span]), steps + 1)
+                on = placed & nodes[node_of]
+                guests[:, k] = np.where(on, _rise(times[span], known[0], lead), guests[:, k])
+                own[:, k] = np.where(nodes, _rise(times[span], known[1], lead), own[:, k])
+    return NodeTrend(guests, own, _node_series((guests.T, own.T), node_of).T, lead)
 
 
-def _placement(cluster: Cluster) -> np.ndarray:
-    """(G, N): 1 where a guest is now."""
-    out = np.zeros((len(cluster.guests), len(cluster.nodes)))
+def _node_of(cluster: Cluster) -> np.ndarray:
+    """(G,): the index of each guest's node, -1 where the cluster has no such node."""
     index = cluster.node_index
-    for g, guest in enumerate(cluster.guests):
-        n = index.get(guest.node)
-        if n is not None:
-            out[g, n] = 1.0
+    return np.array([index.get(g.node, -1) for g in cluster.guests], dtype=np.int64)
+
+
+def _node_series(columns: tuple[np.ndarray, np.ndarray], node_of: np.ndarray) -> np.ndarray:
+    """(S, N): each node's load at each sample with the guests where they are now — the guests'
+    samples (S, G) added to the nodes' own (S, N)."""
+    values, out = columns[0], columns[1].copy()
+    placed = node_of >= 0
+    for s in range(out.shape[0]):
+        out[s] += np.bincount(node_of[placed], weights=values[s, placed], minlength=out.shape[1])
     return out
 
 
@@ -112,12 +134,37 @@ def _known(columns: tuple[np.ndarray, np.ndarray], count: int) -> tuple[np.ndarr
     return out[0], out[1]
 
 
-def _steady(times: np.ndarray, series: np.ndarray, size: np.ndarray) -> np.ndarray:
-    """(N,) 0/1: each node whose ``series`` rose at every step by :data:`TREND_RATE` of its
-    ``size`` per hour at least."""
-    gaps = np.diff(times)[:, None]
-    least = TREND_RATE * size[None, :] * gaps / 3600.0
-    return ((np.diff(series, axis=0) >= least).all(axis=0) & (size > 0)).astype(np.float64)
+def _steady_ends(
+    times: np.ndarray,
+    columns: tuple[np.ndarray, np.ndarray],
+    node_of: np.ndarray,
+    size: np.ndarray,
+    steps: int,
+) -> np.ndarray:
+    """(N,) for each node, the index (into ``times``) of the latest observation at most
+    :data:`TREND_RECALL` before the last that ends ``steps`` rises in a row, each by
+    :data:`TREND_RATE` of its ``size`` per hour at least; -1 where there is none, or where the
+    load has fallen since from its peak by one such rise (the rise is over — an older stretch
+    does not count then either). ``columns``: the guests' and nodes' own samples, NaN where
+    unknown; each stretch is judged on the guests known throughout it (:func:`_known`)."""
+    last = len(times) - 1
+    ends = np.full(size.shape[0], -1)
+    decided = ~(size > 0)
+    for end in range(last, steps - 1, -1):
+        if times[last] - times[end] > TREND_RECALL or decided.all():
+            break
+        span = slice(end - steps, end + 1)
+        series = _node_series(_known((columns[0][span], columns[1][span]), steps + 1), node_of)
+        least = TREND_RATE * size[None, :] * np.diff(times[span])[:, None] / 3600.0
+        steady = (np.diff(series, axis=0) >= least).all(axis=0) & ~decided
+        if not steady.any():
+            continue
+        tail = _known((columns[0][end:], columns[1][end:]), last - end + 1)
+        since = _node_series(tail, node_of)
+        kept = since[-1] >= since.max(axis=0) - least[-1]
+        ends = np.where(steady & kept, end, ends)
+        decided |= steady
+    return ends
 
 
 def _rise(times: np.ndarray, values: np.ndarray, lead: float) -> np.ndarray:
@@ -142,8 +189,8 @@ def with_trend(
     room = np.maximum(_FULL * net_sizes(cluster) - load, 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         share = np.where(trend.total > 0, np.minimum(room / trend.total, 1.0), 0.0)
-    place = _placement(cluster)
-    guests = trend.guests * (place @ share)
+    node_of = _node_of(cluster)
+    guests = trend.guests * np.where((node_of >= 0)[:, None], share[node_of], 0.0)
     own = trend.own * share
     limit = hot * net_sizes(cluster)
     hot_now = (load > limit + tolerance(limit)).any(axis=1)
@@ -234,6 +281,7 @@ def _frozen(values: np.ndarray) -> np.ndarray:
 
 __all__ = [
     "TREND_RATE",
+    "TREND_RECALL",
     "TREND_SPAN",
     "TREND_STEPS",
     "NodeTrend",
