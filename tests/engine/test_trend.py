@@ -102,6 +102,19 @@ def test_a_rise_that_has_fallen_from_its_peak_is_over_whatever_came_before() -> 
     assert node_trend(window, cluster, STEP).rising == ()
 
 
+def test_a_fall_a_guest_showed_is_not_forgotten_when_its_last_sample_is_unknown() -> None:
+    # The rise to 6 cores fell to 3.5; then the busy guest's usage is not measured once: the
+    # stretch and what came after it are judged on the same guests, so the old rise stays over.
+    window = UsageWindow(smoothing=6 * 3600)
+    for k, busy in enumerate([3.0, 3.5, 4.0, 4.5, 5.0, 5.5, 6.0, 3.5]):
+        window = window.add(k * STEP, _cluster(busy))
+    cluster = _cluster(3.5)
+    unmeasured = replace(cluster.guests[0], cpu_used=None)
+    cluster = replace(cluster, guests=(unmeasured, *cluster.guests[1:]))
+    window = window.add(8 * STEP, cluster)
+    assert node_trend(window, cluster, STEP).rising == ()
+
+
 def test_a_guest_unknown_before_its_rise_still_makes_one() -> None:
     # The busy guest was not there (started since) for the first observations of the hour,
     # then rose steadily: its rise is judged on the observations it was known at.

@@ -536,8 +536,10 @@ def _last_resort_relief(
     cooled = forbidden_placements(r.cluster, r.now, r.config, past)
     guarded = forbidden_placements(r.cluster, r.now, r.config, r.past)
     hot = hot_targets(r.cluster, r.state.hot_seen)
+    tried = {r.view.forbidden, made[1]}
     for lifted in (cooled | hot, guarded, cooled):
-        if made[0].stuck:
+        if made[0].stuck and lifted not in tried:
+            tried.add(lifted)
             made = _relief_within(r, failed, made, lifted)
     return made
 
@@ -550,8 +552,6 @@ def _relief_within(
 ) -> tuple[Repair, frozenset[tuple[str, str]]]:
     """The relief kept off only ``lifted`` (and ``failed``), when it leaves fewer guests stuck
     than ``made``; else ``made``."""
-    if lifted == made[1] or lifted == r.view.forbidden:
-        return made
     view, config = r.view, r.config
     found = repair_within_guards(view.checked, view.constraints, config, lifted, failed)
     if found[0].needed:

@@ -93,7 +93,7 @@ def node_trend(window: UsageWindow, cluster: Cluster, lead: float) -> NodeTrend:
             for end in sorted(set(ends[ends >= 0].tolist())):
                 nodes = ends == end
                 span = slice(end - steps, end + 1)
-                known = _known((columns[0][span], columns[1][span]), steps + 1)
+                known = [c[: steps + 1] for c in _since(columns, end - steps)]
                 on = placed & nodes[node_of]
                 guests[:, k] = np.where(on, _rise(times[span], known[0], lead), guests[:, k])
                 own[:, k] = np.where(nodes, _rise(times[span], known[1], lead), own[:, k])
@@ -109,11 +109,19 @@ def _node_of(cluster: Cluster) -> np.ndarray:
 def _node_series(columns: tuple[np.ndarray, np.ndarray], node_of: np.ndarray) -> np.ndarray:
     """(S, N): each node's load at each sample with the guests where they are now — the guests'
     samples (S, G) added to the nodes' own (S, N)."""
-    values, out = columns[0], columns[1].copy()
+    values, own = columns
+    samples, nodes = own.shape
     placed = node_of >= 0
-    for s in range(out.shape[0]):
-        out[s] += np.bincount(node_of[placed], weights=values[s, placed], minlength=out.shape[1])
-    return out
+    cells = (np.arange(samples)[:, None] * nodes + node_of[placed][None, :]).ravel()
+    sums = np.bincount(cells, weights=values[:, placed].ravel(), minlength=samples * nodes)
+    return own + sums.reshape(samples, nodes)
+
+
+def _since(columns: tuple[np.ndarray, np.ndarray], first: int) -> tuple[np.ndarray, np.ndarray]:
+    """The samples from ``first`` to the last, the guests and nodes unknown at any of them left
+    out (:func:`_known`): a steady stretch starting at ``first`` and what came after it are
+    judged on the same guests."""
+    return _known((columns[0][first:], columns[1][first:]), len(columns[0]) - first)
 
 
 def net_sizes(cluster: Cluster) -> np.ndarray:
@@ -146,21 +154,20 @@ def _steady_ends(
     :data:`TREND_RATE` of its ``size`` per hour at least; -1 where there is none, or where the
     load has fallen since from its peak by one such rise (the rise is over — an older stretch
     does not count then either). ``columns``: the guests' and nodes' own samples, NaN where
-    unknown; each stretch is judged on the guests known throughout it (:func:`_known`)."""
+    unknown; each stretch and what came after it are judged on the guests known throughout
+    both (:func:`_since`)."""
     last = len(times) - 1
     ends = np.full(size.shape[0], -1)
     decided = ~(size > 0)
     for end in range(last, steps - 1, -1):
         if times[last] - times[end] > TREND_RECALL or decided.all():
             break
-        span = slice(end - steps, end + 1)
-        series = _node_series(_known((columns[0][span], columns[1][span]), steps + 1), node_of)
-        least = TREND_RATE * size[None, :] * np.diff(times[span])[:, None] / 3600.0
-        steady = (np.diff(series, axis=0) >= least).all(axis=0) & ~decided
+        series = _node_series(_since(columns, end - steps), node_of)
+        least = TREND_RATE * size[None, :] * np.diff(times[end - steps : end + 1])[:, None] / 3600.0
+        steady = (np.diff(series[: steps + 1], axis=0) >= least).all(axis=0) & ~decided
         if not steady.any():
             continue
-        tail = _known((columns[0][end:], columns[1][end:]), last - end + 1)
-        since = _node_series(tail, node_of)
+        since = series[steps:]
         kept = since[-1] >= since.max(axis=0) - least[-1]
         ends = np.where(steady & kept, end, ends)
         decided |= steady
