@@ -5,19 +5,19 @@ window, the guests on it now held where they are (what their rise will do to the
 stay). A rise counts only when it is **steady**: every observation over the last
 :data:`TREND_SPAN` (at least :data:`TREND_STEPS` observations in a row) is higher than the one
 before by at least :data:`TREND_RATE` of the node's size per hour — a lasting rise, such as a
-batch job ramping up, and never a load that jumps at once and then stays (loads taking turns rise
-in minutes and are flat between), nor one that wobbles. A steady rise that pauses — a job's
+batch job ramping up, and never a load that jumps at once and then stays (loads taking turns
+rise in minutes and are flat between), nor one that wobbles. A steady rise that pauses — a job's
 ramp that stops for a few observations under the hot level, or creeps on too slowly to count —
-stays one for :data:`TREND_RECALL` after its last steady step, as long as the load has not fallen
-since by one such step: the job has not ended. On such a node each guest's load and the node's
-own are carried on along their least-squares lines over the latest steady stretch for one
-interval ahead, from where they are now, where they rise: that **forecast** rise is added to
-the usage capacity is checked on (never beyond a node's capacity), so a node forecast above the
-hot level at the next observation is relieved now, as one above it already is — the relief's
-text says it is forecast —, and is counted as seen running hot (no plan refills it, and a
-relief only as its last resort); a guest moved takes its rise along, and a node with no room
-for it takes no such guest. The forecast only ever adds load: a node whose load falls, or rises
-unsteadily, is judged on its measured usage alone.
+stays one for :data:`TREND_RECALL` after its last steady step, as long as the load has not
+fallen from its peak since by one such step: the job has not ended. On such a node each guest's
+load and the node's own are carried on along their least-squares lines over the latest steady
+stretch for one interval ahead, from where they are now, where they rise: that **forecast** rise
+is added to the usage capacity is checked on (never beyond a node's capacity), so a node
+forecast above the hot level at the next observation is relieved now, as one above it already is
+— the relief's text says it is forecast —, and is counted as seen running hot (no plan refills
+it, and a relief only as its last resort); a guest moved takes its rise along, and a node with
+no room for it takes no such guest. The forecast only ever adds load: a node whose load falls,
+or rises unsteadily, is judged on its measured usage alone.
 
 Pure and deterministic: the same window and cluster give the same forecast.
 """
