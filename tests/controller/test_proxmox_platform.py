@@ -386,10 +386,14 @@ def test_the_daemon_follows_the_master_and_drops_its_plan_when_it_moves(
     with Daemon(config) as daemon:
         address = served(daemon)
         daemon.wait_for(r"standing by: node pve1 is not the HA manager's master \(pve2\)")
-        code, body = fetch(address, "/api/state")
-        assert code == 200 and "is not the HA manager's master (pve2)" in str(
-            json.loads(body)["standby"]
-        )
+
+        def says_standby() -> bool:
+            # The line is logged during the cycle, the dashboard's snapshot published at its end.
+            code, body = fetch(address, "/api/state")
+            assert code == 200
+            return "is not the HA manager's master (pve2)" in str(json.loads(body)["standby"])
+
+        eventually(says_standby, 10, what="the dashboard saying it stands by", log=daemon.log)
         code, page = fetch(address, "/")
         assert code == 200 and "standing by" in page
         assert "\nopendrs_standby 1.0\n" in fetch(address, "/metrics")[1]
