@@ -19,8 +19,8 @@ the next state. Every guard the peers use against flapping is here, each one con
   observation that sees it, and never refilled by a plan while it counts as having run hot
   (:attr:`PolicyState.hot_seen`), nor by a relief while another node has room. The controller
   also raises, on a node whose load rises steadily — or did within the hour and has not fallen
-  since —, each value to its forecast one interval ahead (:mod:`.trend`): such a node is
-  relieved before it crosses the hot level.
+  from its peak since —, each value to its forecast one interval ahead (:mod:`.trend`): such a
+  node is relieved before it crosses the hot level.
 * **Demand per time of day** (off by default: ``daily_profile``; :mod:`.profile`,
   :mod:`.dayplan`) — the controller also keeps each guest's usage per hour of the day
   (:class:`~opendrs.engine.policy.profile.DailyProfile`) and, once it has seen a day, passes the

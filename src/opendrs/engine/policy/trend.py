@@ -38,9 +38,9 @@ from opendrs.model.cluster import Cluster
 TREND_SPAN: Final = 900
 #: The fewest rises in a row (observations after the first) a steady rise has.
 TREND_STEPS: Final = 3
-#: How long, in seconds, after a steady rise a node whose load has not fallen since is still
-#: forecast to rise as it did: a job's rise that pauses for a few observations (a plateau under
-#: the hot level) is not taken for its end.
+#: How long, in seconds, after a steady rise a node whose load has not fallen from its peak
+#: since is still forecast to rise as it did: a job's rise that pauses for a few observations
+#: (a plateau under the hot level) is not taken for its end.
 TREND_RECALL: Final = 3600
 #: The least rise of a steady one, a share of the node's size (net of reserves) per hour: 12 %,
 #: 1 % every 5 minutes — faster than any time-of-day swing.
